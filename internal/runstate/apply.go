@@ -1,0 +1,228 @@
+package runstate
+
+import (
+	"errors"
+	"fmt"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+)
+
+// Errors returned by Apply, wrapped with the detail. Match them with
+// errors.Is.
+var (
+	// ErrSequence: the event's sequence is not the state's version + 1.
+	ErrSequence = errors.New("event out of sequence")
+	// ErrIllegalTransition: the status change is not in the table, or the
+	// event is not allowed in the run's current status.
+	ErrIllegalTransition = errors.New("illegal transition")
+	// ErrTerminal: the run is terminal and takes no more events.
+	ErrTerminal = errors.New("run is terminal")
+	// ErrInvalidEvent: the event is malformed (no payload, wrong run, a
+	// missing field the fold needs).
+	ErrInvalidEvent = errors.New("invalid event")
+)
+
+// Apply returns the state after ev, or an error that leaves s as it was. It
+// neither mutates ev nor keeps a reference to anything but the immutable
+// payloads (contract, proposal, result) it records.
+func Apply(s State, ev *reinv1.Event) (State, error) {
+	if ev == nil {
+		return s, fmt.Errorf("%w: nil event", ErrInvalidEvent)
+	}
+	if seq := ev.GetSequence(); seq != s.Version+1 {
+		return s, fmt.Errorf("%w: got sequence %d, run %q is at version %d and expects %d",
+			ErrSequence, seq, s.RunID, s.Version, s.Version+1)
+	}
+	if s.Version > 0 {
+		if ev.GetRunId() != s.RunID {
+			return s, fmt.Errorf("%w: event for run %q applied to run %q", ErrInvalidEvent, ev.GetRunId(), s.RunID)
+		}
+		if Terminal(s.Status) {
+			return s, fmt.Errorf("%w: run %q is %s and takes no more events", ErrTerminal, s.RunID, StatusName(s.Status))
+		}
+	}
+	next, err := applyPayload(s, ev)
+	if err != nil {
+		return s, err
+	}
+	next.Version = ev.GetSequence()
+	if t := ev.GetRecordedAt(); t != nil {
+		next.UpdatedAt = t.AsTime()
+	}
+	return next, nil
+}
+
+// ApplyAll applies events in order; on an error it returns s unchanged.
+func ApplyAll(s State, events []*reinv1.Event) (State, error) {
+	next := s
+	for _, ev := range events {
+		var err error
+		if next, err = Apply(next, ev); err != nil {
+			return s, err
+		}
+	}
+	return next, nil
+}
+
+func applyPayload(s State, ev *reinv1.Event) (State, error) {
+	if s.Version == 0 {
+		rs := ev.GetRunStarted()
+		if rs == nil {
+			return s, fmt.Errorf("%w: the first event of a run must be run_started, got %s", ErrInvalidEvent, PayloadName(ev))
+		}
+		return started(ev, rs)
+	}
+	switch p := ev.GetPayload().(type) {
+	case *reinv1.Event_RunStarted:
+		return s, fmt.Errorf("%w: run_started at sequence %d; only the first event may start a run", ErrInvalidEvent, ev.GetSequence())
+	case *reinv1.Event_ModelRequested:
+		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
+			return s, err
+		}
+		if s.ModelInFlight {
+			return s, fmt.Errorf("%w: model_requested while a model call is in flight", ErrIllegalTransition)
+		}
+		s.Steps++
+		s.ModelInFlight = true
+	case *reinv1.Event_ModelReturned:
+		if !s.ModelInFlight {
+			return s, fmt.Errorf("%w: model_returned without a model call in flight", ErrIllegalTransition)
+		}
+		s.ModelInFlight = false
+		s.InputTokens += p.ModelReturned.GetUsage().GetInputTokens()
+		s.OutputTokens += p.ModelReturned.GetUsage().GetOutputTokens()
+	case *reinv1.Event_DecisionRejected, *reinv1.Event_ToolRefused, *reinv1.Event_ChecksCompleted:
+		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
+			return s, err
+		}
+	case *reinv1.Event_ToolRequested:
+		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
+			return s, err
+		}
+		s.ToolCalls++
+	case *reinv1.Event_ToolReturned:
+		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
+			return s, err
+		}
+		if e := p.ToolReturned.GetError(); e != "" {
+			s.LastError = e
+		}
+	case *reinv1.Event_ApprovalRequested:
+		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
+			return s, err
+		}
+		if p.ApprovalRequested.GetProposal().GetProposalId() == "" {
+			return s, fmt.Errorf("%w: approval_requested without a proposal id", ErrInvalidEvent)
+		}
+		s.Pending = &reinv1.PendingAction{Action: &reinv1.PendingAction_Proposal{Proposal: p.ApprovalRequested.GetProposal()}}
+	case *reinv1.Event_ApprovalDecided:
+		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL); err != nil {
+			return s, err
+		}
+		if id := p.ApprovalDecided.GetProposalId(); id != s.Pending.GetProposal().GetProposalId() {
+			return s, fmt.Errorf("%w: approval_decided for proposal %q, but the pending proposal is %q",
+				ErrIllegalTransition, id, s.Pending.GetProposal().GetProposalId())
+		}
+	case *reinv1.Event_WriteDispatched, *reinv1.Event_WriteCommitted, *reinv1.Event_WriteOutcomeUnknown:
+		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL); err != nil {
+			return s, err
+		}
+	case *reinv1.Event_InputRequested:
+		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
+			return s, err
+		}
+		s.Pending = &reinv1.PendingAction{Action: &reinv1.PendingAction_Question{Question: p.InputRequested.GetQuestion()}}
+	case *reinv1.Event_InputProvided:
+		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT); err != nil {
+			return s, err
+		}
+	case *reinv1.Event_BudgetReached:
+		// Allowed in any non-terminal status: a deadline passes while paused too.
+	case *reinv1.Event_StatusChanged:
+		return changed(s, p.StatusChanged)
+	default:
+		return s, fmt.Errorf("%w: event %d has no payload", ErrInvalidEvent, ev.GetSequence())
+	}
+	return s, nil
+}
+
+func started(ev *reinv1.Event, rs *reinv1.RunStarted) (State, error) {
+	if ev.GetRunId() == "" {
+		return State{}, fmt.Errorf("%w: run_started without a run id", ErrInvalidEvent)
+	}
+	if rs.GetContract() == nil {
+		return State{}, fmt.Errorf("%w: run_started without a contract", ErrInvalidEvent)
+	}
+	s := State{
+		RunID:     ev.GetRunId(),
+		Status:    reinv1.RunStatus_RUN_STATUS_RUNNING,
+		Contract:  rs.GetContract(),
+		Principal: rs.GetPrincipal(),
+		Tenant:    rs.GetTenant(),
+		RequestID: rs.GetRequestId(),
+	}
+	if d := rs.GetDeadline(); d != nil {
+		s.Deadline = d.AsTime()
+	}
+	if t := ev.GetRecordedAt(); t != nil {
+		s.CreatedAt = t.AsTime()
+	}
+	return s, nil
+}
+
+func changed(s State, sc *reinv1.StatusChanged) (State, error) {
+	from, to := sc.GetFrom(), sc.GetTo()
+	if from != s.Status {
+		return s, fmt.Errorf("%w: status_changed from %s, but run %q is %s",
+			ErrIllegalTransition, StatusName(from), s.RunID, StatusName(s.Status))
+	}
+	if !Legal(from, to) {
+		return s, fmt.Errorf("%w: %s → %s is not allowed", ErrIllegalTransition, StatusName(from), StatusName(to))
+	}
+	switch to {
+	case reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL:
+		if s.Pending.GetProposal() == nil {
+			return s, fmt.Errorf("%w: needs_approval without a pending proposal", ErrIllegalTransition)
+		}
+	case reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT:
+		if s.Pending.GetQuestion() == nil {
+			return s, fmt.Errorf("%w: needs_input without a pending question", ErrIllegalTransition)
+		}
+	case reinv1.RunStatus_RUN_STATUS_RUNNING:
+		s.Pending = nil
+	case reinv1.RunStatus_RUN_STATUS_COMPLETED:
+		s.Result = sc.GetResult()
+	case reinv1.RunStatus_RUN_STATUS_FAILED:
+		s.LastError = sc.GetError()
+	}
+	if Terminal(to) {
+		s.Pending = nil
+		s.ModelInFlight = false
+	}
+	s.Status = to
+	s.StatusReason = sc.GetReason()
+	return s, nil
+}
+
+func need(s State, ev *reinv1.Event, status reinv1.RunStatus) error {
+	if s.Status != status {
+		return fmt.Errorf("%w: %s needs a %s run; run %q is %s",
+			ErrIllegalTransition, PayloadName(ev), StatusName(status), s.RunID, StatusName(s.Status))
+	}
+	return nil
+}
+
+// PayloadName is the snake_case name of an event's payload, such as
+// "model_requested", or "none" when it has none.
+func PayloadName(ev *reinv1.Event) string {
+	if ev == nil {
+		return "none"
+	}
+	fd := ev.ProtoReflect().WhichOneof(payloadOneof)
+	if fd == nil {
+		return "none"
+	}
+	return string(fd.Name())
+}
+
+var payloadOneof = (&reinv1.Event{}).ProtoReflect().Descriptor().Oneofs().ByName("payload")

@@ -1,0 +1,114 @@
+package runstate
+
+import (
+	"time"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// State is a run's state after its first Version events. The zero State is
+// the state before any event. The pointers it holds (Contract, Pending,
+// Result) are never mutated once set; Apply replaces them.
+type State struct {
+	RunID        string
+	Status       reinv1.RunStatus
+	StatusReason string
+	// Version is the sequence of the last event applied; 0 before any.
+	Version   uint64
+	Contract  *reinv1.TaskContract
+	Principal string
+	Tenant    string
+	RequestID string
+
+	Steps        uint32
+	InputTokens  uint64
+	OutputTokens uint64
+	ToolCalls    uint32
+	// Deadline is zero when the run has no timeout.
+	Deadline time.Time
+
+	// ModelInFlight is true between model_requested and model_returned: a
+	// call was sent and its reply is not in the log.
+	ModelInFlight bool
+	Pending       *reinv1.PendingAction
+	Result        *reinv1.FinalAnswer
+	LastError     string
+
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Tokens is the run's token usage, input plus output.
+func (s State) Tokens() uint64 { return s.InputTokens + s.OutputTokens }
+
+// Proto is the state as the API's Run message. withContract chooses whether
+// the contract is included; a snapshot leaves it out because it is stored
+// once beside it.
+func (s State) Proto(withContract bool) *reinv1.Run {
+	r := &reinv1.Run{
+		RunId:         s.RunID,
+		Status:        s.Status,
+		StatusReason:  s.StatusReason,
+		Principal:     s.Principal,
+		Tenant:        s.Tenant,
+		RequestId:     s.RequestID,
+		Version:       s.Version,
+		Steps:         s.Steps,
+		Usage:         &reinv1.Usage{InputTokens: s.InputTokens, OutputTokens: s.OutputTokens},
+		ToolCalls:     s.ToolCalls,
+		Pending:       s.Pending,
+		Result:        s.Result,
+		LastError:     s.LastError,
+		ModelInFlight: s.ModelInFlight,
+	}
+	if withContract {
+		r.Contract = s.Contract
+	}
+	if !s.Deadline.IsZero() {
+		r.Deadline = timestamppb.New(s.Deadline)
+	}
+	if !s.CreatedAt.IsZero() {
+		r.CreatedAt = timestamppb.New(s.CreatedAt)
+	}
+	if !s.UpdatedAt.IsZero() {
+		r.UpdatedAt = timestamppb.New(s.UpdatedAt)
+	}
+	return r
+}
+
+// FromProto is the inverse of Proto: it rebuilds a state from a stored
+// snapshot. contract may be nil when the snapshot carries it.
+func FromProto(r *reinv1.Run, contract *reinv1.TaskContract) State {
+	if contract == nil {
+		contract = r.GetContract()
+	}
+	s := State{
+		RunID:         r.GetRunId(),
+		Status:        r.GetStatus(),
+		StatusReason:  r.GetStatusReason(),
+		Version:       r.GetVersion(),
+		Contract:      contract,
+		Principal:     r.GetPrincipal(),
+		Tenant:        r.GetTenant(),
+		RequestID:     r.GetRequestId(),
+		Steps:         r.GetSteps(),
+		InputTokens:   r.GetUsage().GetInputTokens(),
+		OutputTokens:  r.GetUsage().GetOutputTokens(),
+		ToolCalls:     r.GetToolCalls(),
+		ModelInFlight: r.GetModelInFlight(),
+		Pending:       r.GetPending(),
+		Result:        r.GetResult(),
+		LastError:     r.GetLastError(),
+	}
+	if r.GetDeadline() != nil {
+		s.Deadline = r.GetDeadline().AsTime()
+	}
+	if r.GetCreatedAt() != nil {
+		s.CreatedAt = r.GetCreatedAt().AsTime()
+	}
+	if r.GetUpdatedAt() != nil {
+		s.UpdatedAt = r.GetUpdatedAt().AsTime()
+	}
+	return s
+}

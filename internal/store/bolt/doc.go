@@ -1,0 +1,26 @@
+// Package bolt is rein's embedded event store on bbolt: one file, every
+// append durable (fsync) before it is acknowledged.
+//
+// Layout (all keys big-endian where they are numbers, so they sort in order):
+//
+//	meta/format            "rein-store-1": marks a file as rein's
+//	runs/<run id>/contract the run's TaskContract, written once at create
+//	runs/<run id>/snapshot the run's state (a Run without its contract)
+//	runs/<run id>/events/  nested bucket: uint64 sequence → Event
+//	requests/<tenant>\x00<request id> → run id (idempotent create)
+//	status/<status byte><run id> → empty (the listing index by status)
+//
+// Run IDs sort by creation time, so the runs bucket is the listing order.
+//
+// Rules this package keeps (from bbolt's own docs):
+//   - bbolt stays inside this package; callers see protos and runstate.State.
+//   - Transactions are short. Bytes read in a transaction are copied (or
+//     unmarshalled, which copies) before it ends; no nested transactions.
+//   - Every write goes through one writer goroutine that gathers the appends
+//     waiting at that moment into one Update (group commit): appends from
+//     many runs share one fsync, and no append waits on a timer.
+//   - A request that fails validation writes nothing; a request is validated
+//     completely before its first Put, so a batch never holds half a request.
+//   - A file that is not a healthy rein store is refused at Open, before
+//     anything writes to it: it is first opened read-only and checked.
+package bolt

@@ -1,0 +1,198 @@
+package bolt
+
+import (
+	"errors"
+	"fmt"
+
+	bbolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
+)
+
+// writeReq is one Create or Append waiting for the writer.
+type writeReq struct {
+	create   bool
+	runID    string
+	expected uint64
+	events   []*reinv1.Event
+	encoded  [][]byte       // events, marshalled by the caller's goroutine
+	created  runstate.State // for create: the state after run_started
+	done     chan writeRes
+}
+
+type writeRes struct {
+	state   runstate.State
+	created bool
+	err     error
+}
+
+// errTx marks a failure of the transaction itself (a Put failed, the disk is
+// full): every request in the batch fails with it.
+type errTx struct{ err error }
+
+func (e errTx) Error() string { return e.err.Error() }
+
+// writer is the only goroutine that writes. It takes every request waiting at
+// that moment (up to maxBatch), applies them in one Update and answers each
+// after the commit's fsync. While one commit syncs, the next batch gathers in
+// the channel, so the batch size follows the load with no timer.
+func (s *Store) writer() {
+	defer close(s.done)
+	batch := make([]*writeReq, 0, maxBatch)
+	results := make([]writeRes, maxBatch)
+	for {
+		r, ok := <-s.reqs
+		if !ok {
+			return
+		}
+		batch = append(batch[:0], r)
+	gather:
+		for len(batch) < maxBatch {
+			select {
+			case r, ok := <-s.reqs:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, r)
+			default:
+				break gather
+			}
+		}
+		err := s.db.Update(func(tx *bbolt.Tx) error {
+			for i, r := range batch {
+				results[i] = s.applyRequest(tx, r)
+				var te errTx
+				if errors.As(results[i].err, &te) {
+					return te.err
+				}
+			}
+			return nil
+		})
+		for i, r := range batch {
+			res := results[i]
+			if err != nil {
+				res = writeRes{err: fmt.Errorf("write run %s to %s: commit failed, nothing was stored: %w", r.runID, s.path, err)}
+			}
+			r.done <- res
+			results[i] = writeRes{}
+		}
+	}
+}
+
+// applyRequest validates r against the state in tx and, only if all of it is
+// valid, writes it. A validation error is returned in the result; a write
+// error is an errTx that aborts the whole transaction.
+func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq) writeRes {
+	if r.create {
+		return s.createRun(tx, r)
+	}
+	b := runBucket(tx, r.runID)
+	if b == nil {
+		return writeRes{err: notFound(r.runID)}
+	}
+	st, err := loadState(b, false)
+	if err != nil {
+		return writeRes{err: fmt.Errorf("run %s: %w", r.runID, err)}
+	}
+	if st.Version != r.expected {
+		return writeRes{err: fmt.Errorf("append to run %s at version %d: the run is at version %d: %w; reload the run and retry",
+			r.runID, r.expected, st.Version, store.ErrConflict)}
+	}
+	next, err := runstate.ApplyAll(st, r.events)
+	if err != nil {
+		return writeRes{err: fmt.Errorf("append to run %s: %w", r.runID, err)}
+	}
+	if err := putEvents(b, r); err != nil {
+		return writeRes{err: errTx{err}}
+	}
+	if err := putSnapshot(tx, b, st.Status, next); err != nil {
+		return writeRes{err: errTx{err}}
+	}
+	return writeRes{state: next}
+}
+
+func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
+	st := r.created
+	reqs := tx.Bucket(bucketRequests)
+	rk := requestKey(st.Tenant, st.RequestID)
+	if st.RequestID != "" {
+		if existing := reqs.Get(rk); existing != nil {
+			b := runBucket(tx, string(existing))
+			if b == nil {
+				return writeRes{err: fmt.Errorf("request %q names run %s, which is missing", st.RequestID, existing)}
+			}
+			prev, err := loadState(b, true)
+			if err != nil {
+				return writeRes{err: err}
+			}
+			return writeRes{state: prev}
+		}
+	}
+	runs := tx.Bucket(bucketRuns)
+	if runs.Bucket([]byte(r.runID)) != nil {
+		return writeRes{err: fmt.Errorf("create run %s: a run with that id exists: %w", r.runID, store.ErrConflict)}
+	}
+	contract, err := proto.Marshal(st.Contract)
+	if err != nil {
+		return writeRes{err: fmt.Errorf("create run %s: encode contract: %w", r.runID, err)}
+	}
+	b, err := runs.CreateBucket([]byte(r.runID))
+	if err != nil {
+		return writeRes{err: errTx{err}}
+	}
+	if _, err := b.CreateBucket(keyEvents); err != nil {
+		return writeRes{err: errTx{err}}
+	}
+	if err := b.Put(keyContract, contract); err != nil {
+		return writeRes{err: errTx{err}}
+	}
+	if err := putEvents(b, r); err != nil {
+		return writeRes{err: errTx{err}}
+	}
+	if err := putSnapshot(tx, b, reinv1.RunStatus_RUN_STATUS_UNSPECIFIED, st); err != nil {
+		return writeRes{err: errTx{err}}
+	}
+	if st.RequestID != "" {
+		if err := reqs.Put(rk, []byte(r.runID)); err != nil {
+			return writeRes{err: errTx{err}}
+		}
+	}
+	return writeRes{state: st, created: true}
+}
+
+func putEvents(b *bbolt.Bucket, r *writeReq) error {
+	eb := b.Bucket(keyEvents)
+	// Sequences only grow, so bbolt can fill pages instead of splitting them.
+	eb.FillPercent = 0.95
+	for i, ev := range r.events {
+		if err := eb.Put(seqKey(ev.GetSequence()), r.encoded[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// putSnapshot writes the run's state and moves it in the status index when
+// its status changed.
+func putSnapshot(tx *bbolt.Tx, b *bbolt.Bucket, prev reinv1.RunStatus, next runstate.State) error {
+	snap, err := proto.Marshal(next.Proto(false))
+	if err != nil {
+		return err
+	}
+	if err := b.Put(keySnapshot, snap); err != nil {
+		return err
+	}
+	if prev == next.Status {
+		return nil
+	}
+	idx := tx.Bucket(bucketStatus)
+	if prev != reinv1.RunStatus_RUN_STATUS_UNSPECIFIED {
+		if err := idx.Delete(statusKey(prev, next.RunID)); err != nil {
+			return err
+		}
+	}
+	return idx.Put(statusKey(next.Status, next.RunID), nil)
+}

@@ -1,0 +1,74 @@
+// Package store defines rein's event store: an append-only log of events per
+// run, with the run's state kept as a snapshot beside it. Backends live in
+// sub-packages (bolt); every backend passes the conformance suite in
+// storetest.
+//
+// A store validates every append by folding it onto the stored snapshot
+// (runstate.Apply) in the same transaction that writes it, so what the fold
+// rejects never reaches the log and two writers at one version get a
+// conflict, never a forked history. A refused request changes no stored byte.
+package store
+
+import (
+	"context"
+	"errors"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
+)
+
+// Errors a store returns, wrapped with the detail. Match with errors.Is.
+var (
+	// ErrNotFound: no run with that ID.
+	ErrNotFound = errors.New("run not found")
+	// ErrConflict: the expected version is not the run's version: another
+	// writer got there first. Reload and try again.
+	ErrConflict = errors.New("version conflict")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("store closed")
+)
+
+// Store is an event store. It is safe for concurrent use.
+type Store interface {
+	// Create stores a new run whose first event is started (a run_started
+	// event with run_id and sequence 1 set). If the run's tenant already has a
+	// run with the same request ID, Create returns that run's state and
+	// created=false, and stores nothing.
+	Create(ctx context.Context, started *reinv1.Event) (st runstate.State, created bool, err error)
+	// Append adds events to a run whose version is expected. The events carry
+	// run_id and sequences expected+1, expected+2, …; they are applied to the
+	// stored state with runstate.Apply and written only if all of them apply.
+	// A stale expected version is ErrConflict. The events are durable when
+	// Append returns nil.
+	Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event) error
+	// Load returns a run's current state from its snapshot.
+	Load(ctx context.Context, runID string) (runstate.State, error)
+	// Events returns up to limit events with sequence > after, in order.
+	Events(ctx context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error)
+	// List returns a page of runs, newest first.
+	List(ctx context.Context, f Filter) (Page, error)
+	// Close releases the store. Appends in flight finish first.
+	Close() error
+}
+
+// Filter selects runs for List.
+type Filter struct {
+	// Statuses keeps runs in any of them; empty keeps all.
+	Statuses []reinv1.RunStatus
+	// Labels keeps runs whose contract carries every one of these labels.
+	Labels map[string]string
+	// Tenant keeps the tenant's runs; empty keeps all.
+	Tenant string
+	// Limit is the page size; it must be positive.
+	Limit int
+	// After is the Next of a previous page; empty starts at the newest run.
+	After string
+}
+
+// Page is one page of List.
+type Page struct {
+	Runs []runstate.State
+	// Next is the ID to pass as Filter.After for the next page; empty on the
+	// last page.
+	Next string
+}
