@@ -79,10 +79,18 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
 			return s, err
 		}
-		if s.ModelInFlight {
+		// A resumed call repeats the step whose reply was lost; any other
+		// call starts a new step.
+		resumed := p.ModelRequested.GetResumed()
+		if s.ModelInFlight != resumed {
+			if resumed {
+				return s, fmt.Errorf("%w: model_requested marked resumed, but no model call is in flight", ErrIllegalTransition)
+			}
 			return s, fmt.Errorf("%w: model_requested while a model call is in flight", ErrIllegalTransition)
 		}
-		s.Steps++
+		if !resumed {
+			s.Steps++
+		}
 		s.ModelInFlight = true
 	case *reinv1.Event_ModelReturned:
 		if !s.ModelInFlight {

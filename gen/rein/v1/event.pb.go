@@ -519,7 +519,11 @@ type ModelRequested struct {
 	// The version of the prompt template.
 	PromptVersion string `protobuf:"bytes,6,opt,name=prompt_version,json=promptVersion,proto3" json:"prompt_version,omitempty"`
 	// SHA-256 (hex) of the tool set offered.
-	ToolSetHash   string `protobuf:"bytes,7,opt,name=tool_set_hash,json=toolSetHash,proto3" json:"tool_set_hash,omitempty"`
+	ToolSetHash string `protobuf:"bytes,7,opt,name=tool_set_hash,json=toolSetHash,proto3" json:"tool_set_hash,omitempty"`
+	// True when the previous call of this step was in flight when its driver
+	// stopped (a crash) and its reply was lost: this call pays again for the
+	// same step.
+	Resumed       bool `protobuf:"varint,8,opt,name=resumed,proto3" json:"resumed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -601,6 +605,13 @@ func (x *ModelRequested) GetToolSetHash() string {
 		return x.ToolSetHash
 	}
 	return ""
+}
+
+func (x *ModelRequested) GetResumed() bool {
+	if x != nil {
+		return x.Resumed
+	}
+	return false
 }
 
 // ModelReturned records a model's reply, before anything it asks for runs.
@@ -1641,7 +1652,7 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x126\n" +
 	"\bdeadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\"\n" +
 	"\rparent_run_id\x18\x06 \x01(\tR\vparentRunId\x12'\n" +
-	"\x0fparent_sequence\x18\a \x01(\x04R\x0eparentSequence\"\xf3\x01\n" +
+	"\x0fparent_sequence\x18\a \x01(\x04R\x0eparentSequence\"\x8d\x02\n" +
 	"\x0eModelRequested\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x1d\n" +
 	"\n" +
@@ -1650,7 +1661,8 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x11max_output_tokens\x18\x04 \x01(\x04R\x0fmaxOutputTokens\x12\x14\n" +
 	"\x05model\x18\x05 \x01(\tR\x05model\x12%\n" +
 	"\x0eprompt_version\x18\x06 \x01(\tR\rpromptVersion\x12\"\n" +
-	"\rtool_set_hash\x18\a \x01(\tR\vtoolSetHash\"d\n" +
+	"\rtool_set_hash\x18\a \x01(\tR\vtoolSetHash\x12\x18\n" +
+	"\aresumed\x18\b \x01(\bR\aresumed\"d\n" +
 	"\rModelReturned\x12-\n" +
 	"\bdecision\x18\x01 \x01(\v2\x11.rein.v1.DecisionR\bdecision\x12$\n" +
 	"\x05usage\x18\x02 \x01(\v2\x0e.rein.v1.UsageR\x05usage\":\n" +

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Exit codes (DESIGN §9).
+const (
+	exitOK          = 0
+	exitError       = 1
+	exitUsage       = 2
+	exitNotFound    = 3
+	exitDenied      = 4
+	exitUnavailable = 5
+	exitPaused      = 10
+	exitBudget      = 11
+	exitFailed      = 12
+	exitRefused     = 13
+	exitCancelled   = 130
+)
+
+// exitError carries an exit code out of a command. Its message, if any, is
+// printed on stderr.
+type exitErr struct {
+	code int
+	err  error
+}
+
+func (e *exitErr) Error() string {
+	if e.err == nil {
+		return ""
+	}
+	return e.err.Error()
+}
+
+func (e *exitErr) Unwrap() error { return e.err }
+
+// usageError is an exit-2 error: bad flags, a malformed file.
+func usageError(format string, args ...any) error {
+	return &exitErr{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// env is what every command shares: the streams and the global options.
+type env struct {
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	// db is the bbolt file of the embedded server.
+	db string
+	// json asks for JSON output.
+	json bool
+	// started is set once flags and arguments were accepted; an error before
+	// that is a usage error.
+	started bool
+}
+
+// Run runs the CLI with args and returns the process's exit code. main and
+// the tests both call it.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:   "rein",
+		Short: "rein runs AI-agent runs under a contract: budgets, granted tools, approvals, an event log",
+		Long: `rein is a control plane for AI-agent runs. A model proposes one action per step;
+rein decides whether it happens, and records every change as an event.
+
+Without --server, commands run an embedded rein over a local bbolt file (--db).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentPreRun = func(*cobra.Command, []string) { e.started = true }
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVar(&e.db, "db", defaultDB(), "bbolt file of the embedded server")
+	root.PersistentFlags().BoolVar(&e.json, "json", false, "print JSON")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return usageError("%v", err)
+	})
+	root.AddCommand(
+		newRunCmd(e),
+		newInspectCmd(e),
+		newEventsCmd(e),
+		newListCmd(e),
+		newBenchCmd(e),
+	)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	code := exitCode(err)
+	if !e.started {
+		code = exitUsage
+	}
+	if msg := err.Error(); msg != "" {
+		fmt.Fprintln(stderr, "rein: "+msg)
+	}
+	return code
+}
+
+// exitCode maps an error to the exit code of DESIGN §9.
+func exitCode(err error) int {
+	var ee *exitErr
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	if st, ok := status.FromError(err); ok {
+		switch st.Code() {
+		case codes.InvalidArgument, codes.OutOfRange:
+			return exitUsage
+		case codes.NotFound:
+			return exitNotFound
+		case codes.Unauthenticated, codes.PermissionDenied:
+			return exitDenied
+		case codes.Unavailable:
+			return exitUnavailable
+		}
+		return exitError
+	}
+	return exitError
+}
+
+// defaultDB is a file under the user's state directory.
+func defaultDB() string {
+	dir := os.Getenv("XDG_STATE_HOME")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "rein.db"
+		}
+		dir = filepath.Join(home, ".local", "state")
+	}
+	return filepath.Join(dir, "rein", "rein.db")
+}

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
+)
+
+// reader connects to the store for a read-only command. A missing --db file
+// is not created: there is nothing to read.
+func reader(ctx context.Context, e *env) (*conn, error) {
+	if _, err := os.Stat(e.db); err != nil {
+		return nil, &exitErr{code: exitNotFound, err: fmt.Errorf("no rein store at %s: start a run first, or pass --db", e.db)}
+	}
+	return embedded(context.WithoutCancel(ctx), e.db, nil)
+}
+
+func newInspectCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "inspect RUN_ID",
+		Short: "Show a run's state, rebuilt by folding its stored events",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			cn, err := reader(ctx, e)
+			if err != nil {
+				return err
+			}
+			defer cn.close()
+			evs, err := allEvents(ctx, cn.runs, args[0], 0)
+			if err != nil {
+				return err
+			}
+			st, err := runstate.ApplyAll(runstate.State{}, evs)
+			if err != nil {
+				return fmt.Errorf("run %s: its log does not fold: %w", args[0], err)
+			}
+			run := st.Proto(true)
+			if e.json {
+				return writeJSON(e.stdout, summarize(run), false)
+			}
+			s := summarize(run)
+			w := tabwriter.NewWriter(e.stdout, 0, 2, 2, ' ', 0)
+			fmt.Fprintf(w, "run\t%s\n", s.RunID)
+			fmt.Fprintf(w, "goal\t%s\n", s.Goal)
+			fmt.Fprintf(w, "status\t%s %s\n", s.Status, paren(s.StatusReason))
+			fmt.Fprintf(w, "version\t%d events\n", s.Version)
+			fmt.Fprintf(w, "steps\t%d of %d\n", s.Steps, run.GetContract().GetBudget().GetMaxSteps())
+			fmt.Fprintf(w, "tokens\t%d (input %d, output %d)\n", s.Tokens, s.Usage.InputTokens, s.Usage.OutputTokens)
+			fmt.Fprintf(w, "tool calls\t%d\n", s.ToolCalls)
+			fmt.Fprintf(w, "created\t%s\n", s.CreatedAt)
+			fmt.Fprintf(w, "updated\t%s\n", s.UpdatedAt)
+			if s.Deadline != "" {
+				fmt.Fprintf(w, "deadline\t%s\n", s.Deadline)
+			}
+			if p := run.GetPending(); p != nil {
+				if pr := p.GetProposal(); pr != nil {
+					fmt.Fprintf(w, "pending\tapproval of %s (proposal %s, hash %s)\n", pr.GetTool(), pr.GetProposalId(), pr.GetHash())
+				} else {
+					fmt.Fprintf(w, "pending\tinput: %q\n", p.GetQuestion().GetText())
+				}
+			}
+			if r := run.GetResult(); r != nil {
+				fmt.Fprintf(w, "result\t%s\n", r.GetText())
+			}
+			if s.LastError != "" {
+				fmt.Fprintf(w, "last error\t%s\n", s.LastError)
+			}
+			return w.Flush()
+		},
+	}
+}
+
+func paren(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "(" + s + ")"
+}
+
+// allEvents reads every event of a run after a sequence, page by page.
+func allEvents(ctx context.Context, runs reinv1.RunServiceClient, runID string, after uint64) ([]*reinv1.Event, error) {
+	var out []*reinv1.Event
+	req := &reinv1.ListEventsRequest{RunId: runID, AfterSequence: after, PageSize: 10000}
+	for {
+		resp, err := runs.ListEvents(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, resp.GetEvents()...)
+		if resp.GetNextPageToken() == "" {
+			return out, nil
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
+}
+
+func newEventsCmd(e *env) *cobra.Command {
+	var after uint64
+	cmd := &cobra.Command{
+		Use:   "events RUN_ID",
+		Short: "Print a run's events (NDJSON with --json, one event a line)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			cn, err := reader(ctx, e)
+			if err != nil {
+				return err
+			}
+			defer cn.close()
+			req := &reinv1.ListEventsRequest{RunId: args[0], AfterSequence: after, PageSize: 1000}
+			for {
+				resp, err := cn.runs.ListEvents(ctx, req)
+				if err != nil {
+					return err
+				}
+				for _, ev := range resp.GetEvents() {
+					if e.json {
+						err = writeJSON(e.stdout, eventJSON(ev), false)
+					} else {
+						_, err = fmt.Fprintln(e.stdout, eventLine(ev))
+					}
+					if err != nil {
+						return err
+					}
+				}
+				if resp.GetNextPageToken() == "" {
+					return nil
+				}
+				req.PageToken = resp.GetNextPageToken()
+			}
+		},
+	}
+	cmd.Flags().Uint64Var(&after, "after", 0, "only events with a greater sequence")
+	return cmd
+}
+
+func newListCmd(e *env) *cobra.Command {
+	var statuses []string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List runs, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			req := &reinv1.ListRunsRequest{}
+			for _, name := range statuses {
+				for _, n := range strings.Split(name, ",") {
+					s, ok := runstate.ParseStatus(strings.TrimSpace(n))
+					if !ok {
+						return usageError("--status %q: not a status; use running, needs_input, needs_approval, completed, budget_exhausted, failed, denied, expired or cancelled", n)
+					}
+					req.Statuses = append(req.Statuses, s)
+				}
+			}
+			if limit <= 0 {
+				return usageError("--limit must be positive")
+			}
+			var runs []summary
+			if _, err := os.Stat(e.db); err == nil {
+				cn, err := reader(ctx, e)
+				if err != nil {
+					return err
+				}
+				defer cn.close()
+				for len(runs) < limit {
+					req.PageSize = int32(min(limit-len(runs), 1000))
+					resp, err := cn.runs.ListRuns(ctx, req)
+					if err != nil {
+						return err
+					}
+					for _, r := range resp.GetRuns() {
+						runs = append(runs, summarize(r))
+					}
+					if resp.GetNextPageToken() == "" {
+						break
+					}
+					req.PageToken = resp.GetNextPageToken()
+				}
+			}
+			if e.json {
+				if runs == nil {
+					runs = []summary{}
+				}
+				return writeJSON(e.stdout, runs, false)
+			}
+			w := tabwriter.NewWriter(e.stdout, 0, 2, 2, ' ', 0)
+			fmt.Fprintln(w, "RUN_ID\tSTATUS\tSTEPS\tTOKENS\tUPDATED\tGOAL")
+			for _, r := range runs {
+				fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\n", r.RunID, r.Status, r.Steps, r.Tokens, r.UpdatedAt, clip(r.Goal, 60))
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringSliceVar(&statuses, "status", nil, "only runs in these statuses (repeat or comma-separate)")
+	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many runs")
+	return cmd
+}
+
+func clip(s string, n int) string {
+	if len([]rune(s)) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}
+

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/tools"
+	"github.com/reinhq/rein/server"
+)
+
+// conn is a client of a rein server and how to let it go.
+type conn struct {
+	runs  reinv1.RunServiceClient
+	close func()
+}
+
+// embedded starts rein in this process on the bbolt file at db and connects
+// to it through the generated client over an in-memory gRPC connection, so
+// the CLI runs the same service code as a remote server.
+func embedded(ctx context.Context, db string, executor tools.Executor) (*conn, error) {
+	if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
+		return nil, &exitErr{code: exitError, err: fmt.Errorf("create the directory for --db %s: %w", db, err)}
+	}
+	node, err := server.Open(ctx, server.Config{DBPath: db, Tools: executor})
+	if err != nil {
+		return nil, &exitErr{code: exitUnavailable, err: err}
+	}
+	lis := bufconn.Listen(1 << 20)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := node.GRPC.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			fmt.Fprintln(os.Stderr, "rein: embedded server:", err)
+		}
+	}()
+	cc, err := grpc.NewClient("passthrough:///rein-embedded",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	)
+	if err != nil {
+		node.Close()
+		return nil, err
+	}
+	return &conn{
+		runs: reinv1.NewRunServiceClient(cc),
+		close: func() {
+			_ = cc.Close()
+			node.Close()
+			<-served
+		},
+	}, nil
+}

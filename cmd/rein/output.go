@@ -1,0 +1,201 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
+)
+
+// summary is the JSON a command prints for a run. Fields are added, never
+// renamed or removed (DESIGN §9). Statuses are lower-case names.
+type summary struct {
+	RunID        string `json:"run_id"`
+	Status       string `json:"status"`
+	StatusReason string `json:"status_reason,omitempty"`
+	Steps        uint32 `json:"steps"`
+	Tokens       uint64 `json:"tokens"`
+	Usage        struct {
+		InputTokens  uint64 `json:"input_tokens"`
+		OutputTokens uint64 `json:"output_tokens"`
+	} `json:"usage"`
+	ToolCalls uint32 `json:"tool_calls"`
+	Version   uint64 `json:"version"`
+	Result    any    `json:"result"`
+	Pending   any    `json:"pending"`
+	LastError string `json:"last_error,omitempty"`
+	Goal      string `json:"goal,omitempty"`
+	CreatedAt string `json:"created_at,omitempty"`
+	UpdatedAt string `json:"updated_at,omitempty"`
+	Deadline  string `json:"deadline,omitempty"`
+}
+
+func summarize(r *reinv1.Run) summary {
+	s := summary{
+		RunID:        r.GetRunId(),
+		Status:       runstate.StatusName(r.GetStatus()),
+		StatusReason: r.GetStatusReason(),
+		Steps:        r.GetSteps(),
+		Tokens:       r.GetUsage().GetInputTokens() + r.GetUsage().GetOutputTokens(),
+		ToolCalls:    r.GetToolCalls(),
+		Version:      r.GetVersion(),
+		Result:       protoJSON(r.GetResult()),
+		Pending:      protoJSON(r.GetPending()),
+		LastError:    r.GetLastError(),
+		Goal:         r.GetContract().GetGoal(),
+		CreatedAt:    timeText(r.GetCreatedAt().AsTime(), r.GetCreatedAt() != nil),
+		UpdatedAt:    timeText(r.GetUpdatedAt().AsTime(), r.GetUpdatedAt() != nil),
+		Deadline:     timeText(r.GetDeadline().AsTime(), r.GetDeadline() != nil),
+	}
+	s.Usage.InputTokens = r.GetUsage().GetInputTokens()
+	s.Usage.OutputTokens = r.GetUsage().GetOutputTokens()
+	return s
+}
+
+func timeText(t time.Time, ok bool) string {
+	if !ok {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// protoJSON is m as a JSON value with snake_case names, numbers as numbers
+// and statuses in lower case; nil for an unset message.
+func protoJSON(m proto.Message) any {
+	if m == nil || !m.ProtoReflect().IsValid() {
+		return nil
+	}
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+	if err != nil {
+		return map[string]any{"error": err.Error()}
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return map[string]any{"error": err.Error()}
+	}
+	return lowerStatuses(v)
+}
+
+// lowerStatuses rewrites "RUN_STATUS_X" strings as "x", everywhere in v.
+func lowerStatuses(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = lowerStatuses(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = lowerStatuses(e)
+		}
+	case string:
+		if rest, ok := strings.CutPrefix(x, "RUN_STATUS_"); ok {
+			return strings.ToLower(rest)
+		}
+	}
+	return v
+}
+
+// eventJSON is one event as the CLI prints it: the envelope with sequence as
+// a number and the payload's type named.
+func eventJSON(ev *reinv1.Event) map[string]any {
+	m, _ := protoJSON(ev).(map[string]any)
+	if m == nil {
+		m = map[string]any{}
+	}
+	m["sequence"] = ev.GetSequence()
+	m["type"] = runstate.PayloadName(ev)
+	return m
+}
+
+func writeJSON(w io.Writer, v any, indent bool) error {
+	enc := json.NewEncoder(w)
+	if indent {
+		enc.SetIndent("", "  ")
+	}
+	return enc.Encode(v)
+}
+
+// eventLine is one event as a line for a person.
+func eventLine(ev *reinv1.Event) string {
+	return fmt.Sprintf("%s %4d %-18s %s", ev.GetRecordedAt().AsTime().UTC().Format("15:04:05.000"),
+		ev.GetSequence(), runstate.PayloadName(ev), eventSummary(ev))
+}
+
+func eventSummary(ev *reinv1.Event) string {
+	switch p := ev.GetPayload().(type) {
+	case *reinv1.Event_RunStarted:
+		return fmt.Sprintf("goal %q, %d tools", p.RunStarted.GetContract().GetGoal(), len(p.RunStarted.GetContract().GetTools()))
+	case *reinv1.Event_ModelRequested:
+		return fmt.Sprintf("step %d, %s, ~%d input tokens", p.ModelRequested.GetStep(), p.ModelRequested.GetModel(), p.ModelRequested.GetInputTokens())
+	case *reinv1.Event_ModelReturned:
+		return decisionText(p.ModelReturned.GetDecision())
+	case *reinv1.Event_DecisionRejected:
+		return p.DecisionRejected.GetError()
+	case *reinv1.Event_ToolRequested:
+		return p.ToolRequested.GetTool()
+	case *reinv1.Event_ToolRefused:
+		return p.ToolRefused.GetTool() + ": " + p.ToolRefused.GetReason()
+	case *reinv1.Event_ToolReturned:
+		if e := p.ToolReturned.GetError(); e != "" {
+			return p.ToolReturned.GetTool() + " error: " + e
+		}
+		cut := ""
+		if p.ToolReturned.GetTruncated() {
+			cut = ", cut"
+		}
+		return fmt.Sprintf("%s (%d bytes%s)", p.ToolReturned.GetTool(), p.ToolReturned.GetOutputBytes(), cut)
+	case *reinv1.Event_ApprovalRequested:
+		pr := p.ApprovalRequested.GetProposal()
+		return fmt.Sprintf("%s %s, hash %.12s…", pr.GetTool(), pr.GetProposalId(), pr.GetHash())
+	case *reinv1.Event_InputRequested:
+		return fmt.Sprintf("%q", p.InputRequested.GetQuestion().GetText())
+	case *reinv1.Event_BudgetReached:
+		return p.BudgetReached.GetLimit() + ": " + p.BudgetReached.GetDetail()
+	case *reinv1.Event_StatusChanged:
+		sc := p.StatusChanged
+		s := fmt.Sprintf("%s → %s (%s)", runstate.StatusName(sc.GetFrom()), runstate.StatusName(sc.GetTo()), sc.GetReason())
+		if e := sc.GetError(); e != "" {
+			s += ": " + e
+		}
+		return s
+	}
+	return ""
+}
+
+func decisionText(d *reinv1.Decision) string {
+	switch a := d.GetAction().(type) {
+	case *reinv1.Decision_ToolCall:
+		return "tool_call " + a.ToolCall.GetTool()
+	case *reinv1.Decision_FinalAnswer:
+		return fmt.Sprintf("final_answer %q", a.FinalAnswer.GetText())
+	case *reinv1.Decision_AskHuman:
+		return fmt.Sprintf("ask_human %q", a.AskHuman.GetQuestion())
+	}
+	return "(no decision)"
+}
+
+// statusExit is the exit code of a command that carried a run to status.
+func statusExit(s reinv1.RunStatus) int {
+	switch s {
+	case reinv1.RunStatus_RUN_STATUS_COMPLETED:
+		return exitOK
+	case reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL:
+		return exitPaused
+	case reinv1.RunStatus_RUN_STATUS_BUDGET_EXHAUSTED:
+		return exitBudget
+	case reinv1.RunStatus_RUN_STATUS_FAILED:
+		return exitFailed
+	case reinv1.RunStatus_RUN_STATUS_DENIED, reinv1.RunStatus_RUN_STATUS_EXPIRED:
+		return exitRefused
+	case reinv1.RunStatus_RUN_STATUS_CANCELLED:
+		return exitCancelled
+	}
+	return exitError
+}

@@ -1,0 +1,306 @@
+// Package harness runs the step loop (DESIGN §3) and the executor that drives
+// many runs at once. Each running run is owned by one goroutine at a time;
+// the number that step at once is bounded. Every change goes to the store as
+// events validated by the fold first; the engine never changes a run any
+// other way.
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/tools"
+)
+
+// Store is what the engine needs of an event store (see internal/store).
+type Store interface {
+	Create(ctx context.Context, started *reinv1.Event) (runstate.State, bool, error)
+	Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event) error
+	Load(ctx context.Context, runID string) (runstate.State, error)
+	Events(ctx context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error)
+}
+
+// Config configures an Engine. Store is required.
+type Config struct {
+	Store Store
+	// Models builds a run's model from its contract; nil means model.New.
+	Models func(*reinv1.ModelSpec) (model.Model, error)
+	// Tools runs granted tools; nil means no tool is available.
+	Tools tools.Executor
+	// Clock is read once per step; nil means time.Now.
+	Clock func() time.Time
+	// Workers bounds how many runs step at once; 0 means 64.
+	Workers int
+	// ToolTimeout bounds one tool call; 0 means 60s.
+	ToolTimeout time.Duration
+	// Notify is called after each durable append with the run's new version.
+	// It must not block.
+	Notify func(runID string, version uint64)
+	// Logger receives what the engine cannot return to a caller.
+	Logger *slog.Logger
+}
+
+// Engine starts, drives and cancels runs.
+type Engine struct {
+	cfg Config
+	sem chan struct{}
+	// base is cancelled by Close.
+	base     context.Context
+	shutdown context.CancelCauseFunc
+	wg       sync.WaitGroup
+
+	// mu guards active and closed.
+	mu     sync.Mutex
+	active map[string]*driver
+	closed bool
+
+	idMu sync.Mutex
+	ids  *ulid.MonotonicEntropy
+}
+
+type driver struct {
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+}
+
+var (
+	errShutdown  = errors.New("engine shutting down")
+	errCancelled = errors.New("run cancelled")
+)
+
+// New returns an engine. Call Close to stop it.
+func New(cfg Config) *Engine {
+	if cfg.Models == nil {
+		cfg.Models = model.New
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 64
+	}
+	if cfg.ToolTimeout <= 0 {
+		cfg.ToolTimeout = 60 * time.Second
+	}
+	if cfg.Notify == nil {
+		cfg.Notify = func(string, uint64) {}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	base, cancel := context.WithCancelCause(context.Background())
+	return &Engine{
+		cfg:      cfg,
+		sem:      make(chan struct{}, cfg.Workers),
+		base:     base,
+		shutdown: cancel,
+		active:   map[string]*driver{},
+		ids:      ulid.Monotonic(rand.Reader, 0),
+	}
+}
+
+// StartRequest starts a run.
+type StartRequest struct {
+	RequestID string
+	Contract  *reinv1.TaskContract
+	Principal string
+	Tenant    string
+}
+
+// Start validates the contract, stores the run and schedules it. A request ID
+// the tenant used before returns that run with created=false.
+func (e *Engine) Start(ctx context.Context, req StartRequest) (runstate.State, bool, error) {
+	if req.RequestID == "" {
+		return runstate.State{}, false, &FieldError{"request_id", "required: an idempotency key; the same key returns the same run"}
+	}
+	if err := ValidateContract(req.Contract); err != nil {
+		return runstate.State{}, false, err
+	}
+	if _, err := e.cfg.Models(req.Contract.GetModel()); err != nil {
+		return runstate.State{}, false, &FieldError{"contract.model.provider", err.Error()}
+	}
+	now := e.cfg.Clock()
+	c := withDefaults(req.Contract)
+	started := &reinv1.RunStarted{Contract: c, Principal: req.Principal, Tenant: req.Tenant, RequestId: req.RequestID}
+	if t := c.GetBudget().GetTimeout(); t != nil {
+		started.Deadline = timestamppb.New(now.Add(t.AsDuration()))
+	}
+	ev := &reinv1.Event{
+		RunId:      e.newID("run_", now),
+		Sequence:   1,
+		RecordedAt: timestamppb.New(now),
+		Actor:      "principal:" + req.Principal,
+		Payload:    &reinv1.Event_RunStarted{RunStarted: started},
+	}
+	st, created, err := e.cfg.Store.Create(ctx, ev)
+	if err != nil {
+		return runstate.State{}, false, err
+	}
+	if created {
+		e.cfg.Notify(st.RunID, st.Version)
+	}
+	if st.Status == reinv1.RunStatus_RUN_STATUS_RUNNING {
+		e.schedule(st.RunID)
+	}
+	return st, created, nil
+}
+
+// Resume schedules a stored run that is running but has no driver, such as
+// one found at start-up.
+func (e *Engine) Resume(ctx context.Context, runID string) error {
+	st, err := e.cfg.Store.Load(ctx, runID)
+	if err != nil {
+		return err
+	}
+	if st.Status == reinv1.RunStatus_RUN_STATUS_RUNNING {
+		e.schedule(runID)
+	}
+	return nil
+}
+
+// Cancel cancels a running or paused run: it stops the run's driver, whose
+// in-flight model call and tool see their contexts cancelled, then records
+// cancelled. A terminal run is refused with runstate.ErrTerminal.
+func (e *Engine) Cancel(ctx context.Context, runID, reason, actor string) (runstate.State, error) {
+	for attempt := 0; ; attempt++ {
+		if err := e.stop(ctx, runID); err != nil {
+			return runstate.State{}, err
+		}
+		st, err := e.cfg.Store.Load(ctx, runID)
+		if err != nil {
+			return runstate.State{}, err
+		}
+		if runstate.Terminal(st.Status) {
+			return st, fmt.Errorf("cancel run %s: %w", runID, &StatusError{Status: st.Status})
+		}
+		if reason == "" {
+			reason = "cancelled by " + actor
+		}
+		ev := &reinv1.Event{
+			RunId:      runID,
+			Sequence:   st.Version + 1,
+			RecordedAt: timestamppb.New(e.cfg.Clock()),
+			Actor:      actor,
+			Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
+				From: st.Status, To: reinv1.RunStatus_RUN_STATUS_CANCELLED, Reason: reason,
+			}},
+		}
+		next, err := runstate.Apply(st, ev)
+		if err != nil {
+			return st, err
+		}
+		err = e.cfg.Store.Append(context.WithoutCancel(ctx), runID, st.Version, []*reinv1.Event{ev})
+		if err == nil {
+			e.cfg.Notify(runID, next.Version)
+			return next, nil
+		}
+		// Someone appended between our load and our append (a driver that
+		// was just scheduled); stop it again and retry a few times.
+		if attempt >= 3 {
+			return st, err
+		}
+	}
+}
+
+// StatusError refuses an operation because of a run's status.
+type StatusError struct {
+	Status reinv1.RunStatus
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("the run is %s: %v", runstate.StatusName(e.Status), runstate.ErrTerminal)
+}
+
+func (e *StatusError) Unwrap() error { return runstate.ErrTerminal }
+
+// stop cancels the run's driver, if any, and waits for it to exit.
+func (e *Engine) stop(ctx context.Context, runID string) error {
+	e.mu.Lock()
+	d := e.active[runID]
+	e.mu.Unlock()
+	if d == nil {
+		return nil
+	}
+	d.cancel(errCancelled)
+	select {
+	case <-d.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Wait blocks until the run has no driver: it paused, ended, or was stopped.
+func (e *Engine) Wait(ctx context.Context, runID string) error {
+	e.mu.Lock()
+	d := e.active[runID]
+	e.mu.Unlock()
+	if d == nil {
+		return nil
+	}
+	select {
+	case <-d.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close stops every driver and waits for them. Runs that were stepping stay
+// running in the store; Resume carries them on.
+func (e *Engine) Close() {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	e.shutdown(errShutdown)
+	e.wg.Wait()
+}
+
+// schedule starts a driver for the run unless it has one.
+func (e *Engine) schedule(runID string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed || e.active[runID] != nil {
+		return
+	}
+	ctx, cancel := context.WithCancelCause(e.base)
+	d := &driver{cancel: cancel, done: make(chan struct{})}
+	e.active[runID] = d
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer func() {
+			e.mu.Lock()
+			delete(e.active, runID)
+			e.mu.Unlock()
+			cancel(nil)
+			close(d.done)
+		}()
+		select {
+		case e.sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		defer func() { <-e.sem }()
+		if err := e.drive(ctx, runID); err != nil {
+			e.cfg.Logger.Error("run stopped", "run_id", runID, "error", err)
+		}
+	}()
+}
+
+func (e *Engine) newID(prefix string, now time.Time) string {
+	e.idMu.Lock()
+	defer e.idMu.Unlock()
+	return prefix + ulid.MustNew(ulid.Timestamp(now), e.ids).String()
+}

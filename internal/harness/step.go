@@ -1,0 +1,329 @@
+package harness
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/tools"
+)
+
+// step runs one step of DESIGN §3, in its fixed order: budget, context, model
+// call, parse, route. It reads the clock once; every event of the step
+// carries that instant.
+func (r *runner) step(ctx context.Context) error {
+	now := r.e.cfg.Clock()
+	r.now = timestamppb.New(now)
+	c := r.st.Contract
+	b := c.GetBudget()
+
+	// 1. Budget check: no model call is paid for past a limit.
+	if limit, detail := r.budgetHit(now); limit != "" {
+		return r.exhaust(ctx, limit, detail)
+	}
+
+	// 2. Build the context. A call whose reply was lost in a crash is sent
+	// again as the same step, and its model_requested says so.
+	resumed := r.st.ModelInFlight
+	step := r.st.Steps + 1
+	if resumed {
+		step = r.st.Steps
+	}
+	req := &model.Request{
+		RunID:      r.st.RunID,
+		Step:       step,
+		Goal:       c.GetGoal(),
+		Inputs:     c.GetInputs(),
+		Tools:      c.GetTools(),
+		Transcript: r.tx.turns,
+	}
+	input := r.tx.estimateTokens()
+	if tc, ok := r.model.(model.TokenCounter); ok {
+		n, err := tc.CountTokens(ctx, req)
+		if err == nil {
+			input = n
+		}
+	}
+	if max := b.GetMaxTokens(); max > 0 {
+		used := r.st.Tokens()
+		if used+input >= max {
+			return r.exhaust(ctx, "max_tokens", fmt.Sprintf(
+				"the next model call needs about %d input tokens and %d of the run's %d tokens are left", input, max-used, max))
+		}
+		req.MaxOutputTokens = max - used - input
+	}
+	if m := uint64(c.GetModel().GetMaxOutputTokens()); m > 0 && (req.MaxOutputTokens == 0 || m < req.MaxOutputTokens) {
+		req.MaxOutputTokens = m
+	}
+
+	// 3. Call the model, recorded durably before it is sent.
+	if err := r.commit(ctx, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ModelRequested{ModelRequested: &reinv1.ModelRequested{
+		Step:            req.Step,
+		InputHash:       r.tx.inputHash(),
+		InputTokens:     input,
+		MaxOutputTokens: req.MaxOutputTokens,
+		Model:           c.GetModel().GetProvider() + "/" + c.GetModel().GetName(),
+		PromptVersion:   promptVersion,
+		ToolSetHash:     r.toolHash,
+		Resumed:         resumed,
+	}}}); err != nil {
+		return err
+	}
+	mctx := ctx
+	if !r.st.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		mctx, cancel = context.WithDeadline(ctx, r.st.Deadline)
+		defer cancel()
+	}
+	reply, err := r.model.Next(mctx, req)
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return errStopped
+		case errors.Is(mctx.Err(), context.DeadlineExceeded):
+			return r.exhaust(ctx, "deadline", "the model call was cut by the run's deadline "+r.st.Deadline.Format(time.RFC3339))
+		}
+		return r.end(ctx, reinv1.RunStatus_RUN_STATUS_FAILED, "model_error", &reinv1.StatusChanged{
+			Error: fmt.Sprintf("the model call failed: %v", err),
+		})
+	}
+	returned := &reinv1.Event{Actor: "model", Payload: &reinv1.Event_ModelReturned{ModelReturned: &reinv1.ModelReturned{
+		Decision: reply.Decision, Usage: reply.Usage,
+	}}}
+
+	// 4. Parse: a reply that is not a valid decision is an observation.
+	if problem := invalid(reply); problem != "" {
+		return r.commit(ctx, returned, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_DecisionRejected{DecisionRejected: &reinv1.DecisionRejected{
+			Raw: reply.Raw, Error: problem,
+		}}})
+	}
+
+	// 5. Route.
+	switch a := reply.Decision.GetAction().(type) {
+	case *reinv1.Decision_FinalAnswer:
+		return r.end(ctx, reinv1.RunStatus_RUN_STATUS_COMPLETED, "final_answer", &reinv1.StatusChanged{Result: a.FinalAnswer}, returned)
+	case *reinv1.Decision_AskHuman:
+		return r.ask(ctx, &reinv1.Question{Text: a.AskHuman.GetQuestion()}, returned)
+	case *reinv1.Decision_ToolCall:
+		return r.route(ctx, a.ToolCall, returned)
+	}
+	return fmt.Errorf("%w: decision %T passed validation but has no route", errDefect, reply.Decision.GetAction())
+}
+
+// budgetHit names the first limit the run has reached at now, or "".
+func (r *runner) budgetHit(now time.Time) (limit, detail string) {
+	b := r.st.Contract.GetBudget()
+	switch {
+	case r.st.Steps >= b.GetMaxSteps():
+		return "max_steps", fmt.Sprintf("the run made %d of its %d model calls", r.st.Steps, b.GetMaxSteps())
+	case b.GetMaxToolCalls() > 0 && r.st.ToolCalls >= b.GetMaxToolCalls():
+		return "max_tool_calls", fmt.Sprintf("the run made %d of its %d tool calls", r.st.ToolCalls, b.GetMaxToolCalls())
+	case b.GetMaxTokens() > 0 && r.st.Tokens() >= b.GetMaxTokens():
+		return "max_tokens", fmt.Sprintf("the run used %d of its %d tokens", r.st.Tokens(), b.GetMaxTokens())
+	case !r.st.Deadline.IsZero() && !now.Before(r.st.Deadline):
+		return "deadline", "the run's deadline " + r.st.Deadline.Format(time.RFC3339) + " has passed"
+	}
+	return "", ""
+}
+
+// invalid says why a reply is not a decision rein can route, or "".
+func invalid(reply *model.Reply) string {
+	d := reply.Decision
+	if d == nil {
+		return "the reply is not a decision: expected one tool call, a final answer, or a question for a person"
+	}
+	switch a := d.GetAction().(type) {
+	case nil:
+		return "the decision is empty: set tool_call, final_answer or ask_human"
+	case *reinv1.Decision_ToolCall:
+		if a.ToolCall.GetTool() == "" {
+			return "tool_call.tool is empty: name the tool to call"
+		}
+	case *reinv1.Decision_AskHuman:
+		if a.AskHuman.GetQuestion() == "" {
+			return "ask_human.question is empty: say what you need to know"
+		}
+	}
+	return ""
+}
+
+// route runs a tool call as its grant's tier says.
+func (r *runner) route(ctx context.Context, call *reinv1.ToolCall, returned *reinv1.Event) error {
+	grant := r.grant(call.GetTool())
+	if grant == nil {
+		return r.commit(ctx, returned, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ToolRefused{ToolRefused: &reinv1.ToolRefused{
+			CallId: call.GetCallId(), Tool: call.GetTool(),
+			Reason: fmt.Sprintf("tool %q is not granted to this run, so it was not run; the granted tools are: %s",
+				call.GetTool(), r.grantedNames()),
+		}}})
+	}
+	if grant.GetTier() == reinv1.ToolTier_TOOL_TIER_ASK_HUMAN {
+		return r.ask(ctx, &reinv1.Question{Text: questionText(call.GetArguments()), CallId: call.GetCallId()}, returned)
+	}
+	requested := &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ToolRequested{ToolRequested: &reinv1.ToolRequested{
+		CallId: call.GetCallId(), Tool: call.GetTool(), Arguments: call.GetArguments(), Tier: grant.GetTier(),
+	}}}
+	if err := r.commit(ctx, returned, requested); err != nil {
+		return err
+	}
+	tc := tools.Call{RunID: r.st.RunID, CallID: call.GetCallId(), Tool: call.GetTool(), Args: call.GetArguments(),
+		Index: r.toolIndex[call.GetTool()] - 1}
+	tctx, cancel := context.WithTimeout(ctx, r.e.cfg.ToolTimeout)
+	defer cancel()
+	if grant.GetTier() == reinv1.ToolTier_TOOL_TIER_WRITE {
+		preview, err := r.executor().Propose(tctx, tc)
+		if ctx.Err() != nil {
+			return errStopped
+		}
+		if err != nil {
+			r.later(r.toolResult(call, nil, fmt.Errorf("the write could not be proposed, and nothing was written: %w", err)))
+			return nil
+		}
+		return r.propose(ctx, call, preview)
+	}
+	out, err := r.executor().Read(tctx, tc)
+	if ctx.Err() != nil {
+		return errStopped
+	}
+	r.later(r.toolResult(call, out, err))
+	return nil
+}
+
+// propose stores a write's proposal and pauses the run for approval.
+func (r *runner) propose(ctx context.Context, call *reinv1.ToolCall, preview *structpb.Value) error {
+	p := &reinv1.Proposal{
+		ProposalId: r.e.newID("prop_", r.now.AsTime()),
+		Tool:       call.GetTool(),
+		Arguments:  call.GetArguments(),
+		Preview:    preview,
+		ExpiresAt:  timestamppb.New(r.now.AsTime().Add(r.st.Contract.GetApproval().GetProposalTtl().AsDuration())),
+		RunVersion: r.st.Version,
+		CallId:     call.GetCallId(),
+	}
+	p.Hash = ProposalHash(p)
+	return r.end(ctx, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, "write_proposed", &reinv1.StatusChanged{},
+		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ApprovalRequested{ApprovalRequested: &reinv1.ApprovalRequested{Proposal: p}}})
+}
+
+// ProposalHash is the SHA-256 (hex) of the canonical JSON of a proposal's
+// tool, arguments and preview (object keys sorted).
+func ProposalHash(p *reinv1.Proposal) string {
+	canon, _ := json.Marshal(map[string]any{
+		"tool":      p.GetTool(),
+		"arguments": p.GetArguments().AsMap(),
+		"preview":   p.GetPreview().AsInterface(),
+	})
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:])
+}
+
+// ask pauses the run for a person's input.
+func (r *runner) ask(ctx context.Context, q *reinv1.Question, returned *reinv1.Event) error {
+	return r.end(ctx, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, "question", &reinv1.StatusChanged{}, returned,
+		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_InputRequested{InputRequested: &reinv1.InputRequested{Question: q}}})
+}
+
+// exhaust ends the run as budget_exhausted, naming the limit.
+func (r *runner) exhaust(ctx context.Context, limit, detail string) error {
+	return r.end(ctx, reinv1.RunStatus_RUN_STATUS_BUDGET_EXHAUSTED, limit, &reinv1.StatusChanged{},
+		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_BudgetReached{BudgetReached: &reinv1.BudgetReached{Limit: limit, Detail: detail}}})
+}
+
+// end commits evs and a status change to status.
+func (r *runner) end(ctx context.Context, status reinv1.RunStatus, reason string, sc *reinv1.StatusChanged, evs ...*reinv1.Event) error {
+	sc.From, sc.To, sc.Reason = r.st.Status, status, reason
+	evs = append(evs, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_StatusChanged{StatusChanged: sc}})
+	return r.commit(ctx, evs...)
+}
+
+// later keeps an event of this step to share a commit with the next one.
+func (r *runner) later(ev *reinv1.Event) {
+	ev.RecordedAt = r.now
+	r.pending = append(r.pending, ev)
+}
+
+// toolResult is the tool_returned observation of a call, cut to the
+// contract's max_output_bytes.
+func (r *runner) toolResult(call *reinv1.ToolCall, out *structpb.Value, err error) *reinv1.Event {
+	tr := &reinv1.ToolReturned{CallId: call.GetCallId(), Tool: call.GetTool()}
+	if err != nil {
+		tr.Error = err.Error()
+	} else {
+		full := valueText(out)
+		tr.OutputBytes = uint64(len(full))
+		if max := r.st.Contract.GetBudget().GetMaxOutputBytes(); uint64(len(full)) > max {
+			cut := full[:max]
+			for len(cut) > 0 && !utf8.ValidString(cut) {
+				cut = cut[:len(cut)-1]
+			}
+			tr.Output, tr.Truncated = structpb.NewStringValue(cut), true
+		} else {
+			tr.Output = out
+		}
+	}
+	return &reinv1.Event{Actor: "tool:" + call.GetTool(), Payload: &reinv1.Event_ToolReturned{ToolReturned: tr}}
+}
+
+func (r *runner) executor() tools.Executor {
+	if r.e.cfg.Tools == nil {
+		return noTools{}
+	}
+	return r.e.cfg.Tools
+}
+
+func (r *runner) grant(name string) *reinv1.ToolGrant {
+	for _, g := range r.st.Contract.GetTools() {
+		if g.GetName() == name {
+			return g
+		}
+	}
+	return nil
+}
+
+func (r *runner) grantedNames() string {
+	var names []string
+	for _, g := range r.st.Contract.GetTools() {
+		names = append(names, g.GetName())
+	}
+	if len(names) == 0 {
+		return "(none)"
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+// questionText is the question an ask_human-tier tool call carries: its
+// "question" argument, or its arguments as JSON.
+func questionText(args *structpb.Struct) string {
+	if q, ok := args.GetFields()["question"]; ok && q.GetStringValue() != "" {
+		return q.GetStringValue()
+	}
+	b, _ := json.Marshal(args.AsMap())
+	return string(b)
+}
+
+// noTools is the executor of an engine configured without tools.
+type noTools struct{}
+
+func (noTools) List(context.Context) ([]tools.Spec, error) { return nil, nil }
+func (noTools) Read(_ context.Context, c tools.Call) (*structpb.Value, error) {
+	return nil, fmt.Errorf("%w: %q is granted, but this server has no tool by that name", tools.ErrNoTool, c.Tool)
+}
+func (n noTools) Propose(ctx context.Context, c tools.Call) (*structpb.Value, error) {
+	return n.Read(ctx, c)
+}
+func (n noTools) Commit(ctx context.Context, c tools.Call, _ string) (*structpb.Value, error) {
+	return n.Read(ctx, c)
+}

@@ -1,0 +1,83 @@
+// Package model defines what rein asks of a model, and the providers that
+// answer: the scripted model (offline, deterministic) here; real providers
+// beside it. A model proposes one decision per call; it never sets a status.
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+)
+
+// Model proposes the next decision of a run.
+type Model interface {
+	// Next sends one call. It returns a Reply whose Decision is set, or whose
+	// Raw holds text that did not parse as a decision, or an error when the
+	// client failed. It must honour ctx's deadline and cancellation.
+	Next(ctx context.Context, req *Request) (*Reply, error)
+}
+
+// TokenCounter is implemented by models that can count a request's input
+// tokens before sending it (a provider's count endpoint, or a script that
+// knows). The harness estimates for models that do not.
+type TokenCounter interface {
+	CountTokens(ctx context.Context, req *Request) (uint64, error)
+}
+
+// Request is one model call: the contract's goal, inputs and tools, and the
+// run's transcript so far.
+type Request struct {
+	RunID string
+	// Step is the call's 1-based index within the run.
+	Step   uint32
+	Goal   string
+	Inputs *structpb.Struct
+	Tools  []*reinv1.ToolGrant
+	// Transcript is every decision and observation so far, oldest first. The
+	// model must not modify it.
+	Transcript []Turn
+	// MaxOutputTokens caps the reply; 0 means no cap.
+	MaxOutputTokens uint64
+}
+
+// Turn is one entry of the transcript: a decision the model made or an
+// observation it is shown. Exactly one is set.
+type Turn struct {
+	Decision    *reinv1.Decision
+	Observation *Observation
+}
+
+// Observation is something the model is shown, labelled with where it came
+// from. Its text is data, never instructions.
+type Observation struct {
+	// Source is "tool:NAME", "harness" or "person".
+	Source string
+	// CallID ties a tool result to the call that asked for it.
+	CallID string
+	Text   string
+}
+
+// Reply is a model's answer to one call.
+type Reply struct {
+	Decision *reinv1.Decision
+	// Raw is the reply's text when it did not parse as a decision.
+	Raw   string
+	Usage *reinv1.Usage
+}
+
+// ErrUnknownProvider is returned by New for a provider rein does not know.
+var ErrUnknownProvider = errors.New("unknown model provider")
+
+// New builds the model a ModelSpec names. Only providers that need no
+// configuration beyond the spec are built here.
+func New(spec *reinv1.ModelSpec) (Model, error) {
+	switch spec.GetProvider() {
+	case "script":
+		return NewScript(spec.GetScript()), nil
+	}
+	return nil, fmt.Errorf("%w %q; known providers: script", ErrUnknownProvider, spec.GetProvider())
+}

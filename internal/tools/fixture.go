@@ -1,0 +1,147 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// FixtureResult is one scripted result of a fixture tool: Output or Error for
+// a read; Preview and Receipt for a write.
+type FixtureResult struct {
+	Output  *structpb.Value
+	Error   string
+	Preview *structpb.Value
+	Receipt *structpb.Value
+}
+
+// Fixtures is an Executor whose tools return scripted results: the Nth call
+// to a tool in a run gets its Nth result, and the last result repeats. It is
+// deterministic across restarts because the index comes from the run's log.
+type Fixtures struct {
+	results map[string][]FixtureResult
+}
+
+var _ Executor = (*Fixtures)(nil)
+
+// NewFixtures returns an executor over results, keyed by tool name.
+func NewFixtures(results map[string][]FixtureResult) *Fixtures {
+	return &Fixtures{results: results}
+}
+
+// ParseFixtures reads the fixture file format: a JSON object mapping a tool's
+// name to a list of results, each {"output": any}, {"error": "message"} or,
+// for a write, {"preview": any, "receipt": any}.
+func ParseFixtures(data []byte) (*Fixtures, error) {
+	var raw map[string][]map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("fixtures must be a JSON object mapping a tool name to a list of results: %w", err)
+	}
+	out := map[string][]FixtureResult{}
+	for name, list := range raw {
+		if len(list) == 0 {
+			return nil, fmt.Errorf("fixtures.%s: the list of results is empty; give at least one", name)
+		}
+		for i, r := range list {
+			var fr FixtureResult
+			for key, val := range r {
+				v := &structpb.Value{}
+				if err := v.UnmarshalJSON(val); err != nil {
+					return nil, fmt.Errorf("fixtures.%s[%d].%s: %w", name, i, key, err)
+				}
+				switch key {
+				case "output":
+					fr.Output = v
+				case "preview":
+					fr.Preview = v
+				case "receipt":
+					fr.Receipt = v
+				case "error":
+					s, ok := v.GetKind().(*structpb.Value_StringValue)
+					if !ok {
+						return nil, fmt.Errorf("fixtures.%s[%d].error: must be a string", name, i)
+					}
+					fr.Error = s.StringValue
+				default:
+					return nil, fmt.Errorf("fixtures.%s[%d]: unknown field %q; use output, error, preview or receipt", name, i, key)
+				}
+			}
+			if fr.Output == nil && fr.Error == "" && fr.Preview == nil && fr.Receipt == nil {
+				return nil, fmt.Errorf("fixtures.%s[%d]: empty result; give output, error, or preview and receipt", name, i)
+			}
+			out[name] = append(out[name], fr)
+		}
+	}
+	return NewFixtures(out), nil
+}
+
+func (f *Fixtures) result(call Call) (FixtureResult, error) {
+	list, ok := f.results[call.Tool]
+	if !ok {
+		return FixtureResult{}, fmt.Errorf("%w: %q (fixtures exist for: %s)", ErrNoTool, call.Tool, strings.Join(f.names(), ", "))
+	}
+	i := call.Index
+	if i >= len(list) {
+		i = len(list) - 1
+	}
+	return list[i], nil
+}
+
+func (f *Fixtures) names() []string {
+	names := make([]string, 0, len(f.results))
+	for n := range f.results {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// List implements Executor.
+func (f *Fixtures) List(context.Context) ([]Spec, error) {
+	specs := make([]Spec, 0, len(f.results))
+	for _, n := range f.names() {
+		specs = append(specs, Spec{Name: n, Description: "fixture"})
+	}
+	return specs, nil
+}
+
+// Read implements Executor.
+func (f *Fixtures) Read(ctx context.Context, call Call) (*structpb.Value, error) {
+	r, err := f.result(call)
+	if err != nil {
+		return nil, err
+	}
+	if r.Error != "" {
+		return nil, errors.New(r.Error)
+	}
+	return r.Output, ctx.Err()
+}
+
+// Propose implements Executor.
+func (f *Fixtures) Propose(ctx context.Context, call Call) (*structpb.Value, error) {
+	r, err := f.result(call)
+	if err != nil {
+		return nil, err
+	}
+	if r.Error != "" {
+		return nil, errors.New(r.Error)
+	}
+	return r.Preview, ctx.Err()
+}
+
+// Commit implements Executor.
+func (f *Fixtures) Commit(ctx context.Context, call Call, _ string) (*structpb.Value, error) {
+	r, err := f.result(call)
+	if err != nil {
+		return nil, err
+	}
+	if r.Error != "" {
+		return nil, errors.New(r.Error)
+	}
+	return r.Receipt, ctx.Err()
+}

@@ -1,0 +1,45 @@
+// Package tools defines how rein runs tools, and the tools it ships. Every
+// tool sits behind the same operations (list, read, propose, commit), and the
+// harness, not the tool, decides which one a call may use: the contract's
+// tier routes it, whatever the model was told.
+package tools
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Executor runs tools.
+type Executor interface {
+	// List returns the specs of the tools this executor provides.
+	List(ctx context.Context) ([]Spec, error)
+	// Read runs a side-effect-free call and returns its output.
+	Read(ctx context.Context, call Call) (*structpb.Value, error)
+	// Propose describes what a write would do, without doing it.
+	Propose(ctx context.Context, call Call) (*structpb.Value, error)
+	// Commit performs an approved write. operationID is its idempotency key:
+	// a second Commit with the same key must not write twice.
+	Commit(ctx context.Context, call Call, operationID string) (*structpb.Value, error)
+}
+
+// Spec describes one tool.
+type Spec struct {
+	Name        string
+	Description string
+	InputSchema *structpb.Struct
+}
+
+// Call is one tool call of a run.
+type Call struct {
+	RunID  string
+	CallID string
+	Tool   string
+	Args   *structpb.Struct
+	// Index is how many calls to this tool the run made before this one.
+	Index int
+}
+
+// ErrNoTool is returned for a tool that no executor provides.
+var ErrNoTool = errors.New("no executor provides this tool")

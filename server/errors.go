@@ -1,0 +1,58 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
+)
+
+// toStatus maps a domain error to the gRPC status of DESIGN §10. It is the one
+// place that does: errors are matched with errors.Is/As, context errors pass
+// through, and anything unknown becomes Internal with a safe message (the
+// detail goes to the log, not the wire).
+func toStatus(log *slog.Logger, method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var fe *harness.FieldError
+	switch {
+	case errors.As(err, &fe):
+		return invalidArgument(fe.Field, fe.Description)
+	case errors.Is(err, store.ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, store.ErrConflict), errors.Is(err, runstate.ErrSequence):
+		return status.Error(codes.Aborted, err.Error()+"; reload the run and retry")
+	case errors.Is(err, runstate.ErrTerminal), errors.Is(err, runstate.ErrIllegalTransition):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, store.ErrClosed):
+		return status.Error(codes.Unavailable, "the server is shutting down; retry against another server or later")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	log.Error("internal error", "method", method, "error", err)
+	return status.Error(codes.Internal, "internal error; the server log has the details")
+}
+
+// invalidArgument is InvalidArgument with a BadRequest detail naming field.
+func invalidArgument(field, description string) error {
+	st := status.New(codes.InvalidArgument, field+": "+description)
+	if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+		{Field: field, Description: description},
+	}}); err == nil {
+		st = d
+	}
+	return st.Err()
+}

@@ -1,0 +1,234 @@
+// Package server holds rein's gRPC services: thin handlers over the harness
+// engine and the event store, the error mapping, the watch hub, and the
+// assembly of a node (store, engine, services) that `rein serve` and the
+// CLI's embedded mode share.
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"log/slog"
+	"strconv"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
+)
+
+const (
+	defaultRunPage   = 50
+	maxRunPage       = 1000
+	defaultEventPage = 500
+	maxEventPage     = 10000
+)
+
+// Identity is who is calling: a principal in a tenant.
+type Identity struct {
+	Principal string
+	Tenant    string
+}
+
+// LocalIdentity is the identity of calls on a server without credentials
+// (the CLI's embedded server).
+var LocalIdentity = Identity{Principal: "local", Tenant: "default"}
+
+// runService implements reinv1.RunServiceServer.
+type runService struct {
+	reinv1.UnsafeRunServiceServer
+	engine *harness.Engine
+	store  store.Store
+	hub    *Hub
+	log    *slog.Logger
+	// identity says who a call comes from.
+	identity func(ctx context.Context) Identity
+}
+
+var _ reinv1.RunServiceServer = (*runService)(nil)
+
+func (s *runService) StartRun(ctx context.Context, req *reinv1.StartRunRequest) (*reinv1.StartRunResponse, error) {
+	id := s.identity(ctx)
+	st, created, err := s.engine.Start(ctx, harness.StartRequest{
+		RequestID: req.GetRequestId(), Contract: req.GetContract(), Principal: id.Principal, Tenant: id.Tenant,
+	})
+	if err != nil {
+		return nil, toStatus(s.log, "StartRun", err)
+	}
+	return &reinv1.StartRunResponse{Run: st.Proto(true), Created: created}, nil
+}
+
+func (s *runService) GetRun(ctx context.Context, req *reinv1.GetRunRequest) (*reinv1.GetRunResponse, error) {
+	st, err := s.load(ctx, req.GetRunId())
+	if err != nil {
+		return nil, toStatus(s.log, "GetRun", err)
+	}
+	return &reinv1.GetRunResponse{Run: st.Proto(true)}, nil
+}
+
+// load reads a run the caller may see; another tenant's run is NotFound, the
+// same answer as a missing one.
+func (s *runService) load(ctx context.Context, runID string) (runstate.State, error) {
+	if runID == "" {
+		return runstate.State{}, invalidArgument("run_id", "required")
+	}
+	st, err := s.store.Load(ctx, runID)
+	if err != nil {
+		return st, err
+	}
+	if st.Tenant != s.identity(ctx).Tenant {
+		return runstate.State{}, status.Errorf(codes.NotFound, "run %q: run not found", runID)
+	}
+	return st, nil
+}
+
+func (s *runService) ListRuns(ctx context.Context, req *reinv1.ListRunsRequest) (*reinv1.ListRunsResponse, error) {
+	size, err := pageSize(req.GetPageSize(), defaultRunPage, maxRunPage)
+	if err != nil {
+		return nil, err
+	}
+	after, err := decodeToken(req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	for i, st := range req.GetStatuses() {
+		if _, ok := reinv1.RunStatus_name[int32(st)]; !ok || st == reinv1.RunStatus_RUN_STATUS_UNSPECIFIED {
+			return nil, invalidArgument("statuses["+strconv.Itoa(i)+"]", "not a run status")
+		}
+	}
+	page, err := s.store.List(ctx, store.Filter{
+		Statuses: req.GetStatuses(), Labels: req.GetLabels(), Tenant: s.identity(ctx).Tenant, Limit: size, After: after,
+	})
+	if err != nil {
+		return nil, toStatus(s.log, "ListRuns", err)
+	}
+	resp := &reinv1.ListRunsResponse{NextPageToken: encodeToken(page.Next)}
+	for _, st := range page.Runs {
+		resp.Runs = append(resp.Runs, st.Proto(true))
+	}
+	return resp, nil
+}
+
+func (s *runService) ListEvents(ctx context.Context, req *reinv1.ListEventsRequest) (*reinv1.ListEventsResponse, error) {
+	size, err := pageSize(req.GetPageSize(), defaultEventPage, maxEventPage)
+	if err != nil {
+		return nil, err
+	}
+	after := req.GetAfterSequence()
+	if tok := req.GetPageToken(); tok != "" {
+		raw, err := decodeToken(tok)
+		if err == nil {
+			after, err = strconv.ParseUint(raw, 10, 64)
+		}
+		if err != nil {
+			return nil, invalidArgument("page_token", "not a token this server issued; pass next_page_token unchanged")
+		}
+	}
+	if _, err := s.load(ctx, req.GetRunId()); err != nil {
+		return nil, toStatus(s.log, "ListEvents", err)
+	}
+	evs, err := s.store.Events(ctx, req.GetRunId(), after, size)
+	if err != nil {
+		return nil, toStatus(s.log, "ListEvents", err)
+	}
+	resp := &reinv1.ListEventsResponse{Events: evs}
+	if len(evs) == size {
+		resp.NextPageToken = encodeToken(strconv.FormatUint(evs[len(evs)-1].GetSequence(), 10))
+	}
+	return resp, nil
+}
+
+// WatchRun streams history from the store, then live events as the hub says
+// the log grew (subscribe first, then read, so no wake-up is lost). It ends
+// OK once the run is terminal and every event was sent.
+func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStreamingServer[reinv1.WatchRunResponse]) error {
+	ctx := stream.Context()
+	sub := s.hub.Subscribe(req.GetRunId())
+	defer sub.Close()
+	st, err := s.load(ctx, req.GetRunId())
+	if err != nil {
+		return toStatus(s.log, "WatchRun", err)
+	}
+	cursor := req.GetAfterSequence()
+	if cursor > st.Version {
+		return status.Errorf(codes.OutOfRange, "after_sequence %d is beyond the run's last event %d; watch from %d or less", cursor, st.Version, st.Version)
+	}
+	for {
+		evs, err := s.store.Events(ctx, req.GetRunId(), cursor, defaultEventPage)
+		if err != nil {
+			return toStatus(s.log, "WatchRun", err)
+		}
+		for _, ev := range evs {
+			if err := stream.Send(&reinv1.WatchRunResponse{Event: ev}); err != nil {
+				return err
+			}
+			cursor = ev.GetSequence()
+		}
+		if len(evs) == defaultEventPage {
+			continue
+		}
+		if st, err = s.store.Load(ctx, req.GetRunId()); err != nil {
+			return toStatus(s.log, "WatchRun", err)
+		}
+		if runstate.Terminal(st.Status) && cursor >= st.Version {
+			return nil
+		}
+		if cursor < st.Version {
+			continue
+		}
+		select {
+		case <-sub.C:
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+}
+
+func (s *runService) CancelRun(ctx context.Context, req *reinv1.CancelRunRequest) (*reinv1.CancelRunResponse, error) {
+	if _, err := s.load(ctx, req.GetRunId()); err != nil {
+		return nil, toStatus(s.log, "CancelRun", err)
+	}
+	st, err := s.engine.Cancel(ctx, req.GetRunId(), req.GetReason(), "principal:"+s.identity(ctx).Principal)
+	if err != nil {
+		return nil, toStatus(s.log, "CancelRun", err)
+	}
+	return &reinv1.CancelRunResponse{Run: st.Proto(true)}, nil
+}
+
+func (s *runService) ProvideInput(context.Context, *reinv1.ProvideInputRequest) (*reinv1.ProvideInputResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "ProvideInput is not implemented by this rein yet; cancel the run or start a new one")
+}
+
+func (s *runService) DecideApproval(context.Context, *reinv1.DecideApprovalRequest) (*reinv1.DecideApprovalResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "DecideApproval is not implemented by this rein yet; cancel the run or start a new one")
+}
+
+func pageSize(n, def, max int32) (int, error) {
+	switch {
+	case n < 0:
+		return 0, invalidArgument("page_size", "must not be negative")
+	case n == 0:
+		return int(def), nil
+	case n > max:
+		return int(max), nil
+	}
+	return int(n), nil
+}
+
+func encodeToken(s string) string {
+	if s == "" {
+		return ""
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(s))
+}
+
+func decodeToken(tok string) (string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return "", invalidArgument("page_token", "not a token this server issued; pass next_page_token unchanged")
+	}
+	return string(b), nil
+}
