@@ -211,4 +211,3 @@ func clip(s string, n int) string {
 	}
 	return string([]rune(s)[:n-1]) + "…"
 }
-

@@ -1,7 +1,6 @@
 package harness
 
 import (
-
 	"fmt"
 	"regexp"
 	"time"
@@ -95,4 +94,3 @@ func withDefaults(c *reinv1.TaskContract) *reinv1.TaskContract {
 	}
 	return c
 }
-

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"hash"
 
-		"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
