@@ -139,6 +139,9 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
 			return s, err
 		}
+		if p.InputRequested.GetQuestion() == nil {
+			return s, fmt.Errorf("%w: input_requested without a question", ErrInvalidEvent)
+		}
 		s.Pending = &reinv1.PendingAction{Action: &reinv1.PendingAction_Question{Question: p.InputRequested.GetQuestion()}}
 	case *reinv1.Event_InputProvided:
 		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT); err != nil {
@@ -187,6 +190,9 @@ func changed(s State, sc *reinv1.StatusChanged) (State, error) {
 	if !Legal(from, to) {
 		return s, fmt.Errorf("%w: %s → %s is not allowed", ErrIllegalTransition, StatusName(from), StatusName(to))
 	}
+	if Paused(to) && s.ModelInFlight {
+		return s, fmt.Errorf("%w: %s while a model call is in flight; record model_returned first", ErrIllegalTransition, StatusName(to))
+	}
 	switch to {
 	case reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL:
 		if s.Pending.GetProposal() == nil {
@@ -201,7 +207,9 @@ func changed(s State, sc *reinv1.StatusChanged) (State, error) {
 	case reinv1.RunStatus_RUN_STATUS_COMPLETED:
 		s.Result = sc.GetResult()
 	case reinv1.RunStatus_RUN_STATUS_FAILED:
-		s.LastError = sc.GetError()
+		if e := sc.GetError(); e != "" {
+			s.LastError = e
+		}
 	}
 	if Terminal(to) {
 		s.Pending = nil

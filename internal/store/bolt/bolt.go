@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
@@ -44,6 +45,11 @@ type Store struct {
 	mu     sync.RWMutex
 	closed bool
 	done   chan struct{}
+
+	// commits counts write transactions, for tests and benchmarks.
+	commits atomic.Uint64
+	// beforeCommit, when set by a test, runs before each write transaction.
+	beforeCommit func(batch int)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -139,11 +145,15 @@ func openError(path string, err error) error {
 	switch {
 	case errors.Is(err, bolterrors.ErrTimeout):
 		return fmt.Errorf("open store %s: the file is locked by another process (is another rein using it?); stop it or pass another --db path", path)
-	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrVersionMismatch), errors.Is(err, bolterrors.ErrChecksum):
-		return fmt.Errorf("open store %s: the file is not a valid rein store (%v); it was left unchanged", path, err)
+	case errors.Is(err, os.ErrPermission):
+		return fmt.Errorf("open store %s: %w; check the file's owner and mode", path, err)
 	}
-	return fmt.Errorf("open store %s: %w", path, err)
+	return fmt.Errorf("open store %s: the file is not a valid rein store (%v); it was left unchanged, restore it from a backup or pass another --db path", path, err)
 }
+
+// Commits is the number of write transactions so far: with group commit,
+// fewer than the appends.
+func (s *Store) Commits() uint64 { return s.commits.Load() }
 
 // Path is the file the store is in.
 func (s *Store) Path() string { return s.path }

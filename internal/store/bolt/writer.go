@@ -61,6 +61,10 @@ func (s *Store) writer() {
 				break gather
 			}
 		}
+		if s.beforeCommit != nil {
+			s.beforeCommit(len(batch))
+		}
+		s.commits.Add(1)
 		err := s.db.Update(func(tx *bbolt.Tx) error {
 			for i, r := range batch {
 				results[i] = s.applyRequest(tx, r)

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# rein's test command: the same checks run locally and in CI.
+#   gofmt, go vet, buf format/lint/breaking, gen/ up to date, go test -race.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "tools"
+bash scripts/tools.sh
+
+step "gofmt"
+unformatted=$(find . -name '*.go' -not -path './gen/*' -not -path './.bin/*' -print0 | xargs -0 gofmt -l)
+if [ -n "$unformatted" ]; then
+  echo "these files are not gofmt-formatted (run gofmt -w):"; echo "$unformatted"; exit 1
+fi
+
+step "go vet"
+go vet ./...
+
+step "buf format"
+.bin/buf format -d --exit-code
+
+step "buf lint"
+.bin/buf lint
+
+step "gen/ is generated from proto/"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+.bin/buf generate -o "$tmp"
+if ! diff -r gen "$tmp/gen"; then
+  echo "gen/ is stale: run '.bin/buf generate' and commit the result"; exit 1
+fi
+
+step "buf breaking (against the previous commit)"
+if git rev-parse -q --verify HEAD~1 >/dev/null 2>&1 && [ "$(git rev-parse --is-shallow-repository)" = false ] \
+   && git cat-file -e HEAD~1:buf.yaml 2>/dev/null; then
+  .bin/buf breaking --against '.git#ref=HEAD~1'
+else
+  echo "skipped: no previous commit with buf.yaml"
+fi
+
+step "go test -race"
+go test -race -count=1 ./...
