@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-		"fmt"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
