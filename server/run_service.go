@@ -232,3 +232,7 @@ func decodeToken(tok string) (string, error) {
 	}
 	return string(b), nil
 }
+
+func (s *runService) WatchRuns(*reinv1.WatchRunsRequest, grpc.ServerStreamingServer[reinv1.WatchRunsResponse]) error {
+	return status.Error(codes.Unimplemented, "WatchRuns is not implemented yet")
+}

@@ -47,8 +47,20 @@ type Store interface {
 	Events(ctx context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error)
 	// List returns a page of runs, newest first.
 	List(ctx context.Context, f Filter) (Page, error)
+	// Changes returns up to limit status changes with a cursor greater than
+	// after, in commit order, and the cursor of the last change stored. A
+	// run's creation is a change from unspecified to running.
+	Changes(ctx context.Context, after uint64, limit int) ([]Change, uint64, error)
 	// Close releases the store. Appends in flight finish first.
 	Close() error
+}
+
+// Change is one status change, as Changes returns it.
+type Change struct {
+	Cursor uint64
+	Tenant string
+	// Change is the API form; its Cursor equals the field above.
+	Change *reinv1.RunChange
 }
 
 // Filter selects runs for List.

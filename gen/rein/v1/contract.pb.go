@@ -7,6 +7,7 @@
 package reinv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -759,11 +760,11 @@ var File_rein_v1_contract_proto protoreflect.FileDescriptor
 
 const file_rein_v1_contract_proto_rawDesc = "" +
 	"\n" +
-	"\x16rein/v1/contract.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16rein/v1/decision.proto\"\xa3\x03\n" +
-	"\fTaskContract\x12\x12\n" +
-	"\x04goal\x18\x01 \x01(\tR\x04goal\x12/\n" +
-	"\x06inputs\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x06inputs\x12(\n" +
-	"\x05tools\x18\x03 \x03(\v2\x12.rein.v1.ToolGrantR\x05tools\x12'\n" +
+	"\x16rein/v1/contract.proto\x12\arein.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16rein/v1/decision.proto\"\xbb\x03\n" +
+	"\fTaskContract\x12\x1f\n" +
+	"\x04goal\x18\x01 \x01(\tB\v\xbaH\br\x06\x10\x01\x18\x80\x80\x04R\x04goal\x12/\n" +
+	"\x06inputs\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x06inputs\x123\n" +
+	"\x05tools\x18\x03 \x03(\v2\x12.rein.v1.ToolGrantB\t\xbaH\x06\x92\x01\x03\x10\x80\x02R\x05tools\x12'\n" +
 	"\x06budget\x18\x04 \x01(\v2\x0f.rein.v1.BudgetR\x06budget\x12&\n" +
 	"\x06checks\x18\x05 \x03(\v2\x0e.rein.v1.CheckR\x06checks\x12(\n" +
 	"\x05model\x18\x06 \x01(\v2\x12.rein.v1.ModelSpecR\x05model\x123\n" +
@@ -771,12 +772,13 @@ const file_rein_v1_contract_proto_rawDesc = "" +
 	"\x06labels\x18\b \x03(\v2!.rein.v1.TaskContract.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa4\x01\n" +
-	"\tToolGrant\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcf\x01\n" +
+	"\tToolGrant\x121\n" +
+	"\x04name\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x182\x16^[A-Za-z0-9_.-]{1,64}$R\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
-	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\x12%\n" +
-	"\x04tier\x18\x04 \x01(\x0e2\x11.rein.v1.ToolTierR\x04tier\"\xc9\x01\n" +
+	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\x121\n" +
+	"\x04tier\x18\x04 \x01(\x0e2\x11.rein.v1.ToolTierB\n" +
+	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x04tier\"\xc9\x01\n" +
 	"\x06Budget\x12\x1b\n" +
 	"\tmax_steps\x18\x01 \x01(\rR\bmaxSteps\x12\x1d\n" +
 	"\n" +

@@ -7,8 +7,10 @@
 package reinv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -633,6 +635,218 @@ func (x *WatchRunResponse) GetEvent() *Event {
 	return nil
 }
 
+// WatchRunsRequest filters the status changes to stream and says where to
+// resume.
+type WatchRunsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only changes to one of these statuses; empty means all.
+	Statuses []RunStatus `protobuf:"varint,1,rep,packed,name=statuses,proto3,enum=rein.v1.RunStatus" json:"statuses,omitempty"`
+	// Only runs carrying every one of these labels.
+	Labels map[string]string `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Stream changes with a greater cursor; 0 streams from the first.
+	AfterCursor   uint64 `protobuf:"varint,3,opt,name=after_cursor,json=afterCursor,proto3" json:"after_cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRunsRequest) Reset() {
+	*x = WatchRunsRequest{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRunsRequest) ProtoMessage() {}
+
+func (x *WatchRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRunsRequest.ProtoReflect.Descriptor instead.
+func (*WatchRunsRequest) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *WatchRunsRequest) GetStatuses() []RunStatus {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *WatchRunsRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *WatchRunsRequest) GetAfterCursor() uint64 {
+	if x != nil {
+		return x.AfterCursor
+	}
+	return 0
+}
+
+// WatchRunsResponse carries one status change.
+type WatchRunsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The change.
+	Change        *RunChange `protobuf:"bytes,1,opt,name=change,proto3" json:"change,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRunsResponse) Reset() {
+	*x = WatchRunsResponse{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRunsResponse) ProtoMessage() {}
+
+func (x *WatchRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRunsResponse.ProtoReflect.Descriptor instead.
+func (*WatchRunsResponse) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *WatchRunsResponse) GetChange() *RunChange {
+	if x != nil {
+		return x.Change
+	}
+	return nil
+}
+
+// RunChange is one run's status change.
+type RunChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The change's position among all changes; pass it as after_cursor to
+	// resume after it.
+	Cursor uint64 `protobuf:"varint,1,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// The run.
+	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The status before the change; unspecified for a new run.
+	Previous RunStatus `protobuf:"varint,3,opt,name=previous,proto3,enum=rein.v1.RunStatus" json:"previous,omitempty"`
+	// The status after the change.
+	Status RunStatus `protobuf:"varint,4,opt,name=status,proto3,enum=rein.v1.RunStatus" json:"status,omitempty"`
+	// The run's version after the change.
+	Version uint64 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	// Why, as recorded in the run's log.
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When the change was recorded.
+	ChangedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=changed_at,json=changedAt,proto3" json:"changed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunChange) Reset() {
+	*x = RunChange{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunChange) ProtoMessage() {}
+
+func (x *RunChange) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunChange.ProtoReflect.Descriptor instead.
+func (*RunChange) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RunChange) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *RunChange) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *RunChange) GetPrevious() RunStatus {
+	if x != nil {
+		return x.Previous
+	}
+	return RunStatus_RUN_STATUS_UNSPECIFIED
+}
+
+func (x *RunChange) GetStatus() RunStatus {
+	if x != nil {
+		return x.Status
+	}
+	return RunStatus_RUN_STATUS_UNSPECIFIED
+}
+
+func (x *RunChange) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *RunChange) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RunChange) GetChangedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ChangedAt
+	}
+	return nil
+}
+
 // CancelRunRequest cancels a run.
 type CancelRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -646,7 +860,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[10]
+	mi := &file_rein_v1_run_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +872,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[10]
+	mi := &file_rein_v1_run_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +885,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{10}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelRunRequest) GetRunId() string {
@@ -699,7 +913,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[11]
+	mi := &file_rein_v1_run_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -711,7 +925,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[11]
+	mi := &file_rein_v1_run_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -724,7 +938,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{11}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -747,7 +961,7 @@ type ProvideInputRequest struct {
 
 func (x *ProvideInputRequest) Reset() {
 	*x = ProvideInputRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[12]
+	mi := &file_rein_v1_run_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +973,7 @@ func (x *ProvideInputRequest) String() string {
 func (*ProvideInputRequest) ProtoMessage() {}
 
 func (x *ProvideInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[12]
+	mi := &file_rein_v1_run_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +986,7 @@ func (x *ProvideInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvideInputRequest.ProtoReflect.Descriptor instead.
 func (*ProvideInputRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{12}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ProvideInputRequest) GetRunId() string {
@@ -800,7 +1014,7 @@ type ProvideInputResponse struct {
 
 func (x *ProvideInputResponse) Reset() {
 	*x = ProvideInputResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[13]
+	mi := &file_rein_v1_run_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -812,7 +1026,7 @@ func (x *ProvideInputResponse) String() string {
 func (*ProvideInputResponse) ProtoMessage() {}
 
 func (x *ProvideInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[13]
+	mi := &file_rein_v1_run_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -825,7 +1039,7 @@ func (x *ProvideInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvideInputResponse.ProtoReflect.Descriptor instead.
 func (*ProvideInputResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{13}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ProvideInputResponse) GetRun() *Run {
@@ -856,7 +1070,7 @@ type DecideApprovalRequest struct {
 
 func (x *DecideApprovalRequest) Reset() {
 	*x = DecideApprovalRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[14]
+	mi := &file_rein_v1_run_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +1082,7 @@ func (x *DecideApprovalRequest) String() string {
 func (*DecideApprovalRequest) ProtoMessage() {}
 
 func (x *DecideApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[14]
+	mi := &file_rein_v1_run_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1095,7 @@ func (x *DecideApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalRequest.ProtoReflect.Descriptor instead.
 func (*DecideApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{14}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DecideApprovalRequest) GetRunId() string {
@@ -937,7 +1151,7 @@ type DecideApprovalResponse struct {
 
 func (x *DecideApprovalResponse) Reset() {
 	*x = DecideApprovalResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[15]
+	mi := &file_rein_v1_run_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1163,7 @@ func (x *DecideApprovalResponse) String() string {
 func (*DecideApprovalResponse) ProtoMessage() {}
 
 func (x *DecideApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[15]
+	mi := &file_rein_v1_run_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1176,7 @@ func (x *DecideApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalResponse.ProtoReflect.Descriptor instead.
 func (*DecideApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{15}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DecideApprovalResponse) GetRun() *Run {
@@ -976,22 +1190,24 @@ var File_rein_v1_run_service_proto protoreflect.FileDescriptor
 
 const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\n" +
-	"\x19rein/v1/run_service.proto\x12\arein.v1\x1a\x16rein/v1/contract.proto\x1a\x13rein/v1/event.proto\x1a\x11rein/v1/run.proto\"c\n" +
-	"\x0fStartRunRequest\x12\x1d\n" +
+	"\x19rein/v1/run_service.proto\x12\arein.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x13rein/v1/event.proto\x1a\x11rein/v1/run.proto\"w\n" +
+	"\x0fStartRunRequest\x12)\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\tR\trequestId\x121\n" +
-	"\bcontract\x18\x02 \x01(\v2\x15.rein.v1.TaskContractR\bcontract\"L\n" +
+	"request_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\trequestId\x129\n" +
+	"\bcontract\x18\x02 \x01(\v2\x15.rein.v1.TaskContractB\x06\xbaH\x03\xc8\x01\x01R\bcontract\"L\n" +
 	"\x10StartRunResponse\x12\x1e\n" +
 	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"&\n" +
-	"\rGetRunRequest\x12\x15\n" +
-	"\x06run_id\x18\x01 \x01(\tR\x05runId\"0\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"2\n" +
+	"\rGetRunRequest\x12!\n" +
+	"\x06run_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\"0\n" +
 	"\x0eGetRunResponse\x12\x1e\n" +
-	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"\xf6\x01\n" +
-	"\x0fListRunsRequest\x12.\n" +
-	"\bstatuses\x18\x01 \x03(\x0e2\x12.rein.v1.RunStatusR\bstatuses\x12<\n" +
-	"\x06labels\x18\x02 \x03(\v2$.rein.v1.ListRunsRequest.LabelsEntryR\x06labels\x12\x1b\n" +
-	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"\x90\x02\n" +
+	"\x0fListRunsRequest\x12?\n" +
+	"\bstatuses\x18\x01 \x03(\x0e2\x12.rein.v1.RunStatusB\x0f\xbaH\f\x92\x01\t\"\a\x82\x01\x04\x10\x01 \x00R\bstatuses\x12<\n" +
+	"\x06labels\x18\x02 \x03(\v2$.rein.v1.ListRunsRequest.LabelsEntryR\x06labels\x12$\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
@@ -999,45 +1215,69 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\\\n" +
 	"\x10ListRunsResponse\x12 \n" +
 	"\x04runs\x18\x01 \x03(\v2\f.rein.v1.RunR\x04runs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8d\x01\n" +
-	"\x11ListEventsRequest\x12\x15\n" +
-	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12%\n" +
-	"\x0eafter_sequence\x18\x02 \x01(\x04R\rafterSequence\x12\x1b\n" +
-	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa2\x01\n" +
+	"\x11ListEventsRequest\x12!\n" +
+	"\x06run_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\x12%\n" +
+	"\x0eafter_sequence\x18\x02 \x01(\x04R\rafterSequence\x12$\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\"d\n" +
 	"\x12ListEventsResponse\x12&\n" +
 	"\x06events\x18\x01 \x03(\v2\x0e.rein.v1.EventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"O\n" +
-	"\x0fWatchRunRequest\x12\x15\n" +
-	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12%\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"[\n" +
+	"\x0fWatchRunRequest\x12!\n" +
+	"\x06run_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\x12%\n" +
 	"\x0eafter_sequence\x18\x02 \x01(\x04R\rafterSequence\"8\n" +
 	"\x10WatchRunResponse\x12$\n" +
-	"\x05event\x18\x01 \x01(\v2\x0e.rein.v1.EventR\x05event\"A\n" +
-	"\x10CancelRunRequest\x12\x15\n" +
-	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"3\n" +
+	"\x05event\x18\x01 \x01(\v2\x0e.rein.v1.EventR\x05event\"\xf0\x01\n" +
+	"\x10WatchRunsRequest\x12?\n" +
+	"\bstatuses\x18\x01 \x03(\x0e2\x12.rein.v1.RunStatusB\x0f\xbaH\f\x92\x01\t\"\a\x82\x01\x04\x10\x01 \x00R\bstatuses\x12=\n" +
+	"\x06labels\x18\x02 \x03(\v2%.rein.v1.WatchRunsRequest.LabelsEntryR\x06labels\x12!\n" +
+	"\fafter_cursor\x18\x03 \x01(\x04R\vafterCursor\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"?\n" +
+	"\x11WatchRunsResponse\x12*\n" +
+	"\x06change\x18\x01 \x01(\v2\x12.rein.v1.RunChangeR\x06change\"\x83\x02\n" +
+	"\tRunChange\x12\x16\n" +
+	"\x06cursor\x18\x01 \x01(\x04R\x06cursor\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12.\n" +
+	"\bprevious\x18\x03 \x01(\x0e2\x12.rein.v1.RunStatusR\bprevious\x12*\n" +
+	"\x06status\x18\x04 \x01(\x0e2\x12.rein.v1.RunStatusR\x06status\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x129\n" +
+	"\n" +
+	"changed_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tchangedAt\"W\n" +
+	"\x10CancelRunRequest\x12!\n" +
+	"\x06run_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\x12 \n" +
+	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x06reason\"3\n" +
 	"\x11CancelRunResponse\x12\x1e\n" +
-	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"@\n" +
-	"\x13ProvideInputRequest\x12\x15\n" +
-	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
-	"\x04text\x18\x02 \x01(\tR\x04text\"6\n" +
+	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"Y\n" +
+	"\x13ProvideInputRequest\x12!\n" +
+	"\x06run_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\x12\x1f\n" +
+	"\x04text\x18\x02 \x01(\tB\v\xbaH\br\x06\x10\x01\x18\x80\x80\x04R\x04text\"6\n" +
 	"\x14ProvideInputResponse\x12\x1e\n" +
-	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"\xd9\x01\n" +
-	"\x15DecideApprovalRequest\x12\x15\n" +
-	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1f\n" +
-	"\vproposal_id\x18\x02 \x01(\tR\n" +
-	"proposalId\x12#\n" +
-	"\rproposal_hash\x18\x03 \x01(\tR\fproposalHash\x122\n" +
-	"\averdict\x18\x04 \x01(\x0e2\x18.rein.v1.ApprovalVerdictR\averdict\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x17\n" +
+	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"\x8d\x02\n" +
+	"\x15DecideApprovalRequest\x12!\n" +
+	"\x06run_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\x12(\n" +
+	"\vproposal_id\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\n" +
+	"proposalId\x12,\n" +
+	"\rproposal_hash\x18\x03 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\fproposalHash\x12>\n" +
+	"\averdict\x18\x04 \x01(\x0e2\x18.rein.v1.ApprovalVerdictB\n" +
+	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\averdict\x12 \n" +
+	"\x06reason\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x06reason\x12\x17\n" +
 	"\aend_run\x18\x06 \x01(\bR\x06endRun\"8\n" +
 	"\x16DecideApprovalResponse\x12\x1e\n" +
 	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run*n\n" +
 	"\x0fApprovalVerdict\x12 \n" +
 	"\x1cAPPROVAL_VERDICT_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18APPROVAL_VERDICT_APPROVE\x10\x01\x12\x1b\n" +
-	"\x17APPROVAL_VERDICT_REJECT\x10\x022\xb7\x04\n" +
+	"\x17APPROVAL_VERDICT_REJECT\x10\x022\xfd\x04\n" +
 	"\n" +
 	"RunService\x12?\n" +
 	"\bStartRun\x12\x18.rein.v1.StartRunRequest\x1a\x19.rein.v1.StartRunResponse\x129\n" +
@@ -1045,7 +1285,8 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\bListRuns\x12\x18.rein.v1.ListRunsRequest\x1a\x19.rein.v1.ListRunsResponse\x12E\n" +
 	"\n" +
 	"ListEvents\x12\x1a.rein.v1.ListEventsRequest\x1a\x1b.rein.v1.ListEventsResponse\x12A\n" +
-	"\bWatchRun\x12\x18.rein.v1.WatchRunRequest\x1a\x19.rein.v1.WatchRunResponse0\x01\x12B\n" +
+	"\bWatchRun\x12\x18.rein.v1.WatchRunRequest\x1a\x19.rein.v1.WatchRunResponse0\x01\x12D\n" +
+	"\tWatchRuns\x12\x19.rein.v1.WatchRunsRequest\x1a\x1a.rein.v1.WatchRunsResponse0\x01\x12B\n" +
 	"\tCancelRun\x12\x19.rein.v1.CancelRunRequest\x1a\x1a.rein.v1.CancelRunResponse\x12K\n" +
 	"\fProvideInput\x12\x1c.rein.v1.ProvideInputRequest\x1a\x1d.rein.v1.ProvideInputResponse\x12Q\n" +
 	"\x0eDecideApproval\x12\x1e.rein.v1.DecideApprovalRequest\x1a\x1f.rein.v1.DecideApprovalResponseB\x86\x01\n" +
@@ -1064,7 +1305,7 @@ func file_rein_v1_run_service_proto_rawDescGZIP() []byte {
 }
 
 var file_rein_v1_run_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_rein_v1_run_service_proto_goTypes = []any{
 	(ApprovalVerdict)(0),           // 0: rein.v1.ApprovalVerdict
 	(*StartRunRequest)(nil),        // 1: rein.v1.StartRunRequest
@@ -1077,52 +1318,65 @@ var file_rein_v1_run_service_proto_goTypes = []any{
 	(*ListEventsResponse)(nil),     // 8: rein.v1.ListEventsResponse
 	(*WatchRunRequest)(nil),        // 9: rein.v1.WatchRunRequest
 	(*WatchRunResponse)(nil),       // 10: rein.v1.WatchRunResponse
-	(*CancelRunRequest)(nil),       // 11: rein.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),      // 12: rein.v1.CancelRunResponse
-	(*ProvideInputRequest)(nil),    // 13: rein.v1.ProvideInputRequest
-	(*ProvideInputResponse)(nil),   // 14: rein.v1.ProvideInputResponse
-	(*DecideApprovalRequest)(nil),  // 15: rein.v1.DecideApprovalRequest
-	(*DecideApprovalResponse)(nil), // 16: rein.v1.DecideApprovalResponse
-	nil,                            // 17: rein.v1.ListRunsRequest.LabelsEntry
-	(*TaskContract)(nil),           // 18: rein.v1.TaskContract
-	(*Run)(nil),                    // 19: rein.v1.Run
-	(RunStatus)(0),                 // 20: rein.v1.RunStatus
-	(*Event)(nil),                  // 21: rein.v1.Event
+	(*WatchRunsRequest)(nil),       // 11: rein.v1.WatchRunsRequest
+	(*WatchRunsResponse)(nil),      // 12: rein.v1.WatchRunsResponse
+	(*RunChange)(nil),              // 13: rein.v1.RunChange
+	(*CancelRunRequest)(nil),       // 14: rein.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),      // 15: rein.v1.CancelRunResponse
+	(*ProvideInputRequest)(nil),    // 16: rein.v1.ProvideInputRequest
+	(*ProvideInputResponse)(nil),   // 17: rein.v1.ProvideInputResponse
+	(*DecideApprovalRequest)(nil),  // 18: rein.v1.DecideApprovalRequest
+	(*DecideApprovalResponse)(nil), // 19: rein.v1.DecideApprovalResponse
+	nil,                            // 20: rein.v1.ListRunsRequest.LabelsEntry
+	nil,                            // 21: rein.v1.WatchRunsRequest.LabelsEntry
+	(*TaskContract)(nil),           // 22: rein.v1.TaskContract
+	(*Run)(nil),                    // 23: rein.v1.Run
+	(RunStatus)(0),                 // 24: rein.v1.RunStatus
+	(*Event)(nil),                  // 25: rein.v1.Event
+	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
 }
 var file_rein_v1_run_service_proto_depIdxs = []int32{
-	18, // 0: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
-	19, // 1: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
-	19, // 2: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
-	20, // 3: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	17, // 4: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
-	19, // 5: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
-	21, // 6: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
-	21, // 7: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
-	19, // 8: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
-	19, // 9: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
-	0,  // 10: rein.v1.DecideApprovalRequest.verdict:type_name -> rein.v1.ApprovalVerdict
-	19, // 11: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
-	1,  // 12: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
-	3,  // 13: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
-	5,  // 14: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
-	7,  // 15: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
-	9,  // 16: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
-	11, // 17: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
-	13, // 18: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
-	15, // 19: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
-	2,  // 20: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
-	4,  // 21: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
-	6,  // 22: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
-	8,  // 23: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
-	10, // 24: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
-	12, // 25: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
-	14, // 26: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
-	16, // 27: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
-	20, // [20:28] is the sub-list for method output_type
-	12, // [12:20] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	22, // 0: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
+	23, // 1: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
+	23, // 2: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
+	24, // 3: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	20, // 4: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
+	23, // 5: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
+	25, // 6: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
+	25, // 7: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
+	24, // 8: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	21, // 9: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
+	13, // 10: rein.v1.WatchRunsResponse.change:type_name -> rein.v1.RunChange
+	24, // 11: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
+	24, // 12: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
+	26, // 13: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
+	23, // 14: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
+	23, // 15: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
+	0,  // 16: rein.v1.DecideApprovalRequest.verdict:type_name -> rein.v1.ApprovalVerdict
+	23, // 17: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
+	1,  // 18: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
+	3,  // 19: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
+	5,  // 20: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
+	7,  // 21: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
+	9,  // 22: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
+	11, // 23: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
+	14, // 24: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
+	16, // 25: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
+	18, // 26: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
+	2,  // 27: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
+	4,  // 28: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
+	6,  // 29: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
+	8,  // 30: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
+	10, // 31: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
+	12, // 32: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
+	15, // 33: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
+	17, // 34: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
+	19, // 35: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
+	27, // [27:36] is the sub-list for method output_type
+	18, // [18:27] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_service_proto_init() }
@@ -1139,7 +1393,7 @@ func file_rein_v1_run_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_run_service_proto_rawDesc), len(file_rein_v1_run_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const (
 	RunService_ListRuns_FullMethodName       = "/rein.v1.RunService/ListRuns"
 	RunService_ListEvents_FullMethodName     = "/rein.v1.RunService/ListEvents"
 	RunService_WatchRun_FullMethodName       = "/rein.v1.RunService/WatchRun"
+	RunService_WatchRuns_FullMethodName      = "/rein.v1.RunService/WatchRuns"
 	RunService_CancelRun_FullMethodName      = "/rein.v1.RunService/CancelRun"
 	RunService_ProvideInput_FullMethodName   = "/rein.v1.RunService/ProvideInput"
 	RunService_DecideApproval_FullMethodName = "/rein.v1.RunService/DecideApproval"
@@ -47,6 +48,9 @@ type RunServiceClient interface {
 	// WatchRun streams a run's events after a sequence: history, then live.
 	// The stream ends once the run is terminal and every event was sent.
 	WatchRun(ctx context.Context, in *WatchRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchRunResponse], error)
+	// WatchRuns streams status changes across the caller's runs, in the order
+	// they were committed. It resumes from a cursor and never ends by itself.
+	WatchRuns(ctx context.Context, in *WatchRunsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchRunsResponse], error)
 	// CancelRun cancels a running or paused run.
 	CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error)
 	// ProvideInput answers a run that needs input.
@@ -122,6 +126,25 @@ func (c *runServiceClient) WatchRun(ctx context.Context, in *WatchRunRequest, op
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RunService_WatchRunClient = grpc.ServerStreamingClient[WatchRunResponse]
 
+func (c *runServiceClient) WatchRuns(ctx context.Context, in *WatchRunsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchRunsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &RunService_ServiceDesc.Streams[1], RunService_WatchRuns_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRunsRequest, WatchRunsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RunService_WatchRunsClient = grpc.ServerStreamingClient[WatchRunsResponse]
+
 func (c *runServiceClient) CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CancelRunResponse)
@@ -170,6 +193,9 @@ type RunServiceServer interface {
 	// WatchRun streams a run's events after a sequence: history, then live.
 	// The stream ends once the run is terminal and every event was sent.
 	WatchRun(*WatchRunRequest, grpc.ServerStreamingServer[WatchRunResponse]) error
+	// WatchRuns streams status changes across the caller's runs, in the order
+	// they were committed. It resumes from a cursor and never ends by itself.
+	WatchRuns(*WatchRunsRequest, grpc.ServerStreamingServer[WatchRunsResponse]) error
 	// CancelRun cancels a running or paused run.
 	CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error)
 	// ProvideInput answers a run that needs input.
@@ -200,6 +226,9 @@ func (UnimplementedRunServiceServer) ListEvents(context.Context, *ListEventsRequ
 }
 func (UnimplementedRunServiceServer) WatchRun(*WatchRunRequest, grpc.ServerStreamingServer[WatchRunResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchRun not implemented")
+}
+func (UnimplementedRunServiceServer) WatchRuns(*WatchRunsRequest, grpc.ServerStreamingServer[WatchRunsResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchRuns not implemented")
 }
 func (UnimplementedRunServiceServer) CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelRun not implemented")
@@ -314,6 +343,17 @@ func _RunService_WatchRun_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RunService_WatchRunServer = grpc.ServerStreamingServer[WatchRunResponse]
 
+func _RunService_WatchRuns_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRunsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(RunServiceServer).WatchRuns(m, &grpc.GenericServerStream[WatchRunsRequest, WatchRunsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RunService_WatchRunsServer = grpc.ServerStreamingServer[WatchRunsResponse]
+
 func _RunService_CancelRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CancelRunRequest)
 	if err := dec(in); err != nil {
@@ -408,6 +448,11 @@ var RunService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchRun",
 			Handler:       _RunService_WatchRun_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchRuns",
+			Handler:       _RunService_WatchRuns_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -25,6 +25,7 @@ var (
 	bucketRuns     = []byte("runs")
 	bucketRequests = []byte("requests")
 	bucketStatus   = []byte("status")
+	bucketChanges  = []byte("changes")
 	keyFormat      = []byte("format")
 	keyContract    = []byte("contract")
 	keySnapshot    = []byte("snapshot")
@@ -88,7 +89,7 @@ func Open(path string, opts Options) (*Store, error) {
 				return err
 			}
 		}
-		for _, b := range [][]byte{bucketRuns, bucketRequests, bucketStatus} {
+		for _, b := range [][]byte{bucketRuns, bucketRequests, bucketStatus, bucketChanges} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -260,6 +261,27 @@ func (s *Store) Events(ctx context.Context, runID string, after uint64, limit in
 		return nil
 	})
 	return out, err
+}
+
+// Changes implements store.Store.
+func (s *Store) Changes(ctx context.Context, after uint64, limit int) ([]store.Change, uint64, error) {
+	var out []store.Change
+	var head uint64
+	err := s.view(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketChanges)
+		head = b.Sequence()
+		c := b.Cursor()
+		for k, v := c.Seek(seqKey(after + 1)); k != nil && len(out) < limit; k, v = c.Next() {
+			tenant, data, ok := bytes.Cut(v, []byte{0})
+			ch := &reinv1.RunChange{}
+			if !ok || proto.Unmarshal(data, ch) != nil {
+				return fmt.Errorf("decode status change %d", binary.BigEndian.Uint64(k))
+			}
+			out = append(out, store.Change{Cursor: ch.GetCursor(), Tenant: string(tenant), Change: ch})
+		}
+		return nil
+	})
+	return out, head, err
 }
 
 // ScanEvents calls fn with each stored event of a run after a sequence, in

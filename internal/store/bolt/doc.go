@@ -9,6 +9,8 @@
 //	runs/<run id>/events/  nested bucket: uint64 sequence → Event
 //	requests/<tenant>\x00<request id> → run id (idempotent create)
 //	status/<status byte><run id> → empty (the listing index by status)
+//	changes/<uint64 cursor> → tenant \x00 RunChange (every status change, in
+//	                         commit order, for WatchRuns)
 //
 // Run IDs sort by creation time, so the runs bucket is the listing order.
 //

@@ -6,6 +6,7 @@ import (
 
 	bbolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
@@ -198,5 +199,22 @@ func putSnapshot(tx *bbolt.Tx, b *bbolt.Bucket, prev reinv1.RunStatus, next runs
 			return err
 		}
 	}
-	return idx.Put(statusKey(next.Status, next.RunID), nil)
+	if err := idx.Put(statusKey(next.Status, next.RunID), nil); err != nil {
+		return err
+	}
+	changes := tx.Bucket(bucketChanges)
+	cursor, err := changes.NextSequence()
+	if err != nil {
+		return err
+	}
+	ch, err := proto.Marshal(&reinv1.RunChange{
+		Cursor: cursor, RunId: next.RunID, Previous: prev, Status: next.Status, Version: next.Version,
+		Reason: next.StatusReason, ChangedAt: timestamppb.New(next.UpdatedAt),
+	})
+	if err != nil {
+		return err
+	}
+	v := make([]byte, 0, len(next.Tenant)+1+len(ch))
+	v = append(append(append(v, next.Tenant...), 0), ch...)
+	return changes.Put(seqKey(cursor), v)
 }

@@ -59,6 +59,7 @@ func Run(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 		{"ListRejectsBadLimit", testListRejectsBadLimit},
 		{"Closed", testClosed},
 		{"CloseDuringAppends", testCloseDuringAppends},
+		{"Changes", testChanges},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
