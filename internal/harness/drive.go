@@ -98,6 +98,8 @@ var (
 // commit appends the pending events and evs as one durable write.
 func (r *runner) commit(ctx context.Context, evs ...*reinv1.Event) error {
 	all := append(r.pending, evs...)
+	// The pending events were observed when they were kept.
+	fresh := len(r.pending)
 	for i, ev := range all {
 		ev.RunId = r.st.RunID
 		ev.Sequence = r.st.Version + uint64(i) + 1
@@ -117,7 +119,7 @@ func (r *runner) commit(ctx context.Context, evs ...*reinv1.Event) error {
 	}
 	r.pending = nil
 	r.st = next
-	for _, ev := range all {
+	for _, ev := range all[fresh:] {
 		r.observe(ev)
 	}
 	r.e.cfg.Notify(r.st.RunID, r.st.Version)

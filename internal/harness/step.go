@@ -83,8 +83,11 @@ func (r *runner) step(ctx context.Context) error {
 	}
 	mctx := ctx
 	if !r.st.Deadline.IsZero() {
+		// The deadline is on the run's clock, which may not be the wall
+		// clock (a replay runs on the recorded one): cut the call after the
+		// time left on it.
 		var cancel context.CancelFunc
-		mctx, cancel = context.WithDeadline(ctx, r.st.Deadline)
+		mctx, cancel = context.WithTimeout(ctx, r.st.Deadline.Sub(now))
 		defer cancel()
 	}
 	reply, err := r.model.Next(mctx, req)
@@ -185,6 +188,7 @@ func (r *runner) route(ctx context.Context, call *reinv1.ToolCall, returned *rei
 	if grant.GetTier() == reinv1.ToolTier_TOOL_TIER_WRITE {
 		preview, err := r.executor().Propose(tctx, tc)
 		if ctx.Err() != nil {
+			r.later(r.toolResult(call, nil, errInterrupted))
 			return errStopped
 		}
 		if err != nil {
@@ -195,6 +199,7 @@ func (r *runner) route(ctx context.Context, call *reinv1.ToolCall, returned *rei
 	}
 	out, err := r.executor().Read(tctx, tc)
 	if ctx.Err() != nil {
+		r.later(r.toolResult(call, nil, errInterrupted))
 		return errStopped
 	}
 	r.later(r.toolResult(call, out, err))
@@ -248,10 +253,16 @@ func (r *runner) end(ctx context.Context, status reinv1.RunStatus, reason string
 	return r.commit(ctx, evs...)
 }
 
+// errInterrupted is the result of a tool call cut short because the run's
+// driver stopped (a cancel or a shutdown).
+var errInterrupted = errors.New("the call was interrupted because the run stopped; its result is unknown")
+
 // later keeps an event of this step to share a commit with the next one.
+// The model sees it at once: the next call's context includes it.
 func (r *runner) later(ev *reinv1.Event) {
 	ev.RecordedAt = r.now
 	r.pending = append(r.pending, ev)
+	r.observe(ev)
 }
 
 // toolResult is the tool_returned observation of a call, cut to the
