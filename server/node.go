@@ -2,12 +2,19 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/auth"
 	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/store"
@@ -23,12 +30,26 @@ type Config struct {
 	Tools tools.Executor
 	// Models builds a run's model; nil means model.New.
 	Models func(*reinv1.ModelSpec) (model.Model, error)
-	// Identity says who a call comes from; nil means LocalIdentity.
-	Identity func(ctx context.Context) Identity
+	// Directory maps credentials to principals. Nil means no credentials:
+	// the server accepts only local callers, as the local admin.
+	Directory *auth.Directory
+	// RatePerSecond and RateBurst bound each principal's calls; 0 means no
+	// limit.
+	RatePerSecond float64
+	RateBurst     int
+	// MaxRecvBytes bounds a request's size; 0 means 4 MiB.
+	MaxRecvBytes int
+	// MaxStreams bounds concurrent streams per connection; 0 means 4096.
+	MaxStreams uint32
+	// Reflection registers the server reflection service (for grpcurl).
+	Reflection bool
+	// Resume carries on, at open, every run the store holds as running. A
+	// server resumes; the CLI's read-only commands must not.
+	Resume bool
 	// Clock is the engine's clock; nil means time.Now.
 	Clock  func() time.Time
 	Logger *slog.Logger
-	// ServerOptions are passed to grpc.NewServer.
+	// ServerOptions are added to grpc.NewServer's (credentials, say).
 	ServerOptions []grpc.ServerOption
 }
 
@@ -39,17 +60,24 @@ type Node struct {
 	Engine *harness.Engine
 	Hub    *Hub
 	GRPC   *grpc.Server
+	health *health.Server
 	log    *slog.Logger
+
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
-// Open opens the store, starts the engine, registers the services, and
-// resumes every run the store holds as running.
+// Open opens the store, starts the engine, registers the services with the
+// interceptor chain, and (with Resume) carries on every running run.
 func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Identity == nil {
-		cfg.Identity = func(context.Context) Identity { return LocalIdentity }
+	if cfg.MaxRecvBytes == 0 {
+		cfg.MaxRecvBytes = 4 << 20
+	}
+	if cfg.MaxStreams == 0 {
+		cfg.MaxStreams = 4096
 	}
 	st, err := bolt.Open(cfg.DBPath, bolt.Options{})
 	if err != nil {
@@ -59,11 +87,30 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	eng := harness.New(harness.Config{
 		Store: st, Models: cfg.Models, Tools: cfg.Tools, Clock: cfg.Clock, Notify: hub.Notify, Logger: cfg.Logger,
 	})
-	n := &Node{Store: st, Engine: eng, Hub: hub, GRPC: grpc.NewServer(cfg.ServerOptions...), log: cfg.Logger}
-	reinv1.RegisterRunServiceServer(n.GRPC, &runService{engine: eng, store: st, hub: hub, log: cfg.Logger, identity: cfg.Identity})
-	if err := n.resume(ctx); err != nil {
-		n.Close()
-		return nil, err
+	opts := append(chain(cfg.Logger, &authenticator{dir: cfg.Directory}, newLimiter(cfg.RatePerSecond, cfg.RateBurst)),
+		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
+		grpc.MaxConcurrentStreams(cfg.MaxStreams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
+	)
+	n := &Node{
+		Store: st, Engine: eng, Hub: hub,
+		GRPC:   grpc.NewServer(append(opts, cfg.ServerOptions...)...),
+		health: health.NewServer(),
+		log:    cfg.Logger,
+		done:   make(chan struct{}),
+	}
+	reinv1.RegisterRunServiceServer(n.GRPC, &runService{engine: eng, store: st, hub: hub, log: cfg.Logger, done: n.done})
+	healthpb.RegisterHealthServer(n.GRPC, n.health)
+	n.health.SetServingStatus(reinv1.RunService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	if cfg.Reflection {
+		reflection.Register(n.GRPC)
+	}
+	if cfg.Resume {
+		if err := n.resume(ctx); err != nil {
+			n.Close()
+			return nil, err
+		}
 	}
 	return n, nil
 }
@@ -90,12 +137,37 @@ func (n *Node) resume(ctx context.Context) error {
 	}
 }
 
-// Close stops the gRPC server, then the engine (drivers commit what they
-// hold), then closes the store.
+// Shutdown stops the node gracefully: the health check turns NOT_SERVING,
+// no new call is accepted, watch streams end with Unavailable and the
+// sequence to resume from, calls in flight finish, each running run stops
+// after its current step commits, and the store closes cleanly. What is
+// still running when ctx ends is stopped at once.
+func (n *Node) Shutdown(ctx context.Context) {
+	n.closeOnce.Do(func() {
+		n.health.Shutdown()
+		close(n.done)
+		stopped := make(chan struct{})
+		go func() {
+			n.GRPC.GracefulStop()
+			close(stopped)
+		}()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			n.GRPC.Stop()
+			<-stopped
+		}
+		n.Engine.Shutdown(ctx)
+		if err := n.Store.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
+			n.log.Error("close store", "error", err)
+		}
+	})
+}
+
+// Close stops the node at once: calls and streams are cut, running runs
+// stop where they are (their logs stay consistent; Resume carries them on).
 func (n *Node) Close() {
-	n.GRPC.Stop()
-	n.Engine.Close()
-	if err := n.Store.Close(); err != nil {
-		n.log.Error("close store", "error", err)
-	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	n.Shutdown(ctx)
 }

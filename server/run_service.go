@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/auth"
 	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
@@ -27,16 +28,6 @@ const (
 	maxEventPage     = 10000
 )
 
-// Identity is who is calling: a principal in a tenant.
-type Identity struct {
-	Principal string
-	Tenant    string
-}
-
-// LocalIdentity is the identity of calls on a server without credentials
-// (the CLI's embedded server).
-var LocalIdentity = Identity{Principal: "local", Tenant: "default"}
-
 // runService implements reinv1.RunServiceServer.
 type runService struct {
 	reinv1.UnsafeRunServiceServer
@@ -44,8 +35,9 @@ type runService struct {
 	store  store.Store
 	hub    *Hub
 	log    *slog.Logger
-	// identity says who a call comes from.
-	identity func(ctx context.Context) Identity
+	// done is closed when the server shuts down: watch streams end with
+	// Unavailable, and the client resumes from the last sequence it saw.
+	done <-chan struct{}
 }
 
 var _ reinv1.RunServiceServer = (*runService)(nil)
@@ -53,7 +45,7 @@ var _ reinv1.RunServiceServer = (*runService)(nil)
 func (s *runService) StartRun(ctx context.Context, req *reinv1.StartRunRequest) (*reinv1.StartRunResponse, error) {
 	id := s.identity(ctx)
 	st, created, err := s.engine.Start(ctx, harness.StartRequest{
-		RequestID: req.GetRequestId(), Contract: req.GetContract(), Principal: id.Principal, Tenant: id.Tenant,
+		RequestID: req.GetRequestId(), Contract: req.GetContract(), Principal: id.ID, Tenant: id.Tenant,
 	})
 	if err != nil {
 		return nil, toStatus(s.log, "StartRun", err)
@@ -67,6 +59,15 @@ func (s *runService) GetRun(ctx context.Context, req *reinv1.GetRunRequest) (*re
 		return nil, toStatus(s.log, "GetRun", err)
 	}
 	return &reinv1.GetRunResponse{Run: st.Proto(true)}, nil
+}
+
+// identity is the caller, as the auth interceptor found it.
+func (s *runService) identity(ctx context.Context) auth.Principal {
+	if p, ok := auth.FromContext(ctx); ok {
+		return p
+	}
+	// Unreachable through the interceptor chain; deny by tenant.
+	return auth.Principal{ID: "unknown", Tenant: "\x00none"}
 }
 
 // load reads a run the caller may see; another tenant's run is NotFound, the
@@ -183,6 +184,8 @@ func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStr
 		case <-sub.C:
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
+		case <-s.done:
+			return status.Errorf(codes.Unavailable, "the server is shutting down; resume the watch with after_sequence=%d", cursor)
 		}
 	}
 }
@@ -191,7 +194,7 @@ func (s *runService) CancelRun(ctx context.Context, req *reinv1.CancelRunRequest
 	if _, err := s.load(ctx, req.GetRunId()); err != nil {
 		return nil, toStatus(s.log, "CancelRun", err)
 	}
-	st, err := s.engine.Cancel(ctx, req.GetRunId(), req.GetReason(), "principal:"+s.identity(ctx).Principal)
+	st, err := s.engine.Cancel(ctx, req.GetRunId(), req.GetReason(), "principal:"+s.identity(ctx).ID)
 	if err != nil {
 		return nil, toStatus(s.log, "CancelRun", err)
 	}
@@ -233,6 +236,66 @@ func decodeToken(tok string) (string, error) {
 	return string(b), nil
 }
 
-func (s *runService) WatchRuns(*reinv1.WatchRunsRequest, grpc.ServerStreamingServer[reinv1.WatchRunsResponse]) error {
-	return status.Error(codes.Unimplemented, "WatchRuns is not implemented yet")
+// WatchRuns streams the caller's tenant's status changes from the store's
+// change log, then live, woken by the hub like WatchRun.
+func (s *runService) WatchRuns(req *reinv1.WatchRunsRequest, stream grpc.ServerStreamingServer[reinv1.WatchRunsResponse]) error {
+	ctx := stream.Context()
+	sub := s.hub.SubscribeAll()
+	defer sub.Close()
+	tenant := s.identity(ctx).Tenant
+	want := map[reinv1.RunStatus]bool{}
+	for _, st := range req.GetStatuses() {
+		want[st] = true
+	}
+	cursor := req.GetAfterCursor()
+	_, head, err := s.store.Changes(ctx, cursor, 0)
+	if err != nil {
+		return toStatus(s.log, "WatchRuns", err)
+	}
+	if cursor > head {
+		return status.Errorf(codes.OutOfRange, "after_cursor %d is beyond the last change %d; resume from %d or less", cursor, head, head)
+	}
+	for {
+		changes, _, err := s.store.Changes(ctx, cursor, defaultEventPage)
+		if err != nil {
+			return toStatus(s.log, "WatchRuns", err)
+		}
+		for _, c := range changes {
+			cursor = c.Cursor
+			if c.Tenant != tenant || (len(want) > 0 && !want[c.Change.GetStatus()]) {
+				continue
+			}
+			if len(req.GetLabels()) > 0 {
+				st, err := s.store.Load(ctx, c.Change.GetRunId())
+				if err != nil {
+					return toStatus(s.log, "WatchRuns", err)
+				}
+				if !hasLabels(st.Contract.GetLabels(), req.GetLabels()) {
+					continue
+				}
+			}
+			if err := stream.Send(&reinv1.WatchRunsResponse{Change: c.Change}); err != nil {
+				return err
+			}
+		}
+		if len(changes) == defaultEventPage {
+			continue
+		}
+		select {
+		case <-sub.C:
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-s.done:
+			return status.Errorf(codes.Unavailable, "the server is shutting down; resume the watch with after_cursor=%d", cursor)
+		}
+	}
+}
+
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }

@@ -375,9 +375,10 @@ func TestCancelTerminalRun(t *testing.T) {
 
 func TestNotYetImplemented(t *testing.T) {
 	s := newTestServer(t, nil)
-	_, err := s.client.ProvideInput(context.Background(), &reinv1.ProvideInputRequest{RunId: "x"})
+	_, err := s.client.ProvideInput(context.Background(), &reinv1.ProvideInputRequest{RunId: "x", Text: "y"})
 	wantCode(t, err, codes.Unimplemented)
-	_, err = s.client.DecideApproval(context.Background(), &reinv1.DecideApprovalRequest{RunId: "x"})
+	_, err = s.client.DecideApproval(context.Background(), &reinv1.DecideApprovalRequest{
+		RunId: "x", ProposalId: "p", ProposalHash: "h", Verdict: reinv1.ApprovalVerdict_APPROVAL_VERDICT_APPROVE})
 	wantCode(t, err, codes.Unimplemented)
 }
 
@@ -412,7 +413,7 @@ func TestRestartResumesRunningRuns(t *testing.T) {
 
 	// The second node's script answers at once.
 	fast := &reinv1.ScriptedReply{Reply: slow.Reply}
-	node, err = Open(context.Background(), Config{DBPath: path, Models: scriptedModels(fast)})
+	node, err = Open(context.Background(), Config{DBPath: path, Models: scriptedModels(fast), Resume: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,12 +77,29 @@ func (o *runOptions) run(ctx context.Context, e *env, path string) error {
 	if o.requestID == "" {
 		o.requestID = randomID()
 	}
+	if ctx.Err() != nil {
+		return &exitErr{code: exitCancelled, err: errors.New("interrupted before the run started; nothing was written")}
+	}
 	cn, err := embedded(context.WithoutCancel(ctx), e.db, executor)
 	if err != nil {
 		return err
 	}
 	defer cn.close()
-	resp, err := cn.runs.StartRun(ctx, &reinv1.StartRunRequest{RequestId: o.requestID, Contract: c})
+	req := &reinv1.StartRunRequest{RequestId: o.requestID, Contract: c}
+	resp, err := cn.runs.StartRun(ctx, req)
+	if err != nil && ctx.Err() != nil {
+		// Interrupted while starting: the run may exist. The request ID
+		// finds it (or starts it) so that it can be cancelled, not left
+		// running.
+		resp, err = cn.runs.StartRun(context.WithoutCancel(ctx), req)
+		if err == nil {
+			run, cerr := cancelOnInterrupt(e.stderr, cn.runs, resp.GetRun().GetRunId())
+			if cerr != nil {
+				return cerr
+			}
+			return finish(e, run)
+		}
+	}
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
@@ -66,21 +67,67 @@ func timeText(t time.Time, ok bool) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-// protoJSON is m as a JSON value with snake_case names, numbers as numbers
-// and statuses in lower case; nil for an unset message.
+// protoJSON is m as a JSON value with snake_case names, 64-bit integers as
+// numbers (protojson writes them as strings), enums by name and statuses in
+// lower case; nil for an unset message.
 func protoJSON(m proto.Message) any {
 	if m == nil || !m.ProtoReflect().IsValid() {
 		return nil
 	}
-	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
-	if err != nil {
-		return map[string]any{"error": err.Error()}
+	return lowerStatuses(messageJSON(m.ProtoReflect()))
+}
+
+// messageJSON walks a message by reflection. Well-known types (Struct,
+// Value, Timestamp, Duration) take their protojson form.
+func messageJSON(m protoreflect.Message) any {
+	if m.Descriptor().FullName().Parent() == "google.protobuf" {
+		b, err := protojson.Marshal(m.Interface())
+		if err != nil {
+			return map[string]any{"error": err.Error()}
+		}
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			return map[string]any{"error": err.Error()}
+		}
+		return v
 	}
-	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
-		return map[string]any{"error": err.Error()}
+	out := map[string]any{}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList():
+			list := make([]any, v.List().Len())
+			for i := range list {
+				list[i] = scalarJSON(fd, v.List().Get(i))
+			}
+			out[string(fd.Name())] = list
+		case fd.IsMap():
+			mp := map[string]any{}
+			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				mp[k.String()] = scalarJSON(fd.MapValue(), mv)
+				return true
+			})
+			out[string(fd.Name())] = mp
+		default:
+			out[string(fd.Name())] = scalarJSON(fd, v)
+		}
+		return true
+	})
+	return out
+}
+
+func scalarJSON(fd protoreflect.FieldDescriptor, v protoreflect.Value) any {
+	switch fd.Kind() {
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return messageJSON(v.Message())
+	case protoreflect.EnumKind:
+		if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
+			return string(ev.Name())
+		}
+		return int32(v.Enum())
+	case protoreflect.BytesKind:
+		return v.Bytes()
 	}
-	return lowerStatuses(v)
+	return v.Interface()
 }
 
 // lowerStatuses rewrites "RUN_STATUS_X" strings as "x", everywhere in v.

@@ -45,7 +45,7 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 		return r.fail(fmt.Sprintf("the run's model cannot be built: %v", err))
 	}
 	for r.st.Status == reinv1.RunStatus_RUN_STATUS_RUNNING {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || e.draining.Load() {
 			return nil
 		}
 		err := r.step(ctx)

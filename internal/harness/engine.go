@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -67,6 +68,9 @@ type Engine struct {
 
 	idMu sync.Mutex
 	ids  *ulid.MonotonicEntropy
+
+	// draining makes drivers stop at the next step boundary (Shutdown).
+	draining atomic.Bool
 }
 
 type driver struct {
@@ -254,6 +258,26 @@ func (e *Engine) Wait(ctx context.Context, runID string) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// Shutdown stops the engine gracefully: no new run starts, and each driver
+// stops after the step it is in commits. Drivers still stepping when ctx ends
+// are cancelled, as Close does.
+func (e *Engine) Shutdown(ctx context.Context) {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	e.draining.Store(true)
+	done := make(chan struct{})
+	go func() {
+		e.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		e.Close()
 	}
 }
 
