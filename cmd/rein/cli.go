@@ -56,6 +56,10 @@ type env struct {
 	stderr io.Writer
 	// db is the bbolt file of the embedded server.
 	db string
+	// server, when set, is a rein server to talk to instead of the embedded
+	// one; token and the TLS files go with it.
+	server, token          string
+	tlsCA, tlsCert, tlsKey string
 	// json asks for JSON output.
 	json bool
 	// started is set once flags and arguments were accepted; an error before
@@ -84,6 +88,11 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&e.db, "db", defaultDB(), "bbolt file of the embedded server")
 	root.PersistentFlags().BoolVar(&e.json, "json", false, "print JSON")
+	root.PersistentFlags().StringVar(&e.server, "server", os.Getenv("REIN_SERVER"), "a rein server's host:port (env REIN_SERVER); without it, commands run an embedded server on --db")
+	root.PersistentFlags().StringVar(&e.token, "token", os.Getenv("REIN_TOKEN"), "bearer token for --server (env REIN_TOKEN)")
+	root.PersistentFlags().StringVar(&e.tlsCA, "tls-ca", "", "CA certificate that signed the server's; turns TLS on")
+	root.PersistentFlags().StringVar(&e.tlsCert, "tls-cert", "", "client certificate, for mTLS")
+	root.PersistentFlags().StringVar(&e.tlsKey, "tls-key", "", "client key, for mTLS")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return usageError("%v", err)
 	})
@@ -92,6 +101,8 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newInspectCmd(e),
 		newEventsCmd(e),
 		newListCmd(e),
+		newServeCmd(e),
+		newWatchCmd(e),
 		newBenchCmd(e),
 	)
 	err := root.ExecuteContext(ctx)

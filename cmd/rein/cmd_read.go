@@ -13,9 +13,12 @@ import (
 	"github.com/reinhq/rein/internal/runstate"
 )
 
-// reader connects to the store for a read-only command. A missing --db file
-// is not created: there is nothing to read.
+// reader connects for a read-only command. On the embedded server, a
+// missing --db file is not created: there is nothing to read.
 func reader(ctx context.Context, e *env) (*conn, error) {
+	if e.server != "" {
+		return connect(ctx, e, nil)
+	}
 	if _, err := os.Stat(e.db); err != nil {
 		return nil, &exitErr{code: exitNotFound, err: fmt.Errorf("no rein store at %s: start a run first, or pass --db", e.db)}
 	}
@@ -165,7 +168,7 @@ func newListCmd(e *env) *cobra.Command {
 				return usageError("--limit must be positive")
 			}
 			var runs []summary
-			if _, err := os.Stat(e.db); err == nil {
+			if _, err := os.Stat(e.db); err == nil || e.server != "" {
 				cn, err := reader(ctx, e)
 				if err != nil {
 					return err

@@ -80,7 +80,7 @@ func (o *runOptions) run(ctx context.Context, e *env, path string) error {
 	if ctx.Err() != nil {
 		return &exitErr{code: exitCancelled, err: errors.New("interrupted before the run started; nothing was written")}
 	}
-	cn, err := embedded(context.WithoutCancel(ctx), e.db, executor)
+	cn, err := connect(context.WithoutCancel(ctx), e, executor)
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,11 @@ func (o *runOptions) run(ctx context.Context, e *env, path string) error {
 		return err
 	}
 	runID := resp.GetRun().GetRunId()
-	fmt.Fprintf(e.stderr, "rein: run %s started (db %s)\n", runID, e.db)
+	where := "db " + e.db
+	if cn.remote {
+		where = "server " + e.server
+	}
+	fmt.Fprintf(e.stderr, "rein: run %s started (%s)\n", runID, where)
 	run, err := follow(ctx, e.stderr, cn.runs, runID)
 	if err != nil && ctx.Err() != nil {
 		run, err = cancelOnInterrupt(e.stderr, cn.runs, runID)

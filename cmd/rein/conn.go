@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/reinhq/rein/client"
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/tools"
 	"github.com/reinhq/rein/server"
@@ -19,13 +20,33 @@ import (
 
 // conn is a client of a rein server and how to let it go.
 type conn struct {
-	runs  reinv1.RunServiceClient
-	close func()
+	*client.Client
+	runs reinv1.RunServiceClient
+	// remote is true for --server; false for the embedded server.
+	remote bool
+	close  func()
+}
+
+// connect returns a client of the --server, or of an embedded server over
+// --db that runs with executor's tools.
+func connect(ctx context.Context, e *env, executor tools.Executor) (*conn, error) {
+	if e.server == "" {
+		return embedded(ctx, e.db, executor)
+	}
+	if executor != nil {
+		return nil, usageError("--tools applies to the embedded server; with --server, the server's own tools (rein serve --tools) run")
+	}
+	c, err := client.Dial(e.server, client.Options{Token: e.token, CAFile: e.tlsCA, CertFile: e.tlsCert, KeyFile: e.tlsKey})
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	return &conn{Client: c, runs: c.Runs, remote: true, close: func() { _ = c.Close() }}, nil
 }
 
 // embedded starts rein in this process on the bbolt file at db and connects
 // to it through the generated client over an in-memory gRPC connection, so
-// the CLI runs the same service code as a remote server.
+// the CLI runs the same service code, interceptors included, as a remote
+// server.
 func embedded(ctx context.Context, db string, executor tools.Executor) (*conn, error) {
 	if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
 		return nil, &exitErr{code: exitError, err: fmt.Errorf("create the directory for --db %s: %w", db, err)}
@@ -50,8 +71,10 @@ func embedded(ctx context.Context, db string, executor tools.Executor) (*conn, e
 		node.Close()
 		return nil, err
 	}
+	c := client.New(cc)
 	return &conn{
-		runs: reinv1.NewRunServiceClient(cc),
+		Client: c,
+		runs:   c.Runs,
 		close: func() {
 			_ = cc.Close()
 			node.Close()

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/reinhq/rein/internal/auth"
+	"github.com/reinhq/rein/internal/tools"
+	"github.com/reinhq/rein/server"
+)
+
+type serveOptions struct {
+	listen          string
+	tlsCert, tlsKey string
+	clientCA        string
+	tokens          string
+	tools           string
+	reflection      bool
+	rate            float64
+	burst           int
+	maxMsgBytes     int
+	maxStreams      uint32
+	shutdownTimeout time.Duration
+}
+
+func newServeCmd(e *env) *cobra.Command {
+	o := &serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run rein as a gRPC server",
+		Long: `Run rein as a gRPC server on --listen, storing runs in --db.
+
+Callers authenticate with a bearer token listed (by its SHA-256) in --tokens,
+or with a client certificate (--client-ca) mapped there by its common name.
+Without --tokens the server accepts only local callers, as the local admin.
+On SIGTERM or Ctrl+C it stops gracefully: no new calls, calls in flight and
+each running run's current step finish, watch streams end with the sequence
+to resume from, and the database closes cleanly. At start it carries on every
+run the database holds as running.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), e) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.listen, "listen", "127.0.0.1:7233", "address to listen on")
+	f.StringVar(&o.tlsCert, "tls-cert", "", "server certificate (PEM); with --tls-key turns TLS on")
+	f.StringVar(&o.tlsKey, "tls-key", "", "server key (PEM)")
+	f.StringVar(&o.clientCA, "client-ca", "", "CA that signs client certificates; requires them (mTLS)")
+	f.StringVar(&o.tokens, "tokens", "", "tokens file mapping credentials to principals, tenants and roles")
+	f.StringVar(&o.tools, "tools", "", "tools the server runs, as fixture:FILE")
+	f.BoolVar(&o.reflection, "reflection", true, "serve gRPC server reflection (for grpcurl)")
+	f.Float64Var(&o.rate, "rate", 50, "calls per second each principal may make (0: no limit)")
+	f.IntVar(&o.burst, "burst", 100, "calls a principal may make at once above --rate")
+	f.IntVar(&o.maxMsgBytes, "max-msg-bytes", 4<<20, "largest request accepted, in bytes")
+	f.Uint32Var(&o.maxStreams, "max-streams", 4096, "concurrent streams per connection")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop may take")
+	return cmd
+}
+
+func (o *serveOptions) run(ctx context.Context, e *env) error {
+	log := slog.New(slog.NewTextHandler(e.stderr, nil))
+	cfg := server.Config{
+		DBPath: e.db, Reflection: o.reflection, Resume: true, Logger: log,
+		RatePerSecond: o.rate, RateBurst: o.burst, MaxRecvBytes: o.maxMsgBytes, MaxStreams: o.maxStreams,
+	}
+	if o.tokens != "" {
+		dir, err := auth.LoadDirectory(o.tokens)
+		if err != nil {
+			return usageError("--tokens: %v", err)
+		}
+		cfg.Directory = dir
+	} else if o.clientCA != "" {
+		return usageError("--client-ca needs --tokens, which maps each certificate's common name to a principal")
+	}
+	if o.tools != "" {
+		file, err := flagFile("tools", o.tools, "fixture")
+		if err != nil {
+			return err
+		}
+		f, err := loadFixtures(file)
+		if err != nil {
+			return err
+		}
+		cfg.Tools = tools.Executor(f)
+	}
+	if o.tlsCert != "" || o.tlsKey != "" || o.clientCA != "" {
+		creds, err := o.credentials()
+		if err != nil {
+			return usageError("%v", err)
+		}
+		cfg.ServerOptions = []grpc.ServerOption{grpc.Creds(creds)}
+	}
+	if err := os.MkdirAll(filepath.Dir(e.db), 0o700); err != nil {
+		return fmt.Errorf("create the directory for --db %s: %w", e.db, err)
+	}
+	node, err := server.Open(ctx, cfg)
+	if err != nil {
+		return &exitErr{code: exitUnavailable, err: err}
+	}
+	lis, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		node.Close()
+		return &exitErr{code: exitUnavailable, err: fmt.Errorf("listen on %s: %w", o.listen, err)}
+	}
+	if cfg.Directory == nil {
+		log.Warn("no --tokens: accepting only local callers (loopback), as the local admin")
+	}
+	log.Info("rein serving", "addr", lis.Addr().String(), "db", e.db, "tls", cfg.ServerOptions != nil, "reflection", o.reflection)
+	served := make(chan error, 1)
+	go func() { served <- node.GRPC.Serve(lis) }()
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		node.Close()
+		return fmt.Errorf("serve: %w", err)
+	}
+	log.Info("shutting down: finishing calls in flight and the current step of each run", "timeout", o.shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
+	node.Shutdown(sctx)
+	<-served
+	log.Info("stopped; the database is closed")
+	return nil
+}
+
+func (o *serveOptions) credentials() (credentials.TransportCredentials, error) {
+	if o.tlsCert == "" || o.tlsKey == "" {
+		return nil, fmt.Errorf("TLS needs both --tls-cert and --tls-key")
+	}
+	cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+	if err != nil {
+		return nil, fmt.Errorf("load the server certificate: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if o.clientCA != "" {
+		pem, err := os.ReadFile(o.clientCA)
+		if err != nil {
+			return nil, fmt.Errorf("read --client-ca: %w", err)
+		}
+		cfg.ClientCAs = x509.NewCertPool()
+		if !cfg.ClientCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--client-ca %s: no PEM certificate found", o.clientCA)
+		}
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return credentials.NewTLS(cfg), nil
+}

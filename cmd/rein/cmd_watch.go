@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
+)
+
+type watchOptions struct {
+	after    uint64
+	all      bool
+	statuses []string
+}
+
+func newWatchCmd(e *env) *cobra.Command {
+	o := &watchOptions{}
+	cmd := &cobra.Command{
+		Use:   "watch RUN_ID | watch --all",
+		Short: "Follow a run's events live, or status changes across runs",
+		Long: `Follow a run's events: one line per event (time, sequence, type, a summary), or
+NDJSON with --json. On a server it follows the run through its pauses to its end
+and exits with the run's code (0 completed, 11 budget exhausted, …); on the
+embedded server nothing can resume a paused run, so it stops at a pause (10).
+A dropped connection is resumed from the last event seen: nothing is lost or
+repeated.
+
+With --all it follows status changes across your runs until interrupted.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if o.all != (len(args) == 0) || len(args) > 1 {
+				return usageError("give one RUN_ID, or --all")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.all {
+				return o.watchAll(cmd.Context(), e)
+			}
+			return o.watchRun(cmd.Context(), e, args[0])
+		},
+	}
+	cmd.Flags().Uint64Var(&o.after, "after", 0, "start after this sequence (with --all: after this cursor)")
+	cmd.Flags().BoolVar(&o.all, "all", false, "follow status changes across runs")
+	cmd.Flags().StringSliceVar(&o.statuses, "status", nil, "with --all: only changes to these statuses")
+	return cmd
+}
+
+var errPaused = errors.New("paused")
+
+func (o *watchOptions) watchRun(ctx context.Context, e *env, runID string) error {
+	cn, err := reader(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	paint := painter(e.stdout)
+	err = cn.Watch(ctx, runID, o.after, func(ev *reinv1.Event) error {
+		var err error
+		if e.json {
+			err = writeJSON(e.stdout, eventJSON(ev), false)
+		} else {
+			_, err = fmt.Fprintln(e.stdout, paint(ev, eventLine(ev)))
+		}
+		if err != nil {
+			return err
+		}
+		if sc := ev.GetStatusChanged(); sc != nil && runstate.Paused(sc.GetTo()) && !cn.remote {
+			return errPaused
+		}
+		return nil
+	})
+	if ctx.Err() != nil {
+		return &exitErr{code: exitCancelled}
+	}
+	if err != nil && !errors.Is(err, errPaused) {
+		return err
+	}
+	got, err := cn.runs.GetRun(context.WithoutCancel(ctx), &reinv1.GetRunRequest{RunId: runID})
+	if err != nil {
+		return err
+	}
+	if code := statusExit(got.GetRun().GetStatus()); code != exitOK {
+		return &exitErr{code: code}
+	}
+	return nil
+}
+
+func (o *watchOptions) watchAll(ctx context.Context, e *env) error {
+	req := &reinv1.WatchRunsRequest{AfterCursor: o.after}
+	for _, name := range o.statuses {
+		for _, n := range strings.Split(name, ",") {
+			s, ok := runstate.ParseStatus(strings.TrimSpace(n))
+			if !ok {
+				return usageError("--status %q: not a status", n)
+			}
+			req.Statuses = append(req.Statuses, s)
+		}
+	}
+	cn, err := reader(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	err = cn.WatchRuns(ctx, req, func(ch *reinv1.RunChange) error {
+		if e.json {
+			m, _ := protoJSON(ch).(map[string]any)
+			return writeJSON(e.stdout, m, false)
+		}
+		_, err := fmt.Fprintf(e.stdout, "%s %6d %s %s → %s (%s) v%d\n", ch.GetChangedAt().AsTime().UTC().Format("15:04:05.000"),
+			ch.GetCursor(), ch.GetRunId(), runstate.StatusName(ch.GetPrevious()), runstate.StatusName(ch.GetStatus()), ch.GetReason(), ch.GetVersion())
+		return err
+	})
+	if ctx.Err() != nil {
+		return nil // interrupted: the normal way to stop following
+	}
+	return err
+}
+
+// painter colours an event line by what it means, only on a terminal and
+// never with NO_COLOR.
+func painter(w io.Writer) func(*reinv1.Event, string) string {
+	f, ok := w.(*os.File)
+	if !ok || os.Getenv("NO_COLOR") != "" || !term.IsTerminal(int(f.Fd())) {
+		return func(_ *reinv1.Event, s string) string { return s }
+	}
+	return func(ev *reinv1.Event, s string) string {
+		code := ""
+		switch p := ev.GetPayload().(type) {
+		case *reinv1.Event_StatusChanged:
+			switch to := p.StatusChanged.GetTo(); {
+			case to == reinv1.RunStatus_RUN_STATUS_COMPLETED:
+				code = "32" // green
+			case runstate.Paused(to):
+				code = "33" // yellow
+			case runstate.Terminal(to):
+				code = "31" // red
+			}
+		case *reinv1.Event_ToolRefused, *reinv1.Event_DecisionRejected, *reinv1.Event_BudgetReached:
+			code = "35" // magenta
+		case *reinv1.Event_ApprovalRequested, *reinv1.Event_InputRequested:
+			code = "33"
+		}
+		if code == "" {
+			return s
+		}
+		return "\x1b[" + code + "m" + s + "\x1b[0m"
+	}
+}
