@@ -50,6 +50,7 @@ func (s *runService) StartRun(ctx context.Context, req *reinv1.StartRunRequest) 
 	if err != nil {
 		return nil, toStatus(s.log, "StartRun", err)
 	}
+	callInfoFrom(ctx).set(func(c *callInfo) { c.runID = st.RunID })
 	return &reinv1.StartRunResponse{Run: st.Proto(true), Created: created}, nil
 }
 
