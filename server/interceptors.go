@@ -211,7 +211,7 @@ func (a *authenticator) identify(ctx context.Context) (reinauth.Principal, error
 		}
 		p, ok := a.dir.Token(strings.TrimSpace(token))
 		if !ok {
-			return reinauth.Principal{}, status.Error(codes.Unauthenticated, "the token is not known to this server; check --token or REIN_TOKEN")
+			return reinauth.Principal{}, status.Error(codes.Unauthenticated, "the bearer token is not known to this server; check the authorization header (the CLI: --token or REIN_TOKEN)")
 		}
 		return p, nil
 	}

@@ -1,0 +1,582 @@
+package main
+
+// TestGrpcurlReadme runs the README's "## grpcurl" walkthrough against a real
+// `rein serve` process: it builds the rein binary, starts the server the way
+// the section's first ```sh block does, then runs every other ```sh block of
+// the section, in order, with bash -c, exactly as written except for the
+// server's address, and with TOKEN and RUN_ID in the environment. The
+// failure twins run the same commands without the token, or with a wrong one.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/reinhq/rein/internal/auth"
+)
+
+// grpcurlReadmeAddr is the address the README's commands use; the test
+// replaces it with the address its server listens on.
+const grpcurlReadmeAddr = "127.0.0.1:7233"
+
+// grpcurlTokenHeader is the flag that sends the token, as the README writes it.
+const grpcurlTokenHeader = `-H "authorization: Bearer $TOKEN"`
+
+// grpcurlStep is one ```sh block of the README's grpcurl section.
+type grpcurlStep struct {
+	kind string // what the block does; see grpcurlKinds
+	text string // the block, as written
+}
+
+// grpcurlKinds names each kind of block the walkthrough must hold, in the
+// order it must hold them, with a marker that identifies it.
+var grpcurlKinds = []struct{ kind, marker string }{
+	{"serve", "rein serve"},
+	{"token", "export TOKEN="},
+	{"health", "grpc.health.v1.Health/Check"},
+	{"list", " list"},
+	{"describe", " describe rein.v1.RunService"},
+	{"start", "rein.v1.RunService/StartRun"},
+	{"get", "rein.v1.RunService/GetRun"},
+	{"cancel", "rein.v1.RunService/CancelRun"},
+	{"watch", "rein.v1.RunService/WatchRun"},
+}
+
+// grpcurlSteps returns the ```sh blocks of README's "## grpcurl" section,
+// each classified, and fails unless they are exactly the blocks of
+// grpcurlKinds in that order.
+func grpcurlSteps(t *testing.T, readme string) []grpcurlStep {
+	t.Helper()
+	lines := strings.Split(readme, "\n")
+	start := -1
+	for i, l := range lines {
+		if l == "## grpcurl" {
+			start = i
+			break
+		}
+	}
+	if start < 0 {
+		t.Fatal(`README.md has no "## grpcurl" section`)
+	}
+	var blocks []string
+	var cur []string
+	in := false
+	for _, l := range lines[start+1:] {
+		if !in && strings.HasPrefix(l, "## ") {
+			break
+		}
+		switch {
+		case !in && l == "```sh":
+			in, cur = true, nil
+		case in && l == "```":
+			in = false
+			blocks = append(blocks, strings.Join(cur, "\n")+"\n")
+		case in:
+			cur = append(cur, l)
+		}
+	}
+	if in {
+		t.Fatal("README.md's grpcurl section has a ```sh block that is never closed")
+	}
+	if len(blocks) != len(grpcurlKinds) {
+		t.Fatalf("README.md's grpcurl section has %d ```sh blocks, want %d (%v):\n%s",
+			len(blocks), len(grpcurlKinds), grpcurlKinds, strings.Join(blocks, "---\n"))
+	}
+	steps := make([]grpcurlStep, len(blocks))
+	for i, b := range blocks {
+		want := grpcurlKinds[i]
+		if !strings.Contains(b, want.marker) {
+			t.Fatalf("README.md grpcurl ```sh block %d should be the %s step (containing %q):\n%s", i+1, want.kind, want.marker, b)
+		}
+		if want.kind != "serve" && want.kind != "token" && !strings.Contains(b, grpcurlReadmeAddr) {
+			t.Fatalf("README.md grpcurl ```sh block %d does not call %s:\n%s", i+1, grpcurlReadmeAddr, b)
+		}
+		steps[i] = grpcurlStep{kind: want.kind, text: b}
+	}
+	return steps
+}
+
+// grpcurlWords splits a shell command line into words: backslash-newline
+// joins lines, single and double quotes group (their content is kept as
+// written, unexpanded), and an unquoted # starts a comment.
+func grpcurlWords(t *testing.T, cmd string) []string {
+	t.Helper()
+	cmd = strings.ReplaceAll(cmd, "\\\n", " ")
+	var words []string
+	var w strings.Builder
+	inWord := false
+	var quote rune
+	for _, r := range cmd {
+		switch {
+		case quote != 0:
+			if r == quote {
+				quote = 0
+			} else {
+				w.WriteRune(r)
+			}
+		case r == '"' || r == '\'':
+			quote, inWord = r, true
+		case r == ' ' || r == '\t' || r == '\n':
+			if inWord {
+				words = append(words, w.String())
+				w.Reset()
+				inWord = false
+			}
+		case r == '#' && !inWord:
+			return words
+		default:
+			w.WriteRune(r)
+			inWord = true
+		}
+	}
+	if quote != 0 {
+		t.Fatalf("unterminated quote in %q", cmd)
+	}
+	if inWord {
+		words = append(words, w.String())
+	}
+	return words
+}
+
+// grpcurlServeArgs turns the README's serve block into the arguments of the
+// built binary: it drops `go run ./cmd/rein`, and sets --listen to a port the
+// kernel picks and --db to db.
+func grpcurlServeArgs(t *testing.T, block, db string) []string {
+	t.Helper()
+	words := grpcurlWords(t, block)
+	prefix := []string{"go", "run", "./cmd/rein", "serve"}
+	if len(words) < len(prefix) || strings.Join(words[:len(prefix)], " ") != strings.Join(prefix, " ") {
+		t.Fatalf("README.md's serve block should start with %q: %q", strings.Join(prefix, " "), words)
+	}
+	args := append([]string(nil), words[len(prefix)-1:]...)
+	seen := map[string]bool{}
+	for i := 1; i < len(args); i++ {
+		seen[args[i]] = true
+		switch args[i] {
+		case "--listen", "--db":
+			if i+1 >= len(args) {
+				t.Fatalf("README.md's serve block: %s has no value", args[i])
+			}
+			if args[i] == "--listen" {
+				if args[i+1] != grpcurlReadmeAddr {
+					t.Fatalf("README.md's serve block listens on %s, but the commands call %s", args[i+1], grpcurlReadmeAddr)
+				}
+				args[i+1] = "127.0.0.1:0"
+			} else {
+				args[i+1] = db
+			}
+			i++
+		}
+	}
+	for _, f := range []string{"--listen", "--db", "--tokens", "--tools"} {
+		if !seen[f] {
+			t.Fatalf("README.md's serve block has no %s: %s", f, block)
+		}
+	}
+	return args
+}
+
+// grpcurlServer is a running `rein serve`.
+type grpcurlServer struct {
+	cmd    *exec.Cmd
+	addr   string
+	exited chan struct{} // closed once Wait returned
+	err    error         // Wait's result, set before exited closes
+
+	mu  sync.Mutex // guards log
+	log bytes.Buffer
+}
+
+func (s *grpcurlServer) output() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.String()
+}
+
+// startGrpcurlServer starts bin with args in dir and waits until its health
+// check answers SERVING.
+func startGrpcurlServer(t *testing.T, dir, bin string, args []string) *grpcurlServer {
+	t.Helper()
+	s := &grpcurlServer{exited: make(chan struct{})}
+	s.cmd = exec.Command(bin, args...)
+	s.cmd.Dir = dir
+	s.cmd.Stdout = io.Discard
+	stderr, err := s.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("start %s %q: %v", bin, args, err)
+	}
+	addrRe := regexp.MustCompile(`msg="rein serving" addr=(\S+)`)
+	addrc := make(chan string, 1)
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			s.mu.Lock()
+			s.log.WriteString(sc.Text() + "\n")
+			s.mu.Unlock()
+			if m := addrRe.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case addrc <- m[1]:
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+	}()
+	go func() {
+		<-scanned // Wait closes the pipe: read it to the end first
+		s.err = s.cmd.Wait()
+		close(s.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-s.exited:
+		default:
+			_ = s.cmd.Process.Kill()
+			<-s.exited
+		}
+		if t.Failed() {
+			t.Logf("rein serve's log:\n%s", s.output())
+		}
+	})
+
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
+	select {
+	case s.addr = <-addrc:
+	case <-s.exited:
+		t.Fatalf("rein serve exited before serving: %v\n%s", s.err, s.output())
+	case <-deadline.C:
+		t.Fatalf("rein serve did not log its address within 20s:\n%s", s.output())
+	}
+
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		res, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && res.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return s
+		}
+		last = err
+		if err == nil {
+			last = fmt.Errorf("status %v", res.GetStatus())
+		}
+		select {
+		case <-tick.C:
+		case <-s.exited:
+			t.Fatalf("rein serve exited before its health check answered: %v\n%s", s.err, s.output())
+		case <-deadline.C:
+			t.Fatalf("rein serve's health check did not answer SERVING within 20s: %v", last)
+		}
+	}
+}
+
+// stop sends SIGTERM and checks that the server exits 0 within a deadline.
+func (s *grpcurlServer) stop(t *testing.T) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+	deadline := time.NewTimer(15 * time.Second)
+	defer deadline.Stop()
+	select {
+	case <-s.exited:
+	case <-deadline.C:
+		t.Fatalf("rein serve did not exit within 15s of SIGTERM:\n%s", s.output())
+	}
+	if s.err != nil {
+		t.Fatalf("rein serve after SIGTERM: %v, want exit 0\n%s", s.err, s.output())
+	}
+	if out := s.output(); !strings.Contains(out, "the database is closed") {
+		t.Errorf("rein serve's log does not say it closed the database:\n%s", out)
+	}
+}
+
+// grpcurlResult is what one README block left behind.
+type grpcurlResult struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r grpcurlResult) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+// grpcurlRun runs block with bash -c in dir, with the README's address
+// replaced by addr and env added to the environment.
+func grpcurlRun(t *testing.T, dir, addr, block string, env map[string]string) grpcurlResult {
+	t.Helper()
+	script := "set -euo pipefail\n" + strings.ReplaceAll(block, grpcurlReadmeAddr, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
+	cmd.Dir = dir
+	cmd.WaitDelay = 2 * time.Second
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k != "TOKEN" && k != "RUN_ID" {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("timed out after 20s:\n%s\nstdout:\n%s\nstderr:\n%s", block, out.String(), errb.String())
+	}
+	code := 0
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("run %q: %v", block, err)
+		}
+		code = ee.ExitCode()
+	}
+	return grpcurlResult{code: code, stdout: out.String(), stderr: errb.String()}
+}
+
+// grpcurlJSON decodes grpcurl's output: one JSON object per message.
+func grpcurlJSON(t *testing.T, out string) []map[string]any {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(out))
+	var msgs []map[string]any
+	for {
+		var m map[string]any
+		err := dec.Decode(&m)
+		if err == io.EOF {
+			return msgs
+		}
+		if err != nil {
+			t.Fatalf("grpcurl's output is not a JSON object stream: %v\n%s", err, out)
+		}
+		msgs = append(msgs, m)
+	}
+}
+
+// grpcurlField returns the string at a path of nested objects, or "".
+func grpcurlField(m map[string]any, path ...string) string {
+	var v any = m
+	for _, k := range path {
+		o, ok := v.(map[string]any)
+		if !ok {
+			return ""
+		}
+		v = o[k]
+	}
+	s, _ := v.(string)
+	return s
+}
+
+func TestGrpcurlReadme(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	grpcurl := filepath.Join(root, ".bin", "grpcurl")
+	if _, err := os.Stat(grpcurl); err != nil {
+		t.Fatalf("%s is missing: build the pinned tools first with `bash scripts/tools.sh` (%v)", grpcurl, err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := grpcurlSteps(t, string(readme))
+
+	tmp := t.TempDir()
+	bin := filepath.Join(tmp, "rein")
+	buildCtx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	build := exec.CommandContext(buildCtx, "go", "build", "-o", bin, "./cmd/rein")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/rein: %v\n%s", err, out)
+	}
+
+	// The token: the README exports it, and the tokens file it serves with
+	// must list its SHA-256.
+	tokenRe := regexp.MustCompile(`(?m)^export TOKEN=(\S+)$`)
+	m := tokenRe.FindStringSubmatch(steps[1].text)
+	if m == nil {
+		t.Fatalf("README.md's token block does not read `export TOKEN=VALUE`:\n%s", steps[1].text)
+	}
+	token := m[1]
+	serveArgs := grpcurlServeArgs(t, steps[0].text, filepath.Join(tmp, "state", "rein.db"))
+	var tokensFile string
+	for i, a := range serveArgs {
+		if a == "--tokens" && i+1 < len(serveArgs) {
+			tokensFile = serveArgs[i+1]
+		}
+	}
+	dir, err := auth.LoadDirectory(filepath.Join(root, tokensFile))
+	if err != nil {
+		t.Fatalf("README.md's --tokens: %v", err)
+	}
+	if _, ok := dir.Token(token); !ok {
+		t.Fatalf("%s does not list the README's token (sha256 %s)", tokensFile, auth.HashToken(token))
+	}
+
+	srv := startGrpcurlServer(t, root, bin, serveArgs)
+	env := map[string]string{"TOKEN": token}
+	var runID string
+	var get string // the GetRun block, for the failure twins
+	for _, st := range steps[1:] {
+		t.Logf("README step %s:\n%s", st.kind, st.text)
+		if st.kind == "get" {
+			get = st.text
+		}
+		r := grpcurlRun(t, root, srv.addr, st.text, env)
+		if st.kind == "get" {
+			// The run pauses for approval a moment after StartRun returns:
+			// run the same command until it shows the pause.
+			deadline := time.NewTimer(15 * time.Second)
+			tick := time.NewTicker(50 * time.Millisecond)
+			for r.code == 0 && !strings.Contains(r.stdout, `"RUN_STATUS_NEEDS_APPROVAL"`) {
+				select {
+				case <-tick.C:
+				case <-deadline.C:
+					t.Fatalf("GetRun did not show RUN_STATUS_NEEDS_APPROVAL within 15s:\n%v", r)
+				}
+				r = grpcurlRun(t, root, srv.addr, st.text, env)
+			}
+			deadline.Stop()
+			tick.Stop()
+		}
+		if r.code != 0 {
+			t.Fatalf("README step %s failed:\n%v", st.kind, r)
+		}
+		switch st.kind {
+		case "token":
+			// Only sets a variable in its own shell; the test passes TOKEN itself.
+		case "health":
+			if msgs := grpcurlJSON(t, r.stdout); len(msgs) != 1 || grpcurlField(msgs[0], "status") != "SERVING" {
+				t.Fatalf("health check: want status SERVING:\n%v", r)
+			}
+		case "list":
+			got := strings.Fields(r.stdout)
+			for _, want := range []string{"rein.v1.RunService", "grpc.health.v1.Health"} {
+				if !slices.Contains(got, want) {
+					t.Errorf("list does not show %s:\n%v", want, r)
+				}
+			}
+		case "describe":
+			for _, want := range []string{"rein.v1.RunService is a service", "rpc StartRun (", "rpc WatchRun (", "returns ( stream .rein.v1.WatchRunResponse )"} {
+				if !strings.Contains(r.stdout, want) {
+					t.Errorf("describe does not show %q:\n%v", want, r)
+				}
+			}
+		case "start":
+			msgs := grpcurlJSON(t, r.stdout)
+			if len(msgs) != 1 {
+				t.Fatalf("StartRun: want one response:\n%v", r)
+			}
+			runID = grpcurlField(msgs[0], "run", "runId")
+			if !strings.HasPrefix(runID, "run_") {
+				t.Fatalf("StartRun returned no runId:\n%v", r)
+			}
+			if created, _ := msgs[0]["created"].(bool); !created {
+				t.Errorf("StartRun on a fresh database: want created true:\n%v", r)
+			}
+			if p := grpcurlField(msgs[0], "run", "principal"); p != "demo" {
+				t.Errorf("StartRun: principal %q, want demo", p)
+			}
+			env["RUN_ID"] = runID
+		case "get":
+			msgs := grpcurlJSON(t, r.stdout)
+			if len(msgs) != 1 || grpcurlField(msgs[0], "run", "runId") != runID {
+				t.Fatalf("GetRun: want run %s:\n%v", runID, r)
+			}
+			if got := grpcurlField(msgs[0], "run", "status"); got != "RUN_STATUS_NEEDS_APPROVAL" {
+				t.Errorf("GetRun: status %q, want RUN_STATUS_NEEDS_APPROVAL", got)
+			}
+			if got := grpcurlField(msgs[0], "run", "pending", "proposal", "tool"); got != "refunds.create" {
+				t.Errorf("GetRun: pending tool %q, want refunds.create:\n%v", got, r)
+			}
+		case "cancel":
+			msgs := grpcurlJSON(t, r.stdout)
+			if len(msgs) != 1 || grpcurlField(msgs[0], "run", "status") != "RUN_STATUS_CANCELLED" {
+				t.Fatalf("CancelRun: want status RUN_STATUS_CANCELLED:\n%v", r)
+			}
+		case "watch":
+			msgs := grpcurlJSON(t, r.stdout)
+			if len(msgs) < 3 {
+				t.Fatalf("WatchRun: want the run's events:\n%v", r)
+			}
+			kinds := map[string]bool{}
+			for i, msg := range msgs {
+				ev, _ := msg["event"].(map[string]any)
+				if got, want := grpcurlField(msg, "event", "sequence"), fmt.Sprint(i+1); got != want {
+					t.Fatalf("WatchRun: message %d has sequence %q, want %s:\n%v", i+1, got, want, r)
+				}
+				if got := grpcurlField(msg, "event", "runId"); got != runID {
+					t.Fatalf("WatchRun: message %d is for run %q, want %s", i+1, got, runID)
+				}
+				for k := range ev {
+					kinds[k] = true
+				}
+			}
+			for _, want := range []string{"runStarted", "toolReturned", "approvalRequested", "statusChanged"} {
+				if !kinds[want] {
+					t.Errorf("WatchRun: no %s event:\n%v", want, r)
+				}
+			}
+			if got := grpcurlField(msgs[len(msgs)-1], "event", "statusChanged", "to"); got != "RUN_STATUS_CANCELLED" {
+				t.Errorf("WatchRun: the last event changes the status to %q, want RUN_STATUS_CANCELLED", got)
+			}
+		}
+	}
+
+	// Failure twins: the GetRun command without the token, and with a token
+	// the server does not know, fail with Unauthenticated.
+	noToken := strings.Replace(get, grpcurlTokenHeader+" ", "", 1)
+	if noToken == get {
+		t.Fatalf("the GetRun block does not pass %s:\n%s", grpcurlTokenHeader, get)
+	}
+	for _, twin := range []struct {
+		name, block string
+		env         map[string]string
+	}{
+		{"GetRun without the token", noToken, map[string]string{"RUN_ID": runID}},
+		{"GetRun with an unknown token", get, map[string]string{"RUN_ID": runID, "TOKEN": "not-" + token}},
+	} {
+		r := grpcurlRun(t, root, srv.addr, twin.block, twin.env)
+		if r.code == 0 || !strings.Contains(r.stdout+r.stderr, "Unauthenticated") || strings.Contains(r.stdout, runID) {
+			t.Errorf("%s: want a failure with Unauthenticated and no run:\n%v", twin.name, r)
+		}
+	}
+
+	srv.stop(t)
+}
