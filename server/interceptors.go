@@ -106,7 +106,11 @@ func chain(log *slog.Logger, a *authenticator, limit *limiter) []grpc.ServerOpti
 			recovery.StreamServerInterceptor(recoverer),
 			auth.StreamServerInterceptor(a.authenticate),
 			func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-				return pvmw.StreamServerInterceptor(validator)(srv, &badRequestStream{ss}, info, h)
+				// The middleware validates in its stream's RecvMsg; wrap that
+				// stream so its errors gain the BadRequest detail.
+				return pvmw.StreamServerInterceptor(validator)(srv, ss, info, func(srv any, validated grpc.ServerStream) error {
+					return h(srv, &badRequestStream{validated})
+				})
 			},
 			ratelimit.StreamServerInterceptor(limit),
 		),
@@ -266,14 +270,15 @@ func (l *limiter) Limit(ctx context.Context) error {
 		return nil // public methods
 	}
 	l.mu.Lock()
-	b := l.buckets[p.ID]
+	key := p.Tenant + "/" + p.ID
+	b := l.buckets[key]
 	if b == nil {
 		b = rate.NewLimiter(l.rate, l.burst)
-		l.buckets[p.ID] = b
+		l.buckets[key] = b
 	}
 	l.mu.Unlock()
 	if !b.Allow() {
-		return status.Errorf(codes.ResourceExhausted, "principal %q is over its rate limit of %.0f requests/s; slow down and retry", p.ID, float64(l.rate))
+		return status.Errorf(codes.ResourceExhausted, "principal %q is over its rate limit of %g requests/s; slow down and retry", p.ID, float64(l.rate))
 	}
 	return nil
 }

@@ -106,6 +106,9 @@ func ParseDirectory(data []byte) (*Directory, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("not a tokens file: %w", err)
 	}
+	if dec.More() {
+		return nil, fmt.Errorf("not a tokens file: data after the first JSON object")
+	}
 	d := &Directory{byToken: map[[sha256.Size]byte]Principal{}, byCN: map[string]Principal{}}
 	for i, e := range f.Principals {
 		where := fmt.Sprintf("principals[%d]", i)
