@@ -26,8 +26,11 @@ var (
 	bucketRequests = []byte("requests")
 	bucketStatus   = []byte("status")
 	bucketChanges  = []byte("changes")
+	// Contracts live apart from the runs bucket: a run's snapshot is
+	// rewritten on every append, and a contract beside it (a model script
+	// can be large) would be rewritten with it.
+	bucketContracts = []byte("contracts")
 	keyFormat      = []byte("format")
-	keyContract    = []byte("contract")
 	keySnapshot    = []byte("snapshot")
 	keyEvents      = []byte("events")
 	formatV1       = []byte("rein-store-1")
@@ -89,7 +92,7 @@ func Open(path string, opts Options) (*Store, error) {
 				return err
 			}
 		}
-		for _, b := range [][]byte{bucketRuns, bucketRequests, bucketStatus, bucketChanges} {
+		for _, b := range [][]byte{bucketRuns, bucketContracts, bucketRequests, bucketStatus, bucketChanges} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -236,7 +239,7 @@ func (s *Store) Load(ctx context.Context, runID string) (runstate.State, error) 
 			return notFound(runID)
 		}
 		var err error
-		st, err = loadState(b, true)
+		st, err = loadState(b, contractOf(tx, runID))
 		return err
 	})
 	return st, err
@@ -320,15 +323,22 @@ func runBucket(tx *bbolt.Tx, runID string) *bbolt.Bucket {
 	return tx.Bucket(bucketRuns).Bucket([]byte(runID))
 }
 
-func loadState(b *bbolt.Bucket, withContract bool) (runstate.State, error) {
+// contractOf is the stored contract of a run, for loadState.
+func contractOf(tx *bbolt.Tx, runID string) []byte {
+	return tx.Bucket(bucketContracts).Get([]byte(runID))
+}
+
+// loadState decodes a run's snapshot, and its contract when contractBytes
+// is not nil.
+func loadState(b *bbolt.Bucket, contractBytes []byte) (runstate.State, error) {
 	run := &reinv1.Run{}
 	if err := proto.Unmarshal(b.Get(keySnapshot), run); err != nil {
 		return runstate.State{}, fmt.Errorf("decode snapshot: %w", err)
 	}
 	var contract *reinv1.TaskContract
-	if withContract {
+	if contractBytes != nil {
 		contract = &reinv1.TaskContract{}
-		if err := proto.Unmarshal(b.Get(keyContract), contract); err != nil {
+		if err := proto.Unmarshal(contractBytes, contract); err != nil {
 			return runstate.State{}, fmt.Errorf("decode contract: %w", err)
 		}
 	}

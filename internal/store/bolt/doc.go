@@ -4,7 +4,9 @@
 // Layout (all keys big-endian where they are numbers, so they sort in order):
 //
 //	meta/format            "rein-store-1": marks a file as rein's
-//	runs/<run id>/contract the run's TaskContract, written once at create
+//	contracts/<run id>     the run's TaskContract, written once at create
+//	                       (apart from the run's bucket, so that rewriting the
+//	                       snapshot never rewrites a large contract)
 //	runs/<run id>/snapshot the run's state (a Run without its contract)
 //	runs/<run id>/events/  nested bucket: uint64 sequence → Event
 //	requests/<tenant>\x00<request id> → run id (idempotent create)

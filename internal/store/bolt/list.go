@@ -32,7 +32,7 @@ func (s *Store) List(ctx context.Context, f store.Filter) (store.Page, error) {
 			if b == nil {
 				return fmt.Errorf("list runs: the status index names run %s, which is missing", id)
 			}
-			st, err := loadState(b, true)
+			st, err := loadState(b, contractOf(tx, string(id)))
 			if err != nil {
 				return fmt.Errorf("list runs: run %s: %w", id, err)
 			}

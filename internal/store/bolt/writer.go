@@ -98,7 +98,7 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq) writeRes {
 	if b == nil {
 		return writeRes{err: notFound(r.runID)}
 	}
-	st, err := loadState(b, false)
+	st, err := loadState(b, nil)
 	if err != nil {
 		return writeRes{err: fmt.Errorf("run %s: %w", r.runID, err)}
 	}
@@ -129,7 +129,7 @@ func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
 			if b == nil {
 				return writeRes{err: fmt.Errorf("request %q names run %s, which is missing", st.RequestID, existing)}
 			}
-			prev, err := loadState(b, true)
+			prev, err := loadState(b, contractOf(tx, string(existing)))
 			if err != nil {
 				return writeRes{err: err}
 			}
@@ -151,7 +151,7 @@ func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
 	if _, err := b.CreateBucket(keyEvents); err != nil {
 		return writeRes{err: errTx{err}}
 	}
-	if err := b.Put(keyContract, contract); err != nil {
+	if err := tx.Bucket(bucketContracts).Put([]byte(r.runID), contract); err != nil {
 		return writeRes{err: errTx{err}}
 	}
 	if err := putEvents(b, r); err != nil {

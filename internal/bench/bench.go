@@ -1,0 +1,251 @@
+// Package bench measures rein against the disk it runs on. Each scenario
+// times a figure through rein's own code (the store, the engine, the fold)
+// and a baseline that does the same storage work straight on bbolt, with none
+// of rein's logic, in a fresh file with the same layout. The ratio
+// figure/baseline says how much of the disk's (or decoder's) speed rein keeps;
+// a scenario's target is the ratio it must reach.
+//
+// Every scenario works in a temporary directory it removes. Rounds alternate
+// figure and baseline, and the best of each is kept, to reduce noise from
+// other load on the machine.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Result is one scenario's measurement. Fields are added, never renamed.
+type Result struct {
+	Scenario string `json:"scenario"`
+	// Figure is the best rate measured through rein, in Unit.
+	Figure float64 `json:"figure"`
+	Unit   string  `json:"unit"`
+	// Baseline is the best rate of the same work done straight on bbolt.
+	Baseline float64 `json:"baseline"`
+	// Ratio is Figure / Baseline.
+	Ratio  float64 `json:"ratio"`
+	Target float64 `json:"target"`
+	// Met is Ratio >= Target.
+	Met bool `json:"met"`
+	// Events is how many events one timed round handles; Runs how many runs.
+	Events int `json:"events"`
+	Runs   int `json:"runs"`
+	// Seconds is the duration of the best figure round; BaselineSeconds of
+	// the best baseline round.
+	Seconds         float64 `json:"seconds"`
+	BaselineSeconds float64 `json:"baseline_seconds"`
+	// Rounds is how many times each side ran; Figures and Baselines are
+	// every round's rate, in order (their spread is the noise).
+	Rounds    int       `json:"rounds"`
+	Figures   []float64 `json:"figures"`
+	Baselines []float64 `json:"baselines"`
+	// Ratios is each round's figure/baseline: the two sides of a round ran
+	// back to back, so under changing load these vary less than the rates.
+	Ratios []float64 `json:"ratios"`
+	// Extra holds scenario-specific context, such as commits per round or
+	// bytes per event.
+	Extra map[string]float64 `json:"extra,omitempty"`
+}
+
+// Options size a bench run.
+type Options struct {
+	// Scale multiplies each scenario's size (events, steps); 0 means 1, the
+	// full size. Tests use a small scale.
+	Scale float64
+	// Rounds is how many times the figure and the baseline each run,
+	// alternating; 0 means 3.
+	Rounds int
+	// Dir is where temporary files go; "" means os.TempDir().
+	Dir string
+}
+
+func (o Options) scale() float64 {
+	if o.Scale <= 0 {
+		return 1
+	}
+	return o.Scale
+}
+
+func (o Options) rounds() int {
+	if o.Rounds <= 0 {
+		return 3
+	}
+	return o.Rounds
+}
+
+// scaled is n × scale, at least min.
+func (o Options) scaled(n, min int) int {
+	v := int(math.Round(float64(n) * o.scale()))
+	if v < min {
+		return min
+	}
+	return v
+}
+
+// Scenario is one named benchmark.
+type Scenario struct {
+	Name string
+	// What it measures, in a line.
+	Doc string
+	Run func(ctx context.Context, o Options) (Result, error)
+}
+
+// Scenarios are the benchmarks, in the order "all" runs them.
+var Scenarios = []Scenario{
+	{"append", "64 concurrent runs appending 3-event steps of ~300-byte events, durable, through the store", Append},
+	{"steps", "one run of 5,000 scripted tool-call steps through the engine, durable", Steps},
+	{"fold", "rebuild a 1,000,000-event run from the store: scan, decode, fold", Fold},
+}
+
+// Names are the scenario names, in order.
+func Names() []string {
+	names := make([]string, len(Scenarios))
+	for i, s := range Scenarios {
+		names[i] = s.Name
+	}
+	return names
+}
+
+// Lookup returns the scenario called name.
+func Lookup(name string) (Scenario, bool) {
+	for _, s := range Scenarios {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Scenario{}, false
+}
+
+// measure is one timed side of a round: the count of units done and the time
+// taken.
+type measure struct {
+	units   float64
+	elapsed time.Duration
+}
+
+func (m measure) rate() float64 {
+	if m.elapsed <= 0 {
+		return 0
+	}
+	return m.units / m.elapsed.Seconds()
+}
+
+// alternate runs figure and baseline rounds times each, alternating, and
+// fills r's rates with the best of each.
+func alternate(ctx context.Context, r *Result, rounds int, figure, baseline func(round int) (measure, error)) error {
+	var bestF, bestB measure
+	for i := 0; i < rounds; i++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		f, err := figure(i)
+		if err != nil {
+			return fmt.Errorf("%s: figure, round %d: %w", r.Scenario, i+1, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		b, err := baseline(i)
+		if err != nil {
+			return fmt.Errorf("%s: baseline, round %d: %w", r.Scenario, i+1, err)
+		}
+		r.Figures = append(r.Figures, f.rate())
+		r.Baselines = append(r.Baselines, b.rate())
+		if b.rate() > 0 {
+			r.Ratios = append(r.Ratios, f.rate()/b.rate())
+		}
+		if f.rate() > bestF.rate() {
+			bestF = f
+		}
+		if b.rate() > bestB.rate() {
+			bestB = b
+		}
+	}
+	r.Rounds = rounds
+	r.Figure, r.Seconds = bestF.rate(), bestF.elapsed.Seconds()
+	r.Baseline, r.BaselineSeconds = bestB.rate(), bestB.elapsed.Seconds()
+	if r.Baseline > 0 {
+		r.Ratio = r.Figure / r.Baseline
+	}
+	r.Met = r.Ratio >= r.Target
+	return nil
+}
+
+// tempDir makes a directory for one scenario's files; the caller removes it.
+func tempDir(o Options, name string) (string, error) {
+	dir, err := os.MkdirTemp(o.Dir, "rein-bench-"+name+"-*")
+	if err != nil {
+		return "", fmt.Errorf("bench %s: make a temporary directory: %w", name, err)
+	}
+	return dir, nil
+}
+
+// writtenBytes is how many bytes this process has written so far (Linux's
+// /proc/self/io wchar), and whether it could tell. The bench uses it to
+// report bytes written per commit, which shows write amplification.
+func writtenBytes() (int64, bool) {
+	data, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "wchar:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
+// writeMeter measures the bytes written from startWrites to bytes.
+type writeMeter struct {
+	start int64
+	ok    bool
+}
+
+func startWrites() writeMeter {
+	n, ok := writtenBytes()
+	return writeMeter{start: n, ok: ok}
+}
+
+// bytes is how many bytes were written since start, or -1 when unknown.
+func (m writeMeter) bytes() float64 {
+	end, ok := writtenBytes()
+	if !m.ok || !ok {
+		return -1
+	}
+	return float64(end - m.start)
+}
+
+// perCommit divides written bytes by commits, keeping -1 for unknown.
+func perCommit(bytes, commits float64) float64 {
+	if bytes < 0 || commits <= 0 {
+		return -1
+	}
+	return bytes / commits
+}
+
+// bestOf keeps the best (largest) value seen under key in extra.
+func bestOf(extra map[string]float64, key string, v float64) {
+	if old, ok := extra[key]; !ok || v > old {
+		extra[key] = v
+	}
+}
+
+// meanOf is the mean of vs, or 0 for none.
+func meanOf(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	sum := 0.0
+	for _, v := range vs {
+		sum += v
+	}
+	return sum / float64(len(vs))
+}
