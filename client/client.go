@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 )
@@ -160,6 +161,7 @@ func (c *Client) Watch(ctx context.Context, runID string, after uint64, fn func(
 // reconnecting like Watch. It returns only with fn's error, ctx's, or an
 // error retrying cannot fix.
 func (c *Client) WatchRuns(ctx context.Context, req *reinv1.WatchRunsRequest, fn func(*reinv1.RunChange) error) error {
+	req = proto.Clone(req).(*reinv1.WatchRunsRequest)
 	wait := Backoff.Min
 	for {
 		stream, err := c.Runs.WatchRuns(ctx, req)
@@ -181,7 +183,10 @@ func (c *Client) WatchRuns(ctx context.Context, req *reinv1.WatchRunsRequest, fn
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if errors.Is(err, io.EOF) || !retryable(err) {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if !retryable(err) {
 			return err
 		}
 		t := time.NewTimer(wait/2 + rand.N(wait/2+1))

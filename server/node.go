@@ -146,6 +146,13 @@ func (n *Node) Shutdown(ctx context.Context) {
 	n.closeOnce.Do(func() {
 		n.health.Shutdown()
 		close(n.done)
+		// Runs finish their current step while calls drain: a client that
+		// stopped reading must not cost them their graceful stop.
+		drained := make(chan struct{})
+		go func() {
+			n.Engine.Shutdown(ctx)
+			close(drained)
+		}()
 		stopped := make(chan struct{})
 		go func() {
 			n.GRPC.GracefulStop()
@@ -157,7 +164,7 @@ func (n *Node) Shutdown(ctx context.Context) {
 			n.GRPC.Stop()
 			<-stopped
 		}
-		n.Engine.Shutdown(ctx)
+		<-drained
 		if err := n.Store.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
 			n.log.Error("close store", "error", err)
 		}

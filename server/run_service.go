@@ -158,6 +158,12 @@ func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStr
 	if cursor > st.Version {
 		return status.Errorf(codes.OutOfRange, "after_sequence %d is beyond the run's last event %d; watch from %d or less", cursor, st.Version, st.Version)
 	}
+	// A terminal status_changed is always a run's last event: the stream
+	// ends once it was sent (or, for a terminal run, once the cursor is at
+	// the head).
+	if runstate.Terminal(st.Status) && cursor == st.Version {
+		return nil
+	}
 	for {
 		evs, err := s.store.Events(ctx, req.GetRunId(), cursor, defaultEventPage)
 		if err != nil {
@@ -168,18 +174,12 @@ func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStr
 				return err
 			}
 			cursor = ev.GetSequence()
+			if sc := ev.GetStatusChanged(); sc != nil && runstate.Terminal(sc.GetTo()) {
+				return nil
+			}
 		}
-		if len(evs) == defaultEventPage {
-			continue
-		}
-		if st, err = s.store.Load(ctx, req.GetRunId()); err != nil {
-			return toStatus(s.log, "WatchRun", err)
-		}
-		if runstate.Terminal(st.Status) && cursor >= st.Version {
-			return nil
-		}
-		if cursor < st.Version {
-			continue
+		if len(evs) > 0 {
+			continue // read again until caught up, then wait
 		}
 		select {
 		case <-sub.C:

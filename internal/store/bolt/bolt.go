@@ -30,10 +30,10 @@ var (
 	// rewritten on every append, and a contract beside it (a model script
 	// can be large) would be rewritten with it.
 	bucketContracts = []byte("contracts")
-	keyFormat      = []byte("format")
-	keySnapshot    = []byte("snapshot")
-	keyEvents      = []byte("events")
-	formatV1       = []byte("rein-store-1")
+	keyFormat       = []byte("format")
+	keySnapshot     = []byte("snapshot")
+	keyEvents       = []byte("events")
+	formatV1        = []byte("rein-store-1")
 )
 
 // maxBatch bounds how many requests share one commit.
