@@ -34,7 +34,12 @@ fi
 step "buf breaking (against the previous commit)"
 if git rev-parse -q --verify HEAD~1 >/dev/null 2>&1 && [ "$(git rev-parse --is-shallow-repository)" = false ] \
    && git cat-file -e HEAD~1:buf.yaml 2>/dev/null; then
-  .bin/buf breaking --against '.git#ref=HEAD~1'
+  # The previous commit's tree, with this checkout's third_party/ (which git
+  # does not hold) so its imports resolve.
+  mkdir -p "$tmp/prev"
+  git archive HEAD~1 | tar -x -C "$tmp/prev"
+  cp -r third_party "$tmp/prev/"
+  .bin/buf breaking --against "$tmp/prev"
 else
   echo "skipped: no previous commit with buf.yaml"
 fi
