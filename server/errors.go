@@ -33,7 +33,9 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, store.ErrConflict), errors.Is(err, runstate.ErrSequence):
 		return status.Error(codes.Aborted, err.Error()+"; reload the run and retry")
-	case errors.Is(err, runstate.ErrTerminal), errors.Is(err, runstate.ErrIllegalTransition):
+	case errors.Is(err, harness.ErrForbidden):
+		return status.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, runstate.ErrTerminal), errors.Is(err, runstate.ErrIllegalTransition), errors.Is(err, harness.ErrNotWaiting):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, store.ErrClosed):
 		return status.Error(codes.Unavailable, "the server is shutting down; retry against another server or later")

@@ -17,6 +17,7 @@ import (
 	"github.com/reinhq/rein/internal/auth"
 	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/store/bolt"
 	"github.com/reinhq/rein/internal/tools"
@@ -115,16 +116,23 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// resume schedules every running run: after a restart they carry on.
-// Paused runs stay paused.
+// resume schedules every running run: after a restart they carry on. Paused
+// runs stay paused, with their deadlines (a proposal's expiry, the run's
+// deadline) armed again.
 func (n *Node) resume(ctx context.Context) error {
-	f := store.Filter{Statuses: []reinv1.RunStatus{reinv1.RunStatus_RUN_STATUS_RUNNING}, Limit: 1000}
+	f := store.Filter{Statuses: []reinv1.RunStatus{
+		reinv1.RunStatus_RUN_STATUS_RUNNING, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL,
+	}, Limit: 1000}
 	for {
 		page, err := n.Store.List(ctx, f)
 		if err != nil {
 			return err
 		}
 		for _, st := range page.Runs {
+			if runstate.Paused(st.Status) {
+				n.Engine.Arm(st)
+				continue
+			}
 			if err := n.Engine.Resume(ctx, st.RunID); err != nil {
 				return err
 			}

@@ -202,12 +202,30 @@ func (s *runService) CancelRun(ctx context.Context, req *reinv1.CancelRunRequest
 	return &reinv1.CancelRunResponse{Run: st.Proto(true)}, nil
 }
 
-func (s *runService) ProvideInput(context.Context, *reinv1.ProvideInputRequest) (*reinv1.ProvideInputResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "ProvideInput is not implemented by this rein yet; cancel the run or start a new one")
+func (s *runService) ProvideInput(ctx context.Context, req *reinv1.ProvideInputRequest) (*reinv1.ProvideInputResponse, error) {
+	if _, err := s.load(ctx, req.GetRunId()); err != nil {
+		return nil, toStatus(s.log, "ProvideInput", err)
+	}
+	st, err := s.engine.ProvideInput(ctx, req.GetRunId(), req.GetText(), s.identity(ctx).ID)
+	if err != nil {
+		return nil, toStatus(s.log, "ProvideInput", err)
+	}
+	return &reinv1.ProvideInputResponse{Run: st.Proto(true)}, nil
 }
 
-func (s *runService) DecideApproval(context.Context, *reinv1.DecideApprovalRequest) (*reinv1.DecideApprovalResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "DecideApproval is not implemented by this rein yet; cancel the run or start a new one")
+func (s *runService) DecideApproval(ctx context.Context, req *reinv1.DecideApprovalRequest) (*reinv1.DecideApprovalResponse, error) {
+	if _, err := s.load(ctx, req.GetRunId()); err != nil {
+		return nil, toStatus(s.log, "DecideApproval", err)
+	}
+	st, err := s.engine.DecideApproval(ctx, harness.Decision{
+		RunID: req.GetRunId(), ProposalID: req.GetProposalId(), ProposalHash: req.GetProposalHash(),
+		Approve: req.GetVerdict() == reinv1.ApprovalVerdict_APPROVAL_VERDICT_APPROVE,
+		Reason:  req.GetReason(), EndRun: req.GetEndRun(), Principal: s.identity(ctx).ID,
+	})
+	if err != nil {
+		return nil, toStatus(s.log, "DecideApproval", err)
+	}
+	return &reinv1.DecideApprovalResponse{Run: st.Proto(true)}, nil
 }
 
 func pageSize(n, def, max int32) (int, error) {

@@ -373,15 +373,6 @@ func TestCancelTerminalRun(t *testing.T) {
 	}
 }
 
-func TestNotYetImplemented(t *testing.T) {
-	s := newTestServer(t, nil)
-	_, err := s.client.ProvideInput(context.Background(), &reinv1.ProvideInputRequest{RunId: "x", Text: "y"})
-	wantCode(t, err, codes.Unimplemented)
-	_, err = s.client.DecideApproval(context.Background(), &reinv1.DecideApprovalRequest{
-		RunId: "x", ProposalId: "p", ProposalHash: "h", Verdict: reinv1.ApprovalVerdict_APPROVAL_VERDICT_APPROVE})
-	wantCode(t, err, codes.Unimplemented)
-}
-
 // TestRestartResumesRunningRuns: a run left running in the store (its
 // server stopped mid-run) is carried on when a node opens the file again.
 func TestRestartResumesRunningRuns(t *testing.T) {

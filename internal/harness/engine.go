@@ -21,6 +21,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -61,9 +62,10 @@ type Engine struct {
 	shutdown context.CancelCauseFunc
 	wg       sync.WaitGroup
 
-	// mu guards active and closed.
+	// mu guards active, timers and closed.
 	mu     sync.Mutex
 	active map[string]*driver
+	timers map[string]*time.Timer
 	closed bool
 
 	idMu sync.Mutex
@@ -110,6 +112,7 @@ func New(cfg Config) *Engine {
 		base:     base,
 		shutdown: cancel,
 		active:   map[string]*driver{},
+		timers:   map[string]*time.Timer{},
 		ids:      ulid.Monotonic(rand.Reader, 0),
 	}
 }
@@ -191,30 +194,41 @@ func (e *Engine) Cancel(ctx context.Context, runID, reason, actor string) (runst
 		if reason == "" {
 			reason = "cancelled by " + actor
 		}
-		ev := &reinv1.Event{
-			RunId:      runID,
-			Sequence:   st.Version + 1,
-			RecordedAt: timestamppb.New(e.cfg.Clock()),
-			Actor:      actor,
-			Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
-				From: st.Status, To: reinv1.RunStatus_RUN_STATUS_CANCELLED, Reason: reason,
-			}},
-		}
-		next, err := runstate.Apply(st, ev)
-		if err != nil {
-			return st, err
-		}
-		err = e.cfg.Store.Append(context.WithoutCancel(ctx), runID, st.Version, []*reinv1.Event{ev})
+		next, err := e.appendEvents(ctx, st, actor, &reinv1.Event{Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
+			From: st.Status, To: reinv1.RunStatus_RUN_STATUS_CANCELLED, Reason: reason,
+		}}})
 		if err == nil {
-			e.cfg.Notify(runID, next.Version)
+			e.disarm(runID)
 			return next, nil
 		}
 		// Someone appended between our load and our append (a driver that
-		// was just scheduled); stop it again and retry a few times.
-		if attempt >= 3 {
+		// was just scheduled, a timer): stop it again and retry a few times.
+		if !errors.Is(err, store.ErrConflict) || attempt >= 3 {
 			return st, err
 		}
 	}
+}
+
+// appendEvents appends evs to a run at st's version, as actor, stamped with
+// one clock reading: validated by the fold first, durable, then notified.
+// A run that moved since st was loaded is store.ErrConflict.
+func (e *Engine) appendEvents(ctx context.Context, st runstate.State, actor string, evs ...*reinv1.Event) (runstate.State, error) {
+	now := timestamppb.New(e.cfg.Clock())
+	for i, ev := range evs {
+		ev.RunId, ev.Sequence, ev.RecordedAt = st.RunID, st.Version+uint64(i)+1, now
+		if ev.Actor == "" {
+			ev.Actor = actor
+		}
+	}
+	next, err := runstate.ApplyAll(st, evs)
+	if err != nil {
+		return st, err
+	}
+	if err := e.cfg.Store.Append(context.WithoutCancel(ctx), st.RunID, st.Version, evs); err != nil {
+		return st, err
+	}
+	e.cfg.Notify(st.RunID, next.Version)
+	return next, nil
 }
 
 // StatusError refuses an operation because of a run's status.
@@ -268,6 +282,7 @@ func (e *Engine) Shutdown(ctx context.Context) {
 	e.mu.Lock()
 	e.closed = true
 	e.mu.Unlock()
+	e.stopTimers()
 	e.draining.Store(true)
 	done := make(chan struct{})
 	go func() {
@@ -287,6 +302,7 @@ func (e *Engine) Close() {
 	e.mu.Lock()
 	e.closed = true
 	e.mu.Unlock()
+	e.stopTimers()
 	e.shutdown(errShutdown)
 	e.wg.Wait()
 }
@@ -319,6 +335,9 @@ func (e *Engine) schedule(runID string) {
 		defer func() { <-e.sem }()
 		if err := e.drive(ctx, runID); err != nil {
 			e.cfg.Logger.Error("run stopped", "run_id", runID, "error", err)
+		}
+		if st, err := e.cfg.Store.Load(e.base, runID); err == nil {
+			e.Arm(st) // a run that paused keeps its deadlines
 		}
 	}()
 }

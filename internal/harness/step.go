@@ -287,12 +287,7 @@ func (r *runner) toolResult(call *reinv1.ToolCall, out *structpb.Value, err erro
 	return &reinv1.Event{Actor: "tool:" + call.GetTool(), Payload: &reinv1.Event_ToolReturned{ToolReturned: tr}}
 }
 
-func (r *runner) executor() tools.Executor {
-	if r.e.cfg.Tools == nil {
-		return noTools{}
-	}
-	return r.e.cfg.Tools
-}
+func (r *runner) executor() tools.Executor { return r.e.executor() }
 
 func (r *runner) grant(name string) *reinv1.ToolGrant {
 	for _, g := range r.st.Contract.GetTools() {

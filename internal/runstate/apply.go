@@ -127,10 +127,13 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL); err != nil {
 			return s, err
 		}
-		if id := p.ApprovalDecided.GetProposalId(); id != s.Pending.GetProposal().GetProposalId() {
+		if id := p.ApprovalDecided.GetProposalId(); s.Pending.GetProposal() == nil || id != s.Pending.GetProposal().GetProposalId() {
 			return s, fmt.Errorf("%w: approval_decided for proposal %q, but the pending proposal is %q",
 				ErrIllegalTransition, id, s.Pending.GetProposal().GetProposalId())
 		}
+		// A decided proposal is no longer pending: a second decision on it
+		// is refused.
+		s.Pending = nil
 	case *reinv1.Event_WriteDispatched, *reinv1.Event_WriteCommitted, *reinv1.Event_WriteOutcomeUnknown:
 		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL); err != nil {
 			return s, err
