@@ -102,6 +102,11 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newEventsCmd(e),
 		newListCmd(e),
 		newServeCmd(e),
+		newApproveCmd(e),
+		newDenyCmd(e),
+		newInputCmd(e),
+		newCancelCmd(e),
+		newPendingCmd(e),
 		newWatchCmd(e),
 		newBenchCmd(e),
 	)

@@ -13,13 +13,18 @@ import (
 	"github.com/reinhq/rein/internal/runstate"
 )
 
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
 // reader connects for a read-only command. On the embedded server, a
 // missing --db file is not created: there is nothing to read.
 func reader(ctx context.Context, e *env) (*conn, error) {
 	if e.server != "" {
 		return connect(ctx, e, nil)
 	}
-	if _, err := os.Stat(e.db); err != nil {
+	if !exists(e.db) {
 		return nil, &exitErr{code: exitNotFound, err: fmt.Errorf("no rein store at %s: start a run first, or pass --db", e.db)}
 	}
 	return embedded(context.WithoutCancel(ctx), e.db, nil)

@@ -109,7 +109,7 @@ func (o *runOptions) run(ctx context.Context, e *env, path string) error {
 		where = "server " + e.server
 	}
 	fmt.Fprintf(e.stderr, "rein: run %s started (%s)\n", runID, where)
-	run, err := follow(ctx, e.stderr, cn.runs, runID)
+	run, err := follow(ctx, e.stderr, cn.runs, runID, 0)
 	if err != nil && ctx.Err() != nil {
 		run, err = cancelOnInterrupt(e.stderr, cn.runs, runID)
 	}
@@ -121,8 +121,8 @@ func (o *runOptions) run(ctx context.Context, e *env, path string) error {
 
 // follow prints each event of the run on w until the run pauses or ends, and
 // returns the run as it then stands.
-func follow(ctx context.Context, w io.Writer, runs reinv1.RunServiceClient, runID string) (*reinv1.Run, error) {
-	stream, err := runs.WatchRun(ctx, &reinv1.WatchRunRequest{RunId: runID})
+func follow(ctx context.Context, w io.Writer, runs reinv1.RunServiceClient, runID string, after uint64) (*reinv1.Run, error) {
+	stream, err := runs.WatchRun(ctx, &reinv1.WatchRunRequest{RunId: runID, AfterSequence: after})
 	if err != nil {
 		return nil, err
 	}

@@ -205,6 +205,24 @@ func eventSummary(ev *reinv1.Event) string {
 		return fmt.Sprintf("%q", p.InputRequested.GetQuestion().GetText())
 	case *reinv1.Event_BudgetReached:
 		return p.BudgetReached.GetLimit() + ": " + p.BudgetReached.GetDetail()
+	case *reinv1.Event_ApprovalDecided:
+		d := p.ApprovalDecided
+		verdict := "approved"
+		if !d.GetApproved() {
+			verdict = "rejected"
+			if d.GetEndRun() {
+				verdict = "rejected, run ended"
+			}
+		}
+		return fmt.Sprintf("%s %s by %s %s", d.GetProposalId(), verdict, ev.GetActor(), quoteIf(d.GetReason()))
+	case *reinv1.Event_WriteDispatched:
+		return "operation " + p.WriteDispatched.GetOperationId()
+	case *reinv1.Event_WriteCommitted:
+		return "operation " + p.WriteCommitted.GetOperationId() + ", receipt " + compactJSON(p.WriteCommitted.GetReceipt())
+	case *reinv1.Event_WriteOutcomeUnknown:
+		return "operation " + p.WriteOutcomeUnknown.GetOperationId() + ": " + p.WriteOutcomeUnknown.GetError()
+	case *reinv1.Event_InputProvided:
+		return fmt.Sprintf("%q by %s", p.InputProvided.GetText(), ev.GetActor())
 	case *reinv1.Event_StatusChanged:
 		sc := p.StatusChanged
 		s := fmt.Sprintf("%s → %s (%s)", runstate.StatusName(sc.GetFrom()), runstate.StatusName(sc.GetTo()), sc.GetReason())
@@ -214,6 +232,22 @@ func eventSummary(ev *reinv1.Event) string {
 		return s
 	}
 	return ""
+}
+
+func quoteIf(s string) string {
+	if s == "" {
+		return ""
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// compactJSON is a message as one line of JSON.
+func compactJSON(m proto.Message) string {
+	b, err := json.Marshal(protoJSON(m))
+	if err != nil {
+		return "?"
+	}
+	return string(b)
 }
 
 func decisionText(d *reinv1.Decision) string {

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/tools"
+)
+
+// decideOptions are the flags of approve and deny.
+type decideOptions struct {
+	reason string
+	hash   string
+	end    bool
+	tools  string
+}
+
+func newApproveCmd(e *env) *cobra.Command {
+	o := &decideOptions{}
+	cmd := &cobra.Command{
+		Use:   "approve RUN_ID PROPOSAL_ID",
+		Short: "Approve a proposed write: it is committed once, then the run goes on",
+		Long: `Approve a run's pending proposal. rein records the decision and the write's
+operation ID (its idempotency key) before the write is sent, commits it once,
+records the receipt, and carries the run on until it pauses or ends; the exit
+code is the run's. --hash pins the proposal you reviewed (the hash "rein
+pending" shows); without it, the pending proposal's hash is used. On the
+embedded server, give the same --tools the run was started with: they commit
+the write.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.decide(cmd.Context(), e, args[0], args[1], true)
+		},
+	}
+	o.flags(cmd, false)
+	return cmd
+}
+
+func newDenyCmd(e *env) *cobra.Command {
+	o := &decideOptions{}
+	cmd := &cobra.Command{
+		Use:   "deny RUN_ID PROPOSAL_ID",
+		Short: "Reject a proposed write: the reason goes to the model (or --end ends the run denied)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.decide(cmd.Context(), e, args[0], args[1], false)
+		},
+	}
+	o.flags(cmd, true)
+	return cmd
+}
+
+func (o *decideOptions) flags(cmd *cobra.Command, deny bool) {
+	cmd.Flags().StringVar(&o.reason, "reason", "", "why; recorded, and shown to the model on a rejection")
+	cmd.Flags().StringVar(&o.hash, "hash", "", "the proposal hash you reviewed (default: the pending proposal's)")
+	cmd.Flags().StringVar(&o.tools, "tools", "", "tools for the embedded server, as fixture:FILE")
+	if deny {
+		cmd.Flags().BoolVar(&o.end, "end", false, "end the run as denied instead of letting the model go on")
+	}
+}
+
+func (o *decideOptions) decide(ctx context.Context, e *env, runID, proposalID string, approve bool) error {
+	executor, err := toolsFlag(o.tools)
+	if err != nil {
+		return err
+	}
+	cn, err := readerWith(ctx, e, executor)
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	got, err := cn.runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID})
+	if err != nil {
+		return err
+	}
+	hash := o.hash
+	if hash == "" {
+		hash = got.GetRun().GetPending().GetProposal().GetHash()
+	}
+	verdict := reinv1.ApprovalVerdict_APPROVAL_VERDICT_REJECT
+	if approve {
+		verdict = reinv1.ApprovalVerdict_APPROVAL_VERDICT_APPROVE
+	}
+	if _, err := cn.runs.DecideApproval(ctx, &reinv1.DecideApprovalRequest{
+		RunId: runID, ProposalId: proposalID, ProposalHash: hash, Verdict: verdict, Reason: o.reason, EndRun: o.end,
+	}); err != nil {
+		return err
+	}
+	return carryOn(ctx, e, cn, runID, got.GetRun().GetVersion())
+}
+
+func newInputCmd(e *env) *cobra.Command {
+	var toolsFile string
+	cmd := &cobra.Command{
+		Use:   "input RUN_ID TEXT|-",
+		Short: "Answer a run's question (- reads the answer from stdin), then carry the run on",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			text := args[1]
+			if text == "-" {
+				b, err := io.ReadAll(e.stdin)
+				if err != nil {
+					return fmt.Errorf("read the answer from stdin: %w", err)
+				}
+				text = strings.TrimRight(string(b), "\n")
+			}
+			if text == "" {
+				return usageError("the answer is empty")
+			}
+			executor, err := toolsFlag(toolsFile)
+			if err != nil {
+				return err
+			}
+			cn, err := readerWith(ctx, e, executor)
+			if err != nil {
+				return err
+			}
+			defer cn.close()
+			got, err := cn.runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: args[0]})
+			if err != nil {
+				return err
+			}
+			if _, err := cn.runs.ProvideInput(ctx, &reinv1.ProvideInputRequest{RunId: args[0], Text: text}); err != nil {
+				return err
+			}
+			return carryOn(ctx, e, cn, args[0], got.GetRun().GetVersion())
+		},
+	}
+	cmd.Flags().StringVar(&toolsFile, "tools", "", "tools for the embedded server, as fixture:FILE")
+	return cmd
+}
+
+func newCancelCmd(e *env) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "cancel RUN_ID",
+		Short: "Cancel a running or paused run",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			cn, err := reader(ctx, e)
+			if err != nil {
+				return err
+			}
+			defer cn.close()
+			resp, err := cn.runs.CancelRun(ctx, &reinv1.CancelRunRequest{RunId: args[0], Reason: reason})
+			if err != nil {
+				return err
+			}
+			return writeJSON(e.stdout, summarize(resp.GetRun()), !e.json)
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why; recorded in the run's log")
+	return cmd
+}
+
+func newPendingCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "pending",
+		Short: "List the proposals and questions waiting for a person, across your runs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			var waiting []summary
+			if e.server != "" || exists(e.db) {
+				cn, err := reader(ctx, e)
+				if err != nil {
+					return err
+				}
+				defer cn.close()
+				req := &reinv1.ListRunsRequest{PageSize: 1000, Statuses: []reinv1.RunStatus{
+					reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT,
+				}}
+				for {
+					resp, err := cn.runs.ListRuns(ctx, req)
+					if err != nil {
+						return err
+					}
+					for _, r := range resp.GetRuns() {
+						if r.GetPending() != nil {
+							waiting = append(waiting, summarize(r))
+						}
+					}
+					if resp.GetNextPageToken() == "" {
+						break
+					}
+					req.PageToken = resp.GetNextPageToken()
+				}
+			}
+			if e.json {
+				if waiting == nil {
+					waiting = []summary{}
+				}
+				return writeJSON(e.stdout, waiting, false)
+			}
+			w := tabwriter.NewWriter(e.stdout, 0, 2, 2, ' ', 0)
+			fmt.Fprintln(w, "RUN_ID\tWAITS FOR\tDETAIL")
+			for _, s := range waiting {
+				p, _ := s.Pending.(map[string]any)
+				if pr, ok := p["proposal"].(map[string]any); ok {
+					fmt.Fprintf(w, "%s\tapproval\t%v %v (hash %v, expires %v)\n", s.RunID, pr["tool"], pr["proposal_id"], pr["hash"], pr["expires_at"])
+				} else if q, ok := p["question"].(map[string]any); ok {
+					fmt.Fprintf(w, "%s\tinput\t%q\n", s.RunID, q["text"])
+				}
+			}
+			return w.Flush()
+		},
+	}
+}
+
+// carryOn follows a run a decision or an answer resumed, from the version
+// it had before, until it pauses or ends; it prints the summary and exits
+// with the run's code, as rein run does.
+func carryOn(ctx context.Context, e *env, cn *conn, runID string, after uint64) error {
+	run, err := follow(ctx, e.stderr, cn.runs, runID, after)
+	if err != nil && ctx.Err() != nil {
+		run, err = cancelOnInterrupt(e.stderr, cn.runs, runID)
+	}
+	if err != nil {
+		return err
+	}
+	return finish(e, run)
+}
+
+// toolsFlag parses a --tools fixture:FILE value; "" means none.
+func toolsFlag(value string) (tools.Executor, error) {
+	if value == "" {
+		return nil, nil
+	}
+	file, err := flagFile("tools", value, "fixture")
+	if err != nil {
+		return nil, err
+	}
+	f, err := loadFixtures(file)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// readerWith is reader for commands that may carry a run on: the embedded
+// server runs executor's tools.
+func readerWith(ctx context.Context, e *env, executor tools.Executor) (*conn, error) {
+	if e.server != "" || executor == nil {
+		if executor != nil {
+			return nil, usageError("--tools applies to the embedded server; with --server, the server's own tools run")
+		}
+		return reader(ctx, e)
+	}
+	if !exists(e.db) {
+		return nil, &exitErr{code: exitNotFound, err: fmt.Errorf("no rein store at %s: start a run first, or pass --db", e.db)}
+	}
+	return connect(ctx, e, executor)
+}
