@@ -118,7 +118,9 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 	if !e.started {
 		code = exitUsage
 	}
-	if msg := err.Error(); msg != "" {
+	if st, ok := status.FromError(err); ok {
+		fmt.Fprintf(stderr, "rein: %s (%s)\n", st.Message(), st.Code())
+	} else if msg := err.Error(); msg != "" {
 		fmt.Fprintln(stderr, "rein: "+msg)
 	}
 	return code

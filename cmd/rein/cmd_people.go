@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -82,6 +83,9 @@ func (o *decideOptions) decide(ctx context.Context, e *env, runID, proposalID st
 	hash := o.hash
 	if hash == "" {
 		hash = got.GetRun().GetPending().GetProposal().GetHash()
+	}
+	if hash == "" {
+		return fmt.Errorf("run %s is %s; it has no proposal waiting for a decision", runID, runstate.StatusName(got.GetRun().GetStatus()))
 	}
 	verdict := reinv1.ApprovalVerdict_APPROVAL_VERDICT_REJECT
 	if approve {
