@@ -130,6 +130,13 @@ func (n *Node) resume(ctx context.Context) error {
 		}
 		for _, st := range page.Runs {
 			if runstate.Paused(st.Status) {
+				if st.ApprovedWrite != nil && st.WriteOperationID != "" && st.Pending == nil {
+					// A write was dispatched when the process stopped.
+					if _, err := n.Engine.SettleWrite(ctx, st.RunID); err != nil {
+						n.log.Error("settle a dispatched write", "run_id", st.RunID, "error", err)
+					}
+					continue
+				}
 				n.Engine.Arm(st)
 				continue
 			}

@@ -26,6 +26,7 @@ type serveOptions struct {
 	clientCA        string
 	tokens          string
 	tools           string
+	ledger          string
 	reflection      bool
 	rate            float64
 	burst           int
@@ -58,6 +59,7 @@ run the database holds as running.`,
 	f.StringVar(&o.clientCA, "client-ca", "", "CA that signs client certificates; requires them (mTLS)")
 	f.StringVar(&o.tokens, "tokens", "", "tokens file mapping credentials to principals, tenants and roles")
 	f.StringVar(&o.tools, "tools", "", "tools the server runs, as fixture:FILE")
+	f.StringVar(&o.ledger, "fixture-ledger", "", "make fixture writes durable in this file (each commit is a line), so lookups survive a restart")
 	f.BoolVar(&o.reflection, "reflection", true, "serve gRPC server reflection (for grpcurl)")
 	f.Float64Var(&o.rate, "rate", 50, "calls per second each principal may make (0: no limit)")
 	f.IntVar(&o.burst, "burst", 100, "calls a principal may make at once above --rate")
@@ -90,6 +92,11 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		f, err := loadFixtures(file)
 		if err != nil {
 			return err
+		}
+		if o.ledger != "" {
+			if f, err = f.WithLedger(o.ledger); err != nil {
+				return usageError("--fixture-ledger: %v", err)
+			}
 		}
 		cfg.Tools = tools.Executor(f)
 	}

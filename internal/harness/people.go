@@ -9,6 +9,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/tools"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Refusals of a person's request. The server answers ErrNotWaiting with
@@ -103,6 +104,8 @@ func (e *Engine) DecideApproval(ctx context.Context, d Decision) (runstate.State
 		return next, nil
 	}
 
+	// The key is the proposal's: a second dispatch of the same write (after
+	// an unknown outcome) reuses it.
 	opID := "op_" + p.GetProposalId()
 	next, err := e.appendEvents(ctx, st, actor, decided, &reinv1.Event{Payload: &reinv1.Event_WriteDispatched{WriteDispatched: &reinv1.WriteDispatched{
 		ProposalId: p.GetProposalId(), OperationId: opID,
@@ -111,33 +114,109 @@ func (e *Engine) DecideApproval(ctx context.Context, d Decision) (runstate.State
 		return st, err
 	}
 	e.disarm(d.RunID)
+	return e.commitWrite(ctx, next, nil)
+}
+
+// commitWrite sends the run's dispatched write to its tool and records the
+// outcome: the receipt (then the run goes on), or, when the commit does not
+// answer, whatever the tool's lookup says. cause, when set, is why an
+// earlier attempt's outcome is unknown (a crash): then the lookup comes
+// first, and the write is sent again only if the lookup says it was not
+// applied. Never a blind second dispatch.
+func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error) (runstate.State, error) {
+	p, opID := st.ApprovedWrite, st.WriteOperationID
 	index, err := e.callIndex(ctx, st.RunID, p)
 	if err != nil {
-		return next, err
+		return st, err
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ToolTimeout)
-	defer cancel()
 	call := tools.Call{RunID: st.RunID, CallID: p.GetCallId(), Tool: p.GetTool(), Args: p.GetArguments(), Index: index}
-	receipt, cerr := e.executor().Commit(cctx, call, opID)
-	tool := "tool:" + p.GetTool()
-	if cerr != nil {
-		return e.appendEvents(ctx, next, tool, &reinv1.Event{Payload: &reinv1.Event_WriteOutcomeUnknown{WriteOutcomeUnknown: &reinv1.WriteOutcomeUnknown{
-			ProposalId: p.GetProposalId(), OperationId: opID,
-			Error: fmt.Sprintf("the commit failed, so whether the write happened is unknown: %v; check the system of record for operation %s, then cancel the run or carry on", cerr, opID),
-		}}})
+	actor := "tool:" + p.GetTool()
+	wctx := context.WithoutCancel(ctx)
+	if cause == nil {
+		receipt, err := e.commitOnce(wctx, call, opID)
+		if err == nil {
+			return e.writeCommitted(ctx, st, actor, receipt)
+		}
+		cause = err
 	}
-	next, err = e.appendEvents(ctx, next, tool,
+	looker, ok := e.executor().(tools.Looker)
+	if !ok {
+		return e.writeUnknown(ctx, st, actor, fmt.Errorf("%v; the tool cannot look writes up", cause))
+	}
+	lctx, cancel := context.WithTimeout(wctx, e.cfg.ToolTimeout)
+	receipt, applied, lerr := looker.Lookup(lctx, call, opID)
+	cancel()
+	switch {
+	case lerr != nil:
+		return e.writeUnknown(ctx, st, actor, fmt.Errorf("%v; looking the write up failed too: %v", cause, lerr))
+	case applied:
+		return e.writeCommitted(ctx, st, actor, receipt)
+	}
+	// The tool says the write was not applied: send it again, with the same
+	// key, and record that it was sent.
+	st, err = e.appendEvents(ctx, st, "harness", &reinv1.Event{Payload: &reinv1.Event_WriteDispatched{WriteDispatched: &reinv1.WriteDispatched{
+		ProposalId: p.GetProposalId(), OperationId: opID,
+	}}})
+	if err != nil {
+		return st, err
+	}
+	receipt, err = e.commitOnce(wctx, call, opID)
+	if err != nil {
+		return e.writeUnknown(ctx, st, actor, err)
+	}
+	return e.writeCommitted(ctx, st, actor, receipt)
+}
+
+func (e *Engine) commitOnce(ctx context.Context, call tools.Call, opID string) (*structpb.Value, error) {
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.ToolTimeout)
+	defer cancel()
+	return e.executor().Commit(cctx, call, opID)
+}
+
+// writeCommitted records a write's receipt and carries the run on.
+func (e *Engine) writeCommitted(ctx context.Context, st runstate.State, actor string, receipt *structpb.Value) (runstate.State, error) {
+	p := st.ApprovedWrite
+	next, err := e.appendEvents(ctx, st, actor,
 		&reinv1.Event{Payload: &reinv1.Event_WriteCommitted{WriteCommitted: &reinv1.WriteCommitted{
-			ProposalId: p.GetProposalId(), OperationId: opID, Receipt: receipt,
+			ProposalId: p.GetProposalId(), OperationId: st.WriteOperationID, Receipt: receipt,
 		}}},
 		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
 			From: reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, To: reinv1.RunStatus_RUN_STATUS_RUNNING, Reason: "write_committed",
 		}}})
 	if err != nil {
-		return next, err
+		return st, err
 	}
-	e.schedule(d.RunID)
+	e.schedule(st.RunID)
 	return next, nil
+}
+
+// writeUnknown records that a write's outcome is unknown: the proposal
+// waits for a person again (approve sends it again with the same key).
+func (e *Engine) writeUnknown(ctx context.Context, st runstate.State, actor string, cause error) (runstate.State, error) {
+	next, err := e.appendEvents(ctx, st, actor, &reinv1.Event{Payload: &reinv1.Event_WriteOutcomeUnknown{WriteOutcomeUnknown: &reinv1.WriteOutcomeUnknown{
+		ProposalId: st.ApprovedWrite.GetProposalId(), OperationId: st.WriteOperationID,
+		Error: fmt.Sprintf("whether the write happened is unknown: %v; check the system of record for operation %s, then approve again (the same key is reused), reject, or cancel the run",
+			cause, st.WriteOperationID),
+	}}})
+	if err != nil {
+		return st, err
+	}
+	e.Arm(next)
+	return next, nil
+}
+
+// SettleWrite finishes a write that was dispatched when the process stopped
+// (write_dispatched with no outcome): the tool's lookup decides. The server
+// calls it at start for every such run.
+func (e *Engine) SettleWrite(ctx context.Context, runID string) (runstate.State, error) {
+	st, err := e.cfg.Store.Load(ctx, runID)
+	if err != nil {
+		return st, err
+	}
+	if st.Status != reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL || st.ApprovedWrite == nil || st.WriteOperationID == "" || st.Pending != nil {
+		return st, nil
+	}
+	return e.commitWrite(ctx, st, errors.New("the process stopped between the write's dispatch and its receipt"))
 }
 
 // callIndex is the Call.Index of a proposal's tool call: how many calls to

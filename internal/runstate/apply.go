@@ -133,10 +133,40 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 		}
 		// A decided proposal is no longer pending: a second decision on it
 		// is refused.
+		if p.ApprovalDecided.GetApproved() {
+			s.ApprovedWrite = s.Pending.GetProposal()
+		} else {
+			s.ApprovedWrite, s.WriteOperationID = nil, ""
+		}
 		s.Pending = nil
-	case *reinv1.Event_WriteDispatched, *reinv1.Event_WriteCommitted, *reinv1.Event_WriteOutcomeUnknown:
+	case *reinv1.Event_WriteDispatched:
 		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL); err != nil {
 			return s, err
+		}
+		wd := p.WriteDispatched
+		switch {
+		case s.ApprovedWrite == nil || s.ApprovedWrite.GetProposalId() != wd.GetProposalId() || s.Pending != nil:
+			return s, fmt.Errorf("%w: write_dispatched for proposal %q, which is not approved", ErrIllegalTransition, wd.GetProposalId())
+		case wd.GetOperationId() == "":
+			return s, fmt.Errorf("%w: write_dispatched without an operation id", ErrInvalidEvent)
+		case s.WriteOperationID != "" && s.WriteOperationID != wd.GetOperationId():
+			return s, fmt.Errorf("%w: write_dispatched with key %q; proposal %q was dispatched with %q, and a second dispatch must reuse it",
+				ErrIllegalTransition, wd.GetOperationId(), wd.GetProposalId(), s.WriteOperationID)
+		}
+		s.WriteOperationID = wd.GetOperationId()
+	case *reinv1.Event_WriteCommitted, *reinv1.Event_WriteOutcomeUnknown:
+		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL); err != nil {
+			return s, err
+		}
+		opID := ev.GetWriteCommitted().GetOperationId() + ev.GetWriteOutcomeUnknown().GetOperationId()
+		if s.ApprovedWrite == nil || s.Pending != nil || opID != s.WriteOperationID {
+			return s, fmt.Errorf("%w: %s for operation %q, but no write with that key is in flight", ErrIllegalTransition, PayloadName(ev), opID)
+		}
+		if ev.GetWriteCommitted() != nil {
+			s.ApprovedWrite, s.WriteOperationID = nil, ""
+		} else {
+			// Unknown: the proposal waits for a person again.
+			s.Pending = &reinv1.PendingAction{Action: &reinv1.PendingAction_Proposal{Proposal: s.ApprovedWrite}}
 		}
 	case *reinv1.Event_InputRequested:
 		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
@@ -206,7 +236,11 @@ func changed(s State, sc *reinv1.StatusChanged) (State, error) {
 			return s, fmt.Errorf("%w: needs_input without a pending question", ErrIllegalTransition)
 		}
 	case reinv1.RunStatus_RUN_STATUS_RUNNING:
+		if s.ApprovedWrite != nil && s.WriteOperationID != "" && s.Pending == nil {
+			return s, fmt.Errorf("%w: running while the write of operation %q is in flight; record its outcome first", ErrIllegalTransition, s.WriteOperationID)
+		}
 		s.Pending = nil
+		s.ApprovedWrite, s.WriteOperationID = nil, ""
 	case reinv1.RunStatus_RUN_STATUS_COMPLETED:
 		s.Result = sc.GetResult()
 	case reinv1.RunStatus_RUN_STATUS_FAILED:

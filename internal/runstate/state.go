@@ -31,7 +31,14 @@ type State struct {
 	// ModelInFlight is true between model_requested and model_returned: a
 	// call was sent and its reply is not in the log.
 	ModelInFlight bool
-	Pending       *reinv1.PendingAction
+	// ApprovedWrite is the proposal a person approved, until its write is
+	// committed. WriteOperationID is the key it was dispatched with: set
+	// with ApprovedWrite and no Pending, the write was dispatched and its
+	// outcome is not settled; it stays set after an unknown outcome, so a
+	// second dispatch reuses the key.
+	ApprovedWrite    *reinv1.Proposal
+	WriteOperationID string
+	Pending          *reinv1.PendingAction
 	Result        *reinv1.FinalAnswer
 	LastError     string
 
@@ -60,7 +67,9 @@ func (s State) Proto(withContract bool) *reinv1.Run {
 		Pending:       s.Pending,
 		Result:        s.Result,
 		LastError:     s.LastError,
-		ModelInFlight: s.ModelInFlight,
+		ModelInFlight:    s.ModelInFlight,
+		ApprovedWrite:    s.ApprovedWrite,
+		WriteOperationId: s.WriteOperationID,
 	}
 	if withContract {
 		r.Contract = s.Contract
@@ -97,6 +106,8 @@ func FromProto(r *reinv1.Run, contract *reinv1.TaskContract) State {
 		OutputTokens:  r.GetUsage().GetOutputTokens(),
 		ToolCalls:     r.GetToolCalls(),
 		ModelInFlight: r.GetModelInFlight(),
+		ApprovedWrite:    r.GetApprovedWrite(),
+		WriteOperationID: r.GetWriteOperationId(),
 		Pending:       r.GetPending(),
 		Result:        r.GetResult(),
 		LastError:     r.GetLastError(),

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
+	"sync"
 
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -25,13 +27,50 @@ type FixtureResult struct {
 // deterministic across restarts because the index comes from the run's log.
 type Fixtures struct {
 	results map[string][]FixtureResult
+
+	// mu guards committed and ledger.
+	mu sync.Mutex
+	// committed is every operation ID committed, with its receipt: Commit
+	// with a key already committed returns the first receipt and writes
+	// nothing (idempotency), and Lookup answers from it.
+	committed map[string]*structpb.Value
+	// ledger, when set, records every Commit call, one line each:
+	// "OPERATION_ID\tTOOL\tapplied|repeat", synced before Commit returns.
+	ledger *os.File
 }
 
-var _ Executor = (*Fixtures)(nil)
+var (
+	_ Executor = (*Fixtures)(nil)
+	_ Looker   = (*Fixtures)(nil)
+)
 
 // NewFixtures returns an executor over results, keyed by tool name.
 func NewFixtures(results map[string][]FixtureResult) *Fixtures {
-	return &Fixtures{results: results}
+	return &Fixtures{results: results, committed: map[string]*structpb.Value{}}
+}
+
+// WithLedger makes the fixtures' writes durable in a ledger file, so that
+// they survive a restart of the process: the operations it lists count as
+// committed, and each Commit call appends a line. A test reads it to check
+// that every approved write was committed exactly once.
+func (f *Fixtures) WithLedger(path string) (*Fixtures, error) {
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("read the fixture ledger: %w", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Split(line, "\t")
+		if len(fields) == 3 && fields[2] == "applied" {
+			r, _ := f.result(Call{Tool: fields[1], Index: 0})
+			f.committed[fields[0]] = r.Receipt
+		}
+	}
+	file, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open the fixture ledger: %w", err)
+	}
+	f.ledger = file
+	return f, nil
 }
 
 // ParseFixtures reads the fixture file format: a JSON object mapping a tool's
@@ -134,8 +173,8 @@ func (f *Fixtures) Propose(ctx context.Context, call Call) (*structpb.Value, err
 	return r.Preview, ctx.Err()
 }
 
-// Commit implements Executor.
-func (f *Fixtures) Commit(ctx context.Context, call Call, _ string) (*structpb.Value, error) {
+// Commit implements Executor. It is idempotent on operationID.
+func (f *Fixtures) Commit(ctx context.Context, call Call, operationID string) (*structpb.Value, error) {
 	r, err := f.result(call)
 	if err != nil {
 		return nil, err
@@ -143,5 +182,35 @@ func (f *Fixtures) Commit(ctx context.Context, call Call, _ string) (*structpb.V
 	if r.Error != "" {
 		return nil, errors.New(r.Error)
 	}
-	return r.Receipt, ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	receipt, repeat := f.committed[operationID]
+	if !repeat {
+		receipt = r.Receipt
+	}
+	if f.ledger != nil {
+		kind := "applied"
+		if repeat {
+			kind = "repeat"
+		}
+		if _, err := fmt.Fprintf(f.ledger, "%s\t%s\t%s\n", operationID, call.Tool, kind); err != nil {
+			return nil, err
+		}
+		if err := f.ledger.Sync(); err != nil {
+			return nil, err
+		}
+	}
+	f.committed[operationID] = receipt
+	return receipt, nil
+}
+
+// Lookup implements Looker.
+func (f *Fixtures) Lookup(ctx context.Context, _ Call, operationID string) (*structpb.Value, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	receipt, ok := f.committed[operationID]
+	return receipt, ok, ctx.Err()
 }

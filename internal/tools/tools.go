@@ -24,6 +24,14 @@ type Executor interface {
 	Commit(ctx context.Context, call Call, operationID string) (*structpb.Value, error)
 }
 
+// Looker is the optional fifth operation: it says whether a write with an
+// idempotency key was applied, and its receipt if so. rein asks it when a
+// commit's outcome is unknown (a timeout, a crash between dispatch and
+// receipt) instead of dispatching blindly again.
+type Looker interface {
+	Lookup(ctx context.Context, call Call, operationID string) (receipt *structpb.Value, applied bool, err error)
+}
+
 // Spec describes one tool.
 type Spec struct {
 	Name        string

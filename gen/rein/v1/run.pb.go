@@ -145,8 +145,13 @@ type Run struct {
 	// True between model_requested and model_returned: a model call was sent
 	// and its reply is not in the log yet.
 	ModelInFlight bool `protobuf:"varint,18,opt,name=model_in_flight,json=modelInFlight,proto3" json:"model_in_flight,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The proposal a person approved, until its write is committed.
+	ApprovedWrite *Proposal `protobuf:"bytes,19,opt,name=approved_write,json=approvedWrite,proto3" json:"approved_write,omitempty"`
+	// The idempotency key approved_write was dispatched with; kept when the
+	// outcome is unknown, so that a second dispatch reuses it.
+	WriteOperationId string `protobuf:"bytes,20,opt,name=write_operation_id,json=writeOperationId,proto3" json:"write_operation_id,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Run) Reset() {
@@ -303,6 +308,20 @@ func (x *Run) GetModelInFlight() bool {
 		return x.ModelInFlight
 	}
 	return false
+}
+
+func (x *Run) GetApprovedWrite() *Proposal {
+	if x != nil {
+		return x.ApprovedWrite
+	}
+	return nil
+}
+
+func (x *Run) GetWriteOperationId() string {
+	if x != nil {
+		return x.WriteOperationId
+	}
+	return ""
 }
 
 // PendingAction is what a paused run waits for.
@@ -560,7 +579,7 @@ var File_rein_v1_run_proto protoreflect.FileDescriptor
 
 const file_rein_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xbf\x05\n" +
+	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xa7\x06\n" +
 	"\x03Run\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12*\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x12.rein.v1.RunStatusR\x06status\x121\n" +
@@ -585,7 +604,9 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x10 \x01(\tR\trequestId\x12#\n" +
 	"\rstatus_reason\x18\x11 \x01(\tR\fstatusReason\x12&\n" +
-	"\x0fmodel_in_flight\x18\x12 \x01(\bR\rmodelInFlight\"{\n" +
+	"\x0fmodel_in_flight\x18\x12 \x01(\bR\rmodelInFlight\x128\n" +
+	"\x0eapproved_write\x18\x13 \x01(\v2\x11.rein.v1.ProposalR\rapprovedWrite\x12,\n" +
+	"\x12write_operation_id\x18\x14 \x01(\tR\x10writeOperationId\"{\n" +
 	"\rPendingAction\x12/\n" +
 	"\bproposal\x18\x01 \x01(\v2\x11.rein.v1.ProposalH\x00R\bproposal\x12/\n" +
 	"\bquestion\x18\x02 \x01(\v2\x11.rein.v1.QuestionH\x00R\bquestionB\b\n" +
@@ -654,16 +675,17 @@ var file_rein_v1_run_proto_depIdxs = []int32{
 	8,  // 5: rein.v1.Run.result:type_name -> rein.v1.FinalAnswer
 	7,  // 6: rein.v1.Run.created_at:type_name -> google.protobuf.Timestamp
 	7,  // 7: rein.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
-	3,  // 8: rein.v1.PendingAction.proposal:type_name -> rein.v1.Proposal
-	4,  // 9: rein.v1.PendingAction.question:type_name -> rein.v1.Question
-	9,  // 10: rein.v1.Proposal.arguments:type_name -> google.protobuf.Struct
-	10, // 11: rein.v1.Proposal.preview:type_name -> google.protobuf.Value
-	7,  // 12: rein.v1.Proposal.expires_at:type_name -> google.protobuf.Timestamp
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	3,  // 8: rein.v1.Run.approved_write:type_name -> rein.v1.Proposal
+	3,  // 9: rein.v1.PendingAction.proposal:type_name -> rein.v1.Proposal
+	4,  // 10: rein.v1.PendingAction.question:type_name -> rein.v1.Question
+	9,  // 11: rein.v1.Proposal.arguments:type_name -> google.protobuf.Struct
+	10, // 12: rein.v1.Proposal.preview:type_name -> google.protobuf.Value
+	7,  // 13: rein.v1.Proposal.expires_at:type_name -> google.protobuf.Timestamp
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_proto_init() }

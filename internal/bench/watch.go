@@ -1,0 +1,871 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/store/bolt"
+	"github.com/reinhq/rein/server"
+)
+
+// Sizes, pace and targets of the watch scenario at scale 1.
+const (
+	watchStreams = 1000
+	watchRuns    = 64
+	// watchConns is how many client connections carry the streams.
+	watchConns = 8
+	// watchPacedEvents is how many events each run appends in the paced
+	// phase, one per watchInterval, the runs staggered evenly across it:
+	// a load both sides sustain, at which their latencies compare.
+	watchPacedEvents = 100
+	watchInterval    = 40 * time.Millisecond
+	// watchUnpacedEvents is how many events each run appends in the
+	// unpaced phase, back to back: each side's delivery capacity.
+	watchUnpacedEvents = 200
+	// watchP99Target bounds the figure's p99 latency in the paced phase as
+	// a multiple of the baseline's.
+	watchP99Target = 2
+	// watchRSSTargetMiB bounds the server's resident memory with every
+	// stream open and idle.
+	watchRSSTargetMiB = 100
+	// watchTimeout bounds one side of a round, or the memory measurement.
+	watchTimeout = 2 * time.Minute
+)
+
+// WatchServer, when set, returns the command of a rein server for the watch
+// scenario's memory measurement: it must serve the store at db on a free
+// loopback port, without a rate limit and without tokens, and log its
+// address on stderr as `rein serve` does (msg="rein serving" addr=HOST:PORT).
+// The rein binary sets it to its own `serve`. Nil skips the measurement;
+// then rss_idle_mib is -1 and the scenario's targets are not met.
+var WatchServer func(db string) (*exec.Cmd, error)
+
+// Watch measures WatchRun's fan-out: watchStreams WatchRun streams over
+// loopback TCP (watchConns connections) follow watchRuns runs, stream i
+// following run i mod watchRuns. One writer per run appends ~300-byte events
+// through the store of an in-process server.Node and, after each durable
+// Append, wakes the watchers through the node's hub, as the engine does.
+// Every stream checks that it receives each sequence once, in order.
+//
+// After a warm-up event that every stream must receive (so every stream is
+// subscribed), a round has two phases, both on the same streams:
+//
+//   - paced: each run appends watchPacedEvents events, one per
+//     watchInterval, the runs staggered evenly (an offered load both sides
+//     sustain); Extra's p50_ms and p99_ms are the commit-to-receipt latency
+//     over every delivery of this phase.
+//   - unpaced: each run appends watchUnpacedEvents events back to back (the
+//     figure's writers each wait for their durable commit, the baseline's
+//     never wait); the figure is this phase's deliveries per second, from
+//     its first commit to its last receipt.
+//
+// The baseline is plain grpc-go server streaming of the same messages to the
+// same streams over the same connections, with the same phases: a
+// RunService whose WatchRun subscribes the stream to an in-memory
+// broadcaster of its run (a buffered channel per stream, drained by the
+// handler), with no store and no interceptors. Its commit time is taken just
+// before it publishes.
+//
+// The targets: deliveries/s at least 0.7 of the baseline's, paced p99 at
+// most watchP99Target times the baseline's, no gap or duplicate in any
+// stream, and at most watchRSSTargetMiB of resident memory in a separate
+// server process (WatchServer) with every stream open and idle.
+func Watch(ctx context.Context, o Options) (Result, error) {
+	r := Result{Scenario: "watch", Unit: "deliveries/s", Target: 0.7, Extra: map[string]float64{}}
+	p := newWatchPlan(o.scaled(watchRuns, 4), o.scaled(watchStreams, 20), watchConns,
+		o.scaled(watchPacedEvents, 10), watchInterval, o.scaled(watchUnpacedEvents, 20))
+	paced, unpaced := p.phases[1], p.phases[2]
+	r.Runs, r.Events = p.runs, p.runs*unpaced.events
+	r.Extra["streams"] = float64(p.streams)
+	r.Extra["runs"] = float64(p.runs)
+	r.Extra["connections"] = float64(p.conns)
+	r.Extra["events_per_run"] = float64(unpaced.events)
+	r.Extra["deliveries"] = float64(p.streams * unpaced.events)
+	r.Extra["paced_events_per_run"] = float64(paced.events)
+	r.Extra["paced_interval_ms"] = ms(paced.interval)
+	r.Extra["paced_offered_events_per_s"] = float64(p.runs) / paced.interval.Seconds()
+	r.Extra["paced_offered_deliveries_per_s"] = float64(p.streams) / paced.interval.Seconds()
+	r.Extra["p99_ratio_target"] = watchP99Target
+	r.Extra["rss_target_mib"] = watchRSSTargetMiB
+
+	dir, err := tempDir(o, "watch")
+	if err != nil {
+		return r, err
+	}
+	defer os.RemoveAll(dir)
+
+	var figs, bases []watchRound
+	figure := func(round int) (measure, error) {
+		w, err := watchFigure(ctx, p, filepath.Join(dir, fmt.Sprintf("figure-%d.db", round)))
+		if err != nil {
+			return measure{}, err
+		}
+		figs = append(figs, w)
+		return w.unpaced.m, nil
+	}
+	baseline := func(int) (measure, error) {
+		w, err := watchBaseline(ctx, p)
+		if err != nil {
+			return measure{}, err
+		}
+		bases = append(bases, w)
+		return w.unpaced.m, nil
+	}
+	if err := alternate(ctx, &r, o.rounds(), figure, baseline); err != nil {
+		return r, err
+	}
+	// Latencies: the round with the lowest paced p99 of each side, best of
+	// N like the rates; the worst p99 shows the spread.
+	f, b := bestPaced(figs), bestPaced(bases)
+	r.Extra["p50_ms"], r.Extra["p99_ms"], r.Extra["max_ms"] = ms(f.p50), ms(f.p99), ms(f.max)
+	r.Extra["baseline_p50_ms"], r.Extra["baseline_p99_ms"], r.Extra["baseline_max_ms"] = ms(b.p50), ms(b.p99), ms(b.max)
+	r.Extra["p99_ms_worst"] = ms(worstPaced(figs).p99)
+	r.Extra["baseline_p99_ms_worst"] = ms(worstPaced(bases).p99)
+	p99Ratio := 1.0 // both zero
+	switch {
+	case b.p99 > 0:
+		p99Ratio = float64(f.p99) / float64(b.p99)
+	case f.p99 > 0:
+		p99Ratio = math.Inf(1)
+	}
+	if !math.IsInf(p99Ratio, 0) {
+		r.Extra["p99_ratio"] = p99Ratio
+	}
+	// Whether each side kept up with the paced phase's offered load.
+	for _, w := range figs {
+		bestOf(r.Extra, "paced_deliveries_per_s", w.paced.m.rate())
+	}
+	for _, w := range bases {
+		bestOf(r.Extra, "baseline_paced_deliveries_per_s", w.paced.m.rate())
+	}
+	var gaps, dups, baseGaps, baseDups, early int
+	for _, w := range figs {
+		gaps, dups, early = gaps+w.gaps, dups+w.dups, early+w.paced.early+w.unpaced.early
+	}
+	for _, w := range bases {
+		baseGaps, baseDups = baseGaps+w.gaps, baseDups+w.dups
+	}
+	r.Extra["gaps"], r.Extra["duplicates"] = float64(gaps), float64(dups)
+	r.Extra["baseline_gaps"], r.Extra["baseline_duplicates"] = float64(baseGaps), float64(baseDups)
+	// A stream can read an event that committed while Append was still
+	// returning to its writer: a receipt before the recorded commit time.
+	// Those count as zero latency.
+	r.Extra["early_receipts"] = float64(early)
+
+	rss, err := watchIdleRSS(ctx, p, dir)
+	if err != nil {
+		return r, fmt.Errorf("watch: idle memory: %w", err)
+	}
+	r.Extra["rss_idle_mib"], r.Extra["rss_before_streams_mib"], r.Extra["rss_peak_mib"] = rss.idle, rss.before, rss.peak
+	if rss.idle > 0 && rss.before > 0 {
+		r.Extra["rss_per_stream_kib"] = (rss.idle - rss.before) * 1024 / float64(p.streams)
+	}
+
+	r.Met = r.Ratio >= r.Target && p99Ratio <= watchP99Target && gaps == 0 && dups == 0 &&
+		rss.idle > 0 && rss.idle <= watchRSSTargetMiB
+	return r, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// watchPhase is a stretch of every run's log, written at one pace.
+type watchPhase struct {
+	// events is how many events each run appends in the phase, from
+	// sequence first.
+	events int
+	first  uint64
+	// interval is each writer's pace; 0 means back to back.
+	interval time.Duration
+}
+
+// last is the phase's last sequence.
+func (ph watchPhase) last() uint64 { return ph.first + uint64(ph.events) - 1 }
+
+// watchPlan is the work of one side of a round; both sides share it.
+type watchPlan struct {
+	runs, streams, conns int
+	// phases are the warm-up (one event), the paced and the unpaced phase.
+	phases []watchPhase
+	ids    []string
+	// evs[r][seq-2] is run r's event at sequence seq.
+	evs [][]*reinv1.Event
+}
+
+func newWatchPlan(runs, streams, conns, paced int, interval time.Duration, unpaced int) watchPlan {
+	p := watchPlan{runs: runs, streams: max(streams, runs), conns: conns}
+	seq := uint64(2) // after run_started
+	for _, ph := range []watchPhase{{events: 1}, {events: paced, interval: interval}, {events: unpaced}} {
+		ph.first = seq
+		seq += uint64(ph.events)
+		p.phases = append(p.phases, ph)
+	}
+	at := benchTime()
+	p.ids = make([]string, p.runs)
+	p.evs = make([][]*reinv1.Event, p.runs)
+	for i := range p.ids {
+		// Created in this order, so the IDs sort by creation time.
+		p.ids[i] = fmt.Sprintf("run_bench_watch_%04d", i)
+		p.evs[i] = make([]*reinv1.Event, p.last()-1)
+		for k := range p.evs[i] {
+			p.evs[i][k] = stepEvent(p.ids[i], uint64(k+2), at, true)
+		}
+	}
+	return p
+}
+
+// last is the sequence of every run's last event.
+func (p *watchPlan) last() uint64 { return p.phases[len(p.phases)-1].last() }
+
+// watchRunStarted is run_started for a run of the local admin's tenant, the
+// caller of a server without tokens.
+func watchRunStarted(runID string) *reinv1.Event {
+	ev := runStarted(runID, benchTime())
+	rs := ev.GetRunStarted()
+	rs.Tenant, rs.Principal = server.LocalPrincipal.Tenant, server.LocalPrincipal.ID
+	return ev
+}
+
+// watchSide is one side's server: its address and how it commits an event,
+// returning the commit time (after the event is durable, before the
+// watchers are told).
+type watchSide struct {
+	addr   string
+	commit func(ctx context.Context, run int, ev *reinv1.Event) (time.Time, error)
+}
+
+// watchRound is what one side of a round measured.
+type watchRound struct {
+	paced, unpaced phaseStats
+	gaps, dups     int
+}
+
+// phaseStats are one phase's deliveries, from its first commit to its last
+// receipt, and their commit-to-receipt latencies.
+type phaseStats struct {
+	m             measure
+	p50, p99, max time.Duration
+	early         int
+}
+
+func byPacedP99(a, b watchRound) int { return int(a.paced.p99 - b.paced.p99) }
+
+func bestPaced(ws []watchRound) phaseStats {
+	if len(ws) == 0 {
+		return phaseStats{}
+	}
+	return slices.MinFunc(ws, byPacedP99).paced
+}
+
+func worstPaced(ws []watchRound) phaseStats {
+	if len(ws) == 0 {
+		return phaseStats{}
+	}
+	return slices.MaxFunc(ws, byPacedP99).paced
+}
+
+// watchFigure serves a fresh server.Node on loopback TCP, creates the runs
+// in its store (untimed), and drives the streams.
+func watchFigure(ctx context.Context, p watchPlan, path string) (watchRound, error) {
+	defer os.Remove(path)
+	node, err := server.Open(ctx, server.Config{DBPath: path})
+	if err != nil {
+		return watchRound{}, err
+	}
+	defer node.Close()
+	for _, id := range p.ids {
+		if _, _, err := node.Store.Create(ctx, watchRunStarted(id)); err != nil {
+			return watchRound{}, err
+		}
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return watchRound{}, err
+	}
+	served := make(chan error, 1)
+	go func() { served <- node.GRPC.Serve(lis) }()
+	defer func() {
+		node.Close()
+		<-served
+	}()
+	side := watchSide{
+		addr: lis.Addr().String(),
+		commit: func(ctx context.Context, run int, ev *reinv1.Event) (time.Time, error) {
+			seq := ev.GetSequence()
+			if err := node.Store.Append(ctx, p.ids[run], seq-1, []*reinv1.Event{ev}); err != nil {
+				return time.Time{}, err
+			}
+			t := time.Now()
+			node.Hub.Notify(p.ids[run], seq)
+			return t, nil
+		},
+	}
+	return driveWatch(ctx, p, side)
+}
+
+// watchBaseline serves the broadcaster with a plain grpc.Server on loopback
+// TCP and drives the same streams.
+func watchBaseline(ctx context.Context, p watchPlan) (watchRound, error) {
+	b := newBroadcaster(p)
+	srv := grpc.NewServer(grpc.MaxConcurrentStreams(4096))
+	reinv1.RegisterRunServiceServer(srv, b)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return watchRound{}, err
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	defer func() {
+		srv.Stop()
+		<-served
+	}()
+	side := watchSide{
+		addr: lis.Addr().String(),
+		commit: func(_ context.Context, run int, ev *reinv1.Event) (time.Time, error) {
+			t := time.Now()
+			b.publish(run, ev)
+			return t, nil
+		},
+	}
+	return driveWatch(ctx, p, side)
+}
+
+// broadcaster is the baseline's RunService: WatchRun streams a run's events
+// from an in-memory log, each published event sent to every stream of its
+// run through the stream's buffered channel.
+type broadcaster struct {
+	reinv1.UnimplementedRunServiceServer
+	index map[string]int
+	runs  []*broadcastRun
+	// capacity is a stream's channel's: a whole run, so publish never
+	// blocks.
+	capacity int
+}
+
+type broadcastRun struct {
+	mu   sync.Mutex
+	log  []*reinv1.WatchRunResponse
+	subs map[chan *reinv1.WatchRunResponse]struct{}
+}
+
+func newBroadcaster(p watchPlan) *broadcaster {
+	b := &broadcaster{index: map[string]int{}, runs: make([]*broadcastRun, p.runs), capacity: int(p.last())}
+	for i, id := range p.ids {
+		b.index[id] = i
+		// The log starts at sequence 1, like the figure's runs.
+		b.runs[i] = &broadcastRun{
+			log:  []*reinv1.WatchRunResponse{{Event: watchRunStarted(id)}},
+			subs: map[chan *reinv1.WatchRunResponse]struct{}{},
+		}
+	}
+	return b
+}
+
+// publish appends ev to its run's log and hands it to every stream of the
+// run.
+func (b *broadcaster) publish(run int, ev *reinv1.Event) {
+	r := b.runs[run]
+	m := &reinv1.WatchRunResponse{Event: ev}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = append(r.log, m)
+	for c := range r.subs {
+		c <- m
+	}
+}
+
+func (b *broadcaster) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStreamingServer[reinv1.WatchRunResponse]) error {
+	i, ok := b.index[req.GetRunId()]
+	if !ok {
+		return fmt.Errorf("no run %q", req.GetRunId())
+	}
+	r := b.runs[i]
+	c := make(chan *reinv1.WatchRunResponse, b.capacity)
+	r.mu.Lock()
+	for _, m := range r.log {
+		if m.GetEvent().GetSequence() > req.GetAfterSequence() {
+			c <- m
+		}
+	}
+	r.subs[c] = struct{}{}
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.subs, c)
+		r.mu.Unlock()
+	}()
+	ctx := stream.Context()
+	for {
+		select {
+		case m := <-c:
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// watcher is one stream's record: the receipt time of each event (index
+// seq-2), since the round's base time.
+type watcher struct {
+	run        int
+	received   []time.Duration
+	gaps, dups int
+}
+
+// driveWatch opens the streams, then runs each phase of p: every run's
+// writer commits the phase's events at its pace, and the phase ends when
+// every stream has received its last event. It returns the paced and
+// unpaced phases' figures.
+func driveWatch(ctx context.Context, p watchPlan, side watchSide) (watchRound, error) {
+	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
+	defer cancel()
+	conns, err := dialConns(side.addr, p.conns)
+	if err != nil {
+		return watchRound{}, err
+	}
+	defer closeConns(conns)
+
+	base := time.Now()
+	last := p.last()
+	ws := make([]*watcher, p.streams)
+	// reached[j] is done once every stream received phase j's last event
+	// (or ended).
+	reached := make([]sync.WaitGroup, len(p.phases))
+	var streams sync.WaitGroup
+	defer func() {
+		cancel() // ends the streams still open, after a failure
+		streams.Wait()
+	}()
+	errc := make(chan error, p.streams)
+	for i := range ws {
+		w := &watcher{run: i % p.runs, received: make([]time.Duration, last-1)}
+		ws[i] = w
+		for j := range reached {
+			reached[j].Add(1)
+		}
+		streams.Add(1)
+		go func() {
+			defer streams.Done()
+			next := 0 // the phase whose end this stream waits for
+			defer func() {
+				for ; next < len(reached); next++ {
+					reached[next].Done()
+				}
+			}()
+			sctx, stop := context.WithCancel(ctx)
+			defer stop() // cancels the stream
+			client := reinv1.NewRunServiceClient(conns[i%len(conns)])
+			stream, err := client.WatchRun(sctx, &reinv1.WatchRunRequest{RunId: p.ids[w.run], AfterSequence: 1})
+			if err != nil {
+				errc <- fmt.Errorf("stream %d: %w", i, err)
+				return
+			}
+			prev := uint64(1)
+			for {
+				res, err := stream.Recv()
+				if err != nil {
+					errc <- fmt.Errorf("stream %d (run %s) after sequence %d: %w", i, p.ids[w.run], prev, err)
+					return
+				}
+				at := time.Since(base)
+				seq := res.GetEvent().GetSequence()
+				switch {
+				case seq <= prev:
+					w.dups++
+					continue
+				case seq > prev+1:
+					w.gaps += int(seq - prev - 1)
+				}
+				prev = seq
+				if seq <= last {
+					w.received[seq-2] = at
+				}
+				for ; next < len(p.phases) && seq >= p.phases[next].last(); next++ {
+					reached[next].Done()
+				}
+				if seq >= last {
+					return
+				}
+			}
+		}()
+	}
+
+	// commits[r][seq-2] is when run r's event seq committed, since base.
+	commits := make([][]time.Duration, p.runs)
+	for r := range commits {
+		commits[r] = make([]time.Duration, last-1)
+	}
+	var out watchRound
+	for j, ph := range p.phases {
+		if err := runPhase(ctx, p, side, ph, commits, base); err != nil {
+			return out, err
+		}
+		all := make(chan struct{})
+		go func() {
+			reached[j].Wait()
+			close(all)
+		}()
+		select {
+		case <-all:
+		case err := <-errc:
+			return out, err
+		case <-ctx.Done():
+			return out, fmt.Errorf("the streams did not receive every event up to sequence %d: %w", ph.last(), ctx.Err())
+		}
+		select {
+		case err := <-errc:
+			return out, err
+		default:
+		}
+	}
+	for _, w := range ws {
+		out.gaps += w.gaps
+		out.dups += w.dups
+	}
+	var err1, err2 error
+	out.paced, err1 = phaseFigures(p.phases[1], ws, commits)
+	out.unpaced, err2 = phaseFigures(p.phases[2], ws, commits)
+	return out, errors.Join(err1, err2)
+}
+
+// runPhase runs one writer per run: run r commits the phase's k-th event at
+// start + k×interval + r×interval/runs (at once when it is late), or, with
+// no interval, right after the previous one.
+func runPhase(ctx context.Context, p watchPlan, side watchSide, ph watchPhase, commits [][]time.Duration, base time.Time) error {
+	start := time.Now()
+	var writers sync.WaitGroup
+	var failOnce sync.Once
+	var failed error
+	for r := range p.runs {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			offset := time.Duration(r) * ph.interval / time.Duration(p.runs)
+			for k := range ph.events {
+				if ph.interval > 0 {
+					if wait := time.Until(start.Add(offset + time.Duration(k)*ph.interval)); wait > 0 {
+						select {
+						case <-time.After(wait):
+						case <-ctx.Done():
+							return
+						}
+					}
+				}
+				seq := ph.first + uint64(k)
+				t, err := side.commit(ctx, r, p.evs[r][seq-2])
+				if err != nil {
+					failOnce.Do(func() { failed = fmt.Errorf("commit sequence %d to %s: %w", seq, p.ids[r], err) })
+					return
+				}
+				commits[r][seq-2] = t.Sub(base)
+			}
+		}()
+	}
+	writers.Wait()
+	if failed != nil {
+		return failed
+	}
+	return ctx.Err()
+}
+
+// phaseFigures are a phase's deliveries per second, from its first commit to
+// its last receipt, and its latencies.
+func phaseFigures(ph watchPhase, ws []*watcher, commits [][]time.Duration) (phaseStats, error) {
+	var out phaseStats
+	lat := make([]time.Duration, 0, len(ws)*ph.events)
+	first, lastRecv := time.Duration(math.MaxInt64), time.Duration(0)
+	for r := range commits {
+		first = min(first, commits[r][ph.first-2])
+	}
+	for _, w := range ws {
+		for seq := ph.first; seq <= ph.last(); seq++ {
+			at := w.received[seq-2]
+			if at == 0 {
+				continue // a gap, counted by the stream
+			}
+			d := at - commits[w.run][seq-2]
+			if d < 0 {
+				out.early++
+				d = 0
+			}
+			lat = append(lat, d)
+			lastRecv = max(lastRecv, at)
+		}
+	}
+	if len(lat) == 0 {
+		return out, errors.New("no event was delivered")
+	}
+	slices.Sort(lat)
+	out.p50, out.p99, out.max = quantile(lat, 0.50), quantile(lat, 0.99), lat[len(lat)-1]
+	out.m = measure{units: float64(len(lat)), elapsed: lastRecv - first}
+	return out, nil
+}
+
+// quantile is the q-quantile of sorted (nearest rank).
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func dialConns(addr string, n int) ([]*grpc.ClientConn, error) {
+	conns := make([]*grpc.ClientConn, 0, n)
+	for range n {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			closeConns(conns)
+			return nil, err
+		}
+		conns = append(conns, cc)
+	}
+	return conns, nil
+}
+
+func closeConns(conns []*grpc.ClientConn) {
+	for _, cc := range conns {
+		cc.Close()
+	}
+}
+
+// watchRSS is the server process's resident memory, in MiB: before the
+// streams opened, with every stream open and idle, and its peak. -1 when
+// unknown.
+type watchRSS struct{ before, idle, peak float64 }
+
+// servingAddr matches the line a rein server logs once it listens.
+var servingAddr = regexp.MustCompile(`msg="rein serving" .*?addr=(\S+)`)
+
+// watchIdleRSS starts WatchServer on a store holding p.runs runs that wait
+// for input (the server leaves them alone), opens p.streams WatchRun
+// streams on them, waits until every stream received the run's history and
+// reads the server's VmRSS.
+func watchIdleRSS(ctx context.Context, p watchPlan, dir string) (watchRSS, error) {
+	none := watchRSS{-1, -1, -1}
+	if WatchServer == nil {
+		return none, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
+	defer cancel()
+	db := filepath.Join(dir, "idle.db")
+	defer os.Remove(db)
+	if err := createWaitingRuns(ctx, db, p.ids); err != nil {
+		return none, err
+	}
+	cmd, err := WatchServer(db)
+	if err != nil {
+		return none, err
+	}
+	cmd.Stdout = io.Discard
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return none, err
+	}
+	if err := cmd.Start(); err != nil {
+		return none, fmt.Errorf("start the server: %w", err)
+	}
+	exited := make(chan struct{})
+	var logMu sync.Mutex
+	var logTail []string
+	addrc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			logMu.Lock()
+			logTail = append(logTail, line)
+			if len(logTail) > 20 {
+				logTail = logTail[1:]
+			}
+			logMu.Unlock()
+			if m := servingAddr.FindStringSubmatch(line); m != nil {
+				select {
+				case addrc <- m[1]:
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	serverLog := func() string {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return strings.Join(logTail, "\n")
+	}
+	defer func() {
+		select {
+		case <-exited:
+			return
+		default:
+		}
+		// A graceful stop first (it closes the store), then a kill.
+		_ = cmd.Process.Signal(os.Interrupt)
+		t := time.NewTimer(10 * time.Second)
+		defer t.Stop()
+		select {
+		case <-exited:
+		case <-t.C:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+
+	var addr string
+	select {
+	case addr = <-addrc:
+	case <-exited:
+		return none, fmt.Errorf("the server exited before serving:\n%s", serverLog())
+	case <-ctx.Done():
+		return none, fmt.Errorf("the server did not log its address: %w\n%s", ctx.Err(), serverLog())
+	}
+	pid := cmd.Process.Pid
+	var out watchRSS
+	out.before = procStatusMiB(pid, "VmRSS")
+
+	conns, err := dialConns(addr, p.conns)
+	if err != nil {
+		return none, err
+	}
+	defer closeConns(conns)
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var established sync.WaitGroup
+	errc := make(chan error, p.streams)
+	var streams sync.WaitGroup
+	defer streams.Wait()
+	defer stop()
+	for i := range p.streams {
+		established.Add(1)
+		streams.Add(1)
+		go func() {
+			defer streams.Done()
+			ok := false
+			defer func() {
+				if !ok {
+					established.Done()
+				}
+			}()
+			client := reinv1.NewRunServiceClient(conns[i%len(conns)])
+			stream, err := client.WatchRun(sctx, &reinv1.WatchRunRequest{RunId: p.ids[i%p.runs]})
+			if err != nil {
+				errc <- err
+				return
+			}
+			for {
+				res, err := stream.Recv()
+				if err != nil {
+					if sctx.Err() == nil {
+						errc <- fmt.Errorf("stream %d: %w", i, err)
+					}
+					return
+				}
+				if res.GetEvent().GetSequence() == waitingRunVersion && !ok {
+					ok = true
+					established.Done()
+				}
+			}
+		}()
+	}
+	all := make(chan struct{})
+	go func() {
+		established.Wait()
+		close(all)
+	}()
+	select {
+	case <-all:
+	case err := <-errc:
+		return none, fmt.Errorf("open the idle streams: %w\n%s", err, serverLog())
+	case <-exited:
+		return none, fmt.Errorf("the server exited:\n%s", serverLog())
+	case <-ctx.Done():
+		return none, fmt.Errorf("the idle streams were not established: %w", ctx.Err())
+	}
+	select {
+	case err := <-errc:
+		return none, fmt.Errorf("an idle stream failed: %w", err)
+	default:
+	}
+	out.idle = procStatusMiB(pid, "VmRSS")
+	out.peak = procStatusMiB(pid, "VmHWM")
+	return out, nil
+}
+
+// waitingRunVersion is the last sequence of a run createWaitingRuns makes.
+const waitingRunVersion = 3
+
+// createWaitingRuns makes a store with runs that asked a question and wait
+// for input: a server does not resume them, and their watch streams stay
+// open and idle.
+func createWaitingRuns(ctx context.Context, path string, ids []string) error {
+	s, err := bolt.Open(path, bolt.Options{})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	for _, id := range ids {
+		if _, _, err := s.Create(ctx, watchRunStarted(id)); err != nil {
+			return err
+		}
+		at := benchTime()
+		evs := []*reinv1.Event{
+			{RunId: id, Sequence: 2, RecordedAt: at, Actor: "model", Payload: &reinv1.Event_InputRequested{
+				InputRequested: &reinv1.InputRequested{Question: &reinv1.Question{Text: "which file?"}},
+			}},
+			{RunId: id, Sequence: waitingRunVersion, RecordedAt: at, Actor: "harness", Payload: &reinv1.Event_StatusChanged{
+				StatusChanged: &reinv1.StatusChanged{
+					From: reinv1.RunStatus_RUN_STATUS_RUNNING, To: reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, Reason: "asked a question",
+				},
+			}},
+		}
+		if err := s.Append(ctx, id, 1, evs); err != nil {
+			return err
+		}
+	}
+	return s.Close()
+}
+
+// procStatusMiB reads a size field (VmRSS, VmHWM) of /proc/PID/status in
+// MiB, or -1 when it cannot.
+func procStatusMiB(pid int, field string) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		v, ok := strings.CutPrefix(line, field+":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v) // "123456 kB"
+		if len(f) != 2 || f[1] != "kB" {
+			return -1
+		}
+		kb, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return -1
+		}
+		return kb / 1024
+	}
+	return -1
+}
