@@ -31,7 +31,7 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		return invalidArgument(fe.Field, fe.Description)
 	case errors.Is(err, store.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, store.ErrConflict), errors.Is(err, runstate.ErrSequence):
+	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrFenced), errors.Is(err, runstate.ErrSequence):
 		return status.Error(codes.Aborted, err.Error()+"; reload the run and retry")
 	case errors.Is(err, harness.ErrForbidden):
 		return status.Error(codes.PermissionDenied, err.Error())

@@ -10,6 +10,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
 )
 
 // eventPage is how many events a driver reads at once when it loads a run.
@@ -29,6 +30,9 @@ type runner struct {
 	toolHash  string
 	// now is the step's one clock reading, the recorded_at of its events.
 	now *timestamppb.Timestamp
+	// epoch is the driver's lease on the run: its appends are fenced with
+	// it, so a driver whose lease was taken over cannot write.
+	epoch uint64
 }
 
 // drive steps a run until it leaves running or ctx is cancelled.
@@ -40,6 +44,9 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 	defer r.flush()
 	if r.st.Status != reinv1.RunStatus_RUN_STATUS_RUNNING {
 		return nil
+	}
+	if r.epoch, err = e.cfg.Store.Acquire(ctx, runID, e.cfg.Owner); err != nil {
+		return err
 	}
 	if r.model, err = e.cfg.Models(r.st.Contract.GetModel()); err != nil {
 		return r.fail(fmt.Sprintf("the run's model cannot be built: %v", err))
@@ -114,7 +121,7 @@ func (r *runner) commit(ctx context.Context, evs ...*reinv1.Event) error {
 	}
 	// A write that started must finish: a cancelled caller still needs to
 	// know whether the step committed.
-	if err := r.e.cfg.Store.Append(context.WithoutCancel(ctx), r.st.RunID, r.st.Version, all); err != nil {
+	if err := r.e.cfg.Store.Append(context.WithoutCancel(ctx), r.st.RunID, r.st.Version, all, store.WithEpoch(r.epoch)); err != nil {
 		return err
 	}
 	r.pending = nil

@@ -28,7 +28,8 @@ import (
 // Store is what the engine needs of an event store (see internal/store).
 type Store interface {
 	Create(ctx context.Context, started *reinv1.Event) (runstate.State, bool, error)
-	Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event) error
+	Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) error
+	Acquire(ctx context.Context, runID, owner string) (uint64, error)
 	Load(ctx context.Context, runID string) (runstate.State, error)
 	Events(ctx context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error)
 }
@@ -51,6 +52,8 @@ type Config struct {
 	Notify func(runID string, version uint64)
 	// Logger receives what the engine cannot return to a caller.
 	Logger *slog.Logger
+	// Owner names this engine in the runs' leases; "" means a random name.
+	Owner string
 }
 
 // Engine starts, drives and cancels runs.
@@ -104,6 +107,9 @@ func New(cfg Config) *Engine {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Owner == "" {
+		cfg.Owner = "engine-" + ulid.Make().String()
 	}
 	base, cancel := context.WithCancelCause(context.Background())
 	return &Engine{

@@ -462,8 +462,8 @@ type countingStore struct {
 	log *opLog
 }
 
-func (s *countingStore) Append(ctx context.Context, runID string, expected uint64, evs []*reinv1.Event) error {
-	if err := s.Store.Append(ctx, runID, expected, evs); err != nil {
+func (s *countingStore) Append(ctx context.Context, runID string, expected uint64, evs []*reinv1.Event, opts ...store.AppendOption) error {
+	if err := s.Store.Append(ctx, runID, expected, evs, opts...); err != nil {
 		return err
 	}
 	s.log.add("append " + strings.Join(payloads(evs), ","))

@@ -39,8 +39,8 @@ type State struct {
 	ApprovedWrite    *reinv1.Proposal
 	WriteOperationID string
 	Pending          *reinv1.PendingAction
-	Result        *reinv1.FinalAnswer
-	LastError     string
+	Result           *reinv1.FinalAnswer
+	LastError        string
 
 	CreatedAt time.Time
 	UpdatedAt time.Time
@@ -54,19 +54,19 @@ func (s State) Tokens() uint64 { return s.InputTokens + s.OutputTokens }
 // once beside it.
 func (s State) Proto(withContract bool) *reinv1.Run {
 	r := &reinv1.Run{
-		RunId:         s.RunID,
-		Status:        s.Status,
-		StatusReason:  s.StatusReason,
-		Principal:     s.Principal,
-		Tenant:        s.Tenant,
-		RequestId:     s.RequestID,
-		Version:       s.Version,
-		Steps:         s.Steps,
-		Usage:         &reinv1.Usage{InputTokens: s.InputTokens, OutputTokens: s.OutputTokens},
-		ToolCalls:     s.ToolCalls,
-		Pending:       s.Pending,
-		Result:        s.Result,
-		LastError:     s.LastError,
+		RunId:            s.RunID,
+		Status:           s.Status,
+		StatusReason:     s.StatusReason,
+		Principal:        s.Principal,
+		Tenant:           s.Tenant,
+		RequestId:        s.RequestID,
+		Version:          s.Version,
+		Steps:            s.Steps,
+		Usage:            &reinv1.Usage{InputTokens: s.InputTokens, OutputTokens: s.OutputTokens},
+		ToolCalls:        s.ToolCalls,
+		Pending:          s.Pending,
+		Result:           s.Result,
+		LastError:        s.LastError,
 		ModelInFlight:    s.ModelInFlight,
 		ApprovedWrite:    s.ApprovedWrite,
 		WriteOperationId: s.WriteOperationID,
@@ -93,24 +93,24 @@ func FromProto(r *reinv1.Run, contract *reinv1.TaskContract) State {
 		contract = r.GetContract()
 	}
 	s := State{
-		RunID:         r.GetRunId(),
-		Status:        r.GetStatus(),
-		StatusReason:  r.GetStatusReason(),
-		Version:       r.GetVersion(),
-		Contract:      contract,
-		Principal:     r.GetPrincipal(),
-		Tenant:        r.GetTenant(),
-		RequestID:     r.GetRequestId(),
-		Steps:         r.GetSteps(),
-		InputTokens:   r.GetUsage().GetInputTokens(),
-		OutputTokens:  r.GetUsage().GetOutputTokens(),
-		ToolCalls:     r.GetToolCalls(),
-		ModelInFlight: r.GetModelInFlight(),
+		RunID:            r.GetRunId(),
+		Status:           r.GetStatus(),
+		StatusReason:     r.GetStatusReason(),
+		Version:          r.GetVersion(),
+		Contract:         contract,
+		Principal:        r.GetPrincipal(),
+		Tenant:           r.GetTenant(),
+		RequestID:        r.GetRequestId(),
+		Steps:            r.GetSteps(),
+		InputTokens:      r.GetUsage().GetInputTokens(),
+		OutputTokens:     r.GetUsage().GetOutputTokens(),
+		ToolCalls:        r.GetToolCalls(),
+		ModelInFlight:    r.GetModelInFlight(),
 		ApprovedWrite:    r.GetApprovedWrite(),
 		WriteOperationID: r.GetWriteOperationId(),
-		Pending:       r.GetPending(),
-		Result:        r.GetResult(),
-		LastError:     r.GetLastError(),
+		Pending:          r.GetPending(),
+		Result:           r.GetResult(),
+		LastError:        r.GetLastError(),
 	}
 	if r.GetDeadline() != nil {
 		s.Deadline = r.GetDeadline().AsTime()

@@ -26,6 +26,9 @@ var (
 	ErrConflict = errors.New("version conflict")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store closed")
+	// ErrFenced: the append came from an owner whose lease on the run was
+	// taken over (a stale epoch). Its writer must stop driving the run.
+	ErrFenced = errors.New("stale owner fenced")
 )
 
 // Store is an event store. It is safe for concurrent use.
@@ -40,7 +43,11 @@ type Store interface {
 	// stored state with runstate.Apply and written only if all of them apply.
 	// A stale expected version is ErrConflict. The events are durable when
 	// Append returns nil.
-	Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event) error
+	Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...AppendOption) error
+	// Acquire makes owner the run's owner and returns its lease epoch, one
+	// more than the last. Appends made WithEpoch an older epoch are refused
+	// (ErrFenced) in the same transaction that would write them.
+	Acquire(ctx context.Context, runID, owner string) (epoch uint64, err error)
 	// Load returns a run's current state from its snapshot.
 	Load(ctx context.Context, runID string) (runstate.State, error)
 	// Events returns up to limit events with sequence > after, in order.
@@ -53,6 +60,30 @@ type Store interface {
 	Changes(ctx context.Context, after uint64, limit int) ([]Change, uint64, error)
 	// Close releases the store. Appends in flight finish first.
 	Close() error
+}
+
+// AppendOption qualifies an Append.
+type AppendOption func(*AppendOptions)
+
+// AppendOptions are the options an Append was given.
+type AppendOptions struct {
+	// Epoch, when not 0, is the appending owner's lease epoch: the append is
+	// refused with ErrFenced unless it is the run's current epoch.
+	Epoch uint64
+}
+
+// WithEpoch fences an append with the owner's lease epoch.
+func WithEpoch(epoch uint64) AppendOption {
+	return func(o *AppendOptions) { o.Epoch = epoch }
+}
+
+// Options folds opts into AppendOptions (for backends).
+func Options(opts []AppendOption) AppendOptions {
+	var o AppendOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
 }
 
 // Change is one status change, as Changes returns it.

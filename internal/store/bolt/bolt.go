@@ -32,6 +32,7 @@ var (
 	bucketContracts = []byte("contracts")
 	keyFormat       = []byte("format")
 	keySnapshot     = []byte("snapshot")
+	keyLease        = []byte("lease")
 	keyEvents       = []byte("events")
 	formatV1        = []byte("rein-store-1")
 )
@@ -194,7 +195,7 @@ func (s *Store) Create(ctx context.Context, started *reinv1.Event) (runstate.Sta
 }
 
 // Append implements store.Store.
-func (s *Store) Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event) error {
+func (s *Store) Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -206,8 +207,14 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 		}
 		encoded[i] = data
 	}
-	_, err := s.submit(ctx, &writeReq{runID: runID, expected: expected, events: events, encoded: encoded})
+	_, err := s.submit(ctx, &writeReq{runID: runID, expected: expected, events: events, encoded: encoded, epoch: store.Options(opts).Epoch})
 	return err
+}
+
+// Acquire implements store.Store.
+func (s *Store) Acquire(ctx context.Context, runID, owner string) (uint64, error) {
+	res, err := s.submit(ctx, &writeReq{acquire: true, runID: runID, owner: owner})
+	return res.epoch, err
 }
 
 func (s *Store) submit(ctx context.Context, r *writeReq) (writeRes, error) {

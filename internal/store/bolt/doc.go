@@ -8,6 +8,8 @@
 //	                       (apart from the run's bucket, so that rewriting the
 //	                       snapshot never rewrites a large contract)
 //	runs/<run id>/snapshot the run's state (a Run without its contract)
+//	runs/<run id>/lease    uint64 epoch + owner: appends with an older epoch
+//	                       are refused in the transaction (fencing)
 //	runs/<run id>/events/  nested bucket: uint64 sequence → Event
 //	requests/<tenant>\x00<request id> → run id (idempotent create)
 //	status/<status byte><run id> → empty (the listing index by status)

@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -16,6 +17,9 @@ import (
 // writeReq is one Create or Append waiting for the writer.
 type writeReq struct {
 	create   bool
+	acquire  bool
+	owner    string
+	epoch    uint64
 	runID    string
 	expected uint64
 	events   []*reinv1.Event
@@ -27,6 +31,7 @@ type writeReq struct {
 type writeRes struct {
 	state   runstate.State
 	created bool
+	epoch   uint64
 	err     error
 }
 
@@ -97,6 +102,18 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq) writeRes {
 	b := runBucket(tx, r.runID)
 	if b == nil {
 		return writeRes{err: notFound(r.runID)}
+	}
+	epoch, _ := decodeLease(b.Get(keyLease))
+	if r.acquire {
+		epoch++
+		if err := b.Put(keyLease, encodeLease(epoch, r.owner)); err != nil {
+			return writeRes{err: errTx{err}}
+		}
+		return writeRes{epoch: epoch}
+	}
+	if r.epoch != 0 && r.epoch != epoch {
+		return writeRes{err: fmt.Errorf("append to run %s with lease epoch %d: the run's owner is now at epoch %d: %w",
+			r.runID, r.epoch, epoch, store.ErrFenced)}
 	}
 	st, err := loadState(b, nil)
 	if err != nil {
@@ -217,4 +234,16 @@ func putSnapshot(tx *bbolt.Tx, b *bbolt.Bucket, prev reinv1.RunStatus, next runs
 	v := make([]byte, 0, len(next.Tenant)+1+len(ch))
 	v = append(append(append(v, next.Tenant...), 0), ch...)
 	return changes.Put(seqKey(cursor), v)
+}
+
+// A lease is the epoch (8 bytes, big-endian) and the owner's name.
+func encodeLease(epoch uint64, owner string) []byte {
+	return append(seqKey(epoch), owner...)
+}
+
+func decodeLease(v []byte) (uint64, string) {
+	if len(v) < 8 {
+		return 0, ""
+	}
+	return binary.BigEndian.Uint64(v[:8]), string(v[8:])
 }

@@ -60,6 +60,7 @@ func Run(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 		{"Closed", testClosed},
 		{"CloseDuringAppends", testCloseDuringAppends},
 		{"Changes", testChanges},
+		{"LeaseFencing", testLeaseFencing},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
