@@ -7,6 +7,7 @@ import (
 	"time"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/failpoint"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/tools"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -133,8 +134,10 @@ func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error
 	actor := "tool:" + p.GetTool()
 	wctx := context.WithoutCancel(ctx)
 	if cause == nil {
+		failpoint.Inject(failpoint.WriteAfterDispatch)
 		receipt, err := e.commitOnce(wctx, call, opID)
 		if err == nil {
+			failpoint.Inject(failpoint.WriteAfterCommit)
 			return e.writeCommitted(ctx, st, actor, receipt)
 		}
 		cause = err
@@ -160,10 +163,12 @@ func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error
 	if err != nil {
 		return st, err
 	}
+	failpoint.Inject(failpoint.WriteAfterDispatch)
 	receipt, err = e.commitOnce(wctx, call, opID)
 	if err != nil {
 		return e.writeUnknown(ctx, st, actor, err)
 	}
+	failpoint.Inject(failpoint.WriteAfterCommit)
 	return e.writeCommitted(ctx, st, actor, receipt)
 }
 

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/failpoint"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 )
@@ -71,6 +72,7 @@ func (s *Store) writer() {
 			s.beforeCommit(len(batch))
 		}
 		s.commits.Add(1)
+		failpoint.Inject(failpoint.StoreBeforeCommit)
 		err := s.db.Update(func(tx *bbolt.Tx) error {
 			for i, r := range batch {
 				results[i] = s.applyRequest(tx, r)
@@ -81,6 +83,7 @@ func (s *Store) writer() {
 			}
 			return nil
 		})
+		failpoint.Inject(failpoint.StoreAfterCommit)
 		for i, r := range batch {
 			res := results[i]
 			if err != nil {
