@@ -32,7 +32,7 @@ func toStatus(log *slog.Logger, method string, err error) error {
 	case errors.Is(err, store.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrFenced), errors.Is(err, runstate.ErrSequence):
-		return status.Error(codes.Aborted, err.Error()+"; reload the run and retry")
+		return status.Error(codes.Aborted, err.Error())
 	case errors.Is(err, harness.ErrForbidden):
 		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.Is(err, runstate.ErrTerminal), errors.Is(err, runstate.ErrIllegalTransition), errors.Is(err, harness.ErrNotWaiting):

@@ -32,6 +32,9 @@ func (e *Engine) ProvideInput(ctx context.Context, runID, text, principal string
 	if st.Status != reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT {
 		return st, fmt.Errorf("%w: run %s is %s; only a needs_input run takes input", ErrNotWaiting, runID, runstate.StatusName(st.Status))
 	}
+	if err := e.beforeDeadline(st); err != nil {
+		return st, err
+	}
 	next, err := e.appendEvents(ctx, st, "principal:"+principal,
 		&reinv1.Event{Payload: &reinv1.Event_InputProvided{InputProvided: &reinv1.InputProvided{Text: text}}},
 		&reinv1.Event{Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
@@ -82,6 +85,9 @@ func (e *Engine) DecideApproval(ctx context.Context, d Decision) (runstate.State
 		return st, fmt.Errorf("%w: proposal %s expired at %s", ErrNotWaiting, d.ProposalID, p.GetExpiresAt().AsTime().Format(time.RFC3339))
 	case d.Approve && st.Contract.GetApproval().GetForbidSelfApproval() && d.Principal == st.Principal:
 		return st, fmt.Errorf("%w: run %s forbids approving a write of a run one started; ask another approver", ErrForbidden, d.RunID)
+	}
+	if err := e.beforeDeadline(st); err != nil {
+		return st, err
 	}
 	actor := "principal:" + d.Principal
 	decided := &reinv1.Event{Payload: &reinv1.Event_ApprovalDecided{ApprovalDecided: &reinv1.ApprovalDecided{
@@ -222,6 +228,15 @@ func (e *Engine) SettleWrite(ctx context.Context, runID string) (runstate.State,
 		return st, nil
 	}
 	return e.commitWrite(ctx, st, errors.New("the process stopped between the write's dispatch and its receipt"))
+}
+
+// beforeDeadline refuses a person's action on a run whose deadline passed
+// (its timer ends it budget_exhausted).
+func (e *Engine) beforeDeadline(st runstate.State) error {
+	if !st.Deadline.IsZero() && !e.cfg.Clock().Before(st.Deadline) {
+		return fmt.Errorf("%w: run %s's deadline %s has passed; it ends budget_exhausted", ErrNotWaiting, st.RunID, st.Deadline.Format(time.RFC3339))
+	}
+	return nil
 }
 
 // callIndex is the Call.Index of a proposal's tool call: how many calls to

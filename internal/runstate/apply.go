@@ -223,6 +223,10 @@ func changed(s State, sc *reinv1.StatusChanged) (State, error) {
 	if !Legal(from, to) {
 		return s, fmt.Errorf("%w: %s → %s is not allowed", ErrIllegalTransition, StatusName(from), StatusName(to))
 	}
+	if s.ApprovedWrite != nil && s.WriteOperationID != "" && s.Pending == nil && to != reinv1.RunStatus_RUN_STATUS_RUNNING {
+		return s, fmt.Errorf("%w: %s while the write of operation %q is in flight; its outcome must be recorded first, try again in a moment",
+			ErrIllegalTransition, StatusName(to), s.WriteOperationID)
+	}
 	if Paused(to) && s.ModelInFlight {
 		return s, fmt.Errorf("%w: %s while a model call is in flight; record model_returned first", ErrIllegalTransition, StatusName(to))
 	}

@@ -48,9 +48,11 @@ func TestWriteLifecycle(t *testing.T) {
 	if s.WriteOperationID != "op1" {
 		t.Fatalf("after dispatch: key %q", s.WriteOperationID)
 	}
-	// Running is refused while the write is in flight.
-	if _, err := Apply(s, statusChanged(6, needsApproval, running)); !errors.Is(err, ErrIllegalTransition) {
-		t.Fatalf("running with a write in flight: %v", err)
+	// No status change while the write is in flight: its outcome comes first.
+	for _, to := range []reinv1.RunStatus{running, reinv1.RunStatus_RUN_STATUS_CANCELLED, reinv1.RunStatus_RUN_STATUS_EXPIRED, reinv1.RunStatus_RUN_STATUS_BUDGET_EXHAUSTED} {
+		if _, err := Apply(s, statusChanged(6, needsApproval, to)); !errors.Is(err, ErrIllegalTransition) {
+			t.Fatalf("%s with a write in flight: %v, want ErrIllegalTransition", StatusName(to), err)
+		}
 	}
 	done := mustApply(t, s, committed(6, "p1", "op1"), statusChanged(7, needsApproval, running))
 	if done.ApprovedWrite != nil || done.WriteOperationID != "" || done.Status != running {
