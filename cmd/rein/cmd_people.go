@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"text/tabwriter"
 
@@ -179,23 +180,16 @@ func newPendingCmd(e *env) *cobra.Command {
 					return err
 				}
 				defer cn.close()
-				req := &reinv1.ListRunsRequest{PageSize: 1000, Statuses: []reinv1.RunStatus{
+				runs, err := listRuns(ctx, cn.runs, &reinv1.ListRunsRequest{Statuses: []reinv1.RunStatus{
 					reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT,
-				}}
-				for {
-					resp, err := cn.runs.ListRuns(ctx, req)
-					if err != nil {
-						return err
+				}}, math.MaxInt)
+				if err != nil {
+					return err
+				}
+				for _, r := range runs {
+					if r.Pending != nil {
+						waiting = append(waiting, r)
 					}
-					for _, r := range resp.GetRuns() {
-						if r.GetPending() != nil {
-							waiting = append(waiting, summarize(r))
-						}
-					}
-					if resp.GetNextPageToken() == "" {
-						break
-					}
-					req.PageToken = resp.GetNextPageToken()
 				}
 			}
 			if e.json {

@@ -159,16 +159,11 @@ func newListCmd(e *env) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			req := &reinv1.ListRunsRequest{}
-			for _, name := range statuses {
-				for _, n := range strings.Split(name, ",") {
-					s, ok := runstate.ParseStatus(strings.TrimSpace(n))
-					if !ok {
-						return usageError("--status %q: not a status; use running, needs_input, needs_approval, completed, budget_exhausted, failed, denied, expired or cancelled", n)
-					}
-					req.Statuses = append(req.Statuses, s)
-				}
+			st, err := parseStatuses(statuses)
+			if err != nil {
+				return err
 			}
+			req := &reinv1.ListRunsRequest{Statuses: st}
 			if limit <= 0 {
 				return usageError("--limit must be positive")
 			}
@@ -179,25 +174,11 @@ func newListCmd(e *env) *cobra.Command {
 					return err
 				}
 				defer cn.close()
-				for len(runs) < limit {
-					req.PageSize = int32(min(limit-len(runs), 1000))
-					resp, err := cn.runs.ListRuns(ctx, req)
-					if err != nil {
-						return err
-					}
-					for _, r := range resp.GetRuns() {
-						runs = append(runs, summarize(r))
-					}
-					if resp.GetNextPageToken() == "" {
-						break
-					}
-					req.PageToken = resp.GetNextPageToken()
+				if runs, err = listRuns(ctx, cn.runs, req, limit); err != nil {
+					return err
 				}
 			}
 			if e.json {
-				if runs == nil {
-					runs = []summary{}
-				}
 				return writeJSON(e.stdout, runs, false)
 			}
 			w := tabwriter.NewWriter(e.stdout, 0, 2, 2, ' ', 0)
@@ -211,6 +192,42 @@ func newListCmd(e *env) *cobra.Command {
 	cmd.Flags().StringSliceVar(&statuses, "status", nil, "only runs in these statuses (repeat or comma-separate)")
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many runs")
 	return cmd
+}
+
+// listRuns pages through ListRuns and returns up to limit summaries (an
+// empty list, not nil, when there are none).
+func listRuns(ctx context.Context, runs reinv1.RunServiceClient, req *reinv1.ListRunsRequest, limit int) ([]summary, error) {
+	out := []summary{}
+	for len(out) < limit {
+		req.PageSize = int32(min(limit-len(out), 1000))
+		resp, err := runs.ListRuns(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range resp.GetRuns() {
+			out = append(out, summarize(r))
+		}
+		if resp.GetNextPageToken() == "" {
+			break
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
+	return out, nil
+}
+
+// parseStatuses reads --status values: names, repeated or comma-separated.
+func parseStatuses(values []string) ([]reinv1.RunStatus, error) {
+	var out []reinv1.RunStatus
+	for _, v := range values {
+		for _, n := range strings.Split(v, ",") {
+			s, ok := runstate.ParseStatus(strings.TrimSpace(n))
+			if !ok {
+				return nil, usageError("--status %q: not a status; use running, needs_input, needs_approval, completed, budget_exhausted, failed, denied, expired or cancelled", n)
+			}
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }
 
 func clip(s string, n int) string {

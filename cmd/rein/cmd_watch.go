@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -94,16 +93,11 @@ func (o *watchOptions) watchRun(ctx context.Context, e *env, runID string) error
 }
 
 func (o *watchOptions) watchAll(ctx context.Context, e *env) error {
-	req := &reinv1.WatchRunsRequest{AfterCursor: o.after}
-	for _, name := range o.statuses {
-		for _, n := range strings.Split(name, ",") {
-			s, ok := runstate.ParseStatus(strings.TrimSpace(n))
-			if !ok {
-				return usageError("--status %q: not a status", n)
-			}
-			req.Statuses = append(req.Statuses, s)
-		}
+	statuses, err := parseStatuses(o.statuses)
+	if err != nil {
+		return err
 	}
+	req := &reinv1.WatchRunsRequest{AfterCursor: o.after, Statuses: statuses}
 	cn, err := reader(ctx, e)
 	if err != nil {
 		return err
