@@ -4,9 +4,37 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 )
+
+// cliEnv, set, makes the test binary run the CLI with its arguments instead
+// of the tests: the watch scenario starts `rein serve` in a separate process,
+// and in the tests that process is this binary.
+const cliEnv = "REIN_TEST_RUN_CLI"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(cliEnv) != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	exe, err := os.Executable()
+	if err == nil {
+		benchServer = func(db string) (*exec.Cmd, error) {
+			cmd := exec.Command(exe, benchServeArgs(db)...)
+			cmd.Env = append(os.Environ(), cliEnv+"=1")
+			return cmd, nil
+		}
+	}
+	os.Exit(m.Run())
+}
 
 func runBench(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
@@ -23,7 +51,7 @@ func TestBenchUnknownScenario(t *testing.T) {
 	if out != "" {
 		t.Errorf("stdout %q, want nothing", out)
 	}
-	for _, name := range []string{`"nope"`, "append", "steps", "fold", "all"} {
+	for _, name := range []string{`"nope"`, "append", "steps", "fold", "watch", "recovery", "all"} {
 		if !strings.Contains(errs, name) {
 			t.Errorf("stderr %q does not name %s", errs, name)
 		}
@@ -44,7 +72,7 @@ func TestBenchAllJSON(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	want := []string{"append", "steps", "fold"}
+	want := []string{"append", "steps", "fold", "watch", "recovery"}
 	if len(lines) != len(want) {
 		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), out)
 	}
@@ -66,6 +94,45 @@ func TestBenchAllJSON(t *testing.T) {
 		ratio, _ := r["ratio"].(float64)
 		if fig <= 0 || base <= 0 || ratio != fig/base {
 			t.Errorf("line %d: figure %v, baseline %v, ratio %v", i, fig, base, ratio)
+		}
+		if r["scenario"] == "watch" {
+			checkWatchExtra(t, r)
+		}
+	}
+}
+
+// checkWatchExtra checks the watch scenario's own figures: every stream got
+// every event once, and the idle server (`rein serve`, started by the
+// scenario) was measured. It asserts no speed or size.
+func checkWatchExtra(t *testing.T, r map[string]any) {
+	t.Helper()
+	x, _ := r["extra"].(map[string]any)
+	for _, k := range []string{"gaps", "duplicates", "baseline_gaps", "baseline_duplicates"} {
+		if v, ok := x[k]; !ok || v != 0.0 {
+			t.Errorf("watch: %s = %v, want 0", k, v)
+		}
+	}
+	for _, k := range []string{"p50_ms", "p99_ms", "baseline_p50_ms", "baseline_p99_ms", "p99_ratio", "streams", "paced_deliveries_per_s"} {
+		if v, _ := x[k].(float64); !(v > 0) {
+			t.Errorf("watch: %s = %v, want > 0", k, x[k])
+		}
+	}
+	if rss, _ := x["rss_idle_mib"].(float64); runtime.GOOS == "linux" && !(rss > 0) {
+		t.Errorf("watch: rss_idle_mib = %v, want the memory of the rein serve it started", x["rss_idle_mib"])
+	}
+}
+
+func TestBenchWatchReadableLine(t *testing.T) {
+	code, out, errs := runBench(t, "watch", "--scale", "0.002", "--rounds", "1", "--dir", t.TempDir())
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if n := strings.Count(out, "\n"); n != 1 || !strings.HasPrefix(out, "watch ") {
+		t.Fatalf("output %q, want one line about watch", out)
+	}
+	for _, want := range []string{"deliveries/s", "ratio", "p99", "gaps", "idle server", "MiB"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output %q has no %q", out, want)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,8 +36,8 @@ const (
 	// watchPacedEvents is how many events each run appends in the paced
 	// phase, one per watchInterval, the runs staggered evenly across it:
 	// a load both sides sustain, at which their latencies compare.
-	watchPacedEvents = 100
-	watchInterval    = 40 * time.Millisecond
+	watchPacedEvents = 50
+	watchInterval    = 80 * time.Millisecond
 	// watchUnpacedEvents is how many events each run appends in the
 	// unpaced phase, back to back: each side's delivery capacity.
 	watchUnpacedEvents = 200
@@ -156,6 +157,10 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 	for _, w := range bases {
 		bestOf(r.Extra, "baseline_paced_deliveries_per_s", w.paced.m.rate())
 	}
+	// CPU per delivery, client and server together (they share the
+	// process): steadier than the rates on a busy machine.
+	r.Extra["cpu_us_per_delivery"] = cpuPerDelivery(figs)
+	r.Extra["baseline_cpu_us_per_delivery"] = cpuPerDelivery(bases)
 	var gaps, dups, baseGaps, baseDups, early int
 	for _, w := range figs {
 		gaps, dups, early = gaps+w.gaps, dups+w.dups, early+w.paced.early+w.unpaced.early
@@ -263,6 +268,27 @@ type phaseStats struct {
 	m             measure
 	p50, p99, max time.Duration
 	early         int
+	// cpu is the CPU time the whole process (server and streams) used
+	// during the phase.
+	cpu time.Duration
+}
+
+// cpuPerDelivery is the mean CPU time per delivery of the unpaced phase
+// over rounds, in µs, or -1 when unknown.
+func cpuPerDelivery(ws []watchRound) float64 {
+	var cpu time.Duration
+	var n float64
+	for _, w := range ws {
+		if w.unpaced.cpu <= 0 {
+			return -1
+		}
+		cpu += w.unpaced.cpu
+		n += w.unpaced.m.units
+	}
+	if n == 0 {
+		return -1
+	}
+	return float64(cpu.Microseconds()) / n
 }
 
 func byPacedP99(a, b watchRound) int { return int(a.paced.p99 - b.paced.p99) }
@@ -324,27 +350,35 @@ func watchFigure(ctx context.Context, p watchPlan, path string) (watchRound, err
 // TCP and drives the same streams.
 func watchBaseline(ctx context.Context, p watchPlan) (watchRound, error) {
 	b := newBroadcaster(p)
+	side, stop, err := serveBroadcaster(b)
+	if err != nil {
+		return watchRound{}, err
+	}
+	defer stop()
+	side.commit = func(_ context.Context, run int, ev *reinv1.Event) (time.Time, error) {
+		t := time.Now()
+		b.publish(run, ev)
+		return t, nil
+	}
+	return driveWatch(ctx, p, side)
+}
+
+// serveBroadcaster serves b with a plain grpc.Server, no interceptors, on
+// loopback TCP. The side it returns has no commit yet.
+func serveBroadcaster(b *broadcaster) (watchSide, func(), error) {
 	srv := grpc.NewServer(grpc.MaxConcurrentStreams(4096))
 	reinv1.RegisterRunServiceServer(srv, b)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return watchRound{}, err
+		return watchSide{}, nil, err
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
-	defer func() {
+	stop := func() {
 		srv.Stop()
 		<-served
-	}()
-	side := watchSide{
-		addr: lis.Addr().String(),
-		commit: func(_ context.Context, run int, ev *reinv1.Event) (time.Time, error) {
-			t := time.Now()
-			b.publish(run, ev)
-			return t, nil
-		},
 	}
-	return driveWatch(ctx, p, side)
+	return watchSide{addr: lis.Addr().String()}, stop, nil
 }
 
 // broadcaster is the baseline's RunService: WatchRun streams a run's events
@@ -516,7 +550,14 @@ func driveWatch(ctx context.Context, p watchPlan, side watchSide) (watchRound, e
 		commits[r] = make([]time.Duration, last-1)
 	}
 	var out watchRound
+	cpu := make([]time.Duration, len(p.phases))
 	for j, ph := range p.phases {
+		if j > 0 {
+			// Each timed phase starts without the garbage of the one
+			// before, on either side.
+			runtime.GC()
+		}
+		cpu0 := cpuTime()
 		if err := runPhase(ctx, p, side, ph, commits, base); err != nil {
 			return out, err
 		}
@@ -537,6 +578,9 @@ func driveWatch(ctx context.Context, p watchPlan, side watchSide) (watchRound, e
 			return out, err
 		default:
 		}
+		if cpu0 >= 0 {
+			cpu[j] = cpuTime() - cpu0
+		}
 	}
 	for _, w := range ws {
 		out.gaps += w.gaps
@@ -545,7 +589,34 @@ func driveWatch(ctx context.Context, p watchPlan, side watchSide) (watchRound, e
 	var err1, err2 error
 	out.paced, err1 = phaseFigures(p.phases[1], ws, commits)
 	out.unpaced, err2 = phaseFigures(p.phases[2], ws, commits)
+	out.paced.cpu, out.unpaced.cpu = cpu[1], cpu[2]
 	return out, errors.Join(err1, err2)
+}
+
+// cpuTime is the CPU time this process has used (user and system, from
+// /proc/self/stat, in clock ticks of 10ms), or -1 when it cannot tell.
+func cpuTime() time.Duration {
+	data, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return -1
+	}
+	// The command name, in parentheses, may hold spaces: fields count from
+	// the last ')'. utime and stime are the 14th and 15th fields.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return -1
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	const tick = 10 * time.Millisecond // USER_HZ is 100 on Linux
+	return time.Duration(utime+stime) * tick
 }
 
 // runPhase runs one writer per run: run r commits the phase's k-th event at

@@ -33,6 +33,9 @@ type runner struct {
 	// epoch is the driver's lease on the run: its appends are fenced with
 	// it, so a driver whose lease was taken over cannot write.
 	epoch uint64
+	// openCall is a tool call whose tool_requested is stored with no
+	// outcome yet (tool_returned, or approval_requested for a write).
+	openCall *reinv1.ToolRequested
 }
 
 // drive steps a run until it leaves running or ctx is cancelled.
@@ -50,6 +53,19 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 	}
 	if r.model, err = e.cfg.Models(r.st.Contract.GetModel()); err != nil {
 		return r.fail(fmt.Sprintf("the run's model cannot be built: %v", err))
+	}
+	if c := r.openCall; c != nil {
+		// The process stopped after the call was requested and before its
+		// outcome was stored: run it again (a read, or a write's proposal,
+		// has no side effects) before the model is called again.
+		r.now = timestamppb.New(e.cfg.Clock())
+		call := &reinv1.ToolCall{Tool: c.GetTool(), Arguments: c.GetArguments(), CallId: c.GetCallId()}
+		if err := r.runCall(ctx, call, c.GetTier()); err != nil {
+			if errors.Is(err, errStopped) {
+				return nil
+			}
+			return err
+		}
 	}
 	for r.st.Status == reinv1.RunStatus_RUN_STATUS_RUNNING {
 		if ctx.Err() != nil || e.draining.Load() {

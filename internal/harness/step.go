@@ -181,11 +181,19 @@ func (r *runner) route(ctx context.Context, call *reinv1.ToolCall, returned *rei
 	if err := r.commit(ctx, returned, requested); err != nil {
 		return err
 	}
+	return r.runCall(ctx, call, grant.GetTier())
+}
+
+// runCall runs a requested call (its tool_requested is stored): a read
+// runs and its result waits to share the next commit; a write is proposed
+// and the run pauses for approval. Both operations are free of side
+// effects, so a call left open by a crash is run again the same way.
+func (r *runner) runCall(ctx context.Context, call *reinv1.ToolCall, tier reinv1.ToolTier) error {
 	tc := tools.Call{RunID: r.st.RunID, CallID: call.GetCallId(), Tool: call.GetTool(), Args: call.GetArguments(),
 		Index: r.toolIndex[call.GetTool()] - 1}
 	tctx, cancel := context.WithTimeout(ctx, r.e.cfg.ToolTimeout)
 	defer cancel()
-	if grant.GetTier() == reinv1.ToolTier_TOOL_TIER_WRITE {
+	if tier == reinv1.ToolTier_TOOL_TIER_WRITE {
 		preview, err := r.executor().Propose(tctx, tc)
 		if ctx.Err() != nil {
 			r.later(r.toolResult(call, nil, errInterrupted))

@@ -77,7 +77,11 @@ func (r *runner) observe(ev *reinv1.Event) {
 		obs("harness", p.ToolRefused.GetCallId(), p.ToolRefused.GetReason())
 	case *reinv1.Event_ToolRequested:
 		r.toolIndex[p.ToolRequested.GetTool()]++
+		r.openCall = p.ToolRequested
+	case *reinv1.Event_ApprovalRequested:
+		r.openCall = nil
 	case *reinv1.Event_ToolReturned:
+		r.openCall = nil
 		tr := p.ToolReturned
 		text := tr.GetError()
 		if text != "" {

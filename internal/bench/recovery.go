@@ -1,0 +1,599 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/store/bolt"
+	"github.com/reinhq/rein/server"
+)
+
+// Sizes and targets of the recovery scenario at scale 1.
+const (
+	// recoveryRuns is how many runs the store holds; one in
+	// recoveryRunningEvery is running (the server must resume it), the rest
+	// completed.
+	recoveryRuns         = 10_000
+	recoveryRunningEvery = 10
+	// recoverySteps is how many model_requested/model_returned pairs each
+	// run holds after its run_started: with a completed run's status_changed,
+	// about 100 events a run, about 1,000,000 in all.
+	recoverySteps = 49
+	// recoveryServingTarget bounds the time from process start to a health
+	// check answering SERVING on the full store.
+	recoveryServingTarget = 2 * time.Second
+	// recoveryRSSTargetMiB bounds the server's peak resident memory (VmHWM)
+	// over the recovery, to every running run resumed and ended.
+	recoveryRSSTargetMiB = 256
+	// recoveryTimeout bounds one side of a round: start, serving, every
+	// running run ended.
+	recoveryTimeout = 5 * time.Minute
+	// recoveryStopTimeout bounds a server's graceful stop after SIGTERM.
+	recoveryStopTimeout = 30 * time.Second
+	// recoveryBuilders is how many goroutines build the store: their
+	// creates and appends share commits through the store's group commit.
+	recoveryBuilders = 64
+)
+
+// Recovery measures a restart: how long a `rein serve` process takes, from
+// its start, to serve on a store of recoveryRuns runs (one in
+// recoveryRunningEvery running, about 1,000,000 events), and to resume and
+// end every running run; and how much memory it holds doing it.
+//
+// The store is built once, untimed, through the store (without fsync), and
+// synced to disk. Each figure round serves a fresh copy of it (copied and
+// synced, untimed, since the round changes it: the running runs end) in a
+// separate process of the rein binary (this process when it is rein, else
+// one built with `go build` from the module), so that the times include
+// the process's start and the memory is the server's alone. The store file
+// is in the OS's page cache, as it is after a process restart (not after a
+// reboot). A running run's contract has a scripted model whose every reply is
+// a final answer: resumed, it makes one model call and completes.
+//
+// The figure is 1 / the seconds from the process's start to the first
+// health check answering SERVING, in starts/s; Extra's all_resumed_seconds
+// is the time until a ListRuns of running runs comes back empty (then,
+// untimed, the round checks that every run of the store is completed), and
+// serving_log_seconds the time to the "rein serving" log line. The
+// baseline is the same binary's start to SERVING on a new, empty store:
+// the cost of a process and a gRPC server with nothing to recover. Ratio is
+// baseline seconds / figure seconds (at most about 1).
+//
+// There is no ratio target (Target is 0); the targets are absolute: serving
+// in at most recoveryServingTarget (the best round) and a peak resident
+// memory (VmHWM, the worst round) of at most recoveryRSSTargetMiB. Met is
+// both; a round fails unless every running run was resumed and completed.
+// Resident memory counts the store's pages bbolt maps (RssFile; with the
+// file cached, the kernel maps the cached pages around each page touched);
+// Extra's rss_anon_mib is the process's own memory.
+func Recovery(ctx context.Context, o Options) (Result, error) {
+	r := Result{Scenario: "recovery", Unit: "starts/s", Extra: map[string]float64{}}
+	runs := o.scaled(recoveryRuns, recoveryRunningEvery)
+	plan := recoveryPlan{runs: runs, steps: recoverySteps, every: recoveryRunningEvery}
+	r.Runs, r.Events = runs, plan.events()
+	r.Extra["runs"] = float64(runs)
+	r.Extra["running_runs"] = float64(plan.running())
+	r.Extra["events"] = float64(plan.events())
+	r.Extra["serving_target_seconds"] = recoveryServingTarget.Seconds()
+	r.Extra["rss_target_mib"] = recoveryRSSTargetMiB
+
+	dir, err := tempDir(o, "recovery")
+	if err != nil {
+		return r, err
+	}
+	defer os.RemoveAll(dir)
+
+	bin, built, err := reinBinary(ctx, dir)
+	if err != nil {
+		return r, err
+	}
+	if built {
+		r.Extra["built_binary"] = 1
+	}
+
+	src := filepath.Join(dir, "store.db")
+	t0 := time.Now()
+	if err := buildRecoveryStore(ctx, src, plan); err != nil {
+		return r, fmt.Errorf("recovery: build the store: %w", err)
+	}
+	r.Extra["build_seconds"] = time.Since(t0).Seconds()
+	if info, err := os.Stat(src); err == nil {
+		r.Extra["store_mib"] = float64(info.Size()) / (1 << 20)
+	}
+
+	var figs, bases []recoveryRound
+	figure := func(round int) (measure, error) {
+		db := filepath.Join(dir, fmt.Sprintf("figure-%d.db", round))
+		defer os.Remove(db)
+		if err := copyFileSynced(src, db); err != nil {
+			return measure{}, err
+		}
+		rr, err := recoveryStart(ctx, bin, db, plan.runs)
+		if err != nil {
+			return measure{}, err
+		}
+		figs = append(figs, rr)
+		return measure{units: 1, elapsed: rr.serving}, nil
+	}
+	baseline := func(round int) (measure, error) {
+		db := filepath.Join(dir, fmt.Sprintf("baseline-%d.db", round))
+		defer os.Remove(db)
+		rr, err := recoveryStart(ctx, bin, db, 0)
+		if err != nil {
+			return measure{}, err
+		}
+		bases = append(bases, rr)
+		return measure{units: 1, elapsed: rr.serving}, nil
+	}
+	if err := alternate(ctx, &r, o.rounds(), figure, baseline); err != nil {
+		return r, err
+	}
+
+	x := r.Extra
+	x["serving_seconds"] = r.Seconds
+	x["baseline_serving_seconds"] = r.BaselineSeconds
+	for i, f := range figs {
+		worstOf(x, "serving_seconds_worst", f.serving.Seconds())
+		lowestOf(x, "serving_log_seconds", f.logged.Seconds())
+		lowestOf(x, "all_resumed_seconds", f.resumed.Seconds())
+		worstOf(x, "all_resumed_seconds_worst", f.resumed.Seconds())
+		worstOf(x, "rss_serving_mib", f.rssServing)
+		worstOf(x, "rss_mib", f.rss)
+		worstOf(x, "rss_peak_mib", f.peak)
+		worstOf(x, "rss_anon_mib", f.anon)
+		worstOf(x, "rss_file_mib", f.file)
+		b := bases[i]
+		worstOf(x, "baseline_serving_seconds_worst", b.serving.Seconds())
+		lowestOf(x, "baseline_serving_log_seconds", b.logged.Seconds())
+		worstOf(x, "baseline_rss_mib", b.rss)
+	}
+	r.Met = r.Seconds > 0 && r.Seconds <= recoveryServingTarget.Seconds() &&
+		x["rss_peak_mib"] > 0 && x["rss_peak_mib"] <= recoveryRSSTargetMiB
+	return r, nil
+}
+
+// worstOf keeps the largest value seen under key; lowestOf the smallest.
+func worstOf(extra map[string]float64, key string, v float64) { bestOf(extra, key, v) }
+
+func lowestOf(extra map[string]float64, key string, v float64) {
+	if old, ok := extra[key]; !ok || v < old {
+		extra[key] = v
+	}
+}
+
+// recoveryPlan is the recovery store's shape: runs runs of steps
+// model_requested/model_returned pairs after their run_started; run i
+// (from 0) is running when i mod every is every-1, otherwise completed with
+// a status_changed.
+type recoveryPlan struct {
+	runs, steps, every int
+}
+
+func (p recoveryPlan) isRunning(i int) bool { return i%p.every == p.every-1 }
+
+func (p recoveryPlan) running() int { return p.runs / p.every }
+
+// events is the store's event count.
+func (p recoveryPlan) events() int {
+	return p.runs*(1+2*p.steps) + p.runs - p.running()
+}
+
+func recoveryRunID(i int) string { return fmt.Sprintf("run_%08d", i+1) }
+
+// recoveryContract is the contract of a running run: a scripted model with
+// one more reply than the run has steps, each a final answer, so the
+// resumed run's next model call ends it.
+func recoveryContract(steps int) *reinv1.TaskContract {
+	c := benchContract()
+	reply := &reinv1.ScriptedReply{
+		Reply: &reinv1.ScriptedReply_Decision{Decision: &reinv1.Decision{Action: &reinv1.Decision_FinalAnswer{
+			FinalAnswer: &reinv1.FinalAnswer{Text: "done"},
+		}}},
+		Usage: &reinv1.Usage{InputTokens: 1200, OutputTokens: 10},
+	}
+	for range steps + 1 {
+		c.Model.Script = append(c.Model.Script, reply)
+	}
+	return c
+}
+
+// buildRecoveryStore creates p's store at path through bolt.Store without
+// fsync (recoveryBuilders goroutines, so that their writes share commits),
+// closes it and syncs the file once. Run i is created at benchTime + i
+// seconds, so IDs and creation times sort alike; every run is the local
+// principal's, whom a server without tokens serves (ListRuns shows a
+// caller its tenant's runs only).
+func buildRecoveryStore(ctx context.Context, path string, p recoveryPlan) error {
+	s, err := bolt.Open(path, bolt.Options{NoSync: true})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	// Read-only messages shared by every run: the store marshals them.
+	done, running := benchContract(), recoveryContract(p.steps)
+	base := benchTime().AsTime()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, recoveryBuilders)
+	for w := range recoveryBuilders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// One template of the step events per builder, its run ID and
+			// time set per run (IDs have one length, so the padding holds).
+			tmpl := make([]*reinv1.Event, 0, 2*p.steps+1)
+			for seq := uint64(2); seq < uint64(2+2*p.steps); seq++ {
+				tmpl = append(tmpl, stepEvent(recoveryRunID(0), seq, benchTime(), true))
+			}
+			end := &reinv1.Event{Sequence: uint64(2 + 2*p.steps), Actor: "harness", Payload: &reinv1.Event_StatusChanged{
+				StatusChanged: &reinv1.StatusChanged{
+					From: reinv1.RunStatus_RUN_STATUS_RUNNING, To: reinv1.RunStatus_RUN_STATUS_COMPLETED, Reason: "final_answer",
+				},
+			}}
+			for i := w; i < p.runs; i += recoveryBuilders {
+				if ctx.Err() != nil {
+					return
+				}
+				id := recoveryRunID(i)
+				at := timestamppb.New(base.Add(time.Duration(i) * time.Second))
+				contract := done
+				if p.isRunning(i) {
+					contract = running
+				}
+				started := &reinv1.Event{
+					RunId: id, Sequence: 1, RecordedAt: at, Actor: "principal:bench",
+					Payload: &reinv1.Event_RunStarted{RunStarted: &reinv1.RunStarted{
+						Contract: contract, Principal: server.LocalPrincipal.ID, Tenant: server.LocalPrincipal.Tenant,
+					}},
+				}
+				if _, _, err := s.Create(ctx, started); err != nil {
+					errc <- fmt.Errorf("create %s: %w", id, err)
+					cancel()
+					return
+				}
+				evs := tmpl
+				if !p.isRunning(i) {
+					evs = append(tmpl, end)
+				}
+				for _, ev := range evs {
+					ev.RunId, ev.RecordedAt = id, at
+				}
+				if err := s.Append(ctx, id, 1, evs); err != nil {
+					errc <- fmt.Errorf("append to %s: %w", id, err)
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	if err := <-errc; err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.Close(); err != nil {
+		return err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// copyFileSynced copies src to a new file dst and syncs it, so that the
+// server's first fsync does not also write the copy out.
+func copyFileSynced(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copy the store: %w", err)
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return fmt.Errorf("sync the store's copy: %w", err)
+	}
+	return out.Close()
+}
+
+// reinBinary is the rein binary to start: this process when it is rein
+// (`rein bench`, `go run ./cmd/rein bench`), else one built into dir from
+// the module (tests; it needs the go tool and the module's source).
+func reinBinary(ctx context.Context, dir string) (path string, built bool, err error) {
+	exe, err := os.Executable()
+	if err == nil && strings.TrimSuffix(filepath.Base(exe), ".exe") == "rein" {
+		return exe, false, nil
+	}
+	bin := filepath.Join(dir, "rein")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/reinhq/rein/cmd/rein")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", false, fmt.Errorf("recovery: this process (%s) is not the rein binary, and building one failed "+
+			"(run `rein bench recovery`, or run from inside rein's module with the go tool): %w\n%s", exe, err, out)
+	}
+	return bin, true, nil
+}
+
+// recoveryRound is what one start of a server measured.
+type recoveryRound struct {
+	// logged is the time from the process's start to its "rein serving"
+	// line; serving to its first SERVING health check; resumed to no run
+	// left running (0 when none was expected).
+	logged, serving, resumed time.Duration
+	// rssServing is VmRSS once serving; rss is VmRSS and peak VmHWM at the
+	// end (every run resumed and ended, or serving for an empty store), in
+	// MiB; anon and file split rss into the process's own memory (RssAnon)
+	// and the store's mapped pages (RssFile, which counts the pages the
+	// kernel maps around each one touched when the file is cached).
+	rssServing, rss, peak, anon, file float64
+}
+
+// recoveryServer is a started `rein serve` process.
+type recoveryServer struct {
+	cmd    *exec.Cmd
+	addrc  chan string
+	exited chan struct{} // closed once Wait returned
+	err    error         // Wait's result, set before exited closes
+
+	mu   sync.Mutex
+	tail []string // the last lines of its log
+}
+
+func (s *recoveryServer) log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Join(s.tail, "\n")
+}
+
+// failed is err with the server's last log lines.
+func (s *recoveryServer) failed(err error) error {
+	return fmt.Errorf("%w; the server's log ends:\n%s", err, s.log())
+}
+
+// recoveryStart starts bin's serve on db and times it to serving and, when
+// runs > 0, to every run of the store's runs completed. It stops the server
+// with SIGTERM and checks that it exits cleanly.
+func recoveryStart(ctx context.Context, bin, db string, runs int) (recoveryRound, error) {
+	var out recoveryRound
+	ctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
+	defer cancel()
+	s := &recoveryServer{addrc: make(chan string, 1), exited: make(chan struct{})}
+	// No rate limit: the bench polls. No reflection: not needed.
+	s.cmd = exec.Command(bin, "--db", db, "serve", "--listen", "127.0.0.1:0", "--reflection=false", "--rate", "0")
+	s.cmd.Stdout = io.Discard
+	stderr, err := s.cmd.StderrPipe()
+	if err != nil {
+		return out, err
+	}
+	t0 := time.Now()
+	if err := s.cmd.Start(); err != nil {
+		return out, fmt.Errorf("start %s: %w", bin, err)
+	}
+	go s.read(stderr)
+	stopped := false
+	defer func() {
+		if !stopped {
+			s.kill()
+		}
+	}()
+
+	select {
+	case addr := <-s.addrc:
+		out.logged = time.Since(t0)
+		if out.serving, err = s.awaitServing(ctx, addr, t0); err != nil {
+			return out, err
+		}
+		pid := s.cmd.Process.Pid
+		out.rssServing = procStatusMiB(pid, "VmRSS")
+		if runs > 0 {
+			if out.resumed, err = s.awaitResumed(ctx, addr, t0); err != nil {
+				return out, err
+			}
+		}
+		out.rss, out.peak = procStatusMiB(pid, "VmRSS"), procStatusMiB(pid, "VmHWM")
+		out.anon, out.file = procStatusMiB(pid, "RssAnon"), procStatusMiB(pid, "RssFile")
+		if out.rss <= 0 || out.peak <= 0 {
+			return out, fmt.Errorf("read the server's memory from /proc/%d/status", pid)
+		}
+		if runs > 0 {
+			if err := s.checkCompleted(ctx, addr, runs); err != nil {
+				return out, err
+			}
+		}
+	case <-s.exited:
+		return out, s.failed(fmt.Errorf("the server exited before serving: %v", s.err))
+	case <-ctx.Done():
+		return out, s.failed(fmt.Errorf("the server did not log its address: %w", ctx.Err()))
+	}
+	stopped = true
+	return out, s.stop()
+}
+
+// read keeps the tail of the server's log and sends the address it logs
+// serving on; at the log's end it waits for the process.
+func (s *recoveryServer) read(stderr io.Reader) {
+	sc := bufio.NewScanner(stderr)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		s.mu.Lock()
+		s.tail = append(s.tail, line)
+		if len(s.tail) > 20 {
+			s.tail = s.tail[1:]
+		}
+		s.mu.Unlock()
+		if m := servingAddr.FindStringSubmatch(line); m != nil {
+			select {
+			case s.addrc <- m[1]:
+			default:
+			}
+		}
+	}
+	_, _ = io.Copy(io.Discard, stderr)
+	s.err = s.cmd.Wait()
+	close(s.exited)
+}
+
+// awaitServing polls the health check until it answers SERVING and returns
+// the time since t0.
+func (s *recoveryServer) awaitServing(ctx context.Context, addr string, t0 time.Time) (time.Duration, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		res, err := health.Check(cctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && res.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return time.Since(t0), nil
+		}
+		last = err
+		if err == nil {
+			last = fmt.Errorf("status %v", res.GetStatus())
+		}
+		select {
+		case <-tick.C:
+		case <-s.exited:
+			return 0, s.failed(fmt.Errorf("the server exited before its health check answered: %v", s.err))
+		case <-ctx.Done():
+			return 0, s.failed(fmt.Errorf("the health check did not answer SERVING: %v (%w)", last, ctx.Err()))
+		}
+	}
+}
+
+// awaitResumed polls ListRuns of running runs until none is left and
+// returns the time since t0.
+func (s *recoveryServer) awaitResumed(ctx context.Context, addr string, t0 time.Time) (time.Duration, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	client := reinv1.NewRunServiceClient(conn)
+	req := &reinv1.ListRunsRequest{Statuses: []reinv1.RunStatus{reinv1.RunStatus_RUN_STATUS_RUNNING}, PageSize: 1}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		res, err := client.ListRuns(ctx, req)
+		if err != nil {
+			return 0, s.failed(fmt.Errorf("list the running runs: %w", err))
+		}
+		if len(res.GetRuns()) == 0 {
+			return time.Since(t0), nil
+		}
+		select {
+		case <-tick.C:
+		case <-s.exited:
+			return 0, s.failed(fmt.Errorf("the server exited before every run was resumed: %v", s.err))
+		case <-ctx.Done():
+			return 0, s.failed(fmt.Errorf("runs still running (such as %s): %w", res.GetRuns()[0].GetRunId(), ctx.Err()))
+		}
+	}
+}
+
+// checkCompleted checks that every run is completed: none is in any other
+// status, and the store holds runs of them.
+func (s *recoveryServer) checkCompleted(ctx context.Context, addr string, runs int) error {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	client := reinv1.NewRunServiceClient(conn)
+	var others []reinv1.RunStatus
+	for v := range reinv1.RunStatus_name {
+		if st := reinv1.RunStatus(v); st != reinv1.RunStatus_RUN_STATUS_UNSPECIFIED && st != reinv1.RunStatus_RUN_STATUS_COMPLETED {
+			others = append(others, st)
+		}
+	}
+	res, err := client.ListRuns(ctx, &reinv1.ListRunsRequest{Statuses: others, PageSize: 1})
+	if err != nil {
+		return s.failed(fmt.Errorf("list the runs not completed: %w", err))
+	}
+	if len(res.GetRuns()) > 0 {
+		run := res.GetRuns()[0]
+		return s.failed(fmt.Errorf("run %s ended %s, not completed: %s %s", run.GetRunId(), run.GetStatus(), run.GetStatusReason(), run.GetLastError()))
+	}
+	n := 0
+	req := &reinv1.ListRunsRequest{Statuses: []reinv1.RunStatus{reinv1.RunStatus_RUN_STATUS_COMPLETED}, PageSize: 1000}
+	for {
+		res, err := client.ListRuns(ctx, req, grpc.MaxCallRecvMsgSize(64<<20))
+		if err != nil {
+			return s.failed(fmt.Errorf("list the completed runs: %w", err))
+		}
+		n += len(res.GetRuns())
+		if res.GetNextPageToken() == "" {
+			break
+		}
+		req.PageToken = res.GetNextPageToken()
+	}
+	if n != runs {
+		return fmt.Errorf("%d runs completed, want %d", n, runs)
+	}
+	return nil
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (s *recoveryServer) stop() error {
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	t := time.NewTimer(recoveryStopTimeout)
+	defer t.Stop()
+	select {
+	case <-s.exited:
+	case <-t.C:
+		s.kill()
+		return s.failed(fmt.Errorf("the server did not stop within %v of SIGTERM", recoveryStopTimeout))
+	}
+	if s.err != nil {
+		return s.failed(fmt.Errorf("the server after SIGTERM: %w, want exit 0", s.err))
+	}
+	return nil
+}
+
+// kill stops the server at once (after a failure) and waits for it.
+func (s *recoveryServer) kill() {
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+}
