@@ -361,4 +361,3 @@ func storedEvents(t *testing.T, path, runID string) []*reinv1.Event {
 	}
 	return evs
 }
-
