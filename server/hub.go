@@ -1,18 +1,32 @@
 package server
 
-import "sync"
+import (
+	"sync"
 
-// Hub wakes watchers when a run's log grows. It carries no events: the writer
-// commits, then calls Notify, which never blocks; a watcher subscribes first,
-// then reads the store from its cursor, and re-reads on each wake-up. A
-// watcher that falls behind loses nothing, because the store has every event,
-// and holds at most one pending wake-up, so its memory is bounded.
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+)
+
+// tailLen bounds the committed events the hub keeps per watched run.
+const tailLen = 256
+
+// Hub wakes watchers when a run's log grows. The writer commits, then calls
+// Keep with the committed events and Notify, neither of which blocks; a
+// watcher subscribes first, then reads the store from its cursor, and on each
+// wake-up takes what follows its cursor from the run's tail (the last
+// committed events of a watched run, at most tailLen) or, when the tail does
+// not reach back to its cursor, from the store. A watcher that falls behind
+// loses nothing, because the store has every event, and holds at most one
+// pending wake-up, so its memory is bounded; the tail is shared by a run's
+// watchers and dropped when the last one leaves.
 type Hub struct {
 	// mu guards subs and all.
 	mu   sync.Mutex
 	subs map[string]map[*Subscription]struct{}
 	// all are the watchers of every run (WatchRuns).
 	all map[*Subscription]struct{}
+	// tails are the last committed events of watched runs, gap-free and in
+	// order; a run without watchers has none.
+	tails map[string][]*reinv1.Event
 }
 
 // Subscription is one watcher's wake-up channel.
@@ -27,7 +41,7 @@ type Subscription struct {
 
 // NewHub returns an empty hub.
 func NewHub() *Hub {
-	return &Hub{subs: map[string]map[*Subscription]struct{}{}, all: map[*Subscription]struct{}{}}
+	return &Hub{subs: map[string]map[*Subscription]struct{}{}, all: map[*Subscription]struct{}{}, tails: map[string][]*reinv1.Event{}}
 }
 
 // Notify wakes every watcher of runID, and every watcher of all runs. It
@@ -83,5 +97,52 @@ func (s *Subscription) Close() {
 	delete(h.subs[s.runID], s)
 	if len(h.subs[s.runID]) == 0 {
 		delete(h.subs, s.runID)
+		delete(h.tails, s.runID)
 	}
+}
+
+// Keep records committed (durable) events of a run in its tail, if the run
+// has watchers. Events that do not follow the tail start it anew; events
+// older than it are ignored (two writers' Keeps may arrive out of order).
+// The events must not be modified afterwards.
+func (h *Hub) Keep(runID string, evs []*reinv1.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.subs[runID]) == 0 {
+		return
+	}
+	t := h.tails[runID]
+	switch {
+	case len(t) > 0 && evs[0].GetSequence() <= t[len(t)-1].GetSequence():
+		return
+	case len(t) > 0 && evs[0].GetSequence() != t[len(t)-1].GetSequence()+1:
+		t = nil
+	}
+	t = append(t, evs...)
+	if len(t) > tailLen {
+		t = append([]*reinv1.Event(nil), t[len(t)-tailLen/2:]...)
+	}
+	h.tails[runID] = t
+}
+
+// Tail returns the run's kept events after cursor. ok is false when the
+// tail does not reach back to cursor+1: then the store must be read.
+func (h *Hub) Tail(runID string, cursor uint64) (evs []*reinv1.Event, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.tails[runID]
+	if len(t) == 0 {
+		return nil, false
+	}
+	first, last := t[0].GetSequence(), t[len(t)-1].GetSequence()
+	switch {
+	case cursor+1 < first:
+		return nil, false
+	case cursor >= last:
+		return nil, true
+	}
+	return t[cursor+1-first:], true
 }

@@ -86,7 +86,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	hub := NewHub()
 	eng := harness.New(harness.Config{
-		Store: st, Models: cfg.Models, Tools: cfg.Tools, Clock: cfg.Clock, Notify: hub.Notify, Logger: cfg.Logger,
+		Store: st, Models: cfg.Models, Tools: cfg.Tools, Clock: cfg.Clock, Keep: hub.Keep, Notify: hub.Notify, Logger: cfg.Logger,
 	})
 	opts := append(chain(cfg.Logger, &authenticator{dir: cfg.Directory}, newLimiter(cfg.RatePerSecond, cfg.RateBurst)),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),

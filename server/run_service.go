@@ -164,10 +164,17 @@ func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStr
 	if runstate.Terminal(st.Status) && cursor == st.Version {
 		return nil
 	}
+	fromStore := true // the first read is always from the store
 	for {
-		evs, err := s.store.Events(ctx, req.GetRunId(), cursor, defaultEventPage)
-		if err != nil {
-			return toStatus(s.log, "WatchRun", err)
+		var evs []*reinv1.Event
+		if !fromStore {
+			evs, fromStore = s.hub.Tail(req.GetRunId(), cursor)
+			fromStore = !fromStore
+		}
+		if fromStore {
+			if evs, err = s.store.Events(ctx, req.GetRunId(), cursor, defaultEventPage); err != nil {
+				return toStatus(s.log, "WatchRun", err)
+			}
 		}
 		for _, ev := range evs {
 			if err := stream.Send(&reinv1.WatchRunResponse{Event: ev}); err != nil {
@@ -178,9 +185,12 @@ func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStr
 				return nil
 			}
 		}
-		if len(evs) > 0 {
-			continue // read again until caught up, then wait
+		if fromStore && len(evs) == defaultEventPage {
+			continue // a full page: read on until caught up
 		}
+		// Caught up. Any commit after the read woke the subscription, which
+		// was made before the first read: wait for it.
+		fromStore = false
 		select {
 		case <-sub.C:
 		case <-ctx.Done():

@@ -339,6 +339,7 @@ func watchFigure(ctx context.Context, p watchPlan, path string) (watchRound, err
 				return time.Time{}, err
 			}
 			t := time.Now()
+			node.Hub.Keep(p.ids[run], []*reinv1.Event{ev}) // as the engine does
 			node.Hub.Notify(p.ids[run], seq)
 			return t, nil
 		},

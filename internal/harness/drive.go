@@ -145,6 +145,7 @@ func (r *runner) commit(ctx context.Context, evs ...*reinv1.Event) error {
 	for _, ev := range all[fresh:] {
 		r.observe(ev)
 	}
+	r.e.cfg.Keep(r.st.RunID, all)
 	r.e.cfg.Notify(r.st.RunID, r.st.Version)
 	return nil
 }

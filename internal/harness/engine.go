@@ -47,6 +47,10 @@ type Config struct {
 	Workers int
 	// ToolTimeout bounds one tool call; 0 means 60s.
 	ToolTimeout time.Duration
+	// Keep, when set, is given the events of each durable append before
+	// Notify is called (the watch hub keeps the last ones for its watchers).
+	// It must not block, nor modify the events.
+	Keep func(runID string, events []*reinv1.Event)
 	// Notify is called after each durable append with the run's new version.
 	// It must not block.
 	Notify func(runID string, version uint64)
@@ -105,6 +109,9 @@ func New(cfg Config) *Engine {
 	if cfg.Notify == nil {
 		cfg.Notify = func(string, uint64) {}
 	}
+	if cfg.Keep == nil {
+		cfg.Keep = func(string, []*reinv1.Event) {}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -161,6 +168,7 @@ func (e *Engine) Start(ctx context.Context, req StartRequest) (runstate.State, b
 		return runstate.State{}, false, err
 	}
 	if created {
+		e.cfg.Keep(st.RunID, []*reinv1.Event{ev})
 		e.cfg.Notify(st.RunID, st.Version)
 	}
 	if st.Status == reinv1.RunStatus_RUN_STATUS_RUNNING {
@@ -233,6 +241,7 @@ func (e *Engine) appendEvents(ctx context.Context, st runstate.State, actor stri
 	if err := e.cfg.Store.Append(context.WithoutCancel(ctx), st.RunID, st.Version, evs); err != nil {
 		return st, err
 	}
+	e.cfg.Keep(st.RunID, evs)
 	e.cfg.Notify(st.RunID, next.Version)
 	return next, nil
 }
