@@ -73,17 +73,19 @@ var WatchServer func(db string) (*exec.Cmd, error)
 //     watchInterval, the runs staggered evenly (an offered load both sides
 //     sustain); Extra's p50_ms and p99_ms are the commit-to-receipt latency
 //     over every delivery of this phase.
-//   - unpaced: each run appends watchUnpacedEvents events back to back (the
-//     figure's writers each wait for their durable commit, the baseline's
-//     never wait); the figure is this phase's deliveries per second, from
-//     its first commit to its last receipt.
+//   - unpaced: each run appends watchUnpacedEvents events back to back, each
+//     writer waiting for its durable commit; the figure is this phase's
+//     deliveries per second, from its first commit to its last receipt.
 //
 // The baseline is plain grpc-go server streaming of the same messages to the
-// same streams over the same connections, with the same phases: a
-// RunService whose WatchRun subscribes the stream to an in-memory
-// broadcaster of its run (a buffered channel per stream, drained by the
-// handler), with no store and no interceptors. Its commit time is taken just
-// before it publishes.
+// same streams over the same connections, with the same phases: its writers
+// make the same durable appends to a bbolt store of the same layout, then
+// publish each event to an in-memory broadcaster of its run (a buffered
+// channel per stream, drained by the handler), served by a RunService with
+// no interceptors whose WatchRun never reads the store. Its commit time is
+// taken after the append, as the figure's. So the ratio measures rein's
+// watch path (hub, tail, store reads when behind, interceptors) against
+// plain fan-out, with the same write load on the same two cores.
 //
 // The targets: deliveries/s at least 0.7 of the baseline's, paced p99 at
 // most watchP99Target times the baseline's, no gap or duplicate in any
@@ -122,8 +124,8 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 		figs = append(figs, w)
 		return w.unpaced.m, nil
 	}
-	baseline := func(int) (measure, error) {
-		w, err := watchBaseline(ctx, p)
+	baseline := func(round int) (measure, error) {
+		w, err := watchBaseline(ctx, p, filepath.Join(dir, fmt.Sprintf("baseline-%d.db", round)))
 		if err != nil {
 			return measure{}, err
 		}
@@ -349,14 +351,30 @@ func watchFigure(ctx context.Context, p watchPlan, path string) (watchRound, err
 
 // watchBaseline serves the broadcaster with a plain grpc.Server on loopback
 // TCP and drives the same streams.
-func watchBaseline(ctx context.Context, p watchPlan) (watchRound, error) {
+func watchBaseline(ctx context.Context, p watchPlan, path string) (watchRound, error) {
+	defer os.Remove(path)
+	st, err := bolt.Open(path, bolt.Options{})
+	if err != nil {
+		return watchRound{}, err
+	}
+	defer st.Close()
+	for _, id := range p.ids {
+		if _, _, err := st.Create(ctx, watchRunStarted(id)); err != nil {
+			return watchRound{}, err
+		}
+	}
 	b := newBroadcaster(p)
 	side, stop, err := serveBroadcaster(b)
 	if err != nil {
 		return watchRound{}, err
 	}
 	defer stop()
-	side.commit = func(_ context.Context, run int, ev *reinv1.Event) (time.Time, error) {
+	side.commit = func(ctx context.Context, run int, ev *reinv1.Event) (time.Time, error) {
+		// The same durable append as the figure's writers make, then a
+		// plain in-memory publish.
+		if err := st.Append(ctx, p.ids[run], ev.GetSequence()-1, []*reinv1.Event{ev}); err != nil {
+			return time.Time{}, err
+		}
 		t := time.Now()
 		b.publish(run, ev)
 		return t, nil
