@@ -40,6 +40,9 @@ var (
 // maxBatch bounds how many requests share one commit.
 const maxBatch = 1024
 
+// maxCachedStates bounds the writer's cache of run states.
+const maxCachedStates = 16384
+
 // Store is the bbolt event store. It implements store.Store.
 type Store struct {
 	db   *bbolt.DB

@@ -50,6 +50,10 @@ func (s *Store) writer() {
 	defer close(s.done)
 	batch := make([]*writeReq, 0, maxBatch)
 	results := make([]writeRes, maxBatch)
+	// states caches each run's state as the last commit left it, so that an
+	// append need not decode the stored snapshot. Only this goroutine uses
+	// it; a failed commit drops what its batch cached.
+	states := map[string]runstate.State{}
 	for {
 		r, ok := <-s.reqs
 		if !ok {
@@ -73,9 +77,12 @@ func (s *Store) writer() {
 		}
 		s.commits.Add(1)
 		failpoint.Inject(failpoint.StoreBeforeCommit)
+		if len(states) > maxCachedStates {
+			clear(states)
+		}
 		err := s.db.Update(func(tx *bbolt.Tx) error {
 			for i, r := range batch {
-				results[i] = s.applyRequest(tx, r)
+				results[i] = s.applyRequest(tx, r, states)
 				var te errTx
 				if errors.As(results[i].err, &te) {
 					return te.err
@@ -84,6 +91,11 @@ func (s *Store) writer() {
 			return nil
 		})
 		failpoint.Inject(failpoint.StoreAfterCommit)
+		if err != nil {
+			for _, r := range batch {
+				delete(states, r.runID)
+			}
+		}
 		for i, r := range batch {
 			res := results[i]
 			if err != nil {
@@ -98,9 +110,15 @@ func (s *Store) writer() {
 // applyRequest validates r against the state in tx and, only if all of it is
 // valid, writes it. A validation error is returned in the result; a write
 // error is an errTx that aborts the whole transaction.
-func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq) writeRes {
+func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq, states map[string]runstate.State) writeRes {
 	if r.create {
-		return s.createRun(tx, r)
+		res := s.createRun(tx, r)
+		if res.err == nil && res.created {
+			st := res.state
+			st.Contract = nil // kept once, in the contracts bucket
+			states[r.runID] = st
+		}
+		return res
 	}
 	b := runBucket(tx, r.runID)
 	if b == nil {
@@ -118,9 +136,13 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq) writeRes {
 		return writeRes{err: fmt.Errorf("append to run %s with lease epoch %d: the run's owner is now at epoch %d: %w",
 			r.runID, r.epoch, epoch, store.ErrFenced)}
 	}
-	st, err := loadState(b, nil)
-	if err != nil {
-		return writeRes{err: fmt.Errorf("run %s: %w", r.runID, err)}
+	st, ok := states[r.runID]
+	if !ok {
+		var err error
+		if st, err = loadState(b, nil); err != nil {
+			return writeRes{err: fmt.Errorf("run %s: %w", r.runID, err)}
+		}
+		st.Contract = nil // as a snapshot holds it: the fold does not need it
 	}
 	if st.Version != r.expected {
 		return writeRes{err: fmt.Errorf("append to run %s at version %d: the run is at version %d: %w; reload the run and retry",
@@ -136,6 +158,7 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq) writeRes {
 	if err := putSnapshot(tx, b, st.Status, next); err != nil {
 		return writeRes{err: errTx{err}}
 	}
+	states[r.runID] = next
 	return writeRes{state: next}
 }
 
