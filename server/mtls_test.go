@@ -20,8 +20,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 
-	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/client"
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/auth"
 )
 
