@@ -137,24 +137,34 @@ func (c *Client) Watch(ctx context.Context, runID string, after uint64, fn func(
 			after = ev.GetSequence()
 			wait = Backoff.Min
 		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if !retryable(err) {
+		if retry, err := reconnect(ctx, err, &wait); !retry {
 			return err
 		}
-		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		}
-		wait = min(2*wait, Backoff.Max)
 	}
+}
+
+// reconnect decides what follows a stream that ended with err: a normal end
+// (nil, no retry), an error retrying cannot fix or the end of ctx (that
+// error, no retry), or a retry after a jittered pause that doubles up to
+// Backoff.Max.
+func reconnect(ctx context.Context, err error, wait *time.Duration) (retry bool, _ error) {
+	switch {
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	case errors.Is(err, io.EOF):
+		return false, nil
+	case !retryable(err):
+		return false, err
+	}
+	t := time.NewTimer(*wait/2 + rand.N(*wait/2+1))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	*wait = min(2**wait, Backoff.Max)
+	return true, nil
 }
 
 // WatchRuns follows status changes across the caller's runs after a cursor,
@@ -180,23 +190,9 @@ func (c *Client) WatchRuns(ctx context.Context, req *reinv1.WatchRunsRequest, fn
 			req.AfterCursor = ch.GetCursor()
 			wait = Backoff.Min
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if !retryable(err) {
+		if retry, err := reconnect(ctx, err, &wait); !retry {
 			return err
 		}
-		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		}
-		wait = min(2*wait, Backoff.Max)
 	}
 }
 
