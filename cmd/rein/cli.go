@@ -100,6 +100,8 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newRunCmd(e),
 		newInspectCmd(e),
 		newEventsCmd(e),
+		newExportCmd(e),
+		newImportCmd(e),
 		newListCmd(e),
 		newServeCmd(e),
 		newApproveCmd(e),

@@ -32,17 +32,11 @@ func reader(ctx context.Context, e *env) (*conn, error) {
 
 func newInspectCmd(e *env) *cobra.Command {
 	return &cobra.Command{
-		Use:   "inspect RUN_ID",
-		Short: "Show a run's state, rebuilt by folding its stored events",
+		Use:   "inspect RUN_ID|FILE",
+		Short: "Show a run's state, rebuilt by folding its stored events (or an export file's)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			cn, err := reader(ctx, e)
-			if err != nil {
-				return err
-			}
-			defer cn.close()
-			evs, err := allEvents(ctx, cn.runs, args[0], 0)
+			evs, err := inspectEvents(cmd.Context(), e, args[0])
 			if err != nil {
 				return err
 			}
@@ -86,6 +80,20 @@ func newInspectCmd(e *env) *cobra.Command {
 	}
 }
 
+// inspectEvents is every event of the run arg names: an export file's, or
+// a stored run's.
+func inspectEvents(ctx context.Context, e *env, arg string) ([]*reinv1.Event, error) {
+	if isExportFile(arg) {
+		return fileEvents(arg, 0)
+	}
+	cn, err := reader(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	defer cn.close()
+	return allEvents(ctx, cn.runs, arg, 0)
+}
+
 func paren(s string) string {
 	if s == "" {
 		return ""
@@ -113,11 +121,18 @@ func allEvents(ctx context.Context, runs reinv1.RunServiceClient, runID string, 
 func newEventsCmd(e *env) *cobra.Command {
 	var after uint64
 	cmd := &cobra.Command{
-		Use:   "events RUN_ID",
-		Short: "Print a run's events (NDJSON with --json, one event a line)",
+		Use:   "events RUN_ID|FILE",
+		Short: "Print a run's events, or an export file's (NDJSON with --json, one event a line)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if isExportFile(args[0]) {
+				evs, err := fileEvents(args[0], after)
+				if err != nil {
+					return err
+				}
+				return printEvents(e, evs)
+			}
 			cn, err := reader(ctx, e)
 			if err != nil {
 				return err
@@ -129,15 +144,8 @@ func newEventsCmd(e *env) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				for _, ev := range resp.GetEvents() {
-					if e.json {
-						err = writeJSON(e.stdout, eventJSON(ev), false)
-					} else {
-						_, err = fmt.Fprintln(e.stdout, eventLine(ev))
-					}
-					if err != nil {
-						return err
-					}
+				if err := printEvents(e, resp.GetEvents()); err != nil {
+					return err
 				}
 				if resp.GetNextPageToken() == "" {
 					return nil
@@ -148,6 +156,23 @@ func newEventsCmd(e *env) *cobra.Command {
 	}
 	cmd.Flags().Uint64Var(&after, "after", 0, "only events with a greater sequence")
 	return cmd
+}
+
+// printEvents prints events as `events` does: NDJSON with --json, else one
+// line each.
+func printEvents(e *env, evs []*reinv1.Event) error {
+	for _, ev := range evs {
+		var err error
+		if e.json {
+			err = writeJSON(e.stdout, eventJSON(ev), false)
+		} else {
+			_, err = fmt.Fprintln(e.stdout, eventLine(ev))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func newListCmd(e *env) *cobra.Command {

@@ -1,0 +1,154 @@
+// Package export owns the file format of one run carried away from a store:
+// `rein export` writes it; `rein inspect FILE`, `rein events FILE` and
+// `rein import FILE` read it.
+//
+// A file is, byte for byte:
+//
+//	"rein-export 1\n"                  the magic line
+//	RunExport                          its deterministic protobuf encoding
+//	SHA-256 of the RunExport bytes     32 bytes
+//
+// Invariants: Read returns only a RunExport whose format_version is
+// Version, whose checksum matches, whose events fold with runstate.ApplyAll
+// from the zero state, whose run_id is its events' and whose blobs are
+// stored under their SHA-256; anything else is refused with an error that
+// names the file. Write refuses to write what Read would refuse.
+package export
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/protobuf/proto"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
+)
+
+// Version is the format version this package writes and reads.
+const Version = 1
+
+// magic is the first line of every export file.
+const magic = "rein-export 1\n"
+
+// magicName is the magic line's words, before the version.
+const magicName = "rein-export "
+
+// Errors Read returns, wrapped with the file's name and the detail. Match
+// them with errors.Is.
+var (
+	// ErrNotExport: the file is not a rein export file at all.
+	ErrNotExport = errors.New("not a rein export file")
+	// ErrDamaged: the file was cut short or changed after it was written.
+	ErrDamaged = errors.New("damaged or truncated")
+	// ErrVersion: the file is in a format version this rein does not read.
+	ErrVersion = errors.New("unsupported format version")
+	// ErrInvalid: the file is intact but what it holds is not one run's
+	// log: it does not parse, its events do not fold, its run ID is not
+	// its events', a blob is not stored under its hash.
+	ErrInvalid = errors.New("not a valid run")
+)
+
+// Write writes x to w in the export format. x must be of format Version and
+// hold a log that Read accepts; nothing is written otherwise.
+func Write(w io.Writer, x *reinv1.RunExport) error {
+	if err := check(x); err != nil {
+		return fmt.Errorf("export run %s: %w", x.GetRunId(), err)
+	}
+	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(x)
+	if err != nil {
+		return fmt.Errorf("export run %s: encode: %w", x.GetRunId(), err)
+	}
+	sum := sha256.Sum256(body)
+	buf := make([]byte, 0, len(magic)+len(body)+len(sum))
+	buf = append(buf, magic...)
+	buf = append(buf, body...)
+	buf = append(buf, sum[:]...)
+	if _, err := w.Write(buf); err != nil {
+		return fmt.Errorf("export run %s: %w", x.GetRunId(), err)
+	}
+	return nil
+}
+
+// Read reads one export file from r. name is the file's name for errors;
+// every error starts with it and says what to do.
+func Read(r io.Reader, name string) (*reinv1.RunExport, error) {
+	head := make([]byte, len(magic))
+	n, err := io.ReadFull(r, head)
+	head = head[:n]
+	switch {
+	case err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF):
+		return nil, fmt.Errorf("%s: read: %w", name, err)
+	case n == 0:
+		return nil, fmt.Errorf("%s: %w: the file is empty; write one with `rein export RUN_ID -o FILE`", name, ErrNotExport)
+	case n < len(magic) && bytes.HasPrefix([]byte(magic), head):
+		return nil, fmt.Errorf("%s: %w: the file ends inside its first line (%d bytes); export the run again", name, ErrDamaged, n)
+	case string(head) == magic:
+	case bytes.HasPrefix(head, []byte(magicName)):
+		return nil, fmt.Errorf("%s: %w: its first line is not %q: a rein that writes another format wrote it; read it with that rein or a newer one",
+			name, ErrVersion, magic[:len(magic)-1])
+	default:
+		return nil, fmt.Errorf("%s: %w: it does not start with %q; pass a file written by `rein export`", name, ErrNotExport, magic[:len(magic)-1])
+	}
+	rest, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: read: %w", name, err)
+	}
+	if len(rest) < sha256.Size {
+		return nil, fmt.Errorf("%s: %w: the file is %d bytes, too short to hold its checksum; export the run again",
+			name, ErrDamaged, len(magic)+len(rest))
+	}
+	body, sum := rest[:len(rest)-sha256.Size], rest[len(rest)-sha256.Size:]
+	if got := sha256.Sum256(body); !bytes.Equal(got[:], sum) {
+		return nil, fmt.Errorf("%s: %w: its checksum does not match its contents; export the run again, or copy the file again", name, ErrDamaged)
+	}
+	x := &reinv1.RunExport{}
+	if err := proto.Unmarshal(body, x); err != nil {
+		return nil, fmt.Errorf("%s: %w: its contents do not parse (%v); export the run again", name, ErrInvalid, err)
+	}
+	if err := check(x); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return x, nil
+}
+
+// check says whether x is one whole run's log in format Version.
+func check(x *reinv1.RunExport) error {
+	if v := x.GetFormatVersion(); v != Version {
+		if v == 0 {
+			return fmt.Errorf("%w: it has no format version; export the run again", ErrInvalid)
+		}
+		return fmt.Errorf("%w: format version %d, this rein reads version %d; use a newer rein", ErrVersion, v, Version)
+	}
+	if x.GetRunId() == "" {
+		return fmt.Errorf("%w: it has no run ID; export the run again", ErrInvalid)
+	}
+	evs := x.GetEvents()
+	if len(evs) == 0 {
+		return fmt.Errorf("%w: run %s has no events; export the run again", ErrInvalid, x.GetRunId())
+	}
+	st := runstate.State{}
+	for i, ev := range evs {
+		next, err := runstate.Apply(st, ev)
+		if err != nil {
+			return fmt.Errorf("%w: run %s: event %d of %d (sequence %d) does not fold: %v; export the run again",
+				ErrInvalid, x.GetRunId(), i+1, len(evs), ev.GetSequence(), err)
+		}
+		st = next
+	}
+	if st.RunID != x.GetRunId() {
+		return fmt.Errorf("%w: the file names run %s but its events are run %s; export the run again",
+			ErrInvalid, x.GetRunId(), st.RunID)
+	}
+	for key, blob := range x.GetBlobs() {
+		sum := sha256.Sum256(blob)
+		if hex.EncodeToString(sum[:]) != key {
+			return fmt.Errorf("%w: run %s: blob %q is not stored under its SHA-256; export the run again", ErrInvalid, x.GetRunId(), key)
+		}
+	}
+	return nil
+}
