@@ -109,6 +109,7 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newInputCmd(e),
 		newCancelCmd(e),
 		newPendingCmd(e),
+		newReplayCmd(e),
 		newWatchCmd(e),
 		newBenchCmd(e),
 	)

@@ -58,6 +58,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Owner names this engine in the runs' leases; "" means a random name.
 	Owner string
+	// NewID makes a run or proposal ID (prefix "run_" or "prop_") at now; nil
+	// means a ULID. Replay gives back the recorded IDs.
+	NewID func(prefix string, now time.Time) string
+	// NoTimers leaves paused runs' deadlines to Expire calls (replay fires
+	// them where the recording did).
+	NoTimers bool
+	// Tier, when set, decides a granted call's routing instead of the
+	// grant's tier. It exists to show that replay catches a routing change.
+	Tier func(*reinv1.ToolGrant) reinv1.ToolTier
 }
 
 // Engine starts, drives and cancels runs.
@@ -358,6 +367,9 @@ func (e *Engine) schedule(runID string) {
 }
 
 func (e *Engine) newID(prefix string, now time.Time) string {
+	if e.cfg.NewID != nil {
+		return e.cfg.NewID(prefix, now)
+	}
 	e.idMu.Lock()
 	defer e.idMu.Unlock()
 	return prefix + ulid.MustNew(ulid.Timestamp(now), e.ids).String()

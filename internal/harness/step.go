@@ -172,16 +172,20 @@ func (r *runner) route(ctx context.Context, call *reinv1.ToolCall, returned *rei
 				call.GetTool(), r.grantedNames()),
 		}}})
 	}
-	if grant.GetTier() == reinv1.ToolTier_TOOL_TIER_ASK_HUMAN {
+	tier := grant.GetTier()
+	if r.e.cfg.Tier != nil {
+		tier = r.e.cfg.Tier(grant)
+	}
+	if tier == reinv1.ToolTier_TOOL_TIER_ASK_HUMAN {
 		return r.ask(ctx, &reinv1.Question{Text: questionText(call.GetArguments()), CallId: call.GetCallId()}, returned)
 	}
 	requested := &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ToolRequested{ToolRequested: &reinv1.ToolRequested{
-		CallId: call.GetCallId(), Tool: call.GetTool(), Arguments: call.GetArguments(), Tier: grant.GetTier(),
+		CallId: call.GetCallId(), Tool: call.GetTool(), Arguments: call.GetArguments(), Tier: tier,
 	}}}
 	if err := r.commit(ctx, returned, requested); err != nil {
 		return err
 	}
-	return r.runCall(ctx, call, grant.GetTier())
+	return r.runCall(ctx, call, tier)
 }
 
 // runCall runs a requested call (its tool_requested is stored): a read

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 
 // Arm sets the paused run's timer, if it has a deadline to keep.
 func (e *Engine) Arm(st runstate.State) {
-	if !runstate.Paused(st.Status) {
+	if !runstate.Paused(st.Status) || e.cfg.NoTimers {
 		return
 	}
 	at := st.Deadline
@@ -59,7 +60,13 @@ func (e *Engine) fire(runID string) {
 	if closed {
 		return
 	}
-	ctx := e.base
+	e.Expire(e.base, runID)
+}
+
+// Expire ends a paused run whose proposal expired or whose deadline passed
+// by the engine's clock, as its timer does; a run with nothing due is armed
+// again.
+func (e *Engine) Expire(ctx context.Context, runID string) {
 	for attempt := 0; attempt < 3; attempt++ {
 		st, err := e.cfg.Store.Load(ctx, runID)
 		if err != nil || !runstate.Paused(st.Status) {

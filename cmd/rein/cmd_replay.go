@@ -1,0 +1,117 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/spf13/cobra"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/replay"
+)
+
+func newReplayCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "replay RUN_ID|FILE|DIR",
+		Short: "Replay recorded runs through this rein's harness and report the first divergence",
+		Long: `Feed each recorded run's model replies, tool results and people's decisions, in
+order and on the recorded clock, through this rein's harness into an in-memory
+log, and compare the new events with the recorded ones. No model and no tool is
+called. A run is a stored RUN_ID (on --db or --server), an export FILE, or every
+*.rein file in DIR. Exit 0 when every run matches; 1 at the first divergence,
+printed as the sequence, the expected event and the event the harness made.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			runs, err := replaySources(args[0])
+			if err != nil {
+				return err
+			}
+			if runs == nil { // a stored run
+				evs, err := inspectEvents(ctx, e, args[0])
+				if err != nil {
+					return err
+				}
+				runs = map[string][]*reinv1.Event{args[0]: evs}
+			}
+			names := make([]string, 0, len(runs))
+			for n := range runs {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			failed := 0
+			for _, name := range names {
+				res, err := replay.Run(ctx, runs[name], replay.Options{})
+				if err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+				if e.json {
+					out := map[string]any{"source": name, "run_id": res.RunID, "events": res.Events, "match": res.Divergence == nil}
+					if d := res.Divergence; d != nil {
+						out["sequence"] = d.Sequence
+						out["expected"] = eventOrNil(d.Expected)
+						out["got"] = eventOrNil(d.Got)
+					}
+					if err := writeJSON(e.stdout, out, false); err != nil {
+						return err
+					}
+				} else if d := res.Divergence; d != nil {
+					fmt.Fprintf(e.stdout, "DIVERGED %s (run %s) at sequence %d\n  expected: %s\n  got:      %s\n",
+						name, res.RunID, d.Sequence, lineOrNone(d.Expected), lineOrNone(d.Got))
+				} else {
+					fmt.Fprintf(e.stdout, "ok %s (run %s, %d events)\n", name, res.RunID, res.Events)
+				}
+				if res.Divergence != nil {
+					failed++
+				}
+			}
+			if failed > 0 {
+				return &exitErr{code: exitError, err: fmt.Errorf("%d of %d runs diverged", failed, len(runs))}
+			}
+			return nil
+		},
+	}
+}
+
+// replaySources reads an export file or a directory of them; nil, nil when
+// arg names neither (a stored run's ID).
+func replaySources(arg string) (map[string][]*reinv1.Event, error) {
+	info, err := os.Stat(arg)
+	if err != nil {
+		return nil, nil
+	}
+	files := []string{arg}
+	if info.IsDir() {
+		if files, err = filepath.Glob(filepath.Join(arg, "*.rein")); err != nil {
+			return nil, err
+		}
+		if len(files) == 0 {
+			return nil, usageError("%s holds no *.rein files", arg)
+		}
+	}
+	out := map[string][]*reinv1.Event{}
+	for _, f := range files {
+		x, err := readExportFile(f)
+		if err != nil {
+			return nil, err
+		}
+		out[f] = x.GetEvents()
+	}
+	return out, nil
+}
+
+func eventOrNil(ev *reinv1.Event) any {
+	if ev == nil {
+		return nil
+	}
+	return eventJSON(ev)
+}
+
+func lineOrNone(ev *reinv1.Event) string {
+	if ev == nil {
+		return "(no event)"
+	}
+	return eventLine(ev)
+}

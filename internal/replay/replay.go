@@ -1,0 +1,342 @@
+// Package replay is test replay (DESIGN §8): a recorded run's model replies,
+// tool results and people's decisions are fed, in order and on the recorded
+// clock, through the current harness into an in-memory log, and the new
+// events are compared with the recorded ones. No model and no tool is
+// called. The first event where the two logs part is reported.
+//
+// Supported recordings: runs driven by the harness from start to their end
+// or last pause, with people's inputs, approvals, rejections, cancels of
+// paused runs and timer expiries in between. Not supported: a recording cut
+// by a crash (a resumed model call), a write whose outcome was unknown, and
+// a cancel of a running run (its timing is the canceller's, not the log's).
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store/mem"
+	"github.com/reinhq/rein/internal/tools"
+)
+
+// Divergence is where the replayed log parts from the recorded one.
+type Divergence struct {
+	Sequence uint64
+	// Expected is the recorded event; nil when the replay made more events.
+	Expected *reinv1.Event
+	// Got is the replayed event; nil when the replay stopped short.
+	Got *reinv1.Event
+}
+
+func (d *Divergence) Error() string {
+	return fmt.Sprintf("the runs part at sequence %d: expected %s, got %s", d.Sequence, describe(d.Expected), describe(d.Got))
+}
+
+func describe(ev *reinv1.Event) string {
+	if ev == nil {
+		return "no event"
+	}
+	return runstate.PayloadName(ev) + " " + strings.TrimSpace(fmt.Sprint(ev))
+}
+
+// Result is one run's replay.
+type Result struct {
+	RunID string
+	// Events is how many events the recording has.
+	Events int
+	// Divergence is nil when every event matched.
+	Divergence *Divergence
+}
+
+// Options change the harness the recording is replayed through.
+type Options struct {
+	// Tier, when set, overrides routing (harness.Config.Tier).
+	Tier func(*reinv1.ToolGrant) reinv1.ToolTier
+}
+
+// ErrUnsupported is returned for a recording replay cannot drive.
+var ErrUnsupported = errors.New("recording not supported by replay")
+
+// Run replays one recorded run. An error means the replay could not be
+// made (a malformed or unsupported recording); a divergence is in Result.
+func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, error) {
+	if len(recorded) == 0 || recorded[0].GetRunStarted() == nil {
+		return Result{}, fmt.Errorf("%w: a recording starts with run_started", ErrUnsupported)
+	}
+	rec := newRecording(recorded)
+	if err := rec.check(); err != nil {
+		return Result{}, err
+	}
+	st := mem.New()
+	defer st.Close()
+	eng := harness.New(harness.Config{
+		Store:    st,
+		Models:   func(*reinv1.ModelSpec) (model.Model, error) { return rec, nil },
+		Tools:    rec,
+		Clock:    func() time.Time { return rec.clock(ctx, st) },
+		Workers:  1,
+		NewID:    rec.newID,
+		NoTimers: true,
+		Tier:     o.Tier,
+		Owner:    "replay",
+	})
+	defer eng.Close()
+
+	started := recorded[0].GetRunStarted()
+	principal := strings.TrimPrefix(recorded[0].GetActor(), "principal:")
+	if _, _, err := eng.Start(ctx, harness.StartRequest{
+		RequestID: started.GetRequestId(), Contract: started.GetContract(),
+		Principal: principal, Tenant: started.GetTenant(),
+	}); err != nil {
+		return Result{}, fmt.Errorf("replay run %s: start: %w", rec.runID, err)
+	}
+	for {
+		if err := eng.Wait(ctx, rec.runID); err != nil {
+			return Result{}, err
+		}
+		cur, err := st.Load(ctx, rec.runID)
+		if err != nil {
+			return Result{}, err
+		}
+		if cur.Version >= uint64(len(recorded)) || runstate.Terminal(cur.Status) {
+			break
+		}
+		next := recorded[cur.Version]
+		acted, err := act(ctx, eng, cur, next)
+		if err != nil {
+			return Result{}, fmt.Errorf("replay run %s at sequence %d: %w", rec.runID, next.GetSequence(), err)
+		}
+		if !acted {
+			break // the replay stopped where the recording went on
+		}
+	}
+	got, err := st.Events(ctx, rec.runID, 0, len(recorded)+64)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{RunID: rec.runID, Events: len(recorded), Divergence: compare(recorded, got)}, nil
+}
+
+// act replays what a person (or a timer) did next in the recording; false
+// when the next recorded event is not such an action.
+func act(ctx context.Context, eng *harness.Engine, cur runstate.State, next *reinv1.Event) (bool, error) {
+	who := strings.TrimPrefix(next.GetActor(), "principal:")
+	var err error
+	switch p := next.GetPayload().(type) {
+	case *reinv1.Event_InputProvided:
+		_, err = eng.ProvideInput(ctx, cur.RunID, p.InputProvided.GetText(), who)
+	case *reinv1.Event_ApprovalDecided:
+		d := p.ApprovalDecided
+		_, err = eng.DecideApproval(ctx, harness.Decision{
+			RunID: cur.RunID, ProposalID: d.GetProposalId(), ProposalHash: cur.Pending.GetProposal().GetHash(),
+			Approve: d.GetApproved(), Reason: d.GetReason(), EndRun: d.GetEndRun(), Principal: who,
+		})
+	case *reinv1.Event_BudgetReached:
+		eng.Expire(ctx, cur.RunID)
+	case *reinv1.Event_StatusChanged:
+		switch p.StatusChanged.GetTo() {
+		case reinv1.RunStatus_RUN_STATUS_CANCELLED:
+			_, err = eng.Cancel(ctx, cur.RunID, p.StatusChanged.GetReason(), next.GetActor())
+		case reinv1.RunStatus_RUN_STATUS_EXPIRED:
+			eng.Expire(ctx, cur.RunID)
+		default:
+			return false, nil
+		}
+	default:
+		return false, nil
+	}
+	// A refused action stops the replay; the comparison says where the
+	// logs part.
+	return err == nil, nil
+}
+
+// compare finds the first event where the logs part.
+func compare(want, got []*reinv1.Event) *Divergence {
+	for i := 0; i < max(len(want), len(got)); i++ {
+		var w, g *reinv1.Event
+		if i < len(want) {
+			w = want[i]
+		}
+		if i < len(got) {
+			g = got[i]
+		}
+		if w == nil || g == nil || !proto.Equal(w, g) {
+			return &Divergence{Sequence: uint64(i) + 1, Expected: w, Got: g}
+		}
+	}
+	return nil
+}
+
+// recording answers the harness from a recorded log: it is the model, the
+// tools, the clock and the ID source.
+type recording struct {
+	runID  string
+	events []*reinv1.Event
+	// steps maps a model call's step to the events that answered it.
+	steps map[uint32]int // step → index of its model_requested
+	// results are each tool's recorded results, in call order.
+	reads    map[string][]*reinv1.ToolReturned
+	previews map[string][]*reinv1.Proposal
+	receipts map[string]*structpb.Value // by proposal id
+	ids      []string                   // proposal IDs, in order
+	nextID   int
+	// stamps are the recorded_at of the events the harness stamps with a
+	// fresh clock reading (all but the tool results it carries over).
+	stamps []time.Time
+}
+
+func newRecording(events []*reinv1.Event) *recording {
+	r := &recording{
+		runID: events[0].GetRunId(), events: events, steps: map[uint32]int{},
+		reads: map[string][]*reinv1.ToolReturned{}, previews: map[string][]*reinv1.Proposal{},
+		receipts: map[string]*structpb.Value{},
+	}
+	for i, ev := range events {
+		switch p := ev.GetPayload().(type) {
+		case *reinv1.Event_ModelRequested:
+			r.steps[p.ModelRequested.GetStep()] = i
+		case *reinv1.Event_ToolReturned:
+			r.reads[p.ToolReturned.GetTool()] = append(r.reads[p.ToolReturned.GetTool()], p.ToolReturned)
+		case *reinv1.Event_ApprovalRequested:
+			pr := p.ApprovalRequested.GetProposal()
+			r.previews[pr.GetTool()] = append(r.previews[pr.GetTool()], pr)
+			r.ids = append(r.ids, pr.GetProposalId())
+		case *reinv1.Event_WriteCommitted:
+			r.receipts[p.WriteCommitted.GetProposalId()] = p.WriteCommitted.GetReceipt()
+		}
+	}
+	return r
+}
+
+// check refuses recordings replay cannot drive.
+func (r *recording) check() error {
+	for _, ev := range r.events {
+		switch {
+		case ev.GetModelRequested().GetResumed():
+			return fmt.Errorf("%w: run %s was cut by a crash (sequence %d resends a lost model call)", ErrUnsupported, r.runID, ev.GetSequence())
+		case ev.GetWriteOutcomeUnknown() != nil:
+			return fmt.Errorf("%w: run %s has a write whose outcome was unknown (sequence %d)", ErrUnsupported, r.runID, ev.GetSequence())
+		case ev.GetRunId() != r.runID:
+			return fmt.Errorf("%w: sequence %d belongs to run %s, not %s", ErrUnsupported, ev.GetSequence(), ev.GetRunId(), r.runID)
+		}
+	}
+	return nil
+}
+
+// clock is the recorded time of the next event the harness will stamp: the
+// next stored event's, skipping a tool result the harness carries over from
+// the step before (it keeps that step's time).
+func (r *recording) clock(ctx context.Context, st *mem.Store) time.Time {
+	v := uint64(0)
+	if cur, err := st.Load(ctx, r.runID); err == nil {
+		v = cur.Version
+	}
+	for i := int(v); i < len(r.events); i++ {
+		if r.events[i].GetToolReturned() == nil || i == 0 {
+			return r.events[i].GetRecordedAt().AsTime()
+		}
+		// A tool result opens a commit only when the step before left it.
+		if i+1 < len(r.events) && r.events[i+1].GetRecordedAt().AsTime().After(r.events[i].GetRecordedAt().AsTime()) {
+			return r.events[i+1].GetRecordedAt().AsTime()
+		}
+		return r.events[i].GetRecordedAt().AsTime()
+	}
+	return r.events[len(r.events)-1].GetRecordedAt().AsTime()
+}
+
+func (r *recording) newID(prefix string, _ time.Time) string {
+	if prefix == "run_" {
+		return r.runID
+	}
+	if r.nextID < len(r.ids) {
+		r.nextID++
+		return r.ids[r.nextID-1]
+	}
+	return prefix + "unrecorded"
+}
+
+// Next implements model.Model: the reply the recording has for the step.
+func (r *recording) Next(ctx context.Context, req *model.Request) (*model.Reply, error) {
+	i, ok := r.steps[req.Step]
+	if !ok || i+1 >= len(r.events) {
+		return nil, fmt.Errorf("the recording has no reply for model call %d", req.Step)
+	}
+	switch after := r.events[i+1]; {
+	case after.GetModelReturned() != nil:
+		mr := after.GetModelReturned()
+		reply := &model.Reply{Decision: mr.GetDecision(), Usage: mr.GetUsage()}
+		if mr.GetDecision() == nil && i+2 < len(r.events) {
+			reply.Raw = r.events[i+2].GetDecisionRejected().GetRaw()
+		}
+		return reply, nil
+	case after.GetStatusChanged().GetTo() == reinv1.RunStatus_RUN_STATUS_FAILED:
+		return nil, errors.New(strings.TrimPrefix(after.GetStatusChanged().GetError(), "the model call failed: "))
+	case after.GetBudgetReached().GetLimit() == "deadline":
+		<-ctx.Done() // the recorded call was cut by the run's deadline
+		return nil, ctx.Err()
+	}
+	return nil, fmt.Errorf("the recording's model call %d has no reply", req.Step)
+}
+
+// CountTokens implements model.TokenCounter with the recorded count. For a
+// call the recording never made (a budget stopped it), a scripted model's
+// count comes from its script, as it did then; other models' from the
+// harness's estimate.
+func (r *recording) CountTokens(ctx context.Context, req *model.Request) (uint64, error) {
+	if i, ok := r.steps[req.Step]; ok {
+		return r.events[i].GetModelRequested().GetInputTokens(), nil
+	}
+	spec := r.events[0].GetRunStarted().GetContract().GetModel()
+	if spec.GetProvider() == "script" {
+		return model.NewScript(spec.GetScript()).CountTokens(ctx, req)
+	}
+	return 0, errors.New("no recorded count")
+}
+
+// List implements tools.Executor.
+func (r *recording) List(context.Context) ([]tools.Spec, error) { return nil, nil }
+
+// Read implements tools.Executor with the recorded result of the call.
+func (r *recording) Read(_ context.Context, c tools.Call) (*structpb.Value, error) {
+	list := r.reads[c.Tool]
+	if c.Index >= len(list) {
+		return nil, fmt.Errorf("the recording has no result for call %d of %s", c.Index+1, c.Tool)
+	}
+	tr := list[c.Index]
+	if tr.GetError() != "" {
+		return nil, errors.New(tr.GetError())
+	}
+	return tr.GetOutput(), nil
+}
+
+// Propose implements tools.Executor with the recorded preview.
+func (r *recording) Propose(_ context.Context, c tools.Call) (*structpb.Value, error) {
+	for _, p := range r.previews[c.Tool] {
+		if p.GetCallId() == c.CallID && proto.Equal(p.GetArguments(), c.Args) {
+			return p.GetPreview(), nil
+		}
+	}
+	if list := r.previews[c.Tool]; len(list) > 0 {
+		return list[min(c.Index, len(list)-1)].GetPreview(), nil
+	}
+	return nil, fmt.Errorf("the recording has no proposal for %s", c.Tool)
+}
+
+// Commit implements tools.Executor with the recorded receipt.
+func (r *recording) Commit(_ context.Context, c tools.Call, operationID string) (*structpb.Value, error) {
+	id := strings.TrimPrefix(operationID, "op_")
+	if receipt, ok := r.receipts[id]; ok {
+		return receipt, nil
+	}
+	return nil, fmt.Errorf("the recording has no receipt for operation %s", operationID)
+}

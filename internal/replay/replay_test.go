@@ -1,0 +1,265 @@
+package replay
+
+import (
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/export"
+	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store/mem"
+	"github.com/reinhq/rein/internal/tools"
+)
+
+var update = flag.Bool("update", false, "record the runs under testdata/recordings again")
+
+const recordings = "../../testdata/recordings"
+
+// TestReplayRecordings replays every recorded run under testdata/recordings
+// through the current harness: each must match event for event.
+func TestReplayRecordings(t *testing.T) {
+	if *update {
+		record(t)
+	}
+	files, err := filepath.Glob(filepath.Join(recordings, "*.rein"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no recordings in %s (%v); run go test ./internal/replay -update", recordings, err)
+	}
+	statuses := map[string]bool{}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			x := readExport(t, f)
+			res, err := Run(context.Background(), x.GetEvents(), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Divergence != nil {
+				t.Fatalf("%s: %v", f, res.Divergence)
+			}
+			st, _ := runstate.ApplyAll(runstate.State{}, x.GetEvents())
+			statuses[runstate.StatusName(st.Status)] = true
+		})
+	}
+	// The recordings cover every status a harness-driven run reaches.
+	for _, want := range []string{"completed", "needs_input", "needs_approval", "budget_exhausted", "failed", "denied", "expired", "cancelled"} {
+		if !statuses[want] {
+			t.Errorf("no recording ends %s", want)
+		}
+	}
+}
+
+// TestReplayCatchesRoutingChange is the twin: a harness that sends a write
+// down the read path parts from the recording at the exact sequence of the
+// write's tool_requested.
+func TestReplayCatchesRoutingChange(t *testing.T) {
+	x := readExport(t, filepath.Join(recordings, "approve.rein"))
+	var want uint64
+	for _, ev := range x.GetEvents() {
+		if tr := ev.GetToolRequested(); tr != nil && tr.GetTier() == reinv1.ToolTier_TOOL_TIER_WRITE {
+			want = ev.GetSequence()
+			break
+		}
+	}
+	res, err := Run(context.Background(), x.GetEvents(), Options{Tier: func(*reinv1.ToolGrant) reinv1.ToolTier {
+		return reinv1.ToolTier_TOOL_TIER_READ
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Divergence == nil || res.Divergence.Sequence != want {
+		t.Fatalf("divergence %v, want one at sequence %d (the write's tool_requested)", res.Divergence, want)
+	}
+}
+
+func TestReplayRefusesUnsupported(t *testing.T) {
+	if _, err := Run(context.Background(), nil, Options{}); err == nil {
+		t.Fatal("an empty recording was replayed")
+	}
+	x := readExport(t, filepath.Join(recordings, "approve.rein"))
+	evs := append([]*reinv1.Event(nil), x.GetEvents()...)
+	evs[1] = &reinv1.Event{RunId: "other", Sequence: 2}
+	if _, err := Run(context.Background(), evs, Options{}); err == nil {
+		t.Fatal("a recording mixing runs was replayed")
+	}
+}
+
+func readExport(t *testing.T, path string) *reinv1.RunExport {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	x, err := export.Read(f, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+// ---- recording ----
+
+// fakeClock moves one second on every reading, from a fixed start.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(time.Second)
+	return c.now
+}
+
+func (c *fakeClock) jump(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func reply(d *reinv1.Decision) *reinv1.ScriptedReply {
+	return &reinv1.ScriptedReply{Reply: &reinv1.ScriptedReply_Decision{Decision: d}, Usage: &reinv1.Usage{InputTokens: 100, OutputTokens: 20}}
+}
+
+func call(tool, id string, args map[string]any) *reinv1.ScriptedReply {
+	s, _ := structpb.NewStruct(args)
+	return reply(&reinv1.Decision{Action: &reinv1.Decision_ToolCall{ToolCall: &reinv1.ToolCall{Tool: tool, CallId: id, Arguments: s}}})
+}
+
+func final(text string) *reinv1.ScriptedReply {
+	return reply(&reinv1.Decision{Action: &reinv1.Decision_FinalAnswer{FinalAnswer: &reinv1.FinalAnswer{Text: text}}})
+}
+
+func ask(q string) *reinv1.ScriptedReply {
+	return reply(&reinv1.Decision{Action: &reinv1.Decision_AskHuman{AskHuman: &reinv1.AskHuman{Question: q}}})
+}
+
+func contract(budget *reinv1.Budget, script ...*reinv1.ScriptedReply) *reinv1.TaskContract {
+	return &reinv1.TaskContract{
+		Goal: "replay test",
+		Tools: []*reinv1.ToolGrant{
+			{Name: "get", Tier: reinv1.ToolTier_TOOL_TIER_READ},
+			{Name: "refund", Tier: reinv1.ToolTier_TOOL_TIER_WRITE},
+		},
+		Budget:   budget,
+		Approval: &reinv1.ApprovalPolicy{ProposalTtl: durationpb.New(time.Hour)},
+		Model:    &reinv1.ModelSpec{Provider: "script", Script: script},
+	}
+}
+
+// record runs each scenario through the real engine on an in-memory store
+// with a clock that moves a second a reading, and writes its export.
+func record(t *testing.T) {
+	fixtures := tools.NewFixtures(map[string][]tools.FixtureResult{
+		"get":    {{Output: structpb.NewStringValue("invoice INV-42: open, 1200 EUR")}, {Error: "invoice service timed out"}},
+		"refund": {{Preview: structpb.NewStringValue("refund 1200 EUR"), Receipt: structpb.NewStringValue("re_1")}},
+	})
+	get := func(id string) *reinv1.ScriptedReply { return call("get", id, map[string]any{"id": "INV-42"}) }
+	refund := call("refund", "w1", map[string]any{"amount": 1200})
+	type person func(ctx context.Context, e *harness.Engine, clock *fakeClock, st runstate.State) error
+	approve := func(yes, end bool) person {
+		return func(ctx context.Context, e *harness.Engine, _ *fakeClock, st runstate.State) error {
+			p := st.Pending.GetProposal()
+			_, err := e.DecideApproval(ctx, harness.Decision{RunID: st.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(),
+				Approve: yes, Reason: "reviewed", EndRun: end, Principal: "bob"})
+			return err
+		}
+	}
+	input := func(ctx context.Context, e *harness.Engine, _ *fakeClock, st runstate.State) error {
+		_, err := e.ProvideInput(ctx, st.RunID, "INV-42", "bob")
+		return err
+	}
+	cancel := func(ctx context.Context, e *harness.Engine, _ *fakeClock, st runstate.State) error {
+		_, err := e.Cancel(ctx, st.RunID, "", "principal:bob")
+		return err
+	}
+	expire := func(d time.Duration) person {
+		return func(ctx context.Context, e *harness.Engine, c *fakeClock, st runstate.State) error {
+			c.jump(d)
+			e.Expire(ctx, st.RunID)
+			return nil
+		}
+	}
+	scenarios := []struct {
+		name     string
+		contract *reinv1.TaskContract
+		people   []person
+	}{
+		{"completed", contract(nil, call("delete", "x", nil), &reinv1.ScriptedReply{Reply: &reinv1.ScriptedReply_Raw{Raw: "hmm"}}, get("c1"), get("c2"), final("open, due soon")), nil},
+		{"approve", contract(nil, get("c1"), refund, final("refunded")), []person{approve(true, false)}},
+		{"reject", contract(nil, refund, final("not refunded")), []person{approve(false, false)}},
+		{"denied", contract(nil, refund), []person{approve(false, true)}},
+		{"input", contract(nil, ask("which invoice?"), get("c1"), final("done")), []person{input}},
+		{"paused_input", contract(nil, ask("which invoice?")), nil},
+		{"paused_approval", contract(nil, refund), nil},
+		{"max_steps", contract(&reinv1.Budget{MaxSteps: 2}, get("c1"), get("c2"), get("c3")), nil},
+		{"max_tokens", contract(&reinv1.Budget{MaxTokens: 250}, get("c1"), get("c2"), get("c3")), nil},
+		{"failed", contract(nil, get("c1"), &reinv1.ScriptedReply{Reply: &reinv1.ScriptedReply_Error{Error: "upstream 503"}}), nil},
+		{"expired", contract(nil, refund), []person{expire(2 * time.Hour)}},
+		{"deadline_paused", contract(&reinv1.Budget{Timeout: durationpb.New(10 * time.Minute)}, ask("which?")), []person{expire(time.Hour)}},
+		{"cancelled", contract(nil, ask("which?")), []person{cancel}},
+	}
+	if err := os.MkdirAll(recordings, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range scenarios {
+		ctx := context.Background()
+		clock := &fakeClock{now: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}
+		st := mem.New()
+		e := harness.New(harness.Config{Store: st, Tools: fixtures, Clock: clock.Now, NoTimers: true, Workers: 1})
+		run, _, err := e.Start(ctx, harness.StartRequest{RequestID: sc.name, Contract: sc.contract, Principal: "alice", Tenant: "acme"})
+		if err != nil {
+			t.Fatalf("%s: %v", sc.name, err)
+		}
+		for _, p := range append(sc.people, nil) {
+			if err := e.Wait(ctx, run.RunID); err != nil {
+				t.Fatal(err)
+			}
+			if p == nil {
+				break
+			}
+			cur, err := st.Load(ctx, run.RunID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p(ctx, e, clock, cur); err != nil {
+				t.Fatalf("%s: %v", sc.name, err)
+			}
+		}
+		if err := e.Wait(ctx, run.RunID); err != nil {
+			t.Fatal(err)
+		}
+		evs, err := st.Events(ctx, run.RunID, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Close()
+		f, err := os.Create(filepath.Join(recordings, sc.name+".rein"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := export.Write(f, &reinv1.RunExport{FormatVersion: 1, RunId: run.RunID, Events: evs, ExportedBy: "rein replay tests"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := make([]string, 0, len(scenarios))
+	for _, sc := range scenarios {
+		names = append(names, sc.name)
+	}
+	sort.Strings(names)
+	t.Logf("recorded %v", names)
+}

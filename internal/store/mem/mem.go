@@ -1,0 +1,337 @@
+// Package mem is an in-memory event store, for replay and tests: nothing
+// touches the disk, and everything is lost with the process.
+//
+// It keeps the semantics of the bolt store (it passes the same conformance
+// suite, storetest): Create is idempotent per tenant and request ID, Append
+// checks the expected version and the lease epoch and validates the events by
+// folding them onto the stored state (runstate.ApplyAll) before it stores
+// any of them, List pages newest first by run ID, and Changes records every
+// status change, a run's creation included, under a gap-free cursor.
+//
+// The store deep-copies (proto.Clone) every event and state it is given and
+// every one it returns, so a caller can neither change what is stored nor see
+// its results change under it.
+//
+// One mutex guards all the data: every call is a short critical section, and
+// a write is validated completely before it changes anything, so a refused
+// request leaves the store as it was.
+package mem
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
+)
+
+// Store is one handle on an in-memory event store. It implements
+// store.Store and is safe for concurrent use. Close closes the handle, not
+// the data: Reopen returns a new handle on the same data.
+type Store struct {
+	d *data
+	// closed is guarded by d.mu, so that Close waits for the call in flight.
+	closed bool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// data is what the handles of one store share.
+type data struct {
+	mu   sync.RWMutex
+	runs map[string]*run
+	// ids is every run ID, ascending: the listing order reversed (run IDs
+	// sort by creation time).
+	ids []string
+	// requests maps tenant and request ID to the run they created.
+	requests map[requestKey]string
+	// changes is every status change; the change with cursor c is
+	// changes[c-1].
+	changes []store.Change
+}
+
+type run struct {
+	state  runstate.State
+	events []*reinv1.Event // events[i] has sequence i+1
+	epoch  uint64
+	owner  string
+}
+
+type requestKey struct{ tenant, requestID string }
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{d: &data{runs: map[string]*run{}, requests: map[requestKey]string{}}}
+}
+
+// Reopen returns a new, open handle on the data of s, as opening a file store
+// again after closing it does. s itself stays as it is (closed or not).
+func (s *Store) Reopen() *Store {
+	return &Store{d: s.d}
+}
+
+// Close closes the handle: later calls on it return store.ErrClosed. A call
+// in flight finishes first.
+func (s *Store) Close() error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("close store: %w", store.ErrClosed)
+	}
+	s.closed = true
+	return nil
+}
+
+// Create implements store.Store.
+func (s *Store) Create(ctx context.Context, started *reinv1.Event) (runstate.State, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return runstate.State{}, false, err
+	}
+	ev := clone(started)
+	st, err := runstate.Apply(runstate.State{}, ev)
+	if err != nil {
+		return runstate.State{}, false, err
+	}
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s.closed {
+		return runstate.State{}, false, closedErr("write run " + st.RunID)
+	}
+	rk := requestKey{st.Tenant, st.RequestID}
+	if st.RequestID != "" {
+		if id, ok := d.requests[rk]; ok {
+			return cloneState(d.runs[id].state), false, nil
+		}
+	}
+	if _, ok := d.runs[st.RunID]; ok {
+		return runstate.State{}, false, fmt.Errorf("create run %s: a run with that id exists: %w", st.RunID, store.ErrConflict)
+	}
+	d.runs[st.RunID] = &run{state: st, events: []*reinv1.Event{ev}}
+	i, _ := slices.BinarySearch(d.ids, st.RunID)
+	d.ids = slices.Insert(d.ids, i, st.RunID)
+	if st.RequestID != "" {
+		d.requests[rk] = st.RunID
+	}
+	d.recordChange(reinv1.RunStatus_RUN_STATUS_UNSPECIFIED, st)
+	return cloneState(st), true, nil
+}
+
+// Append implements store.Store.
+func (s *Store) Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) error {
+	if len(events) == 0 {
+		return nil // as the bolt store: an empty append is a no-op
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	evs := make([]*reinv1.Event, len(events))
+	for i, ev := range events {
+		evs[i] = clone(ev)
+	}
+	epoch := store.Options(opts).Epoch
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s.closed {
+		return closedErr("write run " + runID)
+	}
+	r, ok := d.runs[runID]
+	if !ok {
+		return notFound(runID)
+	}
+	if epoch != 0 && epoch != r.epoch {
+		return fmt.Errorf("append to run %s with lease epoch %d: the run's owner is now at epoch %d: %w",
+			runID, epoch, r.epoch, store.ErrFenced)
+	}
+	if r.state.Version != expected {
+		return fmt.Errorf("append to run %s at version %d: the run is at version %d: %w; reload the run and retry",
+			runID, expected, r.state.Version, store.ErrConflict)
+	}
+	next, err := runstate.ApplyAll(r.state, evs)
+	if err != nil {
+		return fmt.Errorf("append to run %s: %w", runID, err)
+	}
+	prev := r.state.Status
+	r.events = append(r.events, evs...)
+	r.state = next
+	if prev != next.Status {
+		d.recordChange(prev, next)
+	}
+	return nil
+}
+
+// recordChange appends a status change of the run now in state st. d.mu
+// must be held for writing.
+func (d *data) recordChange(prev reinv1.RunStatus, st runstate.State) {
+	cursor := uint64(len(d.changes)) + 1
+	d.changes = append(d.changes, store.Change{
+		Cursor: cursor,
+		Tenant: st.Tenant,
+		Change: &reinv1.RunChange{
+			Cursor: cursor, RunId: st.RunID, Previous: prev, Status: st.Status, Version: st.Version,
+			Reason: st.StatusReason, ChangedAt: timestamppb.New(st.UpdatedAt),
+		},
+	})
+}
+
+// Acquire implements store.Store.
+func (s *Store) Acquire(ctx context.Context, runID, owner string) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s.closed {
+		return 0, closedErr("write run " + runID)
+	}
+	r, ok := d.runs[runID]
+	if !ok {
+		return 0, notFound(runID)
+	}
+	r.epoch++
+	r.owner = owner
+	return r.epoch, nil
+}
+
+// Load implements store.Store.
+func (s *Store) Load(ctx context.Context, runID string) (runstate.State, error) {
+	if err := ctx.Err(); err != nil {
+		return runstate.State{}, err
+	}
+	d := s.d
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if s.closed {
+		return runstate.State{}, closedErr("read store")
+	}
+	r, ok := d.runs[runID]
+	if !ok {
+		return runstate.State{}, notFound(runID)
+	}
+	return cloneState(r.state), nil
+}
+
+// Events implements store.Store.
+func (s *Store) Events(ctx context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	d := s.d
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if s.closed {
+		return nil, closedErr("read store")
+	}
+	r, ok := d.runs[runID]
+	if !ok {
+		return nil, notFound(runID)
+	}
+	var out []*reinv1.Event
+	for i := after; i < uint64(len(r.events)) && len(out) < limit; i++ {
+		out = append(out, clone(r.events[i]))
+	}
+	return out, nil
+}
+
+// List implements store.Store. Runs come newest first (run IDs sort by
+// creation time); statuses, labels and tenant are checked on each run.
+func (s *Store) List(ctx context.Context, f store.Filter) (store.Page, error) {
+	if f.Limit <= 0 {
+		return store.Page{}, fmt.Errorf("list runs: limit must be positive, got %d", f.Limit)
+	}
+	if err := ctx.Err(); err != nil {
+		return store.Page{}, err
+	}
+	d := s.d
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if s.closed {
+		return store.Page{}, closedErr("read store")
+	}
+	// Start below f.After: ids[:end] are the IDs less than it.
+	end := len(d.ids)
+	if f.After != "" {
+		end, _ = slices.BinarySearch(d.ids, f.After)
+	}
+	var page store.Page
+	for i := end - 1; i >= 0; i-- {
+		st := d.runs[d.ids[i]].state
+		if !matches(st, f) {
+			continue
+		}
+		if len(page.Runs) == f.Limit {
+			// One more match exists: the page is full and not the last.
+			page.Next = page.Runs[len(page.Runs)-1].RunID
+			break
+		}
+		page.Runs = append(page.Runs, cloneState(st))
+	}
+	return page, nil
+}
+
+func matches(st runstate.State, f store.Filter) bool {
+	if len(f.Statuses) > 0 && !slices.Contains(f.Statuses, st.Status) {
+		return false
+	}
+	if f.Tenant != "" && st.Tenant != f.Tenant {
+		return false
+	}
+	labels := st.Contract.GetLabels()
+	for k, v := range f.Labels {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Changes implements store.Store.
+func (s *Store) Changes(ctx context.Context, after uint64, limit int) ([]store.Change, uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	d := s.d
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if s.closed {
+		return nil, 0, closedErr("read store")
+	}
+	head := uint64(len(d.changes))
+	var out []store.Change
+	for i := after; i < head && len(out) < limit; i++ {
+		c := d.changes[i]
+		c.Change = clone(c.Change)
+		out = append(out, c)
+	}
+	return out, head, nil
+}
+
+// clone deep-copies a message; a nil one stays nil.
+func clone[M proto.Message](m M) M {
+	return proto.Clone(m).(M)
+}
+
+// cloneState copies st with its own copies of the messages it points to.
+func cloneState(st runstate.State) runstate.State {
+	st.Contract = clone(st.Contract)
+	st.ApprovedWrite = clone(st.ApprovedWrite)
+	st.Pending = clone(st.Pending)
+	st.Result = clone(st.Result)
+	return st
+}
+
+func notFound(runID string) error {
+	return fmt.Errorf("run %q: %w", runID, store.ErrNotFound)
+}
+
+func closedErr(what string) error {
+	return fmt.Errorf("%s: %w", what, store.ErrClosed)
+}
