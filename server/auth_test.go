@@ -199,6 +199,10 @@ var rpcCases = map[string]rpcCase{
 		_, err := c.CancelRun(ctx, &reinv1.CancelRunRequest{RunId: runID, Reason: "auth matrix"}, opts...)
 		return err
 	}},
+	"ForkRun": {namesRun: true, ok: codes.OK, call: func(ctx context.Context, c reinv1.RunServiceClient, runID string, opts ...grpc.CallOption) error {
+		_, err := c.ForkRun(ctx, &reinv1.ForkRunRequest{RunId: runID, AtSequence: 1, RequestId: "fork-" + runID}, opts...)
+		return err
+	}},
 	"ProvideInput": {namesRun: true, ok: codes.OK, alsoOK: codes.FailedPrecondition, call: func(ctx context.Context, c reinv1.RunServiceClient, runID string, opts ...grpc.CallOption) error {
 		_, err := c.ProvideInput(ctx, &reinv1.ProvideInputRequest{RunId: runID, Text: "the blue one"}, opts...)
 		return err

@@ -212,6 +212,22 @@ func (s *runService) CancelRun(ctx context.Context, req *reinv1.CancelRunRequest
 	return &reinv1.CancelRunResponse{Run: st.Proto(true)}, nil
 }
 
+func (s *runService) ForkRun(ctx context.Context, req *reinv1.ForkRunRequest) (*reinv1.ForkRunResponse, error) {
+	if _, err := s.load(ctx, req.GetRunId()); err != nil {
+		return nil, toStatus(s.log, "ForkRun", err)
+	}
+	id := s.identity(ctx)
+	st, created, err := s.engine.Fork(ctx, harness.ForkRequest{
+		RunID: req.GetRunId(), AtSequence: req.GetAtSequence(), RequestID: req.GetRequestId(), Budget: req.GetBudget(),
+		Principal: id.ID, Tenant: id.Tenant,
+	})
+	if err != nil {
+		return nil, toStatus(s.log, "ForkRun", err)
+	}
+	callInfoFrom(ctx).set(func(c *callInfo) { c.runID = st.RunID })
+	return &reinv1.ForkRunResponse{Run: st.Proto(true), Created: created}, nil
+}
+
 func (s *runService) ProvideInput(ctx context.Context, req *reinv1.ProvideInputRequest) (*reinv1.ProvideInputResponse, error) {
 	if _, err := s.load(ctx, req.GetRunId()); err != nil {
 		return nil, toStatus(s.log, "ProvideInput", err)

@@ -110,6 +110,7 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newCancelCmd(e),
 		newPendingCmd(e),
 		newReplayCmd(e),
+		newForkCmd(e),
 		newWatchCmd(e),
 		newBenchCmd(e),
 	)

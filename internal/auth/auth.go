@@ -189,6 +189,7 @@ var rules = map[string]Role{
 	"/rein.v1.RunService/WatchRun":       Viewer,
 	"/rein.v1.RunService/WatchRuns":      Viewer,
 	"/rein.v1.RunService/CancelRun":      Operator,
+	"/rein.v1.RunService/ForkRun":        Operator,
 	"/rein.v1.RunService/ProvideInput":   Operator,
 	"/rein.v1.RunService/DecideApproval": Approver,
 	// Server reflection, for grpcurl: any principal.

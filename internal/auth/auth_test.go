@@ -204,6 +204,7 @@ func TestRequired(t *testing.T) {
 		"/rein.v1.RunService/WatchRun":                                   auth.Viewer,
 		"/rein.v1.RunService/WatchRuns":                                  auth.Viewer,
 		"/rein.v1.RunService/CancelRun":                                  auth.Operator,
+		"/rein.v1.RunService/ForkRun":                                    auth.Operator,
 		"/rein.v1.RunService/ProvideInput":                               auth.Operator,
 		"/rein.v1.RunService/DecideApproval":                             auth.Approver,
 		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      auth.Viewer,

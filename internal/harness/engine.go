@@ -238,7 +238,10 @@ func (e *Engine) Cancel(ctx context.Context, runID, reason, actor string) (runst
 func (e *Engine) appendEvents(ctx context.Context, st runstate.State, actor string, evs ...*reinv1.Event) (runstate.State, error) {
 	now := timestamppb.New(e.cfg.Clock())
 	for i, ev := range evs {
-		ev.RunId, ev.Sequence, ev.RecordedAt = st.RunID, st.Version+uint64(i)+1, now
+		ev.RunId, ev.Sequence = st.RunID, st.Version+uint64(i)+1
+		if ev.RecordedAt == nil {
+			ev.RecordedAt = now
+		}
 		if ev.Actor == "" {
 			ev.Actor = actor
 		}

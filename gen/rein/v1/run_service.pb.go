@@ -948,6 +948,134 @@ func (x *CancelRunResponse) GetRun() *Run {
 	return nil
 }
 
+// ForkRunRequest names the run and the sequence to fork at.
+type ForkRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run to fork.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The last event carried over; 1 forks from the start.
+	AtSequence uint64 `protobuf:"varint,2,opt,name=at_sequence,json=atSequence,proto3" json:"at_sequence,omitempty"`
+	// The caller's idempotency key for the new run. Required.
+	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Replaces the parent's budget when set.
+	Budget        *Budget `protobuf:"bytes,4,opt,name=budget,proto3" json:"budget,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkRunRequest) Reset() {
+	*x = ForkRunRequest{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkRunRequest) ProtoMessage() {}
+
+func (x *ForkRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkRunRequest.ProtoReflect.Descriptor instead.
+func (*ForkRunRequest) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ForkRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ForkRunRequest) GetAtSequence() uint64 {
+	if x != nil {
+		return x.AtSequence
+	}
+	return 0
+}
+
+func (x *ForkRunRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *ForkRunRequest) GetBudget() *Budget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+// ForkRunResponse holds the new run.
+type ForkRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new run.
+	Run *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// False when request_id named a fork that already existed.
+	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkRunResponse) Reset() {
+	*x = ForkRunResponse{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkRunResponse) ProtoMessage() {}
+
+func (x *ForkRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkRunResponse.ProtoReflect.Descriptor instead.
+func (*ForkRunResponse) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ForkRunResponse) GetRun() *Run {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+func (x *ForkRunResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
 // ProvideInputRequest answers a run's question.
 type ProvideInputRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -961,7 +1089,7 @@ type ProvideInputRequest struct {
 
 func (x *ProvideInputRequest) Reset() {
 	*x = ProvideInputRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[15]
+	mi := &file_rein_v1_run_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1101,7 @@ func (x *ProvideInputRequest) String() string {
 func (*ProvideInputRequest) ProtoMessage() {}
 
 func (x *ProvideInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[15]
+	mi := &file_rein_v1_run_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1114,7 @@ func (x *ProvideInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvideInputRequest.ProtoReflect.Descriptor instead.
 func (*ProvideInputRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{15}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ProvideInputRequest) GetRunId() string {
@@ -1014,7 +1142,7 @@ type ProvideInputResponse struct {
 
 func (x *ProvideInputResponse) Reset() {
 	*x = ProvideInputResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[16]
+	mi := &file_rein_v1_run_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1154,7 @@ func (x *ProvideInputResponse) String() string {
 func (*ProvideInputResponse) ProtoMessage() {}
 
 func (x *ProvideInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[16]
+	mi := &file_rein_v1_run_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1167,7 @@ func (x *ProvideInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvideInputResponse.ProtoReflect.Descriptor instead.
 func (*ProvideInputResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{16}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ProvideInputResponse) GetRun() *Run {
@@ -1070,7 +1198,7 @@ type DecideApprovalRequest struct {
 
 func (x *DecideApprovalRequest) Reset() {
 	*x = DecideApprovalRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[17]
+	mi := &file_rein_v1_run_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1210,7 @@ func (x *DecideApprovalRequest) String() string {
 func (*DecideApprovalRequest) ProtoMessage() {}
 
 func (x *DecideApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[17]
+	mi := &file_rein_v1_run_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1223,7 @@ func (x *DecideApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalRequest.ProtoReflect.Descriptor instead.
 func (*DecideApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{17}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DecideApprovalRequest) GetRunId() string {
@@ -1151,7 +1279,7 @@ type DecideApprovalResponse struct {
 
 func (x *DecideApprovalResponse) Reset() {
 	*x = DecideApprovalResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[18]
+	mi := &file_rein_v1_run_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1291,7 @@ func (x *DecideApprovalResponse) String() string {
 func (*DecideApprovalResponse) ProtoMessage() {}
 
 func (x *DecideApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[18]
+	mi := &file_rein_v1_run_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1304,7 @@ func (x *DecideApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalResponse.ProtoReflect.Descriptor instead.
 func (*DecideApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{18}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DecideApprovalResponse) GetRun() *Run {
@@ -1255,7 +1383,19 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\x12 \n" +
 	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x06reason\"3\n" +
 	"\x11CancelRunResponse\x12\x1e\n" +
-	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"Y\n" +
+	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"\xb1\x01\n" +
+	"\x0eForkRunRequest\x12!\n" +
+	"\x06run_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\x12(\n" +
+	"\vat_sequence\x18\x02 \x01(\x04B\a\xbaH\x042\x02(\x01R\n" +
+	"atSequence\x12)\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\trequestId\x12'\n" +
+	"\x06budget\x18\x04 \x01(\v2\x0f.rein.v1.BudgetR\x06budget\"K\n" +
+	"\x0fForkRunResponse\x12\x1e\n" +
+	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"Y\n" +
 	"\x13ProvideInputRequest\x12!\n" +
 	"\x06run_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\x12\x1f\n" +
@@ -1277,7 +1417,7 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\x0fApprovalVerdict\x12 \n" +
 	"\x1cAPPROVAL_VERDICT_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18APPROVAL_VERDICT_APPROVE\x10\x01\x12\x1b\n" +
-	"\x17APPROVAL_VERDICT_REJECT\x10\x022\xfd\x04\n" +
+	"\x17APPROVAL_VERDICT_REJECT\x10\x022\xbb\x05\n" +
 	"\n" +
 	"RunService\x12?\n" +
 	"\bStartRun\x12\x18.rein.v1.StartRunRequest\x1a\x19.rein.v1.StartRunResponse\x129\n" +
@@ -1287,7 +1427,8 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"ListEvents\x12\x1a.rein.v1.ListEventsRequest\x1a\x1b.rein.v1.ListEventsResponse\x12A\n" +
 	"\bWatchRun\x12\x18.rein.v1.WatchRunRequest\x1a\x19.rein.v1.WatchRunResponse0\x01\x12D\n" +
 	"\tWatchRuns\x12\x19.rein.v1.WatchRunsRequest\x1a\x1a.rein.v1.WatchRunsResponse0\x01\x12B\n" +
-	"\tCancelRun\x12\x19.rein.v1.CancelRunRequest\x1a\x1a.rein.v1.CancelRunResponse\x12K\n" +
+	"\tCancelRun\x12\x19.rein.v1.CancelRunRequest\x1a\x1a.rein.v1.CancelRunResponse\x12<\n" +
+	"\aForkRun\x12\x17.rein.v1.ForkRunRequest\x1a\x18.rein.v1.ForkRunResponse\x12K\n" +
 	"\fProvideInput\x12\x1c.rein.v1.ProvideInputRequest\x1a\x1d.rein.v1.ProvideInputResponse\x12Q\n" +
 	"\x0eDecideApproval\x12\x1e.rein.v1.DecideApprovalRequest\x1a\x1f.rein.v1.DecideApprovalResponseB\x86\x01\n" +
 	"\vcom.rein.v1B\x0fRunServiceProtoP\x01Z)github.com/reinhq/rein/gen/rein/v1;reinv1\xa2\x02\x03RXX\xaa\x02\aRein.V1\xca\x02\aRein\\V1\xe2\x02\x13Rein\\V1\\GPBMetadata\xea\x02\bRein::V1b\x06proto3"
@@ -1305,7 +1446,7 @@ func file_rein_v1_run_service_proto_rawDescGZIP() []byte {
 }
 
 var file_rein_v1_run_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_rein_v1_run_service_proto_goTypes = []any{
 	(ApprovalVerdict)(0),           // 0: rein.v1.ApprovalVerdict
 	(*StartRunRequest)(nil),        // 1: rein.v1.StartRunRequest
@@ -1323,60 +1464,67 @@ var file_rein_v1_run_service_proto_goTypes = []any{
 	(*RunChange)(nil),              // 13: rein.v1.RunChange
 	(*CancelRunRequest)(nil),       // 14: rein.v1.CancelRunRequest
 	(*CancelRunResponse)(nil),      // 15: rein.v1.CancelRunResponse
-	(*ProvideInputRequest)(nil),    // 16: rein.v1.ProvideInputRequest
-	(*ProvideInputResponse)(nil),   // 17: rein.v1.ProvideInputResponse
-	(*DecideApprovalRequest)(nil),  // 18: rein.v1.DecideApprovalRequest
-	(*DecideApprovalResponse)(nil), // 19: rein.v1.DecideApprovalResponse
-	nil,                            // 20: rein.v1.ListRunsRequest.LabelsEntry
-	nil,                            // 21: rein.v1.WatchRunsRequest.LabelsEntry
-	(*TaskContract)(nil),           // 22: rein.v1.TaskContract
-	(*Run)(nil),                    // 23: rein.v1.Run
-	(RunStatus)(0),                 // 24: rein.v1.RunStatus
-	(*Event)(nil),                  // 25: rein.v1.Event
-	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
+	(*ForkRunRequest)(nil),         // 16: rein.v1.ForkRunRequest
+	(*ForkRunResponse)(nil),        // 17: rein.v1.ForkRunResponse
+	(*ProvideInputRequest)(nil),    // 18: rein.v1.ProvideInputRequest
+	(*ProvideInputResponse)(nil),   // 19: rein.v1.ProvideInputResponse
+	(*DecideApprovalRequest)(nil),  // 20: rein.v1.DecideApprovalRequest
+	(*DecideApprovalResponse)(nil), // 21: rein.v1.DecideApprovalResponse
+	nil,                            // 22: rein.v1.ListRunsRequest.LabelsEntry
+	nil,                            // 23: rein.v1.WatchRunsRequest.LabelsEntry
+	(*TaskContract)(nil),           // 24: rein.v1.TaskContract
+	(*Run)(nil),                    // 25: rein.v1.Run
+	(RunStatus)(0),                 // 26: rein.v1.RunStatus
+	(*Event)(nil),                  // 27: rein.v1.Event
+	(*timestamppb.Timestamp)(nil),  // 28: google.protobuf.Timestamp
+	(*Budget)(nil),                 // 29: rein.v1.Budget
 }
 var file_rein_v1_run_service_proto_depIdxs = []int32{
-	22, // 0: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
-	23, // 1: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
-	23, // 2: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
-	24, // 3: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	20, // 4: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
-	23, // 5: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
-	25, // 6: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
-	25, // 7: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
-	24, // 8: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	21, // 9: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
+	24, // 0: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
+	25, // 1: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
+	25, // 2: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
+	26, // 3: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	22, // 4: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
+	25, // 5: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
+	27, // 6: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
+	27, // 7: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
+	26, // 8: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	23, // 9: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
 	13, // 10: rein.v1.WatchRunsResponse.change:type_name -> rein.v1.RunChange
-	24, // 11: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
-	24, // 12: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
-	26, // 13: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
-	23, // 14: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
-	23, // 15: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
-	0,  // 16: rein.v1.DecideApprovalRequest.verdict:type_name -> rein.v1.ApprovalVerdict
-	23, // 17: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
-	1,  // 18: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
-	3,  // 19: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
-	5,  // 20: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
-	7,  // 21: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
-	9,  // 22: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
-	11, // 23: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
-	14, // 24: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
-	16, // 25: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
-	18, // 26: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
-	2,  // 27: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
-	4,  // 28: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
-	6,  // 29: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
-	8,  // 30: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
-	10, // 31: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
-	12, // 32: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
-	15, // 33: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
-	17, // 34: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
-	19, // 35: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
-	27, // [27:36] is the sub-list for method output_type
-	18, // [18:27] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	26, // 11: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
+	26, // 12: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
+	28, // 13: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
+	25, // 14: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
+	29, // 15: rein.v1.ForkRunRequest.budget:type_name -> rein.v1.Budget
+	25, // 16: rein.v1.ForkRunResponse.run:type_name -> rein.v1.Run
+	25, // 17: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
+	0,  // 18: rein.v1.DecideApprovalRequest.verdict:type_name -> rein.v1.ApprovalVerdict
+	25, // 19: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
+	1,  // 20: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
+	3,  // 21: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
+	5,  // 22: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
+	7,  // 23: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
+	9,  // 24: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
+	11, // 25: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
+	14, // 26: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
+	16, // 27: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
+	18, // 28: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
+	20, // 29: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
+	2,  // 30: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
+	4,  // 31: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
+	6,  // 32: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
+	8,  // 33: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
+	10, // 34: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
+	12, // 35: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
+	15, // 36: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
+	17, // 37: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
+	19, // 38: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
+	21, // 39: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
+	30, // [30:40] is the sub-list for method output_type
+	20, // [20:30] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_service_proto_init() }
@@ -1393,7 +1541,7 @@ func file_rein_v1_run_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_run_service_proto_rawDesc), len(file_rein_v1_run_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

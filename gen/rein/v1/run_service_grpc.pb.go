@@ -26,6 +26,7 @@ const (
 	RunService_WatchRun_FullMethodName       = "/rein.v1.RunService/WatchRun"
 	RunService_WatchRuns_FullMethodName      = "/rein.v1.RunService/WatchRuns"
 	RunService_CancelRun_FullMethodName      = "/rein.v1.RunService/CancelRun"
+	RunService_ForkRun_FullMethodName        = "/rein.v1.RunService/ForkRun"
 	RunService_ProvideInput_FullMethodName   = "/rein.v1.RunService/ProvideInput"
 	RunService_DecideApproval_FullMethodName = "/rein.v1.RunService/DecideApproval"
 )
@@ -53,6 +54,9 @@ type RunServiceClient interface {
 	WatchRuns(ctx context.Context, in *WatchRunsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchRunsResponse], error)
 	// CancelRun cancels a running or paused run.
 	CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error)
+	// ForkRun starts a new run from another's state at a sequence: the events
+	// up to it are carried over, so nothing before it is paid for again.
+	ForkRun(ctx context.Context, in *ForkRunRequest, opts ...grpc.CallOption) (*ForkRunResponse, error)
 	// ProvideInput answers a run that needs input.
 	ProvideInput(ctx context.Context, in *ProvideInputRequest, opts ...grpc.CallOption) (*ProvideInputResponse, error)
 	// DecideApproval approves or rejects a proposed write.
@@ -155,6 +159,16 @@ func (c *runServiceClient) CancelRun(ctx context.Context, in *CancelRunRequest, 
 	return out, nil
 }
 
+func (c *runServiceClient) ForkRun(ctx context.Context, in *ForkRunRequest, opts ...grpc.CallOption) (*ForkRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForkRunResponse)
+	err := c.cc.Invoke(ctx, RunService_ForkRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *runServiceClient) ProvideInput(ctx context.Context, in *ProvideInputRequest, opts ...grpc.CallOption) (*ProvideInputResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ProvideInputResponse)
@@ -198,6 +212,9 @@ type RunServiceServer interface {
 	WatchRuns(*WatchRunsRequest, grpc.ServerStreamingServer[WatchRunsResponse]) error
 	// CancelRun cancels a running or paused run.
 	CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error)
+	// ForkRun starts a new run from another's state at a sequence: the events
+	// up to it are carried over, so nothing before it is paid for again.
+	ForkRun(context.Context, *ForkRunRequest) (*ForkRunResponse, error)
 	// ProvideInput answers a run that needs input.
 	ProvideInput(context.Context, *ProvideInputRequest) (*ProvideInputResponse, error)
 	// DecideApproval approves or rejects a proposed write.
@@ -232,6 +249,9 @@ func (UnimplementedRunServiceServer) WatchRuns(*WatchRunsRequest, grpc.ServerStr
 }
 func (UnimplementedRunServiceServer) CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelRun not implemented")
+}
+func (UnimplementedRunServiceServer) ForkRun(context.Context, *ForkRunRequest) (*ForkRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForkRun not implemented")
 }
 func (UnimplementedRunServiceServer) ProvideInput(context.Context, *ProvideInputRequest) (*ProvideInputResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ProvideInput not implemented")
@@ -372,6 +392,24 @@ func _RunService_CancelRun_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RunService_ForkRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForkRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunServiceServer).ForkRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunService_ForkRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunServiceServer).ForkRun(ctx, req.(*ForkRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _RunService_ProvideInput_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ProvideInputRequest)
 	if err := dec(in); err != nil {
@@ -434,6 +472,10 @@ var RunService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelRun",
 			Handler:    _RunService_CancelRun_Handler,
+		},
+		{
+			MethodName: "ForkRun",
+			Handler:    _RunService_ForkRun_Handler,
 		},
 		{
 			MethodName: "ProvideInput",

@@ -1,0 +1,108 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
+)
+
+// ForkRequest starts a run from another's state at a sequence.
+type ForkRequest struct {
+	RunID      string
+	AtSequence uint64
+	RequestID  string
+	// Budget replaces the parent's when not nil (zero fields take the
+	// defaults, as at start).
+	Budget    *reinv1.Budget
+	Principal string
+	Tenant    string
+}
+
+// Fork starts a new run whose log carries over the parent's events up to
+// AtSequence, so no model call or tool result before it is paid for again;
+// its run_started names the parent and the sequence. A fork at a pending
+// write re-proposes it (the carried log stops before the proposal, and the
+// new run's driver proposes again); a fork inside a write's dispatch is
+// refused, and a committed write is carried over with its receipt, never
+// repeated.
+func (e *Engine) Fork(ctx context.Context, req ForkRequest) (runstate.State, bool, error) {
+	if req.RequestID == "" {
+		return runstate.State{}, false, &FieldError{"request_id", "required: an idempotency key; the same key returns the same fork"}
+	}
+	parent, err := e.cfg.Store.Load(ctx, req.RunID)
+	if err != nil {
+		return parent, false, err
+	}
+	if req.AtSequence < 1 || req.AtSequence > parent.Version {
+		return parent, false, &FieldError{"at_sequence", fmt.Sprintf("run %s has events 1 to %d; fork at one of them", req.RunID, parent.Version)}
+	}
+	evs, err := e.cfg.Store.Events(ctx, req.RunID, 0, int(req.AtSequence))
+	if err != nil {
+		return parent, false, err
+	}
+	at, err := runstate.ApplyAll(runstate.State{}, evs)
+	if err != nil {
+		return parent, false, fmt.Errorf("run %s: its log does not fold: %w", req.RunID, err)
+	}
+	switch {
+	case runstate.Terminal(at.Status):
+		return parent, false, &FieldError{"at_sequence", fmt.Sprintf("run %s is %s at sequence %d; fork before it ended", req.RunID, runstate.StatusName(at.Status), req.AtSequence)}
+	case evs[len(evs)-1].GetModelReturned() != nil:
+		return parent, false, &FieldError{"at_sequence", fmt.Sprintf("sequence %d is a model reply whose decision was not routed yet; fork at %d, where its step ends, or at %d", req.AtSequence, req.AtSequence+1, req.AtSequence-1)}
+	case at.ApprovedWrite != nil && at.WriteOperationID != "" && at.Pending == nil:
+		return parent, false, &FieldError{"at_sequence", fmt.Sprintf("a write is being dispatched at sequence %d; fork before its write_dispatched or after its outcome", req.AtSequence)}
+	}
+	// A pending proposal is proposed again: stop before it.
+	if at.Pending.GetProposal() != nil {
+		for len(evs) > 1 && evs[len(evs)-1].GetApprovalRequested() == nil {
+			evs = evs[:len(evs)-1]
+		}
+		evs = evs[:len(evs)-1]
+	}
+
+	now := e.cfg.Clock()
+	c := proto.Clone(parent.Contract).(*reinv1.TaskContract)
+	if req.Budget != nil {
+		c.Budget = req.Budget
+	}
+	if err := ValidateContract(c); err != nil {
+		return parent, false, err
+	}
+	c = withDefaults(c)
+	started := &reinv1.RunStarted{Contract: c, Principal: req.Principal, Tenant: req.Tenant, RequestId: req.RequestID,
+		ParentRunId: req.RunID, ParentSequence: uint64(len(evs))}
+	if t := c.GetBudget().GetTimeout(); t != nil {
+		started.Deadline = timestamppb.New(now.Add(t.AsDuration()))
+	}
+	first := &reinv1.Event{RunId: e.newID("run_", now), Sequence: 1, RecordedAt: timestamppb.New(now),
+		Actor: "principal:" + req.Principal, Payload: &reinv1.Event_RunStarted{RunStarted: started}}
+	st, created, err := e.cfg.Store.Create(ctx, first)
+	if err != nil || !created {
+		return st, created, err
+	}
+	carried := make([]*reinv1.Event, 0, len(evs)-1)
+	for _, ev := range evs[1:] {
+		cp := proto.Clone(ev).(*reinv1.Event)
+		cp.RunId = st.RunID
+		carried = append(carried, cp)
+	}
+	if len(carried) > 0 {
+		if st, err = e.appendEvents(ctx, st, "", carried...); err != nil {
+			return st, true, fmt.Errorf("fork %s: carry the parent's events over: %w", st.RunID, err)
+		}
+	} else {
+		e.cfg.Keep(st.RunID, []*reinv1.Event{first})
+		e.cfg.Notify(st.RunID, st.Version)
+	}
+	if st.Status == reinv1.RunStatus_RUN_STATUS_RUNNING {
+		e.schedule(st.RunID)
+	} else {
+		e.Arm(st)
+	}
+	return st, true, nil
+}
