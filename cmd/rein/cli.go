@@ -113,6 +113,7 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newForkCmd(e),
 		newWatchCmd(e),
 		newBenchCmd(e),
+		newEvaluateCmd(e),
 	)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
