@@ -51,7 +51,7 @@ func TestBenchUnknownScenario(t *testing.T) {
 	if out != "" {
 		t.Errorf("stdout %q, want nothing", out)
 	}
-	for _, name := range []string{`"nope"`, "append", "steps", "fold", "watch", "recovery", "all"} {
+	for _, name := range []string{`"nope"`, "append", "steps", "fold", "replay", "watch", "recovery", "all"} {
 		if !strings.Contains(errs, name) {
 			t.Errorf("stderr %q does not name %s", errs, name)
 		}
@@ -72,7 +72,7 @@ func TestBenchAllJSON(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	want := []string{"append", "steps", "fold", "watch", "recovery"}
+	want := []string{"append", "steps", "fold", "replay", "watch", "recovery"}
 	if len(lines) != len(want) {
 		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), out)
 	}

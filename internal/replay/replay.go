@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -83,7 +84,8 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 		Store:    st,
 		Models:   func(*reinv1.ModelSpec) (model.Model, error) { return rec, nil },
 		Tools:    rec,
-		Clock:    func() time.Time { return rec.clock(ctx, st) },
+		Clock:    rec.clock,
+		Notify:   func(_ string, version uint64) { rec.version.Store(version) },
 		Workers:  1,
 		NewID:    rec.newID,
 		NoTimers: true,
@@ -190,9 +192,8 @@ type recording struct {
 	receipts map[string]*structpb.Value // by proposal id
 	ids      []string                   // proposal IDs, in order
 	nextID   int
-	// stamps are the recorded_at of the events the harness stamps with a
-	// fresh clock reading (all but the tool results it carries over).
-	stamps []time.Time
+	// version is the replayed log's version, as the engine notified it.
+	version atomic.Uint64
 }
 
 func newRecording(events []*reinv1.Event) *recording {
@@ -235,12 +236,10 @@ func (r *recording) check() error {
 
 // clock is the recorded time of the next event the harness will stamp: the
 // next stored event's, skipping a tool result the harness carries over from
-// the step before (it keeps that step's time).
-func (r *recording) clock(ctx context.Context, st *mem.Store) time.Time {
-	v := uint64(0)
-	if cur, err := st.Load(ctx, r.runID); err == nil {
-		v = cur.Version
-	}
+// the step before (it keeps that step's time). The engine's Notify keeps the
+// stored version.
+func (r *recording) clock() time.Time {
+	v := r.version.Load()
 	for i := int(v); i < len(r.events); i++ {
 		if r.events[i].GetToolReturned() == nil || i == 0 {
 			return r.events[i].GetRecordedAt().AsTime()
