@@ -17,6 +17,7 @@ type forkOptions struct {
 	maxTokens          uint64
 	timeout            time.Duration
 	tools              string
+	workspace          string
 }
 
 func newForkCmd(e *env) *cobra.Command {
@@ -37,7 +38,7 @@ tools.`,
 			if o.at == 0 {
 				return usageError("--at is required: the last sequence of the parent to carry over")
 			}
-			executor, err := toolsFlag(o.tools)
+			executor, err := toolsFlag(o.tools, o.workspace)
 			if err != nil {
 				return err
 			}
@@ -89,5 +90,6 @@ tools.`,
 	f.Uint32Var(&o.maxCalls, "max-tool-calls", 0, "replace the budget's max_tool_calls")
 	f.DurationVar(&o.timeout, "timeout", 0, "replace the budget's timeout")
 	f.StringVar(&o.tools, "tools", "", "tools for the embedded server, as fixture:FILE")
+	f.StringVar(&o.workspace, "workspace", "", "the workspace root for the file tools (fs.read, fs.list, fs.search, fs.write, fs.patch)")
 	return cmd
 }

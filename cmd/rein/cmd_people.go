@@ -13,14 +13,16 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/tools"
+	"github.com/reinhq/rein/internal/tools/workspace"
 )
 
 // decideOptions are the flags of approve and deny.
 type decideOptions struct {
-	reason string
-	hash   string
-	end    bool
-	tools  string
+	reason    string
+	hash      string
+	end       bool
+	tools     string
+	workspace string
 }
 
 func newApproveCmd(e *env) *cobra.Command {
@@ -62,13 +64,14 @@ func (o *decideOptions) flags(cmd *cobra.Command, deny bool) {
 	cmd.Flags().StringVar(&o.reason, "reason", "", "why; recorded, and shown to the model on a rejection")
 	cmd.Flags().StringVar(&o.hash, "hash", "", "the proposal hash you reviewed (default: the pending proposal's)")
 	cmd.Flags().StringVar(&o.tools, "tools", "", "tools for the embedded server, as fixture:FILE")
+	cmd.Flags().StringVar(&o.workspace, "workspace", "", "the workspace root for the file tools (fs.read, fs.list, fs.search, fs.write, fs.patch)")
 	if deny {
 		cmd.Flags().BoolVar(&o.end, "end", false, "end the run as denied instead of letting the model go on")
 	}
 }
 
 func (o *decideOptions) decide(ctx context.Context, e *env, runID, proposalID string, approve bool) error {
-	executor, err := toolsFlag(o.tools)
+	executor, err := toolsFlag(o.tools, o.workspace)
 	if err != nil {
 		return err
 	}
@@ -101,7 +104,7 @@ func (o *decideOptions) decide(ctx context.Context, e *env, runID, proposalID st
 }
 
 func newInputCmd(e *env) *cobra.Command {
-	var toolsFile string
+	var toolsFile, workspaceDir string
 	cmd := &cobra.Command{
 		Use:   "input RUN_ID TEXT|-",
 		Short: "Answer a run's question (- reads the answer from stdin), then carry the run on",
@@ -119,7 +122,7 @@ func newInputCmd(e *env) *cobra.Command {
 			if text == "" {
 				return usageError("the answer is empty")
 			}
-			executor, err := toolsFlag(toolsFile)
+			executor, err := toolsFlag(toolsFile, workspaceDir)
 			if err != nil {
 				return err
 			}
@@ -139,6 +142,7 @@ func newInputCmd(e *env) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&toolsFile, "tools", "", "tools for the embedded server, as fixture:FILE")
+	cmd.Flags().StringVar(&workspaceDir, "workspace", "", "the workspace root for the file tools (fs.read, fs.list, fs.search, fs.write, fs.patch)")
 	return cmd
 }
 
@@ -227,10 +231,16 @@ func carryOn(ctx context.Context, e *env, cn *conn, runID string, after uint64) 
 	return finish(e, run)
 }
 
-// toolsFlag parses a --tools fixture:FILE value; "" means none.
-func toolsFlag(value string) (tools.Executor, error) {
+// toolsFlag parses a --tools fixture:FILE value and a --workspace DIR; ""
+// means none. Both together are joined: a fixture tool named like a file tool
+// wins.
+func toolsFlag(value, workspaceDir string) (tools.Executor, error) {
+	ws, err := workspaceFlag(workspaceDir)
+	if err != nil {
+		return nil, err
+	}
 	if value == "" {
-		return nil, nil
+		return ws, nil
 	}
 	file, err := flagFile("tools", value, "fixture")
 	if err != nil {
@@ -240,7 +250,19 @@ func toolsFlag(value string) (tools.Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return f, nil
+	return tools.Join(f, ws), nil
+}
+
+// workspaceFlag opens a --workspace DIR; "" means none (a nil Executor).
+func workspaceFlag(dir string) (tools.Executor, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	ws, err := workspace.New(dir)
+	if err != nil {
+		return nil, usageError("--workspace: %v", err)
+	}
+	return ws, nil
 }
 
 // readerWith is reader for commands that may carry a run on: the embedded
@@ -248,7 +270,7 @@ func toolsFlag(value string) (tools.Executor, error) {
 func readerWith(ctx context.Context, e *env, executor tools.Executor) (*conn, error) {
 	if e.server != "" || executor == nil {
 		if executor != nil {
-			return nil, usageError("--tools applies to the embedded server; with --server, the server's own tools run")
+			return nil, usageError("--tools and --workspace apply to the embedded server; with --server, the server's own tools run")
 		}
 		return reader(ctx, e)
 	}

@@ -15,12 +15,12 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
-	"github.com/reinhq/rein/internal/tools"
 )
 
 type runOptions struct {
 	model     string
 	tools     string
+	workspace string
 	requestID string
 }
 
@@ -41,6 +41,7 @@ cancels the run and records it).`,
 	}
 	cmd.Flags().StringVar(&o.model, "model", "", "the model, as script:FILE (JSONL, one reply per line); overrides the task's model")
 	cmd.Flags().StringVar(&o.tools, "tools", "", "tools for the run, as fixture:FILE (a JSON object: tool name → results)")
+	cmd.Flags().StringVar(&o.workspace, "workspace", "", "the workspace root for the file tools (fs.read, fs.list, fs.search, fs.write, fs.patch)")
 	cmd.Flags().StringVar(&o.requestID, "request-id", "", "idempotency key; the same key returns the same run (default: random)")
 	return cmd
 }
@@ -64,15 +65,9 @@ func (o *runOptions) run(ctx context.Context, e *env, path string) error {
 	if err := validateTask(path, c); err != nil {
 		return err
 	}
-	var executor tools.Executor
-	if o.tools != "" {
-		file, err := flagFile("tools", o.tools, "fixture")
-		if err != nil {
-			return err
-		}
-		if executor, err = loadFixtures(file); err != nil {
-			return err
-		}
+	executor, err := toolsFlag(o.tools, o.workspace)
+	if err != nil {
+		return err
 	}
 	if o.requestID == "" {
 		o.requestID = randomID()

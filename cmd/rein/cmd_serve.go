@@ -26,6 +26,7 @@ type serveOptions struct {
 	clientCA        string
 	tokens          string
 	tools           string
+	workspace       string
 	ledger          string
 	reflection      bool
 	rate            float64
@@ -59,6 +60,7 @@ run the database holds as running.`,
 	f.StringVar(&o.clientCA, "client-ca", "", "CA that signs client certificates; requires them (mTLS)")
 	f.StringVar(&o.tokens, "tokens", "", "tokens file mapping credentials to principals, tenants and roles")
 	f.StringVar(&o.tools, "tools", "", "tools the server runs, as fixture:FILE")
+	f.StringVar(&o.workspace, "workspace", "", "the workspace root for the file tools (fs.read, fs.list, fs.search, fs.write, fs.patch)")
 	f.StringVar(&o.ledger, "fixture-ledger", "", "make fixture writes durable in this file (each commit is a line), so lookups survive a restart")
 	f.BoolVar(&o.reflection, "reflection", true, "serve gRPC server reflection (for grpcurl)")
 	f.Float64Var(&o.rate, "rate", 50, "calls per second each principal may make (0: no limit)")
@@ -100,6 +102,11 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		}
 		cfg.Tools = tools.Executor(f)
 	}
+	ws, err := workspaceFlag(o.workspace)
+	if err != nil {
+		return err
+	}
+	cfg.Tools = tools.Join(cfg.Tools, ws)
 	if o.tlsCert != "" || o.tlsKey != "" || o.clientCA != "" {
 		creds, err := o.credentials()
 		if err != nil {

@@ -136,7 +136,8 @@ func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error
 	if err != nil {
 		return st, err
 	}
-	call := tools.Call{RunID: st.RunID, CallID: p.GetCallId(), Tool: p.GetTool(), Args: p.GetArguments(), Index: index}
+	call := tools.Call{RunID: st.RunID, CallID: p.GetCallId(), Tool: p.GetTool(), Args: p.GetArguments(), Index: index,
+		Preview: p.GetPreview()}
 	actor := "tool:" + p.GetTool()
 	wctx := context.WithoutCancel(ctx)
 	if cause == nil {

@@ -47,6 +47,10 @@ type Call struct {
 	Args   *structpb.Struct
 	// Index is how many calls to this tool the run made before this one.
 	Index int
+	// Preview, for Commit and Lookup, is the preview the write was proposed
+	// (and approved) with, so that a tool can check the world has not moved
+	// since; nil for Read and Propose.
+	Preview *structpb.Value
 }
 
 // ErrNoTool is returned for a tool that no executor provides.

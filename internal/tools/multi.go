@@ -1,0 +1,117 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Multi is an Executor over several: a call goes to the first executor whose
+// List has its tool.
+type Multi struct {
+	execs []Executor
+}
+
+var (
+	_ Executor = (*Multi)(nil)
+	_ Looker   = (*Multi)(nil)
+)
+
+// Join combines executors, skipping nil ones: nil when none is left, the
+// executor itself when one is, else a Multi that dispatches by tool name to
+// the first executor that lists the tool.
+func Join(execs ...Executor) Executor {
+	var kept []Executor
+	for _, e := range execs {
+		if e != nil {
+			kept = append(kept, e)
+		}
+	}
+	switch len(kept) {
+	case 0:
+		return nil
+	case 1:
+		return kept[0]
+	}
+	return &Multi{execs: kept}
+}
+
+// List implements Executor: every executor's tools, in order; a name listed
+// twice is kept once, from the first executor, which is the one that runs it.
+func (m *Multi) List(ctx context.Context) ([]Spec, error) {
+	var out []Spec
+	seen := map[string]bool{}
+	for _, e := range m.execs {
+		specs, err := e.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range specs {
+			if !seen[s.Name] {
+				seen[s.Name] = true
+				out = append(out, s)
+			}
+		}
+	}
+	return out, nil
+}
+
+// route is the first executor whose List has tool.
+func (m *Multi) route(ctx context.Context, tool string) (Executor, error) {
+	var names []string
+	for _, e := range m.execs {
+		specs, err := e.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range specs {
+			if s.Name == tool {
+				return e, nil
+			}
+			names = append(names, s.Name)
+		}
+	}
+	return nil, fmt.Errorf("%w: %q (tools available: %v)", ErrNoTool, tool, names)
+}
+
+// Read implements Executor.
+func (m *Multi) Read(ctx context.Context, call Call) (*structpb.Value, error) {
+	e, err := m.route(ctx, call.Tool)
+	if err != nil {
+		return nil, err
+	}
+	return e.Read(ctx, call)
+}
+
+// Propose implements Executor.
+func (m *Multi) Propose(ctx context.Context, call Call) (*structpb.Value, error) {
+	e, err := m.route(ctx, call.Tool)
+	if err != nil {
+		return nil, err
+	}
+	return e.Propose(ctx, call)
+}
+
+// Commit implements Executor.
+func (m *Multi) Commit(ctx context.Context, call Call, operationID string) (*structpb.Value, error) {
+	e, err := m.route(ctx, call.Tool)
+	if err != nil {
+		return nil, err
+	}
+	return e.Commit(ctx, call, operationID)
+}
+
+// Lookup implements Looker: it asks the executor that runs the tool, and
+// fails if that executor cannot look writes up.
+func (m *Multi) Lookup(ctx context.Context, call Call, operationID string) (*structpb.Value, bool, error) {
+	e, err := m.route(ctx, call.Tool)
+	if err != nil {
+		return nil, false, err
+	}
+	l, ok := e.(Looker)
+	if !ok {
+		return nil, false, fmt.Errorf("the executor of %q cannot look writes up", call.Tool)
+	}
+	return l.Lookup(ctx, call, operationID)
+}

@@ -1,0 +1,320 @@
+// Package workspace provides file tools over one directory, the workspace
+// root: fs.read, fs.list and fs.search read; fs.write and fs.patch write,
+// proposing a unified diff and committing only if the file still hashes as
+// it did when proposed.
+//
+// Invariants: every path a tool is given resolves inside the root, symbolic
+// links included; an absolute path, a path that climbs out with "..", and a
+// link that leads out are refused with an error that says why. All file I/O
+// goes through an os.Root, so that even a link swapped between the check and
+// the access cannot make a tool read or write a byte outside the root. A
+// commit re-resolves its path and refuses if it no longer names the file
+// the proposal did. Errors are written for the model: a missing path names
+// the nearest existing ones, and cut output says how to read the rest.
+package workspace
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/reinhq/rein/internal/tools"
+)
+
+// Limits of the tools.
+const (
+	defaultReadLimit = 64 << 10 // bytes fs.read returns by default
+	maxReadLimit     = 1 << 20  // the most fs.read returns at once
+	maxSearchFile    = 1 << 20  // fs.search skips larger files
+	maxMatches       = 100      // fs.search returns at most this many matches
+	maxMatchText     = 240      // bytes of a matching line fs.search returns
+)
+
+// Workspace is a tools.Executor whose tools work on the files under a root.
+type Workspace struct {
+	root string // absolute, with no symbolic links
+
+	// mu serializes commits and guards committed.
+	mu sync.Mutex
+	// committed maps an operation ID to its receipt: a second commit with
+	// the same ID writes nothing, and Lookup answers from it.
+	committed map[string]*structpb.Value
+}
+
+var (
+	_ tools.Executor = (*Workspace)(nil)
+	_ tools.Looker   = (*Workspace)(nil)
+)
+
+// New returns a workspace over root, which must be an existing directory.
+func New(root string) (*Workspace, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("workspace root %s: %w", root, err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return nil, fmt.Errorf("workspace root %s: %w", root, err)
+	}
+	info, err := os.Stat(real)
+	if err != nil {
+		return nil, fmt.Errorf("workspace root %s: %w", root, err)
+	}
+	if !info.IsDir() {
+		return nil, fmt.Errorf("workspace root %s is not a directory", root)
+	}
+	return &Workspace{root: real, committed: map[string]*structpb.Value{}}, nil
+}
+
+// Root is the workspace's root directory, absolute and without links.
+func (w *Workspace) Root() string { return w.root }
+
+// List implements tools.Executor.
+func (w *Workspace) List(context.Context) ([]tools.Spec, error) {
+	out := make([]tools.Spec, 0, len(specs))
+	for _, s := range specs {
+		schema, err := structpb.NewStruct(s.schema)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, tools.Spec{Name: s.name, Description: s.description, InputSchema: schema})
+	}
+	return out, nil
+}
+
+// Read implements tools.Executor: fs.read, fs.list and fs.search.
+func (w *Workspace) Read(ctx context.Context, call tools.Call) (*structpb.Value, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	root, err := os.OpenRoot(w.root)
+	if err != nil {
+		return nil, fmt.Errorf("open the workspace root: %w", err)
+	}
+	defer root.Close()
+	args := call.Args.GetFields()
+	switch call.Tool {
+	case "fs.read":
+		return w.read(root, args)
+	case "fs.list":
+		return w.list(root, args)
+	case "fs.search":
+		return w.search(ctx, root, args)
+	case "fs.write", "fs.patch":
+		return nil, fmt.Errorf("%s is a write and runs only through a proposal; grant it the write tier", call.Tool)
+	}
+	return nil, fmt.Errorf("%w: %q (the workspace provides fs.read, fs.list, fs.search, fs.write, fs.patch)", tools.ErrNoTool, call.Tool)
+}
+
+func (w *Workspace) read(root *os.Root, args map[string]*structpb.Value) (*structpb.Value, error) {
+	rel, err := stringArg(args, "path", "")
+	if err != nil {
+		return nil, err
+	}
+	offset, err := intArg(args, "offset", 0)
+	if err != nil {
+		return nil, err
+	}
+	limit, err := intArg(args, "limit", defaultReadLimit)
+	if err != nil {
+		return nil, err
+	}
+	if limit <= 0 || limit > maxReadLimit {
+		return nil, fmt.Errorf("limit %d is out of range; give 1 to %d bytes", limit, maxReadLimit)
+	}
+	target, err := resolve(w.root, rel)
+	if err != nil {
+		return nil, err
+	}
+	f, err := root.Open(target)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, notFound(w.root, rel)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %q: %w", rel, err)
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat %q: %w", rel, err)
+	}
+	if info.IsDir() {
+		return nil, fmt.Errorf("%q is a directory; list it with fs.list {\"path\": %q}", rel, rel)
+	}
+	size := info.Size()
+	if offset < 0 || offset > size {
+		return nil, fmt.Errorf("offset %d is outside %q, which has %d bytes", offset, rel, size)
+	}
+	buf := make([]byte, min(limit, size-offset))
+	if _, err := f.ReadAt(buf, offset); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("read %q: %w", rel, err)
+	}
+	cut := offset+int64(len(buf)) < size
+	// Do not split a character at the cut.
+	for k := 0; cut && k < utf8.UTFMax-1 && len(buf) > 0 && !utf8.Valid(buf); k++ {
+		buf = buf[:len(buf)-1]
+	}
+	if !utf8.Valid(buf) || strings.IndexByte(string(buf), 0) >= 0 {
+		return nil, fmt.Errorf("%q is not UTF-8 text (a binary file?) at bytes %d to %d; fs.read returns text only", rel, offset, offset+int64(len(buf)))
+	}
+	out := map[string]any{"path": rel, "content": string(buf), "size": size}
+	if offset > 0 {
+		out["offset"] = offset
+	}
+	if cut {
+		next := offset + int64(len(buf))
+		out["next_offset"] = next
+		out["note"] = fmt.Sprintf("cut: this is bytes %d to %d of %d; read the rest with fs.read {\"path\": %q, \"offset\": %d}", offset, next, size, rel, next)
+	}
+	return structpb.NewValue(out)
+}
+
+func (w *Workspace) list(root *os.Root, args map[string]*structpb.Value) (*structpb.Value, error) {
+	rel, err := stringArg(args, "path", ".")
+	if err != nil {
+		return nil, err
+	}
+	target, err := resolve(w.root, rel)
+	if err != nil {
+		return nil, err
+	}
+	f, err := root.Open(target)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, notFound(w.root, rel)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %q: %w", rel, err)
+	}
+	defer f.Close()
+	if info, err := f.Stat(); err == nil && !info.IsDir() {
+		return nil, fmt.Errorf("%q is a file, not a directory; read it with fs.read {\"path\": %q}", rel, rel)
+	}
+	dirents, err := f.ReadDir(-1)
+	if err != nil {
+		return nil, fmt.Errorf("list %q: %w", rel, err)
+	}
+	// ReadDir of a file does not sort; sort by name.
+	sortDirents(dirents)
+	entries := make([]any, 0, len(dirents))
+	for _, d := range dirents {
+		e := map[string]any{"name": d.Name(), "dir": d.IsDir()}
+		if info, err := d.Info(); err == nil && !d.IsDir() {
+			e["size"] = info.Size()
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			e["symlink"] = true
+		}
+		entries = append(entries, e)
+	}
+	return structpb.NewValue(map[string]any{"path": rel, "entries": entries})
+}
+
+func (w *Workspace) search(ctx context.Context, root *os.Root, args map[string]*structpb.Value) (*structpb.Value, error) {
+	pattern, err := stringArg(args, "pattern", "")
+	if err != nil {
+		return nil, err
+	}
+	rel, err := stringArg(args, "path", ".")
+	if err != nil {
+		return nil, err
+	}
+	target, err := resolve(w.root, rel)
+	if err != nil {
+		return nil, err
+	}
+	fsys := root.FS()
+	start := filepath.ToSlash(target)
+	if _, err := fs.Stat(fsys, start); errors.Is(err, fs.ErrNotExist) {
+		return nil, notFound(w.root, rel)
+	} else if err != nil {
+		return nil, fmt.Errorf("search %q: %w", rel, err)
+	}
+	matches := []any{}
+	truncated := false
+	skipped := 0
+	err = fs.WalkDir(fsys, start, func(p string, d fs.DirEntry, err error) error {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		if err != nil {
+			if p == start {
+				return err
+			}
+			return nil
+		}
+		if d.IsDir() {
+			if d.Name() == ".git" && p != start {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return nil // links are not followed
+		}
+		info, err := d.Info()
+		if err != nil || info.Size() > maxSearchFile {
+			skipped++
+			return nil
+		}
+		data, err := fs.ReadFile(fsys, p)
+		if err != nil || strings.IndexByte(string(data), 0) >= 0 || !utf8.Valid(data) {
+			skipped++
+			return nil
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			if !strings.Contains(line, pattern) {
+				continue
+			}
+			if len(matches) == maxMatches {
+				truncated = true
+				return fs.SkipAll
+			}
+			matches = append(matches, map[string]any{"path": p, "line": i + 1, "text": clip(line, maxMatchText)})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("search %q: %w", rel, err)
+	}
+	out := map[string]any{"pattern": pattern, "path": rel, "matches": matches}
+	if truncated {
+		out["truncated"] = true
+		out["note"] = fmt.Sprintf("cut at %d matches; search a narrower path or a longer pattern for the rest", maxMatches)
+	}
+	if skipped > 0 {
+		out["skipped_files"] = skipped
+	}
+	return structpb.NewValue(out)
+}
+
+// clip cuts s to at most n bytes, on a character boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+func hashOf(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+func sortDirents(d []fs.DirEntry) {
+	sort.Slice(d, func(i, j int) bool { return d[i].Name() < d[j].Name() })
+}

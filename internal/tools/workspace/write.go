@@ -1,0 +1,267 @@
+package workspace
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/reinhq/rein/internal/tools"
+)
+
+// change is a write worked out against the file as it is now.
+type change struct {
+	rel, target string // as given; resolved, relative to the root
+	existed     bool
+	mode        fs.FileMode
+	old         []byte
+	baseHash    string // of old; "" when the file does not exist
+}
+
+// load resolves the path of a write and reads the file as it is now.
+func (w *Workspace) load(root *os.Root, tool string, args map[string]*structpb.Value) (change, error) {
+	var c change
+	rel, err := stringArg(args, "path", "")
+	if err != nil {
+		return c, err
+	}
+	target, err := resolve(w.root, rel)
+	if err != nil {
+		return c, err
+	}
+	if target == "." {
+		return c, fmt.Errorf("%q is the workspace root, not a file", rel)
+	}
+	c.rel, c.target, c.mode = rel, target, 0o644
+	info, err := root.Stat(target)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if tool == "fs.patch" {
+			return c, notFound(w.root, rel)
+		}
+		return c, nil
+	case err != nil:
+		return c, fmt.Errorf("stat %q: %w", rel, err)
+	case info.IsDir():
+		return c, fmt.Errorf("%q is a directory; %s writes files", rel, tool)
+	case !info.Mode().IsRegular():
+		return c, fmt.Errorf("%q is not a regular file; %s writes regular files only", rel, tool)
+	}
+	if c.old, err = root.ReadFile(target); err != nil {
+		return c, fmt.Errorf("read %q: %w", rel, err)
+	}
+	c.existed, c.mode, c.baseHash = true, info.Mode().Perm(), hashOf(c.old)
+	return c, nil
+}
+
+// apply returns the new content of the file that c describes.
+func apply(tool string, c change, args map[string]*structpb.Value) ([]byte, error) {
+	switch tool {
+	case "fs.write":
+		content, err := stringArg(args, "content", "\x00")
+		if err != nil {
+			return nil, err
+		}
+		if content == "\x00" {
+			return nil, errors.New("content is required: the whole new content of the file")
+		}
+		return []byte(content), nil
+	case "fs.patch":
+		old, err := stringArg(args, "old", "")
+		if err != nil {
+			return nil, err
+		}
+		repl, err := stringArg(args, "new", "\x00")
+		if err != nil {
+			return nil, err
+		}
+		if repl == "\x00" {
+			return nil, errors.New("new is required: the text that replaces old (\"\" deletes it)")
+		}
+		switch n := strings.Count(string(c.old), old); n {
+		case 1:
+			return []byte(strings.Replace(string(c.old), old, repl, 1)), nil
+		case 0:
+			return nil, fmt.Errorf("old occurs 0 times in %q; it must occur exactly once: read the file with fs.read and copy the text exactly, whitespace included", c.rel)
+		default:
+			return nil, fmt.Errorf("old occurs %d times in %q; it must occur exactly once: include more of the surrounding text", n, c.rel)
+		}
+	}
+	return nil, fmt.Errorf("%w: %q is not a workspace write (fs.write, fs.patch)", tools.ErrNoTool, tool)
+}
+
+// Propose implements tools.Executor: the preview of fs.write and fs.patch is
+// a unified diff, with the hash of the file it was made against.
+func (w *Workspace) Propose(ctx context.Context, call tools.Call) (*structpb.Value, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if call.Tool != "fs.write" && call.Tool != "fs.patch" {
+		return nil, fmt.Errorf("%s only reads; grant it the read tier", call.Tool)
+	}
+	root, err := os.OpenRoot(w.root)
+	if err != nil {
+		return nil, fmt.Errorf("open the workspace root: %w", err)
+	}
+	defer root.Close()
+	args := call.Args.GetFields()
+	c, err := w.load(root, call.Tool, args)
+	if err != nil {
+		return nil, err
+	}
+	next, err := apply(call.Tool, c, args)
+	if err != nil {
+		return nil, err
+	}
+	return structpb.NewValue(map[string]any{
+		"path":      c.rel,
+		"target":    filepath.ToSlash(c.target),
+		"diff":      unifiedDiff(filepath.ToSlash(c.target), string(c.old), string(next), !c.existed),
+		"base_hash": c.baseHash,
+		"new_hash":  hashOf(next),
+		"size":      len(next),
+	})
+}
+
+// proposed is what a commit needs of its proposal's preview.
+type proposed struct{ target, baseHash, newHash string }
+
+func proposalOf(call tools.Call) (proposed, error) {
+	f := call.Preview.GetStructValue().GetFields()
+	p := proposed{target: f["target"].GetStringValue(), baseHash: f["base_hash"].GetStringValue(), newHash: f["new_hash"].GetStringValue()}
+	if p.target == "" || p.newHash == "" {
+		return p, errors.New("the commit does not carry the proposal's preview (its target and hashes); propose the write again")
+	}
+	return p, nil
+}
+
+// Commit implements tools.Executor. It writes only if the path still
+// resolves to the file the proposal named and that file still hashes as it
+// did then; it writes atomically (a temporary file, then a rename), and is
+// idempotent on operationID. The receipt is the file's new hash.
+func (w *Workspace) Commit(ctx context.Context, call tools.Call, operationID string) (*structpb.Value, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p, err := proposalOf(call)
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r, ok := w.committed[operationID]; ok {
+		return r, nil
+	}
+	root, err := os.OpenRoot(w.root)
+	if err != nil {
+		return nil, fmt.Errorf("open the workspace root: %w", err)
+	}
+	defer root.Close()
+	args := call.Args.GetFields()
+	c, err := w.load(root, call.Tool, args)
+	if err != nil {
+		return nil, fmt.Errorf("nothing was written: %w", err)
+	}
+	if got := filepath.ToSlash(c.target); got != p.target {
+		return nil, fmt.Errorf("path %q now resolves to %q, not to %q as when proposed (a symbolic link changed); refused, nothing was written; propose again", c.rel, got, p.target)
+	}
+	receipt := func(hash string) (*structpb.Value, error) {
+		r, err := structpb.NewValue(map[string]any{"path": c.rel, "hash": hash})
+		if err == nil {
+			w.committed[operationID] = r
+		}
+		return r, err
+	}
+	if c.baseHash != p.baseHash {
+		if c.baseHash == p.newHash {
+			return receipt(p.newHash) // already applied
+		}
+		return nil, fmt.Errorf("the file changed since the proposal (hash %s, proposed against %s); nothing was written; propose again", orNone(c.baseHash), orNone(p.baseHash))
+	}
+	next, err := apply(call.Tool, c, args)
+	if err != nil {
+		return nil, fmt.Errorf("nothing was written: %w", err)
+	}
+	if h := hashOf(next); h != p.newHash {
+		return nil, fmt.Errorf("the write would make hash %s, not %s as proposed; nothing was written; propose again", h, p.newHash)
+	}
+	if err := writeAtomic(root, c.target, next, c.mode); err != nil {
+		return nil, fmt.Errorf("write %q: %w", c.rel, err)
+	}
+	return receipt(p.newHash)
+}
+
+// Lookup implements tools.Looker: a write was applied if this process
+// committed it, or if the file now hashes as the proposal said it would.
+func (w *Workspace) Lookup(ctx context.Context, call tools.Call, operationID string) (*structpb.Value, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r, ok := w.committed[operationID]; ok {
+		return r, true, nil
+	}
+	p, err := proposalOf(call)
+	if err != nil {
+		return nil, false, err
+	}
+	root, err := os.OpenRoot(w.root)
+	if err != nil {
+		return nil, false, fmt.Errorf("open the workspace root: %w", err)
+	}
+	defer root.Close()
+	c, err := w.load(root, "fs.write", call.Args.GetFields())
+	if err != nil {
+		return nil, false, err
+	}
+	if c.baseHash != p.newHash {
+		return nil, false, nil
+	}
+	r, err := structpb.NewValue(map[string]any{"path": c.rel, "hash": p.newHash})
+	return r, err == nil, err
+}
+
+// writeAtomic writes data to name under root: a temporary file in the same
+// directory, synced, then renamed over name.
+func writeAtomic(root *os.Root, name string, data []byte, mode fs.FileMode) error {
+	dir := filepath.Dir(name)
+	if err := root.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := filepath.Join(dir, ".rein-"+hex.EncodeToString(rnd[:])+".tmp")
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(data)
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = root.Rename(tmp, name)
+	}
+	if werr != nil {
+		_ = root.Remove(tmp)
+	}
+	return werr
+}
+
+func orNone(hash string) string {
+	if hash == "" {
+		return "none: no file"
+	}
+	return hash
+}
