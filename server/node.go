@@ -29,6 +29,9 @@ type Config struct {
 	DBPath string
 	// Tools runs the tools runs are granted; nil means none.
 	Tools tools.Executor
+	// Workspace is the root the runs' completion checks run in; "" means
+	// none, and a contract with checks is refused.
+	Workspace string
 	// Models builds a run's model; nil means model.New.
 	Models func(*reinv1.ModelSpec) (model.Model, error)
 	// Directory maps credentials to principals. Nil means no credentials:
@@ -86,7 +89,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	hub := NewHub()
 	eng := harness.New(harness.Config{
-		Store: st, Models: cfg.Models, Tools: cfg.Tools, Clock: cfg.Clock, Keep: hub.Keep, Notify: hub.Notify, Logger: cfg.Logger,
+		Store: st, Models: cfg.Models, Tools: cfg.Tools, Workspace: cfg.Workspace, Clock: cfg.Clock, Keep: hub.Keep, Notify: hub.Notify, Logger: cfg.Logger,
 	})
 	opts := append(chain(cfg.Logger, &authenticator{dir: cfg.Directory}, newLimiter(cfg.RatePerSecond, cfg.RateBurst)),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),

@@ -62,6 +62,9 @@ type env struct {
 	tlsCA, tlsCert, tlsKey string
 	// json asks for JSON output.
 	json bool
+	// workspace is the --workspace root given to the embedded server, where
+	// completion checks run.
+	workspace string
 	// started is set once flags and arguments were accepted; an error before
 	// that is a usage error.
 	started bool

@@ -221,7 +221,7 @@ func (o *evaluateOptions) run(ctx context.Context, e *env, path string, cases []
 // runCase runs a case's trials on an embedded server over db, up to
 // o.concurrency at once, and grades them in trial order.
 func (o *evaluateOptions) runCase(ctx context.Context, e *env, db string, c evalCase) ([]evaluate.Trial, error) {
-	cn, err := embedded(context.WithoutCancel(ctx), db, c.executor)
+	cn, err := embedded(context.WithoutCancel(ctx), db, c.executor, "")
 	if err != nil {
 		return nil, err
 	}

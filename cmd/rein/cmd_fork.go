@@ -42,6 +42,7 @@ tools.`,
 			if err != nil {
 				return err
 			}
+			e.workspace = o.workspace
 			cn, err := readerWith(ctx, e, executor)
 			if err != nil {
 				return err

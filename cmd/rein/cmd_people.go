@@ -75,6 +75,7 @@ func (o *decideOptions) decide(ctx context.Context, e *env, runID, proposalID st
 	if err != nil {
 		return err
 	}
+	e.workspace = o.workspace
 	cn, err := readerWith(ctx, e, executor)
 	if err != nil {
 		return err
@@ -126,6 +127,7 @@ func newInputCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			e.workspace = workspaceDir
 			cn, err := readerWith(ctx, e, executor)
 			if err != nil {
 				return err

@@ -27,7 +27,7 @@ func reader(ctx context.Context, e *env) (*conn, error) {
 	if !exists(e.db) {
 		return nil, &exitErr{code: exitNotFound, err: fmt.Errorf("no rein store at %s: start a run first, or pass --db", e.db)}
 	}
-	return embedded(context.WithoutCancel(ctx), e.db, nil)
+	return embedded(context.WithoutCancel(ctx), e.db, nil, "")
 }
 
 func newInspectCmd(e *env) *cobra.Command {

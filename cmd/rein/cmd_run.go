@@ -69,6 +69,7 @@ func (o *runOptions) run(ctx context.Context, e *env, path string) error {
 	if err != nil {
 		return err
 	}
+	e.workspace = o.workspace
 	if o.requestID == "" {
 		o.requestID = randomID()
 	}

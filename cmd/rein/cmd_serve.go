@@ -107,6 +107,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		return err
 	}
 	cfg.Tools = tools.Join(cfg.Tools, ws)
+	cfg.Workspace = o.workspace
 	if o.tlsCert != "" || o.tlsKey != "" || o.clientCA != "" {
 		creds, err := o.credentials()
 		if err != nil {

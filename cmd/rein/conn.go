@@ -31,7 +31,7 @@ type conn struct {
 // --db that runs with executor's tools.
 func connect(ctx context.Context, e *env, executor tools.Executor) (*conn, error) {
 	if e.server == "" {
-		return embedded(ctx, e.db, executor)
+		return embedded(ctx, e.db, executor, e.workspace)
 	}
 	if executor != nil {
 		return nil, usageError("--tools applies to the embedded server; with --server, the server's own tools (rein serve --tools) run")
@@ -47,11 +47,11 @@ func connect(ctx context.Context, e *env, executor tools.Executor) (*conn, error
 // to it through the generated client over an in-memory gRPC connection, so
 // the CLI runs the same service code, interceptors included, as a remote
 // server.
-func embedded(ctx context.Context, db string, executor tools.Executor) (*conn, error) {
+func embedded(ctx context.Context, db string, executor tools.Executor, workspace string) (*conn, error) {
 	if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
 		return nil, &exitErr{code: exitError, err: fmt.Errorf("create the directory for --db %s: %w", db, err)}
 	}
-	node, err := server.Open(ctx, server.Config{DBPath: db, Tools: executor})
+	node, err := server.Open(ctx, server.Config{DBPath: db, Tools: executor, Workspace: workspace})
 	if err != nil {
 		return nil, &exitErr{code: exitUnavailable, err: err}
 	}

@@ -2,7 +2,9 @@ package harness
 
 import (
 	"fmt"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -17,6 +19,8 @@ const (
 	DefaultMaxSteps       = 25
 	DefaultMaxOutputBytes = 64 << 10
 	DefaultProposalTTL    = 24 * time.Hour
+	// DefaultCheckTimeout bounds a completion check with no timeout.
+	DefaultCheckTimeout = 60 * time.Second
 )
 
 // FieldError says which field of a request is wrong and why. The server
@@ -65,11 +69,52 @@ func ValidateContract(c *reinv1.TaskContract) error {
 			return &FieldError{"contract.approval.proposal_ttl", "must be a positive duration, such as \"3600s\""}
 		}
 	}
-	if len(c.GetChecks()) > 0 {
-		return &FieldError{"contract.checks", "completion checks are not supported by this rein yet; remove them"}
+	if err := validateChecks(c.GetChecks()); err != nil {
+		return err
 	}
 	if c.GetModel() == nil {
 		return &FieldError{"contract.model", "required: name the model that drives the run (provider \"script\" runs offline)"}
+	}
+	return nil
+}
+
+// validateChecks checks the contract's completion checks: each is named
+// (uniquely), has a command, a working directory relative to the workspace
+// root that does not climb out of it, and a positive timeout if one is set.
+func validateChecks(checks []*reinv1.Check) error {
+	seen := map[string]bool{}
+	for i, ch := range checks {
+		f := fmt.Sprintf("contract.checks[%d]", i)
+		switch {
+		case ch.GetName() == "":
+			return &FieldError{f + ".name", "required: name the check, such as \"tests\""}
+		case seen[ch.GetName()]:
+			return &FieldError{f + ".name", fmt.Sprintf("check %q is defined twice", ch.GetName())}
+		case len(ch.GetArgv()) == 0 || ch.GetArgv()[0] == "":
+			return &FieldError{f + ".argv", "required: the command and its arguments, such as [\"go\", \"test\", \"./...\"] (no shell)"}
+		}
+		if d := ch.GetDir(); d != "" {
+			clean := filepath.Clean(d)
+			switch {
+			case filepath.IsAbs(d) || strings.HasPrefix(d, "/") || strings.HasPrefix(d, `\`):
+				return &FieldError{f + ".dir", fmt.Sprintf("%q is absolute: give a directory relative to the workspace root", d)}
+			case clean == ".." || strings.HasPrefix(clean, ".."+string(filepath.Separator)):
+				return &FieldError{f + ".dir", fmt.Sprintf("%q climbs out of the workspace root with \"..\": a check runs inside the workspace", d)}
+			case clean != d && clean+"/" != d:
+				return &FieldError{f + ".dir", fmt.Sprintf("%q is not a clean path: write it as %q", d, clean)}
+			}
+		}
+		if d := ch.GetTimeout(); d != nil {
+			if err := d.CheckValid(); err != nil || d.AsDuration() <= 0 {
+				return &FieldError{f + ".timeout", "must be a positive duration, such as \"60s\""}
+			}
+		}
+		for j, name := range ch.GetEnv() {
+			if name == "" || strings.ContainsAny(name, "=\x00") {
+				return &FieldError{fmt.Sprintf("%s.env[%d]", f, j), fmt.Sprintf("%q is not an environment variable name", name)}
+			}
+		}
+		seen[ch.GetName()] = true
 	}
 	return nil
 }
@@ -85,6 +130,11 @@ func withDefaults(c *reinv1.TaskContract) *reinv1.TaskContract {
 	}
 	if c.Budget.MaxOutputBytes == 0 {
 		c.Budget.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	for _, ch := range c.Checks {
+		if ch.Timeout == nil {
+			ch.Timeout = durationpb.New(DefaultCheckTimeout)
+		}
 	}
 	if c.Approval == nil {
 		c.Approval = &reinv1.ApprovalPolicy{}

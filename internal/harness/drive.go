@@ -36,6 +36,10 @@ type runner struct {
 	// openCall is a tool call whose tool_requested is stored with no
 	// outcome yet (tool_returned, or approval_requested for a write).
 	openCall *reinv1.ToolRequested
+	// lastChecks is the last failing checks_completed (as checksKey) since
+	// the last committed write, and sameChecks how many in a row were it.
+	lastChecks string
+	sameChecks int
 }
 
 // drive steps a run until it leaves running or ctx is cancelled.

@@ -67,6 +67,13 @@ type Config struct {
 	// Tier, when set, decides a granted call's routing instead of the
 	// grant's tier. It exists to show that replay catches a routing change.
 	Tier func(*reinv1.ToolGrant) reinv1.ToolTier
+	// Workspace is the root the completion checks run in; "" means none,
+	// and a contract with checks is refused.
+	Workspace string
+	// NoProgressSteps ends a run as budget_exhausted (no_progress) when this
+	// many completion-check results in a row are identical failures with no
+	// committed write between them; 0 means 3.
+	NoProgressSteps int
 }
 
 // Engine starts, drives and cancels runs.
@@ -115,6 +122,9 @@ func New(cfg Config) *Engine {
 	if cfg.ToolTimeout <= 0 {
 		cfg.ToolTimeout = 60 * time.Second
 	}
+	if cfg.NoProgressSteps <= 0 {
+		cfg.NoProgressSteps = 3
+	}
 	if cfg.Notify == nil {
 		cfg.Notify = func(string, uint64) {}
 	}
@@ -154,6 +164,9 @@ func (e *Engine) Start(ctx context.Context, req StartRequest) (runstate.State, b
 		return runstate.State{}, false, &FieldError{"request_id", "required: an idempotency key; the same key returns the same run"}
 	}
 	if err := ValidateContract(req.Contract); err != nil {
+		return runstate.State{}, false, err
+	}
+	if err := e.checkWorkspace(req.Contract.GetChecks()); err != nil {
 		return runstate.State{}, false, err
 	}
 	if _, err := e.cfg.Models(req.Contract.GetModel()); err != nil {

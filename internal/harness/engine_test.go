@@ -122,7 +122,7 @@ func TestStartRejectsInvalidContract(t *testing.T) {
 			c.Approval = &reinv1.ApprovalPolicy{ProposalTtl: durationpb.New(-time.Second)}
 			return c
 		}, "contract.approval.proposal_ttl"},
-		{"completion checks", "req", func(c *reinv1.TaskContract) *reinv1.TaskContract {
+		{"completion checks without a workspace", "req", func(c *reinv1.TaskContract) *reinv1.TaskContract {
 			c.Checks = []*reinv1.Check{{Name: "tests", Argv: []string{"go", "test"}}}
 			return c
 		}, "contract.checks"},

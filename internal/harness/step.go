@@ -116,6 +116,9 @@ func (r *runner) step(ctx context.Context) error {
 	// 5. Route.
 	switch a := reply.Decision.GetAction().(type) {
 	case *reinv1.Decision_FinalAnswer:
+		if len(c.GetChecks()) > 0 {
+			return r.finish(ctx, a.FinalAnswer, returned)
+		}
 		return r.end(ctx, reinv1.RunStatus_RUN_STATUS_COMPLETED, "final_answer", &reinv1.StatusChanged{Result: a.FinalAnswer}, returned)
 	case *reinv1.Decision_AskHuman:
 		return r.ask(ctx, &reinv1.Question{Text: a.AskHuman.GetQuestion()}, returned)

@@ -100,7 +100,21 @@ func (r *runner) observe(ev *reinv1.Event) {
 		if !p.ApprovalDecided.GetApproved() {
 			obs("person", "", "The proposed write was rejected and did not happen. Reason: "+p.ApprovalDecided.GetReason())
 		}
+	case *reinv1.Event_ChecksCompleted:
+		key := checksKey(p.ChecksCompleted)
+		switch {
+		case key == "":
+			r.lastChecks, r.sameChecks = "", 0
+		case key == r.lastChecks:
+			r.sameChecks++
+		default:
+			r.lastChecks, r.sameChecks = key, 1
+		}
+		if key != "" {
+			obs("harness", "", checksText(p.ChecksCompleted))
+		}
 	case *reinv1.Event_WriteCommitted:
+		r.lastChecks, r.sameChecks = "", 0
 		obs("harness", "", "The approved write was committed. Receipt: "+valueText(p.WriteCommitted.GetReceipt()))
 	}
 }
