@@ -74,7 +74,7 @@ run the database holds as running.`,
 func (o *serveOptions) run(ctx context.Context, e *env) error {
 	log := slog.New(slog.NewTextHandler(e.stderr, nil))
 	cfg := server.Config{
-		DBPath: e.db, Reflection: o.reflection, Resume: true, Logger: log,
+		DBPath: e.db, Models: models, Reflection: o.reflection, Resume: true, Logger: log,
 		RatePerSecond: o.rate, RateBurst: o.burst, MaxRecvBytes: o.maxMsgBytes, MaxStreams: o.maxStreams,
 	}
 	if o.tokens != "" {

@@ -51,7 +51,7 @@ func embedded(ctx context.Context, db string, executor tools.Executor, workspace
 	if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
 		return nil, &exitErr{code: exitError, err: fmt.Errorf("create the directory for --db %s: %w", db, err)}
 	}
-	node, err := server.Open(ctx, server.Config{DBPath: db, Tools: executor, Workspace: workspace})
+	node, err := server.Open(ctx, server.Config{DBPath: db, Models: models, Tools: executor, Workspace: workspace})
 	if err != nil {
 		return nil, &exitErr{code: exitUnavailable, err: err}
 	}

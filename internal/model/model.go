@@ -69,6 +69,9 @@ type Reply struct {
 	Usage *reinv1.Usage
 }
 
+// KnownProviders lists the providers rein can build, for error messages.
+const KnownProviders = "script, openai"
+
 // ErrUnknownProvider is returned by New for a provider rein does not know.
 var ErrUnknownProvider = errors.New("unknown model provider")
 
@@ -78,6 +81,12 @@ func New(spec *reinv1.ModelSpec) (Model, error) {
 	switch spec.GetProvider() {
 	case "script":
 		return NewScript(spec.GetScript()), nil
+	case "openai":
+		return nil, errors.New(`model provider "openai" needs the server to supply its API key; this server was built without it`)
 	}
-	return nil, fmt.Errorf("%w %q; known providers: script", ErrUnknownProvider, spec.GetProvider())
+	return nil, fmt.Errorf("%w %q; known providers: %s", ErrUnknownProvider, spec.GetProvider(), KnownProviders)
 }
+
+// ErrRetryable marks a model error that may be retried after a wait: a rate
+// limit or a provider's server error.
+var ErrRetryable = errors.New("retryable model error")
