@@ -315,7 +315,7 @@ func (s *runService) WatchRuns(req *reinv1.WatchRunsRequest, stream grpc.ServerS
 				if err != nil {
 					return toStatus(s.log, "WatchRuns", err)
 				}
-				if !hasLabels(st.Contract.GetLabels(), req.GetLabels()) {
+				if !(store.Filter{Labels: req.GetLabels()}).Matches(st) {
 					continue
 				}
 			}
@@ -334,13 +334,4 @@ func (s *runService) WatchRuns(req *reinv1.WatchRunsRequest, stream grpc.ServerS
 			return status.Errorf(codes.Unavailable, "the server is shutting down; resume the watch with after_cursor=%d", cursor)
 		}
 	}
-}
-
-func hasLabels(have, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := have[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }

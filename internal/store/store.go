@@ -12,6 +12,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
@@ -106,6 +107,24 @@ type Filter struct {
 	Limit int
 	// After is the Next of a previous page; empty starts at the newest run.
 	After string
+}
+
+// Matches reports whether a run's state passes the filter's statuses,
+// tenant and labels (Limit and After are paging, not filtering).
+func (f Filter) Matches(st runstate.State) bool {
+	if len(f.Statuses) > 0 && !slices.Contains(f.Statuses, st.Status) {
+		return false
+	}
+	if f.Tenant != "" && st.Tenant != f.Tenant {
+		return false
+	}
+	labels := st.Contract.GetLabels()
+	for k, v := range f.Labels {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // Page is one page of List.

@@ -8,7 +8,6 @@ import (
 	bbolt "go.etcd.io/bbolt"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 )
 
@@ -36,7 +35,7 @@ func (s *Store) List(ctx context.Context, f store.Filter) (store.Page, error) {
 			if err != nil {
 				return fmt.Errorf("list runs: run %s: %w", id, err)
 			}
-			if !matches(st, f) {
+			if !f.Matches(st) {
 				continue
 			}
 			if len(page.Runs) == f.Limit {
@@ -49,19 +48,6 @@ func (s *Store) List(ctx context.Context, f store.Filter) (store.Page, error) {
 		return nil
 	})
 	return page, err
-}
-
-func matches(st runstate.State, f store.Filter) bool {
-	if f.Tenant != "" && st.Tenant != f.Tenant {
-		return false
-	}
-	labels := st.Contract.GetLabels()
-	for k, v := range f.Labels {
-		if got, ok := labels[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }
 
 // descending returns an iterator over candidate run IDs, greatest first, all

@@ -264,7 +264,7 @@ func (s *Store) List(ctx context.Context, f store.Filter) (store.Page, error) {
 	var page store.Page
 	for i := end - 1; i >= 0; i-- {
 		st := d.runs[d.ids[i]].state
-		if !matches(st, f) {
+		if !f.Matches(st) {
 			continue
 		}
 		if len(page.Runs) == f.Limit {
@@ -275,22 +275,6 @@ func (s *Store) List(ctx context.Context, f store.Filter) (store.Page, error) {
 		page.Runs = append(page.Runs, cloneState(st))
 	}
 	return page, nil
-}
-
-func matches(st runstate.State, f store.Filter) bool {
-	if len(f.Statuses) > 0 && !slices.Contains(f.Statuses, st.Status) {
-		return false
-	}
-	if f.Tenant != "" && st.Tenant != f.Tenant {
-		return false
-	}
-	labels := st.Contract.GetLabels()
-	for k, v := range f.Labels {
-		if got, ok := labels[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }
 
 // Changes implements store.Store.
