@@ -38,12 +38,7 @@ tools.`,
 			if o.at == 0 {
 				return usageError("--at is required: the last sequence of the parent to carry over")
 			}
-			executor, err := toolsFlag(o.tools, o.workspace)
-			if err != nil {
-				return err
-			}
-			e.workspace = o.workspace
-			cn, err := readerWith(ctx, e, executor)
+			cn, err := readerWith(ctx, e, o.tools, o.workspace)
 			if err != nil {
 				return err
 			}

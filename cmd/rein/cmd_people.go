@@ -71,12 +71,7 @@ func (o *decideOptions) flags(cmd *cobra.Command, deny bool) {
 }
 
 func (o *decideOptions) decide(ctx context.Context, e *env, runID, proposalID string, approve bool) error {
-	executor, err := toolsFlag(o.tools, o.workspace)
-	if err != nil {
-		return err
-	}
-	e.workspace = o.workspace
-	cn, err := readerWith(ctx, e, executor)
+	cn, err := readerWith(ctx, e, o.tools, o.workspace)
 	if err != nil {
 		return err
 	}
@@ -123,12 +118,7 @@ func newInputCmd(e *env) *cobra.Command {
 			if text == "" {
 				return usageError("the answer is empty")
 			}
-			executor, err := toolsFlag(toolsFile, workspaceDir)
-			if err != nil {
-				return err
-			}
-			e.workspace = workspaceDir
-			cn, err := readerWith(ctx, e, executor)
+			cn, err := readerWith(ctx, e, toolsFile, workspaceDir)
 			if err != nil {
 				return err
 			}
@@ -268,8 +258,14 @@ func workspaceFlag(dir string) (tools.Executor, error) {
 }
 
 // readerWith is reader for commands that may carry a run on: the embedded
-// server runs executor's tools.
-func readerWith(ctx context.Context, e *env, executor tools.Executor) (*conn, error) {
+// server runs the tools of --tools and --workspace, and its checks run in
+// the workspace.
+func readerWith(ctx context.Context, e *env, toolsValue, workspaceDir string) (*conn, error) {
+	executor, err := toolsFlag(toolsValue, workspaceDir)
+	if err != nil {
+		return nil, err
+	}
+	e.workspace = workspaceDir
 	if e.server != "" || executor == nil {
 		if executor != nil {
 			return nil, usageError("--tools and --workspace apply to the embedded server; with --server, the server's own tools run")
