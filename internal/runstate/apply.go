@@ -99,6 +99,21 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 		s.ModelInFlight = false
 		s.InputTokens += p.ModelReturned.GetUsage().GetInputTokens()
 		s.OutputTokens += p.ModelReturned.GetUsage().GetOutputTokens()
+		s.CostUSD += p.ModelReturned.GetCostUsd()
+	case *reinv1.Event_ModelRetried:
+		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
+			return s, err
+		}
+		if !s.ModelInFlight {
+			return s, fmt.Errorf("%w: model_retried without a model call in flight", ErrIllegalTransition)
+		}
+	case *reinv1.Event_ContextCompacted:
+		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
+			return s, err
+		}
+		if s.ModelInFlight {
+			return s, fmt.Errorf("%w: context_compacted while a model call is in flight", ErrIllegalTransition)
+		}
 	case *reinv1.Event_DecisionRejected, *reinv1.Event_ToolRefused, *reinv1.Event_ChecksCompleted:
 		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
 			return s, err

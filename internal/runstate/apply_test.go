@@ -669,6 +669,7 @@ func TestStateProtoRoundTrip(t *testing.T) {
 		InputTokens:      1234,
 		OutputTokens:     567,
 		ToolCalls:        5,
+		CostUSD:          0.125,
 		Deadline:         epoch.Add(90 * time.Minute),
 		ModelInFlight:    true,
 		ApprovedWrite:    &reinv1.Proposal{ProposalId: "p-0", Tool: "write_file", Hash: "def", RunVersion: 30},

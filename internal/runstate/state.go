@@ -25,6 +25,8 @@ type State struct {
 	InputTokens  uint64
 	OutputTokens uint64
 	ToolCalls    uint32
+	// CostUSD is the sum of model_returned's cost_usd, in log order.
+	CostUSD float64
 	// Deadline is zero when the run has no timeout.
 	Deadline time.Time
 
@@ -64,6 +66,7 @@ func (s State) Proto(withContract bool) *reinv1.Run {
 		Steps:            s.Steps,
 		Usage:            &reinv1.Usage{InputTokens: s.InputTokens, OutputTokens: s.OutputTokens},
 		ToolCalls:        s.ToolCalls,
+		CostUsd:          s.CostUSD,
 		Pending:          s.Pending,
 		Result:           s.Result,
 		LastError:        s.LastError,
@@ -105,6 +108,7 @@ func FromProto(r *reinv1.Run, contract *reinv1.TaskContract) State {
 		InputTokens:      r.GetUsage().GetInputTokens(),
 		OutputTokens:     r.GetUsage().GetOutputTokens(),
 		ToolCalls:        r.GetToolCalls(),
+		CostUSD:          r.GetCostUsd(),
 		ModelInFlight:    r.GetModelInFlight(),
 		ApprovedWrite:    r.GetApprovedWrite(),
 		WriteOperationID: r.GetWriteOperationId(),

@@ -282,8 +282,15 @@ type Budget struct {
 	// Bytes of one tool result the model sees; longer output is cut and the
 	// model is told. 0 means the default, 65536.
 	MaxOutputBytes uint64 `protobuf:"varint,5,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Model spend over the whole run, in US dollars, priced by the server's
+	// price table. 0 means no limit. A run whose model has no price is refused
+	// when this is set.
+	MaxCostUsd float64 `protobuf:"fixed64,6,opt,name=max_cost_usd,json=maxCostUsd,proto3" json:"max_cost_usd,omitempty"`
+	// Characters of context the model is sent before older observations are
+	// compacted into a summary. 0 means the default, 200000.
+	MaxContextChars uint64 `protobuf:"varint,7,opt,name=max_context_chars,json=maxContextChars,proto3" json:"max_context_chars,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Budget) Reset() {
@@ -347,6 +354,20 @@ func (x *Budget) GetMaxToolCalls() uint32 {
 func (x *Budget) GetMaxOutputBytes() uint64 {
 	if x != nil {
 		return x.MaxOutputBytes
+	}
+	return 0
+}
+
+func (x *Budget) GetMaxCostUsd() float64 {
+	if x != nil {
+		return x.MaxCostUsd
+	}
+	return 0
+}
+
+func (x *Budget) GetMaxContextChars() uint64 {
+	if x != nil {
+		return x.MaxContextChars
 	}
 	return 0
 }
@@ -778,14 +799,17 @@ const file_rein_v1_contract_proto_rawDesc = "" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
 	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\x121\n" +
 	"\x04tier\x18\x04 \x01(\x0e2\x11.rein.v1.ToolTierB\n" +
-	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x04tier\"\xc9\x01\n" +
+	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x04tier\"\xa9\x02\n" +
 	"\x06Budget\x12\x1b\n" +
 	"\tmax_steps\x18\x01 \x01(\rR\bmaxSteps\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x02 \x01(\x04R\tmaxTokens\x123\n" +
 	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12$\n" +
 	"\x0emax_tool_calls\x18\x04 \x01(\rR\fmaxToolCalls\x12(\n" +
-	"\x10max_output_bytes\x18\x05 \x01(\x04R\x0emaxOutputBytes\"\x88\x01\n" +
+	"\x10max_output_bytes\x18\x05 \x01(\x04R\x0emaxOutputBytes\x122\n" +
+	"\fmax_cost_usd\x18\x06 \x01(\x01B\x10\xbaH\r\x12\v@\x01)\x00\x00\x00\x00\x00\x00\x00\x00R\n" +
+	"maxCostUsd\x12*\n" +
+	"\x11max_context_chars\x18\a \x01(\x04R\x0fmaxContextChars\"\x88\x01\n" +
 	"\x05Check\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x10\n" +

@@ -9,6 +9,7 @@ package reinv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -56,6 +57,8 @@ type Event struct {
 	//	*Event_ChecksCompleted
 	//	*Event_BudgetReached
 	//	*Event_StatusChanged
+	//	*Event_ModelRetried
+	//	*Event_ContextCompacted
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -279,6 +282,24 @@ func (x *Event) GetStatusChanged() *StatusChanged {
 	return nil
 }
 
+func (x *Event) GetModelRetried() *ModelRetried {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_ModelRetried); ok {
+			return x.ModelRetried
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetContextCompacted() *ContextCompacted {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_ContextCompacted); ok {
+			return x.ContextCompacted
+		}
+	}
+	return nil
+}
+
 type isEvent_Payload interface {
 	isEvent_Payload()
 }
@@ -368,6 +389,16 @@ type Event_StatusChanged struct {
 	StatusChanged *StatusChanged `protobuf:"bytes,26,opt,name=status_changed,json=statusChanged,proto3,oneof"`
 }
 
+type Event_ModelRetried struct {
+	// A model call failed in a way worth one retry, which follows.
+	ModelRetried *ModelRetried `protobuf:"bytes,27,opt,name=model_retried,json=modelRetried,proto3,oneof"`
+}
+
+type Event_ContextCompacted struct {
+	// Older observations were compacted into a summary.
+	ContextCompacted *ContextCompacted `protobuf:"bytes,28,opt,name=context_compacted,json=contextCompacted,proto3,oneof"`
+}
+
 func (*Event_RunStarted) isEvent_Payload() {}
 
 func (*Event_ModelRequested) isEvent_Payload() {}
@@ -401,6 +432,10 @@ func (*Event_ChecksCompleted) isEvent_Payload() {}
 func (*Event_BudgetReached) isEvent_Payload() {}
 
 func (*Event_StatusChanged) isEvent_Payload() {}
+
+func (*Event_ModelRetried) isEvent_Payload() {}
+
+func (*Event_ContextCompacted) isEvent_Payload() {}
 
 // RunStarted is always a run's first event.
 type RunStarted struct {
@@ -523,7 +558,14 @@ type ModelRequested struct {
 	// True when the previous call of this step was in flight when its driver
 	// stopped (a crash) and its reply was lost: this call pays again for the
 	// same step.
-	Resumed       bool `protobuf:"varint,8,opt,name=resumed,proto3" json:"resumed,omitempty"`
+	Resumed bool `protobuf:"varint,8,opt,name=resumed,proto3" json:"resumed,omitempty"`
+	// The call's input as content-addressed blobs (SHA-256 hex), in order:
+	// each part of the context (the goal, each observation) is stored once,
+	// so a long run does not store the same prefix at every step.
+	InputBlobs []string `protobuf:"bytes,9,rep,name=input_blobs,json=inputBlobs,proto3" json:"input_blobs,omitempty"`
+	// The most this call may cost, in US dollars: input tokens plus the capped
+	// output, priced by the server's price table. 0 when the model has no price.
+	MaxCostUsd    float64 `protobuf:"fixed64,10,opt,name=max_cost_usd,json=maxCostUsd,proto3" json:"max_cost_usd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -614,13 +656,30 @@ func (x *ModelRequested) GetResumed() bool {
 	return false
 }
 
+func (x *ModelRequested) GetInputBlobs() []string {
+	if x != nil {
+		return x.InputBlobs
+	}
+	return nil
+}
+
+func (x *ModelRequested) GetMaxCostUsd() float64 {
+	if x != nil {
+		return x.MaxCostUsd
+	}
+	return 0
+}
+
 // ModelReturned records a model's reply, before anything it asks for runs.
 type ModelReturned struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The parsed decision; unset when the reply did not parse.
 	Decision *Decision `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
 	// Tokens the call used.
-	Usage         *Usage `protobuf:"bytes,2,opt,name=usage,proto3" json:"usage,omitempty"`
+	Usage *Usage `protobuf:"bytes,2,opt,name=usage,proto3" json:"usage,omitempty"`
+	// What the call cost, in US dollars, by the server's price table; 0 when
+	// the model has no price.
+	CostUsd       float64 `protobuf:"fixed64,3,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -669,6 +728,236 @@ func (x *ModelReturned) GetUsage() *Usage {
 	return nil
 }
 
+func (x *ModelReturned) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
+// ModelRetried records a failed model call that rein retries once, after a
+// wait.
+type ModelRetried struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The step whose call failed.
+	Step uint32 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	// What failed, e.g. "429 Too Many Requests".
+	Error string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// How long rein waits before the retry (from Retry-After when given).
+	Wait          *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelRetried) Reset() {
+	*x = ModelRetried{}
+	mi := &file_rein_v1_event_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelRetried) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelRetried) ProtoMessage() {}
+
+func (x *ModelRetried) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_event_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelRetried.ProtoReflect.Descriptor instead.
+func (*ModelRetried) Descriptor() ([]byte, []int) {
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ModelRetried) GetStep() uint32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *ModelRetried) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *ModelRetried) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+// ContextCompacted records that older observations no longer go to the model
+// as they were, but as a summary.
+type ContextCompacted struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The step whose call first uses the summary.
+	Step uint32 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	// How many transcript entries the summary replaces, oldest first.
+	Compacted uint32 `protobuf:"varint,2,opt,name=compacted,proto3" json:"compacted,omitempty"`
+	// The summary, one item per compacted entry.
+	Items []*ContextItem `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`
+	// Characters of context before and after.
+	CharsBefore uint64 `protobuf:"varint,4,opt,name=chars_before,json=charsBefore,proto3" json:"chars_before,omitempty"`
+	// Characters of context after.
+	CharsAfter    uint64 `protobuf:"varint,5,opt,name=chars_after,json=charsAfter,proto3" json:"chars_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContextCompacted) Reset() {
+	*x = ContextCompacted{}
+	mi := &file_rein_v1_event_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContextCompacted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContextCompacted) ProtoMessage() {}
+
+func (x *ContextCompacted) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_event_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContextCompacted.ProtoReflect.Descriptor instead.
+func (*ContextCompacted) Descriptor() ([]byte, []int) {
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ContextCompacted) GetStep() uint32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *ContextCompacted) GetCompacted() uint32 {
+	if x != nil {
+		return x.Compacted
+	}
+	return 0
+}
+
+func (x *ContextCompacted) GetItems() []*ContextItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *ContextCompacted) GetCharsBefore() uint64 {
+	if x != nil {
+		return x.CharsBefore
+	}
+	return 0
+}
+
+func (x *ContextCompacted) GetCharsAfter() uint64 {
+	if x != nil {
+		return x.CharsAfter
+	}
+	return 0
+}
+
+// ContextItem is one compacted entry: what kind of thing it was, where it
+// came from, and a short gist.
+type ContextItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "requirement", "observation", "hypothesis" or "decision".
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Where it came from: "tool:NAME#CALL_ID", "harness", "person", "model",
+	// or "event:SEQ".
+	Source string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	// The first words of the entry.
+	Gist string `protobuf:"bytes,3,opt,name=gist,proto3" json:"gist,omitempty"`
+	// SHA-256 (hex) of the entry's full text, stored as a blob.
+	Blob          string `protobuf:"bytes,4,opt,name=blob,proto3" json:"blob,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContextItem) Reset() {
+	*x = ContextItem{}
+	mi := &file_rein_v1_event_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContextItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContextItem) ProtoMessage() {}
+
+func (x *ContextItem) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_event_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContextItem.ProtoReflect.Descriptor instead.
+func (*ContextItem) Descriptor() ([]byte, []int) {
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ContextItem) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ContextItem) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *ContextItem) GetGist() string {
+	if x != nil {
+		return x.Gist
+	}
+	return ""
+}
+
+func (x *ContextItem) GetBlob() string {
+	if x != nil {
+		return x.Blob
+	}
+	return ""
+}
+
 // DecisionRejected is an observation: the reply was not a valid decision.
 type DecisionRejected struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -682,7 +971,7 @@ type DecisionRejected struct {
 
 func (x *DecisionRejected) Reset() {
 	*x = DecisionRejected{}
-	mi := &file_rein_v1_event_proto_msgTypes[4]
+	mi := &file_rein_v1_event_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -694,7 +983,7 @@ func (x *DecisionRejected) String() string {
 func (*DecisionRejected) ProtoMessage() {}
 
 func (x *DecisionRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[4]
+	mi := &file_rein_v1_event_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -707,7 +996,7 @@ func (x *DecisionRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecisionRejected.ProtoReflect.Descriptor instead.
 func (*DecisionRejected) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{4}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DecisionRejected) GetRaw() string {
@@ -741,7 +1030,7 @@ type ToolRequested struct {
 
 func (x *ToolRequested) Reset() {
 	*x = ToolRequested{}
-	mi := &file_rein_v1_event_proto_msgTypes[5]
+	mi := &file_rein_v1_event_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +1042,7 @@ func (x *ToolRequested) String() string {
 func (*ToolRequested) ProtoMessage() {}
 
 func (x *ToolRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[5]
+	mi := &file_rein_v1_event_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +1055,7 @@ func (x *ToolRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolRequested.ProtoReflect.Descriptor instead.
 func (*ToolRequested) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{5}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ToolRequested) GetCallId() string {
@@ -812,7 +1101,7 @@ type ToolRefused struct {
 
 func (x *ToolRefused) Reset() {
 	*x = ToolRefused{}
-	mi := &file_rein_v1_event_proto_msgTypes[6]
+	mi := &file_rein_v1_event_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +1113,7 @@ func (x *ToolRefused) String() string {
 func (*ToolRefused) ProtoMessage() {}
 
 func (x *ToolRefused) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[6]
+	mi := &file_rein_v1_event_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +1126,7 @@ func (x *ToolRefused) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolRefused.ProtoReflect.Descriptor instead.
 func (*ToolRefused) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{6}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ToolRefused) GetCallId() string {
@@ -882,7 +1171,7 @@ type ToolReturned struct {
 
 func (x *ToolReturned) Reset() {
 	*x = ToolReturned{}
-	mi := &file_rein_v1_event_proto_msgTypes[7]
+	mi := &file_rein_v1_event_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +1183,7 @@ func (x *ToolReturned) String() string {
 func (*ToolReturned) ProtoMessage() {}
 
 func (x *ToolReturned) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[7]
+	mi := &file_rein_v1_event_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1196,7 @@ func (x *ToolReturned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolReturned.ProtoReflect.Descriptor instead.
 func (*ToolReturned) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{7}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ToolReturned) GetCallId() string {
@@ -963,7 +1252,7 @@ type ApprovalRequested struct {
 
 func (x *ApprovalRequested) Reset() {
 	*x = ApprovalRequested{}
-	mi := &file_rein_v1_event_proto_msgTypes[8]
+	mi := &file_rein_v1_event_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1264,7 @@ func (x *ApprovalRequested) String() string {
 func (*ApprovalRequested) ProtoMessage() {}
 
 func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[8]
+	mi := &file_rein_v1_event_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1277,7 @@ func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequested.ProtoReflect.Descriptor instead.
 func (*ApprovalRequested) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{8}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ApprovalRequested) GetProposal() *Proposal {
@@ -1015,7 +1304,7 @@ type ApprovalDecided struct {
 
 func (x *ApprovalDecided) Reset() {
 	*x = ApprovalDecided{}
-	mi := &file_rein_v1_event_proto_msgTypes[9]
+	mi := &file_rein_v1_event_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1316,7 @@ func (x *ApprovalDecided) String() string {
 func (*ApprovalDecided) ProtoMessage() {}
 
 func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[9]
+	mi := &file_rein_v1_event_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1329,7 @@ func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalDecided.ProtoReflect.Descriptor instead.
 func (*ApprovalDecided) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{9}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ApprovalDecided) GetProposalId() string {
@@ -1082,7 +1371,7 @@ type InputRequested struct {
 
 func (x *InputRequested) Reset() {
 	*x = InputRequested{}
-	mi := &file_rein_v1_event_proto_msgTypes[10]
+	mi := &file_rein_v1_event_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1383,7 @@ func (x *InputRequested) String() string {
 func (*InputRequested) ProtoMessage() {}
 
 func (x *InputRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[10]
+	mi := &file_rein_v1_event_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1396,7 @@ func (x *InputRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputRequested.ProtoReflect.Descriptor instead.
 func (*InputRequested) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{10}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *InputRequested) GetQuestion() *Question {
@@ -1128,7 +1417,7 @@ type InputProvided struct {
 
 func (x *InputProvided) Reset() {
 	*x = InputProvided{}
-	mi := &file_rein_v1_event_proto_msgTypes[11]
+	mi := &file_rein_v1_event_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1429,7 @@ func (x *InputProvided) String() string {
 func (*InputProvided) ProtoMessage() {}
 
 func (x *InputProvided) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[11]
+	mi := &file_rein_v1_event_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1442,7 @@ func (x *InputProvided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputProvided.ProtoReflect.Descriptor instead.
 func (*InputProvided) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{11}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InputProvided) GetText() string {
@@ -1176,7 +1465,7 @@ type WriteDispatched struct {
 
 func (x *WriteDispatched) Reset() {
 	*x = WriteDispatched{}
-	mi := &file_rein_v1_event_proto_msgTypes[12]
+	mi := &file_rein_v1_event_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1477,7 @@ func (x *WriteDispatched) String() string {
 func (*WriteDispatched) ProtoMessage() {}
 
 func (x *WriteDispatched) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[12]
+	mi := &file_rein_v1_event_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1490,7 @@ func (x *WriteDispatched) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteDispatched.ProtoReflect.Descriptor instead.
 func (*WriteDispatched) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{12}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WriteDispatched) GetProposalId() string {
@@ -1233,7 +1522,7 @@ type WriteCommitted struct {
 
 func (x *WriteCommitted) Reset() {
 	*x = WriteCommitted{}
-	mi := &file_rein_v1_event_proto_msgTypes[13]
+	mi := &file_rein_v1_event_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1534,7 @@ func (x *WriteCommitted) String() string {
 func (*WriteCommitted) ProtoMessage() {}
 
 func (x *WriteCommitted) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[13]
+	mi := &file_rein_v1_event_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1547,7 @@ func (x *WriteCommitted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteCommitted.ProtoReflect.Descriptor instead.
 func (*WriteCommitted) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{13}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WriteCommitted) GetProposalId() string {
@@ -1297,7 +1586,7 @@ type WriteOutcomeUnknown struct {
 
 func (x *WriteOutcomeUnknown) Reset() {
 	*x = WriteOutcomeUnknown{}
-	mi := &file_rein_v1_event_proto_msgTypes[14]
+	mi := &file_rein_v1_event_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1309,7 +1598,7 @@ func (x *WriteOutcomeUnknown) String() string {
 func (*WriteOutcomeUnknown) ProtoMessage() {}
 
 func (x *WriteOutcomeUnknown) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[14]
+	mi := &file_rein_v1_event_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1322,7 +1611,7 @@ func (x *WriteOutcomeUnknown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteOutcomeUnknown.ProtoReflect.Descriptor instead.
 func (*WriteOutcomeUnknown) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{14}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WriteOutcomeUnknown) GetProposalId() string {
@@ -1359,7 +1648,7 @@ type ChecksCompleted struct {
 
 func (x *ChecksCompleted) Reset() {
 	*x = ChecksCompleted{}
-	mi := &file_rein_v1_event_proto_msgTypes[15]
+	mi := &file_rein_v1_event_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +1660,7 @@ func (x *ChecksCompleted) String() string {
 func (*ChecksCompleted) ProtoMessage() {}
 
 func (x *ChecksCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[15]
+	mi := &file_rein_v1_event_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1384,7 +1673,7 @@ func (x *ChecksCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksCompleted.ProtoReflect.Descriptor instead.
 func (*ChecksCompleted) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{15}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ChecksCompleted) GetResults() []*CheckResult {
@@ -1418,7 +1707,7 @@ type CheckResult struct {
 
 func (x *CheckResult) Reset() {
 	*x = CheckResult{}
-	mi := &file_rein_v1_event_proto_msgTypes[16]
+	mi := &file_rein_v1_event_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1719,7 @@ func (x *CheckResult) String() string {
 func (*CheckResult) ProtoMessage() {}
 
 func (x *CheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[16]
+	mi := &file_rein_v1_event_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1732,7 @@ func (x *CheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResult.ProtoReflect.Descriptor instead.
 func (*CheckResult) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{16}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CheckResult) GetName() string {
@@ -1477,7 +1766,8 @@ func (x *CheckResult) GetOutputTail() string {
 // BudgetReached records the limit that stopped a run.
 type BudgetReached struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The limit: "max_steps", "max_tokens", "max_tool_calls" or "deadline".
+	// The limit: "max_steps", "max_tokens", "max_cost_usd", "max_tool_calls",
+	// "deadline" or "no_progress".
 	Limit string `protobuf:"bytes,1,opt,name=limit,proto3" json:"limit,omitempty"`
 	// A sentence for a person.
 	Detail        string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
@@ -1487,7 +1777,7 @@ type BudgetReached struct {
 
 func (x *BudgetReached) Reset() {
 	*x = BudgetReached{}
-	mi := &file_rein_v1_event_proto_msgTypes[17]
+	mi := &file_rein_v1_event_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1789,7 @@ func (x *BudgetReached) String() string {
 func (*BudgetReached) ProtoMessage() {}
 
 func (x *BudgetReached) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[17]
+	mi := &file_rein_v1_event_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1802,7 @@ func (x *BudgetReached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetReached.ProtoReflect.Descriptor instead.
 func (*BudgetReached) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{17}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BudgetReached) GetLimit() string {
@@ -1548,7 +1838,7 @@ type StatusChanged struct {
 
 func (x *StatusChanged) Reset() {
 	*x = StatusChanged{}
-	mi := &file_rein_v1_event_proto_msgTypes[18]
+	mi := &file_rein_v1_event_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +1850,7 @@ func (x *StatusChanged) String() string {
 func (*StatusChanged) ProtoMessage() {}
 
 func (x *StatusChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[18]
+	mi := &file_rein_v1_event_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +1863,7 @@ func (x *StatusChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusChanged.ProtoReflect.Descriptor instead.
 func (*StatusChanged) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{18}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StatusChanged) GetFrom() RunStatus {
@@ -1615,8 +1905,7 @@ var File_rein_v1_event_proto protoreflect.FileDescriptor
 
 const file_rein_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x13rein/v1/event.proto\x12\arein.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\x1a\x11rein/v1/run.proto\"\x9a\n" +
-	"\n" +
+	"\x13rein/v1/event.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\x1a\x11rein/v1/run.proto\"\xa2\v\n" +
 	"\x05Event\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12;\n" +
@@ -1641,7 +1930,9 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x15write_outcome_unknown\x18\x17 \x01(\v2\x1c.rein.v1.WriteOutcomeUnknownH\x00R\x13writeOutcomeUnknown\x12E\n" +
 	"\x10checks_completed\x18\x18 \x01(\v2\x18.rein.v1.ChecksCompletedH\x00R\x0fchecksCompleted\x12?\n" +
 	"\x0ebudget_reached\x18\x19 \x01(\v2\x16.rein.v1.BudgetReachedH\x00R\rbudgetReached\x12?\n" +
-	"\x0estatus_changed\x18\x1a \x01(\v2\x16.rein.v1.StatusChangedH\x00R\rstatusChangedB\t\n" +
+	"\x0estatus_changed\x18\x1a \x01(\v2\x16.rein.v1.StatusChangedH\x00R\rstatusChanged\x12<\n" +
+	"\rmodel_retried\x18\x1b \x01(\v2\x15.rein.v1.ModelRetriedH\x00R\fmodelRetried\x12H\n" +
+	"\x11context_compacted\x18\x1c \x01(\v2\x19.rein.v1.ContextCompactedH\x00R\x10contextCompactedB\t\n" +
 	"\apayload\"\x99\x02\n" +
 	"\n" +
 	"RunStarted\x121\n" +
@@ -1652,7 +1943,7 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x126\n" +
 	"\bdeadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\"\n" +
 	"\rparent_run_id\x18\x06 \x01(\tR\vparentRunId\x12'\n" +
-	"\x0fparent_sequence\x18\a \x01(\x04R\x0eparentSequence\"\x8d\x02\n" +
+	"\x0fparent_sequence\x18\a \x01(\x04R\x0eparentSequence\"\xd0\x02\n" +
 	"\x0eModelRequested\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x1d\n" +
 	"\n" +
@@ -1662,10 +1953,32 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x05model\x18\x05 \x01(\tR\x05model\x12%\n" +
 	"\x0eprompt_version\x18\x06 \x01(\tR\rpromptVersion\x12\"\n" +
 	"\rtool_set_hash\x18\a \x01(\tR\vtoolSetHash\x12\x18\n" +
-	"\aresumed\x18\b \x01(\bR\aresumed\"d\n" +
+	"\aresumed\x18\b \x01(\bR\aresumed\x12\x1f\n" +
+	"\vinput_blobs\x18\t \x03(\tR\n" +
+	"inputBlobs\x12 \n" +
+	"\fmax_cost_usd\x18\n" +
+	" \x01(\x01R\n" +
+	"maxCostUsd\"\x7f\n" +
 	"\rModelReturned\x12-\n" +
 	"\bdecision\x18\x01 \x01(\v2\x11.rein.v1.DecisionR\bdecision\x12$\n" +
-	"\x05usage\x18\x02 \x01(\v2\x0e.rein.v1.UsageR\x05usage\":\n" +
+	"\x05usage\x18\x02 \x01(\v2\x0e.rein.v1.UsageR\x05usage\x12\x19\n" +
+	"\bcost_usd\x18\x03 \x01(\x01R\acostUsd\"g\n" +
+	"\fModelRetried\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\rR\x04step\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12-\n" +
+	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xb4\x01\n" +
+	"\x10ContextCompacted\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\rR\x04step\x12\x1c\n" +
+	"\tcompacted\x18\x02 \x01(\rR\tcompacted\x12*\n" +
+	"\x05items\x18\x03 \x03(\v2\x14.rein.v1.ContextItemR\x05items\x12!\n" +
+	"\fchars_before\x18\x04 \x01(\x04R\vcharsBefore\x12\x1f\n" +
+	"\vchars_after\x18\x05 \x01(\x04R\n" +
+	"charsAfter\"a\n" +
+	"\vContextItem\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12\x12\n" +
+	"\x04gist\x18\x03 \x01(\tR\x04gist\x12\x12\n" +
+	"\x04blob\x18\x04 \x01(\tR\x04blob\":\n" +
 	"\x10DecisionRejected\x12\x10\n" +
 	"\x03raw\x18\x01 \x01(\tR\x03raw\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"\x9a\x01\n" +
@@ -1744,77 +2057,85 @@ func file_rein_v1_event_proto_rawDescGZIP() []byte {
 	return file_rein_v1_event_proto_rawDescData
 }
 
-var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_rein_v1_event_proto_goTypes = []any{
 	(*Event)(nil),                 // 0: rein.v1.Event
 	(*RunStarted)(nil),            // 1: rein.v1.RunStarted
 	(*ModelRequested)(nil),        // 2: rein.v1.ModelRequested
 	(*ModelReturned)(nil),         // 3: rein.v1.ModelReturned
-	(*DecisionRejected)(nil),      // 4: rein.v1.DecisionRejected
-	(*ToolRequested)(nil),         // 5: rein.v1.ToolRequested
-	(*ToolRefused)(nil),           // 6: rein.v1.ToolRefused
-	(*ToolReturned)(nil),          // 7: rein.v1.ToolReturned
-	(*ApprovalRequested)(nil),     // 8: rein.v1.ApprovalRequested
-	(*ApprovalDecided)(nil),       // 9: rein.v1.ApprovalDecided
-	(*InputRequested)(nil),        // 10: rein.v1.InputRequested
-	(*InputProvided)(nil),         // 11: rein.v1.InputProvided
-	(*WriteDispatched)(nil),       // 12: rein.v1.WriteDispatched
-	(*WriteCommitted)(nil),        // 13: rein.v1.WriteCommitted
-	(*WriteOutcomeUnknown)(nil),   // 14: rein.v1.WriteOutcomeUnknown
-	(*ChecksCompleted)(nil),       // 15: rein.v1.ChecksCompleted
-	(*CheckResult)(nil),           // 16: rein.v1.CheckResult
-	(*BudgetReached)(nil),         // 17: rein.v1.BudgetReached
-	(*StatusChanged)(nil),         // 18: rein.v1.StatusChanged
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
-	(*TaskContract)(nil),          // 20: rein.v1.TaskContract
-	(*Decision)(nil),              // 21: rein.v1.Decision
-	(*Usage)(nil),                 // 22: rein.v1.Usage
-	(*structpb.Struct)(nil),       // 23: google.protobuf.Struct
-	(ToolTier)(0),                 // 24: rein.v1.ToolTier
-	(*structpb.Value)(nil),        // 25: google.protobuf.Value
-	(*Proposal)(nil),              // 26: rein.v1.Proposal
-	(*Question)(nil),              // 27: rein.v1.Question
-	(RunStatus)(0),                // 28: rein.v1.RunStatus
-	(*FinalAnswer)(nil),           // 29: rein.v1.FinalAnswer
+	(*ModelRetried)(nil),          // 4: rein.v1.ModelRetried
+	(*ContextCompacted)(nil),      // 5: rein.v1.ContextCompacted
+	(*ContextItem)(nil),           // 6: rein.v1.ContextItem
+	(*DecisionRejected)(nil),      // 7: rein.v1.DecisionRejected
+	(*ToolRequested)(nil),         // 8: rein.v1.ToolRequested
+	(*ToolRefused)(nil),           // 9: rein.v1.ToolRefused
+	(*ToolReturned)(nil),          // 10: rein.v1.ToolReturned
+	(*ApprovalRequested)(nil),     // 11: rein.v1.ApprovalRequested
+	(*ApprovalDecided)(nil),       // 12: rein.v1.ApprovalDecided
+	(*InputRequested)(nil),        // 13: rein.v1.InputRequested
+	(*InputProvided)(nil),         // 14: rein.v1.InputProvided
+	(*WriteDispatched)(nil),       // 15: rein.v1.WriteDispatched
+	(*WriteCommitted)(nil),        // 16: rein.v1.WriteCommitted
+	(*WriteOutcomeUnknown)(nil),   // 17: rein.v1.WriteOutcomeUnknown
+	(*ChecksCompleted)(nil),       // 18: rein.v1.ChecksCompleted
+	(*CheckResult)(nil),           // 19: rein.v1.CheckResult
+	(*BudgetReached)(nil),         // 20: rein.v1.BudgetReached
+	(*StatusChanged)(nil),         // 21: rein.v1.StatusChanged
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*TaskContract)(nil),          // 23: rein.v1.TaskContract
+	(*Decision)(nil),              // 24: rein.v1.Decision
+	(*Usage)(nil),                 // 25: rein.v1.Usage
+	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
+	(*structpb.Struct)(nil),       // 27: google.protobuf.Struct
+	(ToolTier)(0),                 // 28: rein.v1.ToolTier
+	(*structpb.Value)(nil),        // 29: google.protobuf.Value
+	(*Proposal)(nil),              // 30: rein.v1.Proposal
+	(*Question)(nil),              // 31: rein.v1.Question
+	(RunStatus)(0),                // 32: rein.v1.RunStatus
+	(*FinalAnswer)(nil),           // 33: rein.v1.FinalAnswer
 }
 var file_rein_v1_event_proto_depIdxs = []int32{
-	19, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
+	22, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
 	1,  // 1: rein.v1.Event.run_started:type_name -> rein.v1.RunStarted
 	2,  // 2: rein.v1.Event.model_requested:type_name -> rein.v1.ModelRequested
 	3,  // 3: rein.v1.Event.model_returned:type_name -> rein.v1.ModelReturned
-	4,  // 4: rein.v1.Event.decision_rejected:type_name -> rein.v1.DecisionRejected
-	5,  // 5: rein.v1.Event.tool_requested:type_name -> rein.v1.ToolRequested
-	6,  // 6: rein.v1.Event.tool_refused:type_name -> rein.v1.ToolRefused
-	7,  // 7: rein.v1.Event.tool_returned:type_name -> rein.v1.ToolReturned
-	8,  // 8: rein.v1.Event.approval_requested:type_name -> rein.v1.ApprovalRequested
-	9,  // 9: rein.v1.Event.approval_decided:type_name -> rein.v1.ApprovalDecided
-	10, // 10: rein.v1.Event.input_requested:type_name -> rein.v1.InputRequested
-	11, // 11: rein.v1.Event.input_provided:type_name -> rein.v1.InputProvided
-	12, // 12: rein.v1.Event.write_dispatched:type_name -> rein.v1.WriteDispatched
-	13, // 13: rein.v1.Event.write_committed:type_name -> rein.v1.WriteCommitted
-	14, // 14: rein.v1.Event.write_outcome_unknown:type_name -> rein.v1.WriteOutcomeUnknown
-	15, // 15: rein.v1.Event.checks_completed:type_name -> rein.v1.ChecksCompleted
-	17, // 16: rein.v1.Event.budget_reached:type_name -> rein.v1.BudgetReached
-	18, // 17: rein.v1.Event.status_changed:type_name -> rein.v1.StatusChanged
-	20, // 18: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
-	19, // 19: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
-	21, // 20: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
-	22, // 21: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
-	23, // 22: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
-	24, // 23: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
-	25, // 24: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
-	26, // 25: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
-	27, // 26: rein.v1.InputRequested.question:type_name -> rein.v1.Question
-	25, // 27: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
-	16, // 28: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
-	28, // 29: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
-	28, // 30: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
-	29, // 31: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	7,  // 4: rein.v1.Event.decision_rejected:type_name -> rein.v1.DecisionRejected
+	8,  // 5: rein.v1.Event.tool_requested:type_name -> rein.v1.ToolRequested
+	9,  // 6: rein.v1.Event.tool_refused:type_name -> rein.v1.ToolRefused
+	10, // 7: rein.v1.Event.tool_returned:type_name -> rein.v1.ToolReturned
+	11, // 8: rein.v1.Event.approval_requested:type_name -> rein.v1.ApprovalRequested
+	12, // 9: rein.v1.Event.approval_decided:type_name -> rein.v1.ApprovalDecided
+	13, // 10: rein.v1.Event.input_requested:type_name -> rein.v1.InputRequested
+	14, // 11: rein.v1.Event.input_provided:type_name -> rein.v1.InputProvided
+	15, // 12: rein.v1.Event.write_dispatched:type_name -> rein.v1.WriteDispatched
+	16, // 13: rein.v1.Event.write_committed:type_name -> rein.v1.WriteCommitted
+	17, // 14: rein.v1.Event.write_outcome_unknown:type_name -> rein.v1.WriteOutcomeUnknown
+	18, // 15: rein.v1.Event.checks_completed:type_name -> rein.v1.ChecksCompleted
+	20, // 16: rein.v1.Event.budget_reached:type_name -> rein.v1.BudgetReached
+	21, // 17: rein.v1.Event.status_changed:type_name -> rein.v1.StatusChanged
+	4,  // 18: rein.v1.Event.model_retried:type_name -> rein.v1.ModelRetried
+	5,  // 19: rein.v1.Event.context_compacted:type_name -> rein.v1.ContextCompacted
+	23, // 20: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
+	22, // 21: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
+	24, // 22: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
+	25, // 23: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
+	26, // 24: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
+	6,  // 25: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
+	27, // 26: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
+	28, // 27: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
+	29, // 28: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
+	30, // 29: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
+	31, // 30: rein.v1.InputRequested.question:type_name -> rein.v1.Question
+	29, // 31: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
+	19, // 32: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
+	32, // 33: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
+	32, // 34: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
+	33, // 35: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_event_proto_init() }
@@ -1843,6 +2164,8 @@ func file_rein_v1_event_proto_init() {
 		(*Event_ChecksCompleted)(nil),
 		(*Event_BudgetReached)(nil),
 		(*Event_StatusChanged)(nil),
+		(*Event_ModelRetried)(nil),
+		(*Event_ContextCompacted)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1850,7 +2173,7 @@ func file_rein_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_event_proto_rawDesc), len(file_rein_v1_event_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -150,8 +150,11 @@ type Run struct {
 	// The idempotency key approved_write was dispatched with; kept when the
 	// outcome is unknown, so that a second dispatch reuses it.
 	WriteOperationId string `protobuf:"bytes,20,opt,name=write_operation_id,json=writeOperationId,proto3" json:"write_operation_id,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// What the run's model calls cost so far, in US dollars, by the server's
+	// price table.
+	CostUsd       float64 `protobuf:"fixed64,21,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Run) Reset() {
@@ -322,6 +325,13 @@ func (x *Run) GetWriteOperationId() string {
 		return x.WriteOperationId
 	}
 	return ""
+}
+
+func (x *Run) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
 }
 
 // PendingAction is what a paused run waits for.
@@ -579,7 +589,7 @@ var File_rein_v1_run_proto protoreflect.FileDescriptor
 
 const file_rein_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xa7\x06\n" +
+	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xc2\x06\n" +
 	"\x03Run\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12*\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x12.rein.v1.RunStatusR\x06status\x121\n" +
@@ -606,7 +616,8 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\rstatus_reason\x18\x11 \x01(\tR\fstatusReason\x12&\n" +
 	"\x0fmodel_in_flight\x18\x12 \x01(\bR\rmodelInFlight\x128\n" +
 	"\x0eapproved_write\x18\x13 \x01(\v2\x11.rein.v1.ProposalR\rapprovedWrite\x12,\n" +
-	"\x12write_operation_id\x18\x14 \x01(\tR\x10writeOperationId\"{\n" +
+	"\x12write_operation_id\x18\x14 \x01(\tR\x10writeOperationId\x12\x19\n" +
+	"\bcost_usd\x18\x15 \x01(\x01R\acostUsd\"{\n" +
 	"\rPendingAction\x12/\n" +
 	"\bproposal\x18\x01 \x01(\v2\x11.rein.v1.ProposalH\x00R\bproposal\x12/\n" +
 	"\bquestion\x18\x02 \x01(\v2\x11.rein.v1.QuestionH\x00R\bquestionB\b\n" +
