@@ -86,7 +86,3 @@ func New(spec *reinv1.ModelSpec) (Model, error) {
 	}
 	return nil, fmt.Errorf("%w %q; known providers: %s", ErrUnknownProvider, spec.GetProvider(), KnownProviders)
 }
-
-// ErrRetryable marks a model error that may be retried after a wait: a rate
-// limit or a provider's server error.
-var ErrRetryable = errors.New("retryable model error")

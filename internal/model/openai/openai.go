@@ -10,8 +10,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
+	"time"
 
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -25,6 +25,10 @@ import (
 
 // Provider is the ModelSpec provider this package answers to.
 const Provider = "openai"
+
+// KeyEnv is the environment variable (or --secrets entry) that holds the
+// API key.
+const KeyEnv = "OPENAI_API_KEY"
 
 // AskHumanTool is the function the model calls to ask a person a question.
 const AskHumanTool = "ask_human"
@@ -334,39 +338,6 @@ func nonNeg(v int64) uint64 {
 	return uint64(v)
 }
 
-// Error is a provider's refusal of a call, with its HTTP status. A rate limit
-// (429) or a server error (5xx) unwraps to model.ErrRetryable.
-type Error struct {
-	StatusCode int
-	// Message is the provider's error message, if it gave one.
-	Message string
-}
-
-func (e *Error) Error() string {
-	switch e.StatusCode {
-	case http.StatusUnauthorized, http.StatusForbidden:
-		return fmt.Sprintf("the provider refused the API key (HTTP %d): set OPENAI_API_KEY for the server", e.StatusCode)
-	}
-	s := fmt.Sprintf("the provider answered HTTP %d %s", e.StatusCode, http.StatusText(e.StatusCode))
-	if e.Message != "" {
-		s += ": " + e.Message
-	}
-	return s
-}
-
-// Retryable reports whether the call may be retried after a wait.
-func (e *Error) Retryable() bool {
-	return e.StatusCode == http.StatusTooManyRequests || e.StatusCode >= 500
-}
-
-// Unwrap returns model.ErrRetryable for a retryable status.
-func (e *Error) Unwrap() error {
-	if e.Retryable() {
-		return model.ErrRetryable
-	}
-	return nil
-}
-
 // classify turns a client error into rein's terms: the context's own error
 // when it cut the call, an *Error for an HTTP status, else the error wrapped.
 func classify(ctx context.Context, err error) error {
@@ -375,7 +346,11 @@ func classify(ctx context.Context, err error) error {
 	}
 	var apiErr *oai.Error
 	if errors.As(err, &apiErr) {
-		return &Error{StatusCode: apiErr.StatusCode, Message: apiErr.Message}
+		e := &model.HTTPError{Provider: Provider, StatusCode: apiErr.StatusCode, Message: apiErr.Message, KeyEnv: KeyEnv}
+		if apiErr.Response != nil {
+			e.RetryAfter = model.ParseRetryAfter(apiErr.Response.Header, time.Now())
+		}
+		return e
 	}
 	return fmt.Errorf("openai: %w", err)
 }

@@ -29,6 +29,7 @@ type fake struct {
 	status int
 	body   string
 	hang   bool
+	header http.Header
 
 	calls  atomic.Int32
 	mu     sync.Mutex
@@ -49,6 +50,9 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if f.hang {
 		<-r.Context().Done()
 		return
+	}
+	for k, v := range f.header {
+		w.Header()[k] = v
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(f.status)
@@ -204,13 +208,26 @@ func TestRetryableStatusesOneRequest(t *testing.T) {
 		if !errors.Is(err, model.ErrRetryable) {
 			t.Fatalf("HTTP %d: err %v, want ErrRetryable", status, err)
 		}
-		var pe *openai.Error
+		var pe *model.HTTPError
 		if !errors.As(err, &pe) || pe.StatusCode != status {
-			t.Fatalf("HTTP %d: err %v, want *openai.Error with the status", status, err)
+			t.Fatalf("HTTP %d: err %v, want *model.HTTPError with the status", status, err)
 		}
 		if n := f.calls.Load(); n != 1 {
 			t.Fatalf("HTTP %d: %d requests, want 1 (the SDK must not retry)", status, n)
 		}
+	}
+}
+
+func TestRetryAfterIsPassedOn(t *testing.T) {
+	m, _ := serve(t, &fake{status: 429, header: http.Header{"Retry-After": {"7"}}, body: `{"error":{"message":"slow down"}}`})
+	_, err := m.Next(context.Background(), request())
+	if wait, ok := model.RetryAfter(err); !ok || wait != 7*time.Second {
+		t.Fatalf("RetryAfter(%v) = %v, %v; want 7s, true", err, wait, ok)
+	}
+	m, _ = serve(t, &fake{status: 400, header: http.Header{"Retry-After": {"7"}}, body: `{"error":{"message":"bad"}}`})
+	_, err = m.Next(context.Background(), request())
+	if _, ok := model.RetryAfter(err); ok {
+		t.Fatalf("a 400 is retryable: %v", err)
 	}
 }
 
