@@ -20,6 +20,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/tools"
@@ -74,6 +75,17 @@ type Config struct {
 	// many completion-check results in a row are identical failures with no
 	// committed write between them; 0 means 3.
 	NoProgressSteps int
+	// Prices turn each model call's tokens into dollars (model_returned's
+	// cost_usd, the run's cost, budget.max_cost_usd); nil means
+	// pricing.Default().
+	Prices *pricing.Table
+	// Wait sleeps before a model call's one retry; nil means a timer that
+	// ctx cuts. Replay waits for nothing.
+	Wait func(ctx context.Context, d time.Duration) error
+	// RetryWait is the wait before a retry when the provider names none; 0
+	// means 1s. MaxRetryWait is the longest wait rein accepts; a provider
+	// that asks for more fails the call. 0 means 60s.
+	RetryWait, MaxRetryWait time.Duration
 }
 
 // Engine starts, drives and cancels runs.
@@ -125,6 +137,18 @@ func New(cfg Config) *Engine {
 	if cfg.NoProgressSteps <= 0 {
 		cfg.NoProgressSteps = 3
 	}
+	if cfg.Prices == nil {
+		cfg.Prices = pricing.Default()
+	}
+	if cfg.Wait == nil {
+		cfg.Wait = sleep
+	}
+	if cfg.RetryWait <= 0 {
+		cfg.RetryWait = time.Second
+	}
+	if cfg.MaxRetryWait <= 0 {
+		cfg.MaxRetryWait = time.Minute
+	}
 	if cfg.Notify == nil {
 		cfg.Notify = func(string, uint64) {}
 	}
@@ -171,6 +195,9 @@ func (e *Engine) Start(ctx context.Context, req StartRequest) (runstate.State, b
 	}
 	if _, err := e.cfg.Models(req.Contract.GetModel()); err != nil {
 		return runstate.State{}, false, &FieldError{"contract.model.provider", err.Error()}
+	}
+	if err := e.checkPrice(req.Contract); err != nil {
+		return runstate.State{}, false, err
 	}
 	now := e.cfg.Clock()
 	c := withDefaults(req.Contract)

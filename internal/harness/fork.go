@@ -73,6 +73,9 @@ func (e *Engine) Fork(ctx context.Context, req ForkRequest) (runstate.State, boo
 	if err := ValidateContract(c); err != nil {
 		return parent, false, err
 	}
+	if err := e.checkPrice(c); err != nil {
+		return parent, false, err
+	}
 	if err := e.checkWorkspace(c.GetChecks()); err != nil {
 		return parent, false, err
 	}

@@ -67,6 +67,10 @@ func (r *runner) step(ctx context.Context) error {
 	if m := uint64(c.GetModel().GetMaxOutputTokens()); m > 0 && (req.MaxOutputTokens == 0 || m < req.MaxOutputTokens) {
 		req.MaxOutputTokens = m
 	}
+	maxCost, limit, detail := r.capCost(req, input)
+	if limit != "" {
+		return r.exhaust(ctx, limit, detail)
+	}
 
 	// 3. Call the model, recorded durably before it is sent.
 	if err := r.commit(ctx, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ModelRequested{ModelRequested: &reinv1.ModelRequested{
@@ -78,6 +82,7 @@ func (r *runner) step(ctx context.Context) error {
 		PromptVersion:   promptVersion,
 		ToolSetHash:     r.toolHash,
 		Resumed:         resumed,
+		MaxCostUsd:      maxCost,
 	}}}); err != nil {
 		return err
 	}
@@ -90,20 +95,26 @@ func (r *runner) step(ctx context.Context) error {
 		mctx, cancel = context.WithTimeout(ctx, r.st.Deadline.Sub(now))
 		defer cancel()
 	}
-	reply, err := r.model.Next(mctx, req)
+	reply, outcome, err := r.callModel(ctx, mctx, req, now)
 	if err != nil {
-		switch {
-		case ctx.Err() != nil:
+		switch outcome {
+		case callStopped:
 			return errStopped
-		case errors.Is(mctx.Err(), context.DeadlineExceeded):
-			return r.exhaust(ctx, "deadline", "the model call was cut by the run's deadline "+r.st.Deadline.Format(time.RFC3339))
+		case callStore:
+			return err
+		case callDeadline:
+			return r.exhaust(ctx, "deadline", fmt.Sprintf("the model call was cut by the run's deadline %s: %v", r.st.Deadline.Format(time.RFC3339), err))
 		}
 		return r.end(ctx, reinv1.RunStatus_RUN_STATUS_FAILED, "model_error", &reinv1.StatusChanged{
 			Error: fmt.Sprintf("the model call failed: %v", err),
 		})
 	}
+	usage := reply.Usage
+	if usage == nil {
+		usage = &reinv1.Usage{}
+	}
 	returned := &reinv1.Event{Actor: "model", Payload: &reinv1.Event_ModelReturned{ModelReturned: &reinv1.ModelReturned{
-		Decision: reply.Decision, Usage: reply.Usage,
+		Decision: reply.Decision, Usage: usage, CostUsd: r.price().Cost(usage.GetInputTokens(), usage.GetOutputTokens()),
 	}}}
 
 	// 4. Parse: a reply that is not a valid decision is an observation.
@@ -138,6 +149,8 @@ func (r *runner) budgetHit(now time.Time) (limit, detail string) {
 		return "max_tool_calls", fmt.Sprintf("the run made %d of its %d tool calls", r.st.ToolCalls, b.GetMaxToolCalls())
 	case b.GetMaxTokens() > 0 && r.st.Tokens() >= b.GetMaxTokens():
 		return "max_tokens", fmt.Sprintf("the run used %d of its %d tokens", r.st.Tokens(), b.GetMaxTokens())
+	case b.GetMaxCostUsd() > 0 && r.st.CostUSD >= b.GetMaxCostUsd():
+		return "max_cost_usd", fmt.Sprintf("the run spent $%.6f of its $%.6f", r.st.CostUSD, b.GetMaxCostUsd())
 	case !r.st.Deadline.IsZero() && !now.Before(r.st.Deadline):
 		return "deadline", "the run's deadline " + r.st.Deadline.Format(time.RFC3339) + " has passed"
 	}

@@ -1,0 +1,142 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/pricing"
+)
+
+// checkPrice refuses a contract with a cost limit whose model the price
+// table does not know: rein could not hold the limit.
+func (e *Engine) checkPrice(c *reinv1.TaskContract) error {
+	if c.GetBudget().GetMaxCostUsd() <= 0 {
+		return nil
+	}
+	m := c.GetModel()
+	if _, ok := e.cfg.Prices.Lookup(m.GetProvider(), m.GetName()); !ok {
+		return &FieldError{"contract.budget.max_cost_usd", fmt.Sprintf(
+			"rein has no price for model %s/%s, so it cannot hold a cost limit: add the model to the server's price file (--prices), or drop max_cost_usd; priced models: %s",
+			m.GetProvider(), m.GetName(), strings.Join(e.cfg.Prices.Models(), ", "))}
+	}
+	return nil
+}
+
+// price is the run's model's price; free when the table has none.
+func (r *runner) price() pricing.Price {
+	m := r.st.Contract.GetModel()
+	p, _ := r.e.cfg.Prices.Lookup(m.GetProvider(), m.GetName())
+	return p
+}
+
+// capCost caps the call's output at what the run's money left buys once
+// the input is paid for, and says what the call may cost at most. limit is
+// set when not even one output token is affordable.
+func (r *runner) capCost(req *model.Request, input uint64) (maxCost float64, limit, detail string) {
+	p := r.price()
+	max := r.st.Contract.GetBudget().GetMaxCostUsd()
+	if max > 0 {
+		left := max - r.st.CostUSD
+		n := p.Affordable(left, input)
+		if n == 0 {
+			return 0, "max_cost_usd", fmt.Sprintf("the next model call's %d input tokens cost $%.6f and $%.6f of the run's $%.6f are left",
+				input, p.Cost(input, 0), math.Max(left, 0), max)
+		}
+		if req.MaxOutputTokens == 0 || n < req.MaxOutputTokens {
+			req.MaxOutputTokens = n
+		}
+	}
+	return p.Cost(input, req.MaxOutputTokens), "", ""
+}
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// callOutcome is how a model call ended when it returned no reply: the
+// events and status that record it, chosen by the caller.
+type callOutcome int
+
+const (
+	callFailed callOutcome = iota
+	callDeadline
+	callStopped
+	// callStore: recording the retry failed; the error is the store's.
+	callStore
+)
+
+// callModel sends the step's call. rein is the only layer that retries: a
+// retryable failure (a rate limit, a server error) is recorded as
+// model_retried and sent once more after the wait the provider asked for
+// (or Config.RetryWait), if that wait ends before the run's deadline. now is
+// the step's clock reading; mctx carries the run's deadline.
+func (r *runner) callModel(ctx, mctx context.Context, req *model.Request, now time.Time) (*model.Reply, callOutcome, error) {
+	reply, err := r.model.Next(mctx, req)
+	if err == nil {
+		return reply, 0, nil
+	}
+	if out, ok := r.cut(ctx, mctx); ok {
+		return nil, out, err
+	}
+	wait, retryable := model.RetryAfter(err)
+	if !retryable {
+		return nil, callFailed, err
+	}
+	if wait <= 0 {
+		wait = r.e.cfg.RetryWait
+	}
+	if !r.st.Deadline.IsZero() && !now.Add(wait).Before(r.st.Deadline) {
+		return nil, callDeadline, fmt.Errorf("%w; a retry after %s would pass the run's deadline", err, wait)
+	}
+	if wait > r.e.cfg.MaxRetryWait {
+		return nil, callFailed, fmt.Errorf("%w; the provider asks to wait %s before retrying, longer than rein waits (%s): try again later",
+			err, wait, r.e.cfg.MaxRetryWait)
+	}
+	if cerr := r.commit(ctx, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ModelRetried{ModelRetried: &reinv1.ModelRetried{
+		Step: req.Step, Error: err.Error(), Wait: durationpb.New(wait),
+	}}}); cerr != nil {
+		return nil, callStore, cerr
+	}
+	if werr := r.e.cfg.Wait(mctx, wait); werr != nil {
+		if out, ok := r.cut(ctx, mctx); ok {
+			return nil, out, werr
+		}
+		return nil, callFailed, werr
+	}
+	reply, err = r.model.Next(mctx, req)
+	if err == nil {
+		return reply, 0, nil
+	}
+	if out, ok := r.cut(ctx, mctx); ok {
+		return nil, out, err
+	}
+	return nil, callFailed, fmt.Errorf("%w (after one retry)", err)
+}
+
+// cut says whether a call ended because the driver stopped (a cancel, a
+// shutdown) or the run's deadline passed.
+func (r *runner) cut(ctx, mctx context.Context) (callOutcome, bool) {
+	switch {
+	case ctx.Err() != nil:
+		return callStopped, true
+	case errors.Is(mctx.Err(), context.DeadlineExceeded):
+		return callDeadline, true
+	}
+	return 0, false
+}

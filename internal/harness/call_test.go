@@ -1,0 +1,234 @@
+package harness
+
+// Tests of the model call's one retry and of cost: the price table, the
+// run's cost, and budget.max_cost_usd.
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/pricing"
+)
+
+// flakyModel answers each call with the next of its outcomes: an error, or
+// (when the error is nil) the scripted model's reply for the step. It
+// records every request's output cap.
+type flakyModel struct {
+	script *model.Script
+	mu     sync.Mutex
+	errs   []error
+	calls  int
+	caps   []uint64
+}
+
+func (f *flakyModel) Next(ctx context.Context, req *model.Request) (*model.Reply, error) {
+	f.mu.Lock()
+	f.calls++
+	f.caps = append(f.caps, req.MaxOutputTokens)
+	var err error
+	if len(f.errs) > 0 {
+		err, f.errs = f.errs[0], f.errs[1:]
+	}
+	f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return f.script.Next(ctx, req)
+}
+
+func (f *flakyModel) Calls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+// waits records the retry waits the engine asked for, without sleeping.
+type waits struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (w *waits) Wait(_ context.Context, d time.Duration) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.d = append(w.d, d)
+	return nil
+}
+
+func httpErr(status int, after time.Duration) error {
+	return &model.HTTPError{Provider: "test", StatusCode: status, Message: "boom", RetryAfter: after, KeyEnv: "TEST_API_KEY"}
+}
+
+func flakySetup(t *testing.T, c *reinv1.TaskContract, errs ...error) (*Engine, Store, *flakyModel, *waits) {
+	t.Helper()
+	f := &flakyModel{script: model.NewScript(c.GetModel().GetScript()), errs: errs}
+	w := &waits{}
+	e, s := setup(t, Config{Models: func(*reinv1.ModelSpec) (model.Model, error) { return f, nil }, Wait: w.Wait})
+	return e, s, f, w
+}
+
+func TestRetryAfterRateLimitThenSuccess(t *testing.T) {
+	c := testContract(finalReply("42"))
+	e, s, f, w := flakySetup(t, c, httpErr(429, 3*time.Second))
+	st, evs := runToRest(t, e, s, c)
+	wantStatus(t, st, evs, statusCompleted, "final_answer")
+	wantCount(t, evs, "model_retried", 1)
+	wantCount(t, evs, "model_requested", 1)
+	r := ofType(evs, "model_retried")[0].GetModelRetried()
+	if r.GetWait().AsDuration() != 3*time.Second || r.GetStep() != 1 || !strings.Contains(r.GetError(), "429") {
+		t.Fatalf("model_retried = %v, want step 1, the 429 and Retry-After's 3s", r)
+	}
+	if f.Calls() != 2 || len(w.d) != 1 || w.d[0] != 3*time.Second {
+		t.Fatalf("%d calls, waits %v; want 2 calls after one 3s wait", f.Calls(), w.d)
+	}
+}
+
+func TestServerErrorTwiceFails(t *testing.T) {
+	c := testContract(finalReply("42"))
+	e, s, f, w := flakySetup(t, c, httpErr(500, 0), httpErr(500, 0))
+	st, evs := runToRest(t, e, s, c)
+	wantStatus(t, st, evs, statusFailed, "model_error")
+	wantCount(t, evs, "model_retried", 1)
+	if f.Calls() != 2 || len(w.d) != 1 || w.d[0] != time.Second {
+		t.Fatalf("%d calls, waits %v; want 2 calls, one default 1s wait", f.Calls(), w.d)
+	}
+	if !strings.Contains(st.LastError, "after one retry") {
+		t.Fatalf("error %q does not say it was retried", st.LastError)
+	}
+}
+
+func TestKeyRefusedFailsWithoutRetry(t *testing.T) {
+	c := testContract(finalReply("42"))
+	e, s, f, w := flakySetup(t, c, httpErr(401, 0))
+	st, evs := runToRest(t, e, s, c)
+	wantStatus(t, st, evs, statusFailed, "model_error")
+	wantCount(t, evs, "model_retried", 0)
+	if f.Calls() != 1 || len(w.d) != 0 {
+		t.Fatalf("%d calls, %d waits; a 401 is not retried", f.Calls(), len(w.d))
+	}
+	if !strings.Contains(st.LastError, "TEST_API_KEY") {
+		t.Fatalf("error %q does not say which key to set", st.LastError)
+	}
+}
+
+func TestRetryPastDeadlineExhausts(t *testing.T) {
+	c := testContract(finalReply("42"))
+	c.Budget = &reinv1.Budget{Timeout: durationpb.New(time.Minute)}
+	e, s, f, _ := flakySetup(t, c, httpErr(429, 2*time.Minute))
+	st, evs := runToRest(t, e, s, c)
+	wantStatus(t, st, evs, statusExhausted, "deadline")
+	wantCount(t, evs, "model_retried", 0)
+	if f.Calls() != 1 {
+		t.Fatalf("%d calls; a retry that would pass the deadline is not sent", f.Calls())
+	}
+}
+
+func TestRetryWaitTooLongFails(t *testing.T) {
+	c := testContract(finalReply("42"))
+	e, s, f, _ := flakySetup(t, c, httpErr(429, time.Hour))
+	st, evs := runToRest(t, e, s, c)
+	wantStatus(t, st, evs, statusFailed, "model_error")
+	if f.Calls() != 1 || !strings.Contains(st.LastError, "try again later") {
+		t.Fatalf("%d calls, error %q; want one call and advice to try later", f.Calls(), st.LastError)
+	}
+}
+
+// priced is an engine whose price table charges $1 per million input tokens
+// and $2 per million output tokens for script/test.
+func priced(t *testing.T, c *reinv1.TaskContract) (*Engine, Store, *flakyModel) {
+	t.Helper()
+	f := &flakyModel{script: model.NewScript(c.GetModel().GetScript())}
+	prices, err := pricing.Load(writeTemp(t, "prices.json", `{"script/test": {"input_per_mtok": 1, "output_per_mtok": 2}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, s := setup(t, Config{Prices: prices, Models: func(*reinv1.ModelSpec) (model.Model, error) { return f, nil }})
+	return e, s, f
+}
+
+func writeTemp(t *testing.T, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCostIsFoldedFromEachCall(t *testing.T) {
+	search := callReply("search", "c1", nil)
+	search.Usage = usage(1_000_000, 500_000)
+	final := finalReply("42")
+	final.Usage = usage(2_000_000, 0)
+	c := testContract(search, final)
+	e, s, _ := priced(t, c)
+	st, evs := runToRest(t, e, s, c)
+	wantStatus(t, st, evs, statusCompleted, "final_answer")
+	// $1 + $1 for the first call, $2 for the second.
+	if math.Abs(st.CostUSD-4) > 1e-9 || math.Abs(st.Proto(false).GetCostUsd()-4) > 1e-9 {
+		t.Fatalf("run cost $%v, want $4", st.CostUSD)
+	}
+	if got := ofType(evs, "model_returned")[0].GetModelReturned().GetCostUsd(); math.Abs(got-2) > 1e-9 {
+		t.Fatalf("first call cost $%v, want $2", got)
+	}
+}
+
+func TestMaxCostCapsOutput(t *testing.T) {
+	first := callReply("search", "c1", nil)
+	first.Usage = usage(100_000, 100_000) // $0.10 + $0.20
+	c := testContract(first, finalReply("42"))
+	c.Budget = &reinv1.Budget{MaxCostUsd: 0.5}
+	e, s, f := priced(t, c)
+	st, evs := runToRest(t, e, s, c)
+	wantStatus(t, st, evs, statusCompleted, "final_answer")
+	// $0.50 buys at most 250,000 output tokens; after the first call's
+	// $0.30, $0.20 buys at most 100,000.
+	if len(f.caps) != 2 || f.caps[0] == 0 || f.caps[0] > 250_000 || f.caps[1] == 0 || f.caps[1] > 100_000 {
+		t.Fatalf("output caps %v, want (0, 250000] then (0, 100000]", f.caps)
+	}
+	for i, ev := range ofType(evs, "model_requested") {
+		mr := ev.GetModelRequested()
+		if mr.GetMaxOutputTokens() != f.caps[i] || mr.GetMaxCostUsd() <= 0 || st.CostUSD > 0.5 {
+			t.Fatalf("call %d: model_requested %v (cap sent %d), run cost $%v", i+1, mr, f.caps[i], st.CostUSD)
+		}
+	}
+}
+
+func TestMaxCostReachedExhausts(t *testing.T) {
+	first := callReply("search", "c1", nil)
+	first.Usage = usage(1_000_000, 0) // $1: the whole budget
+	c := testContract(first, finalReply("42"))
+	c.Budget = &reinv1.Budget{MaxCostUsd: 1}
+	e, s, f := priced(t, c)
+	st, evs := runToRest(t, e, s, c)
+	wantStatus(t, st, evs, statusExhausted, "max_cost_usd")
+	if f.Calls() != 1 {
+		t.Fatalf("%d model calls; the second must not be paid for", f.Calls())
+	}
+	if b := ofType(evs, "budget_reached"); len(b) != 1 || b[0].GetBudgetReached().GetLimit() != "max_cost_usd" {
+		t.Fatalf("budget_reached = %v", b)
+	}
+}
+
+func TestMaxCostWithoutPriceRefused(t *testing.T) {
+	c := testContract(finalReply("42"))
+	c.Model.Provider, c.Model.Name = "script", "test"
+	c.Budget = &reinv1.Budget{MaxCostUsd: 1}
+	e, _ := setup(t, Config{Prices: &pricing.Table{}})
+	_, _, err := e.Start(testCtx(t), StartRequest{RequestID: "r", Contract: c, Principal: "alice", Tenant: "acme"})
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "contract.budget.max_cost_usd" || !strings.Contains(fe.Description, "--prices") {
+		t.Fatalf("err = %v, want a FieldError on max_cost_usd naming --prices", err)
+	}
+}
