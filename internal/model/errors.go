@@ -39,7 +39,10 @@ func (e *HTTPError) Error() string {
 		}
 		return s
 	}
-	s := fmt.Sprintf("%s answered HTTP %d %s", e.Provider, e.StatusCode, http.StatusText(e.StatusCode))
+	s := fmt.Sprintf("%s answered HTTP %d", e.Provider, e.StatusCode)
+	if text := http.StatusText(e.StatusCode); text != "" {
+		s += " " + text
+	}
 	if e.Message != "" {
 		s += ": " + e.Message
 	}

@@ -70,7 +70,7 @@ type Reply struct {
 }
 
 // KnownProviders lists the providers rein can build, for error messages.
-const KnownProviders = "script, openai"
+const KnownProviders = "script, openai, anthropic"
 
 // ErrUnknownProvider is returned by New for a provider rein does not know.
 var ErrUnknownProvider = errors.New("unknown model provider")
@@ -81,8 +81,8 @@ func New(spec *reinv1.ModelSpec) (Model, error) {
 	switch spec.GetProvider() {
 	case "script":
 		return NewScript(spec.GetScript()), nil
-	case "openai":
-		return nil, errors.New(`model provider "openai" needs the server to supply its API key; this server was built without it`)
+	case "openai", "anthropic":
+		return nil, fmt.Errorf("model provider %q needs the server to supply its API key; this server was built without it", spec.GetProvider())
 	}
 	return nil, fmt.Errorf("%w %q; known providers: %s", ErrUnknownProvider, spec.GetProvider(), KnownProviders)
 }
