@@ -173,6 +173,11 @@ var rpcCases = map[string]rpcCase{
 		_, err := c.ListEvents(ctx, &reinv1.ListEventsRequest{RunId: runID}, opts...)
 		return err
 	}},
+	// The run references no such blob: authorized callers reach the check.
+	"GetBlobs": {namesRun: true, ok: codes.InvalidArgument, call: func(ctx context.Context, c reinv1.RunServiceClient, runID string, opts ...grpc.CallOption) error {
+		_, err := c.GetBlobs(ctx, &reinv1.GetBlobsRequest{RunId: runID, Hashes: []string{strings.Repeat("0", 64)}}, opts...)
+		return err
+	}},
 	"WatchRun": {namesRun: true, ok: codes.OK, call: func(ctx context.Context, c reinv1.RunServiceClient, runID string, opts ...grpc.CallOption) error {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()

@@ -17,6 +17,7 @@ import (
 	"github.com/reinhq/rein/internal/auth"
 	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/store/bolt"
@@ -34,6 +35,8 @@ type Config struct {
 	Workspace string
 	// Models builds a run's model; nil means model.New.
 	Models func(*reinv1.ModelSpec) (model.Model, error)
+	// Prices prices the runs' model calls; nil means pricing.Default().
+	Prices *pricing.Table
 	// Directory maps credentials to principals. Nil means no credentials:
 	// the server accepts only local callers, as the local admin.
 	Directory *auth.Directory
@@ -89,7 +92,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	hub := NewHub()
 	eng := harness.New(harness.Config{
-		Store: st, Models: cfg.Models, Tools: cfg.Tools, Workspace: cfg.Workspace, Clock: cfg.Clock, Keep: hub.Keep, Notify: hub.Notify, Logger: cfg.Logger,
+		Store: st, Models: cfg.Models, Tools: cfg.Tools, Workspace: cfg.Workspace, Prices: cfg.Prices, Clock: cfg.Clock, Keep: hub.Keep, Notify: hub.Notify, Logger: cfg.Logger,
 	})
 	opts := append(chain(cfg.Logger, &authenticator{dir: cfg.Directory}, newLimiter(cfg.RatePerSecond, cfg.RateBurst)),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -648,5 +649,63 @@ func TestCancelDuringCommitKeepsOutcome(t *testing.T) {
 	}
 	if countPayload(evs, "write_committed")+countPayload(evs, "write_outcome_unknown") != 1 {
 		t.Errorf("the write was committed but the log has no outcome for it (approval: %v; cancel: %v); log:\n%s", derr, cerr, logText(evs))
+	}
+}
+
+// TestReapprovalLooksUpFirst: a write whose outcome is unknown and whose
+// tool can look writes up is looked up when a person approves it again:
+// found → its receipt, with no second commit; not found → sent again with
+// the same key.
+func TestReapprovalLooksUpFirst(t *testing.T) {
+	found := structpb.NewStringValue("refund rf_77 found")
+	for _, tc := range []struct {
+		name     string
+		applied  bool
+		payloads string
+		commits  int
+	}{
+		{"applied", true, "approval_decided,write_committed,status_changed", 1},
+		{"not applied", false, "approval_decided,write_dispatched,write_committed,status_changed", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int32
+			// The first lookup (right after the failed commit) fails, so the
+			// outcome is unknown; the one at the second approval answers.
+			s := openPeopleServer(t, Config{}, func(string) (*structpb.Value, bool, error) {
+				if calls.Add(1) == 1 {
+					return nil, false, errors.New("ledger unavailable")
+				}
+				if tc.applied {
+					return found, true, nil
+				}
+				return nil, false, nil
+			})
+			s.tools.failures.Store(1)
+			run := s.begin(t, writeContract(refundCall(), final("refunded")), stNeedsApproval)
+			resp, err := s.decide(run, approveVerdict, "")
+			if err != nil || resp.GetRun().GetStatus() != stNeedsApproval {
+				t.Fatalf("first approval: %v, %v; want the outcome unknown", resp.GetRun().GetStatus(), err)
+			}
+			again := resp.GetRun()
+			if _, err := s.decide(again, approveVerdict, "try again"); err != nil {
+				t.Fatalf("second approval: %v", err)
+			}
+			evs := s.watchToEnd(t, run.GetRunId(), again.GetVersion())
+			n := len(strings.Split(tc.payloads, ","))
+			if len(evs) < n || payloadNames(evs[:n]) != tc.payloads {
+				t.Fatalf("after the second approval: %s, want %s first", payloadNames(evs), tc.payloads)
+			}
+			if calls.Load() != 2 {
+				t.Errorf("%d lookups, want 2", calls.Load())
+			}
+			for _, c := range s.tools.commitCounts() {
+				if c != tc.commits {
+					t.Errorf("commits %v, want %d", s.tools.commitCounts(), tc.commits)
+				}
+			}
+			if tc.applied && !proto.Equal(evs[1].GetWriteCommitted().GetReceipt(), found) {
+				t.Errorf("receipt %v, want the lookup's", evs[1].GetWriteCommitted().GetReceipt())
+			}
+		})
 	}
 }

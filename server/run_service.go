@@ -7,6 +7,7 @@ package server
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"log/slog"
 	"strconv"
 
@@ -16,6 +17,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/auth"
+	"github.com/reinhq/rein/internal/export"
 	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
@@ -334,4 +336,52 @@ func (s *runService) WatchRuns(req *reinv1.WatchRunsRequest, stream grpc.ServerS
 			return status.Errorf(codes.Unavailable, "the server is shutting down; resume the watch with after_cursor=%d", cursor)
 		}
 	}
+}
+
+// maxBlobsBytes bounds one GetBlobs answer, under gRPC's default 4 MiB
+// message limit; a caller asks again for the blobs left out.
+const maxBlobsBytes = 3 << 20
+
+// GetBlobs returns blobs the run's events reference. A hash the run does
+// not reference is refused, so that a run's blobs are read only by those
+// who may read the run. The answer carries as many of the blobs asked for
+// as fit in maxBlobsBytes, always at least one, in the order asked.
+func (s *runService) GetBlobs(ctx context.Context, req *reinv1.GetBlobsRequest) (*reinv1.GetBlobsResponse, error) {
+	if _, err := s.load(ctx, req.GetRunId()); err != nil {
+		return nil, toStatus(s.log, "GetBlobs", err)
+	}
+	refs := map[string]bool{}
+	for after := uint64(0); ; {
+		evs, err := s.store.Events(ctx, req.GetRunId(), after, maxEventPage)
+		if err != nil {
+			return nil, toStatus(s.log, "GetBlobs", err)
+		}
+		for _, h := range export.BlobRefs(evs) {
+			refs[h] = true
+		}
+		if len(evs) < maxEventPage {
+			break
+		}
+		after = evs[len(evs)-1].GetSequence()
+	}
+	resp := &reinv1.GetBlobsResponse{Blobs: map[string][]byte{}}
+	size := 0
+	for i, h := range req.GetHashes() {
+		if !refs[h] {
+			return nil, invalidArgument(fmt.Sprintf("hashes[%d]", i), fmt.Sprintf("run %s references no blob %s; ask for the hashes its events name", req.GetRunId(), h))
+		}
+		if _, ok := resp.Blobs[h]; ok {
+			continue
+		}
+		b, err := s.store.Blob(ctx, h)
+		if err != nil {
+			return nil, toStatus(s.log, "GetBlobs", err)
+		}
+		if size > 0 && size+len(b) > maxBlobsBytes {
+			break
+		}
+		resp.Blobs[h] = b
+		size += len(b)
+	}
+	return resp, nil
 }

@@ -186,6 +186,7 @@ var rules = map[string]Role{
 	"/rein.v1.RunService/GetRun":         Viewer,
 	"/rein.v1.RunService/ListRuns":       Viewer,
 	"/rein.v1.RunService/ListEvents":     Viewer,
+	"/rein.v1.RunService/GetBlobs":       Viewer,
 	"/rein.v1.RunService/WatchRun":       Viewer,
 	"/rein.v1.RunService/WatchRuns":      Viewer,
 	"/rein.v1.RunService/CancelRun":      Operator,

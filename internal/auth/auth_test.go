@@ -201,6 +201,7 @@ func TestRequired(t *testing.T) {
 		"/rein.v1.RunService/GetRun":                                     auth.Viewer,
 		"/rein.v1.RunService/ListRuns":                                   auth.Viewer,
 		"/rein.v1.RunService/ListEvents":                                 auth.Viewer,
+		"/rein.v1.RunService/GetBlobs":                                   auth.Viewer,
 		"/rein.v1.RunService/WatchRun":                                   auth.Viewer,
 		"/rein.v1.RunService/WatchRuns":                                  auth.Viewer,
 		"/rein.v1.RunService/CancelRun":                                  auth.Operator,

@@ -101,7 +101,7 @@ var Scenarios = []Scenario{
 	{"append", "64 concurrent runs appending 3-event steps of ~300-byte events, durable, through the store", Append},
 	{"steps", "one run of 5,000 scripted tool-call steps through the engine, durable", Steps},
 	{"fold", "rebuild a 1,000,000-event run from the store: scan, decode, fold", Fold},
-	{"replay", "replay a directory of 1,000 recorded runs of 100 steps through the harness", Replay},
+	{"replay", "read and replay a directory of 1,000 recorded runs of 100 steps through the harness, against reading and folding them", Replay},
 }
 
 // Names are the scenario names, in order.

@@ -1,7 +1,13 @@
-// Package evaluate is the pure part of `rein evaluate`: the suite file's
-// format, grading one trial against a case's expectations, and the figures
-// reported per case and overall (pass rate, median tokens, p95 wall time,
-// refused tool attempts). Running the trials is the CLI's job.
+// Package evaluate is `rein evaluate` without its server: the suite file's
+// format, grading one trial against a case's expectations, copying a case's
+// workspace for a trial and grading the workspace a trial leaves, and the
+// figures reported per case and overall (pass rate, median tokens and cost,
+// p95 wall time, refused tool attempts). Running the trials is the CLI's job.
+//
+// Invariants: a suite that parses names only workspace paths that stay
+// inside the workspace (relative, no ".."), and only a case with a
+// workspace grades one. Grade is pure; GradeWorkspace reads files through
+// an os.Root and runs the suite's own commands.
 package evaluate
 
 import (
@@ -10,7 +16,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -23,10 +31,15 @@ import (
 //
 //	{"min_pass_rate": 0.9, "cases": [{"name": "…", "task": "task.json",
 //	  "model": "script:model.jsonl", "tools": "fixture:tools.json",
+//	  "workspace": "dir",
 //	  "expect": {"status": "completed", "result_text_contains": "…",
-//	    "result_data": {…}, "tools_called": ["…"], "tools_not_called": ["…"]}}]}
+//	    "result_data": {…}, "tools_called": ["…"], "tools_not_called": ["…"],
+//	    "files": {"path": "substring"},
+//	    "workspace_checks": [{"name": "…", "argv": ["…"], "dir": "…", "timeout": "60s"}]}}]}
 //
-// Paths are relative to the suite file. Unknown fields are refused.
+// Paths are relative to the suite file, except those of files and
+// workspace_checks, which are relative to the trial's workspace. Unknown
+// fields are refused.
 type Suite struct {
 	// MinPassRate, when set, is the overall pass rate under which the
 	// evaluation fails.
@@ -42,8 +55,12 @@ type Case struct {
 	// Model, when set, is script:FILE and replaces the task's model.
 	Model string `json:"model,omitempty"`
 	// Tools, when set, is fixture:FILE.
-	Tools  string `json:"tools,omitempty"`
-	Expect Expect `json:"expect"`
+	Tools string `json:"tools,omitempty"`
+	// Workspace, when set, is a directory each trial gets a fresh copy of,
+	// as the workspace of its file tools and completion checks. It may hold
+	// regular files and directories only.
+	Workspace string `json:"workspace,omitempty"`
+	Expect    Expect `json:"expect"`
 }
 
 // Expect is what a trial must show to pass. An empty field checks nothing.
@@ -62,6 +79,38 @@ type Expect struct {
 	// ToolsNotCalled must never have been called. An attempt the harness
 	// refused (tool_refused) is not a call.
 	ToolsNotCalled []string `json:"tools_not_called,omitempty"`
+	// Files maps a path in the trial's final workspace to a substring of
+	// its content: the file must exist, and contain the substring unless
+	// it is "". Needs the case's workspace.
+	Files map[string]string `json:"files,omitempty"`
+	// WorkspaceChecks run, in order, in the trial's final workspace once
+	// the run pauses or ends; each must exit 0. Needs the case's workspace.
+	WorkspaceChecks []WorkspaceCheck `json:"workspace_checks,omitempty"`
+}
+
+// WorkspaceCheck is a command that grades a trial's final workspace.
+type WorkspaceCheck struct {
+	// Name names the check in failures; unique within a case.
+	Name string `json:"name"`
+	// Argv is the command and its arguments, run with no shell and rein's
+	// environment.
+	Argv []string `json:"argv"`
+	// Dir is the directory to run in, relative to the workspace; "" is
+	// the workspace itself.
+	Dir string `json:"dir,omitempty"`
+	// Timeout is a Go duration ("90s", "2m"); "" is DefaultCheckTimeout.
+	Timeout string `json:"timeout,omitempty"`
+}
+
+// DefaultCheckTimeout bounds a workspace check with no timeout.
+const DefaultCheckTimeout = 60 * time.Second
+
+// Limit is how long the check may run.
+func (c WorkspaceCheck) Limit() time.Duration {
+	if d, err := time.ParseDuration(c.Timeout); err == nil && d > 0 {
+		return d
+	}
+	return DefaultCheckTimeout
 }
 
 // ParseSuite decodes and checks a suite file's content. Errors name the
@@ -105,8 +154,70 @@ func ParseSuite(data []byte) (*Suite, error) {
 				return nil, fmt.Errorf("%s.expect.result_data: %v", at, err)
 			}
 		}
+		if err := checkWorkspaceExpect(at, c); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
+}
+
+// checkWorkspaceExpect checks a case's workspace graders: they need a
+// workspace, and their paths stay inside it.
+func checkWorkspaceExpect(at string, c Case) error {
+	e := c.Expect
+	if c.Workspace == "" && (len(e.Files) > 0 || len(e.WorkspaceChecks) > 0) {
+		return fmt.Errorf("%s (case %q): expect.files and expect.workspace_checks grade the trial's final workspace, and the case has none: give it a \"workspace\" directory", at, c.Name)
+	}
+	for _, p := range slices.Sorted(maps.Keys(e.Files)) {
+		if err := workspacePath(p, false); err != nil {
+			return fmt.Errorf("%s.expect.files[%q]: %v", at, p, err)
+		}
+	}
+	names := map[string]bool{}
+	for j, ch := range e.WorkspaceChecks {
+		cat := fmt.Sprintf("%s.expect.workspace_checks[%d]", at, j)
+		switch {
+		case ch.Name == "":
+			return fmt.Errorf("%s.name: required", cat)
+		case names[ch.Name]:
+			return fmt.Errorf("%s.name: %q is used by another check of the case", cat, ch.Name)
+		case len(ch.Argv) == 0 || ch.Argv[0] == "":
+			return fmt.Errorf("%s.argv: required: the command and its arguments, such as [\"go\", \"test\", \"./...\"]", cat)
+		}
+		names[ch.Name] = true
+		if ch.Dir != "" {
+			if err := workspacePath(ch.Dir, true); err != nil {
+				return fmt.Errorf("%s.dir: %v", cat, err)
+			}
+		}
+		if ch.Timeout != "" {
+			d, err := time.ParseDuration(ch.Timeout)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("%s.timeout: %q is not a positive duration such as \"90s\"", cat, ch.Timeout)
+			}
+		}
+	}
+	return nil
+}
+
+// workspacePath refuses a path that could leave the workspace: empty,
+// absolute, or with a ".." element. dir allows "." (the workspace itself).
+func workspacePath(p string, dir bool) error {
+	if p == "" {
+		return errors.New("empty: give a path relative to the workspace")
+	}
+	if filepath.IsAbs(p) || strings.HasPrefix(p, "/") || strings.HasPrefix(p, `\`) {
+		return fmt.Errorf("%q is absolute: give a path relative to the workspace", p)
+	}
+	for _, part := range strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if part == ".." {
+			return fmt.Errorf("%q has a \"..\": a path must stay inside the workspace", p)
+		}
+	}
+	if !dir && filepath.Clean(p) == "." {
+		return fmt.Errorf("%q is the workspace itself: name a file in it", p)
+	}
+	return nil
 }
 
 // Observation is what one trial showed.
@@ -122,10 +233,15 @@ type Observation struct {
 	Called  []string
 	Refused int
 	Tokens  uint64
+	// CostUSD is the run's cost (Run.cost_usd), priced by the server's
+	// price table.
+	CostUSD float64
 	Wall    time.Duration
 }
 
-// Grade checks o against e and returns why it fails; none means it passes.
+// Grade checks o against e, all but its workspace graders (files,
+// workspace_checks: GradeWorkspace), and returns why it fails; none means
+// it passes.
 func Grade(e Expect, o Observation) []string {
 	var fails []string
 	if e.Status != "" && o.Status != e.Status {
@@ -198,18 +314,17 @@ func Subset(want, got any, path string) (string, bool) {
 	return "", true
 }
 
-// CostNote says why costs are reported as 0.
-const CostNote = "no price table yet"
-
 // Stats are the figures of a set of trials.
 type Stats struct {
 	Trials       int     `json:"trials"`
 	Passed       int     `json:"passed"`
 	PassRate     float64 `json:"pass_rate"`
 	MedianTokens float64 `json:"median_tokens"`
-	MedianCost   float64 `json:"median_cost"`
-	P95WallMS    float64 `json:"p95_wall_ms"`
-	Refused      int     `json:"refused_attempts"`
+	// MedianCost is MedianCostUSD under the report's first name for it.
+	MedianCost    float64 `json:"median_cost"`
+	MedianCostUSD float64 `json:"median_cost_usd"`
+	P95WallMS     float64 `json:"p95_wall_ms"`
+	Refused       int     `json:"refused_attempts"`
 }
 
 // Trial is one graded trial.
@@ -221,10 +336,11 @@ type Trial struct {
 // Passed reports whether the trial met every expectation.
 func (t Trial) Passed() bool { return len(t.Failures) == 0 }
 
-// Summarize computes the figures of trials. Cost is 0 (CostNote).
+// Summarize computes the figures of trials.
 func Summarize(trials []Trial) Stats {
 	s := Stats{Trials: len(trials)}
 	tokens := make([]float64, 0, len(trials))
+	costs := make([]float64, 0, len(trials))
 	walls := make([]float64, 0, len(trials))
 	for _, t := range trials {
 		if t.Passed() {
@@ -232,12 +348,15 @@ func Summarize(trials []Trial) Stats {
 		}
 		s.Refused += t.Refused
 		tokens = append(tokens, float64(t.Tokens))
+		costs = append(costs, t.CostUSD)
 		walls = append(walls, float64(t.Wall)/float64(time.Millisecond))
 	}
 	if s.Trials > 0 {
 		s.PassRate = float64(s.Passed) / float64(s.Trials)
 	}
 	s.MedianTokens = Median(tokens)
+	s.MedianCostUSD = Median(costs)
+	s.MedianCost = s.MedianCostUSD
 	s.P95WallMS = Percentile(walls, 95)
 	return s
 }

@@ -10,13 +10,16 @@
 //
 // Invariants: Read returns only a RunExport whose format_version is
 // Version, whose checksum matches, whose events fold with runstate.ApplyAll
-// from the zero state, whose run_id is its events' and whose blobs are
-// stored under their SHA-256; anything else is refused with an error that
-// names the file. Write refuses to write what Read would refuse.
+// from the zero state, whose run_id is its events', whose blobs are stored
+// under their SHA-256, and which carries every blob its events reference
+// (BlobRefs); anything else is refused with an error that names the file.
+// Write refuses to write what Read would refuse. New builds the RunExport
+// of a stored run, its blobs included.
 package export
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -49,9 +52,73 @@ var (
 	ErrVersion = errors.New("unsupported format version")
 	// ErrInvalid: the file is intact but what it holds is not one run's
 	// log: it does not parse, its events do not fold, its run ID is not
-	// its events', a blob is not stored under its hash.
+	// its events', a blob is not stored under its hash, a blob an event
+	// references is not in it.
 	ErrInvalid = errors.New("not a valid run")
 )
+
+// Blobs is where New reads the blobs a run's events reference. A
+// store.Store is one.
+type Blobs interface {
+	// Blob returns the content whose SHA-256 in lower-case hex is hash.
+	Blob(ctx context.Context, hash string) ([]byte, error)
+}
+
+// New returns the export of a run's whole log, evs, with every blob the
+// events reference read from blobs; the caller may set exported_at and
+// exported_by. blobs may be nil when the events reference none. It does not
+// check the log: Write does.
+func New(ctx context.Context, runID string, evs []*reinv1.Event, blobs Blobs) (*reinv1.RunExport, error) {
+	x := &reinv1.RunExport{FormatVersion: Version, RunId: runID, Events: evs}
+	refs := BlobRefs(evs)
+	if len(refs) == 0 {
+		return x, nil
+	}
+	if blobs == nil {
+		return nil, fmt.Errorf("export run %s: its events reference %d blobs and there is no store to read them from", runID, len(refs))
+	}
+	x.Blobs = make(map[string][]byte, len(refs))
+	for _, hash := range refs {
+		b, err := blobs.Blob(ctx, hash)
+		if err != nil {
+			return nil, fmt.Errorf("export run %s: read blob %s: %w", runID, hash, err)
+		}
+		x.Blobs[hash] = b
+	}
+	return x, nil
+}
+
+// BlobRefs returns the hashes of the blobs evs reference (a model_requested
+// event's input_blobs, a context_compacted item's blob), each once, in the
+// order of their first reference. An empty hash is no reference.
+func BlobRefs(evs []*reinv1.Event) []string {
+	var refs []string
+	seen := map[string]bool{}
+	add := func(hash string) {
+		if !seen[hash] {
+			seen[hash] = true
+			refs = append(refs, hash)
+		}
+	}
+	for _, ev := range evs {
+		eachRef(ev, add)
+	}
+	return refs
+}
+
+// eachRef calls fn with each blob hash ev references, in order, "" left out.
+func eachRef(ev *reinv1.Event, fn func(hash string)) {
+	for _, hash := range ev.GetModelRequested().GetInputBlobs() {
+		if hash != "" {
+			fn(hash)
+		}
+	}
+	for _, item := range ev.GetContextCompacted().GetItems() {
+		if hash := item.GetBlob(); hash != "" {
+			fn(hash)
+		}
+	}
+}
 
 // Write writes x to w in the export format. x must be of format Version and
 // hold a log that Read accepts; nothing is written otherwise.
@@ -148,6 +215,18 @@ func check(x *reinv1.RunExport) error {
 		sum := sha256.Sum256(blob)
 		if hex.EncodeToString(sum[:]) != key {
 			return fmt.Errorf("%w: run %s: blob %q is not stored under its SHA-256; export the run again", ErrInvalid, x.GetRunId(), key)
+		}
+	}
+	var missing error
+	for _, ev := range evs {
+		eachRef(ev, func(hash string) {
+			if _, ok := x.GetBlobs()[hash]; !ok && missing == nil {
+				missing = fmt.Errorf("%w: run %s: event %d references blob %s, which the file does not carry; export the run again",
+					ErrInvalid, x.GetRunId(), ev.GetSequence(), hash)
+			}
+		})
+		if missing != nil {
+			return missing
 		}
 	}
 	return nil

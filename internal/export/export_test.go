@@ -44,7 +44,9 @@ func testEvents() []*reinv1.Event {
 		Tenant:    "acme",
 	}}
 	requested := envelope(2)
-	requested.Payload = &reinv1.Event_ModelRequested{ModelRequested: &reinv1.ModelRequested{InputHash: "h2", Model: "scripted/test"}}
+	requested.Payload = &reinv1.Event_ModelRequested{ModelRequested: &reinv1.ModelRequested{
+		InputHash: "h2", Model: "scripted/test", InputBlobs: []string{blobKey(testBlob), blobKey(nil)},
+	}}
 	returned := envelope(3)
 	returned.Actor = "model"
 	returned.Payload = &reinv1.Event_ModelReturned{ModelReturned: &reinv1.ModelReturned{
@@ -64,13 +66,16 @@ func blobKey(b []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// testBlob is one of the blobs testEvents' model call references; the other
+// is empty.
+var testBlob = []byte("a large tool output, stored apart")
+
 func testExport() *reinv1.RunExport {
-	blob := []byte("a large tool output, stored apart")
 	return &reinv1.RunExport{
 		FormatVersion: Version,
 		RunId:         testRunID,
 		Events:        testEvents(),
-		Blobs:         map[string][]byte{blobKey(blob): blob, blobKey(nil): {}},
+		Blobs:         map[string][]byte{blobKey(testBlob): testBlob, blobKey(nil): {}},
 		ExportedAt:    timestamppb.New(epoch.Add(time.Hour)),
 		ExportedBy:    "rein test",
 	}
@@ -147,6 +152,10 @@ func TestWriteRefusesWhatReadRefuses(t *testing.T) {
 		{"no events", func(x *reinv1.RunExport) { x.Events = nil }, ErrInvalid},
 		{"out of sequence", func(x *reinv1.RunExport) { x.Events[1], x.Events[2] = x.Events[2], x.Events[1] }, ErrInvalid},
 		{"other run", func(x *reinv1.RunExport) { x.RunId = "run_other" }, ErrInvalid},
+		{"a referenced blob missing", func(x *reinv1.RunExport) { delete(x.Blobs, blobKey(testBlob)) }, ErrInvalid},
+		{"no blobs", func(x *reinv1.RunExport) { x.Blobs = nil }, ErrInvalid},
+		{"a blob changed", func(x *reinv1.RunExport) { x.Blobs[blobKey(testBlob)] = []byte("tampered") }, ErrInvalid},
+		{"a blob nothing references", func(x *reinv1.RunExport) { x.Blobs[blobKey([]byte("extra"))] = []byte("extra") }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -173,6 +182,10 @@ func TestReadRefuses(t *testing.T) {
 	t.Parallel()
 	good := written(t, testExport())
 	n := len(good)
+	inBlob := bytes.Index(good, testBlob)
+	if inBlob < 0 {
+		t.Fatal("the blob's bytes are not in the file")
+	}
 	flip := func(i int) []byte {
 		b := bytes.Clone(good)
 		b[i] ^= 0x40
@@ -216,6 +229,7 @@ func TestReadRefuses(t *testing.T) {
 		{"a byte flipped in the middle", flip(n / 2), ErrDamaged, "checksum"},
 		{"a byte flipped in the checksum", flip(n - 3), ErrDamaged, "checksum"},
 		{"a byte appended", append(bytes.Clone(good), 0), ErrDamaged, "checksum"},
+		{"a byte of a blob flipped", flip(inBlob + 3), ErrDamaged, "checksum"},
 
 		{"a checksummed body that does not parse", frame([]byte{0xff, 0xff, 0xff}), ErrInvalid, "do not parse"},
 		{"a later format version", edited(func(x *reinv1.RunExport) { x.FormatVersion = 2 }), ErrVersion, "version 2"},
@@ -239,6 +253,16 @@ func TestReadRefuses(t *testing.T) {
 		{"a blob under another hash", edited(func(x *reinv1.RunExport) {
 			x.Blobs[blobKey([]byte("x"))] = []byte("y")
 		}), ErrInvalid, "blob"},
+		// Changed, and the checksum made again to match.
+		{"a referenced blob changed", edited(func(x *reinv1.RunExport) {
+			x.Blobs[blobKey(testBlob)] = []byte("a large tool output, changed")
+		}), ErrInvalid, "is not stored under its SHA-256"},
+		{"a referenced blob missing", edited(func(x *reinv1.RunExport) {
+			delete(x.Blobs, blobKey(testBlob))
+		}), ErrInvalid, "event 2 references blob " + blobKey(testBlob) + ", which the file does not carry"},
+		{"the empty blob missing", edited(func(x *reinv1.RunExport) {
+			delete(x.Blobs, blobKey(nil))
+		}), ErrInvalid, "references blob " + blobKey(nil)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

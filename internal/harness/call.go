@@ -12,7 +12,6 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
-	"github.com/reinhq/rein/internal/pricing"
 )
 
 // checkPrice refuses a contract with a cost limit whose model the price
@@ -30,18 +29,11 @@ func (e *Engine) checkPrice(c *reinv1.TaskContract) error {
 	return nil
 }
 
-// price is the run's model's price; free when the table has none.
-func (r *runner) price() pricing.Price {
-	m := r.st.Contract.GetModel()
-	p, _ := r.e.cfg.Prices.Lookup(m.GetProvider(), m.GetName())
-	return p
-}
-
 // capCost caps the call's output at what the run's money left buys once
 // the input is paid for, and says what the call may cost at most. limit is
 // set when not even one output token is affordable.
 func (r *runner) capCost(req *model.Request, input uint64) (maxCost float64, limit, detail string) {
-	p := r.price()
+	p := r.price
 	max := r.st.Contract.GetBudget().GetMaxCostUsd()
 	if max > 0 {
 		left := max - r.st.CostUSD

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/tail"
 )
 
 // Limits of the completion checks.
@@ -125,11 +126,11 @@ func runCheck(ctx context.Context, root string, ch *reinv1.Check) *reinv1.CheckR
 			cmd.Env = append(cmd.Env, name+"="+v)
 		}
 	}
-	out := &tailBuffer{max: checkOutputCap}
+	out := &tail.Buffer{Max: checkOutputCap}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = checkWaitDelay
 	err = cmd.Run()
-	tail := tailLines(out.String(), checkTailLines)
+	tail := tail.Lines(out.String(), checkTailLines, checkTailBytes)
 	var exit *exec.ExitError
 	switch {
 	case cctx.Err() != nil && ctx.Err() == nil:
@@ -151,51 +152,6 @@ func runCheck(ctx context.Context, root string, ch *reinv1.Check) *reinv1.CheckR
 	}
 	res.OutputTail = tail
 	return res
-}
-
-// tailBuffer keeps the last max bytes written to it (at most 2*max held).
-type tailBuffer struct {
-	b   []byte
-	max int
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.b = append(t.b, p...)
-	if len(t.b) > 2*t.max {
-		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	b := t.b
-	if len(b) > t.max {
-		b = b[len(b)-t.max:]
-	}
-	return string(b)
-}
-
-// tailLines is the last n lines of s, at most checkTailBytes, as valid
-// UTF-8.
-func tailLines(s string, n int) string {
-	trimmed := strings.TrimRight(s, "\n")
-	i := len(trimmed)
-	for k := 0; k < n && i > 0; k++ {
-		j := strings.LastIndexByte(trimmed[:i], '\n')
-		i = j
-		if j < 0 {
-			i = 0
-			break
-		}
-	}
-	if i > 0 {
-		i++ // skip the newline before the kept lines
-	}
-	out := s[i:]
-	if len(out) > checkTailBytes {
-		out = out[len(out)-checkTailBytes:]
-	}
-	return strings.ToValidUTF8(out, "\uFFFD")
 }
 
 // workspaceHash is the SHA-256 (hex) of the workspace's regular files: their

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -18,7 +19,10 @@ import (
 const (
 	DefaultMaxSteps       = 25
 	DefaultMaxOutputBytes = 64 << 10
-	DefaultProposalTTL    = 24 * time.Hour
+	// DefaultMaxContextChars is the context size past which older
+	// observations are compacted.
+	DefaultMaxContextChars = 200_000
+	DefaultProposalTTL     = 24 * time.Hour
 	// DefaultCheckTimeout bounds a completion check with no timeout.
 	DefaultCheckTimeout = 60 * time.Second
 )
@@ -121,7 +125,7 @@ func validateChecks(checks []*reinv1.Check) error {
 
 // withDefaults returns a copy of c with the budget's zero fields set.
 func withDefaults(c *reinv1.TaskContract) *reinv1.TaskContract {
-	c = proto.Clone(c).(*reinv1.TaskContract)
+	c = cloneContract(c)
 	if c.Budget == nil {
 		c.Budget = &reinv1.Budget{}
 	}
@@ -130,6 +134,9 @@ func withDefaults(c *reinv1.TaskContract) *reinv1.TaskContract {
 	}
 	if c.Budget.MaxOutputBytes == 0 {
 		c.Budget.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if c.Budget.MaxContextChars == 0 {
+		c.Budget.MaxContextChars = DefaultMaxContextChars
 	}
 	for _, ch := range c.Checks {
 		if ch.Timeout == nil {
@@ -143,4 +150,29 @@ func withDefaults(c *reinv1.TaskContract) *reinv1.TaskContract {
 		c.Approval.ProposalTtl = durationpb.New(DefaultProposalTTL)
 	}
 	return c
+}
+
+// cloneContract deep-copies a contract, except its model's script, which
+// the copy shares: rein never changes a script, and a long one would be
+// most of the copy's cost.
+func cloneContract(c *reinv1.TaskContract) *reinv1.TaskContract {
+	out := cloneExcept(c, "model").(*reinv1.TaskContract)
+	if m := c.GetModel(); m != nil {
+		out.Model = cloneExcept(m, "script").(*reinv1.ModelSpec)
+		out.Model.Script = m.GetScript()
+	}
+	return out
+}
+
+// cloneExcept deep-copies m without the field named skip.
+func cloneExcept(m proto.Message, skip protoreflect.Name) proto.Message {
+	src := m.ProtoReflect()
+	shallow := src.New()
+	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Name() != skip {
+			shallow.Set(fd, v)
+		}
+		return true
+	})
+	return proto.Clone(shallow.Interface())
 }

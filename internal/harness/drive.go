@@ -9,6 +9,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 )
@@ -28,6 +29,8 @@ type runner struct {
 	// toolIndex counts the calls made to each tool, for Call.Index.
 	toolIndex map[string]int
 	toolHash  string
+	// price is the run's model's price (free when the table has none).
+	price pricing.Price
 	// now is the step's one clock reading, the recorded_at of its events.
 	now *timestamppb.Timestamp
 	// epoch is the driver's lease on the run: its appends are fenced with
@@ -96,6 +99,8 @@ func (e *Engine) load(ctx context.Context, runID string) (*runner, error) {
 		return nil, err
 	}
 	r := &runner{e: e, toolIndex: map[string]int{}, toolHash: toolSetHash(st.Contract.GetTools())}
+	m := st.Contract.GetModel()
+	r.price, _ = e.cfg.Prices.Lookup(m.GetProvider(), m.GetName())
 	r.tx.init(st.Contract)
 	for after := uint64(0); ; {
 		evs, err := e.cfg.Store.Events(ctx, runID, after, eventPage)
@@ -141,7 +146,18 @@ func (r *runner) commit(ctx context.Context, evs ...*reinv1.Event) error {
 	}
 	// A write that started must finish: a cancelled caller still needs to
 	// know whether the step committed.
-	if err := r.e.cfg.Store.Append(context.WithoutCancel(ctx), r.st.RunID, r.st.Version, all, store.WithEpoch(r.epoch)); err != nil {
+	opts := []store.AppendOption{store.WithEpoch(r.epoch)}
+	// A model call's input parts are stored with the event that
+	// references them (model_requested's input_blobs).
+	for _, ev := range all {
+		if ev.GetModelRequested() != nil {
+			if b := r.tx.takeBlobs(); b != nil {
+				opts = append(opts, store.WithBlobs(b))
+			}
+			break
+		}
+	}
+	if err := r.e.cfg.Store.Append(context.WithoutCancel(ctx), r.st.RunID, r.st.Version, all, opts...); err != nil {
 		return err
 	}
 	r.pending = nil

@@ -108,6 +108,9 @@ type Engine struct {
 
 	// draining makes drivers stop at the next step boundary (Shutdown).
 	draining atomic.Bool
+	// stepped: the caller steps runs with DriveSync (sync.go); schedule
+	// starts no driver.
+	stepped bool
 }
 
 type driver struct {
@@ -378,7 +381,7 @@ func (e *Engine) Close() {
 func (e *Engine) schedule(runID string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.closed || e.active[runID] != nil {
+	if e.closed || e.stepped || e.active[runID] != nil {
 		return
 	}
 	ctx, cancel := context.WithCancelCause(e.base)

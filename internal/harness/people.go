@@ -48,6 +48,10 @@ func (e *Engine) ProvideInput(ctx context.Context, runID, text, principal string
 	return next, nil
 }
 
+// errEarlierUnknown is why a re-approved write is looked up before it is
+// sent again.
+var errEarlierUnknown = errors.New("an earlier dispatch of this write has an unknown outcome")
+
 // Decision is a person's decision on a proposed write.
 type Decision struct {
 	RunID, ProposalID, ProposalHash string
@@ -111,6 +115,18 @@ func (e *Engine) DecideApproval(ctx context.Context, d Decision) (runstate.State
 		return next, nil
 	}
 
+	// An earlier dispatch of this write has an unknown outcome: a tool that
+	// can look writes up is asked before the write is sent again (it may
+	// have been applied). Without a lookup, the person's approval is the
+	// word that it was not, and the write is sent again with the same key.
+	if _, canLook := e.executor().(tools.Looker); st.WriteOperationID != "" && canLook {
+		next, err := e.appendEvents(ctx, st, actor, decided)
+		if err != nil {
+			return st, err
+		}
+		e.disarm(d.RunID)
+		return e.commitWrite(ctx, next, errEarlierUnknown)
+	}
 	// The key is the proposal's: a second dispatch of the same write (after
 	// an unknown outcome) reuses it.
 	opID := "op_" + p.GetProposalId()

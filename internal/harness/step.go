@@ -41,6 +41,11 @@ func (r *runner) step(ctx context.Context) error {
 	if resumed {
 		step = r.st.Steps
 	}
+	if !resumed {
+		if cc := r.tx.compaction(step, int(b.GetMaxContextChars())); cc != nil {
+			r.later(&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ContextCompacted{ContextCompacted: cc}})
+		}
+	}
 	req := &model.Request{
 		RunID:      r.st.RunID,
 		Step:       step,
@@ -73,6 +78,7 @@ func (r *runner) step(ctx context.Context) error {
 	}
 
 	// 3. Call the model, recorded durably before it is sent.
+	carried, blobs := r.tx.newInput()
 	if err := r.commit(ctx, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ModelRequested{ModelRequested: &reinv1.ModelRequested{
 		Step:            req.Step,
 		InputHash:       r.tx.inputHash(),
@@ -83,6 +89,8 @@ func (r *runner) step(ctx context.Context) error {
 		ToolSetHash:     r.toolHash,
 		Resumed:         resumed,
 		MaxCostUsd:      maxCost,
+		CarriedBlobs:    carried,
+		InputBlobs:      blobs,
 	}}}); err != nil {
 		return err
 	}
@@ -114,7 +122,7 @@ func (r *runner) step(ctx context.Context) error {
 		usage = &reinv1.Usage{}
 	}
 	returned := &reinv1.Event{Actor: "model", Payload: &reinv1.Event_ModelReturned{ModelReturned: &reinv1.ModelReturned{
-		Decision: reply.Decision, Usage: usage, CostUsd: r.price().Cost(usage.GetInputTokens(), usage.GetOutputTokens()),
+		Decision: reply.Decision, Usage: usage, CostUsd: r.price.Cost(usage.GetInputTokens(), usage.GetOutputTokens()),
 	}}}
 
 	// 4. Parse: a reply that is not a valid decision is an observation.

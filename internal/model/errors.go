@@ -59,6 +59,16 @@ func (e *HTTPError) Error() string {
 	return s
 }
 
+// NewHTTPError is a provider's refusal as rein reports it, with the wait
+// its Retry-After header asks for (resp may be nil).
+func NewHTTPError(provider, keyEnv string, status int, message string, resp *http.Response) *HTTPError {
+	e := &HTTPError{Provider: provider, StatusCode: status, Message: message, KeyEnv: keyEnv}
+	if resp != nil {
+		e.RetryAfter = ParseRetryAfter(resp.Header, time.Now())
+	}
+	return e
+}
+
 // Retryable reports whether the call may be retried after a wait.
 func (e *HTTPError) Retryable() bool {
 	return e.StatusCode == http.StatusTooManyRequests || e.StatusCode >= 500

@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -26,7 +25,6 @@ import (
 	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/runstate"
-	"github.com/reinhq/rein/internal/store/mem"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -69,7 +67,13 @@ type Options struct {
 var ErrUnsupported = errors.New("recording not supported by replay")
 
 // Run replays one recorded run. An error means the replay could not be
-// made (a malformed or unsupported recording); a divergence is in Result.
+// made (a malformed or unsupported recording, a log that refused what the
+// harness appended, ctx done); a divergence is in Result.
+//
+// The run is stepped by a synchronous engine (harness.NewSync) on the
+// caller's goroutine: the harness's own step code, with no driver goroutine
+// to start or wait for. Its log folds every event it is given, as a store
+// does, and compares it with the recorded one as it is appended.
 func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, error) {
 	if len(recorded) == 0 || recorded[0].GetRunStarted() == nil {
 		return Result{}, fmt.Errorf("%w: a recording starts with run_started", ErrUnsupported)
@@ -78,15 +82,13 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 	if err := rec.check(); err != nil {
 		return Result{}, err
 	}
-	st := mem.New()
-	defer st.Close()
-	eng := harness.New(harness.Config{
-		Store:    st,
+	l := newRunLog(recorded)
+	eng := harness.NewSync(harness.Config{
+		Store:    l,
 		Models:   func(*reinv1.ModelSpec) (model.Model, error) { return rec, nil },
 		Tools:    rec,
 		Clock:    rec.clock,
-		Notify:   func(_ string, version uint64) { rec.version.Store(version) },
-		Workers:  1,
+		Notify:   func(_ string, version uint64) { rec.version = version },
 		NewID:    rec.newID,
 		NoTimers: true,
 		Tier:     o.Tier,
@@ -103,13 +105,13 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 		return Result{}, fmt.Errorf("replay run %s: start: %w", rec.runID, err)
 	}
 	for {
-		if err := eng.Wait(ctx, rec.runID); err != nil {
-			return Result{}, err
+		if err := eng.DriveSync(ctx, rec.runID); err != nil {
+			return Result{}, fmt.Errorf("replay run %s: %w", rec.runID, err)
 		}
-		cur, err := st.Load(ctx, rec.runID)
-		if err != nil {
-			return Result{}, err
+		if err := ctx.Err(); err != nil {
+			return Result{}, err // the steps stopped where ctx ended
 		}
+		cur := l.st
 		if cur.Version >= uint64(len(recorded)) || runstate.Terminal(cur.Status) {
 			break
 		}
@@ -122,11 +124,7 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 			break // the replay stopped where the recording went on
 		}
 	}
-	got, err := st.Events(ctx, rec.runID, 0, len(recorded)+64)
-	if err != nil {
-		return Result{}, err
-	}
-	return Result{RunID: rec.runID, Events: len(recorded), Divergence: compare(recorded, got)}, nil
+	return Result{RunID: rec.runID, Events: len(recorded), Divergence: l.divergence()}, nil
 }
 
 // act replays what a person (or a timer) did next in the recording; false
@@ -162,23 +160,6 @@ func act(ctx context.Context, eng *harness.Engine, cur runstate.State, next *rei
 	return err == nil, nil
 }
 
-// compare finds the first event where the logs part.
-func compare(want, got []*reinv1.Event) *Divergence {
-	for i := 0; i < max(len(want), len(got)); i++ {
-		var w, g *reinv1.Event
-		if i < len(want) {
-			w = want[i]
-		}
-		if i < len(got) {
-			g = got[i]
-		}
-		if w == nil || g == nil || !proto.Equal(w, g) {
-			return &Divergence{Sequence: uint64(i) + 1, Expected: w, Got: g}
-		}
-	}
-	return nil
-}
-
 // recording answers the harness from a recorded log: it is the model, the
 // tools, the clock and the ID source.
 type recording struct {
@@ -192,8 +173,9 @@ type recording struct {
 	receipts map[string]*structpb.Value // by proposal id
 	ids      []string                   // proposal IDs, in order
 	nextID   int
-	// version is the replayed log's version, as the engine notified it.
-	version atomic.Uint64
+	// version is the replayed log's version, as the engine notified it
+	// (the engine is synchronous: one goroutine reads and writes it).
+	version uint64
 }
 
 func newRecording(events []*reinv1.Event) *recording {
@@ -239,7 +221,7 @@ func (r *recording) check() error {
 // the step before (it keeps that step's time). The engine's Notify keeps the
 // stored version.
 func (r *recording) clock() time.Time {
-	v := r.version.Load()
+	v := r.version
 	for i := int(v); i < len(r.events); i++ {
 		if r.events[i].GetToolReturned() == nil || i == 0 {
 			return r.events[i].GetRecordedAt().AsTime()

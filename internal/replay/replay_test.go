@@ -249,7 +249,12 @@ func record(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := export.Write(f, &reinv1.RunExport{FormatVersion: 1, RunId: run.RunID, Events: evs, ExportedBy: "rein replay tests"}); err != nil {
+		x, err := export.New(ctx, run.RunID, evs, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.ExportedBy = "rein replay tests"
+		if err := export.Write(f, x); err != nil {
 			t.Fatal(err)
 		}
 		if err := f.Close(); err != nil {

@@ -7,12 +7,24 @@
 // (runstate.Apply) in the same transaction that writes it, so what the fold
 // rejects never reaches the log and two writers at one version get a
 // conflict, never a forked history. A refused request changes no stored byte.
+//
+// Blobs (a model call's input, a compacted entry's full text) are stored
+// apart from the events, once each, under the SHA-256 of their content in
+// lower-case hex (BlobHash), and the events name them by that hash. An
+// Append writes the blobs it is given WithBlobs in the same transaction as
+// its events: a refused append stores no blob either. A blob is never
+// rewritten or deleted.
 package store
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
@@ -30,6 +42,11 @@ var (
 	// ErrFenced: the append came from an owner whose lease on the run was
 	// taken over (a stale epoch). Its writer must stop driving the run.
 	ErrFenced = errors.New("stale owner fenced")
+	// ErrNoBlob: no blob is stored under that hash.
+	ErrNoBlob = errors.New("blob not found")
+	// ErrInvalidBlob: a blob given to Append is not keyed by its content's
+	// BlobHash, or a hash is not one (64 lower-case hex digits).
+	ErrInvalidBlob = errors.New("invalid blob")
 )
 
 // Store is an event store. It is safe for concurrent use.
@@ -43,7 +60,8 @@ type Store interface {
 	// run_id and sequences expected+1, expected+2, …; they are applied to the
 	// stored state with runstate.Apply and written only if all of them apply.
 	// A stale expected version is ErrConflict. The events are durable when
-	// Append returns nil.
+	// Append returns nil. Blobs given WithBlobs are written with the events,
+	// or not at all.
 	Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...AppendOption) error
 	// Acquire makes owner the run's owner and returns its lease epoch, one
 	// more than the last. Appends made WithEpoch an older epoch are refused
@@ -59,6 +77,10 @@ type Store interface {
 	// after, in commit order, and the cursor of the last change stored. A
 	// run's creation is a change from unspecified to running.
 	Changes(ctx context.Context, after uint64, limit int) ([]Change, uint64, error)
+	// Blob returns a copy of the blob stored under hash (a BlobHash). An
+	// unknown hash is ErrNoBlob; a string that is not a BlobHash is
+	// ErrInvalidBlob.
+	Blob(ctx context.Context, hash string) ([]byte, error)
 	// Close releases the store. Appends in flight finish first.
 	Close() error
 }
@@ -71,11 +93,66 @@ type AppendOptions struct {
 	// Epoch, when not 0, is the appending owner's lease epoch: the append is
 	// refused with ErrFenced unless it is the run's current epoch.
 	Epoch uint64
+	// Blobs maps BlobHash(content) to content: they are stored in the same
+	// transaction as the events, each unless a blob with its hash is
+	// already stored. A key that is not its content's hash refuses the whole
+	// append with ErrInvalidBlob. The store does not keep the map or its
+	// slices after Append returns; the caller must not change them during
+	// the call.
+	Blobs map[string][]byte
 }
 
 // WithEpoch fences an append with the owner's lease epoch.
 func WithEpoch(epoch uint64) AppendOption {
 	return func(o *AppendOptions) { o.Epoch = epoch }
+}
+
+// WithBlobs stores blobs, keyed by BlobHash, with the append's events. More
+// than one WithBlobs add up.
+func WithBlobs(blobs map[string][]byte) AppendOption {
+	return func(o *AppendOptions) {
+		if o.Blobs == nil {
+			o.Blobs = make(map[string][]byte, len(blobs))
+		}
+		maps.Copy(o.Blobs, blobs)
+	}
+}
+
+// BlobHash is the key a blob is stored under: the SHA-256 of its content in
+// lower-case hex.
+func BlobHash(content []byte) string {
+	sum := sha256.Sum256(content)
+	return hex.EncodeToString(sum[:])
+}
+
+// CheckHash returns an error wrapping ErrInvalidBlob unless hash has the
+// form of a BlobHash.
+func CheckHash(hash string) error {
+	if len(hash) != 2*sha256.Size || strings.IndexFunc(hash, func(r rune) bool {
+		return (r < '0' || r > '9') && (r < 'a' || r > 'f')
+	}) >= 0 {
+		return fmt.Errorf("blob hash %q: %w: want the SHA-256 of the content in lower-case hex (64 digits)", hash, ErrInvalidBlob)
+	}
+	return nil
+}
+
+// CheckBlobs returns an error wrapping ErrInvalidBlob unless every key of
+// blobs is the BlobHash of its content. Backends call it before they store
+// anything.
+func CheckBlobs(blobs map[string][]byte) error {
+	if len(blobs) == 0 {
+		return nil
+	}
+	for _, key := range slices.Sorted(maps.Keys(blobs)) {
+		if err := CheckHash(key); err != nil {
+			return err
+		}
+		if got := BlobHash(blobs[key]); got != key {
+			return fmt.Errorf("blob %s (%d bytes): %w: its content's SHA-256 is %s; store a blob under the hash of its content",
+				key, len(blobs[key]), ErrInvalidBlob, got)
+		}
+	}
+	return nil
 }
 
 // Options folds opts into AppendOptions (for backends).

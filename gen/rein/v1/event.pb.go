@@ -559,13 +559,19 @@ type ModelRequested struct {
 	// stopped (a crash) and its reply was lost: this call pays again for the
 	// same step.
 	Resumed bool `protobuf:"varint,8,opt,name=resumed,proto3" json:"resumed,omitempty"`
-	// The call's input as content-addressed blobs (SHA-256 hex), in order:
+	// The call's input as content-addressed blobs (SHA-256 hex), in order,
+	// after the carried_blobs parts it shares with the previous call's input:
 	// each part of the context (the goal, each observation) is stored once,
-	// so a long run does not store the same prefix at every step.
+	// and each call names only the parts that are new, so a long run stores
+	// neither the same prefix nor the same list of hashes at every step.
 	InputBlobs []string `protobuf:"bytes,9,rep,name=input_blobs,json=inputBlobs,proto3" json:"input_blobs,omitempty"`
 	// The most this call may cost, in US dollars: input tokens plus the capped
 	// output, priced by the server's price table. 0 when the model has no price.
-	MaxCostUsd    float64 `protobuf:"fixed64,10,opt,name=max_cost_usd,json=maxCostUsd,proto3" json:"max_cost_usd,omitempty"`
+	MaxCostUsd float64 `protobuf:"fixed64,10,opt,name=max_cost_usd,json=maxCostUsd,proto3" json:"max_cost_usd,omitempty"`
+	// How many parts of the previous model_requested's input this call's
+	// input begins with; input_blobs lists the rest. 0 for a run's first
+	// call.
+	CarriedBlobs  uint32 `protobuf:"varint,11,opt,name=carried_blobs,json=carriedBlobs,proto3" json:"carried_blobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -666,6 +672,13 @@ func (x *ModelRequested) GetInputBlobs() []string {
 func (x *ModelRequested) GetMaxCostUsd() float64 {
 	if x != nil {
 		return x.MaxCostUsd
+	}
+	return 0
+}
+
+func (x *ModelRequested) GetCarriedBlobs() uint32 {
+	if x != nil {
+		return x.CarriedBlobs
 	}
 	return 0
 }
@@ -889,13 +902,15 @@ type ContextItem struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "requirement", "observation", "hypothesis" or "decision".
 	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
-	// Where it came from: "tool:NAME#CALL_ID", "harness", "person", "model",
-	// or "event:SEQ".
+	// Where it came from: "tool:NAME#CALL_ID", "harness", "person" or
+	// "model".
 	Source string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
 	// The first words of the entry.
 	Gist string `protobuf:"bytes,3,opt,name=gist,proto3" json:"gist,omitempty"`
 	// SHA-256 (hex) of the entry's full text, stored as a blob.
-	Blob          string `protobuf:"bytes,4,opt,name=blob,proto3" json:"blob,omitempty"`
+	Blob string `protobuf:"bytes,4,opt,name=blob,proto3" json:"blob,omitempty"`
+	// The sequence of the event the entry came from.
+	Sequence      uint64 `protobuf:"varint,5,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -956,6 +971,13 @@ func (x *ContextItem) GetBlob() string {
 		return x.Blob
 	}
 	return ""
+}
+
+func (x *ContextItem) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
 }
 
 // DecisionRejected is an observation: the reply was not a valid decision.
@@ -1943,7 +1965,7 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x126\n" +
 	"\bdeadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\"\n" +
 	"\rparent_run_id\x18\x06 \x01(\tR\vparentRunId\x12'\n" +
-	"\x0fparent_sequence\x18\a \x01(\x04R\x0eparentSequence\"\xd0\x02\n" +
+	"\x0fparent_sequence\x18\a \x01(\x04R\x0eparentSequence\"\xf5\x02\n" +
 	"\x0eModelRequested\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x1d\n" +
 	"\n" +
@@ -1958,7 +1980,8 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"inputBlobs\x12 \n" +
 	"\fmax_cost_usd\x18\n" +
 	" \x01(\x01R\n" +
-	"maxCostUsd\"\x7f\n" +
+	"maxCostUsd\x12#\n" +
+	"\rcarried_blobs\x18\v \x01(\rR\fcarriedBlobs\"\x7f\n" +
 	"\rModelReturned\x12-\n" +
 	"\bdecision\x18\x01 \x01(\v2\x11.rein.v1.DecisionR\bdecision\x12$\n" +
 	"\x05usage\x18\x02 \x01(\v2\x0e.rein.v1.UsageR\x05usage\x12\x19\n" +
@@ -1973,12 +1996,13 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x05items\x18\x03 \x03(\v2\x14.rein.v1.ContextItemR\x05items\x12!\n" +
 	"\fchars_before\x18\x04 \x01(\x04R\vcharsBefore\x12\x1f\n" +
 	"\vchars_after\x18\x05 \x01(\x04R\n" +
-	"charsAfter\"a\n" +
+	"charsAfter\"}\n" +
 	"\vContextItem\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\x12\x12\n" +
 	"\x04gist\x18\x03 \x01(\tR\x04gist\x12\x12\n" +
-	"\x04blob\x18\x04 \x01(\tR\x04blob\":\n" +
+	"\x04blob\x18\x04 \x01(\tR\x04blob\x12\x1a\n" +
+	"\bsequence\x18\x05 \x01(\x04R\bsequence\":\n" +
 	"\x10DecisionRejected\x12\x10\n" +
 	"\x03raw\x18\x01 \x01(\tR\x03raw\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"\x9a\x01\n" +

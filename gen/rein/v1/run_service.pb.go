@@ -534,6 +534,108 @@ func (x *ListEventsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// GetBlobsRequest names a run and blobs its events reference.
+type GetBlobsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run's ID.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// SHA-256 (lower-case hex) of each blob wanted; each must be referenced by
+	// the run's events.
+	Hashes        []string `protobuf:"bytes,2,rep,name=hashes,proto3" json:"hashes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBlobsRequest) Reset() {
+	*x = GetBlobsRequest{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBlobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBlobsRequest) ProtoMessage() {}
+
+func (x *GetBlobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBlobsRequest.ProtoReflect.Descriptor instead.
+func (*GetBlobsRequest) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *GetBlobsRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *GetBlobsRequest) GetHashes() []string {
+	if x != nil {
+		return x.Hashes
+	}
+	return nil
+}
+
+// GetBlobsResponse holds the blobs asked for.
+type GetBlobsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Each blob by its hash.
+	Blobs         map[string][]byte `protobuf:"bytes,1,rep,name=blobs,proto3" json:"blobs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBlobsResponse) Reset() {
+	*x = GetBlobsResponse{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBlobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBlobsResponse) ProtoMessage() {}
+
+func (x *GetBlobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBlobsResponse.ProtoReflect.Descriptor instead.
+func (*GetBlobsResponse) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *GetBlobsResponse) GetBlobs() map[string][]byte {
+	if x != nil {
+		return x.Blobs
+	}
+	return nil
+}
+
 // WatchRunRequest names a run and where to resume.
 type WatchRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -547,7 +649,7 @@ type WatchRunRequest struct {
 
 func (x *WatchRunRequest) Reset() {
 	*x = WatchRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[8]
+	mi := &file_rein_v1_run_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -559,7 +661,7 @@ func (x *WatchRunRequest) String() string {
 func (*WatchRunRequest) ProtoMessage() {}
 
 func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[8]
+	mi := &file_rein_v1_run_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -572,7 +674,7 @@ func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunRequest.ProtoReflect.Descriptor instead.
 func (*WatchRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{8}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WatchRunRequest) GetRunId() string {
@@ -600,7 +702,7 @@ type WatchRunResponse struct {
 
 func (x *WatchRunResponse) Reset() {
 	*x = WatchRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[9]
+	mi := &file_rein_v1_run_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +714,7 @@ func (x *WatchRunResponse) String() string {
 func (*WatchRunResponse) ProtoMessage() {}
 
 func (x *WatchRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[9]
+	mi := &file_rein_v1_run_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +727,7 @@ func (x *WatchRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunResponse.ProtoReflect.Descriptor instead.
 func (*WatchRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{9}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WatchRunResponse) GetEvent() *Event {
@@ -651,7 +753,7 @@ type WatchRunsRequest struct {
 
 func (x *WatchRunsRequest) Reset() {
 	*x = WatchRunsRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[10]
+	mi := &file_rein_v1_run_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +765,7 @@ func (x *WatchRunsRequest) String() string {
 func (*WatchRunsRequest) ProtoMessage() {}
 
 func (x *WatchRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[10]
+	mi := &file_rein_v1_run_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +778,7 @@ func (x *WatchRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunsRequest.ProtoReflect.Descriptor instead.
 func (*WatchRunsRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{10}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WatchRunsRequest) GetStatuses() []RunStatus {
@@ -711,7 +813,7 @@ type WatchRunsResponse struct {
 
 func (x *WatchRunsResponse) Reset() {
 	*x = WatchRunsResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[11]
+	mi := &file_rein_v1_run_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +825,7 @@ func (x *WatchRunsResponse) String() string {
 func (*WatchRunsResponse) ProtoMessage() {}
 
 func (x *WatchRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[11]
+	mi := &file_rein_v1_run_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +838,7 @@ func (x *WatchRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunsResponse.ProtoReflect.Descriptor instead.
 func (*WatchRunsResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{11}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchRunsResponse) GetChange() *RunChange {
@@ -770,7 +872,7 @@ type RunChange struct {
 
 func (x *RunChange) Reset() {
 	*x = RunChange{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[12]
+	mi := &file_rein_v1_run_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +884,7 @@ func (x *RunChange) String() string {
 func (*RunChange) ProtoMessage() {}
 
 func (x *RunChange) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[12]
+	mi := &file_rein_v1_run_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +897,7 @@ func (x *RunChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunChange.ProtoReflect.Descriptor instead.
 func (*RunChange) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{12}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RunChange) GetCursor() uint64 {
@@ -860,7 +962,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[13]
+	mi := &file_rein_v1_run_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +974,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[13]
+	mi := &file_rein_v1_run_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +987,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{13}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelRunRequest) GetRunId() string {
@@ -913,7 +1015,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[14]
+	mi := &file_rein_v1_run_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1027,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[14]
+	mi := &file_rein_v1_run_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1040,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{14}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -965,7 +1067,7 @@ type ForkRunRequest struct {
 
 func (x *ForkRunRequest) Reset() {
 	*x = ForkRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[15]
+	mi := &file_rein_v1_run_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1079,7 @@ func (x *ForkRunRequest) String() string {
 func (*ForkRunRequest) ProtoMessage() {}
 
 func (x *ForkRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[15]
+	mi := &file_rein_v1_run_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1092,7 @@ func (x *ForkRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRunRequest.ProtoReflect.Descriptor instead.
 func (*ForkRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{15}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ForkRunRequest) GetRunId() string {
@@ -1034,7 +1136,7 @@ type ForkRunResponse struct {
 
 func (x *ForkRunResponse) Reset() {
 	*x = ForkRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[16]
+	mi := &file_rein_v1_run_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1046,7 +1148,7 @@ func (x *ForkRunResponse) String() string {
 func (*ForkRunResponse) ProtoMessage() {}
 
 func (x *ForkRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[16]
+	mi := &file_rein_v1_run_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1059,7 +1161,7 @@ func (x *ForkRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRunResponse.ProtoReflect.Descriptor instead.
 func (*ForkRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{16}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ForkRunResponse) GetRun() *Run {
@@ -1089,7 +1191,7 @@ type ProvideInputRequest struct {
 
 func (x *ProvideInputRequest) Reset() {
 	*x = ProvideInputRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[17]
+	mi := &file_rein_v1_run_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1203,7 @@ func (x *ProvideInputRequest) String() string {
 func (*ProvideInputRequest) ProtoMessage() {}
 
 func (x *ProvideInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[17]
+	mi := &file_rein_v1_run_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1216,7 @@ func (x *ProvideInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvideInputRequest.ProtoReflect.Descriptor instead.
 func (*ProvideInputRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{17}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ProvideInputRequest) GetRunId() string {
@@ -1142,7 +1244,7 @@ type ProvideInputResponse struct {
 
 func (x *ProvideInputResponse) Reset() {
 	*x = ProvideInputResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[18]
+	mi := &file_rein_v1_run_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1256,7 @@ func (x *ProvideInputResponse) String() string {
 func (*ProvideInputResponse) ProtoMessage() {}
 
 func (x *ProvideInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[18]
+	mi := &file_rein_v1_run_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1269,7 @@ func (x *ProvideInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvideInputResponse.ProtoReflect.Descriptor instead.
 func (*ProvideInputResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{18}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ProvideInputResponse) GetRun() *Run {
@@ -1198,7 +1300,7 @@ type DecideApprovalRequest struct {
 
 func (x *DecideApprovalRequest) Reset() {
 	*x = DecideApprovalRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[19]
+	mi := &file_rein_v1_run_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1312,7 @@ func (x *DecideApprovalRequest) String() string {
 func (*DecideApprovalRequest) ProtoMessage() {}
 
 func (x *DecideApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[19]
+	mi := &file_rein_v1_run_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1325,7 @@ func (x *DecideApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalRequest.ProtoReflect.Descriptor instead.
 func (*DecideApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{19}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DecideApprovalRequest) GetRunId() string {
@@ -1279,7 +1381,7 @@ type DecideApprovalResponse struct {
 
 func (x *DecideApprovalResponse) Reset() {
 	*x = DecideApprovalResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[20]
+	mi := &file_rein_v1_run_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1393,7 @@ func (x *DecideApprovalResponse) String() string {
 func (*DecideApprovalResponse) ProtoMessage() {}
 
 func (x *DecideApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[20]
+	mi := &file_rein_v1_run_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1406,7 @@ func (x *DecideApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalResponse.ProtoReflect.Descriptor instead.
 func (*DecideApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{20}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DecideApprovalResponse) GetRun() *Run {
@@ -1353,7 +1455,17 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\"d\n" +
 	"\x12ListEventsResponse\x12&\n" +
 	"\x06events\x18\x01 \x03(\v2\x0e.rein.v1.EventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"[\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"m\n" +
+	"\x0fGetBlobsRequest\x12!\n" +
+	"\x06run_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\x127\n" +
+	"\x06hashes\x18\x02 \x03(\tB\x1f\xbaH\x1c\x92\x01\x19\b\x01\x10\xe8\a\"\x12r\x102\x0e^[0-9a-f]{64}$R\x06hashes\"\x88\x01\n" +
+	"\x10GetBlobsResponse\x12:\n" +
+	"\x05blobs\x18\x01 \x03(\v2$.rein.v1.GetBlobsResponse.BlobsEntryR\x05blobs\x1a8\n" +
+	"\n" +
+	"BlobsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"[\n" +
 	"\x0fWatchRunRequest\x12!\n" +
 	"\x06run_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\x12%\n" +
@@ -1417,14 +1529,15 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\x0fApprovalVerdict\x12 \n" +
 	"\x1cAPPROVAL_VERDICT_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18APPROVAL_VERDICT_APPROVE\x10\x01\x12\x1b\n" +
-	"\x17APPROVAL_VERDICT_REJECT\x10\x022\xbb\x05\n" +
+	"\x17APPROVAL_VERDICT_REJECT\x10\x022\xfc\x05\n" +
 	"\n" +
 	"RunService\x12?\n" +
 	"\bStartRun\x12\x18.rein.v1.StartRunRequest\x1a\x19.rein.v1.StartRunResponse\x129\n" +
 	"\x06GetRun\x12\x16.rein.v1.GetRunRequest\x1a\x17.rein.v1.GetRunResponse\x12?\n" +
 	"\bListRuns\x12\x18.rein.v1.ListRunsRequest\x1a\x19.rein.v1.ListRunsResponse\x12E\n" +
 	"\n" +
-	"ListEvents\x12\x1a.rein.v1.ListEventsRequest\x1a\x1b.rein.v1.ListEventsResponse\x12A\n" +
+	"ListEvents\x12\x1a.rein.v1.ListEventsRequest\x1a\x1b.rein.v1.ListEventsResponse\x12?\n" +
+	"\bGetBlobs\x12\x18.rein.v1.GetBlobsRequest\x1a\x19.rein.v1.GetBlobsResponse\x12A\n" +
 	"\bWatchRun\x12\x18.rein.v1.WatchRunRequest\x1a\x19.rein.v1.WatchRunResponse0\x01\x12D\n" +
 	"\tWatchRuns\x12\x19.rein.v1.WatchRunsRequest\x1a\x1a.rein.v1.WatchRunsResponse0\x01\x12B\n" +
 	"\tCancelRun\x12\x19.rein.v1.CancelRunRequest\x1a\x1a.rein.v1.CancelRunResponse\x12<\n" +
@@ -1446,7 +1559,7 @@ func file_rein_v1_run_service_proto_rawDescGZIP() []byte {
 }
 
 var file_rein_v1_run_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_rein_v1_run_service_proto_goTypes = []any{
 	(ApprovalVerdict)(0),           // 0: rein.v1.ApprovalVerdict
 	(*StartRunRequest)(nil),        // 1: rein.v1.StartRunRequest
@@ -1457,74 +1570,80 @@ var file_rein_v1_run_service_proto_goTypes = []any{
 	(*ListRunsResponse)(nil),       // 6: rein.v1.ListRunsResponse
 	(*ListEventsRequest)(nil),      // 7: rein.v1.ListEventsRequest
 	(*ListEventsResponse)(nil),     // 8: rein.v1.ListEventsResponse
-	(*WatchRunRequest)(nil),        // 9: rein.v1.WatchRunRequest
-	(*WatchRunResponse)(nil),       // 10: rein.v1.WatchRunResponse
-	(*WatchRunsRequest)(nil),       // 11: rein.v1.WatchRunsRequest
-	(*WatchRunsResponse)(nil),      // 12: rein.v1.WatchRunsResponse
-	(*RunChange)(nil),              // 13: rein.v1.RunChange
-	(*CancelRunRequest)(nil),       // 14: rein.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),      // 15: rein.v1.CancelRunResponse
-	(*ForkRunRequest)(nil),         // 16: rein.v1.ForkRunRequest
-	(*ForkRunResponse)(nil),        // 17: rein.v1.ForkRunResponse
-	(*ProvideInputRequest)(nil),    // 18: rein.v1.ProvideInputRequest
-	(*ProvideInputResponse)(nil),   // 19: rein.v1.ProvideInputResponse
-	(*DecideApprovalRequest)(nil),  // 20: rein.v1.DecideApprovalRequest
-	(*DecideApprovalResponse)(nil), // 21: rein.v1.DecideApprovalResponse
-	nil,                            // 22: rein.v1.ListRunsRequest.LabelsEntry
-	nil,                            // 23: rein.v1.WatchRunsRequest.LabelsEntry
-	(*TaskContract)(nil),           // 24: rein.v1.TaskContract
-	(*Run)(nil),                    // 25: rein.v1.Run
-	(RunStatus)(0),                 // 26: rein.v1.RunStatus
-	(*Event)(nil),                  // 27: rein.v1.Event
-	(*timestamppb.Timestamp)(nil),  // 28: google.protobuf.Timestamp
-	(*Budget)(nil),                 // 29: rein.v1.Budget
+	(*GetBlobsRequest)(nil),        // 9: rein.v1.GetBlobsRequest
+	(*GetBlobsResponse)(nil),       // 10: rein.v1.GetBlobsResponse
+	(*WatchRunRequest)(nil),        // 11: rein.v1.WatchRunRequest
+	(*WatchRunResponse)(nil),       // 12: rein.v1.WatchRunResponse
+	(*WatchRunsRequest)(nil),       // 13: rein.v1.WatchRunsRequest
+	(*WatchRunsResponse)(nil),      // 14: rein.v1.WatchRunsResponse
+	(*RunChange)(nil),              // 15: rein.v1.RunChange
+	(*CancelRunRequest)(nil),       // 16: rein.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),      // 17: rein.v1.CancelRunResponse
+	(*ForkRunRequest)(nil),         // 18: rein.v1.ForkRunRequest
+	(*ForkRunResponse)(nil),        // 19: rein.v1.ForkRunResponse
+	(*ProvideInputRequest)(nil),    // 20: rein.v1.ProvideInputRequest
+	(*ProvideInputResponse)(nil),   // 21: rein.v1.ProvideInputResponse
+	(*DecideApprovalRequest)(nil),  // 22: rein.v1.DecideApprovalRequest
+	(*DecideApprovalResponse)(nil), // 23: rein.v1.DecideApprovalResponse
+	nil,                            // 24: rein.v1.ListRunsRequest.LabelsEntry
+	nil,                            // 25: rein.v1.GetBlobsResponse.BlobsEntry
+	nil,                            // 26: rein.v1.WatchRunsRequest.LabelsEntry
+	(*TaskContract)(nil),           // 27: rein.v1.TaskContract
+	(*Run)(nil),                    // 28: rein.v1.Run
+	(RunStatus)(0),                 // 29: rein.v1.RunStatus
+	(*Event)(nil),                  // 30: rein.v1.Event
+	(*timestamppb.Timestamp)(nil),  // 31: google.protobuf.Timestamp
+	(*Budget)(nil),                 // 32: rein.v1.Budget
 }
 var file_rein_v1_run_service_proto_depIdxs = []int32{
-	24, // 0: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
-	25, // 1: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
-	25, // 2: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
-	26, // 3: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	22, // 4: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
-	25, // 5: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
-	27, // 6: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
-	27, // 7: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
-	26, // 8: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	23, // 9: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
-	13, // 10: rein.v1.WatchRunsResponse.change:type_name -> rein.v1.RunChange
-	26, // 11: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
-	26, // 12: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
-	28, // 13: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
-	25, // 14: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
-	29, // 15: rein.v1.ForkRunRequest.budget:type_name -> rein.v1.Budget
-	25, // 16: rein.v1.ForkRunResponse.run:type_name -> rein.v1.Run
-	25, // 17: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
-	0,  // 18: rein.v1.DecideApprovalRequest.verdict:type_name -> rein.v1.ApprovalVerdict
-	25, // 19: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
-	1,  // 20: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
-	3,  // 21: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
-	5,  // 22: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
-	7,  // 23: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
-	9,  // 24: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
-	11, // 25: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
-	14, // 26: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
-	16, // 27: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
-	18, // 28: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
-	20, // 29: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
-	2,  // 30: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
-	4,  // 31: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
-	6,  // 32: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
-	8,  // 33: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
-	10, // 34: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
-	12, // 35: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
-	15, // 36: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
-	17, // 37: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
-	19, // 38: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
-	21, // 39: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
-	30, // [30:40] is the sub-list for method output_type
-	20, // [20:30] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	27, // 0: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
+	28, // 1: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
+	28, // 2: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
+	29, // 3: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	24, // 4: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
+	28, // 5: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
+	30, // 6: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
+	25, // 7: rein.v1.GetBlobsResponse.blobs:type_name -> rein.v1.GetBlobsResponse.BlobsEntry
+	30, // 8: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
+	29, // 9: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	26, // 10: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
+	15, // 11: rein.v1.WatchRunsResponse.change:type_name -> rein.v1.RunChange
+	29, // 12: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
+	29, // 13: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
+	31, // 14: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
+	28, // 15: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
+	32, // 16: rein.v1.ForkRunRequest.budget:type_name -> rein.v1.Budget
+	28, // 17: rein.v1.ForkRunResponse.run:type_name -> rein.v1.Run
+	28, // 18: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
+	0,  // 19: rein.v1.DecideApprovalRequest.verdict:type_name -> rein.v1.ApprovalVerdict
+	28, // 20: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
+	1,  // 21: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
+	3,  // 22: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
+	5,  // 23: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
+	7,  // 24: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
+	9,  // 25: rein.v1.RunService.GetBlobs:input_type -> rein.v1.GetBlobsRequest
+	11, // 26: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
+	13, // 27: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
+	16, // 28: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
+	18, // 29: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
+	20, // 30: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
+	22, // 31: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
+	2,  // 32: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
+	4,  // 33: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
+	6,  // 34: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
+	8,  // 35: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
+	10, // 36: rein.v1.RunService.GetBlobs:output_type -> rein.v1.GetBlobsResponse
+	12, // 37: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
+	14, // 38: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
+	17, // 39: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
+	19, // 40: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
+	21, // 41: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
+	23, // 42: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
+	32, // [32:43] is the sub-list for method output_type
+	21, // [21:32] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_service_proto_init() }
@@ -1541,7 +1660,7 @@ func file_rein_v1_run_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_run_service_proto_rawDesc), len(file_rein_v1_run_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const (
 	RunService_GetRun_FullMethodName         = "/rein.v1.RunService/GetRun"
 	RunService_ListRuns_FullMethodName       = "/rein.v1.RunService/ListRuns"
 	RunService_ListEvents_FullMethodName     = "/rein.v1.RunService/ListEvents"
+	RunService_GetBlobs_FullMethodName       = "/rein.v1.RunService/GetBlobs"
 	RunService_WatchRun_FullMethodName       = "/rein.v1.RunService/WatchRun"
 	RunService_WatchRuns_FullMethodName      = "/rein.v1.RunService/WatchRuns"
 	RunService_CancelRun_FullMethodName      = "/rein.v1.RunService/CancelRun"
@@ -46,6 +47,9 @@ type RunServiceClient interface {
 	ListRuns(ctx context.Context, in *ListRunsRequest, opts ...grpc.CallOption) (*ListRunsResponse, error)
 	// ListEvents returns a run's events after a sequence, in order.
 	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
+	// GetBlobs returns content-addressed blobs a run's events reference (the
+	// parts of its model inputs), for export.
+	GetBlobs(ctx context.Context, in *GetBlobsRequest, opts ...grpc.CallOption) (*GetBlobsResponse, error)
 	// WatchRun streams a run's events after a sequence: history, then live.
 	// The stream ends once the run is terminal and every event was sent.
 	WatchRun(ctx context.Context, in *WatchRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchRunResponse], error)
@@ -105,6 +109,16 @@ func (c *runServiceClient) ListEvents(ctx context.Context, in *ListEventsRequest
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListEventsResponse)
 	err := c.cc.Invoke(ctx, RunService_ListEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runServiceClient) GetBlobs(ctx context.Context, in *GetBlobsRequest, opts ...grpc.CallOption) (*GetBlobsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetBlobsResponse)
+	err := c.cc.Invoke(ctx, RunService_GetBlobs_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +218,9 @@ type RunServiceServer interface {
 	ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error)
 	// ListEvents returns a run's events after a sequence, in order.
 	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
+	// GetBlobs returns content-addressed blobs a run's events reference (the
+	// parts of its model inputs), for export.
+	GetBlobs(context.Context, *GetBlobsRequest) (*GetBlobsResponse, error)
 	// WatchRun streams a run's events after a sequence: history, then live.
 	// The stream ends once the run is terminal and every event was sent.
 	WatchRun(*WatchRunRequest, grpc.ServerStreamingServer[WatchRunResponse]) error
@@ -240,6 +257,9 @@ func (UnimplementedRunServiceServer) ListRuns(context.Context, *ListRunsRequest)
 }
 func (UnimplementedRunServiceServer) ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListEvents not implemented")
+}
+func (UnimplementedRunServiceServer) GetBlobs(context.Context, *GetBlobsRequest) (*GetBlobsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetBlobs not implemented")
 }
 func (UnimplementedRunServiceServer) WatchRun(*WatchRunRequest, grpc.ServerStreamingServer[WatchRunResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchRun not implemented")
@@ -348,6 +368,24 @@ func _RunService_ListEvents_Handler(srv interface{}, ctx context.Context, dec fu
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(RunServiceServer).ListEvents(ctx, req.(*ListEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RunService_GetBlobs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetBlobsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunServiceServer).GetBlobs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunService_GetBlobs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunServiceServer).GetBlobs(ctx, req.(*GetBlobsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -468,6 +506,10 @@ var RunService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListEvents",
 			Handler:    _RunService_ListEvents_Handler,
+		},
+		{
+			MethodName: "GetBlobs",
+			Handler:    _RunService_GetBlobs_Handler,
 		},
 		{
 			MethodName: "CancelRun",

@@ -250,11 +250,7 @@ func classify(ctx context.Context, err error) error {
 	}
 	var apiErr *sdk.Error
 	if errors.As(err, &apiErr) {
-		e := &model.HTTPError{Provider: Provider, StatusCode: apiErr.StatusCode, Message: apiErr.Message, KeyEnv: KeyEnv}
-		if apiErr.Response != nil {
-			e.RetryAfter = model.ParseRetryAfter(apiErr.Response.Header, time.Now())
-		}
-		return e
+		return model.NewHTTPError(Provider, KeyEnv, apiErr.StatusCode, apiErr.Message, apiErr.Response)
 	}
 	return fmt.Errorf("anthropic: %w", err)
 }

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -346,11 +345,7 @@ func classify(ctx context.Context, err error) error {
 	}
 	var apiErr *oai.Error
 	if errors.As(err, &apiErr) {
-		e := &model.HTTPError{Provider: Provider, StatusCode: apiErr.StatusCode, Message: apiErr.Message, KeyEnv: KeyEnv}
-		if apiErr.Response != nil {
-			e.RetryAfter = model.ParseRetryAfter(apiErr.Response.Header, time.Now())
-		}
-		return e
+		return model.NewHTTPError(Provider, KeyEnv, apiErr.StatusCode, apiErr.Message, apiErr.Response)
 	}
 	return fmt.Errorf("openai: %w", err)
 }

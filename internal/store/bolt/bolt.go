@@ -30,11 +30,14 @@ var (
 	// rewritten on every append, and a contract beside it (a model script
 	// can be large) would be rewritten with it.
 	bucketContracts = []byte("contracts")
-	keyFormat       = []byte("format")
-	keySnapshot     = []byte("snapshot")
-	keyLease        = []byte("lease")
-	keyEvents       = []byte("events")
-	formatV1        = []byte("rein-store-1")
+	// Blobs are content-addressed: keyed by their SHA-256 in hex, written
+	// once, never rewritten.
+	bucketBlobs = []byte("blobs")
+	keyFormat   = []byte("format")
+	keySnapshot = []byte("snapshot")
+	keyLease    = []byte("lease")
+	keyEvents   = []byte("events")
+	formatV1    = []byte("rein-store-1")
 )
 
 // maxBatch bounds how many requests share one commit.
@@ -96,7 +99,9 @@ func Open(path string, opts Options) (*Store, error) {
 				return err
 			}
 		}
-		for _, b := range [][]byte{bucketRuns, bucketContracts, bucketRequests, bucketStatus, bucketChanges} {
+		// A file from an older rein lacks the later buckets (blobs): they
+		// are made here.
+		for _, b := range [][]byte{bucketRuns, bucketContracts, bucketRequests, bucketStatus, bucketChanges, bucketBlobs} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -202,6 +207,12 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 	if len(events) == 0 {
 		return nil
 	}
+	o := store.Options(opts)
+	// Hashed here, in the caller's goroutine, as the events are encoded: the
+	// writer only puts.
+	if err := store.CheckBlobs(o.Blobs); err != nil {
+		return fmt.Errorf("append to run %s: %w", runID, err)
+	}
 	encoded := make([][]byte, len(events))
 	for i, ev := range events {
 		data, err := proto.Marshal(ev)
@@ -210,7 +221,7 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 		}
 		encoded[i] = data
 	}
-	_, err := s.submit(ctx, &writeReq{runID: runID, expected: expected, events: events, encoded: encoded, epoch: store.Options(opts).Epoch})
+	_, err := s.submit(ctx, &writeReq{runID: runID, expected: expected, events: events, encoded: encoded, epoch: o.Epoch, blobs: o.Blobs})
 	return err
 }
 
@@ -295,6 +306,23 @@ func (s *Store) Changes(ctx context.Context, after uint64, limit int) ([]store.C
 		return nil
 	})
 	return out, head, err
+}
+
+// Blob implements store.Store.
+func (s *Store) Blob(ctx context.Context, hash string) ([]byte, error) {
+	if err := store.CheckHash(hash); err != nil {
+		return nil, err
+	}
+	var out []byte
+	err := s.view(func(tx *bbolt.Tx) error {
+		k, v := tx.Bucket(bucketBlobs).Cursor().Seek([]byte(hash))
+		if !bytes.Equal(k, []byte(hash)) {
+			return fmt.Errorf("blob %s: %w", hash, store.ErrNoBlob)
+		}
+		out = append(make([]byte, 0, len(v)), v...) // v is the file's, valid only in tx
+		return nil
+	})
+	return out, err
 }
 
 // ScanEvents calls fn with each stored event of a run after a sequence, in

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -259,7 +260,8 @@ func TestGroupCommit(t *testing.T) {
 }
 
 // TestBatchIsolation: a refused append in a batch does not fail or tear the
-// others that share its commit.
+// others that share its commit, and only the blobs of the appends taken are
+// stored.
 func TestBatchIsolation(t *testing.T) {
 	s, err := Open(filepath.Join(t.TempDir(), "rein.db"), Options{})
 	if err != nil {
@@ -286,10 +288,13 @@ func TestBatchIsolation(t *testing.T) {
 	<-entered
 	good := make(chan error, 1)
 	bad := make(chan error, 1)
-	go func() { good <- s.Append(ctx, "run-b", 1, []*reinv1.Event{stepEvent("run-b", 2)}) }()
+	shared, goodOnly, badOnly := []byte("in both appends"), []byte("in the good append"), []byte("in the bad append")
+	go func() {
+		good <- s.Append(ctx, "run-b", 1, []*reinv1.Event{stepEvent("run-b", 2)}, store.WithBlobs(blobSet(shared, goodOnly)))
+	}()
 	go func() {
 		// Two events where the second is out of sequence: refused whole.
-		bad <- s.Append(ctx, "run-a", 2, []*reinv1.Event{stepEvent("run-a", 3), stepEvent("run-a", 5)})
+		bad <- s.Append(ctx, "run-a", 2, []*reinv1.Event{stepEvent("run-a", 3), stepEvent("run-a", 5)}, store.WithBlobs(blobSet(shared, badOnly)))
 	}()
 	eventually(t, "both appends queued", func() bool { return len(s.reqs) == 2 })
 	close(release)
@@ -312,6 +317,58 @@ func TestBatchIsolation(t *testing.T) {
 	st, err := s.Load(ctx, "run-b")
 	if err != nil || st.Version != 2 {
 		t.Errorf("run-b at version %d (%v), want 2", st.Version, err)
+	}
+	for _, b := range [][]byte{shared, goodOnly} {
+		if got, err := s.Blob(ctx, store.BlobHash(b)); err != nil || !bytes.Equal(got, b) {
+			t.Errorf("Blob(%q) = %q, %v: the good append's blobs must be stored", b, got, err)
+		}
+	}
+	if _, err := s.Blob(ctx, store.BlobHash(badOnly)); !errors.Is(err, store.ErrNoBlob) {
+		t.Errorf("Blob of the refused append's own blob: %v, want ErrNoBlob", err)
+	}
+}
+
+func blobSet(contents ...[]byte) map[string][]byte {
+	m := map[string][]byte{}
+	for _, c := range contents {
+		m[store.BlobHash(c)] = c
+	}
+	return m
+}
+
+// TestOpenFileWithoutBlobs: a store file written before blobs existed (no
+// blobs bucket) opens, keeps its runs, and takes blobs.
+func TestOpenFileWithoutBlobs(t *testing.T) {
+	path := populated(t)
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bbolt.Tx) error { return tx.DeleteBucket(bucketBlobs) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatalf("Open of a file without a blobs bucket: %v", err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.Blob(ctx, store.BlobHash(nil)); !errors.Is(err, store.ErrNoBlob) {
+		t.Fatalf("Blob in the old file: %v, want ErrNoBlob", err)
+	}
+	blob := []byte("the first blob of an old file")
+	if err := s.Append(ctx, "run-0000", 1, []*reinv1.Event{stepEvent("run-0000", 2)}, store.WithBlobs(blobSet(blob))); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Blob(ctx, store.BlobHash(blob)); err != nil || !bytes.Equal(got, blob) {
+		t.Fatalf("Blob = %q, %v; want %q", got, err, blob)
+	}
+	page, err := s.List(ctx, store.Filter{Limit: 100})
+	if err != nil || len(page.Runs) != 50 {
+		t.Fatalf("List: %d runs, %v; want 50", len(page.Runs), err)
 	}
 }
 

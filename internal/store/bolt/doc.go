@@ -15,6 +15,10 @@
 //	status/<status byte><run id> → empty (the listing index by status)
 //	changes/<uint64 cursor> → tenant \x00 RunChange (every status change, in
 //	                         commit order, for WatchRuns)
+//	blobs/<sha-256 hex>    a blob's content (content-addressed: put once, in
+//	                       the transaction of the append that brought it, and
+//	                       never rewritten; Open adds the bucket to a file
+//	                       from a rein that had none)
 //
 // Run IDs sort by creation time, so the runs bucket is the listing order.
 //
@@ -27,6 +31,9 @@
 //     many runs share one fsync, and no append waits on a timer.
 //   - A request that fails validation writes nothing; a request is validated
 //     completely before its first Put, so a batch never holds half a request.
+//     Its blobs too: their hashes are checked by the caller's goroutine
+//     before the request is queued, and they are put only after the
+//     request's events are accepted.
 //   - A file that is not a healthy rein store is refused at Open, before
 //     anything writes to it: it is first opened read-only and checked.
 package bolt

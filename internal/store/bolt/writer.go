@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -24,8 +25,9 @@ type writeReq struct {
 	runID    string
 	expected uint64
 	events   []*reinv1.Event
-	encoded  [][]byte       // events, marshalled by the caller's goroutine
-	created  runstate.State // for create: the state after run_started
+	encoded  [][]byte          // events, marshalled by the caller's goroutine
+	blobs    map[string][]byte // keyed by their hash, checked by the caller's goroutine
+	created  runstate.State    // for create: the state after run_started
 	done     chan writeRes
 }
 
@@ -158,6 +160,9 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq, states map[string]runsta
 	if err := putSnapshot(tx, b, st.Status, next); err != nil {
 		return writeRes{err: errTx{err}}
 	}
+	if err := putBlobs(tx, r.blobs); err != nil {
+		return writeRes{err: errTx{err}}
+	}
 	states[r.runID] = next
 	return writeRes{state: next}
 }
@@ -217,6 +222,30 @@ func putEvents(b *bbolt.Bucket, r *writeReq) error {
 	eb.FillPercent = 0.95
 	for i, ev := range r.events {
 		if err := eb.Put(seqKey(ev.GetSequence()), r.encoded[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// putBlobs stores each blob not stored yet. Their keys were checked against
+// their content before the request was queued.
+func putBlobs(tx *bbolt.Tx, blobs map[string][]byte) error {
+	if len(blobs) == 0 {
+		return nil
+	}
+	bb := tx.Bucket(bucketBlobs)
+	c := bb.Cursor()
+	for hash, content := range blobs {
+		key := []byte(hash)
+		// Seek, not Get: Get cannot tell an empty blob from a missing one.
+		if k, _ := c.Seek(key); bytes.Equal(k, key) {
+			continue
+		}
+		if content == nil {
+			content = []byte{}
+		}
+		if err := bb.Put(key, content); err != nil {
 			return err
 		}
 	}

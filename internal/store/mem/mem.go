@@ -6,10 +6,12 @@
 // checks the expected version and the lease epoch and validates the events by
 // folding them onto the stored state (runstate.ApplyAll) before it stores
 // any of them, List pages newest first by run ID, and Changes records every
-// status change, a run's creation included, under a gap-free cursor.
+// status change, a run's creation included, under a gap-free cursor. Blobs
+// given to Append are checked against their hashes before anything is
+// stored, and stored once each, only when the append is taken.
 //
 // The store deep-copies (proto.Clone) every event and state it is given and
-// every one it returns, so a caller can neither change what is stored nor see
+// every one it returns, and copies every blob in and out, so a caller can neither change what is stored nor see
 // its results change under it.
 //
 // One mutex guards all the data: every call is a short critical section, and
@@ -54,6 +56,8 @@ type data struct {
 	// changes is every status change; the change with cursor c is
 	// changes[c-1].
 	changes []store.Change
+	// blobs maps a blob's hash to its content, a copy of the caller's.
+	blobs map[string][]byte
 }
 
 type run struct {
@@ -67,7 +71,7 @@ type requestKey struct{ tenant, requestID string }
 
 // New returns an empty store.
 func New() *Store {
-	return &Store{d: &data{runs: map[string]*run{}, requests: map[requestKey]string{}}}
+	return &Store{d: &data{runs: map[string]*run{}, requests: map[requestKey]string{}, blobs: map[string][]byte{}}}
 }
 
 // Reopen returns a new, open handle on the data of s, as opening a file store
@@ -131,11 +135,15 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	o := store.Options(opts)
+	if err := store.CheckBlobs(o.Blobs); err != nil {
+		return fmt.Errorf("append to run %s: %w", runID, err)
+	}
 	evs := make([]*reinv1.Event, len(events))
 	for i, ev := range events {
 		evs[i] = clone(ev)
 	}
-	epoch := store.Options(opts).Epoch
+	epoch := o.Epoch
 	d := s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -159,6 +167,11 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 		return fmt.Errorf("append to run %s: %w", runID, err)
 	}
 	prev := r.state.Status
+	for hash, content := range o.Blobs {
+		if _, ok := d.blobs[hash]; !ok {
+			d.blobs[hash] = slices.Clone(content)
+		}
+	}
 	r.events = append(r.events, evs...)
 	r.state = next
 	if prev != next.Status {
@@ -296,6 +309,27 @@ func (s *Store) Changes(ctx context.Context, after uint64, limit int) ([]store.C
 		out = append(out, c)
 	}
 	return out, head, nil
+}
+
+// Blob implements store.Store.
+func (s *Store) Blob(ctx context.Context, hash string) ([]byte, error) {
+	if err := store.CheckHash(hash); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	d := s.d
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if s.closed {
+		return nil, closedErr("read store")
+	}
+	content, ok := d.blobs[hash]
+	if !ok {
+		return nil, fmt.Errorf("blob %s: %w", hash, store.ErrNoBlob)
+	}
+	return append(make([]byte, 0, len(content)), content...), nil
 }
 
 // clone deep-copies a message; a nil one stays nil.

@@ -61,6 +61,11 @@ func Run(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 		{"CloseDuringAppends", testCloseDuringAppends},
 		{"Changes", testChanges},
 		{"LeaseFencing", testLeaseFencing},
+		{"BlobsAppendThenRead", testBlobsAppendThenRead},
+		{"BlobsDedup", testBlobsDedup},
+		{"BlobsInvalid", testBlobsInvalid},
+		{"BlobsRefusedAppend", testBlobsRefusedAppend},
+		{"BlobNotFound", testBlobNotFound},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -774,6 +779,7 @@ func testClosed(t *testing.T, h *harness) {
 		"Load":   func() error { _, err := h.s.Load(ctx, sp.id); return err },
 		"Events": func() error { _, err := h.s.Events(ctx, sp.id, 0, 10); return err },
 		"List":   func() error { _, err := h.s.List(ctx, store.Filter{Limit: 10}); return err },
+		"Blob":   func() error { _, err := h.s.Blob(ctx, store.BlobHash(nil)); return err },
 	}
 	for _, name := range slices.Sorted(maps.Keys(calls)) {
 		if err := calls[name](); !errors.Is(err, store.ErrClosed) {

@@ -1,0 +1,140 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
+)
+
+// runLog is the in-memory log a replay writes: one run's events, validated as
+// a store validates them (each append is folded onto the run's state with
+// runstate.ApplyAll and refused whole if an event does not apply, and it is
+// fenced by the expected version and the lease epoch), and compared, as it
+// is appended, with the recorded event of the same sequence.
+//
+// It is the harness.Store of one synchronous engine (harness.NewSync), so it
+// is used from one goroutine and takes no lock. It keeps the events it is
+// given without copying them: the harness never changes an event once it is
+// appended, and each is compared when it is appended, so what is compared is
+// what a durable store would have written.
+type runLog struct {
+	runID    string
+	recorded []*reinv1.Event
+	st       runstate.State
+	events   []*reinv1.Event
+	epoch    uint64
+	// diverged is the first event where the logs part, nil while they match.
+	diverged *Divergence
+}
+
+func newRunLog(recorded []*reinv1.Event) *runLog {
+	return &runLog{
+		runID:    recorded[0].GetRunId(),
+		recorded: recorded,
+		events:   make([]*reinv1.Event, 0, len(recorded)),
+	}
+}
+
+// Create implements harness.Store for the one run a replay makes.
+func (l *runLog) Create(_ context.Context, started *reinv1.Event) (runstate.State, bool, error) {
+	if len(l.events) > 0 {
+		if rs := started.GetRunStarted(); rs.GetTenant() == l.st.Tenant && rs.GetRequestId() == l.st.RequestID {
+			return l.st, false, nil // as a store: the request was made
+		}
+		return runstate.State{}, false, fmt.Errorf("create run %s: a replay log holds one run: %w", started.GetRunId(), store.ErrConflict)
+	}
+	st, err := runstate.Apply(runstate.State{}, started)
+	if err != nil {
+		return runstate.State{}, false, err
+	}
+	if st.RunID != l.runID {
+		return runstate.State{}, false, fmt.Errorf("create run %s: the recording is run %s: %w", st.RunID, l.runID, store.ErrConflict)
+	}
+	l.keep(started)
+	l.st = st
+	return st, true, nil
+}
+
+// Append implements harness.Store.
+func (l *runLog) Append(_ context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) error {
+	if err := l.has(runID); err != nil {
+		return err
+	}
+	if epoch := store.Options(opts).Epoch; epoch != 0 && epoch != l.epoch {
+		return fmt.Errorf("append to run %s with lease epoch %d: the run's owner is now at epoch %d: %w", runID, epoch, l.epoch, store.ErrFenced)
+	}
+	if l.st.Version != expected {
+		return fmt.Errorf("append to run %s at version %d: the run is at version %d: %w", runID, expected, l.st.Version, store.ErrConflict)
+	}
+	next, err := runstate.ApplyAll(l.st, events)
+	if err != nil {
+		return fmt.Errorf("append to run %s: %w", runID, err)
+	}
+	for _, ev := range events {
+		l.keep(ev)
+	}
+	l.st = next
+	return nil
+}
+
+// Acquire implements harness.Store.
+func (l *runLog) Acquire(_ context.Context, runID, _ string) (uint64, error) {
+	if err := l.has(runID); err != nil {
+		return 0, err
+	}
+	l.epoch++
+	return l.epoch, nil
+}
+
+// Load implements harness.Store. The state's pointers are never changed
+// (runstate.State), so it is returned as it is.
+func (l *runLog) Load(_ context.Context, runID string) (runstate.State, error) {
+	return l.st, l.has(runID)
+}
+
+// Events implements harness.Store. The slice is the log's own, capped so
+// that an append to it cannot reach the log.
+func (l *runLog) Events(_ context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error) {
+	if err := l.has(runID); err != nil {
+		return nil, err
+	}
+	from := min(int(after), len(l.events))
+	to := min(from+max(limit, 0), len(l.events))
+	return l.events[from:to:to], nil
+}
+
+func (l *runLog) has(runID string) error {
+	if len(l.events) == 0 || runID != l.runID {
+		return fmt.Errorf("run %s: %w", runID, store.ErrNotFound)
+	}
+	return nil
+}
+
+// keep adds an applied event to the log and compares it with the recorded
+// event of its sequence.
+func (l *runLog) keep(ev *reinv1.Event) {
+	l.events = append(l.events, ev)
+	if l.diverged != nil {
+		return
+	}
+	i := len(l.events) - 1
+	if i >= len(l.recorded) {
+		l.diverged = &Divergence{Sequence: uint64(i) + 1, Got: ev}
+		return
+	}
+	if !equalEvent(l.recorded[i], ev) {
+		l.diverged = &Divergence{Sequence: uint64(i) + 1, Expected: l.recorded[i], Got: ev}
+	}
+}
+
+// divergence is the first event where the logs part, once the replay has
+// stopped: a replay that stopped short parts where its log ends.
+func (l *runLog) divergence() *Divergence {
+	if l.diverged == nil && len(l.events) < len(l.recorded) {
+		return &Divergence{Sequence: uint64(len(l.events)) + 1, Expected: l.recorded[len(l.events)]}
+	}
+	return l.diverged
+}

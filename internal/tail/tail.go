@@ -1,0 +1,46 @@
+// Package tail keeps the end of a command's output: a writer that holds
+// only its last bytes, and the last lines of a text. Completion checks and
+// evaluation checks show a person or a model what a failing command said
+// last.
+package tail
+
+import "strings"
+
+// Buffer keeps the last Max bytes written to it (at most 2*Max held). It is
+// not safe for concurrent writes; exec.Cmd writes from one goroutine when
+// Stdout and Stderr are the same writer.
+type Buffer struct {
+	b   []byte
+	Max int
+}
+
+func (t *Buffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > 2*t.Max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.Max:]...)
+	}
+	return len(p), nil
+}
+
+// String is the last Max bytes written.
+func (t *Buffer) String() string {
+	b := t.b
+	if len(b) > t.Max {
+		b = b[len(b)-t.Max:]
+	}
+	return string(b)
+}
+
+// Lines is the last n lines of s (trailing newlines dropped), at most
+// maxBytes of them, as valid UTF-8.
+func Lines(s string, n, maxBytes int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	out := strings.Join(lines, "\n")
+	if len(out) > maxBytes {
+		out = out[len(out)-maxBytes:]
+	}
+	return strings.ToValidUTF8(out, "\uFFFD")
+}
