@@ -56,16 +56,18 @@ func TestEvaluateExampleSuite(t *testing.T) {
 	t.Setenv("XDG_STATE_HOME", state)
 	r := cli(t, "evaluate", exampleSuite, "--json").mustExit(t, 0)
 	rep := decodeOne(t, r.stdout)
-	if rep["passed"] != true || rep["cost_note"] != "no price table yet" {
+	if rep["passed"] != true || rep["cost_note"] != "US dollars, at rein's default prices" {
 		t.Errorf("passed %v, cost_note %v", rep["passed"], rep["cost_note"])
 	}
+	// The scripted model is free at the default prices.
 	overall := obj(t, rep["overall"], "overall")
-	if overall["pass_rate"] != 1.0 || num(t, overall["trials"], "overall.trials") != 2 || overall["median_cost"] != 0.0 {
+	if overall["pass_rate"] != 1.0 || num(t, overall["trials"], "overall.trials") != 3 ||
+		overall["median_cost"] != 0.0 || overall["median_cost_usd"] != 0.0 {
 		t.Errorf("overall %v", overall)
 	}
 	cases := evalCases(t, rep)
-	inv, ref := cases["invoice"], cases["refund"]
-	if inv == nil || ref == nil {
+	inv, ref, launch := cases["invoice"], cases["refund"], cases["launch"]
+	if inv == nil || ref == nil || launch == nil {
 		t.Fatalf("cases %v", cases)
 	}
 	for name, c := range cases {
@@ -84,6 +86,15 @@ func TestEvaluateExampleSuite(t *testing.T) {
 	if trial["status"] != "needs_approval" {
 		t.Errorf("refund trial status %v", trial["status"])
 	}
+	// The launch case reads its workspace's copy and passes its workspace
+	// graders.
+	if n := num(t, launch["median_tokens"], "launch.median_tokens"); n != 584 {
+		t.Errorf("launch median_tokens %d, want 584", n)
+	}
+	trial = obj(t, launch["trial_results"].([]any)[0], "launch trial")
+	if trial["status"] != "completed" || trial["cost_usd"] != 0.0 {
+		t.Errorf("launch trial %v", trial)
+	}
 	mustNotExist(t, filepath.Join(state, "rein", "rein.db"))
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Errorf("temporary files left behind: %v", left)
@@ -91,9 +102,12 @@ func TestEvaluateExampleSuite(t *testing.T) {
 
 	// Without --json, a table.
 	r = cli(t, "evaluate", exampleSuite).mustExit(t, 0)
-	mustContain(t, "stdout", r.stdout, "CASE", "PASS RATE", "MEDIAN TOKENS", "P95 WALL MS", "REFUSED",
-		"invoice", "refund", "overall  2/2", "100%", "no price table yet")
+	mustContain(t, "stdout", r.stdout, "CASE", "PASS RATE", "MEDIAN TOKENS", "MEDIAN COST", "P95 WALL MS", "REFUSED",
+		"invoice", "refund", "launch", "overall  3/3", "100%", "$0.000000", "cost: US dollars, at rein's default prices")
 	mustNotExist(t, filepath.Join(state, "rein", "rein.db"))
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("temporary files left behind: %v", left)
+	}
 }
 
 func TestEvaluateFailingExpectation(t *testing.T) {
@@ -158,11 +172,11 @@ func TestEvaluateTrials(t *testing.T) {
 		}
 	}
 	o := obj(t, rep["overall"], "overall")
-	if num(t, o["trials"], "overall.trials") != 6 || num(t, o["refused_attempts"], "overall.refused_attempts") != 3 {
+	if num(t, o["trials"], "overall.trials") != 9 || num(t, o["refused_attempts"], "overall.refused_attempts") != 3 {
 		t.Errorf("overall %v", o)
 	}
-	if got := strings.Count(r.stderr, "trial "); got != 6 {
-		t.Errorf("%d progress lines, want 6:\n%s", got, r.stderr)
+	if got := strings.Count(r.stderr, "trial "); got != 9 {
+		t.Errorf("%d progress lines, want 9:\n%s", got, r.stderr)
 	}
 }
 

@@ -6,6 +6,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -16,6 +17,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/export"
+	"github.com/reinhq/rein/internal/store"
 )
 
 // exportRun runs an example on a new store, exports the run to a file with
@@ -210,6 +212,53 @@ func TestImport(t *testing.T) {
 			cli(t, "import", file, "--db", db).mustExit(t, 1)
 		})
 	}
+}
+
+// TestImportExportBlobs: the blobs an export file carries are imported with
+// the events that reference them, and exported again from the store; a file
+// that lacks a referenced blob is refused before the store is opened.
+func TestImportExportBlobs(t *testing.T) {
+	t.Parallel()
+	_, runID, file := exportRun(t, "invoice", 0)
+	x := readExport(t, file)
+	goal, big := []byte("the goal, as the model read it"), bytes.Repeat([]byte("a tool's long output "), 1<<17)
+	x.Blobs = map[string][]byte{store.BlobHash(goal): goal, store.BlobHash(big): big}
+	refs := 0
+	for _, ev := range x.GetEvents() {
+		if mr := ev.GetModelRequested(); mr != nil {
+			mr.InputBlobs = []string{store.BlobHash(goal), store.BlobHash(big)}
+			refs++
+		}
+	}
+	if refs == 0 {
+		t.Fatal("the run has no model_requested event to reference the blobs")
+	}
+	var buf bytes.Buffer
+	if err := export.Write(&buf, x); err != nil {
+		t.Fatal(err)
+	}
+	withBlobs := writeFile(t, "blobs.rein", buf.String())
+	db := newDB(t)
+	cli(t, "import", withBlobs, "--db", db).mustExit(t, 0)
+	again := filepath.Join(t.TempDir(), "again.rein")
+	cli(t, "export", runID, "-o", again, "--db", db).mustExit(t, 0)
+	if got := readExport(t, again); !reflect.DeepEqual(got.GetBlobs(), x.GetBlobs()) || len(got.GetEvents()) != len(x.GetEvents()) {
+		t.Errorf("export of the imported run: %d events, %d blobs; want %d and the %d imported",
+			len(got.GetEvents()), len(got.GetBlobs()), len(x.GetEvents()), len(x.GetBlobs()))
+	}
+
+	// The twin: the same file without one of the blobs.
+	delete(x.Blobs, store.BlobHash(big))
+	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(body)
+	lacking := writeFile(t, "lacking.rein", "rein-export 1\n"+string(body)+string(sum[:]))
+	other := newDB(t)
+	r := cli(t, "import", lacking, "--db", other).mustExit(t, 2)
+	mustContain(t, "stderr", r.stderr, lacking, "references blob "+store.BlobHash(big), "does not carry")
+	mustNotExist(t, other)
 }
 
 func TestDamagedExportRefused(t *testing.T) {

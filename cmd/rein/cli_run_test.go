@@ -286,7 +286,9 @@ func TestRunMalformedInputWritesNothing(t *testing.T) {
 		{name: "goal missing", task: `{"inputs": {"a": "b"}}`, wantErr: []string{"goal"}, names: "task"},
 		{name: "model missing", task: `{"goal": "x"}`, flag: "-", wantErr: []string{"model"}, names: "task"},
 		{name: "model without script:", task: `{"goal": "x"}`, flag: "MODEL", wantErr: []string{"--model", "script:FILE"}, names: "model"},
-		{name: "model of another kind", task: `{"goal": "x"}`, flag: "openai:MODEL", wantErr: []string{"--model", "script:FILE"}},
+		{name: "model of another kind", task: `{"goal": "x"}`, flag: "gemini:MODEL", wantErr: []string{"--model", "script:FILE", "openai:NAME", "anthropic:NAME"}},
+		{name: "provider without a model name", task: `{"goal": "x"}`, flag: "openai:", wantErr: []string{"--model", "openai:gpt-4o-mini"}},
+		{name: "base url for a script", task: `{"goal": "x"}`, flag: "base-url", wantErr: []string{"--base-url", "scripted"}},
 		{name: "script line with an unknown field", task: `{"goal": "x"}`,
 			model:   model + `{"decision": {"final_answer": {"text": "done"}}, "usgae": {}}` + "\n",
 			wantErr: []string{":2:", `"usgae"`}, names: "model"},
@@ -311,6 +313,8 @@ func TestRunMalformedInputWritesNothing(t *testing.T) {
 			case "-":
 			case "MODEL":
 				args = append(args, "--model", files["model"])
+			case "base-url":
+				args = append(args, "--model", "script:"+files["model"], "--base-url", "http://127.0.0.1:1/v1")
 			case "tools":
 				args = append(args, "--model", "script:"+files["model"])
 			default:

@@ -148,12 +148,17 @@ func printBench(w io.Writer, r bench.Result) {
 }
 
 // benchDetail is what a scenario's line adds to the rates: for watch, the
-// other targets.
+// other targets; for replay, what each side spends per event.
 func benchDetail(r bench.Result) string {
 	if r.Scenario == "recovery" {
 		x := r.Extra
 		return fmt.Sprintf("; serving in %.2fs (target ≤ 2s; an empty store: %.3fs), every running run resumed in %.2fs, peak RSS %.0f MiB (target ≤ 256 MiB; the process's own %.0f MiB)",
 			x["serving_seconds"], x["baseline_serving_seconds"], x["all_resumed_seconds"], x["rss_peak_mib"], x["rss_anon_mib"])
+	}
+	if r.Scenario == "replay" {
+		x := r.Extra
+		return fmt.Sprintf("; per event: read %.0f ns + replay %.0f ns, against read %.0f ns + fold %.0f ns (without the reading, ratio %.3f)",
+			x["load_ns_per_event"], x["replay_ns_per_event"], x["baseline_load_ns_per_event"], x["fold_ns_per_event"], x["in_memory_ratio"])
 	}
 	if r.Scenario != "watch" {
 		return ""

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -16,14 +17,17 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/evaluate"
+	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/tools"
+	"github.com/reinhq/rein/internal/tools/workspace"
 )
 
 type evaluateOptions struct {
 	trials      int
 	concurrency int
 	minPassRate float64
+	prices      string
 }
 
 func newEvaluateCmd(e *env) *cobra.Command {
@@ -33,17 +37,21 @@ func newEvaluateCmd(e *env) *cobra.Command {
 		Short: "Run a suite of cases several times each and grade them; exit 1 under a pass rate",
 		Long: `Run every case of a suite file --trials times (up to --concurrency at once) and
 grade each trial against the case's expectations: the status the run pauses or
-ends in, its final answer's text and data, the tools it called and did not call.
-A paused run is graded as its status: no person answers in an evaluation.
+ends in, its final answer's text and data, the tools it called and did not call,
+and, for a case with a workspace, the files and checks of the workspace the run
+leaves. A paused run is graded as its status: no person answers in an
+evaluation.
 
 Every case runs on its own embedded server over a temporary database that is
-removed afterwards; --db and --server are not used.
+removed afterwards; --db and --server are not used. A case with a workspace
+runs each trial on a server of its own over a fresh copy of the workspace (the
+file tools and completion checks work there), removed once graded.
 
-Prints per case and overall the pass rate, median tokens, median cost (0 for
-now: no price table yet), p95 wall time and refused tool attempts, as a table
-or, with --json, one JSON object. Exits 1 when the overall pass rate is under
---min-pass-rate (default 1, or the suite's min_pass_rate), 2 for a malformed
-suite.`,
+Prints per case and overall the pass rate, median tokens, median cost in US
+dollars (rein's default prices, or --prices over them), p95 wall time and
+refused tool attempts, as a table or, with --json, one JSON object. Exits 1
+when the overall pass rate is under --min-pass-rate (default 1, or the suite's
+min_pass_rate), 2 for a malformed suite or price file.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.trials < 1 {
@@ -58,6 +66,13 @@ suite.`,
 			if cmd.Flags().Changed("server") {
 				return usageError("evaluate runs its trials on its own embedded server; --server does not apply")
 			}
+			prices := pricing.Default()
+			if o.prices != "" {
+				var err error
+				if prices, err = pricing.Load(o.prices); err != nil {
+					return usageError("--prices: %v", err)
+				}
+			}
 			suite, cases, err := loadSuite(args[0])
 			if err != nil {
 				return err
@@ -69,13 +84,14 @@ suite.`,
 			if cmd.Flags().Changed("min-pass-rate") {
 				threshold = o.minPassRate
 			}
-			return o.run(cmd.Context(), e, args[0], cases, threshold)
+			return o.run(cmd.Context(), e, args[0], cases, threshold, prices)
 		},
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.trials, "trials", 1, "runs of each case")
 	f.IntVar(&o.concurrency, "concurrency", 1, "trials of a case run at once")
 	f.Float64Var(&o.minPassRate, "min-pass-rate", 1, "overall pass rate under which the evaluation fails (exit 1); overrides the suite's min_pass_rate")
+	f.StringVar(&o.prices, "prices", "", "a price file (JSON: \"provider/model\" → input_per_mtok, output_per_mtok) over the default prices")
 	return cmd
 }
 
@@ -84,7 +100,9 @@ type evalCase struct {
 	name     string
 	contract *reinv1.TaskContract
 	executor tools.Executor
-	expect   evaluate.Expect
+	// workspace, when set, is the directory each trial runs on a copy of.
+	workspace string
+	expect    evaluate.Expect
 }
 
 // loadSuite reads a suite file and every file its cases name (relative to
@@ -109,7 +127,11 @@ func loadSuite(path string) (*evaluate.Suite, []evalCase, error) {
 	cases := make([]evalCase, 0, len(suite.Cases))
 	for i, sc := range suite.Cases {
 		wrap := func(field string, err error) error {
-			return usageError("%s: cases[%d].%s (case %q): %v", path, i, field, sc.Name, errors.Unwrap(err))
+			var ee *exitErr
+			if errors.As(err, &ee) && ee.err != nil {
+				err = ee.err
+			}
+			return usageError("%s: cases[%d].%s (case %q): %v", path, i, field, sc.Name, err)
 		}
 		taskPath := rel(sc.Task)
 		c, err := loadTask(taskPath)
@@ -131,6 +153,14 @@ func loadSuite(path string) (*evaluate.Suite, []evalCase, error) {
 			return nil, nil, wrap("task", err)
 		}
 		ec := evalCase{name: sc.Name, contract: c, expect: sc.Expect}
+		if sc.Workspace != "" {
+			ec.workspace = rel(sc.Workspace)
+			if err := evaluate.CheckWorkspace(ec.workspace); err != nil {
+				return nil, nil, wrap("workspace", err)
+			}
+		} else if len(c.GetChecks()) > 0 {
+			return nil, nil, wrap("task", fmt.Errorf("%s: the task has completion checks, which run in a workspace: give the case a \"workspace\" directory", taskPath))
+		}
 		if sc.Tools != "" {
 			file, err := flagFile("tools", sc.Tools, "fixture")
 			if err != nil {
@@ -153,6 +183,7 @@ type evalTrial struct {
 	Status   string   `json:"status"`
 	Passed   bool     `json:"passed"`
 	Tokens   uint64   `json:"tokens"`
+	CostUSD  float64  `json:"cost_usd"`
 	WallMS   float64  `json:"wall_ms"`
 	Refused  int      `json:"refused_attempts"`
 	Failures []string `json:"failures"`
@@ -167,24 +198,41 @@ type evalCaseReport struct {
 
 // evalReport is what `evaluate --json` prints.
 type evalReport struct {
-	Suite       string           `json:"suite"`
-	MinPassRate float64          `json:"min_pass_rate"`
-	Passed      bool             `json:"passed"`
-	CostNote    string           `json:"cost_note"`
-	Cases       []evalCaseReport `json:"cases"`
-	Overall     evaluate.Stats   `json:"overall"`
+	Suite       string  `json:"suite"`
+	MinPassRate float64 `json:"min_pass_rate"`
+	Passed      bool    `json:"passed"`
+	// CostNote says what the costs are priced at.
+	CostNote string           `json:"cost_note"`
+	Cases    []evalCaseReport `json:"cases"`
+	Overall  evaluate.Stats   `json:"overall"`
 }
 
-func (o *evaluateOptions) run(ctx context.Context, e *env, path string, cases []evalCase, threshold float64) error {
+func (o *evaluateOptions) run(ctx context.Context, e *env, path string, cases []evalCase, threshold float64, prices *pricing.Table) error {
 	dir, err := os.MkdirTemp("", "rein-evaluate-")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	rep := evalReport{Suite: path, MinPassRate: threshold, CostNote: evaluate.CostNote}
+	note := "US dollars, at rein's default prices"
+	if o.prices != "" {
+		note = fmt.Sprintf("US dollars, at the prices of %s over rein's defaults", o.prices)
+	}
+	for _, c := range cases {
+		if m := c.contract.GetModel(); m != nil {
+			if _, ok := prices.Lookup(m.GetProvider(), m.GetName()); !ok {
+				fmt.Fprintf(e.stderr, "rein: case %q: no price for model %s/%s; its cost counts as 0 (give it one in a --prices file)\n",
+					c.name, m.GetProvider(), m.GetName())
+			}
+		}
+	}
+	rep := evalReport{Suite: path, MinPassRate: threshold, CostNote: note}
 	var all []evaluate.Trial
 	for i, c := range cases {
-		trials, err := o.runCase(ctx, e, filepath.Join(dir, fmt.Sprintf("case-%d.db", i)), c)
+		caseDir := filepath.Join(dir, fmt.Sprintf("case-%d", i+1))
+		if err := os.Mkdir(caseDir, 0o700); err != nil {
+			return err
+		}
+		trials, err := o.runCase(ctx, e, caseDir, c, prices)
 		if err != nil {
 			if ctx.Err() != nil {
 				return &exitErr{code: exitCancelled, err: errors.New("evaluation interrupted")}
@@ -194,7 +242,7 @@ func (o *evaluateOptions) run(ctx context.Context, e *env, path string, cases []
 		all = append(all, trials...)
 		cr := evalCaseReport{Name: c.name, Stats: evaluate.Summarize(trials), Trials: make([]evalTrial, len(trials))}
 		for j, t := range trials {
-			cr.Trials[j] = evalTrial{RunID: t.RunID, Status: t.Status, Passed: t.Passed(), Tokens: t.Tokens,
+			cr.Trials[j] = evalTrial{RunID: t.RunID, Status: t.Status, Passed: t.Passed(), Tokens: t.Tokens, CostUSD: t.CostUSD,
 				WallMS: float64(t.Wall) / float64(time.Millisecond), Refused: t.Refused, Failures: t.Failures}
 			if cr.Trials[j].Failures == nil {
 				cr.Trials[j].Failures = []string{}
@@ -218,14 +266,19 @@ func (o *evaluateOptions) run(ctx context.Context, e *env, path string, cases []
 	return nil
 }
 
-// runCase runs a case's trials on an embedded server over db, up to
-// o.concurrency at once, and grades them in trial order.
-func (o *evaluateOptions) runCase(ctx context.Context, e *env, db string, c evalCase) ([]evaluate.Trial, error) {
-	cn, err := embedded(context.WithoutCancel(ctx), db, c.executor, "")
-	if err != nil {
-		return nil, err
+// runCase runs a case's trials, up to o.concurrency at once, and grades
+// them in trial order. Its files go under dir: the database of the embedded
+// server its trials share or, for a case with a workspace, each trial's own.
+func (o *evaluateOptions) runCase(ctx context.Context, e *env, dir string, c evalCase, prices *pricing.Table) ([]evaluate.Trial, error) {
+	var shared *conn
+	if c.workspace == "" {
+		cn, err := embedded(context.WithoutCancel(ctx), filepath.Join(dir, "rein.db"), &setup{executor: c.executor, prices: prices})
+		if err != nil {
+			return nil, err
+		}
+		defer cn.close()
+		shared = cn
 	}
-	defer cn.close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	trials := make([]evaluate.Trial, o.trials)
@@ -241,19 +294,25 @@ func (o *evaluateOptions) runCase(ctx context.Context, e *env, db string, c eval
 				errs[i] = ctx.Err()
 				return
 			}
-			obs, err := runTrial(ctx, cn.runs, c.contract)
+			var t evaluate.Trial
+			var err error
+			if shared != nil {
+				t, err = sharedTrial(ctx, shared, c)
+			} else {
+				t, err = workspaceTrial(ctx, filepath.Join(dir, fmt.Sprintf("trial-%d", i+1)), c, prices)
+			}
 			if err != nil {
 				errs[i] = err
 				cancel()
 				return
 			}
-			trials[i] = evaluate.Trial{Observation: obs, Failures: evaluate.Grade(c.expect, obs)}
+			trials[i] = t
 			verdict := "passed"
-			if !trials[i].Passed() {
+			if !t.Passed() {
 				verdict = "failed"
 			}
 			mu.Lock()
-			fmt.Fprintf(e.stderr, "rein: %s trial %d/%d: run %s %s, %s\n", c.name, i+1, o.trials, obs.RunID, obs.Status, verdict)
+			fmt.Fprintf(e.stderr, "rein: %s trial %d/%d: run %s %s, %s\n", c.name, i+1, o.trials, t.RunID, t.Status, verdict)
 			mu.Unlock()
 		})
 	}
@@ -267,6 +326,50 @@ func (o *evaluateOptions) runCase(ctx context.Context, e *env, db string, c eval
 		return nil, err
 	}
 	return trials, nil
+}
+
+// sharedTrial runs and grades a trial of a case without a workspace on the
+// case's server.
+func sharedTrial(ctx context.Context, cn *conn, c evalCase) (evaluate.Trial, error) {
+	obs, err := runTrial(ctx, cn.runs, c.contract)
+	if err != nil {
+		return evaluate.Trial{}, err
+	}
+	return evaluate.Trial{Observation: obs, Failures: evaluate.Grade(c.expect, obs)}, nil
+}
+
+// workspaceTrial runs a trial of a case with a workspace on an embedded
+// server of its own, under dir (removed afterwards), whose workspace is a
+// fresh copy of the case's; once the run pauses or ends and the server is
+// closed, it grades the run and the workspace it left.
+func workspaceTrial(ctx context.Context, dir string, c evalCase, prices *pricing.Table) (evaluate.Trial, error) {
+	defer func() { _ = os.RemoveAll(dir) }()
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return evaluate.Trial{}, err
+	}
+	ws := filepath.Join(dir, "workspace")
+	if err := evaluate.CopyWorkspace(c.workspace, ws); err != nil {
+		return evaluate.Trial{}, err
+	}
+	files, err := workspace.New(ws)
+	if err != nil {
+		return evaluate.Trial{}, err
+	}
+	cn, err := embedded(context.WithoutCancel(ctx), filepath.Join(dir, "rein.db"),
+		&setup{executor: tools.Join(c.executor, files), workspace: ws, prices: prices})
+	if err != nil {
+		return evaluate.Trial{}, err
+	}
+	obs, err := runTrial(ctx, cn.runs, c.contract)
+	cn.close()
+	if err != nil {
+		return evaluate.Trial{}, err
+	}
+	fails := append(evaluate.Grade(c.expect, obs), evaluate.GradeWorkspace(ctx, c.expect, ws)...)
+	if err := ctx.Err(); err != nil {
+		return evaluate.Trial{}, err
+	}
+	return evaluate.Trial{Observation: obs, Failures: fails}, nil
 }
 
 // runTrial starts a run of contract, follows it until it pauses or ends, and
@@ -287,6 +390,7 @@ func runTrial(ctx context.Context, runs reinv1.RunServiceClient, contract *reinv
 		Status:     runstate.StatusName(run.GetStatus()),
 		ResultText: run.GetResult().GetText(),
 		Tokens:     run.GetUsage().GetInputTokens() + run.GetUsage().GetOutputTokens(),
+		CostUSD:    run.GetCostUsd(),
 		Wall:       time.Since(start),
 	}
 	if d := run.GetResult().GetData(); d != nil {
@@ -320,8 +424,8 @@ func writeEvalTable(w io.Writer, rep evalReport) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CASE\tPASSED\tPASS RATE\tMEDIAN TOKENS\tMEDIAN COST\tP95 WALL MS\tREFUSED")
 	line := func(name string, s evaluate.Stats) {
-		fmt.Fprintf(tw, "%s\t%d/%d\t%.0f%%\t%g\t%g\t%.1f\t%d\n", name, s.Passed, s.Trials, s.PassRate*100,
-			s.MedianTokens, s.MedianCost, s.P95WallMS, s.Refused)
+		fmt.Fprintf(tw, "%s\t%d/%d\t%.0f%%\t%g\t$%.6f\t%.1f\t%d\n", name, s.Passed, s.Trials, s.PassRate*100,
+			s.MedianTokens, s.MedianCostUSD, s.P95WallMS, s.Refused)
 	}
 	for _, c := range rep.Cases {
 		line(c.Name, c.Stats)
@@ -334,10 +438,12 @@ func writeEvalTable(w io.Writer, rep evalReport) error {
 	if !rep.Passed {
 		verdict = "FAILED"
 	}
-	fmt.Fprintf(w, "\ncost: 0 (%s). minimum pass rate %.2f: %s\n", rep.CostNote, rep.MinPassRate, verdict)
+	fmt.Fprintf(w, "\ncost: %s. minimum pass rate %.2f: %s\n", rep.CostNote, rep.MinPassRate, verdict)
 	for _, c := range rep.Cases {
 		for i, t := range c.Trials {
 			for _, f := range t.Failures {
+				// A check's output goes on the lines below, indented.
+				f = strings.ReplaceAll(f, "\n", "\n    ")
 				fmt.Fprintf(w, "%s trial %d (run %s): %s\n", c.Name, i+1, t.RunID, f)
 			}
 		}

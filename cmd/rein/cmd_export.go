@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -47,13 +48,16 @@ Without -o the file goes to stdout; with -o it is written atomically, mode 0600.
 			if err != nil {
 				return err
 			}
-			x := &reinv1.RunExport{
-				FormatVersion: export.Version,
-				RunId:         args[0],
-				Events:        evs,
-				ExportedAt:    timestamppb.New(time.Now()),
-				ExportedBy:    "rein " + buildVersion(),
+			blobs := cn.blobs
+			if blobs == nil {
+				blobs = &serverBlobs{runs: cn.runs, runID: args[0], refs: export.BlobRefs(evs)}
 			}
+			x, err := export.New(ctx, args[0], evs, blobs)
+			if err != nil {
+				return err
+			}
+			x.ExportedAt = timestamppb.New(time.Now())
+			x.ExportedBy = "rein " + buildVersion()
 			if o.out == "" {
 				w := bufio.NewWriter(e.stdout)
 				if err := export.Write(w, x); err != nil {
@@ -142,8 +146,9 @@ is opened. A run that is already in the store is refused, and nothing changes.`,
 }
 
 // importRun stores the run of x in the bbolt store at db: Create with its
-// run_started event, then Append the rest a page at a time. A run already
-// in the store is refused before anything is written.
+// run_started event, then Append the rest a page at a time, each page with
+// the blobs its events are the first to reference. A run already in the
+// store is refused before anything is written.
 func importRun(ctx context.Context, db string, x *reinv1.RunExport) (runstate.State, error) {
 	if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
 		return runstate.State{}, &exitErr{code: exitError, err: fmt.Errorf("create the directory for --db %s: %w", db, err)}
@@ -173,9 +178,17 @@ func importRun(ctx context.Context, db string, x *reinv1.RunExport) (runstate.St
 		return runstate.State{}, &exitErr{code: exitError, err: fmt.Errorf("run %s has request ID %q, which run %s in %s already has; nothing was imported",
 			runID, st.RequestID, st.RunID, db)}
 	}
+	sent := map[string]bool{}
 	for rest := evs[1:]; len(rest) > 0; {
 		page := rest[:min(len(rest), importPage)]
-		if err := s.Append(ctx, runID, page[0].GetSequence()-1, page); err != nil {
+		blobs := map[string][]byte{}
+		for _, hash := range export.BlobRefs(page) {
+			if !sent[hash] {
+				sent[hash] = true
+				blobs[hash] = x.GetBlobs()[hash] // Read checked that x carries it
+			}
+		}
+		if err := s.Append(ctx, runID, page[0].GetSequence()-1, page, store.WithBlobs(blobs)); err != nil {
 			return runstate.State{}, fmt.Errorf("import run %s: append events %d to %d: %w; the store holds the run up to event %d",
 				runID, page[0].GetSequence(), page[len(page)-1].GetSequence(), err, page[0].GetSequence()-1)
 		}
@@ -217,4 +230,42 @@ func fileEvents(path string, after uint64) ([]*reinv1.Event, error) {
 		evs = evs[1:]
 	}
 	return evs, nil
+}
+
+// serverBlobs reads a run's blobs from a rein server through GetBlobs, as
+// many a call as the server sends, asking for the ones it left out.
+type serverBlobs struct {
+	runs  reinv1.RunServiceClient
+	runID string
+	// refs are every blob the run references, fetched on the first Blob.
+	refs []string
+	got  map[string][]byte
+}
+
+func (b *serverBlobs) Blob(ctx context.Context, hash string) ([]byte, error) {
+	if b.got == nil {
+		b.got = map[string][]byte{}
+		for left := b.refs; len(left) > 0; {
+			resp, err := b.runs.GetBlobs(ctx, &reinv1.GetBlobsRequest{RunId: b.runID, Hashes: left[:min(len(left), 1000)]})
+			if err != nil {
+				return nil, err
+			}
+			if len(resp.GetBlobs()) == 0 {
+				return nil, fmt.Errorf("the server sent none of run %s's %d remaining blobs", b.runID, len(left))
+			}
+			maps.Copy(b.got, resp.GetBlobs())
+			var rest []string
+			for _, h := range left {
+				if _, ok := b.got[h]; !ok {
+					rest = append(rest, h)
+				}
+			}
+			left = rest
+		}
+	}
+	blob, ok := b.got[hash]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", store.ErrNoBlob, hash)
+	}
+	return blob, nil
 }

@@ -16,8 +16,7 @@ type forkOptions struct {
 	maxSteps, maxCalls uint32
 	maxTokens          uint64
 	timeout            time.Duration
-	tools              string
-	workspace          string
+	host               host
 }
 
 func newForkCmd(e *env) *cobra.Command {
@@ -30,7 +29,7 @@ tool result before it is paid for again, and its run_started names the parent
 run and sequence. A fork at a pending write proposes it again; a committed write
 is carried over with its receipt, never repeated. Budget flags replace the
 parent's budget. The new run is followed until it pauses or ends, as rein run
-does, and the exit code is its. On the embedded server, give --tools for its
+does, and the exit code is its. On the embedded server, give --tools (and the other tool flags) for its
 tools.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -38,7 +37,7 @@ tools.`,
 			if o.at == 0 {
 				return usageError("--at is required: the last sequence of the parent to carry over")
 			}
-			cn, err := readerWith(ctx, e, o.tools, o.workspace)
+			cn, err := readerWith(ctx, e, &o.host)
 			if err != nil {
 				return err
 			}
@@ -85,7 +84,6 @@ tools.`,
 	f.Uint64Var(&o.maxTokens, "max-tokens", 0, "replace the budget's max_tokens")
 	f.Uint32Var(&o.maxCalls, "max-tool-calls", 0, "replace the budget's max_tool_calls")
 	f.DurationVar(&o.timeout, "timeout", 0, "replace the budget's timeout")
-	f.StringVar(&o.tools, "tools", "", "tools for the embedded server, as fixture:FILE")
-	f.StringVar(&o.workspace, "workspace", "", "the workspace root for the file tools (fs.read, fs.list, fs.search, fs.write, fs.patch)")
+	o.host.register(f)
 	return cmd
 }

@@ -18,11 +18,10 @@ import (
 
 // decideOptions are the flags of approve and deny.
 type decideOptions struct {
-	reason    string
-	hash      string
-	end       bool
-	tools     string
-	workspace string
+	reason string
+	hash   string
+	end    bool
+	host   host
 }
 
 func newApproveCmd(e *env) *cobra.Command {
@@ -63,15 +62,14 @@ func newDenyCmd(e *env) *cobra.Command {
 func (o *decideOptions) flags(cmd *cobra.Command, deny bool) {
 	cmd.Flags().StringVar(&o.reason, "reason", "", "why; recorded, and shown to the model on a rejection")
 	cmd.Flags().StringVar(&o.hash, "hash", "", "the proposal hash you reviewed (default: the pending proposal's)")
-	cmd.Flags().StringVar(&o.tools, "tools", "", "tools for the embedded server, as fixture:FILE")
-	cmd.Flags().StringVar(&o.workspace, "workspace", "", "the workspace root for the file tools (fs.read, fs.list, fs.search, fs.write, fs.patch)")
+	o.host.register(cmd.Flags())
 	if deny {
 		cmd.Flags().BoolVar(&o.end, "end", false, "end the run as denied instead of letting the model go on")
 	}
 }
 
 func (o *decideOptions) decide(ctx context.Context, e *env, runID, proposalID string, approve bool) error {
-	cn, err := readerWith(ctx, e, o.tools, o.workspace)
+	cn, err := readerWith(ctx, e, &o.host)
 	if err != nil {
 		return err
 	}
@@ -100,7 +98,7 @@ func (o *decideOptions) decide(ctx context.Context, e *env, runID, proposalID st
 }
 
 func newInputCmd(e *env) *cobra.Command {
-	var toolsFile, workspaceDir string
+	var h host
 	cmd := &cobra.Command{
 		Use:   "input RUN_ID TEXT|-",
 		Short: "Answer a run's question (- reads the answer from stdin), then carry the run on",
@@ -118,7 +116,7 @@ func newInputCmd(e *env) *cobra.Command {
 			if text == "" {
 				return usageError("the answer is empty")
 			}
-			cn, err := readerWith(ctx, e, toolsFile, workspaceDir)
+			cn, err := readerWith(ctx, e, &h)
 			if err != nil {
 				return err
 			}
@@ -133,8 +131,7 @@ func newInputCmd(e *env) *cobra.Command {
 			return carryOn(ctx, e, cn, args[0], got.GetRun().GetVersion())
 		},
 	}
-	cmd.Flags().StringVar(&toolsFile, "tools", "", "tools for the embedded server, as fixture:FILE")
-	cmd.Flags().StringVar(&workspaceDir, "workspace", "", "the workspace root for the file tools (fs.read, fs.list, fs.search, fs.write, fs.patch)")
+	h.register(cmd.Flags())
 	return cmd
 }
 
@@ -223,28 +220,6 @@ func carryOn(ctx context.Context, e *env, cn *conn, runID string, after uint64) 
 	return finish(e, run)
 }
 
-// toolsFlag parses a --tools fixture:FILE value and a --workspace DIR; ""
-// means none. Both together are joined: a fixture tool named like a file tool
-// wins.
-func toolsFlag(value, workspaceDir string) (tools.Executor, error) {
-	ws, err := workspaceFlag(workspaceDir)
-	if err != nil {
-		return nil, err
-	}
-	if value == "" {
-		return ws, nil
-	}
-	file, err := flagFile("tools", value, "fixture")
-	if err != nil {
-		return nil, err
-	}
-	f, err := loadFixtures(file)
-	if err != nil {
-		return nil, err
-	}
-	return tools.Join(f, ws), nil
-}
-
 // workspaceFlag opens a --workspace DIR; "" means none (a nil Executor).
 func workspaceFlag(dir string) (tools.Executor, error) {
 	if dir == "" {
@@ -258,22 +233,29 @@ func workspaceFlag(dir string) (tools.Executor, error) {
 }
 
 // readerWith is reader for commands that may carry a run on: the embedded
-// server runs the tools of --tools and --workspace, and its checks run in
-// the workspace.
-func readerWith(ctx context.Context, e *env, toolsValue, workspaceDir string) (*conn, error) {
-	executor, err := toolsFlag(toolsValue, workspaceDir)
-	if err != nil {
-		return nil, err
-	}
-	e.workspace = workspaceDir
-	if e.server != "" || executor == nil {
-		if executor != nil {
-			return nil, usageError("--tools and --workspace apply to the embedded server; with --server, the server's own tools run")
+// server is set up as h says (its tools, workspace, prices and model keys).
+// The setup is released with the connection.
+func readerWith(ctx context.Context, e *env, h *host) (*conn, error) {
+	if e.server != "" {
+		if h.toolsGiven() {
+			return nil, usageError("--tools, --workspace, --tool-server and --mcp apply to the embedded server; with --server, the server's own tools run")
 		}
 		return reader(ctx, e)
 	}
 	if !exists(e.db) {
 		return nil, &exitErr{code: exitNotFound, err: fmt.Errorf("no rein store at %s: start a run first, or pass --db", e.db)}
 	}
-	return connect(ctx, e, executor)
+	s, err := h.open(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	e.host = s
+	cn, err := connect(ctx, e, s)
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	inner := cn.close
+	cn.close = func() { inner(); s.close() }
+	return cn, nil
 }

@@ -27,7 +27,7 @@ func reader(ctx context.Context, e *env) (*conn, error) {
 	if !exists(e.db) {
 		return nil, &exitErr{code: exitNotFound, err: fmt.Errorf("no rein store at %s: start a run first, or pass --db", e.db)}
 	}
-	return embedded(context.WithoutCancel(ctx), e.db, nil, "")
+	return embedded(context.WithoutCancel(ctx), e.db, nil)
 }
 
 func newInspectCmd(e *env) *cobra.Command {
@@ -56,6 +56,11 @@ func newInspectCmd(e *env) *cobra.Command {
 			fmt.Fprintf(w, "version\t%d events\n", s.Version)
 			fmt.Fprintf(w, "steps\t%d of %d\n", s.Steps, run.GetContract().GetBudget().GetMaxSteps())
 			fmt.Fprintf(w, "tokens\t%d (input %d, output %d)\n", s.Tokens, s.Usage.InputTokens, s.Usage.OutputTokens)
+			cost := fmt.Sprintf("$%.6f", s.CostUSD)
+			if m := run.GetContract().GetBudget().GetMaxCostUsd(); m > 0 {
+				cost += fmt.Sprintf(" of $%.2f", m)
+			}
+			fmt.Fprintf(w, "cost\t%s\n", cost)
 			fmt.Fprintf(w, "tool calls\t%d\n", s.ToolCalls)
 			fmt.Fprintf(w, "created\t%s\n", s.CreatedAt)
 			fmt.Fprintf(w, "updated\t%s\n", s.UpdatedAt)

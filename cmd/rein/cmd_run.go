@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
@@ -19,8 +21,8 @@ import (
 
 type runOptions struct {
 	model     string
-	tools     string
-	workspace string
+	baseURL   string
+	host      host
 	requestID string
 }
 
@@ -39,9 +41,9 @@ cancels the run and records it).`,
 			return o.run(cmd.Context(), e, args[0])
 		},
 	}
-	cmd.Flags().StringVar(&o.model, "model", "", "the model, as script:FILE (JSONL, one reply per line); overrides the task's model")
-	cmd.Flags().StringVar(&o.tools, "tools", "", "tools for the run, as fixture:FILE (a JSON object: tool name → results)")
-	cmd.Flags().StringVar(&o.workspace, "workspace", "", "the workspace root for the file tools (fs.read, fs.list, fs.search, fs.write, fs.patch)")
+	cmd.Flags().StringVar(&o.model, "model", "", "the model, overriding the task's: script:FILE (JSONL, one reply per line), openai:NAME or anthropic:NAME")
+	cmd.Flags().StringVar(&o.baseURL, "base-url", "", "the model provider's base URL, for OpenAI-compatible servers (vLLM, Ollama, llama.cpp, LM Studio)")
+	o.host.register(cmd.Flags())
 	cmd.Flags().StringVar(&o.requestID, "request-id", "", "idempotency key; the same key returns the same run (default: random)")
 	return cmd
 }
@@ -51,32 +53,30 @@ func (o *runOptions) run(ctx context.Context, e *env, path string) error {
 	if err != nil {
 		return err
 	}
-	if o.model != "" {
-		file, err := flagFile("model", o.model, "script")
-		if err != nil {
-			return err
-		}
-		replies, err := loadScript(file)
-		if err != nil {
-			return err
-		}
-		c.Model = scriptSpec(replies)
+	if c.Model, err = modelFlag(c.GetModel(), o.model, o.baseURL); err != nil {
+		return err
 	}
 	if err := validateTask(path, c); err != nil {
 		return err
 	}
-	executor, err := toolsFlag(o.tools, o.workspace)
-	if err != nil {
-		return err
+	if e.server != "" && o.host.toolsGiven() {
+		return usageError("--tools, --workspace, --tool-server and --mcp apply to the embedded server; with --server, the server's own tools run")
 	}
-	e.workspace = o.workspace
+	var s *setup
+	if e.server == "" {
+		if s, err = o.host.open(ctx, ""); err != nil {
+			return err
+		}
+		defer s.close()
+		e.host = s
+	}
 	if o.requestID == "" {
 		o.requestID = randomID()
 	}
 	if ctx.Err() != nil {
 		return &exitErr{code: exitCancelled, err: errors.New("interrupted before the run started; nothing was written")}
 	}
-	cn, err := connect(context.WithoutCancel(ctx), e, executor)
+	cn, err := connect(context.WithoutCancel(ctx), e, s)
 	if err != nil {
 		return err
 	}
@@ -181,4 +181,46 @@ func randomID() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// modelFlag applies --model and --base-url to the task's model spec:
+// script:FILE reads a script; openai:NAME and anthropic:NAME name a provider's
+// model, keeping the task's output cap and temperature.
+func modelFlag(spec *reinv1.ModelSpec, value, baseURL string) (*reinv1.ModelSpec, error) {
+	if value == "" {
+		if baseURL != "" {
+			if spec == nil {
+				return nil, usageError("--base-url needs a model: give --model openai:NAME, or a model in the task")
+			}
+			spec = proto.Clone(spec).(*reinv1.ModelSpec)
+			spec.BaseUrl = baseURL
+		}
+		return spec, nil
+	}
+	provider, rest, _ := strings.Cut(value, ":")
+	switch provider {
+	case "script":
+		if baseURL != "" {
+			return nil, usageError("--base-url does not apply to a scripted model")
+		}
+		file, err := flagFile("model", value, "script")
+		if err != nil {
+			return nil, err
+		}
+		replies, err := loadScript(file)
+		if err != nil {
+			return nil, err
+		}
+		return scriptSpec(replies), nil
+	case "openai", "anthropic":
+		if rest == "" {
+			return nil, usageError("--model %q: name the model, such as openai:gpt-4o-mini or anthropic:claude-sonnet-4-5", value)
+		}
+		out := &reinv1.ModelSpec{Provider: provider, Name: rest, BaseUrl: baseURL}
+		if spec != nil {
+			out.MaxOutputTokens, out.Temperature = spec.GetMaxOutputTokens(), spec.Temperature
+		}
+		return out, nil
+	}
+	return nil, usageError("--model %q: expected script:FILE, openai:NAME or anthropic:NAME", value)
 }

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/reinhq/rein/internal/auth"
-	"github.com/reinhq/rein/internal/tools"
 	"github.com/reinhq/rein/server"
 )
 
@@ -25,8 +24,7 @@ type serveOptions struct {
 	tlsCert, tlsKey string
 	clientCA        string
 	tokens          string
-	tools           string
-	workspace       string
+	host            host
 	ledger          string
 	reflection      bool
 	rate            float64
@@ -59,8 +57,7 @@ run the database holds as running.`,
 	f.StringVar(&o.tlsKey, "tls-key", "", "server key (PEM)")
 	f.StringVar(&o.clientCA, "client-ca", "", "CA that signs client certificates; requires them (mTLS)")
 	f.StringVar(&o.tokens, "tokens", "", "tokens file mapping credentials to principals, tenants and roles")
-	f.StringVar(&o.tools, "tools", "", "tools the server runs, as fixture:FILE")
-	f.StringVar(&o.workspace, "workspace", "", "the workspace root for the file tools (fs.read, fs.list, fs.search, fs.write, fs.patch)")
+	o.host.register(f)
 	f.StringVar(&o.ledger, "fixture-ledger", "", "make fixture writes durable in this file (each commit is a line), so lookups survive a restart")
 	f.BoolVar(&o.reflection, "reflection", true, "serve gRPC server reflection (for grpcurl)")
 	f.Float64Var(&o.rate, "rate", 50, "calls per second each principal may make (0: no limit)")
@@ -86,28 +83,12 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	} else if o.clientCA != "" {
 		return usageError("--client-ca needs --tokens, which maps each certificate's common name to a principal")
 	}
-	if o.tools != "" {
-		file, err := flagFile("tools", o.tools, "fixture")
-		if err != nil {
-			return err
-		}
-		f, err := loadFixtures(file)
-		if err != nil {
-			return err
-		}
-		if o.ledger != "" {
-			if f, err = f.WithLedger(o.ledger); err != nil {
-				return usageError("--fixture-ledger: %v", err)
-			}
-		}
-		cfg.Tools = tools.Executor(f)
-	}
-	ws, err := workspaceFlag(o.workspace)
+	s, err := o.host.open(ctx, o.ledger)
 	if err != nil {
 		return err
 	}
-	cfg.Tools = tools.Join(cfg.Tools, ws)
-	cfg.Workspace = o.workspace
+	defer s.close()
+	cfg.Tools, cfg.Workspace, cfg.Prices, cfg.Models = s.executor, s.workspace, s.prices, s.models
 	if o.tlsCert != "" || o.tlsKey != "" || o.clientCA != "" {
 		creds, err := o.credentials()
 		if err != nil {

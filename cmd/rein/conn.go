@@ -14,7 +14,7 @@ import (
 
 	"github.com/reinhq/rein/client"
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/tools"
+	"github.com/reinhq/rein/internal/export"
 	"github.com/reinhq/rein/server"
 )
 
@@ -24,17 +24,20 @@ type conn struct {
 	runs reinv1.RunServiceClient
 	// remote is true for --server; false for the embedded server.
 	remote bool
-	close  func()
+	// blobs reads the embedded server's store's blobs, for export; nil for
+	// --server, whose API has no call that reads them.
+	blobs export.Blobs
+	close func()
 }
 
 // connect returns a client of the --server, or of an embedded server over
-// --db that runs with executor's tools.
-func connect(ctx context.Context, e *env, executor tools.Executor) (*conn, error) {
+// --db set up as s says.
+func connect(ctx context.Context, e *env, s *setup) (*conn, error) {
 	if e.server == "" {
-		return embedded(ctx, e.db, executor, e.workspace)
+		return embedded(ctx, e.db, s)
 	}
-	if executor != nil {
-		return nil, usageError("--tools applies to the embedded server; with --server, the server's own tools (rein serve --tools) run")
+	if s != nil && s.executor != nil {
+		return nil, usageError("--tools, --workspace, --tool-server and --mcp apply to the embedded server; with --server, the server's own tools (rein serve) run")
 	}
 	c, err := client.Dial(e.server, client.Options{Token: e.token, CAFile: e.tlsCA, CertFile: e.tlsCert, KeyFile: e.tlsKey})
 	if err != nil {
@@ -47,11 +50,18 @@ func connect(ctx context.Context, e *env, executor tools.Executor) (*conn, error
 // to it through the generated client over an in-memory gRPC connection, so
 // the CLI runs the same service code, interceptors included, as a remote
 // server.
-func embedded(ctx context.Context, db string, executor tools.Executor, workspace string) (*conn, error) {
+func embedded(ctx context.Context, db string, s *setup) (*conn, error) {
 	if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
 		return nil, &exitErr{code: exitError, err: fmt.Errorf("create the directory for --db %s: %w", db, err)}
 	}
-	node, err := server.Open(ctx, server.Config{DBPath: db, Models: models, Tools: executor, Workspace: workspace})
+	cfg := server.Config{DBPath: db, Models: models}
+	if s != nil {
+		cfg.Tools, cfg.Workspace, cfg.Prices = s.executor, s.workspace, s.prices
+		if s.models != nil {
+			cfg.Models = s.models
+		}
+	}
+	node, err := server.Open(ctx, cfg)
 	if err != nil {
 		return nil, &exitErr{code: exitUnavailable, err: err}
 	}
@@ -75,6 +85,7 @@ func embedded(ctx context.Context, db string, executor tools.Executor, workspace
 	return &conn{
 		Client: c,
 		runs:   c.Runs,
+		blobs:  node.Store,
 		close: func() {
 			_ = cc.Close()
 			node.Close()

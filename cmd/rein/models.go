@@ -1,19 +1,78 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"fmt"
 	"os"
+	"regexp"
+	"strings"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/model/anthropic"
 	"github.com/reinhq/rein/internal/model/openai"
 )
 
-// models builds a run's model: provider "openai" with the API key from the
-// server's environment (OPENAI_API_KEY, never from the contract), anything
-// else through model.New.
-func models(spec *reinv1.ModelSpec) (model.Model, error) {
-	if spec.GetProvider() == openai.Provider {
-		return openai.New(spec, os.Getenv("OPENAI_API_KEY"))
+// toolNamePart is what a --tool-server or --mcp NAME may be: it prefixes
+// tool names, so it must fit in one.
+var toolNamePart = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
+
+// models builds a run's model with keys from the environment only.
+func models(spec *reinv1.ModelSpec) (model.Model, error) { return modelsWith(nil)(spec) }
+
+// modelsWith builds a run's model: "openai" and "anthropic" with their API
+// key from secrets (a --secrets file), else the server's environment; never
+// from the contract. Anything else goes through model.New.
+func modelsWith(secrets map[string]string) func(*reinv1.ModelSpec) (model.Model, error) {
+	key := func(name string) string {
+		if v, ok := secrets[name]; ok {
+			return v
+		}
+		return os.Getenv(name)
 	}
-	return model.New(spec)
+	return func(spec *reinv1.ModelSpec) (model.Model, error) {
+		switch spec.GetProvider() {
+		case openai.Provider:
+			return openai.New(spec, key(openai.KeyEnv))
+		case anthropic.Provider:
+			return anthropic.New(spec, key(anthropic.KeyEnv))
+		}
+		return model.New(spec)
+	}
+}
+
+// loadSecrets reads a secrets file: KEY=VALUE lines, blank lines and #
+// comments skipped. The file must not be readable by others (mode 0600 or
+// stricter): it holds API keys. Values are never printed.
+func loadSecrets(path string) (map[string]string, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if perm := info.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("%s is readable by others (mode %04o): it holds API keys; run chmod 600 %s", path, perm, path)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		k = strings.TrimSpace(strings.TrimPrefix(k, "export "))
+		if !ok || k == "" || strings.ContainsAny(k, " \t") {
+			return nil, fmt.Errorf("%s line %d: expected KEY=VALUE (the value is not shown)", path, n)
+		}
+		out[k] = strings.Trim(strings.TrimSpace(v), `"'`)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return out, nil
 }

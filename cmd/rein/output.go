@@ -27,15 +27,17 @@ type summary struct {
 		InputTokens  uint64 `json:"input_tokens"`
 		OutputTokens uint64 `json:"output_tokens"`
 	} `json:"usage"`
-	ToolCalls uint32 `json:"tool_calls"`
-	Version   uint64 `json:"version"`
-	Result    any    `json:"result"`
-	Pending   any    `json:"pending"`
-	LastError string `json:"last_error,omitempty"`
-	Goal      string `json:"goal,omitempty"`
-	CreatedAt string `json:"created_at,omitempty"`
-	UpdatedAt string `json:"updated_at,omitempty"`
-	Deadline  string `json:"deadline,omitempty"`
+	// CostUSD is the model calls' cost by the server's price table.
+	CostUSD   float64 `json:"cost_usd"`
+	ToolCalls uint32  `json:"tool_calls"`
+	Version   uint64  `json:"version"`
+	Result    any     `json:"result"`
+	Pending   any     `json:"pending"`
+	LastError string  `json:"last_error,omitempty"`
+	Goal      string  `json:"goal,omitempty"`
+	CreatedAt string  `json:"created_at,omitempty"`
+	UpdatedAt string  `json:"updated_at,omitempty"`
+	Deadline  string  `json:"deadline,omitempty"`
 }
 
 func summarize(r *reinv1.Run) summary {
@@ -45,6 +47,7 @@ func summarize(r *reinv1.Run) summary {
 		StatusReason: r.GetStatusReason(),
 		Steps:        r.GetSteps(),
 		Tokens:       r.GetUsage().GetInputTokens() + r.GetUsage().GetOutputTokens(),
+		CostUSD:      r.GetCostUsd(),
 		ToolCalls:    r.GetToolCalls(),
 		Version:      r.GetVersion(),
 		Result:       protoJSON(r.GetResult()),
@@ -182,7 +185,15 @@ func eventSummary(ev *reinv1.Event) string {
 	case *reinv1.Event_ModelRequested:
 		return fmt.Sprintf("step %d, %s, ~%d input tokens", p.ModelRequested.GetStep(), p.ModelRequested.GetModel(), p.ModelRequested.GetInputTokens())
 	case *reinv1.Event_ModelReturned:
+		if c := p.ModelReturned.GetCostUsd(); c > 0 {
+			return fmt.Sprintf("%s ($%.6f)", decisionText(p.ModelReturned.GetDecision()), c)
+		}
 		return decisionText(p.ModelReturned.GetDecision())
+	case *reinv1.Event_ModelRetried:
+		return fmt.Sprintf("step %d, retry in %s: %s", p.ModelRetried.GetStep(), p.ModelRetried.GetWait().AsDuration(), p.ModelRetried.GetError())
+	case *reinv1.Event_ContextCompacted:
+		cc := p.ContextCompacted
+		return fmt.Sprintf("%d entries summarised, %d → %d characters", cc.GetCompacted(), cc.GetCharsBefore(), cc.GetCharsAfter())
 	case *reinv1.Event_DecisionRejected:
 		return p.DecisionRejected.GetError()
 	case *reinv1.Event_ToolRequested:

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/pricing"
+	"github.com/reinhq/rein/internal/tools"
+	"github.com/reinhq/rein/internal/tools/mcp"
+	"github.com/reinhq/rein/internal/tools/remote"
+)
+
+// host holds the flags that set up the server runs are carried on: its
+// tools (fixtures, the workspace, remote tool services, MCP servers), its
+// price table and where its model keys come from. rein serve and every
+// command that carries a run on the embedded server (run, approve, deny,
+// input, fork) take the same flags, so one command can run an agent over a
+// local folder.
+type host struct {
+	tools       string
+	workspace   string
+	toolServers []string
+	mcps        []string
+	prices      string
+	secrets     string
+}
+
+func (h *host) register(f *pflag.FlagSet) {
+	f.StringVar(&h.tools, "tools", "", "fixture tools, as fixture:FILE (a JSON object: tool name → results)")
+	f.StringVar(&h.workspace, "workspace", "", "the workspace root for the file tools (fs.read, fs.list, fs.search, fs.write, fs.patch) and completion checks")
+	f.StringArrayVar(&h.toolServers, "tool-server", nil, "a remote tool service, as NAME=ADDR (gRPC rein.v1.ToolService); repeatable")
+	f.StringArrayVar(&h.mcps, "mcp", nil, "an MCP server, as NAME=COMMAND (stdio) or NAME=URL (streamable HTTP); its tools are granted as NAME.TOOL; repeatable")
+	f.StringVar(&h.prices, "prices", "", "a price file (JSON: \"provider/model\" → input_per_mtok, output_per_mtok) over the default prices")
+	f.StringVar(&h.secrets, "secrets", "", "a file of KEY=VALUE lines with the model providers' API keys (mode 0600); the environment is used for keys it lacks")
+}
+
+// toolsGiven says whether a flag that registers tools was set: they apply
+// to the embedded server only.
+func (h *host) toolsGiven() bool {
+	return h.tools != "" || h.workspace != "" || len(h.toolServers) > 0 || len(h.mcps) > 0
+}
+
+// setup is an opened host: what the server is configured with, and what to
+// release when it stops.
+type setup struct {
+	executor  tools.Executor
+	workspace string
+	prices    *pricing.Table
+	models    func(*reinv1.ModelSpec) (model.Model, error)
+	closers   []func()
+}
+
+func (s *setup) close() {
+	if s == nil {
+		return
+	}
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}
+
+// open opens the host's tools and reads its files. ledger, for rein serve,
+// makes fixture writes durable.
+func (h *host) open(ctx context.Context, ledger string) (s *setup, err error) {
+	s = &setup{workspace: h.workspace}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	var executors []tools.Executor
+	if h.tools != "" {
+		file, err := flagFile("tools", h.tools, "fixture")
+		if err != nil {
+			return nil, err
+		}
+		f, err := loadFixtures(file)
+		if err != nil {
+			return nil, err
+		}
+		if ledger != "" {
+			if f, err = f.WithLedger(ledger); err != nil {
+				return nil, usageError("--fixture-ledger: %v", err)
+			}
+		}
+		executors = append(executors, f)
+	}
+	ws, err := workspaceFlag(h.workspace)
+	if err != nil {
+		return nil, err
+	}
+	executors = append(executors, ws)
+	for _, v := range h.toolServers {
+		name, addr, err := namedFlag("tool-server", v, "ADDR")
+		if err != nil {
+			return nil, err
+		}
+		c, err := remote.Dial(name, addr)
+		if err != nil {
+			return nil, usageError("--tool-server %s: %v", v, err)
+		}
+		s.closers = append(s.closers, func() { _ = c.Close() })
+		executors = append(executors, c)
+	}
+	for _, v := range h.mcps {
+		name, target, err := namedFlag("mcp", v, "COMMAND|URL")
+		if err != nil {
+			return nil, err
+		}
+		c, err := mcp.Open(ctx, name, target)
+		if err != nil {
+			return nil, &exitErr{code: exitUnavailable, err: fmt.Errorf("--mcp %s: %w", v, err)}
+		}
+		s.closers = append(s.closers, func() { _ = c.Close() })
+		executors = append(executors, c)
+	}
+	s.executor = tools.Join(executors...)
+	if h.prices != "" {
+		if s.prices, err = pricing.Load(h.prices); err != nil {
+			return nil, usageError("--prices: %v", err)
+		}
+	}
+	var secrets map[string]string
+	if h.secrets != "" {
+		if secrets, err = loadSecrets(h.secrets); err != nil {
+			return nil, usageError("--secrets: %v", err)
+		}
+	}
+	s.models = modelsWith(secrets)
+	return s, nil
+}
+
+// namedFlag splits a NAME=VALUE flag value.
+func namedFlag(flag, value, what string) (name, rest string, err error) {
+	name, rest, ok := strings.Cut(value, "=")
+	if !ok || name == "" || rest == "" {
+		return "", "", usageError("--%s %q: expected NAME=%s", flag, value, what)
+	}
+	if !toolNamePart.MatchString(name) {
+		return "", "", usageError("--%s %q: NAME must be 1-32 letters, digits, '_' or '-'", flag, value)
+	}
+	return name, rest, nil
+}
