@@ -157,3 +157,33 @@ func checkInputBlobs(t *testing.T, s Store, evs []*reinv1.Event) {
 		t.Fatalf("Blob(unknown) = %v, want ErrNoBlob", err)
 	}
 }
+
+// TestSummaryStaysBounded: over a long run the summary shows only its
+// newest items within a quarter of the limit and counts the older ones, so
+// every compaction brings the context back under the limit.
+func TestSummaryStaysBounded(t *testing.T) {
+	script := repeatReply(callReply("search", "c", nil), 40)
+	c := testContract(append(script, finalReply("done"))...)
+	c.Budget = &reinv1.Budget{MaxContextChars: 3000, MaxSteps: 50}
+	ex := searchTools(t, tools.FixtureResult{Output: mustValue(t, strings.Repeat("x", 400))})
+	spy := &modelSpy{}
+	e, s := setup(t, Config{Tools: ex, Models: spy.models(nil)})
+	st, evs := runToRest(t, e, s, c)
+	wantStatus(t, st, evs, statusCompleted, "final_answer")
+	compactions := ofType(evs, "context_compacted")
+	if len(compactions) < 3 {
+		t.Fatalf("%d compactions over 40 steps of 400-character results under a 3000 limit, want several", len(compactions))
+	}
+	for _, ev := range compactions {
+		if cc := ev.GetContextCompacted(); cc.GetCharsAfter() > 3000 {
+			t.Fatalf("compaction at step %d left %d characters, over the 3000 limit", cc.GetStep(), cc.GetCharsAfter())
+		}
+	}
+	last := spy.requests()[len(spy.requests())-1]
+	summary := last.Transcript[0].Observation.Text
+	if len(summary) > 3000/4+400 || !strings.Contains(summary, "older entries are not shown") {
+		t.Fatalf("the last call's summary is %d characters:\n%s", len(summary), summary)
+	}
+	checkInputHashes(t, evs)
+	checkInputBlobs(t, s, evs)
+}

@@ -42,7 +42,7 @@ func (r *runner) step(ctx context.Context) error {
 		step = r.st.Steps
 	}
 	if !resumed {
-		if cc := r.tx.compaction(step, int(b.GetMaxContextChars())); cc != nil {
+		if cc := r.tx.compaction(step); cc != nil {
 			r.later(&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ContextCompacted{ContextCompacted: cc}})
 		}
 	}

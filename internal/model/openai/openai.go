@@ -29,6 +29,9 @@ const Provider = "openai"
 // API key.
 const KeyEnv = "OPENAI_API_KEY"
 
+// DefaultBaseURL is OpenAI's API, for a spec with no base_url.
+const DefaultBaseURL = "https://api.openai.com/v1/"
+
 // AskHumanTool is the function the model calls to ask a person a question.
 const AskHumanTool = "ask_human"
 
@@ -48,10 +51,14 @@ func New(spec *reinv1.ModelSpec, apiKey string, opts ...option.RequestOption) (*
 	if spec.GetName() == "" {
 		return nil, errors.New("openai: the model spec names no model; set model.name")
 	}
-	o := []option.RequestOption{option.WithAPIKey(apiKey), option.WithMaxRetries(0)}
+	// The base URL is always set, so that OPENAI_BASE_URL in the server's
+	// environment (which the SDK would read) never sends a run's context
+	// somewhere its spec did not name.
+	base := DefaultBaseURL
 	if u := spec.GetBaseUrl(); u != "" {
-		o = append(o, option.WithBaseURL(u))
+		base = u
 	}
+	o := []option.RequestOption{option.WithAPIKey(apiKey), option.WithMaxRetries(0), option.WithBaseURL(base)}
 	o = append(o, opts...)
 	m := &Model{client: oai.NewClient(o...), name: spec.GetName(), maxOutput: uint64(spec.GetMaxOutputTokens())}
 	if spec.Temperature != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3/option"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -375,5 +376,37 @@ func TestEveryToolCallIsAnswered(t *testing.T) {
 	}
 	if body.Messages[6]["content"] != "[harness] check failed" {
 		t.Fatalf("harness message %v", body.Messages[6])
+	}
+}
+
+// hostRecorder fails every request after noting where it was sent.
+type hostRecorder struct{ hosts []string }
+
+func (h *hostRecorder) RoundTrip(r *http.Request) (*http.Response, error) {
+	h.hosts = append(h.hosts, r.URL.Host)
+	return nil, errors.New("no network in tests")
+}
+
+// TestEnvironmentBaseURLIgnored: OPENAI_BASE_URL in the server's environment
+// does not redirect a run whose spec names no base_url; the spec's base_url
+// wins when set.
+func TestEnvironmentBaseURLIgnored(t *testing.T) {
+	t.Setenv("OPENAI_BASE_URL", "http://elsewhere.invalid/v1")
+	for _, tc := range []struct{ base, want string }{
+		{"", "api.openai.com"},
+		{"http://127.0.0.1:9/v1", "127.0.0.1:9"},
+	} {
+		rec := &hostRecorder{}
+		m, err := openai.New(&reinv1.ModelSpec{Provider: "openai", Name: "gpt-test", BaseUrl: tc.base}, testKey,
+			option.WithHTTPClient(&http.Client{Transport: rec}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Next(context.Background(), request()); err == nil {
+			t.Fatal("a call with no network succeeded")
+		}
+		if len(rec.hosts) != 1 || rec.hosts[0] != tc.want {
+			t.Fatalf("base_url %q: requests went to %v, want %s", tc.base, rec.hosts, tc.want)
+		}
 	}
 }
