@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -185,5 +186,63 @@ func TestSummaryStaysBounded(t *testing.T) {
 		t.Fatalf("the last call's summary is %d characters:\n%s", len(summary), summary)
 	}
 	checkInputHashes(t, evs)
+	checkInputBlobs(t, s, evs)
+}
+
+// blobCounter is a Store that counts the blobs given with appends.
+type blobCounter struct {
+	Store
+	mu    sync.Mutex
+	blobs map[string]int
+}
+
+func (b *blobCounter) Append(ctx context.Context, runID string, expected uint64, evs []*reinv1.Event, opts ...store.AppendOption) error {
+	var o store.AppendOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	b.mu.Lock()
+	for h := range o.Blobs {
+		b.blobs[h]++
+	}
+	b.mu.Unlock()
+	return b.Store.Append(ctx, runID, expected, evs, opts...)
+}
+
+func (b *blobCounter) Blob(ctx context.Context, hash string) ([]byte, error) {
+	return b.Store.(interface {
+		Blob(context.Context, string) ([]byte, error)
+	}).Blob(ctx, hash)
+}
+
+// TestResumeStoresOnlyNewParts: a run carried on by another engine (a
+// restart) gives the store only the parts no earlier call was sent; every
+// part its calls reference is still stored.
+func TestResumeStoresOnlyNewParts(t *testing.T) {
+	bs, _ := openStore(t)
+	s := &blobCounter{Store: bs, blobs: map[string]int{}}
+	c := testContract(callReply("search", "c1", nil), callReply("search", "c2", nil), askReply("which total?"), finalReply("done"))
+	e1 := newEngine(t, Config{Store: s, Tools: searchTools(t)})
+	st := startRun(t, e1, c)
+	waitRun(t, e1, st.RunID)
+	e1.Close()
+	before := len(s.blobs)
+
+	e2 := newEngine(t, Config{Store: s, Tools: searchTools(t)})
+	if _, err := e2.ProvideInput(testCtx(t), st.RunID, "the invoice's", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	waitRun(t, e2, st.RunID)
+	got, evs := stored(t, s, st.RunID)
+	wantStatus(t, got, evs, statusCompleted, "final_answer")
+	for h, n := range s.blobs {
+		if n > 1 {
+			t.Errorf("part %.12s… given to the store %d times", h, n)
+		}
+	}
+	// After the restart: the ask_human decision and the person's answer.
+	if added := len(s.blobs) - before; added != 2 {
+		t.Errorf("the restarted engine gave %d new parts, want 2 (the question and its answer)", added)
+	}
 	checkInputBlobs(t, s, evs)
 }

@@ -115,6 +115,7 @@ func (e *Engine) load(ctx context.Context, runID string) (*runner, error) {
 		}
 		after = evs[len(evs)-1].GetSequence()
 	}
+	r.tx.loaded()
 	r.st = st
 	return r, nil
 }

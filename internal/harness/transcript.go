@@ -146,6 +146,19 @@ func (t *transcript) newInput() (carried uint32, blobs []string) {
 // requested notes that a model call was sent the current input.
 func (t *transcript) requested() { t.carried = len(t.parts) }
 
+// loaded is called once a run's log has been read into the transcript: the
+// parts an earlier call was sent were stored with its model_requested, so
+// only the parts not sent yet are kept for the store.
+func (t *transcript) loaded() {
+	keep := make(map[string][]byte, len(t.parts)-t.carried)
+	for _, h := range t.parts[t.carried:] {
+		if b, ok := t.unstored[h]; ok {
+			keep[h] = b
+		}
+	}
+	t.unstored = keep
+}
+
 // takeBlobs returns the parts the store has not been given, and forgets
 // them. The store keeps one copy of each, so giving one twice (after a
 // restart) costs nothing but the bytes sent.
