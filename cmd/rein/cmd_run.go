@@ -135,6 +135,11 @@ func follow(ctx context.Context, w io.Writer, runs reinv1.RunServiceClient, runI
 		if sc := ev.GetStatusChanged(); sc != nil && sc.GetTo() != reinv1.RunStatus_RUN_STATUS_RUNNING {
 			break
 		}
+		// A write whose outcome is unknown leaves the run waiting for a
+		// person again, with no status change.
+		if ev.GetWriteOutcomeUnknown() != nil {
+			break
+		}
 	}
 	got, err := runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID})
 	if err != nil {
