@@ -62,9 +62,6 @@ type env struct {
 	tlsCA, tlsCert, tlsKey string
 	// json asks for JSON output.
 	json bool
-	// host is what the embedded server is set up with (tools, workspace,
-	// prices, model keys); nil means nothing beyond the defaults.
-	host *setup
 	// started is set once flags and arguments were accepted; an error before
 	// that is a usage error.
 	started bool

@@ -76,6 +76,7 @@ func TestToolFlagRefusals(t *testing.T) {
 		{"bad name", []string{"--tool-server", "bil ling=127.0.0.1:1"}, []string{"--tool-server", "NAME must be"}},
 		{"no mcp target", []string{"--mcp", "fs="}, []string{"--mcp", "NAME=COMMAND|URL"}},
 		{"remote server", []string{"--tool-server", "billing=127.0.0.1:1", "--server", "127.0.0.1:1"}, []string{"embedded server"}},
+		{"prices with a remote server", []string{"--prices", "prices.json", "--server", "127.0.0.1:1"}, []string{"--prices", "embedded server"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := cli(t, append(append([]string{}, run...), tc.args...)...).mustExit(t, exitUsage)

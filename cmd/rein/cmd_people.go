@@ -237,8 +237,8 @@ func workspaceFlag(dir string) (tools.Executor, error) {
 // The setup is released with the connection.
 func readerWith(ctx context.Context, e *env, h *host) (*conn, error) {
 	if e.server != "" {
-		if h.toolsGiven() {
-			return nil, usageError("--tools, --workspace, --tool-server and --mcp apply to the embedded server; with --server, the server's own tools run")
+		if h.given() {
+			return nil, errServerFlags
 		}
 		return reader(ctx, e)
 	}
@@ -249,7 +249,6 @@ func readerWith(ctx context.Context, e *env, h *host) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.host = s
 	cn, err := connect(ctx, e, s)
 	if err != nil {
 		s.close()

@@ -59,8 +59,8 @@ func (o *runOptions) run(ctx context.Context, e *env, path string) error {
 	if err := validateTask(path, c); err != nil {
 		return err
 	}
-	if e.server != "" && o.host.toolsGiven() {
-		return usageError("--tools, --workspace, --tool-server and --mcp apply to the embedded server; with --server, the server's own tools run")
+	if e.server != "" && o.host.given() {
+		return errServerFlags
 	}
 	var s *setup
 	if e.server == "" {
@@ -68,7 +68,6 @@ func (o *runOptions) run(ctx context.Context, e *env, path string) error {
 			return err
 		}
 		defer s.close()
-		e.host = s
 	}
 	if o.requestID == "" {
 		o.requestID = randomID()

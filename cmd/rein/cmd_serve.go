@@ -57,7 +57,7 @@ run the database holds as running.`,
 	f.StringVar(&o.tlsKey, "tls-key", "", "server key (PEM)")
 	f.StringVar(&o.clientCA, "client-ca", "", "CA that signs client certificates; requires them (mTLS)")
 	f.StringVar(&o.tokens, "tokens", "", "tokens file mapping credentials to principals, tenants and roles")
-	o.host.register(f)
+	o.host.registerServe(f)
 	f.StringVar(&o.ledger, "fixture-ledger", "", "make fixture writes durable in this file (each commit is a line), so lookups survive a restart")
 	f.BoolVar(&o.reflection, "reflection", true, "serve gRPC server reflection (for grpcurl)")
 	f.Float64Var(&o.rate, "rate", 50, "calls per second each principal may make (0: no limit)")

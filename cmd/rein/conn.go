@@ -25,7 +25,7 @@ type conn struct {
 	// remote is true for --server; false for the embedded server.
 	remote bool
 	// blobs reads the embedded server's store's blobs, for export; nil for
-	// --server, whose API has no call that reads them.
+	// --server, whose blobs export reads through GetBlobs.
 	blobs export.Blobs
 	close func()
 }

@@ -28,6 +28,11 @@ type host struct {
 	mcps        []string
 	prices      string
 	secrets     string
+	// baseURLs are the model base URLs a server sends its keys to (serve's
+	// --allow-base-url); nil for the embedded server, whose user is its
+	// operator and may name any.
+	baseURLs []string
+	serve    bool
 }
 
 func (h *host) register(f *pflag.FlagSet) {
@@ -39,11 +44,21 @@ func (h *host) register(f *pflag.FlagSet) {
 	f.StringVar(&h.secrets, "secrets", "", "a file of KEY=VALUE lines with the model providers' API keys (mode 0600); the environment is used for keys it lacks")
 }
 
-// toolsGiven says whether a flag that registers tools was set: they apply
-// to the embedded server only.
-func (h *host) toolsGiven() bool {
-	return h.tools != "" || h.workspace != "" || len(h.toolServers) > 0 || len(h.mcps) > 0
+// registerServe adds serve's own host flags.
+func (h *host) registerServe(f *pflag.FlagSet) {
+	h.register(f)
+	h.serve = true
+	f.StringArrayVar(&h.baseURLs, "allow-base-url", nil, "a model base URL runs may name (model.base_url) and that gets this server's API keys; repeatable; the providers' own URLs need none")
 }
+
+// given says whether a flag that sets up the embedded server was set: with
+// --server they do not apply and are refused.
+func (h *host) given() bool {
+	return h.tools != "" || h.workspace != "" || len(h.toolServers) > 0 || len(h.mcps) > 0 || h.prices != "" || h.secrets != ""
+}
+
+// errServerFlags refuses the host flags with --server.
+var errServerFlags = usageError("--tools, --workspace, --tool-server, --mcp, --prices and --secrets set up the embedded server; with --server, the server's own apply")
 
 // setup is an opened host: what the server is configured with, and what to
 // release when it stops.
@@ -67,43 +82,71 @@ func (s *setup) close() {
 
 // open opens the host's tools and reads its files. ledger, for rein serve,
 // makes fixture writes durable.
-func (h *host) open(ctx context.Context, ledger string) (s *setup, err error) {
-	s = &setup{workspace: h.workspace}
-	defer func() {
-		if err != nil {
-			s.close()
+func (h *host) open(ctx context.Context, ledger string) (*setup, error) {
+	// The files first: a bad one is refused before any tool server is
+	// started or dialled.
+	var prices *pricing.Table
+	if h.prices != "" {
+		var err error
+		if prices, err = pricing.Load(h.prices); err != nil {
+			return nil, usageError("--prices: %v", err)
 		}
-	}()
+	}
+	var secrets map[string]string
+	if h.secrets != "" {
+		var err error
+		if secrets, err = loadSecrets(h.secrets); err != nil {
+			return nil, usageError("--secrets: %v", err)
+		}
+	}
+	allowed := []string(nil)
+	if h.serve {
+		allowed = []string{}
+		for _, u := range h.baseURLs {
+			allowed = append(allowed, strings.TrimRight(u, "/"))
+		}
+	}
+	s := &setup{workspace: h.workspace, prices: prices, models: modelsWith(secrets, allowed)}
+	if err := h.openTools(ctx, ledger, s); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// openTools opens the host's tools into s; what it opened is in s.closers
+// even when it fails.
+func (h *host) openTools(ctx context.Context, ledger string, s *setup) error {
 	var executors []tools.Executor
 	if h.tools != "" {
 		file, err := flagFile("tools", h.tools, "fixture")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		f, err := loadFixtures(file)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if ledger != "" {
 			if f, err = f.WithLedger(ledger); err != nil {
-				return nil, usageError("--fixture-ledger: %v", err)
+				return usageError("--fixture-ledger: %v", err)
 			}
 		}
 		executors = append(executors, f)
 	}
 	ws, err := workspaceFlag(h.workspace)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	executors = append(executors, ws)
 	for _, v := range h.toolServers {
 		name, addr, err := namedFlag("tool-server", v, "ADDR")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		c, err := remote.Dial(name, addr)
 		if err != nil {
-			return nil, usageError("--tool-server %s: %v", v, err)
+			return usageError("--tool-server %s: %v", v, err)
 		}
 		s.closers = append(s.closers, func() { _ = c.Close() })
 		executors = append(executors, c)
@@ -111,29 +154,17 @@ func (h *host) open(ctx context.Context, ledger string) (s *setup, err error) {
 	for _, v := range h.mcps {
 		name, target, err := namedFlag("mcp", v, "COMMAND|URL")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		c, err := mcp.Open(ctx, name, target)
 		if err != nil {
-			return nil, &exitErr{code: exitUnavailable, err: fmt.Errorf("--mcp %s: %w", v, err)}
+			return &exitErr{code: exitUnavailable, err: fmt.Errorf("--mcp %s: %w", v, err)}
 		}
 		s.closers = append(s.closers, func() { _ = c.Close() })
 		executors = append(executors, c)
 	}
 	s.executor = tools.Join(executors...)
-	if h.prices != "" {
-		if s.prices, err = pricing.Load(h.prices); err != nil {
-			return nil, usageError("--prices: %v", err)
-		}
-	}
-	var secrets map[string]string
-	if h.secrets != "" {
-		if secrets, err = loadSecrets(h.secrets); err != nil {
-			return nil, usageError("--secrets: %v", err)
-		}
-	}
-	s.models = modelsWith(secrets)
-	return s, nil
+	return nil
 }
 
 // namedFlag splits a NAME=VALUE flag value.

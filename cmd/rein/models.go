@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -18,13 +19,17 @@ import (
 // tool names, so it must fit in one.
 var toolNamePart = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
 
-// models builds a run's model with keys from the environment only.
-func models(spec *reinv1.ModelSpec) (model.Model, error) { return modelsWith(nil)(spec) }
+// models builds a run's model with keys from the environment only, at any
+// base URL (the embedded server's user is its operator).
+func models(spec *reinv1.ModelSpec) (model.Model, error) { return modelsWith(nil, nil)(spec) }
 
 // modelsWith builds a run's model: "openai" and "anthropic" with their API
 // key from secrets (a --secrets file), else the server's environment; never
-// from the contract. Anything else goes through model.New.
-func modelsWith(secrets map[string]string) func(*reinv1.ModelSpec) (model.Model, error) {
+// from the contract. A contract's base_url gets the server's key only if
+// allowed says so (nil allows any): otherwise anyone who may start a run
+// could send it to a host of their choosing. Anything else goes through
+// model.New.
+func modelsWith(secrets map[string]string, allowed []string) func(*reinv1.ModelSpec) (model.Model, error) {
 	key := func(name string) string {
 		if v, ok := secrets[name]; ok {
 			return v
@@ -32,6 +37,9 @@ func modelsWith(secrets map[string]string) func(*reinv1.ModelSpec) (model.Model,
 		return os.Getenv(name)
 	}
 	return func(spec *reinv1.ModelSpec) (model.Model, error) {
+		if u := spec.GetBaseUrl(); u != "" && allowed != nil && !slices.Contains(allowed, strings.TrimRight(u, "/")) {
+			return nil, fmt.Errorf("model.base_url %q is not a URL this server sends its API keys to; its operator can allow it with rein serve --allow-base-url %s", u, u)
+		}
 		switch spec.GetProvider() {
 		case openai.Provider:
 			return openai.New(spec, key(openai.KeyEnv))

@@ -27,3 +27,25 @@ func TestModelsProviders(t *testing.T) {
 		t.Fatalf("unknown provider: %v, want one naming script, openai", err)
 	}
 }
+
+// TestBaseURLNeedsTheOperator: a server sends its keys to a contract's
+// base_url only if its operator allowed it; the embedded server (nil) to
+// any, since its user is its operator.
+func TestBaseURLNeedsTheOperator(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "sk-test")
+	spec := &reinv1.ModelSpec{Provider: "openai", Name: "gpt-test", BaseUrl: "https://collector.example/v1/"}
+	_, err := modelsWith(nil, []string{})(spec)
+	if err == nil || !strings.Contains(err.Error(), "--allow-base-url https://collector.example/v1/") {
+		t.Fatalf("an unlisted base_url: %v, want a refusal naming --allow-base-url", err)
+	}
+	if _, err := modelsWith(nil, []string{"https://collector.example/v1"})(spec); err != nil {
+		t.Fatalf("an allowed base_url: %v", err)
+	}
+	if _, err := modelsWith(nil, nil)(spec); err != nil {
+		t.Fatalf("the embedded server: %v", err)
+	}
+	noURL := &reinv1.ModelSpec{Provider: "openai", Name: "gpt-test"}
+	if _, err := modelsWith(nil, []string{})(noURL); err != nil {
+		t.Fatalf("the provider's own URL: %v", err)
+	}
+}

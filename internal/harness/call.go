@@ -14,6 +14,10 @@ import (
 	"github.com/reinhq/rein/internal/model"
 )
 
+// DefaultCostOutputCap caps a call's output under a cost limit when
+// nothing else does.
+const DefaultCostOutputCap = 8192
+
 // checkPrice refuses a contract with a cost limit whose model the price
 // table does not know: rein could not hold the limit.
 func (e *Engine) checkPrice(c *reinv1.TaskContract) error {
@@ -35,7 +39,17 @@ func (e *Engine) checkPrice(c *reinv1.TaskContract) error {
 func (r *runner) capCost(req *model.Request, input uint64) (maxCost float64, limit, detail string) {
 	p := r.price
 	max := r.st.Contract.GetBudget().GetMaxCostUsd()
+	if max > 0 && !r.priced {
+		m := r.st.Contract.GetModel()
+		return 0, "max_cost_usd", fmt.Sprintf("rein has no price for model %s/%s, so it cannot hold the run's cost limit: give the server a price file (--prices) that prices it",
+			m.GetProvider(), m.GetName())
+	}
 	if max > 0 {
+		// With no other cap, the money left would allow more output than
+		// any model takes: cap it as a provider's default would.
+		if req.MaxOutputTokens == 0 {
+			req.MaxOutputTokens = DefaultCostOutputCap
+		}
 		left := max - r.st.CostUSD
 		n := p.Affordable(left, input)
 		if n == 0 {
@@ -131,4 +145,13 @@ func (r *runner) cut(ctx, mctx context.Context) (callOutcome, bool) {
 		return callDeadline, true
 	}
 	return 0, false
+}
+
+// modelPrice is the run's price as model_requested records it; nil when
+// the run has none.
+func (r *runner) modelPrice() *reinv1.ModelPrice {
+	if !r.priced {
+		return nil
+	}
+	return &reinv1.ModelPrice{InputPerMtok: r.price.InputPerMTok, OutputPerMtok: r.price.OutputPerMTok}
 }

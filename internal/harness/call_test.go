@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
@@ -230,5 +231,66 @@ func TestMaxCostWithoutPriceRefused(t *testing.T) {
 	var fe *FieldError
 	if !errors.As(err, &fe) || fe.Field != "contract.budget.max_cost_usd" || !strings.Contains(fe.Description, "--prices") {
 		t.Fatalf("err = %v, want a FieldError on max_cost_usd naming --prices", err)
+	}
+}
+
+// TestRecordedPriceOutlivesTheTable: a run carried on by a server without
+// its model's price keeps the price its calls were recorded at, so its cost
+// limit still holds; with no price anywhere, no call is paid for.
+func TestRecordedPriceOutlivesTheTable(t *testing.T) {
+	first := askReply("which?")
+	first.Usage = usage(100_000, 0) // $0.10
+	second := finalReply("done")
+	second.Usage = usage(100_000, 0)
+	c := testContract(first, second)
+	c.Budget = &reinv1.Budget{MaxCostUsd: 1}
+	prices, err := pricing.Load(writeTemp(t, "prices.json", `{"script/test": {"input_per_mtok": 1, "output_per_mtok": 2}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs, _ := openStore(t)
+	e1 := newEngine(t, Config{Store: bs, Prices: prices})
+	st := startRun(t, e1, c)
+	waitRun(t, e1, st.RunID)
+	e1.Close()
+
+	e2 := newEngine(t, Config{Store: bs, Prices: pricing.New(nil)})
+	if _, err := e2.ProvideInput(testCtx(t), st.RunID, "that one", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	waitRun(t, e2, st.RunID)
+	got, evs := stored(t, bs, st.RunID)
+	wantStatus(t, got, evs, statusCompleted, "final_answer")
+	if math.Abs(got.CostUSD-0.2) > 1e-9 {
+		t.Fatalf("cost $%v, want $0.20: the second call priced at the recorded price", got.CostUSD)
+	}
+	for _, ev := range ofType(evs, "model_requested") {
+		if p := ev.GetModelRequested().GetPrice(); p.GetInputPerMtok() != 1 || p.GetOutputPerMtok() != 2 {
+			t.Fatalf("model_requested %d records price %v", ev.GetSequence(), p)
+		}
+	}
+}
+
+func TestNoPriceAnywhereStopsBeforePaying(t *testing.T) {
+	c := withDefaults(testContract(finalReply("done")))
+	c.Budget.MaxCostUsd = 1
+	bs, _ := openStore(t)
+	// A run started where its model was priced, stopped before its first
+	// call: its log records no price.
+	started := &reinv1.Event{RunId: "run_unpriced", Sequence: 1, RecordedAt: timestamppb.New(t0), Actor: "principal:alice",
+		Payload: &reinv1.Event_RunStarted{RunStarted: &reinv1.RunStarted{Contract: c, Principal: "alice", Tenant: "acme", RequestId: "r"}}}
+	if _, _, err := bs.Create(testCtx(t), started); err != nil {
+		t.Fatal(err)
+	}
+	f := &flakyModel{script: model.NewScript(c.GetModel().GetScript())}
+	e := newEngine(t, Config{Store: bs, Prices: pricing.New(nil), Models: func(*reinv1.ModelSpec) (model.Model, error) { return f, nil }})
+	if err := e.Resume(testCtx(t), "run_unpriced"); err != nil {
+		t.Fatal(err)
+	}
+	waitRun(t, e, "run_unpriced")
+	got, evs := stored(t, bs, "run_unpriced")
+	wantStatus(t, got, evs, statusExhausted, "max_cost_usd")
+	if f.Calls() != 0 {
+		t.Fatalf("%d model calls paid for with no price to hold the limit", f.Calls())
 	}
 }

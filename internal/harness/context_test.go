@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -245,4 +246,41 @@ func TestResumeStoresOnlyNewParts(t *testing.T) {
 		t.Errorf("the restarted engine gave %d new parts, want 2 (the question and its answer)", added)
 	}
 	checkInputBlobs(t, s, evs)
+}
+
+// TestForkKeepsTheContextLimit: a fork's new budget that names no context
+// limit keeps the parent's, so the carried compactions rebuild the same
+// context; one that names a limit has it.
+func TestForkKeepsTheContextLimit(t *testing.T) {
+	c, ex := bigSearch(t, 3000)
+	e, s := setup(t, Config{Tools: ex})
+	parent, evs := runToRest(t, e, s, c)
+	var at uint64 // the end of the last step that read a result
+	for _, ev := range evs {
+		if ev.GetToolReturned() != nil {
+			at = ev.GetSequence()
+		}
+	}
+	for _, tc := range []struct {
+		budget *reinv1.Budget
+		want   uint64
+	}{
+		{&reinv1.Budget{MaxSteps: 20}, 3000},
+		{&reinv1.Budget{MaxSteps: 20, MaxContextChars: 5000}, 5000},
+	} {
+		st, _, err := e.Fork(testCtx(t), ForkRequest{RunID: parent.RunID, AtSequence: at, RequestID: fmt.Sprint("fork-", tc.want),
+			Budget: tc.budget, Principal: "alice", Tenant: "acme"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Contract.GetBudget().GetMaxContextChars(); got != tc.want {
+			t.Fatalf("fork's max_context_chars %d, want %d", got, tc.want)
+		}
+		waitRun(t, e, st.RunID)
+		// With the parent's limit, the fork's log (carried events and its
+		// own) rebuilds to every recorded input hash.
+		if _, fevs := stored(t, s, st.RunID); tc.want == 3000 {
+			checkInputHashes(t, fevs)
+		}
+	}
 }

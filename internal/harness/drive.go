@@ -29,8 +29,10 @@ type runner struct {
 	// toolIndex counts the calls made to each tool, for Call.Index.
 	toolIndex map[string]int
 	toolHash  string
-	// price is the run's model's price (free when the table has none).
-	price pricing.Price
+	// price is the run's model's price: the server's price table's, else
+	// the one its log last recorded; priced says whether there is one.
+	price  pricing.Price
+	priced bool
 	// now is the step's one clock reading, the recorded_at of its events.
 	now *timestamppb.Timestamp
 	// epoch is the driver's lease on the run: its appends are fenced with
@@ -100,7 +102,7 @@ func (e *Engine) load(ctx context.Context, runID string) (*runner, error) {
 	}
 	r := &runner{e: e, toolIndex: map[string]int{}, toolHash: toolSetHash(st.Contract.GetTools())}
 	m := st.Contract.GetModel()
-	r.price, _ = e.cfg.Prices.Lookup(m.GetProvider(), m.GetName())
+	r.price, r.priced = e.cfg.Prices.Lookup(m.GetProvider(), m.GetName())
 	r.tx.init(st.Contract)
 	for after := uint64(0); ; {
 		evs, err := e.cfg.Store.Events(ctx, runID, after, eventPage)

@@ -17,7 +17,8 @@ type ForkRequest struct {
 	AtSequence uint64
 	RequestID  string
 	// Budget replaces the parent's when not nil (zero fields take the
-	// defaults, as at start).
+	// defaults, as at start, except max_context_chars, which keeps the
+	// parent's).
 	Budget    *reinv1.Budget
 	Principal string
 	Tenant    string
@@ -68,7 +69,14 @@ func (e *Engine) Fork(ctx context.Context, req ForkRequest) (runstate.State, boo
 	now := e.cfg.Clock()
 	c := proto.Clone(parent.Contract).(*reinv1.TaskContract)
 	if req.Budget != nil {
-		c.Budget = req.Budget
+		b := proto.Clone(req.Budget).(*reinv1.Budget)
+		// The context limit shaped the carried compactions: a new budget
+		// that does not name one keeps the parent's, so the fork rebuilds
+		// the context its parent had.
+		if b.MaxContextChars == 0 {
+			b.MaxContextChars = c.GetBudget().GetMaxContextChars()
+		}
+		c.Budget = b
 	}
 	if err := ValidateContract(c); err != nil {
 		return parent, false, err

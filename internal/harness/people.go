@@ -119,7 +119,7 @@ func (e *Engine) DecideApproval(ctx context.Context, d Decision) (runstate.State
 	// can look writes up is asked before the write is sent again (it may
 	// have been applied). Without a lookup, the person's approval is the
 	// word that it was not, and the write is sent again with the same key.
-	if _, canLook := e.executor().(tools.Looker); st.WriteOperationID != "" && canLook {
+	if st.WriteOperationID != "" {
 		next, err := e.appendEvents(ctx, st, actor, decided)
 		if err != nil {
 			return st, err
@@ -165,14 +165,13 @@ func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error
 		}
 		cause = err
 	}
-	looker, ok := e.executor().(tools.Looker)
-	if !ok {
-		return e.writeUnknown(ctx, st, actor, fmt.Errorf("%v; the tool cannot look writes up", cause))
-	}
-	lctx, cancel := context.WithTimeout(wctx, e.cfg.ToolTimeout)
-	receipt, applied, lerr := looker.Lookup(lctx, call, opID)
-	cancel()
+	receipt, applied, lerr := e.lookup(wctx, call, opID)
 	switch {
+	case errors.Is(lerr, tools.ErrNoLookup) && cause == errEarlierUnknown:
+		// A person approved again a write no lookup can settle: send it
+		// again, with the same key, below.
+	case errors.Is(lerr, tools.ErrNoLookup):
+		return e.writeUnknown(ctx, st, actor, fmt.Errorf("%v; the tool cannot look writes up", cause))
 	case lerr != nil:
 		return e.writeUnknown(ctx, st, actor, fmt.Errorf("%v; looking the write up failed too: %v", cause, lerr))
 	case applied:
@@ -193,6 +192,18 @@ func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error
 	}
 	failpoint.Inject(failpoint.WriteAfterCommit)
 	return e.writeCommitted(ctx, st, actor, receipt)
+}
+
+// lookup asks the tool whether the write with key opID was applied;
+// tools.ErrNoLookup when it cannot tell.
+func (e *Engine) lookup(ctx context.Context, call tools.Call, opID string) (*structpb.Value, bool, error) {
+	looker, ok := e.executor().(tools.Looker)
+	if !ok {
+		return nil, false, tools.ErrNoLookup
+	}
+	lctx, cancel := context.WithTimeout(ctx, e.cfg.ToolTimeout)
+	defer cancel()
+	return looker.Lookup(lctx, call, opID)
 }
 
 func (e *Engine) commitOnce(ctx context.Context, call tools.Call, opID string) (*structpb.Value, error) {

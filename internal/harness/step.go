@@ -89,6 +89,7 @@ func (r *runner) step(ctx context.Context) error {
 		ToolSetHash:     r.toolHash,
 		Resumed:         resumed,
 		MaxCostUsd:      maxCost,
+		Price:           r.modelPrice(),
 		CarriedBlobs:    carried,
 		InputBlobs:      blobs,
 	}}}); err != nil {

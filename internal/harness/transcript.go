@@ -14,6 +14,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/pricing"
 )
 
 // promptVersion names the way rein lays a run out for a model; it changes
@@ -314,6 +315,11 @@ func (r *runner) observe(ev *reinv1.Event) {
 		r.tx.compact(p.ContextCompacted)
 	case *reinv1.Event_ModelRequested:
 		r.tx.requested()
+		// A server restarted without the run's price keeps the one its
+		// calls were priced at.
+		if p := p.ModelRequested.GetPrice(); p != nil && !r.priced {
+			r.price, r.priced = pricing.Price{InputPerMTok: p.GetInputPerMtok(), OutputPerMTok: p.GetOutputPerMtok()}, true
+		}
 	case *reinv1.Event_ModelReturned:
 		if d := p.ModelReturned.GetDecision(); d != nil && d.GetAction() != nil {
 			r.tx.add(model.Turn{Decision: d}, seq)

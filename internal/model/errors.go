@@ -82,15 +82,23 @@ func (e *HTTPError) Unwrap() error {
 	return nil
 }
 
+// RetryWaiter is an error that names the wait before a retry.
+type RetryWaiter interface {
+	RetryWait() time.Duration
+}
+
+// RetryWait is the wait the provider asked for; 0 when it named none.
+func (e *HTTPError) RetryWait() time.Duration { return e.RetryAfter }
+
 // RetryAfter is the wait a retryable error asks for (0 when it names none),
 // and whether err is retryable at all.
 func RetryAfter(err error) (time.Duration, bool) {
 	if !errors.Is(err, ErrRetryable) {
 		return 0, false
 	}
-	var h *HTTPError
-	if errors.As(err, &h) {
-		return h.RetryAfter, true
+	var w RetryWaiter
+	if errors.As(err, &w) {
+		return w.RetryWait(), true
 	}
 	return 0, true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -14,6 +15,10 @@ import (
 // in-memory state, picks the reply). When the script runs out, it fails.
 type Script struct {
 	replies []*reinv1.ScriptedReply
+
+	mu sync.Mutex
+	// attempts counts the calls made for each step, for fail_attempts.
+	attempts map[uint32]uint32
 }
 
 var (
@@ -23,7 +28,7 @@ var (
 
 // NewScript returns a scripted model over replies.
 func NewScript(replies []*reinv1.ScriptedReply) *Script {
-	return &Script{replies: replies}
+	return &Script{replies: replies, attempts: map[uint32]uint32{}}
 }
 
 // ErrScriptExhausted is the error of a call past the script's end.
@@ -50,6 +55,16 @@ func (s *Script) Next(ctx context.Context, req *Request) (*Reply, error) {
 	r, err := s.reply(req.Step)
 	if err != nil {
 		return nil, err
+	}
+	if n := r.GetFailAttempts(); n > 0 {
+		s.mu.Lock()
+		s.attempts[req.Step]++
+		attempt := s.attempts[req.Step]
+		s.mu.Unlock()
+		if attempt <= n {
+			return nil, &HTTPError{Provider: "script", StatusCode: 429, Message: fmt.Sprintf("scripted rate limit (attempt %d of call %d)", attempt, req.Step),
+				RetryAfter: time.Duration(r.GetRetryAfterMs()) * time.Millisecond}
+		}
 	}
 	if d := time.Duration(r.GetDelayMs()) * time.Millisecond; d > 0 {
 		t := time.NewTimer(d)

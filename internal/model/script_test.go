@@ -67,3 +67,15 @@ func TestNewKnowsOnlyScript(t *testing.T) {
 		t.Fatalf("unknown provider: %v, want ErrUnknownProvider", err)
 	}
 }
+
+func TestScriptFailAttempts(t *testing.T) {
+	final := &reinv1.Decision{Action: &reinv1.Decision_FinalAnswer{FinalAnswer: &reinv1.FinalAnswer{Text: "done"}}}
+	s := NewScript([]*reinv1.ScriptedReply{{Reply: &reinv1.ScriptedReply_Decision{Decision: final}, FailAttempts: 1, RetryAfterMs: 1500}})
+	_, err := s.Next(context.Background(), &Request{Step: 1})
+	if wait, ok := RetryAfter(err); !ok || wait != 1500*time.Millisecond {
+		t.Fatalf("first attempt: %v (retry after %v, %v), want a retryable error asking for 1.5s", err, wait, ok)
+	}
+	if r, err := s.Next(context.Background(), &Request{Step: 1}); err != nil || r.Decision.GetFinalAnswer().GetText() != "done" {
+		t.Fatalf("second attempt: %v, %v; want the reply", r, err)
+	}
+}

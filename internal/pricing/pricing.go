@@ -66,14 +66,17 @@ var Defaults = map[string]Price{
 	"script/*":                    {},
 }
 
-// Default returns a table of the default prices.
-func Default() *Table {
-	t := &Table{prices: make(map[string]Price, len(Defaults))}
-	for k, v := range Defaults {
+// New returns a table of exactly these prices (nil: none).
+func New(prices map[string]Price) *Table {
+	t := &Table{prices: make(map[string]Price, len(prices))}
+	for k, v := range prices {
 		t.prices[k] = v
 	}
 	return t
 }
+
+// Default returns a table of the default prices.
+func Default() *Table { return New(Defaults) }
 
 // Lookup returns the price of provider/name and whether the table has one.
 func (t *Table) Lookup(provider, name string) (Price, bool) {

@@ -24,6 +24,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/tools"
 )
@@ -93,6 +94,9 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 		NoTimers: true,
 		Tier:     o.Tier,
 		Owner:    "replay",
+		Prices:   rec.prices(),
+		// A recorded retry waited; its replay does not.
+		Wait: func(context.Context, time.Duration) error { return nil },
 	})
 	defer eng.Close()
 
@@ -176,13 +180,15 @@ type recording struct {
 	// version is the replayed log's version, as the engine notified it
 	// (the engine is synchronous: one goroutine reads and writes it).
 	version uint64
+	// attempts counts the calls made for each step, for recorded retries.
+	attempts map[uint32]int
 }
 
 func newRecording(events []*reinv1.Event) *recording {
 	r := &recording{
 		runID: events[0].GetRunId(), events: events, steps: map[uint32]int{},
 		reads: map[string][]*reinv1.ToolReturned{}, previews: map[string][]*reinv1.Proposal{},
-		receipts: map[string]*structpb.Value{},
+		receipts: map[string]*structpb.Value{}, attempts: map[uint32]int{},
 	}
 	for i, ev := range events {
 		switch p := ev.GetPayload().(type) {
@@ -246,11 +252,53 @@ func (r *recording) newID(prefix string, _ time.Time) string {
 	return prefix + "unrecorded"
 }
 
+// prices is the price table the recording's calls were priced at: its
+// model's recorded price, or none.
+func (r *recording) prices() *pricing.Table {
+	m := r.events[0].GetRunStarted().GetContract().GetModel()
+	for _, ev := range r.events {
+		if p := ev.GetModelRequested().GetPrice(); p != nil {
+			return pricing.New(map[string]pricing.Price{m.GetProvider() + "/" + m.GetName(): {
+				InputPerMTok: p.GetInputPerMtok(), OutputPerMTok: p.GetOutputPerMtok(),
+			}})
+		}
+	}
+	return pricing.New(nil)
+}
+
+// retryError is a recorded failed attempt, replayed: retryable, with the
+// recorded wait and text.
+type retryError struct {
+	text string
+	wait time.Duration
+}
+
+func (e *retryError) Error() string            { return e.text }
+func (e *retryError) Unwrap() error            { return model.ErrRetryable }
+func (e *retryError) RetryWait() time.Duration { return e.wait }
+
 // Next implements model.Model: the reply the recording has for the step.
+// A call the recording retried fails first as it did (model_retried), then
+// answers.
 func (r *recording) Next(ctx context.Context, req *model.Request) (*model.Reply, error) {
 	i, ok := r.steps[req.Step]
 	if !ok || i+1 >= len(r.events) {
 		return nil, fmt.Errorf("the recording has no reply for model call %d", req.Step)
+	}
+	attempt := r.attempts[req.Step]
+	r.attempts[req.Step]++
+	if mr := r.events[i+1].GetModelRetried(); mr != nil {
+		if attempt == 0 {
+			return nil, &retryError{text: mr.GetError(), wait: mr.GetWait().AsDuration()}
+		}
+		i++ // the answer follows the retry
+		if i+1 >= len(r.events) {
+			return nil, fmt.Errorf("the recording has no reply for model call %d after its retry", req.Step)
+		}
+		if sc := r.events[i+1].GetStatusChanged(); sc.GetTo() == reinv1.RunStatus_RUN_STATUS_FAILED {
+			text := strings.TrimSuffix(strings.TrimPrefix(sc.GetError(), "the model call failed: "), " (after one retry)")
+			return nil, &retryError{text: text, wait: mr.GetWait().AsDuration()}
+		}
 	}
 	switch after := r.events[i+1]; {
 	case after.GetModelReturned() != nil:

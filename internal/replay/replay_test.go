@@ -16,6 +16,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/export"
 	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store/mem"
 	"github.com/reinhq/rein/internal/tools"
@@ -141,6 +142,13 @@ func final(text string) *reinv1.ScriptedReply {
 	return reply(&reinv1.Decision{Action: &reinv1.Decision_FinalAnswer{FinalAnswer: &reinv1.FinalAnswer{Text: text}}})
 }
 
+// retrying is r, failing its first n attempts as a rate limit that asks to
+// wait 2s.
+func retrying(r *reinv1.ScriptedReply, n uint32) *reinv1.ScriptedReply {
+	r.FailAttempts, r.RetryAfterMs = n, 2000
+	return r
+}
+
 func ask(q string) *reinv1.ScriptedReply {
 	return reply(&reinv1.Decision{Action: &reinv1.Decision_AskHuman{AskHuman: &reinv1.AskHuman{Question: q}}})
 }
@@ -209,6 +217,10 @@ func record(t *testing.T) {
 		{"expired", contract(nil, refund), []person{expire(2 * time.Hour)}},
 		{"deadline_paused", contract(&reinv1.Budget{Timeout: durationpb.New(10 * time.Minute)}, ask("which?")), []person{expire(time.Hour)}},
 		{"cancelled", contract(nil, ask("which?")), []person{cancel}},
+		{"retried", contract(nil, retrying(final("done"), 1)), nil},
+		{"retry_failed", contract(nil, get("c1"), retrying(final("done"), 2)), nil},
+		{"compacted", contract(&reinv1.Budget{MaxContextChars: 200}, get("c1"), get("c2"), get("c3"), get("c4"), get("c5"), final("open")), nil},
+		{"max_cost", contract(&reinv1.Budget{MaxCostUsd: 0.0005}, get("c1"), get("c2"), get("c3"), get("c4"), get("c5")), nil},
 	}
 	if err := os.MkdirAll(recordings, 0o755); err != nil {
 		t.Fatal(err)
@@ -217,7 +229,10 @@ func record(t *testing.T) {
 		ctx := context.Background()
 		clock := &fakeClock{now: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}
 		st := mem.New()
-		e := harness.New(harness.Config{Store: st, Tools: fixtures, Clock: clock.Now, NoTimers: true, Workers: 1})
+		e := harness.New(harness.Config{Store: st, Tools: fixtures, Clock: clock.Now, NoTimers: true, Workers: 1,
+			// Every call is priced, so replay checks each call's cost.
+			Prices: pricing.New(map[string]pricing.Price{"script/*": {InputPerMTok: 1, OutputPerMTok: 2}}),
+			Wait:   func(context.Context, time.Duration) error { return nil }})
 		run, _, err := e.Start(ctx, harness.StartRequest{RequestID: sc.name, Contract: sc.contract, Principal: "alice", Tenant: "acme"})
 		if err != nil {
 			t.Fatalf("%s: %v", sc.name, err)
@@ -267,4 +282,40 @@ func record(t *testing.T) {
 	}
 	sort.Strings(names)
 	t.Logf("recorded %v", names)
+}
+
+// TestReplayChecksCostsAndCompaction: a recording whose call cost or
+// compaction differs from what this harness does parts at that event. (A
+// retry's wait and error are the provider's, fed back as recorded.)
+func TestReplayChecksCostsAndCompaction(t *testing.T) {
+	for _, tc := range []struct {
+		file, payload string
+		change        func(*reinv1.Event)
+	}{
+		{"max_cost.rein", "model_returned", func(ev *reinv1.Event) { ev.GetModelReturned().CostUsd *= 2 }},
+		{"compacted.rein", "context_compacted", func(ev *reinv1.Event) { ev.GetContextCompacted().Compacted++ }},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			x := readExport(t, filepath.Join(recordings, tc.file))
+			evs := x.GetEvents()
+			var at uint64
+			for _, ev := range evs {
+				if runstate.PayloadName(ev) == tc.payload {
+					tc.change(ev)
+					at = ev.GetSequence()
+					break
+				}
+			}
+			if at == 0 {
+				t.Fatalf("%s has no %s", tc.file, tc.payload)
+			}
+			res, err := Run(context.Background(), evs, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Divergence == nil || res.Divergence.Sequence != at {
+				t.Fatalf("divergence %v, want one at sequence %d (the changed %s)", res.Divergence, at, tc.payload)
+			}
+		})
+	}
 }

@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -57,13 +58,18 @@ func (m *Multi) List(ctx context.Context) ([]Spec, error) {
 	return out, nil
 }
 
-// route is the first executor whose List has tool.
+// route is the first executor whose List has tool. An executor whose List
+// fails (a tool server that is down) is passed over, so it does not take
+// the others' tools down with it; its error is returned only when no
+// executor has the tool.
 func (m *Multi) route(ctx context.Context, tool string) (Executor, error) {
 	var names []string
+	var listErrs []error
 	for _, e := range m.execs {
 		specs, err := e.List(ctx)
 		if err != nil {
-			return nil, err
+			listErrs = append(listErrs, err)
+			continue
 		}
 		for _, s := range specs {
 			if s.Name == tool {
@@ -71,6 +77,9 @@ func (m *Multi) route(ctx context.Context, tool string) (Executor, error) {
 			}
 			names = append(names, s.Name)
 		}
+	}
+	if len(listErrs) > 0 {
+		return nil, fmt.Errorf("%w: %q (tools available: %v); listing tools failed: %w", ErrNoTool, tool, names, errors.Join(listErrs...))
 	}
 	return nil, fmt.Errorf("%w: %q (tools available: %v)", ErrNoTool, tool, names)
 }
@@ -111,7 +120,7 @@ func (m *Multi) Lookup(ctx context.Context, call Call, operationID string) (*str
 	}
 	l, ok := e.(Looker)
 	if !ok {
-		return nil, false, fmt.Errorf("the executor of %q cannot look writes up", call.Tool)
+		return nil, false, fmt.Errorf("%w: the executor of %q has no lookup", ErrNoLookup, call.Tool)
 	}
 	return l.Lookup(ctx, call, operationID)
 }

@@ -57,3 +57,51 @@ func TestJoinUnknownTool(t *testing.T) {
 		t.Error("Join of one executor is not that executor")
 	}
 }
+
+// downExecutor is a tool server that is down: List fails.
+type downExecutor struct{ noLookup }
+
+var errDown = errors.New("tool server billing is unreachable")
+
+func (downExecutor) List(context.Context) ([]Spec, error) { return nil, errDown }
+
+// noLookup is an executor with one read tool, "n.get", and no lookup.
+type noLookup struct{}
+
+func (noLookup) List(context.Context) ([]Spec, error) { return []Spec{{Name: "n.get"}}, nil }
+func (noLookup) Read(context.Context, Call) (*structpb.Value, error) {
+	return structpb.NewStringValue("n"), nil
+}
+func (noLookup) Propose(context.Context, Call) (*structpb.Value, error) {
+	return structpb.NewStringValue("p"), nil
+}
+func (noLookup) Commit(context.Context, Call, string) (*structpb.Value, error) {
+	return structpb.NewStringValue("r"), nil
+}
+
+// TestJoinSurvivesADownExecutor: one executor whose List fails does not
+// take the others' tools down; a tool nobody has names the failure too.
+func TestJoinSurvivesADownExecutor(t *testing.T) {
+	t.Parallel()
+	m := Join(downExecutor{}, noLookup{})
+	if out, err := m.Read(context.Background(), Call{Tool: "n.get"}); err != nil || out.GetStringValue() != "n" {
+		t.Fatalf("Read n.get past a down executor = %v, %v", out, err)
+	}
+	_, err := m.Read(context.Background(), Call{Tool: "billing.get"})
+	if !errors.Is(err, ErrNoTool) || !errors.Is(err, errDown) {
+		t.Fatalf("Read of a tool nobody lists: %v, want ErrNoTool naming the down executor", err)
+	}
+}
+
+// TestJoinLookupWithoutLooker: a Multi is always a Looker, but says
+// ErrNoLookup for a tool whose executor has none.
+func TestJoinLookupWithoutLooker(t *testing.T) {
+	t.Parallel()
+	m := Join(noLookup{}, NewFixtures(map[string][]FixtureResult{"f.put": {{Receipt: structpb.NewStringValue("r")}}}))
+	if _, _, err := m.(Looker).Lookup(context.Background(), Call{Tool: "n.get"}, "op"); !errors.Is(err, ErrNoLookup) {
+		t.Fatalf("Lookup through an executor with no lookup: %v, want ErrNoLookup", err)
+	}
+	if _, _, err := m.(Looker).Lookup(context.Background(), Call{Tool: "f.put"}, "op"); err != nil {
+		t.Fatalf("Lookup through fixtures: %v", err)
+	}
+}

@@ -55,3 +55,8 @@ type Call struct {
 
 // ErrNoTool is returned for a tool that no executor provides.
 var ErrNoTool = errors.New("no executor provides this tool")
+
+// ErrNoLookup is returned by a Lookup that cannot look the tool's writes up
+// (a Multi whose executor for the tool has no lookup, a remote service
+// without LookupWrite): rein then treats the tool as having no lookup.
+var ErrNoLookup = errors.New("the tool cannot look writes up")

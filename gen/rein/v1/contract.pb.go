@@ -559,7 +559,13 @@ type ScriptedReply struct {
 	// Tokens the call reports.
 	Usage *Usage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
 	// How long the call takes, in milliseconds.
-	DelayMs       uint32 `protobuf:"varint,5,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	DelayMs uint32 `protobuf:"varint,5,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	// The first fail_attempts attempts of this call fail as a rate limit (a
+	// retryable error) that asks to wait retry_after_ms; the attempt after
+	// them answers as above. It tests rein's one retry offline.
+	FailAttempts uint32 `protobuf:"varint,6,opt,name=fail_attempts,json=failAttempts,proto3" json:"fail_attempts,omitempty"`
+	// The wait a failed attempt asks for, in milliseconds; 0 names none.
+	RetryAfterMs  uint32 `protobuf:"varint,7,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -638,6 +644,20 @@ func (x *ScriptedReply) GetUsage() *Usage {
 func (x *ScriptedReply) GetDelayMs() uint32 {
 	if x != nil {
 		return x.DelayMs
+	}
+	return 0
+}
+
+func (x *ScriptedReply) GetFailAttempts() uint32 {
+	if x != nil {
+		return x.FailAttempts
+	}
+	return 0
+}
+
+func (x *ScriptedReply) GetRetryAfterMs() uint32 {
+	if x != nil {
+		return x.RetryAfterMs
 	}
 	return 0
 }
@@ -823,13 +843,15 @@ const file_rein_v1_contract_proto_rawDesc = "" +
 	"\x11max_output_tokens\x18\x04 \x01(\rR\x0fmaxOutputTokens\x12%\n" +
 	"\vtemperature\x18\x05 \x01(\x01H\x00R\vtemperature\x88\x01\x01\x12.\n" +
 	"\x06script\x18\x06 \x03(\v2\x16.rein.v1.ScriptedReplyR\x06scriptB\x0e\n" +
-	"\f_temperature\"\xb6\x01\n" +
+	"\f_temperature\"\x81\x02\n" +
 	"\rScriptedReply\x12/\n" +
 	"\bdecision\x18\x01 \x01(\v2\x11.rein.v1.DecisionH\x00R\bdecision\x12\x12\n" +
 	"\x03raw\x18\x02 \x01(\tH\x00R\x03raw\x12\x16\n" +
 	"\x05error\x18\x03 \x01(\tH\x00R\x05error\x12$\n" +
 	"\x05usage\x18\x04 \x01(\v2\x0e.rein.v1.UsageR\x05usage\x12\x19\n" +
-	"\bdelay_ms\x18\x05 \x01(\rR\adelayMsB\a\n" +
+	"\bdelay_ms\x18\x05 \x01(\rR\adelayMs\x12#\n" +
+	"\rfail_attempts\x18\x06 \x01(\rR\ffailAttempts\x12$\n" +
+	"\x0eretry_after_ms\x18\a \x01(\rR\fretryAfterMsB\a\n" +
 	"\x05reply\"O\n" +
 	"\x05Usage\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x04R\vinputTokens\x12#\n" +

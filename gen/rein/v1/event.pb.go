@@ -571,7 +571,10 @@ type ModelRequested struct {
 	// How many parts of the previous model_requested's input this call's
 	// input begins with; input_blobs lists the rest. 0 for a run's first
 	// call.
-	CarriedBlobs  uint32 `protobuf:"varint,11,opt,name=carried_blobs,json=carriedBlobs,proto3" json:"carried_blobs,omitempty"`
+	CarriedBlobs uint32 `protobuf:"varint,11,opt,name=carried_blobs,json=carriedBlobs,proto3" json:"carried_blobs,omitempty"`
+	// The model's price the call's cost is reckoned at, from the server's
+	// price table; unset when the table has none.
+	Price         *ModelPrice `protobuf:"bytes,12,opt,name=price,proto3" json:"price,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -683,6 +686,68 @@ func (x *ModelRequested) GetCarriedBlobs() uint32 {
 	return 0
 }
 
+func (x *ModelRequested) GetPrice() *ModelPrice {
+	if x != nil {
+		return x.Price
+	}
+	return nil
+}
+
+// ModelPrice is what a model charges, in US dollars per million tokens.
+type ModelPrice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Per million input tokens.
+	InputPerMtok float64 `protobuf:"fixed64,1,opt,name=input_per_mtok,json=inputPerMtok,proto3" json:"input_per_mtok,omitempty"`
+	// Per million output tokens.
+	OutputPerMtok float64 `protobuf:"fixed64,2,opt,name=output_per_mtok,json=outputPerMtok,proto3" json:"output_per_mtok,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelPrice) Reset() {
+	*x = ModelPrice{}
+	mi := &file_rein_v1_event_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelPrice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelPrice) ProtoMessage() {}
+
+func (x *ModelPrice) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_event_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelPrice.ProtoReflect.Descriptor instead.
+func (*ModelPrice) Descriptor() ([]byte, []int) {
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ModelPrice) GetInputPerMtok() float64 {
+	if x != nil {
+		return x.InputPerMtok
+	}
+	return 0
+}
+
+func (x *ModelPrice) GetOutputPerMtok() float64 {
+	if x != nil {
+		return x.OutputPerMtok
+	}
+	return 0
+}
+
 // ModelReturned records a model's reply, before anything it asks for runs.
 type ModelReturned struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -699,7 +764,7 @@ type ModelReturned struct {
 
 func (x *ModelReturned) Reset() {
 	*x = ModelReturned{}
-	mi := &file_rein_v1_event_proto_msgTypes[3]
+	mi := &file_rein_v1_event_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -711,7 +776,7 @@ func (x *ModelReturned) String() string {
 func (*ModelReturned) ProtoMessage() {}
 
 func (x *ModelReturned) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[3]
+	mi := &file_rein_v1_event_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -724,7 +789,7 @@ func (x *ModelReturned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelReturned.ProtoReflect.Descriptor instead.
 func (*ModelReturned) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{3}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ModelReturned) GetDecision() *Decision {
@@ -764,7 +829,7 @@ type ModelRetried struct {
 
 func (x *ModelRetried) Reset() {
 	*x = ModelRetried{}
-	mi := &file_rein_v1_event_proto_msgTypes[4]
+	mi := &file_rein_v1_event_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -776,7 +841,7 @@ func (x *ModelRetried) String() string {
 func (*ModelRetried) ProtoMessage() {}
 
 func (x *ModelRetried) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[4]
+	mi := &file_rein_v1_event_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -789,7 +854,7 @@ func (x *ModelRetried) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelRetried.ProtoReflect.Descriptor instead.
 func (*ModelRetried) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{4}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ModelRetried) GetStep() uint32 {
@@ -833,7 +898,7 @@ type ContextCompacted struct {
 
 func (x *ContextCompacted) Reset() {
 	*x = ContextCompacted{}
-	mi := &file_rein_v1_event_proto_msgTypes[5]
+	mi := &file_rein_v1_event_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +910,7 @@ func (x *ContextCompacted) String() string {
 func (*ContextCompacted) ProtoMessage() {}
 
 func (x *ContextCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[5]
+	mi := &file_rein_v1_event_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +923,7 @@ func (x *ContextCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextCompacted.ProtoReflect.Descriptor instead.
 func (*ContextCompacted) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{5}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ContextCompacted) GetStep() uint32 {
@@ -917,7 +982,7 @@ type ContextItem struct {
 
 func (x *ContextItem) Reset() {
 	*x = ContextItem{}
-	mi := &file_rein_v1_event_proto_msgTypes[6]
+	mi := &file_rein_v1_event_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +994,7 @@ func (x *ContextItem) String() string {
 func (*ContextItem) ProtoMessage() {}
 
 func (x *ContextItem) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[6]
+	mi := &file_rein_v1_event_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1007,7 @@ func (x *ContextItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextItem.ProtoReflect.Descriptor instead.
 func (*ContextItem) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{6}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ContextItem) GetKind() string {
@@ -993,7 +1058,7 @@ type DecisionRejected struct {
 
 func (x *DecisionRejected) Reset() {
 	*x = DecisionRejected{}
-	mi := &file_rein_v1_event_proto_msgTypes[7]
+	mi := &file_rein_v1_event_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1070,7 @@ func (x *DecisionRejected) String() string {
 func (*DecisionRejected) ProtoMessage() {}
 
 func (x *DecisionRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[7]
+	mi := &file_rein_v1_event_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1083,7 @@ func (x *DecisionRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecisionRejected.ProtoReflect.Descriptor instead.
 func (*DecisionRejected) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{7}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DecisionRejected) GetRaw() string {
@@ -1052,7 +1117,7 @@ type ToolRequested struct {
 
 func (x *ToolRequested) Reset() {
 	*x = ToolRequested{}
-	mi := &file_rein_v1_event_proto_msgTypes[8]
+	mi := &file_rein_v1_event_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1129,7 @@ func (x *ToolRequested) String() string {
 func (*ToolRequested) ProtoMessage() {}
 
 func (x *ToolRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[8]
+	mi := &file_rein_v1_event_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1142,7 @@ func (x *ToolRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolRequested.ProtoReflect.Descriptor instead.
 func (*ToolRequested) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{8}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ToolRequested) GetCallId() string {
@@ -1123,7 +1188,7 @@ type ToolRefused struct {
 
 func (x *ToolRefused) Reset() {
 	*x = ToolRefused{}
-	mi := &file_rein_v1_event_proto_msgTypes[9]
+	mi := &file_rein_v1_event_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1200,7 @@ func (x *ToolRefused) String() string {
 func (*ToolRefused) ProtoMessage() {}
 
 func (x *ToolRefused) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[9]
+	mi := &file_rein_v1_event_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1213,7 @@ func (x *ToolRefused) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolRefused.ProtoReflect.Descriptor instead.
 func (*ToolRefused) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{9}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ToolRefused) GetCallId() string {
@@ -1193,7 +1258,7 @@ type ToolReturned struct {
 
 func (x *ToolReturned) Reset() {
 	*x = ToolReturned{}
-	mi := &file_rein_v1_event_proto_msgTypes[10]
+	mi := &file_rein_v1_event_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1270,7 @@ func (x *ToolReturned) String() string {
 func (*ToolReturned) ProtoMessage() {}
 
 func (x *ToolReturned) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[10]
+	mi := &file_rein_v1_event_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1283,7 @@ func (x *ToolReturned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolReturned.ProtoReflect.Descriptor instead.
 func (*ToolReturned) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{10}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ToolReturned) GetCallId() string {
@@ -1274,7 +1339,7 @@ type ApprovalRequested struct {
 
 func (x *ApprovalRequested) Reset() {
 	*x = ApprovalRequested{}
-	mi := &file_rein_v1_event_proto_msgTypes[11]
+	mi := &file_rein_v1_event_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1351,7 @@ func (x *ApprovalRequested) String() string {
 func (*ApprovalRequested) ProtoMessage() {}
 
 func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[11]
+	mi := &file_rein_v1_event_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1364,7 @@ func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequested.ProtoReflect.Descriptor instead.
 func (*ApprovalRequested) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{11}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ApprovalRequested) GetProposal() *Proposal {
@@ -1326,7 +1391,7 @@ type ApprovalDecided struct {
 
 func (x *ApprovalDecided) Reset() {
 	*x = ApprovalDecided{}
-	mi := &file_rein_v1_event_proto_msgTypes[12]
+	mi := &file_rein_v1_event_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1403,7 @@ func (x *ApprovalDecided) String() string {
 func (*ApprovalDecided) ProtoMessage() {}
 
 func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[12]
+	mi := &file_rein_v1_event_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1416,7 @@ func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalDecided.ProtoReflect.Descriptor instead.
 func (*ApprovalDecided) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{12}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ApprovalDecided) GetProposalId() string {
@@ -1393,7 +1458,7 @@ type InputRequested struct {
 
 func (x *InputRequested) Reset() {
 	*x = InputRequested{}
-	mi := &file_rein_v1_event_proto_msgTypes[13]
+	mi := &file_rein_v1_event_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1470,7 @@ func (x *InputRequested) String() string {
 func (*InputRequested) ProtoMessage() {}
 
 func (x *InputRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[13]
+	mi := &file_rein_v1_event_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1483,7 @@ func (x *InputRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputRequested.ProtoReflect.Descriptor instead.
 func (*InputRequested) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{13}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InputRequested) GetQuestion() *Question {
@@ -1439,7 +1504,7 @@ type InputProvided struct {
 
 func (x *InputProvided) Reset() {
 	*x = InputProvided{}
-	mi := &file_rein_v1_event_proto_msgTypes[14]
+	mi := &file_rein_v1_event_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1516,7 @@ func (x *InputProvided) String() string {
 func (*InputProvided) ProtoMessage() {}
 
 func (x *InputProvided) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[14]
+	mi := &file_rein_v1_event_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1529,7 @@ func (x *InputProvided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputProvided.ProtoReflect.Descriptor instead.
 func (*InputProvided) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{14}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *InputProvided) GetText() string {
@@ -1487,7 +1552,7 @@ type WriteDispatched struct {
 
 func (x *WriteDispatched) Reset() {
 	*x = WriteDispatched{}
-	mi := &file_rein_v1_event_proto_msgTypes[15]
+	mi := &file_rein_v1_event_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1564,7 @@ func (x *WriteDispatched) String() string {
 func (*WriteDispatched) ProtoMessage() {}
 
 func (x *WriteDispatched) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[15]
+	mi := &file_rein_v1_event_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1577,7 @@ func (x *WriteDispatched) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteDispatched.ProtoReflect.Descriptor instead.
 func (*WriteDispatched) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{15}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WriteDispatched) GetProposalId() string {
@@ -1544,7 +1609,7 @@ type WriteCommitted struct {
 
 func (x *WriteCommitted) Reset() {
 	*x = WriteCommitted{}
-	mi := &file_rein_v1_event_proto_msgTypes[16]
+	mi := &file_rein_v1_event_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1621,7 @@ func (x *WriteCommitted) String() string {
 func (*WriteCommitted) ProtoMessage() {}
 
 func (x *WriteCommitted) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[16]
+	mi := &file_rein_v1_event_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1634,7 @@ func (x *WriteCommitted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteCommitted.ProtoReflect.Descriptor instead.
 func (*WriteCommitted) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{16}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WriteCommitted) GetProposalId() string {
@@ -1608,7 +1673,7 @@ type WriteOutcomeUnknown struct {
 
 func (x *WriteOutcomeUnknown) Reset() {
 	*x = WriteOutcomeUnknown{}
-	mi := &file_rein_v1_event_proto_msgTypes[17]
+	mi := &file_rein_v1_event_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1620,7 +1685,7 @@ func (x *WriteOutcomeUnknown) String() string {
 func (*WriteOutcomeUnknown) ProtoMessage() {}
 
 func (x *WriteOutcomeUnknown) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[17]
+	mi := &file_rein_v1_event_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1633,7 +1698,7 @@ func (x *WriteOutcomeUnknown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteOutcomeUnknown.ProtoReflect.Descriptor instead.
 func (*WriteOutcomeUnknown) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{17}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WriteOutcomeUnknown) GetProposalId() string {
@@ -1670,7 +1735,7 @@ type ChecksCompleted struct {
 
 func (x *ChecksCompleted) Reset() {
 	*x = ChecksCompleted{}
-	mi := &file_rein_v1_event_proto_msgTypes[18]
+	mi := &file_rein_v1_event_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1682,7 +1747,7 @@ func (x *ChecksCompleted) String() string {
 func (*ChecksCompleted) ProtoMessage() {}
 
 func (x *ChecksCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[18]
+	mi := &file_rein_v1_event_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1695,7 +1760,7 @@ func (x *ChecksCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksCompleted.ProtoReflect.Descriptor instead.
 func (*ChecksCompleted) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{18}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ChecksCompleted) GetResults() []*CheckResult {
@@ -1729,7 +1794,7 @@ type CheckResult struct {
 
 func (x *CheckResult) Reset() {
 	*x = CheckResult{}
-	mi := &file_rein_v1_event_proto_msgTypes[19]
+	mi := &file_rein_v1_event_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1806,7 @@ func (x *CheckResult) String() string {
 func (*CheckResult) ProtoMessage() {}
 
 func (x *CheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[19]
+	mi := &file_rein_v1_event_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1819,7 @@ func (x *CheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResult.ProtoReflect.Descriptor instead.
 func (*CheckResult) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{19}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CheckResult) GetName() string {
@@ -1799,7 +1864,7 @@ type BudgetReached struct {
 
 func (x *BudgetReached) Reset() {
 	*x = BudgetReached{}
-	mi := &file_rein_v1_event_proto_msgTypes[20]
+	mi := &file_rein_v1_event_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +1876,7 @@ func (x *BudgetReached) String() string {
 func (*BudgetReached) ProtoMessage() {}
 
 func (x *BudgetReached) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[20]
+	mi := &file_rein_v1_event_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +1889,7 @@ func (x *BudgetReached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetReached.ProtoReflect.Descriptor instead.
 func (*BudgetReached) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{20}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BudgetReached) GetLimit() string {
@@ -1860,7 +1925,7 @@ type StatusChanged struct {
 
 func (x *StatusChanged) Reset() {
 	*x = StatusChanged{}
-	mi := &file_rein_v1_event_proto_msgTypes[21]
+	mi := &file_rein_v1_event_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +1937,7 @@ func (x *StatusChanged) String() string {
 func (*StatusChanged) ProtoMessage() {}
 
 func (x *StatusChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[21]
+	mi := &file_rein_v1_event_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +1950,7 @@ func (x *StatusChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusChanged.ProtoReflect.Descriptor instead.
 func (*StatusChanged) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{21}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StatusChanged) GetFrom() RunStatus {
@@ -1965,7 +2030,7 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x126\n" +
 	"\bdeadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\"\n" +
 	"\rparent_run_id\x18\x06 \x01(\tR\vparentRunId\x12'\n" +
-	"\x0fparent_sequence\x18\a \x01(\x04R\x0eparentSequence\"\xf5\x02\n" +
+	"\x0fparent_sequence\x18\a \x01(\x04R\x0eparentSequence\"\xa0\x03\n" +
 	"\x0eModelRequested\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x1d\n" +
 	"\n" +
@@ -1981,7 +2046,12 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\fmax_cost_usd\x18\n" +
 	" \x01(\x01R\n" +
 	"maxCostUsd\x12#\n" +
-	"\rcarried_blobs\x18\v \x01(\rR\fcarriedBlobs\"\x7f\n" +
+	"\rcarried_blobs\x18\v \x01(\rR\fcarriedBlobs\x12)\n" +
+	"\x05price\x18\f \x01(\v2\x13.rein.v1.ModelPriceR\x05price\"Z\n" +
+	"\n" +
+	"ModelPrice\x12$\n" +
+	"\x0einput_per_mtok\x18\x01 \x01(\x01R\finputPerMtok\x12&\n" +
+	"\x0foutput_per_mtok\x18\x02 \x01(\x01R\routputPerMtok\"\x7f\n" +
 	"\rModelReturned\x12-\n" +
 	"\bdecision\x18\x01 \x01(\v2\x11.rein.v1.DecisionR\bdecision\x12$\n" +
 	"\x05usage\x18\x02 \x01(\v2\x0e.rein.v1.UsageR\x05usage\x12\x19\n" +
@@ -2081,85 +2151,87 @@ func file_rein_v1_event_proto_rawDescGZIP() []byte {
 	return file_rein_v1_event_proto_rawDescData
 }
 
-var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_rein_v1_event_proto_goTypes = []any{
 	(*Event)(nil),                 // 0: rein.v1.Event
 	(*RunStarted)(nil),            // 1: rein.v1.RunStarted
 	(*ModelRequested)(nil),        // 2: rein.v1.ModelRequested
-	(*ModelReturned)(nil),         // 3: rein.v1.ModelReturned
-	(*ModelRetried)(nil),          // 4: rein.v1.ModelRetried
-	(*ContextCompacted)(nil),      // 5: rein.v1.ContextCompacted
-	(*ContextItem)(nil),           // 6: rein.v1.ContextItem
-	(*DecisionRejected)(nil),      // 7: rein.v1.DecisionRejected
-	(*ToolRequested)(nil),         // 8: rein.v1.ToolRequested
-	(*ToolRefused)(nil),           // 9: rein.v1.ToolRefused
-	(*ToolReturned)(nil),          // 10: rein.v1.ToolReturned
-	(*ApprovalRequested)(nil),     // 11: rein.v1.ApprovalRequested
-	(*ApprovalDecided)(nil),       // 12: rein.v1.ApprovalDecided
-	(*InputRequested)(nil),        // 13: rein.v1.InputRequested
-	(*InputProvided)(nil),         // 14: rein.v1.InputProvided
-	(*WriteDispatched)(nil),       // 15: rein.v1.WriteDispatched
-	(*WriteCommitted)(nil),        // 16: rein.v1.WriteCommitted
-	(*WriteOutcomeUnknown)(nil),   // 17: rein.v1.WriteOutcomeUnknown
-	(*ChecksCompleted)(nil),       // 18: rein.v1.ChecksCompleted
-	(*CheckResult)(nil),           // 19: rein.v1.CheckResult
-	(*BudgetReached)(nil),         // 20: rein.v1.BudgetReached
-	(*StatusChanged)(nil),         // 21: rein.v1.StatusChanged
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
-	(*TaskContract)(nil),          // 23: rein.v1.TaskContract
-	(*Decision)(nil),              // 24: rein.v1.Decision
-	(*Usage)(nil),                 // 25: rein.v1.Usage
-	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
-	(*structpb.Struct)(nil),       // 27: google.protobuf.Struct
-	(ToolTier)(0),                 // 28: rein.v1.ToolTier
-	(*structpb.Value)(nil),        // 29: google.protobuf.Value
-	(*Proposal)(nil),              // 30: rein.v1.Proposal
-	(*Question)(nil),              // 31: rein.v1.Question
-	(RunStatus)(0),                // 32: rein.v1.RunStatus
-	(*FinalAnswer)(nil),           // 33: rein.v1.FinalAnswer
+	(*ModelPrice)(nil),            // 3: rein.v1.ModelPrice
+	(*ModelReturned)(nil),         // 4: rein.v1.ModelReturned
+	(*ModelRetried)(nil),          // 5: rein.v1.ModelRetried
+	(*ContextCompacted)(nil),      // 6: rein.v1.ContextCompacted
+	(*ContextItem)(nil),           // 7: rein.v1.ContextItem
+	(*DecisionRejected)(nil),      // 8: rein.v1.DecisionRejected
+	(*ToolRequested)(nil),         // 9: rein.v1.ToolRequested
+	(*ToolRefused)(nil),           // 10: rein.v1.ToolRefused
+	(*ToolReturned)(nil),          // 11: rein.v1.ToolReturned
+	(*ApprovalRequested)(nil),     // 12: rein.v1.ApprovalRequested
+	(*ApprovalDecided)(nil),       // 13: rein.v1.ApprovalDecided
+	(*InputRequested)(nil),        // 14: rein.v1.InputRequested
+	(*InputProvided)(nil),         // 15: rein.v1.InputProvided
+	(*WriteDispatched)(nil),       // 16: rein.v1.WriteDispatched
+	(*WriteCommitted)(nil),        // 17: rein.v1.WriteCommitted
+	(*WriteOutcomeUnknown)(nil),   // 18: rein.v1.WriteOutcomeUnknown
+	(*ChecksCompleted)(nil),       // 19: rein.v1.ChecksCompleted
+	(*CheckResult)(nil),           // 20: rein.v1.CheckResult
+	(*BudgetReached)(nil),         // 21: rein.v1.BudgetReached
+	(*StatusChanged)(nil),         // 22: rein.v1.StatusChanged
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*TaskContract)(nil),          // 24: rein.v1.TaskContract
+	(*Decision)(nil),              // 25: rein.v1.Decision
+	(*Usage)(nil),                 // 26: rein.v1.Usage
+	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
+	(*structpb.Struct)(nil),       // 28: google.protobuf.Struct
+	(ToolTier)(0),                 // 29: rein.v1.ToolTier
+	(*structpb.Value)(nil),        // 30: google.protobuf.Value
+	(*Proposal)(nil),              // 31: rein.v1.Proposal
+	(*Question)(nil),              // 32: rein.v1.Question
+	(RunStatus)(0),                // 33: rein.v1.RunStatus
+	(*FinalAnswer)(nil),           // 34: rein.v1.FinalAnswer
 }
 var file_rein_v1_event_proto_depIdxs = []int32{
-	22, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
+	23, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
 	1,  // 1: rein.v1.Event.run_started:type_name -> rein.v1.RunStarted
 	2,  // 2: rein.v1.Event.model_requested:type_name -> rein.v1.ModelRequested
-	3,  // 3: rein.v1.Event.model_returned:type_name -> rein.v1.ModelReturned
-	7,  // 4: rein.v1.Event.decision_rejected:type_name -> rein.v1.DecisionRejected
-	8,  // 5: rein.v1.Event.tool_requested:type_name -> rein.v1.ToolRequested
-	9,  // 6: rein.v1.Event.tool_refused:type_name -> rein.v1.ToolRefused
-	10, // 7: rein.v1.Event.tool_returned:type_name -> rein.v1.ToolReturned
-	11, // 8: rein.v1.Event.approval_requested:type_name -> rein.v1.ApprovalRequested
-	12, // 9: rein.v1.Event.approval_decided:type_name -> rein.v1.ApprovalDecided
-	13, // 10: rein.v1.Event.input_requested:type_name -> rein.v1.InputRequested
-	14, // 11: rein.v1.Event.input_provided:type_name -> rein.v1.InputProvided
-	15, // 12: rein.v1.Event.write_dispatched:type_name -> rein.v1.WriteDispatched
-	16, // 13: rein.v1.Event.write_committed:type_name -> rein.v1.WriteCommitted
-	17, // 14: rein.v1.Event.write_outcome_unknown:type_name -> rein.v1.WriteOutcomeUnknown
-	18, // 15: rein.v1.Event.checks_completed:type_name -> rein.v1.ChecksCompleted
-	20, // 16: rein.v1.Event.budget_reached:type_name -> rein.v1.BudgetReached
-	21, // 17: rein.v1.Event.status_changed:type_name -> rein.v1.StatusChanged
-	4,  // 18: rein.v1.Event.model_retried:type_name -> rein.v1.ModelRetried
-	5,  // 19: rein.v1.Event.context_compacted:type_name -> rein.v1.ContextCompacted
-	23, // 20: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
-	22, // 21: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
-	24, // 22: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
-	25, // 23: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
-	26, // 24: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
-	6,  // 25: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
-	27, // 26: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
-	28, // 27: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
-	29, // 28: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
-	30, // 29: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
-	31, // 30: rein.v1.InputRequested.question:type_name -> rein.v1.Question
-	29, // 31: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
-	19, // 32: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
-	32, // 33: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
-	32, // 34: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
-	33, // 35: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
-	36, // [36:36] is the sub-list for method output_type
-	36, // [36:36] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	4,  // 3: rein.v1.Event.model_returned:type_name -> rein.v1.ModelReturned
+	8,  // 4: rein.v1.Event.decision_rejected:type_name -> rein.v1.DecisionRejected
+	9,  // 5: rein.v1.Event.tool_requested:type_name -> rein.v1.ToolRequested
+	10, // 6: rein.v1.Event.tool_refused:type_name -> rein.v1.ToolRefused
+	11, // 7: rein.v1.Event.tool_returned:type_name -> rein.v1.ToolReturned
+	12, // 8: rein.v1.Event.approval_requested:type_name -> rein.v1.ApprovalRequested
+	13, // 9: rein.v1.Event.approval_decided:type_name -> rein.v1.ApprovalDecided
+	14, // 10: rein.v1.Event.input_requested:type_name -> rein.v1.InputRequested
+	15, // 11: rein.v1.Event.input_provided:type_name -> rein.v1.InputProvided
+	16, // 12: rein.v1.Event.write_dispatched:type_name -> rein.v1.WriteDispatched
+	17, // 13: rein.v1.Event.write_committed:type_name -> rein.v1.WriteCommitted
+	18, // 14: rein.v1.Event.write_outcome_unknown:type_name -> rein.v1.WriteOutcomeUnknown
+	19, // 15: rein.v1.Event.checks_completed:type_name -> rein.v1.ChecksCompleted
+	21, // 16: rein.v1.Event.budget_reached:type_name -> rein.v1.BudgetReached
+	22, // 17: rein.v1.Event.status_changed:type_name -> rein.v1.StatusChanged
+	5,  // 18: rein.v1.Event.model_retried:type_name -> rein.v1.ModelRetried
+	6,  // 19: rein.v1.Event.context_compacted:type_name -> rein.v1.ContextCompacted
+	24, // 20: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
+	23, // 21: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
+	3,  // 22: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
+	25, // 23: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
+	26, // 24: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
+	27, // 25: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
+	7,  // 26: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
+	28, // 27: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
+	29, // 28: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
+	30, // 29: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
+	31, // 30: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
+	32, // 31: rein.v1.InputRequested.question:type_name -> rein.v1.Question
+	30, // 32: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
+	20, // 33: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
+	33, // 34: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
+	33, // 35: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
+	34, // 36: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
+	37, // [37:37] is the sub-list for method output_type
+	37, // [37:37] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_event_proto_init() }
@@ -2197,7 +2269,7 @@ func file_rein_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_event_proto_rawDesc), len(file_rein_v1_event_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

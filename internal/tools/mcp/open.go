@@ -189,6 +189,7 @@ func transportFor(target string, o options) (sdk.Transport, *tail, error) {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = environ(o.env)
+	detach(cmd)
 	t := &tail{}
 	cmd.Stderr = t
 	if o.stderr != nil {

@@ -62,7 +62,10 @@ func (c *Client) fail(ctx context.Context, method, tool string, err error) error
 		return wrap("%s", st.Message())
 	case codes.Unimplemented:
 		if method == "LookupWrite" {
-			return wrap("the %s cannot look writes up (it does not implement LookupWrite)", where)
+			return &callError{
+				msg:    fmt.Sprintf("the %s cannot look writes up (it does not implement LookupWrite)", where),
+				causes: []error{err, tools.ErrNoLookup},
+			}
 		}
 		return wrap("the %s does not implement %s: upgrade it, or grant the tool from another server (%s)", where, method, st.Message())
 	case codes.FailedPrecondition, codes.PermissionDenied, codes.Unauthenticated, codes.Aborted:

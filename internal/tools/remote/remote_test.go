@@ -334,7 +334,7 @@ func TestErrors(t *testing.T) {
 				return err
 			},
 			want: []string{"operation_id: must be at least 1 characters"}},
-		{name: "no lookup", exec: failing{errors.New("unused")}, code: codes.Unimplemented,
+		{name: "no lookup", exec: failing{errors.New("unused")}, code: codes.Unimplemented, is: tools.ErrNoLookup,
 			call: func(ctx context.Context, c *remote.Client) error {
 				_, _, err := c.Lookup(ctx, tools.Call{Tool: "invoices.get"}, "op_1")
 				return err
