@@ -203,17 +203,34 @@ func TestRunAnthropicEndToEnd(t *testing.T) {
 
 func TestRunRetriesOnceAfterRetryAfter(t *testing.T) {
 	t.Parallel()
-	f, url := newFakeProvider(t,
-		wireReply{status: 429, header: map[string]string{"Retry-After": "0.05"}, body: `{"error":{"message":"slow down"}}`},
-		oaiAnswer)
-	db := newDB(t)
-	r := providerRun(t, db, "openai", url+"/v1", "--json").mustExit(t, exitOK)
-	s := decodeOne(t, r.stdout)
-	if got := eventTypes(events(t, db, s["run_id"].(string))); got != "run_started,model_requested,model_retried,model_returned,status_changed" {
-		t.Fatalf("events %s, want one model_retried between the request and the reply", got)
-	}
-	if f.calls() != 2 {
-		t.Fatalf("%d calls, want 2", f.calls())
+	for _, tc := range []struct {
+		provider, path string
+		rateLimit      string
+		answer         wireReply
+	}{
+		{"openai", "/v1", `{"error":{"message":"slow down"}}`, oaiAnswer},
+		{"anthropic", "", `{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`,
+			antMessage("end_turn", `{"type":"text","text":"The total is 1,234.00 EUR."}`)},
+	} {
+		t.Run(tc.provider, func(t *testing.T) {
+			t.Parallel()
+			f, url := newFakeProvider(t,
+				wireReply{status: 429, header: map[string]string{"Retry-After": "0.05"}, body: tc.rateLimit},
+				tc.answer)
+			db := newDB(t)
+			r := providerRun(t, db, tc.provider, url+tc.path, "--json").mustExit(t, exitOK)
+			s := decodeOne(t, r.stdout)
+			evs := events(t, db, s["run_id"].(string))
+			if got := eventTypes(evs); got != "run_started,model_requested,model_retried,model_returned,status_changed" {
+				t.Fatalf("events %s, want one model_retried between the request and the reply", got)
+			}
+			if w := obj(t, evs[2]["model_retried"], "model_retried")["wait"]; w != "0.050s" {
+				t.Errorf("model_retried wait %v, want Retry-After's 0.050s", w)
+			}
+			if f.calls() != 2 {
+				t.Fatalf("%d calls, want 2", f.calls())
+			}
+		})
 	}
 }
 
