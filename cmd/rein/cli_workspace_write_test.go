@@ -52,23 +52,24 @@ func TestApproveWorkspaceWrite(t *testing.T) {
 }
 
 // TestApproveStaleWorkspaceWrite: the twin: a file changed after the
-// proposal is not overwritten; the write does not commit and the proposal
-// waits for a person again.
+// proposal is not overwritten; the workspace refuses the write, which is an
+// observation for the model (write_refused), and the run goes on.
 func TestApproveStaleWorkspaceWrite(t *testing.T) {
 	db := newDB(t)
 	dir, runID, propID := pausedWrite(t, db)
 	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("launch: Monday (edited by hand)\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := cli(t, "approve", runID, propID, "--workspace", dir, "--db", db, "--json").mustExit(t, exitPaused)
-	if s := decodeOne(t, r.stdout); s["status"] != "needs_approval" {
-		t.Fatalf("after a stale approve: %v, want needs_approval", s["status"])
+	r := cli(t, "approve", runID, propID, "--workspace", dir, "--db", db, "--json").mustExit(t, exitOK)
+	if s := decodeOne(t, r.stdout); s["status"] != "completed" {
+		t.Fatalf("after a stale approve: %v, want the run carried on to its end", s["status"])
 	}
+	mustContain(t, "stderr", r.stderr, "write_refused", "the file changed since the proposal")
 	if b, _ := os.ReadFile(filepath.Join(dir, "notes.txt")); string(b) != "launch: Monday (edited by hand)\n" {
 		t.Fatalf("the person's edit was overwritten: %q", b)
 	}
 	got := eventTypes(events(t, db, runID))
-	if strings.Contains(got, "write_committed") || !strings.Contains(got, "write_outcome_unknown") {
-		t.Fatalf("events %s, want no write_committed and the outcome left to a person", got)
+	if strings.Contains(got, "write_committed") || !strings.Contains(got, "write_refused,status_changed,model_requested") {
+		t.Fatalf("events %s, want write_refused and the run going on, with no write_committed", got)
 	}
 }

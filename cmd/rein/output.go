@@ -230,6 +230,8 @@ func eventSummary(ev *reinv1.Event) string {
 		return "operation " + p.WriteDispatched.GetOperationId()
 	case *reinv1.Event_WriteCommitted:
 		return "operation " + p.WriteCommitted.GetOperationId() + ", receipt " + compactJSON(p.WriteCommitted.GetReceipt())
+	case *reinv1.Event_WriteRefused:
+		return "operation " + p.WriteRefused.GetOperationId() + " refused: " + p.WriteRefused.GetReason()
 	case *reinv1.Event_WriteOutcomeUnknown:
 		return "operation " + p.WriteOutcomeUnknown.GetOperationId() + ": " + p.WriteOutcomeUnknown.GetError()
 	case *reinv1.Event_InputProvided:

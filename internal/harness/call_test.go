@@ -15,11 +15,14 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/pricing"
+	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/tools"
 )
 
 // flakyModel answers each call with the next of its outcomes: an error, or
@@ -293,4 +296,63 @@ func TestNoPriceAnywhereStopsBeforePaying(t *testing.T) {
 	if f.Calls() != 0 {
 		t.Fatalf("%d model calls paid for with no price to hold the limit", f.Calls())
 	}
+}
+
+// TestRefusedWriteIsAnObservation: a commit its tool refuses (nothing was
+// written) is write_refused, an observation for the model, and the run goes
+// on; the twin, a commit that fails for an unknown reason, leaves the
+// outcome to a person.
+func TestRefusedWriteIsAnObservation(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		result  tools.FixtureResult
+		payload string
+		status  reinv1.RunStatus
+	}{
+		{"refused", tools.FixtureResult{Preview: mustValue(t, "send it"), Refused: "the mailbox is full"}, "write_refused", statusCompleted},
+		{"unknown", tools.FixtureResult{Preview: mustValue(t, "send it"), Receipt: mustValue(t, "sent")}, "write_outcome_unknown", statusNeedsApproval},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spy := &modelSpy{}
+			var ex tools.Executor = tools.NewFixtures(map[string][]tools.FixtureResult{"send_email": {tc.result}})
+			if tc.name == "unknown" {
+				ex = commitFails{ex}
+			}
+			e, s := setup(t, Config{Tools: ex, Models: spy.models(nil)})
+			c := testContract(callReply("send_email", "w1", nil), finalReply("could not send"))
+			st := startRun(t, e, c)
+			waitRun(t, e, st.RunID)
+			paused, _ := stored(t, s, st.RunID)
+			p := paused.Pending.GetProposal()
+			if _, err := e.DecideApproval(testCtx(t), Decision{RunID: st.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(),
+				Approve: true, Principal: "bob"}); err != nil {
+				t.Fatal(err)
+			}
+			waitRun(t, e, st.RunID)
+			got, evs := stored(t, s, st.RunID)
+			if got.Status != tc.status {
+				t.Fatalf("run is %s, want %s:\n%s", runstate.StatusName(got.Status), runstate.StatusName(tc.status), dump(evs))
+			}
+			wantCount(t, evs, tc.payload, 1)
+			wantCount(t, evs, "write_committed", 0)
+			if tc.name == "refused" {
+				last := spy.requests()[len(spy.requests())-1].Transcript
+				o := last[len(last)-1].Observation
+				if o == nil || !strings.Contains(o.Text, "the mailbox is full") || !strings.Contains(o.Text, "nothing was written") {
+					t.Fatalf("the model was last shown %+v, want the refusal", last[len(last)-1])
+				}
+				if got.ApprovedWrite != nil || got.WriteOperationID != "" {
+					t.Fatalf("a refused write is still in flight: %v %q", got.ApprovedWrite, got.WriteOperationID)
+				}
+			}
+		})
+	}
+}
+
+// commitFails is an executor whose commits fail for a reason it cannot
+// tell (a lost connection), and that has no lookup.
+type commitFails struct{ tools.Executor }
+
+func (commitFails) Commit(context.Context, tools.Call, string) (*structpb.Value, error) {
+	return nil, errors.New("connection reset")
 }

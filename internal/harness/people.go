@@ -163,6 +163,9 @@ func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error
 			failpoint.Inject(failpoint.WriteAfterCommit)
 			return e.writeCommitted(ctx, st, actor, receipt)
 		}
+		if errors.Is(err, tools.ErrRefused) {
+			return e.writeRefused(ctx, st, actor, err)
+		}
 		cause = err
 	}
 	receipt, applied, lerr := e.lookup(wctx, call, opID)
@@ -187,6 +190,9 @@ func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error
 	}
 	failpoint.Inject(failpoint.WriteAfterDispatch)
 	receipt, err = e.commitOnce(wctx, call, opID)
+	if errors.Is(err, tools.ErrRefused) {
+		return e.writeRefused(ctx, st, actor, err)
+	}
 	if err != nil {
 		return e.writeUnknown(ctx, st, actor, err)
 	}
@@ -221,6 +227,24 @@ func (e *Engine) writeCommitted(ctx context.Context, st runstate.State, actor st
 		}}},
 		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
 			From: reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, To: reinv1.RunStatus_RUN_STATUS_RUNNING, Reason: "write_committed",
+		}}})
+	if err != nil {
+		return st, err
+	}
+	e.schedule(st.RunID)
+	return next, nil
+}
+
+// writeRefused records a write its tool refused, having written nothing:
+// the outcome is known, so it is an observation for the model (which may
+// propose again) and the run goes on.
+func (e *Engine) writeRefused(ctx context.Context, st runstate.State, actor string, cause error) (runstate.State, error) {
+	next, err := e.appendEvents(ctx, st, actor,
+		&reinv1.Event{Payload: &reinv1.Event_WriteRefused{WriteRefused: &reinv1.WriteRefused{
+			ProposalId: st.ApprovedWrite.GetProposalId(), OperationId: st.WriteOperationID, Reason: cause.Error(),
+		}}},
+		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
+			From: reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, To: reinv1.RunStatus_RUN_STATUS_RUNNING, Reason: "write_refused",
 		}}})
 	if err != nil {
 		return st, err

@@ -367,6 +367,9 @@ func (r *runner) observe(ev *reinv1.Event) {
 		if key != "" {
 			obs("harness", "", checksText(p.ChecksCompleted))
 		}
+	case *reinv1.Event_WriteRefused:
+		obs("harness", "", "The approved write was refused by its tool and nothing was written: "+p.WriteRefused.GetReason()+
+			". Read the current state and propose the write again if it is still needed.")
 	case *reinv1.Event_WriteCommitted:
 		r.lastChecks, r.sameChecks = "", 0
 		obs("harness", "", "The approved write was committed. Receipt: "+valueText(p.WriteCommitted.GetReceipt()))

@@ -182,13 +182,15 @@ type recording struct {
 	version uint64
 	// attempts counts the calls made for each step, for recorded retries.
 	attempts map[uint32]int
+	// refusals are the recorded reasons of refused writes, by proposal id.
+	refusals map[string]string
 }
 
 func newRecording(events []*reinv1.Event) *recording {
 	r := &recording{
 		runID: events[0].GetRunId(), events: events, steps: map[uint32]int{},
 		reads: map[string][]*reinv1.ToolReturned{}, previews: map[string][]*reinv1.Proposal{},
-		receipts: map[string]*structpb.Value{}, attempts: map[uint32]int{},
+		receipts: map[string]*structpb.Value{}, attempts: map[uint32]int{}, refusals: map[string]string{},
 	}
 	for i, ev := range events {
 		switch p := ev.GetPayload().(type) {
@@ -202,6 +204,8 @@ func newRecording(events []*reinv1.Event) *recording {
 			r.ids = append(r.ids, pr.GetProposalId())
 		case *reinv1.Event_WriteCommitted:
 			r.receipts[p.WriteCommitted.GetProposalId()] = p.WriteCommitted.GetReceipt()
+		case *reinv1.Event_WriteRefused:
+			r.refusals[p.WriteRefused.GetProposalId()] = p.WriteRefused.GetReason()
 		}
 	}
 	return r
@@ -276,6 +280,12 @@ type retryError struct {
 func (e *retryError) Error() string            { return e.text }
 func (e *retryError) Unwrap() error            { return model.ErrRetryable }
 func (e *retryError) RetryWait() time.Duration { return e.wait }
+
+// refusedError is a recorded refused write, replayed with its reason.
+type refusedError struct{ reason string }
+
+func (e *refusedError) Error() string { return e.reason }
+func (e *refusedError) Unwrap() error { return tools.ErrRefused }
 
 // Next implements model.Model: the reply the recording has for the step.
 // A call the recording retried fails first as it did (model_retried), then
@@ -366,6 +376,9 @@ func (r *recording) Commit(_ context.Context, c tools.Call, operationID string) 
 	id := strings.TrimPrefix(operationID, "op_")
 	if receipt, ok := r.receipts[id]; ok {
 		return receipt, nil
+	}
+	if reason, ok := r.refusals[id]; ok {
+		return nil, &refusedError{reason}
 	}
 	return nil, fmt.Errorf("the recording has no receipt for operation %s", operationID)
 }

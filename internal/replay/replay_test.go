@@ -159,6 +159,7 @@ func contract(budget *reinv1.Budget, script ...*reinv1.ScriptedReply) *reinv1.Ta
 		Tools: []*reinv1.ToolGrant{
 			{Name: "get", Tier: reinv1.ToolTier_TOOL_TIER_READ},
 			{Name: "refund", Tier: reinv1.ToolTier_TOOL_TIER_WRITE},
+			{Name: "void", Tier: reinv1.ToolTier_TOOL_TIER_WRITE},
 		},
 		Budget:   budget,
 		Approval: &reinv1.ApprovalPolicy{ProposalTtl: durationpb.New(time.Hour)},
@@ -172,6 +173,7 @@ func record(t *testing.T) {
 	fixtures := tools.NewFixtures(map[string][]tools.FixtureResult{
 		"get":    {{Output: structpb.NewStringValue("invoice INV-42: open, 1200 EUR")}, {Error: "invoice service timed out"}},
 		"refund": {{Preview: structpb.NewStringValue("refund 1200 EUR"), Receipt: structpb.NewStringValue("re_1")}},
+		"void":   {{Preview: structpb.NewStringValue("void INV-42"), Refused: "INV-42 was paid since the proposal"}},
 	})
 	get := func(id string) *reinv1.ScriptedReply { return call("get", id, map[string]any{"id": "INV-42"}) }
 	refund := call("refund", "w1", map[string]any{"amount": 1200})
@@ -218,6 +220,7 @@ func record(t *testing.T) {
 		{"deadline_paused", contract(&reinv1.Budget{Timeout: durationpb.New(10 * time.Minute)}, ask("which?")), []person{expire(time.Hour)}},
 		{"cancelled", contract(nil, ask("which?")), []person{cancel}},
 		{"retried", contract(nil, retrying(final("done"), 1)), nil},
+		{"write_refused", contract(nil, call("void", "w2", map[string]any{"id": "INV-42"}), final("not voided")), []person{approve(true, false)}},
 		{"retry_failed", contract(nil, get("c1"), retrying(final("done"), 2)), nil},
 		{"compacted", contract(&reinv1.Budget{MaxContextChars: 200}, get("c1"), get("c2"), get("c3"), get("c4"), get("c5"), final("open")), nil},
 		{"max_cost", contract(&reinv1.Budget{MaxCostUsd: 0.0005}, get("c1"), get("c2"), get("c3"), get("c4"), get("c5")), nil},

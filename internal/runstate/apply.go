@@ -169,15 +169,16 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 				ErrIllegalTransition, wd.GetOperationId(), wd.GetProposalId(), s.WriteOperationID)
 		}
 		s.WriteOperationID = wd.GetOperationId()
-	case *reinv1.Event_WriteCommitted, *reinv1.Event_WriteOutcomeUnknown:
+	case *reinv1.Event_WriteCommitted, *reinv1.Event_WriteOutcomeUnknown, *reinv1.Event_WriteRefused:
 		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL); err != nil {
 			return s, err
 		}
-		opID := ev.GetWriteCommitted().GetOperationId() + ev.GetWriteOutcomeUnknown().GetOperationId()
+		opID := ev.GetWriteCommitted().GetOperationId() + ev.GetWriteOutcomeUnknown().GetOperationId() + ev.GetWriteRefused().GetOperationId()
 		if s.ApprovedWrite == nil || s.Pending != nil || opID != s.WriteOperationID {
 			return s, fmt.Errorf("%w: %s for operation %q, but no write with that key is in flight", ErrIllegalTransition, PayloadName(ev), opID)
 		}
-		if ev.GetWriteCommitted() != nil {
+		if ev.GetWriteCommitted() != nil || ev.GetWriteRefused() != nil {
+			// Settled: applied, or known not to be.
 			s.ApprovedWrite, s.WriteOperationID = nil, ""
 		} else {
 			// Unknown: the proposal waits for a person again.

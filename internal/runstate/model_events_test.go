@@ -65,3 +65,32 @@ func TestRetryAndCompactionOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteRefusedSettlesTheWrite: write_refused ends a dispatched write
+// (nothing in flight after it); without a write in flight it is refused.
+func TestWriteRefusedSettlesTheWrite(t *testing.T) {
+	refused := func(seq uint64, op string) *reinv1.Event {
+		e := envelope(seq)
+		e.Payload = &reinv1.Event_WriteRefused{WriteRefused: &reinv1.WriteRefused{ProposalId: "p-1", OperationId: op, Reason: "stale"}}
+		return e
+	}
+	paused, err := ApplyAll(State{}, []*reinv1.Event{runStarted(1), modelRequested(2), modelReturned(3, 1, 1), toolRequested(4), approvalRequested(5, "p-1"),
+		statusChanged(6, running, needsApproval)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Apply(paused, refused(7, "op_p-1")); !errors.Is(err, ErrIllegalTransition) {
+		t.Fatalf("write_refused with no write in flight: %v, want ErrIllegalTransition", err)
+	}
+	decided := envelope(7)
+	decided.Payload = &reinv1.Event_ApprovalDecided{ApprovalDecided: &reinv1.ApprovalDecided{ProposalId: "p-1", Approved: true}}
+	dispatched := envelope(8)
+	dispatched.Payload = &reinv1.Event_WriteDispatched{WriteDispatched: &reinv1.WriteDispatched{ProposalId: "p-1", OperationId: "op_p-1"}}
+	s, err := ApplyAll(paused, []*reinv1.Event{decided, dispatched, refused(9, "op_p-1"), statusChanged(10, needsApproval, running)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ApprovedWrite != nil || s.WriteOperationID != "" || s.Status != running {
+		t.Fatalf("after write_refused: %v, %q, %s; want nothing in flight and running", s.ApprovedWrite, s.WriteOperationID, StatusName(s.Status))
+	}
+}

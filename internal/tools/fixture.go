@@ -14,12 +14,14 @@ import (
 )
 
 // FixtureResult is one scripted result of a fixture tool: Output or Error for
-// a read; Preview and Receipt for a write.
+// a read; Preview and Receipt for a write, or Preview and Refused for a write
+// its tool refuses at commit (nothing written, ErrRefused).
 type FixtureResult struct {
 	Output  *structpb.Value
 	Error   string
 	Preview *structpb.Value
 	Receipt *structpb.Value
+	Refused string
 }
 
 // Fixtures is an Executor whose tools return scripted results: the Nth call
@@ -75,7 +77,8 @@ func (f *Fixtures) WithLedger(path string) (*Fixtures, error) {
 
 // ParseFixtures reads the fixture file format: a JSON object mapping a tool's
 // name to a list of results, each {"output": any}, {"error": "message"} or,
-// for a write, {"preview": any, "receipt": any}.
+// for a write, {"preview": any, "receipt": any} or {"preview": any,
+// "refused": "reason"}.
 func ParseFixtures(data []byte) (*Fixtures, error) {
 	var raw map[string][]map[string]json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil {
@@ -100,14 +103,18 @@ func ParseFixtures(data []byte) (*Fixtures, error) {
 					fr.Preview = v
 				case "receipt":
 					fr.Receipt = v
-				case "error":
+				case "error", "refused":
 					s, ok := v.GetKind().(*structpb.Value_StringValue)
 					if !ok {
-						return nil, fmt.Errorf("fixtures.%s[%d].error: must be a string", name, i)
+						return nil, fmt.Errorf("fixtures.%s[%d].%s: must be a string", name, i, key)
 					}
-					fr.Error = s.StringValue
+					if key == "error" {
+						fr.Error = s.StringValue
+					} else {
+						fr.Refused = s.StringValue
+					}
 				default:
-					return nil, fmt.Errorf("fixtures.%s[%d]: unknown field %q; use output, error, preview or receipt", name, i, key)
+					return nil, fmt.Errorf("fixtures.%s[%d]: unknown field %q; use output, error, preview, receipt or refused", name, i, key)
 				}
 			}
 			if fr.Output == nil && fr.Error == "" && fr.Preview == nil && fr.Receipt == nil {
@@ -181,6 +188,9 @@ func (f *Fixtures) Commit(ctx context.Context, call Call, operationID string) (*
 	}
 	if r.Error != "" {
 		return nil, errors.New(r.Error)
+	}
+	if r.Refused != "" {
+		return nil, fmt.Errorf("%w: %s", ErrRefused, r.Refused)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -56,6 +56,12 @@ type Call struct {
 // ErrNoTool is returned for a tool that no executor provides.
 var ErrNoTool = errors.New("no executor provides this tool")
 
+// ErrRefused marks a Commit that refused the write and wrote nothing (the
+// world moved since the proposal, the approved preview no longer holds):
+// its outcome is known, so rein tells the model instead of leaving it to a
+// person.
+var ErrRefused = errors.New("the tool refused the write; nothing was written")
+
 // ErrNoLookup is returned by a Lookup that cannot look the tool's writes up
 // (a Multi whose executor for the tool has no lookup, a remote service
 // without LookupWrite): rein then treats the tool as having no lookup.

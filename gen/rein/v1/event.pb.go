@@ -59,6 +59,7 @@ type Event struct {
 	//	*Event_StatusChanged
 	//	*Event_ModelRetried
 	//	*Event_ContextCompacted
+	//	*Event_WriteRefused
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -300,6 +301,15 @@ func (x *Event) GetContextCompacted() *ContextCompacted {
 	return nil
 }
 
+func (x *Event) GetWriteRefused() *WriteRefused {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_WriteRefused); ok {
+			return x.WriteRefused
+		}
+	}
+	return nil
+}
+
 type isEvent_Payload interface {
 	isEvent_Payload()
 }
@@ -399,6 +409,11 @@ type Event_ContextCompacted struct {
 	ContextCompacted *ContextCompacted `protobuf:"bytes,28,opt,name=context_compacted,json=contextCompacted,proto3,oneof"`
 }
 
+type Event_WriteRefused struct {
+	// An approved write was refused by its tool, which wrote nothing.
+	WriteRefused *WriteRefused `protobuf:"bytes,29,opt,name=write_refused,json=writeRefused,proto3,oneof"`
+}
+
 func (*Event_RunStarted) isEvent_Payload() {}
 
 func (*Event_ModelRequested) isEvent_Payload() {}
@@ -436,6 +451,8 @@ func (*Event_StatusChanged) isEvent_Payload() {}
 func (*Event_ModelRetried) isEvent_Payload() {}
 
 func (*Event_ContextCompacted) isEvent_Payload() {}
+
+func (*Event_WriteRefused) isEvent_Payload() {}
 
 // RunStarted is always a run's first event.
 type RunStarted struct {
@@ -1658,6 +1675,72 @@ func (x *WriteCommitted) GetReceipt() *structpb.Value {
 	return nil
 }
 
+// WriteRefused records an approved write its tool refused: nothing was
+// written (the world moved since the proposal). It is an observation for the
+// model, and the run goes on.
+type WriteRefused struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The proposal.
+	ProposalId string `protobuf:"bytes,1,opt,name=proposal_id,json=proposalId,proto3" json:"proposal_id,omitempty"`
+	// The idempotency key of the write.
+	OperationId string `protobuf:"bytes,2,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// Why the tool refused it.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteRefused) Reset() {
+	*x = WriteRefused{}
+	mi := &file_rein_v1_event_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteRefused) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteRefused) ProtoMessage() {}
+
+func (x *WriteRefused) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_event_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteRefused.ProtoReflect.Descriptor instead.
+func (*WriteRefused) Descriptor() ([]byte, []int) {
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *WriteRefused) GetProposalId() string {
+	if x != nil {
+		return x.ProposalId
+	}
+	return ""
+}
+
+func (x *WriteRefused) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *WriteRefused) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // WriteOutcomeUnknown records a write whose outcome could not be learned.
 type WriteOutcomeUnknown struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1673,7 +1756,7 @@ type WriteOutcomeUnknown struct {
 
 func (x *WriteOutcomeUnknown) Reset() {
 	*x = WriteOutcomeUnknown{}
-	mi := &file_rein_v1_event_proto_msgTypes[18]
+	mi := &file_rein_v1_event_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1685,7 +1768,7 @@ func (x *WriteOutcomeUnknown) String() string {
 func (*WriteOutcomeUnknown) ProtoMessage() {}
 
 func (x *WriteOutcomeUnknown) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[18]
+	mi := &file_rein_v1_event_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1698,7 +1781,7 @@ func (x *WriteOutcomeUnknown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteOutcomeUnknown.ProtoReflect.Descriptor instead.
 func (*WriteOutcomeUnknown) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{18}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WriteOutcomeUnknown) GetProposalId() string {
@@ -1735,7 +1818,7 @@ type ChecksCompleted struct {
 
 func (x *ChecksCompleted) Reset() {
 	*x = ChecksCompleted{}
-	mi := &file_rein_v1_event_proto_msgTypes[19]
+	mi := &file_rein_v1_event_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +1830,7 @@ func (x *ChecksCompleted) String() string {
 func (*ChecksCompleted) ProtoMessage() {}
 
 func (x *ChecksCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[19]
+	mi := &file_rein_v1_event_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +1843,7 @@ func (x *ChecksCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksCompleted.ProtoReflect.Descriptor instead.
 func (*ChecksCompleted) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{19}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ChecksCompleted) GetResults() []*CheckResult {
@@ -1794,7 +1877,7 @@ type CheckResult struct {
 
 func (x *CheckResult) Reset() {
 	*x = CheckResult{}
-	mi := &file_rein_v1_event_proto_msgTypes[20]
+	mi := &file_rein_v1_event_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1889,7 @@ func (x *CheckResult) String() string {
 func (*CheckResult) ProtoMessage() {}
 
 func (x *CheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[20]
+	mi := &file_rein_v1_event_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1902,7 @@ func (x *CheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResult.ProtoReflect.Descriptor instead.
 func (*CheckResult) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{20}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CheckResult) GetName() string {
@@ -1864,7 +1947,7 @@ type BudgetReached struct {
 
 func (x *BudgetReached) Reset() {
 	*x = BudgetReached{}
-	mi := &file_rein_v1_event_proto_msgTypes[21]
+	mi := &file_rein_v1_event_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1876,7 +1959,7 @@ func (x *BudgetReached) String() string {
 func (*BudgetReached) ProtoMessage() {}
 
 func (x *BudgetReached) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[21]
+	mi := &file_rein_v1_event_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1889,7 +1972,7 @@ func (x *BudgetReached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetReached.ProtoReflect.Descriptor instead.
 func (*BudgetReached) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{21}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BudgetReached) GetLimit() string {
@@ -1925,7 +2008,7 @@ type StatusChanged struct {
 
 func (x *StatusChanged) Reset() {
 	*x = StatusChanged{}
-	mi := &file_rein_v1_event_proto_msgTypes[22]
+	mi := &file_rein_v1_event_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2020,7 @@ func (x *StatusChanged) String() string {
 func (*StatusChanged) ProtoMessage() {}
 
 func (x *StatusChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[22]
+	mi := &file_rein_v1_event_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2033,7 @@ func (x *StatusChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusChanged.ProtoReflect.Descriptor instead.
 func (*StatusChanged) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{22}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StatusChanged) GetFrom() RunStatus {
@@ -1992,7 +2075,7 @@ var File_rein_v1_event_proto protoreflect.FileDescriptor
 
 const file_rein_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x13rein/v1/event.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\x1a\x11rein/v1/run.proto\"\xa2\v\n" +
+	"\x13rein/v1/event.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\x1a\x11rein/v1/run.proto\"\xe0\v\n" +
 	"\x05Event\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12;\n" +
@@ -2019,7 +2102,8 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x0ebudget_reached\x18\x19 \x01(\v2\x16.rein.v1.BudgetReachedH\x00R\rbudgetReached\x12?\n" +
 	"\x0estatus_changed\x18\x1a \x01(\v2\x16.rein.v1.StatusChangedH\x00R\rstatusChanged\x12<\n" +
 	"\rmodel_retried\x18\x1b \x01(\v2\x15.rein.v1.ModelRetriedH\x00R\fmodelRetried\x12H\n" +
-	"\x11context_compacted\x18\x1c \x01(\v2\x19.rein.v1.ContextCompactedH\x00R\x10contextCompactedB\t\n" +
+	"\x11context_compacted\x18\x1c \x01(\v2\x19.rein.v1.ContextCompactedH\x00R\x10contextCompacted\x12<\n" +
+	"\rwrite_refused\x18\x1d \x01(\v2\x15.rein.v1.WriteRefusedH\x00R\fwriteRefusedB\t\n" +
 	"\apayload\"\x99\x02\n" +
 	"\n" +
 	"RunStarted\x121\n" +
@@ -2112,7 +2196,12 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\vproposal_id\x18\x01 \x01(\tR\n" +
 	"proposalId\x12!\n" +
 	"\foperation_id\x18\x02 \x01(\tR\voperationId\x120\n" +
-	"\areceipt\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\areceipt\"o\n" +
+	"\areceipt\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\areceipt\"j\n" +
+	"\fWriteRefused\x12\x1f\n" +
+	"\vproposal_id\x18\x01 \x01(\tR\n" +
+	"proposalId\x12!\n" +
+	"\foperation_id\x18\x02 \x01(\tR\voperationId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"o\n" +
 	"\x13WriteOutcomeUnknown\x12\x1f\n" +
 	"\vproposal_id\x18\x01 \x01(\tR\n" +
 	"proposalId\x12!\n" +
@@ -2151,7 +2240,7 @@ func file_rein_v1_event_proto_rawDescGZIP() []byte {
 	return file_rein_v1_event_proto_rawDescData
 }
 
-var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_rein_v1_event_proto_goTypes = []any{
 	(*Event)(nil),                 // 0: rein.v1.Event
 	(*RunStarted)(nil),            // 1: rein.v1.RunStarted
@@ -2171,26 +2260,27 @@ var file_rein_v1_event_proto_goTypes = []any{
 	(*InputProvided)(nil),         // 15: rein.v1.InputProvided
 	(*WriteDispatched)(nil),       // 16: rein.v1.WriteDispatched
 	(*WriteCommitted)(nil),        // 17: rein.v1.WriteCommitted
-	(*WriteOutcomeUnknown)(nil),   // 18: rein.v1.WriteOutcomeUnknown
-	(*ChecksCompleted)(nil),       // 19: rein.v1.ChecksCompleted
-	(*CheckResult)(nil),           // 20: rein.v1.CheckResult
-	(*BudgetReached)(nil),         // 21: rein.v1.BudgetReached
-	(*StatusChanged)(nil),         // 22: rein.v1.StatusChanged
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
-	(*TaskContract)(nil),          // 24: rein.v1.TaskContract
-	(*Decision)(nil),              // 25: rein.v1.Decision
-	(*Usage)(nil),                 // 26: rein.v1.Usage
-	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
-	(*structpb.Struct)(nil),       // 28: google.protobuf.Struct
-	(ToolTier)(0),                 // 29: rein.v1.ToolTier
-	(*structpb.Value)(nil),        // 30: google.protobuf.Value
-	(*Proposal)(nil),              // 31: rein.v1.Proposal
-	(*Question)(nil),              // 32: rein.v1.Question
-	(RunStatus)(0),                // 33: rein.v1.RunStatus
-	(*FinalAnswer)(nil),           // 34: rein.v1.FinalAnswer
+	(*WriteRefused)(nil),          // 18: rein.v1.WriteRefused
+	(*WriteOutcomeUnknown)(nil),   // 19: rein.v1.WriteOutcomeUnknown
+	(*ChecksCompleted)(nil),       // 20: rein.v1.ChecksCompleted
+	(*CheckResult)(nil),           // 21: rein.v1.CheckResult
+	(*BudgetReached)(nil),         // 22: rein.v1.BudgetReached
+	(*StatusChanged)(nil),         // 23: rein.v1.StatusChanged
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
+	(*TaskContract)(nil),          // 25: rein.v1.TaskContract
+	(*Decision)(nil),              // 26: rein.v1.Decision
+	(*Usage)(nil),                 // 27: rein.v1.Usage
+	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
+	(*structpb.Struct)(nil),       // 29: google.protobuf.Struct
+	(ToolTier)(0),                 // 30: rein.v1.ToolTier
+	(*structpb.Value)(nil),        // 31: google.protobuf.Value
+	(*Proposal)(nil),              // 32: rein.v1.Proposal
+	(*Question)(nil),              // 33: rein.v1.Question
+	(RunStatus)(0),                // 34: rein.v1.RunStatus
+	(*FinalAnswer)(nil),           // 35: rein.v1.FinalAnswer
 }
 var file_rein_v1_event_proto_depIdxs = []int32{
-	23, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
+	24, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
 	1,  // 1: rein.v1.Event.run_started:type_name -> rein.v1.RunStarted
 	2,  // 2: rein.v1.Event.model_requested:type_name -> rein.v1.ModelRequested
 	4,  // 3: rein.v1.Event.model_returned:type_name -> rein.v1.ModelReturned
@@ -2204,34 +2294,35 @@ var file_rein_v1_event_proto_depIdxs = []int32{
 	15, // 11: rein.v1.Event.input_provided:type_name -> rein.v1.InputProvided
 	16, // 12: rein.v1.Event.write_dispatched:type_name -> rein.v1.WriteDispatched
 	17, // 13: rein.v1.Event.write_committed:type_name -> rein.v1.WriteCommitted
-	18, // 14: rein.v1.Event.write_outcome_unknown:type_name -> rein.v1.WriteOutcomeUnknown
-	19, // 15: rein.v1.Event.checks_completed:type_name -> rein.v1.ChecksCompleted
-	21, // 16: rein.v1.Event.budget_reached:type_name -> rein.v1.BudgetReached
-	22, // 17: rein.v1.Event.status_changed:type_name -> rein.v1.StatusChanged
+	19, // 14: rein.v1.Event.write_outcome_unknown:type_name -> rein.v1.WriteOutcomeUnknown
+	20, // 15: rein.v1.Event.checks_completed:type_name -> rein.v1.ChecksCompleted
+	22, // 16: rein.v1.Event.budget_reached:type_name -> rein.v1.BudgetReached
+	23, // 17: rein.v1.Event.status_changed:type_name -> rein.v1.StatusChanged
 	5,  // 18: rein.v1.Event.model_retried:type_name -> rein.v1.ModelRetried
 	6,  // 19: rein.v1.Event.context_compacted:type_name -> rein.v1.ContextCompacted
-	24, // 20: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
-	23, // 21: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
-	3,  // 22: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
-	25, // 23: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
-	26, // 24: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
-	27, // 25: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
-	7,  // 26: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
-	28, // 27: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
-	29, // 28: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
-	30, // 29: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
-	31, // 30: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
-	32, // 31: rein.v1.InputRequested.question:type_name -> rein.v1.Question
-	30, // 32: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
-	20, // 33: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
-	33, // 34: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
-	33, // 35: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
-	34, // 36: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
-	37, // [37:37] is the sub-list for method output_type
-	37, // [37:37] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	18, // 20: rein.v1.Event.write_refused:type_name -> rein.v1.WriteRefused
+	25, // 21: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
+	24, // 22: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
+	3,  // 23: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
+	26, // 24: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
+	27, // 25: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
+	28, // 26: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
+	7,  // 27: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
+	29, // 28: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
+	30, // 29: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
+	31, // 30: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
+	32, // 31: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
+	33, // 32: rein.v1.InputRequested.question:type_name -> rein.v1.Question
+	31, // 33: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
+	21, // 34: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
+	34, // 35: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
+	34, // 36: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
+	35, // 37: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
+	38, // [38:38] is the sub-list for method output_type
+	38, // [38:38] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_event_proto_init() }
@@ -2262,6 +2353,7 @@ func file_rein_v1_event_proto_init() {
 		(*Event_StatusChanged)(nil),
 		(*Event_ModelRetried)(nil),
 		(*Event_ContextCompacted)(nil),
+		(*Event_WriteRefused)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2269,7 +2361,7 @@ func file_rein_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_event_proto_rawDesc), len(file_rein_v1_event_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -36,6 +36,11 @@ func (c *Client) fail(ctx context.Context, method, tool string, err error) error
 	wrap := func(format string, args ...any) error {
 		return &callError{msg: fmt.Sprintf(format, args...), causes: []error{err}}
 	}
+	// A commit the service refused wrote nothing: a known outcome, which
+	// rein tells the model.
+	if method == "CommitWrite" && (st.Code() == codes.FailedPrecondition || st.Code() == codes.InvalidArgument) {
+		return &callError{msg: fmt.Sprintf("the %s refused the write: %s", where, st.Message()), causes: []error{err, tools.ErrRefused}}
+	}
 	switch st.Code() {
 	case codes.Unavailable:
 		return wrap("the %s is unreachable: start it or check --tool-server (%s: %s)", where, what, st.Message())
@@ -83,6 +88,7 @@ func (c *Client) fail(ctx context.Context, method, tool string, err error) error
 //     a tool service picks its code (InvalidArgument for arguments the model
 //     must fix, FailedPrecondition for a world that moved);
 //   - tools.ErrNoTool is NotFound, the one meaning NotFound has here;
+//   - tools.ErrRefused (a commit that wrote nothing) is FailedPrecondition;
 //   - context errors are their codes;
 //   - anything else is Unknown with the error's message. Unlike rein's own
 //     API, the message is not hidden: a tool's error is its result, which
@@ -97,6 +103,8 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, tools.ErrNoTool):
 		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, tools.ErrRefused):
+		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -334,6 +335,19 @@ func TestErrors(t *testing.T) {
 				return err
 			},
 			want: []string{"operation_id: must be at least 1 characters"}},
+		{name: "commit refused", exec: failing{status.Error(codes.FailedPrecondition, "the invoice changed since the refund was approved")},
+			code: codes.FailedPrecondition, is: tools.ErrRefused,
+			call: func(ctx context.Context, c *remote.Client) error {
+				_, err := c.Commit(ctx, tools.Call{Tool: "refunds.create"}, "op_1")
+				return err
+			},
+			want: []string{"refused the write: the invoice changed since the refund was approved"}},
+		{name: "executor refusal", exec: failing{fmt.Errorf("%w: stale", tools.ErrRefused)}, code: codes.FailedPrecondition, is: tools.ErrRefused,
+			call: func(ctx context.Context, c *remote.Client) error {
+				_, err := c.Commit(ctx, tools.Call{Tool: "refunds.create"}, "op_1")
+				return err
+			},
+			want: []string{"stale"}},
 		{name: "no lookup", exec: failing{errors.New("unused")}, code: codes.Unimplemented, is: tools.ErrNoLookup,
 			call: func(ctx context.Context, c *remote.Client) error {
 				_, _, err := c.Lookup(ctx, tools.Call{Tool: "invoices.get"}, "op_1")

@@ -167,10 +167,10 @@ func (w *Workspace) Commit(ctx context.Context, call tools.Call, operationID str
 	args := call.Args.GetFields()
 	c, err := w.load(root, call.Tool, args)
 	if err != nil {
-		return nil, fmt.Errorf("nothing was written: %w", err)
+		return nil, fmt.Errorf("%w: %w", tools.ErrRefused, err)
 	}
 	if got := filepath.ToSlash(c.target); got != p.target {
-		return nil, fmt.Errorf("path %q now resolves to %q, not to %q as when proposed (a symbolic link changed); refused, nothing was written; propose again", c.rel, got, p.target)
+		return nil, fmt.Errorf("%w: path %q now resolves to %q, not to %q as when proposed (a symbolic link changed); propose again", tools.ErrRefused, c.rel, got, p.target)
 	}
 	receipt := func(hash string) (*structpb.Value, error) {
 		r, err := structpb.NewValue(map[string]any{"path": c.rel, "hash": hash})
@@ -183,14 +183,14 @@ func (w *Workspace) Commit(ctx context.Context, call tools.Call, operationID str
 		if c.baseHash == p.newHash {
 			return receipt(p.newHash) // already applied
 		}
-		return nil, fmt.Errorf("the file changed since the proposal (hash %s, proposed against %s); nothing was written; propose again", orNone(c.baseHash), orNone(p.baseHash))
+		return nil, fmt.Errorf("%w: the file changed since the proposal (hash %s, proposed against %s); propose again", tools.ErrRefused, orNone(c.baseHash), orNone(p.baseHash))
 	}
 	next, err := apply(call.Tool, c, args)
 	if err != nil {
-		return nil, fmt.Errorf("nothing was written: %w", err)
+		return nil, fmt.Errorf("%w: %w", tools.ErrRefused, err)
 	}
 	if h := hashOf(next); h != p.newHash {
-		return nil, fmt.Errorf("the write would make hash %s, not %s as proposed; nothing was written; propose again", h, p.newHash)
+		return nil, fmt.Errorf("%w: the write would make hash %s, not %s as proposed; propose again", tools.ErrRefused, h, p.newHash)
 	}
 	if err := writeAtomic(root, c.target, next, c.mode); err != nil {
 		return nil, fmt.Errorf("write %q: %w", c.rel, err)
