@@ -115,6 +115,9 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newBenchCmd(e),
 		newEvaluateCmd(e),
 	)
+	// Known before cobra looks for the subcommand, so that "rein --help
+	// --db FILE" does not read --db as --help's value.
+	root.InitDefaultHelpFlag()
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK

@@ -213,6 +213,11 @@ func TestHelpWritesNothing(t *testing.T) {
 			mustNotExist(t, filepath.Join(os.Getenv("XDG_STATE_HOME"), "rein", "rein.db"))
 		})
 	}
+	// Help before the persistent flags works too.
+	db := newDB(t)
+	r := cli(t, "--help", "--db", db).mustExit(t, 0)
+	mustContain(t, "stdout", r.stdout, "Usage:")
+	mustNotExist(t, db)
 }
 
 func TestUsageErrors(t *testing.T) {
