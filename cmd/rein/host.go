@@ -131,6 +131,7 @@ func (h *host) openTools(ctx context.Context, ledger string, s *setup) error {
 			if f, err = f.WithLedger(ledger); err != nil {
 				return usageError("--fixture-ledger: %v", err)
 			}
+			s.closers = append(s.closers, func() { _ = f.Close() })
 		}
 		executors = append(executors, f)
 	}

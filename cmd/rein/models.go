@@ -37,8 +37,8 @@ func modelsWith(secrets map[string]string, allowed []string) func(*reinv1.ModelS
 		return os.Getenv(name)
 	}
 	return func(spec *reinv1.ModelSpec) (model.Model, error) {
-		if u := spec.GetBaseUrl(); u != "" && allowed != nil && !slices.Contains(allowed, strings.TrimRight(u, "/")) {
-			return nil, fmt.Errorf("model.base_url %q is not a URL this server sends its API keys to; its operator can allow it with rein serve --allow-base-url %s", u, u)
+		if u := strings.TrimRight(spec.GetBaseUrl(), "/"); u != "" && allowed != nil && !slices.Contains(allowed, u) && !ownURL(spec.GetProvider(), u) {
+			return nil, fmt.Errorf("model.base_url %q is not a URL this server sends its API keys to; its operator can allow it with rein serve --allow-base-url %s", spec.GetBaseUrl(), spec.GetBaseUrl())
 		}
 		switch spec.GetProvider() {
 		case openai.Provider:
@@ -83,4 +83,15 @@ func loadSecrets(path string) (map[string]string, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return out, nil
+}
+
+// ownURL says whether u is the provider's own API, which its key is for.
+func ownURL(provider, u string) bool {
+	switch provider {
+	case openai.Provider:
+		return u == strings.TrimRight(openai.DefaultBaseURL, "/")
+	case anthropic.Provider:
+		return u == strings.TrimRight(anthropic.DefaultBaseURL, "/") || u == anthropic.DefaultBaseURL+"/v1"
+	}
+	return false
 }

@@ -44,6 +44,10 @@ func TestBaseURLNeedsTheOperator(t *testing.T) {
 	if _, err := modelsWith(nil, nil)(spec); err != nil {
 		t.Fatalf("the embedded server: %v", err)
 	}
+	own := &reinv1.ModelSpec{Provider: "openai", Name: "gpt-test", BaseUrl: "https://api.openai.com/v1/"}
+	if _, err := modelsWith(nil, []string{})(own); err != nil {
+		t.Fatalf("the provider's own URL named: %v", err)
+	}
 	noURL := &reinv1.ModelSpec{Provider: "openai", Name: "gpt-test"}
 	if _, err := modelsWith(nil, []string{})(noURL); err != nil {
 		t.Fatalf("the provider's own URL: %v", err)

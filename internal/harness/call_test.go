@@ -6,6 +6,7 @@ package harness
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -355,4 +356,57 @@ type commitFails struct{ tools.Executor }
 
 func (commitFails) Commit(context.Context, tools.Call, string) (*structpb.Value, error) {
 	return nil, errors.New("connection reset")
+}
+
+// resendRefused is a write tool whose first commit is lost (an unknown
+// outcome), whose lookup says it was not applied, and whose second commit
+// is refused.
+type resendRefused struct {
+	tools.Executor
+	commits int
+}
+
+func (r *resendRefused) Commit(context.Context, tools.Call, string) (*structpb.Value, error) {
+	r.commits++
+	if r.commits == 1 {
+		return nil, errors.New("connection reset")
+	}
+	return nil, fmt.Errorf("%w: the file changed since the proposal", tools.ErrRefused)
+}
+
+func (r *resendRefused) Lookup(context.Context, tools.Call, string) (*structpb.Value, bool, error) {
+	return nil, false, nil
+}
+
+// TestRefusalOfAResendIsUnknown: a write sent again after an unknown outcome
+// and then refused is not known to be unwritten (the first send may have
+// applied it), so it is left to a person, never told to the model as
+// refused.
+func TestRefusalOfAResendIsUnknown(t *testing.T) {
+	ex := &resendRefused{Executor: tools.NewFixtures(map[string][]tools.FixtureResult{"send_email": {{Preview: mustValue(t, "send it"), Receipt: mustValue(t, "sent")}}})}
+	e, s := setup(t, Config{Tools: ex})
+	st := startRun(t, e, testContract(callReply("send_email", "w1", nil), finalReply("done")))
+	waitRun(t, e, st.RunID)
+	paused, _ := stored(t, s, st.RunID)
+	p := paused.Pending.GetProposal()
+	if _, err := e.DecideApproval(testCtx(t), Decision{RunID: st.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(), Approve: true, Principal: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	got, evs := stored(t, s, st.RunID)
+	if got.Status != statusNeedsApproval || ex.commits != 2 {
+		t.Fatalf("run %s after %d commits:\n%s", runstate.StatusName(got.Status), ex.commits, dump(evs))
+	}
+	wantCount(t, evs, "write_refused", 0)
+	wantCount(t, evs, "write_outcome_unknown", 1)
+	// A fork inside the decision (after approval_decided, before the
+	// outcome's status change) would wait for nobody: refused.
+	for _, ev := range evs {
+		if ev.GetApprovalDecided() != nil {
+			_, _, err := e.Fork(testCtx(t), ForkRequest{RunID: st.RunID, AtSequence: ev.GetSequence(), RequestID: "fork", Principal: "alice", Tenant: "acme"})
+			var fe *FieldError
+			if !errors.As(err, &fe) || !strings.Contains(fe.Description, "inside a person's decision") {
+				t.Fatalf("fork at approval_decided: %v, want a refusal", err)
+			}
+		}
+	}
 }

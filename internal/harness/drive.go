@@ -33,6 +33,8 @@ type runner struct {
 	// the one its log last recorded; priced says whether there is one.
 	price  pricing.Price
 	priced bool
+	// priceFromLog: the price is the log's, not the table's.
+	priceFromLog bool
 	// now is the step's one clock reading, the recorded_at of its events.
 	now *timestamppb.Timestamp
 	// epoch is the driver's lease on the run: its appends are fenced with

@@ -57,6 +57,8 @@ func (e *Engine) Fork(ctx context.Context, req ForkRequest) (runstate.State, boo
 		return parent, false, &FieldError{"at_sequence", fmt.Sprintf("sequence %d is a model reply whose decision was not routed yet; fork at %d, where its step ends, or at %d", req.AtSequence, req.AtSequence+1, req.AtSequence-1)}
 	case at.ApprovedWrite != nil && at.WriteOperationID != "" && at.Pending == nil:
 		return parent, false, &FieldError{"at_sequence", fmt.Sprintf("a write is being dispatched at sequence %d; fork before its write_dispatched or after its outcome", req.AtSequence)}
+	case at.Status == reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL && at.Pending == nil:
+		return parent, false, &FieldError{"at_sequence", fmt.Sprintf("sequence %d is inside a person's decision (approved, its write not yet sent, or settled and the run not yet going on); fork before the decision or after the status change that follows", req.AtSequence)}
 	}
 	// A pending proposal is proposed again: stop before it.
 	if at.Pending.GetProposal() != nil {

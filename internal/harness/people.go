@@ -190,10 +190,10 @@ func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error
 	}
 	failpoint.Inject(failpoint.WriteAfterDispatch)
 	receipt, err = e.commitOnce(wctx, call, opID)
-	if errors.Is(err, tools.ErrRefused) {
-		return e.writeRefused(ctx, st, actor, err)
-	}
 	if err != nil {
+		// A refusal of a write sent again is no proof that nothing was
+		// written: the first send may have been applied before the world
+		// moved. Only a person can tell.
 		return e.writeUnknown(ctx, st, actor, err)
 	}
 	failpoint.Inject(failpoint.WriteAfterCommit)

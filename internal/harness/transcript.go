@@ -317,8 +317,8 @@ func (r *runner) observe(ev *reinv1.Event) {
 		r.tx.requested()
 		// A server restarted without the run's price keeps the one its
 		// calls were priced at.
-		if p := p.ModelRequested.GetPrice(); p != nil && !r.priced {
-			r.price, r.priced = pricing.Price{InputPerMTok: p.GetInputPerMtok(), OutputPerMTok: p.GetOutputPerMtok()}, true
+		if p := p.ModelRequested.GetPrice(); p != nil && (!r.priced || r.priceFromLog) {
+			r.price, r.priced, r.priceFromLog = pricing.Price{InputPerMTok: p.GetInputPerMtok(), OutputPerMTok: p.GetOutputPerMtok()}, true, true
 		}
 	case *reinv1.Event_ModelReturned:
 		if d := p.ModelReturned.GetDecision(); d != nil && d.GetAction() != nil {

@@ -281,6 +281,27 @@ func (e *retryError) Error() string            { return e.text }
 func (e *retryError) Unwrap() error            { return model.ErrRetryable }
 func (e *retryError) RetryWait() time.Duration { return e.wait }
 
+// retryPastDeadline is the failed attempt a deadline detail records when
+// the retry it asked for would have passed the run's deadline, or nil.
+func (r *recording) retryPastDeadline(detail string) error {
+	const mid, tail = "; a retry after ", " would pass the run's deadline"
+	deadline := r.events[0].GetRunStarted().GetDeadline()
+	prefix := "the model call was cut by the run's deadline " + deadline.AsTime().Format(time.RFC3339) + ": "
+	rest, ok := strings.CutPrefix(detail, prefix)
+	if !ok || deadline == nil || !strings.HasSuffix(rest, tail) {
+		return nil
+	}
+	i := strings.LastIndex(rest, mid)
+	if i < 0 {
+		return nil
+	}
+	wait, err := time.ParseDuration(strings.TrimSuffix(rest[i+len(mid):], tail))
+	if err != nil {
+		return nil
+	}
+	return &retryError{text: rest[:i], wait: wait}
+}
+
 // refusedError is a recorded refused write, replayed with its reason.
 type refusedError struct{ reason string }
 
@@ -320,6 +341,9 @@ func (r *recording) Next(ctx context.Context, req *model.Request) (*model.Reply,
 		return reply, nil
 	case after.GetStatusChanged().GetTo() == reinv1.RunStatus_RUN_STATUS_FAILED:
 		return nil, errors.New(strings.TrimPrefix(after.GetStatusChanged().GetError(), "the model call failed: "))
+	case after.GetBudgetReached().GetLimit() == "deadline" && r.retryPastDeadline(after.GetBudgetReached().GetDetail()) != nil:
+		// The call failed and its retry would have passed the deadline.
+		return nil, r.retryPastDeadline(after.GetBudgetReached().GetDetail())
 	case after.GetBudgetReached().GetLimit() == "deadline":
 		<-ctx.Done() // the recorded call was cut by the run's deadline
 		return nil, ctx.Err()

@@ -220,6 +220,7 @@ func record(t *testing.T) {
 		{"deadline_paused", contract(&reinv1.Budget{Timeout: durationpb.New(10 * time.Minute)}, ask("which?")), []person{expire(time.Hour)}},
 		{"cancelled", contract(nil, ask("which?")), []person{cancel}},
 		{"retried", contract(nil, retrying(final("done"), 1)), nil},
+		{"retry_past_deadline", contract(&reinv1.Budget{Timeout: durationpb.New(2 * time.Second)}, retrying(final("done"), 1)), nil},
 		{"write_refused", contract(nil, call("void", "w2", map[string]any{"id": "INV-42"}), final("not voided")), []person{approve(true, false)}},
 		{"retry_failed", contract(nil, get("c1"), retrying(final("done"), 2)), nil},
 		{"compacted", contract(&reinv1.Budget{MaxContextChars: 200}, get("c1"), get("c2"), get("c3"), get("c4"), get("c5"), final("open")), nil},

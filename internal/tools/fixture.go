@@ -117,6 +117,9 @@ func ParseFixtures(data []byte) (*Fixtures, error) {
 					return nil, fmt.Errorf("fixtures.%s[%d]: unknown field %q; use output, error, preview, receipt or refused", name, i, key)
 				}
 			}
+			if fr.Refused != "" && (fr.Receipt != nil || fr.Output != nil || fr.Error != "") {
+				return nil, fmt.Errorf("fixtures.%s[%d]: refused is a write refused at commit; give it with preview only", name, i)
+			}
 			if fr.Output == nil && fr.Error == "" && fr.Preview == nil && fr.Receipt == nil {
 				return nil, fmt.Errorf("fixtures.%s[%d]: empty result; give output, error, or preview and receipt", name, i)
 			}
@@ -223,4 +226,16 @@ func (f *Fixtures) Lookup(ctx context.Context, _ Call, operationID string) (*str
 	defer f.mu.Unlock()
 	receipt, ok := f.committed[operationID]
 	return receipt, ok, ctx.Err()
+}
+
+// Close closes the ledger file, if any.
+func (f *Fixtures) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ledger == nil {
+		return nil
+	}
+	err := f.ledger.Close()
+	f.ledger = nil
+	return err
 }

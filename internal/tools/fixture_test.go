@@ -51,3 +51,16 @@ func TestParseFixturesRefuses(t *testing.T) {
 		}
 	}
 }
+
+func TestParseFixturesRefusedAlone(t *testing.T) {
+	if _, err := ParseFixtures([]byte(`{"x.put": [{"preview": "p", "refused": "stale", "receipt": "r"}]}`)); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("refused with a receipt: %v, want a refusal naming refused", err)
+	}
+	f, err := ParseFixtures([]byte(`{"x.put": [{"preview": "p", "refused": "stale"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Commit(context.Background(), Call{Tool: "x.put"}, "op"); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "stale") {
+		t.Fatalf("Commit = %v, want ErrRefused with the reason", err)
+	}
+}

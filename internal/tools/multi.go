@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -12,6 +14,10 @@ import (
 // List has its tool.
 type Multi struct {
 	execs []Executor
+
+	mu sync.Mutex
+	// listed is each executor's last successful listing, by index.
+	listed map[int][]string
 }
 
 var (
@@ -35,7 +41,7 @@ func Join(execs ...Executor) Executor {
 	case 1:
 		return kept[0]
 	}
-	return &Multi{execs: kept}
+	return &Multi{execs: kept, listed: map[int][]string{}}
 }
 
 // List implements Executor: every executor's tools, in order; a name listed
@@ -43,11 +49,12 @@ func Join(execs ...Executor) Executor {
 func (m *Multi) List(ctx context.Context) ([]Spec, error) {
 	var out []Spec
 	seen := map[string]bool{}
-	for _, e := range m.execs {
+	for i, e := range m.execs {
 		specs, err := e.List(ctx)
 		if err != nil {
 			return nil, err
 		}
+		m.remember(i, specs)
 		for _, s := range specs {
 			if !seen[s.Name] {
 				seen[s.Name] = true
@@ -59,18 +66,26 @@ func (m *Multi) List(ctx context.Context) ([]Spec, error) {
 }
 
 // route is the first executor whose List has tool. An executor whose List
-// fails (a tool server that is down) is passed over, so it does not take
-// the others' tools down with it; its error is returned only when no
-// executor has the tool.
-func (m *Multi) route(ctx context.Context, tool string) (Executor, error) {
+// fails (a tool server that is down) is passed over, so it does not take the
+// others' tools down with it, except for a write (strict) when its last
+// listing had the tool or it never listed: then the write fails with its
+// error rather than go to another executor that lists the same name.
+func (m *Multi) route(ctx context.Context, tool string, strict bool) (Executor, error) {
 	var names []string
 	var listErrs []error
-	for _, e := range m.execs {
+	for i, e := range m.execs {
 		specs, err := e.List(ctx)
 		if err != nil {
+			m.mu.Lock()
+			last, ok := m.listed[i]
+			m.mu.Unlock()
+			if strict && (!ok || slices.Contains(last, tool)) {
+				return nil, fmt.Errorf("the executor that may run %q could not list its tools: %w", tool, err)
+			}
 			listErrs = append(listErrs, err)
 			continue
 		}
+		m.remember(i, specs)
 		for _, s := range specs {
 			if s.Name == tool {
 				return e, nil
@@ -86,7 +101,7 @@ func (m *Multi) route(ctx context.Context, tool string) (Executor, error) {
 
 // Read implements Executor.
 func (m *Multi) Read(ctx context.Context, call Call) (*structpb.Value, error) {
-	e, err := m.route(ctx, call.Tool)
+	e, err := m.route(ctx, call.Tool, false)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +110,7 @@ func (m *Multi) Read(ctx context.Context, call Call) (*structpb.Value, error) {
 
 // Propose implements Executor.
 func (m *Multi) Propose(ctx context.Context, call Call) (*structpb.Value, error) {
-	e, err := m.route(ctx, call.Tool)
+	e, err := m.route(ctx, call.Tool, true)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +119,7 @@ func (m *Multi) Propose(ctx context.Context, call Call) (*structpb.Value, error)
 
 // Commit implements Executor.
 func (m *Multi) Commit(ctx context.Context, call Call, operationID string) (*structpb.Value, error) {
-	e, err := m.route(ctx, call.Tool)
+	e, err := m.route(ctx, call.Tool, true)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +129,7 @@ func (m *Multi) Commit(ctx context.Context, call Call, operationID string) (*str
 // Lookup implements Looker: it asks the executor that runs the tool, and
 // fails if that executor cannot look writes up.
 func (m *Multi) Lookup(ctx context.Context, call Call, operationID string) (*structpb.Value, bool, error) {
-	e, err := m.route(ctx, call.Tool)
+	e, err := m.route(ctx, call.Tool, true)
 	if err != nil {
 		return nil, false, err
 	}
@@ -123,4 +138,15 @@ func (m *Multi) Lookup(ctx context.Context, call Call, operationID string) (*str
 		return nil, false, fmt.Errorf("%w: the executor of %q has no lookup", ErrNoLookup, call.Tool)
 	}
 	return l.Lookup(ctx, call, operationID)
+}
+
+// remember keeps executor i's listing, for route when its List fails.
+func (m *Multi) remember(i int, specs []Spec) {
+	names := make([]string, len(specs))
+	for j, s := range specs {
+		names[j] = s.Name
+	}
+	m.mu.Lock()
+	m.listed[i] = names
+	m.mu.Unlock()
 }

@@ -105,3 +105,40 @@ func TestJoinLookupWithoutLooker(t *testing.T) {
 		t.Fatalf("Lookup through fixtures: %v", err)
 	}
 }
+
+// flaky is a write executor whose List fails while down.
+type flaky struct {
+	noLookup
+	down bool
+}
+
+func (f *flaky) List(context.Context) ([]Spec, error) {
+	if f.down {
+		return nil, errDown
+	}
+	return []Spec{{Name: "other.put"}}, nil
+}
+
+// TestJoinWriteNeverFallsThrough: a write is not sent to a later executor
+// that lists the same name while an earlier one that may have it is down;
+// once the down one was seen without the tool, the write goes through.
+func TestJoinWriteNeverFallsThrough(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	down := &flaky{down: true}
+	m := Join(down, noLookup{})
+	if _, err := m.Commit(ctx, Call{Tool: "n.get"}, "op"); !errors.Is(err, errDown) {
+		t.Fatalf("a write past an executor never listed: %v, want its listing error", err)
+	}
+	down.down = false
+	if _, err := m.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Read(ctx, Call{Tool: "n.get"}); err != nil {
+		t.Fatal(err)
+	}
+	down.down = true
+	if r, err := m.Commit(ctx, Call{Tool: "n.get"}, "op"); err != nil || r.GetStringValue() != "r" {
+		t.Fatalf("a write past an executor last seen without the tool: %v, %v", r, err)
+	}
+}

@@ -26,6 +26,9 @@ import (
 // Provider is the ModelSpec provider this package answers to.
 const Provider = "anthropic"
 
+// DefaultBaseURL is Anthropic's API, used when a spec names no base_url.
+const DefaultBaseURL = "https://api.anthropic.com"
+
 // KeyEnv is the environment variable (or --secrets entry) that holds the
 // API key.
 const KeyEnv = "ANTHROPIC_API_KEY"
