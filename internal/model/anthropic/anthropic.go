@@ -159,7 +159,7 @@ func toolChoice() sdk.ToolChoiceUnionParam {
 
 // reply maps a message to one decision. maxTokens is the cap the call was
 // sent with, for the message of a reply cut by it.
-func reply(msg *sdk.Message, names *toolNames, maxTokens uint64) *model.Reply {
+func reply(msg *sdk.Message, names *model.ToolNames, maxTokens uint64) *model.Reply {
 	u := msg.Usage
 	out := &model.Reply{Usage: &reinv1.Usage{
 		InputTokens:  nonNeg(u.InputTokens) + nonNeg(u.CacheCreationInputTokens) + nonNeg(u.CacheReadInputTokens),
@@ -203,7 +203,7 @@ func reply(msg *sdk.Message, names *toolNames, maxTokens uint64) *model.Reply {
 
 // toolUse maps the reply's one tool use to a decision; input that is not a
 // JSON object leaves out.Raw set to it instead.
-func toolUse(out *model.Reply, b sdk.ContentBlockUnion, names *toolNames) *model.Reply {
+func toolUse(out *model.Reply, b sdk.ContentBlockUnion, names *model.ToolNames) *model.Reply {
 	// The SDK drops an input of null; its raw text is kept aside.
 	input := b.JSON.Input.Raw()
 	if len(b.Input) > 0 {
@@ -217,7 +217,7 @@ func toolUse(out *model.Reply, b sdk.ContentBlockUnion, names *toolNames) *model
 		}
 		return out
 	}
-	if b.Name == AskHumanTool && !names.granted(AskHumanTool) {
+	if b.Name == AskHumanTool && !names.Granted(AskHumanTool) {
 		q, ok := args["question"].(string)
 		if !ok || q == "" {
 			out.Raw = input
@@ -232,7 +232,7 @@ func toolUse(out *model.Reply, b sdk.ContentBlockUnion, names *toolNames) *model
 		return out
 	}
 	out.Decision = &reinv1.Decision{Action: &reinv1.Decision_ToolCall{ToolCall: &reinv1.ToolCall{
-		Tool: names.contract(b.Name), Arguments: st, CallId: b.ID,
+		Tool: names.Contract(b.Name), Arguments: st, CallId: b.ID,
 	}}}
 	return out
 }
