@@ -110,4 +110,3 @@ func unique(base string, max int, taken map[string]bool) string {
 		}
 	}
 }
-

@@ -291,7 +291,6 @@ func reply(resp *oai.ChatCompletion, names *model.ToolNames) *model.Reply {
 	return out
 }
 
-
 func nonNeg(v int64) uint64 {
 	if v < 0 {
 		return 0
