@@ -4,17 +4,23 @@
 // last.
 package tail
 
-import "strings"
+import (
+	"strings"
+	"sync"
+)
 
 // Buffer keeps the last Max bytes written to it (at most 2*Max held). It is
-// not safe for concurrent writes; exec.Cmd writes from one goroutine when
-// Stdout and Stderr are the same writer.
+// safe for a writer and readers on other goroutines (a child's stderr read
+// while it runs).
 type Buffer struct {
+	mu  sync.Mutex
 	b   []byte
 	Max int
 }
 
 func (t *Buffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.b = append(t.b, p...)
 	if len(t.b) > 2*t.Max {
 		t.b = append(t.b[:0], t.b[len(t.b)-t.Max:]...)
@@ -22,8 +28,13 @@ func (t *Buffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// String is the last Max bytes written.
+// String is the last Max bytes written; "" for a nil Buffer.
 func (t *Buffer) String() string {
+	if t == nil {
+		return ""
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	b := t.b
 	if len(b) > t.Max {
 		b = b[len(b)-t.Max:]

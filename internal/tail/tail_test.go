@@ -41,3 +41,25 @@ func TestLines(t *testing.T) {
 		t.Fatalf("40 lines joined by %d newlines, want 39", strings.Count(got, "\n"))
 	}
 }
+
+// TestBufferWhileWritten: a reader may read while a writer writes (run
+// under -race).
+func TestBufferWhileWritten(t *testing.T) {
+	b := &Buffer{Max: 8}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 1000 {
+			b.Write([]byte("line\n")) //nolint:errcheck // never fails
+		}
+	}()
+	for range 100 {
+		if s := b.String(); len(s) > 8 {
+			t.Fatalf("String() = %q, longer than Max", s)
+		}
+	}
+	<-done
+	if (*Buffer)(nil).String() != "" {
+		t.Fatal("a nil Buffer is not empty")
+	}
+}

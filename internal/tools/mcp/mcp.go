@@ -44,6 +44,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/reinhq/rein/internal/tail"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -69,7 +70,7 @@ type Client struct {
 	name    string
 	session *sdk.ClientSession
 	logger  *slog.Logger
-	stderr  *tail // a stdio server's stderr; nil otherwise
+	stderr  *tail.Buffer // a stdio server's stderr; nil otherwise
 
 	// mu guards listed, specs, skipped, listedAt and changes.
 	mu      sync.Mutex

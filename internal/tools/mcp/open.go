@@ -10,10 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/reinhq/rein/internal/tail"
 )
 
 // handshakeTimeout bounds connecting to a server when the caller's context
@@ -123,15 +124,15 @@ func describeTarget(target string) string {
 	return fmt.Sprintf("command %q", target)
 }
 
-func stderrNote(t *tail) string {
-	if s := t.String(); s != "" {
+func stderrNote(t *tail.Buffer) string {
+	if s := strings.TrimSpace(strings.ToValidUTF8(t.String(), "\uFFFD")); s != "" {
 		return "; its stderr ended with:\n" + s
 	}
 	return ""
 }
 
 // connect runs the MCP handshake and lists the server's tools.
-func connect(ctx context.Context, name string, transport sdk.Transport, stderr *tail, o options) (*Client, error) {
+func connect(ctx context.Context, name string, transport sdk.Transport, stderr *tail.Buffer, o options) (*Client, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, handshakeTimeout)
@@ -163,7 +164,7 @@ func connect(ctx context.Context, name string, transport sdk.Transport, stderr *
 // transportFor builds the transport a target names: an http(s) URL is a
 // streamable HTTP endpoint; anything else is a command line run over stdio.
 // For a command it also returns the tail of its stderr, written as it runs.
-func transportFor(target string, o options) (sdk.Transport, *tail, error) {
+func transportFor(target string, o options) (sdk.Transport, *tail.Buffer, error) {
 	if isURL(target) {
 		scheme, _, _ := strings.Cut(target, "://")
 		switch strings.ToLower(scheme) {
@@ -190,7 +191,7 @@ func transportFor(target string, o options) (sdk.Transport, *tail, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = environ(o.env)
 	detach(cmd)
-	t := &tail{}
+	t := &tail.Buffer{Max: stderrTail}
 	cmd.Stderr = t
 	if o.stderr != nil {
 		cmd.Stderr = &teeWriter{t, o.stderr}
@@ -262,36 +263,10 @@ func splitCommand(line string) ([]string, error) {
 	return argv, nil
 }
 
-// tail keeps the last stderrTail bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - stderrTail; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-// String is the kept text, trimmed; "" for a nil tail.
-func (t *tail) String() string {
-	if t == nil {
-		return ""
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.TrimSpace(strings.ToValidUTF8(string(t.buf), "\uFFFD"))
-}
-
 // teeWriter writes to the tail, then to w; an error of w is ignored so that
 // a broken log never stalls the server.
 type teeWriter struct {
-	t *tail
+	t *tail.Buffer
 	w io.Writer
 }
 
