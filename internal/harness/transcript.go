@@ -75,6 +75,7 @@ func (t *transcript) init(c *reinv1.TaskContract) {
 	})
 	t.head = newPart(head)
 	t.unstored = map[string][]byte{}
+	t.keep(t.head)
 	t.rehash()
 }
 
@@ -86,11 +87,12 @@ func (t *transcript) keep(p part) {
 	t.unstored[p.blob] = p.data
 }
 
+// write appends a part to the input. A new part is also kept for the store
+// (keep); rehash writes parts again without keeping them again.
 func (t *transcript) write(p part) {
 	t.h.Write([]byte(p.blob))
 	t.size += len(p.data)
 	t.parts = append(t.parts, p.blob)
-	t.keep(p)
 }
 
 // rehash rebuilds the running hash and size from the parts.
@@ -127,6 +129,7 @@ func (t *transcript) add(turn model.Turn, seq uint64) {
 	}
 	e := entry{turn: turn, part: newPart(b), seq: seq}
 	t.write(e.part)
+	t.keep(e.part)
 	t.entries = append(t.entries, e)
 	t.turns = append(t.turns, turn)
 }
@@ -223,6 +226,7 @@ func (t *transcript) compact(cc *reinv1.ContextCompacted) {
 	k := min(int(cc.GetCompacted()), len(t.entries))
 	t.summary = append(t.summary, cc.GetItems()...)
 	t.summaryPart = newPart([]byte(summaryText(t.summary, t.limit/4)))
+	t.keep(t.summaryPart)
 	t.entries = append([]entry(nil), t.entries[k:]...)
 	t.turns = make([]model.Turn, 0, len(t.entries)+1)
 	t.turns = append(t.turns, model.Turn{Observation: &model.Observation{Source: "harness", Text: string(t.summaryPart.data)}})
