@@ -1,8 +1,12 @@
 package runstate
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"strings"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 )
@@ -92,6 +96,9 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 			s.Steps++
 		}
 		s.ModelInFlight = true
+		if pr := p.ModelRequested.GetPrice(); pr != nil {
+			s.Price = pr
+		}
 	case *reinv1.Event_ModelReturned:
 		if !s.ModelInFlight {
 			return s, fmt.Errorf("%w: model_returned without a model call in flight", ErrIllegalTransition)
@@ -114,15 +121,34 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 		if s.ModelInFlight {
 			return s, fmt.Errorf("%w: context_compacted while a model call is in flight", ErrIllegalTransition)
 		}
-	case *reinv1.Event_DecisionRejected, *reinv1.Event_ToolRefused, *reinv1.Event_ChecksCompleted:
+	case *reinv1.Event_DecisionRejected, *reinv1.Event_ToolRefused:
 		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
 			return s, err
+		}
+	case *reinv1.Event_ChecksCompleted:
+		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
+			return s, err
+		}
+		switch h := ChecksHash(p.ChecksCompleted); {
+		case h == "":
+			s.FailingChecks, s.FailingChecksRepeated = "", 0
+		case h == s.FailingChecks:
+			s.FailingChecksRepeated++
+		default:
+			s.FailingChecks, s.FailingChecksRepeated = h, 1
 		}
 	case *reinv1.Event_ToolRequested:
 		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
 			return s, err
 		}
+		tr := p.ToolRequested
 		s.ToolCalls++
+		calls := make(map[string]uint32, len(s.CallsByTool)+1)
+		maps.Copy(calls, s.CallsByTool)
+		calls[tr.GetTool()]++
+		s.CallsByTool = calls
+		s.OpenCall = &reinv1.ToolCall{Tool: tr.GetTool(), Arguments: tr.GetArguments(), CallId: tr.GetCallId()}
+		s.OpenCallTier = tr.GetTier()
 	case *reinv1.Event_ToolReturned:
 		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
 			return s, err
@@ -130,6 +156,7 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 		if e := p.ToolReturned.GetError(); e != "" {
 			s.LastError = e
 		}
+		s.OpenCall, s.OpenCallTier = nil, reinv1.ToolTier_TOOL_TIER_UNSPECIFIED
 	case *reinv1.Event_ApprovalRequested:
 		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
 			return s, err
@@ -138,6 +165,7 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 			return s, fmt.Errorf("%w: approval_requested without a proposal id", ErrInvalidEvent)
 		}
 		s.Pending = &reinv1.PendingAction{Action: &reinv1.PendingAction_Proposal{Proposal: p.ApprovalRequested.GetProposal()}}
+		s.OpenCall, s.OpenCallTier = nil, reinv1.ToolTier_TOOL_TIER_UNSPECIFIED
 	case *reinv1.Event_ApprovalDecided:
 		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL); err != nil {
 			return s, err
@@ -177,10 +205,16 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 		if s.ApprovedWrite == nil || s.Pending != nil || opID != s.WriteOperationID {
 			return s, fmt.Errorf("%w: %s for operation %q, but no write with that key is in flight", ErrIllegalTransition, PayloadName(ev), opID)
 		}
-		if ev.GetWriteCommitted() != nil || ev.GetWriteRefused() != nil {
-			// Settled: applied, or known not to be.
+		switch {
+		case ev.GetWriteCommitted() != nil:
+			// Applied. The workspace changed, so the checks may change too:
+			// an earlier failure no longer counts as a repeat.
 			s.ApprovedWrite, s.WriteOperationID = nil, ""
-		} else {
+			s.FailingChecks, s.FailingChecksRepeated = "", 0
+		case ev.GetWriteRefused() != nil:
+			// Known not to be applied.
+			s.ApprovedWrite, s.WriteOperationID = nil, ""
+		default:
 			// Unknown: the proposal waits for a person again.
 			s.Pending = &reinv1.PendingAction{Action: &reinv1.PendingAction_Proposal{Proposal: s.ApprovedWrite}}
 		}
@@ -239,7 +273,7 @@ func changed(s State, sc *reinv1.StatusChanged) (State, error) {
 	if !Legal(from, to) {
 		return s, fmt.Errorf("%w: %s → %s is not allowed", ErrIllegalTransition, StatusName(from), StatusName(to))
 	}
-	if s.ApprovedWrite != nil && s.WriteOperationID != "" && s.Pending == nil && to != reinv1.RunStatus_RUN_STATUS_RUNNING {
+	if s.WriteInFlight() && to != reinv1.RunStatus_RUN_STATUS_RUNNING {
 		return s, fmt.Errorf("%w: %s while the write of operation %q is in flight; its outcome must be recorded first, try again in a moment",
 			ErrIllegalTransition, StatusName(to), s.WriteOperationID)
 	}
@@ -256,7 +290,7 @@ func changed(s State, sc *reinv1.StatusChanged) (State, error) {
 			return s, fmt.Errorf("%w: needs_input without a pending question", ErrIllegalTransition)
 		}
 	case reinv1.RunStatus_RUN_STATUS_RUNNING:
-		if s.ApprovedWrite != nil && s.WriteOperationID != "" && s.Pending == nil {
+		if s.WriteInFlight() {
 			return s, fmt.Errorf("%w: running while the write of operation %q is in flight; record its outcome first", ErrIllegalTransition, s.WriteOperationID)
 		}
 		s.Pending = nil
@@ -299,3 +333,22 @@ func PayloadName(ev *reinv1.Event) string {
 }
 
 var payloadOneof = (&reinv1.Event{}).ProtoReflect().Descriptor().Oneofs().ByName("payload")
+
+// ChecksHash identifies a checks_completed's results (names, outcomes, exit
+// codes and output): the SHA-256 (hex) of them, or "" when every check
+// passed. Two failures with one hash are the same failure.
+func ChecksHash(cc *reinv1.ChecksCompleted) string {
+	failed := false
+	var b strings.Builder
+	for _, res := range cc.GetResults() {
+		if !res.GetPassed() {
+			failed = true
+		}
+		fmt.Fprintf(&b, "%q %t %d %q\n", res.GetName(), res.GetPassed(), res.GetExitCode(), res.GetOutputTail())
+	}
+	if !failed {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(b.String()))
+	return hex.EncodeToString(sum[:])
+}

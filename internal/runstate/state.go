@@ -44,8 +44,31 @@ type State struct {
 	Result           *reinv1.FinalAnswer
 	LastError        string
 
+	// What the step loop derives from the log (the API's RunProgress).
+	// OpenCall is the tool call whose tool_requested is stored with no
+	// outcome yet, requested at OpenCallTier.
+	OpenCall     *reinv1.ToolCall
+	OpenCallTier reinv1.ToolTier
+	// CallsByTool counts the calls requested of each tool. It is never
+	// mutated once set; Apply replaces it.
+	CallsByTool map[string]uint32
+	// FailingChecks is ChecksHash of the last failing checks_completed since
+	// the last committed write ("" when none), and FailingChecksRepeated
+	// how many in a row had it.
+	FailingChecks         string
+	FailingChecksRepeated uint32
+	// Price is the price the last model_requested recorded; nil when none did.
+	Price *reinv1.ModelPrice
+
 	CreatedAt time.Time
 	UpdatedAt time.Time
+}
+
+// WriteInFlight reports whether an approved write was dispatched and its
+// outcome is not recorded yet (no proposal waits for a person again): until
+// it is, the run takes no status change but the one its outcome brings.
+func (s State) WriteInFlight() bool {
+	return s.ApprovedWrite != nil && s.WriteOperationID != "" && s.Pending == nil
 }
 
 // Tokens is the run's token usage, input plus output.
@@ -73,6 +96,7 @@ func (s State) Proto(withContract bool) *reinv1.Run {
 		ModelInFlight:    s.ModelInFlight,
 		ApprovedWrite:    s.ApprovedWrite,
 		WriteOperationId: s.WriteOperationID,
+		Progress:         s.progress(),
 	}
 	if withContract {
 		r.Contract = s.Contract
@@ -116,6 +140,14 @@ func FromProto(r *reinv1.Run, contract *reinv1.TaskContract) State {
 		Result:           r.GetResult(),
 		LastError:        r.GetLastError(),
 	}
+	if p := r.GetProgress(); p != nil {
+		s.OpenCall, s.OpenCallTier = p.GetOpenCall(), p.GetOpenCallTier()
+		s.CallsByTool = p.GetToolCallsByTool()
+		s.FailingChecks, s.FailingChecksRepeated = p.GetFailingChecksHash(), p.GetFailingChecksRepeated()
+		if pr := p.GetPrice(); pr != nil {
+			s.Price = &reinv1.ModelPrice{InputPerMtok: pr.GetInputPerMtok(), OutputPerMtok: pr.GetOutputPerMtok()}
+		}
+	}
 	if r.GetDeadline() != nil {
 		s.Deadline = r.GetDeadline().AsTime()
 	}
@@ -126,4 +158,19 @@ func FromProto(r *reinv1.Run, contract *reinv1.TaskContract) State {
 		s.UpdatedAt = r.GetUpdatedAt().AsTime()
 	}
 	return s
+}
+
+// progress is the API form of the loop's view; nil when it is empty.
+func (s State) progress() *reinv1.RunProgress {
+	if s.OpenCall == nil && len(s.CallsByTool) == 0 && s.FailingChecks == "" && s.Price == nil {
+		return nil
+	}
+	p := &reinv1.RunProgress{
+		OpenCall: s.OpenCall, OpenCallTier: s.OpenCallTier, ToolCallsByTool: s.CallsByTool,
+		FailingChecksHash: s.FailingChecks, FailingChecksRepeated: s.FailingChecksRepeated,
+	}
+	if s.Price != nil {
+		p.Price = &reinv1.RunProgress_Price{InputPerMtok: s.Price.GetInputPerMtok(), OutputPerMtok: s.Price.GetOutputPerMtok()}
+	}
+	return p
 }

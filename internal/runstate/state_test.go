@@ -34,10 +34,16 @@ func TestStateProtoRoundTrip(t *testing.T) {
 		Pending: &reinv1.PendingAction{Action: &reinv1.PendingAction_Proposal{Proposal: &reinv1.Proposal{
 			ProposalId: "p-1", Tool: "write_file", Hash: "abc", RunVersion: 41,
 		}}},
-		Result:    &reinv1.FinalAnswer{Text: "done", Data: structpb.NewNumberValue(3)},
-		LastError: "no such file",
-		CreatedAt: epoch,
-		UpdatedAt: epoch.Add(time.Minute + 7*time.Nanosecond),
+		Result:                &reinv1.FinalAnswer{Text: "done", Data: structpb.NewNumberValue(3)},
+		LastError:             "no such file",
+		OpenCall:              &reinv1.ToolCall{Tool: "read_file", CallId: "c-3", Arguments: &structpb.Struct{Fields: map[string]*structpb.Value{"path": structpb.NewStringValue("a")}}},
+		OpenCallTier:          reinv1.ToolTier_TOOL_TIER_READ,
+		CallsByTool:           map[string]uint32{"read_file": 3, "write_file": 2},
+		FailingChecks:         "0f1e",
+		FailingChecksRepeated: 2,
+		Price:                 &reinv1.ModelPrice{InputPerMtok: 3, OutputPerMtok: 15},
+		CreatedAt:             epoch,
+		UpdatedAt:             epoch.Add(time.Minute + 7*time.Nanosecond),
 	}
 	// Every field is set, so a field added to State without a round trip
 	// fails here.

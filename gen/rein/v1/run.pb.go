@@ -152,7 +152,10 @@ type Run struct {
 	WriteOperationId string `protobuf:"bytes,20,opt,name=write_operation_id,json=writeOperationId,proto3" json:"write_operation_id,omitempty"`
 	// What the run's model calls cost so far, in US dollars, by the server's
 	// price table.
-	CostUsd       float64 `protobuf:"fixed64,21,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	CostUsd float64 `protobuf:"fixed64,21,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	// What the step loop derives from the log, folded with the rest of the
+	// state so that a driver, a recovered run and a replay read it alike.
+	Progress      *RunProgress `protobuf:"bytes,22,opt,name=progress,proto3" json:"progress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -334,6 +337,111 @@ func (x *Run) GetCostUsd() float64 {
 	return 0
 }
 
+func (x *Run) GetProgress() *RunProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
+// RunProgress is what the step loop needs of a run's history beyond its
+// status and usage.
+type RunProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool call whose tool_requested is stored with no outcome yet (no
+	// tool_returned, no proposal): a driver that takes the run over runs it
+	// again before it calls the model.
+	OpenCall *ToolCall `protobuf:"bytes,1,opt,name=open_call,json=openCall,proto3" json:"open_call,omitempty"`
+	// The tier open_call was requested at.
+	OpenCallTier ToolTier `protobuf:"varint,2,opt,name=open_call_tier,json=openCallTier,proto3,enum=rein.v1.ToolTier" json:"open_call_tier,omitempty"`
+	// How many calls the run requested of each tool (reads and proposed
+	// writes), by tool name.
+	ToolCallsByTool map[string]uint32 `protobuf:"bytes,3,rep,name=tool_calls_by_tool,json=toolCallsByTool,proto3" json:"tool_calls_by_tool,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The SHA-256 (hex) of the last failing checks_completed's results since
+	// the last committed write; empty when the last checks passed or a write
+	// was committed since.
+	FailingChecksHash string `protobuf:"bytes,4,opt,name=failing_checks_hash,json=failingChecksHash,proto3" json:"failing_checks_hash,omitempty"`
+	// How many checks_completed in a row had failing_checks_hash.
+	FailingChecksRepeated uint32 `protobuf:"varint,5,opt,name=failing_checks_repeated,json=failingChecksRepeated,proto3" json:"failing_checks_repeated,omitempty"`
+	// The price the run's last model call was priced at, as its
+	// model_requested recorded it; unset when none recorded one.
+	Price         *RunProgress_Price `protobuf:"bytes,6,opt,name=price,proto3" json:"price,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunProgress) Reset() {
+	*x = RunProgress{}
+	mi := &file_rein_v1_run_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunProgress) ProtoMessage() {}
+
+func (x *RunProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunProgress.ProtoReflect.Descriptor instead.
+func (*RunProgress) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RunProgress) GetOpenCall() *ToolCall {
+	if x != nil {
+		return x.OpenCall
+	}
+	return nil
+}
+
+func (x *RunProgress) GetOpenCallTier() ToolTier {
+	if x != nil {
+		return x.OpenCallTier
+	}
+	return ToolTier_TOOL_TIER_UNSPECIFIED
+}
+
+func (x *RunProgress) GetToolCallsByTool() map[string]uint32 {
+	if x != nil {
+		return x.ToolCallsByTool
+	}
+	return nil
+}
+
+func (x *RunProgress) GetFailingChecksHash() string {
+	if x != nil {
+		return x.FailingChecksHash
+	}
+	return ""
+}
+
+func (x *RunProgress) GetFailingChecksRepeated() uint32 {
+	if x != nil {
+		return x.FailingChecksRepeated
+	}
+	return 0
+}
+
+func (x *RunProgress) GetPrice() *RunProgress_Price {
+	if x != nil {
+		return x.Price
+	}
+	return nil
+}
+
 // PendingAction is what a paused run waits for.
 type PendingAction struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -350,7 +458,7 @@ type PendingAction struct {
 
 func (x *PendingAction) Reset() {
 	*x = PendingAction{}
-	mi := &file_rein_v1_run_proto_msgTypes[1]
+	mi := &file_rein_v1_run_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -362,7 +470,7 @@ func (x *PendingAction) String() string {
 func (*PendingAction) ProtoMessage() {}
 
 func (x *PendingAction) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[1]
+	mi := &file_rein_v1_run_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -375,7 +483,7 @@ func (x *PendingAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingAction.ProtoReflect.Descriptor instead.
 func (*PendingAction) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{1}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *PendingAction) GetAction() isPendingAction_Action {
@@ -446,7 +554,7 @@ type Proposal struct {
 
 func (x *Proposal) Reset() {
 	*x = Proposal{}
-	mi := &file_rein_v1_run_proto_msgTypes[2]
+	mi := &file_rein_v1_run_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +566,7 @@ func (x *Proposal) String() string {
 func (*Proposal) ProtoMessage() {}
 
 func (x *Proposal) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[2]
+	mi := &file_rein_v1_run_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +579,7 @@ func (x *Proposal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proposal.ProtoReflect.Descriptor instead.
 func (*Proposal) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{2}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Proposal) GetProposalId() string {
@@ -543,7 +651,7 @@ type Question struct {
 
 func (x *Question) Reset() {
 	*x = Question{}
-	mi := &file_rein_v1_run_proto_msgTypes[3]
+	mi := &file_rein_v1_run_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -555,7 +663,7 @@ func (x *Question) String() string {
 func (*Question) ProtoMessage() {}
 
 func (x *Question) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[3]
+	mi := &file_rein_v1_run_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -568,7 +676,7 @@ func (x *Question) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Question.ProtoReflect.Descriptor instead.
 func (*Question) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{3}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Question) GetText() string {
@@ -585,11 +693,67 @@ func (x *Question) GetCallId() string {
 	return ""
 }
 
+// A price, in US dollars per million tokens (event.proto's ModelPrice,
+// which this file cannot import).
+type RunProgress_Price struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Per million input tokens.
+	InputPerMtok float64 `protobuf:"fixed64,1,opt,name=input_per_mtok,json=inputPerMtok,proto3" json:"input_per_mtok,omitempty"`
+	// Per million output tokens.
+	OutputPerMtok float64 `protobuf:"fixed64,2,opt,name=output_per_mtok,json=outputPerMtok,proto3" json:"output_per_mtok,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunProgress_Price) Reset() {
+	*x = RunProgress_Price{}
+	mi := &file_rein_v1_run_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunProgress_Price) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunProgress_Price) ProtoMessage() {}
+
+func (x *RunProgress_Price) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunProgress_Price.ProtoReflect.Descriptor instead.
+func (*RunProgress_Price) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{1, 0}
+}
+
+func (x *RunProgress_Price) GetInputPerMtok() float64 {
+	if x != nil {
+		return x.InputPerMtok
+	}
+	return 0
+}
+
+func (x *RunProgress_Price) GetOutputPerMtok() float64 {
+	if x != nil {
+		return x.OutputPerMtok
+	}
+	return 0
+}
+
 var File_rein_v1_run_proto protoreflect.FileDescriptor
 
 const file_rein_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xc2\x06\n" +
+	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xf4\x06\n" +
 	"\x03Run\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12*\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x12.rein.v1.RunStatusR\x06status\x121\n" +
@@ -617,7 +781,21 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\x0fmodel_in_flight\x18\x12 \x01(\bR\rmodelInFlight\x128\n" +
 	"\x0eapproved_write\x18\x13 \x01(\v2\x11.rein.v1.ProposalR\rapprovedWrite\x12,\n" +
 	"\x12write_operation_id\x18\x14 \x01(\tR\x10writeOperationId\x12\x19\n" +
-	"\bcost_usd\x18\x15 \x01(\x01R\acostUsd\"{\n" +
+	"\bcost_usd\x18\x15 \x01(\x01R\acostUsd\x120\n" +
+	"\bprogress\x18\x16 \x01(\v2\x14.rein.v1.RunProgressR\bprogress\"\x83\x04\n" +
+	"\vRunProgress\x12.\n" +
+	"\topen_call\x18\x01 \x01(\v2\x11.rein.v1.ToolCallR\bopenCall\x127\n" +
+	"\x0eopen_call_tier\x18\x02 \x01(\x0e2\x11.rein.v1.ToolTierR\fopenCallTier\x12V\n" +
+	"\x12tool_calls_by_tool\x18\x03 \x03(\v2).rein.v1.RunProgress.ToolCallsByToolEntryR\x0ftoolCallsByTool\x12.\n" +
+	"\x13failing_checks_hash\x18\x04 \x01(\tR\x11failingChecksHash\x126\n" +
+	"\x17failing_checks_repeated\x18\x05 \x01(\rR\x15failingChecksRepeated\x120\n" +
+	"\x05price\x18\x06 \x01(\v2\x1a.rein.v1.RunProgress.PriceR\x05price\x1aU\n" +
+	"\x05Price\x12$\n" +
+	"\x0einput_per_mtok\x18\x01 \x01(\x01R\finputPerMtok\x12&\n" +
+	"\x0foutput_per_mtok\x18\x02 \x01(\x01R\routputPerMtok\x1aB\n" +
+	"\x14ToolCallsByToolEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"{\n" +
 	"\rPendingAction\x12/\n" +
 	"\bproposal\x18\x01 \x01(\v2\x11.rein.v1.ProposalH\x00R\bproposal\x12/\n" +
 	"\bquestion\x18\x02 \x01(\v2\x11.rein.v1.QuestionH\x00R\bquestionB\b\n" +
@@ -663,40 +841,50 @@ func file_rein_v1_run_proto_rawDescGZIP() []byte {
 }
 
 var file_rein_v1_run_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rein_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_rein_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_rein_v1_run_proto_goTypes = []any{
 	(RunStatus)(0),                // 0: rein.v1.RunStatus
 	(*Run)(nil),                   // 1: rein.v1.Run
-	(*PendingAction)(nil),         // 2: rein.v1.PendingAction
-	(*Proposal)(nil),              // 3: rein.v1.Proposal
-	(*Question)(nil),              // 4: rein.v1.Question
-	(*TaskContract)(nil),          // 5: rein.v1.TaskContract
-	(*Usage)(nil),                 // 6: rein.v1.Usage
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
-	(*FinalAnswer)(nil),           // 8: rein.v1.FinalAnswer
-	(*structpb.Struct)(nil),       // 9: google.protobuf.Struct
-	(*structpb.Value)(nil),        // 10: google.protobuf.Value
+	(*RunProgress)(nil),           // 2: rein.v1.RunProgress
+	(*PendingAction)(nil),         // 3: rein.v1.PendingAction
+	(*Proposal)(nil),              // 4: rein.v1.Proposal
+	(*Question)(nil),              // 5: rein.v1.Question
+	(*RunProgress_Price)(nil),     // 6: rein.v1.RunProgress.Price
+	nil,                           // 7: rein.v1.RunProgress.ToolCallsByToolEntry
+	(*TaskContract)(nil),          // 8: rein.v1.TaskContract
+	(*Usage)(nil),                 // 9: rein.v1.Usage
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*FinalAnswer)(nil),           // 11: rein.v1.FinalAnswer
+	(*ToolCall)(nil),              // 12: rein.v1.ToolCall
+	(ToolTier)(0),                 // 13: rein.v1.ToolTier
+	(*structpb.Struct)(nil),       // 14: google.protobuf.Struct
+	(*structpb.Value)(nil),        // 15: google.protobuf.Value
 }
 var file_rein_v1_run_proto_depIdxs = []int32{
 	0,  // 0: rein.v1.Run.status:type_name -> rein.v1.RunStatus
-	5,  // 1: rein.v1.Run.contract:type_name -> rein.v1.TaskContract
-	6,  // 2: rein.v1.Run.usage:type_name -> rein.v1.Usage
-	7,  // 3: rein.v1.Run.deadline:type_name -> google.protobuf.Timestamp
-	2,  // 4: rein.v1.Run.pending:type_name -> rein.v1.PendingAction
-	8,  // 5: rein.v1.Run.result:type_name -> rein.v1.FinalAnswer
-	7,  // 6: rein.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	7,  // 7: rein.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
-	3,  // 8: rein.v1.Run.approved_write:type_name -> rein.v1.Proposal
-	3,  // 9: rein.v1.PendingAction.proposal:type_name -> rein.v1.Proposal
-	4,  // 10: rein.v1.PendingAction.question:type_name -> rein.v1.Question
-	9,  // 11: rein.v1.Proposal.arguments:type_name -> google.protobuf.Struct
-	10, // 12: rein.v1.Proposal.preview:type_name -> google.protobuf.Value
-	7,  // 13: rein.v1.Proposal.expires_at:type_name -> google.protobuf.Timestamp
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	8,  // 1: rein.v1.Run.contract:type_name -> rein.v1.TaskContract
+	9,  // 2: rein.v1.Run.usage:type_name -> rein.v1.Usage
+	10, // 3: rein.v1.Run.deadline:type_name -> google.protobuf.Timestamp
+	3,  // 4: rein.v1.Run.pending:type_name -> rein.v1.PendingAction
+	11, // 5: rein.v1.Run.result:type_name -> rein.v1.FinalAnswer
+	10, // 6: rein.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	10, // 7: rein.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
+	4,  // 8: rein.v1.Run.approved_write:type_name -> rein.v1.Proposal
+	2,  // 9: rein.v1.Run.progress:type_name -> rein.v1.RunProgress
+	12, // 10: rein.v1.RunProgress.open_call:type_name -> rein.v1.ToolCall
+	13, // 11: rein.v1.RunProgress.open_call_tier:type_name -> rein.v1.ToolTier
+	7,  // 12: rein.v1.RunProgress.tool_calls_by_tool:type_name -> rein.v1.RunProgress.ToolCallsByToolEntry
+	6,  // 13: rein.v1.RunProgress.price:type_name -> rein.v1.RunProgress.Price
+	4,  // 14: rein.v1.PendingAction.proposal:type_name -> rein.v1.Proposal
+	5,  // 15: rein.v1.PendingAction.question:type_name -> rein.v1.Question
+	14, // 16: rein.v1.Proposal.arguments:type_name -> google.protobuf.Struct
+	15, // 17: rein.v1.Proposal.preview:type_name -> google.protobuf.Value
+	10, // 18: rein.v1.Proposal.expires_at:type_name -> google.protobuf.Timestamp
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_proto_init() }
@@ -706,7 +894,7 @@ func file_rein_v1_run_proto_init() {
 	}
 	file_rein_v1_contract_proto_init()
 	file_rein_v1_decision_proto_init()
-	file_rein_v1_run_proto_msgTypes[1].OneofWrappers = []any{
+	file_rein_v1_run_proto_msgTypes[2].OneofWrappers = []any{
 		(*PendingAction_Proposal)(nil),
 		(*PendingAction_Question)(nil),
 	}
@@ -716,7 +904,7 @@ func file_rein_v1_run_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_run_proto_rawDesc), len(file_rein_v1_run_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
