@@ -19,6 +19,8 @@ import (
 
 	"github.com/reinhq/rein/client"
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/store/bolt"
 	"github.com/reinhq/rein/internal/tools"
 	"github.com/reinhq/rein/server"
 )
@@ -29,7 +31,7 @@ import (
 func serve(t *testing.T, opts ...grpc.ServerOption) (*server.Node, string) {
 	t.Helper()
 	node, err := server.Open(context.Background(), server.Config{
-		DBPath:        filepath.Join(t.TempDir(), "rein.db"),
+		Store:         boltStore(t),
 		Tools:         tools.NewFixtures(map[string][]tools.FixtureResult{"lookup": {{Output: structpb.NewStringValue("found")}}}),
 		ServerOptions: opts,
 	})
@@ -492,4 +494,13 @@ func TestWatchRunsResumes(t *testing.T) {
 	if d := cs.dialled(); d < 4 {
 		t.Fatalf("dialled %d times; each run's changes should have come on a new connection", d)
 	}
+}
+
+func boltStore(t *testing.T) store.Store {
+	t.Helper()
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "rein.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

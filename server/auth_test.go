@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"net"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -75,7 +74,7 @@ type tcpServer struct {
 
 func newTCPServer(t *testing.T, cfg Config) *tcpServer {
 	t.Helper()
-	cfg.DBPath = filepath.Join(t.TempDir(), "rein.db")
+	cfg.Store = tempBolt(t)
 	node, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -461,7 +460,7 @@ func TestWatchRunsTenantIsolation(t *testing.T) {
 // server, reflection included, is public or has a rule; a method without one
 // would be refused to everyone.
 func TestEveryRPCHasAnAuthRule(t *testing.T) {
-	node, err := Open(context.Background(), Config{DBPath: filepath.Join(t.TempDir(), "rein.db"), Reflection: true})
+	node, err := Open(context.Background(), Config{Store: tempBolt(t), Reflection: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.Is(err, runstate.ErrTerminal), errors.Is(err, runstate.ErrIllegalTransition), errors.Is(err, harness.ErrNotWaiting):
 		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, store.ErrClosed):
+	case errors.Is(err, store.ErrClosed), errors.Is(err, harness.ErrShuttingDown):
 		return status.Error(codes.Unavailable, "the server is shutting down; retry against another server or later")
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())

@@ -10,7 +10,7 @@ import (
 const tailLen = 256
 
 // Hub wakes watchers when a run's log grows. The writer commits, then calls
-// Keep with the committed events and Notify, neither of which blocks; a
+// Published with the committed events, which does not block; a
 // watcher subscribes first, then reads the store from its cursor, and on each
 // wake-up takes what follows its cursor from the run's tail (the last
 // committed events of a watched run, at most tailLen) or, when the tail does
@@ -44,11 +44,26 @@ func NewHub() *Hub {
 	return &Hub{subs: map[string]map[*Subscription]struct{}{}, all: map[*Subscription]struct{}{}, tails: map[string][]*reinv1.Event{}}
 }
 
-// Notify wakes every watcher of runID, and every watcher of all runs. It
-// never blocks.
-func (h *Hub) Notify(runID string, _ uint64) {
+// Published is the engine's hook for each durable append: it keeps the
+// events in the run's tail (keepLocked) and wakes the run's watchers and
+// the watchers of all runs. It never blocks. The events must not be
+// modified afterwards.
+func (h *Hub) Published(runID string, evs []*reinv1.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.keepLocked(runID, evs)
+	h.notifyLocked(runID)
+}
+
+// Notify wakes every watcher of runID, and every watcher of all runs. It
+// never blocks.
+func (h *Hub) Notify(runID string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.notifyLocked(runID)
+}
+
+func (h *Hub) notifyLocked(runID string) {
 	for s := range h.subs[runID] {
 		s.wake()
 	}
@@ -101,17 +116,12 @@ func (s *Subscription) Close() {
 	}
 }
 
-// Keep records committed (durable) events of a run in its tail, if the run
-// has watchers. Events that do not follow the tail start it anew; events
-// older than it are ignored (two writers' Keeps may arrive out of order).
-// The events must not be modified afterwards.
-func (h *Hub) Keep(runID string, evs []*reinv1.Event) {
-	if len(evs) == 0 {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.subs[runID]) == 0 {
+// keepLocked records committed (durable) events of a run in its tail, if
+// the run has watchers. Events that do not follow the tail start it anew;
+// events older than it are ignored (two writers' appends may be published
+// out of order).
+func (h *Hub) keepLocked(runID string, evs []*reinv1.Event) {
+	if len(evs) == 0 || len(h.subs[runID]) == 0 {
 		return
 	}
 	t := h.tails[runID]

@@ -18,16 +18,16 @@ import (
 	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/pricing"
-	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
-	"github.com/reinhq/rein/internal/store/bolt"
 	"github.com/reinhq/rein/internal/tools"
 )
 
 // Config configures a Node.
 type Config struct {
-	// DBPath is the bbolt file; required.
-	DBPath string
+	// Store holds the runs; required. The caller chooses and opens the
+	// backend; Open takes it over: the node closes it when it shuts down
+	// (after its runs stopped), or when Open fails.
+	Store store.Store
 	// Tools runs the tools runs are granted; nil means none.
 	Tools tools.Executor
 	// Workspace is the root the runs' completion checks run in; "" means
@@ -50,8 +50,9 @@ type Config struct {
 	MaxStreams uint32
 	// Reflection registers the server reflection service (for grpcurl).
 	Reflection bool
-	// Resume carries on, at open, every run the store holds as running. A
-	// server resumes; the CLI's read-only commands must not.
+	// Resume carries on, at open, every run the store holds that has not
+	// ended (harness.Engine.ResumeAll). A server resumes; the CLI's
+	// read-only commands must not.
 	Resume bool
 	// Clock is the engine's clock; nil means time.Now.
 	Clock  func() time.Time
@@ -74,8 +75,9 @@ type Node struct {
 	closeOnce sync.Once
 }
 
-// Open opens the store, starts the engine, registers the services with the
-// interceptor chain, and (with Resume) carries on every running run.
+// Open starts the engine on the store, registers the services with the
+// interceptor chain, and (with Resume) carries on every run that has not
+// ended.
 func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -86,13 +88,14 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.MaxStreams == 0 {
 		cfg.MaxStreams = 4096
 	}
-	st, err := bolt.Open(cfg.DBPath, bolt.Options{})
-	if err != nil {
-		return nil, err
+	st := cfg.Store
+	if st == nil {
+		return nil, errors.New("server: Config.Store is required: open a store (internal/store/bolt, say) and pass it")
 	}
 	hub := NewHub()
 	eng := harness.New(harness.Config{
-		Store: st, Models: cfg.Models, Tools: cfg.Tools, Workspace: cfg.Workspace, Prices: cfg.Prices, Clock: cfg.Clock, Keep: hub.Keep, Notify: hub.Notify, Logger: cfg.Logger,
+		Store: st, Models: cfg.Models, Tools: cfg.Tools, Workspace: cfg.Workspace, Prices: cfg.Prices, Clock: cfg.Clock,
+		Published: hub.Published, Logger: cfg.Logger,
 	})
 	opts := append(chain(cfg.Logger, &authenticator{dir: cfg.Directory}, newLimiter(cfg.RatePerSecond, cfg.RateBurst)),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
@@ -114,48 +117,12 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		reflection.Register(n.GRPC)
 	}
 	if cfg.Resume {
-		if err := n.resume(ctx); err != nil {
+		if err := eng.ResumeAll(ctx); err != nil {
 			n.Close()
 			return nil, err
 		}
 	}
 	return n, nil
-}
-
-// resume schedules every running run: after a restart they carry on. Paused
-// runs stay paused, with their deadlines (a proposal's expiry, the run's
-// deadline) armed again.
-func (n *Node) resume(ctx context.Context) error {
-	f := store.Filter{Statuses: []reinv1.RunStatus{
-		reinv1.RunStatus_RUN_STATUS_RUNNING, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL,
-	}, Limit: 1000}
-	for {
-		page, err := n.Store.List(ctx, f)
-		if err != nil {
-			return err
-		}
-		for _, st := range page.Runs {
-			if runstate.Paused(st.Status) {
-				if st.ApprovedWrite != nil && st.WriteOperationID != "" && st.Pending == nil {
-					// A write was dispatched when the process stopped.
-					if _, err := n.Engine.SettleWrite(ctx, st.RunID); err != nil {
-						n.log.Error("settle a dispatched write", "run_id", st.RunID, "error", err)
-					}
-					continue
-				}
-				n.Engine.Arm(st)
-				continue
-			}
-			if err := n.Engine.Resume(ctx, st.RunID); err != nil {
-				return err
-			}
-			n.log.Info("resumed run", "run_id", st.RunID, "version", st.Version)
-		}
-		if page.Next == "" {
-			return nil
-		}
-		f.After = page.Next
-	}
 }
 
 // Shutdown stops the node gracefully: the health check turns NOT_SERVING,

@@ -90,7 +90,7 @@ func TestPausedRunTimers(t *testing.T) {
 func TestPausedRunTimersAfterRestart(t *testing.T) {
 	pause := func(t *testing.T, path string, ttl time.Duration) runstate.State {
 		t.Helper()
-		node, err := Open(context.Background(), Config{DBPath: path, Tools: newWriteTools(t)})
+		node, err := Open(context.Background(), Config{Store: boltAt(t, path), Tools: newWriteTools(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +114,7 @@ func TestPausedRunTimersAfterRestart(t *testing.T) {
 	reopen := func(t *testing.T, path string, resume bool) (*Node, *modelLog, *writeTools) {
 		t.Helper()
 		w, m := newWriteTools(t), &modelLog{}
-		node, err := Open(context.Background(), Config{DBPath: path, Tools: w, Models: m.models, Resume: resume})
+		node, err := Open(context.Background(), Config{Store: boltAt(t, path), Tools: w, Models: m.models, Resume: resume})
 		if err != nil {
 			t.Fatal(err)
 		}

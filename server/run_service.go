@@ -245,7 +245,7 @@ func (s *runService) DecideApproval(ctx context.Context, req *reinv1.DecideAppro
 	if _, err := s.load(ctx, req.GetRunId()); err != nil {
 		return nil, toStatus(s.log, "DecideApproval", err)
 	}
-	st, err := s.engine.DecideApproval(ctx, harness.Decision{
+	st, err := s.engine.DecideApproval(ctx, harness.Verdict{
 		RunID: req.GetRunId(), ProposalID: req.GetProposalId(), ProposalHash: req.GetProposalHash(),
 		Approve: req.GetVerdict() == reinv1.ApprovalVerdict_APPROVAL_VERDICT_APPROVE,
 		Reason:  req.GetReason(), EndRun: req.GetEndRun(), Principal: s.identity(ctx).ID,

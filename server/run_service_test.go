@@ -31,7 +31,7 @@ type testServer struct {
 
 func newTestServer(t *testing.T, executor tools.Executor) *testServer {
 	t.Helper()
-	node, err := Open(context.Background(), Config{DBPath: filepath.Join(t.TempDir(), "rein.db"), Tools: executor})
+	node, err := Open(context.Background(), Config{Store: tempBolt(t), Tools: executor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +379,7 @@ func TestRestartResumesRunningRuns(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rein.db")
 	slow := &reinv1.ScriptedReply{Reply: &reinv1.ScriptedReply_Decision{Decision: &reinv1.Decision{
 		Action: &reinv1.Decision_FinalAnswer{FinalAnswer: &reinv1.FinalAnswer{Text: "late"}}}}, DelayMs: 60_000}
-	node, err := Open(context.Background(), Config{DBPath: path})
+	node, err := Open(context.Background(), Config{Store: boltAt(t, path)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +404,7 @@ func TestRestartResumesRunningRuns(t *testing.T) {
 
 	// The second node's script answers at once.
 	fast := &reinv1.ScriptedReply{Reply: slow.Reply}
-	node, err = Open(context.Background(), Config{DBPath: path, Models: scriptedModels(fast), Resume: true})
+	node, err = Open(context.Background(), Config{Store: boltAt(t, path), Models: scriptedModels(fast), Resume: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -257,7 +257,7 @@ func TestWatchRunPausedAndBeyondHead(t *testing.T) {
 	// Wake both watchers with nothing new: they re-read and stay open.
 	pollUntil(t, 10*time.Second, "the watchers did not subscribe", func() bool { return len(hubSubs(s.node.Hub, run.GetRunId())) == others+2 })
 	for range 3 {
-		s.node.Hub.Notify(run.GetRunId(), run.GetVersion())
+		s.node.Hub.Notify(run.GetRunId())
 	}
 	select {
 	case r := <-endStart:

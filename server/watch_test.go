@@ -84,7 +84,7 @@ func TestWatchersResumeAcrossRestart(t *testing.T) {
 	const runs, steps, watchers = 3, 150, 12
 	path := filepath.Join(t.TempDir(), "rein.db")
 	models := scriptedModels(readsScript(steps, 2)...)
-	first, err := Open(context.Background(), Config{DBPath: path, Tools: fixtures(), Models: models})
+	first, err := Open(context.Background(), Config{Store: boltAt(t, path), Tools: fixtures(), Models: models})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestWatchersResumeAcrossRestart(t *testing.T) {
 	scancel()
 	t.Logf("first node shut down in %v", time.Since(down))
 
-	second := openWatchNode(t, Config{DBPath: path, Tools: fixtures(), Models: models, Resume: true})
+	second := openWatchNode(t, Config{Store: boltAt(t, path), Tools: fixtures(), Models: models, Resume: true})
 	for _, id := range ids {
 		st, err := second.Store.Load(ctx, id)
 		if err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -321,8 +320,8 @@ func (w *dropWatcher) check(log []*reinv1.Event) error {
 // closes it at the end of the test.
 func openWatchNode(t *testing.T, cfg Config) *Node {
 	t.Helper()
-	if cfg.DBPath == "" {
-		cfg.DBPath = filepath.Join(t.TempDir(), "rein.db")
+	if cfg.Store == nil {
+		cfg.Store = tempBolt(t)
 	}
 	node, err := Open(context.Background(), cfg)
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -71,7 +70,7 @@ run the database holds as running.`,
 func (o *serveOptions) run(ctx context.Context, e *env) error {
 	log := slog.New(slog.NewTextHandler(e.stderr, nil))
 	cfg := server.Config{
-		DBPath: e.db, Models: models, Reflection: o.reflection, Resume: true, Logger: log,
+		Models: models, Reflection: o.reflection, Resume: true, Logger: log,
 		RatePerSecond: o.rate, RateBurst: o.burst, MaxRecvBytes: o.maxMsgBytes, MaxStreams: o.maxStreams,
 	}
 	if o.tokens != "" {
@@ -96,8 +95,8 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		}
 		cfg.ServerOptions = []grpc.ServerOption{grpc.Creds(creds)}
 	}
-	if err := os.MkdirAll(filepath.Dir(e.db), 0o700); err != nil {
-		return fmt.Errorf("create the directory for --db %s: %w", e.db, err)
+	if cfg.Store, err = openStore(e.db); err != nil {
+		return err
 	}
 	node, err := server.Open(ctx, cfg)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -51,10 +50,11 @@ func connect(ctx context.Context, e *env, s *setup) (*conn, error) {
 // the CLI runs the same service code, interceptors included, as a remote
 // server.
 func embedded(ctx context.Context, db string, s *setup) (*conn, error) {
-	if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
-		return nil, &exitErr{code: exitError, err: fmt.Errorf("create the directory for --db %s: %w", db, err)}
+	st, err := openStore(db)
+	if err != nil {
+		return nil, err
 	}
-	cfg := server.Config{DBPath: db, Models: models}
+	cfg := server.Config{Store: st, Models: models}
 	if s != nil {
 		cfg.Tools, cfg.Workspace, cfg.Prices = s.executor, s.workspace, s.prices
 		if s.models != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/store/bolt"
 	"github.com/reinhq/rein/server"
 )
 
@@ -245,7 +246,11 @@ func watchRunStarted(runID string) *reinv1.Event {
 // in its store (untimed), and drives the streams.
 func watchFigure(ctx context.Context, p watchPlan, path string) (watchRound, error) {
 	defer os.Remove(path)
-	node, err := server.Open(ctx, server.Config{DBPath: path})
+	st, err := bolt.Open(path, bolt.Options{})
+	if err != nil {
+		return watchRound{}, err
+	}
+	node, err := server.Open(ctx, server.Config{Store: st})
 	if err != nil {
 		return watchRound{}, err
 	}
@@ -273,8 +278,7 @@ func watchFigure(ctx context.Context, p watchPlan, path string) (watchRound, err
 				return time.Time{}, err
 			}
 			t := time.Now()
-			node.Hub.Keep(p.ids[run], []*reinv1.Event{ev}) // as the engine does
-			node.Hub.Notify(p.ids[run], seq)
+			node.Hub.Published(p.ids[run], []*reinv1.Event{ev}) // as the engine does
 			return t, nil
 		},
 	}

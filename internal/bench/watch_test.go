@@ -15,6 +15,7 @@ import (
 	"time"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/store/bolt"
 	"github.com/reinhq/rein/server"
 )
 
@@ -37,7 +38,12 @@ func serveForTest(db string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	node, err := server.Open(ctx, server.Config{DBPath: db, Resume: true, Logger: log})
+	st, err := bolt.Open(db, bolt.Options{})
+	if err != nil {
+		log.Error("open", "error", err)
+		return 1
+	}
+	node, err := server.Open(ctx, server.Config{Store: st, Resume: true, Logger: log})
 	if err != nil {
 		log.Error("open", "error", err)
 		return 1

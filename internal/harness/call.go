@@ -37,9 +37,9 @@ func (e *Engine) checkPrice(c *reinv1.TaskContract) error {
 // the input is paid for, and says what the call may cost at most. limit is
 // set when not even one output token is affordable.
 func (r *runner) capCost(req *model.Request, input uint64) (maxCost float64, limit, detail string) {
-	p := r.price
+	p, priced := r.price()
 	max := r.st.Contract.GetBudget().GetMaxCostUsd()
-	if max > 0 && !r.priced {
+	if max > 0 && !priced {
 		m := r.st.Contract.GetModel()
 		return 0, "max_cost_usd", fmt.Sprintf("rein has no price for model %s/%s, so it cannot hold the run's cost limit: give the server a price file (--prices) that prices it",
 			m.GetProvider(), m.GetName())
@@ -150,8 +150,9 @@ func (r *runner) cut(ctx, mctx context.Context) (callOutcome, bool) {
 // modelPrice is the run's price as model_requested records it; nil when
 // the run has none.
 func (r *runner) modelPrice() *reinv1.ModelPrice {
-	if !r.priced {
+	p, ok := r.price()
+	if !ok {
 		return nil
 	}
-	return &reinv1.ModelPrice{InputPerMtok: r.price.InputPerMTok, OutputPerMtok: r.price.OutputPerMTok}
+	return &reinv1.ModelPrice{InputPerMtok: p.InputPerMTok, OutputPerMtok: p.OutputPerMTok}
 }

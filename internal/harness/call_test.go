@@ -325,7 +325,7 @@ func TestRefusedWriteIsAnObservation(t *testing.T) {
 			waitRun(t, e, st.RunID)
 			paused, _ := stored(t, s, st.RunID)
 			p := paused.Pending.GetProposal()
-			if _, err := e.DecideApproval(testCtx(t), Decision{RunID: st.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(),
+			if _, err := e.DecideApproval(testCtx(t), Verdict{RunID: st.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(),
 				Approve: true, Principal: "bob"}); err != nil {
 				t.Fatal(err)
 			}
@@ -389,7 +389,7 @@ func TestRefusalOfAResendIsUnknown(t *testing.T) {
 	waitRun(t, e, st.RunID)
 	paused, _ := stored(t, s, st.RunID)
 	p := paused.Pending.GetProposal()
-	if _, err := e.DecideApproval(testCtx(t), Decision{RunID: st.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(), Approve: true, Principal: "bob"}); err != nil {
+	if _, err := e.DecideApproval(testCtx(t), Verdict{RunID: st.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(), Approve: true, Principal: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	got, evs := stored(t, s, st.RunID)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/tail"
 )
 
@@ -197,23 +198,6 @@ func workspaceHash(root string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// checksKey is a failing checks_completed's results as one comparable
-// string, or "" if every check passed.
-func checksKey(cc *reinv1.ChecksCompleted) string {
-	failed := false
-	var b strings.Builder
-	for _, res := range cc.GetResults() {
-		if !res.GetPassed() {
-			failed = true
-		}
-		fmt.Fprintf(&b, "%q %t %d %q\n", res.GetName(), res.GetPassed(), res.GetExitCode(), res.GetOutputTail())
-	}
-	if !failed {
-		return ""
-	}
-	return b.String()
-}
-
 // checksText is the observation the model reads of failing checks.
 func checksText(cc *reinv1.ChecksCompleted) string {
 	var b strings.Builder
@@ -250,13 +234,13 @@ func (r *runner) finish(ctx context.Context, answer *reinv1.FinalAnswer, returne
 		}, returned)
 	}
 	checked := &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ChecksCompleted{ChecksCompleted: cc}}
-	key := checksKey(cc)
+	key := runstate.ChecksHash(cc)
 	if key == "" {
 		return r.end(ctx, reinv1.RunStatus_RUN_STATUS_COMPLETED, "final_answer", &reinv1.StatusChanged{Result: answer}, returned, checked)
 	}
 	same := 1
-	if key == r.lastChecks {
-		same = r.sameChecks + 1
+	if key == r.st.FailingChecks {
+		same = int(r.st.FailingChecksRepeated) + 1
 	}
 	if n := r.e.cfg.NoProgressSteps; same >= n {
 		return r.end(ctx, reinv1.RunStatus_RUN_STATUS_BUDGET_EXHAUSTED, "no_progress", &reinv1.StatusChanged{}, returned, checked,

@@ -17,61 +17,50 @@ import (
 // eventPage is how many events a driver reads at once when it loads a run.
 const eventPage = 4096
 
-// runner holds one run while a driver owns it: its state, the transcript the
-// model sees, and the events of the last action that wait to share a commit
-// with the next model_requested.
+// runner holds one run while a driver owns it: its state (folded by
+// runstate, the one fold), the transcript the model sees, and the events of
+// the last action that wait to share a commit with the next
+// model_requested.
 type runner struct {
-	e       *Engine
-	st      runstate.State
-	model   model.Model
-	tx      transcript
-	pending []*reinv1.Event
-	// toolIndex counts the calls made to each tool, for Call.Index.
-	toolIndex map[string]int
-	toolHash  string
-	// price is the run's model's price: the server's price table's, else
-	// the one its log last recorded; priced says whether there is one.
-	price  pricing.Price
-	priced bool
-	// priceFromLog: the price is the log's, not the table's.
-	priceFromLog bool
+	e          *Engine
+	st         runstate.State
+	model      model.Model
+	transcript transcript
+	pending    []*reinv1.Event
+	toolHash   string
+	// tablePrice is the run's model's price in the server's price table;
+	// inTable says whether it has one (else the log's price is in force).
+	tablePrice pricing.Price
+	inTable    bool
 	// now is the step's one clock reading, the recorded_at of its events.
 	now *timestamppb.Timestamp
-	// epoch is the driver's lease on the run: its appends are fenced with
-	// it, so a driver whose lease was taken over cannot write.
-	epoch uint64
-	// openCall is a tool call whose tool_requested is stored with no
-	// outcome yet (tool_returned, or approval_requested for a write).
-	openCall *reinv1.ToolRequested
-	// lastChecks is the last failing checks_completed (as checksKey) since
-	// the last committed write, and sameChecks how many in a row were it.
-	lastChecks string
-	sameChecks int
 }
 
 // drive steps a run until it leaves running or ctx is cancelled.
 func (e *Engine) drive(ctx context.Context, runID string) error {
-	r, err := e.load(ctx, runID)
+	st, err := e.cfg.Store.Load(ctx, runID)
+	if err != nil || st.Status != reinv1.RunStatus_RUN_STATUS_RUNNING {
+		return err
+	}
+	// The driver holds the run's lease before it does anything, so an owner
+	// it takes the run over from is fenced at once.
+	if _, err := e.lease(ctx, runID); err != nil {
+		return err
+	}
+	r, err := e.load(ctx, st)
 	if err != nil {
 		return err
 	}
 	defer r.flush()
-	if r.st.Status != reinv1.RunStatus_RUN_STATUS_RUNNING {
-		return nil
-	}
-	if r.epoch, err = e.cfg.Store.Acquire(ctx, runID, e.cfg.Owner); err != nil {
-		return err
-	}
 	if r.model, err = e.cfg.Models(r.st.Contract.GetModel()); err != nil {
 		return r.fail(fmt.Sprintf("the run's model cannot be built: %v", err))
 	}
-	if c := r.openCall; c != nil {
+	if call := r.st.OpenCall; call != nil {
 		// The process stopped after the call was requested and before its
 		// outcome was stored: run it again (a read, or a write's proposal,
 		// has no side effects) before the model is called again.
 		r.now = timestamppb.New(e.cfg.Clock())
-		call := &reinv1.ToolCall{Tool: c.GetTool(), Arguments: c.GetArguments(), CallId: c.GetCallId()}
-		if err := r.runCall(ctx, call, c.GetTier()); err != nil {
+		if err := r.runCall(ctx, call, r.st.OpenCallTier); err != nil {
 			if errors.Is(err, errStopped) {
 				return nil
 			}
@@ -96,32 +85,43 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 	return nil
 }
 
-// load reads a run's state and rebuilds its transcript from the log.
-func (e *Engine) load(ctx context.Context, runID string) (*runner, error) {
-	st, err := e.cfg.Store.Load(ctx, runID)
-	if err != nil {
-		return nil, err
-	}
-	r := &runner{e: e, toolIndex: map[string]int{}, toolHash: toolSetHash(st.Contract.GetTools())}
+// load rebuilds a running run's transcript from its log.
+func (e *Engine) load(ctx context.Context, st runstate.State) (*runner, error) {
+	r := &runner{e: e, st: st, toolHash: toolSetHash(st.Contract.GetTools())}
 	m := st.Contract.GetModel()
-	r.price, r.priced = e.cfg.Prices.Lookup(m.GetProvider(), m.GetName())
-	r.tx.init(st.Contract)
-	for after := uint64(0); ; {
-		evs, err := e.cfg.Store.Events(ctx, runID, after, eventPage)
+	r.tablePrice, r.inTable = e.cfg.Prices.Lookup(m.GetProvider(), m.GetName())
+	r.transcript.init(st.Contract)
+	for after := uint64(0); after < st.Version; {
+		evs, err := e.cfg.Store.Events(ctx, st.RunID, after, eventPage)
 		if err != nil {
 			return nil, err
 		}
-		for _, ev := range evs {
-			r.observe(ev)
-		}
-		if len(evs) < eventPage {
+		if len(evs) == 0 {
 			break
+		}
+		for _, ev := range evs {
+			if ev.GetSequence() > st.Version {
+				break
+			}
+			r.transcript.observe(ev, ev.GetSequence())
 		}
 		after = evs[len(evs)-1].GetSequence()
 	}
-	r.tx.loaded()
-	r.st = st
+	r.transcript.loaded()
 	return r, nil
+}
+
+// price is the price in force for the run's model calls: the server's
+// price table's, else the one its log last recorded; ok says whether there
+// is one.
+func (r *runner) price() (p pricing.Price, ok bool) {
+	if r.inTable {
+		return r.tablePrice, true
+	}
+	if lp := r.st.Price; lp != nil {
+		return pricing.Price{InputPerMTok: lp.GetInputPerMtok(), OutputPerMTok: lp.GetOutputPerMtok()}, true
+	}
+	return pricing.Price{}, false
 }
 
 var (
@@ -132,46 +132,40 @@ var (
 	errDefect = errors.New("harness defect")
 )
 
-// commit appends the pending events and evs as one durable write.
+// commit appends the pending events and evs as one durable write, through
+// the engine's one commit path, with the blobs of the model call's input
+// when evs hold its model_requested.
 func (r *runner) commit(ctx context.Context, evs ...*reinv1.Event) error {
 	all := append(r.pending, evs...)
 	// The pending events were observed when they were kept.
 	fresh := len(r.pending)
-	for i, ev := range all {
-		ev.RunId = r.st.RunID
-		ev.Sequence = r.st.Version + uint64(i) + 1
+	for _, ev := range all {
 		if ev.RecordedAt == nil {
 			ev.RecordedAt = r.now
 		}
 	}
-	next, err := runstate.ApplyAll(r.st, all)
-	if err != nil {
-		r.pending = nil
-		return fmt.Errorf("%w: %v", errDefect, err)
-	}
-	// A write that started must finish: a cancelled caller still needs to
-	// know whether the step committed.
-	opts := []store.AppendOption{store.WithEpoch(r.epoch)}
-	// A model call's input parts are stored with the event that
-	// references them (model_requested's input_blobs).
-	for _, ev := range all {
+	var opts []store.AppendOption
+	for _, ev := range evs {
 		if ev.GetModelRequested() != nil {
-			if b := r.tx.takeBlobs(); b != nil {
+			if b := r.transcript.takeBlobs(); b != nil {
 				opts = append(opts, store.WithBlobs(b))
 			}
 			break
 		}
 	}
-	if err := r.e.cfg.Store.Append(context.WithoutCancel(ctx), r.st.RunID, r.st.Version, all, opts...); err != nil {
+	next, err := r.e.commit(ctx, r.st, "", all, opts...)
+	if errors.Is(err, errFold) {
+		r.pending = nil
+		return fmt.Errorf("%w: %v", errDefect, err)
+	}
+	if err != nil {
 		return err
 	}
 	r.pending = nil
 	r.st = next
 	for _, ev := range all[fresh:] {
-		r.observe(ev)
+		r.transcript.observe(ev, ev.GetSequence())
 	}
-	r.e.cfg.Keep(r.st.RunID, all)
-	r.e.cfg.Notify(r.st.RunID, r.st.Version)
 	return nil
 }
 

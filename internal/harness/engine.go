@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
@@ -33,6 +32,7 @@ type Store interface {
 	Acquire(ctx context.Context, runID, owner string) (uint64, error)
 	Load(ctx context.Context, runID string) (runstate.State, error)
 	Events(ctx context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error)
+	List(ctx context.Context, f store.Filter) (store.Page, error)
 }
 
 // Config configures an Engine. Store is required.
@@ -48,13 +48,11 @@ type Config struct {
 	Workers int
 	// ToolTimeout bounds one tool call; 0 means 60s.
 	ToolTimeout time.Duration
-	// Keep, when set, is given the events of each durable append before
-	// Notify is called (the watch hub keeps the last ones for its watchers).
-	// It must not block, nor modify the events.
-	Keep func(runID string, events []*reinv1.Event)
-	// Notify is called after each durable append with the run's new version.
-	// It must not block.
-	Notify func(runID string, version uint64)
+	// Published, when set, is given the events of each durable append of a
+	// run, in commit order, from the one path that appends them (the watch
+	// hub keeps the last ones and wakes the run's watchers). It must not
+	// block, nor modify the events.
+	Published func(runID string, events []*reinv1.Event)
 	// Logger receives what the engine cannot return to a caller.
 	Logger *slog.Logger
 	// Owner names this engine in the runs' leases; "" means a random name.
@@ -97,9 +95,11 @@ type Engine struct {
 	shutdown context.CancelCauseFunc
 	wg       sync.WaitGroup
 
-	// mu guards active, timers and closed.
+	// mu guards active, leases, timers and closed.
 	mu     sync.Mutex
 	active map[string]*driver
+	// leases are the epochs of the runs' leases this engine holds.
+	leases map[string]uint64
 	timers map[string]*time.Timer
 	closed bool
 
@@ -111,11 +111,6 @@ type Engine struct {
 	// stepped: the caller steps runs with DriveSync (sync.go); schedule
 	// starts no driver.
 	stepped bool
-}
-
-type driver struct {
-	cancel context.CancelCauseFunc
-	done   chan struct{}
 }
 
 var (
@@ -152,11 +147,8 @@ func New(cfg Config) *Engine {
 	if cfg.MaxRetryWait <= 0 {
 		cfg.MaxRetryWait = time.Minute
 	}
-	if cfg.Notify == nil {
-		cfg.Notify = func(string, uint64) {}
-	}
-	if cfg.Keep == nil {
-		cfg.Keep = func(string, []*reinv1.Event) {}
+	if cfg.Published == nil {
+		cfg.Published = func(string, []*reinv1.Event) {}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -171,6 +163,7 @@ func New(cfg Config) *Engine {
 		base:     base,
 		shutdown: cancel,
 		active:   map[string]*driver{},
+		leases:   map[string]uint64{},
 		timers:   map[string]*time.Timer{},
 		ids:      ulid.Monotonic(rand.Reader, 0),
 	}
@@ -190,43 +183,7 @@ func (e *Engine) Start(ctx context.Context, req StartRequest) (runstate.State, b
 	if req.RequestID == "" {
 		return runstate.State{}, false, &FieldError{"request_id", "required: an idempotency key; the same key returns the same run"}
 	}
-	if err := ValidateContract(req.Contract); err != nil {
-		return runstate.State{}, false, err
-	}
-	if err := e.checkWorkspace(req.Contract.GetChecks()); err != nil {
-		return runstate.State{}, false, err
-	}
-	if _, err := e.cfg.Models(req.Contract.GetModel()); err != nil {
-		return runstate.State{}, false, &FieldError{"contract.model.provider", err.Error()}
-	}
-	if err := e.checkPrice(req.Contract); err != nil {
-		return runstate.State{}, false, err
-	}
-	now := e.cfg.Clock()
-	c := withDefaults(req.Contract)
-	started := &reinv1.RunStarted{Contract: c, Principal: req.Principal, Tenant: req.Tenant, RequestId: req.RequestID}
-	if t := c.GetBudget().GetTimeout(); t != nil {
-		started.Deadline = timestamppb.New(now.Add(t.AsDuration()))
-	}
-	ev := &reinv1.Event{
-		RunId:      e.newID("run_", now),
-		Sequence:   1,
-		RecordedAt: timestamppb.New(now),
-		Actor:      "principal:" + req.Principal,
-		Payload:    &reinv1.Event_RunStarted{RunStarted: started},
-	}
-	st, created, err := e.cfg.Store.Create(ctx, ev)
-	if err != nil {
-		return runstate.State{}, false, err
-	}
-	if created {
-		e.cfg.Keep(st.RunID, []*reinv1.Event{ev})
-		e.cfg.Notify(st.RunID, st.Version)
-	}
-	if st.Status == reinv1.RunStatus_RUN_STATUS_RUNNING {
-		e.schedule(st.RunID)
-	}
-	return st, created, nil
+	return e.create(ctx, req.Contract, &reinv1.RunStarted{Principal: req.Principal, Tenant: req.Tenant, RequestId: req.RequestID}, nil)
 }
 
 // Resume schedules a stored run that is running but has no driver, such as
@@ -260,9 +217,9 @@ func (e *Engine) Cancel(ctx context.Context, runID, reason, actor string) (runst
 		if reason == "" {
 			reason = "cancelled by " + actor
 		}
-		next, err := e.appendEvents(ctx, st, actor, &reinv1.Event{Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
+		next, err := e.commit(ctx, st, actor, []*reinv1.Event{{Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
 			From: st.Status, To: reinv1.RunStatus_RUN_STATUS_CANCELLED, Reason: reason,
-		}}})
+		}}}})
 		if err == nil {
 			e.disarm(runID)
 			return next, nil
@@ -275,32 +232,6 @@ func (e *Engine) Cancel(ctx context.Context, runID, reason, actor string) (runst
 	}
 }
 
-// appendEvents appends evs to a run at st's version, as actor, stamped with
-// one clock reading: validated by the fold first, durable, then notified.
-// A run that moved since st was loaded is store.ErrConflict.
-func (e *Engine) appendEvents(ctx context.Context, st runstate.State, actor string, evs ...*reinv1.Event) (runstate.State, error) {
-	now := timestamppb.New(e.cfg.Clock())
-	for i, ev := range evs {
-		ev.RunId, ev.Sequence = st.RunID, st.Version+uint64(i)+1
-		if ev.RecordedAt == nil {
-			ev.RecordedAt = now
-		}
-		if ev.Actor == "" {
-			ev.Actor = actor
-		}
-	}
-	next, err := runstate.ApplyAll(st, evs)
-	if err != nil {
-		return st, err
-	}
-	if err := e.cfg.Store.Append(context.WithoutCancel(ctx), st.RunID, st.Version, evs); err != nil {
-		return st, err
-	}
-	e.cfg.Keep(st.RunID, evs)
-	e.cfg.Notify(st.RunID, next.Version)
-	return next, nil
-}
-
 // StatusError refuses an operation because of a run's status.
 type StatusError struct {
 	Status reinv1.RunStatus
@@ -311,39 +242,6 @@ func (e *StatusError) Error() string {
 }
 
 func (e *StatusError) Unwrap() error { return runstate.ErrTerminal }
-
-// stop cancels the run's driver, if any, and waits for it to exit.
-func (e *Engine) stop(ctx context.Context, runID string) error {
-	e.mu.Lock()
-	d := e.active[runID]
-	e.mu.Unlock()
-	if d == nil {
-		return nil
-	}
-	d.cancel(errCancelled)
-	select {
-	case <-d.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// Wait blocks until the run has no driver: it paused, ended, or was stopped.
-func (e *Engine) Wait(ctx context.Context, runID string) error {
-	e.mu.Lock()
-	d := e.active[runID]
-	e.mu.Unlock()
-	if d == nil {
-		return nil
-	}
-	select {
-	case <-d.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
 
 // Shutdown stops the engine gracefully: no new run starts, and each driver
 // stops after the step it is in commits. Drivers still stepping when ctx ends
@@ -375,41 +273,6 @@ func (e *Engine) Close() {
 	e.stopTimers()
 	e.shutdown(errShutdown)
 	e.wg.Wait()
-}
-
-// schedule starts a driver for the run unless it has one.
-func (e *Engine) schedule(runID string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed || e.stepped || e.active[runID] != nil {
-		return
-	}
-	ctx, cancel := context.WithCancelCause(e.base)
-	d := &driver{cancel: cancel, done: make(chan struct{})}
-	e.active[runID] = d
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		defer func() {
-			e.mu.Lock()
-			delete(e.active, runID)
-			e.mu.Unlock()
-			cancel(nil)
-			close(d.done)
-		}()
-		select {
-		case e.sem <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		defer func() { <-e.sem }()
-		if err := e.drive(ctx, runID); err != nil {
-			e.cfg.Logger.Error("run stopped", "run_id", runID, "error", err)
-		}
-		if st, err := e.cfg.Store.Load(e.base, runID); err == nil {
-			e.Arm(st) // a run that paused keeps its deadlines
-		}
-	}()
 }
 
 func (e *Engine) newID(prefix string, now time.Time) string {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
@@ -55,7 +54,7 @@ func (e *Engine) Fork(ctx context.Context, req ForkRequest) (runstate.State, boo
 		return parent, false, &FieldError{"at_sequence", fmt.Sprintf("run %s is %s at sequence %d; fork before it ended", req.RunID, runstate.StatusName(at.Status), req.AtSequence)}
 	case evs[len(evs)-1].GetModelReturned() != nil:
 		return parent, false, &FieldError{"at_sequence", fmt.Sprintf("sequence %d is a model reply whose decision was not routed yet; fork at %d, where its step ends, or at %d", req.AtSequence, req.AtSequence+1, req.AtSequence-1)}
-	case at.ApprovedWrite != nil && at.WriteOperationID != "" && at.Pending == nil:
+	case at.WriteInFlight():
 		return parent, false, &FieldError{"at_sequence", fmt.Sprintf("a write is being dispatched at sequence %d; fork before its write_dispatched or after its outcome", req.AtSequence)}
 	case at.Status == reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL && at.Pending == nil:
 		return parent, false, &FieldError{"at_sequence", fmt.Sprintf("sequence %d is inside a person's decision (approved, its write not yet sent, or settled and the run not yet going on); fork before the decision or after the status change that follows", req.AtSequence)}
@@ -68,7 +67,6 @@ func (e *Engine) Fork(ctx context.Context, req ForkRequest) (runstate.State, boo
 		evs = evs[:len(evs)-1]
 	}
 
-	now := e.cfg.Clock()
 	c := proto.Clone(parent.Contract).(*reinv1.TaskContract)
 	if req.Budget != nil {
 		b := proto.Clone(req.Budget).(*reinv1.Budget)
@@ -80,45 +78,14 @@ func (e *Engine) Fork(ctx context.Context, req ForkRequest) (runstate.State, boo
 		}
 		c.Budget = b
 	}
-	if err := ValidateContract(c); err != nil {
-		return parent, false, err
-	}
-	if err := e.checkPrice(c); err != nil {
-		return parent, false, err
-	}
-	if err := e.checkWorkspace(c.GetChecks()); err != nil {
-		return parent, false, err
-	}
-	c = withDefaults(c)
-	started := &reinv1.RunStarted{Contract: c, Principal: req.Principal, Tenant: req.Tenant, RequestId: req.RequestID,
-		ParentRunId: req.RunID, ParentSequence: uint64(len(evs))}
-	if t := c.GetBudget().GetTimeout(); t != nil {
-		started.Deadline = timestamppb.New(now.Add(t.AsDuration()))
-	}
-	first := &reinv1.Event{RunId: e.newID("run_", now), Sequence: 1, RecordedAt: timestamppb.New(now),
-		Actor: "principal:" + req.Principal, Payload: &reinv1.Event_RunStarted{RunStarted: started}}
-	st, created, err := e.cfg.Store.Create(ctx, first)
-	if err != nil || !created {
-		return st, created, err
-	}
 	carried := make([]*reinv1.Event, 0, len(evs)-1)
 	for _, ev := range evs[1:] {
-		cp := proto.Clone(ev).(*reinv1.Event)
-		cp.RunId = st.RunID
-		carried = append(carried, cp)
+		carried = append(carried, proto.Clone(ev).(*reinv1.Event))
 	}
-	if len(carried) > 0 {
-		if st, err = e.appendEvents(ctx, st, "", carried...); err != nil {
-			return st, true, fmt.Errorf("fork %s: carry the parent's events over: %w", st.RunID, err)
-		}
-	} else {
-		e.cfg.Keep(st.RunID, []*reinv1.Event{first})
-		e.cfg.Notify(st.RunID, st.Version)
+	st, created, err := e.create(ctx, c, &reinv1.RunStarted{Principal: req.Principal, Tenant: req.Tenant, RequestId: req.RequestID,
+		ParentRunId: req.RunID, ParentSequence: uint64(len(evs))}, carried)
+	if err != nil && created {
+		return st, true, fmt.Errorf("fork %s: carry the parent's events over: %w", st.RunID, err)
 	}
-	if st.Status == reinv1.RunStatus_RUN_STATUS_RUNNING {
-		e.schedule(st.RunID)
-	} else {
-		e.Arm(st)
-	}
-	return st, true, nil
+	return st, created, err
 }

@@ -55,13 +55,13 @@ func TestNextCallSeesToolResult(t *testing.T) {
 // transcript, and compares.
 func checkInputHashes(t *testing.T, evs []*reinv1.Event) {
 	t.Helper()
-	r := &runner{toolIndex: map[string]int{}}
-	r.tx.init(evs[0].GetRunStarted().GetContract())
+	var tr transcript
+	tr.init(evs[0].GetRunStarted().GetContract())
 	for _, ev := range evs {
-		if mr := ev.GetModelRequested(); mr != nil && mr.GetInputHash() != r.tx.inputHash() {
+		if mr := ev.GetModelRequested(); mr != nil && mr.GetInputHash() != tr.inputHash() {
 			t.Errorf("model_requested %d (step %d): input_hash %.12s…, but the log before it hashes to %.12s…",
-				ev.GetSequence(), mr.GetStep(), mr.GetInputHash(), r.tx.inputHash())
+				ev.GetSequence(), mr.GetStep(), mr.GetInputHash(), tr.inputHash())
 		}
-		r.observe(ev)
+		tr.observe(ev, ev.GetSequence())
 	}
 }

@@ -35,11 +35,9 @@ func (e *Engine) ProvideInput(ctx context.Context, runID, text, principal string
 	if err := e.beforeDeadline(st); err != nil {
 		return st, err
 	}
-	next, err := e.appendEvents(ctx, st, "principal:"+principal,
-		&reinv1.Event{Payload: &reinv1.Event_InputProvided{InputProvided: &reinv1.InputProvided{Text: text}}},
-		&reinv1.Event{Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
-			From: st.Status, To: reinv1.RunStatus_RUN_STATUS_RUNNING, Reason: "input_provided",
-		}}})
+	next, err := e.commit(ctx, st, "principal:"+principal, []*reinv1.Event{{Payload: &reinv1.Event_InputProvided{InputProvided: &reinv1.InputProvided{Text: text}}}, {Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
+		From: st.Status, To: reinv1.RunStatus_RUN_STATUS_RUNNING, Reason: "input_provided",
+	}}}})
 	if err != nil {
 		return st, err
 	}
@@ -52,8 +50,9 @@ func (e *Engine) ProvideInput(ctx context.Context, runID, text, principal string
 // sent again.
 var errEarlierUnknown = errors.New("an earlier dispatch of this write has an unknown outcome")
 
-// Decision is a person's decision on a proposed write.
-type Decision struct {
+// Verdict is a person's decision on a proposed write (not to be confused
+// with the model's reinv1.Decision).
+type Verdict struct {
 	RunID, ProposalID, ProposalHash string
 	Approve                         bool
 	Reason                          string
@@ -62,81 +61,121 @@ type Decision struct {
 	Principal string
 }
 
-// DecideApproval applies a person's decision to the run's pending proposal.
+// DecideApproval applies a person's verdict to the run's pending proposal.
 // A rejection is an observation for the model and the run goes on (or, with
 // EndRun, ends denied). An approval stores write_dispatched, whose operation
 // ID is the write's idempotency key, before the commit is sent; the run goes
 // on only after the tool's receipt (write_committed). A commit that fails
 // leaves the outcome unknown (write_outcome_unknown): the run stays paused
-// for a person, and rein never dispatches the write blindly again.
+// for a person, and rein never dispatches the write blindly again. The
+// approved write is committed by the run's driver, registered like every
+// other step, so a cancel or a shutdown waits for it.
 //
 // Of concurrent decisions on one proposal exactly one wins; the others get
 // ErrNotWaiting or store.ErrConflict and change nothing.
-func (e *Engine) DecideApproval(ctx context.Context, d Decision) (runstate.State, error) {
-	st, err := e.cfg.Store.Load(ctx, d.RunID)
+func (e *Engine) DecideApproval(ctx context.Context, v Verdict) (runstate.State, error) {
+	st, err := e.cfg.Store.Load(ctx, v.RunID)
 	if err != nil {
 		return st, err
 	}
-	p := st.Pending.GetProposal()
-	switch {
-	case st.Status != reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL:
-		return st, fmt.Errorf("%w: run %s is %s; it has no proposal waiting for a decision", ErrNotWaiting, d.RunID, runstate.StatusName(st.Status))
-	case p == nil || p.GetProposalId() != d.ProposalID:
-		return st, fmt.Errorf("%w: proposal %s is not pending on run %s (it was decided, or is not this run's); see the run's pending action", ErrNotWaiting, d.ProposalID, d.RunID)
-	case p.GetHash() != d.ProposalHash:
-		return st, fmt.Errorf("%w: proposal %s has hash %s, not %s; review the proposal as it stands and decide again", ErrNotWaiting, d.ProposalID, p.GetHash(), d.ProposalHash)
-	case !e.cfg.Clock().Before(p.GetExpiresAt().AsTime()):
-		return st, fmt.Errorf("%w: proposal %s expired at %s", ErrNotWaiting, d.ProposalID, p.GetExpiresAt().AsTime().Format(time.RFC3339))
-	case d.Approve && st.Contract.GetApproval().GetForbidSelfApproval() && d.Principal == st.Principal:
-		return st, fmt.Errorf("%w: run %s forbids approving a write of a run one started; ask another approver", ErrForbidden, d.RunID)
-	}
-	if err := e.beforeDeadline(st); err != nil {
+	if err := e.checkVerdict(st, v); err != nil {
 		return st, err
 	}
-	actor := "principal:" + d.Principal
-	decided := &reinv1.Event{Payload: &reinv1.Event_ApprovalDecided{ApprovalDecided: &reinv1.ApprovalDecided{
-		ProposalId: p.GetProposalId(), Approved: d.Approve, Reason: d.Reason, EndRun: d.EndRun && !d.Approve,
-	}}}
-	if !d.Approve {
-		to, reason := reinv1.RunStatus_RUN_STATUS_RUNNING, "write_rejected"
-		if d.EndRun {
-			to, reason = reinv1.RunStatus_RUN_STATUS_DENIED, "write_rejected_run_ended"
+	if !v.Approve {
+		return e.reject(ctx, st, v)
+	}
+	check := func(ctx context.Context) error {
+		st, err := e.cfg.Store.Load(ctx, v.RunID)
+		if err != nil {
+			return err
 		}
-		next, err := e.appendEvents(ctx, st, actor, decided, &reinv1.Event{Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
-			From: st.Status, To: to, Reason: reason,
-		}}})
+		return e.checkVerdict(st, v)
+	}
+	return e.asDriver(ctx, v.RunID, check, func(ctx context.Context) (runstate.State, error) {
+		st, err := e.cfg.Store.Load(ctx, v.RunID)
 		if err != nil {
 			return st, err
 		}
-		e.disarm(d.RunID)
-		if to == reinv1.RunStatus_RUN_STATUS_RUNNING {
-			e.schedule(d.RunID)
+		if err := e.checkVerdict(st, v); err != nil {
+			return st, err
 		}
-		return next, nil
-	}
+		return e.approve(ctx, st, v)
+	})
+}
 
+// checkVerdict refuses a verdict the run is not waiting for, or that its
+// policy forbids.
+func (e *Engine) checkVerdict(st runstate.State, v Verdict) error {
+	p := st.Pending.GetProposal()
+	switch {
+	case st.Status != reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL:
+		return fmt.Errorf("%w: run %s is %s; it has no proposal waiting for a decision", ErrNotWaiting, v.RunID, runstate.StatusName(st.Status))
+	case p == nil || p.GetProposalId() != v.ProposalID:
+		return fmt.Errorf("%w: proposal %s is not pending on run %s (it was decided, or is not this run's); see the run's pending action", ErrNotWaiting, v.ProposalID, v.RunID)
+	case p.GetHash() != v.ProposalHash:
+		return fmt.Errorf("%w: proposal %s has hash %s, not %s; review the proposal as it stands and decide again", ErrNotWaiting, v.ProposalID, p.GetHash(), v.ProposalHash)
+	case !e.cfg.Clock().Before(p.GetExpiresAt().AsTime()):
+		return fmt.Errorf("%w: proposal %s expired at %s", ErrNotWaiting, v.ProposalID, p.GetExpiresAt().AsTime().Format(time.RFC3339))
+	case v.Approve && st.Contract.GetApproval().GetForbidSelfApproval() && v.Principal == st.Principal:
+		return fmt.Errorf("%w: run %s forbids approving a write of a run one started; ask another approver", ErrForbidden, v.RunID)
+	}
+	return e.beforeDeadline(st)
+}
+
+func decidedEvent(v Verdict) *reinv1.Event {
+	return &reinv1.Event{Payload: &reinv1.Event_ApprovalDecided{ApprovalDecided: &reinv1.ApprovalDecided{
+		ProposalId: v.ProposalID, Approved: v.Approve, Reason: v.Reason, EndRun: v.EndRun && !v.Approve,
+	}}}
+}
+
+// reject records a rejection: an observation for the model, and the run
+// goes on, or ends denied with EndRun.
+func (e *Engine) reject(ctx context.Context, st runstate.State, v Verdict) (runstate.State, error) {
+	to, reason := reinv1.RunStatus_RUN_STATUS_RUNNING, "write_rejected"
+	if v.EndRun {
+		to, reason = reinv1.RunStatus_RUN_STATUS_DENIED, "write_rejected_run_ended"
+	}
+	next, err := e.commit(ctx, st, "principal:"+v.Principal, []*reinv1.Event{
+		decidedEvent(v),
+		{Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{From: st.Status, To: to, Reason: reason}}},
+	})
+	if err != nil {
+		return st, err
+	}
+	e.disarm(v.RunID)
+	if to == reinv1.RunStatus_RUN_STATUS_RUNNING {
+		e.schedule(v.RunID)
+	}
+	return next, nil
+}
+
+// approve records an approval and commits the write; it runs as the run's
+// driver.
+func (e *Engine) approve(ctx context.Context, st runstate.State, v Verdict) (runstate.State, error) {
+	actor := "principal:" + v.Principal
 	// An earlier dispatch of this write has an unknown outcome: a tool that
 	// can look writes up is asked before the write is sent again (it may
 	// have been applied). Without a lookup, the person's approval is the
 	// word that it was not, and the write is sent again with the same key.
 	if st.WriteOperationID != "" {
-		next, err := e.appendEvents(ctx, st, actor, decided)
+		next, err := e.commit(ctx, st, actor, []*reinv1.Event{decidedEvent(v)})
 		if err != nil {
 			return st, err
 		}
-		e.disarm(d.RunID)
+		e.disarm(v.RunID)
 		return e.commitWrite(ctx, next, errEarlierUnknown)
 	}
 	// The key is the proposal's: a second dispatch of the same write (after
 	// an unknown outcome) reuses it.
-	opID := "op_" + p.GetProposalId()
-	next, err := e.appendEvents(ctx, st, actor, decided, &reinv1.Event{Payload: &reinv1.Event_WriteDispatched{WriteDispatched: &reinv1.WriteDispatched{
-		ProposalId: p.GetProposalId(), OperationId: opID,
-	}}})
+	opID := "op_" + v.ProposalID
+	next, err := e.commit(ctx, st, actor, []*reinv1.Event{
+		decidedEvent(v),
+		{Payload: &reinv1.Event_WriteDispatched{WriteDispatched: &reinv1.WriteDispatched{ProposalId: v.ProposalID, OperationId: opID}}},
+	})
 	if err != nil {
 		return st, err
 	}
-	e.disarm(d.RunID)
+	e.disarm(v.RunID)
 	return e.commitWrite(ctx, next, nil)
 }
 
@@ -148,10 +187,8 @@ func (e *Engine) DecideApproval(ctx context.Context, d Decision) (runstate.State
 // applied. Never a blind second dispatch.
 func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error) (runstate.State, error) {
 	p, opID := st.ApprovedWrite, st.WriteOperationID
-	index, err := e.callIndex(ctx, st.RunID, p)
-	if err != nil {
-		return st, err
-	}
+	// The write's call was the last of its tool: the run paused at it.
+	index := max(int(st.CallsByTool[p.GetTool()])-1, 0)
 	call := tools.Call{RunID: st.RunID, CallID: p.GetCallId(), Tool: p.GetTool(), Args: p.GetArguments(), Index: index,
 		Preview: p.GetPreview()}
 	actor := "tool:" + p.GetTool()
@@ -182,9 +219,9 @@ func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error
 	}
 	// The tool says the write was not applied: send it again, with the same
 	// key, and record that it was sent.
-	st, err = e.appendEvents(ctx, st, "harness", &reinv1.Event{Payload: &reinv1.Event_WriteDispatched{WriteDispatched: &reinv1.WriteDispatched{
+	st, err := e.commit(ctx, st, "harness", []*reinv1.Event{{Payload: &reinv1.Event_WriteDispatched{WriteDispatched: &reinv1.WriteDispatched{
 		ProposalId: p.GetProposalId(), OperationId: opID,
-	}}})
+	}}}})
 	if err != nil {
 		return st, err
 	}
@@ -221,13 +258,11 @@ func (e *Engine) commitOnce(ctx context.Context, call tools.Call, opID string) (
 // writeCommitted records a write's receipt and carries the run on.
 func (e *Engine) writeCommitted(ctx context.Context, st runstate.State, actor string, receipt *structpb.Value) (runstate.State, error) {
 	p := st.ApprovedWrite
-	next, err := e.appendEvents(ctx, st, actor,
-		&reinv1.Event{Payload: &reinv1.Event_WriteCommitted{WriteCommitted: &reinv1.WriteCommitted{
-			ProposalId: p.GetProposalId(), OperationId: st.WriteOperationID, Receipt: receipt,
-		}}},
-		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
-			From: reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, To: reinv1.RunStatus_RUN_STATUS_RUNNING, Reason: "write_committed",
-		}}})
+	next, err := e.commit(ctx, st, actor, []*reinv1.Event{{Payload: &reinv1.Event_WriteCommitted{WriteCommitted: &reinv1.WriteCommitted{
+		ProposalId: p.GetProposalId(), OperationId: st.WriteOperationID, Receipt: receipt,
+	}}}, {Actor: "harness", Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
+		From: reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, To: reinv1.RunStatus_RUN_STATUS_RUNNING, Reason: "write_committed",
+	}}}})
 	if err != nil {
 		return st, err
 	}
@@ -239,13 +274,11 @@ func (e *Engine) writeCommitted(ctx context.Context, st runstate.State, actor st
 // the outcome is known, so it is an observation for the model (which may
 // propose again) and the run goes on.
 func (e *Engine) writeRefused(ctx context.Context, st runstate.State, actor string, cause error) (runstate.State, error) {
-	next, err := e.appendEvents(ctx, st, actor,
-		&reinv1.Event{Payload: &reinv1.Event_WriteRefused{WriteRefused: &reinv1.WriteRefused{
-			ProposalId: st.ApprovedWrite.GetProposalId(), OperationId: st.WriteOperationID, Reason: cause.Error(),
-		}}},
-		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
-			From: reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, To: reinv1.RunStatus_RUN_STATUS_RUNNING, Reason: "write_refused",
-		}}})
+	next, err := e.commit(ctx, st, actor, []*reinv1.Event{{Payload: &reinv1.Event_WriteRefused{WriteRefused: &reinv1.WriteRefused{
+		ProposalId: st.ApprovedWrite.GetProposalId(), OperationId: st.WriteOperationID, Reason: cause.Error(),
+	}}}, {Actor: "harness", Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
+		From: reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, To: reinv1.RunStatus_RUN_STATUS_RUNNING, Reason: "write_refused",
+	}}}})
 	if err != nil {
 		return st, err
 	}
@@ -256,11 +289,11 @@ func (e *Engine) writeRefused(ctx context.Context, st runstate.State, actor stri
 // writeUnknown records that a write's outcome is unknown: the proposal
 // waits for a person again (approve sends it again with the same key).
 func (e *Engine) writeUnknown(ctx context.Context, st runstate.State, actor string, cause error) (runstate.State, error) {
-	next, err := e.appendEvents(ctx, st, actor, &reinv1.Event{Payload: &reinv1.Event_WriteOutcomeUnknown{WriteOutcomeUnknown: &reinv1.WriteOutcomeUnknown{
+	next, err := e.commit(ctx, st, actor, []*reinv1.Event{{Payload: &reinv1.Event_WriteOutcomeUnknown{WriteOutcomeUnknown: &reinv1.WriteOutcomeUnknown{
 		ProposalId: st.ApprovedWrite.GetProposalId(), OperationId: st.WriteOperationID,
 		Error: fmt.Sprintf("whether the write happened is unknown: %v; check the system of record for operation %s, then approve again (the same key is reused), reject, or cancel the run",
 			cause, st.WriteOperationID),
-	}}})
+	}}}})
 	if err != nil {
 		return st, err
 	}
@@ -276,10 +309,16 @@ func (e *Engine) SettleWrite(ctx context.Context, runID string) (runstate.State,
 	if err != nil {
 		return st, err
 	}
-	if st.Status != reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL || st.ApprovedWrite == nil || st.WriteOperationID == "" || st.Pending != nil {
+	if st.Status != reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL || !st.WriteInFlight() {
 		return st, nil
 	}
-	return e.commitWrite(ctx, st, errors.New("the process stopped between the write's dispatch and its receipt"))
+	return e.asDriver(ctx, runID, nil, func(ctx context.Context) (runstate.State, error) {
+		st, err := e.cfg.Store.Load(ctx, runID)
+		if err != nil || !st.WriteInFlight() {
+			return st, err
+		}
+		return e.commitWrite(ctx, st, errors.New("the process stopped between the write's dispatch and its receipt"))
+	})
 }
 
 // beforeDeadline refuses a person's action on a run whose deadline passed
@@ -289,31 +328,6 @@ func (e *Engine) beforeDeadline(st runstate.State) error {
 		return fmt.Errorf("%w: run %s's deadline %s has passed; it ends budget_exhausted", ErrNotWaiting, st.RunID, st.Deadline.Format(time.RFC3339))
 	}
 	return nil
-}
-
-// callIndex is the Call.Index of a proposal's tool call: how many calls to
-// its tool the run made before it.
-func (e *Engine) callIndex(ctx context.Context, runID string, p *reinv1.Proposal) (int, error) {
-	n := 0
-	for after := uint64(0); after < p.GetRunVersion(); {
-		evs, err := e.cfg.Store.Events(ctx, runID, after, eventPage)
-		if err != nil {
-			return 0, err
-		}
-		if len(evs) == 0 {
-			break
-		}
-		for _, ev := range evs {
-			if ev.GetSequence() > p.GetRunVersion() {
-				break
-			}
-			if ev.GetToolRequested().GetTool() == p.GetTool() {
-				n++
-			}
-		}
-		after = evs[len(evs)-1].GetSequence()
-	}
-	return max(n-1, 0), nil
 }
 
 func (e *Engine) executor() tools.Executor {

@@ -165,7 +165,7 @@ func TestDecisionAtExpiry(t *testing.T) {
 				t.Fatalf("run is %s with pending %v, want needs_approval", runstate.StatusName(paused.Status), paused.Pending)
 			}
 			setClock(clock, p.GetExpiresAt().AsTime().Add(-tc.before))
-			got, err := e.DecideApproval(testCtx(t), Decision{
+			got, err := e.DecideApproval(testCtx(t), Verdict{
 				RunID: paused.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(), Approve: true, Principal: "bob",
 			})
 			if !tc.ok {

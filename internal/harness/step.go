@@ -42,7 +42,7 @@ func (r *runner) step(ctx context.Context) error {
 		step = r.st.Steps
 	}
 	if !resumed {
-		if cc := r.tx.compaction(step); cc != nil {
+		if cc := r.transcript.compaction(step); cc != nil {
 			r.later(&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ContextCompacted{ContextCompacted: cc}})
 		}
 	}
@@ -52,9 +52,9 @@ func (r *runner) step(ctx context.Context) error {
 		Goal:       c.GetGoal(),
 		Inputs:     c.GetInputs(),
 		Tools:      c.GetTools(),
-		Transcript: r.tx.turns,
+		Transcript: r.transcript.turns,
 	}
-	input := r.tx.estimateTokens()
+	input := r.transcript.estimateTokens()
 	if tc, ok := r.model.(model.TokenCounter); ok {
 		n, err := tc.CountTokens(ctx, req)
 		if err == nil {
@@ -78,10 +78,10 @@ func (r *runner) step(ctx context.Context) error {
 	}
 
 	// 3. Call the model, recorded durably before it is sent.
-	carried, blobs := r.tx.newInput()
+	carried, blobs := r.transcript.newInput()
 	if err := r.commit(ctx, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ModelRequested{ModelRequested: &reinv1.ModelRequested{
 		Step:            req.Step,
-		InputHash:       r.tx.inputHash(),
+		InputHash:       r.transcript.inputHash(),
 		InputTokens:     input,
 		MaxOutputTokens: req.MaxOutputTokens,
 		Model:           c.GetModel().GetProvider() + "/" + c.GetModel().GetName(),
@@ -122,8 +122,9 @@ func (r *runner) step(ctx context.Context) error {
 	if usage == nil {
 		usage = &reinv1.Usage{}
 	}
+	price, _ := r.price()
 	returned := &reinv1.Event{Actor: "model", Payload: &reinv1.Event_ModelReturned{ModelReturned: &reinv1.ModelReturned{
-		Decision: reply.Decision, Usage: usage, CostUsd: r.price.Cost(usage.GetInputTokens(), usage.GetOutputTokens()),
+		Decision: reply.Decision, Usage: usage, CostUsd: price.Cost(usage.GetInputTokens(), usage.GetOutputTokens()),
 	}}}
 
 	// 4. Parse: a reply that is not a valid decision is an observation.
@@ -219,7 +220,7 @@ func (r *runner) route(ctx context.Context, call *reinv1.ToolCall, returned *rei
 // effects, so a call left open by a crash is run again the same way.
 func (r *runner) runCall(ctx context.Context, call *reinv1.ToolCall, tier reinv1.ToolTier) error {
 	tc := tools.Call{RunID: r.st.RunID, CallID: call.GetCallId(), Tool: call.GetTool(), Args: call.GetArguments(),
-		Index: r.toolIndex[call.GetTool()] - 1}
+		Index: int(r.st.CallsByTool[call.GetTool()]) - 1}
 	tctx, cancel := context.WithTimeout(ctx, r.e.cfg.ToolTimeout)
 	defer cancel()
 	if tier == reinv1.ToolTier_TOOL_TIER_WRITE {
@@ -299,7 +300,7 @@ var errInterrupted = errors.New("the call was interrupted because the run stoppe
 func (r *runner) later(ev *reinv1.Event) {
 	ev.RecordedAt = r.now
 	r.pending = append(r.pending, ev)
-	r.observe(ev)
+	r.transcript.observe(ev, r.st.Version+uint64(len(r.pending)))
 }
 
 // toolResult is the tool_returned observation of a call, cut to the

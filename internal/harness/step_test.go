@@ -87,12 +87,12 @@ func TestStepCommits(t *testing.T) {
 	}
 	var nmu sync.Mutex
 	var notified []uint64
-	notify := func(_ string, v uint64) {
+	published := func(_ string, evs []*reinv1.Event) {
 		nmu.Lock()
 		defer nmu.Unlock()
-		notified = append(notified, v)
+		notified = append(notified, evs[len(evs)-1].GetSequence())
 	}
-	e := newEngine(t, Config{Store: &countingStore{Store: s, log: log}, Tools: ex, Models: spy.models(nil), Notify: notify})
+	e := newEngine(t, Config{Store: &countingStore{Store: s, log: log}, Tools: ex, Models: spy.models(nil), Published: published})
 	st, evs := runToRest(t, e, s, testContract(
 		callReply("search", "call-1", nil),
 		callReply("search", "call-2", nil),
@@ -140,11 +140,11 @@ func TestStepCommits(t *testing.T) {
 	nmu.Lock()
 	defer nmu.Unlock()
 	if len(notified) != 1+len(perStepAppends(got)) || notified[len(notified)-1] != st.Version {
-		t.Errorf("Notify heard versions %v; want one per durable write, ending at %d", notified, st.Version)
+		t.Errorf("Published heard versions %v; want one per durable write, ending at %d", notified, st.Version)
 	}
 	for i := 1; i < len(notified); i++ {
 		if notified[i] <= notified[i-1] {
-			t.Errorf("Notify heard version %d after %d", notified[i], notified[i-1])
+			t.Errorf("Published heard version %d after %d", notified[i], notified[i-1])
 		}
 	}
 	for _, msg := range durable {

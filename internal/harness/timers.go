@@ -92,7 +92,7 @@ func (e *Engine) Expire(ctx context.Context, runID string) {
 			e.Arm(st)
 			return
 		}
-		_, err = e.appendEvents(ctx, st, "harness", evs...)
+		_, err = e.commit(ctx, st, "harness", evs)
 		if err == nil || !errors.Is(err, store.ErrConflict) {
 			if err != nil {
 				e.cfg.Logger.Error("expire paused run", "run_id", runID, "error", err)

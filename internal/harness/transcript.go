@@ -14,7 +14,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
-	"github.com/reinhq/rein/internal/pricing"
+	"github.com/reinhq/rein/internal/runstate"
 )
 
 // promptVersion names the way rein lays a run out for a model; it changes
@@ -303,43 +303,29 @@ func summaryText(items []*reinv1.ContextItem, budget int) string {
 	return b.String()
 }
 
-// observe updates the runner's view of the run with one committed event:
-// the transcript and the per-tool call counts.
-func (r *runner) observe(ev *reinv1.Event) {
-	// A kept event (later) has no sequence yet: it is the last pending one.
-	seq := ev.GetSequence()
-	if seq == 0 {
-		seq = r.st.Version + uint64(len(r.pending))
-	}
+// observe turns one event of the run, at sequence seq, into what the
+// model reads of it: a turn (a decision, or an observation labelled with its
+// source), a compaction, or nothing. It derives no state: what the step
+// loop needs of the log besides the turns is folded by runstate.
+func (t *transcript) observe(ev *reinv1.Event, seq uint64) {
 	obs := func(source, callID, text string) {
-		r.tx.add(model.Turn{Observation: &model.Observation{Source: source, CallID: callID, Text: text}}, seq)
+		t.add(model.Turn{Observation: &model.Observation{Source: source, CallID: callID, Text: text}}, seq)
 	}
 	switch p := ev.GetPayload().(type) {
 	case *reinv1.Event_ContextCompacted:
-		r.tx.compact(p.ContextCompacted)
+		t.compact(p.ContextCompacted)
 	case *reinv1.Event_ModelRequested:
-		r.tx.requested()
-		// A server restarted without the run's price keeps the one its
-		// calls were priced at.
-		if p := p.ModelRequested.GetPrice(); p != nil && (!r.priced || r.priceFromLog) {
-			r.price, r.priced, r.priceFromLog = pricing.Price{InputPerMTok: p.GetInputPerMtok(), OutputPerMTok: p.GetOutputPerMtok()}, true, true
-		}
+		t.requested()
 	case *reinv1.Event_ModelReturned:
 		if d := p.ModelReturned.GetDecision(); d != nil && d.GetAction() != nil {
-			r.tx.add(model.Turn{Decision: d}, seq)
+			t.add(model.Turn{Decision: d}, seq)
 		}
 	case *reinv1.Event_DecisionRejected:
 		obs("harness", "", "Your reply was not a valid decision and nothing ran: "+p.DecisionRejected.GetError()+
 			". Reply with exactly one tool call, a final answer, or a question for a person.")
 	case *reinv1.Event_ToolRefused:
 		obs("harness", p.ToolRefused.GetCallId(), p.ToolRefused.GetReason())
-	case *reinv1.Event_ToolRequested:
-		r.toolIndex[p.ToolRequested.GetTool()]++
-		r.openCall = p.ToolRequested
-	case *reinv1.Event_ApprovalRequested:
-		r.openCall = nil
 	case *reinv1.Event_ToolReturned:
-		r.openCall = nil
 		tr := p.ToolReturned
 		text := tr.GetError()
 		if text != "" {
@@ -359,23 +345,13 @@ func (r *runner) observe(ev *reinv1.Event) {
 			obs("person", "", "The proposed write was rejected and did not happen. Reason: "+p.ApprovalDecided.GetReason())
 		}
 	case *reinv1.Event_ChecksCompleted:
-		key := checksKey(p.ChecksCompleted)
-		switch {
-		case key == "":
-			r.lastChecks, r.sameChecks = "", 0
-		case key == r.lastChecks:
-			r.sameChecks++
-		default:
-			r.lastChecks, r.sameChecks = key, 1
-		}
-		if key != "" {
+		if runstate.ChecksHash(p.ChecksCompleted) != "" {
 			obs("harness", "", checksText(p.ChecksCompleted))
 		}
 	case *reinv1.Event_WriteRefused:
 		obs("harness", "", "The approved write was refused by its tool and nothing was written: "+p.WriteRefused.GetReason()+
 			". Read the current state and propose the write again if it is still needed.")
 	case *reinv1.Event_WriteCommitted:
-		r.lastChecks, r.sameChecks = "", 0
 		obs("harness", "", "The approved write was committed. Receipt: "+valueText(p.WriteCommitted.GetReceipt()))
 	}
 }

@@ -85,11 +85,13 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 	}
 	l := newRunLog(recorded)
 	eng := harness.NewSync(harness.Config{
-		Store:    l,
-		Models:   func(*reinv1.ModelSpec) (model.Model, error) { return rec, nil },
-		Tools:    rec,
-		Clock:    rec.clock,
-		Notify:   func(_ string, version uint64) { rec.version = version },
+		Store:  l,
+		Models: func(*reinv1.ModelSpec) (model.Model, error) { return rec, nil },
+		Tools:  rec,
+		Clock:  rec.clock,
+		Published: func(_ string, evs []*reinv1.Event) {
+			rec.version = evs[len(evs)-1].GetSequence()
+		},
 		NewID:    rec.newID,
 		NoTimers: true,
 		Tier:     o.Tier,
@@ -141,7 +143,7 @@ func act(ctx context.Context, eng *harness.Engine, cur runstate.State, next *rei
 		_, err = eng.ProvideInput(ctx, cur.RunID, p.InputProvided.GetText(), who)
 	case *reinv1.Event_ApprovalDecided:
 		d := p.ApprovalDecided
-		_, err = eng.DecideApproval(ctx, harness.Decision{
+		_, err = eng.DecideApproval(ctx, harness.Verdict{
 			RunID: cur.RunID, ProposalID: d.GetProposalId(), ProposalHash: cur.Pending.GetProposal().GetHash(),
 			Approve: d.GetApproved(), Reason: d.GetReason(), EndRun: d.GetEndRun(), Principal: who,
 		})
@@ -228,7 +230,7 @@ func (r *recording) check() error {
 
 // clock is the recorded time of the next event the harness will stamp: the
 // next stored event's, skipping a tool result the harness carries over from
-// the step before (it keeps that step's time). The engine's Notify keeps the
+// the step before (it keeps that step's time). The engine's Published keeps the
 // stored version.
 func (r *recording) clock() time.Time {
 	v := r.version

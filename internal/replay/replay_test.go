@@ -181,7 +181,7 @@ func record(t *testing.T) {
 	approve := func(yes, end bool) person {
 		return func(ctx context.Context, e *harness.Engine, _ *fakeClock, st runstate.State) error {
 			p := st.Pending.GetProposal()
-			_, err := e.DecideApproval(ctx, harness.Decision{RunID: st.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(),
+			_, err := e.DecideApproval(ctx, harness.Verdict{RunID: st.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(),
 				Approve: yes, Reason: "reviewed", EndRun: end, Principal: "bob"})
 			return err
 		}

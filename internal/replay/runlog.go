@@ -95,6 +95,14 @@ func (l *runLog) Load(_ context.Context, runID string) (runstate.State, error) {
 	return l.st, l.has(runID)
 }
 
+// List implements harness.Store: the log's one run, when it passes f.
+func (l *runLog) List(_ context.Context, f store.Filter) (store.Page, error) {
+	if l.st.Version == 0 || !f.Matches(l.st) {
+		return store.Page{}, nil
+	}
+	return store.Page{Runs: []runstate.State{l.st}}, nil
+}
+
 // Events implements harness.Store. The slice is the log's own, capped so
 // that an append to it cannot reach the log.
 func (l *runLog) Events(_ context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error) {

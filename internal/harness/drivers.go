@@ -1,0 +1,181 @@
+package harness
+
+import (
+	"context"
+	"errors"
+
+	"github.com/reinhq/rein/internal/runstate"
+)
+
+// The registry of driven runs: a run that anything of the engine is working
+// on (stepping it, committing a person's approved write) has one driver, a
+// goroutine registered in Engine.active until it leaves. Cancel stops a
+// run's driver and waits for it; Shutdown and Close wait for all of them.
+// So no work on a run happens outside the registry, where a cancel, a
+// shutdown or another owner's takeover would not see it.
+
+type driver struct {
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+	// again is set when the run is scheduled while this driver is
+	// finishing: it drives once more before it leaves (guarded by
+	// Engine.mu), so a run resumed by a person just as its driver paused is
+	// never left running with no driver.
+	again bool
+}
+
+// ErrShuttingDown refuses work on an engine that is shutting down. The
+// server answers it with Unavailable.
+var ErrShuttingDown = errors.New("the server is shutting down")
+
+// schedule makes sure a running run is driven: it starts a driver, or has
+// the one the run has drive once more.
+func (e *Engine) schedule(runID string) {
+	_, _ = e.launch(runID, nil)
+}
+
+// launch starts a driver for runID that calls first (if not nil) and then
+// steps the run while it is running. When the run has a driver already,
+// launch returns it and starts none: without first, that driver drives once
+// more; with first, the caller waits for it to leave and tries again.
+func (e *Engine) launch(runID string, first func(context.Context)) (*driver, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, ErrShuttingDown
+	}
+	if d := e.active[runID]; d != nil {
+		if first == nil {
+			d.again = true
+		}
+		return d, nil
+	}
+	if e.stepped {
+		// DriveSync steps the run; there is no driver to start.
+		return nil, nil
+	}
+	ctx, cancel := context.WithCancelCause(e.base)
+	d := &driver{cancel: cancel, done: make(chan struct{})}
+	e.active[runID] = d
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer func() {
+			cancel(nil)
+			close(d.done)
+		}()
+		if first != nil {
+			first(ctx)
+		}
+		for {
+			e.driveSlot(ctx, runID)
+			if st, err := e.cfg.Store.Load(e.base, runID); err == nil {
+				e.Arm(st) // a run that paused keeps its deadlines
+			}
+			e.mu.Lock()
+			if !d.again || ctx.Err() != nil {
+				delete(e.active, runID)
+				e.mu.Unlock()
+				return
+			}
+			d.again = false
+			e.mu.Unlock()
+		}
+	}()
+	return nil, nil
+}
+
+// driveSlot drives the run in one of the engine's Workers slots.
+func (e *Engine) driveSlot(ctx context.Context, runID string) {
+	select {
+	case e.sem <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-e.sem }()
+	if err := e.drive(ctx, runID); err != nil {
+		e.cfg.Logger.Error("run stopped", "run_id", runID, "error", err)
+	}
+}
+
+// asDriver runs job as the run's driver, registered like any other (a
+// cancel waits for it, a shutdown too), and then steps the run if job left
+// it running. It returns job's result. When the run has a driver already,
+// asDriver waits for it to leave and tries again; check, when not nil, is
+// asked after each wait, and its error is returned at once (the run is no
+// longer waiting for job). A synchronous engine runs job on the caller's
+// goroutine.
+func (e *Engine) asDriver(ctx context.Context, runID string, check func(context.Context) error, job func(context.Context) (runstate.State, error)) (runstate.State, error) {
+	if e.stepped {
+		return job(ctx)
+	}
+	type result struct {
+		st  runstate.State
+		err error
+	}
+	res := make(chan result, 1)
+	first := func(ctx context.Context) {
+		st, err := job(ctx)
+		res <- result{st, err}
+	}
+	for {
+		d, err := e.launch(runID, first)
+		if err != nil {
+			return runstate.State{}, err
+		}
+		if d == nil {
+			break
+		}
+		// The run's driver is leaving (the run paused): wait for it.
+		select {
+		case <-d.done:
+		case <-ctx.Done():
+			return runstate.State{}, ctx.Err()
+		}
+		if check != nil {
+			if err := check(ctx); err != nil {
+				return runstate.State{}, err
+			}
+		}
+	}
+	select {
+	case r := <-res:
+		return r.st, r.err
+	case <-ctx.Done():
+		// The job goes on as the run's driver; its outcome is in the log.
+		return runstate.State{}, ctx.Err()
+	}
+}
+
+// stop cancels the run's driver, if any, and waits for it to exit.
+func (e *Engine) stop(ctx context.Context, runID string) error {
+	e.mu.Lock()
+	d := e.active[runID]
+	e.mu.Unlock()
+	if d == nil {
+		return nil
+	}
+	d.cancel(errCancelled)
+	select {
+	case <-d.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Wait blocks until the run has no driver: it paused, ended, or was stopped.
+func (e *Engine) Wait(ctx context.Context, runID string) error {
+	e.mu.Lock()
+	d := e.active[runID]
+	e.mu.Unlock()
+	if d == nil {
+		return nil
+	}
+	select {
+	case <-d.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
