@@ -114,7 +114,7 @@ func TestExampleRun(t *testing.T) {
 				t.Fatalf("%d refunds stored before the approval, want none", n)
 			}
 
-			if _, err := e.DecideApproval(ctx, harness.Decision{RunID: run.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(),
+			if _, err := e.DecideApproval(ctx, harness.Verdict{RunID: run.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(),
 				Approve: approve, Reason: "checked", Principal: "bob"}); err != nil {
 				t.Fatalf("DecideApproval: %v", err)
 			}

@@ -150,7 +150,7 @@ func TestWriteGrantWaitsDespiteReadOnlyHint(t *testing.T) {
 
 		// The twin: approval runs it, once.
 		ctx := testCtx(t)
-		if _, err := e.DecideApproval(ctx, harness.Decision{RunID: st.RunID, ProposalID: p.GetProposalId(),
+		if _, err := e.DecideApproval(ctx, harness.Verdict{RunID: st.RunID, ProposalID: p.GetProposalId(),
 			ProposalHash: p.GetHash(), Approve: true, Principal: "bob"}); err != nil {
 			t.Fatalf("DecideApproval: %v", err)
 		}

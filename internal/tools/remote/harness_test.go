@@ -169,7 +169,7 @@ func (r *rig) rest(runID string) runstate.State {
 // approve approves the run's pending proposal, as bob.
 func (r *rig) approve(st runstate.State) (runstate.State, error) {
 	p := st.Pending.GetProposal()
-	return r.engine.DecideApproval(r.ctx, harness.Decision{
+	return r.engine.DecideApproval(r.ctx, harness.Verdict{
 		RunID: st.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(), Approve: true, Principal: "bob",
 	})
 }
