@@ -63,6 +63,7 @@ func runIDOf(req any) string {
 // panicking call is logged with its code too), recovery, auth, validation,
 // rate limit.
 func chain(log *slog.Logger, a *authenticator, limit *limiter) []grpc.ServerOption {
+	codec := newRequestCodec()
 	validator, err := protovalidate.New()
 	if err != nil {
 		panic(fmt.Sprintf("server: protovalidate: %v", err))
@@ -84,13 +85,16 @@ func chain(log *slog.Logger, a *authenticator, limit *limiter) []grpc.ServerOpti
 		return status.Error(codes.Internal, "internal error; the server log has the details")
 	})
 	return []grpc.ServerOption{
+		grpc.ForceServerCodecV2(codec),
 		grpc.ChainUnaryInterceptor(
+			codec.takeUndecodable,
 			func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 				return h(context.WithValue(ctx, callInfoKey{}, &callInfo{runID: runIDOf(req)}), req)
 			},
 			logging.UnaryServerInterceptor(logger, logOpts...),
 			recovery.UnaryServerInterceptor(recoverer),
 			auth.UnaryServerInterceptor(a.authenticate),
+			undecodableUnary,
 			func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 				resp, err := pvmw.UnaryServerInterceptor(validator)(ctx, req, info, h)
 				return resp, withBadRequest(err)
@@ -105,6 +109,7 @@ func chain(log *slog.Logger, a *authenticator, limit *limiter) []grpc.ServerOpti
 			logging.StreamServerInterceptor(logger, logOpts...),
 			recovery.StreamServerInterceptor(recoverer),
 			auth.StreamServerInterceptor(a.authenticate),
+			codec.undecodableStream,
 			func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 				// The middleware validates in its stream's RecvMsg; wrap that
 				// stream so its errors gain the BadRequest detail.
