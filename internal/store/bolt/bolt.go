@@ -250,14 +250,14 @@ func (s *Store) Import(ctx context.Context, events []*reinv1.Event, blobs map[st
 	res, err := s.submit(ctx, &writeReq{create: true, runID: runID, events: events, encoded: encoded, created: st, blobs: blobs})
 	switch {
 	case errors.Is(err, store.ErrConflict):
-		return runstate.State{}, fmt.Errorf("import run %s: a run with that ID is already stored: %w", runID, store.ErrExists)
+		return runstate.State{}, fmt.Errorf("import run %s: %w under that ID", runID, store.ErrExists)
 	case err != nil:
 		return runstate.State{}, err
 	case !res.created && res.state.RunID == runID:
-		return runstate.State{}, fmt.Errorf("import run %s: a run with that ID is already stored: %w", runID, store.ErrExists)
+		return runstate.State{}, fmt.Errorf("import run %s: %w under that ID", runID, store.ErrExists)
 	case !res.created:
-		return runstate.State{}, fmt.Errorf("import run %s: its request ID %q is run %s's in tenant %q: %w",
-			runID, st.RequestID, res.state.RunID, st.Tenant, store.ErrExists)
+		return runstate.State{}, fmt.Errorf("import run %s: %w with its request ID %q in tenant %q: run %s",
+			runID, store.ErrExists, st.RequestID, st.Tenant, res.state.RunID)
 	}
 	return res.state, nil
 }

@@ -155,12 +155,12 @@ func (s *Store) Import(ctx context.Context, events []*reinv1.Event, blobs map[st
 		return runstate.State{}, closedErr("write run " + runID)
 	}
 	if _, ok := d.runs[runID]; ok {
-		return runstate.State{}, fmt.Errorf("import run %s: a run with that ID is already stored: %w", runID, store.ErrExists)
+		return runstate.State{}, fmt.Errorf("import run %s: %w under that ID", runID, store.ErrExists)
 	}
 	rk := requestKey{st.Tenant, st.RequestID}
 	if id, ok := d.requests[rk]; ok && st.RequestID != "" {
-		return runstate.State{}, fmt.Errorf("import run %s: its request ID %q is run %s's in tenant %q: %w",
-			runID, st.RequestID, id, st.Tenant, store.ErrExists)
+		return runstate.State{}, fmt.Errorf("import run %s: %w with its request ID %q in tenant %q: run %s",
+			runID, store.ErrExists, st.RequestID, st.Tenant, id)
 	}
 	d.runs[runID] = &run{state: st, events: evs}
 	i, _ := slices.BinarySearch(d.ids, runID)
