@@ -320,10 +320,11 @@ func TestImportRefusals(t *testing.T) {
 	t.Parallel()
 	_, _, file := exportRun(t, "invoice", 0)
 
-	// Import writes a store file: with --server there is none to write.
+	// With --server the run goes to the server: none there is unavailable,
+	// and the --db store is not made.
 	db := newDB(t)
-	r := cli(t, "import", file, "--server", "127.0.0.1:1", "--db", db).mustExit(t, 2)
-	mustContain(t, "stderr", r.stderr, "--db")
+	r := cli(t, "import", file, "--server", "127.0.0.1:1", "--db", db).mustExit(t, 5)
+	mustContain(t, "stderr", r.stderr, "Unavailable")
 	mustNotExist(t, db)
 
 	// A file that is not there, or a directory, is not an export.
@@ -341,6 +342,39 @@ func TestImportRefusals(t *testing.T) {
 
 	// The twin: the same file goes into a new store.
 	cli(t, "import", file, "--db", db).mustExit(t, 0)
+}
+
+// TestImportKeepsTenant: the run keeps its tenant, which must be the
+// caller's: on the embedded server, the local admin's ("default"). A run of
+// another tenant is refused and nothing is stored.
+func TestImportKeepsTenant(t *testing.T) {
+	t.Parallel()
+	_, runID, file := exportRun(t, "invoice", 0)
+	x := readExport(t, file)
+	if got := x.GetEvents()[0].GetRunStarted().GetTenant(); got != "default" {
+		t.Fatalf("an embedded run's tenant is %q, want default", got)
+	}
+	x.GetEvents()[0].GetRunStarted().Tenant = "acme"
+	var buf bytes.Buffer
+	if err := export.Write(&buf, x); err != nil {
+		t.Fatal(err)
+	}
+	acme := writeFile(t, "acme.rein", buf.String())
+	db := newDB(t)
+	r := cli(t, "import", acme, "--db", db).mustExit(t, 4)
+	mustContain(t, "stderr", r.stderr, runID, `tenant "acme"`, "PermissionDenied")
+	if r.stdout != "" {
+		t.Errorf("a refused import printed %q", r.stdout)
+	}
+	if runs := decodeListJSON(t, cli(t, "list", "--json", "--db", db).mustExit(t, 0).stdout); len(runs) != 0 {
+		t.Errorf("a refused import stored %v", runs)
+	}
+
+	// The twin: the run as exported, in the caller's tenant, is taken.
+	imported := decodeOne(t, cli(t, "import", file, "--json", "--db", db).mustExit(t, 0).stdout)
+	if imported["run_id"] != runID {
+		t.Errorf("import printed %v, want run %s", imported, runID)
+	}
 }
 
 func TestExportHelpWritesNothing(t *testing.T) {

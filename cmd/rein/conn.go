@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -46,6 +47,10 @@ func connect(ctx context.Context, e *env, s *setup) (*conn, error) {
 	return &conn{Client: c, runs: c.Runs, remote: true, close: func() { _ = c.Close() }}, nil
 }
 
+// embeddedMaxRecv is the embedded server's largest request: its one caller
+// is this process, and `rein import` sends a whole export file in one.
+const embeddedMaxRecv = math.MaxInt32
+
 // embedded starts rein in this process on the bbolt file at db and connects
 // to it through the generated client over an in-memory gRPC connection, so
 // the CLI runs the same service code, interceptors included, as a remote
@@ -54,7 +59,7 @@ func embedded(ctx context.Context, db string, s *setup) (*conn, error) {
 	if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
 		return nil, &exitErr{code: exitError, err: fmt.Errorf("create the directory for --db %s: %w", db, err)}
 	}
-	cfg := server.Config{DBPath: db, Models: models}
+	cfg := server.Config{DBPath: db, Models: models, MaxRecvBytes: embeddedMaxRecv}
 	if s != nil {
 		cfg.Tools, cfg.Workspace, cfg.Prices = s.executor, s.workspace, s.prices
 		if s.models != nil {
