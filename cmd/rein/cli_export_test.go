@@ -221,12 +221,15 @@ func TestImportExportBlobs(t *testing.T) {
 	t.Parallel()
 	_, runID, file := exportRun(t, "invoice", 0)
 	x := readExport(t, file)
+	// Over 4 MiB in all, more than one GetBlobs answer holds: the embedded
+	// server takes the import whole, and export asks it for the rest.
 	goal, big := []byte("the goal, as the model read it"), bytes.Repeat([]byte("a tool's long output "), 1<<17)
-	x.Blobs = map[string][]byte{store.BlobHash(goal): goal, store.BlobHash(big): big}
+	big2 := bytes.Repeat([]byte("another long output "), 1<<17)
+	x.Blobs = map[string][]byte{store.BlobHash(goal): goal, store.BlobHash(big): big, store.BlobHash(big2): big2}
 	refs := 0
 	for _, ev := range x.GetEvents() {
 		if mr := ev.GetModelRequested(); mr != nil {
-			mr.InputBlobs = []string{store.BlobHash(goal), store.BlobHash(big)}
+			mr.InputBlobs = []string{store.BlobHash(goal), store.BlobHash(big), store.BlobHash(big2)}
 			refs++
 		}
 	}

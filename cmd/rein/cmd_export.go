@@ -45,10 +45,7 @@ Without -o the file goes to stdout; with -o it is written atomically, mode 0600.
 			if err != nil {
 				return err
 			}
-			blobs := cn.blobs
-			if blobs == nil {
-				blobs = &serverBlobs{runs: cn.runs, runID: args[0], refs: export.BlobRefs(evs)}
-			}
+			blobs := &serverBlobs{runs: cn.runs, runID: args[0], refs: export.BlobRefs(evs)}
 			x, err := export.New(ctx, args[0], evs, blobs)
 			if err != nil {
 				return err
@@ -205,8 +202,9 @@ func fileEvents(path string, after uint64) ([]*reinv1.Event, error) {
 	return evs, nil
 }
 
-// serverBlobs reads a run's blobs from a rein server through GetBlobs, as
-// many a call as the server sends, asking for the ones it left out.
+// serverBlobs reads a run's blobs from a rein server, embedded or not,
+// through GetBlobs, as many a call as the server sends, asking for the ones
+// it left out.
 type serverBlobs struct {
 	runs  reinv1.RunServiceClient
 	runID string
