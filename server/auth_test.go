@@ -211,6 +211,17 @@ var rpcCases = map[string]rpcCase{
 		_, err := c.ProvideInput(ctx, &reinv1.ProvideInputRequest{RunId: runID, Text: "the blue one"}, opts...)
 		return err
 	}},
+	// A copy of the run under a new ID and request ID: an import of it is
+	// taken. Another tenant's run is refused by tenant, not by run, so the
+	// case names none.
+	"ImportRun": {ok: codes.OK, call: func(ctx context.Context, c reinv1.RunServiceClient, runID string, opts ...grpc.CallOption) error {
+		x, err := copyExport(ctx, c, runID)
+		if err != nil {
+			return err
+		}
+		_, err = c.ImportRun(ctx, &reinv1.ImportRunRequest{Export: x}, opts...)
+		return err
+	}},
 	"DecideApproval": {namesRun: true, ok: codes.FailedPrecondition, call: func(ctx context.Context, c reinv1.RunServiceClient, runID string, opts ...grpc.CallOption) error {
 		_, err := c.DecideApproval(ctx, &reinv1.DecideApprovalRequest{
 			RunId: runID, ProposalId: "p1", ProposalHash: "h1", Verdict: reinv1.ApprovalVerdict_APPROVAL_VERDICT_APPROVE,

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/reinhq/rein/internal/export"
 	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
@@ -29,6 +30,10 @@ func toStatus(log *slog.Logger, method string, err error) error {
 	switch {
 	case errors.As(err, &fe):
 		return invalidArgument(fe.Field, fe.Description)
+	case errors.Is(err, export.ErrInvalid), errors.Is(err, export.ErrVersion):
+		return invalidArgument("export", err.Error())
+	case errors.Is(err, store.ErrExists):
+		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, store.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrFenced), errors.Is(err, runstate.ErrSequence):

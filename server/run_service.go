@@ -37,6 +37,9 @@ type runService struct {
 	store  store.Store
 	hub    *Hub
 	log    *slog.Logger
+	// resume: the server carries on the runs it stores (rein serve), so an
+	// imported run that has not ended is carried on too.
+	resume bool
 	// done is closed when the server shuts down: watch streams end with
 	// Unavailable, and the client resumes from the last sequence it saw.
 	done <-chan struct{}
@@ -254,6 +257,33 @@ func (s *runService) DecideApproval(ctx context.Context, req *reinv1.DecideAppro
 		return nil, toStatus(s.log, "DecideApproval", err)
 	}
 	return &reinv1.DecideApprovalResponse{Run: st.Proto(true)}, nil
+}
+
+// ImportRun stores an exported run, checked whole as an export file is
+// (export.Check), in the caller's tenant: all of it or nothing. Only the
+// blobs its events reference are stored, as GetBlobs serves only those. A
+// server that resumes runs carries an imported run on at once.
+func (s *runService) ImportRun(ctx context.Context, req *reinv1.ImportRunRequest) (*reinv1.ImportRunResponse, error) {
+	x := req.GetExport()
+	if err := export.Check(x); err != nil {
+		return nil, toStatus(s.log, "ImportRun", err)
+	}
+	callInfoFrom(ctx).set(func(c *callInfo) { c.runID = x.GetRunId() })
+	id := s.identity(ctx)
+	if tenant := x.GetEvents()[0].GetRunStarted().GetTenant(); tenant != id.Tenant {
+		return nil, status.Errorf(codes.PermissionDenied, "run %s belongs to tenant %q: principal %q may import only runs of its own tenant, %q",
+			x.GetRunId(), tenant, id.ID, id.Tenant)
+	}
+	refs := export.BlobRefs(x.GetEvents())
+	blobs := make(map[string][]byte, len(refs))
+	for _, h := range refs {
+		blobs[h] = x.GetBlobs()[h] // Check found every one
+	}
+	st, err := s.engine.Import(ctx, x.GetEvents(), blobs, s.resume)
+	if err != nil {
+		return nil, toStatus(s.log, "ImportRun", err)
+	}
+	return &reinv1.ImportRunResponse{Run: st.Proto(true)}, nil
 }
 
 func pageSize(n, def, max int32) (int, error) {

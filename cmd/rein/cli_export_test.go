@@ -221,12 +221,15 @@ func TestImportExportBlobs(t *testing.T) {
 	t.Parallel()
 	_, runID, file := exportRun(t, "invoice", 0)
 	x := readExport(t, file)
+	// Over 4 MiB in all, more than one GetBlobs answer holds: the embedded
+	// server takes the import whole, and export asks it for the rest.
 	goal, big := []byte("the goal, as the model read it"), bytes.Repeat([]byte("a tool's long output "), 1<<17)
-	x.Blobs = map[string][]byte{store.BlobHash(goal): goal, store.BlobHash(big): big}
+	big2 := bytes.Repeat([]byte("another long output "), 1<<17)
+	x.Blobs = map[string][]byte{store.BlobHash(goal): goal, store.BlobHash(big): big, store.BlobHash(big2): big2}
 	refs := 0
 	for _, ev := range x.GetEvents() {
 		if mr := ev.GetModelRequested(); mr != nil {
-			mr.InputBlobs = []string{store.BlobHash(goal), store.BlobHash(big)}
+			mr.InputBlobs = []string{store.BlobHash(goal), store.BlobHash(big), store.BlobHash(big2)}
 			refs++
 		}
 	}
@@ -320,10 +323,11 @@ func TestImportRefusals(t *testing.T) {
 	t.Parallel()
 	_, _, file := exportRun(t, "invoice", 0)
 
-	// Import writes a store file: with --server there is none to write.
+	// With --server the run goes to the server: none there is unavailable,
+	// and the --db store is not made.
 	db := newDB(t)
-	r := cli(t, "import", file, "--server", "127.0.0.1:1", "--db", db).mustExit(t, 2)
-	mustContain(t, "stderr", r.stderr, "--db")
+	r := cli(t, "import", file, "--server", "127.0.0.1:1", "--db", db).mustExit(t, 5)
+	mustContain(t, "stderr", r.stderr, "Unavailable")
 	mustNotExist(t, db)
 
 	// A file that is not there, or a directory, is not an export.
@@ -341,6 +345,39 @@ func TestImportRefusals(t *testing.T) {
 
 	// The twin: the same file goes into a new store.
 	cli(t, "import", file, "--db", db).mustExit(t, 0)
+}
+
+// TestImportKeepsTenant: the run keeps its tenant, which must be the
+// caller's: on the embedded server, the local admin's ("default"). A run of
+// another tenant is refused and nothing is stored.
+func TestImportKeepsTenant(t *testing.T) {
+	t.Parallel()
+	_, runID, file := exportRun(t, "invoice", 0)
+	x := readExport(t, file)
+	if got := x.GetEvents()[0].GetRunStarted().GetTenant(); got != "default" {
+		t.Fatalf("an embedded run's tenant is %q, want default", got)
+	}
+	x.GetEvents()[0].GetRunStarted().Tenant = "acme"
+	var buf bytes.Buffer
+	if err := export.Write(&buf, x); err != nil {
+		t.Fatal(err)
+	}
+	acme := writeFile(t, "acme.rein", buf.String())
+	db := newDB(t)
+	r := cli(t, "import", acme, "--db", db).mustExit(t, 4)
+	mustContain(t, "stderr", r.stderr, runID, `tenant "acme"`, "PermissionDenied")
+	if r.stdout != "" {
+		t.Errorf("a refused import printed %q", r.stdout)
+	}
+	if runs := decodeListJSON(t, cli(t, "list", "--json", "--db", db).mustExit(t, 0).stdout); len(runs) != 0 {
+		t.Errorf("a refused import stored %v", runs)
+	}
+
+	// The twin: the run as exported, in the caller's tenant, is taken.
+	imported := decodeOne(t, cli(t, "import", file, "--json", "--db", db).mustExit(t, 0).stdout)
+	if imported["run_id"] != runID {
+		t.Errorf("import printed %v, want run %s", imported, runID)
+	}
 }
 
 func TestExportHelpWritesNothing(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/reinhq/rein/internal/auth"
 )
 
 // serveInProcess runs rein serve on a free loopback port until the test
@@ -56,4 +58,50 @@ func TestExportOverServerCarriesBlobs(t *testing.T) {
 	if r.code != exitNotFound {
 		t.Fatalf("export of a missing run: exit %d, want %d\n%s", r.code, exitNotFound, r.stderr)
 	}
+}
+
+// TestImportOverServer: rein import --server sends the run to the server
+// (ImportRun): it reads there as it did where it was exported; a run already
+// there, a caller who is not an admin of the run's tenant, and a file over
+// the server's largest request are refused, and nothing is stored.
+func TestImportOverServer(t *testing.T) {
+	db, runID, file := exportRun(t, "refund", exitPaused)
+	addr := serveInProcess(t, newDB(t))
+	r := cli(t, "import", file, "--server", addr, "--json").mustExit(t, exitOK)
+	mustContain(t, "stderr", r.stderr, runID, "server "+addr)
+	want := cli(t, "inspect", runID, "--db", db, "--json").mustExit(t, exitOK).stdout
+	if got := r.stdout; got != want {
+		t.Errorf("import --server printed\n%s\nwant the run's summary\n%s", got, want)
+	}
+	for _, args := range [][]string{{"inspect", "--json"}, {"events", "--json"}} {
+		src := cli(t, append([]string{args[0], runID, "--db", db}, args[1:]...)...).mustExit(t, exitOK)
+		dst := cli(t, append([]string{args[0], runID, "--server", addr}, args[1:]...)...).mustExit(t, exitOK)
+		sameOutput(t, strings.Join(args, " ")+" of the imported run", dst, src)
+	}
+	before := cli(t, "events", runID, "--server", addr, "--json").mustExit(t, exitOK).stdout
+	r = cli(t, "import", file, "--server", addr).mustExit(t, exitError)
+	mustContain(t, "stderr", r.stderr, runID, "already", "server "+addr, "nothing was imported")
+	if after := cli(t, "events", runID, "--server", addr, "--json").mustExit(t, exitOK).stdout; after != before {
+		t.Error("a refused import changed the run on the server")
+	}
+
+	// With tokens: an operator may not import, nor an admin of another
+	// tenant; an admin of the run's tenant may.
+	tokens := writeFile(t, "tokens.json", `{"principals": [
+		{"id": "op", "tenant": "default", "roles": ["operator"], "token_sha256": "`+auth.HashToken("op-token")+`"},
+		{"id": "other", "tenant": "acme", "roles": ["admin"], "token_sha256": "`+auth.HashToken("other-token")+`"},
+		{"id": "root", "tenant": "default", "roles": ["admin"], "token_sha256": "`+auth.HashToken("root-token")+`"}]}`)
+	secured := serveInProcess(t, newDB(t), "--tokens", tokens)
+	r = cli(t, "import", file, "--server", secured, "--token", "op-token").mustExit(t, exitDenied)
+	mustContain(t, "stderr", r.stderr, "admin")
+	r = cli(t, "import", file, "--server", secured, "--token", "other-token").mustExit(t, exitDenied)
+	mustContain(t, "stderr", r.stderr, `tenant "default"`)
+	cli(t, "inspect", runID, "--server", secured, "--token", "root-token").mustExit(t, exitNotFound)
+	cli(t, "import", file, "--server", secured, "--token", "root-token").mustExit(t, exitOK)
+
+	// A server that takes requests of 1 KiB at most.
+	small := serveInProcess(t, newDB(t), "--max-msg-bytes", "1024")
+	r = cli(t, "import", file, "--server", small).mustExit(t, exitError)
+	mustContain(t, "stderr", r.stderr, file, "larger than", "--max-msg-bytes")
+	cli(t, "inspect", runID, "--server", small).mustExit(t, exitNotFound)
 }

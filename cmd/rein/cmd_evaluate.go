@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/reinhq/rein/client"
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/evaluate"
 	"github.com/reinhq/rein/internal/pricing"
@@ -331,7 +332,7 @@ func (o *evaluateOptions) runCase(ctx context.Context, e *env, dir string, c eva
 // sharedTrial runs and grades a trial of a case without a workspace on the
 // case's server.
 func sharedTrial(ctx context.Context, cn *conn, c evalCase) (evaluate.Trial, error) {
-	obs, err := runTrial(ctx, cn.runs, c.contract)
+	obs, err := runTrial(ctx, cn.Client, c.contract)
 	if err != nil {
 		return evaluate.Trial{}, err
 	}
@@ -360,7 +361,7 @@ func workspaceTrial(ctx context.Context, dir string, c evalCase, prices *pricing
 	if err != nil {
 		return evaluate.Trial{}, err
 	}
-	obs, err := runTrial(ctx, cn.runs, c.contract)
+	obs, err := runTrial(ctx, cn.Client, c.contract)
 	cn.close()
 	if err != nil {
 		return evaluate.Trial{}, err
@@ -375,13 +376,14 @@ func workspaceTrial(ctx context.Context, dir string, c evalCase, prices *pricing
 // runTrial starts a run of contract, follows it until it pauses or ends, and
 // observes it from its state and its events. Wall time runs from StartRun to
 // the pause or end.
-func runTrial(ctx context.Context, runs reinv1.RunServiceClient, contract *reinv1.TaskContract) (evaluate.Observation, error) {
+func runTrial(ctx context.Context, c *client.Client, contract *reinv1.TaskContract) (evaluate.Observation, error) {
+	runs := c.Runs
 	start := time.Now()
 	resp, err := runs.StartRun(ctx, &reinv1.StartRunRequest{RequestId: randomID(), Contract: proto.Clone(contract).(*reinv1.TaskContract)})
 	if err != nil {
 		return evaluate.Observation{}, err
 	}
-	run, err := follow(ctx, io.Discard, runs, resp.GetRun().GetRunId(), 0)
+	run, err := follow(ctx, io.Discard, c, resp.GetRun().GetRunId(), 0)
 	if err != nil {
 		return evaluate.Observation{}, err
 	}

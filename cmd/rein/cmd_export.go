@@ -3,26 +3,23 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/export"
-	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
-	"github.com/reinhq/rein/internal/store/bolt"
 )
-
-// importPage is how many events one Append of `rein import` carries.
-const importPage = 1000
 
 type exportOptions struct {
 	out string
@@ -48,10 +45,7 @@ Without -o the file goes to stdout; with -o it is written atomically, mode 0600.
 			if err != nil {
 				return err
 			}
-			blobs := cn.blobs
-			if blobs == nil {
-				blobs = &serverBlobs{runs: cn.runs, runID: args[0], refs: export.BlobRefs(evs)}
-			}
+			blobs := &serverBlobs{runs: cn.runs, runID: args[0], refs: export.BlobRefs(evs)}
 			x, err := export.New(ctx, args[0], evs, blobs)
 			if err != nil {
 				return err
@@ -122,79 +116,55 @@ func buildVersion() string {
 func newImportCmd(e *env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "import FILE",
-		Short: "Load a run from an export file into the --db store",
+		Short: "Load a run from an export file into the --db store, or a --server",
 		Long: `Load the run an export file holds (written by rein export) into the embedded
-server's store, --db, and print its summary. The file is checked whole before the store
-is opened. A run that is already in the store is refused, and nothing changes.`,
+server's store, --db, or into a --server (ImportRun, which needs the admin role), and
+print its summary. The file is checked whole before the store is opened. The run keeps
+its tenant, which must be the caller's. A run that is already there is refused, and
+nothing changes.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if e.server != "" {
-				return usageError("import works on a --db file, not on a --server: run it where the server's database is, with the server stopped")
-			}
 			x, err := readExportFile(args[0])
 			if err != nil {
 				return err
 			}
-			st, err := importRun(cmd.Context(), e.db, x)
+			ctx := cmd.Context()
+			cn, err := connect(context.WithoutCancel(ctx), e, nil)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stderr, "rein: imported run %s (%d events) into %s\n", x.GetRunId(), len(x.GetEvents()), e.db)
-			return writeJSON(e.stdout, summarize(st.Proto(true)), !e.json)
+			defer cn.close()
+			where := "db " + e.db
+			if cn.remote {
+				where = "server " + e.server
+			}
+			resp, err := cn.runs.ImportRun(ctx, &reinv1.ImportRunRequest{Export: x})
+			if err != nil {
+				return importError(err, args[0], where)
+			}
+			fmt.Fprintf(e.stderr, "rein: imported run %s (%d events) into %s\n", x.GetRunId(), len(x.GetEvents()), where)
+			return writeJSON(e.stdout, summarize(resp.GetRun()), !e.json)
 		},
 	}
 }
 
-// importRun stores the run of x in the bbolt store at db: Create with its
-// run_started event, then Append the rest a page at a time, each page with
-// the blobs its events are the first to reference. A run already in the
-// store is refused before anything is written.
-func importRun(ctx context.Context, db string, x *reinv1.RunExport) (runstate.State, error) {
-	if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
-		return runstate.State{}, &exitErr{code: exitError, err: fmt.Errorf("create the directory for --db %s: %w", db, err)}
-	}
-	s, err := bolt.Open(db, bolt.Options{})
-	if err != nil {
-		return runstate.State{}, &exitErr{code: exitUnavailable, err: err}
-	}
-	defer s.Close()
-	runID := x.GetRunId()
-	exists := func() error {
-		return &exitErr{code: exitError, err: fmt.Errorf("run %s is already in %s; nothing was imported (inspect it with rein inspect %s, or import into another --db)", runID, db, runID)}
-	}
-	if _, err := s.Load(ctx, runID); err == nil {
-		return runstate.State{}, exists()
-	} else if !errors.Is(err, store.ErrNotFound) {
-		return runstate.State{}, err
-	}
-	evs := x.GetEvents()
-	st, created, err := s.Create(ctx, evs[0])
+// importError says what a refused ImportRun means for the file and where it
+// was sent: a run already there (exit 1), a file over the server's largest
+// request (exit 1); anything else as it is.
+func importError(err error, file, where string) error {
+	st, _ := status.FromError(err)
 	switch {
-	case errors.Is(err, store.ErrConflict):
-		return runstate.State{}, exists()
-	case err != nil:
-		return runstate.State{}, err
-	case !created:
-		return runstate.State{}, &exitErr{code: exitError, err: fmt.Errorf("run %s has request ID %q, which run %s in %s already has; nothing was imported",
-			runID, st.RequestID, st.RunID, db)}
-	}
-	sent := map[string]bool{}
-	for rest := evs[1:]; len(rest) > 0; {
-		page := rest[:min(len(rest), importPage)]
-		blobs := map[string][]byte{}
-		for _, hash := range export.BlobRefs(page) {
-			if !sent[hash] {
-				sent[hash] = true
-				blobs[hash] = x.GetBlobs()[hash] // Read checked that x carries it
-			}
+	case st.Code() == codes.AlreadyExists:
+		return &exitErr{code: exitError, err: fmt.Errorf("%s, in %s; nothing was imported (inspect the run there, or import into another --db)", st.Message(), where)}
+	case st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "larger than max"):
+		size := ""
+		if info, serr := os.Stat(file); serr == nil {
+			size = fmt.Sprintf(" (%d bytes)", info.Size())
 		}
-		if err := s.Append(ctx, runID, page[0].GetSequence()-1, page, store.WithBlobs(blobs)); err != nil {
-			return runstate.State{}, fmt.Errorf("import run %s: append events %d to %d: %w; the store holds the run up to event %d",
-				runID, page[0].GetSequence(), page[len(page)-1].GetSequence(), err, page[0].GetSequence()-1)
-		}
-		rest = rest[len(page):]
+		return &exitErr{code: exitError, err: fmt.Errorf("%s%s is larger than %s takes in one request (%s); nothing was imported: raise the server's rein serve --max-msg-bytes",
+			file, size, where, st.Message())}
 	}
-	return s.Load(ctx, runID)
+	return err
 }
 
 // isExportFile says whether a read command's argument names a file rather
@@ -232,8 +202,9 @@ func fileEvents(path string, after uint64) ([]*reinv1.Event, error) {
 	return evs, nil
 }
 
-// serverBlobs reads a run's blobs from a rein server through GetBlobs, as
-// many a call as the server sends, asking for the ones it left out.
+// serverBlobs reads a run's blobs from a rein server, embedded or not,
+// through GetBlobs, as many a call as the server sends, asking for the ones
+// it left out.
 type serverBlobs struct {
 	runs  reinv1.RunServiceClient
 	runID string

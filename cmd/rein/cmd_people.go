@@ -210,7 +210,7 @@ func newPendingCmd(e *env) *cobra.Command {
 // it had before, until it pauses or ends; it prints the summary and exits
 // with the run's code, as rein run does.
 func carryOn(ctx context.Context, e *env, cn *conn, runID string, after uint64) error {
-	run, err := follow(ctx, e.stderr, cn.runs, runID, after)
+	run, err := follow(ctx, e.stderr, cn.Client, runID, after)
 	if err != nil && ctx.Err() != nil {
 		run, err = cancelOnInterrupt(e.stderr, cn.runs, runID)
 	}

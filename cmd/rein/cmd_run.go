@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/reinhq/rein/client"
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
 )
@@ -104,7 +105,7 @@ func (o *runOptions) run(ctx context.Context, e *env, path string) error {
 		where = "server " + e.server
 	}
 	fmt.Fprintf(e.stderr, "rein: run %s started (%s)\n", runID, where)
-	run, err := follow(ctx, e.stderr, cn.runs, runID, 0)
+	run, err := follow(ctx, e.stderr, cn.Client, runID, 0)
 	if err != nil && ctx.Err() != nil {
 		run, err = cancelOnInterrupt(e.stderr, cn.runs, runID)
 	}
@@ -114,33 +115,29 @@ func (o *runOptions) run(ctx context.Context, e *env, path string) error {
 	return finish(e, run)
 }
 
+// errFollowed ends follow's Watch when the run pauses or ends.
+var errFollowed = errors.New("the run paused or ended")
+
 // follow prints each event of the run on w until the run pauses or ends, and
-// returns the run as it then stands.
-func follow(ctx context.Context, w io.Writer, runs reinv1.RunServiceClient, runID string, after uint64) (*reinv1.Run, error) {
-	stream, err := runs.WatchRun(ctx, &reinv1.WatchRunRequest{RunId: runID, AfterSequence: after})
-	if err != nil {
-		return nil, err
-	}
-	for {
-		resp, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		ev := resp.GetEvent()
+// returns the run as it then stands. It follows through client.Watch, so a
+// dropped stream is resumed from the last event printed.
+func follow(ctx context.Context, w io.Writer, c *client.Client, runID string, after uint64) (*reinv1.Run, error) {
+	err := c.Watch(ctx, runID, after, func(ev *reinv1.Event) error {
 		fmt.Fprintln(w, eventLine(ev))
 		if sc := ev.GetStatusChanged(); sc != nil && sc.GetTo() != reinv1.RunStatus_RUN_STATUS_RUNNING {
-			break
+			return errFollowed
 		}
 		// A write whose outcome is unknown leaves the run waiting for a
 		// person again, with no status change.
 		if ev.GetWriteOutcomeUnknown() != nil {
-			break
+			return errFollowed
 		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errFollowed) {
+		return nil, err
 	}
-	got, err := runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID})
+	got, err := c.Runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID})
 	if err != nil {
 		return nil, err
 	}

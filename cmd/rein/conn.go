@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 
@@ -13,7 +14,6 @@ import (
 
 	"github.com/reinhq/rein/client"
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/export"
 	"github.com/reinhq/rein/server"
 )
 
@@ -23,10 +23,7 @@ type conn struct {
 	runs reinv1.RunServiceClient
 	// remote is true for --server; false for the embedded server.
 	remote bool
-	// blobs reads the embedded server's store's blobs, for export; nil for
-	// --server, whose blobs export reads through GetBlobs.
-	blobs export.Blobs
-	close func()
+	close  func()
 }
 
 // connect returns a client of the --server, or of an embedded server over
@@ -45,6 +42,12 @@ func connect(ctx context.Context, e *env, s *setup) (*conn, error) {
 	return &conn{Client: c, runs: c.Runs, remote: true, close: func() { _ = c.Close() }}, nil
 }
 
+// embeddedMaxRecv is the largest message between the CLI and its embedded
+// server, either way: the server's one caller is this process, `rein
+// import` sends a whole export file in one request, and a GetBlobs answer
+// holds a blob whatever its size.
+const embeddedMaxRecv = math.MaxInt32
+
 // embedded starts rein in this process on the bbolt file at db and connects
 // to it through the generated client over an in-memory gRPC connection, so
 // the CLI runs the same service code, interceptors included, as a remote
@@ -54,7 +57,7 @@ func embedded(ctx context.Context, db string, s *setup) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := server.Config{Store: st, Models: models}
+	cfg := server.Config{Store: st, Models: models, MaxRecvBytes: embeddedMaxRecv}
 	if s != nil {
 		cfg.Tools, cfg.Workspace, cfg.Prices = s.executor, s.workspace, s.prices
 		if s.models != nil {
@@ -76,6 +79,7 @@ func embedded(ctx context.Context, db string, s *setup) (*conn, error) {
 	cc, err := grpc.NewClient("passthrough:///rein-embedded",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(embeddedMaxRecv)),
 	)
 	if err != nil {
 		node.Close()
@@ -85,7 +89,6 @@ func embedded(ctx context.Context, db string, s *setup) (*conn, error) {
 	return &conn{
 		Client: c,
 		runs:   c.Runs,
-		blobs:  node.Store,
 		close: func() {
 			_ = cc.Close()
 			node.Close()

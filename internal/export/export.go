@@ -13,7 +13,8 @@
 // from the zero state, whose run_id is its events', whose blobs are stored
 // under their SHA-256, and which carries every blob its events reference
 // (BlobRefs); anything else is refused with an error that names the file.
-// Write refuses to write what Read would refuse. New builds the RunExport
+// Write refuses to write what Read would refuse; Check applies Read's
+// checks to a RunExport that came another way. New builds the RunExport
 // of a stored run, its blobs included.
 package export
 
@@ -123,7 +124,7 @@ func eachRef(ev *reinv1.Event, fn func(hash string)) {
 // Write writes x to w in the export format. x must be of format Version and
 // hold a log that Read accepts; nothing is written otherwise.
 func Write(w io.Writer, x *reinv1.RunExport) error {
-	if err := check(x); err != nil {
+	if err := Check(x); err != nil {
 		return fmt.Errorf("export run %s: %w", x.GetRunId(), err)
 	}
 	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(x)
@@ -177,14 +178,17 @@ func Read(r io.Reader, name string) (*reinv1.RunExport, error) {
 	if err := proto.Unmarshal(body, x); err != nil {
 		return nil, fmt.Errorf("%s: %w: its contents do not parse (%v); export the run again", name, ErrInvalid, err)
 	}
-	if err := check(x); err != nil {
+	if err := Check(x); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return x, nil
 }
 
-// check says whether x is one whole run's log in format Version.
-func check(x *reinv1.RunExport) error {
+// Check says whether x is one whole run's log in format Version, as Read
+// checks a file's: a RunExport that did not come from a file (an ImportRun
+// request) is checked with it. Its errors wrap ErrInvalid or ErrVersion and
+// say what is wrong.
+func Check(x *reinv1.RunExport) error {
 	if v := x.GetFormatVersion(); v != Version {
 		if v == 0 {
 			return fmt.Errorf("%w: it has no format version; export the run again", ErrInvalid)

@@ -33,6 +33,7 @@ type Store interface {
 	Load(ctx context.Context, runID string) (runstate.State, error)
 	Events(ctx context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error)
 	List(ctx context.Context, f store.Filter) (store.Page, error)
+	Import(ctx context.Context, events []*reinv1.Event, blobs map[string][]byte) (runstate.State, error)
 }
 
 // Config configures an Engine. Store is required.

@@ -52,3 +52,20 @@ func (e *Engine) resumeOne(ctx context.Context, st runstate.State) {
 		e.cfg.Logger.Info("resumed run", "run_id", st.RunID, "version", st.Version)
 	}
 }
+
+// Import stores a whole run recorded elsewhere (an export file, checked by
+// the caller) with the blobs its events reference, all of it or nothing,
+// and publishes its events. With resume, the run is then carried on as
+// ResumeAll would at start (a server does; the CLI's embedded server, which
+// stops when the command ends, does not).
+func (e *Engine) Import(ctx context.Context, events []*reinv1.Event, blobs map[string][]byte, resume bool) (runstate.State, error) {
+	st, err := e.cfg.Store.Import(ctx, events, blobs)
+	if err != nil {
+		return st, err
+	}
+	e.cfg.Published(st.RunID, events)
+	if resume && !runstate.Terminal(st.Status) {
+		e.resumeOne(ctx, st)
+	}
+	return st, nil
+}

@@ -103,6 +103,11 @@ func (l *runLog) List(_ context.Context, f store.Filter) (store.Page, error) {
 	return store.Page{Runs: []runstate.State{l.st}}, nil
 }
 
+// Import implements harness.Store: a replay imports nothing.
+func (l *runLog) Import(context.Context, []*reinv1.Event, map[string][]byte) (runstate.State, error) {
+	return runstate.State{}, fmt.Errorf("%w: a replay imports no run", ErrUnsupported)
+}
+
 // Events implements harness.Store. The slice is the log's own, capped so
 // that an append to it cannot reach the log.
 func (l *runLog) Events(_ context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error) {

@@ -12,7 +12,8 @@
 // apart from the events, once each, under the SHA-256 of their content in
 // lower-case hex (BlobHash), and the events name them by that hash. An
 // Append writes the blobs it is given WithBlobs in the same transaction as
-// its events: a refused append stores no blob either. A blob is never
+// its events, and an Import those of the run it stores: a refused request
+// stores no blob either. A blob is never
 // rewritten or deleted.
 package store
 
@@ -47,6 +48,9 @@ var (
 	// ErrInvalidBlob: a blob given to Append is not keyed by its content's
 	// BlobHash, or a hash is not one (64 lower-case hex digits).
 	ErrInvalidBlob = errors.New("invalid blob")
+	// ErrExists: Import was given a run whose ID is already stored, or
+	// whose tenant already has a run with its request ID.
+	ErrExists = errors.New("run already stored")
 )
 
 // Store is an event store. It is safe for concurrent use.
@@ -63,6 +67,14 @@ type Store interface {
 	// Append returns nil. Blobs given WithBlobs are written with the events,
 	// or not at all.
 	Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...AppendOption) error
+	// Import stores a whole run recorded elsewhere (an export file): its
+	// events, run_started first with sequences 1, 2, 3, …, and blobs keyed
+	// by BlobHash, in one transaction, or nothing. The events are validated
+	// by folding them from the zero state (runstate.ApplyAll), and the blobs
+	// like Append's. A run ID already stored, or a request ID the run's
+	// tenant already used, is ErrExists. A creation is recorded as one
+	// status change, from unspecified to the status the events end in.
+	Import(ctx context.Context, events []*reinv1.Event, blobs map[string][]byte) (runstate.State, error)
 	// Acquire makes owner the run's owner and returns its lease epoch, one
 	// more than the last. Appends made WithEpoch an older epoch are refused
 	// (ErrFenced) in the same transaction that would write them.

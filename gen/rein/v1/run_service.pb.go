@@ -1416,11 +1416,104 @@ func (x *DecideApprovalResponse) GetRun() *Run {
 	return nil
 }
 
+// ImportRunRequest carries the run to import.
+type ImportRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run, as an export file holds it (without the file's magic line and
+	// checksum, which the gRPC message's own framing replaces). Required.
+	Export        *RunExport `protobuf:"bytes,1,opt,name=export,proto3" json:"export,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportRunRequest) Reset() {
+	*x = ImportRunRequest{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportRunRequest) ProtoMessage() {}
+
+func (x *ImportRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportRunRequest.ProtoReflect.Descriptor instead.
+func (*ImportRunRequest) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ImportRunRequest) GetExport() *RunExport {
+	if x != nil {
+		return x.Export
+	}
+	return nil
+}
+
+// ImportRunResponse holds the imported run.
+type ImportRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run, as its events fold.
+	Run           *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportRunResponse) Reset() {
+	*x = ImportRunResponse{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportRunResponse) ProtoMessage() {}
+
+func (x *ImportRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportRunResponse.ProtoReflect.Descriptor instead.
+func (*ImportRunResponse) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ImportRunResponse) GetRun() *Run {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
 var File_rein_v1_run_service_proto protoreflect.FileDescriptor
 
 const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\n" +
-	"\x19rein/v1/run_service.proto\x12\arein.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x13rein/v1/event.proto\x1a\x11rein/v1/run.proto\"w\n" +
+	"\x19rein/v1/run_service.proto\x12\arein.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x13rein/v1/event.proto\x1a\x14rein/v1/export.proto\x1a\x11rein/v1/run.proto\"w\n" +
 	"\x0fStartRunRequest\x12)\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tB\n" +
@@ -1525,11 +1618,15 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\x06reason\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x06reason\x12\x17\n" +
 	"\aend_run\x18\x06 \x01(\bR\x06endRun\"8\n" +
 	"\x16DecideApprovalResponse\x12\x1e\n" +
+	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"F\n" +
+	"\x10ImportRunRequest\x122\n" +
+	"\x06export\x18\x01 \x01(\v2\x12.rein.v1.RunExportB\x06\xbaH\x03\xc8\x01\x01R\x06export\"3\n" +
+	"\x11ImportRunResponse\x12\x1e\n" +
 	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run*n\n" +
 	"\x0fApprovalVerdict\x12 \n" +
 	"\x1cAPPROVAL_VERDICT_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18APPROVAL_VERDICT_APPROVE\x10\x01\x12\x1b\n" +
-	"\x17APPROVAL_VERDICT_REJECT\x10\x022\xfc\x05\n" +
+	"\x17APPROVAL_VERDICT_REJECT\x10\x022\xc0\x06\n" +
 	"\n" +
 	"RunService\x12?\n" +
 	"\bStartRun\x12\x18.rein.v1.StartRunRequest\x1a\x19.rein.v1.StartRunResponse\x129\n" +
@@ -1543,7 +1640,8 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\tCancelRun\x12\x19.rein.v1.CancelRunRequest\x1a\x1a.rein.v1.CancelRunResponse\x12<\n" +
 	"\aForkRun\x12\x17.rein.v1.ForkRunRequest\x1a\x18.rein.v1.ForkRunResponse\x12K\n" +
 	"\fProvideInput\x12\x1c.rein.v1.ProvideInputRequest\x1a\x1d.rein.v1.ProvideInputResponse\x12Q\n" +
-	"\x0eDecideApproval\x12\x1e.rein.v1.DecideApprovalRequest\x1a\x1f.rein.v1.DecideApprovalResponseB\x86\x01\n" +
+	"\x0eDecideApproval\x12\x1e.rein.v1.DecideApprovalRequest\x1a\x1f.rein.v1.DecideApprovalResponse\x12B\n" +
+	"\tImportRun\x12\x19.rein.v1.ImportRunRequest\x1a\x1a.rein.v1.ImportRunResponseB\x86\x01\n" +
 	"\vcom.rein.v1B\x0fRunServiceProtoP\x01Z)github.com/reinhq/rein/gen/rein/v1;reinv1\xa2\x02\x03RXX\xaa\x02\aRein.V1\xca\x02\aRein\\V1\xe2\x02\x13Rein\\V1\\GPBMetadata\xea\x02\bRein::V1b\x06proto3"
 
 var (
@@ -1559,7 +1657,7 @@ func file_rein_v1_run_service_proto_rawDescGZIP() []byte {
 }
 
 var file_rein_v1_run_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_rein_v1_run_service_proto_goTypes = []any{
 	(ApprovalVerdict)(0),           // 0: rein.v1.ApprovalVerdict
 	(*StartRunRequest)(nil),        // 1: rein.v1.StartRunRequest
@@ -1585,65 +1683,72 @@ var file_rein_v1_run_service_proto_goTypes = []any{
 	(*ProvideInputResponse)(nil),   // 21: rein.v1.ProvideInputResponse
 	(*DecideApprovalRequest)(nil),  // 22: rein.v1.DecideApprovalRequest
 	(*DecideApprovalResponse)(nil), // 23: rein.v1.DecideApprovalResponse
-	nil,                            // 24: rein.v1.ListRunsRequest.LabelsEntry
-	nil,                            // 25: rein.v1.GetBlobsResponse.BlobsEntry
-	nil,                            // 26: rein.v1.WatchRunsRequest.LabelsEntry
-	(*TaskContract)(nil),           // 27: rein.v1.TaskContract
-	(*Run)(nil),                    // 28: rein.v1.Run
-	(RunStatus)(0),                 // 29: rein.v1.RunStatus
-	(*Event)(nil),                  // 30: rein.v1.Event
-	(*timestamppb.Timestamp)(nil),  // 31: google.protobuf.Timestamp
-	(*Budget)(nil),                 // 32: rein.v1.Budget
+	(*ImportRunRequest)(nil),       // 24: rein.v1.ImportRunRequest
+	(*ImportRunResponse)(nil),      // 25: rein.v1.ImportRunResponse
+	nil,                            // 26: rein.v1.ListRunsRequest.LabelsEntry
+	nil,                            // 27: rein.v1.GetBlobsResponse.BlobsEntry
+	nil,                            // 28: rein.v1.WatchRunsRequest.LabelsEntry
+	(*TaskContract)(nil),           // 29: rein.v1.TaskContract
+	(*Run)(nil),                    // 30: rein.v1.Run
+	(RunStatus)(0),                 // 31: rein.v1.RunStatus
+	(*Event)(nil),                  // 32: rein.v1.Event
+	(*timestamppb.Timestamp)(nil),  // 33: google.protobuf.Timestamp
+	(*Budget)(nil),                 // 34: rein.v1.Budget
+	(*RunExport)(nil),              // 35: rein.v1.RunExport
 }
 var file_rein_v1_run_service_proto_depIdxs = []int32{
-	27, // 0: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
-	28, // 1: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
-	28, // 2: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
-	29, // 3: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	24, // 4: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
-	28, // 5: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
-	30, // 6: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
-	25, // 7: rein.v1.GetBlobsResponse.blobs:type_name -> rein.v1.GetBlobsResponse.BlobsEntry
-	30, // 8: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
-	29, // 9: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	26, // 10: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
+	29, // 0: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
+	30, // 1: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
+	30, // 2: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
+	31, // 3: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	26, // 4: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
+	30, // 5: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
+	32, // 6: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
+	27, // 7: rein.v1.GetBlobsResponse.blobs:type_name -> rein.v1.GetBlobsResponse.BlobsEntry
+	32, // 8: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
+	31, // 9: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	28, // 10: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
 	15, // 11: rein.v1.WatchRunsResponse.change:type_name -> rein.v1.RunChange
-	29, // 12: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
-	29, // 13: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
-	31, // 14: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
-	28, // 15: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
-	32, // 16: rein.v1.ForkRunRequest.budget:type_name -> rein.v1.Budget
-	28, // 17: rein.v1.ForkRunResponse.run:type_name -> rein.v1.Run
-	28, // 18: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
+	31, // 12: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
+	31, // 13: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
+	33, // 14: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
+	30, // 15: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
+	34, // 16: rein.v1.ForkRunRequest.budget:type_name -> rein.v1.Budget
+	30, // 17: rein.v1.ForkRunResponse.run:type_name -> rein.v1.Run
+	30, // 18: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
 	0,  // 19: rein.v1.DecideApprovalRequest.verdict:type_name -> rein.v1.ApprovalVerdict
-	28, // 20: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
-	1,  // 21: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
-	3,  // 22: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
-	5,  // 23: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
-	7,  // 24: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
-	9,  // 25: rein.v1.RunService.GetBlobs:input_type -> rein.v1.GetBlobsRequest
-	11, // 26: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
-	13, // 27: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
-	16, // 28: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
-	18, // 29: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
-	20, // 30: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
-	22, // 31: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
-	2,  // 32: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
-	4,  // 33: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
-	6,  // 34: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
-	8,  // 35: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
-	10, // 36: rein.v1.RunService.GetBlobs:output_type -> rein.v1.GetBlobsResponse
-	12, // 37: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
-	14, // 38: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
-	17, // 39: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
-	19, // 40: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
-	21, // 41: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
-	23, // 42: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
-	32, // [32:43] is the sub-list for method output_type
-	21, // [21:32] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	30, // 20: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
+	35, // 21: rein.v1.ImportRunRequest.export:type_name -> rein.v1.RunExport
+	30, // 22: rein.v1.ImportRunResponse.run:type_name -> rein.v1.Run
+	1,  // 23: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
+	3,  // 24: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
+	5,  // 25: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
+	7,  // 26: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
+	9,  // 27: rein.v1.RunService.GetBlobs:input_type -> rein.v1.GetBlobsRequest
+	11, // 28: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
+	13, // 29: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
+	16, // 30: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
+	18, // 31: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
+	20, // 32: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
+	22, // 33: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
+	24, // 34: rein.v1.RunService.ImportRun:input_type -> rein.v1.ImportRunRequest
+	2,  // 35: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
+	4,  // 36: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
+	6,  // 37: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
+	8,  // 38: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
+	10, // 39: rein.v1.RunService.GetBlobs:output_type -> rein.v1.GetBlobsResponse
+	12, // 40: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
+	14, // 41: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
+	17, // 42: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
+	19, // 43: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
+	21, // 44: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
+	23, // 45: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
+	25, // 46: rein.v1.RunService.ImportRun:output_type -> rein.v1.ImportRunResponse
+	35, // [35:47] is the sub-list for method output_type
+	23, // [23:35] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_service_proto_init() }
@@ -1653,6 +1758,7 @@ func file_rein_v1_run_service_proto_init() {
 	}
 	file_rein_v1_contract_proto_init()
 	file_rein_v1_event_proto_init()
+	file_rein_v1_export_proto_init()
 	file_rein_v1_run_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1660,7 +1766,7 @@ func file_rein_v1_run_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_run_service_proto_rawDesc), len(file_rein_v1_run_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

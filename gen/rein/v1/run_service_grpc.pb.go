@@ -30,6 +30,7 @@ const (
 	RunService_ForkRun_FullMethodName        = "/rein.v1.RunService/ForkRun"
 	RunService_ProvideInput_FullMethodName   = "/rein.v1.RunService/ProvideInput"
 	RunService_DecideApproval_FullMethodName = "/rein.v1.RunService/DecideApproval"
+	RunService_ImportRun_FullMethodName      = "/rein.v1.RunService/ImportRun"
 )
 
 // RunServiceClient is the client API for RunService service.
@@ -65,6 +66,22 @@ type RunServiceClient interface {
 	ProvideInput(ctx context.Context, in *ProvideInputRequest, opts ...grpc.CallOption) (*ProvideInputResponse, error)
 	// DecideApproval approves or rejects a proposed write.
 	DecideApproval(ctx context.Context, in *DecideApprovalRequest, opts ...grpc.CallOption) (*DecideApprovalResponse, error)
+	// ImportRun stores a run carried away from another store (`rein export`)
+	// under its own run ID, with every event and blob as recorded, all at
+	// once or not at all. It needs the admin role: an import writes a history
+	// the caller did not make (its events name other principals, approvals
+	// included), and a run it leaves running or paused with a write in
+	// flight is carried on by the server that holds it, which settles that
+	// write with its tools. The run keeps its tenant, which must be the
+	// caller's (else PermissionDenied). Its events must fold from the first
+	// and its blobs match their hashes, every referenced blob present (else
+	// InvalidArgument); a run ID already stored, or a request ID the tenant
+	// already used, is AlreadyExists. A refused import stores nothing. The
+	// whole export travels in one message, so the server's largest request
+	// (`rein serve --max-msg-bytes`) bounds it: a larger one is
+	// ResourceExhausted. The run is not driven by this call: a server carries
+	// on a running or paused import when it next starts on its store.
+	ImportRun(ctx context.Context, in *ImportRunRequest, opts ...grpc.CallOption) (*ImportRunResponse, error)
 }
 
 type runServiceClient struct {
@@ -203,6 +220,16 @@ func (c *runServiceClient) DecideApproval(ctx context.Context, in *DecideApprova
 	return out, nil
 }
 
+func (c *runServiceClient) ImportRun(ctx context.Context, in *ImportRunRequest, opts ...grpc.CallOption) (*ImportRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ImportRunResponse)
+	err := c.cc.Invoke(ctx, RunService_ImportRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RunServiceServer is the server API for RunService service.
 // All implementations must embed UnimplementedRunServiceServer
 // for forward compatibility.
@@ -236,6 +263,22 @@ type RunServiceServer interface {
 	ProvideInput(context.Context, *ProvideInputRequest) (*ProvideInputResponse, error)
 	// DecideApproval approves or rejects a proposed write.
 	DecideApproval(context.Context, *DecideApprovalRequest) (*DecideApprovalResponse, error)
+	// ImportRun stores a run carried away from another store (`rein export`)
+	// under its own run ID, with every event and blob as recorded, all at
+	// once or not at all. It needs the admin role: an import writes a history
+	// the caller did not make (its events name other principals, approvals
+	// included), and a run it leaves running or paused with a write in
+	// flight is carried on by the server that holds it, which settles that
+	// write with its tools. The run keeps its tenant, which must be the
+	// caller's (else PermissionDenied). Its events must fold from the first
+	// and its blobs match their hashes, every referenced blob present (else
+	// InvalidArgument); a run ID already stored, or a request ID the tenant
+	// already used, is AlreadyExists. A refused import stores nothing. The
+	// whole export travels in one message, so the server's largest request
+	// (`rein serve --max-msg-bytes`) bounds it: a larger one is
+	// ResourceExhausted. The run is not driven by this call: a server carries
+	// on a running or paused import when it next starts on its store.
+	ImportRun(context.Context, *ImportRunRequest) (*ImportRunResponse, error)
 	mustEmbedUnimplementedRunServiceServer()
 }
 
@@ -278,6 +321,9 @@ func (UnimplementedRunServiceServer) ProvideInput(context.Context, *ProvideInput
 }
 func (UnimplementedRunServiceServer) DecideApproval(context.Context, *DecideApprovalRequest) (*DecideApprovalResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DecideApproval not implemented")
+}
+func (UnimplementedRunServiceServer) ImportRun(context.Context, *ImportRunRequest) (*ImportRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ImportRun not implemented")
 }
 func (UnimplementedRunServiceServer) mustEmbedUnimplementedRunServiceServer() {}
 func (UnimplementedRunServiceServer) testEmbeddedByValue()                    {}
@@ -484,6 +530,24 @@ func _RunService_DecideApproval_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RunService_ImportRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ImportRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunServiceServer).ImportRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunService_ImportRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunServiceServer).ImportRun(ctx, req.(*ImportRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RunService_ServiceDesc is the grpc.ServiceDesc for RunService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -526,6 +590,10 @@ var RunService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DecideApproval",
 			Handler:    _RunService_DecideApproval_Handler,
+		},
+		{
+			MethodName: "ImportRun",
+			Handler:    _RunService_ImportRun_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -225,6 +225,43 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 	return err
 }
 
+// Import implements store.Store. It is one create request carrying every
+// event and the blobs, so that the writer stores all of it in one
+// transaction; the events are folded and encoded here, in the caller's
+// goroutine, as Append's are.
+func (s *Store) Import(ctx context.Context, events []*reinv1.Event, blobs map[string][]byte) (runstate.State, error) {
+	if len(events) == 0 {
+		return runstate.State{}, errors.New("import a run: no events; a run's log starts with run_started")
+	}
+	runID := events[0].GetRunId()
+	if err := store.CheckBlobs(blobs); err != nil {
+		return runstate.State{}, fmt.Errorf("import run %s: %w", runID, err)
+	}
+	st, err := runstate.ApplyAll(runstate.State{}, events)
+	if err != nil {
+		return runstate.State{}, fmt.Errorf("import run %s: %w", runID, err)
+	}
+	encoded := make([][]byte, len(events))
+	for i, ev := range events {
+		if encoded[i], err = proto.Marshal(ev); err != nil {
+			return runstate.State{}, fmt.Errorf("import run %s: encode event %d: %w", runID, ev.GetSequence(), err)
+		}
+	}
+	res, err := s.submit(ctx, &writeReq{create: true, runID: runID, events: events, encoded: encoded, created: st, blobs: blobs})
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		return runstate.State{}, fmt.Errorf("import run %s: %w under that ID", runID, store.ErrExists)
+	case err != nil:
+		return runstate.State{}, err
+	case !res.created && res.state.RunID == runID:
+		return runstate.State{}, fmt.Errorf("import run %s: %w under that ID", runID, store.ErrExists)
+	case !res.created:
+		return runstate.State{}, fmt.Errorf("import run %s: %w with its request ID %q in tenant %q: run %s",
+			runID, store.ErrExists, st.RequestID, st.Tenant, res.state.RunID)
+	}
+	return res.state, nil
+}
+
 // Acquire implements store.Store.
 func (s *Store) Acquire(ctx context.Context, runID, owner string) (uint64, error) {
 	res, err := s.submit(ctx, &writeReq{acquire: true, runID: runID, owner: owner})

@@ -16,7 +16,9 @@ import (
 	"github.com/reinhq/rein/internal/store"
 )
 
-// writeReq is one Create or Append waiting for the writer.
+// writeReq is one Create, Import or Append waiting for the writer. An Import
+// is a create whose events are the whole log and created the state after
+// them.
 type writeReq struct {
 	create   bool
 	acquire  bool
@@ -27,7 +29,7 @@ type writeReq struct {
 	events   []*reinv1.Event
 	encoded  [][]byte          // events, marshalled by the caller's goroutine
 	blobs    map[string][]byte // keyed by their hash, checked by the caller's goroutine
-	created  runstate.State    // for create: the state after run_started
+	created  runstate.State    // for create: the state after its events
 	done     chan writeRes
 }
 
@@ -206,6 +208,9 @@ func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
 		return writeRes{err: errTx{err}}
 	}
 	if err := putSnapshot(tx, b, reinv1.RunStatus_RUN_STATUS_UNSPECIFIED, st); err != nil {
+		return writeRes{err: errTx{err}}
+	}
+	if err := putBlobs(tx, r.blobs); err != nil { // an Import's
 		return writeRes{err: errTx{err}}
 	}
 	if st.RequestID != "" {

@@ -5,7 +5,7 @@
 // suite, storetest): Create is idempotent per tenant and request ID, Append
 // checks the expected version and the lease epoch and validates the events by
 // folding them onto the stored state (runstate.ApplyAll) before it stores
-// any of them, List pages newest first by run ID, and Changes records every
+// any of them, Import takes a whole log or none of it, List pages newest first by run ID, and Changes records every
 // status change, a run's creation included, under a gap-free cursor. Blobs
 // given to Append are checked against their hashes before anything is
 // stored, and stored once each, only when the append is taken.
@@ -125,6 +125,56 @@ func (s *Store) Create(ctx context.Context, started *reinv1.Event) (runstate.Sta
 	}
 	d.recordChange(reinv1.RunStatus_RUN_STATUS_UNSPECIFIED, st)
 	return cloneState(st), true, nil
+}
+
+// Import implements store.Store: the whole log is validated before the
+// store is locked, and taken under one lock, or not at all.
+func (s *Store) Import(ctx context.Context, events []*reinv1.Event, blobs map[string][]byte) (runstate.State, error) {
+	if err := ctx.Err(); err != nil {
+		return runstate.State{}, err
+	}
+	if len(events) == 0 {
+		return runstate.State{}, fmt.Errorf("import a run: no events; a run's log starts with run_started")
+	}
+	runID := events[0].GetRunId()
+	if err := store.CheckBlobs(blobs); err != nil {
+		return runstate.State{}, fmt.Errorf("import run %s: %w", runID, err)
+	}
+	evs := make([]*reinv1.Event, len(events))
+	for i, ev := range events {
+		evs[i] = clone(ev)
+	}
+	st, err := runstate.ApplyAll(runstate.State{}, evs)
+	if err != nil {
+		return runstate.State{}, fmt.Errorf("import run %s: %w", runID, err)
+	}
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s.closed {
+		return runstate.State{}, closedErr("write run " + runID)
+	}
+	if _, ok := d.runs[runID]; ok {
+		return runstate.State{}, fmt.Errorf("import run %s: %w under that ID", runID, store.ErrExists)
+	}
+	rk := requestKey{st.Tenant, st.RequestID}
+	if id, ok := d.requests[rk]; ok && st.RequestID != "" {
+		return runstate.State{}, fmt.Errorf("import run %s: %w with its request ID %q in tenant %q: run %s",
+			runID, store.ErrExists, st.RequestID, st.Tenant, id)
+	}
+	d.runs[runID] = &run{state: st, events: evs}
+	i, _ := slices.BinarySearch(d.ids, runID)
+	d.ids = slices.Insert(d.ids, i, runID)
+	if st.RequestID != "" {
+		d.requests[rk] = runID
+	}
+	for hash, content := range blobs {
+		if _, ok := d.blobs[hash]; !ok {
+			d.blobs[hash] = slices.Clone(content)
+		}
+	}
+	d.recordChange(reinv1.RunStatus_RUN_STATUS_UNSPECIFIED, st)
+	return cloneState(st), nil
 }
 
 // Append implements store.Store.

@@ -60,6 +60,9 @@ func Run(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 		{"BlobsInvalid", testBlobsInvalid},
 		{"BlobsRefusedAppend", testBlobsRefusedAppend},
 		{"BlobNotFound", testBlobNotFound},
+		{"ImportThenRead", testImportThenRead},
+		{"ImportRefused", testImportRefused},
+		{"ImportConcurrent", testImportConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
