@@ -43,16 +43,24 @@ func (e *Engine) commit(ctx context.Context, st runstate.State, actor string, ev
 	if err != nil {
 		return st, fmt.Errorf("%w: %w", errFold, err)
 	}
-	epoch, err := e.lease(ctx, st.RunID)
-	if err != nil {
-		return st, err
+	// Fenced by the lease this engine holds, or taking it with the append
+	// (one transaction) when it holds none yet.
+	e.mu.Lock()
+	epoch, held := e.leases[st.RunID]
+	e.mu.Unlock()
+	if held {
+		opts = append(opts, store.WithEpoch(epoch))
+	} else {
+		opts = append(opts, store.WithAcquire(e.cfg.Owner, &epoch))
 	}
-	opts = append(opts, store.WithEpoch(epoch))
 	if err := e.cfg.Store.Append(context.WithoutCancel(ctx), st.RunID, st.Version, evs, opts...); err != nil {
-		if errors.Is(err, store.ErrFenced) {
+		if held && errors.Is(err, store.ErrFenced) {
 			e.dropLease(st.RunID, epoch)
 		}
 		return st, err
+	}
+	if !held {
+		e.holdLease(st.RunID, epoch)
 	}
 	if runstate.Terminal(next.Status) {
 		e.releaseLease(st.RunID)
@@ -61,10 +69,11 @@ func (e *Engine) commit(ctx context.Context, st runstate.State, actor string, ev
 	return next, nil
 }
 
-// lease is this engine's lease epoch on the run, acquired on first use and
-// held until another owner fences it. Every append of a live run is fenced
-// with it: a driver's steps, and a person's decision or a timer's expiry
-// alike, so nothing this engine writes slips past another owner's lease.
+// lease is this engine's lease epoch on the run, acquired if it holds none
+// (a driver takes the run before it does anything), and held until another
+// owner fences it. Every append of a live run is fenced with it (commit):
+// a driver's steps, and a person's decision or a timer's expiry alike, so
+// nothing this engine writes slips past another owner's lease.
 func (e *Engine) lease(ctx context.Context, runID string) (uint64, error) {
 	e.mu.Lock()
 	epoch, ok := e.leases[runID]
@@ -76,13 +85,19 @@ func (e *Engine) lease(ctx context.Context, runID string) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("acquire run %s: %w", runID, err)
 	}
+	return e.holdLease(runID, epoch), nil
+}
+
+// holdLease notes a lease this engine acquired, unless it holds a newer
+// one, and returns the one it holds.
+func (e *Engine) holdLease(runID string, epoch uint64) uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if held, ok := e.leases[runID]; ok && held > epoch {
-		return held, nil
+		return held
 	}
 	e.leases[runID] = epoch
-	return epoch, nil
+	return epoch
 }
 
 // dropLease forgets a lease another owner fenced, so the next append

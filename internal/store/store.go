@@ -105,6 +105,12 @@ type AppendOptions struct {
 	// Epoch, when not 0, is the appending owner's lease epoch: the append is
 	// refused with ErrFenced unless it is the run's current epoch.
 	Epoch uint64
+	// Acquire, when not empty, is an owner that takes the run's lease in
+	// the append's transaction, as Acquire would (the epoch one more than
+	// the last, fencing every earlier owner), only if the append is stored;
+	// the new epoch is written to *Acquired. Epoch is not checked then.
+	Acquire  string
+	Acquired *uint64
 	// Blobs maps BlobHash(content) to content: they are stored in the same
 	// transaction as the events, each unless a blob with its hash is
 	// already stored. A key that is not its content's hash refuses the whole
@@ -117,6 +123,13 @@ type AppendOptions struct {
 // WithEpoch fences an append with the owner's lease epoch.
 func WithEpoch(epoch uint64) AppendOption {
 	return func(o *AppendOptions) { o.Epoch = epoch }
+}
+
+// WithAcquire takes the run's lease for owner with the append, in its
+// transaction, and sets *epoch to the new epoch when the append is stored:
+// an owner's first append needs no commit of its own to acquire the run.
+func WithAcquire(owner string, epoch *uint64) AppendOption {
+	return func(o *AppendOptions) { o.Acquire, o.Acquired = owner, epoch }
 }
 
 // WithBlobs stores blobs, keyed by BlobHash, with the append's events. More

@@ -221,7 +221,10 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 		}
 		encoded[i] = data
 	}
-	_, err := s.submit(ctx, &writeReq{runID: runID, expected: expected, events: events, encoded: encoded, epoch: o.Epoch, blobs: o.Blobs})
+	res, err := s.submit(ctx, &writeReq{runID: runID, expected: expected, events: events, encoded: encoded, epoch: o.Epoch, blobs: o.Blobs, owner: o.Acquire})
+	if err == nil && o.Acquire != "" && o.Acquired != nil {
+		*o.Acquired = res.epoch
+	}
 	return err
 }
 

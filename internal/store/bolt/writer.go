@@ -136,7 +136,7 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq, states map[string]runsta
 		}
 		return writeRes{epoch: epoch}
 	}
-	if r.epoch != 0 && r.epoch != epoch {
+	if r.owner == "" && r.epoch != 0 && r.epoch != epoch {
 		return writeRes{err: fmt.Errorf("append to run %s with lease epoch %d: the run's owner is now at epoch %d: %w",
 			r.runID, r.epoch, epoch, store.ErrFenced)}
 	}
@@ -165,8 +165,15 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq, states map[string]runsta
 	if err := putBlobs(tx, r.blobs); err != nil {
 		return writeRes{err: errTx{err}}
 	}
+	if r.owner != "" {
+		// The append takes the lease with it (store.WithAcquire).
+		epoch++
+		if err := b.Put(keyLease, encodeLease(epoch, r.owner)); err != nil {
+			return writeRes{err: errTx{err}}
+		}
+	}
 	states[r.runID] = next
-	return writeRes{state: next}
+	return writeRes{state: next, epoch: epoch}
 }
 
 func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {

@@ -204,7 +204,7 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 	if !ok {
 		return notFound(runID)
 	}
-	if epoch != 0 && epoch != r.epoch {
+	if o.Acquire == "" && epoch != 0 && epoch != r.epoch {
 		return fmt.Errorf("append to run %s with lease epoch %d: the run's owner is now at epoch %d: %w",
 			runID, epoch, r.epoch, store.ErrFenced)
 	}
@@ -224,6 +224,13 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 	}
 	r.events = append(r.events, evs...)
 	r.state = next
+	if o.Acquire != "" {
+		r.epoch++
+		r.owner = o.Acquire
+		if o.Acquired != nil {
+			*o.Acquired = r.epoch
+		}
+	}
 	if prev != next.Status {
 		d.recordChange(prev, next)
 	}

@@ -60,3 +60,38 @@ func mustAppendOpts(t *testing.T, s store.Store, id string, expected uint64, evs
 		t.Fatalf("Append(%s at %d): %v", id, expected, err)
 	}
 }
+
+// testLeaseWithAppend: an append WithAcquire takes the lease in its own
+// transaction: it reports the new epoch, the owner before it is fenced, and
+// the new owner's epoch goes on; an append WithAcquire that is refused (a
+// stale version) takes no lease and stores nothing.
+func testLeaseWithAppend(t *testing.T, h *harness) {
+	ctx := context.Background()
+	sp := newSpec(1)
+	mustCreate(t, h.s, runStarted(sp))
+	old, err := h.s.Acquire(ctx, sp.id, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got uint64
+	mustAppendOpts(t, h.s, sp.id, 1, steps(sp.id, 2, 2), store.WithAcquire("node-b", &got))
+	if got <= old {
+		t.Fatalf("append WithAcquire reported epoch %d after %d; want a greater one", got, old)
+	}
+	if err := h.s.Append(ctx, sp.id, 3, steps(sp.id, 4, 1), store.WithEpoch(old)); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("the owner before the acquiring append: %v, want ErrFenced", err)
+	}
+	mustAppendOpts(t, h.s, sp.id, 3, steps(sp.id, 4, 1), store.WithEpoch(got))
+
+	// The failure twin: a refused append acquires nothing.
+	var none uint64
+	if err := h.s.Append(ctx, sp.id, 1, steps(sp.id, 2, 1), store.WithAcquire("node-c", &none)); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("stale append WithAcquire: %v, want ErrConflict", err)
+	}
+	if none != 0 {
+		t.Fatalf("a refused append reported epoch %d", none)
+	}
+	mustAppendOpts(t, h.s, sp.id, 4, steps(sp.id, 5, 1), store.WithEpoch(got))
+	want := append([]*reinv1.Event{runStarted(sp)}, steps(sp.id, 2, 4)...)
+	assertLog(t, h.s, sp.id, want)
+}

@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 		{"CloseDuringAppends", testCloseDuringAppends},
 		{"Changes", testChanges},
 		{"LeaseFencing", testLeaseFencing},
+		{"LeaseWithAppend", testLeaseWithAppend},
 		{"BlobsAppendThenRead", testBlobsAppendThenRead},
 		{"BlobsDedup", testBlobsDedup},
 		{"BlobsInvalid", testBlobsInvalid},
