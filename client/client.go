@@ -34,12 +34,39 @@ type Options struct {
 	CertFile, KeyFile string
 	// DialOptions are added to grpc.NewClient's.
 	DialOptions []grpc.DialOption
+	// Backoff bounds Watch's and WatchRuns' waits between reconnections;
+	// a zero field takes its default.
+	Backoff Backoff
+}
+
+// Backoff bounds the waits between a watch's reconnections: the first
+// wait is Min, each next one doubles (with jitter) up to Max.
+type Backoff struct {
+	Min, Max time.Duration
+}
+
+// The default Backoff.
+const (
+	DefaultBackoffMin = 50 * time.Millisecond
+	DefaultBackoffMax = 5 * time.Second
+)
+
+// orDefault fills b's zero fields with the defaults.
+func (b Backoff) orDefault() Backoff {
+	if b.Min <= 0 {
+		b.Min = DefaultBackoffMin
+	}
+	if b.Max <= 0 {
+		b.Max = DefaultBackoffMax
+	}
+	return b
 }
 
 // Client is a connection to a rein server.
 type Client struct {
-	Runs reinv1.RunServiceClient
-	conn *grpc.ClientConn
+	Runs    reinv1.RunServiceClient
+	conn    *grpc.ClientConn
+	backoff Backoff
 }
 
 // Dial connects to the rein server at target (host:port). The connection is
@@ -61,12 +88,13 @@ func Dial(target string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial rein server %s: %w", target, err)
 	}
-	return &Client{Runs: reinv1.NewRunServiceClient(cc), conn: cc}, nil
+	return &Client{Runs: reinv1.NewRunServiceClient(cc), conn: cc, backoff: opts.Backoff.orDefault()}, nil
 }
 
-// New wraps an existing connection (an in-process server, say).
+// New wraps an existing connection (an in-process server, say); its
+// watches reconnect with the default Backoff.
 func New(cc *grpc.ClientConn) *Client {
-	return &Client{Runs: reinv1.NewRunServiceClient(cc), conn: cc}
+	return &Client{Runs: reinv1.NewRunServiceClient(cc), conn: cc, backoff: Backoff{}.orDefault()}
 }
 
 // Close closes the connection.
@@ -105,18 +133,15 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 // loopback too; use TLS for anything else.
 func (bearer) RequireTransportSecurity() bool { return false }
 
-// Backoff bounds Watch's waits between reconnections.
-var Backoff = struct{ Min, Max time.Duration }{Min: 50 * time.Millisecond, Max: 5 * time.Second}
-
 // Watch follows a run's events after a sequence and hands each event to fn
 // exactly once, in order. When the stream breaks (a dropped connection, a
-// server restarting), it reconnects with backoff and resumes from the last
-// sequence it handed over. It returns nil when the run is terminal and every
+// server restarting), it reconnects with Options.Backoff and resumes from
+// the last sequence it handed over. It returns nil when the run is terminal and every
 // event was handed over, fn's error if fn fails, ctx's error when ctx ends,
 // and the server's error for anything that retrying cannot fix (NotFound,
 // PermissionDenied, OutOfRange, …).
 func (c *Client) Watch(ctx context.Context, runID string, after uint64, fn func(*reinv1.Event) error) error {
-	wait := Backoff.Min
+	wait := c.backoff.Min
 	for {
 		stream, err := c.Runs.WatchRun(ctx, &reinv1.WatchRunRequest{RunId: runID, AfterSequence: after})
 		for err == nil {
@@ -135,9 +160,9 @@ func (c *Client) Watch(ctx context.Context, runID string, after uint64, fn func(
 				return err
 			}
 			after = ev.GetSequence()
-			wait = Backoff.Min
+			wait = c.backoff.Min
 		}
-		if retry, err := reconnect(ctx, err, &wait); !retry {
+		if retry, err := reconnect(ctx, err, &wait, c.backoff.Max); !retry {
 			return err
 		}
 	}
@@ -146,8 +171,8 @@ func (c *Client) Watch(ctx context.Context, runID string, after uint64, fn func(
 // reconnect decides what follows a stream that ended with err: a normal end
 // (nil, no retry), an error retrying cannot fix or the end of ctx (that
 // error, no retry), or a retry after a jittered pause that doubles up to
-// Backoff.Max.
-func reconnect(ctx context.Context, err error, wait *time.Duration) (retry bool, _ error) {
+// ceiling.
+func reconnect(ctx context.Context, err error, wait *time.Duration, ceiling time.Duration) (retry bool, _ error) {
 	switch {
 	case ctx.Err() != nil:
 		return false, ctx.Err()
@@ -163,7 +188,7 @@ func reconnect(ctx context.Context, err error, wait *time.Duration) (retry bool,
 	case <-ctx.Done():
 		return false, ctx.Err()
 	}
-	*wait = min(2**wait, Backoff.Max)
+	*wait = min(2**wait, ceiling)
 	return true, nil
 }
 
@@ -172,7 +197,7 @@ func reconnect(ctx context.Context, err error, wait *time.Duration) (retry bool,
 // error retrying cannot fix.
 func (c *Client) WatchRuns(ctx context.Context, req *reinv1.WatchRunsRequest, fn func(*reinv1.RunChange) error) error {
 	req = proto.Clone(req).(*reinv1.WatchRunsRequest)
-	wait := Backoff.Min
+	wait := c.backoff.Min
 	for {
 		stream, err := c.Runs.WatchRuns(ctx, req)
 		for err == nil {
@@ -188,9 +213,9 @@ func (c *Client) WatchRuns(ctx context.Context, req *reinv1.WatchRunsRequest, fn
 				return err
 			}
 			req.AfterCursor = ch.GetCursor()
-			wait = Backoff.Min
+			wait = c.backoff.Min
 		}
-		if retry, err := reconnect(ctx, err, &wait); !retry {
+		if retry, err := reconnect(ctx, err, &wait, c.backoff.Max); !retry {
 			return err
 		}
 	}

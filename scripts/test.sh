@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # rein's test command: the same checks run locally and in CI.
-#   gofmt, go vet, buf format/lint/breaking, gen/ up to date, go test -race.
+#   gofmt, go vet, buf format/lint/breaking, gen/ up to date, go test -race
+#   (and the failpoint package again with -tags failpoints).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +18,7 @@ fi
 
 step "go vet"
 go vet ./...
+go vet -tags failpoints ./internal/failpoint/
 
 step "buf format"
 .bin/buf format -d --exit-code
@@ -46,3 +48,6 @@ fi
 
 step "go test -race"
 go test -race -count=1 ./...
+# The failpoints themselves, which only a build tagged failpoints has
+# (tests/crash builds its own tagged rein binary under ./... above).
+go test -race -count=1 -tags failpoints ./internal/failpoint/

@@ -510,8 +510,8 @@ func TestLocalAdminWithoutTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := resp.GetRun()
-	if run.GetPrincipal() != LocalPrincipal.ID || run.GetTenant() != LocalPrincipal.Tenant {
-		t.Fatalf("run started by %q in tenant %q, want the local admin %q in %q", run.GetPrincipal(), run.GetTenant(), LocalPrincipal.ID, LocalPrincipal.Tenant)
+	if run.GetPrincipal() != LocalPrincipal().ID || run.GetTenant() != LocalPrincipal().Tenant {
+		t.Fatalf("run started by %q in tenant %q, want the local admin %q in %q", run.GetPrincipal(), run.GetTenant(), LocalPrincipal().ID, LocalPrincipal().Tenant)
 	}
 	// Admin gets past every rule, approver's included.
 	for _, name := range runServiceMethods() {
@@ -552,10 +552,31 @@ func TestRemoteCallerWithoutTokens(t *testing.T) {
 				}
 				return
 			}
-			if p, ok := auth.FromContext(got); !ok || p.ID != LocalPrincipal.ID || !p.Has(auth.Admin) {
+			if p, ok := auth.FromContext(got); !ok || p.ID != LocalPrincipal().ID || !p.Has(auth.Admin) {
 				t.Fatalf("principal %+v, %v; want the local admin", p, ok)
 			}
 		})
+	}
+}
+
+// TestLocalPrincipalIsFresh: what a caller does to the LocalPrincipal it
+// got changes neither the next one nor the server's local caller, who is
+// still the admin "local" (the twin of a principal that could be
+// overwritten, as a package variable could).
+func TestLocalPrincipalIsFresh(t *testing.T) {
+	p := LocalPrincipal()
+	p.ID, p.Tenant, p.Roles[0] = "mallory", "other", auth.Viewer
+	if again := LocalPrincipal(); again.ID != "local" || again.Tenant != "default" || !again.Has(auth.Admin) {
+		t.Fatalf("LocalPrincipal after a caller changed its copy: %+v, want the admin local of tenant default", again)
+	}
+	ctx := grpc.NewContextWithServerTransportStream(context.Background(), methodStream(reinv1.RunService_StartRun_FullMethodName))
+	ctx = peer.NewContext(ctx, &peer.Peer{Addr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 4000}})
+	got, err := (&authenticator{}).authenticate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, ok := auth.FromContext(got); !ok || q.ID != "local" || q.Tenant != "default" || !q.Has(auth.Admin) {
+		t.Fatalf("the local caller is %+v, %v; want the admin local of tenant default", q, ok)
 	}
 }
 

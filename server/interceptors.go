@@ -182,8 +182,12 @@ type authenticator struct {
 	dir *reinauth.Directory
 }
 
-// LocalPrincipal is the caller of a server without a tokens file.
-var LocalPrincipal = reinauth.Principal{ID: "local", Tenant: "default", Roles: []reinauth.Role{reinauth.Admin}}
+// LocalPrincipal is the caller of a server without a tokens file: the
+// admin "local" of tenant "default". Each call returns a fresh value, so
+// what a caller does with it never changes the server's.
+func LocalPrincipal() reinauth.Principal {
+	return reinauth.Principal{ID: "local", Tenant: "default", Roles: []reinauth.Role{reinauth.Admin}}
+}
 
 func (a *authenticator) authenticate(ctx context.Context) (context.Context, error) {
 	method, _ := grpc.Method(ctx)
@@ -211,7 +215,7 @@ func (a *authenticator) identify(ctx context.Context) (reinauth.Principal, error
 			return reinauth.Principal{}, status.Errorf(codes.Unauthenticated,
 				"this server runs without --tokens and accepts only local callers; %s is not local", pr.Addr)
 		}
-		return LocalPrincipal, nil
+		return LocalPrincipal(), nil
 	}
 	if vals := metadata.ValueFromIncomingContext(ctx, "authorization"); len(vals) > 0 {
 		token, ok := strings.CutPrefix(vals[0], "Bearer ")

@@ -66,8 +66,8 @@ func TestApproveCommitsThenRunGoesOn(t *testing.T) {
 	if !decided.GetApproved() || decided.GetProposalId() != p.GetProposalId() || decided.GetReason() != "looks right" || decided.GetEndRun() {
 		t.Errorf("approval_decided %v, want approved for %s with the reason", decided, p.GetProposalId())
 	}
-	if evs[0].GetActor() != "principal:"+LocalPrincipal.ID {
-		t.Errorf("approval_decided by %q, want the approver principal:%s", evs[0].GetActor(), LocalPrincipal.ID)
+	if evs[0].GetActor() != "principal:"+LocalPrincipal().ID {
+		t.Errorf("approval_decided by %q, want the approver principal:%s", evs[0].GetActor(), LocalPrincipal().ID)
 	}
 	op := dispatched.GetOperationId()
 	if op == "" || dispatched.GetProposalId() != p.GetProposalId() {

@@ -226,8 +226,8 @@ func TestProvideInputResumes(t *testing.T) {
 	if got := payloadNames(evs); got != want {
 		t.Fatalf("after the input: %s, want %s; log:\n%s", got, want, logText(evs))
 	}
-	if in := evs[0].GetInputProvided(); in.GetText() != "acct 42" || evs[0].GetActor() != "principal:"+LocalPrincipal.ID {
-		t.Errorf("input_provided %v by %q, want the text by principal:%s", in, evs[0].GetActor(), LocalPrincipal.ID)
+	if in := evs[0].GetInputProvided(); in.GetText() != "acct 42" || evs[0].GetActor() != "principal:"+LocalPrincipal().ID {
+		t.Errorf("input_provided %v by %q, want the text by principal:%s", in, evs[0].GetActor(), LocalPrincipal().ID)
 	}
 	wantChange(t, evs[1], stNeedsInput, stRunning, "input_provided")
 	wantChange(t, evs[len(evs)-1], stRunning, stCompleted, "final_answer")

@@ -74,6 +74,7 @@ func TestToolFlagRefusals(t *testing.T) {
 	}{
 		{"no address", []string{"--tool-server", "billing"}, []string{"--tool-server", "NAME=ADDR"}},
 		{"bad name", []string{"--tool-server", "bil ling=127.0.0.1:1"}, []string{"--tool-server", "NAME must be"}},
+		{"dotted name", []string{"--mcp", "a.b=http://127.0.0.1:1/mcp"}, []string{"--mcp", "NAME must be", "'.'"}},
 		{"no mcp target", []string{"--mcp", "fs="}, []string{"--mcp", "NAME=COMMAND|URL"}},
 		{"remote server", []string{"--tool-server", "billing=127.0.0.1:1", "--server", "127.0.0.1:1"}, []string{"embedded server"}},
 		{"prices with a remote server", []string{"--prices", "prices.json", "--server", "127.0.0.1:1"}, []string{"--prices", "embedded server"}},

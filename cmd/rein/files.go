@@ -31,7 +31,14 @@ func loadTask(path string) (*reinv1.TaskContract, error) {
 
 // validateTask checks a task file's contract as the server will, so that a
 // refused task is reported with its file and field before anything opens.
+// Tool names go first, by the API's rule (tools.CheckName), so that the
+// file gets the message StartRun would give.
 func validateTask(path string, c *reinv1.TaskContract) error {
+	for i, g := range c.GetTools() {
+		if err := tools.CheckName(g.GetName()); err != nil {
+			return usageError("%s: tools[%d].name: %q: %v", path, i, g.GetName(), err)
+		}
+	}
 	if err := harness.ValidateContract(c); err != nil {
 		var fe *harness.FieldError
 		if errors.As(err, &fe) {

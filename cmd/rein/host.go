@@ -168,14 +168,15 @@ func (h *host) openTools(ctx context.Context, ledger string, s *setup) error {
 	return nil
 }
 
-// namedFlag splits a NAME=VALUE flag value.
+// namedFlag splits a NAME=VALUE flag value. NAME registers a tool server,
+// by the API's tool-name rule (tools.CheckServerName).
 func namedFlag(flag, value, what string) (name, rest string, err error) {
 	name, rest, ok := strings.Cut(value, "=")
 	if !ok || name == "" || rest == "" {
 		return "", "", usageError("--%s %q: expected NAME=%s", flag, value, what)
 	}
-	if !toolNamePart.MatchString(name) {
-		return "", "", usageError("--%s %q: NAME must be 1-32 letters, digits, '_' or '-'", flag, value)
+	if err := tools.CheckServerName(name); err != nil {
+		return "", "", usageError("--%s %q: NAME must be a tool server's name: %v", flag, value, err)
 	}
 	return name, rest, nil
 }

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -14,10 +13,6 @@ import (
 	"github.com/reinhq/rein/internal/model/anthropic"
 	"github.com/reinhq/rein/internal/model/openai"
 )
-
-// toolNamePart is what a --tool-server or --mcp NAME may be: it prefixes
-// tool names, so it must fit in one.
-var toolNamePart = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
 
 // models builds a run's model with keys from the environment only, at any
 // base URL (the embedded server's user is its operator).

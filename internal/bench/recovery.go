@@ -261,7 +261,7 @@ func buildRecoveryStore(ctx context.Context, path string, p recoveryPlan) error 
 				started := &reinv1.Event{
 					RunId: id, Sequence: 1, RecordedAt: at, Actor: "principal:bench",
 					Payload: &reinv1.Event_RunStarted{RunStarted: &reinv1.RunStarted{
-						Contract: contract, Principal: server.LocalPrincipal.ID, Tenant: server.LocalPrincipal.Tenant,
+						Contract: contract, Principal: server.LocalPrincipal().ID, Tenant: server.LocalPrincipal().Tenant,
 					}},
 				}
 				if _, _, err := s.Create(ctx, started); err != nil {

@@ -238,7 +238,7 @@ func (p *watchPlan) last() uint64 { return p.phases[len(p.phases)-1].last() }
 func watchRunStarted(runID string) *reinv1.Event {
 	ev := runStarted(runID, benchTime())
 	rs := ev.GetRunStarted()
-	rs.Tenant, rs.Principal = server.LocalPrincipal.Tenant, server.LocalPrincipal.ID
+	rs.Tenant, rs.Principal = server.LocalPrincipal().Tenant, server.LocalPrincipal().ID
 	return ev
 }
 

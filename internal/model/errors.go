@@ -12,9 +12,10 @@ import (
 // limit or a provider's server error.
 var ErrRetryable = errors.New("retryable model error")
 
-// HTTPError is a provider's refusal of a call, with its HTTP status. A rate
-// limit (429) or a server error (5xx) unwraps to ErrRetryable; RetryAfter is
-// the wait the provider asked for, 0 when it named none.
+// HTTPError is a provider's refusal of a call, with its HTTP status; every
+// provider makes one with NewHTTPError. A status of ClassRetryable (see
+// Classify) unwraps to ErrRetryable; RetryAfter is the wait the provider
+// asked for, 0 when it named none.
 type HTTPError struct {
 	// Provider is the ModelSpec provider, e.g. "openai".
 	Provider   string
@@ -27,9 +28,48 @@ type HTTPError struct {
 	KeyEnv string
 }
 
+// Class is what a provider's HTTP status means for a call: the one rule
+// by which every provider's refusal is retried, reported as a refused key,
+// or reported as the account's or the request's fault.
+type Class int
+
+const (
+	// ClassOther is a status that is none of the below (not an error
+	// status a provider documents).
+	ClassOther Class = iota
+	// ClassRetryable is a rate limit (429) or a server error (5xx): the
+	// call may be retried after a wait.
+	ClassRetryable
+	// ClassAuth is a refused API key (401, 403).
+	ClassAuth
+	// ClassPayment is an account whose quota or billing needs attention
+	// (402).
+	ClassPayment
+	// ClassRequest is any other 4xx: the request itself was refused.
+	ClassRequest
+)
+
+// Classify is the class of an HTTP status.
+func Classify(status int) Class {
+	switch {
+	case status == http.StatusTooManyRequests || status >= 500:
+		return ClassRetryable
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return ClassAuth
+	case status == http.StatusPaymentRequired:
+		return ClassPayment
+	case status >= 400 && status < 500:
+		return ClassRequest
+	}
+	return ClassOther
+}
+
+// Class is the class of the error's status.
+func (e *HTTPError) Class() Class { return Classify(e.StatusCode) }
+
 func (e *HTTPError) Error() string {
-	switch e.StatusCode {
-	case http.StatusUnauthorized, http.StatusForbidden:
+	class := e.Class()
+	if class == ClassAuth {
 		s := fmt.Sprintf("%s refused the API key (HTTP %d)", e.Provider, e.StatusCode)
 		if e.KeyEnv != "" {
 			s += ": set " + e.KeyEnv + " in the server's environment or its --secrets file"
@@ -49,11 +89,11 @@ func (e *HTTPError) Error() string {
 	switch {
 	case e.StatusCode == http.StatusTooManyRequests:
 		s += "; rate limited: retry later or raise the account's limits"
-	case e.StatusCode == http.StatusPaymentRequired:
+	case class == ClassPayment:
 		s += "; the account's quota or billing needs attention"
 	case e.StatusCode == http.StatusNotFound:
 		s += "; check model.name and model.base_url"
-	case e.StatusCode >= 400 && e.StatusCode < 500:
+	case class == ClassRequest:
 		s += "; the request was refused: check the model spec"
 	}
 	return s
@@ -70,9 +110,7 @@ func NewHTTPError(provider, keyEnv string, status int, message string, resp *htt
 }
 
 // Retryable reports whether the call may be retried after a wait.
-func (e *HTTPError) Retryable() bool {
-	return e.StatusCode == http.StatusTooManyRequests || e.StatusCode >= 500
-}
+func (e *HTTPError) Retryable() bool { return e.Class() == ClassRetryable }
 
 // Unwrap returns ErrRetryable for a retryable status.
 func (e *HTTPError) Unwrap() error {

@@ -104,7 +104,7 @@ func TestFailpoints(t *testing.T) {
 			// 1. Start the run and let it pause for approval.
 			srv := in.start(t)
 			in.waitServing(t, srv)
-			cl := in.dial(t)
+			cl := in.dial(t, client.Backoff{})
 			started, err := cl.Runs.StartRun(ctx, &reinv1.StartRunRequest{RequestId: "fp-" + tc.point, Contract: contract(0)})
 			if err != nil {
 				t.Fatalf("StartRun: %v", err)

@@ -11,9 +11,11 @@
 //     (REIN_FAILPOINTS), crashed at the exact moment the point names, then
 //     carried to its end by a restarted server.
 //
-// Both build the rein binary once (TestMain) and talk to it only through
-// the generated client, the fixture ledger and, after the process is gone,
-// the bbolt file opened read-only.
+// Both build the rein binary once (TestMain), with the build tag
+// failpoints (a normal build has none), and talk to it only through the
+// generated client, the fixture ledger and, after the process is gone, the
+// bbolt file opened read-only. TestFailpointsNeedTheTag checks that a
+// normal build has no failpoints.
 package crash_test
 
 import (
@@ -23,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -33,7 +36,8 @@ var (
 	killsFlag = flag.Int("crash.kills", 20, "SIGKILLs TestSIGKILL sends")
 )
 
-// reinBin is the rein binary under test, built by TestMain.
+// reinBin is the rein binary under test, built by TestMain with the
+// failpoints tag.
 var reinBin string
 
 func TestMain(m *testing.M) {
@@ -48,19 +52,27 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
+	reinBin = filepath.Join(tmp, "rein")
+	if err := buildRein(reinBin, "-tags", "failpoints"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	reinBin = filepath.Join(tmp, "rein")
+	return m.Run()
+}
+
+// buildRein builds ./cmd/rein into out, with flags before the package.
+func buildRein(out string, flags ...string) error {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	build := exec.CommandContext(ctx, "go", "build", "-o", reinBin, "./cmd/rein")
+	args := append(append([]string{"build", "-o", out}, flags...), "./cmd/rein")
+	build := exec.CommandContext(ctx, "go", args...)
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build ./cmd/rein: %v\n%s", err, out)
-		return 1
+		return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return m.Run()
+	return nil
 }

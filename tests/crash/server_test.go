@@ -310,11 +310,12 @@ var fastReconnect = grpc.WithConnectParams(grpc.ConnectParams{
 })
 
 // dial returns a client of the instance's address, with the driver's
-// token. Its calls wait for the server to be back (WaitForReady) instead
-// of failing at once while it is down.
-func (in *instance) dial(t *testing.T) *client.Client {
+// token, whose watches reconnect with backoff (zero: the default). Its
+// calls wait for the server to be back (WaitForReady) instead of failing
+// at once while it is down.
+func (in *instance) dial(t *testing.T, backoff client.Backoff) *client.Client {
 	t.Helper()
-	cl, err := client.Dial(in.addr, client.Options{Token: token, DialOptions: []grpc.DialOption{
+	cl, err := client.Dial(in.addr, client.Options{Token: token, Backoff: backoff, DialOptions: []grpc.DialOption{
 		fastReconnect,
 		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
 	}})

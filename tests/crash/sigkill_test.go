@@ -209,13 +209,12 @@ func TestSIGKILL(t *testing.T) {
 	}
 	t.Logf("seed %d (rerun this kill schedule with -crash.seed=%d)", seed, seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x6b696c6c))
-	client.Backoff.Min, client.Backoff.Max = 5*time.Millisecond, 100*time.Millisecond
 	began := time.Now()
 
 	in := newInstance(t)
 	srv := in.start(t)
 	in.waitServing(t, srv)
-	cl := in.dial(t)
+	cl := in.dial(t, client.Backoff{Min: 5 * time.Millisecond, Max: 100 * time.Millisecond})
 
 	ctx, cancel := context.WithTimeout(context.Background(), driveTimeout)
 	defer cancel()

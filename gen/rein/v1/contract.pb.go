@@ -197,7 +197,9 @@ func (x *TaskContract) GetLabels() map[string]string {
 // routes a call to it, whatever the model was told.
 type ToolGrant struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The tool's name, as the model calls it.
+	// The tool's name, as the model calls it. This pattern is rein's one rule
+	// for a tool name: rein applies it to task files, to the tools an MCP
+	// server lists and to the NAME of --tool-server and --mcp too.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// What the tool does, shown to the model.
 	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`

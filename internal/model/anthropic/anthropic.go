@@ -245,8 +245,8 @@ func nonNeg(v int64) uint64 {
 }
 
 // classify turns a client error into rein's terms: the context's own error
-// when it cut the call, a *model.HTTPError for an HTTP status, else the error
-// wrapped.
+// when it cut the call, a *model.HTTPError for an HTTP status (classified by
+// model.Classify, as every provider's is), else the error wrapped.
 func classify(ctx context.Context, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("anthropic: %w", cerr)

@@ -35,7 +35,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -54,14 +53,6 @@ const MetaOperationID = "rein/operation_id"
 
 // NoDryRunNote is the note of every preview.
 const NoDryRunNote = "MCP tools have no dry run: approving runs this call once"
-
-var (
-	// serverName is a registration name: no '.', so that the first '.' of
-	// a rein tool name ends it and two servers' names never collide.
-	serverName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,62}$`)
-	// toolName is rein's tool name (harness.ValidateContract).
-	toolName = regexp.MustCompile(`^[A-Za-z0-9_.\-]{1,64}$`)
-)
 
 // Client is the connection to one MCP server, and a tools.Executor over its
 // tools. It is safe for concurrent use. Close it to end the session (and
@@ -148,11 +139,11 @@ func (c *Client) refresh(ctx context.Context) error {
 			return c.callError("tools/list", err)
 		}
 		full := c.name + "." + t.Name
-		switch {
-		case !toolName.MatchString(full):
-			skipped = append(skipped, Skipped{t.Name, fmt.Sprintf("its rein name %q is not 1-64 letters, digits, '_', '.' or '-'", full)})
+		if err := tools.CheckName(full); err != nil {
+			skipped = append(skipped, Skipped{t.Name, fmt.Sprintf("its rein name %q is not a tool name: %v", full, err)})
 			continue
-		case listed[full] != nil:
+		}
+		if listed[full] != nil {
 			skipped = append(skipped, Skipped{t.Name, "the server lists it twice; the first is kept"})
 			continue
 		}

@@ -15,6 +15,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/reinhq/rein/internal/tail"
+	"github.com/reinhq/rein/internal/tools"
 )
 
 // handshakeTimeout bounds connecting to a server when the caller's context
@@ -111,8 +112,10 @@ func Connect(ctx context.Context, name string, transport sdk.Transport, opts ...
 }
 
 func checkName(name string) error {
-	if !serverName.MatchString(name) {
-		return fmt.Errorf("MCP server name %q is not valid: use 1-62 letters, digits, '_' or '-' (no '.'), as in --mcp files=COMMAND", name)
+	// No '.', so that the first '.' of a rein tool name ends the server's
+	// name and two servers' names never collide.
+	if err := tools.CheckServerName(name); err != nil {
+		return fmt.Errorf("MCP server name (as in --mcp files=COMMAND): %w", err)
 	}
 	return nil
 }
