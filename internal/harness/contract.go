@@ -3,7 +3,6 @@ package harness
 import (
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/tools"
 )
 
 // Defaults applied to a contract's zero budget fields at start, so the run's
@@ -36,8 +36,6 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Description }
 
-var toolName = regexp.MustCompile(`^[A-Za-z0-9_.\-]{1,64}$`)
-
 // ValidateContract checks a contract before a run starts. It returns a
 // *FieldError for the first problem found.
 func ValidateContract(c *reinv1.TaskContract) error {
@@ -50,9 +48,10 @@ func ValidateContract(c *reinv1.TaskContract) error {
 	seen := map[string]bool{}
 	for i, t := range c.GetTools() {
 		f := fmt.Sprintf("contract.tools[%d]", i)
+		if err := tools.CheckName(t.GetName()); err != nil {
+			return &FieldError{f + ".name", fmt.Sprintf("%q is not a tool name: %v", t.GetName(), err)}
+		}
 		switch {
-		case !toolName.MatchString(t.GetName()):
-			return &FieldError{f + ".name", fmt.Sprintf("%q is not a tool name: use 1-64 letters, digits, '_', '.' or '-'", t.GetName())}
 		case seen[t.GetName()]:
 			return &FieldError{f + ".name", fmt.Sprintf("tool %q is granted twice", t.GetName())}
 		case t.GetTier() == reinv1.ToolTier_TOOL_TIER_UNSPECIFIED:
