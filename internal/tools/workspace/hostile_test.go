@@ -363,3 +363,41 @@ func TestHardLinkedFilesAreRefused(t *testing.T) {
 		t.Errorf("fs.read of a file with one link = %v, %v", out, err)
 	}
 }
+
+// resolve opens each directory as "name/." (see walker.follow) on the word
+// that os.Root then opens name with O_DIRECTORY: a FIFO swapped in for a
+// directory after its Lstat fails at once. This holds os.Root to it, and
+// the twin: a directory opens so.
+func TestOpenRootOfAFIFOFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	_, root, check := setup(t)
+	defer check()
+	if err := syscall.Mkfifo(filepath.Join(root, "pipe"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	err = bounded(t, ctx, "OpenRoot of a FIFO", func() error {
+		sub, err := r.OpenRoot("pipe" + string(filepath.Separator) + ".")
+		if err == nil {
+			sub.Close()
+		}
+		return err
+	})
+	if !errors.Is(err, syscall.ENOTDIR) {
+		t.Errorf("OpenRoot(\"pipe/.\") = %v, want ENOTDIR", err)
+	}
+	sub, err := r.OpenRoot("src" + string(filepath.Separator) + ".")
+	if err != nil {
+		t.Fatalf("OpenRoot(\"src/.\") = %v", err)
+	}
+	defer sub.Close()
+	if _, err := sub.Stat("main.go"); err != nil {
+		t.Errorf("src/. is not src: %v", err)
+	}
+}

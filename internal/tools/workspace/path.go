@@ -166,7 +166,10 @@ func (w *walker) follow(comps []string, inLink bool) (int, error) {
 				return 0, err
 			}
 		case info.IsDir():
-			sub, err := w.cur().OpenRoot(name)
+			// "name/." so that os.Root opens name as a directory
+			// (O_DIRECTORY): a FIFO swapped in since the Lstat fails at
+			// once instead of holding the open.
+			sub, err := w.cur().OpenRoot(name + string(filepath.Separator) + ".")
 			if err != nil {
 				return 0, fmt.Errorf("path %q: %s: %w", w.rel, filepath.ToSlash(w.path(name)), pathless(err))
 			}
