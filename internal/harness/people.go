@@ -244,15 +244,30 @@ func (e *Engine) lookup(ctx context.Context, call tools.Call, opID string) (*str
 	if !ok {
 		return nil, false, tools.ErrNoLookup
 	}
-	lctx, cancel := context.WithTimeout(ctx, e.cfg.ToolTimeout)
+	lctx, cancel := context.WithTimeoutCause(ctx, e.cfg.ToolTimeout, e.toolTimedOut("lookup"))
 	defer cancel()
-	return looker.Lookup(lctx, call, opID)
+	type found struct {
+		receipt *structpb.Value
+		applied bool
+	}
+	f, err := await(lctx, func(ctx context.Context) (found, error) {
+		receipt, applied, err := looker.Lookup(ctx, call, opID)
+		return found{receipt, applied}, err
+	})
+	return f.receipt, f.applied, err
 }
 
+// commitOnce sends the write once. ctx is not cancelled by a cancel or a
+// shutdown (a write that started must finish), but the tool timeout cuts
+// it even when the tool does not return: then the outcome is unknown.
 func (e *Engine) commitOnce(ctx context.Context, call tools.Call, opID string) (*structpb.Value, error) {
-	cctx, cancel := context.WithTimeout(ctx, e.cfg.ToolTimeout)
+	cctx, cancel := context.WithTimeoutCause(ctx, e.cfg.ToolTimeout, e.toolTimedOut("commit"))
 	defer cancel()
-	return e.executor().Commit(cctx, call, opID)
+	return await(cctx, func(ctx context.Context) (*structpb.Value, error) { return e.executor().Commit(ctx, call, opID) })
+}
+
+func (e *Engine) toolTimedOut(what string) error {
+	return fmt.Errorf("the tool's %s did not answer within its timeout of %s", what, e.cfg.ToolTimeout)
 }
 
 // writeCommitted records a write's receipt and carries the run on.

@@ -217,14 +217,23 @@ func (r *runner) route(ctx context.Context, call *reinv1.ToolCall, returned *rei
 // runCall runs a requested call (its tool_requested is stored): a read
 // runs and its result waits to share the next commit; a write is proposed
 // and the run pauses for approval. Both operations are free of side
-// effects, so a call left open by a crash is run again the same way.
+// effects, so a call left open by a crash is run again the same way. The
+// call is cut by the tool timeout or the run's deadline, whichever comes
+// first, and returns when the driver stops even if the tool does not.
 func (r *runner) runCall(ctx context.Context, call *reinv1.ToolCall, tier reinv1.ToolTier) error {
 	tc := tools.Call{RunID: r.st.RunID, CallID: call.GetCallId(), Tool: call.GetTool(), Args: call.GetArguments(),
 		Index: int(r.st.CallsByTool[call.GetTool()]) - 1}
-	tctx, cancel := context.WithTimeout(ctx, r.e.cfg.ToolTimeout)
+	timeout := r.e.cfg.ToolTimeout
+	cause := fmt.Errorf("the tool did not answer within its timeout of %s", timeout)
+	if dl := r.st.Deadline; !dl.IsZero() && dl.Sub(r.now.AsTime()) < timeout {
+		// On the run's clock, as for the model call.
+		timeout = dl.Sub(r.now.AsTime())
+		cause = fmt.Errorf("the call was cut by the run's deadline %s", dl.Format(time.RFC3339))
+	}
+	tctx, cancel := context.WithTimeoutCause(ctx, timeout, cause)
 	defer cancel()
 	if tier == reinv1.ToolTier_TOOL_TIER_WRITE {
-		preview, err := r.executor().Propose(tctx, tc)
+		preview, err := await(tctx, func(ctx context.Context) (*structpb.Value, error) { return r.executor().Propose(ctx, tc) })
 		if ctx.Err() != nil {
 			r.later(r.toolResult(call, nil, errInterrupted))
 			return errStopped
@@ -235,13 +244,37 @@ func (r *runner) runCall(ctx context.Context, call *reinv1.ToolCall, tier reinv1
 		}
 		return r.propose(ctx, call, preview)
 	}
-	out, err := r.executor().Read(tctx, tc)
+	out, err := await(tctx, func(ctx context.Context) (*structpb.Value, error) { return r.executor().Read(ctx, tc) })
 	if ctx.Err() != nil {
 		r.later(r.toolResult(call, nil, errInterrupted))
 		return errStopped
 	}
 	r.later(r.toolResult(call, out, err))
 	return nil
+}
+
+// await returns call(ctx)'s result, or ctx's cause as soon as ctx ends,
+// whether or not call has returned: a tool that ignores its context holds
+// neither the driver nor a cancel or a shutdown waiting for it. An
+// abandoned call goes on in its goroutine until it returns, and its result
+// is dropped.
+func await[T any](ctx context.Context, call func(context.Context) (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := call(ctx)
+		done <- result{v, err}
+	}()
+	select {
+	case res := <-done:
+		return res.v, res.err
+	case <-ctx.Done():
+		var zero T
+		return zero, context.Cause(ctx)
+	}
 }
 
 // propose stores a write's proposal and pauses the run for approval.

@@ -9,7 +9,12 @@
 // goes through an os.Root, so that even a link swapped between the check and
 // the access cannot make a tool read or write a byte outside the root. A
 // commit re-resolves its path and refuses if it no longer names the file
-// the proposal did. Errors are written for the model: a missing path names
+// the proposal did. Only regular files are read or written, and directories
+// listed: a FIFO, a socket or a device is refused without waiting on it,
+// and so is a regular file with other hard links (open.go says why). A
+// path has limits (maxPathBytes, maxPathComponents) and resolves in time
+// linear in its length. Errors are written for the model: they name paths
+// as the model gave them, never the absolute root; a missing path names
 // the nearest existing ones, and cut output says how to read the rest.
 package workspace
 
@@ -81,6 +86,15 @@ func New(root string) (*Workspace, error) {
 // Root is the workspace's root directory, absolute and without links.
 func (w *Workspace) Root() string { return w.root }
 
+// open opens the root for one call; its error names no absolute path.
+func (w *Workspace) open() (*os.Root, error) {
+	root, err := os.OpenRoot(w.root)
+	if err != nil {
+		return nil, fmt.Errorf("the workspace root cannot be opened: %w", pathless(err))
+	}
+	return root, nil
+}
+
 // List implements tools.Executor.
 func (w *Workspace) List(context.Context) ([]tools.Spec, error) {
 	out := make([]tools.Spec, 0, len(specs))
@@ -95,13 +109,14 @@ func (w *Workspace) List(context.Context) ([]tools.Spec, error) {
 }
 
 // Read implements tools.Executor: fs.read, fs.list and fs.search.
-func (w *Workspace) Read(ctx context.Context, call tools.Call) (*structpb.Value, error) {
+func (w *Workspace) Read(ctx context.Context, call tools.Call) (_ *structpb.Value, err error) {
+	defer func() { err = w.relative(err) }()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	root, err := os.OpenRoot(w.root)
+	root, err := w.open()
 	if err != nil {
-		return nil, fmt.Errorf("open the workspace root: %w", err)
+		return nil, err
 	}
 	defer root.Close()
 	args := call.Args.GetFields()
@@ -134,22 +149,18 @@ func (w *Workspace) read(root *os.Root, args map[string]*structpb.Value) (*struc
 	if limit <= 0 || limit > maxReadLimit {
 		return nil, fmt.Errorf("limit %d is out of range; give 1 to %d bytes", limit, maxReadLimit)
 	}
-	target, err := resolve(w.root, rel)
+	res, err := resolve(root, rel)
 	if err != nil {
 		return nil, err
 	}
-	f, err := root.Open(target)
+	f, info, err := openNode(root, res.target, rel)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, notFound(w.root, rel)
+		return nil, notFound(root, rel)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open %q: %w", rel, err)
+		return nil, fmt.Errorf("open %q: %w", rel, pathless(err))
 	}
 	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("stat %q: %w", rel, err)
-	}
 	if info.IsDir() {
 		return nil, fmt.Errorf("%q is a directory; list it with fs.list {\"path\": %q}", rel, rel)
 	}
@@ -159,7 +170,7 @@ func (w *Workspace) read(root *os.Root, args map[string]*structpb.Value) (*struc
 	}
 	buf := make([]byte, min(limit, size-offset))
 	if _, err := f.ReadAt(buf, offset); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("read %q: %w", rel, err)
+		return nil, fmt.Errorf("read %q: %w", rel, pathless(err))
 	}
 	cut := offset+int64(len(buf)) < size
 	// Do not split a character at the cut.
@@ -186,24 +197,24 @@ func (w *Workspace) list(root *os.Root, args map[string]*structpb.Value) (*struc
 	if err != nil {
 		return nil, err
 	}
-	target, err := resolve(w.root, rel)
+	res, err := resolve(root, rel)
 	if err != nil {
 		return nil, err
 	}
-	f, err := root.Open(target)
+	f, info, err := openNode(root, res.target, rel)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, notFound(w.root, rel)
+		return nil, notFound(root, rel)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open %q: %w", rel, err)
+		return nil, fmt.Errorf("open %q: %w", rel, pathless(err))
 	}
 	defer f.Close()
-	if info, err := f.Stat(); err == nil && !info.IsDir() {
+	if !info.IsDir() {
 		return nil, fmt.Errorf("%q is a file, not a directory; read it with fs.read {\"path\": %q}", rel, rel)
 	}
 	dirents, err := f.ReadDir(-1)
 	if err != nil {
-		return nil, fmt.Errorf("list %q: %w", rel, err)
+		return nil, fmt.Errorf("list %q: %w", rel, pathless(err))
 	}
 	// ReadDir of a file does not sort; sort by name.
 	sortDirents(dirents)
@@ -230,21 +241,28 @@ func (w *Workspace) search(ctx context.Context, root *os.Root, args map[string]*
 	if err != nil {
 		return nil, err
 	}
-	target, err := resolve(w.root, rel)
+	res, err := resolve(root, rel)
 	if err != nil {
 		return nil, err
 	}
-	fsys := root.FS()
-	start := filepath.ToSlash(target)
-	if _, err := fs.Stat(fsys, start); errors.Is(err, fs.ErrNotExist) {
-		return nil, notFound(w.root, rel)
-	} else if err != nil {
-		return nil, fmt.Errorf("search %q: %w", rel, err)
+	// The walk opens only directories and regular files, without waiting:
+	// a FIFO swapped in for a directory cannot hold it.
+	fsys := nonblocking{root}
+	start := filepath.ToSlash(res.target)
+	f, _, err := openNode(root, res.target, rel)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, notFound(root, rel)
 	}
+	if err != nil {
+		return nil, fmt.Errorf("search %q: %w", rel, pathless(err))
+	}
+	f.Close()
 	matches := []any{}
 	truncated := false
 	skipped := 0
 	err = fs.WalkDir(fsys, start, func(p string, d fs.DirEntry, err error) error {
+		// A big tree is walked file by file: a call cut by its context or
+		// the run's deadline stops between two of them.
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr
 		}
@@ -263,17 +281,12 @@ func (w *Workspace) search(ctx context.Context, root *os.Root, args map[string]*
 		if !d.Type().IsRegular() {
 			return nil // links are not followed
 		}
-		info, err := d.Info()
-		if err != nil || info.Size() > maxSearchFile {
+		data, ok := searchable(root, p)
+		if !ok {
 			skipped++
 			return nil
 		}
-		data, err := fs.ReadFile(fsys, p)
-		if err != nil || strings.IndexByte(string(data), 0) >= 0 || !utf8.Valid(data) {
-			skipped++
-			return nil
-		}
-		for i, line := range strings.Split(string(data), "\n") {
+		for i, line := range strings.Split(data, "\n") {
 			if !strings.Contains(line, pattern) {
 				continue
 			}
@@ -286,7 +299,7 @@ func (w *Workspace) search(ctx context.Context, root *os.Root, args map[string]*
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("search %q: %w", rel, err)
+		return nil, fmt.Errorf("search %q: %w", rel, pathless(err))
 	}
 	out := map[string]any{"pattern": pattern, "path": rel, "matches": matches}
 	if truncated {
@@ -297,6 +310,25 @@ func (w *Workspace) search(ctx context.Context, root *os.Root, args map[string]*
 		out["skipped_files"] = skipped
 	}
 	return structpb.NewValue(out)
+}
+
+// searchable is the text of the file p (slash-separated, under root) if
+// fs.search reads it: a regular file with one link, at most maxSearchFile
+// bytes, UTF-8 text without NUL bytes.
+func searchable(root *os.Root, p string) (string, bool) {
+	f, info, err := openNode(root, filepath.FromSlash(p), p)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	if !info.Mode().IsRegular() || info.Size() > maxSearchFile {
+		return "", false
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxSearchFile+1))
+	if err != nil || len(data) > maxSearchFile || strings.IndexByte(string(data), 0) >= 0 || !utf8.Valid(data) {
+		return "", false
+	}
+	return string(data), true
 }
 
 // clip cuts s to at most n bytes, on a character boundary.

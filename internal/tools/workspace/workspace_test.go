@@ -279,6 +279,9 @@ func TestEscapesAreRefused(t *testing.T) {
 	if err := os.Symlink(filepath.Join(outside, "new.txt"), filepath.Join(root, "link-dangling")); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Symlink("missing.txt", filepath.Join(root, "link-dangling-inside")); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Symlink("README.md", filepath.Join(root, "link-inside")); err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +295,10 @@ func TestEscapesAreRefused(t *testing.T) {
 		{"link-file", "through a symbolic link"},
 		{"link-dir/secret.txt", "through a symbolic link"},
 		{"link-dir/new.txt", "through a symbolic link"},
-		{"link-dangling", "symbolic link whose target does not exist"},
+		// A link out is refused as such, whether its target exists or not:
+		// nothing outside the root is looked up to tell.
+		{"link-dangling", "leads out of the workspace root through a symbolic link"},
+		{"link-dangling-inside", "symbolic link whose target does not exist"},
 	} {
 		for _, tool := range []string{"fs.read", "fs.list", "fs.search"} {
 			args := map[string]any{"path": tc.path, "pattern": "secret"}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -32,30 +33,31 @@ func (w *Workspace) load(root *os.Root, tool string, args map[string]*structpb.V
 	if err != nil {
 		return c, err
 	}
-	target, err := resolve(w.root, rel)
+	res, err := resolve(root, rel)
 	if err != nil {
 		return c, err
 	}
+	target := res.target
 	if target == "." {
 		return c, fmt.Errorf("%q is the workspace root, not a file", rel)
 	}
 	c.rel, c.target, c.mode = rel, target, 0o644
-	info, err := root.Stat(target)
+	f, info, err := openNode(root, target, rel)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if tool == "fs.patch" {
-			return c, notFound(w.root, rel)
+			return c, notFound(root, rel)
 		}
 		return c, nil
 	case err != nil:
-		return c, fmt.Errorf("stat %q: %w", rel, err)
-	case info.IsDir():
-		return c, fmt.Errorf("%q is a directory; %s writes files", rel, tool)
-	case !info.Mode().IsRegular():
-		return c, fmt.Errorf("%q is not a regular file; %s writes regular files only", rel, tool)
+		return c, fmt.Errorf("open %q: %w", rel, pathless(err))
 	}
-	if c.old, err = root.ReadFile(target); err != nil {
-		return c, fmt.Errorf("read %q: %w", rel, err)
+	defer f.Close()
+	if info.IsDir() {
+		return c, fmt.Errorf("%q is a directory; %s writes files", rel, tool)
+	}
+	if c.old, err = io.ReadAll(f); err != nil {
+		return c, fmt.Errorf("read %q: %w", rel, pathless(err))
 	}
 	c.existed, c.mode, c.baseHash = true, info.Mode().Perm(), hashOf(c.old)
 	return c, nil
@@ -99,16 +101,17 @@ func apply(tool string, c change, args map[string]*structpb.Value) ([]byte, erro
 
 // Propose implements tools.Executor: the preview of fs.write and fs.patch is
 // a unified diff, with the hash of the file it was made against.
-func (w *Workspace) Propose(ctx context.Context, call tools.Call) (*structpb.Value, error) {
+func (w *Workspace) Propose(ctx context.Context, call tools.Call) (_ *structpb.Value, err error) {
+	defer func() { err = w.relative(err) }()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if call.Tool != "fs.write" && call.Tool != "fs.patch" {
 		return nil, fmt.Errorf("%s only reads; grant it the read tier", call.Tool)
 	}
-	root, err := os.OpenRoot(w.root)
+	root, err := w.open()
 	if err != nil {
-		return nil, fmt.Errorf("open the workspace root: %w", err)
+		return nil, err
 	}
 	defer root.Close()
 	args := call.Args.GetFields()
@@ -146,7 +149,8 @@ func proposalOf(call tools.Call) (proposed, error) {
 // resolves to the file the proposal named and that file still hashes as it
 // did then; it writes atomically (a temporary file, then a rename), and is
 // idempotent on operationID. The receipt is the file's new hash.
-func (w *Workspace) Commit(ctx context.Context, call tools.Call, operationID string) (*structpb.Value, error) {
+func (w *Workspace) Commit(ctx context.Context, call tools.Call, operationID string) (_ *structpb.Value, err error) {
+	defer func() { err = w.relative(err) }()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -159,9 +163,9 @@ func (w *Workspace) Commit(ctx context.Context, call tools.Call, operationID str
 	if r, ok := w.committed[operationID]; ok {
 		return r, nil
 	}
-	root, err := os.OpenRoot(w.root)
+	root, err := w.open()
 	if err != nil {
-		return nil, fmt.Errorf("open the workspace root: %w", err)
+		return nil, err
 	}
 	defer root.Close()
 	args := call.Args.GetFields()
@@ -193,14 +197,15 @@ func (w *Workspace) Commit(ctx context.Context, call tools.Call, operationID str
 		return nil, fmt.Errorf("%w: the write would make hash %s, not %s as proposed; propose again", tools.ErrRefused, h, p.newHash)
 	}
 	if err := writeAtomic(root, c.target, next, c.mode); err != nil {
-		return nil, fmt.Errorf("write %q: %w", c.rel, err)
+		return nil, fmt.Errorf("write %q: %w", c.rel, pathless(err))
 	}
 	return receipt(p.newHash)
 }
 
 // Lookup implements tools.Looker: a write was applied if this process
 // committed it, or if the file now hashes as the proposal said it would.
-func (w *Workspace) Lookup(ctx context.Context, call tools.Call, operationID string) (*structpb.Value, bool, error) {
+func (w *Workspace) Lookup(ctx context.Context, call tools.Call, operationID string) (_ *structpb.Value, _ bool, err error) {
+	defer func() { err = w.relative(err) }()
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
@@ -213,9 +218,9 @@ func (w *Workspace) Lookup(ctx context.Context, call tools.Call, operationID str
 	if err != nil {
 		return nil, false, err
 	}
-	root, err := os.OpenRoot(w.root)
+	root, err := w.open()
 	if err != nil {
-		return nil, false, fmt.Errorf("open the workspace root: %w", err)
+		return nil, false, err
 	}
 	defer root.Close()
 	c, err := w.load(root, "fs.write", call.Args.GetFields())
