@@ -56,9 +56,9 @@ func TestReplayNamesTheDivergence(t *testing.T) {
 	if r.code != exitError {
 		t.Fatalf("exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	mustContain(t, "replay output", r.stdout, "DIVERGED", "at sequence 2", "model_requested")
+	mustContain(t, "replay output", r.stdout, "DIVERGED", "at sequence 2", "model_requested", "field:    model_requested.input_hash")
 	j := decodeOne(t, cli(t, "replay", path, "--json").stdout)
-	if j["match"] != false || num(t, j["sequence"], "sequence") != 2 {
+	if j["match"] != false || num(t, j["sequence"], "sequence") != 2 || j["field"] != "model_requested.input_hash" {
 		t.Fatalf("replay --json: %v", j)
 	}
 }

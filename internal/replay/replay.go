@@ -36,10 +36,18 @@ type Divergence struct {
 	Expected *reinv1.Event
 	// Got is the replayed event; nil when the replay stopped short.
 	Got *reinv1.Event
+	// Field is the path to the first field where the two events differ, in
+	// the order their messages declare fields ("model_requested.input_hash",
+	// "tool_requested.tier"); "" when one of them is missing.
+	Field string
 }
 
 func (d *Divergence) Error() string {
-	return fmt.Sprintf("the runs part at sequence %d: expected %s, got %s", d.Sequence, describe(d.Expected), describe(d.Got))
+	field := ""
+	if d.Field != "" {
+		field = " (first differing field: " + d.Field + ")"
+	}
+	return fmt.Sprintf("the runs part at sequence %d%s: expected %s, got %s", d.Sequence, field, describe(d.Expected), describe(d.Got))
 }
 
 func describe(ev *reinv1.Event) string {
