@@ -19,10 +19,11 @@ func newReplayCmd(e *env) *cobra.Command {
 		Long: `Feed each recorded run's model replies, tool results and people's decisions, in
 order and on the recorded clock, through this rein's harness into an in-memory
 log, and compare the new events with the recorded ones. No model and no tool is
-called. A run is a stored RUN_ID (on --db or --server), an export FILE, or every
-*.rein file in DIR. Exit 0 when every run matches; 1 at the first divergence,
-printed as the sequence, the first field that differs, the expected event and
-the event the harness made.`,
+called. A run is a stored RUN_ID (on --db or --server), an export FILE (binary,
+as rein export writes it, or text, as the recordings under testdata/ are), or
+every *.rein file in DIR. Exit 0 when every run matches; 1 at the first
+divergence, printed as the sequence, the first field that differs, the
+expected event and the event the harness made.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()

@@ -2,7 +2,9 @@ package replay
 
 import (
 	"context"
+	"crypto/sha256"
 	"flag"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oklog/ulid/v2"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -129,6 +132,18 @@ func (c *fakeClock) jump(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
+// seededIDs makes ULIDs whose random part comes from a generator seeded
+// with name.
+func seededIDs(name string) func(prefix string, now time.Time) string {
+	var mu sync.Mutex
+	entropy := ulid.Monotonic(rand.NewChaCha8(sha256.Sum256([]byte(name))), 0)
+	return func(prefix string, now time.Time) string {
+		mu.Lock()
+		defer mu.Unlock()
+		return prefix + ulid.MustNew(ulid.Timestamp(now), entropy).String()
+	}
+}
+
 func reply(d *reinv1.Decision) *reinv1.ScriptedReply {
 	return &reinv1.ScriptedReply{Reply: &reinv1.ScriptedReply_Decision{Decision: d}, Usage: &reinv1.Usage{InputTokens: 100, OutputTokens: 20}}
 }
@@ -234,6 +249,9 @@ func record(t *testing.T) {
 		clock := &fakeClock{now: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}
 		st := mem.New()
 		e := harness.New(harness.Config{Store: st, Tools: fixtures, Clock: clock.Now, NoTimers: true, Workers: 1,
+			// The same IDs every time, so a recording changes only where
+			// the harness does.
+			NewID: seededIDs(sc.name),
 			// Every call is priced, so replay checks each call's cost.
 			Prices: pricing.New(map[string]pricing.Price{"script/*": {InputPerMTok: 1, OutputPerMTok: 2}}),
 			Wait:   func(context.Context, time.Duration) error { return nil }})
@@ -273,7 +291,8 @@ func record(t *testing.T) {
 			t.Fatal(err)
 		}
 		x.ExportedBy = "rein replay tests"
-		if err := export.Write(f, x); err != nil {
+		// The text form: a changed recording is a readable diff.
+		if err := export.WriteText(f, x); err != nil {
 			t.Fatal(err)
 		}
 		if err := f.Close(); err != nil {
