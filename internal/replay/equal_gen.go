@@ -26,7 +26,7 @@ var equalShapes = map[string]string{
 	"rein.v1.ApprovalRequested":   "1 proposal message optional presence rein.v1.Proposal; ",
 	"rein.v1.AskHuman":            "1 question string optional; ",
 	"rein.v1.Budget":              "1 max_steps uint32 optional; 2 max_tokens uint64 optional; 3 timeout message optional presence google.protobuf.Duration; 4 max_tool_calls uint32 optional; 5 max_output_bytes uint64 optional; 6 max_cost_usd double optional; 7 max_context_chars uint64 optional; ",
-	"rein.v1.BudgetReached":       "1 limit string optional; 2 detail string optional; ",
+	"rein.v1.BudgetReached":       "1 limit string optional; 2 detail string optional; 3 retry_past_deadline message optional presence rein.v1.RetryPastDeadline; ",
 	"rein.v1.Check":               "1 name string optional; 2 argv string repeated; 3 dir string optional; 4 timeout message optional presence google.protobuf.Duration; 5 env string repeated; ",
 	"rein.v1.CheckResult":         "1 name string optional; 2 passed bool optional; 3 exit_code int32 optional; 4 output_tail string optional; ",
 	"rein.v1.ChecksCompleted":     "1 results message repeated rein.v1.CheckResult; 2 workspace_hash string optional; ",
@@ -45,6 +45,7 @@ var equalShapes = map[string]string{
 	"rein.v1.ModelSpec":           "1 provider string optional; 2 name string optional; 3 base_url string optional; 4 max_output_tokens uint32 optional; 5 temperature double optional presence; 6 script message repeated rein.v1.ScriptedReply; ",
 	"rein.v1.Proposal":            "1 proposal_id string optional; 2 tool string optional; 3 arguments message optional presence google.protobuf.Struct; 4 preview message optional presence google.protobuf.Value; 5 hash string optional; 6 expires_at message optional presence google.protobuf.Timestamp; 7 run_version uint64 optional; 8 call_id string optional; ",
 	"rein.v1.Question":            "1 text string optional; 2 call_id string optional; ",
+	"rein.v1.RetryPastDeadline":   "1 step uint32 optional; 2 error string optional; 3 wait message optional presence google.protobuf.Duration; ",
 	"rein.v1.RunStarted":          "1 contract message optional presence rein.v1.TaskContract; 2 principal string optional; 3 tenant string optional; 4 request_id string optional; 5 deadline message optional presence google.protobuf.Timestamp; 6 parent_run_id string optional; 7 parent_sequence uint64 optional; ",
 	"rein.v1.ScriptedReply":       "1 decision message optional presence oneof reply rein.v1.Decision; 2 raw string optional presence oneof reply; 3 error string optional presence oneof reply; 4 usage message optional presence rein.v1.Usage; 5 delay_ms uint32 optional; 6 fail_attempts uint32 optional; 7 retry_after_ms uint32 optional; ",
 	"rein.v1.StatusChanged":       "1 from enum optional; 2 to enum optional; 3 reason string optional; 4 result message optional presence rein.v1.FinalAnswer; 5 error string optional; ",
@@ -542,6 +543,9 @@ func eqBudgetReached(x, y *reinv1.BudgetReached) bool {
 	if !(x.GetDetail() == y.GetDetail()) {
 		return false
 	}
+	if !(eqRetryPastDeadline(x.GetRetryPastDeadline(), y.GetRetryPastDeadline())) {
+		return false
+	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }
 
@@ -885,6 +889,25 @@ func eqCheckResult(x, y *reinv1.CheckResult) bool {
 		return false
 	}
 	if !(x.GetOutputTail() == y.GetOutputTail()) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqRetryPastDeadline(x, y *reinv1.RetryPastDeadline) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetStep() == y.GetStep()) {
+		return false
+	}
+	if !(x.GetError() == y.GetError()) {
+		return false
+	}
+	if !(eqDuration(x.GetWait(), y.GetWait())) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())

@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/export"
@@ -143,5 +145,101 @@ func TestReplayRefusesCorruptedText(t *testing.T) {
 				t.Errorf("error %q does not name the file and say %q", msg, tc.says)
 			}
 		})
+	}
+}
+
+// TestReplayReadsRetryPastDeadline: replay feeds back a failed call whose
+// retry would have passed the deadline from budget_reached's
+// retry_past_deadline, not from its detail.
+func TestReplayReadsRetryPastDeadline(t *testing.T) {
+	x := readExport(t, filepath.Join(recordings, "retry_past_deadline.rein"))
+	var at uint64
+	for _, ev := range x.GetEvents() {
+		if late := ev.GetBudgetReached().GetRetryPastDeadline(); late != nil {
+			at = ev.GetSequence()
+			if late.GetError() == "" || late.GetWait().AsDuration() <= 0 || late.GetStep() == 0 {
+				t.Fatalf("retry_past_deadline %v: want the call's step, error and wait", late)
+			}
+			// A detail that says nothing: replay has the data.
+			ev.GetBudgetReached().Detail = "cut"
+		}
+	}
+	if at == 0 {
+		t.Fatal("retry_past_deadline.rein records no retry_past_deadline")
+	}
+	res, err := Run(context.Background(), x.GetEvents(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The harness writes its sentence again, from the failure replay gave
+	// it: the runs part on the detail alone.
+	if d := res.Divergence; d == nil || d.Sequence != at || d.Field != "budget_reached.detail" ||
+		!proto.Equal(d.Got.GetBudgetReached().GetRetryPastDeadline(), d.Expected.GetBudgetReached().GetRetryPastDeadline()) {
+		t.Fatalf("divergence %v, want one at sequence %d on budget_reached.detail alone", d, at)
+	}
+
+	// The twin: a recorded wait short enough to retry within the deadline
+	// is what replay feeds back, so the harness retries where the recording
+	// gave up.
+	x = readExport(t, filepath.Join(recordings, "retry_past_deadline.rein"))
+	for _, ev := range x.GetEvents() {
+		if late := ev.GetBudgetReached().GetRetryPastDeadline(); late != nil {
+			late.Wait = durationpb.New(time.Millisecond)
+		}
+	}
+	res, err = Run(context.Background(), x.GetEvents(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := res.Divergence; d == nil || d.Sequence != at || d.Got.GetModelRetried() == nil {
+		t.Fatalf("divergence %v, want a model_retried at sequence %d", d, at)
+	}
+}
+
+// TestReplayRecordingBeforeRetryPastDeadline: a recording made before
+// budget_reached had retry_past_deadline (binary, as rein wrote it then)
+// still replays: the failure is read from its detail, and the event the
+// harness makes now, with the field, matches it.
+func TestReplayRecordingBeforeRetryPastDeadline(t *testing.T) {
+	x := readExport(t, filepath.Join("testdata", "retry_past_deadline.before_field.rein"))
+	evs := x.GetEvents()
+	at := -1
+	for i, ev := range evs {
+		if br := ev.GetBudgetReached(); br != nil {
+			at = i
+			if br.GetRetryPastDeadline() != nil {
+				t.Fatal("the old recording has retry_past_deadline")
+			}
+		}
+	}
+	if at < 0 {
+		t.Fatal("the old recording has no budget_reached")
+	}
+	res, err := Run(context.Background(), evs, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Divergence != nil {
+		t.Fatalf("an old recording: %v", res.Divergence)
+	}
+	if evs[at].GetBudgetReached().GetRetryPastDeadline() != nil {
+		t.Error("replay changed the recording it was given")
+	}
+
+	// The twin: the same detail with a wait that does not parse is not
+	// upgraded, and the runs part there.
+	br := evs[at].GetBudgetReached()
+	if br.Detail = strings.Replace(br.GetDetail(), "a retry after 2s", "a retry after soon", 1); !strings.Contains(br.Detail, "soon") {
+		t.Fatalf("the old recording's detail %q names no 2s retry", br.GetDetail())
+	}
+	if up := upgrade(evs); up[at].GetBudgetReached().GetRetryPastDeadline() != nil {
+		t.Fatal("a detail whose wait does not parse was upgraded")
+	}
+	res, err = Run(context.Background(), evs, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := res.Divergence; d == nil || d.Sequence != evs[at].GetSequence() {
+		t.Fatalf("divergence %v, want one at sequence %d", d, evs[at].GetSequence())
 	}
 }

@@ -87,6 +87,7 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 	if len(recorded) == 0 || recorded[0].GetRunStarted() == nil {
 		return Result{}, fmt.Errorf("%w: a recording starts with run_started", ErrUnsupported)
 	}
+	recorded = upgrade(recorded)
 	rec := newRecording(recorded)
 	if err := rec.check(); err != nil {
 		return Result{}, err
@@ -289,25 +290,15 @@ func (e *retryError) Error() string            { return e.text }
 func (e *retryError) Unwrap() error            { return model.ErrRetryable }
 func (e *retryError) RetryWait() time.Duration { return e.wait }
 
-// retryPastDeadline is the failed attempt a deadline detail records when
-// the retry it asked for would have passed the run's deadline, or nil.
-func (r *recording) retryPastDeadline(detail string) error {
-	const mid, tail = "; a retry after ", " would pass the run's deadline"
-	deadline := r.events[0].GetRunStarted().GetDeadline()
-	prefix := "the model call was cut by the run's deadline " + deadline.AsTime().Format(time.RFC3339) + ": "
-	rest, ok := strings.CutPrefix(detail, prefix)
-	if !ok || deadline == nil || !strings.HasSuffix(rest, tail) {
+// retryPastDeadline is the failed attempt a budget_reached records when the
+// retry it asked for would have passed the run's deadline
+// (retry_past_deadline), or nil.
+func retryPastDeadline(br *reinv1.BudgetReached) error {
+	late := br.GetRetryPastDeadline()
+	if br.GetLimit() != "deadline" || late == nil {
 		return nil
 	}
-	i := strings.LastIndex(rest, mid)
-	if i < 0 {
-		return nil
-	}
-	wait, err := time.ParseDuration(strings.TrimSuffix(rest[i+len(mid):], tail))
-	if err != nil {
-		return nil
-	}
-	return &retryError{text: rest[:i], wait: wait}
+	return &retryError{text: late.GetError(), wait: late.GetWait().AsDuration()}
 }
 
 // refusedError is a recorded refused write, replayed with its reason.
@@ -349,9 +340,9 @@ func (r *recording) Next(ctx context.Context, req *model.Request) (*model.Reply,
 		return reply, nil
 	case after.GetStatusChanged().GetTo() == reinv1.RunStatus_RUN_STATUS_FAILED:
 		return nil, errors.New(strings.TrimPrefix(after.GetStatusChanged().GetError(), "the model call failed: "))
-	case after.GetBudgetReached().GetLimit() == "deadline" && r.retryPastDeadline(after.GetBudgetReached().GetDetail()) != nil:
+	case retryPastDeadline(after.GetBudgetReached()) != nil:
 		// The call failed and its retry would have passed the deadline.
-		return nil, r.retryPastDeadline(after.GetBudgetReached().GetDetail())
+		return nil, retryPastDeadline(after.GetBudgetReached())
 	case after.GetBudgetReached().GetLimit() == "deadline":
 		<-ctx.Done() // the recorded call was cut by the run's deadline
 		return nil, ctx.Err()
