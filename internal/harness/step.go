@@ -198,9 +198,6 @@ func (r *runner) route(ctx context.Context, call *reinv1.ToolCall, returned *rei
 		}}})
 	}
 	tier := grant.GetTier()
-	if r.e.cfg.Tier != nil {
-		tier = r.e.cfg.Tier(grant)
-	}
 	if tier == reinv1.ToolTier_TOOL_TIER_ASK_HUMAN {
 		return r.ask(ctx, &reinv1.Question{Text: questionText(call.GetArguments()), CallId: call.GetCallId()}, returned)
 	}

@@ -66,11 +66,8 @@ type Result struct {
 	Divergence *Divergence
 }
 
-// Options change the harness the recording is replayed through.
-type Options struct {
-	// Tier, when set, overrides routing (harness.Config.Tier).
-	Tier func(*reinv1.ToolGrant) reinv1.ToolTier
-}
+// Options change how a recording is replayed. There are none yet.
+type Options struct{}
 
 // ErrUnsupported is returned for a recording replay cannot drive.
 var ErrUnsupported = errors.New("recording not supported by replay")
@@ -83,7 +80,7 @@ var ErrUnsupported = errors.New("recording not supported by replay")
 // caller's goroutine: the harness's own step code, with no driver goroutine
 // to start or wait for. Its log folds every event it is given, as a store
 // does, and compares it with the recorded one as it is appended.
-func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, error) {
+func Run(ctx context.Context, recorded []*reinv1.Event, _ Options) (Result, error) {
 	if len(recorded) == 0 || recorded[0].GetRunStarted() == nil {
 		return Result{}, fmt.Errorf("%w: a recording starts with run_started", ErrUnsupported)
 	}
@@ -101,7 +98,6 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 		Notify:   func(_ string, version uint64) { rec.version = version },
 		NewID:    rec.newID,
 		NoTimers: true,
-		Tier:     o.Tier,
 		Owner:    "replay",
 		Prices:   rec.prices(),
 		// A recorded retry waited; its replay does not.
