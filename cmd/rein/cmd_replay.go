@@ -19,9 +19,11 @@ func newReplayCmd(e *env) *cobra.Command {
 		Long: `Feed each recorded run's model replies, tool results and people's decisions, in
 order and on the recorded clock, through this rein's harness into an in-memory
 log, and compare the new events with the recorded ones. No model and no tool is
-called. A run is a stored RUN_ID (on --db or --server), an export FILE, or every
-*.rein file in DIR. Exit 0 when every run matches; 1 at the first divergence,
-printed as the sequence, the expected event and the event the harness made.`,
+called. A run is a stored RUN_ID (on --db or --server), an export FILE (binary,
+as rein export writes it, or text, as the recordings under testdata/ are), or
+every *.rein file in DIR. Exit 0 when every run matches; 1 at the first
+divergence, printed as the sequence, the first field that differs, the
+expected event and the event the harness made.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -51,6 +53,7 @@ printed as the sequence, the expected event and the event the harness made.`,
 					out := map[string]any{"source": name, "run_id": res.RunID, "events": res.Events, "match": res.Divergence == nil}
 					if d := res.Divergence; d != nil {
 						out["sequence"] = d.Sequence
+						out["field"] = d.Field
 						out["expected"] = eventOrNil(d.Expected)
 						out["got"] = eventOrNil(d.Got)
 					}
@@ -58,8 +61,11 @@ printed as the sequence, the expected event and the event the harness made.`,
 						return err
 					}
 				} else if d := res.Divergence; d != nil {
-					fmt.Fprintf(e.stdout, "DIVERGED %s (run %s) at sequence %d\n  expected: %s\n  got:      %s\n",
-						name, res.RunID, d.Sequence, lineOrNone(d.Expected), lineOrNone(d.Got))
+					fmt.Fprintf(e.stdout, "DIVERGED %s (run %s) at sequence %d\n", name, res.RunID, d.Sequence)
+					if d.Field != "" {
+						fmt.Fprintf(e.stdout, "  field:    %s\n", d.Field)
+					}
+					fmt.Fprintf(e.stdout, "  expected: %s\n  got:      %s\n", lineOrNone(d.Expected), lineOrNone(d.Got))
 				} else {
 					fmt.Fprintf(e.stdout, "ok %s (run %s, %d events)\n", name, res.RunID, res.Events)
 				}

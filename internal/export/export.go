@@ -1,21 +1,39 @@
 // Package export owns the file format of one run carried away from a store:
-// `rein export` writes it; `rein inspect FILE`, `rein events FILE` and
-// `rein import FILE` read it.
+// `rein export` writes it; `rein inspect FILE`, `rein events FILE`,
+// `rein import FILE` and `rein replay FILE|DIR` read it.
 //
-// A file is, byte for byte:
+// A file is in one of two forms, told apart by its first bytes. The binary
+// form (Write; what `rein export` writes) is, byte for byte:
 //
 //	"rein-export 1\n"                  the magic line
 //	RunExport                          its deterministic protobuf encoding
 //	SHA-256 of the RunExport bytes     32 bytes
 //
+// The text form (WriteText; the recordings checked in under testdata/, so
+// that a changed recording is a readable diff) is the RunExport's protojson,
+// with the proto field names, indented two spaces a level, one field a line,
+// fields in field-number order and map keys sorted: the same run always
+// gives the same bytes. It starts with its format_version, which is how Read
+// knows it:
+//
+//	{
+//	  "format_version": 1,
+//	  "run_id": "run_…",
+//	  …
+//	}
+//
+// The text form has no checksum (it is meant to be read, and diffed): a text
+// file that no longer parses is refused as damaged, and every check below
+// holds for it as for the binary form.
+//
 // Invariants: Read returns only a RunExport whose format_version is
-// Version, whose checksum matches, whose events fold with runstate.ApplyAll
-// from the zero state, whose run_id is its events', whose blobs are stored
-// under their SHA-256, and which carries every blob its events reference
-// (BlobRefs); anything else is refused with an error that names the file.
-// Write refuses to write what Read would refuse; Check applies Read's
-// checks to a RunExport that came another way. New builds the RunExport
-// of a stored run, its blobs included.
+// Version, whose checksum matches (binary form), whose events fold with
+// runstate.ApplyAll from the zero state, whose run_id is its events', whose
+// blobs are stored under their SHA-256, and which carries every blob its
+// events reference (BlobRefs); anything else is refused with an error that
+// names the file. Write and WriteText refuse to write what Read would
+// refuse; Check applies Read's checks to a RunExport that came another way.
+// New builds the RunExport of a stored run, its blobs included.
 package export
 
 import (
@@ -23,10 +41,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -47,7 +68,9 @@ const magicName = "rein-export "
 var (
 	// ErrNotExport: the file is not a rein export file at all.
 	ErrNotExport = errors.New("not a rein export file")
-	// ErrDamaged: the file was cut short or changed after it was written.
+	// ErrDamaged: the file was cut short or changed after it was written
+	// (a binary file whose checksum does not match, a text file that no
+	// longer parses).
 	ErrDamaged = errors.New("damaged or truncated")
 	// ErrVersion: the file is in a format version this rein does not read.
 	ErrVersion = errors.New("unsupported format version")
@@ -142,15 +165,69 @@ func Write(w io.Writer, x *reinv1.RunExport) error {
 	return nil
 }
 
-// Read reads one export file from r. name is the file's name for errors;
-// every error starts with it and says what to do.
+// WriteText writes x to w in the export's text form. x must be of format
+// Version and hold a log that Read accepts; nothing is written otherwise.
+func WriteText(w io.Writer, x *reinv1.RunExport) error {
+	if err := Check(x); err != nil {
+		return fmt.Errorf("export run %s: %w", x.GetRunId(), err)
+	}
+	body, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(x)
+	if err != nil {
+		return fmt.Errorf("export run %s: encode: %w", x.GetRunId(), err)
+	}
+	// protojson's own spacing is deliberately unstable from one build to
+	// the next; json.Indent lays it out again, the same way every time.
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, body, "", "  "); err != nil {
+		return fmt.Errorf("export run %s: encode: %w", x.GetRunId(), err)
+	}
+	buf.WriteByte('\n')
+	if _, err := w.Write(buf.Bytes()); err != nil {
+		return fmt.Errorf("export run %s: %w", x.GetRunId(), err)
+	}
+	return nil
+}
+
+// Read reads one export file from r, in either form. name is the file's
+// name for errors; every error starts with it and says what to do.
 func Read(r io.Reader, name string) (*reinv1.RunExport, error) {
-	head := make([]byte, len(magic))
-	n, err := io.ReadFull(r, head)
-	head = head[:n]
-	switch {
-	case err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF):
+	data, err := io.ReadAll(r)
+	if err != nil {
 		return nil, fmt.Errorf("%s: read: %w", name, err)
+	}
+	if isText(data) {
+		return readText(data, name)
+	}
+	return readBinary(data, name)
+}
+
+// isText says whether data is in the text form: a JSON object whose first
+// member is the format version (under its proto or its JSON name).
+func isText(data []byte) bool {
+	rest, ok := bytes.CutPrefix(bytes.TrimLeft(data, " \t\r\n"), []byte("{"))
+	rest = bytes.TrimLeft(rest, " \t\r\n")
+	return ok && (bytes.HasPrefix(rest, []byte(`"format_version"`)) || bytes.HasPrefix(rest, []byte(`"formatVersion"`)))
+}
+
+// readText reads the text form.
+func readText(data []byte, name string) (*reinv1.RunExport, error) {
+	x := &reinv1.RunExport{}
+	if err := protojson.Unmarshal(data, x); err != nil {
+		// protojson's messages carry the line and column, and non-breaking
+		// spaces meant to keep programs from parsing them.
+		msg := strings.TrimPrefix(strings.ReplaceAll(err.Error(), "\u00a0", " "), "proto: ")
+		return nil, fmt.Errorf("%s: %w: it is a run export in text form that does not parse: %s; record or export the run again", name, ErrDamaged, msg)
+	}
+	if err := Check(x); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return x, nil
+}
+
+// readBinary reads the binary form.
+func readBinary(data []byte, name string) (*reinv1.RunExport, error) {
+	head := data[:min(len(data), len(magic))]
+	switch n := len(head); {
 	case n == 0:
 		return nil, fmt.Errorf("%s: %w: the file is empty; write one with `rein export RUN_ID -o FILE`", name, ErrNotExport)
 	case n < len(magic) && bytes.HasPrefix([]byte(magic), head):
@@ -160,12 +237,10 @@ func Read(r io.Reader, name string) (*reinv1.RunExport, error) {
 		return nil, fmt.Errorf("%s: %w: its first line is not %q: a rein that writes another format wrote it; read it with that rein or a newer one",
 			name, ErrVersion, magic[:len(magic)-1])
 	default:
-		return nil, fmt.Errorf("%s: %w: it does not start with %q; pass a file written by `rein export`", name, ErrNotExport, magic[:len(magic)-1])
+		return nil, fmt.Errorf("%s: %w: it does not start with %q (the binary form) nor with {\"format_version\": (the text form); pass a file written by `rein export`",
+			name, ErrNotExport, magic[:len(magic)-1])
 	}
-	rest, err := io.ReadAll(r)
-	if err != nil {
-		return nil, fmt.Errorf("%s: read: %w", name, err)
-	}
+	rest := data[len(magic):]
 	if len(rest) < sha256.Size {
 		return nil, fmt.Errorf("%s: %w: the file is %d bytes, too short to hold its checksum; export the run again",
 			name, ErrDamaged, len(magic)+len(rest))

@@ -139,6 +139,59 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// TestTextRoundTrip: the text form reads back as the export written, is the
+// same bytes for the same export (maps included), one field a line, and is
+// read as what it is, beside the binary form.
+func TestTextRoundTrip(t *testing.T) {
+	t.Parallel()
+	x := testExport()
+	var text bytes.Buffer
+	if err := WriteText(&text, x); err != nil {
+		t.Fatal(err)
+	}
+	data := text.Bytes()
+	if !bytes.HasPrefix(data, []byte("{\n  \"format_version\": 1,\n  \"run_id\": \""+testRunID+"\",\n")) || !bytes.HasSuffix(data, []byte("}\n")) {
+		t.Fatalf("text form starts %.60q, ends %q", data, data[max(0, len(data)-10):])
+	}
+	got, err := Read(bytes.NewReader(data), fileName)
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	if !proto.Equal(got, x) || !proto.Equal(got, readBack(t, written(t, x))) {
+		t.Errorf("Read of the text form gave\n%v\nwant\n%v", got, x)
+	}
+	for range 5 {
+		var again bytes.Buffer
+		if err := WriteText(&again, testExport()); err != nil || !bytes.Equal(again.Bytes(), data) {
+			t.Fatalf("WriteText of the same RunExport gave different bytes (%v)", err)
+		}
+	}
+	// The JSON names protojson also reads are the text form too.
+	camel := bytes.Replace(data, []byte(`"format_version"`), []byte(`"formatVersion"`), 1)
+	if _, err := Read(bytes.NewReader(camel), fileName); err != nil {
+		t.Errorf("Read with formatVersion: %v", err)
+	}
+	// The twins: WriteText refuses what Read refuses, and writes nothing.
+	bad := testExport()
+	bad.Events[1], bad.Events[2] = bad.Events[2], bad.Events[1]
+	var refused bytes.Buffer
+	if err := WriteText(&refused, bad); !errors.Is(err, ErrInvalid) || refused.Len() != 0 {
+		t.Errorf("WriteText of events out of sequence: %v, %d bytes", err, refused.Len())
+	}
+	if _, err := Read(bytes.NewReader(data[:len(data)/2]), fileName); !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "text form") {
+		t.Errorf("Read of half the text form: %v, want ErrDamaged naming the text form", err)
+	}
+}
+
+func readBack(t *testing.T, data []byte) *reinv1.RunExport {
+	t.Helper()
+	x, err := Read(bytes.NewReader(data), fileName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
 func TestWriteRefusesWhatReadRefuses(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -214,6 +267,7 @@ func TestReadRefuses(t *testing.T) {
 		{"empty", nil, ErrNotExport, "empty"},
 		{"random bytes", random, ErrNotExport, "does not start with"},
 		{"text", []byte("hello, world\nthis is not an export\n"), ErrNotExport, "rein export"},
+		{"a JSON object that is not an export", []byte(`{"goal": "not an export"}`), ErrNotExport, "the text form"},
 		{"protobuf without the magic", good[len(magic):], ErrNotExport, "does not start with"},
 		{"upper-case magic", append([]byte("REIN-EXPORT 1\n"), good[len(magic):]...), ErrNotExport, "does not start with"},
 		{"another format's magic", append([]byte("rein-export 2\n"), good[len(magic):]...), ErrVersion, "another format"},

@@ -108,7 +108,7 @@ func (r *runner) callModel(ctx, mctx context.Context, req *model.Request, now ti
 		wait = r.e.cfg.RetryWait
 	}
 	if !r.st.Deadline.IsZero() && !now.Add(wait).Before(r.st.Deadline) {
-		return nil, callDeadline, fmt.Errorf("%w; a retry after %s would pass the run's deadline", err, wait)
+		return nil, callDeadline, &lateRetryError{step: req.Step, err: err, wait: wait}
 	}
 	if wait > r.e.cfg.MaxRetryWait {
 		return nil, callFailed, fmt.Errorf("%w; the provider asks to wait %s before retrying, longer than rein waits (%s): try again later",
@@ -133,6 +133,32 @@ func (r *runner) callModel(ctx, mctx context.Context, req *model.Request, now ti
 		return nil, out, err
 	}
 	return nil, callFailed, fmt.Errorf("%w (after one retry)", err)
+}
+
+// lateRetryError is a failed call whose retry would pass the run's
+// deadline.
+type lateRetryError struct {
+	step uint32
+	err  error
+	wait time.Duration
+}
+
+func (e *lateRetryError) Error() string {
+	return fmt.Sprintf("%v; a retry after %s would pass the run's deadline", e.err, e.wait)
+}
+
+func (e *lateRetryError) Unwrap() error { return e.err }
+
+// exhaustDeadline ends the run at the deadline that cut its model call;
+// detail says so. A retry the deadline left out is recorded as data
+// (BudgetReached.retry_past_deadline), which replay reads.
+func (r *runner) exhaustDeadline(ctx context.Context, detail string, err error) error {
+	reached := &reinv1.BudgetReached{Limit: "deadline", Detail: detail}
+	if late := (*lateRetryError)(nil); errors.As(err, &late) {
+		reached.RetryPastDeadline = &reinv1.RetryPastDeadline{Step: late.step, Error: late.err.Error(), Wait: durationpb.New(late.wait)}
+	}
+	return r.end(ctx, reinv1.RunStatus_RUN_STATUS_BUDGET_EXHAUSTED, "deadline", &reinv1.StatusChanged{},
+		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_BudgetReached{BudgetReached: reached}})
 }
 
 // cut says whether a call ended because the driver stopped (a cancel, a

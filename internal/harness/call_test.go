@@ -137,6 +137,16 @@ func TestRetryPastDeadlineExhausts(t *testing.T) {
 	if f.Calls() != 1 {
 		t.Fatalf("%d calls; a retry that would pass the deadline is not sent", f.Calls())
 	}
+	// The failure is data on budget_reached, for replay.
+	var late *reinv1.RetryPastDeadline
+	for _, ev := range evs {
+		if br := ev.GetBudgetReached(); br != nil {
+			late = br.GetRetryPastDeadline()
+		}
+	}
+	if late.GetStep() != 1 || late.GetWait().AsDuration() != 2*time.Minute || !strings.Contains(late.GetError(), "429") {
+		t.Fatalf("budget_reached's retry_past_deadline %v; want step 1's 429 and its 2m wait", late)
+	}
 }
 
 func TestRetryWaitTooLongFails(t *testing.T) {

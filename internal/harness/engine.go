@@ -64,9 +64,6 @@ type Config struct {
 	// NoTimers leaves paused runs' deadlines to Expire calls (replay fires
 	// them where the recording did).
 	NoTimers bool
-	// Tier, when set, decides a granted call's routing instead of the
-	// grant's tier. It exists to show that replay catches a routing change.
-	Tier func(*reinv1.ToolGrant) reinv1.ToolTier
 	// Workspace is the root the completion checks run in; "" means none,
 	// and a contract with checks is refused.
 	Workspace string

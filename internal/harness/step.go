@@ -112,7 +112,7 @@ func (r *runner) step(ctx context.Context) error {
 		case callStore:
 			return err
 		case callDeadline:
-			return r.exhaust(ctx, "deadline", fmt.Sprintf("the model call was cut by the run's deadline %s: %v", r.st.Deadline.Format(time.RFC3339), err))
+			return r.exhaustDeadline(ctx, fmt.Sprintf("the model call was cut by the run's deadline %s: %v", r.st.Deadline.Format(time.RFC3339), err), err)
 		}
 		return r.end(ctx, reinv1.RunStatus_RUN_STATUS_FAILED, "model_error", &reinv1.StatusChanged{
 			Error: fmt.Sprintf("the model call failed: %v", err),
@@ -199,9 +199,6 @@ func (r *runner) route(ctx context.Context, call *reinv1.ToolCall, returned *rei
 		}}})
 	}
 	tier := grant.GetTier()
-	if r.e.cfg.Tier != nil {
-		tier = r.e.cfg.Tier(grant)
-	}
 	if tier == reinv1.ToolTier_TOOL_TIER_ASK_HUMAN {
 		return r.ask(ctx, &reinv1.Question{Text: questionText(call.GetArguments()), CallId: call.GetCallId()}, returned)
 	}

@@ -4,10 +4,14 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -19,21 +23,18 @@ import (
 // and on a full event of every payload, each against a copy of itself and
 // against every copy with one field changed: set when it was unset, changed
 // or cleared when it was set, at any depth, and with unknown fields added.
+// The generated comparison alone decides each event and its copy.
 func TestEqualIsProtoEqual(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join(recordings, "*.rein"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no recordings in %s (%v)", recordings, err)
-	}
-	var events []*reinv1.Event
-	for _, f := range files {
-		events = append(events, readExport(t, f).GetEvents()...)
-	}
-	events = append(events, fullEvents(t)...)
+	events := testEvents(t)
 	mutated := 0
 	for _, ev := range events {
 		name := fmt.Sprintf("sequence %d (%s)", ev.GetSequence(), ev.GetActor())
 		if cp := proto.Clone(ev).(*reinv1.Event); !equalEvent(ev, cp) || !equal(ev, cp) {
 			t.Fatalf("%s: not equal to its copy", name)
+		} else if !eqEvent(ev, cp) {
+			// The events hold no float the generated comparison leaves to
+			// proto.Equal (a NaN, a -0) and no unknown field.
+			t.Errorf("%s: the generated comparison leaves it and its copy to proto.Equal", name)
 		}
 		for _, m := range mutants(ev) {
 			mutated++
@@ -51,6 +52,169 @@ func TestEqualIsProtoEqual(t *testing.T) {
 		t.Errorf("only %d changed events were compared", mutated)
 	}
 	t.Logf("%d events, %d changed copies", len(events), mutated)
+}
+
+// testEvents are every recorded event and a full event of every payload.
+func testEvents(t *testing.T) []*reinv1.Event {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(recordings, "*.rein"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no recordings in %s (%v)", recordings, err)
+	}
+	var events []*reinv1.Event
+	for _, f := range files {
+		events = append(events, readExport(t, f).GetEvents()...)
+	}
+	return append(events, fullEvents(t)...)
+}
+
+// TestEqualWithSharedMessages: two events holding the same message (equal's
+// shortcut) are equal, and the shared message hides no difference beside it.
+func TestEqualWithSharedMessages(t *testing.T) {
+	args, _ := structpb.NewStruct(map[string]any{"id": "INV-42"})
+	decision := &reinv1.Decision{Action: &reinv1.Decision_ToolCall{ToolCall: &reinv1.ToolCall{Tool: "get", Arguments: args}}}
+	returned := func(d *reinv1.Decision, cost float64) *reinv1.Event {
+		return &reinv1.Event{Sequence: 3, Payload: &reinv1.Event_ModelReturned{ModelReturned: &reinv1.ModelReturned{Decision: d, CostUsd: cost}}}
+	}
+	if !equalEvent(returned(decision, 1), returned(decision, 1)) {
+		t.Error("two events sharing a decision are not equal")
+	}
+	if equalEvent(returned(decision, 1), returned(decision, 2)) {
+		t.Error("two events sharing a decision, with different costs, are equal")
+	}
+	if other := proto.Clone(decision).(*reinv1.Decision); !equalEvent(returned(decision, 1), returned(other, 1)) {
+		t.Error("an event and one with a copy of its decision are not equal")
+	}
+	changed := proto.Clone(decision).(*reinv1.Decision)
+	changed.GetToolCall().GetArguments().Fields["id"] = structpb.NewStringValue("INV-43")
+	if equalEvent(returned(decision, 1), returned(changed, 1)) {
+		t.Error("an event and one with a changed copy of its decision are equal")
+	}
+}
+
+// TestDifferenceNamesTheField: for every event of TestEqualIsProtoEqual
+// against each of its changed copies, difference names a field exactly
+// when proto.Equal says they differ, and the field it names is one where
+// go-cmp over protocmp finds a difference.
+func TestDifferenceNamesTheField(t *testing.T) {
+	named := 0
+	for _, ev := range testEvents(t) {
+		name := fmt.Sprintf("sequence %d (%s)", ev.GetSequence(), ev.GetActor())
+		if got := difference(ev, proto.Clone(ev).(*reinv1.Event)); got != "" {
+			t.Fatalf("%s: its copy differs at %q", name, got)
+		}
+		for _, m := range mutants(ev) {
+			mev := m.msg.(*reinv1.Event)
+			got := difference(ev, mev)
+			if proto.Equal(ev, mev) {
+				if got != "" {
+					t.Errorf("%s, %s: proto.Equal, yet difference names %q", name, m.change, got)
+				}
+				continue
+			}
+			named++
+			paths := cmpPaths(ev, mev)
+			if got == "" || !coveredBy(got, paths) {
+				t.Errorf("%s, %s: difference names %q; go-cmp finds differences at %q", name, m.change, got, paths)
+			}
+		}
+	}
+	if named < 1000 {
+		t.Errorf("only %d differences were named", named)
+	}
+	// One field changed at depth: its full path.
+	x := &reinv1.Event{Sequence: 4, Payload: &reinv1.Event_RunStarted{RunStarted: &reinv1.RunStarted{Contract: &reinv1.TaskContract{
+		Tools: []*reinv1.ToolGrant{{Name: "get", Tier: reinv1.ToolTier_TOOL_TIER_READ}, {Name: "refund", Tier: reinv1.ToolTier_TOOL_TIER_WRITE}},
+	}}}}
+	y := proto.Clone(x).(*reinv1.Event)
+	y.GetRunStarted().GetContract().GetTools()[1].Tier = reinv1.ToolTier_TOOL_TIER_READ
+	y.RecordedAt = timestamppb.Now() // declared before the payload: named first
+	if got, want := difference(x, y), "recorded_at"; got != want {
+		t.Errorf("difference %q, want %q", got, want)
+	}
+	y.RecordedAt = nil
+	if got, want := difference(x, y), "run_started.contract.tools[1].tier"; got != want {
+		t.Errorf("difference %q, want %q", got, want)
+	}
+	if got := difference(x, nil); got != "" {
+		t.Errorf("an event against none: difference %q, want none", got)
+	}
+}
+
+// cmpPaths are the paths, in difference's form, where go-cmp finds x and y
+// differ.
+func cmpPaths(x, y *reinv1.Event) []string {
+	var r pathReporter
+	cmp.Equal(x, y, protocmp.Transform(), cmp.Reporter(&r))
+	return r.diffs
+}
+
+type pathReporter struct {
+	path  cmp.Path
+	diffs []string
+}
+
+func (r *pathReporter) PushStep(ps cmp.PathStep) { r.path = append(r.path, ps) }
+func (r *pathReporter) PopStep()                 { r.path = r.path[:len(r.path)-1] }
+
+func (r *pathReporter) Report(rs cmp.Result) {
+	if rs.Equal() {
+		return
+	}
+	var b strings.Builder
+	for i, step := range r.path {
+		switch s := step.(type) {
+		case cmp.MapIndex:
+			if r.path[i-1].Type() == reflect.TypeFor[protocmp.Message]() {
+				// protocmp keeps unknown fields under their number.
+				if k := s.Key().String(); k != "" && strings.Trim(k, "0123456789") == "" {
+					b.WriteString(".(unknown field " + k + ")")
+				} else {
+					b.WriteString("." + k)
+				}
+				continue
+			}
+			if s.Key().Kind() == reflect.String {
+				fmt.Fprintf(&b, "[%q]", s.Key().String())
+			} else {
+				fmt.Fprintf(&b, "[%v]", s.Key())
+			}
+		case cmp.SliceIndex:
+			// An element in one list only: go-cmp's alignment of equal
+			// elements may place it anywhere.
+			if ix, iy := s.SplitKeys(); ix < 0 || iy < 0 {
+				b.WriteString("[?]")
+			} else {
+				fmt.Fprintf(&b, "[%d]", ix)
+			}
+		}
+	}
+	r.diffs = append(r.diffs, strings.TrimPrefix(b.String(), "."))
+}
+
+// coveredBy says whether path is one of paths, or the start of one of them
+// (go-cmp went deeper), or one of them starts it (go-cmp stopped at a value
+// as a whole). "[?]" in paths is any index.
+func coveredBy(path string, paths []string) bool {
+	segments := func(p string) []string {
+		return strings.FieldsFunc(strings.ReplaceAll(p, "[", ".["), func(r rune) bool { return r == '.' })
+	}
+	mine := segments(path)
+	for _, p := range paths {
+		theirs := segments(p)
+		n := min(len(mine), len(theirs))
+		match := true
+		for i := range n {
+			if mine[i] != theirs[i] && !(theirs[i] == "[?]" && strings.HasPrefix(mine[i], "[")) {
+				match = false
+				break
+			}
+		}
+		if match {
+			return true
+		}
+	}
+	return false
 }
 
 // TestEqualEdges checks the cases where proto.Equal is not ==.
@@ -101,9 +265,9 @@ func TestEqualEdges(t *testing.T) {
 	}
 }
 
-// TestEqualLeavesOpaqueTypesToProtoEqual: a message whose Go struct does
-// not show its fields (here a dynamic one) is compared by proto.Equal.
-func TestEqualLeavesOpaqueTypesToProtoEqual(t *testing.T) {
+// TestEqualDynamicMessages: a message known only by its descriptor (a
+// dynamic one) is compared as proto.Equal compares it.
+func TestEqualDynamicMessages(t *testing.T) {
 	md := (&reinv1.Event{}).ProtoReflect().Descriptor()
 	dyn := func(seq uint64) proto.Message {
 		m := dynamicpb.NewMessage(md)

@@ -36,10 +36,18 @@ type Divergence struct {
 	Expected *reinv1.Event
 	// Got is the replayed event; nil when the replay stopped short.
 	Got *reinv1.Event
+	// Field is the path to the first field where the two events differ, in
+	// the order their messages declare fields ("model_requested.input_hash",
+	// "tool_requested.tier"); "" when one of them is missing.
+	Field string
 }
 
 func (d *Divergence) Error() string {
-	return fmt.Sprintf("the runs part at sequence %d: expected %s, got %s", d.Sequence, describe(d.Expected), describe(d.Got))
+	field := ""
+	if d.Field != "" {
+		field = " (first differing field: " + d.Field + ")"
+	}
+	return fmt.Sprintf("the runs part at sequence %d%s: expected %s, got %s", d.Sequence, field, describe(d.Expected), describe(d.Got))
 }
 
 func describe(ev *reinv1.Event) string {
@@ -58,11 +66,8 @@ type Result struct {
 	Divergence *Divergence
 }
 
-// Options change the harness the recording is replayed through.
-type Options struct {
-	// Tier, when set, overrides routing (harness.Config.Tier).
-	Tier func(*reinv1.ToolGrant) reinv1.ToolTier
-}
+// Options change how a recording is replayed. There are none yet.
+type Options struct{}
 
 // ErrUnsupported is returned for a recording replay cannot drive.
 var ErrUnsupported = errors.New("recording not supported by replay")
@@ -75,10 +80,11 @@ var ErrUnsupported = errors.New("recording not supported by replay")
 // caller's goroutine: the harness's own step code, with no driver goroutine
 // to start or wait for. Its log folds every event it is given, as a store
 // does, and compares it with the recorded one as it is appended.
-func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, error) {
+func Run(ctx context.Context, recorded []*reinv1.Event, _ Options) (Result, error) {
 	if len(recorded) == 0 || recorded[0].GetRunStarted() == nil {
 		return Result{}, fmt.Errorf("%w: a recording starts with run_started", ErrUnsupported)
 	}
+	recorded = upgrade(recorded)
 	rec := newRecording(recorded)
 	if err := rec.check(); err != nil {
 		return Result{}, err
@@ -94,7 +100,6 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 		},
 		NewID:    rec.newID,
 		NoTimers: true,
-		Tier:     o.Tier,
 		Owner:    "replay",
 		Prices:   rec.prices(),
 		// A recorded retry waited; its replay does not.
@@ -283,25 +288,15 @@ func (e *retryError) Error() string            { return e.text }
 func (e *retryError) Unwrap() error            { return model.ErrRetryable }
 func (e *retryError) RetryWait() time.Duration { return e.wait }
 
-// retryPastDeadline is the failed attempt a deadline detail records when
-// the retry it asked for would have passed the run's deadline, or nil.
-func (r *recording) retryPastDeadline(detail string) error {
-	const mid, tail = "; a retry after ", " would pass the run's deadline"
-	deadline := r.events[0].GetRunStarted().GetDeadline()
-	prefix := "the model call was cut by the run's deadline " + deadline.AsTime().Format(time.RFC3339) + ": "
-	rest, ok := strings.CutPrefix(detail, prefix)
-	if !ok || deadline == nil || !strings.HasSuffix(rest, tail) {
+// retryPastDeadline is the failed attempt a budget_reached records when the
+// retry it asked for would have passed the run's deadline
+// (retry_past_deadline), or nil.
+func retryPastDeadline(br *reinv1.BudgetReached) error {
+	late := br.GetRetryPastDeadline()
+	if br.GetLimit() != "deadline" || late == nil {
 		return nil
 	}
-	i := strings.LastIndex(rest, mid)
-	if i < 0 {
-		return nil
-	}
-	wait, err := time.ParseDuration(strings.TrimSuffix(rest[i+len(mid):], tail))
-	if err != nil {
-		return nil
-	}
-	return &retryError{text: rest[:i], wait: wait}
+	return &retryError{text: late.GetError(), wait: late.GetWait().AsDuration()}
 }
 
 // refusedError is a recorded refused write, replayed with its reason.
@@ -343,9 +338,9 @@ func (r *recording) Next(ctx context.Context, req *model.Request) (*model.Reply,
 		return reply, nil
 	case after.GetStatusChanged().GetTo() == reinv1.RunStatus_RUN_STATUS_FAILED:
 		return nil, errors.New(strings.TrimPrefix(after.GetStatusChanged().GetError(), "the model call failed: "))
-	case after.GetBudgetReached().GetLimit() == "deadline" && r.retryPastDeadline(after.GetBudgetReached().GetDetail()) != nil:
+	case retryPastDeadline(after.GetBudgetReached()) != nil:
 		// The call failed and its retry would have passed the deadline.
-		return nil, r.retryPastDeadline(after.GetBudgetReached().GetDetail())
+		return nil, retryPastDeadline(after.GetBudgetReached())
 	case after.GetBudgetReached().GetLimit() == "deadline":
 		<-ctx.Done() // the recorded call was cut by the run's deadline
 		return nil, ctx.Err()

@@ -2,7 +2,9 @@ package replay
 
 import (
 	"context"
+	"crypto/sha256"
 	"flag"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oklog/ulid/v2"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -59,26 +62,30 @@ func TestReplayRecordings(t *testing.T) {
 	}
 }
 
-// TestReplayCatchesRoutingChange is the twin: a harness that sends a write
-// down the read path parts from the recording at the exact sequence of the
-// write's tool_requested.
+// TestReplayCatchesRoutingChange is the twin: when the recorded routing of
+// a call is not this harness's (here a write the recording sent down the
+// read path, as a harness that routed it as a read records it), the runs
+// part at the exact sequence of the write's tool_requested, on its tier.
 func TestReplayCatchesRoutingChange(t *testing.T) {
 	x := readExport(t, filepath.Join(recordings, "approve.rein"))
 	var want uint64
 	for _, ev := range x.GetEvents() {
 		if tr := ev.GetToolRequested(); tr != nil && tr.GetTier() == reinv1.ToolTier_TOOL_TIER_WRITE {
+			tr.Tier = reinv1.ToolTier_TOOL_TIER_READ
 			want = ev.GetSequence()
 			break
 		}
 	}
-	res, err := Run(context.Background(), x.GetEvents(), Options{Tier: func(*reinv1.ToolGrant) reinv1.ToolTier {
-		return reinv1.ToolTier_TOOL_TIER_READ
-	}})
+	if want == 0 {
+		t.Fatal("approve.rein has no write's tool_requested")
+	}
+	res, err := Run(context.Background(), x.GetEvents(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Divergence == nil || res.Divergence.Sequence != want {
-		t.Fatalf("divergence %v, want one at sequence %d (the write's tool_requested)", res.Divergence, want)
+	if d := res.Divergence; d == nil || d.Sequence != want || d.Field != "tool_requested.tier" ||
+		d.Got.GetToolRequested().GetTier() != reinv1.ToolTier_TOOL_TIER_WRITE {
+		t.Fatalf("divergence %v, want one at sequence %d on tool_requested.tier (the write's, routed as a write)", d, want)
 	}
 }
 
@@ -127,6 +134,18 @@ func (c *fakeClock) jump(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
+}
+
+// seededIDs makes ULIDs whose random part comes from a generator seeded
+// with name.
+func seededIDs(name string) func(prefix string, now time.Time) string {
+	var mu sync.Mutex
+	entropy := ulid.Monotonic(rand.NewChaCha8(sha256.Sum256([]byte(name))), 0)
+	return func(prefix string, now time.Time) string {
+		mu.Lock()
+		defer mu.Unlock()
+		return prefix + ulid.MustNew(ulid.Timestamp(now), entropy).String()
+	}
 }
 
 func reply(d *reinv1.Decision) *reinv1.ScriptedReply {
@@ -234,6 +253,9 @@ func record(t *testing.T) {
 		clock := &fakeClock{now: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}
 		st := mem.New()
 		e := harness.New(harness.Config{Store: st, Tools: fixtures, Clock: clock.Now, NoTimers: true, Workers: 1,
+			// The same IDs every time, so a recording changes only where
+			// the harness does.
+			NewID: seededIDs(sc.name),
 			// Every call is priced, so replay checks each call's cost.
 			Prices: pricing.New(map[string]pricing.Price{"script/*": {InputPerMTok: 1, OutputPerMTok: 2}}),
 			Wait:   func(context.Context, time.Duration) error { return nil }})
@@ -273,7 +295,8 @@ func record(t *testing.T) {
 			t.Fatal(err)
 		}
 		x.ExportedBy = "rein replay tests"
-		if err := export.Write(f, x); err != nil {
+		// The text form: a changed recording is a readable diff.
+		if err := export.WriteText(f, x); err != nil {
 			t.Fatal(err)
 		}
 		if err := f.Close(); err != nil {

@@ -139,7 +139,7 @@ func (l *runLog) keep(ev *reinv1.Event) {
 		return
 	}
 	if !equalEvent(l.recorded[i], ev) {
-		l.diverged = &Divergence{Sequence: uint64(i) + 1, Expected: l.recorded[i], Got: ev}
+		l.diverged = &Divergence{Sequence: uint64(i) + 1, Expected: l.recorded[i], Got: ev, Field: difference(l.recorded[i], ev)}
 	}
 }
 

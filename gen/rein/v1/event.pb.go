@@ -1940,9 +1940,13 @@ type BudgetReached struct {
 	// "deadline" or "no_progress".
 	Limit string `protobuf:"bytes,1,opt,name=limit,proto3" json:"limit,omitempty"`
 	// A sentence for a person.
-	Detail        string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Detail string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	// For "deadline" when a model call failed and the retry it asked for would
+	// have passed the run's deadline: that failure, as data (replay feeds it
+	// back from here). Unset otherwise, and in runs recorded before it existed.
+	RetryPastDeadline *RetryPastDeadline `protobuf:"bytes,3,opt,name=retry_past_deadline,json=retryPastDeadline,proto3" json:"retry_past_deadline,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *BudgetReached) Reset() {
@@ -1989,6 +1993,78 @@ func (x *BudgetReached) GetDetail() string {
 	return ""
 }
 
+func (x *BudgetReached) GetRetryPastDeadline() *RetryPastDeadline {
+	if x != nil {
+		return x.RetryPastDeadline
+	}
+	return nil
+}
+
+// RetryPastDeadline is a failed model call that rein did not retry because
+// the wait before the retry would have passed the run's deadline.
+type RetryPastDeadline struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The step whose call failed.
+	Step uint32 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	// What failed, e.g. "429 Too Many Requests" (as model_retried's error).
+	Error string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// How long the retry would have waited (from Retry-After when given).
+	Wait          *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryPastDeadline) Reset() {
+	*x = RetryPastDeadline{}
+	mi := &file_rein_v1_event_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryPastDeadline) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryPastDeadline) ProtoMessage() {}
+
+func (x *RetryPastDeadline) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_event_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryPastDeadline.ProtoReflect.Descriptor instead.
+func (*RetryPastDeadline) Descriptor() ([]byte, []int) {
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RetryPastDeadline) GetStep() uint32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *RetryPastDeadline) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *RetryPastDeadline) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
 // StatusChanged moves a run from one status to another.
 type StatusChanged struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2008,7 +2084,7 @@ type StatusChanged struct {
 
 func (x *StatusChanged) Reset() {
 	*x = StatusChanged{}
-	mi := &file_rein_v1_event_proto_msgTypes[23]
+	mi := &file_rein_v1_event_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2020,7 +2096,7 @@ func (x *StatusChanged) String() string {
 func (*StatusChanged) ProtoMessage() {}
 
 func (x *StatusChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[23]
+	mi := &file_rein_v1_event_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2033,7 +2109,7 @@ func (x *StatusChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusChanged.ProtoReflect.Descriptor instead.
 func (*StatusChanged) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{23}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatusChanged) GetFrom() RunStatus {
@@ -2215,10 +2291,15 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x06passed\x18\x02 \x01(\bR\x06passed\x12\x1b\n" +
 	"\texit_code\x18\x03 \x01(\x05R\bexitCode\x12\x1f\n" +
 	"\voutput_tail\x18\x04 \x01(\tR\n" +
-	"outputTail\"=\n" +
+	"outputTail\"\x89\x01\n" +
 	"\rBudgetReached\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\tR\x05limit\x12\x16\n" +
-	"\x06detail\x18\x02 \x01(\tR\x06detail\"\xb7\x01\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\x12J\n" +
+	"\x13retry_past_deadline\x18\x03 \x01(\v2\x1a.rein.v1.RetryPastDeadlineR\x11retryPastDeadline\"l\n" +
+	"\x11RetryPastDeadline\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\rR\x04step\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12-\n" +
+	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xb7\x01\n" +
 	"\rStatusChanged\x12&\n" +
 	"\x04from\x18\x01 \x01(\x0e2\x12.rein.v1.RunStatusR\x04from\x12\"\n" +
 	"\x02to\x18\x02 \x01(\x0e2\x12.rein.v1.RunStatusR\x02to\x12\x16\n" +
@@ -2240,7 +2321,7 @@ func file_rein_v1_event_proto_rawDescGZIP() []byte {
 	return file_rein_v1_event_proto_rawDescData
 }
 
-var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_rein_v1_event_proto_goTypes = []any{
 	(*Event)(nil),                 // 0: rein.v1.Event
 	(*RunStarted)(nil),            // 1: rein.v1.RunStarted
@@ -2265,22 +2346,23 @@ var file_rein_v1_event_proto_goTypes = []any{
 	(*ChecksCompleted)(nil),       // 20: rein.v1.ChecksCompleted
 	(*CheckResult)(nil),           // 21: rein.v1.CheckResult
 	(*BudgetReached)(nil),         // 22: rein.v1.BudgetReached
-	(*StatusChanged)(nil),         // 23: rein.v1.StatusChanged
-	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
-	(*TaskContract)(nil),          // 25: rein.v1.TaskContract
-	(*Decision)(nil),              // 26: rein.v1.Decision
-	(*Usage)(nil),                 // 27: rein.v1.Usage
-	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
-	(*structpb.Struct)(nil),       // 29: google.protobuf.Struct
-	(ToolTier)(0),                 // 30: rein.v1.ToolTier
-	(*structpb.Value)(nil),        // 31: google.protobuf.Value
-	(*Proposal)(nil),              // 32: rein.v1.Proposal
-	(*Question)(nil),              // 33: rein.v1.Question
-	(RunStatus)(0),                // 34: rein.v1.RunStatus
-	(*FinalAnswer)(nil),           // 35: rein.v1.FinalAnswer
+	(*RetryPastDeadline)(nil),     // 23: rein.v1.RetryPastDeadline
+	(*StatusChanged)(nil),         // 24: rein.v1.StatusChanged
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	(*TaskContract)(nil),          // 26: rein.v1.TaskContract
+	(*Decision)(nil),              // 27: rein.v1.Decision
+	(*Usage)(nil),                 // 28: rein.v1.Usage
+	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
+	(*structpb.Struct)(nil),       // 30: google.protobuf.Struct
+	(ToolTier)(0),                 // 31: rein.v1.ToolTier
+	(*structpb.Value)(nil),        // 32: google.protobuf.Value
+	(*Proposal)(nil),              // 33: rein.v1.Proposal
+	(*Question)(nil),              // 34: rein.v1.Question
+	(RunStatus)(0),                // 35: rein.v1.RunStatus
+	(*FinalAnswer)(nil),           // 36: rein.v1.FinalAnswer
 }
 var file_rein_v1_event_proto_depIdxs = []int32{
-	24, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
+	25, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
 	1,  // 1: rein.v1.Event.run_started:type_name -> rein.v1.RunStarted
 	2,  // 2: rein.v1.Event.model_requested:type_name -> rein.v1.ModelRequested
 	4,  // 3: rein.v1.Event.model_returned:type_name -> rein.v1.ModelReturned
@@ -2297,32 +2379,34 @@ var file_rein_v1_event_proto_depIdxs = []int32{
 	19, // 14: rein.v1.Event.write_outcome_unknown:type_name -> rein.v1.WriteOutcomeUnknown
 	20, // 15: rein.v1.Event.checks_completed:type_name -> rein.v1.ChecksCompleted
 	22, // 16: rein.v1.Event.budget_reached:type_name -> rein.v1.BudgetReached
-	23, // 17: rein.v1.Event.status_changed:type_name -> rein.v1.StatusChanged
+	24, // 17: rein.v1.Event.status_changed:type_name -> rein.v1.StatusChanged
 	5,  // 18: rein.v1.Event.model_retried:type_name -> rein.v1.ModelRetried
 	6,  // 19: rein.v1.Event.context_compacted:type_name -> rein.v1.ContextCompacted
 	18, // 20: rein.v1.Event.write_refused:type_name -> rein.v1.WriteRefused
-	25, // 21: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
-	24, // 22: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
+	26, // 21: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
+	25, // 22: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
 	3,  // 23: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
-	26, // 24: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
-	27, // 25: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
-	28, // 26: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
+	27, // 24: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
+	28, // 25: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
+	29, // 26: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
 	7,  // 27: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
-	29, // 28: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
-	30, // 29: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
-	31, // 30: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
-	32, // 31: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
-	33, // 32: rein.v1.InputRequested.question:type_name -> rein.v1.Question
-	31, // 33: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
+	30, // 28: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
+	31, // 29: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
+	32, // 30: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
+	33, // 31: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
+	34, // 32: rein.v1.InputRequested.question:type_name -> rein.v1.Question
+	32, // 33: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
 	21, // 34: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
-	34, // 35: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
-	34, // 36: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
-	35, // 37: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
-	38, // [38:38] is the sub-list for method output_type
-	38, // [38:38] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	23, // 35: rein.v1.BudgetReached.retry_past_deadline:type_name -> rein.v1.RetryPastDeadline
+	29, // 36: rein.v1.RetryPastDeadline.wait:type_name -> google.protobuf.Duration
+	35, // 37: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
+	35, // 38: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
+	36, // 39: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
+	40, // [40:40] is the sub-list for method output_type
+	40, // [40:40] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_event_proto_init() }
@@ -2361,7 +2445,7 @@ func file_rein_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_event_proto_rawDesc), len(file_rein_v1_event_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
