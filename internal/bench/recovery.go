@@ -20,7 +20,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/store/bolt"
 	"github.com/reinhq/rein/server"
 )
 
@@ -84,6 +83,10 @@ const (
 // Extra's rss_anon_mib is the process's own memory.
 func Recovery(ctx context.Context, o Options) (Result, error) {
 	r := Result{Scenario: "recovery", Unit: "starts/s", Extra: map[string]float64{}}
+	be, err := o.backend(r.Scenario)
+	if err != nil {
+		return r, err
+	}
 	runs := o.scaled(recoveryRuns, recoveryRunningEvery)
 	plan := recoveryPlan{runs: runs, steps: recoverySteps, every: recoveryRunningEvery}
 	r.Runs, r.Events = runs, plan.events()
@@ -109,7 +112,7 @@ func Recovery(ctx context.Context, o Options) (Result, error) {
 
 	src := filepath.Join(dir, "store.db")
 	t0 := time.Now()
-	if err := buildRecoveryStore(ctx, src, plan); err != nil {
+	if err := buildRecoveryStore(ctx, be, src, plan); err != nil {
 		return r, fmt.Errorf("recovery: build the store: %w", err)
 	}
 	r.Extra["build_seconds"] = time.Since(t0).Seconds()
@@ -213,14 +216,14 @@ func recoveryContract(steps int) *reinv1.TaskContract {
 	return c
 }
 
-// buildRecoveryStore creates p's store at path through bolt.Store without
-// fsync (recoveryBuilders goroutines, so that their writes share commits),
+// buildRecoveryStore creates p's store at path through the backend's store
+// without fsync (recoveryBuilders goroutines, so that their writes share commits),
 // closes it and syncs the file once. Run i is created at benchTime + i
 // seconds, so IDs and creation times sort alike; every run is the local
 // principal's, whom a server without tokens serves (ListRuns shows a
 // caller its tenant's runs only).
-func buildRecoveryStore(ctx context.Context, path string, p recoveryPlan) error {
-	s, err := bolt.Open(path, bolt.Options{NoSync: true})
+func buildRecoveryStore(ctx context.Context, be Backend, path string, p recoveryPlan) error {
+	s, err := be.Open(path, true)
 	if err != nil {
 		return err
 	}
@@ -451,9 +454,9 @@ func (s *recoveryServer) read(stderr io.Reader) {
 			s.tail = s.tail[1:]
 		}
 		s.mu.Unlock()
-		if m := servingAddr.FindStringSubmatch(line); m != nil {
+		if addr := servingAddr(line); addr != "" {
 			select {
-			case s.addrc <- m[1]:
+			case s.addrc <- addr:
 			default:
 			}
 		}

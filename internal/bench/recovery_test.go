@@ -29,7 +29,7 @@ func recoveryPrereqs(t *testing.T) {
 func TestRecoverySmall(t *testing.T) {
 	recoveryPrereqs(t)
 	dir := t.TempDir()
-	r, err := Recovery(context.Background(), Options{Scale: 0.02, Rounds: 2, Dir: dir})
+	r, err := Recovery(context.Background(), Options{Scale: 0.02, Rounds: 2, Dir: dir, Backend: boltBackend()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestRecoverySmall(t *testing.T) {
 func TestRecoveryBuild(t *testing.T) {
 	p := recoveryPlan{runs: 30, steps: 3, every: 10}
 	path := filepath.Join(t.TempDir(), "store.db")
-	if err := buildRecoveryStore(context.Background(), path, p); err != nil {
+	if err := buildRecoveryStore(context.Background(), boltBackend(), path, p); err != nil {
 		t.Fatal(err)
 	}
 	s, err := bolt.Open(path, bolt.Options{})
@@ -130,7 +130,7 @@ func TestRecoveryFull(t *testing.T) {
 		t.Skip("set REIN_BENCH_FULL=1 to run the recovery scenario at full size")
 	}
 	recoveryPrereqs(t)
-	r, err := Recovery(context.Background(), Options{Dir: os.Getenv("REIN_BENCH_DIR")})
+	r, err := Recovery(context.Background(), Options{Dir: os.Getenv("REIN_BENCH_DIR"), Backend: boltBackend()})
 	if err != nil {
 		t.Fatal(err)
 	}
