@@ -188,8 +188,9 @@ func benchDetail(r bench.Result) string {
 		}
 		return s
 	case "recovery":
-		return fmt.Sprintf("; serving in %.2fs (target ≤ 2s; an empty store: %.3fs), every running run resumed in %.2fs, peak RSS %.0f MiB (target ≤ 256 MiB; the process's own %.0f MiB)",
-			x["serving_seconds"], x["baseline_serving_seconds"], x["all_resumed_seconds"], x["rss_peak_mib"], x["rss_anon_mib"])
+		return fmt.Sprintf("; serving in %.2fs (target ≤ 2s; an empty store: %.3fs), every running run resumed in %.2fs, peak RSS %.0f MiB (target ≤ 256 MiB): the process's own (anonymous) %.0f MiB, peak %.0f MiB (target ≤ %.0f MiB), and %.0f MiB of the store's file pages mapped (page cache)",
+			x["serving_seconds"], x["baseline_serving_seconds"], x["all_resumed_seconds"], x["rss_peak_mib"],
+			x["rss_anon_mib"], x["rss_anon_peak_mib"], x["rss_anon_target_mib"], x["rss_file_mib"])
 	case "replay":
 		return fmt.Sprintf("; per event: read %.0f ns + replay %.0f ns, against read %.0f ns + fold %.0f ns (without the reading, ratio %.3f)",
 			x["load_ns_per_event"], x["replay_ns_per_event"], x["baseline_load_ns_per_event"], x["fold_ns_per_event"], x["in_memory_ratio"])

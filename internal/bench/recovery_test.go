@@ -67,7 +67,7 @@ func TestRecoverySmall(t *testing.T) {
 	if !(x["serving_log_seconds"] > 0) || x["serving_log_seconds"] > x["serving_seconds_worst"] {
 		t.Errorf("logged serving in %v, serving worst %v", x["serving_log_seconds"], x["serving_seconds_worst"])
 	}
-	for _, k := range []string{"rss_mib", "rss_peak_mib", "rss_serving_mib", "rss_anon_mib", "rss_file_mib", "baseline_rss_mib", "store_mib"} {
+	for _, k := range []string{"rss_mib", "rss_peak_mib", "rss_serving_mib", "rss_anon_mib", "rss_anon_peak_mib", "rss_file_mib", "baseline_rss_mib", "store_mib"} {
 		if !(x[k] > 0) {
 			t.Errorf("%s = %v, want > 0", k, x[k])
 		}
@@ -75,9 +75,16 @@ func TestRecoverySmall(t *testing.T) {
 	if x["rss_peak_mib"] < x["rss_mib"] {
 		t.Errorf("peak RSS %v below RSS %v", x["rss_peak_mib"], x["rss_mib"])
 	}
-	wantMet := r.Seconds <= recoveryServingTarget.Seconds() && x["rss_peak_mib"] <= recoveryRSSTargetMiB
+	if x["rss_anon_peak_mib"] < x["rss_anon_mib"] || x["rss_anon_mib"]+x["rss_file_mib"] > x["rss_mib"]+1 {
+		t.Errorf("anonymous RSS %v (peak %v) and file RSS %v do not fit in RSS %v", x["rss_anon_mib"], x["rss_anon_peak_mib"], x["rss_file_mib"], x["rss_mib"])
+	}
+	if x["rss_anon_target_mib"] != recoveryAnonTargetMiB {
+		t.Errorf("anonymous RSS target %v, want %v", x["rss_anon_target_mib"], recoveryAnonTargetMiB)
+	}
+	wantMet := r.Seconds <= recoveryServingTarget.Seconds() && x["rss_peak_mib"] <= recoveryRSSTargetMiB &&
+		x["rss_anon_peak_mib"] <= recoveryAnonTargetMiB
 	if r.Met != wantMet {
-		t.Errorf("met %v, want %v (serving %vs, peak %v MiB)", r.Met, wantMet, r.Seconds, x["rss_peak_mib"])
+		t.Errorf("met %v, want %v (serving %vs, peak %v MiB, anonymous peak %v MiB)", r.Met, wantMet, r.Seconds, x["rss_peak_mib"], x["rss_anon_peak_mib"])
 	}
 	// The scenario removes its files, the built binary too.
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
