@@ -54,12 +54,11 @@ func benchServeArgs(db string) []string {
 }
 
 type benchOptions struct {
-	scale      float64
-	rounds     int
-	runs       int
-	dir        string
-	store      string
-	cpuProfile string
+	scale  float64
+	rounds int
+	runs   int
+	dir    string
+	store  string
 }
 
 const benchLong = `Measure rein against the disk it runs on. Each scenario times a figure through
@@ -99,8 +98,6 @@ func newBenchCmd(e *env) *cobra.Command {
 	cmd.Flags().IntVar(&o.runs, "runs", 16, "how many concurrent runs steps-runs drives, 500 steps each")
 	cmd.Flags().StringVar(&o.dir, "dir", "", "directory for the temporary files (default: the system's)")
 	cmd.Flags().StringVar(&o.store, "store", "bolt", "storage backend to run on: "+benchStores)
-	cmd.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (pprof) of the steps scenarios' first figure round to this file")
-	_ = cmd.Flags().MarkHidden("cpuprofile")
 	return cmd
 }
 
@@ -134,18 +131,7 @@ func (o *benchOptions) run(cmd *cobra.Command, e *env, name string) error {
 	if opts.WatchServer == nil {
 		opts.WatchServer = benchServe
 	}
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer f.Close()
-		opts.CPUProfile = f
-	}
 	for _, s := range todo {
-		if opts.CPUProfile != nil && s.Name == "steps-runs" && len(todo) > 1 {
-			opts.CPUProfile = nil // one profile per file: the first steps scenario's
-		}
 		r, err := s.Run(cmd.Context(), opts)
 		if err != nil {
 			return fmt.Errorf("bench %s: %w", s.Name, err)

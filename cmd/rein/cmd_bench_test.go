@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -108,19 +107,6 @@ func TestBenchStepsRuns(t *testing.T) {
 				t.Errorf("line %q has no %q", line, want)
 			}
 		}
-	}
-}
-
-// TestBenchCPUProfile writes a profile with the hidden --cpuprofile.
-func TestBenchCPUProfile(t *testing.T) {
-	dir := t.TempDir()
-	prof := filepath.Join(dir, "cpu.pprof")
-	code, _, errs := runBench(t, "steps-runs", "--runs", "2", "--scale", "0.002", "--rounds", "1", "--dir", dir, "--cpuprofile", prof)
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
-	if info, err := os.Stat(prof); err != nil || info.Size() == 0 {
-		t.Errorf("profile %v, %v; want a file with a profile", info, err)
 	}
 }
 

@@ -3,12 +3,18 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/reinhq/rein/internal/store/bolt"
+	"github.com/reinhq/rein/internal/tools"
 )
 
 // boltBackend is the bolt store as the rein binary gives it to the bench.
@@ -133,4 +139,36 @@ func TestStepsRunsSmall(t *testing.T) {
 	if _, ok := x["baseline_bytes_written_per_commit"]; ok {
 		t.Error("steps-runs reports the baseline's bytes per commit, which its grouped ceiling does not count")
 	}
+}
+
+// BenchmarkStepsFigure is the steps scenario's figure alone (one run of
+// REIN_BENCH_STEPS tool-call steps, 500 unless set, through the engine on a
+// durable bolt store; with REIN_BENCH_NOSYNC=1 without fsync, so that the
+// profile shows the CPU the step path costs rather than the waits), for a
+// CPU profile of the step path:
+//
+//	go test ./internal/bench -run '^$' -bench StepsFigure -benchtime 3x -cpuprofile /tmp/steps.pprof
+func BenchmarkStepsFigure(b *testing.B) {
+	calls := 500
+	if v, err := strconv.Atoi(os.Getenv("REIN_BENCH_STEPS")); err == nil && v > 0 {
+		calls = v
+	}
+	be := boltBackend()
+	if os.Getenv("REIN_BENCH_NOSYNC") == "1" {
+		be.Open = func(path string, _ bool) (Store, error) { return bolt.Open(path, bolt.Options{NoSync: true}) }
+	}
+	contract := stepsContract(calls)
+	fixtures := tools.NewFixtures(map[string][]tools.FixtureResult{
+		"read_file": {{Output: structpb.NewStringValue(fixtureText())}},
+	})
+	dir := b.TempDir()
+	steps := 0.0
+	for i := 0; b.Loop(); i++ {
+		fr, err := stepsFigure(context.Background(), be, filepath.Join(dir, fmt.Sprintf("figure-%d.db", i)), contract, 1, fixtures, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		steps += fr.m.units
+	}
+	b.ReportMetric(steps/b.Elapsed().Seconds(), "steps/s")
 }

@@ -19,7 +19,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -87,9 +86,6 @@ type Options struct {
 	// skips the measurement; then rss_idle_mib is -1 and the scenario's
 	// targets are not met.
 	WatchServer func(db string) (*exec.Cmd, error)
-	// CPUProfile, when set, receives a CPU profile (pprof) of the timed
-	// figure rounds of the steps scenarios.
-	CPUProfile io.Writer
 }
 
 func (o Options) scale() float64 {

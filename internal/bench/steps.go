@@ -3,10 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -87,11 +85,7 @@ func runSteps(ctx context.Context, o Options, r Result, runs, calls int) (Result
 	figure := func(round int) (measure, error) {
 		path := filepath.Join(dir, fmt.Sprintf("figure-%d.db", round))
 		defer os.Remove(path)
-		var prof io.Writer
-		if round == 0 {
-			prof = o.CPUProfile
-		}
-		fr, err := stepsFigure(ctx, be, path, contract, runs, fixtures, encoded == nil, prof)
+		fr, err := stepsFigure(ctx, be, path, contract, runs, fixtures, encoded == nil)
 		if err != nil {
 			return fr.m, err
 		}
@@ -192,9 +186,8 @@ func stepsContract(calls int) *reinv1.TaskContract {
 // stepsFigure runs the contract runs times at once through an engine on a
 // fresh store, timing the first Start to the last run's end. With collect it
 // returns each run's events as stored; it counts the commits, the bytes
-// written and the CPU time. With prof it writes a CPU profile of the timed
-// part.
-func stepsFigure(ctx context.Context, be Backend, path string, c *reinv1.TaskContract, runs int, fx tools.Executor, collect bool, prof io.Writer) (stepsRound, error) {
+// written and the CPU time.
+func stepsFigure(ctx context.Context, be Backend, path string, c *reinv1.TaskContract, runs int, fx tools.Executor, collect bool) (stepsRound, error) {
 	var out stepsRound
 	s, err := be.Open(path, false)
 	if err != nil {
@@ -209,11 +202,6 @@ func stepsFigure(ctx context.Context, be Backend, path string, c *reinv1.TaskCon
 	e := harness.New(harness.Config{Store: s, Tools: fx, Workers: runs})
 	defer e.Close()
 
-	if prof != nil {
-		if err := pprof.StartCPUProfile(prof); err != nil {
-			return out, fmt.Errorf("start the CPU profile: %w", err)
-		}
-	}
 	w := startWrites()
 	cpu0 := cpuTime()
 	t0 := time.Now()
@@ -233,9 +221,6 @@ func stepsFigure(ctx context.Context, be Backend, path string, c *reinv1.TaskCon
 	out.m.elapsed = time.Since(t0)
 	out.cpu = cpuTime() - cpu0
 	out.written = w.bytes()
-	if prof != nil {
-		pprof.StopCPUProfile()
-	}
 	out.commits = float64(s.Commits())
 
 	want := uint32(len(c.GetModel().GetScript()))
