@@ -141,9 +141,10 @@ func TestStepsRunsSmall(t *testing.T) {
 	}
 }
 
-// BenchmarkStepsFigure is the steps scenario's figure alone (one run of
-// REIN_BENCH_STEPS tool-call steps, 500 unless set, through the engine on a
-// durable bolt store; with REIN_BENCH_NOSYNC=1 without fsync, so that the
+// BenchmarkStepsFigure is the steps scenario's figure alone (REIN_BENCH_RUNS
+// runs at once, 1 unless set, of REIN_BENCH_STEPS tool-call steps, 500 unless
+// set, through the engine on a durable bolt store; with REIN_BENCH_NOSYNC=1
+// without fsync, so that the
 // profile shows the CPU the step path costs rather than the waits), for a
 // CPU profile of the step path:
 //
@@ -152,6 +153,10 @@ func BenchmarkStepsFigure(b *testing.B) {
 	calls := 500
 	if v, err := strconv.Atoi(os.Getenv("REIN_BENCH_STEPS")); err == nil && v > 0 {
 		calls = v
+	}
+	runs := 1
+	if v, err := strconv.Atoi(os.Getenv("REIN_BENCH_RUNS")); err == nil && v > 0 {
+		runs = v
 	}
 	be := boltBackend()
 	if os.Getenv("REIN_BENCH_NOSYNC") == "1" {
@@ -164,7 +169,7 @@ func BenchmarkStepsFigure(b *testing.B) {
 	dir := b.TempDir()
 	steps := 0.0
 	for i := 0; b.Loop(); i++ {
-		fr, err := stepsFigure(context.Background(), be, filepath.Join(dir, fmt.Sprintf("figure-%d.db", i)), contract, 1, fixtures, false)
+		fr, err := stepsFigure(context.Background(), be, filepath.Join(dir, fmt.Sprintf("figure-%d.db", i)), contract, runs, fixtures, false)
 		if err != nil {
 			b.Fatal(err)
 		}
