@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -65,12 +66,22 @@ type env struct {
 	// started is set once flags and arguments were accepted; an error before
 	// that is a usage error.
 	started bool
+	// benchServer, when set, returns the command of the rein server that
+	// `rein bench watch` starts to measure its memory; nil starts this
+	// binary's serve. The tests set it (their binary is not rein).
+	benchServer func(db string) (*exec.Cmd, error)
 }
 
 // Run runs the CLI with args and returns the process's exit code. main and
 // the tests both call it.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
+	return run(ctx, &env{stdin: stdin, stdout: stdout, stderr: stderr}, args)
+}
+
+// run is Run on an environment the caller made (with its stdin, stdout and
+// stderr, and any of its optional fields set).
+func run(ctx context.Context, e *env, args []string) int {
+	stdin, stdout, stderr := e.stdin, e.stdout, e.stderr
 	root := &cobra.Command{
 		Use:   "rein",
 		Short: "rein runs AI-agent runs under a contract: budgets, granted tools, approvals, an event log",

@@ -5,48 +5,41 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/reinhq/rein/internal/bench"
+	"github.com/reinhq/rein/internal/store/bolt"
 )
 
-// benchScenarios are the scenarios `rein bench` runs, in the order "all"
-// runs them: the bench package's, then watch, which needs a rein server in a
-// separate process (benchServer).
-var benchScenarios = append(slices.Clone(bench.Scenarios), bench.Scenario{
-	Name: "watch",
-	Doc:  "1,000 WatchRun streams over loopback TCP following 64 runs that append, against plain gRPC streaming",
-	Run:  bench.Watch,
-}, bench.Scenario{
-	Name: "recovery",
-	Doc:  "start rein serve on a store of 10,000 runs (1,000 running, ~1,000,000 events): time to serving, to every running run resumed, and RSS",
-	Run:  bench.Recovery,
-})
+// benchStores are the storage backends --store can name.
+const benchStores = "bolt"
 
-func benchNames() []string {
-	names := make([]string, len(benchScenarios))
-	for i, s := range benchScenarios {
-		names[i] = s.Name
+// benchBackend is the storage backend `rein bench --store name` runs the
+// scenarios on: how to open its store and, for the baselines, its ceiling.
+func benchBackend(name string) (bench.Backend, error) {
+	switch name {
+	case "bolt":
+		return bench.Backend{
+			Name: "bolt",
+			Open: func(path string, noSync bool) (bench.Store, error) {
+				s, err := bolt.Open(path, bolt.Options{NoSync: noSync})
+				if err != nil {
+					return nil, err
+				}
+				return s, nil
+			},
+			Ceiling: bolt.Ceiling{},
+		}, nil
 	}
-	return names
+	return bench.Backend{}, usageError("unknown --store %q; the storage backends are: %s", name, benchStores)
 }
 
-func lookupBench(name string) (bench.Scenario, bool) {
-	for _, s := range benchScenarios {
-		if s.Name == name {
-			return s, true
-		}
-	}
-	return bench.Scenario{}, false
-}
-
-// benchServer starts this binary's `serve` on the store at db, for the watch
-// scenario's measurement of a server's memory with its streams idle. The
-// tests replace it.
-var benchServer = func(db string) (*exec.Cmd, error) {
+// benchServe is the command of this binary's `serve` on the store at db, for
+// the watch scenario's measurement of a server's memory with its streams
+// idle.
+func benchServe(db string) (*exec.Cmd, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find the rein binary: %w", err)
@@ -63,54 +56,63 @@ func benchServeArgs(db string) []string {
 type benchOptions struct {
 	scale  float64
 	rounds int
+	runs   int
 	dir    string
+	store  string
 }
+
+const benchLong = `Measure rein against the disk it runs on. Each scenario times a figure through
+rein (the store, the engine, the fold, the watch streams) and a baseline
+doing the same work without rein (the storage backend's raw ceiling, such as
+straight bbolt Updates; for watch, plain gRPC streaming from memory), then
+prints one line: the figure, the baseline, their ratio and the ratio it must
+reach. With --json the line is a JSON object.
+
+Scenarios (steps runs steps and steps-runs):
+%s  all        every scenario, in that order
+
+Files go in a temporary directory that is removed; --db is not used. The
+watch scenario also starts this binary's serve on a temporary store, to
+measure the server's memory with every stream open and idle.`
 
 func newBenchCmd(e *env) *cobra.Command {
 	o := &benchOptions{}
 	cmd := &cobra.Command{
-		Use:   "bench SCENARIO",
-		Short: "Measure rein against the disk it runs on: " + strings.Join(benchNames(), ", ") + " or all",
-		Long: `Measure rein against the disk it runs on. Each scenario times a figure through
-rein (the store, the engine, the fold, the watch streams) and a baseline
-doing the same work without rein (straight on bbolt; for watch, plain gRPC
-streaming from memory), then prints one line: the figure, the baseline, their
-ratio and the ratio it must reach. With --json the line is a JSON object.
-
-Scenarios:
-` + scenarioHelp() + `  all     every scenario, in that order
-
-Files go in a temporary directory that is removed; --db is not used. The
-watch scenario also starts this binary's serve on a temporary store, to
-measure the server's memory with every stream open and idle.`,
+		Use:    "bench SCENARIO",
+		Short:  "Measure rein against the disk it runs on (rein bench --help lists the scenarios)",
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd, e, args[0])
 		},
 	}
+	// The scenario table is built for the help only when it is asked for,
+	// not each time the binary starts.
+	help := cmd.HelpFunc()
+	cmd.SetHelpFunc(func(c *cobra.Command, args []string) {
+		c.Long = fmt.Sprintf(benchLong, scenarioHelp())
+		help(c, args)
+	})
 	cmd.Flags().Float64Var(&o.scale, "scale", 1, "multiply each scenario's size by this (such as 0.1 for a quick run)")
 	cmd.Flags().IntVar(&o.rounds, "rounds", 3, "rounds of figure and baseline, alternating; the best of each is kept")
+	cmd.Flags().IntVar(&o.runs, "runs", 16, "how many concurrent runs steps-runs drives, 500 steps each")
 	cmd.Flags().StringVar(&o.dir, "dir", "", "directory for the temporary files (default: the system's)")
+	cmd.Flags().StringVar(&o.store, "store", "bolt", "storage backend to run on: "+benchStores)
 	return cmd
 }
 
 func scenarioHelp() string {
 	var b strings.Builder
-	for _, s := range benchScenarios {
-		fmt.Fprintf(&b, "  %-7s %s\n", s.Name, s.Doc)
+	for _, s := range bench.Scenarios() {
+		fmt.Fprintf(&b, "  %-10s %s\n", s.Name, s.Doc)
 	}
 	return b.String()
 }
 
 func (o *benchOptions) run(cmd *cobra.Command, e *env, name string) error {
-	var todo []bench.Scenario
-	if name == "all" {
-		todo = benchScenarios
-	} else if s, ok := lookupBench(name); ok {
-		todo = []bench.Scenario{s}
-	} else {
-		return usageError("unknown scenario %q; choose one of: %s, all", name, strings.Join(benchNames(), ", "))
+	todo, ok := bench.Lookup(name)
+	if !ok {
+		return usageError("unknown scenario %q; choose one of: %s, all", name, strings.Join(bench.Names(), ", "))
 	}
 	if o.scale <= 0 {
 		return usageError("--scale must be positive, got %v", o.scale)
@@ -118,8 +120,17 @@ func (o *benchOptions) run(cmd *cobra.Command, e *env, name string) error {
 	if o.rounds <= 0 {
 		return usageError("--rounds must be positive, got %d", o.rounds)
 	}
-	opts := bench.Options{Scale: o.scale, Rounds: o.rounds, Dir: o.dir}
-	bench.WatchServer = benchServer
+	if o.runs <= 0 {
+		return usageError("--runs must be positive, got %d", o.runs)
+	}
+	backend, err := benchBackend(o.store)
+	if err != nil {
+		return err
+	}
+	opts := bench.Options{Scale: o.scale, Rounds: o.rounds, Dir: o.dir, Backend: backend, Runs: o.runs, WatchServer: e.benchServer}
+	if opts.WatchServer == nil {
+		opts.WatchServer = benchServe
+	}
 	for _, s := range todo {
 		r, err := s.Run(cmd.Context(), opts)
 		if err != nil {
@@ -148,29 +159,45 @@ func printBench(w io.Writer, r bench.Result) {
 }
 
 // benchDetail is what a scenario's line adds to the rates: for watch, the
-// other targets; for replay, what each side spends per event.
+// other targets; for replay, what each side spends per event; for steps, the
+// CPU and the bytes each side spends.
 func benchDetail(r bench.Result) string {
-	if r.Scenario == "recovery" {
-		x := r.Extra
-		return fmt.Sprintf("; serving in %.2fs (target ≤ 2s; an empty store: %.3fs), every running run resumed in %.2fs, peak RSS %.0f MiB (target ≤ 256 MiB; the process's own %.0f MiB)",
-			x["serving_seconds"], x["baseline_serving_seconds"], x["all_resumed_seconds"], x["rss_peak_mib"], x["rss_anon_mib"])
-	}
-	if r.Scenario == "replay" {
-		x := r.Extra
+	x := r.Extra
+	switch r.Scenario {
+	case "steps", "steps-runs":
+		s := fmt.Sprintf("; CPU per step %.0f µs vs %.0f µs; written per step %s vs %s",
+			x["cpu_us_per_step"], x["baseline_cpu_us_per_step"], kib(x["bytes_written_per_step"]), kib(x["baseline_bytes_written_per_step"]))
+		if v, ok := x["baseline_bytes_written_per_commit"]; ok {
+			s += fmt.Sprintf(", per commit %s vs %s", kib(x["bytes_written_per_commit"]), kib(v))
+		} else {
+			s += fmt.Sprintf(", per commit %s (%.2f commits a step)", kib(x["bytes_written_per_commit"]), x["commits_per_step"])
+		}
+		return s
+	case "recovery":
+		return fmt.Sprintf("; serving in %.2fs (target ≤ 2s; an empty store: %.3fs), every running run resumed in %.2fs, peak RSS %.0f MiB (target ≤ 256 MiB): the process's own (anonymous) %.0f MiB, peak %.0f MiB (target ≤ %.0f MiB), and %.0f MiB of the store's file pages mapped (page cache)",
+			x["serving_seconds"], x["baseline_serving_seconds"], x["all_resumed_seconds"], x["rss_peak_mib"],
+			x["rss_anon_mib"], x["rss_anon_peak_mib"], x["rss_anon_target_mib"], x["rss_file_mib"])
+	case "replay":
 		return fmt.Sprintf("; per event: read %.0f ns + replay %.0f ns, against read %.0f ns + fold %.0f ns (without the reading, ratio %.3f)",
 			x["load_ns_per_event"], x["replay_ns_per_event"], x["baseline_load_ns_per_event"], x["fold_ns_per_event"], x["in_memory_ratio"])
+	case "watch":
+		rss := "unmeasured"
+		if v := x["rss_idle_mib"]; v > 0 {
+			rss = fmt.Sprintf("%.0f MiB", v)
+		}
+		return fmt.Sprintf("; %.0f streams, p99 %.1f ms vs %.1f ms at %.0f deliveries/s (ratio %.2f, target ≤ %.0f), p50 %.2f ms vs %.2f ms; %.0f gaps, %.0f duplicates; idle server %s (target ≤ %.0f MiB)",
+			x["streams"], x["p99_ms"], x["baseline_p99_ms"], x["paced_offered_deliveries_per_s"], x["p99_ratio"], x["p99_ratio_target"],
+			x["p50_ms"], x["baseline_p50_ms"], x["gaps"], x["duplicates"], rss, x["rss_target_mib"])
 	}
-	if r.Scenario != "watch" {
-		return ""
+	return ""
+}
+
+// kib is a byte count in KiB, or "unknown" for a negative one.
+func kib(b float64) string {
+	if b < 0 {
+		return "unknown"
 	}
-	x := r.Extra
-	rss := "unmeasured"
-	if v := x["rss_idle_mib"]; v > 0 {
-		rss = fmt.Sprintf("%.0f MiB", v)
-	}
-	return fmt.Sprintf("; %.0f streams, p99 %.1f ms vs %.1f ms at %.0f deliveries/s (ratio %.2f, target ≤ %.0f), p50 %.2f ms vs %.2f ms; %.0f gaps, %.0f duplicates; idle server %s (target ≤ %.0f MiB)",
-		x["streams"], x["p99_ms"], x["baseline_p99_ms"], x["paced_offered_deliveries_per_s"], x["p99_ratio"], x["p99_ratio_target"],
-		x["p50_ms"], x["baseline_p50_ms"], x["gaps"], x["duplicates"], rss, x["rss_target_mib"])
+	return fmt.Sprintf("%.1f KiB", b/1024)
 }
 
 func rates(v []float64) string {

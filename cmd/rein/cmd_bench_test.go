@@ -25,21 +25,26 @@ func TestMain(m *testing.M) {
 		stop()
 		os.Exit(code)
 	}
-	exe, err := os.Executable()
-	if err == nil {
-		benchServer = func(db string) (*exec.Cmd, error) {
-			cmd := exec.Command(exe, benchServeArgs(db)...)
-			cmd.Env = append(os.Environ(), cliEnv+"=1")
-			return cmd, nil
-		}
-	}
 	os.Exit(m.Run())
+}
+
+// testBenchServer starts this test binary as `rein serve` (the test binary
+// runs the CLI when cliEnv is set).
+func testBenchServer(db string) (*exec.Cmd, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, benchServeArgs(db)...)
+	cmd.Env = append(os.Environ(), cliEnv+"=1")
+	return cmd, nil
 }
 
 func runBench(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = Run(context.Background(), append([]string{"bench"}, args...), strings.NewReader(""), &out, &errb)
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, benchServer: testBenchServer}
+	code = run(context.Background(), e, append([]string{"bench"}, args...))
 	return code, out.String(), errb.String()
 }
 
@@ -51,7 +56,7 @@ func TestBenchUnknownScenario(t *testing.T) {
 	if out != "" {
 		t.Errorf("stdout %q, want nothing", out)
 	}
-	for _, name := range []string{`"nope"`, "append", "steps", "fold", "replay", "watch", "recovery", "all"} {
+	for _, name := range []string{`"nope"`, "append", "steps", "steps-runs", "fold", "replay", "watch", "recovery", "all"} {
 		if !strings.Contains(errs, name) {
 			t.Errorf("stderr %q does not name %s", errs, name)
 		}
@@ -59,9 +64,48 @@ func TestBenchUnknownScenario(t *testing.T) {
 }
 
 func TestBenchBadFlags(t *testing.T) {
-	for _, args := range [][]string{{}, {"append", "--scale", "0"}, {"append", "--rounds", "-1"}, {"append", "steps"}} {
-		if code, _, _ := runBench(t, args...); code != exitUsage {
-			t.Errorf("bench %v: exit %d, want %d", args, code, exitUsage)
+	for _, args := range [][]string{
+		{}, {"append", "--scale", "0"}, {"append", "--rounds", "-1"}, {"append", "steps"},
+		{"steps", "--runs", "0"}, {"steps", "--runs", "-3"}, {"fold", "--store", "nope"},
+	} {
+		if code, out, _ := runBench(t, args...); code != exitUsage || out != "" {
+			t.Errorf("bench %v: exit %d, stdout %q; want %d and nothing", args, code, out, exitUsage)
+		}
+	}
+}
+
+// TestBenchUnknownStore: a --store that does not exist is refused before
+// anything runs, with the backends there are.
+func TestBenchUnknownStore(t *testing.T) {
+	code, out, errs := runBench(t, "append", "--store", "etcd", "--dir", t.TempDir())
+	if code != exitUsage || out != "" {
+		t.Errorf("exit %d, stdout %q; want %d and nothing", code, out, exitUsage)
+	}
+	if !strings.Contains(errs, `unknown --store "etcd"`) || !strings.Contains(errs, "bolt") {
+		t.Errorf("stderr %q, want the unknown store named and bolt offered", errs)
+	}
+}
+
+// TestBenchStepsRuns runs steps (which is steps and steps-runs) small with
+// --store bolt --runs 3: two lines, the second of 3 runs, each with its CPU
+// and bytes per step.
+func TestBenchStepsRuns(t *testing.T) {
+	code, out, errs := runBench(t, "steps", "--store", "bolt", "--runs", "3", "--scale", "0.002", "--rounds", "1", "--dir", t.TempDir())
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "steps ") || !strings.HasPrefix(lines[1], "steps-runs ") {
+		t.Fatalf("output %q, want a line for steps, then one for steps-runs", out)
+	}
+	if !strings.Contains(lines[1], " 3 runs") {
+		t.Errorf("steps-runs line %q, want 3 runs", lines[1])
+	}
+	for _, line := range lines {
+		for _, want := range []string{"CPU per step", "written per step", "per commit"} {
+			if !strings.Contains(line, want) {
+				t.Errorf("line %q has no %q", line, want)
+			}
 		}
 	}
 }
@@ -72,7 +116,7 @@ func TestBenchAllJSON(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	want := []string{"append", "steps", "fold", "replay", "watch", "recovery"}
+	want := []string{"append", "steps", "steps-runs", "fold", "replay", "watch", "recovery"}
 	if len(lines) != len(want) {
 		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), out)
 	}

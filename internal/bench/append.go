@@ -8,11 +8,9 @@ import (
 	"sync"
 	"time"
 
-	bbolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/store/bolt"
 )
 
 // Sizes of the append scenario at scale 1.
@@ -27,14 +25,18 @@ const (
 // Append measures durable appends through the store: appendRuns goroutines,
 // one per run, each appending 3-event steps of ~300-byte events at its
 // version and waiting for each to be durable before the next. The baseline
-// is the disk's ceiling for that layout: the same events put straight into
-// bbolt by one goroutine, 64 events per fsync'd Update, one into each run's
-// events bucket, in a fresh file. For context, Extra also reports a second
-// baseline with a whole step of every run (192 events) per Update, the most
+// is the disk's ceiling for that layout (the backend's Ceiling): the same
+// events put raw by one goroutine, 64 events per durable commit, one into
+// each run's log, in a fresh file. For context, Extra also reports a second
+// baseline with a whole step of every run (192 events) per commit, the most
 // a group commit of these appends can gather, and the bytes each commit
 // writes on either side.
 func Append(ctx context.Context, o Options) (Result, error) {
 	r := Result{Scenario: "append", Unit: "events/s", Target: 0.7, Runs: appendRuns, Extra: map[string]float64{}}
+	be, err := o.ceiling(r.Scenario)
+	if err != nil {
+		return r, err
+	}
 	steps := o.scaled(appendStepsPerRun, 1)
 	r.Events = appendRuns * steps * appendEventsPerReq
 	r.Extra["steps_per_run"] = float64(steps)
@@ -72,7 +74,7 @@ func Append(ctx context.Context, o Options) (Result, error) {
 	figure := func(round int) (measure, error) {
 		path := filepath.Join(dir, fmt.Sprintf("figure-%d.db", round))
 		defer os.Remove(path)
-		m, n, perCommit, err := appendFigure(ctx, path, ids, evs)
+		m, n, perCommit, err := appendFigure(ctx, be, path, ids, evs)
 		if err != nil {
 			return m, err
 		}
@@ -84,7 +86,7 @@ func Append(ctx context.Context, o Options) (Result, error) {
 		path := filepath.Join(dir, fmt.Sprintf("baseline-%d.db", round))
 		defer os.Remove(path)
 		w := startWrites()
-		m, err := appendBaseline(path, ids, evs, appendBaselineTx)
+		m, err := appendBaseline(be.Ceiling, path, ids, evs, appendBaselineTx)
 		if err != nil {
 			return m, err
 		}
@@ -94,7 +96,7 @@ func Append(ctx context.Context, o Options) (Result, error) {
 		path2 := filepath.Join(dir, fmt.Sprintf("ceiling-%d.db", round))
 		defer os.Remove(path2)
 		w = startWrites()
-		c, err := appendBaseline(path2, ids, evs, appendRuns*appendEventsPerReq)
+		c, err := appendBaseline(be.Ceiling, path2, ids, evs, appendRuns*appendEventsPerReq)
 		if err != nil {
 			return m, err
 		}
@@ -121,27 +123,24 @@ func Append(ctx context.Context, o Options) (Result, error) {
 
 // appendFigure creates the runs (not timed), then times every run's appends
 // from its own goroutine. It returns the time, the number of commits the
-// appends took (read from bbolt's transaction ID afterwards) and the bytes
-// written per commit (-1 when unknown).
-func appendFigure(ctx context.Context, path string, ids []string, evs [][][]*reinv1.Event) (m measure, commits uint64, bytesPerCommit float64, err error) {
-	s, err := bolt.Open(path, bolt.Options{})
+// appends took and the bytes written per commit (-1 when unknown).
+func appendFigure(ctx context.Context, be Backend, path string, ids []string, evs [][][]*reinv1.Event) (m measure, commits uint64, bytesPerCommit float64, err error) {
+	s, err := be.Open(path, false)
 	if err != nil {
 		return measure{}, 0, 0, err
 	}
+	defer func() {
+		if cerr := s.Close(); err == nil {
+			err = cerr
+		}
+	}()
 	at := benchTime()
 	for _, id := range ids {
 		if _, _, err := s.Create(ctx, runStarted(id, at)); err != nil {
-			s.Close()
 			return measure{}, 0, 0, err
 		}
 	}
-	if err := s.Close(); err != nil {
-		return measure{}, 0, 0, err
-	}
-	s, before, err := openCounted(path)
-	if err != nil {
-		return measure{}, 0, 0, err
-	}
+	before := s.Commits()
 
 	start := make(chan struct{})
 	errs := make(chan error, len(ids))
@@ -168,14 +167,7 @@ func appendFigure(ctx context.Context, path string, ids []string, evs [][][]*rei
 	elapsed := time.Since(t0)
 	written := w.bytes()
 	close(errs)
-	if err := s.Close(); err != nil {
-		return measure{}, 0, 0, err
-	}
 	if err := <-errs; err != nil {
-		return measure{}, 0, 0, err
-	}
-	after, err := txID(path)
-	if err != nil {
 		return measure{}, 0, 0, err
 	}
 	n := 0
@@ -184,99 +176,50 @@ func appendFigure(ctx context.Context, path string, ids []string, evs [][][]*rei
 			n += len(batch)
 		}
 	}
-	commits = after - before
+	commits = s.Commits() - before
 	return measure{units: float64(n), elapsed: elapsed}, commits, perCommit(written, float64(commits)), nil
 }
 
-// appendBaseline puts the same events straight into a fresh bbolt file from
-// one goroutine, perTx events per fsync'd Update, taken round-robin over the
-// runs (with perTx = appendBaselineTx, one event into each run's bucket).
-func appendBaseline(path string, ids []string, evs [][][]*reinv1.Event, perTx int) (measure, error) {
-	db, err := bbolt.Open(path, 0o600, nil)
+// appendBaseline puts the same events raw into a fresh store of the
+// backend's ceiling from one goroutine, perTx events per durable commit,
+// taken round-robin over the runs (with perTx = appendBaselineTx, one event
+// into each run's log).
+func appendBaseline(c Ceiling, path string, ids []string, evs [][][]*reinv1.Event, perTx int) (measure, error) {
+	put, closeLog, err := c.CreateLog(path, ids)
 	if err != nil {
 		return measure{}, err
 	}
-	defer db.Close()
-	if err := db.Update(func(tx *bbolt.Tx) error {
-		for _, id := range ids {
-			if _, err := rawEvents(tx, id, true); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		return measure{}, err
-	}
+	defer func() { _ = closeLog() }()
 	// The events in the order the baseline writes them: step by step, and
 	// within a step event by event, round-robin over the runs.
-	type put struct {
-		run int
-		ev  *reinv1.Event
+	type order struct {
+		runs []int
+		evs  []*reinv1.Event
 	}
-	var order []put
+	var all order
 	for s := range evs[0] {
 		for j := range evs[0][s] {
 			for i := range ids {
-				order = append(order, put{i, evs[i][s][j]})
+				all.runs = append(all.runs, i)
+				all.evs = append(all.evs, evs[i][s][j])
 			}
 		}
 	}
 	t0 := time.Now()
 	buf := make([][]byte, perTx)
-	for lo := 0; lo < len(order); lo += perTx {
-		chunk := order[lo:min(lo+perTx, len(order))]
-		for k, p := range chunk {
-			if buf[k], err = proto.Marshal(p.ev); err != nil {
+	seqs := make([]uint64, perTx)
+	for lo := 0; lo < len(all.evs); lo += perTx {
+		hi := min(lo+perTx, len(all.evs))
+		for k, ev := range all.evs[lo:hi] {
+			if buf[k], err = proto.Marshal(ev); err != nil {
 				return measure{}, err
 			}
+			seqs[k] = ev.GetSequence()
 		}
-		if err := db.Update(func(tx *bbolt.Tx) error {
-			runs := tx.Bucket(bucketRuns)
-			for k, p := range chunk {
-				b := runs.Bucket([]byte(ids[p.run])).Bucket(bucketEvents)
-				b.FillPercent = fillPercent
-				if err := b.Put(seqKey(p.ev.GetSequence()), buf[k]); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
+		n := hi - lo
+		if err := put(all.runs[lo:hi], seqs[:n], buf[:n]); err != nil {
 			return measure{}, err
 		}
 	}
-	return measure{units: float64(len(order)), elapsed: time.Since(t0)}, nil
-}
-
-// openCounted opens the store at path and returns the bbolt transaction ID
-// it starts from, so that txID after closing it tells how many commits were
-// made in between.
-func openCounted(path string) (*bolt.Store, uint64, error) {
-	before := uint64(0)
-	if _, err := os.Stat(path); err == nil {
-		if before, err = txID(path); err != nil {
-			return nil, 0, err
-		}
-	}
-	s, err := bolt.Open(path, bolt.Options{})
-	if err != nil {
-		return nil, 0, err
-	}
-	// Open's initialising Update is not one of the commits to count.
-	return s, before + 1, nil
-}
-
-// txID is the ID of the last committed write transaction of a bbolt file: it
-// grows by one per commit.
-func txID(path string) (uint64, error) {
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
-	if err != nil {
-		return 0, err
-	}
-	defer db.Close()
-	var id uint64
-	err = db.View(func(tx *bbolt.Tx) error {
-		id = uint64(tx.ID())
-		return nil
-	})
-	return id, err
+	return measure{units: float64(len(all.evs)), elapsed: time.Since(t0)}, nil
 }

@@ -1,13 +1,19 @@
 // Package bench measures rein against the disk it runs on. Each scenario
 // times a figure through rein's own code (the store, the engine, the fold)
-// and a baseline that does the same storage work straight on bbolt, with none
-// of rein's logic, in a fresh file with the same layout. The ratio
-// figure/baseline says how much of the disk's (or decoder's) speed rein keeps;
-// a scenario's target is the ratio it must reach.
+// and a baseline that does the same storage work without rein's logic: the
+// storage backend's raw ceiling (a Backend's Ceiling, such as straight bbolt
+// Updates in a fresh file of the same layout), or for watch plain gRPC
+// streaming. The ratio figure/baseline says how much of the disk's (or
+// decoder's) speed rein keeps; a scenario's target is the ratio it must
+// reach.
+//
+// The bench names no storage engine: the caller gives it one (Options'
+// Backend), so every scenario runs the same way against any backend.
 //
 // Every scenario works in a temporary directory it removes. Rounds alternate
 // figure and baseline, and the best of each is kept, to reduce noise from
-// other load on the machine.
+// other load on the machine. Nothing here runs before a scenario is asked
+// for: no package-level state is built at start.
 package bench
 
 import (
@@ -15,8 +21,11 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -26,7 +35,8 @@ type Result struct {
 	// Figure is the best rate measured through rein, in Unit.
 	Figure float64 `json:"figure"`
 	Unit   string  `json:"unit"`
-	// Baseline is the best rate of the same work done straight on bbolt.
+	// Baseline is the best rate of the same work done without rein: the
+	// backend's ceiling (or, for watch, plain gRPC).
 	Baseline float64 `json:"baseline"`
 	// Ratio is Figure / Baseline.
 	Ratio  float64 `json:"ratio"`
@@ -63,6 +73,19 @@ type Options struct {
 	Rounds int
 	// Dir is where temporary files go; "" means os.TempDir().
 	Dir string
+	// Backend is the storage engine the scenarios run on; required.
+	Backend Backend
+	// Runs is how many concurrent runs the steps-runs scenario drives; 0
+	// means stepsRunsDefault.
+	Runs int
+	// WatchServer, when set, returns the command of a rein server for the
+	// watch scenario's memory measurement: it must serve the store at db on
+	// a free loopback port, without a rate limit and without tokens, and
+	// log its address on stderr as `rein serve` does (msg="rein serving"
+	// addr=HOST:PORT). The rein binary sets it to its own `serve`. Nil
+	// skips the measurement; then rss_idle_mib is -1 and the scenario's
+	// targets are not met.
+	WatchServer func(db string) (*exec.Cmd, error)
 }
 
 func (o Options) scale() float64 {
@@ -91,36 +114,51 @@ func (o Options) scaled(n, min int) int {
 // Scenario is one named benchmark.
 type Scenario struct {
 	Name string
+	// Group, when set, is the name that also runs this scenario: asking
+	// for steps runs steps and steps-runs.
+	Group string
 	// What it measures, in a line.
 	Doc string
 	Run func(ctx context.Context, o Options) (Result, error)
 }
 
-// Scenarios are the benchmarks, in the order "all" runs them.
-var Scenarios = []Scenario{
-	{"append", "64 concurrent runs appending 3-event steps of ~300-byte events, durable, through the store", Append},
-	{"steps", "one run of 5,000 scripted tool-call steps through the engine, durable", Steps},
-	{"fold", "rebuild a 1,000,000-event run from the store: scan, decode, fold", Fold},
-	{"replay", "read and replay a directory of 1,000 recorded runs of 100 steps through the harness, against reading and folding them", Replay},
+// Scenarios are the benchmarks, in the order "all" runs them. The table is
+// built when asked for, not at the program's start.
+func Scenarios() []Scenario {
+	return []Scenario{
+		{Name: "append", Doc: "64 concurrent runs appending 3-event steps of ~300-byte events, durable, through the store", Run: Append},
+		{Name: "steps", Doc: "one run of 5,000 scripted tool-call steps through the engine, durable", Run: Steps},
+		{Name: "steps-runs", Group: "steps", Doc: "16 concurrent runs (--runs) of 500 scripted tool-call steps each through the engine, durable", Run: StepsRuns},
+		{Name: "fold", Doc: "rebuild a 1,000,000-event run from the store: scan, decode, fold", Run: Fold},
+		{Name: "replay", Doc: "read and replay a directory of 1,000 recorded runs of 100 steps through the harness, against reading and folding them", Run: Replay},
+		{Name: "watch", Doc: "1,000 WatchRun streams over loopback TCP following 64 runs that append, against plain gRPC streaming", Run: Watch},
+		{Name: "recovery", Doc: "start rein serve on a store of 10,000 runs (1,000 running, ~1,000,000 events): time to serving, to every running run resumed, and RSS", Run: Recovery},
+	}
 }
 
 // Names are the scenario names, in order.
 func Names() []string {
-	names := make([]string, len(Scenarios))
-	for i, s := range Scenarios {
-		names[i] = s.Name
+	var names []string
+	for _, s := range Scenarios() {
+		names = append(names, s.Name)
 	}
 	return names
 }
 
-// Lookup returns the scenario called name.
-func Lookup(name string) (Scenario, bool) {
-	for _, s := range Scenarios {
-		if s.Name == name {
-			return s, true
+// Lookup returns the scenarios name selects: the one called name and those
+// of its group; "all" is every scenario. It reports false for none.
+func Lookup(name string) ([]Scenario, bool) {
+	all := Scenarios()
+	if name == "all" {
+		return all, true
+	}
+	var out []Scenario
+	for _, s := range all {
+		if s.Name == name || s.Group == name {
+			out = append(out, s)
 		}
 	}
-	return Scenario{}, false
+	return out, len(out) > 0
 }
 
 // measure is one timed side of a round: the count of units done and the time
@@ -232,11 +270,29 @@ func perCommit(bytes, commits float64) float64 {
 	return bytes / commits
 }
 
+// cpuTime is the CPU time (user and system) this process used so far, from
+// getrusage (microseconds), or 0 when it cannot tell.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // bestOf keeps the best (largest) value seen under key in extra.
 func bestOf(extra map[string]float64, key string, v float64) {
 	if old, ok := extra[key]; !ok || v > old {
 		extra[key] = v
 	}
+}
+
+// minOf is the smallest of vs, or 0 for none.
+func minOf(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	return slices.Min(vs)
 }
 
 // meanOf is the mean of vs, or 0 for none.

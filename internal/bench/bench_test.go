@@ -12,12 +12,16 @@ import (
 )
 
 // TestScenariosSmall runs each scenario at a tiny scale and checks that the
-// result is well formed. It never asserts a speed.
+// result is well formed. It never asserts a speed. Watch and recovery,
+// which start servers, have their own tests.
 func TestScenariosSmall(t *testing.T) {
-	for _, sc := range Scenarios {
+	for _, sc := range Scenarios() {
+		if sc.Name == "watch" || sc.Name == "recovery" {
+			continue
+		}
 		t.Run(sc.Name, func(t *testing.T) {
 			dir := t.TempDir()
-			r, err := sc.Run(context.Background(), Options{Scale: 0.002, Rounds: 2, Dir: dir})
+			r, err := sc.Run(context.Background(), Options{Scale: 0.002, Rounds: 2, Dir: dir, Backend: boltBackend()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -83,11 +87,32 @@ func TestStepEventsFoldAndArePadded(t *testing.T) {
 
 func TestLookup(t *testing.T) {
 	for _, n := range Names() {
-		if _, ok := Lookup(n); !ok {
-			t.Errorf("Lookup(%q) failed", n)
+		if scs, ok := Lookup(n); !ok || scs[0].Name != n {
+			t.Errorf("Lookup(%q) = %v, %v", n, scs, ok)
 		}
+	}
+	if scs, _ := Lookup("steps"); len(scs) != 2 || scs[0].Name != "steps" || scs[1].Name != "steps-runs" {
+		t.Errorf("Lookup(steps) = %v, want steps and steps-runs", scs)
+	}
+	if scs, _ := Lookup("all"); len(scs) != len(Scenarios()) {
+		t.Errorf("Lookup(all) has %d scenarios, want %d", len(scs), len(Scenarios()))
 	}
 	if _, ok := Lookup("nope"); ok {
 		t.Error("Lookup found an unknown scenario")
+	}
+}
+
+// TestServingAddr reads the address from a rein server's log line, and
+// nothing from another line.
+func TestServingAddr(t *testing.T) {
+	for line, want := range map[string]string{
+		`time=2026-01-02T03:04:05Z level=INFO msg="rein serving" addr=127.0.0.1:4567 db=/tmp/x.db`: "127.0.0.1:4567",
+		`time=2026-01-02T03:04:05Z level=INFO msg="rein serving" db=/tmp/x.db addr=[::1]:80`:       "[::1]:80",
+		`time=2026-01-02T03:04:05Z level=INFO msg="resumed runs" addr=127.0.0.1:1`:                 "",
+		`msg="rein serving"`: "",
+	} {
+		if got := servingAddr(line); got != want {
+			t.Errorf("servingAddr(%q) = %q, want %q", line, got, want)
+		}
 	}
 }

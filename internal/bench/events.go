@@ -1,12 +1,10 @@
 package bench
 
 import (
-	"encoding/binary"
 	"fmt"
 	"strings"
 	"time"
 
-	bbolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -17,17 +15,6 @@ import (
 // eventBytes is the marshalled size the append and fold scenarios pad their
 // events to.
 const eventBytes = 300
-
-// The bbolt layout of internal/store/bolt (see its doc.go), which the
-// baselines write and read directly: runs/<run id>/events/<uint64 BE> → Event.
-var (
-	bucketRuns   = []byte("runs")
-	bucketEvents = []byte("events")
-)
-
-// fillPercent is what the store sets on an events bucket (sequences only
-// grow); the baselines use it too so both sides write the same pages.
-const fillPercent = 0.95
 
 const (
 	hash64 = "9f2c4e1a7b3d5f608e1c2a4b6d8f0e1a3c5e7f9b0d2f4a6c8e0b1d3f5a7c9e1b"
@@ -125,34 +112,4 @@ func pad(ev *reinv1.Event, size int, set func(string)) {
 // benchTime is the recorded_at of the bench's synthetic events.
 func benchTime() *timestamppb.Timestamp {
 	return timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC))
-}
-
-func seqKey(seq uint64) []byte {
-	k := make([]byte, 8)
-	binary.BigEndian.PutUint64(k, seq)
-	return k
-}
-
-// rawEvents returns the events bucket of a run in a raw bbolt file with the
-// store's layout, creating it (and its parents) when create is set.
-func rawEvents(tx *bbolt.Tx, runID string, create bool) (*bbolt.Bucket, error) {
-	if !create {
-		if runs := tx.Bucket(bucketRuns); runs != nil {
-			if run := runs.Bucket([]byte(runID)); run != nil {
-				if b := run.Bucket(bucketEvents); b != nil {
-					return b, nil
-				}
-			}
-		}
-		return nil, fmt.Errorf("run %s has no events bucket", runID)
-	}
-	runs, err := tx.CreateBucketIfNotExists(bucketRuns)
-	if err != nil {
-		return nil, err
-	}
-	run, err := runs.CreateBucketIfNotExists([]byte(runID))
-	if err != nil {
-		return nil, err
-	}
-	return run.CreateBucketIfNotExists(bucketEvents)
 }

@@ -29,7 +29,7 @@ func recoveryPrereqs(t *testing.T) {
 func TestRecoverySmall(t *testing.T) {
 	recoveryPrereqs(t)
 	dir := t.TempDir()
-	r, err := Recovery(context.Background(), Options{Scale: 0.02, Rounds: 2, Dir: dir})
+	r, err := Recovery(context.Background(), Options{Scale: 0.02, Rounds: 2, Dir: dir, Backend: boltBackend()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestRecoverySmall(t *testing.T) {
 	if !(x["serving_log_seconds"] > 0) || x["serving_log_seconds"] > x["serving_seconds_worst"] {
 		t.Errorf("logged serving in %v, serving worst %v", x["serving_log_seconds"], x["serving_seconds_worst"])
 	}
-	for _, k := range []string{"rss_mib", "rss_peak_mib", "rss_serving_mib", "rss_anon_mib", "rss_file_mib", "baseline_rss_mib", "store_mib"} {
+	for _, k := range []string{"rss_mib", "rss_peak_mib", "rss_serving_mib", "rss_anon_mib", "rss_anon_peak_mib", "rss_file_mib", "baseline_rss_mib", "store_mib"} {
 		if !(x[k] > 0) {
 			t.Errorf("%s = %v, want > 0", k, x[k])
 		}
@@ -75,9 +75,16 @@ func TestRecoverySmall(t *testing.T) {
 	if x["rss_peak_mib"] < x["rss_mib"] {
 		t.Errorf("peak RSS %v below RSS %v", x["rss_peak_mib"], x["rss_mib"])
 	}
-	wantMet := r.Seconds <= recoveryServingTarget.Seconds() && x["rss_peak_mib"] <= recoveryRSSTargetMiB
+	if x["rss_anon_peak_mib"] < x["rss_anon_mib"] || x["rss_anon_mib"]+x["rss_file_mib"] > x["rss_mib"]+1 {
+		t.Errorf("anonymous RSS %v (peak %v) and file RSS %v do not fit in RSS %v", x["rss_anon_mib"], x["rss_anon_peak_mib"], x["rss_file_mib"], x["rss_mib"])
+	}
+	if x["rss_anon_target_mib"] != recoveryAnonTargetMiB {
+		t.Errorf("anonymous RSS target %v, want %v", x["rss_anon_target_mib"], recoveryAnonTargetMiB)
+	}
+	wantMet := r.Seconds <= recoveryServingTarget.Seconds() && x["rss_peak_mib"] <= recoveryRSSTargetMiB &&
+		x["rss_anon_peak_mib"] <= recoveryAnonTargetMiB
 	if r.Met != wantMet {
-		t.Errorf("met %v, want %v (serving %vs, peak %v MiB)", r.Met, wantMet, r.Seconds, x["rss_peak_mib"])
+		t.Errorf("met %v, want %v (serving %vs, peak %v MiB, anonymous peak %v MiB)", r.Met, wantMet, r.Seconds, x["rss_peak_mib"], x["rss_anon_peak_mib"])
 	}
 	// The scenario removes its files, the built binary too.
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
@@ -91,7 +98,7 @@ func TestRecoverySmall(t *testing.T) {
 func TestRecoveryBuild(t *testing.T) {
 	p := recoveryPlan{runs: 30, steps: 3, every: 10}
 	path := filepath.Join(t.TempDir(), "store.db")
-	if err := buildRecoveryStore(context.Background(), path, p); err != nil {
+	if err := buildRecoveryStore(context.Background(), boltBackend(), path, p); err != nil {
 		t.Fatal(err)
 	}
 	s, err := bolt.Open(path, bolt.Options{})
@@ -130,7 +137,7 @@ func TestRecoveryFull(t *testing.T) {
 		t.Skip("set REIN_BENCH_FULL=1 to run the recovery scenario at full size")
 	}
 	recoveryPrereqs(t)
-	r, err := Recovery(context.Background(), Options{Dir: os.Getenv("REIN_BENCH_DIR")})
+	r, err := Recovery(context.Background(), Options{Dir: os.Getenv("REIN_BENCH_DIR"), Backend: boltBackend()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/replay"
 	"github.com/reinhq/rein/internal/runstate"
-	"github.com/reinhq/rein/internal/store/mem"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -26,8 +25,8 @@ const (
 
 // Replay measures test replay against reconstruction, over the same
 // directory of replayRuns recorded runs of replaySteps read steps each
-// (written first, untimed, as export files by the engine on an in-memory
-// store). Both sides do per file what the CLI does:
+// (written first, untimed, as export files by the engine on a store of the
+// backend, without fsync). Both sides do per file what the CLI does:
 //
 //   - figure (`rein replay DIR`): read the file (export.Read: checksum,
 //     decode, and the fold it validates the log with), then replay.Run: the
@@ -45,6 +44,10 @@ const (
 // fold over replay.Run.
 func Replay(ctx context.Context, o Options) (Result, error) {
 	r := Result{Scenario: "replay", Unit: "events/s", Target: 0.5, Extra: map[string]float64{}}
+	be, err := o.backend(r.Scenario)
+	if err != nil {
+		return r, err
+	}
 	runs := o.scaled(replayRuns, 2)
 	steps := o.scaled(replaySteps, 2)
 	r.Runs = runs
@@ -55,7 +58,7 @@ func Replay(ctx context.Context, o Options) (Result, error) {
 	defer os.RemoveAll(dir)
 
 	t0 := time.Now()
-	if r.Events, err = recordReplayRuns(ctx, dir, runs, steps); err != nil {
+	if r.Events, err = recordReplayRuns(ctx, be, dir, runs, steps); err != nil {
 		return r, err
 	}
 	r.Extra["build_seconds"] = time.Since(t0).Seconds()
@@ -167,9 +170,10 @@ func readExport(path string) (*reinv1.RunExport, error) {
 }
 
 // recordReplayRuns runs n scripted runs of steps reads each through the
-// engine on an in-memory store and writes each log as an export file. It
-// returns how many events the files hold.
-func recordReplayRuns(ctx context.Context, dir string, n, steps int) (int, error) {
+// engine on a store of the backend (in dir, without fsync: the recording is
+// not timed) and writes each log as an export file. It returns how many
+// events the files hold.
+func recordReplayRuns(ctx context.Context, be Backend, dir string, n, steps int) (int, error) {
 	fixtures := tools.NewFixtures(map[string][]tools.FixtureResult{"lookup": {{Output: structpb.NewStringValue("a row of the table, about fifty bytes of output text")}}})
 	script := make([]*reinv1.ScriptedReply, 0, steps+1)
 	for i := 0; i < steps; i++ {
@@ -186,7 +190,12 @@ func recordReplayRuns(ctx context.Context, dir string, n, steps int) (int, error
 		Budget: &reinv1.Budget{MaxSteps: uint32(steps + 1)},
 		Model:  &reinv1.ModelSpec{Provider: "script", Script: script},
 	}
-	st := mem.New()
+	db := filepath.Join(dir, "recording.db")
+	defer os.Remove(db)
+	st, err := be.Open(db, true)
+	if err != nil {
+		return 0, err
+	}
 	defer st.Close()
 	e := harness.New(harness.Config{Store: st, Tools: fixtures, Workers: 2})
 	defer e.Close()

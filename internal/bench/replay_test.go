@@ -14,7 +14,7 @@ import (
 // breakdown adds up: each side's best round is its reading plus its own
 // work, per event.
 func TestReplayBreakdown(t *testing.T) {
-	r, err := Replay(context.Background(), Options{Scale: 0.01, Rounds: 2, Dir: t.TempDir()})
+	r, err := Replay(context.Background(), small(t, 0.01))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestReplayBreakdown(t *testing.T) {
 // the round with an error that names the file.
 func TestReplayFilesNamesTheFile(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := recordReplayRuns(context.Background(), dir, 2, 2); err != nil {
+	if _, err := recordReplayRuns(context.Background(), boltBackend(), dir, 2, 2); err != nil {
 		t.Fatal(err)
 	}
 	boom := errors.New("boom")

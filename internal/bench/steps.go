@@ -6,9 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
-	bbolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -22,75 +22,137 @@ import (
 // at scale 1; one more step gives the final answer.
 const stepsToolCalls = 5000
 
+// Sizes of the steps-runs scenario at scale 1: stepsRunsDefault runs (unless
+// Options.Runs says otherwise) of stepsRunsToolCalls tool-call steps each.
+const (
+	stepsRunsDefault   = 16
+	stepsRunsToolCalls = 500
+)
+
 // Steps measures the step loop end to end: one run through harness.Engine
 // whose scripted model (no delay) asks for a fixture read tool
 // stepsToolCalls times and then answers, each step durable in two commits.
 // The figure counts model calls (steps) from Start until the run ends. The
-// baseline writes the same events (read back from the figure's store) into
-// one run's events bucket of a fresh bbolt file, grouped as the engine
-// commits them: two fsync'd Updates per step.
+// baseline writes the same events (read back from the figure's store) raw
+// into one run's log of a fresh store of the backend's ceiling, grouped as
+// the engine commits them: two durable commits per step.
+//
+// Extra reports, for each side, the process's CPU time per step (user and
+// system, from getrusage: the engine, the store and the disk's syscalls, as
+// the server would spend them) and the bytes written per commit and per step
+// (from /proc/self/io).
 func Steps(ctx context.Context, o Options) (Result, error) {
 	r := Result{Scenario: "steps", Unit: "steps/s", Target: 0.8, Runs: 1, Extra: map[string]float64{}}
-	calls := o.scaled(stepsToolCalls, 1)
+	return runSteps(ctx, o, r, 1, o.scaled(stepsToolCalls, 1))
+}
+
+// StepsRuns is Steps with Options.Runs (default stepsRunsDefault) runs at
+// once, each making stepsRunsToolCalls tool-call steps, one after the other,
+// through one engine (a worker per run). The baseline is the same events
+// committed by as many writers, each run's as the engine groups them,
+// through the backend's ceiling, whose concurrent commits share
+// transactions as the store's group commit does.
+func StepsRuns(ctx context.Context, o Options) (Result, error) {
+	runs := o.Runs
+	if runs <= 0 {
+		runs = stepsRunsDefault
+	}
+	r := Result{Scenario: "steps-runs", Unit: "steps/s", Target: 0.8, Runs: runs, Extra: map[string]float64{}}
+	return runSteps(ctx, o, r, runs, o.scaled(stepsRunsToolCalls, 1))
+}
+
+func runSteps(ctx context.Context, o Options, r Result, runs, calls int) (Result, error) {
+	be, err := o.ceiling(r.Scenario)
+	if err != nil {
+		return r, err
+	}
 	contract := stepsContract(calls)
 	fixtures := tools.NewFixtures(map[string][]tools.FixtureResult{
-		"read_file": {{Output: structpb.NewStringValue(fixtureText)}},
+		"read_file": {{Output: structpb.NewStringValue(fixtureText())}},
 	})
 
-	dir, err := tempDir(o, "steps")
+	dir, err := tempDir(o, r.Scenario)
 	if err != nil {
 		return r, err
 	}
 	defer os.RemoveAll(dir)
 
-	// encoded holds the figure's events, as stored, for the baseline.
-	var encoded [][]byte
-	var steps uint32
-	var commits, figBytes, baseBytes []float64
+	// encoded holds the figure's events, as stored, for the baseline:
+	// encoded[i] is run i's.
+	var encoded [][][]byte
+	var steps float64
+	var commits, figBytes, figStepBytes, baseBytes, baseStepBytes, figCPU, baseCPU []float64
 	figure := func(round int) (measure, error) {
 		path := filepath.Join(dir, fmt.Sprintf("figure-%d.db", round))
 		defer os.Remove(path)
-		fr, err := stepsFigure(ctx, path, contract, fixtures, encoded == nil)
+		fr, err := stepsFigure(ctx, be, path, contract, runs, fixtures, encoded == nil)
 		if err != nil {
 			return fr.m, err
 		}
 		if encoded == nil {
 			encoded = fr.encoded
 		}
-		steps = fr.st.Steps
-		r.Events = int(fr.st.Version)
+		steps = fr.m.units
+		r.Events = fr.events
 		commits = append(commits, fr.commits)
-		figBytes = append(figBytes, fr.bytesPerCommit)
+		figBytes = append(figBytes, perCommit(fr.written, fr.commits))
+		figStepBytes = append(figStepBytes, perCommit(fr.written, steps))
+		figCPU = append(figCPU, fr.cpu.Seconds()*1e6/steps)
 		return fr.m, nil
 	}
 	baseline := func(round int) (measure, error) {
 		path := filepath.Join(dir, fmt.Sprintf("baseline-%d.db", round))
 		defer os.Remove(path)
 		w := startWrites()
-		m, n, err := stepsBaseline(path, encoded, steps)
-		baseBytes = append(baseBytes, perCommit(w.bytes(), float64(n)))
+		cpu0 := cpuTime()
+		m, n, err := stepsBaseline(be.Ceiling, path, encoded, steps)
+		cpu := cpuTime() - cpu0
+		written := w.bytes()
+		if runs == 1 {
+			baseBytes = append(baseBytes, perCommit(written, float64(n)))
+		}
+		baseStepBytes = append(baseStepBytes, perCommit(written, steps))
+		baseCPU = append(baseCPU, cpu.Seconds()*1e6/steps)
 		return m, err
 	}
 	if err := alternate(ctx, &r, o.rounds(), figure, baseline); err != nil {
 		return r, err
 	}
-	r.Extra["steps"] = float64(steps)
-	r.Extra["events_per_second"] = r.Figure * float64(r.Events) / float64(steps)
-	size := 0
-	for _, e := range encoded[1:] {
-		size += len(e)
+	x := r.Extra
+	x["steps"] = steps
+	x["steps_per_run"] = steps / float64(runs)
+	x["events_per_second"] = r.Figure * float64(r.Events) / steps
+	size, n := 0, 0
+	for _, run := range encoded {
+		for _, e := range run[1:] {
+			size += len(e)
+			n++
+		}
 	}
-	r.Extra["event_bytes"] = float64(size) / float64(len(encoded)-1)
-	r.Extra["contract_bytes"] = float64(proto.Size(contract))
-	r.Extra["commits"] = meanOf(commits)
-	r.Extra["bytes_written_per_commit"] = meanOf(figBytes)
-	r.Extra["baseline_bytes_written_per_commit"] = meanOf(baseBytes)
+	x["event_bytes"] = float64(size) / float64(n)
+	x["contract_bytes"] = float64(proto.Size(contract))
+	x["commits"] = meanOf(commits)
+	x["commits_per_step"] = meanOf(commits) / steps
+	x["bytes_written_per_commit"] = meanOf(figBytes)
+	x["bytes_written_per_step"] = meanOf(figStepBytes)
+	x["baseline_bytes_written_per_step"] = meanOf(baseStepBytes)
+	if runs == 1 {
+		// The baseline's commits are its puts; grouped (runs > 1) they
+		// are the ceiling's to count.
+		x["baseline_bytes_written_per_commit"] = meanOf(baseBytes)
+	}
+	x["cpu_us_per_step"] = meanOf(figCPU)
+	x["baseline_cpu_us_per_step"] = meanOf(baseCPU)
+	x["cpu_us_per_step_min"] = minOf(figCPU)
+	x["baseline_cpu_us_per_step_min"] = minOf(baseCPU)
 	return r, nil
 }
 
 // fixtureText is what the read tool returns: a small source file.
-var fixtureText = "package pkg\n\n// F does the thing the benchmark reads about.\nfunc F(x int) int {\n\treturn x * 2\n}\n" +
-	strings.Repeat("// padding line of a small file\n", 4)
+func fixtureText() string {
+	return "package pkg\n\n// F does the thing the benchmark reads about.\nfunc F(x int) int {\n\treturn x * 2\n}\n" +
+		strings.Repeat("// padding line of a small file\n", 4)
+}
 
 // stepsContract is a contract whose scripted model calls read_file calls
 // times, then gives a final answer.
@@ -121,12 +183,13 @@ func stepsContract(calls int) *reinv1.TaskContract {
 	}
 }
 
-// stepsFigure runs the contract through an engine on a fresh store, timing
-// Start to the run's end. It returns the run's final state, and with collect
-// its events as stored; it counts the commits and the bytes written.
-func stepsFigure(ctx context.Context, path string, c *reinv1.TaskContract, fx tools.Executor, collect bool) (stepsRound, error) {
+// stepsFigure runs the contract runs times at once through an engine on a
+// fresh store, timing the first Start to the last run's end. With collect it
+// returns each run's events as stored; it counts the commits, the bytes
+// written and the CPU time.
+func stepsFigure(ctx context.Context, be Backend, path string, c *reinv1.TaskContract, runs int, fx tools.Executor, collect bool) (stepsRound, error) {
 	var out stepsRound
-	s, before, err := openCounted(path)
+	s, err := be.Open(path, false)
 	if err != nil {
 		return out, err
 	}
@@ -136,124 +199,154 @@ func stepsFigure(ctx context.Context, path string, c *reinv1.TaskContract, fx to
 			s.Close()
 		}
 	}()
-	e := harness.New(harness.Config{Store: s, Tools: fx, Workers: 1})
+	e := harness.New(harness.Config{Store: s, Tools: fx, Workers: runs})
 	defer e.Close()
 
 	w := startWrites()
+	cpu0 := cpuTime()
 	t0 := time.Now()
-	st, _, err := e.Start(ctx, harness.StartRequest{RequestID: "bench", Contract: c, Principal: "bench"})
-	if err != nil {
-		return out, err
+	ids := make([]string, runs)
+	for i := range ids {
+		st, _, err := e.Start(ctx, harness.StartRequest{RequestID: fmt.Sprintf("bench-%d", i), Contract: c, Principal: "bench"})
+		if err != nil {
+			return out, err
+		}
+		ids[i] = st.RunID
 	}
-	if err := e.Wait(ctx, st.RunID); err != nil {
-		return out, err
+	for _, id := range ids {
+		if err := e.Wait(ctx, id); err != nil {
+			return out, err
+		}
 	}
 	out.m.elapsed = time.Since(t0)
-	written := w.bytes()
+	out.cpu = cpuTime() - cpu0
+	out.written = w.bytes()
+	out.commits = float64(s.Commits())
 
-	if st, err = s.Load(ctx, st.RunID); err != nil {
-		return out, err
-	}
 	want := uint32(len(c.GetModel().GetScript()))
-	if st.Status != reinv1.RunStatus_RUN_STATUS_COMPLETED || st.Steps != want {
-		return out, fmt.Errorf("the run ended %s (%s, %s) after %d steps; expected completed after %d",
-			runstate.StatusName(st.Status), st.StatusReason, st.LastError, st.Steps, want)
-	}
-	out.st, out.m.units = st, float64(st.Steps)
-	if collect {
-		for after := uint64(0); after < st.Version; {
-			evs, err := s.Events(ctx, st.RunID, after, 4096)
+	for _, id := range ids {
+		st, err := s.Load(ctx, id)
+		if err != nil {
+			return out, err
+		}
+		if st.Status != reinv1.RunStatus_RUN_STATUS_COMPLETED || st.Steps != want {
+			return out, fmt.Errorf("run %s ended %s (%s, %s) after %d steps; expected completed after %d",
+				id, runstate.StatusName(st.Status), st.StatusReason, st.LastError, st.Steps, want)
+		}
+		out.m.units += float64(st.Steps)
+		out.events += int(st.Version)
+		if collect {
+			evs, err := storedEvents(ctx, s, id, st.Version)
 			if err != nil {
 				return out, err
 			}
-			if len(evs) == 0 {
-				return out, fmt.Errorf("run %s: no events after %d of %d", st.RunID, after, st.Version)
-			}
-			for _, ev := range evs {
-				b, err := proto.Marshal(ev)
-				if err != nil {
-					return out, err
-				}
-				out.encoded = append(out.encoded, b)
-			}
-			after = evs[len(evs)-1].GetSequence()
+			out.encoded = append(out.encoded, evs)
 		}
 	}
 	e.Close()
 	closed = true
-	if err := s.Close(); err != nil {
-		return out, err
+	return out, s.Close()
+}
+
+// storedEvents reads a run's events up to version from s, marshalled.
+func storedEvents(ctx context.Context, s Store, runID string, version uint64) ([][]byte, error) {
+	var out [][]byte
+	for after := uint64(0); after < version; {
+		evs, err := s.Events(ctx, runID, after, 4096)
+		if err != nil {
+			return nil, err
+		}
+		if len(evs) == 0 {
+			return nil, fmt.Errorf("run %s: no events after %d of %d", runID, after, version)
+		}
+		for _, ev := range evs {
+			b, err := proto.Marshal(ev)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, b)
+		}
+		after = evs[len(evs)-1].GetSequence()
 	}
-	after, err := txID(path)
-	if err != nil {
-		return out, err
-	}
-	out.commits = float64(after - before)
-	out.bytesPerCommit = perCommit(written, out.commits)
 	return out, nil
 }
 
-// stepsRound is what one figure round of the steps scenario found.
+// stepsRound is what one figure round of a steps scenario found.
 type stepsRound struct {
-	m              measure
-	st             runstate.State
-	encoded        [][]byte
-	commits        float64
-	bytesPerCommit float64
+	m       measure
+	events  int
+	encoded [][][]byte
+	commits float64
+	// written is the bytes written (-1 when unknown), cpu the process's
+	// CPU time, over the timed part.
+	written float64
+	cpu     time.Duration
 }
 
-// stepsBaseline writes encoded (a run's events, from sequence 1) into a
-// fresh bbolt file as the engine commits them: run_started alone, the first
-// model_requested alone, then two events per Update (a step's
-// model_returned+tool_requested, then its tool_returned with the next
-// model_requested). It reports steps per second.
-func stepsBaseline(path string, encoded [][]byte, steps uint32) (measure, int, error) {
-	if len(encoded) < 2 {
+// stepsBaseline writes encoded (each run's events, from sequence 1) raw into
+// a fresh store of the ceiling as the engine commits them, one writer per
+// run: run_started alone, the first model_requested alone, then two events
+// per commit (a step's model_returned+tool_requested, then its tool_returned
+// with the next model_requested). It reports steps per second, and how many
+// puts it made.
+func stepsBaseline(c Ceiling, path string, encoded [][][]byte, steps float64) (measure, int, error) {
+	if len(encoded) == 0 || len(encoded[0]) < 2 {
 		return measure{}, 0, fmt.Errorf("no events to write")
 	}
-	db, err := bbolt.Open(path, 0o600, nil)
+	ids := make([]string, len(encoded))
+	for i := range ids {
+		ids[i] = fmt.Sprintf("run_bench_steps_%04d", i)
+	}
+	put, closeLog, err := c.CreateLog(path, ids)
 	if err != nil {
 		return measure{}, 0, err
 	}
-	defer db.Close()
-	const runID = "run_bench_steps"
-	if err := db.Update(func(tx *bbolt.Tx) error {
-		_, err := rawEvents(tx, runID, true)
-		return err
-	}); err != nil {
-		return measure{}, 0, err
+	defer func() { _ = closeLog() }()
+	// Each run's puts, made ready before the clock starts.
+	type group struct {
+		runs []int
+		seqs []uint64
+		data [][]byte
 	}
-	put := func(lo, hi int) error {
-		return db.Update(func(tx *bbolt.Tx) error {
-			b, err := rawEvents(tx, runID, false)
-			if err != nil {
-				return err
+	plans := make([][]group, len(encoded))
+	puts := 0
+	for run, evs := range encoded {
+		for lo := 0; lo < len(evs); {
+			hi := lo + 2
+			if lo <= 1 {
+				hi = lo + 1
 			}
-			b.FillPercent = fillPercent
+			hi = min(hi, len(evs))
+			g := group{data: evs[lo:hi]}
 			for i := lo; i < hi; i++ {
-				if err := b.Put(seqKey(uint64(i+1)), encoded[i]); err != nil {
-					return err
+				g.runs = append(g.runs, run)
+				g.seqs = append(g.seqs, uint64(i+1))
+			}
+			plans[run] = append(plans[run], g)
+			puts++
+			lo = hi
+		}
+	}
+	errs := make(chan error, len(plans))
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for _, plan := range plans {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, g := range plan {
+				if err := put(g.runs, g.seqs, g.data); err != nil {
+					errs <- err
+					return
 				}
 			}
-			return nil
-		})
+		}()
 	}
-	commits := 0
-	t0 := time.Now()
-	if err := put(0, 1); err != nil {
+	wg.Wait()
+	elapsed := time.Since(t0)
+	close(errs)
+	if err := <-errs; err != nil {
 		return measure{}, 0, err
 	}
-	for lo := 1; lo < len(encoded); {
-		hi := lo + 2
-		if lo == 1 {
-			hi = 2
-		}
-		hi = min(hi, len(encoded))
-		if err := put(lo, hi); err != nil {
-			return measure{}, 0, err
-		}
-		commits++
-		lo = hi
-	}
-	return measure{units: float64(steps), elapsed: time.Since(t0)}, commits + 1, nil
+	return measure{units: steps, elapsed: elapsed}, puts, nil
 }

@@ -10,7 +10,6 @@ import (
 	"math"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -43,14 +42,6 @@ const (
 	watchTimeout = 2 * time.Minute
 )
 
-// WatchServer, when set, returns the command of a rein server for the watch
-// scenario's memory measurement: it must serve the store at db on a free
-// loopback port, without a rate limit and without tokens, and log its
-// address on stderr as `rein serve` does (msg="rein serving" addr=HOST:PORT).
-// The rein binary sets it to its own `serve`. Nil skips the measurement;
-// then rss_idle_mib is -1 and the scenario's targets are not met.
-var WatchServer func(db string) (*exec.Cmd, error)
-
 // Watch measures WatchRun's fan-out: watchStreams WatchRun streams over
 // loopback TCP (watchConns connections) follow watchRuns runs, stream i
 // following run i mod watchRuns. One writer per run appends ~300-byte events
@@ -82,9 +73,13 @@ var WatchServer func(db string) (*exec.Cmd, error)
 // The targets: deliveries/s at least 0.7 of the baseline's, paced p99 at
 // most watchP99Target times the baseline's, no gap or duplicate in any
 // stream, and at most watchRSSTargetMiB of resident memory in a separate
-// server process (WatchServer) with every stream open and idle.
+// server process (Options.WatchServer) with every stream open and idle.
 func Watch(ctx context.Context, o Options) (Result, error) {
 	r := Result{Scenario: "watch", Unit: "deliveries/s", Target: 0.7, Extra: map[string]float64{}}
+	be, err := o.backend(r.Scenario)
+	if err != nil {
+		return r, err
+	}
 	p := newWatchPlan(o.scaled(watchRuns, 4), o.scaled(watchStreams, 20), watchConns,
 		o.scaled(watchPacedEvents, 10), watchInterval, o.scaled(watchUnpacedEvents, 20))
 	paced, unpaced := p.phases[1], p.phases[2]
@@ -117,7 +112,7 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 		return w.unpaced.m, nil
 	}
 	baseline := func(round int) (measure, error) {
-		w, err := watchBaseline(ctx, p, filepath.Join(dir, fmt.Sprintf("baseline-%d.db", round)))
+		w, err := watchBaseline(ctx, be, p, filepath.Join(dir, fmt.Sprintf("baseline-%d.db", round)))
 		if err != nil {
 			return measure{}, err
 		}
@@ -169,7 +164,7 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 	// Those count as zero latency.
 	r.Extra["early_receipts"] = float64(early)
 
-	rss, err := watchIdleRSS(ctx, p, dir)
+	rss, err := watchIdleRSS(ctx, o, be, p, dir)
 	if err != nil {
 		return r, fmt.Errorf("watch: idle memory: %w", err)
 	}

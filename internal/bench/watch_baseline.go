@@ -11,14 +11,13 @@ import (
 	"google.golang.org/grpc"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/store/bolt"
 )
 
 // watchBaseline serves the broadcaster with a plain grpc.Server on loopback
 // TCP and drives the same streams.
-func watchBaseline(ctx context.Context, p watchPlan, path string) (watchRound, error) {
+func watchBaseline(ctx context.Context, be Backend, p watchPlan, path string) (watchRound, error) {
 	defer os.Remove(path)
-	st, err := bolt.Open(path, bolt.Options{})
+	st, err := be.Open(path, false)
 	if err != nil {
 		return watchRound{}, err
 	}

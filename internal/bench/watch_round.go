@@ -10,11 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"runtime"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -216,32 +213,6 @@ func driveWatch(ctx context.Context, p watchPlan, side watchSide) (watchRound, e
 	out.unpaced, err2 = phaseFigures(p.phases[2], ws, commits)
 	out.paced.cpu, out.unpaced.cpu = cpu[1], cpu[2]
 	return out, errors.Join(err1, err2)
-}
-
-// cpuTime is the CPU time this process has used (user and system, from
-// /proc/self/stat, in clock ticks of 10ms), or -1 when it cannot tell.
-func cpuTime() time.Duration {
-	data, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		return -1
-	}
-	// The command name, in parentheses, may hold spaces: fields count from
-	// the last ')'. utime and stime are the 14th and 15th fields.
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 {
-		return -1
-	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 13 {
-		return -1
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return -1
-	}
-	const tick = 10 * time.Millisecond // USER_HZ is 100 on Linux
-	return time.Duration(utime+stime) * tick
 }
 
 // runPhase runs one writer per run: run r commits the phase's k-th event at

@@ -7,14 +7,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/store/bolt"
 )
 
 // watchRSS is the server process's resident memory, in MiB: before the
@@ -22,26 +20,38 @@ import (
 // unknown.
 type watchRSS struct{ before, idle, peak float64 }
 
-// servingAddr matches the line a rein server logs once it listens.
-var servingAddr = regexp.MustCompile(`msg="rein serving" .*?addr=(\S+)`)
+// servingAddr is the address in the line a rein server logs once it
+// listens (msg="rein serving" ... addr=HOST:PORT), or "" for another line.
+func servingAddr(line string) string {
+	_, rest, ok := strings.Cut(line, `msg="rein serving" `)
+	if !ok {
+		return ""
+	}
+	for _, f := range strings.Fields(rest) {
+		if addr, ok := strings.CutPrefix(f, "addr="); ok {
+			return addr
+		}
+	}
+	return ""
+}
 
-// watchIdleRSS starts WatchServer on a store holding p.runs runs that wait
+// watchIdleRSS starts o.WatchServer on a store holding p.runs runs that wait
 // for input (the server leaves them alone), opens p.streams WatchRun
 // streams on them, waits until every stream received the run's history and
 // reads the server's VmRSS.
-func watchIdleRSS(ctx context.Context, p watchPlan, dir string) (watchRSS, error) {
+func watchIdleRSS(ctx context.Context, o Options, be Backend, p watchPlan, dir string) (watchRSS, error) {
 	none := watchRSS{-1, -1, -1}
-	if WatchServer == nil {
+	if o.WatchServer == nil {
 		return none, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, watchTimeout)
 	defer cancel()
 	db := filepath.Join(dir, "idle.db")
 	defer os.Remove(db)
-	if err := createWaitingRuns(ctx, db, p.ids); err != nil {
+	if err := createWaitingRuns(ctx, be, db, p.ids); err != nil {
 		return none, err
 	}
-	cmd, err := WatchServer(db)
+	cmd, err := o.WatchServer(db)
 	if err != nil {
 		return none, err
 	}
@@ -68,9 +78,9 @@ func watchIdleRSS(ctx context.Context, p watchPlan, dir string) (watchRSS, error
 				logTail = logTail[1:]
 			}
 			logMu.Unlock()
-			if m := servingAddr.FindStringSubmatch(line); m != nil {
+			if addr := servingAddr(line); addr != "" {
 				select {
-				case addrc <- m[1]:
+				case addrc <- addr:
 				default:
 				}
 			}
@@ -188,8 +198,8 @@ const waitingRunVersion = 3
 // createWaitingRuns makes a store with runs that asked a question and wait
 // for input: a server does not resume them, and their watch streams stay
 // open and idle.
-func createWaitingRuns(ctx context.Context, path string, ids []string) error {
-	s, err := bolt.Open(path, bolt.Options{})
+func createWaitingRuns(ctx context.Context, be Backend, path string, ids []string) error {
+	s, err := be.Open(path, false)
 	if err != nil {
 		return err
 	}

@@ -71,30 +71,26 @@ func serveForTest(db string) int {
 	return 0
 }
 
-// testServer makes WatchServer start this test binary as a server for the
-// duration of the test.
-func testServer(t *testing.T) {
+// testServer is a WatchServer that starts this test binary as a server.
+func testServer(t *testing.T) func(db string) (*exec.Cmd, error) {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := WatchServer
-	WatchServer = func(db string) (*exec.Cmd, error) {
+	return func(db string) (*exec.Cmd, error) {
 		cmd := exec.Command(exe)
 		cmd.Env = append(os.Environ(), serveEnv+"="+db)
 		return cmd, nil
 	}
-	t.Cleanup(func() { WatchServer = old })
 }
 
 // TestWatchSmall runs the watch scenario at a tiny scale (20 streams, 4
 // runs) and checks that the result is well formed and that every stream got
 // every event once. It never asserts a speed, a latency or a size.
 func TestWatchSmall(t *testing.T) {
-	testServer(t)
 	dir := t.TempDir()
-	r, err := Watch(context.Background(), Options{Scale: 0.002, Rounds: 2, Dir: dir})
+	r, err := Watch(context.Background(), Options{Scale: 0.002, Rounds: 2, Dir: dir, Backend: boltBackend(), WatchServer: testServer(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,10 +211,7 @@ func TestWatchPlanSequences(t *testing.T) {
 }
 
 func TestWatchIdleRSSWithoutServer(t *testing.T) {
-	old := WatchServer
-	WatchServer = nil
-	defer func() { WatchServer = old }()
-	rss, err := watchIdleRSS(context.Background(), newWatchPlan(1, 1, 1, 1, time.Second, 1), t.TempDir())
+	rss, err := watchIdleRSS(context.Background(), Options{}, boltBackend(), newWatchPlan(1, 1, 1, 1, time.Second, 1), t.TempDir())
 	if err != nil || rss.idle != -1 {
 		t.Errorf("rss %+v, err %v; want -1 and no error", rss, err)
 	}

@@ -36,4 +36,8 @@
 //     request's events are accepted.
 //   - A file that is not a healthy rein store is refused at Open, before
 //     anything writes to it: it is first opened read-only and checked.
+//
+// Ceiling (ceiling.go) is the raw bbolt work this layout's appends and scans
+// come down to, with none of the store's logic; rein bench compares the
+// store against it, and nothing else uses it.
 package bolt

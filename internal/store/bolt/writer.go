@@ -228,10 +228,13 @@ func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
 	return writeRes{state: st, created: true}
 }
 
+// eventsFillPercent is how full bbolt fills an events bucket's pages:
+// sequences only grow, so it can fill pages instead of splitting them.
+const eventsFillPercent = 0.95
+
 func putEvents(b *bbolt.Bucket, r *writeReq) error {
 	eb := b.Bucket(keyEvents)
-	// Sequences only grow, so bbolt can fill pages instead of splitting them.
-	eb.FillPercent = 0.95
+	eb.FillPercent = eventsFillPercent
 	for i, ev := range r.events {
 		if err := eb.Put(seqKey(ev.GetSequence()), r.encoded[i]); err != nil {
 			return err

@@ -1,0 +1,75 @@
+package bench
+
+import (
+	"fmt"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/store"
+)
+
+// Backend is the storage engine the scenarios measure rein on. The bench
+// names none: the caller (rein bench --store) gives it, so every scenario
+// runs the same way against any backend.
+type Backend struct {
+	// Name is the engine's name, as --store spells it.
+	Name string
+	// Open opens the store at path, creating it. noSync skips fsync: only
+	// the untimed building of a scenario's fixtures asks for it.
+	Open func(path string, noSync bool) (Store, error)
+	// Ceiling is the engine's raw speed for the scenarios' storage work,
+	// the baselines of append, steps and fold; nil when it offers none
+	// (those scenarios then refuse to run).
+	Ceiling Ceiling
+}
+
+// Store is what the scenarios need of a backend's store.
+type Store interface {
+	store.Store
+	// Commits is how many write transactions the store made since it was
+	// opened: with group commit, fewer than the appends.
+	Commits() uint64
+	// ScanEvents calls fn with each stored event of a run after a
+	// sequence, in order, decoding into one reused Event; fn must not keep
+	// it.
+	ScanEvents(runID string, after uint64, fn func(ev *reinv1.Event) error) error
+}
+
+// Ceiling is a backend's raw speed for the work the store's appends and
+// scans come down to, in the store's own layout and with none of rein's
+// logic (no validation, no snapshot, no index): the disk's ceiling that the
+// append, steps and fold scenarios compare rein against. A backend offers it
+// beside itself (internal/store/bolt's Ceiling); its signatures use only
+// standard types so that it need not import the bench.
+type Ceiling interface {
+	// CreateLog creates a fresh store at path holding an empty event log
+	// for each of runIDs, and opens it. put durably writes, in one commit,
+	// data[i] as the event with sequence seqs[i] of run runIDs[runs[i]];
+	// puts made at once from several goroutines share commits (group
+	// commit), and a put alone commits in its caller's goroutine. closeLog
+	// closes the store.
+	CreateLog(path string, runIDs []string) (put func(runs []int, seqs []uint64, data [][]byte) error, closeLog func() error, err error)
+	// Scan opens the store at path read-only (one the backend's Store
+	// wrote) and calls fn with the stored bytes of each event of runID, in
+	// sequence order; fn must not keep data.
+	Scan(path, runID string, fn func(seq uint64, data []byte) error) error
+}
+
+// backend is o's backend, or an error naming what is missing.
+func (o Options) backend(scenario string) (Backend, error) {
+	if o.Backend.Open == nil {
+		return Backend{}, fmt.Errorf("bench %s: no storage backend given (Options.Backend)", scenario)
+	}
+	return o.Backend, nil
+}
+
+// ceiling is o's backend with its ceiling, or an error.
+func (o Options) ceiling(scenario string) (Backend, error) {
+	b, err := o.backend(scenario)
+	if err != nil {
+		return b, err
+	}
+	if b.Ceiling == nil {
+		return b, fmt.Errorf("bench %s: the %s backend offers no ceiling to compare against", scenario, b.Name)
+	}
+	return b, nil
+}
