@@ -14,7 +14,6 @@ import (
 	"time"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/store/bolt"
 	"github.com/reinhq/rein/server"
 )
 
@@ -104,7 +103,7 @@ func Watch(ctx context.Context, o Options) (Result, error) {
 
 	var figs, bases []watchRound
 	figure := func(round int) (measure, error) {
-		w, err := watchFigure(ctx, p, filepath.Join(dir, fmt.Sprintf("figure-%d.db", round)))
+		w, err := watchFigure(ctx, be, p, filepath.Join(dir, fmt.Sprintf("figure-%d.db", round)))
 		if err != nil {
 			return measure{}, err
 		}
@@ -239,9 +238,9 @@ func watchRunStarted(runID string) *reinv1.Event {
 
 // watchFigure serves a fresh server.Node on loopback TCP, creates the runs
 // in its store (untimed), and drives the streams.
-func watchFigure(ctx context.Context, p watchPlan, path string) (watchRound, error) {
+func watchFigure(ctx context.Context, be Backend, p watchPlan, path string) (watchRound, error) {
 	defer os.Remove(path)
-	st, err := bolt.Open(path, bolt.Options{})
+	st, err := be.Open(path, false)
 	if err != nil {
 		return watchRound{}, err
 	}
