@@ -56,6 +56,8 @@ var (
 	// names the run and the sequence when they are known; the rest of the
 	// store still reads.
 	ErrDataLoss = errors.New("stored data is damaged")
+	// ErrDiskFull: the store's disk is full; the write was not stored.
+	ErrDiskFull = errors.New("the server's disk is full")
 	// ErrReadOnly: the store was opened read-only and refuses every write.
 	ErrReadOnly = errors.New("the store is open read-only")
 )

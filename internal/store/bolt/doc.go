@@ -59,4 +59,6 @@
 //   - Options.ReadOnly opens with bbolt's ReadOnly (a shared lock; no byte
 //     written, not even bbolt's header pages); every write is refused with
 //     store.ErrReadOnly before it reaches the writer.
+//   - A commit that fails with ENOSPC is store.ErrDiskFull; as for any
+//     failed commit, nothing of it was stored and nothing was acknowledged.
 package bolt

@@ -1,8 +1,10 @@
 package bolt
 
 import (
+	"errors"
 	"fmt"
 	"runtime/debug"
+	"syscall"
 
 	bbolt "go.etcd.io/bbolt"
 
@@ -52,7 +54,7 @@ func (s *Store) view(what string, fn func(tx *bbolt.Tx) error) error {
 // update runs fn in a write transaction, guarded, and commits it unless fn
 // failed or wrote nothing: a batch whose every request was refused leaves
 // the file byte for byte as it was (bbolt would write a new meta page and
-// free list for an empty commit).
+// free list for an empty commit). A full disk is ErrDiskFull.
 func (s *Store) update(fn func(tx *bbolt.Tx) error) error {
 	err := guard("commit to "+s.path, func() error {
 		tx, err := s.db.Begin(true)
@@ -70,5 +72,8 @@ func (s *Store) update(fn func(tx *bbolt.Tx) error) error {
 		}
 		return tx.Commit()
 	})
+	if errors.Is(err, syscall.ENOSPC) {
+		err = fmt.Errorf("%w: %w", store.ErrDiskFull, err)
+	}
 	return err
 }

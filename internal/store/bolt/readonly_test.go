@@ -154,3 +154,85 @@ func TestReadOnlyFiles(t *testing.T) {
 		t.Error("the file changed")
 	}
 }
+
+// TestDiskFull: on a full disk (a 1 MiB tmpfs) an append fails with
+// ErrDiskFull and stores nothing, every acknowledged append is still there
+// after a reopen, and the store goes on once there is room again.
+func TestDiskFull(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1M", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
+	path := filepath.Join(dir, "rein.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, _, err := s.Create(ctx, startEvent("run-a")); err != nil {
+		t.Fatal(err)
+	}
+	// A filler file leaves a little room, so that the store's next grow
+	// does not fit.
+	filler := filepath.Join(dir, "filler")
+	fill(t, filler)
+	acked := uint64(1)
+	var full error
+	for seq := uint64(2); seq < 10000; seq++ {
+		if err := s.Append(ctx, "run-a", acked, []*reinv1.Event{markedEvent("run-a", seq)}); err != nil {
+			full = err
+			break
+		}
+		acked = seq
+	}
+	t.Logf("%d appends acknowledged, then: %v", acked-1, full)
+	if !errors.Is(full, store.ErrDiskFull) {
+		t.Fatalf("append on a full disk: %v, want ErrDiskFull", full)
+	}
+	if st, err := s.Load(ctx, "run-a"); err != nil || st.Version != acked {
+		t.Fatalf("after the refused append: version %d, %v; want %d", st.Version, err, acked)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append(ctx, "run-a", acked, []*reinv1.Event{markedEvent("run-a", acked+1)}); err != nil {
+		t.Fatalf("append once there is room: %v", err)
+	}
+	acked++
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	evs, err := s.Events(ctx, "run-a", 0, 1<<20)
+	if err != nil || uint64(len(evs)) != acked {
+		t.Fatalf("after reopen: %d events, %v; want %d", len(evs), err, acked)
+	}
+}
+
+// fill writes a file until the disk is full, then frees 64 KiB of it.
+func fill(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			break
+		}
+	}
+	info, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(max(0, info.Size()-64<<10)); err != nil {
+		t.Fatal(err)
+	}
+}
