@@ -138,6 +138,9 @@ func foldBaseline(path, runID string, n int) (measure, error) {
 		ev := &reinv1.Event{}
 		for k, v := c.Seek(seqKey(1)); k != nil; k, v = c.Next() {
 			ev.Reset()
+			if len(v) >= 6 && v[0] == 0 {
+				v = v[6:] // the store's seal (0x00, version, CRC-32C): the baseline decodes without checking it
+			}
 			if err := proto.Unmarshal(v, ev); err != nil {
 				return fmt.Errorf("decode event %d: %w", binary.BigEndian.Uint64(k), err)
 			}
