@@ -232,7 +232,7 @@ func (s *Store) Load(ctx context.Context, runID string) (runstate.State, error) 
 // Events implements store.Store.
 func (s *Store) Events(ctx context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error) {
 	var out []*reinv1.Event
-	err := s.view(eventName(runID, after+1), func(tx *bbolt.Tx) error {
+	err := s.view(fmt.Sprintf("run %s events from %d", runID, after+1), func(tx *bbolt.Tx) error {
 		b := runBucket(tx, runID)
 		if b == nil {
 			return missingRun(tx, runID)
@@ -326,7 +326,7 @@ func (s *Store) Blob(ctx context.Context, hash string) ([]byte, error) {
 // ScanEvents calls fn with each stored event of a run after a sequence, in
 // order, decoding into one reused Event. fn must not keep ev.
 func (s *Store) ScanEvents(runID string, after uint64, fn func(ev *reinv1.Event) error) error {
-	return s.view(eventName(runID, after+1), func(tx *bbolt.Tx) error {
+	return s.view(fmt.Sprintf("run %s events from %d", runID, after+1), func(tx *bbolt.Tx) error {
 		b := runBucket(tx, runID)
 		if b == nil {
 			return missingRun(tx, runID)
