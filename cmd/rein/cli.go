@@ -125,6 +125,7 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newWatchCmd(e),
 		newBenchCmd(e),
 		newEvaluateCmd(e),
+		newCheckCmd(e),
 	)
 	// Known before cobra looks for the subcommand, so that "rein --help
 	// --db FILE" does not read --db as --help's value.

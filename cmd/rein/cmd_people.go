@@ -143,7 +143,7 @@ func newCancelCmd(e *env) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			cn, err := reader(ctx, e)
+			cn, err := changer(ctx, e)
 			if err != nil {
 				return err
 			}

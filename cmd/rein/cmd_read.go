@@ -18,16 +18,34 @@ func exists(path string) bool {
 	return err == nil
 }
 
-// reader connects for a read-only command. On the embedded server, a
-// missing --db file is not created: there is nothing to read.
+// reader connects for a read-only command. On the embedded server the --db
+// file is opened read-only (it is never written, and other readers may
+// have it open too), and a missing one is not created: there is nothing to
+// read.
 func reader(ctx context.Context, e *env) (*conn, error) {
 	if e.server != "" {
 		return connect(ctx, e, nil)
 	}
 	if !exists(e.db) {
-		return nil, &exitErr{code: exitNotFound, err: fmt.Errorf("no rein store at %s: start a run first, or pass --db", e.db)}
+		return nil, noStore(e)
+	}
+	return embeddedReadOnly(context.WithoutCancel(ctx), e.db)
+}
+
+// changer connects for a command that changes a run the store holds
+// (cancel): as reader, but the embedded server's store is writable.
+func changer(ctx context.Context, e *env) (*conn, error) {
+	if e.server != "" {
+		return connect(ctx, e, nil)
+	}
+	if !exists(e.db) {
+		return nil, noStore(e)
 	}
 	return embedded(context.WithoutCancel(ctx), e.db, nil)
+}
+
+func noStore(e *env) error {
+	return &exitErr{code: exitNotFound, err: fmt.Errorf("no rein store at %s: start a run first, or pass --db", e.db)}
 }
 
 func newInspectCmd(e *env) *cobra.Command {

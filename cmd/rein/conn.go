@@ -14,6 +14,7 @@ import (
 
 	"github.com/reinhq/rein/client"
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/server"
 )
 
@@ -57,6 +58,21 @@ func embedded(ctx context.Context, db string, s *setup) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	return serveEmbedded(ctx, st, s)
+}
+
+// embeddedReadOnly is embedded on the store at db opened read-only, for the
+// commands that only read.
+func embeddedReadOnly(ctx context.Context, db string) (*conn, error) {
+	st, err := openStoreReadOnly(db)
+	if err != nil {
+		return nil, err
+	}
+	return serveEmbedded(ctx, st, nil)
+}
+
+// serveEmbedded serves st in this process, as embedded says.
+func serveEmbedded(ctx context.Context, st store.Store, s *setup) (*conn, error) {
 	cfg := server.Config{Store: st, Models: models, MaxRecvBytes: embeddedMaxRecv}
 	if s != nil {
 		cfg.Tools, cfg.Workspace, cfg.Prices = s.executor, s.workspace, s.prices

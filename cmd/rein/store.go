@@ -11,12 +11,35 @@ import (
 
 // openStore opens the store rein keeps its runs in, for rein serve and the
 // embedded server alike: the bbolt file at db (the embedded default),
-// creating its directory. It is the one place the CLI chooses a backend.
+// creating its directory. It and openStoreReadOnly are the one place the
+// CLI chooses a backend. A store that cannot be used (locked by another
+// process, damaged, not a rein store) is exit 5.
 func openStore(db string) (store.Store, error) {
 	if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
 		return nil, &exitErr{code: exitError, err: fmt.Errorf("create the directory for --db %s: %w", db, err)}
 	}
 	st, err := bolt.Open(db, bolt.Options{})
+	if err != nil {
+		return nil, &exitErr{code: exitUnavailable, err: err}
+	}
+	return st, nil
+}
+
+// problem is one problem checkStore found.
+type problem = bolt.Problem
+
+// checkStore checks the store at db read-only (rein check): every problem
+// it found, or an error when it could not read the file at all.
+func checkStore(db string) ([]problem, error) {
+	return bolt.Check(db, bolt.Options{})
+}
+
+// openStoreReadOnly opens the existing store at db for a command that only
+// reads: bbolt read-only, so it never writes a byte (not even bbolt's
+// header pages), works on a read-only file or mount, and runs beside other
+// readers. A server on it refuses every write (store.ErrReadOnly).
+func openStoreReadOnly(db string) (store.Store, error) {
+	st, err := bolt.Open(db, bolt.Options{ReadOnly: true})
 	if err != nil {
 		return nil, &exitErr{code: exitUnavailable, err: err}
 	}

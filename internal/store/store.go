@@ -51,6 +51,15 @@ var (
 	// ErrExists: Import was given a run whose ID is already stored, or
 	// whose tenant already has a run with its request ID.
 	ErrExists = errors.New("run already stored")
+	// ErrDataLoss: a stored value is damaged (its checksum does not match,
+	// it does not decode, a page of the file cannot be read). The error
+	// names the run and the sequence when they are known; the rest of the
+	// store still reads.
+	ErrDataLoss = errors.New("stored data is damaged")
+	// ErrDiskFull: the store's disk is full; the write was not stored.
+	ErrDiskFull = errors.New("the server's disk is full")
+	// ErrReadOnly: the store was opened read-only and refuses every write.
+	ErrReadOnly = errors.New("the store is open read-only")
 )
 
 // Store is an event store. It is safe for concurrent use.

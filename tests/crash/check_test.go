@@ -350,6 +350,9 @@ func storedEvents(t *testing.T, path, runID string) []*reinv1.Event {
 		}
 		return b.ForEach(func(_, v []byte) error {
 			ev := &reinv1.Event{}
+			if len(v) >= 6 && v[0] == 0 {
+				v = v[6:] // the store's seal (0x00, version, CRC-32C), not checked here
+			}
 			if err := proto.Unmarshal(v, ev); err != nil {
 				return err
 			}

@@ -6,13 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
-	bolterrors "go.etcd.io/bbolt/errors"
 	"google.golang.org/protobuf/proto"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -48,8 +46,9 @@ const maxCachedStates = 16384
 
 // Store is the bbolt event store. It implements store.Store.
 type Store struct {
-	db   *bbolt.DB
-	path string
+	db       *bbolt.DB
+	path     string
+	readOnly bool
 
 	reqs chan *writeReq
 	// mu guards closed; the writer goroutine is the only one that writes.
@@ -73,95 +72,11 @@ type Options struct {
 	// NoSync skips fsync. Only benchmarks that measure the cost of
 	// durability set it.
 	NoSync bool
-}
-
-// Open opens or creates the store at path. A file that is not a rein store,
-// is truncated, or is not bbolt at all is refused with an error that names
-// the path, and is left byte-for-byte unchanged.
-func Open(path string, opts Options) (*Store, error) {
-	if opts.LockTimeout == 0 {
-		opts.LockTimeout = 100 * time.Millisecond
-	}
-	if err := check(path, opts.LockTimeout); err != nil {
-		return nil, err
-	}
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: opts.LockTimeout, NoSync: opts.NoSync})
-	if err != nil {
-		return nil, openError(path, err)
-	}
-	if err := db.Update(func(tx *bbolt.Tx) error {
-		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-		if err != nil {
-			return err
-		}
-		if meta.Get(keyFormat) == nil {
-			if err := meta.Put(keyFormat, formatV1); err != nil {
-				return err
-			}
-		}
-		// A file from an older rein lacks the later buckets (blobs): they
-		// are made here.
-		for _, b := range [][]byte{bucketRuns, bucketContracts, bucketRequests, bucketStatus, bucketChanges, bucketBlobs} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("initialise store %s: %w", path, err)
-	}
-	s := &Store{db: db, path: path, reqs: make(chan *writeReq, maxBatch), done: make(chan struct{})}
-	go s.writer()
-	return s, nil
-}
-
-// check refuses a file that exists but is not a healthy rein store. It opens
-// the file read-only, so a refused file is never written to.
-func check(path string, timeout time.Duration) error {
-	info, err := os.Stat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("open store %s: %w", path, err)
-	}
-	if info.IsDir() {
-		return fmt.Errorf("open store %s: it is a directory; pass the path of a database file", path)
-	}
-	if info.Size() == 0 {
-		return fmt.Errorf("open store %s: the file is empty; it is not a rein store (remove it to start a new store)", path)
-	}
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: timeout})
-	if err != nil {
-		return openError(path, err)
-	}
-	defer db.Close()
-	return db.View(func(tx *bbolt.Tx) error {
-		if want := tx.Size(); want > info.Size() {
-			return fmt.Errorf("open store %s: the file is truncated (%d bytes, its header says %d); restore it from a backup", path, info.Size(), want)
-		}
-		meta := tx.Bucket(bucketMeta)
-		if meta == nil || !bytes.Equal(meta.Get(keyFormat), formatV1) {
-			empty := true
-			_ = tx.ForEach(func([]byte, *bbolt.Bucket) error { empty = false; return nil })
-			if empty {
-				return nil
-			}
-			return fmt.Errorf("open store %s: the file is a bbolt database but not a rein store; pass another --db path", path)
-		}
-		return nil
-	})
-}
-
-func openError(path string, err error) error {
-	switch {
-	case errors.Is(err, bolterrors.ErrTimeout):
-		return fmt.Errorf("open store %s: the file is locked by another process (is another rein using it?); stop it or pass another --db path", path)
-	case errors.Is(err, os.ErrPermission):
-		return fmt.Errorf("open store %s: %w; check the file's owner and mode", path, err)
-	}
-	return fmt.Errorf("open store %s: the file is not a valid rein store (%v); it was left unchanged, restore it from a backup or pass another --db path", path, err)
+	// ReadOnly opens an existing file without writing a byte to it (bbolt
+	// read-only: a shared lock, so read-only stores of one file open side
+	// by side, and the file and its directory may be read-only). Every
+	// write is refused with store.ErrReadOnly.
+	ReadOnly bool
 }
 
 // Commits is the number of write transactions so far: with group commit,
@@ -191,7 +106,7 @@ func (s *Store) Create(ctx context.Context, started *reinv1.Event) (runstate.Sta
 	if err != nil {
 		return runstate.State{}, false, err
 	}
-	data, err := proto.Marshal(started)
+	data, err := seal(started)
 	if err != nil {
 		return runstate.State{}, false, err
 	}
@@ -215,7 +130,7 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 	}
 	encoded := make([][]byte, len(events))
 	for i, ev := range events {
-		data, err := proto.Marshal(ev)
+		data, err := seal(ev)
 		if err != nil {
 			return fmt.Errorf("append to run %s: encode event %d: %w", runID, ev.GetSequence(), err)
 		}
@@ -246,7 +161,7 @@ func (s *Store) Import(ctx context.Context, events []*reinv1.Event, blobs map[st
 	}
 	encoded := make([][]byte, len(events))
 	for i, ev := range events {
-		if encoded[i], err = proto.Marshal(ev); err != nil {
+		if encoded[i], err = seal(ev); err != nil {
 			return runstate.State{}, fmt.Errorf("import run %s: encode event %d: %w", runID, ev.GetSequence(), err)
 		}
 	}
@@ -272,6 +187,9 @@ func (s *Store) Acquire(ctx context.Context, runID, owner string) (uint64, error
 }
 
 func (s *Store) submit(ctx context.Context, r *writeReq) (writeRes, error) {
+	if s.readOnly {
+		return writeRes{}, fmt.Errorf("write run %s to %s: %w", r.runID, s.path, store.ErrReadOnly)
+	}
 	r.done = make(chan writeRes, 1)
 	s.mu.RLock()
 	if s.closed {
@@ -294,14 +212,19 @@ func (s *Store) submit(ctx context.Context, r *writeReq) (writeRes, error) {
 // Load implements store.Store.
 func (s *Store) Load(ctx context.Context, runID string) (runstate.State, error) {
 	var st runstate.State
-	err := s.view(func(tx *bbolt.Tx) error {
+	err := s.view("run "+runID, func(tx *bbolt.Tx) error {
 		b := runBucket(tx, runID)
 		if b == nil {
-			return notFound(runID)
+			return missingRun(tx, runID)
 		}
 		var err error
-		st, err = loadState(b, contractOf(tx, runID))
-		return err
+		if st, err = loadState(b, contractOf(tx, runID)); err != nil {
+			return fmt.Errorf("run %s: %w", runID, err)
+		}
+		if st.RunID != runID {
+			return damaged("run "+runID, "its snapshot is run %q's", st.RunID)
+		}
+		return nil
 	})
 	return st, err
 }
@@ -309,37 +232,62 @@ func (s *Store) Load(ctx context.Context, runID string) (runstate.State, error) 
 // Events implements store.Store.
 func (s *Store) Events(ctx context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error) {
 	var out []*reinv1.Event
-	err := s.view(func(tx *bbolt.Tx) error {
+	err := s.view(fmt.Sprintf("run %s events from %d", runID, after+1), func(tx *bbolt.Tx) error {
 		b := runBucket(tx, runID)
 		if b == nil {
-			return notFound(runID)
+			return missingRun(tx, runID)
 		}
 		c := b.Bucket(keyEvents).Cursor()
-		for k, v := c.Seek(seqKey(after + 1)); k != nil && len(out) < limit; k, v = c.Next() {
+		want := after + 1
+		for k, v := c.Seek(seqKey(want)); k != nil && len(out) < limit; k, v = c.Next() {
 			ev := &reinv1.Event{}
-			if err := proto.Unmarshal(v, ev); err != nil {
-				return fmt.Errorf("run %s: decode event %d: %w", runID, binary.BigEndian.Uint64(k), err)
+			if err := decodeEvent(runID, want, k, v, ev); err != nil {
+				return err
 			}
 			out = append(out, ev)
+			want++
 		}
 		return nil
 	})
 	return out, err
 }
 
+// decodeEvent decodes the stored event under key k, which must be the next
+// in the run's log (want), into ev, checking its seal and that it is the
+// event its key says.
+func decodeEvent(runID string, want uint64, k, v []byte, ev *reinv1.Event) error {
+	if len(k) != 8 {
+		return damaged(eventName(runID, want), "the next key in the run's log is %d bytes, not a sequence (%x)", len(k), k)
+	}
+	seq := binary.BigEndian.Uint64(k)
+	if seq != want {
+		return damaged(eventName(runID, want), "it is missing: the next stored event is %d", seq)
+	}
+	if err := unseal(v, ev, eventName(runID, seq)); err != nil {
+		return err
+	}
+	if ev.GetSequence() != seq || ev.GetRunId() != runID {
+		return damaged(eventName(runID, seq), "the stored value is run %q event %d", ev.GetRunId(), ev.GetSequence())
+	}
+	return nil
+}
+
 // Changes implements store.Store.
 func (s *Store) Changes(ctx context.Context, after uint64, limit int) ([]store.Change, uint64, error) {
 	var out []store.Change
 	var head uint64
-	err := s.view(func(tx *bbolt.Tx) error {
+	err := s.view("the status changes", func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bucketChanges)
+		if b == nil {
+			return nil
+		}
 		head = b.Sequence()
 		c := b.Cursor()
 		for k, v := c.Seek(seqKey(after + 1)); k != nil && len(out) < limit; k, v = c.Next() {
 			tenant, data, ok := bytes.Cut(v, []byte{0})
 			ch := &reinv1.RunChange{}
 			if !ok || proto.Unmarshal(data, ch) != nil {
-				return fmt.Errorf("decode status change %d", binary.BigEndian.Uint64(k))
+				return damaged(fmt.Sprintf("status change %d", binary.BigEndian.Uint64(k)), "it does not decode")
 			}
 			out = append(out, store.Change{Cursor: ch.GetCursor(), Tenant: string(tenant), Change: ch})
 		}
@@ -348,76 +296,103 @@ func (s *Store) Changes(ctx context.Context, after uint64, limit int) ([]store.C
 	return out, head, err
 }
 
-// Blob implements store.Store.
+// Blob implements store.Store. A blob whose content no longer hashes to its
+// key is ErrDataLoss.
 func (s *Store) Blob(ctx context.Context, hash string) ([]byte, error) {
 	if err := store.CheckHash(hash); err != nil {
 		return nil, err
 	}
 	var out []byte
-	err := s.view(func(tx *bbolt.Tx) error {
-		k, v := tx.Bucket(bucketBlobs).Cursor().Seek([]byte(hash))
+	err := s.view("blob "+hash, func(tx *bbolt.Tx) error {
+		bb := tx.Bucket(bucketBlobs)
+		if bb == nil {
+			return fmt.Errorf("blob %s: %w", hash, store.ErrNoBlob)
+		}
+		k, v := bb.Cursor().Seek([]byte(hash))
 		if !bytes.Equal(k, []byte(hash)) {
 			return fmt.Errorf("blob %s: %w", hash, store.ErrNoBlob)
 		}
 		out = append(make([]byte, 0, len(v)), v...) // v is the file's, valid only in tx
 		return nil
 	})
+	if err == nil {
+		if got := store.BlobHash(out); got != hash {
+			return nil, damaged("blob "+hash, "its content's SHA-256 is %s", got)
+		}
+	}
 	return out, err
 }
 
 // ScanEvents calls fn with each stored event of a run after a sequence, in
 // order, decoding into one reused Event. fn must not keep ev.
 func (s *Store) ScanEvents(runID string, after uint64, fn func(ev *reinv1.Event) error) error {
-	return s.view(func(tx *bbolt.Tx) error {
+	return s.view(fmt.Sprintf("run %s events from %d", runID, after+1), func(tx *bbolt.Tx) error {
 		b := runBucket(tx, runID)
 		if b == nil {
-			return notFound(runID)
+			return missingRun(tx, runID)
 		}
 		c := b.Bucket(keyEvents).Cursor()
 		ev := &reinv1.Event{}
-		for k, v := c.Seek(seqKey(after + 1)); k != nil; k, v = c.Next() {
+		want := after + 1
+		for k, v := c.Seek(seqKey(want)); k != nil; k, v = c.Next() {
 			ev.Reset()
-			if err := proto.Unmarshal(v, ev); err != nil {
-				return fmt.Errorf("run %s: decode event %d: %w", runID, binary.BigEndian.Uint64(k), err)
+			if err := decodeEvent(runID, want, k, v, ev); err != nil {
+				return err
 			}
 			if err := fn(ev); err != nil {
 				return err
 			}
+			want++
 		}
 		return nil
 	})
 }
 
-func (s *Store) view(fn func(tx *bbolt.Tx) error) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return fmt.Errorf("read store %s: %w", s.path, store.ErrClosed)
+// runBucket is the run's bucket, or nil. A file from before a bucket
+// existed (opened read-only, so not completed by Open) reads as empty.
+func runBucket(tx *bbolt.Tx, runID string) *bbolt.Bucket {
+	runs := tx.Bucket(bucketRuns)
+	if runs == nil {
+		return nil
 	}
-	return s.db.View(fn)
+	return runs.Bucket([]byte(runID))
 }
 
-func runBucket(tx *bbolt.Tx, runID string) *bbolt.Bucket {
-	return tx.Bucket(bucketRuns).Bucket([]byte(runID))
+// missingRun is the error for a run whose bucket is not there: not found,
+// unless the store still holds its contract or lists it in the status index,
+// which means the page that held its key was damaged.
+func missingRun(tx *bbolt.Tx, runID string) error {
+	if contractOf(tx, runID) != nil {
+		return damaged("run "+runID, "its contract is stored but its log and snapshot are not where they belong (a damaged page of the runs bucket)")
+	}
+	return notFound(runID)
 }
 
 // contractOf is the stored contract of a run, for loadState.
 func contractOf(tx *bbolt.Tx, runID string) []byte {
-	return tx.Bucket(bucketContracts).Get([]byte(runID))
+	contracts := tx.Bucket(bucketContracts)
+	if contracts == nil {
+		return nil
+	}
+	return contracts.Get([]byte(runID))
 }
 
 // loadState decodes a run's snapshot, and its contract when contractBytes
-// is not nil.
+// is not nil, checking their seals.
 func loadState(b *bbolt.Bucket, contractBytes []byte) (runstate.State, error) {
+	snap := b.Get(keySnapshot)
+	if snap == nil {
+		return runstate.State{}, damaged("snapshot", "it is missing")
+	}
 	run := &reinv1.Run{}
-	if err := proto.Unmarshal(b.Get(keySnapshot), run); err != nil {
-		return runstate.State{}, fmt.Errorf("decode snapshot: %w", err)
+	if err := unseal(snap, run, "snapshot"); err != nil {
+		return runstate.State{}, err
 	}
 	var contract *reinv1.TaskContract
 	if contractBytes != nil {
 		contract = &reinv1.TaskContract{}
-		if err := proto.Unmarshal(contractBytes, contract); err != nil {
-			return runstate.State{}, fmt.Errorf("decode contract: %w", err)
+		if err := unseal(contractBytes, contract, "contract"); err != nil {
+			return runstate.State{}, err
 		}
 	}
 	return runstate.FromProto(run, contract), nil

@@ -54,7 +54,9 @@ func (Ceiling) CreateLog(path string, runIDs []string) (put func(runs []int, seq
 }
 
 // Scan opens the store at path read-only and calls fn with each stored
-// event of runID, in order, straight from bbolt's cursor.
+// event of runID, in order, straight from bbolt's cursor: its protobuf
+// encoding, the store's seal skipped unchecked (checking it is the store's
+// work, not the raw scan's).
 func (Ceiling) Scan(path, runID string, fn func(seq uint64, data []byte) error) error {
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
@@ -68,6 +70,9 @@ func (Ceiling) Scan(path, runID string, fn func(seq uint64, data []byte) error) 
 		}
 		c := b.Bucket(keyEvents).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if len(v) >= sealLen && v[0] == sealMarker {
+				v = v[sealLen:]
+			}
 			if err := fn(binary.BigEndian.Uint64(k), v); err != nil {
 				return err
 			}

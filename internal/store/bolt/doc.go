@@ -22,6 +22,11 @@
 //
 // Run IDs sort by creation time, so the runs bucket is the listing order.
 //
+// Events, snapshots and contracts are sealed (checksum.go): 0x00, a version
+// byte, the CRC-32C of the protobuf encoding, then the encoding. A value
+// without the leading 0x00 was written before values were sealed and is
+// read unchecked (no protobuf encoding of a message starts with 0x00).
+//
 // Rules this package keeps (from bbolt's own docs):
 //   - bbolt stays inside this package; callers see protos and runstate.State.
 //   - Transactions are short. Bytes read in a transaction are copied (or
@@ -35,7 +40,27 @@
 //     before the request is queued, and they are put only after the
 //     request's events are accepted.
 //   - A file that is not a healthy rein store is refused at Open, before
-//     anything writes to it: it is first opened read-only and checked.
+//     anything writes to it: it is first opened read-only and checked (its
+//     free list read too). Opening a healthy store writes nothing, and a
+//     commit whose every request was refused is rolled back, not
+//     committed empty: a refused request changes no byte of the file.
+//   - Damage is contained, never a crash. Every read of the mapped file
+//     (each View, the writer's Update, the opens) runs under guard:
+//     debug.SetPanicOnFault(true) on that goroutine and a deferred recover,
+//     so a fault (a damaged page pointing outside the mapping) or a bbolt
+//     panic on a damaged page is an error wrapping store.ErrDataLoss for
+//     what was read, and bbolt rolls the transaction back. A value whose
+//     seal does not match, that does not decode, or that is not the event
+//     its key says (a gap, another sequence, another run) is ErrDataLoss
+//     naming the run and the sequence. A run whose key is gone but whose
+//     contract is stored is ErrDataLoss, not "not found". bbolt's own
+//     Tx.Check runs on a goroutine of its own, which no guard covers: Check
+//     runs it only after a guarded walk read every page.
+//   - Options.ReadOnly opens with bbolt's ReadOnly (a shared lock; no byte
+//     written, not even bbolt's header pages); every write is refused with
+//     store.ErrReadOnly before it reaches the writer.
+//   - A commit that fails with ENOSPC is store.ErrDiskFull; as for any
+//     failed commit, nothing of it was stored and nothing was acknowledged.
 //
 // Ceiling (ceiling.go) is the raw bbolt work this layout's appends and scans
 // come down to, with none of the store's logic; rein bench compares the

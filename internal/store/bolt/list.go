@@ -20,16 +20,19 @@ func (s *Store) List(ctx context.Context, f store.Filter) (store.Page, error) {
 		return store.Page{}, fmt.Errorf("list runs: limit must be positive, got %d", f.Limit)
 	}
 	var page store.Page
-	err := s.view(func(tx *bbolt.Tx) error {
-		next := descending(tx, f)
+	err := s.view("the runs", func(tx *bbolt.Tx) error {
 		runs := tx.Bucket(bucketRuns)
+		if runs == nil {
+			return nil // a file from before any run, opened read-only
+		}
+		next := descending(tx, f)
 		for id := next(); id != nil; id = next() {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 			b := runs.Bucket(id)
 			if b == nil {
-				return fmt.Errorf("list runs: the status index names run %s, which is missing", id)
+				return fmt.Errorf("list runs: %w", damaged("run "+string(id), "the status index lists it, but its bucket is missing"))
 			}
 			st, err := loadState(b, contractOf(tx, string(id)))
 			if err != nil {

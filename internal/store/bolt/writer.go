@@ -84,7 +84,7 @@ func (s *Store) writer() {
 		if len(states) > maxCachedStates {
 			clear(states)
 		}
-		err := s.db.Update(func(tx *bbolt.Tx) error {
+		err := s.update(func(tx *bbolt.Tx) error {
 			for i, r := range batch {
 				results[i] = s.applyRequest(tx, r, states)
 				var te errTx
@@ -197,7 +197,7 @@ func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
 	if runs.Bucket([]byte(r.runID)) != nil {
 		return writeRes{err: fmt.Errorf("create run %s: a run with that id exists: %w", r.runID, store.ErrConflict)}
 	}
-	contract, err := proto.Marshal(st.Contract)
+	contract, err := seal(st.Contract)
 	if err != nil {
 		return writeRes{err: fmt.Errorf("create run %s: encode contract: %w", r.runID, err)}
 	}
@@ -270,7 +270,7 @@ func putBlobs(tx *bbolt.Tx, blobs map[string][]byte) error {
 // putSnapshot writes the run's state and moves it in the status index when
 // its status changed.
 func putSnapshot(tx *bbolt.Tx, b *bbolt.Bucket, prev reinv1.RunStatus, next runstate.State) error {
-	snap, err := proto.Marshal(next.Proto(false))
+	snap, err := seal(next.Proto(false))
 	if err != nil {
 		return err
 	}
