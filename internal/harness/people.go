@@ -187,10 +187,16 @@ func (e *Engine) approve(ctx context.Context, st runstate.State, v Verdict) (run
 // applied. Never a blind second dispatch.
 func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error) (runstate.State, error) {
 	p, opID := st.ApprovedWrite, st.WriteOperationID
+	// The tool is given the whole preview and arguments, which the
+	// proposal's hash binds, read back when they were stored apart.
+	whole, err := WholeProposal(ctx, e.cfg.Store, p)
+	if err != nil {
+		return st, err
+	}
 	// The write's call was the last of its tool: the run paused at it.
 	index := max(int(st.CallsByTool[p.GetTool()])-1, 0)
-	call := tools.Call{RunID: st.RunID, CallID: p.GetCallId(), Tool: p.GetTool(), Args: p.GetArguments(), Index: index,
-		Preview: p.GetPreview()}
+	call := tools.Call{RunID: st.RunID, CallID: p.GetCallId(), Tool: p.GetTool(), Args: whole.GetArguments(), Index: index,
+		Preview: whole.GetPreview()}
 	actor := "tool:" + p.GetTool()
 	wctx := context.WithoutCancel(ctx)
 	if cause == nil {
@@ -219,7 +225,7 @@ func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error
 	}
 	// The tool says the write was not applied: send it again, with the same
 	// key, and record that it was sent.
-	st, err := e.commit(ctx, st, "harness", []*reinv1.Event{{Payload: &reinv1.Event_WriteDispatched{WriteDispatched: &reinv1.WriteDispatched{
+	st, err = e.commit(ctx, st, "harness", []*reinv1.Event{{Payload: &reinv1.Event_WriteDispatched{WriteDispatched: &reinv1.WriteDispatched{
 		ProposalId: p.GetProposalId(), OperationId: opID,
 	}}}})
 	if err != nil {

@@ -62,6 +62,10 @@ type Result struct {
 type Options struct {
 	// Tier, when set, overrides routing (harness.Config.Tier).
 	Tier func(*reinv1.ToolGrant) reinv1.ToolTier
+	// Blobs are the recording's blobs by hash (an export's). A recording
+	// whose proposals are stored apart (preview_blob, arguments_blob) needs
+	// them: the replay proposes and commits the whole preview.
+	Blobs map[string][]byte
 }
 
 // ErrUnsupported is returned for a recording replay cannot drive.
@@ -79,11 +83,14 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 	if len(recorded) == 0 || recorded[0].GetRunStarted() == nil {
 		return Result{}, fmt.Errorf("%w: a recording starts with run_started", ErrUnsupported)
 	}
-	rec := newRecording(recorded)
+	l := newRunLog(recorded, o.Blobs)
+	rec, err := newRecording(ctx, recorded, l)
+	if err != nil {
+		return Result{}, err
+	}
 	if err := rec.check(); err != nil {
 		return Result{}, err
 	}
-	l := newRunLog(recorded)
 	eng := harness.NewSync(harness.Config{
 		Store:  l,
 		Models: func(*reinv1.ModelSpec) (model.Model, error) { return rec, nil },
@@ -188,7 +195,7 @@ type recording struct {
 	refusals map[string]string
 }
 
-func newRecording(events []*reinv1.Event) *recording {
+func newRecording(ctx context.Context, events []*reinv1.Event, blobs *runLog) (*recording, error) {
 	r := &recording{
 		runID: events[0].GetRunId(), events: events, steps: map[uint32]int{},
 		reads: map[string][]*reinv1.ToolReturned{}, previews: map[string][]*reinv1.Proposal{},
@@ -201,7 +208,12 @@ func newRecording(events []*reinv1.Event) *recording {
 		case *reinv1.Event_ToolReturned:
 			r.reads[p.ToolReturned.GetTool()] = append(r.reads[p.ToolReturned.GetTool()], p.ToolReturned)
 		case *reinv1.Event_ApprovalRequested:
-			pr := p.ApprovalRequested.GetProposal()
+			// Proposed again whole: the harness stores it apart as the
+			// recording did.
+			pr, err := harness.WholeProposal(ctx, blobs, p.ApprovalRequested.GetProposal())
+			if err != nil {
+				return nil, fmt.Errorf("%w: sequence %d: %w (replay it with the run's blobs)", ErrUnsupported, ev.GetSequence(), err)
+			}
 			r.previews[pr.GetTool()] = append(r.previews[pr.GetTool()], pr)
 			r.ids = append(r.ids, pr.GetProposalId())
 		case *reinv1.Event_WriteCommitted:
@@ -210,7 +222,7 @@ func newRecording(events []*reinv1.Event) *recording {
 			r.refusals[p.WriteRefused.GetProposalId()] = p.WriteRefused.GetReason()
 		}
 	}
-	return r
+	return r, nil
 }
 
 // check refuses recordings replay cannot drive.
