@@ -29,6 +29,9 @@ const (
 	maxInlineString = 2 << 10
 	// maxInlineKey is the longest field name a summary keeps.
 	maxInlineKey = 256
+	// maxInlineText bounds a text the harness records from a tool (an
+	// error, a refusal's reason).
+	maxInlineText = 16 << 10
 )
 
 // inlineProposal bounds p in place: a preview or arguments whose encoding

@@ -113,3 +113,46 @@ func TestSmallProposalStaysInline(t *testing.T) {
 		t.Errorf("hash %s, want %s as before", p.GetHash(), want)
 	}
 }
+
+// TestToolErrorIsBounded: a tool's error of any length is cut in its
+// tool_returned (and so in the run's last_error); the twin, a short one, is
+// kept as it is.
+func TestToolErrorIsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		msg string
+		cut bool
+	}{{strings.Repeat("no such row; ", 1<<19), true}, {"no such row", false}} {
+		e, s := setup(t, Config{Tools: searchTools(t, tools.FixtureResult{Error: tc.msg})})
+		c := testContract(callReply("search", "call-1", nil), finalReply("done"))
+		c.Tools = c.Tools[:1]
+		_, evs := runToRest(t, e, s, c)
+		got := ofType(evs, "tool_returned")[0].GetToolReturned().GetError()
+		if tc.cut && (len(got) > maxInlineText+100 || !strings.Contains(got, "cut:")) || !tc.cut && got != tc.msg {
+			t.Errorf("a %d-byte tool error is recorded as %d bytes", len(tc.msg), len(got))
+		}
+	}
+}
+
+// TestReceiptIsBounded: a write's receipt over the inline bound is kept as
+// a bounded summary in its write_committed; the twin, a small one, whole.
+func TestReceiptIsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		receipt *structpb.Value
+		whole   bool
+	}{{structpb.NewStringValue(strings.Repeat("receipt ", 1<<20)), false}, {structpb.NewStringValue("re_1"), true}} {
+		e, s := setup(t, Config{Tools: tools.NewFixtures(map[string][]tools.FixtureResult{
+			"send_email": {{Preview: mustValue(t, "send"), Receipt: tc.receipt}},
+		})})
+		st, _ := runToRest(t, e, s, testContract(callReply("send_email", "call-1", nil), finalReply("sent")))
+		p := st.Pending.GetProposal()
+		if _, err := e.DecideApproval(testCtx(t), Verdict{RunID: st.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(), Approve: true, Principal: "bob"}); err != nil {
+			t.Fatal(err)
+		}
+		waitRun(t, e, st.RunID)
+		_, evs := stored(t, s, st.RunID)
+		got := ofType(evs, "write_committed")[0].GetWriteCommitted().GetReceipt()
+		if proto.Equal(got, tc.receipt) != tc.whole || proto.Size(got) > maxInlinePayload {
+			t.Errorf("a %d-byte receipt is recorded as %d bytes (whole: %v)", proto.Size(tc.receipt), proto.Size(got), tc.whole)
+		}
+	}
+}

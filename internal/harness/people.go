@@ -10,6 +10,7 @@ import (
 	"github.com/reinhq/rein/internal/failpoint"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/tools"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -264,6 +265,9 @@ func (e *Engine) commitOnce(ctx context.Context, call tools.Call, opID string) (
 // writeCommitted records a write's receipt and carries the run on.
 func (e *Engine) writeCommitted(ctx context.Context, st runstate.State, actor string, receipt *structpb.Value) (runstate.State, error) {
 	p := st.ApprovedWrite
+	if proto.Size(receipt) > maxInlinePayload {
+		receipt = summarize(receipt) // a receipt is the tool's to make: bounded
+	}
 	next, err := e.commit(ctx, st, actor, []*reinv1.Event{{Payload: &reinv1.Event_WriteCommitted{WriteCommitted: &reinv1.WriteCommitted{
 		ProposalId: p.GetProposalId(), OperationId: st.WriteOperationID, Receipt: receipt,
 	}}}, {Actor: "harness", Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
@@ -281,7 +285,7 @@ func (e *Engine) writeCommitted(ctx context.Context, st runstate.State, actor st
 // propose again) and the run goes on.
 func (e *Engine) writeRefused(ctx context.Context, st runstate.State, actor string, cause error) (runstate.State, error) {
 	next, err := e.commit(ctx, st, actor, []*reinv1.Event{{Payload: &reinv1.Event_WriteRefused{WriteRefused: &reinv1.WriteRefused{
-		ProposalId: st.ApprovedWrite.GetProposalId(), OperationId: st.WriteOperationID, Reason: cause.Error(),
+		ProposalId: st.ApprovedWrite.GetProposalId(), OperationId: st.WriteOperationID, Reason: cutText(cause.Error(), maxInlineText),
 	}}}, {Actor: "harness", Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
 		From: reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, To: reinv1.RunStatus_RUN_STATUS_RUNNING, Reason: "write_refused",
 	}}}})
@@ -297,8 +301,8 @@ func (e *Engine) writeRefused(ctx context.Context, st runstate.State, actor stri
 func (e *Engine) writeUnknown(ctx context.Context, st runstate.State, actor string, cause error) (runstate.State, error) {
 	next, err := e.commit(ctx, st, actor, []*reinv1.Event{{Payload: &reinv1.Event_WriteOutcomeUnknown{WriteOutcomeUnknown: &reinv1.WriteOutcomeUnknown{
 		ProposalId: st.ApprovedWrite.GetProposalId(), OperationId: st.WriteOperationID,
-		Error: fmt.Sprintf("whether the write happened is unknown: %v; check the system of record for operation %s, then approve again (the same key is reused), reject, or cancel the run",
-			cause, st.WriteOperationID),
+		Error: fmt.Sprintf("whether the write happened is unknown: %s; check the system of record for operation %s, then approve again (the same key is reused), reject, or cancel the run",
+			cutText(cause.Error(), maxInlineText), st.WriteOperationID),
 	}}}})
 	if err != nil {
 		return st, err

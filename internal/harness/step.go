@@ -321,7 +321,7 @@ func (r *runner) later(ev *reinv1.Event) {
 func (r *runner) toolResult(call *reinv1.ToolCall, out *structpb.Value, err error) *reinv1.Event {
 	tr := &reinv1.ToolReturned{CallId: call.GetCallId(), Tool: call.GetTool()}
 	if err != nil {
-		tr.Error = err.Error()
+		tr.Error = cutText(err.Error(), maxInlineText)
 	} else {
 		full := valueText(out)
 		tr.OutputBytes = uint64(len(full))
