@@ -139,9 +139,11 @@ func (bearer) RequireTransportSecurity() bool { return false }
 // the last sequence it handed over. It returns nil when the run is terminal and every
 // event was handed over, fn's error if fn fails, ctx's error when ctx ends,
 // and the server's error for anything that retrying cannot fix (NotFound,
-// PermissionDenied, OutOfRange, …).
+// PermissionDenied, OutOfRange, …), or that did not go away after
+// maxStuckRetries tries in a row with no progress (ResourceExhausted,
+// Internal, …: only Unavailable is retried for as long as ctx allows).
 func (c *Client) Watch(ctx context.Context, runID string, after uint64, fn func(*reinv1.Event) error) error {
-	wait := c.backoff.Min
+	wait, stuck := c.backoff.Min, 0
 	for {
 		stream, err := c.Runs.WatchRun(ctx, &reinv1.WatchRunRequest{RunId: runID, AfterSequence: after})
 		for err == nil {
@@ -160,19 +162,27 @@ func (c *Client) Watch(ctx context.Context, runID string, after uint64, fn func(
 				return err
 			}
 			after = ev.GetSequence()
-			wait = c.backoff.Min
+			wait, stuck = c.backoff.Min, 0
 		}
-		if retry, err := reconnect(ctx, err, &wait, c.backoff.Max); !retry {
+		if retry, err := reconnect(ctx, err, &wait, &stuck, c.backoff.Max); !retry {
 			return err
 		}
 	}
 }
 
+// maxStuckRetries bounds how many times in a row a watch tries again after
+// an error other than Unavailable with no event handed over in between: a
+// ResourceExhausted (a message over the limit, a full disk) or an Internal
+// that persists is the server's answer, not a dropped connection, and
+// retrying it for ever would hide it.
+const maxStuckRetries = 5
+
 // reconnect decides what follows a stream that ended with err: a normal end
-// (nil, no retry), an error retrying cannot fix or the end of ctx (that
-// error, no retry), or a retry after a jittered pause that doubles up to
-// ceiling.
-func reconnect(ctx context.Context, err error, wait *time.Duration, ceiling time.Duration) (retry bool, _ error) {
+// (nil, no retry), an error retrying cannot fix, one that persisted past
+// maxStuckRetries tries in a row (stuck counts them), or the end of ctx
+// (that error, no retry), or a retry after a jittered pause that doubles up
+// to ceiling.
+func reconnect(ctx context.Context, err error, wait *time.Duration, stuck *int, ceiling time.Duration) (retry bool, _ error) {
 	switch {
 	case ctx.Err() != nil:
 		return false, ctx.Err()
@@ -180,6 +190,10 @@ func reconnect(ctx context.Context, err error, wait *time.Duration, ceiling time
 		return false, nil
 	case !retryable(err):
 		return false, err
+	case status.Code(err) != codes.Unavailable:
+		if *stuck++; *stuck > maxStuckRetries {
+			return false, err
+		}
 	}
 	t := time.NewTimer(*wait/2 + rand.N(*wait/2+1))
 	defer t.Stop()
@@ -197,7 +211,7 @@ func reconnect(ctx context.Context, err error, wait *time.Duration, ceiling time
 // error retrying cannot fix.
 func (c *Client) WatchRuns(ctx context.Context, req *reinv1.WatchRunsRequest, fn func(*reinv1.RunChange) error) error {
 	req = proto.Clone(req).(*reinv1.WatchRunsRequest)
-	wait := c.backoff.Min
+	wait, stuck := c.backoff.Min, 0
 	for {
 		stream, err := c.Runs.WatchRuns(ctx, req)
 		for err == nil {
@@ -213,15 +227,16 @@ func (c *Client) WatchRuns(ctx context.Context, req *reinv1.WatchRunsRequest, fn
 				return err
 			}
 			req.AfterCursor = ch.GetCursor()
-			wait = c.backoff.Min
+			wait, stuck = c.backoff.Min, 0
 		}
-		if retry, err := reconnect(ctx, err, &wait, c.backoff.Max); !retry {
+		if retry, err := reconnect(ctx, err, &wait, &stuck, c.backoff.Max); !retry {
 			return err
 		}
 	}
 }
 
-// retryable reports whether a watch error may go away by reconnecting.
+// retryable reports whether a watch error may go away by reconnecting
+// (all but Unavailable only a few times: maxStuckRetries).
 func retryable(err error) bool {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.Internal, codes.Aborted, codes.ResourceExhausted, codes.Unknown, codes.DeadlineExceeded:

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/auth"
@@ -28,7 +29,26 @@ const (
 	maxRunPage       = 1000
 	defaultEventPage = 500
 	maxEventPage     = 10000
+	// maxPageBytes bounds the encoded size of a ListRuns or ListEvents
+	// page, well under gRPC's 4 MiB message limit: a page ends early (with
+	// a next_page_token) rather than pass it, so that one large run or
+	// event never makes a listing unreadable. A page holds at least one
+	// item.
+	maxPageBytes = 2 << 20
 )
+
+// fitPage is how many of items, from the first, fit in maxPageBytes
+// (at least one).
+func fitPage[M proto.Message](items []M) int {
+	total := 0
+	for i, m := range items {
+		// An item costs its size and a few bytes of framing.
+		if total += proto.Size(m) + 8; total > maxPageBytes && i > 0 {
+			return i
+		}
+	}
+	return len(items)
+}
 
 // runService implements reinv1.RunServiceServer.
 type runService struct {
@@ -116,6 +136,10 @@ func (s *runService) ListRuns(ctx context.Context, req *reinv1.ListRunsRequest) 
 	for _, st := range page.Runs {
 		resp.Runs = append(resp.Runs, st.Proto(true))
 	}
+	if n := fitPage(resp.Runs); n < len(resp.Runs) {
+		resp.Runs = resp.Runs[:n]
+		resp.NextPageToken = encodeToken(resp.Runs[n-1].GetRunId())
+	}
 	return resp, nil
 }
 
@@ -141,8 +165,12 @@ func (s *runService) ListEvents(ctx context.Context, req *reinv1.ListEventsReque
 	if err != nil {
 		return nil, toStatus(s.log, "ListEvents", err)
 	}
+	full := len(evs) == size
+	if n := fitPage(evs); n < len(evs) {
+		evs, full = evs[:n], true
+	}
 	resp := &reinv1.ListEventsResponse{Events: evs}
-	if len(evs) == size {
+	if full {
 		resp.NextPageToken = encodeToken(strconv.FormatUint(evs[len(evs)-1].GetSequence(), 10))
 	}
 	return resp, nil

@@ -27,7 +27,7 @@ expected event and the event the harness made.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			runs, err := replaySources(args[0])
+			runs, blobs, err := replaySources(args[0])
 			if err != nil {
 				return err
 			}
@@ -45,7 +45,7 @@ expected event and the event the harness made.`,
 			sort.Strings(names)
 			failed := 0
 			for _, name := range names {
-				res, err := replay.Run(ctx, runs[name], replay.Options{})
+				res, err := replay.Run(ctx, runs[name], replay.Options{Blobs: blobs[name]})
 				if err != nil {
 					return fmt.Errorf("%s: %w", name, err)
 				}
@@ -81,31 +81,32 @@ expected event and the event the harness made.`,
 	}
 }
 
-// replaySources reads an export file or a directory of them; nil, nil when
-// arg names neither (a stored run's ID).
-func replaySources(arg string) (map[string][]*reinv1.Event, error) {
+// replaySources reads an export file or a directory of them: each file's
+// events and blobs, by file name; nil, nil, nil when arg names neither (a
+// stored run's ID).
+func replaySources(arg string) (map[string][]*reinv1.Event, map[string]map[string][]byte, error) {
 	info, err := os.Stat(arg)
 	if err != nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	files := []string{arg}
 	if info.IsDir() {
 		if files, err = filepath.Glob(filepath.Join(arg, "*.rein")); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if len(files) == 0 {
-			return nil, usageError("%s holds no *.rein files", arg)
+			return nil, nil, usageError("%s holds no *.rein files", arg)
 		}
 	}
-	out := map[string][]*reinv1.Event{}
+	out, blobs := map[string][]*reinv1.Event{}, map[string]map[string][]byte{}
 	for _, f := range files {
 		x, err := readExportFile(f)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		out[f] = x.GetEvents()
+		out[f], blobs[f] = x.GetEvents(), x.GetBlobs()
 	}
-	return out, nil
+	return out, blobs, nil
 }
 
 func eventOrNil(ev *reinv1.Event) any {

@@ -159,3 +159,22 @@ func TestNewRefuses(t *testing.T) {
 type liar struct{}
 
 func (liar) Blob(context.Context, string) ([]byte, error) { return []byte("not it"), nil }
+
+// TestBlobRefsOfAProposal: a proposal's preview and arguments stored apart
+// are references too, so export, import and GetBlobs carry them; the twin,
+// a proposal stored whole, references nothing.
+func TestBlobRefsOfAProposal(t *testing.T) {
+	t.Parallel()
+	proposed := func(p *reinv1.Proposal) *reinv1.Event {
+		ev := envelope(2)
+		ev.Payload = &reinv1.Event_ApprovalRequested{ApprovalRequested: &reinv1.ApprovalRequested{Proposal: p}}
+		return ev
+	}
+	pv, args := blobKey([]byte("preview")), blobKey([]byte("arguments"))
+	if got := BlobRefs([]*reinv1.Event{proposed(&reinv1.Proposal{PreviewBlob: pv, ArgumentsBlob: args})}); !slices.Equal(got, []string{pv, args}) {
+		t.Errorf("BlobRefs = %v, want the preview's and the arguments' blobs", got)
+	}
+	if got := BlobRefs([]*reinv1.Event{proposed(&reinv1.Proposal{Tool: "fs.write"})}); len(got) != 0 {
+		t.Errorf("BlobRefs of a whole proposal = %v, want none", got)
+	}
+}

@@ -113,8 +113,9 @@ func New(ctx context.Context, runID string, evs []*reinv1.Event, blobs Blobs) (*
 }
 
 // BlobRefs returns the hashes of the blobs evs reference (a model_requested
-// event's input_blobs, a context_compacted item's blob), each once, in the
-// order of their first reference. An empty hash is no reference.
+// event's input_blobs, a context_compacted item's blob, an
+// approval_requested proposal's preview_blob and arguments_blob), each once,
+// in the order of their first reference. An empty hash is no reference.
 func BlobRefs(evs []*reinv1.Event) []string {
 	var refs []string
 	seen := map[string]bool{}
@@ -139,6 +140,13 @@ func eachRef(ev *reinv1.Event, fn func(hash string)) {
 	}
 	for _, item := range ev.GetContextCompacted().GetItems() {
 		if hash := item.GetBlob(); hash != "" {
+			fn(hash)
+		}
+	}
+	// A proposal's preview and arguments stored apart.
+	p := ev.GetApprovalRequested().GetProposal()
+	for _, hash := range []string{p.GetPreviewBlob(), p.GetArgumentsBlob()} {
+		if hash != "" {
 			fn(hash)
 		}
 	}

@@ -27,7 +27,10 @@ type runner struct {
 	model      model.Model
 	transcript transcript
 	pending    []*reinv1.Event
-	toolHash   string
+	// blobs are stored with the next commit (a large proposal's preview
+	// or arguments), then forgotten.
+	blobs    map[string][]byte
+	toolHash string
 	// tablePrice is the run's model's price in the server's price table;
 	// inTable says whether it has one (else the log's price is in force).
 	tablePrice pricing.Price
@@ -145,6 +148,9 @@ func (r *runner) commit(ctx context.Context, evs ...*reinv1.Event) error {
 		}
 	}
 	var opts []store.AppendOption
+	if r.blobs != nil {
+		opts = append(opts, store.WithBlobs(r.blobs))
+	}
 	for _, ev := range evs {
 		if ev.GetModelRequested() != nil {
 			if b := r.transcript.takeBlobs(); b != nil {
@@ -155,13 +161,13 @@ func (r *runner) commit(ctx context.Context, evs ...*reinv1.Event) error {
 	}
 	next, err := r.e.commit(ctx, r.st, "", all, opts...)
 	if errors.Is(err, errFold) {
-		r.pending = nil
+		r.pending, r.blobs = nil, nil
 		return fmt.Errorf("%w: %v", errDefect, err)
 	}
 	if err != nil {
 		return err
 	}
-	r.pending = nil
+	r.pending, r.blobs = nil, nil
 	r.st = next
 	for _, ev := range all[fresh:] {
 		r.transcript.observe(ev, ev.GetSequence())

@@ -34,6 +34,9 @@ type Store interface {
 	Events(ctx context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error)
 	List(ctx context.Context, f store.Filter) (store.Page, error)
 	Import(ctx context.Context, events []*reinv1.Event, blobs map[string][]byte) (runstate.State, error)
+	// Blob is a blob stored WithBlobs (store.Store's Blob): a proposal's
+	// preview or arguments stored apart are read back to commit the write.
+	Blob(ctx context.Context, hash string) ([]byte, error)
 }
 
 // Config configures an Engine. Store is required.

@@ -10,6 +10,7 @@ import (
 	"github.com/reinhq/rein/internal/failpoint"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/tools"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -187,10 +188,16 @@ func (e *Engine) approve(ctx context.Context, st runstate.State, v Verdict) (run
 // applied. Never a blind second dispatch.
 func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error) (runstate.State, error) {
 	p, opID := st.ApprovedWrite, st.WriteOperationID
+	// The tool is given the whole preview and arguments, which the
+	// proposal's hash binds, read back when they were stored apart.
+	whole, err := WholeProposal(ctx, e.cfg.Store, p)
+	if err != nil {
+		return st, err
+	}
 	// The write's call was the last of its tool: the run paused at it.
 	index := max(int(st.CallsByTool[p.GetTool()])-1, 0)
-	call := tools.Call{RunID: st.RunID, CallID: p.GetCallId(), Tool: p.GetTool(), Args: p.GetArguments(), Index: index,
-		Preview: p.GetPreview()}
+	call := tools.Call{RunID: st.RunID, CallID: p.GetCallId(), Tool: p.GetTool(), Args: whole.GetArguments(), Index: index,
+		Preview: whole.GetPreview()}
 	actor := "tool:" + p.GetTool()
 	wctx := context.WithoutCancel(ctx)
 	if cause == nil {
@@ -219,7 +226,7 @@ func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error
 	}
 	// The tool says the write was not applied: send it again, with the same
 	// key, and record that it was sent.
-	st, err := e.commit(ctx, st, "harness", []*reinv1.Event{{Payload: &reinv1.Event_WriteDispatched{WriteDispatched: &reinv1.WriteDispatched{
+	st, err = e.commit(ctx, st, "harness", []*reinv1.Event{{Payload: &reinv1.Event_WriteDispatched{WriteDispatched: &reinv1.WriteDispatched{
 		ProposalId: p.GetProposalId(), OperationId: opID,
 	}}}})
 	if err != nil {
@@ -273,6 +280,9 @@ func (e *Engine) toolTimedOut(what string) error {
 // writeCommitted records a write's receipt and carries the run on.
 func (e *Engine) writeCommitted(ctx context.Context, st runstate.State, actor string, receipt *structpb.Value) (runstate.State, error) {
 	p := st.ApprovedWrite
+	if proto.Size(receipt) > maxInlinePayload {
+		receipt = summarize(receipt) // a receipt is the tool's to make: bounded
+	}
 	next, err := e.commit(ctx, st, actor, []*reinv1.Event{{Payload: &reinv1.Event_WriteCommitted{WriteCommitted: &reinv1.WriteCommitted{
 		ProposalId: p.GetProposalId(), OperationId: st.WriteOperationID, Receipt: receipt,
 	}}}, {Actor: "harness", Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
@@ -290,7 +300,7 @@ func (e *Engine) writeCommitted(ctx context.Context, st runstate.State, actor st
 // propose again) and the run goes on.
 func (e *Engine) writeRefused(ctx context.Context, st runstate.State, actor string, cause error) (runstate.State, error) {
 	next, err := e.commit(ctx, st, actor, []*reinv1.Event{{Payload: &reinv1.Event_WriteRefused{WriteRefused: &reinv1.WriteRefused{
-		ProposalId: st.ApprovedWrite.GetProposalId(), OperationId: st.WriteOperationID, Reason: cause.Error(),
+		ProposalId: st.ApprovedWrite.GetProposalId(), OperationId: st.WriteOperationID, Reason: cutText(cause.Error(), maxInlineText),
 	}}}, {Actor: "harness", Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
 		From: reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, To: reinv1.RunStatus_RUN_STATUS_RUNNING, Reason: "write_refused",
 	}}}})
@@ -306,8 +316,8 @@ func (e *Engine) writeRefused(ctx context.Context, st runstate.State, actor stri
 func (e *Engine) writeUnknown(ctx context.Context, st runstate.State, actor string, cause error) (runstate.State, error) {
 	next, err := e.commit(ctx, st, actor, []*reinv1.Event{{Payload: &reinv1.Event_WriteOutcomeUnknown{WriteOutcomeUnknown: &reinv1.WriteOutcomeUnknown{
 		ProposalId: st.ApprovedWrite.GetProposalId(), OperationId: st.WriteOperationID,
-		Error: fmt.Sprintf("whether the write happened is unknown: %v; check the system of record for operation %s, then approve again (the same key is reused), reject, or cancel the run",
-			cause, st.WriteOperationID),
+		Error: fmt.Sprintf("whether the write happened is unknown: %s; check the system of record for operation %s, then approve again (the same key is reused), reject, or cancel the run",
+			cutText(cause.Error(), maxInlineText), st.WriteOperationID),
 	}}}})
 	if err != nil {
 		return st, err

@@ -285,19 +285,32 @@ func (r *runner) propose(ctx context.Context, call *reinv1.ToolCall, preview *st
 		RunVersion: r.st.Version,
 		CallId:     call.GetCallId(),
 	}
+	// A preview or arguments too large to carry inline go to blobs stored
+	// with the approval_requested; the hash binds them by their blob hash.
+	r.blobs = inlineProposal(p)
 	p.Hash = ProposalHash(p)
 	return r.end(ctx, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, "write_proposed", &reinv1.StatusChanged{},
 		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ApprovalRequested{ApprovalRequested: &reinv1.ApprovalRequested{Proposal: p}}})
 }
 
 // ProposalHash is the SHA-256 (hex) of the canonical JSON of a proposal's
-// tool, arguments and preview (object keys sorted).
+// tool, arguments and preview (object keys sorted). Arguments or a preview
+// stored apart are bound by their blob's hash (the SHA-256 of their
+// encoding), as "arguments_blob" or "preview_blob" in place of the
+// summary; a proposal with neither hashes as it always did.
 func ProposalHash(p *reinv1.Proposal) string {
-	canon, _ := json.Marshal(map[string]any{
-		"tool":      p.GetTool(),
-		"arguments": p.GetArguments().AsMap(),
-		"preview":   p.GetPreview().AsInterface(),
-	})
+	m := map[string]any{"tool": p.GetTool()}
+	if h := p.GetArgumentsBlob(); h != "" {
+		m["arguments_blob"] = h
+	} else {
+		m["arguments"] = p.GetArguments().AsMap()
+	}
+	if h := p.GetPreviewBlob(); h != "" {
+		m["preview_blob"] = h
+	} else {
+		m["preview"] = p.GetPreview().AsInterface()
+	}
+	canon, _ := json.Marshal(m)
 	sum := sha256.Sum256(canon)
 	return hex.EncodeToString(sum[:])
 }
@@ -338,7 +351,7 @@ func (r *runner) later(ev *reinv1.Event) {
 func (r *runner) toolResult(call *reinv1.ToolCall, out *structpb.Value, err error) *reinv1.Event {
 	tr := &reinv1.ToolReturned{CallId: call.GetCallId(), Tool: call.GetTool()}
 	if err != nil {
-		tr.Error = err.Error()
+		tr.Error = cutText(err.Error(), maxInlineText)
 	} else {
 		full := valueText(out)
 		tr.OutputBytes = uint64(len(full))

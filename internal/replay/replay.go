@@ -66,8 +66,13 @@ type Result struct {
 	Divergence *Divergence
 }
 
-// Options change how a recording is replayed. There are none yet.
-type Options struct{}
+// Options change how a recording is replayed.
+type Options struct {
+	// Blobs are the recording's blobs by hash (an export's). A recording
+	// whose proposals are stored apart (preview_blob, arguments_blob) needs
+	// them: the replay proposes and commits the whole preview.
+	Blobs map[string][]byte
+}
 
 // ErrUnsupported is returned for a recording replay cannot drive.
 var ErrUnsupported = errors.New("recording not supported by replay")
@@ -80,16 +85,19 @@ var ErrUnsupported = errors.New("recording not supported by replay")
 // caller's goroutine: the harness's own step code, with no driver goroutine
 // to start or wait for. Its log folds every event it is given, as a store
 // does, and compares it with the recorded one as it is appended.
-func Run(ctx context.Context, recorded []*reinv1.Event, _ Options) (Result, error) {
+func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, error) {
 	if len(recorded) == 0 || recorded[0].GetRunStarted() == nil {
 		return Result{}, fmt.Errorf("%w: a recording starts with run_started", ErrUnsupported)
 	}
 	recorded = upgrade(recorded)
-	rec := newRecording(recorded)
+	l := newRunLog(recorded, o.Blobs)
+	rec, err := newRecording(ctx, recorded, l)
+	if err != nil {
+		return Result{}, err
+	}
 	if err := rec.check(); err != nil {
 		return Result{}, err
 	}
-	l := newRunLog(recorded)
 	eng := harness.NewSync(harness.Config{
 		Store:  l,
 		Models: func(*reinv1.ModelSpec) (model.Model, error) { return rec, nil },
@@ -193,7 +201,7 @@ type recording struct {
 	refusals map[string]string
 }
 
-func newRecording(events []*reinv1.Event) *recording {
+func newRecording(ctx context.Context, events []*reinv1.Event, blobs *runLog) (*recording, error) {
 	r := &recording{
 		runID: events[0].GetRunId(), events: events, steps: map[uint32]int{},
 		reads: map[string][]*reinv1.ToolReturned{}, previews: map[string][]*reinv1.Proposal{},
@@ -206,7 +214,12 @@ func newRecording(events []*reinv1.Event) *recording {
 		case *reinv1.Event_ToolReturned:
 			r.reads[p.ToolReturned.GetTool()] = append(r.reads[p.ToolReturned.GetTool()], p.ToolReturned)
 		case *reinv1.Event_ApprovalRequested:
-			pr := p.ApprovalRequested.GetProposal()
+			// Proposed again whole: the harness stores it apart as the
+			// recording did.
+			pr, err := harness.WholeProposal(ctx, blobs, p.ApprovalRequested.GetProposal())
+			if err != nil {
+				return nil, fmt.Errorf("%w: sequence %d: %w (replay it with the run's blobs)", ErrUnsupported, ev.GetSequence(), err)
+			}
 			r.previews[pr.GetTool()] = append(r.previews[pr.GetTool()], pr)
 			r.ids = append(r.ids, pr.GetProposalId())
 		case *reinv1.Event_WriteCommitted:
@@ -215,7 +228,7 @@ func newRecording(events []*reinv1.Event) *recording {
 			r.refusals[p.WriteRefused.GetProposalId()] = p.WriteRefused.GetReason()
 		}
 	}
-	return r
+	return r, nil
 }
 
 // check refuses recordings replay cannot drive.

@@ -43,7 +43,7 @@ func TestReplayRecordings(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			x := readExport(t, f)
-			res, err := Run(context.Background(), x.GetEvents(), Options{})
+			res, err := Run(context.Background(), x.GetEvents(), Options{Blobs: x.GetBlobs()})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -25,17 +25,24 @@ type runLog struct {
 	recorded []*reinv1.Event
 	st       runstate.State
 	events   []*reinv1.Event
-	epoch    uint64
+	// blobs are those the harness appended WithBlobs, and the recording's.
+	blobs map[string][]byte
+	epoch uint64
 	// diverged is the first event where the logs part, nil while they match.
 	diverged *Divergence
 }
 
-func newRunLog(recorded []*reinv1.Event) *runLog {
-	return &runLog{
+func newRunLog(recorded []*reinv1.Event, blobs map[string][]byte) *runLog {
+	l := &runLog{
 		runID:    recorded[0].GetRunId(),
 		recorded: recorded,
 		events:   make([]*reinv1.Event, 0, len(recorded)),
+		blobs:    map[string][]byte{},
 	}
+	for h, b := range blobs {
+		l.blobs[h] = b
+	}
+	return l
 }
 
 // Create implements harness.Store for the one run a replay makes.
@@ -76,8 +83,21 @@ func (l *runLog) Append(_ context.Context, runID string, expected uint64, events
 	for _, ev := range events {
 		l.keep(ev)
 	}
+	for h, b := range store.Options(opts).Blobs {
+		l.blobs[h] = b
+	}
 	l.st = next
 	return nil
+}
+
+// Blob implements harness.Store: a blob appended with the log's events, or
+// one of the recording's.
+func (l *runLog) Blob(_ context.Context, hash string) ([]byte, error) {
+	b, ok := l.blobs[hash]
+	if !ok {
+		return nil, fmt.Errorf("blob %s: %w", hash, store.ErrNoBlob)
+	}
+	return b, nil
 }
 
 // Acquire implements harness.Store.

@@ -536,18 +536,30 @@ type Proposal struct {
 	ProposalId string `protobuf:"bytes,1,opt,name=proposal_id,json=proposalId,proto3" json:"proposal_id,omitempty"`
 	// The write tool.
 	Tool string `protobuf:"bytes,2,opt,name=tool,proto3" json:"tool,omitempty"`
-	// The tool's arguments.
+	// The tool's arguments; a bounded summary of them when arguments_blob is
+	// set.
 	Arguments *structpb.Struct `protobuf:"bytes,3,opt,name=arguments,proto3" json:"arguments,omitempty"`
-	// The tool's side-effect-free preview of the write.
+	// The tool's side-effect-free preview of the write; a bounded summary of
+	// it when preview_blob is set.
 	Preview *structpb.Value `protobuf:"bytes,4,opt,name=preview,proto3" json:"preview,omitempty"`
-	// SHA-256 (hex) of the canonical form of tool, arguments and preview.
+	// SHA-256 (hex) of the canonical form of tool, arguments and preview
+	// (with arguments_blob and preview_blob, which bind the content they
+	// name, in place of the summaries when they are set).
 	Hash string `protobuf:"bytes,5,opt,name=hash,proto3" json:"hash,omitempty"`
 	// When the proposal expires.
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// The run's version when the proposal was made.
 	RunVersion uint64 `protobuf:"varint,7,opt,name=run_version,json=runVersion,proto3" json:"run_version,omitempty"`
 	// The model's ID for the call.
-	CallId        string `protobuf:"bytes,8,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	CallId string `protobuf:"bytes,8,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// When the preview is too large to carry inline: the blob (SHA-256 hex of
+	// its content, served by GetBlobs) holding the whole preview, encoded as
+	// a google.protobuf.Value. Unset when preview is the whole preview.
+	PreviewBlob string `protobuf:"bytes,9,opt,name=preview_blob,json=previewBlob,proto3" json:"preview_blob,omitempty"`
+	// When the arguments are too large to carry inline: the blob holding the
+	// whole arguments, encoded as a google.protobuf.Struct. Unset when
+	// arguments are whole. The write is committed with the whole content.
+	ArgumentsBlob string `protobuf:"bytes,10,opt,name=arguments_blob,json=argumentsBlob,proto3" json:"arguments_blob,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -634,6 +646,20 @@ func (x *Proposal) GetRunVersion() uint64 {
 func (x *Proposal) GetCallId() string {
 	if x != nil {
 		return x.CallId
+	}
+	return ""
+}
+
+func (x *Proposal) GetPreviewBlob() string {
+	if x != nil {
+		return x.PreviewBlob
+	}
+	return ""
+}
+
+func (x *Proposal) GetArgumentsBlob() string {
+	if x != nil {
+		return x.ArgumentsBlob
 	}
 	return ""
 }
@@ -799,7 +825,7 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\rPendingAction\x12/\n" +
 	"\bproposal\x18\x01 \x01(\v2\x11.rein.v1.ProposalH\x00R\bproposal\x12/\n" +
 	"\bquestion\x18\x02 \x01(\v2\x11.rein.v1.QuestionH\x00R\bquestionB\b\n" +
-	"\x06action\"\xb1\x02\n" +
+	"\x06action\"\xfb\x02\n" +
 	"\bProposal\x12\x1f\n" +
 	"\vproposal_id\x18\x01 \x01(\tR\n" +
 	"proposalId\x12\x12\n" +
@@ -811,7 +837,10 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x1f\n" +
 	"\vrun_version\x18\a \x01(\x04R\n" +
 	"runVersion\x12\x17\n" +
-	"\acall_id\x18\b \x01(\tR\x06callId\"7\n" +
+	"\acall_id\x18\b \x01(\tR\x06callId\x12!\n" +
+	"\fpreview_blob\x18\t \x01(\tR\vpreviewBlob\x12%\n" +
+	"\x0earguments_blob\x18\n" +
+	" \x01(\tR\rargumentsBlob\"7\n" +
 	"\bQuestion\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId*\x95\x02\n" +

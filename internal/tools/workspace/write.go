@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -17,13 +18,30 @@ import (
 	"github.com/reinhq/rein/internal/tools"
 )
 
+// Bounds on what a write reads of the file it replaces, so that a proposal
+// over a file of any size is made in bounded memory.
+const (
+	// maxPreviewFile is the largest file whose content a write reads whole
+	// to diff it. Over it, fs.write streams the file through SHA-256 (its
+	// preview is a summary: sizes and hashes, no diff) and fs.patch refuses.
+	maxPreviewFile = 1 << 20
+	// maxDiffBytes is the largest diff a preview carries; a longer one is
+	// left out and the preview says so (sizes and hashes still bind the
+	// write). The harness stores a preview over its inline bound as a blob.
+	maxDiffBytes = 1 << 20
+)
+
 // change is a write worked out against the file as it is now.
 type change struct {
 	rel, target string // as given; resolved, relative to the root
 	existed     bool
 	mode        fs.FileMode
-	old         []byte
-	baseHash    string // of old; "" when the file does not exist
+	// old is the file's content, nil when the file is over maxPreviewFile
+	// (only its hash and size were read: unread).
+	old      []byte
+	unread   bool
+	oldSize  int64
+	baseHash string // of the file; "" when the file does not exist
 }
 
 // load resolves the path of a write and reads the file as it is now.
@@ -56,11 +74,35 @@ func (w *Workspace) load(root *os.Root, tool string, args map[string]*structpb.V
 	if info.IsDir() {
 		return c, fmt.Errorf("%q is a directory; %s writes files", rel, tool)
 	}
+	c.existed, c.mode, c.oldSize = true, info.Mode().Perm(), info.Size()
+	if info.Size() > maxPreviewFile {
+		if tool == "fs.patch" {
+			return c, fmt.Errorf("%q is %d bytes, over the %d that fs.patch edits; replace it whole with fs.write", rel, info.Size(), maxPreviewFile)
+		}
+		// Streamed through the hash, never held: only its hash binds the
+		// write, and the preview summarises it.
+		c.unread = true
+		if c.baseHash, c.oldSize, err = hashReader(f); err != nil {
+			return c, fmt.Errorf("read %q: %w", rel, pathless(err))
+		}
+		return c, nil
+	}
 	if c.old, err = io.ReadAll(f); err != nil {
 		return c, fmt.Errorf("read %q: %w", rel, pathless(err))
 	}
-	c.existed, c.mode, c.baseHash = true, info.Mode().Perm(), hashOf(c.old)
+	c.oldSize, c.baseHash = int64(len(c.old)), hashOf(c.old)
 	return c, nil
+}
+
+// hashReader is the SHA-256 (hex) and size of what f holds, read in
+// pieces.
+func hashReader(f io.Reader) (string, int64, error) {
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
 // apply returns the new content of the file that c describes.
@@ -123,14 +165,41 @@ func (w *Workspace) Propose(ctx context.Context, call tools.Call) (_ *structpb.V
 	if err != nil {
 		return nil, err
 	}
-	return structpb.NewValue(map[string]any{
+	return structpb.NewValue(preview(c, next))
+}
+
+// preview is a write's preview: the unified diff with the hashes of the
+// file before and after, and the new size. A write over a file too large
+// to diff (maxPreviewFile), or whose diff is over maxDiffBytes, gets a
+// summary instead of the diff: both sizes and both hashes, which bind the
+// write as the diff does (the commit checks them), and why the diff is
+// left out.
+func preview(c change, next []byte) map[string]any {
+	target := filepath.ToSlash(c.target)
+	p := map[string]any{
 		"path":      c.rel,
-		"target":    filepath.ToSlash(c.target),
-		"diff":      unifiedDiff(filepath.ToSlash(c.target), string(c.old), string(next), !c.existed),
+		"target":    target,
 		"base_hash": c.baseHash,
 		"new_hash":  hashOf(next),
 		"size":      len(next),
-	})
+	}
+	omit := func(why string) map[string]any {
+		p["old_size"] = c.oldSize
+		p["diff_omitted"] = why
+		return p
+	}
+	if c.unread {
+		return omit(fmt.Sprintf("the file is %d bytes, over the %d a preview diffs: compare the sizes and hashes", c.oldSize, maxPreviewFile))
+	}
+	if len(next) > maxPreviewFile {
+		return omit(fmt.Sprintf("the new content is %d bytes, over the %d a preview diffs: compare the sizes and hashes", len(next), maxPreviewFile))
+	}
+	diff := unifiedDiff(target, string(c.old), string(next), !c.existed)
+	if len(diff) > maxDiffBytes {
+		return omit(fmt.Sprintf("the diff is %d bytes, over the %d a preview carries: compare the sizes and hashes", len(diff), maxDiffBytes))
+	}
+	p["diff"] = diff
+	return p
 }
 
 // proposed is what a commit needs of its proposal's preview.

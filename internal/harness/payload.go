@@ -1,0 +1,165 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/store"
+)
+
+// Bounds on what the harness writes inline in an event (DESIGN §4): a
+// payload over them is stored apart, as a content-addressed blob in the
+// same append, and the event keeps a bounded summary and the blob's hash,
+// so that no event, Run or list page nears the 4 MiB message limit
+// whatever a tool or a model returns.
+const (
+	// maxInlinePayload bounds the encoded size of a proposal's preview and
+	// of its arguments. A proposal is carried by its approval_requested and
+	// by the run's state (pending, approved_write), so a Run holds at most a
+	// few of these.
+	maxInlinePayload = 32 << 10
+	// maxInlineString is how much of one string a summary keeps.
+	maxInlineString = 2 << 10
+	// maxInlineKey is the longest field name a summary keeps.
+	maxInlineKey = 256
+	// maxInlineText bounds a text the harness records from a tool (an
+	// error, a refusal's reason).
+	maxInlineText = 16 << 10
+)
+
+// inlineProposal bounds p in place: a preview or arguments whose encoding
+// is over maxInlinePayload is moved to a blob (returned, keyed by
+// store.BlobHash, for the append that stores p) and replaced by a summary.
+// It returns nil when p is small enough as it is, and leaves p unchanged.
+func inlineProposal(p *reinv1.Proposal) map[string][]byte {
+	var blobs map[string][]byte
+	keep := func(m proto.Message) string {
+		b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+		hash := store.BlobHash(b)
+		if blobs == nil {
+			blobs = map[string][]byte{}
+		}
+		blobs[hash] = b
+		return hash
+	}
+	if v := p.GetPreview(); v != nil && proto.Size(v) > maxInlinePayload {
+		p.PreviewBlob = keep(v)
+		p.Preview = summarize(v)
+	}
+	if a := p.GetArguments(); a != nil && proto.Size(a) > maxInlinePayload {
+		p.ArgumentsBlob = keep(a)
+		p.Arguments = summarizeStruct(a)
+	}
+	return blobs
+}
+
+// BlobReader is what WholeProposal needs of a store.
+type BlobReader interface {
+	Blob(ctx context.Context, hash string) ([]byte, error)
+}
+
+// errBlob marks a proposal whose stored blob cannot be read back.
+var errBlob = errors.New("a proposal's stored content cannot be read")
+
+// WholeProposal is p with its preview and arguments whole: read back from
+// the blobs its fields name, or p itself when none is set. The commit path
+// gives the tool the whole proposal; a replay proposes it whole again.
+func WholeProposal(ctx context.Context, s BlobReader, p *reinv1.Proposal) (*reinv1.Proposal, error) {
+	if p.GetPreviewBlob() == "" && p.GetArgumentsBlob() == "" {
+		return p, nil
+	}
+	whole := proto.CloneOf(p)
+	read := func(hash string, m proto.Message) error {
+		b, err := s.Blob(ctx, hash)
+		if err == nil {
+			err = proto.Unmarshal(b, m)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: proposal %s's blob %s: %w", errBlob, p.GetProposalId(), hash, err)
+		}
+		return nil
+	}
+	if h := p.GetPreviewBlob(); h != "" {
+		whole.Preview = &structpb.Value{}
+		if err := read(h, whole.Preview); err != nil {
+			return nil, err
+		}
+	}
+	if h := p.GetArgumentsBlob(); h != "" {
+		whole.Arguments = &structpb.Struct{}
+		if err := read(h, whole.Arguments); err != nil {
+			return nil, err
+		}
+	}
+	return whole, nil
+}
+
+// summarize is a bounded summary of v (under maxInlinePayload encoded):
+// strings cut to maxInlineString, a struct's fields in key order while
+// they fit, a nested struct or list too large named by its size.
+func summarize(v *structpb.Value) *structpb.Value {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StringValue:
+		return structpb.NewStringValue(cutText(k.StringValue, maxInlineString))
+	case *structpb.Value_StructValue:
+		return structpb.NewStructValue(summarizeStruct(k.StructValue))
+	case *structpb.Value_ListValue:
+		if proto.Size(v) > maxInlineString {
+			return structpb.NewStringValue(fmt.Sprintf("(a list of %d values, %d bytes encoded, stored apart)", len(k.ListValue.GetValues()), proto.Size(v)))
+		}
+	}
+	return v
+}
+
+// summarizeStruct is summarize of a struct.
+func summarizeStruct(s *structpb.Struct) *structpb.Struct {
+	keys := make([]string, 0, len(s.GetFields()))
+	for k := range s.GetFields() {
+		if len(k) <= maxInlineKey {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	out := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	size := 0
+	for _, k := range keys {
+		v := s.GetFields()[k]
+		switch v.GetKind().(type) {
+		case *structpb.Value_StringValue:
+			v = summarize(v)
+		case *structpb.Value_StructValue, *structpb.Value_ListValue:
+			if n := proto.Size(v); n > maxInlineString {
+				v = structpb.NewStringValue(fmt.Sprintf("(%d bytes encoded, stored apart)", n))
+			}
+		}
+		// A field's entry costs its key, its value and a few bytes of
+		// framing; stop before the summary passes the bound.
+		n := len(k) + proto.Size(v) + 8
+		if size+n > maxInlinePayload-1024 {
+			break
+		}
+		out.Fields[k] = v
+		size += n
+	}
+	return out
+}
+
+// cutText is s cut to at most n bytes (at a UTF-8 boundary), saying how
+// long it was, or s when it fits.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := s[:n]
+	for len(cut) > 0 && !utf8.ValidString(cut) {
+		cut = cut[:len(cut)-1]
+	}
+	return fmt.Sprintf("%s… (cut: %d bytes in all)", cut, len(s))
+}
