@@ -30,8 +30,14 @@ const (
 	// maxInlineKey is the longest field name a summary keeps.
 	maxInlineKey = 256
 	// maxInlineText bounds a text the harness records from a tool (an
-	// error, a refusal's reason).
+	// error, a refusal's reason) or a model (a reply that is no decision).
 	maxInlineText = 16 << 10
+	// maxDecisionBytes bounds a model's decision (its tool call's
+	// arguments, above all): one over it is refused, as a decision that
+	// does not parse is, and is not recorded, so that model_returned,
+	// tool_requested and the run's open call stay far under the message
+	// limit. A write that large is made in parts.
+	maxDecisionBytes = 1 << 20
 )
 
 // inlineProposal bounds p in place: a preview or arguments whose encoding
@@ -151,13 +157,15 @@ func summarizeStruct(s *structpb.Struct) *structpb.Struct {
 	return out
 }
 
-// cutText is s cut to at most n bytes (at a UTF-8 boundary), saying how
-// long it was, or s when it fits.
+// cutText is s cut to at most n bytes in all (at a UTF-8 boundary), saying
+// how long it was, or s when it fits. A text it cut fits: cut again, it
+// stays as it is (a replay feeds recorded texts back).
 func cutText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	cut := s[:n]
+	const room = 48 // for the note of the length
+	cut := s[:max(n-room, 0)]
 	for len(cut) > 0 && !utf8.ValidString(cut) {
 		cut = cut[:len(cut)-1]
 	}

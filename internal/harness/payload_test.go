@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -154,5 +155,53 @@ func TestReceiptIsBounded(t *testing.T) {
 		if proto.Equal(got, tc.receipt) != tc.whole || proto.Size(got) > maxInlinePayload {
 			t.Errorf("a %d-byte receipt is recorded as %d bytes (whole: %v)", proto.Size(tc.receipt), proto.Size(got), tc.whole)
 		}
+	}
+}
+
+// TestOversizeDecisionIsRefused: a decision over maxDecisionBytes (a tool
+// call carrying a huge argument) is refused as a decision_rejected that
+// costs the step, is not recorded, and the tool never runs; the twin, a
+// decision just under the bound, runs.
+func TestOversizeDecisionIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		size   int
+		refuse bool
+	}{{"over", maxDecisionBytes + 1, true}, {"under", maxDecisionBytes / 2, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ex := searchTools(t)
+			e, s := setup(t, Config{Tools: ex})
+			args := mustStruct(t, map[string]any{"q": strings.Repeat("x", tc.size)})
+			st, evs := runToRest(t, e, s, testContract(callReply("search", "call-1", args), finalReply("done")))
+			wantStatus(t, st, evs, statusCompleted, "final_answer")
+			rejected := ofType(evs, "decision_rejected")
+			if !tc.refuse {
+				if len(rejected) != 0 {
+					t.Fatalf("a decision under the bound was refused: %v", rejected[0])
+				}
+				ex.wantCalls(t, 1, 0, 0)
+				return
+			}
+			if len(rejected) != 1 || !strings.Contains(rejected[0].GetDecisionRejected().GetError(), "over the") {
+				t.Fatalf("decision_rejected %v, want one naming the bound", rejected)
+			}
+			// The scripted model's replies are in the contract, so
+			// run_started is as large as the test made it; every other
+			// event is small.
+			for _, ev := range evs[1:] {
+				if n := proto.Size(ev); n > maxDecisionBytes/2 {
+					t.Fatalf("event %d (%s) is %d bytes: the oversize decision was recorded", ev.GetSequence(), runstate.PayloadName(ev), n)
+				}
+			}
+			ex.wantCalls(t, 0, 0, 0)
+		})
+	}
+}
+
+func TestCutTextIsStable(t *testing.T) {
+	long := strings.Repeat("é", 40<<10)
+	once := cutText(long, maxInlineText)
+	if len(once) > maxInlineText || cutText(once, maxInlineText) != once {
+		t.Fatalf("cut once: %d bytes; cut again it changed: want at most %d and stable", len(once), maxInlineText)
 	}
 }

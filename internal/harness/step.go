@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -127,10 +128,16 @@ func (r *runner) step(ctx context.Context) error {
 		Decision: reply.Decision, Usage: usage, CostUsd: price.Cost(usage.GetInputTokens(), usage.GetOutputTokens()),
 	}}}
 
-	// 4. Parse: a reply that is not a valid decision is an observation.
-	if problem := invalid(reply); problem != "" {
+	// 4. Parse: a reply that is not a valid decision is an observation. A
+	// decision too large to record is refused unrecorded.
+	problem := invalid(reply)
+	if n := proto.Size(reply.Decision); problem == "" && n > maxDecisionBytes {
+		problem = fmt.Sprintf("the decision is %d bytes, over the %d rein records; nothing ran: make a large write in parts (such as fs.write of a smaller file, then fs.patch)", n, maxDecisionBytes)
+		returned.GetModelReturned().Decision = nil
+	}
+	if problem != "" {
 		return r.commit(ctx, returned, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_DecisionRejected{DecisionRejected: &reinv1.DecisionRejected{
-			Raw: reply.Raw, Error: problem,
+			Raw: cutText(reply.Raw, maxInlineText), Error: problem,
 		}}})
 	}
 
