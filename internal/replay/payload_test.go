@@ -22,6 +22,9 @@ import (
 func TestReplayLargeProposal(t *testing.T) {
 	ctx := context.Background()
 	big := strings.Repeat("+a long line of the new file\n", 64<<10)
+	// Arguments over the inline bound, under the bound of a decision rein
+	// records at all.
+	note := strings.Repeat("+a long line of the new file\n", 16<<10)
 	fixtures := tools.NewFixtures(map[string][]tools.FixtureResult{
 		"refund": {{Preview: structpb.NewStringValue(big), Receipt: structpb.NewStringValue("re_1")}},
 	})
@@ -32,7 +35,7 @@ func TestReplayLargeProposal(t *testing.T) {
 		Wait: func(context.Context, time.Duration) error { return nil }})
 	defer e.Close()
 	run, _, err := e.Start(ctx, harness.StartRequest{RequestID: "large", Principal: "alice", Tenant: "acme",
-		Contract: contract(nil, call("refund", "w1", map[string]any{"note": big}), final("refunded"))})
+		Contract: contract(nil, call("refund", "w1", map[string]any{"note": note}), final("refunded"))})
 	if err != nil {
 		t.Fatal(err)
 	}
