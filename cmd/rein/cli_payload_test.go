@@ -39,4 +39,6 @@ func TestHugeProposalOverServer(t *testing.T) {
 	// Watched from the start over the server, the approval_requested
 	// included, to the run's end.
 	mustContain(t, "watch", cli(t, "watch", runID, "--server", addr).mustExit(t, exitOK).stdout, "approval_requested", "write_committed", "completed")
+	// Replayed as stored, with the blobs its proposal was stored apart in.
+	mustContain(t, "replay", cli(t, "replay", runID, "--server", addr).mustExit(t, exitOK).stdout, "ok "+runID)
 }

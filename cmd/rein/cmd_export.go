@@ -35,21 +35,11 @@ and rein import FILE read: the line "rein-export 1", the run as protobuf, its SH
 Without -o the file goes to stdout; with -o it is written atomically, mode 0600.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			cn, err := reader(ctx, e)
+			x, err := storedExport(cmd.Context(), e, args[0])
 			if err != nil {
 				return err
 			}
-			defer cn.close()
-			evs, err := allEvents(ctx, cn.runs, args[0], 0)
-			if err != nil {
-				return err
-			}
-			blobs := &serverBlobs{runs: cn.runs, runID: args[0], refs: export.BlobRefs(evs)}
-			x, err := export.New(ctx, args[0], evs, blobs)
-			if err != nil {
-				return err
-			}
+			evs := x.GetEvents()
 			x.ExportedAt = timestamppb.New(time.Now())
 			x.ExportedBy = "rein " + buildVersion()
 			if o.out == "" {
@@ -68,6 +58,22 @@ Without -o the file goes to stdout; with -o it is written atomically, mode 0600.
 	}
 	cmd.Flags().StringVarP(&o.out, "output", "o", "", "write the file here instead of stdout (replaced atomically, mode 0600)")
 	return cmd
+}
+
+// storedExport is the export of a stored run (on --db or the --server):
+// every event, and every blob they reference, read through GetBlobs.
+func storedExport(ctx context.Context, e *env, runID string) (*reinv1.RunExport, error) {
+	cn, err := reader(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	defer cn.close()
+	evs, err := allEvents(ctx, cn.runs, runID, 0)
+	if err != nil {
+		return nil, err
+	}
+	blobs := &serverBlobs{runs: cn.runs, runID: runID, refs: export.BlobRefs(evs)}
+	return export.New(ctx, runID, evs, blobs)
 }
 
 // writeAtomic writes x to path through a temporary file in the same

@@ -31,12 +31,13 @@ expected event and the event the harness made.`,
 			if err != nil {
 				return err
 			}
-			if runs == nil { // a stored run
-				evs, err := inspectEvents(ctx, e, args[0])
+			if runs == nil { // a stored run, with its blobs, as rein export reads it
+				x, err := storedExport(ctx, e, args[0])
 				if err != nil {
 					return err
 				}
-				runs = map[string][]*reinv1.Event{args[0]: evs}
+				runs = map[string][]*reinv1.Event{args[0]: x.GetEvents()}
+				blobs = map[string]map[string][]byte{args[0]: x.GetBlobs()}
 			}
 			names := make([]string, 0, len(runs))
 			for n := range runs {

@@ -36,7 +36,11 @@ func connect(ctx context.Context, e *env, s *setup) (*conn, error) {
 	if s != nil && s.executor != nil {
 		return nil, usageError("--tools, --workspace, --tool-server and --mcp apply to the embedded server; with --server, the server's own tools (rein serve) run")
 	}
-	c, err := client.Dial(e.server, client.Options{Token: e.token, CAFile: e.tlsCA, CertFile: e.tlsCert, KeyFile: e.tlsKey})
+	// A reply is bounded by the server (its pages, its inline bounds); one
+	// blob, such as a large write's preview, may still pass gRPC's 4 MiB
+	// default, and rein export and replay must read it whole.
+	c, err := client.Dial(e.server, client.Options{Token: e.token, CAFile: e.tlsCA, CertFile: e.tlsCert, KeyFile: e.tlsKey,
+		DialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxReplyBytes))}})
 	if err != nil {
 		return nil, usageError("%v", err)
 	}
@@ -48,6 +52,9 @@ func connect(ctx context.Context, e *env, s *setup) (*conn, error) {
 // import` sends a whole export file in one request, and a GetBlobs answer
 // holds a blob whatever its size.
 const embeddedMaxRecv = math.MaxInt32
+
+// maxReplyBytes is the largest reply the CLI takes from a --server.
+const maxReplyBytes = math.MaxInt32
 
 // embedded starts rein in this process on the bbolt file at db and connects
 // to it through the generated client over an in-memory gRPC connection, so
