@@ -36,11 +36,20 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Description }
 
+// MaxContractBytes bounds a contract's encoded size. A run's every read
+// carries its contract (GetRun, a list page), so one near the 4 MiB message
+// limit would leave its run unreadable once its state grew; large inputs
+// belong in the workspace or a tool, read when needed.
+const MaxContractBytes = 2 << 20
+
 // ValidateContract checks a contract before a run starts. It returns a
 // *FieldError for the first problem found.
 func ValidateContract(c *reinv1.TaskContract) error {
 	if c == nil {
 		return &FieldError{"contract", "required: a run needs a task contract"}
+	}
+	if n := proto.Size(c); n > MaxContractBytes {
+		return &FieldError{"contract", fmt.Sprintf("the contract is %d bytes, over the %d rein accepts: put large inputs in the workspace or behind a tool, and read them when needed", n, MaxContractBytes)}
 	}
 	if c.GetGoal() == "" {
 		return &FieldError{"contract.goal", "required: say what the run must achieve"}

@@ -99,6 +99,14 @@ func TestStartRejectsInvalidContract(t *testing.T) {
 		{"missing request id", "", func(c *reinv1.TaskContract) *reinv1.TaskContract { return c }, "request_id"},
 		{"no contract", "req", func(*reinv1.TaskContract) *reinv1.TaskContract { return nil }, "contract"},
 		{"missing goal", "req", func(c *reinv1.TaskContract) *reinv1.TaskContract { c.Goal = ""; return c }, "contract.goal"},
+		{"contract over its bound", "req", func(c *reinv1.TaskContract) *reinv1.TaskContract {
+			c.Goal = strings.Repeat("g", MaxContractBytes)
+			return c
+		}, "contract"},
+		{"contract just under its bound (twin)", "req", func(c *reinv1.TaskContract) *reinv1.TaskContract {
+			c.Goal = strings.Repeat("g", MaxContractBytes-4096)
+			return c
+		}, ""},
 		{"tier unspecified", "req", func(c *reinv1.TaskContract) *reinv1.TaskContract {
 			c.Tools[0].Tier = reinv1.ToolTier_TOOL_TIER_UNSPECIFIED
 			return c
