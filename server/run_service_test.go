@@ -144,6 +144,8 @@ func TestStartRunInvalidArgument(t *testing.T) {
 	untiered.Tools[0].Tier = reinv1.ToolTier_TOOL_TIER_UNSPECIFIED
 	unknownModel := contract(nil)
 	unknownModel.Model.Provider = "oracle"
+	badSchema := contract(nil, final("x"))
+	badSchema.Tools[0].InputSchema, _ = structpb.NewStruct(map[string]any{"type": "object", "properties": map[string]any{"q": map[string]any{"pattern": "("}}})
 	cases := []struct {
 		name  string
 		req   *reinv1.StartRunRequest
@@ -153,6 +155,7 @@ func TestStartRunInvalidArgument(t *testing.T) {
 		{"no contract", &reinv1.StartRunRequest{RequestId: "r"}, "contract"},
 		{"tier missing", &reinv1.StartRunRequest{RequestId: "r", Contract: untiered}, "contract.tools[0].tier"},
 		{"unknown model", &reinv1.StartRunRequest{RequestId: "r", Contract: unknownModel}, "contract.model.provider"},
+		{"input schema does not compile", &reinv1.StartRunRequest{RequestId: "r", Contract: badSchema}, "contract.tools[0].input_schema"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

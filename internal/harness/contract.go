@@ -71,6 +71,9 @@ func ValidateContract(c *reinv1.TaskContract) error {
 		}
 		seen[t.GetName()] = true
 	}
+	if err := checkSchemas(c.GetTools()); err != nil {
+		return err
+	}
 	if d := c.GetBudget().GetTimeout(); d != nil {
 		if err := d.CheckValid(); err != nil || d.AsDuration() <= 0 {
 			return &FieldError{"contract.budget.timeout", "must be a positive duration, such as \"300s\""}

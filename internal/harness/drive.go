@@ -31,6 +31,9 @@ type runner struct {
 	// or arguments), then forgotten.
 	blobs    map[string][]byte
 	toolHash string
+	// inputSchemas are the granted tools' compiled input schemas, by tool
+	// name, compiled once when the driver starts (see schemas).
+	inputSchemas map[string]*inputSchema
 	// tablePrice is the run's model's price in the server's price table;
 	// inTable says whether it has one (else the log's price is in force).
 	tablePrice pricing.Price
@@ -58,6 +61,7 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 	if r.model, err = e.cfg.Models(r.st.Contract.GetModel()); err != nil {
 		return r.fail(fmt.Sprintf("the run's model cannot be built: %v", err))
 	}
+	r.inputSchemas = r.schemas(ctx)
 	if call := r.st.OpenCall; call != nil {
 		// The process stopped after the call was requested and before its
 		// outcome was stored: run it again (a read, or a write's proposal,

@@ -195,7 +195,8 @@ func invalid(reply *model.Reply) string {
 	return ""
 }
 
-// route runs a tool call as its grant's tier says.
+// route runs a tool call as its grant's tier says, once its arguments
+// match the tool's input schema.
 func (r *runner) route(ctx context.Context, call *reinv1.ToolCall, returned *reinv1.Event) error {
 	grant := r.grant(call.GetTool())
 	if grant == nil {
@@ -203,6 +204,11 @@ func (r *runner) route(ctx context.Context, call *reinv1.ToolCall, returned *rei
 			CallId: call.GetCallId(), Tool: call.GetTool(),
 			Reason: fmt.Sprintf("tool %q is not granted to this run, so it was not run; the granted tools are: %s",
 				call.GetTool(), r.grantedNames()),
+		}}})
+	}
+	if why := r.inputSchemas[call.GetTool()].mismatch(call.GetTool(), call.GetArguments()); why != "" {
+		return r.commit(ctx, returned, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ToolRefused{ToolRefused: &reinv1.ToolRefused{
+			CallId: call.GetCallId(), Tool: call.GetTool(), Reason: why,
 		}}})
 	}
 	tier := grant.GetTier()

@@ -1,0 +1,217 @@
+package harness
+
+// Tests of the input-schema check (issue 13 §1): a call whose arguments do
+// not match its tool's schema is refused before the tool runs or a write
+// is proposed, and a schema that does not compile is refused at start.
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/tools"
+)
+
+// listedTools is countingTools whose List gives specs.
+type listedTools struct {
+	*countingTools
+	specs []tools.Spec
+	err   error
+}
+
+func (l *listedTools) List(context.Context) ([]tools.Spec, error) { return l.specs, l.err }
+
+// invoiceSchema is the issue's schema: a required string invoice_id, and
+// nothing else.
+var invoiceSchema = map[string]any{
+	"type":                 "object",
+	"properties":           map[string]any{"invoice_id": map[string]any{"type": "string"}},
+	"required":             []any{"invoice_id"},
+	"additionalProperties": false,
+}
+
+func TestToolCallCheckedAgainstSchema(t *testing.T) {
+	emailSchema := map[string]any{
+		"type":       "object",
+		"properties": map[string]any{"to": map[string]any{"type": "string"}},
+		"required":   []any{"to"},
+	}
+	draft7 := map[string]any{
+		"$schema":    "http://json-schema.org/draft-07/schema#",
+		"type":       "object",
+		"properties": map[string]any{"page": map[string]any{"type": "integer", "minimum": 1}},
+	}
+	nested := map[string]any{
+		"type": "object",
+		"properties": map[string]any{"filter": map[string]any{
+			"type": "object", "properties": map[string]any{"year": map[string]any{"type": "integer"}},
+		}},
+	}
+	for _, tc := range []struct {
+		name    string
+		grant   map[string]any // the grant's input_schema for tool
+		listed  map[string]any // the schema the executor lists for tool
+		listErr error
+		tool    string
+		args    map[string]any
+		// want is the refusal's words, or nil when the call goes through.
+		want            []string
+		reads, proposes int32
+		status          reinv1.RunStatus
+		reason          string
+	}{
+		{name: "the issue's case is refused", grant: invoiceSchema, tool: "search",
+			args: map[string]any{"invoice": 42, "bogus": true},
+			want: []string{`tool "search"`, "its input_schema in the contract", `field "invoice_id" is required (expected a string) and missing`,
+				`field(s) "bogus", "invoice" are not allowed (the fields allowed are: "invoice_id")`, `given: {"bogus":true,"invoice":42}`},
+			status: statusCompleted, reason: "final_answer"},
+		{name: "its twin, valid arguments, runs", grant: invoiceSchema, tool: "search",
+			args: map[string]any{"invoice_id": "INV-42"}, reads: 1, status: statusCompleted, reason: "final_answer"},
+		{name: "a field of the wrong type", grant: invoiceSchema, tool: "search",
+			args:   map[string]any{"invoice_id": 42},
+			want:   []string{`field "invoice_id" (expected a string), given 42 (an integer)`},
+			status: statusCompleted, reason: "final_answer"},
+		{name: "draft-07 keywords are checked", grant: draft7, tool: "search",
+			args: map[string]any{"page": 0}, want: []string{`at schema /properties/page: minimum:`, "is less than 1"},
+			status: statusCompleted, reason: "final_answer"},
+		{name: "draft-07 twin", grant: draft7, tool: "search",
+			args: map[string]any{"page": 2}, reads: 1, status: statusCompleted, reason: "final_answer"},
+		{name: "a nested field", grant: nested, tool: "search",
+			args: map[string]any{"filter": map[string]any{"year": "last"}}, want: []string{`has type "string", want "integer"`},
+			status: statusCompleted, reason: "final_answer"},
+		{name: "a write with bad arguments is never proposed", grant: emailSchema, tool: "send_email",
+			args: map[string]any{"recipient": "bob@example.com"}, want: []string{`field "to" is required (expected a string)`},
+			status: statusCompleted, reason: "final_answer"},
+		{name: "its twin, a write with good arguments, is proposed", grant: emailSchema, tool: "send_email",
+			args: map[string]any{"to": "bob@example.com"}, proposes: 1, status: statusNeedsApproval, reason: "write_proposed"},
+		{name: "a listed schema holds when the grant has none", listed: invoiceSchema, tool: "search",
+			args: map[string]any{"invoice": 42}, want: []string{"the input schema its tool lists", `field "invoice_id" is required`},
+			status: statusCompleted, reason: "final_answer"},
+		{name: "its twin, listed schema and valid arguments", listed: invoiceSchema, tool: "search",
+			args: map[string]any{"invoice_id": "INV-42"}, reads: 1, status: statusCompleted, reason: "final_answer"},
+		{name: "the grant's schema wins over the listed one", grant: map[string]any{"type": "object"}, listed: invoiceSchema, tool: "search",
+			args: map[string]any{"invoice": 42}, reads: 1, status: statusCompleted, reason: "final_answer"},
+		{name: "a List error means no schema", listErr: errors.New("server down"), tool: "search",
+			args: map[string]any{"invoice": 42}, reads: 1, status: statusCompleted, reason: "final_answer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ex := &listedTools{countingTools: searchTools(t), err: tc.listErr}
+			if tc.listed != nil {
+				ex.specs = []tools.Spec{{Name: tc.tool, InputSchema: mustStruct(t, tc.listed)}}
+			}
+			var spy modelSpy
+			e, s := setup(t, Config{Tools: ex, Models: spy.models(nil)})
+			c := testContract(callReply(tc.tool, "c1", mustStruct(t, tc.args)), finalReply("done"))
+			for _, g := range c.Tools {
+				if g.Name == tc.tool && tc.grant != nil {
+					g.InputSchema = mustStruct(t, tc.grant)
+				}
+			}
+			st, evs := runToRest(t, e, s, c)
+
+			wantStatus(t, st, evs, tc.status, tc.reason)
+			ex.wantCalls(t, tc.reads, tc.proposes, 0)
+			refused := ofType(evs, "tool_refused")
+			if tc.want == nil {
+				if len(refused) != 0 {
+					t.Fatalf("the call was refused: %v", refused[0])
+				}
+				return
+			}
+			wantCount(t, evs, "tool_requested", 0)
+			if len(refused) != 1 {
+				t.Fatalf("%d tool_refused, want 1; log:\n%s", len(refused), dump(evs))
+			}
+			why := refused[0].GetToolRefused().GetReason()
+			for _, w := range tc.want {
+				if !strings.Contains(why, w) {
+					t.Errorf("reason %q does not say %q", why, w)
+				}
+			}
+			// The refusal costs the step, and the model reads it.
+			if st.Steps != 2 || st.ToolCalls != 0 {
+				t.Errorf("steps %d, tool calls %d; want 2 steps, 0 tool calls", st.Steps, st.ToolCalls)
+			}
+			reqs := spy.requests()
+			if o := lastObservation(t, reqs[len(reqs)-1]); o.Text != why && !strings.Contains(o.Text, why) {
+				t.Errorf("the model saw %q, want the refusal %q", o.Text, why)
+			}
+		})
+	}
+}
+
+// A refusal's words do not depend on map order: replay compares them.
+func TestSchemaRefusalIsStable(t *testing.T) {
+	is, err := compileSchema(mustStruct(t, invoiceSchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := mustStruct(t, map[string]any{"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "invoice_id": 7})
+	first := is.mismatch("search", args)
+	for range 50 {
+		if got := is.mismatch("search", args); got != first {
+			t.Fatalf("refusal changed:\n%s\n%s", first, got)
+		}
+	}
+	// The fallback to the validator's words sorts its list of fields.
+	loose, err := compileSchema(mustStruct(t, map[string]any{"additionalProperties": false, "properties": map[string]any{}, "minProperties": 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := validatorText(loose.resolved.Validate(map[string]any{"z": 1.0, "a": 1.0, "m": 1.0})); !strings.Contains(got, `["a" "m" "z"]`) {
+		t.Errorf("validator text %q does not list the fields sorted", got)
+	}
+}
+
+// A contract whose input schema does not compile is refused at start,
+// naming the field; nothing is stored.
+func TestSchemaThatDoesNotCompileIsRefusedAtStart(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		schema map[string]any
+		want   string
+	}{
+		{"a type that is no JSON type", map[string]any{"type": "strin"}, `type "strin" is not a JSON type`},
+		{"a nested type that is no JSON type", map[string]any{"properties": map[string]any{"a": map[string]any{"type": "text"}}}, `"text"`},
+		{"a bad pattern", map[string]any{"properties": map[string]any{"a": map[string]any{"pattern": "("}}}, "missing closing )"},
+		{"a remote reference", map[string]any{"$ref": "https://example.com/invoice.json"}, "cannot resolve remote schemas"},
+		{"a draft not supported", map[string]any{"$schema": "http://json-schema.org/draft-04/schema#"}, "not supported"},
+		{"required that is not a list", map[string]any{"required": "invoice_id"}, "required"},
+		{"a type that is not a string", map[string]any{"type": 5}, "type"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ex := searchTools(t)
+			e, s := setup(t, Config{Tools: ex})
+			c := testContract(finalReply("done"))
+			c.Tools[1].InputSchema = mustStruct(t, tc.schema)
+			_, _, err := e.Start(testCtx(t), StartRequest{RequestID: "r", Contract: c, Principal: "alice", Tenant: "acme"})
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != "contract.tools[1].input_schema" {
+				t.Fatalf("Start: %v, want a FieldError naming contract.tools[1].input_schema", err)
+			}
+			if !strings.Contains(fe.Description, tc.want) || !strings.Contains(fe.Description, `"send_email"`) {
+				t.Errorf("description %q does not say %q and name the tool", fe.Description, tc.want)
+			}
+			page, err := s.List(testCtx(t), store.Filter{Limit: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page.Runs) != 0 {
+				t.Errorf("a refused start stored %d runs", len(page.Runs))
+			}
+		})
+	}
+	// The twin: schemas of both drafts compile.
+	for _, sc := range []map[string]any{invoiceSchema, {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"},
+		{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", "$defs": map[string]any{"id": map[string]any{"type": "string"}},
+			"properties": map[string]any{"a": map[string]any{"$ref": "#/$defs/id"}}}} {
+		c := testContract(finalReply("done"))
+		c.Tools[0].InputSchema = mustStruct(t, sc)
+		if err := ValidateContract(c); err != nil {
+			t.Errorf("ValidateContract(%v): %v", sc, err)
+		}
+	}
+}
