@@ -513,7 +513,7 @@ func TestCommitFailureLeavesOutcomeUnknown(t *testing.T) {
 func TestUnknownOutcomeKeepsDeadline(t *testing.T) {
 	s := newPeopleServer(t, Config{})
 	s.tools.failures.Store(1)
-	run := s.begin(t, withTimeout(writeContract(refundCall(), final("refunded")), 600*time.Millisecond), stNeedsApproval)
+	run := s.begin(t, withTimeout(writeContract(refundCall(), final("refunded")), 3*time.Second), stNeedsApproval)
 	resp, err := s.decide(run, approveVerdict, "")
 	if err != nil {
 		t.Fatalf("approval: %v", err)
