@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -34,6 +36,9 @@ type runner struct {
 	// inputSchemas are the granted tools' compiled input schemas, by tool
 	// name, compiled once when the driver starts (see schemas).
 	inputSchemas map[string]*inputSchema
+	// listedSchemas are the schemas tools listed for grants that give none
+	// (shown to the model with the grant: modelTools).
+	listedSchemas map[string]*structpb.Struct
 	// tablePrice is the run's model's price in the server's price table;
 	// inTable says whether it has one (else the log's price is in force).
 	tablePrice pricing.Price

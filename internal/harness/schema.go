@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/google/jsonschema-go/jsonschema"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -114,6 +116,7 @@ func checkSchemas(grants []*reinv1.ToolGrant) error {
 // means the tool has no schema (logged), not a failed run.
 func (r *runner) schemas(ctx context.Context) map[string]*inputSchema {
 	out := map[string]*inputSchema{}
+	r.listedSchemas = map[string]*structpb.Struct{}
 	var missing []string
 	for _, g := range r.st.Contract.GetTools() {
 		s := g.GetInputSchema()
@@ -155,6 +158,27 @@ func (r *runner) schemas(ctx context.Context) map[string]*inputSchema {
 		}
 		is.from = "the input schema its tool lists"
 		out[sp.Name] = is
+		r.listedSchemas[sp.Name] = sp.InputSchema
+	}
+	return out
+}
+
+// modelTools are the grants as the model is shown them: a grant with no
+// input_schema of its own carries the one its tool lists, the schema its
+// calls are held to.
+func (r *runner) modelTools() []*reinv1.ToolGrant {
+	grants := r.st.Contract.GetTools()
+	if len(r.listedSchemas) == 0 {
+		return grants
+	}
+	out := make([]*reinv1.ToolGrant, len(grants))
+	for i, g := range grants {
+		out[i] = g
+		if s, ok := r.listedSchemas[g.GetName()]; ok && g.GetInputSchema() == nil {
+			cp := proto.Clone(g).(*reinv1.ToolGrant)
+			cp.InputSchema = s
+			out[i] = cp
+		}
 	}
 	return out
 }

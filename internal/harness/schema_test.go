@@ -7,6 +7,7 @@ package harness
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -114,6 +115,23 @@ func TestToolCallCheckedAgainstSchema(t *testing.T) {
 
 			wantStatus(t, st, evs, tc.status, tc.reason)
 			ex.wantCalls(t, tc.reads, tc.proposes, 0)
+			// The model is shown the schema the calls are held to: the
+			// grant's own, else the one its tool lists.
+			if reqs := spy.requests(); len(reqs) > 0 {
+				shown := map[string]any(nil)
+				for _, g := range reqs[0].Tools {
+					if g.GetName() == tc.tool {
+						shown = g.GetInputSchema().AsMap()
+					}
+				}
+				want := tc.grant
+				if want == nil && tc.listErr == nil {
+					want = tc.listed
+				}
+				if want != nil && !reflect.DeepEqual(shown, mustStruct(t, want).AsMap()) {
+					t.Errorf("the model was shown schema %v for %s, want %v", shown, tc.tool, want)
+				}
+			}
 			refused := ofType(evs, "tool_refused")
 			if tc.want == nil {
 				if len(refused) != 0 {

@@ -52,7 +52,7 @@ func (r *runner) step(ctx context.Context) error {
 		Step:       step,
 		Goal:       c.GetGoal(),
 		Inputs:     c.GetInputs(),
-		Tools:      c.GetTools(),
+		Tools:      r.modelTools(),
 		Transcript: r.transcript.turns,
 	}
 	input := r.transcript.estimateTokens()
