@@ -236,6 +236,8 @@ func eventSummary(ev *reinv1.Event) string {
 		return "operation " + p.WriteOutcomeUnknown.GetOperationId() + ": " + p.WriteOutcomeUnknown.GetError()
 	case *reinv1.Event_InputProvided:
 		return fmt.Sprintf("%q by %s", p.InputProvided.GetText(), ev.GetActor())
+	case *reinv1.Event_ChecksCompleted:
+		return checksText(p.ChecksCompleted.GetResults())
 	case *reinv1.Event_StatusChanged:
 		sc := p.StatusChanged
 		s := fmt.Sprintf("%s → %s (%s)", runstate.StatusName(sc.GetFrom()), runstate.StatusName(sc.GetTo()), sc.GetReason())
@@ -245,6 +247,27 @@ func eventSummary(ev *reinv1.Event) string {
 		return s
 	}
 	return ""
+}
+
+// checksText sums up completion checks' results: how many ran, passed and
+// failed, and the names of the failed ones ("2 checks: 1 passed, 1 failed
+// (unit)").
+func checksText(results []*reinv1.CheckResult) string {
+	var failed []string
+	for _, r := range results {
+		if !r.GetPassed() {
+			failed = append(failed, r.GetName())
+		}
+	}
+	noun := "checks"
+	if len(results) == 1 {
+		noun = "check"
+	}
+	s := fmt.Sprintf("%d %s: %d passed", len(results), noun, len(results)-len(failed))
+	if len(failed) > 0 {
+		s += fmt.Sprintf(", %d failed (%s)", len(failed), strings.Join(failed, ", "))
+	}
+	return s
 }
 
 func quoteIf(s string) string {
