@@ -270,6 +270,21 @@ func checksText(results []*reinv1.CheckResult) string {
 	return s
 }
 
+// runChangeLine is one status change of `rein watch --all` as a line for a
+// person. A run's creation has no previous status: it reads "created".
+func runChangeLine(ch *reinv1.RunChange) string {
+	from := "created"
+	if ch.GetPrevious() != reinv1.RunStatus_RUN_STATUS_UNSPECIFIED {
+		from = runstate.StatusName(ch.GetPrevious())
+	}
+	s := fmt.Sprintf("%s %6d %s %s → %s", ch.GetChangedAt().AsTime().UTC().Format("15:04:05.000"),
+		ch.GetCursor(), ch.GetRunId(), from, runstate.StatusName(ch.GetStatus()))
+	if r := ch.GetReason(); r != "" {
+		s += " (" + r + ")"
+	}
+	return fmt.Sprintf("%s v%d", s, ch.GetVersion())
+}
+
 func quoteIf(s string) string {
 	if s == "" {
 		return ""
