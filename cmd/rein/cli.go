@@ -168,6 +168,28 @@ func exitCode(err error) int {
 	return exitError
 }
 
+// clientFlags are the root's persistent flags that only a client of a rein
+// server uses (`rein serve` has its own --tls-cert and --tls-key).
+var clientFlags = []string{"server", "token", "tls-ca", "tls-cert", "tls-key"}
+
+// hideClientFlags keeps the client-only flags out of cmd's help: they are
+// persistent on the root, so cobra would list them as cmd's global flags. The
+// flags are shared with the root, so they are hidden only while the help is
+// written.
+func hideClientFlags(cmd *cobra.Command) {
+	help := cmd.HelpFunc()
+	cmd.SetHelpFunc(func(c *cobra.Command, args []string) {
+		inherited := c.InheritedFlags()
+		for _, name := range clientFlags {
+			if f := inherited.Lookup(name); f != nil && !f.Hidden {
+				f.Hidden = true
+				defer func() { f.Hidden = false }()
+			}
+		}
+		help(c, args)
+	})
+}
+
 // defaultDB is a file under the user's state directory.
 func defaultDB() string {
 	dir := os.Getenv("XDG_STATE_HOME")
