@@ -249,6 +249,18 @@ func TestHelpListsClientFlagsOnClientsOnly(t *testing.T) {
 	mustContain(t, "rein list --help after serve --help", out.String(), client...)
 }
 
+// Every documented command is listed by `rein --help`, bench included.
+func TestRootHelpListsEveryCommand(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	help := cli(t, "--help").mustExit(t, 0).stdout
+	for _, c := range []string{"run", "watch", "approve", "deny", "input", "cancel", "pending", "inspect",
+		"events", "export", "import", "list", "serve", "fork", "replay", "bench", "check", "evaluate"} {
+		if !regexp.MustCompile(`(?m)^  ` + c + `\s`).MatchString(help) {
+			t.Errorf("rein --help does not list %s:\n%s", c, help)
+		}
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
