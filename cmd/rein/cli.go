@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Exit codes (DESIGN §9).
+// Exit codes (the README's "Exit codes").
 const (
 	exitOK          = 0
 	exitError       = 1
@@ -146,7 +146,7 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 	return code
 }
 
-// exitCode maps an error to the exit code of DESIGN §9.
+// exitCode maps an error to its exit code (the README's "Exit codes").
 func exitCode(err error) int {
 	var ee *exitErr
 	if errors.As(err, &ee) {
