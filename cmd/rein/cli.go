@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Exit codes (DESIGN §9).
+// Exit codes (the README's "Exit codes").
 const (
 	exitOK          = 0
 	exitError       = 1
@@ -146,7 +146,7 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 	return code
 }
 
-// exitCode maps an error to the exit code of DESIGN §9.
+// exitCode maps an error to its exit code (the README's "Exit codes").
 func exitCode(err error) int {
 	var ee *exitErr
 	if errors.As(err, &ee) {
@@ -166,6 +166,28 @@ func exitCode(err error) int {
 		return exitError
 	}
 	return exitError
+}
+
+// clientFlags are the root's persistent flags that only a client of a rein
+// server uses (`rein serve` has its own --tls-cert and --tls-key).
+var clientFlags = []string{"server", "token", "tls-ca", "tls-cert", "tls-key"}
+
+// hideClientFlags keeps the client-only flags out of cmd's help: they are
+// persistent on the root, so cobra would list them as cmd's global flags. The
+// flags are shared with the root, so they are hidden only while the help is
+// written.
+func hideClientFlags(cmd *cobra.Command) {
+	help := cmd.HelpFunc()
+	cmd.SetHelpFunc(func(c *cobra.Command, args []string) {
+		inherited := c.InheritedFlags()
+		for _, name := range clientFlags {
+			if f := inherited.Lookup(name); f != nil && !f.Hidden {
+				f.Hidden = true
+				defer func() { f.Hidden = false }()
+			}
+		}
+		help(c, args)
+	})
 }
 
 // defaultDB is a file under the user's state directory.

@@ -220,6 +220,47 @@ func TestHelpWritesNothing(t *testing.T) {
 	mustNotExist(t, db)
 }
 
+// `rein serve --help` lists no client-only flag (it serves; it talks to no
+// server), and a client command's help lists them all.
+func TestHelpListsClientFlagsOnClientsOnly(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	client := []string{"--server ", "--token ", "--tls-ca "}
+	serve := cli(t, "serve", "--help").mustExit(t, 0).stdout
+	for _, f := range client {
+		if strings.Contains(serve, f) {
+			t.Errorf("rein serve --help lists the client flag %s:\n%s", f, serve)
+		}
+	}
+	// serve's own TLS flags and the store stay.
+	mustContain(t, "rein serve --help", serve, "--listen ", "--tls-cert ", "--tls-key ", "--db ")
+	list := cli(t, "list", "--help").mustExit(t, 0).stdout
+	mustContain(t, "rein list --help", list, append(client, "--tls-cert ", "--tls-key ", "--db ")...)
+	// The flags were hidden only for serve's help: a client's help written
+	// after it, in the same process, still lists them.
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb}
+	if code := run(context.Background(), e, []string{"serve", "--help"}); code != 0 {
+		t.Fatalf("serve --help: exit %d\n%s", code, errb.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), e, []string{"list", "--help"}); code != 0 {
+		t.Fatalf("list --help: exit %d\n%s", code, errb.String())
+	}
+	mustContain(t, "rein list --help after serve --help", out.String(), client...)
+}
+
+// Every documented command is listed by `rein --help`, bench included.
+func TestRootHelpListsEveryCommand(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	help := cli(t, "--help").mustExit(t, 0).stdout
+	for _, c := range []string{"run", "watch", "approve", "deny", "input", "cancel", "pending", "inspect",
+		"events", "export", "import", "list", "serve", "fork", "replay", "bench", "check", "evaluate"} {
+		if !regexp.MustCompile(`(?m)^  ` + c + `\s`).MatchString(help) {
+			t.Errorf("rein --help does not list %s:\n%s", c, help)
+		}
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestWatchFollowsToTheEnd(t *testing.T) {
@@ -44,4 +47,42 @@ func TestWatchRefusals(t *testing.T) {
 	cli(t, "watch", "--all", "--status", "bogus", "--db", db).mustExit(t, exitUsage)
 	// Beyond the head is invalid input.
 	cli(t, "watch", runID, "--after", "999", "--db", db).mustExit(t, exitUsage)
+}
+
+// `rein watch --all` prints a run's creation as "created → running", not as
+// a change from an unspecified status with an empty reason.
+func TestWatchAllPrintsACreation(t *testing.T) {
+	db := newDB(t)
+	runID := decodeOne(t, cli(t, append(exampleRun("invoice", db), "--json")...).mustExit(t, exitOK).stdout)["run_id"].(string)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := newWatchWriter("→ completed")
+	var errb bytes.Buffer
+	code := make(chan int, 1)
+	go func() {
+		code <- Run(ctx, []string{"watch", "--all", "--db", db}, strings.NewReader(""), out, &errb)
+	}()
+	select {
+	case <-out.seen:
+	case c := <-code:
+		t.Fatalf("watch --all exited %d before the completion:\n%s\nstderr:\n%s", c, out, errb.String())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("watch --all did not print the completion within 20s:\n%s", out)
+	}
+	cancel()
+	if c := <-code; c != exitOK {
+		t.Fatalf("watch --all interrupted: exit %d, want 0\nstderr:\n%s", c, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d lines, want the creation and the completion:\n%s", len(lines), out)
+	}
+	mustContain(t, "the first line", lines[0], runID+" created → running v1")
+	mustContain(t, "the last line", lines[1], runID+" running → completed (final_answer)")
+	for _, bad := range []string{"unspecified", "()"} {
+		if strings.Contains(out.String(), bad) {
+			t.Errorf("watch --all prints %q:\n%s", bad, out)
+		}
+	}
 }

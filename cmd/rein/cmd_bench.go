@@ -78,10 +78,9 @@ measure the server's memory with every stream open and idle.`
 func newBenchCmd(e *env) *cobra.Command {
 	o := &benchOptions{}
 	cmd := &cobra.Command{
-		Use:    "bench SCENARIO",
-		Short:  "Measure rein against the disk it runs on (rein bench --help lists the scenarios)",
-		Hidden: true,
-		Args:   cobra.ExactArgs(1),
+		Use:   "bench SCENARIO",
+		Short: "Measure rein against the disk it runs on (rein bench --help lists the scenarios)",
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd, e, args[0])
 		},

@@ -50,6 +50,7 @@ run the database holds as running.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), e) },
 	}
+	hideClientFlags(cmd)
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", "127.0.0.1:7233", "address to listen on")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "server certificate (PEM); with --tls-key turns TLS on")

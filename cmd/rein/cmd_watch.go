@@ -108,8 +108,7 @@ func (o *watchOptions) watchAll(ctx context.Context, e *env) error {
 			m, _ := protoJSON(ch).(map[string]any)
 			return writeJSON(e.stdout, m, false)
 		}
-		_, err := fmt.Fprintf(e.stdout, "%s %6d %s %s → %s (%s) v%d\n", ch.GetChangedAt().AsTime().UTC().Format("15:04:05.000"),
-			ch.GetCursor(), ch.GetRunId(), runstate.StatusName(ch.GetPrevious()), runstate.StatusName(ch.GetStatus()), ch.GetReason(), ch.GetVersion())
+		_, err := fmt.Fprintln(e.stdout, runChangeLine(ch))
 		return err
 	})
 	if ctx.Err() != nil {

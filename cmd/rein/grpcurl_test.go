@@ -157,12 +157,12 @@ func grpcurlWords(t *testing.T, cmd string) []string {
 }
 
 // grpcurlServeArgs turns the README's serve block into the arguments of the
-// built binary: it drops `go run ./cmd/rein`, and sets --listen to a port the
+// built binary: it drops `./rein`, and sets --listen to a port the
 // kernel picks and --db to db.
 func grpcurlServeArgs(t *testing.T, block, db string) []string {
 	t.Helper()
 	words := grpcurlWords(t, block)
-	prefix := []string{"go", "run", "./cmd/rein", "serve"}
+	prefix := []string{"./rein", "serve"}
 	if len(words) < len(prefix) || strings.Join(words[:len(prefix)], " ") != strings.Join(prefix, " ") {
 		t.Fatalf("README.md's serve block should start with %q: %q", strings.Join(prefix, " "), words)
 	}

@@ -16,7 +16,7 @@ import (
 )
 
 // summary is the JSON a command prints for a run. Fields are added, never
-// renamed or removed (DESIGN §9). Statuses are lower-case names.
+// renamed or removed (the README's "The CLI"). Statuses are lower-case names.
 type summary struct {
 	RunID        string `json:"run_id"`
 	Status       string `json:"status"`
@@ -236,6 +236,8 @@ func eventSummary(ev *reinv1.Event) string {
 		return "operation " + p.WriteOutcomeUnknown.GetOperationId() + ": " + p.WriteOutcomeUnknown.GetError()
 	case *reinv1.Event_InputProvided:
 		return fmt.Sprintf("%q by %s", p.InputProvided.GetText(), ev.GetActor())
+	case *reinv1.Event_ChecksCompleted:
+		return checksText(p.ChecksCompleted.GetResults())
 	case *reinv1.Event_StatusChanged:
 		sc := p.StatusChanged
 		s := fmt.Sprintf("%s → %s (%s)", runstate.StatusName(sc.GetFrom()), runstate.StatusName(sc.GetTo()), sc.GetReason())
@@ -245,6 +247,42 @@ func eventSummary(ev *reinv1.Event) string {
 		return s
 	}
 	return ""
+}
+
+// checksText sums up completion checks' results: how many ran, passed and
+// failed, and the names of the failed ones ("2 checks: 1 passed, 1 failed
+// (unit)").
+func checksText(results []*reinv1.CheckResult) string {
+	var failed []string
+	for _, r := range results {
+		if !r.GetPassed() {
+			failed = append(failed, r.GetName())
+		}
+	}
+	noun := "checks"
+	if len(results) == 1 {
+		noun = "check"
+	}
+	s := fmt.Sprintf("%d %s: %d passed", len(results), noun, len(results)-len(failed))
+	if len(failed) > 0 {
+		s += fmt.Sprintf(", %d failed (%s)", len(failed), strings.Join(failed, ", "))
+	}
+	return s
+}
+
+// runChangeLine is one status change of `rein watch --all` as a line for a
+// person. A run's creation has no previous status: it reads "created".
+func runChangeLine(ch *reinv1.RunChange) string {
+	from := "created"
+	if ch.GetPrevious() != reinv1.RunStatus_RUN_STATUS_UNSPECIFIED {
+		from = runstate.StatusName(ch.GetPrevious())
+	}
+	s := fmt.Sprintf("%s %6d %s %s → %s", ch.GetChangedAt().AsTime().UTC().Format("15:04:05.000"),
+		ch.GetCursor(), ch.GetRunId(), from, runstate.StatusName(ch.GetStatus()))
+	if r := ch.GetReason(); r != "" {
+		s += " (" + r + ")"
+	}
+	return fmt.Sprintf("%s v%d", s, ch.GetVersion())
 }
 
 func quoteIf(s string) string {
