@@ -132,6 +132,10 @@ func (s *runService) ListRuns(ctx context.Context, req *reinv1.ListRunsRequest) 
 	if err != nil {
 		return nil, toStatus(s.log, "ListRuns", err)
 	}
+	for _, d := range page.Damaged {
+		// Its tenant cannot be read either: the caller is not told.
+		s.log.Warn("ListRuns passed over a run whose stored state is damaged; rein check lists every problem", "error", d)
+	}
 	resp := &reinv1.ListRunsResponse{NextPageToken: encodeToken(page.Next)}
 	for _, st := range page.Runs {
 		resp.Runs = append(resp.Runs, st.Proto(true))

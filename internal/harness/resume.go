@@ -29,6 +29,9 @@ func (e *Engine) ResumeAll(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("list the runs to resume: %w", err)
 		}
+		for _, err := range page.Damaged {
+			e.cfg.Logger.Error("a run cannot be resumed: what is stored of it is damaged; rein check lists every problem", "error", err)
+		}
 		for _, st := range page.Runs {
 			e.resumeOne(ctx, st)
 		}

@@ -244,4 +244,9 @@ type Page struct {
 	// Next is the ID to pass as Filter.After for the next page; empty on the
 	// last page.
 	Next string
+	// Damaged are the runs passed over because what is stored of them
+	// cannot be read: each an error wrapping ErrDataLoss that names the
+	// run. The other runs are listed whole, so one damaged run never hides
+	// its tenant's others, nor stops a server resuming them.
+	Damaged []error
 }

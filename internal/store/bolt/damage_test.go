@@ -242,6 +242,30 @@ func assertDamagedRun(t *testing.T, s *Store, d damage) {
 	for _, id := range []string{"run-a", "run-z"} {
 		assertReads(t, s, id)
 	}
+	// The damaged run never hides the others from a listing, with a status
+	// filter (the status index) or without (the runs bucket); one whose
+	// state cannot be read is named as damaged.
+	for _, f := range []store.Filter{{Limit: 10}, {Limit: 10, Statuses: []reinv1.RunStatus{reinv1.RunStatus_RUN_STATUS_RUNNING}}} {
+		page, err := s.List(ctx, f)
+		if err != nil {
+			t.Fatalf("List(%v): %v; want the healthy runs", f.Statuses, err)
+		}
+		listed := map[string]bool{}
+		for _, st := range page.Runs {
+			listed[st.RunID] = true
+		}
+		if !listed["run-a"] || !listed["run-z"] {
+			t.Errorf("List(%v) gave %v; want run-a and run-z", f.Statuses, listed)
+		}
+		for _, d := range page.Damaged {
+			if !errors.Is(d, store.ErrDataLoss) {
+				t.Errorf("List(%v) names %v as damaged, not ErrDataLoss", f.Statuses, d)
+			}
+		}
+		if d.load && len(page.Damaged) == 0 && !listed["run-m"] {
+			t.Errorf("List(%v) hides the damaged run: neither listed nor named damaged", f.Statuses)
+		}
+	}
 }
 
 func assertDataLoss(t *testing.T, what string, err error, seq uint64) {

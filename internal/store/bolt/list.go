@@ -3,6 +3,7 @@ package bolt
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 
 	bbolt "go.etcd.io/bbolt"
@@ -32,9 +33,14 @@ func (s *Store) List(ctx context.Context, f store.Filter) (store.Page, error) {
 			}
 			b := runs.Bucket(id)
 			if b == nil {
-				return fmt.Errorf("list runs: %w", damaged("run "+string(id), "the status index lists it, but its bucket is missing"))
+				page.Damaged = append(page.Damaged, damaged("run "+string(id), "the status index lists it, but its bucket is missing"))
+				continue
 			}
 			st, err := loadState(b, contractOf(tx, string(id)))
+			if errors.Is(err, store.ErrDataLoss) {
+				page.Damaged = append(page.Damaged, fmt.Errorf("run %s: %w", id, err))
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("list runs: run %s: %w", id, err)
 			}
