@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
@@ -140,10 +141,34 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 	}
 	if st, ok := status.FromError(err); ok {
 		fmt.Fprintf(stderr, "rein: %s (%s)\n", st.Message(), st.Code())
+		if hint := unreachable(e, st); hint != "" {
+			fmt.Fprintln(stderr, "rein: "+hint)
+		}
 	} else if msg := err.Error(); msg != "" {
 		fmt.Fprintln(stderr, "rein: "+msg)
 	}
 	return code
+}
+
+// unreachable says, in words, what to check when the CLI could not talk to
+// its --server at all (the connection failed, as opposed to the server
+// answering Unavailable), or "".
+func unreachable(e *env, st *status.Status) string {
+	if e.server == "" || st.Code() != codes.Unavailable {
+		return ""
+	}
+	msg := st.Message()
+	switch {
+	case strings.Contains(msg, "server preface"), strings.Contains(msg, "first record does not look like a TLS handshake"),
+		strings.Contains(msg, "tls:"), strings.Contains(msg, "x509:"), strings.Contains(msg, "authentication handshake failed"):
+		if e.tlsCA == "" {
+			return fmt.Sprintf("the server at %s did not speak plaintext gRPC: if it serves TLS, pass --tls-ca with the CA that signed its certificate", e.server)
+		}
+		return fmt.Sprintf("the TLS connection to %s failed: check that --tls-ca is the CA that signed the server's certificate, and that the server serves TLS", e.server)
+	case strings.Contains(msg, "connection error"), strings.Contains(msg, "dial"), strings.Contains(msg, "connection refused"), strings.Contains(msg, "no such host"):
+		return fmt.Sprintf("cannot reach a rein server at %s: is `rein serve` running there, listening on that address?", e.server)
+	}
+	return ""
 }
 
 // exitCode maps an error to its exit code (the README's "Exit codes").
