@@ -1,10 +1,14 @@
 package model
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -162,4 +166,48 @@ func ParseRetryAfter(h http.Header, now time.Time) time.Duration {
 		return t.Sub(now)
 	}
 	return 0
+}
+
+// TransportError is a call that failed before its provider answered: the
+// connection was refused, the host was not found, or the connection was
+// reset or cut before a response. It unwraps to ErrRetryable (and to the
+// cause): the one retry owner sends the call once more, as after a 429 or
+// a 5xx.
+type TransportError struct {
+	Provider string
+	Err      error
+}
+
+func (e *TransportError) Error() string {
+	return fmt.Sprintf("%s could not be reached: %v; check model.base_url and the network", e.Provider, e.Err)
+}
+
+func (e *TransportError) Unwrap() []error { return []error{ErrRetryable, e.Err} }
+
+// Transport is err as a provider reports a call that got no answer: a
+// *TransportError when the transport failed (see TransportError), else err
+// prefixed with the provider's name. A cancelled or timed-out context is
+// never a transport failure: the caller stopped the call.
+func Transport(provider string, err error) error {
+	if isTransport(err) {
+		return &TransportError{Provider: provider, Err: err}
+	}
+	return fmt.Errorf("%s: %w", provider, err)
+}
+
+func isTransport(err error) bool {
+	var (
+		op  *net.OpError
+		dns *net.DNSError
+	)
+	switch {
+	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false
+	case errors.As(err, &dns), errors.As(err, &op):
+		return true
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return true
+	}
+	return false
 }

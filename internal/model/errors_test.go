@@ -1,8 +1,14 @@
 package model
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -51,6 +57,31 @@ func TestClassify(t *testing.T) {
 		}
 		if msg := e.Error(); !strings.Contains(msg, tc.says) || strings.Contains(msg, tc.not) {
 			t.Errorf("HTTP %d: message %q, want it to say %q and not %q", tc.status, msg, tc.says, tc.not)
+		}
+	}
+}
+
+func TestTransportClassifies(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for _, tc := range []struct {
+		name      string
+		err       error
+		retryable bool
+	}{
+		{"connection refused", &url.Error{Op: "Post", URL: "http://x", Err: refused}, true},
+		{"no such host", &net.DNSError{Err: "no such host", Name: "x.invalid", IsNotFound: true}, true},
+		{"reset", fmt.Errorf("read: %w", syscall.ECONNRESET), true},
+		{"cut before a response", io.ErrUnexpectedEOF, true},
+		{"cancelled (twin)", fmt.Errorf("post: %w", context.Canceled), false},
+		{"deadline (twin)", &url.Error{Op: "Post", URL: "http://x", Err: context.DeadlineExceeded}, false},
+		{"another error (twin)", errors.New("decode the reply: bad JSON"), false},
+	} {
+		err := Transport("openai", tc.err)
+		if got := errors.Is(err, ErrRetryable); got != tc.retryable {
+			t.Errorf("%s: retryable %v, want %v (%v)", tc.name, got, tc.retryable, err)
+		}
+		if !errors.Is(err, tc.err) {
+			t.Errorf("%s: %v does not wrap its cause", tc.name, err)
 		}
 	}
 }

@@ -255,5 +255,5 @@ func classify(ctx context.Context, err error) error {
 	if errors.As(err, &apiErr) {
 		return model.NewHTTPError(Provider, KeyEnv, apiErr.StatusCode, apiErr.Message, apiErr.Response)
 	}
-	return fmt.Errorf("anthropic: %w", err)
+	return model.Transport(Provider, err)
 }

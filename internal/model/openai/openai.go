@@ -309,5 +309,5 @@ func classify(ctx context.Context, err error) error {
 	if errors.As(err, &apiErr) {
 		return model.NewHTTPError(Provider, KeyEnv, apiErr.StatusCode, apiErr.Message, apiErr.Response)
 	}
-	return fmt.Errorf("openai: %w", err)
+	return model.Transport(Provider, err)
 }

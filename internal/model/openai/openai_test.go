@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -408,5 +409,44 @@ func TestEnvironmentBaseURLIgnored(t *testing.T) {
 		if len(rec.hosts) != 1 || rec.hosts[0] != tc.want {
 			t.Fatalf("base_url %q: requests went to %v, want %s", tc.base, rec.hosts, tc.want)
 		}
+	}
+}
+
+// TestTransportFailureIsRetryable: a call that gets no answer (nothing
+// listens at the base URL, or the server cuts the connection before a
+// response) is retryable, for the one retry owner; the twin, a call the
+// caller cancelled, is not.
+func TestTransportFailureIsRetryable(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + lis.Addr().String() + "/v1"
+	lis.Close()
+	cut := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close() // reset before a response
+		}
+	}))
+	defer cut.Close()
+	for _, base := range []string{closed, cut.URL + "/v1"} {
+		m, err := openai.New(&reinv1.ModelSpec{Provider: "openai", Name: "gpt-test", BaseUrl: base}, testKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = m.Next(context.Background(), request())
+		if !errors.Is(err, model.ErrRetryable) || !strings.Contains(err.Error(), "could not be reached") {
+			t.Errorf("%s: %v, want a retryable transport failure", base, err)
+		}
+	}
+	m, err := openai.New(&reinv1.ModelSpec{Provider: "openai", Name: "gpt-test", BaseUrl: closed}, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := m.Next(ctx, request()); errors.Is(err, model.ErrRetryable) {
+		t.Errorf("a cancelled call is retryable: %v", err)
 	}
 }
