@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"syscall"
 	"time"
@@ -199,14 +199,16 @@ func isTransport(err error) bool {
 	var (
 		op  *net.OpError
 		dns *net.DNSError
+		// The HTTP client's error for a round trip that got no response
+		// (a reply that came and does not parse is not one).
+		rt *url.Error
 	)
 	switch {
 	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return false
-	case errors.As(err, &dns), errors.As(err, &op):
+	case errors.As(err, &dns), errors.As(err, &op), errors.As(err, &rt):
 		return true
-	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return true
 	}
 	return false
