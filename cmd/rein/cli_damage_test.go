@@ -4,14 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
+
+	"github.com/reinhq/rein/internal/rofs"
 
 	bbolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -136,28 +136,7 @@ func TestReadCommandsOnReadOnlyStore(t *testing.T) {
 	t.Parallel()
 	db, a, _ := twoRuns(t)
 	before := fileBytes(t, db)
-	dir := filepath.Dir(db)
-	if err := os.Chmod(db, 0o400); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o500); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.Chmod(dir, 0o700) })
-	if os.Geteuid() == 0 {
-		ro := t.TempDir()
-		if out, err := exec.Command("mount", "--bind", "-o", "ro", dir, ro).CombinedOutput(); err != nil {
-			t.Skipf("root, and cannot mount a read-only bind mount: %v %s", err, out)
-		}
-		t.Cleanup(func() { _ = exec.Command("umount", ro).Run() })
-		db = filepath.Join(ro, filepath.Base(db))
-		if f, err := os.OpenFile(db, os.O_RDWR, 0); !errors.Is(err, syscall.EROFS) {
-			if err == nil {
-				f.Close()
-			}
-			t.Skipf("the bind mount is not read-only: %v", err)
-		}
-	}
+	db = rofs.ReadOnly(t, db)
 	for _, args := range [][]string{{"list"}, {"inspect", a}, {"events", a}, {"check"}} {
 		cli(t, append(args, "--db", db)...).mustExit(t, 0)
 	}

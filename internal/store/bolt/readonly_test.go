@@ -8,8 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
+
+	"github.com/reinhq/rein/internal/rofs"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/store"
@@ -113,29 +114,7 @@ func TestReadOnlyStore(t *testing.T) {
 func TestReadOnlyFiles(t *testing.T) {
 	path := damageFixture(t)
 	before := readFile(t, path)
-	dir := filepath.Dir(path)
-	if err := os.Chmod(path, 0o400); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o500); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.Chmod(dir, 0o700) })
-	if os.Geteuid() == 0 {
-		// Root ignores modes: bind-mount the directory read-only instead.
-		ro := t.TempDir()
-		if out, err := exec.Command("mount", "--bind", "-o", "ro", dir, ro).CombinedOutput(); err != nil {
-			t.Skipf("root, and cannot mount a read-only bind mount: %v %s", err, out)
-		}
-		t.Cleanup(func() { _ = exec.Command("umount", ro).Run() })
-		path = filepath.Join(ro, filepath.Base(path))
-		if f, err := os.OpenFile(path, os.O_RDWR, 0); !errors.Is(err, syscall.EROFS) {
-			if err == nil {
-				f.Close()
-			}
-			t.Skipf("the bind mount is not read-only: %v", err)
-		}
-	}
+	path = rofs.ReadOnly(t, path)
 	s, err := Open(path, Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
