@@ -27,6 +27,15 @@
 //   - Every call takes its deadline and cancellation from its context; a
 //     cancelled call is cancelled on the server too, as far as the server
 //     heeds notifications/cancelled.
+//   - A server that goes away (a stdio server's process exits, an HTTP
+//     server loses the session) is reconnected at the next call: a stdio
+//     server is started again, an HTTP one gets a new session. Attempts are
+//     spaced by a backoff (100ms doubling to 5s, reset by a call that
+//     succeeds), so a server that dies at once is not restarted in a loop.
+//     A call is never sent twice by the client: one made while the server
+//     is down fails with ErrUnreachable (for a read, the model's
+//     observation; for a commit, an unknown outcome for the harness).
+//     Open's clients reconnect; Connect's, over a given transport, cannot.
 package mcp
 
 import (
@@ -34,10 +43,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/protobuf/proto"
@@ -58,10 +70,23 @@ const NoDryRunNote = "MCP tools have no dry run: approving runs this call once"
 // tools. It is safe for concurrent use. Close it to end the session (and
 // stop a stdio server).
 type Client struct {
-	name    string
-	session *sdk.ClientSession
-	logger  *slog.Logger
-	stderr  *tail.Buffer // a stdio server's stderr; nil otherwise
+	name   string
+	logger *slog.Logger
+	stderr *tail.Buffer // a stdio server's stderr, of every process; nil otherwise
+	// dial opens a new session with the server (starts a stdio server
+	// again); nil for a Client of Connect, whose transport opens once.
+	dial func(ctx context.Context) (*sdk.ClientSession, error)
+	// redial is held by the one reconnection in progress.
+	redial chan struct{}
+
+	// sessMu guards sess, closed, attempts and nextTry.
+	sessMu sync.Mutex
+	sess   *session
+	closed bool
+	// attempts counts the reconnections since a call last succeeded;
+	// nextTry is the earliest the next may start.
+	attempts int
+	nextTry  time.Time
 
 	// mu guards listed, specs, skipped, listedAt and changes.
 	mu      sync.Mutex
@@ -114,10 +139,6 @@ func (c *Client) Skipped() []Skipped {
 	return slices.Clone(c.skipped)
 }
 
-// Close ends the session; a stdio server has its stdin closed, then is
-// signalled if it does not exit.
-func (c *Client) Close() error { return c.session.Close() }
-
 func (c *Client) toolsChanged() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -129,14 +150,18 @@ func (c *Client) refresh(ctx context.Context) error {
 	c.mu.Lock()
 	at := c.changes
 	c.mu.Unlock()
+	s, err := c.live(ctx)
+	if err != nil {
+		return err
+	}
 	listed := map[string]*sdk.Tool{}
 	var (
 		specs   []tools.Spec
 		skipped []Skipped
 	)
-	for t, err := range c.session.Tools(ctx, nil) {
+	for t, err := range s.cs.Tools(ctx, nil) {
 		if err != nil {
-			return c.callError("tools/list", err)
+			return c.callError(s, "tools/list", err)
 		}
 		full := c.name + "." + t.Name
 		if err := tools.CheckName(full); err != nil {
@@ -403,13 +428,18 @@ func (c *Client) samePreview(t *sdk.Tool, call tools.Call) error {
 // result flagged isError is a *ToolError.
 func (c *Client) call(ctx context.Context, t *sdk.Tool, args *structpb.Struct, meta sdk.Meta) (*structpb.Value, error) {
 	full := c.name + "." + t.Name
-	res, err := c.session.CallTool(ctx, &sdk.CallToolParams{Name: t.Name, Arguments: argsOf(args).AsMap(), Meta: meta})
+	s, err := c.live(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.cs.CallTool(ctx, &sdk.CallToolParams{Name: t.Name, Arguments: argsOf(args).AsMap(), Meta: meta})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%s did not answer before its context ended, so whether it had an effect is unknown: %w", full, ctx.Err())
 		}
-		return nil, c.callError("tools/call "+t.Name, err)
+		return nil, c.callError(s, "tools/call "+t.Name, err)
 	}
+	c.succeeded()
 	if res.IsError {
 		return nil, &ToolError{Tool: full, Text: contentText(res.Content)}
 	}
@@ -430,10 +460,19 @@ func (c *Client) call(ctx context.Context, t *sdk.Tool, args *structpb.Struct, m
 	return structpb.NewStringValue(contentText(res.Content)), nil
 }
 
-// callError is an error of the session, not of a tool.
-func (c *Client) callError(what string, err error) error {
-	if errors.Is(err, sdk.ErrConnectionClosed) {
-		return fmt.Errorf("MCP server %q: %s: the connection is closed (the server stopped?); restart rein to reconnect: %w%s", c.name, what, err, stderrNote(c.stderr))
+// callError is an error of session s, not of a tool. A connection that
+// closed (the server stopped, or lost the session) marks s dead, so that
+// the next call reconnects.
+func (c *Client) callError(s *session, what string, err error) error {
+	if errors.Is(err, sdk.ErrConnectionClosed) || errors.Is(err, sdk.ErrSessionMissing) || errors.Is(err, io.EOF) {
+		s.markBroken()
+		return &unreachableError{cause: err, msg: fmt.Sprintf("MCP server %q is unreachable: the connection closed during %s, before an answer (the server stopped?), so whether the call had an effect is unknown; rein reconnects at the next call, so it may be tried again (%v)%s",
+			c.name, what, err, stderrNote(c.stderr))}
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return &unreachableError{cause: err, msg: fmt.Sprintf("MCP server %q is unreachable: %s: the HTTP request failed (%v); the server may be down or restarting, so it may be tried again in a moment",
+			c.name, what, err)}
 	}
 	return fmt.Errorf("MCP server %q: %s: %w", c.name, what, err)
 }

@@ -69,7 +69,8 @@ func WithStderr(w io.Writer) Option { return func(o *options) { o.stderr = w } }
 // HTTP endpoint; anything else is a command line, split on whitespace with
 // simple double and single quotes (no shell), that rein starts and speaks to
 // over its stdin and stdout. ctx bounds the connection (30s when it has no
-// deadline), not the session.
+// deadline), not the session. The Client reconnects to a server that went
+// away (see the package doc).
 func Open(ctx context.Context, name, target string, opts ...Option) (*Client, error) {
 	o := options{}
 	for _, opt := range opts {
@@ -79,11 +80,11 @@ func Open(ctx context.Context, name, target string, opts ...Option) (*Client, er
 		return nil, err
 	}
 	what := describeTarget(target)
-	transport, stderr, err := transportFor(target, o)
+	newTransport, stderr, err := transportFor(target, o)
 	if err != nil {
 		return nil, fmt.Errorf("MCP server %q (%s): %w", name, what, err)
 	}
-	c, err := connect(ctx, name, transport, stderr, o)
+	c, err := connect(ctx, name, newTransport(), newTransport, stderr, o)
 	if err != nil {
 		hint := "check that the command runs an MCP server over stdio"
 		if isURL(target) {
@@ -95,7 +96,8 @@ func Open(ctx context.Context, name, target string, opts ...Option) (*Client, er
 }
 
 // Connect connects to an MCP server over transport, registered as name. ctx
-// bounds the connection (30s when it has no deadline), not the session.
+// bounds the connection (30s when it has no deadline), not the session. A
+// transport connects once, so this Client does not reconnect.
 func Connect(ctx context.Context, name string, transport sdk.Transport, opts ...Option) (*Client, error) {
 	o := options{}
 	for _, opt := range opts {
@@ -104,7 +106,7 @@ func Connect(ctx context.Context, name string, transport sdk.Transport, opts ...
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
-	c, err := connect(ctx, name, transport, nil, o)
+	c, err := connect(ctx, name, transport, nil, nil, o)
 	if err != nil {
 		return nil, fmt.Errorf("MCP server %q: %w", name, err)
 	}
@@ -134,14 +136,15 @@ func stderrNote(t *tail.Buffer) string {
 	return ""
 }
 
-// connect runs the MCP handshake and lists the server's tools.
-func connect(ctx context.Context, name string, transport sdk.Transport, stderr *tail.Buffer, o options) (*Client, error) {
+// connect runs the MCP handshake over transport and lists the server's
+// tools. newTransport, when not nil, makes the transport of a reconnection.
+func connect(ctx context.Context, name string, transport sdk.Transport, newTransport func() sdk.Transport, stderr *tail.Buffer, o options) (*Client, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, handshakeTimeout)
 		defer cancel()
 	}
-	c := &Client{name: name, stderr: stderr, logger: o.logger, commits: map[string]*commit{}}
+	c := &Client{name: name, stderr: stderr, logger: o.logger, commits: map[string]*commit{}, redial: make(chan struct{}, 1)}
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
@@ -156,18 +159,28 @@ func connect(ctx context.Context, name string, transport sdk.Transport, stderr *
 	if err != nil {
 		return nil, fmt.Errorf("the MCP handshake failed: %w", err)
 	}
-	c.session = session
+	if newTransport != nil {
+		c.dial = func(ctx context.Context) (*sdk.ClientSession, error) {
+			cs, err := client.Connect(ctx, newTransport(), nil)
+			if err != nil {
+				return nil, fmt.Errorf("the MCP handshake failed: %w", err)
+			}
+			return cs, nil
+		}
+	}
+	c.sess = c.watch(session)
 	if err := c.refresh(ctx); err != nil {
-		session.Close()
+		c.Close()
 		return nil, err
 	}
 	return c, nil
 }
 
-// transportFor builds the transport a target names: an http(s) URL is a
-// streamable HTTP endpoint; anything else is a command line run over stdio.
-// For a command it also returns the tail of its stderr, written as it runs.
-func transportFor(target string, o options) (sdk.Transport, *tail.Buffer, error) {
+// transportFor makes the transports a target names, one per connection:
+// an http(s) URL is a streamable HTTP endpoint; anything else is a command
+// line run over stdio, started anew by each transport. For a command it
+// also returns the tail of its stderr, written as its processes run.
+func transportFor(target string, o options) (func() sdk.Transport, *tail.Buffer, error) {
 	if isURL(target) {
 		scheme, _, _ := strings.Cut(target, "://")
 		switch strings.ToLower(scheme) {
@@ -182,7 +195,7 @@ func transportFor(target string, o options) (sdk.Transport, *tail.Buffer, error)
 		if u.Host == "" {
 			return nil, nil, errors.New("the URL has no host; give an http(s) URL such as http://127.0.0.1:8080/mcp")
 		}
-		return &sdk.StreamableClientTransport{Endpoint: target}, nil, nil
+		return func() sdk.Transport { return &sdk.StreamableClientTransport{Endpoint: target} }, nil, nil
 	}
 	argv, err := splitCommand(target)
 	if err != nil {
@@ -191,18 +204,21 @@ func transportFor(target string, o options) (sdk.Transport, *tail.Buffer, error)
 	if _, err := exec.LookPath(argv[0]); err != nil {
 		return nil, nil, fmt.Errorf("cannot run %q: %v; give a command on PATH or its absolute path (or an http(s) URL)", argv[0], err)
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = environ(o.env)
-	detach(cmd)
 	t := &tail.Buffer{Max: stderrTail}
-	cmd.Stderr = t
-	if o.stderr != nil {
-		cmd.Stderr = &teeWriter{t, o.stderr}
-	}
-	// A child that leaves its stderr open in a grandchild must not hold
-	// Close forever.
-	cmd.WaitDelay = 5 * time.Second
-	return &sdk.CommandTransport{Command: cmd}, t, nil
+	env := environ(o.env)
+	return func() sdk.Transport {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = env
+		detach(cmd)
+		cmd.Stderr = t
+		if o.stderr != nil {
+			cmd.Stderr = &teeWriter{t, o.stderr}
+		}
+		// A child that leaves its stderr open in a grandchild must not
+		// hold Close forever.
+		cmd.WaitDelay = 5 * time.Second
+		return &sdk.CommandTransport{Command: cmd}
+	}, t, nil
 }
 
 // isURL says whether a target is a URL (SCHEME://…) rather than a command.

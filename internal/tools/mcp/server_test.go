@@ -42,6 +42,8 @@ func TestMain(m *testing.M) {
 		_, set := os.LookupEnv("OPENAI_API_KEY")
 		fmt.Fprintf(os.Stderr, "testserver: OPENAI_API_KEY set=%v\n", set)
 		os.Exit(3)
+	case "mortal":
+		serveMortal()
 	default:
 		srv, _, _ := newTestServer()
 		if err := srv.Run(context.Background(), &sdk.StdioTransport{}); err != nil {
