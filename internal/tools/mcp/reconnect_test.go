@@ -11,10 +11,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -366,5 +369,43 @@ func TestWriteDuringOutageSettlesWhenBack(t *testing.T) {
 	op := committed[0].GetWriteCommitted().GetOperationId()
 	if got := counts(t, m.c); got["delete"] != 1.0 || !equalJSON(got["operations"], []any{op}) {
 		t.Errorf("the server has %v, want delete once with operation %s", got, op)
+	}
+}
+
+// An HTTP server that restarted (and so lost the session) is given a new
+// session: the call that finds the session gone is ErrUnreachable, and the
+// next one works.
+func TestHTTPSessionLostIsRedialed(t *testing.T) {
+	var current atomic.Pointer[http.Handler]
+	start := func() {
+		srv, _, _ := newTestServer()
+		h := http.Handler(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil))
+		current.Store(&h)
+	}
+	start()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*current.Load()).ServeHTTP(w, r) }))
+	t.Cleanup(hs.Close)
+	ctx := testCtx(t)
+	c, err := reinmcp.Open(ctx, "srv", hs.URL+"/mcp")
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	read := func() error {
+		_, err := c.Read(ctx, call("srv.lookup", args(t, map[string]any{"key": "k1"})))
+		return err
+	}
+	if err := read(); err != nil {
+		t.Fatalf("Read before the restart: %v", err)
+	}
+
+	start() // a new server process: it knows no session
+	if err := read(); err != nil && !errors.Is(err, reinmcp.ErrUnreachable) {
+		t.Fatalf("Read that finds the session gone: %v, want ErrUnreachable", err)
+	}
+	for i := range 2 {
+		if err := read(); err != nil {
+			t.Fatalf("Read %d after the restart: %v, want a new session that answers", i+1, err)
+		}
 	}
 }
