@@ -3,8 +3,10 @@ package remote
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -29,16 +31,29 @@ var (
 	_ tools.Looker   = (*Client)(nil)
 )
 
+// redialBackoff spaces the attempts to reconnect to a service that went
+// away: 100ms doubling to 5s (gRPC's default grows to 120s, so a service
+// back after a long outage would stay unreached for up to two minutes).
+var redialBackoff = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 2, Jitter: 0.2, MaxDelay: 5 * time.Second},
+	MinConnectTimeout: 5 * time.Second,
+}
+
 // Dial returns a Client of the tool service registered as name at addr
 // (host:port). It does not connect: the first call does, and a service that
-// is down fails that call, not Dial. The connection is plaintext, for a
-// service on loopback or an internal network; opts come after that default,
-// so grpc.WithTransportCredentials among them replaces it.
+// is down fails that call, not Dial. A connection that breaks is re-dialed
+// in the background, with backoff (100ms doubling to 5s); a call made while
+// it is down fails Unavailable. The connection is plaintext, for
+// a service on loopback or an internal network; opts come after these
+// defaults, so grpc.WithTransportCredentials among them replaces it.
 func Dial(name, addr string, opts ...grpc.DialOption) (*Client, error) {
 	if addr == "" {
 		return nil, fmt.Errorf("tool server %s: no address; register it as NAME=HOST:PORT", name)
 	}
-	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
+	opts = append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(redialBackoff),
+	}, opts...)
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("tool server %s at %s: %w", name, addr, err)

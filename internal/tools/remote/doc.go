@@ -15,6 +15,11 @@
 //   - Nothing is cached: List asks the service each time, on the one
 //     connection the Client keeps, so a service that changed its tools is
 //     seen at the next call.
+//   - A service that goes away is re-dialed by gRPC in the background, with
+//     the backoff Dial sets (100ms doubling to 5s): no call is needed to
+//     reconnect, no state of the outage is kept, and the first call after
+//     the service is back works. A call made while it is down fails
+//     Unavailable (a read's observation; a commit's unknown outcome).
 //   - Errors say what went wrong and what to do, and keep their causes:
 //     errors.Is(err, context.DeadlineExceeded) holds for a call that ran out
 //     of time, errors.Is(err, tools.ErrNoTool) for an unknown tool, and

@@ -43,7 +43,7 @@ func (c *Client) fail(ctx context.Context, method, tool string, err error) error
 	}
 	switch st.Code() {
 	case codes.Unavailable:
-		return wrap("the %s is unreachable: start it or check --tool-server (%s: %s)", where, what, st.Message())
+		return wrap("the %s is unreachable: start it or check --tool-server; rein re-dials it, so the call may be tried again in a moment (%s: %s)", where, what, st.Message())
 	case codes.DeadlineExceeded, codes.Canceled:
 		cause := ctx.Err()
 		if cause == nil && st.Code() == codes.DeadlineExceeded {
