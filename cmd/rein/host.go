@@ -38,8 +38,8 @@ type host struct {
 func (h *host) register(f *pflag.FlagSet) {
 	f.StringVar(&h.tools, "tools", "", "fixture tools, as fixture:FILE (a JSON object: tool name → results)")
 	f.StringVar(&h.workspace, "workspace", "", "the workspace root for the file tools (fs.read, fs.list, fs.search, fs.write, fs.patch) and completion checks")
-	f.StringArrayVar(&h.toolServers, "tool-server", nil, "a remote tool service, as NAME=ADDR (gRPC rein.v1.ToolService); repeatable")
-	f.StringArrayVar(&h.mcps, "mcp", nil, "an MCP server, as NAME=COMMAND (stdio) or NAME=URL (streamable HTTP); its tools are granted as NAME.TOOL; repeatable")
+	f.StringArrayVar(&h.toolServers, "tool-server", nil, "a remote tool service, as NAME=ADDR (gRPC rein.v1.ToolService), re-dialed if it goes away; repeatable")
+	f.StringArrayVar(&h.mcps, "mcp", nil, "an MCP server, as NAME=COMMAND (stdio) or NAME=URL (streamable HTTP), restarted or reconnected at the next call if it goes away; its tools are granted as NAME.TOOL; repeatable")
 	f.StringVar(&h.prices, "prices", "", "a price file (JSON: \"provider/model\" → input_per_mtok, output_per_mtok) over the default prices")
 	f.StringVar(&h.secrets, "secrets", "", "a file of KEY=VALUE lines with the model providers' API keys (mode 0600); the environment is used for keys it lacks")
 }
