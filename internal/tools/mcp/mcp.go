@@ -250,13 +250,17 @@ func hints(a *sdk.ToolAnnotations) map[string]any {
 }
 
 // List implements tools.Executor: the server's tools, named NAME.T. The
-// listing is kept until the server says it changed.
+// listing is kept until the server says it changed, or is reconnected. A
+// server that is unreachable keeps its last listing, so that a call to
+// one of its tools is routed to it and fails as unreachable (which the
+// model may try again), not as a tool that does not exist.
 func (c *Client) List(ctx context.Context) ([]tools.Spec, error) {
 	c.mu.Lock()
 	fresh := c.listed != nil && c.listedAt == c.changes
+	listed := c.listed != nil
 	c.mu.Unlock()
 	if !fresh {
-		if err := c.refresh(ctx); err != nil {
+		if err := c.refresh(ctx); err != nil && (!listed || !errors.Is(err, ErrUnreachable)) {
 			return nil, err
 		}
 	}

@@ -22,10 +22,13 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store/mem"
+	"github.com/reinhq/rein/internal/tools"
 	reinmcp "github.com/reinhq/rein/internal/tools/mcp"
 )
 
@@ -57,8 +60,15 @@ func serveMortal() {
 		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strconv.Itoa(os.Getpid())}}}, nil
 		})
-	srv.AddTool(&sdk.Tool{Name: "exit", Description: "Exits mid-call.", InputSchema: empty},
-		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	srv.AddTool(&sdk.Tool{Name: "exit", Description: "Exits mid-call; with stay_down, it does not start again.", InputSchema: empty},
+		func(_ context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			var a struct {
+				StayDown bool `json:"stay_down"`
+			}
+			json.Unmarshal(req.Params.Arguments, &a) //nolint:errcheck // no arguments is no stay_down
+			if a.StayDown {
+				os.WriteFile(os.Getenv(downEnv), nil, 0o600) //nolint:errcheck // the test sees it start again
+			}
 			os.Exit(1)
 			return nil, nil
 		})
@@ -407,5 +417,33 @@ func TestHTTPSessionLostIsRedialed(t *testing.T) {
 		if err := read(); err != nil {
 			t.Fatalf("Read %d after the restart: %v, want a new session that answers", i+1, err)
 		}
+	}
+}
+
+// Beside other executors, a server that went down after a reconnection
+// (its listing due again) is still the one its tools go to: the call is
+// an unreachable observation, not an unknown tool.
+func TestDownServerKeepsItsToolsInMulti(t *testing.T) {
+	m := openMortal(t)
+	other := tools.NewFixtures(map[string][]tools.FixtureResult{"other.get": {{Output: structpb.NewStringValue("x")}}})
+	s := mem.New()
+	e := harness.New(harness.Config{Store: s, Tools: tools.Join(m.c, other)})
+	t.Cleanup(e.Close)
+	st, evs := runToRest(t, e, s, contract(
+		[]*reinv1.ToolGrant{{Name: "srv.exit", Tier: readTier}, {Name: "srv.lookup", Tier: readTier}},
+		callReply("srv.exit", "c1", nil),
+		callReply("srv.exit", "c2", args(t, map[string]any{"stay_down": true})),
+		callReply("srv.lookup", "c3", args(t, map[string]any{"key": "k1"})),
+		finalReply("the records server is down"),
+	))
+	if st.Status != reinv1.RunStatus_RUN_STATUS_COMPLETED {
+		t.Fatalf("run is %s (%s), want completed; log: %v", runstate.StatusName(st.Status), st.LastError, names(evs))
+	}
+	if n := m.spawnCount(t); n != 3 {
+		t.Errorf("the server was started %d times, want 3 (the first, the one c2 ran on, the one that stayed down)", n)
+	}
+	msg := returned(t, evs, "c3").GetError()
+	if !strings.Contains(msg, `MCP server "srv" is unreachable`) || strings.Contains(msg, tools.ErrNoTool.Error()) {
+		t.Errorf("the call to the down server's tool: %q, want it unreachable, not an unknown tool", msg)
 	}
 }
