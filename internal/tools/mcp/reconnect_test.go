@@ -439,8 +439,10 @@ func TestDownServerKeepsItsToolsInMulti(t *testing.T) {
 	if st.Status != reinv1.RunStatus_RUN_STATUS_COMPLETED {
 		t.Fatalf("run is %s (%s), want completed; log: %v", runstate.StatusName(st.Status), st.LastError, names(evs))
 	}
-	if n := m.spawnCount(t); n != 3 {
-		t.Errorf("the server was started %d times, want 3 (the first, the one c2 ran on, the one that stayed down)", n)
+	// The first, the one c2 ran on, and maybe one that stayed down (unless
+	// c3 came within the backoff).
+	if n := m.spawnCount(t); n != 2 && n != 3 {
+		t.Errorf("the server was started %d times, want 2 or 3", n)
 	}
 	msg := returned(t, evs, "c3").GetError()
 	if !strings.Contains(msg, `MCP server "srv" is unreachable`) || strings.Contains(msg, tools.ErrNoTool.Error()) {

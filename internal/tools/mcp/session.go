@@ -101,11 +101,17 @@ func (c *Client) reconnect(ctx context.Context) (*session, error) {
 	}
 	if wait := time.Until(c.nextTry); wait > 0 {
 		c.sessMu.Unlock()
-		return nil, c.unreachable(fmt.Sprintf("the last attempt to reconnect failed, and the next is due in %s", wait.Round(time.Millisecond)))
+		return nil, c.unreachable(fmt.Sprintf("rein tried to reconnect moments ago, and the next attempt is due in %s", wait.Round(time.Millisecond)))
 	}
-	c.nextTry = time.Now().Add(backoff(c.attempts))
 	c.attempts++
+	wait := backoff(c.attempts - 1)
 	c.sessMu.Unlock()
+	// The wait runs from the end of this attempt, however long it took.
+	defer func() {
+		c.sessMu.Lock()
+		c.nextTry = time.Now().Add(wait)
+		c.sessMu.Unlock()
+	}()
 
 	// The old session's connection is closed already; this reaps a stdio
 	// server's process. Its error is the dead session's.
