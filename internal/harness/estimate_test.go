@@ -21,6 +21,7 @@ import (
 	"github.com/reinhq/rein/internal/model/openai"
 	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/tools"
 )
 
 // billModel cannot count tokens. It asks for a search at every call and
@@ -109,8 +110,9 @@ func wantEstimates(t *testing.T, evs []*reinv1.Event, sizes []int, reported uint
 	for i, ev := range ofType(evs, "model_requested") {
 		want := bytesTokens(sizes[i])
 		if i > 0 {
-			if learned := reported + bytesTokens(sizes[i]) - bytesTokens(sizes[i-1]); learned > want {
-				want = learned
+			// Signed: a compaction can make the input smaller.
+			if learned := int64(reported) + int64(bytesTokens(sizes[i])) - int64(bytesTokens(sizes[i-1])); learned > int64(want) {
+				want = uint64(learned)
 			}
 		}
 		if got := ev.GetModelRequested().GetInputTokens(); got != want {
@@ -158,6 +160,30 @@ func TestEstimateLearnsFromReports(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A compaction between two calls makes the input smaller: the estimate is
+// the report less the estimate of what was compacted away, and still never
+// below 4 bytes a token.
+func TestEstimateAcrossCompaction(t *testing.T) {
+	m := &billModel{input: 2000, output: 10}
+	ex := searchTools(t, tools.FixtureResult{Output: mustValue(t, strings.Repeat("invoice 42: total 1,234.00 EUR. ", 30))})
+	e, s := setup(t, Config{Tools: ex, Models: func(*reinv1.ModelSpec) (model.Model, error) { return m, nil }})
+	c := testContract()
+	c.Model = &reinv1.ModelSpec{Provider: "test", Name: "bill"}
+	c.Budget = &reinv1.Budget{MaxSteps: 6, MaxTokens: 1_000_000, MaxContextChars: 3000}
+	st, evs := runToRest(t, e, s, c)
+
+	wantStatus(t, st, evs, statusExhausted, "max_steps")
+	sizes := inputSizes(t, s, evs)
+	shrank := false
+	for i := 1; i < len(sizes); i++ {
+		shrank = shrank || sizes[i] < sizes[i-1]
+	}
+	if len(ofType(evs, "context_compacted")) == 0 || !shrank {
+		t.Fatalf("no call's input shrank (sizes %v); the test needs a compaction between two calls:\n%s", sizes, dump(evs))
+	}
+	wantEstimates(t, evs, sizes, 2000)
 }
 
 // What the estimate learned is rebuilt from the log: a run paused for a
