@@ -55,6 +55,9 @@ func (r *runner) step(ctx context.Context) error {
 		Tools:      r.modelTools(),
 		Transcript: r.transcript.turns,
 	}
+	// Counted by the model where it can, else estimated from what the
+	// provider reported of the previous call (the first call has no report:
+	// its estimate can be low).
 	input := r.transcript.estimateTokens()
 	if tc, ok := r.model.(model.TokenCounter); ok {
 		n, err := tc.CountTokens(ctx, req)

@@ -48,6 +48,13 @@ type transcript struct {
 	// limit is the run's max_context_chars (0: never compact); the summary
 	// shows at most a quarter of it.
 	limit int
+	// sent is the size of the latest call's input, and overcount how many
+	// input tokens the provider reported for the latest call it answered
+	// beyond rein's estimate of that input (0 when it reported no more).
+	// Both come from the log (model_requested, model_returned), so a run
+	// rebuilt from it estimates as it did live.
+	sent      int
+	overcount uint64
 }
 
 // part is one piece of a model call's input: its bytes and their SHA-256.
@@ -148,7 +155,21 @@ func (t *transcript) newInput() (carried uint32, blobs []string) {
 }
 
 // requested notes that a model call was sent the current input.
-func (t *transcript) requested() { t.carried = len(t.parts) }
+func (t *transcript) requested() { t.carried, t.sent = len(t.parts), t.size }
+
+// reported notes the input tokens the provider reported for the latest
+// call: what it counted beyond rein's estimate of that call's input is
+// added to every later estimate, until the next report. A reply with no
+// input count (0) is no report and changes nothing.
+func (t *transcript) reported(input uint64) {
+	if input == 0 {
+		return
+	}
+	t.overcount = 0
+	if est := bytesTokens(t.sent); input > est {
+		t.overcount = input - est
+	}
+}
 
 // loaded is called once a run's log has been read into the transcript: the
 // parts an earlier call was sent were stored with its model_requested, so
@@ -175,9 +196,18 @@ func (t *transcript) takeBlobs() map[string][]byte {
 	return b
 }
 
-// estimateTokens is a rough count (4 bytes a token) for models that cannot
-// count.
-func (t *transcript) estimateTokens() uint64 { return uint64(t.size+3) / 4 }
+// estimateTokens is the next call's input tokens for a model that cannot
+// count them: 4 bytes a token, plus the overcount of the latest call the
+// provider reported on. That is the provider's count of the latest input
+// plus the estimate of what the input gained since (or lost, to a
+// compaction), and never less than 4 bytes a token: a provider that counts
+// the same input consistently cannot be sent more than the estimate says,
+// after its first report. The first call has no report, so its input is
+// only estimated and can be low.
+func (t *transcript) estimateTokens() uint64 { return bytesTokens(t.size) + t.overcount }
+
+// bytesTokens is a rough token count of n bytes of input: 4 bytes a token.
+func bytesTokens(n int) uint64 { return uint64(n+3) / 4 }
 
 // gistRunes is how much of an entry a compaction summary keeps.
 const gistRunes = 160
@@ -305,8 +335,10 @@ func summaryText(items []*reinv1.ContextItem, budget int) string {
 
 // observe turns one event of the run, at sequence seq, into what the
 // model reads of it: a turn (a decision, or an observation labelled with its
-// source), a compaction, or nothing. It derives no state: what the step
-// loop needs of the log besides the turns is folded by runstate.
+// source), a compaction, or nothing. Besides the turns it keeps only what
+// describes the model's input (which parts the latest call was sent, what
+// the provider counted of it); what else the step loop needs of the log is
+// folded by runstate.
 func (t *transcript) observe(ev *reinv1.Event, seq uint64) {
 	obs := func(source, callID, text string) {
 		t.add(model.Turn{Observation: &model.Observation{Source: source, CallID: callID, Text: text}}, seq)
@@ -317,6 +349,7 @@ func (t *transcript) observe(ev *reinv1.Event, seq uint64) {
 	case *reinv1.Event_ModelRequested:
 		t.requested()
 	case *reinv1.Event_ModelReturned:
+		t.reported(p.ModelReturned.GetUsage().GetInputTokens())
 		if d := p.ModelReturned.GetDecision(); d != nil && d.GetAction() != nil {
 			t.add(model.Turn{Decision: d}, seq)
 		}
