@@ -159,6 +159,10 @@ var rpcCases = map[string]rpcCase{
 		_, err := c.StartRun(ctx, &reinv1.StartRunRequest{RequestId: rand.Text(), Contract: contract(nil, final("done"))}, opts...)
 		return err
 	}},
+	"GetServerInfo": {ok: codes.OK, call: func(ctx context.Context, c reinv1.RunServiceClient, _ string, opts ...grpc.CallOption) error {
+		_, err := c.GetServerInfo(ctx, &reinv1.GetServerInfoRequest{}, opts...)
+		return err
+	}},
 	"GetRun": {namesRun: true, ok: codes.OK, call: func(ctx context.Context, c reinv1.RunServiceClient, runID string, opts ...grpc.CallOption) error {
 		_, err := c.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID}, opts...)
 		return err

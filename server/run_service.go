@@ -19,6 +19,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/auth"
 	"github.com/reinhq/rein/internal/export"
+	"github.com/reinhq/rein/internal/version"
 	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
@@ -289,6 +290,11 @@ func (s *runService) DecideApproval(ctx context.Context, req *reinv1.DecideAppro
 		return nil, toStatus(s.log, "DecideApproval", err)
 	}
 	return &reinv1.DecideApprovalResponse{Run: st.Proto(true)}, nil
+}
+
+// GetServerInfo says which rein answers.
+func (s *runService) GetServerInfo(context.Context, *reinv1.GetServerInfoRequest) (*reinv1.GetServerInfoResponse, error) {
+	return &reinv1.GetServerInfoResponse{Build: version.Get()}, nil
 }
 
 // ImportRun stores an exported run, checked whole as an export file is

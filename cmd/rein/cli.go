@@ -13,6 +13,8 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/reinhq/rein/internal/version"
 )
 
 // Exit codes (the README's "Exit codes").
@@ -94,6 +96,8 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		SilenceErrors: true,
 	}
 	root.PersistentPreRun = func(*cobra.Command, []string) { e.started = true }
+	root.Version = version.String(version.Get())
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
@@ -127,6 +131,7 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newBenchCmd(e),
 		newEvaluateCmd(e),
 		newCheckCmd(e),
+		newVersionCmd(e),
 	)
 	// Known before cobra looks for the subcommand, so that "rein --help
 	// --db FILE" does not read --db as --help's value.

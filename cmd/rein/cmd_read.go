@@ -63,8 +63,12 @@ func newInspectCmd(e *env) *cobra.Command {
 				return fmt.Errorf("run %s: its log does not fold: %w", args[0], err)
 			}
 			run := st.Proto(true)
+			tm := timingOf(evs)
 			if e.json {
-				return writeJSON(e.stdout, summarize(run), false)
+				return writeJSON(e.stdout, struct {
+					summary
+					Timing timing `json:"timing"`
+				}{summarize(run), tm}, false)
 			}
 			s := summarize(run)
 			w := tabwriter.NewWriter(e.stdout, 0, 2, 2, ' ', 0)
@@ -80,6 +84,12 @@ func newInspectCmd(e *env) *cobra.Command {
 			}
 			fmt.Fprintf(w, "cost\t%s\n", cost)
 			fmt.Fprintf(w, "tool calls\t%d\n", s.ToolCalls)
+			if line := tm.model.String(); line != "" {
+				fmt.Fprintf(w, "model time\t%s\n", line)
+			}
+			if line := tm.tools.String(); line != "" {
+				fmt.Fprintf(w, "tool time\t%s\n", line)
+			}
 			fmt.Fprintf(w, "created\t%s\n", s.CreatedAt)
 			fmt.Fprintf(w, "updated\t%s\n", s.UpdatedAt)
 			if s.Deadline != "" {

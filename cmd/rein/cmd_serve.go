@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/reinhq/rein/internal/auth"
+	"github.com/reinhq/rein/internal/version"
 	"github.com/reinhq/rein/server"
 )
 
@@ -111,7 +112,9 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	if cfg.Directory == nil {
 		log.Warn("no --tokens: accepting only local callers (loopback), as the local admin")
 	}
-	log.Info("rein serving", "addr", lis.Addr().String(), "db", e.db, "tls", cfg.ServerOptions != nil, "reflection", o.reflection)
+	b := version.Get()
+	log.Info("rein serving", "addr", lis.Addr().String(), "db", e.db, "tls", cfg.ServerOptions != nil, "reflection", o.reflection,
+		"version", b.GetVersion(), "revision", b.GetRevision(), "modified", b.GetModified(), "go", b.GetGoVersion())
 	served := make(chan error, 1)
 	go func() { served <- node.GRPC.Serve(lis) }()
 	select {

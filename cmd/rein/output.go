@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
@@ -185,10 +186,21 @@ func eventSummary(ev *reinv1.Event) string {
 	case *reinv1.Event_ModelRequested:
 		return fmt.Sprintf("step %d, %s, ~%d input tokens", p.ModelRequested.GetStep(), p.ModelRequested.GetModel(), p.ModelRequested.GetInputTokens())
 	case *reinv1.Event_ModelReturned:
-		if c := p.ModelReturned.GetCostUsd(); c > 0 {
-			return fmt.Sprintf("%s ($%.6f)", decisionText(p.ModelReturned.GetDecision()), c)
+		mr := p.ModelReturned
+		var notes []string
+		if c := mr.GetCostUsd(); c > 0 {
+			notes = append(notes, fmt.Sprintf("$%.6f", c))
 		}
-		return decisionText(p.ModelReturned.GetDecision())
+		if d := tookText(mr.GetDuration()); d != "" {
+			notes = append(notes, d)
+		}
+		if f := mr.GetFinishReason(); f != "" {
+			notes = append(notes, f)
+		}
+		if len(notes) == 0 {
+			return decisionText(mr.GetDecision())
+		}
+		return fmt.Sprintf("%s (%s)", decisionText(mr.GetDecision()), strings.Join(notes, ", "))
 	case *reinv1.Event_ModelRetried:
 		return fmt.Sprintf("step %d, retry in %s: %s", p.ModelRetried.GetStep(), p.ModelRetried.GetWait().AsDuration(), p.ModelRetried.GetError())
 	case *reinv1.Event_ContextCompacted:
@@ -201,14 +213,21 @@ func eventSummary(ev *reinv1.Event) string {
 	case *reinv1.Event_ToolRefused:
 		return p.ToolRefused.GetTool() + ": " + p.ToolRefused.GetReason()
 	case *reinv1.Event_ToolReturned:
+		took := ""
+		if d := tookText(p.ToolReturned.GetDuration()); d != "" {
+			took = ", " + d
+		}
 		if e := p.ToolReturned.GetError(); e != "" {
+			if took != "" {
+				return fmt.Sprintf("%s error (%s): %s", p.ToolReturned.GetTool(), took[2:], e)
+			}
 			return p.ToolReturned.GetTool() + " error: " + e
 		}
 		cut := ""
 		if p.ToolReturned.GetTruncated() {
 			cut = ", cut"
 		}
-		return fmt.Sprintf("%s (%d bytes%s)", p.ToolReturned.GetTool(), p.ToolReturned.GetOutputBytes(), cut)
+		return fmt.Sprintf("%s (%d bytes%s%s)", p.ToolReturned.GetTool(), p.ToolReturned.GetOutputBytes(), cut, took)
 	case *reinv1.Event_ApprovalRequested:
 		pr := p.ApprovalRequested.GetProposal()
 		return fmt.Sprintf("%s %s, hash %.12s…", pr.GetTool(), pr.GetProposalId(), pr.GetHash())
@@ -229,7 +248,11 @@ func eventSummary(ev *reinv1.Event) string {
 	case *reinv1.Event_WriteDispatched:
 		return "operation " + p.WriteDispatched.GetOperationId()
 	case *reinv1.Event_WriteCommitted:
-		return "operation " + p.WriteCommitted.GetOperationId() + ", receipt " + compactJSON(p.WriteCommitted.GetReceipt())
+		s := "operation " + p.WriteCommitted.GetOperationId() + ", receipt " + compactJSON(p.WriteCommitted.GetReceipt())
+		if d := tookText(p.WriteCommitted.GetDuration()); d != "" {
+			s += ", in " + d
+		}
+		return s
 	case *reinv1.Event_WriteRefused:
 		return "operation " + p.WriteRefused.GetOperationId() + " refused: " + p.WriteRefused.GetReason()
 	case *reinv1.Event_WriteOutcomeUnknown:
@@ -237,7 +260,11 @@ func eventSummary(ev *reinv1.Event) string {
 	case *reinv1.Event_InputProvided:
 		return fmt.Sprintf("%q by %s", p.InputProvided.GetText(), ev.GetActor())
 	case *reinv1.Event_ChecksCompleted:
-		return checksText(p.ChecksCompleted.GetResults())
+		s := checksText(p.ChecksCompleted.GetResults())
+		if d := tookText(p.ChecksCompleted.GetDuration()); d != "" {
+			s += ", in " + d
+		}
+		return s
 	case *reinv1.Event_StatusChanged:
 		sc := p.StatusChanged
 		s := fmt.Sprintf("%s → %s (%s)", runstate.StatusName(sc.GetFrom()), runstate.StatusName(sc.GetTo()), sc.GetReason())
@@ -330,4 +357,86 @@ func statusExit(s reinv1.RunStatus) int {
 		return exitCancelled
 	}
 	return exitError
+}
+
+// tookText is a measured duration as a person reads it ("1.25s", "340ms",
+// "85µs"), or "" when none was recorded.
+func tookText(d *durationpb.Duration) string {
+	if d == nil {
+		return ""
+	}
+	t := d.AsDuration()
+	switch {
+	case t >= time.Second:
+		return t.Round(10 * time.Millisecond).String()
+	case t >= time.Millisecond:
+		return t.Round(time.Millisecond).String()
+	}
+	return t.Round(time.Microsecond).String()
+}
+
+// timing is what a run's log says of how long its calls took: the model
+// calls', and the tools' (reads, proposals and committed writes).
+type timing struct {
+	model, tools timed
+	// For --json: the totals and counts in seconds.
+	ModelSeconds float64 `json:"model_seconds"`
+	ModelCalls   int     `json:"model_calls_timed"`
+	ToolSeconds  float64 `json:"tool_seconds"`
+	ToolCalls    int     `json:"tool_calls_timed"`
+}
+
+// timed sums the durations of calls of one kind.
+type timed struct {
+	n       int
+	total   time.Duration
+	slowest time.Duration
+	what    string // the slowest call's tool
+}
+
+func (t *timed) add(d *durationpb.Duration, what string) {
+	if d == nil {
+		return
+	}
+	v := d.AsDuration()
+	t.n++
+	t.total += v
+	if v > t.slowest {
+		t.slowest, t.what = v, what
+	}
+}
+
+// String is "3 calls, 4.2s in all, the slowest 2.1s (search)", or "" when
+// no call was timed.
+func (t timed) String() string {
+	if t.n == 0 {
+		return ""
+	}
+	calls := "calls"
+	if t.n == 1 {
+		calls = "call"
+	}
+	s := fmt.Sprintf("%d %s, %s in all, the slowest %s", t.n, calls,
+		tookText(durationpb.New(t.total)), tookText(durationpb.New(t.slowest)))
+	if t.what != "" {
+		s += " (" + t.what + ")"
+	}
+	return s
+}
+
+func timingOf(evs []*reinv1.Event) timing {
+	var tm timing
+	for _, ev := range evs {
+		switch p := ev.GetPayload().(type) {
+		case *reinv1.Event_ModelReturned:
+			tm.model.add(p.ModelReturned.GetDuration(), "")
+		case *reinv1.Event_ToolReturned:
+			tm.tools.add(p.ToolReturned.GetDuration(), p.ToolReturned.GetTool())
+		case *reinv1.Event_WriteCommitted:
+			tm.tools.add(p.WriteCommitted.GetDuration(), "write "+p.WriteCommitted.GetProposalId())
+		}
+	}
+	tm.ModelSeconds, tm.ModelCalls = tm.model.total.Seconds(), tm.model.n
+	tm.ToolSeconds, tm.ToolCalls = tm.tools.total.Seconds(), tm.tools.n
+	return tm
 }

@@ -196,6 +196,8 @@ var rules = map[string]Role{
 	// An import writes a history the caller did not make, and the server
 	// carries the run on with its tools (proto/rein/v1/run_service.proto).
 	"/rein.v1.RunService/ImportRun": Admin,
+	// Which rein answers, for `rein version --server`: any principal.
+	"/rein.v1.RunService/GetServerInfo": Viewer,
 	// Server reflection, for grpcurl: any principal.
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      Viewer,
 	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": Viewer,

@@ -87,52 +87,72 @@ const (
 	callStore
 )
 
-// callModel sends the step's call. rein is the only layer that retries: a
-// retryable failure (a rate limit, a server error) is recorded as
+// callModel sends the step's call and says how long the attempt that
+// answered took. rein is the only layer that retries: a retryable failure
+// (a rate limit, a server error, a transport failure) is recorded as
 // model_retried and sent once more after the wait the provider asked for
 // (or Config.RetryWait), if that wait ends before the run's deadline. now is
 // the step's clock reading; mctx carries the run's deadline.
-func (r *runner) callModel(ctx, mctx context.Context, req *model.Request, now time.Time) (*model.Reply, callOutcome, error) {
-	reply, err := r.model.Next(mctx, req)
+func (r *runner) callModel(ctx, mctx context.Context, req *model.Request, now time.Time) (*model.Reply, time.Duration, callOutcome, error) {
+	reply, took, err := r.timedNext(mctx, req)
 	if err == nil {
-		return reply, 0, nil
+		return reply, took, 0, nil
+	}
+	out, err := r.retryModel(ctx, mctx, req, now, err)
+	if err != nil {
+		return nil, 0, out, err
+	}
+	reply, took, err = r.timedNext(mctx, req)
+	if err == nil {
+		return reply, took, 0, nil
 	}
 	if out, ok := r.cut(ctx, mctx); ok {
-		return nil, out, err
+		return nil, 0, out, err
+	}
+	return nil, 0, callFailed, fmt.Errorf("%w (after one retry)", err)
+}
+
+// timedNext is one attempt of the model call, timed on the monotonic clock
+// (the run's clock stays one reading per step).
+func (r *runner) timedNext(ctx context.Context, req *model.Request) (*model.Reply, time.Duration, error) {
+	start := time.Now()
+	reply, err := r.model.Next(ctx, req)
+	return reply, time.Since(start), err
+}
+
+// retryModel decides what a failed first attempt comes to: nil when the
+// call is to be sent again (model_retried is recorded and its wait
+// waited), else how the call ended and why.
+func (r *runner) retryModel(ctx, mctx context.Context, req *model.Request, now time.Time, err error) (callOutcome, error) {
+	if out, ok := r.cut(ctx, mctx); ok {
+		return out, err
 	}
 	wait, retryable := model.RetryAfter(err)
 	if !retryable {
-		return nil, callFailed, err
+		return callFailed, err
 	}
 	if wait <= 0 {
 		wait = r.e.cfg.RetryWait
 	}
 	if !r.st.Deadline.IsZero() && !now.Add(wait).Before(r.st.Deadline) {
-		return nil, callDeadline, &lateRetryError{step: req.Step, err: err, wait: wait}
+		return callDeadline, &lateRetryError{step: req.Step, err: err, wait: wait}
 	}
 	if wait > r.e.cfg.MaxRetryWait {
-		return nil, callFailed, fmt.Errorf("%w; the provider asks to wait %s before retrying, longer than rein waits (%s): try again later",
+		return callFailed, fmt.Errorf("%w; the provider asks to wait %s before retrying, longer than rein waits (%s): try again later",
 			err, wait, r.e.cfg.MaxRetryWait)
 	}
 	if cerr := r.commit(ctx, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ModelRetried{ModelRetried: &reinv1.ModelRetried{
-		Step: req.Step, Error: err.Error(), Wait: durationpb.New(wait),
+		Step: req.Step, Error: err.Error(), Wait: durationpb.New(wait), Reason: model.RetryReason(err),
 	}}}); cerr != nil {
-		return nil, callStore, cerr
+		return callStore, cerr
 	}
 	if werr := r.e.cfg.Wait(mctx, wait); werr != nil {
 		if out, ok := r.cut(ctx, mctx); ok {
-			return nil, out, werr
+			return out, werr
 		}
-		return nil, callFailed, werr
+		return callFailed, werr
 	}
-	reply, err = r.model.Next(mctx, req)
-	if err == nil {
-		return reply, 0, nil
-	}
-	if out, ok := r.cut(ctx, mctx); ok {
-		return nil, out, err
-	}
-	return nil, callFailed, fmt.Errorf("%w (after one retry)", err)
+	return 0, nil
 }
 
 // lateRetryError is a failed call whose retry would pass the run's

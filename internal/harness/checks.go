@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/tail"
@@ -92,6 +94,8 @@ func (r *runner) runChecks(ctx context.Context) (*reinv1.ChecksCompleted, error)
 		return nil, err
 	}
 	cc := &reinv1.ChecksCompleted{}
+	start := time.Now()
+	defer func() { cc.Duration = durationpb.New(time.Since(start)) }()
 	for _, ch := range r.st.Contract.GetChecks() {
 		res := runCheck(ctx, root, ch)
 		if ctx.Err() != nil {

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/failpoint"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/tools"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Refusals of a person's request. The server answers ErrNotWaiting with
@@ -202,16 +204,18 @@ func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error
 	wctx := context.WithoutCancel(ctx)
 	if cause == nil {
 		failpoint.Inject(failpoint.WriteAfterDispatch)
+		start := time.Now()
 		receipt, err := e.commitOnce(wctx, call, opID)
 		if err == nil {
 			failpoint.Inject(failpoint.WriteAfterCommit)
-			return e.writeCommitted(ctx, st, actor, receipt)
+			return e.writeCommitted(ctx, st, actor, receipt, time.Since(start))
 		}
 		if errors.Is(err, tools.ErrRefused) {
 			return e.writeRefused(ctx, st, actor, err)
 		}
 		cause = err
 	}
+	start := time.Now()
 	receipt, applied, lerr := e.lookup(wctx, call, opID)
 	switch {
 	case errors.Is(lerr, tools.ErrNoLookup) && cause == errEarlierUnknown:
@@ -222,7 +226,7 @@ func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error
 	case lerr != nil:
 		return e.writeUnknown(ctx, st, actor, fmt.Errorf("%v; looking the write up failed too: %v", cause, lerr))
 	case applied:
-		return e.writeCommitted(ctx, st, actor, receipt)
+		return e.writeCommitted(ctx, st, actor, receipt, time.Since(start))
 	}
 	// The tool says the write was not applied: send it again, with the same
 	// key, and record that it was sent.
@@ -233,6 +237,7 @@ func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error
 		return st, err
 	}
 	failpoint.Inject(failpoint.WriteAfterDispatch)
+	start = time.Now()
 	receipt, err = e.commitOnce(wctx, call, opID)
 	if err != nil {
 		// A refusal of a write sent again is no proof that nothing was
@@ -241,7 +246,7 @@ func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error
 		return e.writeUnknown(ctx, st, actor, err)
 	}
 	failpoint.Inject(failpoint.WriteAfterCommit)
-	return e.writeCommitted(ctx, st, actor, receipt)
+	return e.writeCommitted(ctx, st, actor, receipt, time.Since(start))
 }
 
 // lookup asks the tool whether the write with key opID was applied;
@@ -277,14 +282,15 @@ func (e *Engine) toolTimedOut(what string) error {
 	return fmt.Errorf("the tool's %s did not answer within its timeout of %s", what, e.cfg.ToolTimeout)
 }
 
-// writeCommitted records a write's receipt and carries the run on.
-func (e *Engine) writeCommitted(ctx context.Context, st runstate.State, actor string, receipt *structpb.Value) (runstate.State, error) {
+// writeCommitted records a write's receipt, and how long the commit (or
+// the lookup that found it) took, and carries the run on.
+func (e *Engine) writeCommitted(ctx context.Context, st runstate.State, actor string, receipt *structpb.Value, took time.Duration) (runstate.State, error) {
 	p := st.ApprovedWrite
 	if proto.Size(receipt) > maxInlinePayload {
 		receipt = summarize(receipt) // a receipt is the tool's to make: bounded
 	}
 	next, err := e.commit(ctx, st, actor, []*reinv1.Event{{Payload: &reinv1.Event_WriteCommitted{WriteCommitted: &reinv1.WriteCommitted{
-		ProposalId: p.GetProposalId(), OperationId: st.WriteOperationID, Receipt: receipt,
+		ProposalId: p.GetProposalId(), OperationId: st.WriteOperationID, Receipt: receipt, Duration: durationpb.New(took),
 	}}}, {Actor: "harness", Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
 		From: reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, To: reinv1.RunStatus_RUN_STATUS_RUNNING, Reason: "write_committed",
 	}}}})

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -108,7 +109,7 @@ func (r *runner) step(ctx context.Context) error {
 		mctx, cancel = context.WithTimeout(ctx, r.st.Deadline.Sub(now))
 		defer cancel()
 	}
-	reply, outcome, err := r.callModel(ctx, mctx, req, now)
+	reply, took, outcome, err := r.callModel(ctx, mctx, req, now)
 	if err != nil {
 		switch outcome {
 		case callStopped:
@@ -129,6 +130,7 @@ func (r *runner) step(ctx context.Context) error {
 	price, _ := r.price()
 	returned := &reinv1.Event{Actor: "model", Payload: &reinv1.Event_ModelReturned{ModelReturned: &reinv1.ModelReturned{
 		Decision: reply.Decision, Usage: usage, CostUsd: price.Cost(usage.GetInputTokens(), usage.GetOutputTokens()),
+		Duration: durationpb.New(took), ResponseId: reply.ResponseID, FinishReason: reply.FinishReason,
 	}}}
 
 	// 4. Parse: a reply that is not a valid decision is an observation. A
@@ -246,23 +248,25 @@ func (r *runner) runCall(ctx context.Context, call *reinv1.ToolCall, tier reinv1
 	tctx, cancel := context.WithTimeoutCause(ctx, timeout, cause)
 	defer cancel()
 	if tier == reinv1.ToolTier_TOOL_TIER_WRITE {
+		start := time.Now()
 		preview, err := await(tctx, func(ctx context.Context) (*structpb.Value, error) { return r.executor().Propose(ctx, tc) })
 		if ctx.Err() != nil {
-			r.later(r.toolResult(call, nil, errInterrupted))
+			r.later(r.toolResult(call, nil, errInterrupted, 0))
 			return errStopped
 		}
 		if err != nil {
-			r.later(r.toolResult(call, nil, fmt.Errorf("the write could not be proposed, and nothing was written: %w", err)))
+			r.later(r.toolResult(call, nil, fmt.Errorf("the write could not be proposed, and nothing was written: %w", err), time.Since(start)))
 			return nil
 		}
 		return r.propose(ctx, call, preview)
 	}
+	start := time.Now()
 	out, err := await(tctx, func(ctx context.Context) (*structpb.Value, error) { return r.executor().Read(ctx, tc) })
 	if ctx.Err() != nil {
-		r.later(r.toolResult(call, nil, errInterrupted))
+		r.later(r.toolResult(call, nil, errInterrupted, 0))
 		return errStopped
 	}
-	r.later(r.toolResult(call, out, err))
+	r.later(r.toolResult(call, out, err, time.Since(start)))
 	return nil
 }
 
@@ -363,9 +367,13 @@ func (r *runner) later(ev *reinv1.Event) {
 }
 
 // toolResult is the tool_returned observation of a call, cut to the
-// contract's max_output_bytes.
-func (r *runner) toolResult(call *reinv1.ToolCall, out *structpb.Value, err error) *reinv1.Event {
+// contract's max_output_bytes; took is how long the tool took (0 when it
+// did not answer).
+func (r *runner) toolResult(call *reinv1.ToolCall, out *structpb.Value, err error, took time.Duration) *reinv1.Event {
 	tr := &reinv1.ToolReturned{CallId: call.GetCallId(), Tool: call.GetTool()}
+	if took > 0 {
+		tr.Duration = durationpb.New(took)
+	}
 	if err != nil {
 		tr.Error = cutText(err.Error(), maxInlineText)
 	} else {

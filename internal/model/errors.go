@@ -213,3 +213,30 @@ func isTransport(err error) bool {
 	}
 	return false
 }
+
+// RetryReasoner is an error that says its own retry reason (a replayed
+// failure says the recorded one).
+type RetryReasoner interface{ RetryReason() string }
+
+// RetryReason is why a retryable failure is retried, one of a few words
+// (model_retried's reason, and a metric's label): "rate_limited" (HTTP
+// 429), "server_error" (5xx), "transport" (the connection failed before a
+// response), else "retryable".
+func RetryReason(err error) string {
+	var rr RetryReasoner
+	if errors.As(err, &rr) {
+		return rr.RetryReason()
+	}
+	if he, ok := errors.AsType[*HTTPError](err); ok {
+		switch {
+		case he.StatusCode == http.StatusTooManyRequests:
+			return "rate_limited"
+		case he.StatusCode >= 500:
+			return "server_error"
+		}
+	}
+	if _, ok := errors.AsType[*TransportError](err); ok {
+		return "transport"
+	}
+	return "retryable"
+}

@@ -86,3 +86,26 @@ func TestTransportClassifies(t *testing.T) {
 		}
 	}
 }
+
+func TestRetryReason(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&HTTPError{Provider: "openai", StatusCode: 429}, "rate_limited"},
+		{fmt.Errorf("call: %w", &HTTPError{Provider: "openai", StatusCode: 503}), "server_error"},
+		{&TransportError{Provider: "openai", Err: errors.New("connection refused")}, "transport"},
+		{fmt.Errorf("%w: scripted", ErrRetryable), "retryable"},
+		{reasoned("rate_limited"), "rate_limited"},
+		{reasoned(""), ""},
+	} {
+		if got := RetryReason(tc.err); got != tc.want {
+			t.Errorf("RetryReason(%v) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}
+
+type reasoned string
+
+func (r reasoned) Error() string       { return "replayed failure" }
+func (r reasoned) RetryReason() string { return string(r) }

@@ -67,6 +67,11 @@ type Reply struct {
 	// Raw is the reply's text when it did not parse as a decision.
 	Raw   string
 	Usage *reinv1.Usage
+	// ResponseID is the provider's ID for the response, and FinishReason
+	// why the model stopped, in the provider's words; either is "" when the
+	// provider does not say.
+	ResponseID   string
+	FinishReason string
 }
 
 // KnownProviders lists the providers rein can build, for error messages.

@@ -29,7 +29,7 @@ var equalShapes = map[string]string{
 	"rein.v1.BudgetReached":       "1 limit string optional; 2 detail string optional; 3 retry_past_deadline message optional presence rein.v1.RetryPastDeadline; ",
 	"rein.v1.Check":               "1 name string optional; 2 argv string repeated; 3 dir string optional; 4 timeout message optional presence google.protobuf.Duration; 5 env string repeated; ",
 	"rein.v1.CheckResult":         "1 name string optional; 2 passed bool optional; 3 exit_code int32 optional; 4 output_tail string optional; ",
-	"rein.v1.ChecksCompleted":     "1 results message repeated rein.v1.CheckResult; 2 workspace_hash string optional; ",
+	"rein.v1.ChecksCompleted":     "1 results message repeated rein.v1.CheckResult; 2 workspace_hash string optional; 3 duration message optional presence google.protobuf.Duration; ",
 	"rein.v1.ContextCompacted":    "1 step uint32 optional; 2 compacted uint32 optional; 3 items message repeated rein.v1.ContextItem; 4 chars_before uint64 optional; 5 chars_after uint64 optional; ",
 	"rein.v1.ContextItem":         "1 kind string optional; 2 source string optional; 3 gist string optional; 4 blob string optional; 5 sequence uint64 optional; ",
 	"rein.v1.Decision":            "1 tool_call message optional presence oneof action rein.v1.ToolCall; 2 final_answer message optional presence oneof action rein.v1.FinalAnswer; 3 ask_human message optional presence oneof action rein.v1.AskHuman; ",
@@ -40,8 +40,8 @@ var equalShapes = map[string]string{
 	"rein.v1.InputRequested":      "1 question message optional presence rein.v1.Question; ",
 	"rein.v1.ModelPrice":          "1 input_per_mtok double optional; 2 output_per_mtok double optional; ",
 	"rein.v1.ModelRequested":      "1 step uint32 optional; 2 input_hash string optional; 3 input_tokens uint64 optional; 4 max_output_tokens uint64 optional; 5 model string optional; 6 prompt_version string optional; 7 tool_set_hash string optional; 8 resumed bool optional; 9 input_blobs string repeated; 10 max_cost_usd double optional; 11 carried_blobs uint32 optional; 12 price message optional presence rein.v1.ModelPrice; ",
-	"rein.v1.ModelRetried":        "1 step uint32 optional; 2 error string optional; 3 wait message optional presence google.protobuf.Duration; ",
-	"rein.v1.ModelReturned":       "1 decision message optional presence rein.v1.Decision; 2 usage message optional presence rein.v1.Usage; 3 cost_usd double optional; ",
+	"rein.v1.ModelRetried":        "1 step uint32 optional; 2 error string optional; 3 wait message optional presence google.protobuf.Duration; 4 reason string optional; ",
+	"rein.v1.ModelReturned":       "1 decision message optional presence rein.v1.Decision; 2 usage message optional presence rein.v1.Usage; 3 cost_usd double optional; 4 duration message optional presence google.protobuf.Duration; 5 response_id string optional; 6 finish_reason string optional; ",
 	"rein.v1.ModelSpec":           "1 provider string optional; 2 name string optional; 3 base_url string optional; 4 max_output_tokens uint32 optional; 5 temperature double optional presence; 6 script message repeated rein.v1.ScriptedReply; ",
 	"rein.v1.Proposal":            "1 proposal_id string optional; 2 tool string optional; 3 arguments message optional presence google.protobuf.Struct; 4 preview message optional presence google.protobuf.Value; 5 hash string optional; 6 expires_at message optional presence google.protobuf.Timestamp; 7 run_version uint64 optional; 8 call_id string optional; 9 preview_blob string optional; 10 arguments_blob string optional; ",
 	"rein.v1.Question":            "1 text string optional; 2 call_id string optional; ",
@@ -54,9 +54,9 @@ var equalShapes = map[string]string{
 	"rein.v1.ToolGrant":           "1 name string optional; 2 description string optional; 3 input_schema message optional presence google.protobuf.Struct; 4 tier enum optional; ",
 	"rein.v1.ToolRefused":         "1 call_id string optional; 2 tool string optional; 3 reason string optional; ",
 	"rein.v1.ToolRequested":       "1 call_id string optional; 2 tool string optional; 3 arguments message optional presence google.protobuf.Struct; 4 tier enum optional; ",
-	"rein.v1.ToolReturned":        "1 call_id string optional; 2 tool string optional; 3 output message optional presence google.protobuf.Value; 4 error string optional; 5 truncated bool optional; 6 output_bytes uint64 optional; ",
+	"rein.v1.ToolReturned":        "1 call_id string optional; 2 tool string optional; 3 output message optional presence google.protobuf.Value; 4 error string optional; 5 truncated bool optional; 6 output_bytes uint64 optional; 7 duration message optional presence google.protobuf.Duration; ",
 	"rein.v1.Usage":               "1 input_tokens uint64 optional; 2 output_tokens uint64 optional; ",
-	"rein.v1.WriteCommitted":      "1 proposal_id string optional; 2 operation_id string optional; 3 receipt message optional presence google.protobuf.Value; ",
+	"rein.v1.WriteCommitted":      "1 proposal_id string optional; 2 operation_id string optional; 3 receipt message optional presence google.protobuf.Value; 4 duration message optional presence google.protobuf.Duration; ",
 	"rein.v1.WriteDispatched":     "1 proposal_id string optional; 2 operation_id string optional; ",
 	"rein.v1.WriteOutcomeUnknown": "1 proposal_id string optional; 2 operation_id string optional; 3 error string optional; ",
 	"rein.v1.WriteRefused":        "1 proposal_id string optional; 2 operation_id string optional; 3 reason string optional; ",
@@ -306,6 +306,15 @@ func eqModelReturned(x, y *reinv1.ModelReturned) bool {
 	if !(math.Float64bits(x.GetCostUsd()) == math.Float64bits(y.GetCostUsd())) {
 		return false
 	}
+	if !(eqDuration(x.GetDuration(), y.GetDuration())) {
+		return false
+	}
+	if !(x.GetResponseId() == y.GetResponseId()) {
+		return false
+	}
+	if !(x.GetFinishReason() == y.GetFinishReason()) {
+		return false
+	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }
 
@@ -389,6 +398,9 @@ func eqToolReturned(x, y *reinv1.ToolReturned) bool {
 		return false
 	}
 	if !(x.GetOutputBytes() == y.GetOutputBytes()) {
+		return false
+	}
+	if !(eqDuration(x.GetDuration(), y.GetDuration())) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
@@ -487,6 +499,9 @@ func eqWriteCommitted(x, y *reinv1.WriteCommitted) bool {
 	if !(eqValue(x.GetReceipt(), y.GetReceipt())) {
 		return false
 	}
+	if !(eqDuration(x.GetDuration(), y.GetDuration())) {
+		return false
+	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }
 
@@ -525,6 +540,9 @@ func eqChecksCompleted(x, y *reinv1.ChecksCompleted) bool {
 		}
 	}
 	if !(x.GetWorkspaceHash() == y.GetWorkspaceHash()) {
+		return false
+	}
+	if !(eqDuration(x.GetDuration(), y.GetDuration())) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
@@ -588,6 +606,9 @@ func eqModelRetried(x, y *reinv1.ModelRetried) bool {
 		return false
 	}
 	if !(eqDuration(x.GetWait(), y.GetWait())) {
+		return false
+	}
+	if !(x.GetReason() == y.GetReason()) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
@@ -751,6 +772,22 @@ func eqUsage(x, y *reinv1.Usage) bool {
 		return false
 	}
 	if !(x.GetOutputTokens() == y.GetOutputTokens()) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqDuration(x, y *durationpb.Duration) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetSeconds() == y.GetSeconds()) {
+		return false
+	}
+	if !(x.GetNanos() == y.GetNanos()) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
@@ -930,22 +967,6 @@ func eqFinalAnswer(x, y *reinv1.FinalAnswer) bool {
 		return false
 	}
 	if !(eqValue(x.GetData(), y.GetData())) {
-		return false
-	}
-	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
-}
-
-func eqDuration(x, y *durationpb.Duration) bool {
-	if x == y {
-		return true
-	}
-	if x == nil || y == nil {
-		return false
-	}
-	if !(x.GetSeconds() == y.GetSeconds()) {
-		return false
-	}
-	if !(x.GetNanos() == y.GetNanos()) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())

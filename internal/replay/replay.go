@@ -291,13 +291,15 @@ func (r *recording) prices() *pricing.Table {
 }
 
 // retryError is a recorded failed attempt, replayed: retryable, with the
-// recorded wait and text.
+// recorded wait, text and reason.
 type retryError struct {
-	text string
-	wait time.Duration
+	text   string
+	wait   time.Duration
+	reason string
 }
 
 func (e *retryError) Error() string            { return e.text }
+func (e *retryError) RetryReason() string      { return e.reason }
 func (e *retryError) Unwrap() error            { return model.ErrRetryable }
 func (e *retryError) RetryWait() time.Duration { return e.wait }
 
@@ -330,7 +332,7 @@ func (r *recording) Next(ctx context.Context, req *model.Request) (*model.Reply,
 	r.attempts[req.Step]++
 	if mr := r.events[i+1].GetModelRetried(); mr != nil {
 		if attempt == 0 {
-			return nil, &retryError{text: mr.GetError(), wait: mr.GetWait().AsDuration()}
+			return nil, &retryError{text: mr.GetError(), wait: mr.GetWait().AsDuration(), reason: mr.GetReason()}
 		}
 		i++ // the answer follows the retry
 		if i+1 >= len(r.events) {
@@ -344,7 +346,7 @@ func (r *recording) Next(ctx context.Context, req *model.Request) (*model.Reply,
 	switch after := r.events[i+1]; {
 	case after.GetModelReturned() != nil:
 		mr := after.GetModelReturned()
-		reply := &model.Reply{Decision: mr.GetDecision(), Usage: mr.GetUsage()}
+		reply := &model.Reply{Decision: mr.GetDecision(), Usage: mr.GetUsage(), ResponseID: mr.GetResponseId(), FinishReason: mr.GetFinishReason()}
 		if mr.GetDecision() == nil && i+2 < len(r.events) {
 			reply.Raw = r.events[i+2].GetDecisionRejected().GetRaw()
 		}

@@ -158,6 +158,7 @@ func (l *runLog) keep(ev *reinv1.Event) {
 		l.diverged = &Divergence{Sequence: uint64(i) + 1, Got: ev}
 		return
 	}
+	keepTiming(ev, l.recorded[i])
 	if !equalEvent(l.recorded[i], ev) {
 		l.diverged = &Divergence{Sequence: uint64(i) + 1, Expected: l.recorded[i], Got: ev, Field: difference(l.recorded[i], ev)}
 	}

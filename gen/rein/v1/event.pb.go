@@ -774,7 +774,16 @@ type ModelReturned struct {
 	Usage *Usage `protobuf:"bytes,2,opt,name=usage,proto3" json:"usage,omitempty"`
 	// What the call cost, in US dollars, by the server's price table; 0 when
 	// the model has no price.
-	CostUsd       float64 `protobuf:"fixed64,3,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	CostUsd float64 `protobuf:"fixed64,3,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	// How long the call took, measured by rein from sending the request to
+	// reading the reply (the attempt that answered, after any retry). Replay
+	// keeps the recorded figure: timing is data, not something to reproduce.
+	Duration *durationpb.Duration `protobuf:"bytes,4,opt,name=duration,proto3" json:"duration,omitempty"`
+	// The provider's ID for the response, when it gives one.
+	ResponseId string `protobuf:"bytes,5,opt,name=response_id,json=responseId,proto3" json:"response_id,omitempty"`
+	// Why the model stopped ("stop", "end_turn", "length", "tool_calls", …),
+	// in the provider's words, when it says.
+	FinishReason  string `protobuf:"bytes,6,opt,name=finish_reason,json=finishReason,proto3" json:"finish_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -830,6 +839,27 @@ func (x *ModelReturned) GetCostUsd() float64 {
 	return 0
 }
 
+func (x *ModelReturned) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *ModelReturned) GetResponseId() string {
+	if x != nil {
+		return x.ResponseId
+	}
+	return ""
+}
+
+func (x *ModelReturned) GetFinishReason() string {
+	if x != nil {
+		return x.FinishReason
+	}
+	return ""
+}
+
 // ModelRetried records a failed model call that rein retries once, after a
 // wait.
 type ModelRetried struct {
@@ -839,7 +869,12 @@ type ModelRetried struct {
 	// What failed, e.g. "429 Too Many Requests".
 	Error string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
 	// How long rein waits before the retry (from Retry-After when given).
-	Wait          *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	// Why the call is retried, one of a few words: "rate_limited" (HTTP
+	// 429), "server_error" (5xx), "transport" (the connection failed before
+	// a response), "retryable" (any other failure the model marks
+	// retryable).
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -893,6 +928,13 @@ func (x *ModelRetried) GetWait() *durationpb.Duration {
 		return x.Wait
 	}
 	return nil
+}
+
+func (x *ModelRetried) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 // ContextCompacted records that older observations no longer go to the model
@@ -1268,7 +1310,10 @@ type ToolReturned struct {
 	// Whether the output was cut.
 	Truncated bool `protobuf:"varint,5,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	// The size of the full output in bytes.
-	OutputBytes   uint64 `protobuf:"varint,6,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
+	OutputBytes uint64 `protobuf:"varint,6,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
+	// How long the tool took, measured by rein (replay keeps the recorded
+	// figure); unset for a result no tool produced (a refusal's observation).
+	Duration      *durationpb.Duration `protobuf:"bytes,7,opt,name=duration,proto3" json:"duration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1343,6 +1388,13 @@ func (x *ToolReturned) GetOutputBytes() uint64 {
 		return x.OutputBytes
 	}
 	return 0
+}
+
+func (x *ToolReturned) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
 }
 
 // ApprovalRequested records a proposal that waits for a person.
@@ -1619,7 +1671,10 @@ type WriteCommitted struct {
 	// The idempotency key of the write.
 	OperationId string `protobuf:"bytes,2,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
 	// The tool's receipt.
-	Receipt       *structpb.Value `protobuf:"bytes,3,opt,name=receipt,proto3" json:"receipt,omitempty"`
+	Receipt *structpb.Value `protobuf:"bytes,3,opt,name=receipt,proto3" json:"receipt,omitempty"`
+	// How long the commit (or the lookup that found it applied) took,
+	// measured by rein; replay keeps the recorded figure.
+	Duration      *durationpb.Duration `protobuf:"bytes,4,opt,name=duration,proto3" json:"duration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1671,6 +1726,13 @@ func (x *WriteCommitted) GetOperationId() string {
 func (x *WriteCommitted) GetReceipt() *structpb.Value {
 	if x != nil {
 		return x.Receipt
+	}
+	return nil
+}
+
+func (x *WriteCommitted) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
 	}
 	return nil
 }
@@ -1812,6 +1874,9 @@ type ChecksCompleted struct {
 	Results []*CheckResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
 	// SHA-256 (hex) of the workspace state the checks ran against.
 	WorkspaceHash string `protobuf:"bytes,2,opt,name=workspace_hash,json=workspaceHash,proto3" json:"workspace_hash,omitempty"`
+	// How long the checks took together, measured by rein; replay keeps the
+	// recorded figure.
+	Duration      *durationpb.Duration `protobuf:"bytes,3,opt,name=duration,proto3" json:"duration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1858,6 +1923,13 @@ func (x *ChecksCompleted) GetWorkspaceHash() string {
 		return x.WorkspaceHash
 	}
 	return ""
+}
+
+func (x *ChecksCompleted) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
 }
 
 // CheckResult is one check's outcome.
@@ -2211,15 +2283,20 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\n" +
 	"ModelPrice\x12$\n" +
 	"\x0einput_per_mtok\x18\x01 \x01(\x01R\finputPerMtok\x12&\n" +
-	"\x0foutput_per_mtok\x18\x02 \x01(\x01R\routputPerMtok\"\x7f\n" +
+	"\x0foutput_per_mtok\x18\x02 \x01(\x01R\routputPerMtok\"\xfc\x01\n" +
 	"\rModelReturned\x12-\n" +
 	"\bdecision\x18\x01 \x01(\v2\x11.rein.v1.DecisionR\bdecision\x12$\n" +
 	"\x05usage\x18\x02 \x01(\v2\x0e.rein.v1.UsageR\x05usage\x12\x19\n" +
-	"\bcost_usd\x18\x03 \x01(\x01R\acostUsd\"g\n" +
+	"\bcost_usd\x18\x03 \x01(\x01R\acostUsd\x125\n" +
+	"\bduration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1f\n" +
+	"\vresponse_id\x18\x05 \x01(\tR\n" +
+	"responseId\x12#\n" +
+	"\rfinish_reason\x18\x06 \x01(\tR\ffinishReason\"\x7f\n" +
 	"\fModelRetried\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12-\n" +
-	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xb4\x01\n" +
+	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xb4\x01\n" +
 	"\x10ContextCompacted\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x1c\n" +
 	"\tcompacted\x18\x02 \x01(\rR\tcompacted\x12*\n" +
@@ -2244,14 +2321,15 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\vToolRefused\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xc2\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xf9\x01\n" +
 	"\fToolReturned\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12.\n" +
 	"\x06output\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x06output\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1c\n" +
 	"\ttruncated\x18\x05 \x01(\bR\ttruncated\x12!\n" +
-	"\foutput_bytes\x18\x06 \x01(\x04R\voutputBytes\"B\n" +
+	"\foutput_bytes\x18\x06 \x01(\x04R\voutputBytes\x125\n" +
+	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration\"B\n" +
 	"\x11ApprovalRequested\x12-\n" +
 	"\bproposal\x18\x01 \x01(\v2\x11.rein.v1.ProposalR\bproposal\"\x7f\n" +
 	"\x0fApprovalDecided\x12\x1f\n" +
@@ -2267,12 +2345,13 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x0fWriteDispatched\x12\x1f\n" +
 	"\vproposal_id\x18\x01 \x01(\tR\n" +
 	"proposalId\x12!\n" +
-	"\foperation_id\x18\x02 \x01(\tR\voperationId\"\x86\x01\n" +
+	"\foperation_id\x18\x02 \x01(\tR\voperationId\"\xbd\x01\n" +
 	"\x0eWriteCommitted\x12\x1f\n" +
 	"\vproposal_id\x18\x01 \x01(\tR\n" +
 	"proposalId\x12!\n" +
 	"\foperation_id\x18\x02 \x01(\tR\voperationId\x120\n" +
-	"\areceipt\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\areceipt\"j\n" +
+	"\areceipt\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\areceipt\x125\n" +
+	"\bduration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bduration\"j\n" +
 	"\fWriteRefused\x12\x1f\n" +
 	"\vproposal_id\x18\x01 \x01(\tR\n" +
 	"proposalId\x12!\n" +
@@ -2282,10 +2361,11 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\vproposal_id\x18\x01 \x01(\tR\n" +
 	"proposalId\x12!\n" +
 	"\foperation_id\x18\x02 \x01(\tR\voperationId\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"h\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\x9f\x01\n" +
 	"\x0fChecksCompleted\x12.\n" +
 	"\aresults\x18\x01 \x03(\v2\x14.rein.v1.CheckResultR\aresults\x12%\n" +
-	"\x0eworkspace_hash\x18\x02 \x01(\tR\rworkspaceHash\"w\n" +
+	"\x0eworkspace_hash\x18\x02 \x01(\tR\rworkspaceHash\x125\n" +
+	"\bduration\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bduration\"w\n" +
 	"\vCheckResult\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06passed\x18\x02 \x01(\bR\x06passed\x12\x1b\n" +
@@ -2388,25 +2468,29 @@ var file_rein_v1_event_proto_depIdxs = []int32{
 	3,  // 23: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
 	27, // 24: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
 	28, // 25: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
-	29, // 26: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
-	7,  // 27: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
-	30, // 28: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
-	31, // 29: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
-	32, // 30: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
-	33, // 31: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
-	34, // 32: rein.v1.InputRequested.question:type_name -> rein.v1.Question
-	32, // 33: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
-	21, // 34: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
-	23, // 35: rein.v1.BudgetReached.retry_past_deadline:type_name -> rein.v1.RetryPastDeadline
-	29, // 36: rein.v1.RetryPastDeadline.wait:type_name -> google.protobuf.Duration
-	35, // 37: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
-	35, // 38: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
-	36, // 39: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
-	40, // [40:40] is the sub-list for method output_type
-	40, // [40:40] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	29, // 26: rein.v1.ModelReturned.duration:type_name -> google.protobuf.Duration
+	29, // 27: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
+	7,  // 28: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
+	30, // 29: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
+	31, // 30: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
+	32, // 31: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
+	29, // 32: rein.v1.ToolReturned.duration:type_name -> google.protobuf.Duration
+	33, // 33: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
+	34, // 34: rein.v1.InputRequested.question:type_name -> rein.v1.Question
+	32, // 35: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
+	29, // 36: rein.v1.WriteCommitted.duration:type_name -> google.protobuf.Duration
+	21, // 37: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
+	29, // 38: rein.v1.ChecksCompleted.duration:type_name -> google.protobuf.Duration
+	23, // 39: rein.v1.BudgetReached.retry_past_deadline:type_name -> rein.v1.RetryPastDeadline
+	29, // 40: rein.v1.RetryPastDeadline.wait:type_name -> google.protobuf.Duration
+	35, // 41: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
+	35, // 42: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
+	36, // 43: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_event_proto_init() }

@@ -1509,6 +1509,182 @@ func (x *ImportRunResponse) GetRun() *Run {
 	return nil
 }
 
+// GetServerInfoRequest asks for the server's build.
+type GetServerInfoRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetServerInfoRequest) Reset() {
+	*x = GetServerInfoRequest{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetServerInfoRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetServerInfoRequest) ProtoMessage() {}
+
+func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetServerInfoRequest.ProtoReflect.Descriptor instead.
+func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{25}
+}
+
+// GetServerInfoResponse holds the server's build.
+type GetServerInfoResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The server's build.
+	Build         *BuildInfo `protobuf:"bytes,1,opt,name=build,proto3" json:"build,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetServerInfoResponse) Reset() {
+	*x = GetServerInfoResponse{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetServerInfoResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetServerInfoResponse) ProtoMessage() {}
+
+func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetServerInfoResponse.ProtoReflect.Descriptor instead.
+func (*GetServerInfoResponse) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetServerInfoResponse) GetBuild() *BuildInfo {
+	if x != nil {
+		return x.Build
+	}
+	return nil
+}
+
+// BuildInfo says what a rein binary was built from.
+type BuildInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rein's version: the module version the binary was built at, or
+	// "(devel)" for a build from a checkout.
+	Version string `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	// The VCS revision (a git commit) the binary was built from; empty when
+	// the build recorded none.
+	Revision string `protobuf:"bytes,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The time of that revision.
+	RevisionTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=revision_time,json=revisionTime,proto3" json:"revision_time,omitempty"`
+	// The working tree had changes not in the revision.
+	Modified bool `protobuf:"varint,4,opt,name=modified,proto3" json:"modified,omitempty"`
+	// The Go version that built it.
+	GoVersion string `protobuf:"bytes,5,opt,name=go_version,json=goVersion,proto3" json:"go_version,omitempty"`
+	// The API the server serves (its Protobuf package).
+	ApiVersion    string `protobuf:"bytes,6,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BuildInfo) Reset() {
+	*x = BuildInfo{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BuildInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BuildInfo) ProtoMessage() {}
+
+func (x *BuildInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
+func (*BuildInfo) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *BuildInfo) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *BuildInfo) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *BuildInfo) GetRevisionTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RevisionTime
+	}
+	return nil
+}
+
+func (x *BuildInfo) GetModified() bool {
+	if x != nil {
+		return x.Modified
+	}
+	return false
+}
+
+func (x *BuildInfo) GetGoVersion() string {
+	if x != nil {
+		return x.GoVersion
+	}
+	return ""
+}
+
+func (x *BuildInfo) GetApiVersion() string {
+	if x != nil {
+		return x.ApiVersion
+	}
+	return ""
+}
+
 var File_rein_v1_run_service_proto protoreflect.FileDescriptor
 
 const file_rein_v1_run_service_proto_rawDesc = "" +
@@ -1622,11 +1798,23 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\x10ImportRunRequest\x122\n" +
 	"\x06export\x18\x01 \x01(\v2\x12.rein.v1.RunExportB\x06\xbaH\x03\xc8\x01\x01R\x06export\"3\n" +
 	"\x11ImportRunResponse\x12\x1e\n" +
-	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run*n\n" +
+	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"\x16\n" +
+	"\x14GetServerInfoRequest\"A\n" +
+	"\x15GetServerInfoResponse\x12(\n" +
+	"\x05build\x18\x01 \x01(\v2\x12.rein.v1.BuildInfoR\x05build\"\xde\x01\n" +
+	"\tBuildInfo\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\tR\brevision\x12?\n" +
+	"\rrevision_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\frevisionTime\x12\x1a\n" +
+	"\bmodified\x18\x04 \x01(\bR\bmodified\x12\x1d\n" +
+	"\n" +
+	"go_version\x18\x05 \x01(\tR\tgoVersion\x12\x1f\n" +
+	"\vapi_version\x18\x06 \x01(\tR\n" +
+	"apiVersion*n\n" +
 	"\x0fApprovalVerdict\x12 \n" +
 	"\x1cAPPROVAL_VERDICT_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18APPROVAL_VERDICT_APPROVE\x10\x01\x12\x1b\n" +
-	"\x17APPROVAL_VERDICT_REJECT\x10\x022\xc0\x06\n" +
+	"\x17APPROVAL_VERDICT_REJECT\x10\x022\x90\a\n" +
 	"\n" +
 	"RunService\x12?\n" +
 	"\bStartRun\x12\x18.rein.v1.StartRunRequest\x1a\x19.rein.v1.StartRunResponse\x129\n" +
@@ -1641,7 +1829,8 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\aForkRun\x12\x17.rein.v1.ForkRunRequest\x1a\x18.rein.v1.ForkRunResponse\x12K\n" +
 	"\fProvideInput\x12\x1c.rein.v1.ProvideInputRequest\x1a\x1d.rein.v1.ProvideInputResponse\x12Q\n" +
 	"\x0eDecideApproval\x12\x1e.rein.v1.DecideApprovalRequest\x1a\x1f.rein.v1.DecideApprovalResponse\x12B\n" +
-	"\tImportRun\x12\x19.rein.v1.ImportRunRequest\x1a\x1a.rein.v1.ImportRunResponseB\x86\x01\n" +
+	"\tImportRun\x12\x19.rein.v1.ImportRunRequest\x1a\x1a.rein.v1.ImportRunResponse\x12N\n" +
+	"\rGetServerInfo\x12\x1d.rein.v1.GetServerInfoRequest\x1a\x1e.rein.v1.GetServerInfoResponseB\x86\x01\n" +
 	"\vcom.rein.v1B\x0fRunServiceProtoP\x01Z)github.com/reinhq/rein/gen/rein/v1;reinv1\xa2\x02\x03RXX\xaa\x02\aRein.V1\xca\x02\aRein\\V1\xe2\x02\x13Rein\\V1\\GPBMetadata\xea\x02\bRein::V1b\x06proto3"
 
 var (
@@ -1657,7 +1846,7 @@ func file_rein_v1_run_service_proto_rawDescGZIP() []byte {
 }
 
 var file_rein_v1_run_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_rein_v1_run_service_proto_goTypes = []any{
 	(ApprovalVerdict)(0),           // 0: rein.v1.ApprovalVerdict
 	(*StartRunRequest)(nil),        // 1: rein.v1.StartRunRequest
@@ -1685,70 +1874,77 @@ var file_rein_v1_run_service_proto_goTypes = []any{
 	(*DecideApprovalResponse)(nil), // 23: rein.v1.DecideApprovalResponse
 	(*ImportRunRequest)(nil),       // 24: rein.v1.ImportRunRequest
 	(*ImportRunResponse)(nil),      // 25: rein.v1.ImportRunResponse
-	nil,                            // 26: rein.v1.ListRunsRequest.LabelsEntry
-	nil,                            // 27: rein.v1.GetBlobsResponse.BlobsEntry
-	nil,                            // 28: rein.v1.WatchRunsRequest.LabelsEntry
-	(*TaskContract)(nil),           // 29: rein.v1.TaskContract
-	(*Run)(nil),                    // 30: rein.v1.Run
-	(RunStatus)(0),                 // 31: rein.v1.RunStatus
-	(*Event)(nil),                  // 32: rein.v1.Event
-	(*timestamppb.Timestamp)(nil),  // 33: google.protobuf.Timestamp
-	(*Budget)(nil),                 // 34: rein.v1.Budget
-	(*RunExport)(nil),              // 35: rein.v1.RunExport
+	(*GetServerInfoRequest)(nil),   // 26: rein.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil),  // 27: rein.v1.GetServerInfoResponse
+	(*BuildInfo)(nil),              // 28: rein.v1.BuildInfo
+	nil,                            // 29: rein.v1.ListRunsRequest.LabelsEntry
+	nil,                            // 30: rein.v1.GetBlobsResponse.BlobsEntry
+	nil,                            // 31: rein.v1.WatchRunsRequest.LabelsEntry
+	(*TaskContract)(nil),           // 32: rein.v1.TaskContract
+	(*Run)(nil),                    // 33: rein.v1.Run
+	(RunStatus)(0),                 // 34: rein.v1.RunStatus
+	(*Event)(nil),                  // 35: rein.v1.Event
+	(*timestamppb.Timestamp)(nil),  // 36: google.protobuf.Timestamp
+	(*Budget)(nil),                 // 37: rein.v1.Budget
+	(*RunExport)(nil),              // 38: rein.v1.RunExport
 }
 var file_rein_v1_run_service_proto_depIdxs = []int32{
-	29, // 0: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
-	30, // 1: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
-	30, // 2: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
-	31, // 3: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	26, // 4: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
-	30, // 5: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
-	32, // 6: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
-	27, // 7: rein.v1.GetBlobsResponse.blobs:type_name -> rein.v1.GetBlobsResponse.BlobsEntry
-	32, // 8: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
-	31, // 9: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	28, // 10: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
+	32, // 0: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
+	33, // 1: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
+	33, // 2: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
+	34, // 3: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	29, // 4: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
+	33, // 5: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
+	35, // 6: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
+	30, // 7: rein.v1.GetBlobsResponse.blobs:type_name -> rein.v1.GetBlobsResponse.BlobsEntry
+	35, // 8: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
+	34, // 9: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	31, // 10: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
 	15, // 11: rein.v1.WatchRunsResponse.change:type_name -> rein.v1.RunChange
-	31, // 12: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
-	31, // 13: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
-	33, // 14: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
-	30, // 15: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
-	34, // 16: rein.v1.ForkRunRequest.budget:type_name -> rein.v1.Budget
-	30, // 17: rein.v1.ForkRunResponse.run:type_name -> rein.v1.Run
-	30, // 18: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
+	34, // 12: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
+	34, // 13: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
+	36, // 14: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
+	33, // 15: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
+	37, // 16: rein.v1.ForkRunRequest.budget:type_name -> rein.v1.Budget
+	33, // 17: rein.v1.ForkRunResponse.run:type_name -> rein.v1.Run
+	33, // 18: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
 	0,  // 19: rein.v1.DecideApprovalRequest.verdict:type_name -> rein.v1.ApprovalVerdict
-	30, // 20: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
-	35, // 21: rein.v1.ImportRunRequest.export:type_name -> rein.v1.RunExport
-	30, // 22: rein.v1.ImportRunResponse.run:type_name -> rein.v1.Run
-	1,  // 23: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
-	3,  // 24: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
-	5,  // 25: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
-	7,  // 26: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
-	9,  // 27: rein.v1.RunService.GetBlobs:input_type -> rein.v1.GetBlobsRequest
-	11, // 28: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
-	13, // 29: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
-	16, // 30: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
-	18, // 31: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
-	20, // 32: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
-	22, // 33: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
-	24, // 34: rein.v1.RunService.ImportRun:input_type -> rein.v1.ImportRunRequest
-	2,  // 35: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
-	4,  // 36: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
-	6,  // 37: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
-	8,  // 38: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
-	10, // 39: rein.v1.RunService.GetBlobs:output_type -> rein.v1.GetBlobsResponse
-	12, // 40: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
-	14, // 41: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
-	17, // 42: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
-	19, // 43: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
-	21, // 44: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
-	23, // 45: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
-	25, // 46: rein.v1.RunService.ImportRun:output_type -> rein.v1.ImportRunResponse
-	35, // [35:47] is the sub-list for method output_type
-	23, // [23:35] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	33, // 20: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
+	38, // 21: rein.v1.ImportRunRequest.export:type_name -> rein.v1.RunExport
+	33, // 22: rein.v1.ImportRunResponse.run:type_name -> rein.v1.Run
+	28, // 23: rein.v1.GetServerInfoResponse.build:type_name -> rein.v1.BuildInfo
+	36, // 24: rein.v1.BuildInfo.revision_time:type_name -> google.protobuf.Timestamp
+	1,  // 25: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
+	3,  // 26: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
+	5,  // 27: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
+	7,  // 28: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
+	9,  // 29: rein.v1.RunService.GetBlobs:input_type -> rein.v1.GetBlobsRequest
+	11, // 30: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
+	13, // 31: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
+	16, // 32: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
+	18, // 33: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
+	20, // 34: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
+	22, // 35: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
+	24, // 36: rein.v1.RunService.ImportRun:input_type -> rein.v1.ImportRunRequest
+	26, // 37: rein.v1.RunService.GetServerInfo:input_type -> rein.v1.GetServerInfoRequest
+	2,  // 38: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
+	4,  // 39: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
+	6,  // 40: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
+	8,  // 41: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
+	10, // 42: rein.v1.RunService.GetBlobs:output_type -> rein.v1.GetBlobsResponse
+	12, // 43: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
+	14, // 44: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
+	17, // 45: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
+	19, // 46: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
+	21, // 47: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
+	23, // 48: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
+	25, // 49: rein.v1.RunService.ImportRun:output_type -> rein.v1.ImportRunResponse
+	27, // 50: rein.v1.RunService.GetServerInfo:output_type -> rein.v1.GetServerInfoResponse
+	38, // [38:51] is the sub-list for method output_type
+	25, // [25:38] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_service_proto_init() }
@@ -1766,7 +1962,7 @@ func file_rein_v1_run_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_run_service_proto_rawDesc), len(file_rein_v1_run_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	RunService_ProvideInput_FullMethodName   = "/rein.v1.RunService/ProvideInput"
 	RunService_DecideApproval_FullMethodName = "/rein.v1.RunService/DecideApproval"
 	RunService_ImportRun_FullMethodName      = "/rein.v1.RunService/ImportRun"
+	RunService_GetServerInfo_FullMethodName  = "/rein.v1.RunService/GetServerInfo"
 )
 
 // RunServiceClient is the client API for RunService service.
@@ -82,6 +83,9 @@ type RunServiceClient interface {
 	// ResourceExhausted. The run is not driven by this call: a server carries
 	// on a running or paused import when it next starts on its store.
 	ImportRun(ctx context.Context, in *ImportRunRequest, opts ...grpc.CallOption) (*ImportRunResponse, error)
+	// GetServerInfo says which rein answers: its version, the revision it
+	// was built from and the API it serves (`rein version --server`).
+	GetServerInfo(ctx context.Context, in *GetServerInfoRequest, opts ...grpc.CallOption) (*GetServerInfoResponse, error)
 }
 
 type runServiceClient struct {
@@ -230,6 +234,16 @@ func (c *runServiceClient) ImportRun(ctx context.Context, in *ImportRunRequest, 
 	return out, nil
 }
 
+func (c *runServiceClient) GetServerInfo(ctx context.Context, in *GetServerInfoRequest, opts ...grpc.CallOption) (*GetServerInfoResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetServerInfoResponse)
+	err := c.cc.Invoke(ctx, RunService_GetServerInfo_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RunServiceServer is the server API for RunService service.
 // All implementations must embed UnimplementedRunServiceServer
 // for forward compatibility.
@@ -279,6 +293,9 @@ type RunServiceServer interface {
 	// ResourceExhausted. The run is not driven by this call: a server carries
 	// on a running or paused import when it next starts on its store.
 	ImportRun(context.Context, *ImportRunRequest) (*ImportRunResponse, error)
+	// GetServerInfo says which rein answers: its version, the revision it
+	// was built from and the API it serves (`rein version --server`).
+	GetServerInfo(context.Context, *GetServerInfoRequest) (*GetServerInfoResponse, error)
 	mustEmbedUnimplementedRunServiceServer()
 }
 
@@ -324,6 +341,9 @@ func (UnimplementedRunServiceServer) DecideApproval(context.Context, *DecideAppr
 }
 func (UnimplementedRunServiceServer) ImportRun(context.Context, *ImportRunRequest) (*ImportRunResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ImportRun not implemented")
+}
+func (UnimplementedRunServiceServer) GetServerInfo(context.Context, *GetServerInfoRequest) (*GetServerInfoResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetServerInfo not implemented")
 }
 func (UnimplementedRunServiceServer) mustEmbedUnimplementedRunServiceServer() {}
 func (UnimplementedRunServiceServer) testEmbeddedByValue()                    {}
@@ -548,6 +568,24 @@ func _RunService_ImportRun_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RunService_GetServerInfo_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetServerInfoRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunServiceServer).GetServerInfo(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunService_GetServerInfo_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunServiceServer).GetServerInfo(ctx, req.(*GetServerInfoRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RunService_ServiceDesc is the grpc.ServiceDesc for RunService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -594,6 +632,10 @@ var RunService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ImportRun",
 			Handler:    _RunService_ImportRun_Handler,
+		},
+		{
+			MethodName: "GetServerInfo",
+			Handler:    _RunService_GetServerInfo_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

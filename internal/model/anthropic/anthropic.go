@@ -164,7 +164,7 @@ func reply(msg *sdk.Message, names *model.ToolNames, maxTokens uint64) *model.Re
 	out := &model.Reply{Usage: &reinv1.Usage{
 		InputTokens:  nonNeg(u.InputTokens) + nonNeg(u.CacheCreationInputTokens) + nonNeg(u.CacheReadInputTokens),
 		OutputTokens: nonNeg(u.OutputTokens),
-	}}
+	}, ResponseID: msg.ID, FinishReason: string(msg.StopReason)}
 	var uses []sdk.ContentBlockUnion
 	var texts []string
 	for _, b := range msg.Content {

@@ -201,6 +201,9 @@ func TestFinalAnswer(t *testing.T) {
 	if got := r.Decision.GetFinalAnswer().GetText(); got != "Refunds take 5 days.\n\nAnything else?" {
 		t.Fatalf("final answer %q (decision %v)", got, r.Decision)
 	}
+	if r.ResponseID != "msg_1" || r.FinishReason != "end_turn" {
+		t.Fatalf("response %q, finish reason %q; want the provider's msg_1, end_turn", r.ResponseID, r.FinishReason)
+	}
 }
 
 // The failure twins of TestFinalAnswer and TestToolCall: replies that are not

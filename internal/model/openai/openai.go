@@ -239,11 +239,12 @@ func reply(resp *oai.ChatCompletion, names *model.ToolNames) *model.Reply {
 	out := &model.Reply{Usage: &reinv1.Usage{
 		InputTokens:  nonNeg(resp.Usage.PromptTokens),
 		OutputTokens: nonNeg(resp.Usage.CompletionTokens),
-	}}
+	}, ResponseID: resp.ID}
 	if len(resp.Choices) == 0 {
 		out.Raw = "the provider's reply held no choices"
 		return out
 	}
+	out.FinishReason = resp.Choices[0].FinishReason
 	msg := resp.Choices[0].Message
 	switch n := len(msg.ToolCalls); {
 	case n > 1:

@@ -142,6 +142,9 @@ func TestFinalAnswer(t *testing.T) {
 	if got := r.Decision.GetFinalAnswer().GetText(); got != "Refunds take 5 days." {
 		t.Fatalf("final answer %q (decision %v)", got, r.Decision)
 	}
+	if r.ResponseID != "chatcmpl-1" || r.FinishReason != "stop" {
+		t.Fatalf("response %q, finish reason %q; want the provider's chatcmpl-1, stop", r.ResponseID, r.FinishReason)
+	}
 }
 
 func TestParallelToolCallsRejected(t *testing.T) {

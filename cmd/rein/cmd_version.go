@@ -1,0 +1,53 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/version"
+)
+
+func newVersionCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print rein's version, the revision it was built from, and with --server the server's",
+		Long: `Print this rein's version: the module version (or "(devel)" for a build from a
+checkout), the VCS revision and its time, whether the tree had changes, the Go
+version and the API version. With --server, the server's too (GetServerInfo,
+which any principal may call). --json prints {"client": …, "server": …}.`,
+		Example: `  rein version
+  rein version --server rein.internal:7233 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			local := version.Get()
+			var remote *reinv1.BuildInfo
+			if e.server != "" {
+				c, err := connect(cmd.Context(), e, nil)
+				if err != nil {
+					return err
+				}
+				defer c.close()
+				resp, err := c.runs.GetServerInfo(cmd.Context(), &reinv1.GetServerInfoRequest{})
+				if err != nil {
+					return err
+				}
+				remote = resp.GetBuild()
+			}
+			if e.json {
+				out := map[string]any{"client": protoJSON(local)}
+				if remote != nil {
+					out["server"] = protoJSON(remote)
+				}
+				return writeJSON(e.stdout, out, true)
+			}
+			if remote == nil {
+				fmt.Fprintln(e.stdout, version.String(local))
+				return nil
+			}
+			fmt.Fprintf(e.stdout, "client: %s\nserver: %s (%s)\n", version.String(local), version.String(remote), e.server)
+			return nil
+		},
+	}
+}
