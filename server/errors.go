@@ -40,7 +40,8 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		return status.Error(codes.Aborted, err.Error())
 	case errors.Is(err, harness.ErrForbidden):
 		return status.Error(codes.PermissionDenied, err.Error())
-	case errors.Is(err, runstate.ErrTerminal), errors.Is(err, runstate.ErrIllegalTransition), errors.Is(err, harness.ErrNotWaiting):
+	case errors.Is(err, runstate.ErrTerminal), errors.Is(err, runstate.ErrIllegalTransition), errors.Is(err, harness.ErrNotWaiting),
+		errors.Is(err, harness.ErrNoExecutor):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, store.ErrDataLoss):
 		return status.Error(codes.DataLoss, err.Error())
