@@ -24,9 +24,9 @@ var ErrToolsUnavailable = errors.New("this server's tools could not all be liste
 
 // create is how a run comes to be, started or forked: it validates the
 // contract against this engine (its tools, its checks' workspace, its
-// models, its prices), records run_started (started, with the contract, its defaults
-// and its deadline filled in), then the events carried over from a parent,
-// and schedules the run, or arms a paused one's deadlines. A request ID the
+// models, its prices), records run_started (started, with the contract,
+// its defaults and its deadline filled in), then the events carried over
+// from a parent, and schedules the run, or arms a paused one's deadlines. A request ID the
 // tenant used before returns that run with created=false, and stores
 // nothing.
 func (e *Engine) create(ctx context.Context, c *reinv1.TaskContract, started *reinv1.RunStarted, carried []*reinv1.Event) (runstate.State, bool, error) {
