@@ -74,6 +74,9 @@ type tcpServer struct {
 func newTCPServer(t *testing.T, cfg Config) *tcpServer {
 	t.Helper()
 	cfg.Store = tempBolt(t)
+	if cfg.Tools == nil {
+		cfg.Tools = fixtures() // the tool contract grants: a server refuses a grant it has no tool for
+	}
 	node, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -378,7 +381,7 @@ func TestAuthMatrix(t *testing.T) {
 // server, reflection included, is public or has a rule; a method without one
 // would be refused to everyone.
 func TestEveryRPCHasAnAuthRule(t *testing.T) {
-	node, err := Open(context.Background(), Config{Store: tempBolt(t), Reflection: true})
+	node, err := Open(context.Background(), Config{Store: tempBolt(t), Tools: fixtures(), Reflection: true})
 	if err != nil {
 		t.Fatal(err)
 	}

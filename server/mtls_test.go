@@ -113,7 +113,7 @@ func TestMTLSMapsCertificateToPrincipal(t *testing.T) {
 	pool.AddCert(ca.cert)
 	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool,
 		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12})
-	node, err := Open(context.Background(), Config{Store: tempBolt(t), Directory: dir,
+	node, err := Open(context.Background(), Config{Store: tempBolt(t), Tools: fixtures(), Directory: dir,
 		ServerOptions: []grpc.ServerOption{grpc.Creds(creds)}})
 	if err != nil {
 		t.Fatal(err)

@@ -139,7 +139,7 @@ func TestStartRunIdempotent(t *testing.T) {
 }
 
 func TestStartRunInvalidArgument(t *testing.T) {
-	s := newTestServer(t, nil)
+	s := newTestServer(t, fixtures())
 	untiered := contract(nil, final("x"))
 	untiered.Tools[0].Tier = reinv1.ToolTier_TOOL_TIER_UNSPECIFIED
 	unknownModel := contract(nil)
@@ -182,7 +182,7 @@ func TestStartRunInvalidArgument(t *testing.T) {
 }
 
 func TestGetRunNotFound(t *testing.T) {
-	s := newTestServer(t, nil)
+	s := newTestServer(t, fixtures())
 	_, err := s.client.GetRun(context.Background(), &reinv1.GetRunRequest{RunId: "run_missing"})
 	wantCode(t, err, codes.NotFound)
 	_, err = s.client.GetRun(context.Background(), &reinv1.GetRunRequest{})
@@ -318,7 +318,7 @@ func recvErr(stream grpc.ServerStreamingClient[reinv1.WatchRunResponse], err err
 // TestWatchPausedRunStaysOpen: a paused run's stream stays open, and ends
 // once the run is cancelled, with the cancellation as its last event.
 func TestWatchPausedRunStaysOpen(t *testing.T) {
-	s := newTestServer(t, nil)
+	s := newTestServer(t, fixtures())
 	run := s.start(t, "r", contract(nil, ask("which one?")))
 	if run.GetStatus() != reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT {
 		t.Fatalf("status %v, want needs_input", run.GetStatus())
@@ -360,7 +360,7 @@ func TestWatchPausedRunStaysOpen(t *testing.T) {
 }
 
 func TestCancelTerminalRun(t *testing.T) {
-	s := newTestServer(t, nil)
+	s := newTestServer(t, fixtures())
 	run := s.start(t, "r", contract(nil, final("done")))
 	_, err := s.client.CancelRun(context.Background(), &reinv1.CancelRunRequest{RunId: run.GetRunId()})
 	st := wantCode(t, err, codes.FailedPrecondition)
@@ -382,7 +382,7 @@ func TestRestartResumesRunningRuns(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rein.db")
 	slow := &reinv1.ScriptedReply{Reply: &reinv1.ScriptedReply_Decision{Decision: &reinv1.Decision{
 		Action: &reinv1.Decision_FinalAnswer{FinalAnswer: &reinv1.FinalAnswer{Text: "late"}}}}, DelayMs: 60_000}
-	node, err := Open(context.Background(), Config{Store: boltAt(t, path)})
+	node, err := Open(context.Background(), Config{Store: boltAt(t, path), Tools: fixtures()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +407,7 @@ func TestRestartResumesRunningRuns(t *testing.T) {
 
 	// The second node's script answers at once.
 	fast := &reinv1.ScriptedReply{Reply: slow.Reply}
-	node, err = Open(context.Background(), Config{Store: boltAt(t, path), Models: scriptedModels(fast), Resume: true})
+	node, err = Open(context.Background(), Config{Store: boltAt(t, path), Tools: fixtures(), Models: scriptedModels(fast), Resume: true})
 	if err != nil {
 		t.Fatal(err)
 	}

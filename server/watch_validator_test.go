@@ -323,6 +323,9 @@ func openWatchNode(t *testing.T, cfg Config) *Node {
 	if cfg.Store == nil {
 		cfg.Store = tempBolt(t)
 	}
+	if cfg.Tools == nil {
+		cfg.Tools = fixtures() // the tool contract grants
+	}
 	node, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

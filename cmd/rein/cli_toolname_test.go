@@ -24,7 +24,18 @@ import (
 // NAME, and every refusal carries the rule's message; an accepted name
 // passes all four.
 func TestToolNameRuleIsOne(t *testing.T) {
-	addr := serveInProcess(t, newDB(t))
+	// The server provides the accepted tools: a grant it has none for is
+	// refused whatever its name.
+	provided := map[string]any{}
+	for _, name := range []string{"billing", "my_files-2", strings.Repeat("n", 62)} {
+		provided[name+".x"] = []any{map[string]any{"output": "found"}}
+	}
+	raw, err := json.Marshal(provided)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixtures := "fixture:" + writeFile(t, "tools.json", string(raw))
+	addr := serveInProcess(t, newDB(t), "--tools", fixtures)
 	c, err := client.Dial(addr, client.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +81,7 @@ func TestToolNameRuleIsOne(t *testing.T) {
 			}
 			task := writeFile(t, "task.json", `{"goal": "test", "tools": [{"name": `+string(grant)+`, "tier": "TOOL_TIER_READ"}]}`)
 			db := newDB(t)
-			r := cli(t, "run", task, "--model", "script:"+model, "--db", db)
+			r := cli(t, "run", task, "--model", "script:"+model, "--db", db, "--tools", fixtures)
 			if tc.ok {
 				r.mustExit(t, exitOK)
 			} else {

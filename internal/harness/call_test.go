@@ -325,7 +325,7 @@ func TestRefusedWriteIsAnObservation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spy := &modelSpy{}
-			var ex tools.Executor = tools.NewFixtures(map[string][]tools.FixtureResult{"send_email": {tc.result}})
+			var ex tools.Executor = tools.NewFixtures(map[string][]tools.FixtureResult{"search": {{Output: mustValue(t, "found")}}, "send_email": {tc.result}})
 			if tc.name == "unknown" {
 				ex = commitFails{ex}
 			}
@@ -393,7 +393,10 @@ func (r *resendRefused) Lookup(context.Context, tools.Call, string) (*structpb.V
 // applied it), so it is left to a person, never told to the model as
 // refused.
 func TestRefusalOfAResendIsUnknown(t *testing.T) {
-	ex := &resendRefused{Executor: tools.NewFixtures(map[string][]tools.FixtureResult{"send_email": {{Preview: mustValue(t, "send it"), Receipt: mustValue(t, "sent")}}})}
+	ex := &resendRefused{Executor: tools.NewFixtures(map[string][]tools.FixtureResult{
+		"search":     {{Output: mustValue(t, "found")}},
+		"send_email": {{Preview: mustValue(t, "send it"), Receipt: mustValue(t, "sent")}},
+	})}
 	e, s := setup(t, Config{Tools: ex})
 	st := startRun(t, e, testContract(callReply("send_email", "w1", nil), finalReply("done")))
 	waitRun(t, e, st.RunID)

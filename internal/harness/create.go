@@ -2,18 +2,31 @@ package harness
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/tools"
 )
 
+// ToolFlags names how a rein server is given tools, for the errors that
+// refuse what no tool of the server can carry out.
+const ToolFlags = "--tools fixture:FILE, --workspace DIR (the fs.* tools), --tool-server NAME=ADDR or --mcp NAME=COMMAND|URL"
+
+// ErrToolsUnavailable refuses a start when a granted tool is not listed and
+// an executor that may provide it could not list its tools (a tool server
+// that is down). The server answers it with Unavailable; nothing is stored.
+var ErrToolsUnavailable = errors.New("this server's tools could not all be listed")
+
 // create is how a run comes to be, started or forked: it validates the
-// contract against this engine (its tools' workspace, its models, its
-// prices), records run_started (started, with the contract, its defaults
-// and its deadline filled in), then the events carried over from a parent,
-// and schedules the run, or arms a paused one's deadlines. A request ID the
+// contract against this engine (its tools, its checks' workspace, its
+// models, its prices), records run_started (started, with the contract,
+// its defaults and its deadline filled in), then the events carried over
+// from a parent, and schedules the run, or arms a paused one's deadlines. A request ID the
 // tenant used before returns that run with created=false, and stores
 // nothing.
 func (e *Engine) create(ctx context.Context, c *reinv1.TaskContract, started *reinv1.RunStarted, carried []*reinv1.Event) (runstate.State, bool, error) {
@@ -27,6 +40,10 @@ func (e *Engine) create(ctx context.Context, c *reinv1.TaskContract, started *re
 		return runstate.State{}, false, &FieldError{"contract.model.provider", err.Error()}
 	}
 	if err := e.checkPrice(c); err != nil {
+		return runstate.State{}, false, err
+	}
+	// Last, as it may ask the tool servers.
+	if err := e.checkTools(ctx, c.GetTools()); err != nil {
 		return runstate.State{}, false, err
 	}
 	now := e.cfg.Clock()
@@ -62,4 +79,49 @@ func (e *Engine) create(ctx context.Context, c *reinv1.TaskContract, started *re
 		e.Arm(st)
 	}
 	return st, created, nil
+}
+
+// checkTools refuses a contract granting a read or write tool that no
+// executor of this engine lists: its first call would fail, or its write
+// could never be sent. An ask_human grant runs no executor: it is a question
+// for a person. When an executor's listing fails, whether the tool is
+// provided cannot be told, and the start is refused as unavailable.
+func (e *Engine) checkTools(ctx context.Context, grants []*reinv1.ToolGrant) error {
+	var names []string
+	index := map[string]int{}
+	for i, g := range grants {
+		if g.GetTier() == reinv1.ToolTier_TOOL_TIER_ASK_HUMAN {
+			continue
+		}
+		names = append(names, g.GetName())
+		index[g.GetName()] = i
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	lctx, cancel := context.WithTimeoutCause(ctx, e.cfg.ToolTimeout, e.toolTimedOut("listing"))
+	defer cancel()
+	missing, err := tools.Unlisted(lctx, e.executor(), names)
+	switch {
+	case len(missing) == 0:
+		return nil
+	case err != nil:
+		return fmt.Errorf("%w: cannot tell whether this server provides %s: %w; nothing was stored: retry once the tool server answers",
+			ErrToolsUnavailable, quoted(missing), err)
+	}
+	verb := "is"
+	if len(missing) > 1 {
+		verb = "are"
+	}
+	return &FieldError{fmt.Sprintf("contract.tools[%d].name", index[missing[0]]), fmt.Sprintf(
+		"%s %s granted, but this server has no tool by that name: give the server the tool (%s), or remove the grant", quoted(missing), verb, ToolFlags)}
+}
+
+// quoted lists names for an error: "a", "b".
+func quoted(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	return strings.Join(q, ", ")
 }

@@ -107,11 +107,17 @@ func reopenStore(t *testing.T, path string) *bolt.Store {
 }
 
 // newEngine starts an engine over cfg; cfg.Clock defaults to a test clock at
-// t0 advancing 1s a reading. The engine is closed at the end of the test.
+// t0 advancing 1s a reading, and cfg.Tools to searchTools, which provides
+// the tools testContract grants (an engine refuses a grant it has no tool
+// for; a test of an engine without tools gives noTools{}). The engine is
+// closed at the end of the test.
 func newEngine(t *testing.T, cfg Config) *Engine {
 	t.Helper()
 	if cfg.Clock == nil {
 		cfg.Clock = newClock(t0, time.Second).Now
+	}
+	if cfg.Tools == nil {
+		cfg.Tools = searchTools(t)
 	}
 	e := New(cfg)
 	t.Cleanup(e.Close)

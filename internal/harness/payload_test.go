@@ -37,6 +37,7 @@ func (s *commitSpy) Commit(ctx context.Context, call tools.Call, op string) (*st
 func proposeRun(t *testing.T, args *structpb.Struct, preview *structpb.Value) (*Engine, *commitSpy, Store, string, *reinv1.Proposal, []*reinv1.Event) {
 	t.Helper()
 	spy := &commitSpy{Executor: tools.NewFixtures(map[string][]tools.FixtureResult{
+		"search":     {{Output: mustValue(t, "found")}},
 		"send_email": {{Preview: preview, Receipt: mustValue(t, "sent")}},
 	})}
 	e, s := setup(t, Config{Tools: spy})
@@ -142,6 +143,7 @@ func TestReceiptIsBounded(t *testing.T) {
 		whole   bool
 	}{{structpb.NewStringValue(strings.Repeat("receipt ", 1<<20)), false}, {structpb.NewStringValue("re_1"), true}} {
 		e, s := setup(t, Config{Tools: tools.NewFixtures(map[string][]tools.FixtureResult{
+			"search":     {{Output: mustValue(t, "found")}},
 			"send_email": {{Preview: mustValue(t, "send"), Receipt: tc.receipt}},
 		})})
 		st, _ := runToRest(t, e, s, testContract(callReply("send_email", "call-1", nil), finalReply("sent")))

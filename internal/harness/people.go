@@ -16,14 +16,18 @@ import (
 	"github.com/reinhq/rein/internal/tools"
 )
 
-// Refusals of a person's request. The server answers ErrNotWaiting with
-// FailedPrecondition and ErrForbidden with PermissionDenied.
+// Refusals of a person's request. The server answers ErrNotWaiting and
+// ErrNoExecutor with FailedPrecondition and ErrForbidden with
+// PermissionDenied.
 var (
 	// ErrNotWaiting: the run is not waiting for this (not paused for it,
 	// the proposal was decided, expired, or its hash does not match).
 	ErrNotWaiting = errors.New("the run is not waiting for this")
 	// ErrForbidden: the run's policy forbids this caller.
 	ErrForbidden = errors.New("forbidden by the run's policy")
+	// ErrNoExecutor: the approved write's tool is not provided by this
+	// server, so its write could not be sent.
+	ErrNoExecutor = errors.New("this server has no tool to carry this out")
 )
 
 // ProvideInput answers a run that waits for input, then carries it on.
@@ -87,6 +91,9 @@ func (e *Engine) DecideApproval(ctx context.Context, v Verdict) (runstate.State,
 	if !v.Approve {
 		return e.reject(ctx, st, v)
 	}
+	if err := e.checkProvided(ctx, st); err != nil {
+		return st, err
+	}
 	check := func(ctx context.Context) error {
 		st, err := e.cfg.Store.Load(ctx, v.RunID)
 		if err != nil {
@@ -123,6 +130,24 @@ func (e *Engine) checkVerdict(st runstate.State, v Verdict) error {
 		return fmt.Errorf("%w: run %s forbids approving a write of a run one started; ask another approver", ErrForbidden, v.RunID)
 	}
 	return e.beforeDeadline(st)
+}
+
+// checkProvided refuses, before anything is stored, an approval whose write
+// no executor of this engine provides (a server started without the flags
+// the run was started with): the write could not be sent, so recording it
+// dispatched would leave a known outcome unknown. A tool whose executor
+// cannot list its tools now (a tool server that is down) is not refused:
+// its write is dispatched, and its outcome settled by lookup.
+func (e *Engine) checkProvided(ctx context.Context, st runstate.State) error {
+	p := st.Pending.GetProposal()
+	lctx, cancel := context.WithTimeoutCause(ctx, e.cfg.ToolTimeout, e.toolTimedOut("listing"))
+	defer cancel()
+	missing, err := tools.Unlisted(lctx, e.executor(), []string{p.GetTool()})
+	if len(missing) == 0 || err != nil {
+		return nil
+	}
+	return fmt.Errorf("%w: proposal %s of run %s writes with tool %q, which no executor of this server provides; nothing was recorded: approve it on a server given the tool (%s), or reject it",
+		ErrNoExecutor, p.GetProposalId(), st.RunID, p.GetTool(), ToolFlags)
 }
 
 func decidedEvent(v Verdict) *reinv1.Event {

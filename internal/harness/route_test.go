@@ -168,6 +168,7 @@ func TestWriteNeedsApproval(t *testing.T) {
 // an observation, nothing is written, and the run goes on.
 func TestWriteProposalErrorIsObservation(t *testing.T) {
 	ex := &countingTools{inner: tools.NewFixtures(map[string][]tools.FixtureResult{
+		"search":     {{Output: mustValue(t, "found")}},
 		"send_email": {{Error: "smtp relay unreachable"}},
 	})}
 	e, s := setup(t, Config{Tools: ex})
@@ -203,6 +204,7 @@ func TestRefusedToolNeverRuns(t *testing.T) {
 			// stands between the model and it.
 			ex := &countingTools{inner: tools.NewFixtures(map[string][]tools.FixtureResult{
 				"search":            {{Output: mustValue(t, "found")}},
+				"send_email":        {{Preview: mustValue(t, "send it")}},
 				"delete_everything": {{Output: mustValue(t, "deleted")}},
 			})}
 			spy := &modelSpy{}

@@ -8,7 +8,9 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -16,14 +18,33 @@ import (
 	"github.com/reinhq/rein/internal/tools"
 )
 
-// listedTools is countingTools whose List gives specs.
+// listedTools is countingTools whose List gives specs in place of the
+// inner tools' own of the same name; with err, every listing after the
+// first (the start's) fails: a tool server that went down once the run
+// started.
 type listedTools struct {
 	*countingTools
 	specs []tools.Spec
 	err   error
+	lists atomic.Int32
 }
 
-func (l *listedTools) List(context.Context) ([]tools.Spec, error) { return l.specs, l.err }
+func (l *listedTools) List(ctx context.Context) ([]tools.Spec, error) {
+	if l.lists.Add(1) > 1 && l.err != nil {
+		return nil, l.err
+	}
+	inner, err := l.countingTools.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := append([]tools.Spec(nil), l.specs...)
+	for _, s := range inner {
+		if !slices.ContainsFunc(l.specs, func(o tools.Spec) bool { return o.Name == s.Name }) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
 
 // invoiceSchema is the schema: a required string invoice_id, and
 // nothing else.

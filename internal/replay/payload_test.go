@@ -26,7 +26,9 @@ func TestReplayLargeProposal(t *testing.T) {
 	// records at all.
 	note := strings.Repeat("+a long line of the new file\n", 16<<10)
 	fixtures := tools.NewFixtures(map[string][]tools.FixtureResult{
+		"get":    {{Output: structpb.NewStringValue("invoice INV-42")}},
 		"refund": {{Preview: structpb.NewStringValue(big), Receipt: structpb.NewStringValue("re_1")}},
+		"void":   {{Preview: structpb.NewStringValue("void INV-42")}},
 	})
 	clock := &fakeClock{now: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}
 	st := mem.New()

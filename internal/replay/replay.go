@@ -378,8 +378,15 @@ func (r *recording) CountTokens(ctx context.Context, req *model.Request) (uint64
 	return 0, errors.New("no recorded count")
 }
 
-// List implements tools.Executor.
-func (r *recording) List(context.Context) ([]tools.Spec, error) { return nil, nil }
+// List implements tools.Executor: the recording stands in for every tool
+// the run was granted.
+func (r *recording) List(context.Context) ([]tools.Spec, error) {
+	var specs []tools.Spec
+	for _, g := range r.events[0].GetRunStarted().GetContract().GetTools() {
+		specs = append(specs, tools.Spec{Name: g.GetName()})
+	}
+	return specs, nil
+}
 
 // Read implements tools.Executor with the recorded result of the call.
 func (r *recording) Read(_ context.Context, c tools.Call) (*structpb.Value, error) {

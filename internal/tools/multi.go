@@ -150,3 +150,52 @@ func (m *Multi) remember(i int, specs []Spec) {
 	m.listed[i] = names
 	m.mu.Unlock()
 }
+
+// Unlisted returns those of names that no executor of e lists (e may be a
+// Multi, a single executor or nil), and, when some are, the errors of the
+// executors whose listing failed: they may provide them. A nil error with
+// names returned means no executor that answered has them, and none failed.
+// The executors are asked in order until every name is found, so one that
+// is down costs nothing when those before it list every name.
+func Unlisted(ctx context.Context, e Executor, names []string) ([]string, error) {
+	execs := []Executor{e}
+	m, multi := e.(*Multi)
+	switch {
+	case multi:
+		execs = m.execs
+	case e == nil:
+		execs = nil
+	}
+	listed := map[string]bool{}
+	var errs []error
+	missing := func() []string {
+		var out []string
+		for _, n := range names {
+			if !listed[n] {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	for i, x := range execs {
+		if len(missing()) == 0 {
+			return nil, nil
+		}
+		specs, err := x.List(ctx)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if multi {
+			m.remember(i, specs)
+		}
+		for _, s := range specs {
+			listed[s.Name] = true
+		}
+	}
+	out := missing()
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, errors.Join(errs...)
+}

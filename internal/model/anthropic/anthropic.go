@@ -54,11 +54,15 @@ var (
 )
 
 // New builds a model for spec. The API key comes from the caller (never from
-// the contract or the environment) and is sent in the x-api-key header; opts
-// are appended to the client's options (tests use them).
+// the contract or the environment) and is sent in the x-api-key header; a
+// missing one is refused here, when a run starts, not at its first call.
+// opts are appended to the client's options (tests use them).
 func New(spec *reinv1.ModelSpec, apiKey string, opts ...option.RequestOption) (*Model, error) {
 	if spec.GetName() == "" {
 		return nil, errors.New("anthropic: the model spec names no model; set model.name")
+	}
+	if apiKey == "" {
+		return nil, fmt.Errorf("%s: %s is not configured on this server, so no call could be made: set it in the server's environment, or in a file given with rein serve --secrets FILE (the embedded server takes --secrets FILE on the command: run, approve, deny, input, fork)", Provider, KeyEnv)
 	}
 	o := []option.RequestOption{
 		// Nothing from ANTHROPIC_* variables or profiles on disk: no second

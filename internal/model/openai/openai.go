@@ -46,10 +46,15 @@ type Model struct {
 var _ model.Model = (*Model)(nil)
 
 // New builds a model for spec. The API key comes from the caller (never from
-// the contract); opts are appended to the client's options (tests use them).
+// the contract), and a missing one is refused here, when a run starts, not
+// at its first call; opts are appended to the client's options (tests use
+// them).
 func New(spec *reinv1.ModelSpec, apiKey string, opts ...option.RequestOption) (*Model, error) {
 	if spec.GetName() == "" {
 		return nil, errors.New("openai: the model spec names no model; set model.name")
+	}
+	if apiKey == "" {
+		return nil, fmt.Errorf("%s: %s is not configured on this server, so no call could be made: set it in the server's environment, or in a file given with rein serve --secrets FILE (the embedded server takes --secrets FILE on the command: run, approve, deny, input, fork)", Provider, KeyEnv)
 	}
 	// The base URL is always set, so that OPENAI_BASE_URL in the server's
 	// environment (which the SDK would read) never sends a run's context
