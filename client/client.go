@@ -44,9 +44,10 @@ type Options struct {
 // Max.
 type Backoff struct {
 	Min, Max time.Duration
-	// Patience, when set, is how long a watch goes on reconnecting with no
-	// event handed over before it returns the last error (the CLI's
-	// --command-timeout); zero: for as long as ctx allows.
+	// Patience, when set, is how long Retry goes on trying a server that is
+	// Unavailable, and a watch reconnecting with no event handed over,
+	// before they return the last error (the CLI's --command-timeout);
+	// zero: for as long as ctx allows.
 	Patience time.Duration
 }
 
@@ -105,6 +106,9 @@ func Dial(target string, opts Options) (*Client, error) {
 func New(cc *grpc.ClientConn) *Client {
 	return &Client{Runs: reinv1.NewRunServiceClient(cc), conn: cc, backoff: Backoff{}.orDefault()}
 }
+
+// Backoff is the client's Backoff, its defaults filled in.
+func (c *Client) Backoff() Backoff { return c.backoff }
 
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }

@@ -19,7 +19,7 @@ import (
 //     gave, up to MaxRetryInfoAttempts times, never past ctx's deadline
 //     (Dial installs it);
 //   - Retry sends a call again while the server is Unavailable, for as long
-//     as its ctx allows; it is for calls that are safe to repeat (a StartRun
+//     as its ctx and Backoff.Patience allow; it is for calls that are safe to repeat (a StartRun
 //     with its request ID, a read), and the caller chooses them.
 
 // MaxRetryInfoAttempts bounds how many times a unary call is sent when the
@@ -80,18 +80,32 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // Retry calls fn until it returns anything but Unavailable, waiting between
 // tries as Options.Backoff says (doubling, with jitter), for as long as ctx
-// allows. When ctx ends after an Unavailable it returns that Unavailable,
-// which says why the server could not be reached, rather than ctx's error.
-// fn must be safe to repeat: a call whose answer was lost may have been
-// applied (StartRun's request ID makes a start so).
+// and Backoff.Patience (counted from the first Unavailable) allow. Given up,
+// it returns the last Unavailable, which says why the server could not be
+// reached, rather than ctx's error. fn must be safe to repeat: a call whose
+// answer was lost may have been applied (StartRun's request ID makes a start
+// so).
 func (c *Client) Retry(ctx context.Context, fn func(context.Context) error) error {
 	wait := c.backoff.Min
+	var unavailable error
+	var since time.Time
 	for {
 		err := fn(ctx)
 		if status.Code(err) != codes.Unavailable {
+			if err != nil && unavailable != nil && ctx.Err() != nil {
+				return unavailable // ctx ended the try, not the server
+			}
 			return err
 		}
-		if !sleep(ctx, wait/2+rand.N(wait/2+1)) {
+		if unavailable == nil {
+			since = time.Now()
+		}
+		unavailable = err
+		pause := wait/2 + rand.N(wait/2+1)
+		if p := c.backoff.Patience; p > 0 && time.Since(since)+pause > p {
+			return err
+		}
+		if !sleep(ctx, pause) {
 			return err
 		}
 		wait = min(2*wait, c.backoff.Max)

@@ -235,3 +235,91 @@ func TestUnaryCallsHonourRetryInfo(t *testing.T) {
 		}
 	})
 }
+
+// unavailable answers the first n calls (unary and streams, together; a
+// negative n: all) Unavailable and counts every call.
+func unavailable(n int64, calls *atomic.Int64) []grpc.ServerOption {
+	refuse := func() error {
+		if c := calls.Add(1); n < 0 || c <= n {
+			return status.Error(codes.Unavailable, "restarting (test)")
+		}
+		return nil
+	}
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if err := refuse(); err != nil {
+				return nil, err
+			}
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if err := refuse(); err != nil {
+				return err
+			}
+			return h(srv, ss)
+		}),
+	}
+}
+
+// TestRetryOutlastsUnavailable: Retry sends a call again while the server
+// answers Unavailable, and returns its answer once it comes. The twins: an
+// error other than Unavailable is not retried; an Unavailable that outlasts
+// Backoff.Patience is returned as it is, well before ctx's deadline.
+func TestRetryOutlastsUnavailable(t *testing.T) {
+	fast := client.Backoff{Min: time.Millisecond, Max: 10 * time.Millisecond, Patience: time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	list := func(c *client.Client) func(context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := c.Runs.ListRuns(ctx, &reinv1.ListRunsRequest{})
+			return err
+		}
+	}
+	t.Run("comes back", func(t *testing.T) {
+		var calls atomic.Int64
+		_, addr := serve(t, unavailable(3, &calls)...)
+		c, err := client.Dial(addr, client.Options{Backoff: fast})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := c.Retry(ctx, list(c)); err != nil || calls.Load() != 4 {
+			t.Fatalf("Retry: %v after %d calls, want nil after 4", err, calls.Load())
+		}
+	})
+	t.Run("not Unavailable", func(t *testing.T) {
+		_, addr := serve(t)
+		c, err := client.Dial(addr, client.Options{Backoff: fast})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		calls := 0
+		err = c.Retry(ctx, func(ctx context.Context) error {
+			calls++
+			_, err := c.Runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: "run_missing"})
+			return err
+		})
+		if status.Code(err) != codes.NotFound || calls != 1 {
+			t.Fatalf("Retry: %v after %d calls, want NotFound after 1", err, calls)
+		}
+	})
+	t.Run("past patience", func(t *testing.T) {
+		var calls atomic.Int64
+		_, addr := serve(t, unavailable(-1, &calls)...)
+		c, err := client.Dial(addr, client.Options{Backoff: fast})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		err = c.Retry(ctx, list(c))
+		if status.Code(err) != codes.Unavailable || ctx.Err() != nil || calls.Load() < 2 {
+			t.Fatalf("Retry: %v after %d calls (ctx %v), want Unavailable, retried, before ctx's deadline", err, calls.Load(), ctx.Err())
+		}
+		// A watch gives up the same way.
+		err = c.Watch(ctx, "run_x", 0, func(*reinv1.Event) error { return nil })
+		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+			t.Fatalf("Watch: %v (ctx %v), want Unavailable before ctx's deadline", err, ctx.Err())
+		}
+	})
+}
