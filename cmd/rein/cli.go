@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
@@ -62,6 +63,11 @@ type env struct {
 	// one; token and the TLS files go with it.
 	server, token          string
 	tlsCA, tlsCert, tlsKey string
+	// commandTimeout bounds how long a command retries a --server that is
+	// unavailable; timeoutFlag is set for the commands that have the flag
+	// (the others wait as long as they last).
+	commandTimeout time.Duration
+	timeoutFlag    bool
 	// json asks for JSON output.
 	json bool
 	// started is set once flags and arguments were accepted; an error before
@@ -72,6 +78,15 @@ type env struct {
 	// binary's serve. The tests set it (their binary is not rein).
 	benchServer func(db string) (*exec.Cmd, error)
 }
+
+// commandTimeoutFlag gives cmd --command-timeout.
+func (e *env) commandTimeoutFlag(cmd *cobra.Command) {
+	cmd.Flags().DurationVar(&e.commandTimeout, "command-timeout", defaultCommandTimeout,
+		"with --server: how long to keep trying a server that is unavailable (restarting, unreachable) before exiting 5; each call, and a watch cut off, has this long (0: do not retry)")
+}
+
+// defaultCommandTimeout is --command-timeout's default.
+const defaultCommandTimeout = 30 * time.Second
 
 // Run runs the CLI with args and returns the process's exit code. main and
 // the tests both call it.
@@ -93,7 +108,10 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentPreRun = func(*cobra.Command, []string) { e.started = true }
+	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
+		e.started = true
+		e.timeoutFlag = cmd.Flags().Lookup("command-timeout") != nil
+	}
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
