@@ -37,7 +37,9 @@ records the receipt, and carries the run on until it pauses or ends; the exit
 code is the run's. --hash pins the proposal you reviewed (the hash "rein
 pending" shows); without it, the pending proposal's hash is used. On the
 embedded server, give the same --tools the run was started with: they commit
-the write.`,
+the write. With --server, a server that is unavailable is tried again for up
+to --command-timeout; a decision the server recorded before its answer was
+lost is found in the run's log and carried on, never made twice.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.decide(cmd.Context(), e, args[0], args[1], true)
