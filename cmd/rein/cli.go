@@ -177,8 +177,7 @@ func unreachable(e *env, st *status.Status) string {
 	}
 	msg := st.Message()
 	switch {
-	case strings.Contains(msg, "server preface"), strings.Contains(msg, "first record does not look like a TLS handshake"),
-		strings.Contains(msg, "tls:"), strings.Contains(msg, "x509:"), strings.Contains(msg, "authentication handshake failed"):
+	case handshakeFailed(msg):
 		if e.tlsCA == "" {
 			return fmt.Sprintf("the server at %s did not speak plaintext gRPC: if it serves TLS, pass --tls-ca with the CA that signed its certificate", e.server)
 		}
@@ -187,6 +186,18 @@ func unreachable(e *env, st *status.Status) string {
 		return fmt.Sprintf("cannot reach a rein server at %s: is `rein serve` running there, listening on that address?", e.server)
 	}
 	return ""
+}
+
+// handshakeFailed reports whether an Unavailable's message says the
+// connection was made but the two sides did not agree on TLS: plaintext to
+// a TLS server, or TLS to a plaintext one or with the wrong CA.
+func handshakeFailed(msg string) bool {
+	for _, s := range []string{"server preface", "first record does not look like a TLS handshake", "tls:", "x509:", "authentication handshake failed"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // exitCode maps an error to its exit code (the README's "Exit codes").

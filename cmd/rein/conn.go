@@ -94,16 +94,33 @@ func (cn *conn) retry(ctx context.Context, fn func(context.Context) error) error
 	if !cn.retries {
 		return fn(ctx)
 	}
-	told := false
+	ctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	told, mismatched := false, 0
 	return cn.Retry(ctx, func(ctx context.Context) error {
 		err := fn(ctx)
-		if status.Code(err) == codes.Unavailable && !told {
+		if status.Code(err) != codes.Unavailable {
+			return err
+		}
+		if !told {
 			told = true
 			fmt.Fprintf(cn.stderr, "rein: the server at %s is unavailable; trying again for up to %s (--command-timeout)\n", cn.server, cn.Backoff().Patience)
+		}
+		// A TLS mismatch does not go away by waiting; one that persists
+		// ends the retries (Retry returns this error).
+		if mismatched++; !handshakeFailed(status.Convert(err).Message()) {
+			mismatched = 0
+		} else if mismatched == maxMismatched {
+			giveUp()
 		}
 		return err
 	})
 }
+
+// maxMismatched is how many TLS handshake failures in a row end a retry: one
+// could be a server restarting mid-handshake; a few in a row are a plaintext
+// client talking to a TLS server, or the other way round.
+const maxMismatched = 3
 
 // embeddedMaxRecv is the largest message between the CLI and its embedded
 // server, either way: the server's one caller is this process, `rein
