@@ -39,10 +39,16 @@ type Options struct {
 	Backoff Backoff
 }
 
-// Backoff bounds the waits between a watch's reconnections: the first
-// wait is Min, each next one doubles (with jitter) up to Max.
+// Backoff bounds the waits between a watch's reconnections, and Retry's
+// tries: the first wait is Min, each next one doubles (with jitter) up to
+// Max.
 type Backoff struct {
 	Min, Max time.Duration
+	// Patience, when set, is how long Retry goes on trying a server that is
+	// Unavailable, and a watch reconnecting with no event handed over,
+	// before they return the last error (the CLI's --command-timeout);
+	// zero: for as long as ctx allows.
+	Patience time.Duration
 }
 
 // The default Backoff.
@@ -70,7 +76,9 @@ type Client struct {
 }
 
 // Dial connects to the rein server at target (host:port). The connection is
-// made lazily, on the first call.
+// made lazily, on the first call. A unary call answered ResourceExhausted
+// with a RetryInfo is sent again after the server's delay (see
+// MaxRetryInfoAttempts).
 func Dial(target string, opts Options) (*Client, error) {
 	creds := insecure.NewCredentials()
 	if opts.CAFile != "" || opts.CertFile != "" {
@@ -80,7 +88,9 @@ func Dial(target string, opts Options) (*Client, error) {
 		}
 		creds = credentials.NewTLS(cfg)
 	}
-	dopts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, opts.DialOptions...)
+	// honourRetryInfo comes first, so that interceptors in DialOptions see
+	// each try.
+	dopts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithChainUnaryInterceptor(honourRetryInfo)}, opts.DialOptions...)
 	if opts.Token != "" {
 		dopts = append(dopts, grpc.WithPerRPCCredentials(bearer(opts.Token)))
 	}
@@ -96,6 +106,9 @@ func Dial(target string, opts Options) (*Client, error) {
 func New(cc *grpc.ClientConn) *Client {
 	return &Client{Runs: reinv1.NewRunServiceClient(cc), conn: cc, backoff: Backoff{}.orDefault()}
 }
+
+// Backoff is the client's Backoff, its defaults filled in.
+func (c *Client) Backoff() Backoff { return c.backoff }
 
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
@@ -141,9 +154,10 @@ func (bearer) RequireTransportSecurity() bool { return false }
 // and the server's error for anything that retrying cannot fix (NotFound,
 // PermissionDenied, OutOfRange, …), or that did not go away after
 // maxStuckRetries tries in a row with no progress (ResourceExhausted,
-// Internal, …: only Unavailable is retried for as long as ctx allows).
+// Internal, …: only Unavailable is retried for as long as ctx, and
+// Backoff.Patience if set, allow).
 func (c *Client) Watch(ctx context.Context, runID string, after uint64, fn func(*reinv1.Event) error) error {
-	wait, stuck := c.backoff.Min, 0
+	r := c.reconnector()
 	for {
 		stream, err := c.Runs.WatchRun(ctx, &reinv1.WatchRunRequest{RunId: runID, AfterSequence: after})
 		for err == nil {
@@ -162,9 +176,9 @@ func (c *Client) Watch(ctx context.Context, runID string, after uint64, fn func(
 				return err
 			}
 			after = ev.GetSequence()
-			wait, stuck = c.backoff.Min, 0
+			r.progress()
 		}
-		if retry, err := reconnect(ctx, err, &wait, &stuck, c.backoff.Max); !retry {
+		if retry, err := r.reconnect(ctx, err); !retry {
 			return err
 		}
 	}
@@ -177,12 +191,30 @@ func (c *Client) Watch(ctx context.Context, runID string, after uint64, fn func(
 // retrying it for ever would hide it.
 const maxStuckRetries = 5
 
+// reconnector is a watch's state between reconnections: the next wait, the
+// tries in a row with no progress, and since when.
+type reconnector struct {
+	b     Backoff
+	wait  time.Duration
+	stuck int
+	since time.Time // the first failure since the last progress; zero: none
+}
+
+func (c *Client) reconnector() *reconnector {
+	return &reconnector{b: c.backoff, wait: c.backoff.Min}
+}
+
+// progress records an event handed over: the next failure starts afresh.
+func (r *reconnector) progress() {
+	r.wait, r.stuck, r.since = r.b.Min, 0, time.Time{}
+}
+
 // reconnect decides what follows a stream that ended with err: a normal end
 // (nil, no retry), an error retrying cannot fix, one that persisted past
-// maxStuckRetries tries in a row (stuck counts them), or the end of ctx
-// (that error, no retry), or a retry after a jittered pause that doubles up
-// to ceiling.
-func reconnect(ctx context.Context, err error, wait *time.Duration, stuck *int, ceiling time.Duration) (retry bool, _ error) {
+// maxStuckRetries tries in a row, or past Backoff.Patience with no progress,
+// or the end of ctx (that error, no retry), or a retry after a jittered
+// pause that doubles up to Backoff.Max (at least a RetryInfo's delay).
+func (r *reconnector) reconnect(ctx context.Context, err error) (retry bool, _ error) {
 	switch {
 	case ctx.Err() != nil:
 		return false, ctx.Err()
@@ -191,18 +223,24 @@ func reconnect(ctx context.Context, err error, wait *time.Duration, stuck *int, 
 	case !retryable(err):
 		return false, err
 	case status.Code(err) != codes.Unavailable:
-		if *stuck++; *stuck > maxStuckRetries {
+		if r.stuck++; r.stuck > maxStuckRetries {
 			return false, err
 		}
 	}
-	t := time.NewTimer(*wait/2 + rand.N(*wait/2+1))
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
+	if r.since.IsZero() {
+		r.since = time.Now()
+	}
+	pause := r.wait/2 + rand.N(r.wait/2+1)
+	if d, ok := RetryDelay(err); ok {
+		pause = max(pause, d)
+	}
+	if r.b.Patience > 0 && time.Since(r.since)+pause > r.b.Patience {
+		return false, err
+	}
+	if !sleep(ctx, pause) {
 		return false, ctx.Err()
 	}
-	*wait = min(2**wait, ceiling)
+	r.wait = min(2*r.wait, r.b.Max)
 	return true, nil
 }
 
@@ -211,7 +249,7 @@ func reconnect(ctx context.Context, err error, wait *time.Duration, stuck *int, 
 // error retrying cannot fix.
 func (c *Client) WatchRuns(ctx context.Context, req *reinv1.WatchRunsRequest, fn func(*reinv1.RunChange) error) error {
 	req = proto.Clone(req).(*reinv1.WatchRunsRequest)
-	wait, stuck := c.backoff.Min, 0
+	r := c.reconnector()
 	for {
 		stream, err := c.Runs.WatchRuns(ctx, req)
 		for err == nil {
@@ -227,9 +265,9 @@ func (c *Client) WatchRuns(ctx context.Context, req *reinv1.WatchRunsRequest, fn
 				return err
 			}
 			req.AfterCursor = ch.GetCursor()
-			wait, stuck = c.backoff.Min, 0
+			r.progress()
 		}
-		if retry, err := reconnect(ctx, err, &wait, &stuck, c.backoff.Max); !retry {
+		if retry, err := r.reconnect(ctx, err); !retry {
 			return err
 		}
 	}

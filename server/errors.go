@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -46,7 +47,7 @@ func toStatus(log *slog.Logger, method string, err error) error {
 	case errors.Is(err, store.ErrDataLoss):
 		return status.Error(codes.DataLoss, err.Error())
 	case errors.Is(err, store.ErrDiskFull):
-		return status.Error(codes.ResourceExhausted, "the server's disk is full: nothing was stored; free space on the server and retry")
+		return exhausted("the server's disk is full: nothing was stored; free space on the server and retry", diskFullRetry)
 	case errors.Is(err, store.ErrReadOnly):
 		return status.Error(codes.FailedPrecondition, "the server's store is open read-only: it serves reads only")
 	case errors.Is(err, harness.ErrToolsUnavailable):
@@ -61,6 +62,10 @@ func toStatus(log *slog.Logger, method string, err error) error {
 	log.Error("internal error", "method", method, "error", err)
 	return status.Error(codes.Internal, "internal error; the server log has the details")
 }
+
+// diskFullRetry is the RetryInfo of a full disk: freeing space takes a
+// person, so a client waits a while, not a moment.
+const diskFullRetry = 10 * time.Second
 
 // invalidArgument is InvalidArgument with a BadRequest detail naming field.
 func invalidArgument(field, description string) error {

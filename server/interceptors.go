@@ -7,13 +7,13 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	"buf.build/go/protovalidate"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	pvmw "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/protovalidate"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"golang.org/x/time/rate"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	reinauth "github.com/reinhq/rein/internal/auth"
 )
@@ -99,7 +100,7 @@ func chain(log *slog.Logger, a *authenticator, limit *limiter) []grpc.ServerOpti
 				resp, err := pvmw.UnaryServerInterceptor(validator)(ctx, req, info, h)
 				return resp, withBadRequest(err)
 			},
-			ratelimit.UnaryServerInterceptor(limit),
+			limit.unary,
 		),
 		grpc.ChainStreamInterceptor(
 			func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
@@ -117,7 +118,7 @@ func chain(log *slog.Logger, a *authenticator, limit *limiter) []grpc.ServerOpti
 					return h(srv, &badRequestStream{validated})
 				})
 			},
-			ratelimit.StreamServerInterceptor(limit),
+			limit.stream,
 		),
 	}
 }
@@ -256,6 +257,18 @@ func isLocal(addr net.Addr) bool {
 	return addr.Network() == "bufconn"
 }
 
+// The default rate limit of `rein serve`, per principal. A service that
+// calls rein makes a handful of calls per run (StartRun, a WatchRun stream
+// that counts once however long it lasts, a GetRun, a decision or an
+// answer): 500 calls/s carries a service starting about a hundred runs a
+// second, and a burst of 1000 lets it start a few hundred at once, each with
+// its watch and its read, without a refusal. What stays over it gets
+// ResourceExhausted with a RetryInfo saying when to try again.
+const (
+	DefaultRatePerSecond = 500
+	DefaultRateBurst     = 1000
+)
+
 // limiter is a token bucket per principal.
 type limiter struct {
 	rate  rate.Limit
@@ -269,7 +282,25 @@ func newLimiter(perSecond float64, burst int) *limiter {
 	return &limiter{rate: rate.Limit(perSecond), burst: burst, buckets: map[string]*rate.Limiter{}}
 }
 
-// Limit implements ratelimit.Limiter.
+// unary refuses a call over the caller's rate, before its handler runs.
+func (l *limiter) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if err := l.Limit(ctx); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+// stream refuses a stream over the caller's rate: opening it is one call,
+// however long it then lasts.
+func (l *limiter) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if err := l.Limit(ss.Context()); err != nil {
+		return err
+	}
+	return h(srv, ss)
+}
+
+// Limit refuses a call over the caller's rate. A refusal carries the wait after which
+// the principal's bucket holds a call again (google.rpc.RetryInfo).
 func (l *limiter) Limit(ctx context.Context) error {
 	if l.rate <= 0 {
 		return nil
@@ -286,8 +317,30 @@ func (l *limiter) Limit(ctx context.Context) error {
 		l.buckets[key] = b
 	}
 	l.mu.Unlock()
-	if !b.Allow() {
-		return status.Errorf(codes.ResourceExhausted, "principal %q is over its rate limit of %g requests/s; slow down and retry", p.ID, float64(l.rate))
+	now := time.Now()
+	r := b.ReserveN(now, 1)
+	if !r.OK() {
+		// A bucket of burst 0 never holds a call.
+		return exhausted(fmt.Sprintf("principal %q may make no calls: the server's --burst is %d", p.ID, l.burst), noBurstDelay)
 	}
-	return nil
+	delay := r.DelayFrom(now)
+	if delay == 0 {
+		return nil
+	}
+	r.CancelAt(now) // refused: the call takes no token
+	return exhausted(fmt.Sprintf("principal %q is over its rate limit of %g calls/s; retry after %s (RetryInfo)", p.ID, float64(l.rate), delay.Round(time.Millisecond)), delay)
+}
+
+// noBurstDelay is the RetryInfo of a refusal that waiting cannot lift.
+const noBurstDelay = time.Minute
+
+// exhausted is ResourceExhausted with a google.rpc.RetryInfo saying how long
+// to wait before trying again: every ResourceExhausted rein sends carries
+// one.
+func exhausted(msg string, retryAfter time.Duration) error {
+	st := status.New(codes.ResourceExhausted, msg)
+	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)}); err == nil {
+		st = d
+	}
+	return st.Err()
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
@@ -64,6 +65,11 @@ type env struct {
 	// one; token and the TLS files go with it.
 	server, token          string
 	tlsCA, tlsCert, tlsKey string
+	// commandTimeout bounds how long a command retries a --server that is
+	// unavailable; timeoutFlag is set for the commands that have the flag
+	// (the others wait as long as they last).
+	commandTimeout time.Duration
+	timeoutFlag    bool
 	// json asks for JSON output.
 	json bool
 	// started is set once flags and arguments were accepted; an error before
@@ -74,6 +80,15 @@ type env struct {
 	// binary's serve. The tests set it (their binary is not rein).
 	benchServer func(db string) (*exec.Cmd, error)
 }
+
+// commandTimeoutFlag gives cmd --command-timeout.
+func (e *env) commandTimeoutFlag(cmd *cobra.Command) {
+	cmd.Flags().DurationVar(&e.commandTimeout, "command-timeout", defaultCommandTimeout,
+		"with --server: how long to keep trying a server that is unavailable (restarting, unreachable) before exiting 5; each call, and a watch cut off, has this long (0: do not retry)")
+}
+
+// defaultCommandTimeout is --command-timeout's default.
+const defaultCommandTimeout = 30 * time.Second
 
 // Run runs the CLI with args and returns the process's exit code. main and
 // the tests both call it.
@@ -95,7 +110,10 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentPreRun = func(*cobra.Command, []string) { e.started = true }
+	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
+		e.started = true
+		e.timeoutFlag = cmd.Flags().Lookup("command-timeout") != nil
+	}
 	root.Version = version.String(version.Get())
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetArgs(args)
@@ -164,8 +182,7 @@ func unreachable(e *env, st *status.Status) string {
 	}
 	msg := st.Message()
 	switch {
-	case strings.Contains(msg, "server preface"), strings.Contains(msg, "first record does not look like a TLS handshake"),
-		strings.Contains(msg, "tls:"), strings.Contains(msg, "x509:"), strings.Contains(msg, "authentication handshake failed"):
+	case handshakeFailed(msg):
 		if e.tlsCA == "" {
 			return fmt.Sprintf("the server at %s did not speak plaintext gRPC: if it serves TLS, pass --tls-ca with the CA that signed its certificate", e.server)
 		}
@@ -174,6 +191,18 @@ func unreachable(e *env, st *status.Status) string {
 		return fmt.Sprintf("cannot reach a rein server at %s: is `rein serve` running there, listening on that address?", e.server)
 	}
 	return ""
+}
+
+// handshakeFailed reports whether an Unavailable's message says the
+// connection was made but the two sides did not agree on TLS: plaintext to
+// a TLS server, or TLS to a plaintext one or with the wrong CA.
+func handshakeFailed(msg string) bool {
+	for _, s := range []string{"server preface", "first record does not look like a TLS handshake", "tls:", "x509:", "authentication handshake failed"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // exitCode maps an error to its exit code (the README's "Exit codes").

@@ -18,7 +18,8 @@ import (
 // TestUnreachableServerSaysSo: a CLI that cannot talk to its --server says
 // so in words: nothing listening (is rein serve running?), or a TLS server
 // reached in plaintext (pass --tls-ca). The twin: the same TLS server with
-// --tls-ca is reached.
+// --tls-ca is reached. rein run, which retries an unavailable server, gives
+// up on a TLS mismatch after a few tries.
 func TestUnreachableServerSaysSo(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -34,6 +35,23 @@ func TestUnreachableServerSaysSo(t *testing.T) {
 	r = cli(t, "list", "--server", addr).mustExit(t, exitUnavailable)
 	mustContain(t, "plaintext list against a TLS server", r.stderr, "pass --tls-ca")
 	cli(t, "list", "--server", addr, "--tls-ca", cert).mustExit(t, exitOK)
+
+	// rein run retries an unavailable server, but not a TLS mismatch, which
+	// waiting does not fix: it says so well before its --command-timeout.
+	done := make(chan result, 1)
+	go func() {
+		done <- cli(t, "run", writeFile(t, "task.json", lookupTask), "--model", "script:"+writeFile(t, "model.jsonl", `{"decision": {"final_answer": {"text": "x"}}}`+"\n"),
+			"--server", addr, "--command-timeout", "10m")
+	}()
+	select {
+	case r = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("plaintext rein run against a TLS server was still retrying after 2 minutes")
+	}
+	r.mustExit(t, exitUnavailable)
+	mustContain(t, "plaintext run against a TLS server", r.stderr, "pass --tls-ca")
+	cli(t, "run", writeFile(t, "task.json", lookupTask), "--model", "script:"+writeFile(t, "model.jsonl", `{"decision": {"final_answer": {"text": "x"}}}`+"\n"),
+		"--server", addr, "--tls-ca", cert).mustExit(t, exitOK)
 }
 
 // selfSigned writes a self-signed certificate for 127.0.0.1 and its key.

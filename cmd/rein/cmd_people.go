@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
@@ -35,13 +37,15 @@ records the receipt, and carries the run on until it pauses or ends; the exit
 code is the run's. --hash pins the proposal you reviewed (the hash "rein
 pending" shows); without it, the pending proposal's hash is used. On the
 embedded server, give the same --tools the run was started with: they commit
-the write.`,
+the write. With --server, a server that is unavailable is tried again for up
+to --command-timeout; a decision the server recorded before its answer was
+lost is found in the run's log and carried on, never made twice.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.decide(cmd.Context(), e, args[0], args[1], true)
 		},
 	}
-	o.flags(cmd, false)
+	o.flags(e, cmd, false)
 	return cmd
 }
 
@@ -55,14 +59,15 @@ func newDenyCmd(e *env) *cobra.Command {
 			return o.decide(cmd.Context(), e, args[0], args[1], false)
 		},
 	}
-	o.flags(cmd, true)
+	o.flags(e, cmd, true)
 	return cmd
 }
 
-func (o *decideOptions) flags(cmd *cobra.Command, deny bool) {
+func (o *decideOptions) flags(e *env, cmd *cobra.Command, deny bool) {
 	cmd.Flags().StringVar(&o.reason, "reason", "", "why; recorded, and shown to the model on a rejection")
 	cmd.Flags().StringVar(&o.hash, "hash", "", "the proposal hash you reviewed (default: the pending proposal's)")
 	o.host.register(cmd.Flags())
+	e.commandTimeoutFlag(cmd)
 	if deny {
 		cmd.Flags().BoolVar(&o.end, "end", false, "end the run as denied instead of letting the model go on")
 	}
@@ -74,7 +79,7 @@ func (o *decideOptions) decide(ctx context.Context, e *env, runID, proposalID st
 		return err
 	}
 	defer cn.close()
-	got, err := cn.runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID})
+	got, err := getRun(ctx, cn, runID)
 	if err != nil {
 		return err
 	}
@@ -89,12 +94,74 @@ func (o *decideOptions) decide(ctx context.Context, e *env, runID, proposalID st
 	if approve {
 		verdict = reinv1.ApprovalVerdict_APPROVAL_VERDICT_APPROVE
 	}
-	if _, err := cn.runs.DecideApproval(ctx, &reinv1.DecideApprovalRequest{
+	req := &reinv1.DecideApprovalRequest{
 		RunId: runID, ProposalId: proposalID, ProposalHash: hash, Verdict: verdict, Reason: o.reason, EndRun: o.end,
+	}
+	after := got.GetRun().GetVersion()
+	if err := once(ctx, cn, runID, after, func(ctx context.Context) error {
+		_, err := cn.runs.DecideApproval(ctx, req)
+		return err
+	}, func(ev *reinv1.Event) bool {
+		d := ev.GetApprovalDecided()
+		return d != nil && d.GetProposalId() == proposalID && d.GetApproved() == approve && d.GetReason() == o.reason && d.GetEndRun() == o.end
 	}); err != nil {
 		return err
 	}
-	return carryOn(ctx, e, cn, runID, got.GetRun().GetVersion())
+	return carryOn(ctx, e, cn, runID, after)
+}
+
+// getRun is GetRun, tried again while a --server is unavailable.
+func getRun(ctx context.Context, cn *conn, runID string) (got *reinv1.GetRunResponse, err error) {
+	err = cn.retry(ctx, func(ctx context.Context) error {
+		got, err = cn.runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID})
+		return err
+	})
+	return got, err
+}
+
+// once sends a decision or an answer (call), tried again while a --server is
+// unavailable. A try whose answer was lost may have been applied: then the
+// next one is refused (the run no longer waits). So when a retried call is
+// refused, the run's log after version after is read, and an event that
+// records this very call (mine: the same proposal, verdict, reason and end,
+// or the same answer) makes the call a success.
+func once(ctx context.Context, cn *conn, runID string, after uint64, call func(context.Context) error, mine func(*reinv1.Event) bool) error {
+	tries := 0
+	err := cn.retry(ctx, func(ctx context.Context) error {
+		tries++
+		return call(ctx)
+	})
+	if err == nil || tries == 1 || status.Code(err) == codes.Unavailable {
+		return err
+	}
+	found, lerr := logged(ctx, cn, runID, after, mine)
+	if lerr != nil || !found {
+		return err
+	}
+	fmt.Fprintln(cn.stderr, "rein: the server had recorded this before the connection broke; carrying on")
+	return nil
+}
+
+// logged reports whether an event of the run after version after matches.
+func logged(ctx context.Context, cn *conn, runID string, after uint64, match func(*reinv1.Event) bool) (bool, error) {
+	req := &reinv1.ListEventsRequest{RunId: runID, AfterSequence: after}
+	for {
+		var resp *reinv1.ListEventsResponse
+		if err := cn.retry(ctx, func(ctx context.Context) (err error) {
+			resp, err = cn.runs.ListEvents(ctx, req)
+			return err
+		}); err != nil {
+			return false, err
+		}
+		for _, ev := range resp.GetEvents() {
+			if match(ev) {
+				return true, nil
+			}
+		}
+		if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
+			return false, nil
+		}
+	}
 }
 
 func newInputCmd(e *env) *cobra.Command {
@@ -121,17 +188,24 @@ func newInputCmd(e *env) *cobra.Command {
 				return err
 			}
 			defer cn.close()
-			got, err := cn.runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: args[0]})
+			got, err := getRun(ctx, cn, args[0])
 			if err != nil {
 				return err
 			}
-			if _, err := cn.runs.ProvideInput(ctx, &reinv1.ProvideInputRequest{RunId: args[0], Text: text}); err != nil {
+			after := got.GetRun().GetVersion()
+			if err := once(ctx, cn, args[0], after, func(ctx context.Context) error {
+				_, err := cn.runs.ProvideInput(ctx, &reinv1.ProvideInputRequest{RunId: args[0], Text: text})
+				return err
+			}, func(ev *reinv1.Event) bool {
+				return ev.GetInputProvided() != nil && ev.GetInputProvided().GetText() == text
+			}); err != nil {
 				return err
 			}
-			return carryOn(ctx, e, cn, args[0], got.GetRun().GetVersion())
+			return carryOn(ctx, e, cn, args[0], after)
 		},
 	}
 	h.register(cmd.Flags())
+	e.commandTimeoutFlag(cmd)
 	return cmd
 }
 
@@ -139,7 +213,7 @@ func newCancelCmd(e *env) *cobra.Command {
 	var reason string
 	cmd := &cobra.Command{
 		Use:   "cancel RUN_ID",
-		Short: "Cancel a running or paused run",
+		Short: "Cancel a running or paused run (one cancelled already: exit 0, nothing changes)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -148,14 +222,27 @@ func newCancelCmd(e *env) *cobra.Command {
 				return err
 			}
 			defer cn.close()
-			resp, err := cn.runs.CancelRun(ctx, &reinv1.CancelRunRequest{RunId: args[0], Reason: reason})
+			var run *reinv1.Run
+			err = cn.retry(ctx, func(ctx context.Context) error {
+				resp, err := cn.runs.CancelRun(ctx, &reinv1.CancelRunRequest{RunId: args[0], Reason: reason})
+				run = resp.GetRun()
+				return err
+			})
+			if status.Code(err) == codes.FailedPrecondition {
+				// Cancelled already (by an earlier try whose answer was
+				// lost, say): the run is as asked.
+				if got, gerr := getRun(ctx, cn, args[0]); gerr == nil && got.GetRun().GetStatus() == reinv1.RunStatus_RUN_STATUS_CANCELLED {
+					run, err = got.GetRun(), nil
+				}
+			}
 			if err != nil {
 				return err
 			}
-			return writeJSON(e.stdout, summarize(resp.GetRun()), !e.json)
+			return writeJSON(e.stdout, summarize(run), !e.json)
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why; recorded in the run's log")
+	e.commandTimeoutFlag(cmd)
 	return cmd
 }
 

@@ -36,7 +36,12 @@ func newRunCmd(e *env) *cobra.Command {
 one progress line per event on stderr, then the run's JSON summary on stdout.
 The exit code says how the run stands: 0 completed, 10 paused for a person,
 11 budget exhausted, 12 failed, 13 denied or expired, 130 cancelled (Ctrl+C
-cancels the run and records it).`,
+cancels the run and records it).
+
+With --server, a server that is unavailable (restarting, unreachable) is
+tried again for up to --command-timeout, then rein exits 5. The start is
+sent with one request ID (--request-id, or one made up once), so a start
+whose answer was lost is found again, never doubled.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd.Context(), e, args[0])
@@ -45,7 +50,8 @@ cancels the run and records it).`,
 	cmd.Flags().StringVar(&o.model, "model", "", "the model, overriding the task's: script:FILE (JSONL, one reply per line), openai:NAME or anthropic:NAME")
 	cmd.Flags().StringVar(&o.baseURL, "base-url", "", "the model provider's base URL, for OpenAI-compatible servers (vLLM, Ollama, llama.cpp, LM Studio)")
 	o.host.register(cmd.Flags())
-	cmd.Flags().StringVar(&o.requestID, "request-id", "", "idempotency key; the same key returns the same run (default: random)")
+	cmd.Flags().StringVar(&o.requestID, "request-id", "", "idempotency key; the same key returns the same run (default: random, the same for every retry)")
+	e.commandTimeoutFlag(cmd)
 	return cmd
 }
 
@@ -82,12 +88,19 @@ func (o *runOptions) run(ctx context.Context, e *env, path string) error {
 	}
 	defer cn.close()
 	req := &reinv1.StartRunRequest{RequestId: o.requestID, Contract: c}
-	resp, err := cn.runs.StartRun(ctx, req)
+	var resp *reinv1.StartRunResponse
+	err = cn.retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = cn.runs.StartRun(ctx, req)
+		return err
+	})
 	if err != nil && ctx.Err() != nil {
 		// Interrupted while starting: the run may exist. The request ID
 		// finds it (or starts it) so that it can be cancelled, not left
 		// running.
-		resp, err = cn.runs.StartRun(context.WithoutCancel(ctx), req)
+		err = cn.retry(context.WithoutCancel(ctx), func(ctx context.Context) (err error) {
+			resp, err = cn.runs.StartRun(ctx, req)
+			return err
+		})
 		if err == nil {
 			run, cerr := cancelOnInterrupt(e.stderr, cn.runs, resp.GetRun().GetRunId())
 			if cerr != nil {
@@ -120,7 +133,8 @@ var errFollowed = errors.New("the run paused or ended")
 
 // follow prints each event of the run on w until the run pauses or ends, and
 // returns the run as it then stands. It follows through client.Watch, so a
-// dropped stream is resumed from the last event printed.
+// dropped stream is resumed from the last event printed, for as long as the
+// client's Backoff.Patience allows (--command-timeout).
 func follow(ctx context.Context, w io.Writer, c *client.Client, runID string, after uint64) (*reinv1.Run, error) {
 	err := c.Watch(ctx, runID, after, func(ev *reinv1.Event) error {
 		fmt.Fprintln(w, eventLine(ev))
@@ -137,8 +151,11 @@ func follow(ctx context.Context, w io.Writer, c *client.Client, runID string, af
 	if err != nil && !errors.Is(err, errFollowed) {
 		return nil, err
 	}
-	got, err := c.Runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID})
-	if err != nil {
+	var got *reinv1.GetRunResponse
+	if err := c.Retry(ctx, func(ctx context.Context) (err error) {
+		got, err = c.Runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID})
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	return got.GetRun(), nil

@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"os"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/reinhq/rein/client"
@@ -24,7 +29,12 @@ type conn struct {
 	runs reinv1.RunServiceClient
 	// remote is true for --server; false for the embedded server.
 	remote bool
-	close  func()
+	// retries is true when calls that find the --server unavailable are
+	// tried again (--command-timeout above 0); stderr hears of it.
+	retries bool
+	stderr  io.Writer
+	server  string
+	close   func()
 }
 
 // connect returns a client of the --server, or of an embedded server over
@@ -40,12 +50,77 @@ func connect(ctx context.Context, e *env, s *setup) (*conn, error) {
 	// blob, such as a large write's preview, may still pass gRPC's 4 MiB
 	// default, and rein export and replay must read it whole.
 	c, err := client.Dial(e.server, client.Options{Token: e.token, CAFile: e.tlsCA, CertFile: e.tlsCert, KeyFile: e.tlsKey,
-		DialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxReplyBytes))}})
+		Backoff: client.Backoff{Min: retryMin, Max: retryMax, Patience: e.patience()},
+		DialOptions: []grpc.DialOption{
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxReplyBytes)),
+			// gRPC's own reconnection waits up to 2 minutes by default; a
+			// server back from a restart is found within retryMax.
+			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+				BaseDelay: retryMin, Multiplier: 1.6, Jitter: 0.2, MaxDelay: retryMax,
+			}, MinConnectTimeout: 20 * time.Second}),
+		}})
 	if err != nil {
 		return nil, usageError("%v", err)
 	}
-	return &conn{Client: c, runs: c.Runs, remote: true, close: func() { _ = c.Close() }}, nil
+	return &conn{Client: c, runs: c.Runs, remote: true, retries: e.timeoutFlag && e.commandTimeout > 0,
+		stderr: e.stderr, server: e.server, close: func() { _ = c.Close() }}, nil
 }
+
+// The waits between tries of a --server that is unavailable: from retryMin,
+// doubling (with jitter) up to retryMax.
+const (
+	retryMin = 100 * time.Millisecond
+	retryMax = 2 * time.Second
+)
+
+// patience is how long the client keeps trying an unavailable --server:
+// --command-timeout for the commands that have it (0 there: not at all),
+// as long as the command lasts for the others.
+func (e *env) patience() time.Duration {
+	switch {
+	case !e.timeoutFlag:
+		return 0
+	case e.commandTimeout <= 0:
+		return time.Nanosecond
+	}
+	return e.commandTimeout
+}
+
+// retry calls fn, and against a --server calls it again while the server is
+// Unavailable, for up to --command-timeout (saying so on stderr once). fn
+// must be safe to repeat; see the callers for what a repeat whose first try
+// was applied answers.
+func (cn *conn) retry(ctx context.Context, fn func(context.Context) error) error {
+	if !cn.retries {
+		return fn(ctx)
+	}
+	ctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	told, mismatched := false, 0
+	return cn.Retry(ctx, func(ctx context.Context) error {
+		err := fn(ctx)
+		if status.Code(err) != codes.Unavailable {
+			return err
+		}
+		if !told {
+			told = true
+			fmt.Fprintf(cn.stderr, "rein: the server at %s is unavailable; trying again for up to %s (--command-timeout)\n", cn.server, cn.Backoff().Patience)
+		}
+		// A TLS mismatch does not go away by waiting; one that persists
+		// ends the retries (Retry returns this error).
+		if mismatched++; !handshakeFailed(status.Convert(err).Message()) {
+			mismatched = 0
+		} else if mismatched == maxMismatched {
+			giveUp()
+		}
+		return err
+	})
+}
+
+// maxMismatched is how many TLS handshake failures in a row end a retry: one
+// could be a server restarting mid-handshake; a few in a row are a plaintext
+// client talking to a TLS server, or the other way round.
+const maxMismatched = 3
 
 // embeddedMaxRecv is the largest message between the CLI and its embedded
 // server, either way: the server's one caller is this process, `rein
