@@ -20,6 +20,7 @@ import (
 	"github.com/reinhq/rein/internal/metrics"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/pricing"
+	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/tools"
 )
@@ -100,7 +101,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	st := cfg.Metrics.Store(cfg.Store)
 	hub := NewHub()
-	published := hub.Published
+	published := func(st runstate.State, evs []*reinv1.Event) {
+		hub.Published(st.RunID, evs)
+		logLifecycle(cfg.Logger, st, evs)
+	}
 	var opts []grpc.ServerOption
 	var calls *grpcprom.ServerMetrics
 	if m := cfg.Metrics; m != nil {
@@ -108,9 +112,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 			_ = cfg.Store.Close()
 			return nil, err
 		}
-		published = func(runID string, evs []*reinv1.Event) {
-			hub.Published(runID, evs)
-			m.Observe(runID, evs)
+		published = func(st runstate.State, evs []*reinv1.Event) {
+			hub.Published(st.RunID, evs)
+			m.Observe(st.RunID, evs)
+			logLifecycle(cfg.Logger, st, evs)
 		}
 		// Outermost, so that every call is counted with the code it ended
 		// with, refusals by the interceptors below included.

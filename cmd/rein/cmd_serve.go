@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -37,6 +38,8 @@ type serveOptions struct {
 	shutdownTimeout time.Duration
 	adminListen     string
 	pprof           bool
+	logFormat       string
+	logLevel        string
 }
 
 func newServeCmd(e *env) *cobra.Command {
@@ -73,11 +76,16 @@ run the database holds as running.`,
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop may take")
 	f.StringVar(&o.adminListen, "admin-listen", "", "serve HTTP for operators on this address: /metrics (Prometheus), /healthz, /readyz; off by default; no authentication, so keep it on an address only operators reach")
 	f.BoolVar(&o.pprof, "pprof", false, "with --admin-listen, also serve Go's profiles at /debug/pprof/")
+	f.StringVar(&o.logFormat, "log-format", "text", "log lines on stderr as text (key=value) or json (one object a line)")
+	f.StringVar(&o.logLevel, "log-level", "info", "the least severe log lines written: debug, info, warn or error")
 	return cmd
 }
 
 func (o *serveOptions) run(ctx context.Context, e *env) error {
-	log := slog.New(slog.NewTextHandler(e.stderr, nil))
+	log, err := o.logger(e.stderr)
+	if err != nil {
+		return err
+	}
 	cfg := server.Config{
 		Models: models, Reflection: o.reflection, Resume: true, Logger: log,
 		RatePerSecond: o.rate, RateBurst: o.burst, MaxRecvBytes: o.maxMsgBytes, MaxStreams: o.maxStreams,
@@ -182,4 +190,20 @@ func (o *serveOptions) credentials() (credentials.TransportCredentials, error) {
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return credentials.NewTLS(cfg), nil
+}
+
+// logger is the server's logger as --log-format and --log-level say.
+func (o *serveOptions) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, usageError("--log-level %q: want debug, info, warn or error", o.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch o.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usageError("--log-format %q: want text or json", o.logFormat)
 }
