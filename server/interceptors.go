@@ -203,10 +203,12 @@ func (a *authenticator) authenticate(ctx context.Context) (context.Context, erro
 	if err != nil {
 		return nil, err
 	}
+	// Known before the role check, so that the log line of a call the role
+	// refuses names whom it refused.
+	callInfoFrom(ctx).set(func(c *callInfo) { c.principal = p.ID })
 	if !p.Has(role) {
 		return nil, status.Errorf(codes.PermissionDenied, "principal %q may not call %s: it needs the %s role (or admin)", p.ID, method, role)
 	}
-	callInfoFrom(ctx).set(func(c *callInfo) { c.principal = p.ID })
 	return reinauth.WithPrincipal(ctx, p), nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -16,8 +17,10 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/auth"
 	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/metrics"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/pricing"
+	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/tools"
 )
@@ -59,6 +62,11 @@ type Config struct {
 	Logger *slog.Logger
 	// ServerOptions are added to grpc.NewServer's (credentials, say).
 	ServerOptions []grpc.ServerOption
+	// Metrics, when set, is told what the node does: the runs' events as
+	// they are published, the store's appends, the watch streams, and every
+	// gRPC call (go-grpc-middleware's Prometheus provider, registered on
+	// Metrics.Registry). Nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 // Node is one rein server: its store, engine, watch hub and gRPC server with
@@ -88,16 +96,38 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.MaxStreams == 0 {
 		cfg.MaxStreams = 4096
 	}
-	st := cfg.Store
-	if st == nil {
+	if cfg.Store == nil {
 		return nil, errors.New("server: Config.Store is required: open a store (internal/store/bolt, say) and pass it")
 	}
+	st := cfg.Metrics.Store(cfg.Store)
 	hub := NewHub()
+	published := func(st runstate.State, evs []*reinv1.Event) {
+		hub.Published(st.RunID, evs)
+		logLifecycle(cfg.Logger, st, evs)
+	}
+	var opts []grpc.ServerOption
+	var calls *grpcprom.ServerMetrics
+	if m := cfg.Metrics; m != nil {
+		if err := m.Seed(ctx, st); err != nil {
+			_ = cfg.Store.Close()
+			return nil, err
+		}
+		published = func(st runstate.State, evs []*reinv1.Event) {
+			hub.Published(st.RunID, evs)
+			m.Observe(st.RunID, evs)
+			logLifecycle(cfg.Logger, st, evs)
+		}
+		// Outermost, so that every call is counted with the code it ended
+		// with, refusals by the interceptors below included.
+		calls = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+		m.Registry.MustRegister(calls)
+		opts = append(opts, grpc.ChainUnaryInterceptor(calls.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(calls.StreamServerInterceptor()))
+	}
 	eng := harness.New(harness.Config{
 		Store: st, Models: cfg.Models, Tools: cfg.Tools, Workspace: cfg.Workspace, Prices: cfg.Prices, Clock: cfg.Clock,
-		Published: hub.Published, Logger: cfg.Logger,
+		Published: published, Logger: cfg.Logger,
 	})
-	opts := append(chain(cfg.Logger, &authenticator{dir: cfg.Directory}, newLimiter(cfg.RatePerSecond, cfg.RateBurst)),
+	opts = append(append(opts, chain(cfg.Logger, &authenticator{dir: cfg.Directory}, newLimiter(cfg.RatePerSecond, cfg.RateBurst))...),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.MaxConcurrentStreams(cfg.MaxStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
@@ -110,11 +140,14 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		log:    cfg.Logger,
 		done:   make(chan struct{}),
 	}
-	reinv1.RegisterRunServiceServer(n.GRPC, &runService{engine: eng, store: st, hub: hub, log: cfg.Logger, done: n.done, resume: cfg.Resume})
+	reinv1.RegisterRunServiceServer(n.GRPC, &runService{engine: eng, store: st, hub: hub, log: cfg.Logger, done: n.done, resume: cfg.Resume, metrics: cfg.Metrics})
 	healthpb.RegisterHealthServer(n.GRPC, n.health)
 	n.health.SetServingStatus(reinv1.RunService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if cfg.Reflection {
 		reflection.Register(n.GRPC)
+	}
+	if calls != nil {
+		calls.InitializeMetrics(n.GRPC)
 	}
 	if cfg.Resume {
 		if err := eng.ResumeAll(ctx); err != nil {

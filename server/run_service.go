@@ -19,10 +19,11 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/auth"
 	"github.com/reinhq/rein/internal/export"
-	"github.com/reinhq/rein/internal/version"
 	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/metrics"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/version"
 )
 
 const (
@@ -64,6 +65,8 @@ type runService struct {
 	// done is closed when the server shuts down: watch streams end with
 	// Unavailable, and the client resumes from the last sequence it saw.
 	done <-chan struct{}
+	// metrics counts the watch streams; nil counts nothing.
+	metrics *metrics.Metrics
 }
 
 var _ reinv1.RunServiceServer = (*runService)(nil)
@@ -186,6 +189,7 @@ func (s *runService) ListEvents(ctx context.Context, req *reinv1.ListEventsReque
 // OK once the run is terminal and every event was sent.
 func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStreamingServer[reinv1.WatchRunResponse]) error {
 	ctx := stream.Context()
+	defer s.metrics.WatchOpened("run")()
 	sub := s.hub.Subscribe(req.GetRunId())
 	defer sub.Close()
 	st, err := s.load(ctx, req.GetRunId())
@@ -207,7 +211,9 @@ func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStr
 		var evs []*reinv1.Event
 		if !fromStore {
 			evs, fromStore = s.hub.Tail(req.GetRunId(), cursor)
-			fromStore = !fromStore
+			if fromStore = !fromStore; fromStore {
+				s.metrics.WatchLagged("run") // the tail no longer reaches back to its cursor
+			}
 		}
 		if fromStore {
 			if evs, err = s.store.Events(ctx, req.GetRunId(), cursor, defaultEventPage); err != nil {
@@ -355,6 +361,7 @@ func decodeToken(tok string) (string, error) {
 // change log, then live, woken by the hub like WatchRun.
 func (s *runService) WatchRuns(req *reinv1.WatchRunsRequest, stream grpc.ServerStreamingServer[reinv1.WatchRunsResponse]) error {
 	ctx := stream.Context()
+	defer s.metrics.WatchOpened("runs")()
 	sub := s.hub.SubscribeAll()
 	defer sub.Close()
 	tenant := s.identity(ctx).Tenant

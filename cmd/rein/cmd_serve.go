@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/reinhq/rein/internal/auth"
+	"github.com/reinhq/rein/internal/metrics"
 	"github.com/reinhq/rein/internal/version"
 	"github.com/reinhq/rein/server"
 )
@@ -32,6 +36,10 @@ type serveOptions struct {
 	maxMsgBytes     int
 	maxStreams      uint32
 	shutdownTimeout time.Duration
+	adminListen     string
+	pprof           bool
+	logFormat       string
+	logLevel        string
 }
 
 func newServeCmd(e *env) *cobra.Command {
@@ -66,11 +74,18 @@ run the database holds as running.`,
 	f.IntVar(&o.maxMsgBytes, "max-msg-bytes", 4<<20, "largest request accepted, in bytes")
 	f.Uint32Var(&o.maxStreams, "max-streams", 4096, "concurrent streams per connection")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop may take")
+	f.StringVar(&o.adminListen, "admin-listen", "", "serve HTTP for operators on this address: /metrics (Prometheus), /healthz, /readyz; off by default; no authentication, so keep it on an address only operators reach")
+	f.BoolVar(&o.pprof, "pprof", false, "with --admin-listen, also serve Go's profiles at /debug/pprof/")
+	f.StringVar(&o.logFormat, "log-format", "text", "log lines on stderr as text (key=value) or json (one object a line)")
+	f.StringVar(&o.logLevel, "log-level", "info", "the least severe log lines written: debug, info, warn or error")
 	return cmd
 }
 
 func (o *serveOptions) run(ctx context.Context, e *env) error {
-	log := slog.New(slog.NewTextHandler(e.stderr, nil))
+	log, err := o.logger(e.stderr)
+	if err != nil {
+		return err
+	}
 	cfg := server.Config{
 		Models: models, Reflection: o.reflection, Resume: true, Logger: log,
 		RatePerSecond: o.rate, RateBurst: o.burst, MaxRecvBytes: o.maxMsgBytes, MaxStreams: o.maxStreams,
@@ -97,6 +112,18 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		}
 		cfg.ServerOptions = []grpc.ServerOption{grpc.Creds(creds)}
 	}
+	if o.pprof && o.adminListen == "" {
+		return usageError("--pprof serves profiles on the --admin-listen address: give one too")
+	}
+	var admin net.Listener
+	if o.adminListen != "" {
+		// Listening first: a taken port is refused before the store opens.
+		if admin, err = net.Listen("tcp", o.adminListen); err != nil {
+			return &exitErr{code: exitUnavailable, err: fmt.Errorf("--admin-listen %s: %w", o.adminListen, err)}
+		}
+		defer admin.Close()
+		cfg.Metrics = metrics.New()
+	}
 	if cfg.Store, err = openStore(e.db); err != nil {
 		return err
 	}
@@ -115,6 +142,16 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	b := version.Get()
 	log.Info("rein serving", "addr", lis.Addr().String(), "db", e.db, "tls", cfg.ServerOptions != nil, "reflection", o.reflection,
 		"version", b.GetVersion(), "revision", b.GetRevision(), "modified", b.GetModified(), "go", b.GetGoVersion())
+	if admin != nil {
+		hs := &http.Server{Handler: node.AdminHandler(cfg.Metrics, o.pprof), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := hs.Serve(admin); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("admin HTTP server stopped", "error", err)
+			}
+		}()
+		defer hs.Close()
+		log.Info("serving operators' HTTP", "admin_addr", admin.Addr().String(), "pprof", o.pprof)
+	}
 	served := make(chan error, 1)
 	go func() { served <- node.GRPC.Serve(lis) }()
 	select {
@@ -153,4 +190,20 @@ func (o *serveOptions) credentials() (credentials.TransportCredentials, error) {
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return credentials.NewTLS(cfg), nil
+}
+
+// logger is the server's logger as --log-format and --log-level say.
+func (o *serveOptions) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, usageError("--log-level %q: want debug, info, warn or error", o.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch o.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usageError("--log-format %q: want text or json", o.logFormat)
 }

@@ -65,7 +65,7 @@ func (e *Engine) commit(ctx context.Context, st runstate.State, actor string, ev
 	if runstate.Terminal(next.Status) {
 		e.releaseLease(st.RunID)
 	}
-	e.cfg.Published(st.RunID, evs)
+	e.cfg.Published(next, evs)
 	return next, nil
 }
 

@@ -63,7 +63,7 @@ func (e *Engine) create(ctx context.Context, c *reinv1.TaskContract, started *re
 		return runstate.State{}, false, err
 	}
 	if created {
-		e.cfg.Published(st.RunID, []*reinv1.Event{first})
+		e.cfg.Published(st, []*reinv1.Event{first})
 		if len(carried) > 0 {
 			for _, ev := range carried {
 				ev.RunId = st.RunID

@@ -53,10 +53,11 @@ type Config struct {
 	// ToolTimeout bounds one tool call; 0 means 60s.
 	ToolTimeout time.Duration
 	// Published, when set, is given the events of each durable append of a
-	// run, in commit order, from the one path that appends them (the watch
-	// hub keeps the last ones and wakes the run's watchers). It must not
-	// block, nor modify the events.
-	Published func(runID string, events []*reinv1.Event)
+	// run, in commit order, from the one path that appends them, with the
+	// run's state after them (the watch hub keeps the last events and wakes
+	// the run's watchers; metrics and the run's lifecycle log read them).
+	// It must not block, nor modify the events or the state.
+	Published func(st runstate.State, events []*reinv1.Event)
 	// Logger receives what the engine cannot return to a caller.
 	Logger *slog.Logger
 	// Owner names this engine in the runs' leases; "" means a random name.
@@ -149,7 +150,7 @@ func New(cfg Config) *Engine {
 		cfg.MaxRetryWait = time.Minute
 	}
 	if cfg.Published == nil {
-		cfg.Published = func(string, []*reinv1.Event) {}
+		cfg.Published = func(runstate.State, []*reinv1.Event) {}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

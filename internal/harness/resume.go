@@ -52,7 +52,7 @@ func (e *Engine) resumeOne(ctx context.Context, st runstate.State) {
 		e.Arm(st)
 	default:
 		e.schedule(st.RunID)
-		e.cfg.Logger.Info("resumed run", "run_id", st.RunID, "version", st.Version)
+		e.cfg.Logger.Info("resumed run", "run_id", st.RunID, "tenant", st.Tenant, "principal", st.Principal, "version", st.Version)
 	}
 }
 
@@ -66,7 +66,7 @@ func (e *Engine) Import(ctx context.Context, events []*reinv1.Event, blobs map[s
 	if err != nil {
 		return st, err
 	}
-	e.cfg.Published(st.RunID, events)
+	e.cfg.Published(st, events)
 	if resume && !runstate.Terminal(st.Status) {
 		e.resumeOne(ctx, st)
 	}

@@ -87,7 +87,7 @@ func TestStepCommits(t *testing.T) {
 	}
 	var nmu sync.Mutex
 	var notified []uint64
-	published := func(_ string, evs []*reinv1.Event) {
+	published := func(_ runstate.State, evs []*reinv1.Event) {
 		nmu.Lock()
 		defer nmu.Unlock()
 		notified = append(notified, evs[len(evs)-1].GetSequence())

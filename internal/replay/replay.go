@@ -103,7 +103,7 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 		Models: func(*reinv1.ModelSpec) (model.Model, error) { return rec, nil },
 		Tools:  rec,
 		Clock:  rec.clock,
-		Published: func(_ string, evs []*reinv1.Event) {
+		Published: func(_ runstate.State, evs []*reinv1.Event) {
 			rec.version = evs[len(evs)-1].GetSequence()
 		},
 		NewID:    rec.newID,

@@ -1,0 +1,191 @@
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
+)
+
+// liveStatuses are the statuses of runs that have not ended.
+var liveStatuses = []reinv1.RunStatus{
+	reinv1.RunStatus_RUN_STATUS_RUNNING, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL,
+}
+
+// live says whether s is the status of a run that has not ended.
+func live(s reinv1.RunStatus) bool {
+	return s == reinv1.RunStatus_RUN_STATUS_RUNNING || runstate.Paused(s)
+}
+
+// statusLabel is a status as a label value: "needs_approval".
+func statusLabel(s reinv1.RunStatus) string { return runstate.StatusName(s) }
+
+// Seed counts the runs the store holds that have not ended, so that
+// rein_runs and rein_approvals_waiting start from what is stored rather
+// than from 0 when a server starts on a store it used before. Call it once,
+// before the engine carries runs on.
+func (m *Metrics) Seed(ctx context.Context, s store.Store) error {
+	if m == nil {
+		return nil
+	}
+	f := store.Filter{Statuses: liveStatuses, Limit: 500}
+	for {
+		page, err := s.List(ctx, f)
+		if err != nil {
+			return fmt.Errorf("metrics: count the stored runs: %w", err)
+		}
+		m.mu.Lock()
+		for _, st := range page.Runs {
+			if _, ok := m.live[st.RunID]; ok {
+				continue
+			}
+			r := &liveRun{status: st.Status}
+			r.provider, r.model = m.modelLabels(st.Contract.GetModel())
+			if st.Pending.GetProposal() != nil {
+				r.asked = st.UpdatedAt.UnixNano()
+				m.approvalsWaiting.Inc()
+			}
+			m.live[st.RunID] = r
+			m.runs.WithLabelValues(statusLabel(st.Status)).Inc()
+		}
+		m.mu.Unlock()
+		if page.Next == "" {
+			return nil
+		}
+		f.After = page.Next
+	}
+}
+
+// modelLabels are a model's provider and name as labels; the caller holds
+// mu.
+func (m *Metrics) modelLabels(spec *reinv1.ModelSpec) (provider, model string) {
+	provider = spec.GetProvider()
+	switch provider {
+	case "openai", "anthropic", "script":
+	default:
+		provider = "other"
+	}
+	return provider, m.models.get(spec.GetName())
+}
+
+// Observe counts what one durable append of a run recorded. It is the
+// engine's publish hook's second reader, beside the watch hub: it never
+// blocks for long and never fails.
+func (m *Metrics) Observe(runID string, evs []*reinv1.Event) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.live[runID]
+	for _, ev := range evs {
+		switch p := ev.GetPayload().(type) {
+		case *reinv1.Event_RunStarted:
+			r = &liveRun{status: reinv1.RunStatus_RUN_STATUS_RUNNING}
+			r.provider, r.model = m.modelLabels(p.RunStarted.GetContract().GetModel())
+			m.live[runID] = r
+			m.runsStarted.Inc()
+			m.runs.WithLabelValues(statusLabel(r.status)).Inc()
+		case *reinv1.Event_ModelRequested:
+			m.steps.Inc()
+		case *reinv1.Event_ModelReturned:
+			mr := p.ModelReturned
+			provider, model := "other", "other"
+			if r != nil {
+				provider, model = r.provider, r.model
+			}
+			m.modelCalls.WithLabelValues(provider, model).Inc()
+			if d := mr.GetDuration(); d != nil {
+				m.modelDuration.WithLabelValues(provider, model).Observe(d.AsDuration().Seconds())
+			}
+			m.modelTokens.WithLabelValues(provider, model, "input").Add(float64(mr.GetUsage().GetInputTokens()))
+			m.modelTokens.WithLabelValues(provider, model, "output").Add(float64(mr.GetUsage().GetOutputTokens()))
+			if c := mr.GetCostUsd(); c > 0 {
+				m.modelCost.WithLabelValues(provider, model).Add(c)
+			}
+		case *reinv1.Event_ModelRetried:
+			m.modelRetries.WithLabelValues(retryLabel(p.ModelRetried.GetReason())).Inc()
+		case *reinv1.Event_ToolReturned:
+			tr := p.ToolReturned
+			tool := m.tools.get(tr.GetTool())
+			outcome := "ok"
+			if tr.GetError() != "" {
+				outcome = "error"
+			}
+			m.toolCalls.WithLabelValues(tool, outcome).Inc()
+			if d := tr.GetDuration(); d != nil {
+				m.toolDuration.WithLabelValues(tool).Observe(d.AsDuration().Seconds())
+			}
+		case *reinv1.Event_ToolRefused:
+			// The model names the tool, granted or not: only a name this
+			// server already labels is kept.
+			tool := "other"
+			if m.tools.seen[p.ToolRefused.GetTool()] {
+				tool = p.ToolRefused.GetTool()
+			}
+			m.toolCalls.WithLabelValues(tool, "refused").Inc()
+		case *reinv1.Event_ApprovalRequested:
+			if r != nil {
+				r.asked = ev.GetRecordedAt().AsTime().UnixNano()
+			}
+			m.approvalsWaiting.Inc()
+		case *reinv1.Event_ApprovalDecided:
+			m.settleApproval(r, ev, true)
+		case *reinv1.Event_WriteCommitted:
+			m.writes.WithLabelValues("committed").Inc()
+		case *reinv1.Event_WriteRefused:
+			m.writes.WithLabelValues("refused").Inc()
+		case *reinv1.Event_WriteOutcomeUnknown:
+			m.writes.WithLabelValues("unknown").Inc()
+		case *reinv1.Event_StatusChanged:
+			sc := p.StatusChanged
+			if sc.GetFrom() == reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL && r != nil && r.asked != 0 {
+				// Expired, cancelled, or moved on without a decision event.
+				m.settleApproval(r, ev, false)
+			}
+			if live(sc.GetFrom()) {
+				m.runs.WithLabelValues(statusLabel(sc.GetFrom())).Dec()
+			}
+			if runstate.Terminal(sc.GetTo()) {
+				m.runsEnded.WithLabelValues(statusLabel(sc.GetTo())).Inc()
+				delete(m.live, runID)
+				r = nil
+				continue
+			}
+			m.runs.WithLabelValues(statusLabel(sc.GetTo())).Inc()
+			if r != nil {
+				r.status = sc.GetTo()
+			}
+		}
+	}
+}
+
+// settleApproval takes the run's pending approval off the waiting count
+// and, for a person's decision, observes how long it waited.
+func (m *Metrics) settleApproval(r *liveRun, ev *reinv1.Event, decided bool) {
+	if r == nil || r.asked == 0 {
+		return
+	}
+	m.approvalsWaiting.Dec()
+	if decided {
+		if waited := ev.GetRecordedAt().AsTime().UnixNano() - r.asked; waited >= 0 {
+			m.approvalWait.Observe(float64(waited) / 1e9)
+		}
+	}
+	r.asked = 0
+}
+
+// retryLabel is model_retried's reason as a label: one of the few words
+// the harness records, else "other".
+func retryLabel(reason string) string {
+	switch reason = strings.TrimSpace(reason); reason {
+	case "rate_limited", "server_error", "transport", "retryable":
+		return reason
+	case "":
+		return "retryable"
+	}
+	return "other"
+}

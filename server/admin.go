@@ -1,0 +1,75 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/reinhq/rein/internal/metrics"
+)
+
+// readyTimeout bounds /readyz's read of the store.
+const readyTimeout = 2 * time.Second
+
+// AdminHandler serves an operator's HTTP endpoints for the node:
+//
+//	/metrics       m's registry in the Prometheus text format
+//	/healthz       200 while the process serves HTTP at all (liveness)
+//	/readyz        200 when the node takes calls: it is not shutting down
+//	               and its store answers a read within 2s; else 503 and why
+//	/debug/pprof/  Go's profiles, only with withPprof
+//
+// It is meant for an address only operators reach (rein serve
+// --admin-listen): it has no authentication of its own.
+func (n *Node) AdminHandler(m *metrics.Metrics, withPprof bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := n.ready(r.Context()); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	if withPprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}
+
+// ready says why the node does not take calls, or nil.
+func (n *Node) ready(ctx context.Context) error {
+	select {
+	case <-n.done:
+		return fmt.Errorf("the server is shutting down")
+	default:
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	// A store that hangs (a wedged disk) must not hang the probe.
+	read := make(chan error, 1)
+	go func() {
+		_, _, err := n.Store.Changes(ctx, 0, 0)
+		read <- err
+	}()
+	select {
+	case err := <-read:
+		if err != nil {
+			return fmt.Errorf("the store does not answer: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("the store did not answer within %s", readyTimeout)
+	}
+}
