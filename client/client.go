@@ -14,6 +14,7 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -90,7 +91,11 @@ func Dial(target string, opts Options) (*Client, error) {
 	}
 	// honourRetryInfo comes first, so that interceptors in DialOptions see
 	// each try.
-	dopts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithChainUnaryInterceptor(honourRetryInfo)}, opts.DialOptions...)
+	// The OpenTelemetry stats handler sends the caller's trace context (from
+	// ctx, with the global propagator) so that its trace continues into
+	// rein; with no tracing set up it does nothing.
+	dopts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithChainUnaryInterceptor(honourRetryInfo),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler())}, opts.DialOptions...)
 	if opts.Token != "" {
 		dopts = append(dopts, grpc.WithPerRPCCredentials(bearer(opts.Token)))
 	}

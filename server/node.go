@@ -8,6 +8,9 @@ import (
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -22,6 +25,7 @@ import (
 	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/telemetry"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -62,6 +66,9 @@ type Config struct {
 	Logger *slog.Logger
 	// ServerOptions are added to grpc.NewServer's (credentials, say).
 	ServerOptions []grpc.ServerOption
+	// Traces, when set, gets the runs' spans (telemetry.Tracer) and every
+	// gRPC call's (otelgrpc). Nil traces nothing.
+	Traces trace.TracerProvider
 	// Metrics, when set, is told what the node does: the runs' events as
 	// they are published, the store's appends, the watch streams, and every
 	// gRPC call (go-grpc-middleware's Prometheus provider, registered on
@@ -101,21 +108,28 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	st := cfg.Metrics.Store(cfg.Store)
 	hub := NewHub()
+	var tracer *telemetry.Tracer
+	var opts []grpc.ServerOption
+	if cfg.Traces != nil {
+		tracer = telemetry.NewTracer(cfg.Traces)
+		// A caller's trace context, in the call's metadata, continues into
+		// the call's span, which a new run's trace hangs from.
+		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(cfg.Traces),
+			otelgrpc.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})))))
+	}
+	// The one publish hook, read by the watch hub, the metrics, the traces
+	// and the lifecycle log.
 	published := func(st runstate.State, evs []*reinv1.Event) {
 		hub.Published(st.RunID, evs)
+		cfg.Metrics.Observe(st.RunID, evs)
+		tracer.Observe(st, evs)
 		logLifecycle(cfg.Logger, st, evs)
 	}
-	var opts []grpc.ServerOption
 	var calls *grpcprom.ServerMetrics
 	if m := cfg.Metrics; m != nil {
 		if err := m.Seed(ctx, st); err != nil {
 			_ = cfg.Store.Close()
 			return nil, err
-		}
-		published = func(st runstate.State, evs []*reinv1.Event) {
-			hub.Published(st.RunID, evs)
-			m.Observe(st.RunID, evs)
-			logLifecycle(cfg.Logger, st, evs)
 		}
 		// Outermost, so that every call is counted with the code it ended
 		// with, refusals by the interceptors below included.

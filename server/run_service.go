@@ -73,8 +73,10 @@ var _ reinv1.RunServiceServer = (*runService)(nil)
 
 func (s *runService) StartRun(ctx context.Context, req *reinv1.StartRunRequest) (*reinv1.StartRunResponse, error) {
 	id := s.identity(ctx)
+	traceID, parent := runTrace(ctx)
 	st, created, err := s.engine.Start(ctx, harness.StartRequest{
 		RequestID: req.GetRequestId(), Contract: req.GetContract(), Principal: id.ID, Tenant: id.Tenant,
+		TraceID: traceID, TraceParent: parent,
 	})
 	if err != nil {
 		return nil, toStatus(s.log, "StartRun", err)
@@ -132,6 +134,7 @@ func (s *runService) ListRuns(ctx context.Context, req *reinv1.ListRunsRequest) 
 	}
 	page, err := s.store.List(ctx, store.Filter{
 		Statuses: req.GetStatuses(), Labels: req.GetLabels(), Tenant: s.identity(ctx).Tenant, Limit: size, After: after,
+		TraceID: req.GetTraceId(),
 	})
 	if err != nil {
 		return nil, toStatus(s.log, "ListRuns", err)
@@ -261,9 +264,10 @@ func (s *runService) ForkRun(ctx context.Context, req *reinv1.ForkRunRequest) (*
 		return nil, toStatus(s.log, "ForkRun", err)
 	}
 	id := s.identity(ctx)
+	traceID, parent := runTrace(ctx)
 	st, created, err := s.engine.Fork(ctx, harness.ForkRequest{
 		RunID: req.GetRunId(), AtSequence: req.GetAtSequence(), RequestID: req.GetRequestId(), Budget: req.GetBudget(),
-		Principal: id.ID, Tenant: id.Tenant,
+		Principal: id.ID, Tenant: id.Tenant, TraceID: traceID, TraceParent: parent,
 	})
 	if err != nil {
 		return nil, toStatus(s.log, "ForkRun", err)

@@ -95,6 +95,9 @@ func newInspectCmd(e *env) *cobra.Command {
 			if s.Deadline != "" {
 				fmt.Fprintf(w, "deadline\t%s\n", s.Deadline)
 			}
+			if id := run.GetTraceId(); id != "" {
+				fmt.Fprintf(w, "trace\t%s\n", id)
+			}
 			if p := run.GetPending(); p != nil {
 				if pr := p.GetProposal(); pr != nil {
 					fmt.Fprintf(w, "pending\tapproval of %s (proposal %s, hash %s)\n", pr.GetTool(), pr.GetProposalId(), pr.GetHash())

@@ -14,11 +14,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/reinhq/rein/internal/auth"
 	"github.com/reinhq/rein/internal/metrics"
+	"github.com/reinhq/rein/internal/telemetry"
 	"github.com/reinhq/rein/internal/version"
 	"github.com/reinhq/rein/server"
 )
@@ -40,6 +42,7 @@ type serveOptions struct {
 	pprof           bool
 	logFormat       string
 	logLevel        string
+	otel            bool
 }
 
 func newServeCmd(e *env) *cobra.Command {
@@ -78,6 +81,7 @@ run the database holds as running.`,
 	f.BoolVar(&o.pprof, "pprof", false, "with --admin-listen, also serve Go's profiles at /debug/pprof/")
 	f.StringVar(&o.logFormat, "log-format", "text", "log lines on stderr as text (key=value) or json (one object a line)")
 	f.StringVar(&o.logLevel, "log-level", "info", "the least severe log lines written: debug, info, warn or error")
+	f.BoolVar(&o.otel, "otel", false, "export the runs' traces over OTLP, configured by the standard OTEL_* environment (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, …); off by default")
 	return cmd
 }
 
@@ -123,6 +127,23 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		}
 		defer admin.Close()
 		cfg.Metrics = metrics.New()
+	}
+	if o.otel {
+		tp, err := telemetry.Setup(ctx)
+		if err != nil {
+			return usageError("--otel: %v", err)
+		}
+		otel.SetTracerProvider(tp)
+		cfg.Traces = tp
+		defer func() {
+			// Flush what the batcher holds, bounded: a collector that is
+			// gone must not hold the stop up.
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				log.Warn("flushing traces", "error", err)
+			}
+		}()
 	}
 	if cfg.Store, err = openStore(e.db); err != nil {
 		return err

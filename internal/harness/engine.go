@@ -177,6 +177,10 @@ type StartRequest struct {
 	Contract  *reinv1.TaskContract
 	Principal string
 	Tenant    string
+	// TraceID and TraceParent are the run's trace and the caller's span it
+	// hangs from (run_started.trace_id and trace_parent_span_id), in W3C
+	// hex; either may be empty.
+	TraceID, TraceParent string
 }
 
 // Start validates the contract, stores the run and schedules it. A request ID
@@ -185,7 +189,8 @@ func (e *Engine) Start(ctx context.Context, req StartRequest) (runstate.State, b
 	if req.RequestID == "" {
 		return runstate.State{}, false, &FieldError{"request_id", "required: an idempotency key; the same key returns the same run"}
 	}
-	return e.create(ctx, req.Contract, &reinv1.RunStarted{Principal: req.Principal, Tenant: req.Tenant, RequestId: req.RequestID}, nil)
+	return e.create(ctx, req.Contract, &reinv1.RunStarted{Principal: req.Principal, Tenant: req.Tenant, RequestId: req.RequestID,
+		TraceId: req.TraceID, TraceParentSpanId: req.TraceParent}, nil)
 }
 
 // Resume schedules a stored run that is running but has no driver, such as

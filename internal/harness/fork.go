@@ -21,6 +21,8 @@ type ForkRequest struct {
 	Budget    *reinv1.Budget
 	Principal string
 	Tenant    string
+	// TraceID and TraceParent are the new run's trace, as StartRequest's.
+	TraceID, TraceParent string
 }
 
 // Fork starts a new run whose log carries over the parent's events up to
@@ -83,7 +85,7 @@ func (e *Engine) Fork(ctx context.Context, req ForkRequest) (runstate.State, boo
 		carried = append(carried, proto.Clone(ev).(*reinv1.Event))
 	}
 	st, created, err := e.create(ctx, c, &reinv1.RunStarted{Principal: req.Principal, Tenant: req.Tenant, RequestId: req.RequestID,
-		ParentRunId: req.RunID, ParentSequence: uint64(len(evs))}, carried)
+		ParentRunId: req.RunID, ParentSequence: uint64(len(evs)), TraceId: req.TraceID, TraceParentSpanId: req.TraceParent}, carried)
 	if err != nil && created {
 		return st, true, fmt.Errorf("fork %s: carry the parent's events over: %w", st.RunID, err)
 	}

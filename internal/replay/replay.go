@@ -120,6 +120,7 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 	if _, _, err := eng.Start(ctx, harness.StartRequest{
 		RequestID: started.GetRequestId(), Contract: started.GetContract(),
 		Principal: principal, Tenant: started.GetTenant(),
+		TraceID: started.GetTraceId(), TraceParent: started.GetTraceParentSpanId(),
 	}); err != nil {
 		return Result{}, fmt.Errorf("replay run %s: start: %w", rec.runID, err)
 	}

@@ -248,12 +248,14 @@ func started(ev *reinv1.Event, rs *reinv1.RunStarted) (State, error) {
 		return State{}, fmt.Errorf("%w: run_started without a contract", ErrInvalidEvent)
 	}
 	s := State{
-		RunID:     ev.GetRunId(),
-		Status:    reinv1.RunStatus_RUN_STATUS_RUNNING,
-		Contract:  rs.GetContract(),
-		Principal: rs.GetPrincipal(),
-		Tenant:    rs.GetTenant(),
-		RequestID: rs.GetRequestId(),
+		RunID:       ev.GetRunId(),
+		Status:      reinv1.RunStatus_RUN_STATUS_RUNNING,
+		Contract:    rs.GetContract(),
+		Principal:   rs.GetPrincipal(),
+		Tenant:      rs.GetTenant(),
+		RequestID:   rs.GetRequestId(),
+		TraceID:     rs.GetTraceId(),
+		TraceParent: rs.GetTraceParentSpanId(),
 	}
 	if d := rs.GetDeadline(); d != nil {
 		s.Deadline = d.AsTime()

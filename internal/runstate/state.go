@@ -20,6 +20,9 @@ type State struct {
 	Principal string
 	Tenant    string
 	RequestID string
+	// TraceID is the run's trace (run_started.trace_id), and TraceParent
+	// the caller's span it hangs from.
+	TraceID, TraceParent string
 
 	Steps        uint32
 	InputTokens  uint64
@@ -79,24 +82,26 @@ func (s State) Tokens() uint64 { return s.InputTokens + s.OutputTokens }
 // once beside it.
 func (s State) Proto(withContract bool) *reinv1.Run {
 	r := &reinv1.Run{
-		RunId:            s.RunID,
-		Status:           s.Status,
-		StatusReason:     s.StatusReason,
-		Principal:        s.Principal,
-		Tenant:           s.Tenant,
-		RequestId:        s.RequestID,
-		Version:          s.Version,
-		Steps:            s.Steps,
-		Usage:            &reinv1.Usage{InputTokens: s.InputTokens, OutputTokens: s.OutputTokens},
-		ToolCalls:        s.ToolCalls,
-		CostUsd:          s.CostUSD,
-		Pending:          s.Pending,
-		Result:           s.Result,
-		LastError:        s.LastError,
-		ModelInFlight:    s.ModelInFlight,
-		ApprovedWrite:    s.ApprovedWrite,
-		WriteOperationId: s.WriteOperationID,
-		Progress:         s.progress(),
+		RunId:             s.RunID,
+		Status:            s.Status,
+		StatusReason:      s.StatusReason,
+		Principal:         s.Principal,
+		Tenant:            s.Tenant,
+		RequestId:         s.RequestID,
+		TraceId:           s.TraceID,
+		TraceParentSpanId: s.TraceParent,
+		Version:           s.Version,
+		Steps:             s.Steps,
+		Usage:             &reinv1.Usage{InputTokens: s.InputTokens, OutputTokens: s.OutputTokens},
+		ToolCalls:         s.ToolCalls,
+		CostUsd:           s.CostUSD,
+		Pending:           s.Pending,
+		Result:            s.Result,
+		LastError:         s.LastError,
+		ModelInFlight:     s.ModelInFlight,
+		ApprovedWrite:     s.ApprovedWrite,
+		WriteOperationId:  s.WriteOperationID,
+		Progress:          s.progress(),
 	}
 	if withContract {
 		r.Contract = s.Contract
@@ -128,6 +133,8 @@ func FromProto(r *reinv1.Run, contract *reinv1.TaskContract) State {
 		Principal:        r.GetPrincipal(),
 		Tenant:           r.GetTenant(),
 		RequestID:        r.GetRequestId(),
+		TraceID:          r.GetTraceId(),
+		TraceParent:      r.GetTraceParentSpanId(),
 		Steps:            r.GetSteps(),
 		InputTokens:      r.GetUsage().GetInputTokens(),
 		OutputTokens:     r.GetUsage().GetOutputTokens(),

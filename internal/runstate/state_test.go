@@ -22,6 +22,8 @@ func TestStateProtoRoundTrip(t *testing.T) {
 		Principal:        "alice",
 		Tenant:           "acme",
 		RequestID:        "req-1",
+		TraceID:          "0123456789abcdef0123456789abcdef",
+		TraceParent:      "0123456789abcdef",
 		Steps:            7,
 		InputTokens:      1234,
 		OutputTokens:     567,

@@ -218,6 +218,8 @@ type Filter struct {
 	Limit int
 	// After is the Next of a previous page; empty starts at the newest run.
 	After string
+	// TraceID keeps the run whose trace it is; empty keeps all.
+	TraceID string
 }
 
 // Matches reports whether a run's state passes the filter's statuses,
@@ -227,6 +229,9 @@ func (f Filter) Matches(st runstate.State) bool {
 		return false
 	}
 	if f.Tenant != "" && st.Tenant != f.Tenant {
+		return false
+	}
+	if f.TraceID != "" && st.TraceID != f.TraceID {
 		return false
 	}
 	labels := st.Contract.GetLabels()

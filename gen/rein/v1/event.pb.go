@@ -471,8 +471,16 @@ type RunStarted struct {
 	ParentRunId string `protobuf:"bytes,6,opt,name=parent_run_id,json=parentRunId,proto3" json:"parent_run_id,omitempty"`
 	// For a fork: the parent's sequence it was forked at.
 	ParentSequence uint64 `protobuf:"varint,7,opt,name=parent_sequence,json=parentSequence,proto3" json:"parent_sequence,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The run's trace: the W3C trace ID (32 lower-case hex digits) that
+	// every span of the run is in, whether tracing is on or not when it
+	// runs. The caller's, when its StartRun carried a trace context, else
+	// new. Empty for a run recorded before rein had traces.
+	TraceId string `protobuf:"bytes,8,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	// The caller's span (16 hex digits) the run's trace hangs from, when the
+	// StartRun carried one.
+	TraceParentSpanId string `protobuf:"bytes,9,opt,name=trace_parent_span_id,json=traceParentSpanId,proto3" json:"trace_parent_span_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RunStarted) Reset() {
@@ -552,6 +560,20 @@ func (x *RunStarted) GetParentSequence() uint64 {
 		return x.ParentSequence
 	}
 	return 0
+}
+
+func (x *RunStarted) GetTraceId() string {
+	if x != nil {
+		return x.TraceId
+	}
+	return ""
+}
+
+func (x *RunStarted) GetTraceParentSpanId() string {
+	if x != nil {
+		return x.TraceParentSpanId
+	}
+	return ""
 }
 
 // ModelRequested records a model call before it is sent. The input is
@@ -2252,7 +2274,7 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\rmodel_retried\x18\x1b \x01(\v2\x15.rein.v1.ModelRetriedH\x00R\fmodelRetried\x12H\n" +
 	"\x11context_compacted\x18\x1c \x01(\v2\x19.rein.v1.ContextCompactedH\x00R\x10contextCompacted\x12<\n" +
 	"\rwrite_refused\x18\x1d \x01(\v2\x15.rein.v1.WriteRefusedH\x00R\fwriteRefusedB\t\n" +
-	"\apayload\"\x99\x02\n" +
+	"\apayload\"\xe5\x02\n" +
 	"\n" +
 	"RunStarted\x121\n" +
 	"\bcontract\x18\x01 \x01(\v2\x15.rein.v1.TaskContractR\bcontract\x12\x1c\n" +
@@ -2262,7 +2284,9 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x126\n" +
 	"\bdeadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\"\n" +
 	"\rparent_run_id\x18\x06 \x01(\tR\vparentRunId\x12'\n" +
-	"\x0fparent_sequence\x18\a \x01(\x04R\x0eparentSequence\"\xa0\x03\n" +
+	"\x0fparent_sequence\x18\a \x01(\x04R\x0eparentSequence\x12\x19\n" +
+	"\btrace_id\x18\b \x01(\tR\atraceId\x12/\n" +
+	"\x14trace_parent_span_id\x18\t \x01(\tR\x11traceParentSpanId\"\xa0\x03\n" +
 	"\x0eModelRequested\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x1d\n" +
 	"\n" +

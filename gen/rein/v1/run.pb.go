@@ -155,9 +155,15 @@ type Run struct {
 	CostUsd float64 `protobuf:"fixed64,21,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
 	// What the step loop derives from the log, folded with the rest of the
 	// state so that a driver, a recovered run and a replay read it alike.
-	Progress      *RunProgress `protobuf:"bytes,22,opt,name=progress,proto3" json:"progress,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Progress *RunProgress `protobuf:"bytes,22,opt,name=progress,proto3" json:"progress,omitempty"`
+	// The run's trace ID (run_started.trace_id): find the run's spans with
+	// it, or the run with ListRuns' trace_id.
+	TraceId string `protobuf:"bytes,23,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	// The caller's span the run's trace hangs from
+	// (run_started.trace_parent_span_id).
+	TraceParentSpanId string `protobuf:"bytes,24,opt,name=trace_parent_span_id,json=traceParentSpanId,proto3" json:"trace_parent_span_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Run) Reset() {
@@ -342,6 +348,20 @@ func (x *Run) GetProgress() *RunProgress {
 		return x.Progress
 	}
 	return nil
+}
+
+func (x *Run) GetTraceId() string {
+	if x != nil {
+		return x.TraceId
+	}
+	return ""
+}
+
+func (x *Run) GetTraceParentSpanId() string {
+	if x != nil {
+		return x.TraceParentSpanId
+	}
+	return ""
 }
 
 // RunProgress is what the step loop needs of a run's history beyond its
@@ -779,7 +799,7 @@ var File_rein_v1_run_proto protoreflect.FileDescriptor
 
 const file_rein_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xf4\x06\n" +
+	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xc0\a\n" +
 	"\x03Run\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12*\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x12.rein.v1.RunStatusR\x06status\x121\n" +
@@ -808,7 +828,9 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\x0eapproved_write\x18\x13 \x01(\v2\x11.rein.v1.ProposalR\rapprovedWrite\x12,\n" +
 	"\x12write_operation_id\x18\x14 \x01(\tR\x10writeOperationId\x12\x19\n" +
 	"\bcost_usd\x18\x15 \x01(\x01R\acostUsd\x120\n" +
-	"\bprogress\x18\x16 \x01(\v2\x14.rein.v1.RunProgressR\bprogress\"\x83\x04\n" +
+	"\bprogress\x18\x16 \x01(\v2\x14.rein.v1.RunProgressR\bprogress\x12\x19\n" +
+	"\btrace_id\x18\x17 \x01(\tR\atraceId\x12/\n" +
+	"\x14trace_parent_span_id\x18\x18 \x01(\tR\x11traceParentSpanId\"\x83\x04\n" +
 	"\vRunProgress\x12.\n" +
 	"\topen_call\x18\x01 \x01(\v2\x11.rein.v1.ToolCallR\bopenCall\x127\n" +
 	"\x0eopen_call_tier\x18\x02 \x01(\x0e2\x11.rein.v1.ToolTierR\fopenCallTier\x12V\n" +
