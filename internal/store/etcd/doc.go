@@ -1,0 +1,81 @@
+// Package etcd is rein's event store on an etcd cluster (go.etcd.io/etcd
+// client v3): every run, its log and its snapshot under one key prefix, so
+// that several rein servers can share one set of runs. It implements
+// store.Store and passes the conformance suite (storetest).
+//
+// Layout, under the prefix P given to Open (which ends in "/"). Numbers in
+// keys are fixed-width lower-case hex, so keys sort in numeric order and a
+// prefix range reads them in order:
+//
+//	P meta/layout           "rein-etcd-1": marks the prefix as rein's. Open
+//	                        refuses a prefix without it that holds any key,
+//	                        and a layout it does not know, writing nothing.
+//	P meta/changes          the cursor of the last status change (decimal);
+//	                        absent before the first one
+//	P run/<run id>          the run's snapshot (a Run without its contract);
+//	                        its ModRevision is the run's version for the
+//	                        compare-and-put
+//	P contract/<run id>     the run's TaskContract, written once at create
+//	P lease/<run id>        uint64 epoch (big-endian) + owner: the fence
+//	P event/<run id>/<seq>  one Event per key, seq as 16 hex digits
+//	P status/<nn>/<run id>  empty: the listing index by status (nn is the
+//	                        RunStatus number, 2 decimal digits)
+//	P request/<tenant>/<request id>  → run id (idempotent create); both
+//	                        parts path-escaped, so neither holds a "/"
+//	P change/<cursor>       tenant \x00 RunChange: every status change,
+//	                        cursor 1, 2, 3, … gap-free in commit order
+//	P blob/<sha-256 hex>    a blob's size and chunk count (8 + 4 bytes,
+//	                        big-endian)
+//	P blob/<sha-256 hex>/<i>  chunk i (4 hex digits) of the blob: at most
+//	                        ChunkBytes each, so no single value nears
+//	                        etcd's request limit
+//
+// Run IDs sort by creation time, so run/ read in descending key order is the
+// listing order. A run ID holding "/" is refused at create: it would not be
+// one key segment.
+//
+// Rules this package keeps:
+//   - Every write is one etcd transaction (Txn), all of it or none of it.
+//     Append reads the run's snapshot and lease (or takes them from the cache
+//     of its own last write), validates the events by folding them onto that
+//     state (runstate.ApplyAll), then puts the events, the new snapshot, the
+//     blobs, the status index and the change record in a Txn whose compares
+//     are the snapshot's ModRevision (the version), the lease key's
+//     ModRevision (when fenced or acquiring) and the change cursor's (when
+//     the status changes). A Txn whose compares fail writes nothing; its Else
+//     branch returns the current snapshot, lease and cursor, so the append is
+//     classified (ErrConflict, ErrFenced) or, when only the cursor or a
+//     cached value moved, validated again and retried, the way Kubernetes'
+//     GuaranteedUpdate does. Two writers at one version: one wins, the other
+//     gets ErrConflict, never a forked history.
+//   - Group commit is etcd's: appends of many runs are separate Txns sent
+//     concurrently on one gRPC connection (pipelined), and etcd's raft
+//     batches them into shared proposals and WAL fsyncs. Appends that change
+//     a status also share the change cursor: within one Store they take
+//     changesMu so they do not retry against each other; across servers the
+//     cursor's compare orders them.
+//   - A request is checked against etcd's limits before anything is sent: a
+//     blob over MaxBlobBytes, or a Txn over MaxRequestBytes, is refused with
+//     an error wrapping store.ErrInvalidBlob (when blobs are in it) and
+//     nothing is written. More operations than MaxTxnOps are sent as nested
+//     Txns of at most MaxTxnOps each, inside the one Txn.
+//   - Blobs are put only by the Txn of the append (or import) that brings
+//     them, once each (a blob already stored is not sent again), and never
+//     rewritten. Blob reassembles the chunks and checks the size, the count
+//     and the SHA-256: a mismatch is store.ErrDataLoss.
+//   - Events, snapshots and contracts are sealed (seal.go): 0x00, a version
+//     byte, the CRC-32C of the protobuf encoding, then the encoding, as the
+//     bolt store seals them. etcd checks its own pages and members; the seal
+//     catches what it cannot (a value written by something else under the
+//     prefix). A value whose seal does not match, that does not decode, or
+//     that is not the event its key says is store.ErrDataLoss naming the run
+//     and the sequence.
+//   - Every request to etcd is bounded by Options.Timeout. etcd unreachable,
+//     or without a leader, is an error wrapping store.ErrUnavailable that
+//     names etcd. A write that timed out may or may not have been committed
+//     (etcd applies a Txn whole or not at all): the caller reloads the run to
+//     learn which. A write is sent with a context the caller's cancellation
+//     does not cut, so a cancelled caller does not leave an unknown outcome.
+//   - Close waits for the calls in flight. The Store does not own the etcd
+//     client: whoever made it closes it.
+package etcd
