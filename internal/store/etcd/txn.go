@@ -60,17 +60,9 @@ func (s *Store) commit(ctx context.Context, what string, t *txn) (*clientv3.TxnR
 		}
 		return nil, err
 	}
-	ops := t.ops
-	if max := s.opts.MaxTxnOps; len(ops) > max || len(t.cmps) > max || len(t.els) > max {
-		var nested []clientv3.Op
-		for i := 0; i < len(ops); i += max {
-			nested = append(nested, clientv3.OpTxn(nil, ops[i:min(i+max, len(ops))], nil))
-		}
-		if len(nested) > max || len(t.cmps) > max || len(t.els) > max {
-			return nil, fmt.Errorf("%s: the write is %d operations, more than etcd takes in one transaction even nested (%d × %d); nothing was stored",
-				what, len(ops), max, max)
-		}
-		ops = nested
+	ops, err := nest(t, s.opts.MaxTxnOps)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	wctx, cancel := s.writeCtx(ctx)
 	defer cancel()
@@ -79,6 +71,33 @@ func (s *Store) commit(ctx context.Context, what string, t *txn) (*clientv3.TxnR
 		return nil, s.etcdErr(ctx, what, err)
 	}
 	return resp, nil
+}
+
+// nest returns t's puts as a Txn's Then branch within maxOps: as they are
+// when they fit, else as k nested Txns without compares of m puts each.
+// etcd gives a nested Txn what its parent leaves of --max-txn-ops (m at most
+// maxOps less the parent's widest branch), so k·m stays under (maxOps/2)².
+func nest(t *txn, maxOps int) ([]clientv3.Op, error) {
+	wide := max(len(t.cmps), len(t.els))
+	if len(t.ops) <= maxOps && wide <= maxOps {
+		return t.ops, nil
+	}
+	for k := 1; k <= maxOps; k++ {
+		m := maxOps - max(k, wide)
+		if m <= 0 {
+			break
+		}
+		if k*m < len(t.ops) {
+			continue
+		}
+		nested := make([]clientv3.Op, 0, k)
+		for i := 0; i < len(t.ops); i += m {
+			nested = append(nested, clientv3.OpTxn(nil, t.ops[i:min(i+m, len(t.ops))], nil))
+		}
+		return nested, nil
+	}
+	return nil, fmt.Errorf("the write is %d operations, more than etcd takes in one transaction even nested (--max-txn-ops %d); nothing was stored",
+		len(t.ops), maxOps)
 }
 
 // kvOf is the one key-value of the range response at i of a failed Txn's
