@@ -41,7 +41,7 @@ func runWithEtcd(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	e, err := startEtcd(dir, freeURL(), freeURL())
+	e, err := startEtcd(dir, freeURL(), freeURL(), false)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -58,8 +58,10 @@ func runWithEtcd(m *testing.M) int {
 }
 
 // startEtcd starts a one-member etcd in dir on the client and peer URLs
-// given, its logs silenced, and waits (30s at most) until it serves.
-func startEtcd(dir string, client, peer url.URL) (*embed.Etcd, error) {
+// given, its logs silenced, and waits (30s at most) until it serves. Unless
+// durable, it skips fsync: the tests stop etcd cleanly, so nothing needs the
+// disk, and the benchmarks that measure durability ask for it.
+func startEtcd(dir string, client, peer url.URL, durable bool) (*embed.Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Dir = dir
 	cfg.Name = "test"
@@ -68,7 +70,7 @@ func startEtcd(dir string, client, peer url.URL) (*embed.Etcd, error) {
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	cfg.MaxRequestBytes = testRequestBytes
-	cfg.UnsafeNoFsync = true // the tests stop etcd cleanly; nothing needs the disk
+	cfg.UnsafeNoFsync = !durable
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("start the test etcd: %w", err)

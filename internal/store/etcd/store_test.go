@@ -368,7 +368,7 @@ func TestTwoServersOneRun(t *testing.T) {
 func TestEtcdStopped(t *testing.T) {
 	dir := t.TempDir()
 	clientURL, peerURL := freeURL(), freeURL()
-	e, err := startEtcd(dir, clientURL, peerURL)
+	e, err := startEtcd(dir, clientURL, peerURL, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +408,7 @@ func TestEtcdStopped(t *testing.T) {
 		}
 	}
 
-	if e, err = startEtcd(dir, clientURL, peerURL); err != nil {
+	if e, err = startEtcd(dir, clientURL, peerURL, false); err != nil {
 		t.Fatal(err)
 	}
 	// The client reconnects on its own; poll until it has.
