@@ -10,6 +10,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
 )
 
 // BenchmarkAppend measures durable appends of 3-event steps (etcd with
@@ -145,5 +146,38 @@ func rawAppend(b *testing.B, s *Store, ids []string, appends [][][]*reinv1.Event
 		}
 		revs[run] = resp.Header.Revision
 		return nil
+	}
+}
+
+// BenchmarkListFirstPage lists the newest 20 of 5000 runs, unfiltered and
+// by one status: what a console's first page costs as the store grows.
+func BenchmarkListFirstPage(b *testing.B) {
+	ctx := b.Context()
+	s, err := Open(ctx, shared, fmt.Sprintf("/bench/list/%d/", benchRound.Add(1)), testOptions)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < 5000; i += 8 {
+				if _, _, err := s.Create(ctx, started(fmt.Sprintf("run-%05d", i))); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, statuses := range [][]reinv1.RunStatus{nil, {reinv1.RunStatus_RUN_STATUS_RUNNING}} {
+		b.Run(fmt.Sprintf("statuses=%d", len(statuses)), func(b *testing.B) {
+			for b.Loop() {
+				page, err := s.List(ctx, store.Filter{Statuses: statuses, Limit: 20})
+				if err != nil || len(page.Runs) != 20 || page.Runs[0].RunID != "run-04999" {
+					b.Fatalf("List = %d runs, %v", len(page.Runs), err)
+				}
+			}
+		})
 	}
 }

@@ -18,8 +18,9 @@
 //	P contract/<run id>     the run's TaskContract, written once at create
 //	P lease/<run id>        uint64 epoch (big-endian) + owner: the fence
 //	P event/<run id>/<seq>  one Event per key, seq as 16 hex digits
-//	P status/<nn>/<run id>  empty: the listing index by status (nn is the
-//	                        RunStatus number, 2 decimal digits)
+//	P newest/<inverted id>  empty: the listing index, newest run first
+//	P status/<nn>/<inverted id>  empty: the listing index by status (nn is
+//	                        the RunStatus number, 2 decimal digits)
 //	P request/<tenant>/<request id>  → run id (idempotent create); both
 //	                        parts path-escaped, so neither holds a "/"
 //	P change/<cursor>       tenant \x00 RunChange: every status change,
@@ -30,9 +31,11 @@
 //	                        ChunkBytes each, so no single value nears
 //	                        etcd's request limit
 //
-// Run IDs sort by creation time, so run/ read in descending key order is the
-// listing order. A run ID holding "/" is refused at create: it would not be
-// one key segment.
+// Run IDs sort by creation time, and List wants the newest first; etcd
+// reads a range in ascending key order only (a descending sort makes the
+// server read the whole range), so the listing indexes key a run by its ID
+// inverted: each byte b as 0xff-b, closed by 0xff (keys.go), which sorts the
+// newest run first. A run ID holding "/" or NUL is refused at create.
 //
 // Rules this package keeps:
 //   - Every write is one etcd transaction (Txn), all of it or none of it.

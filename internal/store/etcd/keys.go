@@ -31,7 +31,37 @@ func (k keys) statuses(st reinv1.RunStatus) string {
 	return fmt.Sprintf("%sstatus/%02d/", k.p, int32(st))
 }
 
-func (k keys) status(st reinv1.RunStatus, id string) string { return k.statuses(st) + id }
+func (k keys) status(st reinv1.RunStatus, id string) string { return k.statuses(st) + invert(id) }
+
+func (k keys) listing() string         { return k.p + "newest/" }
+func (k keys) newest(id string) string { return k.listing() + invert(id) }
+
+// invert is a run ID as the listing indexes key it. etcd ranges in
+// ascending key order only (a descending sort makes the server read the
+// whole range), and List wants the newest run, the greatest ID, first: so
+// each byte b of the ID becomes 0xff-b and the key ends in 0xff. Ascending
+// order over the keys is then descending order over the IDs (0xff closes a
+// shorter ID after any longer one it begins, as no ID holds a NUL).
+func invert(id string) string {
+	b := make([]byte, len(id)+1)
+	for i := range len(id) {
+		b[i] = 0xff - id[i]
+	}
+	b[len(id)] = 0xff
+	return string(b)
+}
+
+// uninvert is the run ID an inverted key holds, or false.
+func uninvert(key string) (string, bool) {
+	if key == "" || key[len(key)-1] != 0xff {
+		return "", false
+	}
+	b := make([]byte, len(key)-1)
+	for i := range b {
+		b[i] = 0xff - key[i]
+	}
+	return string(b), checkRunID(string(b)) == nil
+}
 
 func (k keys) request(tenant, requestID string) string {
 	return k.p + "request/" + url.PathEscape(tenant) + "/" + url.PathEscape(requestID)

@@ -18,10 +18,10 @@ import (
 const listBatch = 64
 
 // List implements store.Store. Runs come newest first (run IDs sort by
-// creation time): it reads candidate IDs in descending key order, from the
-// snapshots' keys or, with a status filter, from the status index (one range
-// per status, merged), a batch at a time, then their snapshots and
-// contracts; tenant and labels are checked on each.
+// creation time): it reads candidate IDs newest first, from the listing
+// index or, with a status filter, from the status index (one range per
+// status, merged), a batch at a time, then their snapshots and contracts;
+// tenant and labels are checked on each.
 func (s *Store) List(ctx context.Context, f store.Filter) (store.Page, error) {
 	if f.Limit <= 0 {
 		return store.Page{}, fmt.Errorf("list runs: limit must be positive, got %d", f.Limit)
@@ -32,11 +32,16 @@ func (s *Store) List(ctx context.Context, f store.Filter) (store.Page, error) {
 	defer s.mu.RUnlock()
 	var page store.Page
 	below := f.After
+	// The first batch is the page and the one run past it, which is all it
+	// takes unless the filter passes runs over; then whole batches.
+	batch := min(listBatch, f.Limit+1)
 	for {
-		ids, more, err := s.candidates(ctx, f.Statuses, below)
+		ids, more, bad, err := s.candidates(ctx, f.Statuses, below, batch)
+		batch = listBatch
 		if err != nil {
 			return store.Page{}, err
 		}
+		page.Damaged = append(page.Damaged, bad...)
 		for start := 0; start < len(ids); start += listBatch {
 			part := ids[start:min(start+listBatch, len(ids))]
 			ops := make([]clientv3.Op, 0, 2*len(part))
@@ -51,7 +56,7 @@ func (s *Store) List(ctx context.Context, f store.Filter) (store.Page, error) {
 				st, err := decodeState(id, kvOf(resp, 2*i), kvOf(resp, 2*i+1))
 				switch {
 				case errors.Is(err, store.ErrNotFound):
-					page.Damaged = append(page.Damaged, damaged("run "+id, "the status index lists it, but its snapshot is missing"))
+					page.Damaged = append(page.Damaged, damaged("run "+id, "the listing index names it, but its snapshot is missing"))
 					continue
 				case errors.Is(err, store.ErrDataLoss):
 					page.Damaged = append(page.Damaged, fmt.Errorf("run %s: %w", id, err))
@@ -78,12 +83,14 @@ func (s *Store) List(ctx context.Context, f store.Filter) (store.Page, error) {
 }
 
 // candidates returns run IDs less than below (all when it is empty),
-// greatest first: up to listBatch from each range it reads, and more when a
-// range may hold others after them.
-func (s *Store) candidates(ctx context.Context, statuses []reinv1.RunStatus, below string) ([]string, bool, error) {
+// greatest first: up to n from each index range it reads (they are
+// keyed by invert, so that etcd reads them in that order), and more when a
+// range may hold others after them. An index key that holds no run ID is
+// damage, returned apart.
+func (s *Store) candidates(ctx context.Context, statuses []reinv1.RunStatus, below string, n int) (ids []string, more bool, bad []error, err error) {
 	var prefixes []string
 	if len(statuses) == 0 {
-		prefixes = []string{s.keys.runs()}
+		prefixes = []string{s.keys.listing()}
 	}
 	for _, st := range statuses {
 		if p := s.keys.statuses(st); !slices.Contains(prefixes, p) {
@@ -92,33 +99,35 @@ func (s *Store) candidates(ctx context.Context, statuses []reinv1.RunStatus, bel
 	}
 	ops := make([]clientv3.Op, len(prefixes))
 	for i, p := range prefixes {
-		end := clientv3.GetPrefixRangeEnd(p)
+		start := p
 		if below != "" {
-			end = p + below
+			start = p + invert(below) + "\x00" // the first key after below's
 		}
-		ops[i] = clientv3.OpGet(p, clientv3.WithRange(end), clientv3.WithKeysOnly(),
-			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(listBatch))
+		ops[i] = clientv3.OpGet(start, clientv3.WithRange(clientv3.GetPrefixRangeEnd(p)), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(n)))
 	}
 	resp, err := s.read(ctx, "list runs", ops...)
 	if err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	// Merged, every ID is safe to take down to the greatest of the last IDs
 	// of the ranges that were cut at the batch: below it, one of them may
 	// hold IDs not read yet.
-	var ids []string
 	var floor string
-	more := false
 	for i, p := range prefixes {
 		r := resp.Responses[i].GetResponseRange()
+		last := ""
 		for _, kv := range r.GetKvs() {
-			ids = append(ids, strings.TrimPrefix(string(kv.Key), p))
+			id, ok := uninvert(strings.TrimPrefix(string(kv.Key), p))
+			if !ok {
+				bad = append(bad, damaged(fmt.Sprintf("listing index key %q", kv.Key), "it holds no run ID"))
+				continue
+			}
+			ids = append(ids, id)
+			last = id
 		}
 		if r.GetMore() {
 			more = true
-			if last := strings.TrimPrefix(string(r.GetKvs()[len(r.GetKvs())-1].Key), p); last > floor {
-				floor = last
-			}
+			floor = max(floor, last)
 		}
 	}
 	slices.Sort(ids)
@@ -131,5 +140,5 @@ func (s *Store) candidates(ctx context.Context, statuses []reinv1.RunStatus, bel
 		}
 		ids = ids[:cut]
 	}
-	return ids, more, nil
+	return ids, more, bad, nil
 }

@@ -120,6 +120,7 @@ func (s *Store) create(ctx context.Context, what string, st runstate.State, enco
 			t.put(rk, []byte(st.RunID))
 		}
 		t.put(s.keys.contract(st.RunID), contract)
+		t.put(s.keys.newest(st.RunID), nil)
 		for i, data := range encoded {
 			t.put(s.keys.event(st.RunID, uint64(i+1)), data)
 		}
