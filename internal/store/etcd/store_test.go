@@ -435,3 +435,26 @@ func TestEtcdStopped(t *testing.T) {
 	}
 	mustCreate(t, s, "run-2")
 }
+
+// TestEventsOverRequestLimit: events alone over MaxRequestBytes are refused
+// before anything is sent, saying what to do; the twin, fewer of them, is
+// stored.
+func TestEventsOverRequestLimit(t *testing.T) {
+	ctx := t.Context()
+	prefix := prefixOf(t.TempDir())
+	s, err := Open(ctx, shared, prefix, Options{Timeout: testOptions.Timeout, MaxRequestBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mustCreate(t, s, "run-1")
+	before := dump(t, shared, prefix)
+	err = s.Append(ctx, "run-1", 1, steps("run-1", 2, 1000))
+	if err == nil || errors.Is(err, store.ErrInvalidBlob) || !strings.Contains(err.Error(), "append fewer or smaller events") {
+		t.Fatalf("Append of 1000 events under a 64 KiB limit: %v; want it refused for its size, not its blobs", err)
+	}
+	assertUnchanged(t, "an append over the request limit", before, dump(t, shared, prefix))
+	if err := s.Append(ctx, "run-1", 1, steps("run-1", 2, 100)); err != nil {
+		t.Fatalf("Append of 100 events: %v", err)
+	}
+}

@@ -52,13 +52,12 @@ func (t *txn) orElse(key string) {
 // outer one, atomically.
 func (s *Store) commit(ctx context.Context, what string, t *txn) (*clientv3.TxnResponse, error) {
 	if limit := s.opts.MaxRequestBytes - requestMargin; t.bytes > limit {
-		err := fmt.Errorf("%s: the write is %d bytes, more than etcd takes in one request (%d, the store's MaxRequestBytes less framing); nothing was stored",
-			what, t.bytes, limit)
 		if t.blobs > 0 {
-			err = fmt.Errorf("%w: %d bytes of it are blobs: store fewer or smaller blobs with one append", err, t.blobs)
-			err = fmt.Errorf("%w (%w)", err, store.ErrInvalidBlob)
+			return nil, fmt.Errorf("%s: %w: the write is %d bytes, %d of them blobs, more than etcd takes in one request (%d, the store's MaxRequestBytes less framing); nothing was stored: bring fewer or smaller blobs with one append",
+				what, store.ErrInvalidBlob, t.bytes, t.blobs, limit)
 		}
-		return nil, err
+		return nil, fmt.Errorf("%s: the write is %d bytes, more than etcd takes in one request (%d, the store's MaxRequestBytes less framing); nothing was stored: append fewer or smaller events at once",
+			what, t.bytes, limit)
 	}
 	ops, err := nest(t, s.opts.MaxTxnOps)
 	if err != nil {
