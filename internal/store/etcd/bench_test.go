@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/bench"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 )
@@ -179,5 +180,41 @@ func BenchmarkListFirstPage(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkScenarioAppend runs rein bench's append scenario (64 runs
+// appending 3-event steps, against the ceiling: the same events put raw,
+// 64 per Txn, from one goroutine) on the etcd backend, with fsync, at a
+// twentieth of its size; run it with -benchtime 1x. It reports the
+// scenario's best figure, baseline and their ratio.
+func BenchmarkScenarioAppend(b *testing.B) {
+	e, err := startEtcd(b.TempDir(), freeURL(), freeURL(), true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	cli, err := newClient(e)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cli.Close()
+	prefix := func(path string) string { return fmt.Sprintf("/bench%s/", path) }
+	backend := bench.Backend{
+		Name: "etcd",
+		Open: func(path string, noSync bool) (bench.Store, error) { // etcd's own flags decide fsync
+			return Open(b.Context(), cli, prefix(path), Options{})
+		},
+		Ceiling: Ceiling{Client: cli, Prefix: prefix},
+	}
+	for b.Loop() {
+		r, err := bench.Append(b.Context(), bench.Options{Scale: 0.05, Rounds: 3, Dir: b.TempDir(), Backend: backend})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(r.Figure, "events/s")
+		b.ReportMetric(r.Baseline, "raw-events/s")
+		b.ReportMetric(r.Ratio, "ratio")
+		b.Logf("figures %v, baselines %v, ratios %v; extra %v", r.Figures, r.Baselines, r.Ratios, r.Extra)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -97,6 +98,9 @@ type Store struct {
 	// Txn, never a wrong write: the Txn compares what the entry says.
 	cacheMu sync.Mutex
 	cache   map[string]runAt
+
+	// commits counts the write Txns etcd took, for the benchmarks.
+	commits atomic.Uint64
 }
 
 var _ store.Store = (*Store)(nil)

@@ -69,6 +69,9 @@ func (s *Store) commit(ctx context.Context, what string, t *txn) (*clientv3.TxnR
 	if err != nil {
 		return nil, s.etcdErr(ctx, what, err)
 	}
+	if resp.Succeeded {
+		s.commits.Add(1)
+	}
 	return resp, nil
 }
 
