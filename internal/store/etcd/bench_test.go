@@ -17,10 +17,10 @@ import (
 // BenchmarkAppend measures durable appends of 3-event steps (etcd with
 // fsync, on this machine's disk) by runs goroutines, one per run, each
 // waiting for its append before the next: runs=1 is one append at a time,
-// runs=64 many runs' Txns pipelined on one connection, sharing etcd's raft
-// batches and fsyncs. Each has a twin "raw": the same bytes (the sealed
-// events and snapshot) put by a bare Txn with the one compare, none of the
-// store's work (read, fold, seal, cache), the ceiling the store is held to.
+// runs=64 many runs' appends sharing Txns (batch.go). Each has a twin
+// "raw": the same bytes (the sealed events and snapshot) put by a bare Txn
+// per append with the one compare, pipelined on one connection, none of
+// the store's work (read, fold, seal, cache, batching).
 func BenchmarkAppend(b *testing.B) {
 	e, err := startEtcd(b.TempDir(), freeURL(), freeURL(), true)
 	if err != nil {

@@ -51,12 +51,17 @@
 //     cached value moved, validated again and retried, the way Kubernetes'
 //     GuaranteedUpdate does. Two writers at one version: one wins, the other
 //     gets ErrConflict, never a forked history.
-//   - Group commit is etcd's: appends of many runs are separate Txns sent
-//     concurrently on one gRPC connection (pipelined), and etcd's raft
-//     batches them into shared proposals and WAL fsyncs. Appends that change
-//     a status also share the change cursor: within one Store they take
-//     changesMu so they do not retry against each other; across servers the
-//     cursor's compare orders them.
+//   - Group commit (batch.go): appends that change no status and bring no
+//     blobs (a run's steps) share Txns. The first one queued sends the
+//     appends of distinct runs queued at that moment as one Txn holding
+//     every append's compares, one batch in flight at a time, no timer; a
+//     failed compare stores none of the batch, and each append is sent
+//     again alone, with its Else branch. etcd shares fsyncs among pipelined
+//     Txns but applies each Txn on its own, so a Txn per append is bound by
+//     that per-Txn cost; the batch is not. Appends that change a status
+//     share the change cursor: within one Store they take changesMu so
+//     they do not retry against each other; across servers the cursor's
+//     compare orders them.
 //   - A request is checked against etcd's limits before anything is sent: a
 //     blob over MaxBlobBytes, or a Txn over MaxRequestBytes, is refused with
 //     an error wrapping store.ErrInvalidBlob (when blobs are in it) and

@@ -99,6 +99,11 @@ type Store struct {
 	cacheMu sync.Mutex
 	cache   map[string]runAt
 
+	// batchMu guards queue, the appends waiting for a shared Txn
+	// (batch.go); queue[0] leads.
+	batchMu sync.Mutex
+	queue   []*queued
+
 	// commits counts the write Txns etcd took, for the benchmarks.
 	commits atomic.Uint64
 }

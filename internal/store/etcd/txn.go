@@ -51,13 +51,8 @@ func (t *txn) orElse(key string) {
 // MaxTxnOps go as nested Txns without compares, which etcd applies with the
 // outer one, atomically.
 func (s *Store) commit(ctx context.Context, what string, t *txn) (*clientv3.TxnResponse, error) {
-	if limit := s.opts.MaxRequestBytes - requestMargin; t.bytes > limit {
-		if t.blobs > 0 {
-			return nil, fmt.Errorf("%s: %w: the write is %d bytes, %d of them blobs, more than etcd takes in one request (%d, the store's MaxRequestBytes less framing); nothing was stored: bring fewer or smaller blobs with one append",
-				what, store.ErrInvalidBlob, t.bytes, t.blobs, limit)
-		}
-		return nil, fmt.Errorf("%s: the write is %d bytes, more than etcd takes in one request (%d, the store's MaxRequestBytes less framing); nothing was stored: append fewer or smaller events at once",
-			what, t.bytes, limit)
+	if err := s.fits(what, t); err != nil {
+		return nil, err
 	}
 	ops, err := nest(t, s.opts.MaxTxnOps)
 	if err != nil {
@@ -73,6 +68,20 @@ func (s *Store) commit(ctx context.Context, what string, t *txn) (*clientv3.TxnR
 		s.commits.Add(1)
 	}
 	return resp, nil
+}
+
+// fits refuses a Txn over the store's request limit, before anything is
+// sent.
+func (s *Store) fits(what string, t *txn) error {
+	if limit := s.opts.MaxRequestBytes - requestMargin; t.bytes > limit {
+		if t.blobs > 0 {
+			return fmt.Errorf("%s: %w: the write is %d bytes, %d of them blobs, more than etcd takes in one request (%d, the store's MaxRequestBytes less framing); nothing was stored: bring fewer or smaller blobs with one append",
+				what, store.ErrInvalidBlob, t.bytes, t.blobs, limit)
+		}
+		return fmt.Errorf("%s: the write is %d bytes, more than etcd takes in one request (%d, the store's MaxRequestBytes less framing); nothing was stored: append fewer or smaller events at once",
+			what, t.bytes, limit)
+	}
+	return nil
 }
 
 // nest returns t's puts as a Txn's Then branch within maxOps: as they are

@@ -252,6 +252,30 @@ func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next ru
 	}
 	putBlobs(t, s.keys, blobs)
 	changed := next.Status != cur.st.Status
+	stored := func(rev int64) {
+		leaseRev := cur.leaseRev
+		if o.Acquire != "" {
+			leaseRev = rev
+			if o.Acquired != nil {
+				*o.Acquired = epoch
+			}
+		}
+		s.remember(runID, runAt{st: next, snapRev: rev, epoch: epoch, owner: owner, leaseRev: leaseRev})
+	}
+	if err := s.fits(what, t); err != nil {
+		return false, err
+	}
+	if !changed && len(blobs) == 0 {
+		b := s.batch(ctx, what, runID, t)
+		if b.err != nil {
+			return false, b.err
+		}
+		if b.stored {
+			stored(b.rev)
+			return true, nil
+		}
+		// Not stored with others: alone, where a failed compare tells why.
+	}
 	var head cursorAt
 	if changed {
 		s.changesMu.Lock()
@@ -275,14 +299,7 @@ func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next ru
 		if changed {
 			s.head = cursorAt{known: true, cursor: head.cursor + 1, rev: rev}
 		}
-		leaseRev := cur.leaseRev
-		if o.Acquire != "" {
-			leaseRev = rev
-			if o.Acquired != nil {
-				*o.Acquired = epoch
-			}
-		}
-		s.remember(runID, runAt{st: next, snapRev: rev, epoch: epoch, owner: owner, leaseRev: leaseRev})
+		stored(rev)
 		return true, nil
 	}
 	if changed {
