@@ -66,7 +66,9 @@
 //     blob over MaxBlobBytes, or a Txn over MaxRequestBytes, is refused with
 //     an error wrapping store.ErrInvalidBlob (when blobs are in it) and
 //     nothing is written. More operations than MaxTxnOps are sent as nested
-//     Txns of at most MaxTxnOps each, inside the one Txn.
+//     Txns inside the one Txn; etcd gives a nested Txn what its parent
+//     leaves of --max-txn-ops, so up to (MaxTxnOps/2)² puts fit (4096 at
+//     etcd's default), and a write over that is refused up front.
 //   - Blobs are put only by the Txn of the append (or import) that brings
 //     them, once each (a blob already stored is not sent again), and never
 //     rewritten. Blob reassembles the chunks and checks the size, the count

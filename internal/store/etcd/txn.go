@@ -48,8 +48,8 @@ func (t *txn) orElse(key string) {
 
 // commit sends the Txn. what names the write in errors. It refuses, before
 // sending anything, a Txn over the store's request limit; more puts than
-// MaxTxnOps go as nested Txns without compares, which etcd applies with the
-// outer one, atomically.
+// MaxTxnOps go as nested Txns without compares (nest), which etcd applies
+// with the outer one, atomically.
 func (s *Store) commit(ctx context.Context, what string, t *txn) (*clientv3.TxnResponse, error) {
 	if err := s.fits(what, t); err != nil {
 		return nil, err
