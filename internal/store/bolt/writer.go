@@ -152,6 +152,12 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq, states map[string]runsta
 		return writeRes{err: fmt.Errorf("append to run %s at version %d: the run is at version %d: %w; reload the run and retry",
 			r.runID, r.expected, st.Version, store.ErrConflict)}
 	}
+	// The engine folded these events onto its copy of the state before it
+	// appended them; they are folded again here, onto the state as stored
+	// and in the transaction that writes them, because that is the store's
+	// guarantee whoever appends: what the fold rejects never reaches the
+	// log. It folds the cached state (no snapshot is decoded), ~1% of a
+	// step's CPU in rein bench steps' profile.
 	next, err := runstate.ApplyAll(st, r.events)
 	if err != nil {
 		return writeRes{err: fmt.Errorf("append to run %s: %w", r.runID, err)}
