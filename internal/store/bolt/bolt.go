@@ -110,11 +110,11 @@ func (s *Store) Create(ctx context.Context, started *reinv1.Event) (runstate.Sta
 	if err != nil {
 		return runstate.State{}, false, err
 	}
-	res, err := s.submit(ctx, &writeReq{create: true, runID: started.GetRunId(), events: []*reinv1.Event{started}, encoded: [][]byte{data}, created: st})
+	res, err := s.submit(ctx, &writeReq{create: true, runID: started.GetRunId(), events: []*reinv1.Event{started}, encoded: [][]byte{data}, created: &st})
 	if err != nil {
 		return runstate.State{}, false, err
 	}
-	return res.state, res.created, nil
+	return *res.state, res.created, nil
 }
 
 // Append implements store.Store.
@@ -168,7 +168,7 @@ func (s *Store) Import(ctx context.Context, events []*reinv1.Event, blobs map[st
 			return runstate.State{}, fmt.Errorf("import run %s: encode event %d: %w", runID, ev.GetSequence(), err)
 		}
 	}
-	res, err := s.submit(ctx, &writeReq{create: true, runID: runID, events: events, encoded: encoded, created: st, blobs: blobs})
+	res, err := s.submit(ctx, &writeReq{create: true, runID: runID, events: events, encoded: encoded, created: &st, blobs: blobs})
 	switch {
 	case errors.Is(err, store.ErrConflict):
 		return runstate.State{}, fmt.Errorf("import run %s: %w under that ID", runID, store.ErrExists)
@@ -180,7 +180,7 @@ func (s *Store) Import(ctx context.Context, events []*reinv1.Event, blobs map[st
 		return runstate.State{}, fmt.Errorf("import run %s: %w with its request ID %q in tenant %q: run %s",
 			runID, store.ErrExists, st.RequestID, st.Tenant, res.state.RunID)
 	}
-	return res.state, nil
+	return *res.state, nil
 }
 
 // Acquire implements store.Store.

@@ -29,12 +29,15 @@ type writeReq struct {
 	events   []*reinv1.Event
 	encoded  [][]byte          // events, marshalled by the caller's goroutine
 	blobs    map[string][]byte // keyed by their hash, checked by the caller's goroutine
-	created  runstate.State    // for create: the state after its events
+	created  *runstate.State   // for create: the state after its events
 	done     chan writeRes
 }
 
+// writeRes is a request's result. state is set for a create only: an
+// append's caller has the state it folded, and a request's result is
+// copied through a channel, so it is kept small.
 type writeRes struct {
-	state   runstate.State
+	state   *runstate.State
 	created bool
 	epoch   uint64
 	err     error
@@ -118,7 +121,7 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq, states map[string]runsta
 	if r.create {
 		res := s.createRun(tx, r)
 		if res.err == nil && res.created {
-			st := res.state
+			st := *res.state
 			st.Contract = nil // kept once, in the contracts bucket
 			states[r.runID] = st
 		}
@@ -179,11 +182,11 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq, states map[string]runsta
 		}
 	}
 	states[r.runID] = next
-	return writeRes{state: next, epoch: epoch}
+	return writeRes{epoch: epoch}
 }
 
 func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
-	st := r.created
+	st := *r.created
 	reqs := tx.Bucket(bucketRequests)
 	rk := requestKey(st.Tenant, st.RequestID)
 	if st.RequestID != "" {
@@ -196,7 +199,7 @@ func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
 			if err != nil {
 				return writeRes{err: err}
 			}
-			return writeRes{state: prev}
+			return writeRes{state: &prev}
 		}
 	}
 	runs := tx.Bucket(bucketRuns)
@@ -231,7 +234,7 @@ func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
 			return writeRes{err: errTx{err}}
 		}
 	}
-	return writeRes{state: st, created: true}
+	return writeRes{state: &st, created: true}
 }
 
 // eventsFillPercent is how full bbolt fills an events bucket's pages:
