@@ -50,7 +50,7 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		return exhausted("the server's disk is full: nothing was stored; free space on the server and retry", diskFullRetry)
 	case errors.Is(err, store.ErrReadOnly):
 		return status.Error(codes.FailedPrecondition, "the server's store is open read-only: it serves reads only")
-	case errors.Is(err, harness.ErrToolsUnavailable):
+	case errors.Is(err, harness.ErrToolsUnavailable), errors.Is(err, store.ErrUnavailable):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, store.ErrClosed), errors.Is(err, harness.ErrShuttingDown):
 		return status.Error(codes.Unavailable, "the server is shutting down; retry against another server or later")

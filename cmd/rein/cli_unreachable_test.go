@@ -31,7 +31,7 @@ func TestUnreachableServerSaysSo(t *testing.T) {
 	mustContain(t, "list against nothing", r.stderr, "cannot reach a rein server at "+free, "is `rein serve` running")
 
 	cert, key := selfSigned(t)
-	addr := serveInProcess(t, newDB(t), "--tls-cert", cert, "--tls-key", key)
+	addr := serveInProcess(t, newDB(t), "--tls-cert", cert, "--tls-key", key, "--tools", "fixture:"+writeFile(t, "tools.json", lookupFixtures))
 	r = cli(t, "list", "--server", addr).mustExit(t, exitUnavailable)
 	mustContain(t, "plaintext list against a TLS server", r.stderr, "pass --tls-ca")
 	cli(t, "list", "--server", addr, "--tls-ca", cert).mustExit(t, exitOK)

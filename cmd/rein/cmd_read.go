@@ -63,13 +63,12 @@ func newInspectCmd(e *env) *cobra.Command {
 				return fmt.Errorf("run %s: its log does not fold: %w", args[0], err)
 			}
 			run := st.Proto(true)
-			tm := timingOf(evs)
 			if e.json {
-				return writeJSON(e.stdout, struct {
-					summary
-					Timing timing `json:"timing"`
-				}{summarize(run), tm}, false)
+				// The run's summary, as every command prints it; the
+				// durations are in the events (rein events --json).
+				return writeJSON(e.stdout, summarize(run), false)
 			}
+			tm := timingOf(evs)
 			s := summarize(run)
 			w := tabwriter.NewWriter(e.stdout, 0, 2, 2, ' ', 0)
 			fmt.Fprintf(w, "run\t%s\n", s.RunID)

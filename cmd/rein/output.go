@@ -379,11 +379,6 @@ func tookText(d *durationpb.Duration) string {
 // calls', and the tools' (reads, proposals and committed writes).
 type timing struct {
 	model, tools timed
-	// For --json: the totals and counts in seconds.
-	ModelSeconds float64 `json:"model_seconds"`
-	ModelCalls   int     `json:"model_calls_timed"`
-	ToolSeconds  float64 `json:"tool_seconds"`
-	ToolCalls    int     `json:"tool_calls_timed"`
 }
 
 // timed sums the durations of calls of one kind.
@@ -436,7 +431,5 @@ func timingOf(evs []*reinv1.Event) timing {
 			tm.tools.add(p.WriteCommitted.GetDuration(), "write "+p.WriteCommitted.GetProposalId())
 		}
 	}
-	tm.ModelSeconds, tm.ModelCalls = tm.model.total.Seconds(), tm.model.n
-	tm.ToolSeconds, tm.ToolCalls = tm.tools.total.Seconds(), tm.tools.n
 	return tm
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -167,13 +168,15 @@ func BenchmarkStepsFigure(b *testing.B) {
 		"read_file": {{Output: structpb.NewStringValue(fixtureText())}},
 	})
 	dir := b.TempDir()
-	steps := 0.0
+	steps, cpu := 0.0, time.Duration(0)
 	for i := 0; b.Loop(); i++ {
 		fr, err := stepsFigure(context.Background(), be, filepath.Join(dir, fmt.Sprintf("figure-%d.db", i)), contract, runs, fixtures, false)
 		if err != nil {
 			b.Fatal(err)
 		}
 		steps += fr.m.units
+		cpu += fr.cpu
 	}
 	b.ReportMetric(steps/b.Elapsed().Seconds(), "steps/s")
+	b.ReportMetric(float64(cpu.Microseconds())/steps, "cpu-µs/step")
 }

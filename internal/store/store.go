@@ -60,6 +60,10 @@ var (
 	ErrDiskFull = errors.New("the server's disk is full")
 	// ErrReadOnly: the store was opened read-only and refuses every write.
 	ErrReadOnly = errors.New("the store is open read-only")
+	// ErrUnavailable: the store's backing service (an etcd cluster) did not
+	// answer in time or has no leader. A write that failed so may or may not
+	// have been stored; reload the run to learn which.
+	ErrUnavailable = errors.New("the store is unavailable")
 )
 
 // Store is an event store. It is safe for concurrent use.

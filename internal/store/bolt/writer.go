@@ -29,12 +29,15 @@ type writeReq struct {
 	events   []*reinv1.Event
 	encoded  [][]byte          // events, marshalled by the caller's goroutine
 	blobs    map[string][]byte // keyed by their hash, checked by the caller's goroutine
-	created  runstate.State    // for create: the state after its events
+	created  *runstate.State   // for create: the state after its events
 	done     chan writeRes
 }
 
+// writeRes is a request's result. state is set for a create only: an
+// append's caller has the state it folded, and a request's result is
+// copied through a channel, so it is kept small.
 type writeRes struct {
-	state   runstate.State
+	state   *runstate.State
 	created bool
 	epoch   uint64
 	err     error
@@ -118,7 +121,7 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq, states map[string]runsta
 	if r.create {
 		res := s.createRun(tx, r)
 		if res.err == nil && res.created {
-			st := res.state
+			st := *res.state
 			st.Contract = nil // kept once, in the contracts bucket
 			states[r.runID] = st
 		}
@@ -152,6 +155,12 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq, states map[string]runsta
 		return writeRes{err: fmt.Errorf("append to run %s at version %d: the run is at version %d: %w; reload the run and retry",
 			r.runID, r.expected, st.Version, store.ErrConflict)}
 	}
+	// The engine folded these events onto its copy of the state before it
+	// appended them; they are folded again here, onto the state as stored
+	// and in the transaction that writes them, because that is the store's
+	// guarantee whoever appends: what the fold rejects never reaches the
+	// log. It folds the cached state (no snapshot is decoded), ~1% of a
+	// step's CPU in rein bench steps' profile.
 	next, err := runstate.ApplyAll(st, r.events)
 	if err != nil {
 		return writeRes{err: fmt.Errorf("append to run %s: %w", r.runID, err)}
@@ -173,11 +182,11 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq, states map[string]runsta
 		}
 	}
 	states[r.runID] = next
-	return writeRes{state: next, epoch: epoch}
+	return writeRes{epoch: epoch}
 }
 
 func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
-	st := r.created
+	st := *r.created
 	reqs := tx.Bucket(bucketRequests)
 	rk := requestKey(st.Tenant, st.RequestID)
 	if st.RequestID != "" {
@@ -190,7 +199,7 @@ func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
 			if err != nil {
 				return writeRes{err: err}
 			}
-			return writeRes{state: prev}
+			return writeRes{state: &prev}
 		}
 	}
 	runs := tx.Bucket(bucketRuns)
@@ -225,7 +234,7 @@ func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
 			return writeRes{err: errTx{err}}
 		}
 	}
-	return writeRes{state: st, created: true}
+	return writeRes{state: &st, created: true}
 }
 
 // eventsFillPercent is how full bbolt fills an events bucket's pages:

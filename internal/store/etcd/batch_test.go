@@ -1,0 +1,84 @@
+package etcd
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/store"
+)
+
+// TestBatchedAppends: appends of many runs at once share Txns (fewer
+// commits than appends), and each run's log is whole and gap-free. The
+// twin: a batch holding one stale append (another server moved the run
+// behind this Store's cache) stores none of itself; the others are sent
+// again alone and stored, the stale one is ErrConflict and stores nothing.
+func TestBatchedAppends(t *testing.T) {
+	ctx := t.Context()
+	prefix := prefixOf(t.TempDir())
+	a, b := openShared(t, prefix), openShared(t, prefix)
+	defer a.Close()
+	defer b.Close()
+	const runs, rounds = 32, 10
+	ids := make([]string, runs)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("run-%02d", i)
+		mustCreate(t, a, ids[i])
+	}
+	before := a.Commits()
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() {
+			for r := range uint64(rounds) {
+				if err := a.Append(ctx, id, 1+2*r, steps(id, 2+2*r, 2)); err != nil {
+					t.Errorf("Append(%s): %v", id, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if commits := a.Commits() - before; commits >= runs*rounds {
+		t.Errorf("%d appends of %d runs at once took %d commits; want fewer: they share Txns", runs*rounds, runs, commits)
+	}
+	for _, id := range ids {
+		evs, err := b.Events(ctx, id, 0, 100)
+		if err != nil || len(evs) != 1+2*rounds {
+			t.Fatalf("Events(%s) = %d, %v; want %d", id, len(evs), err, 1+2*rounds)
+		}
+		for i, ev := range evs {
+			if ev.GetSequence() != uint64(i+1) {
+				t.Fatalf("%s event %d has sequence %d", id, i, ev.GetSequence())
+			}
+		}
+	}
+
+	// b moves run-00 on; a's cache still holds it at the old version, and
+	// its caller appends at that version with the others.
+	v := uint64(1 + 2*rounds)
+	if err := b.Append(ctx, ids[0], v, steps(ids[0], v+1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	stale := dump(t, shared, prefix+"event/"+ids[0]+"/")
+	errs := make([]error, runs)
+	start := make(chan struct{})
+	for i, id := range ids {
+		wg.Go(func() {
+			<-start
+			errs[i] = a.Append(ctx, id, v, []*reinv1.Event{step(id, v+1)})
+		})
+	}
+	close(start)
+	wg.Wait()
+	if !errors.Is(errs[0], store.ErrConflict) {
+		t.Errorf("the stale append: %v, want ErrConflict", errs[0])
+	}
+	for i, err := range errs[1:] {
+		if err != nil {
+			t.Errorf("Append(%s) beside a stale one: %v, want it stored", ids[i+1], err)
+		}
+	}
+	assertUnchanged(t, "the stale append", stale, dump(t, shared, prefix+"event/"+ids[0]+"/"))
+}

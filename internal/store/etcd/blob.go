@@ -1,0 +1,115 @@
+package etcd
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"slices"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reinhq/rein/internal/store"
+)
+
+// checkBlobSizes refuses, before anything is sent, a blob larger than the
+// store takes.
+func (s *Store) checkBlobSizes(what string, blobs map[string][]byte) error {
+	for _, hash := range slices.Sorted(maps.Keys(blobs)) {
+		if n := len(blobs[hash]); n > s.opts.MaxBlobBytes {
+			return fmt.Errorf("%s: blob %.12s… is %d bytes, more than the %d this etcd store takes (its MaxBlobBytes, bound by etcd's request limit): %w; nothing was stored: cut the content the blob holds",
+				what, hash, n, s.opts.MaxBlobBytes, store.ErrInvalidBlob)
+		}
+	}
+	return nil
+}
+
+// missingBlobs is the part of blobs not stored yet. Blobs are never
+// rewritten or deleted, so one stored before this read is still there when
+// the write commits; two writers putting one new blob put the same bytes.
+func (s *Store) missingBlobs(ctx context.Context, what string, blobs map[string][]byte) (map[string][]byte, error) {
+	if len(blobs) == 0 {
+		return nil, nil
+	}
+	hashes := slices.Sorted(maps.Keys(blobs))
+	missing := make(map[string][]byte, len(blobs))
+	for start := 0; start < len(hashes); start += s.opts.MaxTxnOps {
+		part := hashes[start:min(start+s.opts.MaxTxnOps, len(hashes))]
+		ops := make([]clientv3.Op, len(part))
+		for i, h := range part {
+			ops[i] = clientv3.OpGet(s.keys.blob(h), clientv3.WithKeysOnly())
+		}
+		resp, err := s.read(ctx, what+": look up its blobs", ops...)
+		if err != nil {
+			return nil, err
+		}
+		for i, h := range part {
+			if kvOf(resp, i) == nil {
+				missing[h] = blobs[h]
+			}
+		}
+	}
+	return missing, nil
+}
+
+// putBlobs adds blobs to t: each as its chunks, then its header.
+func putBlobs(t *txn, k keys, blobs map[string][]byte) {
+	for _, hash := range slices.Sorted(maps.Keys(blobs)) {
+		content := blobs[hash]
+		n := 0
+		for off := 0; off < len(content); off += ChunkBytes {
+			t.put(k.chunk(hash, n), content[off:min(off+ChunkBytes, len(content))])
+			n++
+		}
+		header := binary.BigEndian.AppendUint64(nil, uint64(len(content)))
+		t.put(k.blob(hash), binary.BigEndian.AppendUint32(header, uint32(n)))
+		t.blobs += len(content)
+	}
+}
+
+// Blob implements store.Store: the header and the chunks in one range, the
+// content checked against its size, its chunk count and its hash.
+func (s *Store) Blob(ctx context.Context, hash string) ([]byte, error) {
+	if err := store.CheckHash(hash); err != nil {
+		return nil, err
+	}
+	if err := s.enter("read store"); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	what := "blob " + hash
+	rctx, cancel := s.readCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, s.keys.blob(hash), clientv3.WithPrefix())
+	if err != nil {
+		return nil, s.etcdErr(ctx, "read "+what, err)
+	}
+	if len(resp.Kvs) == 0 || string(resp.Kvs[0].Key) != s.keys.blob(hash) {
+		if len(resp.Kvs) > 0 {
+			return nil, damaged(what, "its chunks are stored but its header is not")
+		}
+		return nil, fmt.Errorf("%s: %w", what, store.ErrNoBlob)
+	}
+	header, chunks := resp.Kvs[0].Value, resp.Kvs[1:]
+	if len(header) != 12 {
+		return nil, damaged(what, "its header is %d bytes, not 12", len(header))
+	}
+	size, count := binary.BigEndian.Uint64(header), binary.BigEndian.Uint32(header[8:])
+	if uint64(len(chunks)) != uint64(count) {
+		return nil, damaged(what, "%d of its %d chunks are stored", len(chunks), count)
+	}
+	out := make([]byte, 0, size)
+	for i, c := range chunks {
+		if string(c.Key) != s.keys.chunk(hash, i) {
+			return nil, damaged(what, "chunk %d is missing (found %q)", i, c.Key)
+		}
+		out = append(out, c.Value...)
+	}
+	if uint64(len(out)) != size {
+		return nil, damaged(what, "its chunks hold %d bytes, its header says %d", len(out), size)
+	}
+	if got := store.BlobHash(out); got != hash {
+		return nil, damaged(what, "its content's SHA-256 is %s", got)
+	}
+	return out, nil
+}

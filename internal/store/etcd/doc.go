@@ -1,0 +1,91 @@
+// Package etcd is rein's event store on an etcd cluster (go.etcd.io/etcd
+// client v3): every run, its log and its snapshot under one key prefix, so
+// that several rein servers can share one set of runs. It implements
+// store.Store and passes the conformance suite (storetest).
+//
+// Layout, under the prefix P given to Open (which ends in "/"). Numbers in
+// keys are fixed-width lower-case hex, so keys sort in numeric order and a
+// prefix range reads them in order:
+//
+//	P meta/layout           "rein-etcd-1": marks the prefix as rein's. Open
+//	                        refuses a prefix without it that holds any key,
+//	                        and a layout it does not know, writing nothing.
+//	P meta/changes          the cursor of the last status change (decimal);
+//	                        absent before the first one
+//	P run/<run id>          the run's snapshot (a Run without its contract);
+//	                        its ModRevision is the run's version for the
+//	                        compare-and-put
+//	P contract/<run id>     the run's TaskContract, written once at create
+//	P lease/<run id>        uint64 epoch (big-endian) + owner: the fence
+//	P event/<run id>/<seq>  one Event per key, seq as 16 hex digits
+//	P newest/<inverted id>  empty: the listing index, newest run first
+//	P status/<nn>/<inverted id>  empty: the listing index by status (nn is
+//	                        the RunStatus number, 2 decimal digits)
+//	P request/<tenant>/<request id>  → run id (idempotent create); both
+//	                        parts path-escaped, so neither holds a "/"
+//	P change/<cursor>       tenant \x00 RunChange: every status change,
+//	                        cursor 1, 2, 3, … gap-free in commit order
+//	P blob/<sha-256 hex>    a blob's size and chunk count (8 + 4 bytes,
+//	                        big-endian)
+//	P blob/<sha-256 hex>/<i>  chunk i (4 hex digits) of the blob: at most
+//	                        ChunkBytes each, so no single value nears
+//	                        etcd's request limit
+//
+// Run IDs sort by creation time, and List wants the newest first; etcd
+// reads a range in ascending key order only (a descending sort makes the
+// server read the whole range), so the listing indexes key a run by its ID
+// inverted: each byte b as 0xff-b, closed by 0xff (keys.go), which sorts the
+// newest run first. A run ID holding "/" or NUL is refused at create.
+//
+// Rules this package keeps:
+//   - Every write is one etcd transaction (Txn), all of it or none of it.
+//     Append reads the run's snapshot and lease (or takes them from the cache
+//     of its own last write), validates the events by folding them onto that
+//     state (runstate.ApplyAll), then puts the events, the new snapshot, the
+//     blobs, the status index and the change record in a Txn whose compares
+//     are the snapshot's ModRevision (the version), the lease key's
+//     ModRevision (when fenced or acquiring) and the change cursor's (when
+//     the status changes). A Txn whose compares fail writes nothing; its Else
+//     branch returns the current snapshot, lease and cursor, so the append is
+//     classified (ErrConflict, ErrFenced) or, when only the cursor or a
+//     cached value moved, validated again and retried, the way Kubernetes'
+//     GuaranteedUpdate does. Two writers at one version: one wins, the other
+//     gets ErrConflict, never a forked history.
+//   - Group commit (batch.go): appends that change no status and bring no
+//     blobs (a run's steps) share Txns. The first one queued sends the
+//     appends of distinct runs queued at that moment as one Txn holding
+//     every append's compares, one batch in flight at a time, no timer; a
+//     failed compare stores none of the batch, and each append is sent
+//     again alone, with its Else branch. etcd shares fsyncs among pipelined
+//     Txns but applies each Txn on its own, so a Txn per append is bound by
+//     that per-Txn cost; the batch is not. Appends that change a status
+//     share the change cursor: within one Store they take changesMu so
+//     they do not retry against each other; across servers the cursor's
+//     compare orders them.
+//   - A request is checked against etcd's limits before anything is sent: a
+//     blob over MaxBlobBytes, or a Txn over MaxRequestBytes, is refused with
+//     an error wrapping store.ErrInvalidBlob (when blobs are in it) and
+//     nothing is written. More operations than MaxTxnOps are sent as nested
+//     Txns inside the one Txn; etcd gives a nested Txn what its parent
+//     leaves of --max-txn-ops, so up to (MaxTxnOps/2)² puts fit (4096 at
+//     etcd's default), and a write over that is refused up front.
+//   - Blobs are put only by the Txn of the append (or import) that brings
+//     them, once each (a blob already stored is not sent again), and never
+//     rewritten. Blob reassembles the chunks and checks the size, the count
+//     and the SHA-256: a mismatch is store.ErrDataLoss.
+//   - Events, snapshots and contracts are sealed (seal.go): 0x00, a version
+//     byte, the CRC-32C of the protobuf encoding, then the encoding, as the
+//     bolt store seals them. etcd checks its own pages and members; the seal
+//     catches what it cannot (a value written by something else under the
+//     prefix). A value whose seal does not match, that does not decode, or
+//     that is not the event its key says is store.ErrDataLoss naming the run
+//     and the sequence.
+//   - Every request to etcd is bounded by Options.Timeout. etcd unreachable,
+//     or without a leader, is an error wrapping store.ErrUnavailable that
+//     names etcd. A write that timed out may or may not have been committed
+//     (etcd applies a Txn whole or not at all): the caller reloads the run to
+//     learn which. A write is sent with a context the caller's cancellation
+//     does not cut, so a cancelled caller does not leave an unknown outcome.
+//   - Close waits for the calls in flight. The Store does not own the etcd
+//     client: whoever made it closes it.
+package etcd

@@ -1,0 +1,260 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
+)
+
+// layoutV1 is the value of P meta/layout in a prefix this package wrote.
+const layoutV1 = "rein-etcd-1"
+
+// ChunkBytes is the most a blob chunk holds.
+const ChunkBytes = 256 << 10
+
+// Defaults of Options, those of an etcd server started without flags.
+const (
+	DefaultTimeout         = 5 * time.Second
+	DefaultMaxRequestBytes = 1536 << 10 // etcd's --max-request-bytes
+	DefaultMaxTxnOps       = 128        // etcd's --max-txn-ops
+	DefaultMaxBlobBytes    = 1 << 20
+)
+
+// requestMargin is what a Txn's size estimate leaves for the request's own
+// framing (the compares, the Else branch, protobuf tags).
+const requestMargin = 8 << 10
+
+// maxAttempts bounds how often a write is validated again after a Txn
+// failed for a reason that was not a conflict of its own (the change cursor
+// moved, a cached value was stale).
+const maxAttempts = 64
+
+// maxCached bounds the cache of run states.
+const maxCached = 16384
+
+// Options tune Open. Zero fields take the defaults above.
+type Options struct {
+	// Timeout bounds every request to etcd; past it the call fails with
+	// store.ErrUnavailable.
+	Timeout time.Duration
+	// MaxRequestBytes is the etcd server's --max-request-bytes: a Txn
+	// larger is refused before it is sent. A value over 2 MiB also needs
+	// the client's MaxCallSendMsgSize raised.
+	MaxRequestBytes int
+	// MaxTxnOps is the etcd server's --max-txn-ops.
+	MaxTxnOps int
+	// MaxBlobBytes is the largest blob the store takes; it must leave room
+	// in MaxRequestBytes for the events that bring it.
+	MaxBlobBytes int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.MaxRequestBytes <= 0 {
+		o.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if o.MaxTxnOps <= 0 {
+		o.MaxTxnOps = DefaultMaxTxnOps
+	}
+	if o.MaxBlobBytes <= 0 {
+		o.MaxBlobBytes = min(DefaultMaxBlobBytes, o.MaxRequestBytes-2*requestMargin)
+	}
+	return o
+}
+
+// Store is the etcd event store. It implements store.Store.
+type Store struct {
+	cli  *clientv3.Client
+	keys keys
+	opts Options
+
+	// mu guards closed: every call holds it for reading while it runs, so
+	// Close, which takes it for writing, waits for the calls in flight.
+	mu     sync.RWMutex
+	closed bool
+
+	// changesMu serialises this Store's writes that add a status change
+	// (they share the change cursor); it guards head. Lock order: changesMu
+	// before cacheMu.
+	changesMu sync.Mutex
+	head      cursorAt
+
+	// cacheMu guards cache: each run's state, snapshot revision and lease as
+	// this Store last wrote or read them. A stale entry costs one failed
+	// Txn, never a wrong write: the Txn compares what the entry says.
+	cacheMu sync.Mutex
+	cache   map[string]runAt
+
+	// batchMu guards queue, the appends waiting for a shared Txn
+	// (batch.go); queue[0] leads.
+	batchMu sync.Mutex
+	queue   []*queued
+
+	// commits counts the write Txns etcd took, for the benchmarks.
+	commits atomic.Uint64
+}
+
+var _ store.Store = (*Store)(nil)
+
+// cursorAt is the change cursor and the ModRevision of its key (0: absent).
+type cursorAt struct {
+	known  bool
+	cursor uint64
+	rev    int64
+}
+
+// runAt is a run as stored at a revision.
+type runAt struct {
+	st       runstate.State // without its contract
+	snapRev  int64          // ModRevision of P run/<id>
+	epoch    uint64
+	owner    string
+	leaseRev int64 // ModRevision of P lease/<id>; 0 when there is none
+}
+
+// Open opens the rein store under prefix on the etcd cluster cli talks to.
+// An empty prefix gets the layout marker; a prefix that holds keys but no
+// marker, or a marker of a layout this rein does not know, is refused, and
+// nothing is written. The caller keeps cli and closes it after the Store.
+func Open(ctx context.Context, cli *clientv3.Client, prefix string, opts Options) (*Store, error) {
+	if prefix == "" || !strings.HasSuffix(prefix, "/") {
+		return nil, fmt.Errorf("open etcd store: prefix %q must be non-empty and end in \"/\" (for example /rein/), so that it names a key range of its own", prefix)
+	}
+	s := &Store{cli: cli, keys: keys{prefix}, opts: opts.withDefaults(), cache: map[string]runAt{}}
+	if s.opts.MaxBlobBytes > s.opts.MaxRequestBytes-2*requestMargin {
+		return nil, fmt.Errorf("open etcd store: MaxBlobBytes %d leaves no room for events in a request of MaxRequestBytes %d; lower it or raise both",
+			s.opts.MaxBlobBytes, s.opts.MaxRequestBytes)
+	}
+	what := fmt.Sprintf("open the rein store at etcd prefix %q", prefix)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		resp, err := cli.Txn(rctx).Then(
+			clientv3.OpGet(s.keys.layout()),
+			clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1)),
+		).Commit()
+		cancel()
+		if err != nil {
+			return nil, s.etcdErr(ctx, what, err)
+		}
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			if v := string(kvs[0].Value); v != layoutV1 {
+				return nil, fmt.Errorf("%s: its layout is %q, and this rein knows only %q; run the rein that wrote it, or point this one at another prefix", what, v, layoutV1)
+			}
+			return s, nil
+		}
+		if r := resp.Responses[1].GetResponseRange(); r.GetCount() > 0 {
+			return nil, fmt.Errorf("%s: the prefix holds %d keys (the first %q) but no rein layout marker (%s); it is not a rein store, so rein writes nothing there: point rein at an empty prefix or at one a rein made",
+				what, r.GetCount(), r.GetKvs()[0].Key, s.keys.layout())
+		}
+		// Empty: mark it, only if it still holds no key at all.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
+		tr, err := cli.Txn(wctx).
+			If(clientv3.Compare(clientv3.CreateRevision(prefix).WithPrefix(), "=", 0)).
+			Then(clientv3.OpPut(s.keys.layout(), layoutV1)).
+			Commit()
+		cancel()
+		if err != nil {
+			return nil, s.etcdErr(ctx, what, err)
+		}
+		if tr.Succeeded {
+			return s, nil
+		}
+		// Someone wrote under the prefix meanwhile: look again.
+	}
+}
+
+// Close waits for the calls in flight, then refuses every later one. It does
+// not close the etcd client.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("close etcd store %s: %w", s.keys.p, store.ErrClosed)
+	}
+	s.closed = true
+	return nil
+}
+
+// enter marks a call in flight; the caller must call s.mu.RUnlock when it
+// returns nil.
+func (s *Store) enter(what string) error {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return fmt.Errorf("%s: %w", what, store.ErrClosed)
+	}
+	return nil
+}
+
+// readCtx bounds a read by the timeout and the caller's context.
+func (s *Store) readCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opts.Timeout)
+}
+
+// writeCtx bounds a write by the timeout only: once sent, a Txn is not cut
+// by the caller's cancellation, which would leave its outcome unknown.
+func (s *Store) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
+}
+
+// etcdErr maps an error of the etcd client. The caller's own cancellation
+// passes through; a timeout, no leader or an unreachable cluster wrap
+// store.ErrUnavailable.
+func (s *Store) etcdErr(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.Canceled) {
+		return fmt.Errorf("%s: %w", what, ctx.Err())
+	}
+	endpoints := strings.Join(s.cli.Endpoints(), ",")
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), status.Code(err) == codes.DeadlineExceeded,
+		status.Code(err) == codes.Unavailable, errors.Is(err, rpctypes.ErrNoLeader):
+		return fmt.Errorf("%s: %w: etcd at %s did not answer within %v (%v); check that etcd is running and its cluster has a leader, then retry (a write that timed out may have been stored: reload the run)",
+			what, store.ErrUnavailable, endpoints, s.opts.Timeout, err)
+	case errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrTooManyOps):
+		return fmt.Errorf("%s: etcd at %s refused the request (%v), nothing was stored: set the store's MaxRequestBytes and MaxTxnOps to the server's --max-request-bytes and --max-txn-ops",
+			what, endpoints, err)
+	}
+	return fmt.Errorf("%s: etcd at %s: %w", what, endpoints, err)
+}
+
+// cached returns the run as this Store last saw it.
+func (s *Store) cached(runID string) (runAt, bool) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	r, ok := s.cache[runID]
+	return r, ok
+}
+
+func (s *Store) remember(runID string, r runAt) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	if len(s.cache) >= maxCached {
+		clear(s.cache)
+	}
+	r.st.Contract = nil // the fold does not need it; the snapshot does not hold it
+	s.cache[runID] = r
+}
+
+func (s *Store) forget(runID string) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	delete(s.cache, runID)
+}
+
+func notFound(runID string) error {
+	return fmt.Errorf("run %q: %w", runID, store.ErrNotFound)
+}

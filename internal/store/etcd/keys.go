@@ -1,0 +1,78 @@
+package etcd
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+)
+
+// keys builds the keys of the layout in doc.go under prefix p.
+type keys struct{ p string }
+
+func (k keys) layout() string              { return k.p + "meta/layout" }
+func (k keys) head() string                { return k.p + "meta/changes" }
+func (k keys) runs() string                { return k.p + "run/" }
+func (k keys) run(id string) string        { return k.runs() + id }
+func (k keys) contracts() string           { return k.p + "contract/" }
+func (k keys) contract(id string) string   { return k.contracts() + id }
+func (k keys) lease(id string) string      { return k.p + "lease/" + id }
+func (k keys) events(id string) string     { return k.p + "event/" + id + "/" }
+func (k keys) changes() string             { return k.p + "change/" }
+func (k keys) change(cursor uint64) string { return fmt.Sprintf("%s%016x", k.changes(), cursor) }
+func (k keys) blob(hash string) string     { return k.p + "blob/" + hash }
+
+func (k keys) event(id string, seq uint64) string {
+	return fmt.Sprintf("%s%016x", k.events(id), seq)
+}
+
+func (k keys) statuses(st reinv1.RunStatus) string {
+	return fmt.Sprintf("%sstatus/%02d/", k.p, int32(st))
+}
+
+func (k keys) status(st reinv1.RunStatus, id string) string { return k.statuses(st) + invert(id) }
+
+func (k keys) listing() string         { return k.p + "newest/" }
+func (k keys) newest(id string) string { return k.listing() + invert(id) }
+
+// invert is a run ID as the listing indexes key it. etcd ranges in
+// ascending key order only (a descending sort makes the server read the
+// whole range), and List wants the newest run, the greatest ID, first: so
+// each byte b of the ID becomes 0xff-b and the key ends in 0xff. Ascending
+// order over the keys is then descending order over the IDs (0xff closes a
+// shorter ID after any longer one it begins, as no ID holds a NUL).
+func invert(id string) string {
+	b := make([]byte, len(id)+1)
+	for i := range len(id) {
+		b[i] = 0xff - id[i]
+	}
+	b[len(id)] = 0xff
+	return string(b)
+}
+
+// uninvert is the run ID an inverted key holds, or false.
+func uninvert(key string) (string, bool) {
+	if key == "" || key[len(key)-1] != 0xff {
+		return "", false
+	}
+	b := make([]byte, len(key)-1)
+	for i := range b {
+		b[i] = 0xff - key[i]
+	}
+	return string(b), checkRunID(string(b)) == nil
+}
+
+func (k keys) request(tenant, requestID string) string {
+	return k.p + "request/" + url.PathEscape(tenant) + "/" + url.PathEscape(requestID)
+}
+
+func (k keys) chunk(hash string, i int) string { return fmt.Sprintf("%s/%04x", k.blob(hash), i) }
+
+// checkRunID refuses a run ID that is not one key segment.
+func checkRunID(id string) error {
+	if id == "" || strings.ContainsAny(id, "/\x00") {
+		return fmt.Errorf("run ID %q: the etcd store keys runs by ID, which must be non-empty and hold no \"/\" or NUL (rein's own IDs are ULIDs)", id)
+	}
+	return nil
+}

@@ -1,0 +1,150 @@
+package etcd
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reinhq/rein/internal/store"
+)
+
+// opOverhead is a generous estimate of the framing of one operation or
+// compare in a TxnRequest (tags, lengths, the op's own fields).
+const opOverhead = 32
+
+// txn gathers the compares and puts of one write, and its size.
+type txn struct {
+	cmps  []clientv3.Cmp
+	ops   []clientv3.Op
+	els   []clientv3.Op
+	bytes int
+	blobs int // bytes of blob chunks among them
+}
+
+func (t *txn) cmp(c clientv3.Cmp) {
+	t.cmps = append(t.cmps, c)
+	t.bytes += len(c.KeyBytes()) + opOverhead
+}
+
+func (t *txn) put(key string, value []byte) {
+	t.ops = append(t.ops, clientv3.OpPut(key, string(value)))
+	t.bytes += len(key) + len(value) + opOverhead
+}
+
+func (t *txn) del(key string) {
+	t.ops = append(t.ops, clientv3.OpDelete(key))
+	t.bytes += len(key) + opOverhead
+}
+
+// orElse reads key when the compares fail.
+func (t *txn) orElse(key string) {
+	t.els = append(t.els, clientv3.OpGet(key))
+	t.bytes += len(key) + opOverhead
+}
+
+// commit sends the Txn. what names the write in errors. It refuses, before
+// sending anything, a Txn over the store's request limit; more puts than
+// MaxTxnOps go as nested Txns without compares (nest), which etcd applies
+// with the outer one, atomically.
+func (s *Store) commit(ctx context.Context, what string, t *txn) (*clientv3.TxnResponse, error) {
+	if err := s.fits(what, t); err != nil {
+		return nil, err
+	}
+	ops, err := nest(t, s.opts.MaxTxnOps)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	wctx, cancel := s.writeCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(wctx).If(t.cmps...).Then(ops...).Else(t.els...).Commit()
+	if err != nil {
+		return nil, s.etcdErr(ctx, what, err)
+	}
+	if resp.Succeeded {
+		s.commits.Add(1)
+	}
+	return resp, nil
+}
+
+// fits refuses a Txn over the store's request limit, before anything is
+// sent.
+func (s *Store) fits(what string, t *txn) error {
+	if limit := s.opts.MaxRequestBytes - requestMargin; t.bytes > limit {
+		if t.blobs > 0 {
+			return fmt.Errorf("%s: %w: the write is %d bytes, %d of them blobs, more than etcd takes in one request (%d, the store's MaxRequestBytes less framing); nothing was stored: bring fewer or smaller blobs with one append",
+				what, store.ErrInvalidBlob, t.bytes, t.blobs, limit)
+		}
+		return fmt.Errorf("%s: the write is %d bytes, more than etcd takes in one request (%d, the store's MaxRequestBytes less framing); nothing was stored: append fewer or smaller events at once",
+			what, t.bytes, limit)
+	}
+	return nil
+}
+
+// nest returns t's puts as a Txn's Then branch within maxOps: as they are
+// when they fit, else as k nested Txns without compares of m puts each.
+// etcd gives a nested Txn what its parent leaves of --max-txn-ops (m at most
+// maxOps less the parent's widest branch), so k·m stays under (maxOps/2)².
+func nest(t *txn, maxOps int) ([]clientv3.Op, error) {
+	wide := max(len(t.cmps), len(t.els))
+	if len(t.ops) <= maxOps && wide <= maxOps {
+		return t.ops, nil
+	}
+	for k := 1; k <= maxOps; k++ {
+		m := maxOps - max(k, wide)
+		if m <= 0 {
+			break
+		}
+		if k*m < len(t.ops) {
+			continue
+		}
+		nested := make([]clientv3.Op, 0, k)
+		for i := 0; i < len(t.ops); i += m {
+			nested = append(nested, clientv3.OpTxn(nil, t.ops[i:min(i+m, len(t.ops))], nil))
+		}
+		return nested, nil
+	}
+	return nil, fmt.Errorf("the write is %d operations, more than etcd takes in one transaction even nested (--max-txn-ops %d); nothing was stored",
+		len(t.ops), maxOps)
+}
+
+// kvOf is the one key-value of the range response at i of a failed Txn's
+// Else branch (or of a read Txn), or nil.
+func kvOf(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
+	if i >= len(resp.Responses) {
+		return nil
+	}
+	kvs := resp.Responses[i].GetResponseRange().GetKvs()
+	if len(kvs) == 0 {
+		return nil
+	}
+	return kvs[0]
+}
+
+// A lease value is the epoch (8 bytes, big-endian) and the owner's name.
+func encodeLease(epoch uint64, owner string) []byte {
+	b := binary.BigEndian.AppendUint64(nil, epoch)
+	return append(b, owner...)
+}
+
+func decodeLease(kv *mvccpb.KeyValue) (epoch uint64, owner string, rev int64) {
+	if kv == nil || len(kv.Value) < 8 {
+		return 0, "", 0
+	}
+	return binary.BigEndian.Uint64(kv.Value[:8]), string(kv.Value[8:]), kv.ModRevision
+}
+
+// decodeHead is the change cursor stored in kv (absent: 0).
+func decodeHead(kv *mvccpb.KeyValue) (cursorAt, error) {
+	if kv == nil {
+		return cursorAt{known: true}, nil
+	}
+	n, err := strconv.ParseUint(string(kv.Value), 10, 64)
+	if err != nil {
+		return cursorAt{}, damaged("the change cursor", "%q is not a number", kv.Value)
+	}
+	return cursorAt{known: true, cursor: n, rev: kv.ModRevision}, nil
+}

@@ -1,0 +1,420 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
+)
+
+// errRunExists marks a create whose run ID is stored already.
+var errRunExists = errors.New("a run with that id exists")
+
+// Create implements store.Store. Concurrent Creates of one tenant's request
+// ID race on the request key's compare (CreateRevision = 0): one run is
+// created, and the others return it.
+func (s *Store) Create(ctx context.Context, started *reinv1.Event) (runstate.State, bool, error) {
+	st, err := runstate.Apply(runstate.State{}, started)
+	if err != nil {
+		return runstate.State{}, false, err
+	}
+	what := "create run " + st.RunID
+	if err := checkRunID(st.RunID); err != nil {
+		return runstate.State{}, false, fmt.Errorf("%s: %w", what, err)
+	}
+	data, err := seal(started)
+	if err != nil {
+		return runstate.State{}, false, fmt.Errorf("%s: encode its first event: %w", what, err)
+	}
+	if err := s.enter("write run " + st.RunID); err != nil {
+		return runstate.State{}, false, err
+	}
+	defer s.mu.RUnlock()
+	got, created, err := s.create(ctx, what, st, [][]byte{data}, nil)
+	if errors.Is(err, errRunExists) {
+		return runstate.State{}, false, fmt.Errorf("%s: %w: %w", what, errRunExists, store.ErrConflict)
+	}
+	return got, created, err
+}
+
+// Import implements store.Store: the whole log, its snapshot and its blobs
+// in one Txn, or nothing.
+func (s *Store) Import(ctx context.Context, events []*reinv1.Event, blobs map[string][]byte) (runstate.State, error) {
+	if len(events) == 0 {
+		return runstate.State{}, errors.New("import a run: no events; a run's log starts with run_started")
+	}
+	runID := events[0].GetRunId()
+	what := "import run " + runID
+	if err := checkRunID(runID); err != nil {
+		return runstate.State{}, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := store.CheckBlobs(blobs); err != nil {
+		return runstate.State{}, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := s.checkBlobSizes(what, blobs); err != nil {
+		return runstate.State{}, err
+	}
+	st, err := runstate.ApplyAll(runstate.State{}, events)
+	if err != nil {
+		return runstate.State{}, fmt.Errorf("%s: %w", what, err)
+	}
+	encoded, err := sealEvents(what, events)
+	if err != nil {
+		return runstate.State{}, err
+	}
+	if err := s.enter("write run " + runID); err != nil {
+		return runstate.State{}, err
+	}
+	defer s.mu.RUnlock()
+	missing, err := s.missingBlobs(ctx, what, blobs)
+	if err != nil {
+		return runstate.State{}, err
+	}
+	prev, created, err := s.create(ctx, what, st, encoded, missing)
+	switch {
+	case errors.Is(err, errRunExists):
+		return runstate.State{}, fmt.Errorf("%s: %w under that ID", what, store.ErrExists)
+	case err != nil:
+		return runstate.State{}, err
+	case !created:
+		return runstate.State{}, fmt.Errorf("%s: %w with its request ID %q in tenant %q: run %s",
+			what, store.ErrExists, st.RequestID, st.Tenant, prev.RunID)
+	}
+	return st, nil
+}
+
+// create stores a new run in state st with its encoded events and blobs. A
+// request ID the tenant used already returns that run's state and created
+// false; a run ID stored already is errRunExists.
+func (s *Store) create(ctx context.Context, what string, st runstate.State, encoded [][]byte, blobs map[string][]byte) (runstate.State, bool, error) {
+	contract, err := seal(st.Contract)
+	if err != nil {
+		return runstate.State{}, false, fmt.Errorf("%s: encode its contract: %w", what, err)
+	}
+	snap, err := seal(st.Proto(false))
+	if err != nil {
+		return runstate.State{}, false, fmt.Errorf("%s: encode its snapshot: %w", what, err)
+	}
+	rk := s.keys.request(st.Tenant, st.RequestID)
+	s.changesMu.Lock()
+	defer s.changesMu.Unlock()
+	for range maxAttempts {
+		head, err := s.headLocked(ctx)
+		if err != nil {
+			return runstate.State{}, false, err
+		}
+		t := &txn{}
+		t.cmp(clientv3.Compare(clientv3.CreateRevision(s.keys.run(st.RunID)), "=", 0))
+		t.orElse(rk)                   // 0
+		t.orElse(s.keys.run(st.RunID)) // 1
+		if st.RequestID != "" {
+			t.cmp(clientv3.Compare(clientv3.CreateRevision(rk), "=", 0))
+			t.put(rk, []byte(st.RunID))
+		}
+		t.put(s.keys.contract(st.RunID), contract)
+		t.put(s.keys.newest(st.RunID), nil)
+		for i, data := range encoded {
+			t.put(s.keys.event(st.RunID, uint64(i+1)), data)
+		}
+		t.put(s.keys.run(st.RunID), snap)
+		if err := s.putChange(t, reinv1.RunStatus_RUN_STATUS_UNSPECIFIED, st, head); err != nil { // 2
+			return runstate.State{}, false, fmt.Errorf("%s: %w", what, err)
+		}
+		putBlobs(t, s.keys, blobs)
+		resp, err := s.commit(ctx, what, t)
+		if err != nil {
+			s.head = cursorAt{}
+			return runstate.State{}, false, err
+		}
+		if resp.Succeeded {
+			s.head = cursorAt{known: true, cursor: head.cursor + 1, rev: resp.Header.Revision}
+			s.remember(st.RunID, runAt{st: st, snapRev: resp.Header.Revision})
+			return st, true, nil
+		}
+		if kv := kvOf(resp, 0); st.RequestID != "" && kv != nil {
+			prev, err := s.load(ctx, string(kv.Value))
+			if err != nil {
+				return runstate.State{}, false, fmt.Errorf("%s: request %q names run %s: %w", what, st.RequestID, kv.Value, err)
+			}
+			return prev, false, nil
+		}
+		if kvOf(resp, 1) != nil {
+			return runstate.State{}, false, errRunExists
+		}
+		// Only the change cursor moved (another server's change): again.
+		if s.head, err = decodeHead(kvOf(resp, 2)); err != nil {
+			return runstate.State{}, false, err
+		}
+	}
+	return runstate.State{}, false, contention(what)
+}
+
+// Append implements store.Store.
+func (s *Store) Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) error {
+	if len(events) == 0 {
+		return nil
+	}
+	o := store.Options(opts)
+	what := "append to run " + runID
+	if err := store.CheckBlobs(o.Blobs); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := s.checkBlobSizes(what, o.Blobs); err != nil {
+		return err
+	}
+	encoded, err := sealEvents(what, events)
+	if err != nil {
+		return err
+	}
+	if err := s.enter("write run " + runID); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	blobs, err := s.missingBlobs(ctx, what, o.Blobs)
+	if err != nil {
+		return err
+	}
+	cur, ok := s.cached(runID)
+	fresh := !ok // read from etcd for this call, not taken from the cache
+	if fresh {
+		if cur, err = s.readRun(ctx, runID); err != nil {
+			return err
+		}
+	}
+	for range maxAttempts {
+		// Checked on the cached run first; a refusal is only given on what
+		// etcd holds now.
+		fenced := o.Acquire == "" && o.Epoch != 0 && o.Epoch != cur.epoch
+		if (fenced || cur.st.Version != expected) && !fresh {
+			if cur, err = s.readRun(ctx, runID); err != nil {
+				return err
+			}
+			fresh = true
+			continue
+		}
+		if fenced {
+			return fmt.Errorf("%s with lease epoch %d: the run's owner is now at epoch %d: %w", what, o.Epoch, cur.epoch, store.ErrFenced)
+		}
+		if cur.st.Version != expected {
+			return fmt.Errorf("%s at version %d: the run is at version %d: %w; reload the run and retry", what, expected, cur.st.Version, store.ErrConflict)
+		}
+		next, err := runstate.ApplyAll(cur.st, events)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		done, err := s.appendOnce(ctx, what, &cur, next, encoded, blobs, o)
+		if done || err != nil {
+			if err != nil {
+				s.forget(runID)
+			}
+			return err
+		}
+		fresh = true
+	}
+	return contention(what)
+}
+
+// appendOnce sends one Txn of an append validated on *cur. It reports done
+// when the append was stored; otherwise *cur is what etcd holds now.
+func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next runstate.State, encoded [][]byte, blobs map[string][]byte, o store.AppendOptions) (bool, error) {
+	runID := next.RunID
+	snap, err := seal(next.Proto(false))
+	if err != nil {
+		return false, fmt.Errorf("%s: encode its snapshot: %w", what, err)
+	}
+	t := &txn{}
+	t.cmp(clientv3.Compare(clientv3.ModRevision(s.keys.run(runID)), "=", cur.snapRev))
+	t.orElse(s.keys.run(runID))   // 0
+	t.orElse(s.keys.lease(runID)) // 1
+	if o.Epoch != 0 || o.Acquire != "" {
+		t.cmp(clientv3.Compare(clientv3.ModRevision(s.keys.lease(runID)), "=", cur.leaseRev))
+	}
+	first := cur.st.Version + 1
+	for i, data := range encoded {
+		t.put(s.keys.event(runID, first+uint64(i)), data)
+	}
+	t.put(s.keys.run(runID), snap)
+	epoch, owner := cur.epoch, cur.owner
+	if o.Acquire != "" {
+		epoch, owner = epoch+1, o.Acquire
+		t.put(s.keys.lease(runID), encodeLease(epoch, owner))
+	}
+	putBlobs(t, s.keys, blobs)
+	changed := next.Status != cur.st.Status
+	stored := func(rev int64) {
+		leaseRev := cur.leaseRev
+		if o.Acquire != "" {
+			leaseRev = rev
+			if o.Acquired != nil {
+				*o.Acquired = epoch
+			}
+		}
+		s.remember(runID, runAt{st: next, snapRev: rev, epoch: epoch, owner: owner, leaseRev: leaseRev})
+	}
+	if err := s.fits(what, t); err != nil {
+		return false, err
+	}
+	if !changed && len(blobs) == 0 {
+		b := s.batch(ctx, what, runID, t)
+		if b.err != nil {
+			return false, b.err
+		}
+		if b.stored {
+			stored(b.rev)
+			return true, nil
+		}
+		// Not stored with others: alone, where a failed compare tells why.
+	}
+	var head cursorAt
+	if changed {
+		s.changesMu.Lock()
+		defer s.changesMu.Unlock()
+		if head, err = s.headLocked(ctx); err != nil {
+			return false, err
+		}
+		if err := s.putChange(t, cur.st.Status, next, head); err != nil { // 2
+			return false, fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	resp, err := s.commit(ctx, what, t)
+	if err != nil {
+		if changed {
+			s.head = cursorAt{}
+		}
+		return false, err
+	}
+	if resp.Succeeded {
+		rev := resp.Header.Revision
+		if changed {
+			s.head = cursorAt{known: true, cursor: head.cursor + 1, rev: rev}
+		}
+		stored(rev)
+		return true, nil
+	}
+	if changed {
+		if s.head, err = decodeHead(kvOf(resp, 2)); err != nil {
+			return false, err
+		}
+	}
+	now, err := s.decodeRun(ctx, runID, kvOf(resp, 0), kvOf(resp, 1))
+	if err != nil {
+		return false, err
+	}
+	s.remember(runID, now)
+	*cur = now
+	return false, nil
+}
+
+// Acquire implements store.Store.
+func (s *Store) Acquire(ctx context.Context, runID, owner string) (uint64, error) {
+	what := "acquire run " + runID
+	if err := s.enter("write run " + runID); err != nil {
+		return 0, err
+	}
+	defer s.mu.RUnlock()
+	cur, ok := s.cached(runID)
+	if !ok {
+		var err error
+		if cur, err = s.readRun(ctx, runID); err != nil {
+			return 0, err
+		}
+	}
+	for range maxAttempts {
+		t := &txn{}
+		t.cmp(clientv3.Compare(clientv3.CreateRevision(s.keys.run(runID)), ">", 0))
+		t.cmp(clientv3.Compare(clientv3.ModRevision(s.keys.lease(runID)), "=", cur.leaseRev))
+		t.orElse(s.keys.run(runID))
+		t.orElse(s.keys.lease(runID))
+		epoch := cur.epoch + 1
+		t.put(s.keys.lease(runID), encodeLease(epoch, owner))
+		resp, err := s.commit(ctx, what, t)
+		if err != nil {
+			s.forget(runID)
+			return 0, err
+		}
+		if resp.Succeeded {
+			cur.epoch, cur.owner, cur.leaseRev = epoch, owner, resp.Header.Revision
+			s.remember(runID, cur)
+			return epoch, nil
+		}
+		if cur, err = s.decodeRun(ctx, runID, kvOf(resp, 0), kvOf(resp, 1)); err != nil {
+			s.forget(runID)
+			return 0, err
+		}
+		s.remember(runID, cur)
+	}
+	return 0, contention(what)
+}
+
+// headLocked is the change cursor, read from etcd unless this Store knows
+// it. s.changesMu must be held.
+func (s *Store) headLocked(ctx context.Context) (cursorAt, error) {
+	if s.head.known {
+		return s.head, nil
+	}
+	rctx, cancel := s.readCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, s.keys.head())
+	if err != nil {
+		return cursorAt{}, s.etcdErr(ctx, "read the change cursor", err)
+	}
+	kv := resp.Kvs
+	if len(kv) == 0 {
+		s.head = cursorAt{known: true}
+	} else if s.head, err = decodeHead(kv[0]); err != nil {
+		return cursorAt{}, err
+	}
+	return s.head, nil
+}
+
+// putChange adds to t the moves of a run from status prev to next.Status:
+// the status index, the change record under the next cursor and the cursor,
+// compared at head. Its Else read of the cursor is the third.
+func (s *Store) putChange(t *txn, prev reinv1.RunStatus, next runstate.State, head cursorAt) error {
+	cursor := head.cursor + 1
+	ch, err := proto.Marshal(&reinv1.RunChange{
+		Cursor: cursor, RunId: next.RunID, Previous: prev, Status: next.Status, Version: next.Version,
+		Reason: next.StatusReason, ChangedAt: timestamppb.New(next.UpdatedAt),
+	})
+	if err != nil {
+		return fmt.Errorf("encode its status change: %w", err)
+	}
+	t.cmp(clientv3.Compare(clientv3.ModRevision(s.keys.head()), "=", head.rev))
+	t.orElse(s.keys.head())
+	if prev != reinv1.RunStatus_RUN_STATUS_UNSPECIFIED {
+		t.del(s.keys.status(prev, next.RunID))
+	}
+	t.put(s.keys.status(next.Status, next.RunID), nil)
+	v := make([]byte, 0, len(next.Tenant)+1+len(ch))
+	v = append(append(append(v, next.Tenant...), 0), ch...)
+	t.put(s.keys.change(cursor), v)
+	t.put(s.keys.head(), []byte(strconv.FormatUint(cursor, 10)))
+	return nil
+}
+
+func sealEvents(what string, events []*reinv1.Event) ([][]byte, error) {
+	encoded := make([][]byte, len(events))
+	for i, ev := range events {
+		data, err := seal(ev)
+		if err != nil {
+			return nil, fmt.Errorf("%s: encode event %d: %w", what, ev.GetSequence(), err)
+		}
+		encoded[i] = data
+	}
+	return encoded, nil
+}
+
+func contention(what string) error {
+	return fmt.Errorf("%s: %w: gave up after %d attempts while other servers kept moving the run's lease or the change cursor; retry", what, store.ErrConflict, maxAttempts)
+}
