@@ -10,7 +10,7 @@ import (
 
 // logLifecycle writes a run's lifecycle lines from an append's events:
 // started, paused, resumed (a person's answer or decision carried it on)
-// and ended, each with the run's ID, tenant and principal. What the run
+// and ended, each with the run's ID, trace ID, tenant and principal. What the run
 // was asked or answered is never logged: a goal or an answer may hold what
 // an operator must not read.
 func logLifecycle(log *slog.Logger, st runstate.State, evs []*reinv1.Event) {
@@ -22,7 +22,7 @@ func logLifecycle(log *slog.Logger, st runstate.State, evs []*reinv1.Event) {
 		switch p := ev.GetPayload().(type) {
 		case *reinv1.Event_RunStarted:
 			m := p.RunStarted.GetContract().GetModel()
-			attrs := []any{"run_id", st.RunID, "tenant", st.Tenant, "principal", st.Principal,
+			attrs := []any{"run_id", st.RunID, "trace_id", st.TraceID, "tenant", st.Tenant, "principal", st.Principal,
 				"model", m.GetProvider() + "/" + m.GetName()}
 			if parent := p.RunStarted.GetParentRunId(); parent != "" {
 				attrs = append(attrs, "forked_from", parent, "at", p.RunStarted.GetParentSequence())
@@ -30,7 +30,7 @@ func logLifecycle(log *slog.Logger, st runstate.State, evs []*reinv1.Event) {
 			log.Info("run started", attrs...)
 		case *reinv1.Event_StatusChanged:
 			sc := p.StatusChanged
-			attrs := []any{"run_id", st.RunID, "tenant", st.Tenant, "principal", st.Principal,
+			attrs := []any{"run_id", st.RunID, "trace_id", st.TraceID, "tenant", st.Tenant, "principal", st.Principal,
 				"status", runstate.StatusName(sc.GetTo()), "reason", sc.GetReason()}
 			switch {
 			case runstate.Terminal(sc.GetTo()):

@@ -119,7 +119,8 @@ func TestServeLogs(t *testing.T) {
 
 func hasLine(lines []map[string]any, msg, runID string) bool {
 	for _, l := range lines {
-		if l["msg"] == msg && l["run_id"] == runID && l["tenant"] == "acme" && l["principal"] == "alice" {
+		trace, _ := l["trace_id"].(string)
+		if l["msg"] == msg && l["run_id"] == runID && l["tenant"] == "acme" && l["principal"] == "alice" && len(trace) == 32 {
 			return true
 		}
 	}

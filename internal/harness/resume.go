@@ -52,7 +52,7 @@ func (e *Engine) resumeOne(ctx context.Context, st runstate.State) {
 		e.Arm(st)
 	default:
 		e.schedule(st.RunID)
-		e.cfg.Logger.Info("resumed run", "run_id", st.RunID, "tenant", st.Tenant, "principal", st.Principal, "version", st.Version)
+		e.cfg.Logger.Info("resumed run", "run_id", st.RunID, "trace_id", st.TraceID, "tenant", st.Tenant, "principal", st.Principal, "version", st.Version)
 	}
 }
 
