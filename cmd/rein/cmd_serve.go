@@ -135,6 +135,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		}
 		otel.SetTracerProvider(tp)
 		cfg.Traces = tp
+		cfg.Metrics.OfferGenAI() // on /metrics, with --admin-listen
 		defer func() {
 			// Flush what the batcher holds, bounded: a collector that is
 			// gone must not hold the stop up.

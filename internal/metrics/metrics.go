@@ -65,6 +65,9 @@ type Metrics struct {
 	live   map[string]*liveRun
 	models *labelSet
 	tools  *labelSet
+	// genAI, once OfferGenAI is called, are the GenAI conventions' client
+	// metrics.
+	genAI *genAI
 }
 
 // liveRun is a run that has not ended, as Observe tracks it.

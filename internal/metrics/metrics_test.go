@@ -206,3 +206,35 @@ func TestStoreTimesAppends(t *testing.T) {
 		}
 	}
 }
+
+// The GenAI conventions' client metrics are there only when offered (rein
+// serve offers them with traces on), and then count each model call.
+func TestGenAIMetricsOffered(t *testing.T) {
+	names := func(m *Metrics) map[string]bool {
+		mf, err := m.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, f := range mf {
+			out[f.GetName()] = true
+		}
+		return out
+	}
+	call := []*reinv1.Event{started("gpt-test"), {Payload: &reinv1.Event_ModelReturned{ModelReturned: &reinv1.ModelReturned{
+		Usage: &reinv1.Usage{InputTokens: 120, OutputTokens: 30}, Duration: durationpb.New(time.Second)}}}}
+	off := New()
+	off.Observe("run_a", call)
+	if names(off)["gen_ai_client_operation_duration_seconds"] {
+		t.Error("GenAI metrics registered without OfferGenAI")
+	}
+	on := New()
+	on.OfferGenAI()
+	on.Observe("run_a", call)
+	if got := testutil.CollectAndCount(on.genAI.tokens); got != 2 {
+		t.Errorf("token usage has %d series, want input and output", got)
+	}
+	if !names(on)["gen_ai_client_operation_duration_seconds"] || !names(on)["gen_ai_client_token_usage"] {
+		t.Errorf("GenAI metrics missing: %v", names(on))
+	}
+}

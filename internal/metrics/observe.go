@@ -106,6 +106,7 @@ func (m *Metrics) Observe(runID string, evs []*reinv1.Event) {
 			if c := mr.GetCostUsd(); c > 0 {
 				m.modelCost.WithLabelValues(provider, model).Add(c)
 			}
+			m.genAI.observe(provider, model, mr)
 		case *reinv1.Event_ModelRetried:
 			m.modelRetries.WithLabelValues(retryLabel(p.ModelRetried.GetReason())).Inc()
 		case *reinv1.Event_ToolReturned:
