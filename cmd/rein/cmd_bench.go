@@ -57,6 +57,7 @@ type benchOptions struct {
 	scale  float64
 	rounds int
 	runs   int
+	traces bool
 	dir    string
 	store  string
 }
@@ -95,6 +96,7 @@ func newBenchCmd(e *env) *cobra.Command {
 	cmd.Flags().Float64Var(&o.scale, "scale", 1, "multiply each scenario's size by this (such as 0.1 for a quick run)")
 	cmd.Flags().IntVar(&o.rounds, "rounds", 3, "rounds of figure and baseline, alternating; the best of each is kept")
 	cmd.Flags().IntVar(&o.runs, "runs", 16, "how many concurrent runs steps-runs drives, 500 steps each")
+	cmd.Flags().BoolVar(&o.traces, "traces", false, "steps and steps-runs: build the runs' spans as rein serve --otel does (dropped, not exported), to measure what tracing costs")
 	cmd.Flags().StringVar(&o.dir, "dir", "", "directory for the temporary files (default: the system's)")
 	cmd.Flags().StringVar(&o.store, "store", "bolt", "storage backend to run on: "+benchStores)
 	return cmd
@@ -126,7 +128,7 @@ func (o *benchOptions) run(cmd *cobra.Command, e *env, name string) error {
 	if err != nil {
 		return err
 	}
-	opts := bench.Options{Scale: o.scale, Rounds: o.rounds, Dir: o.dir, Backend: backend, Runs: o.runs, WatchServer: e.benchServer}
+	opts := bench.Options{Scale: o.scale, Rounds: o.rounds, Dir: o.dir, Backend: backend, Runs: o.runs, Traces: o.traces, WatchServer: e.benchServer}
 	if opts.WatchServer == nil {
 		opts.WatchServer = benchServe
 	}

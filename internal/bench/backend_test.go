@@ -170,7 +170,7 @@ func BenchmarkStepsFigure(b *testing.B) {
 	dir := b.TempDir()
 	steps, cpu := 0.0, time.Duration(0)
 	for i := 0; b.Loop(); i++ {
-		fr, err := stepsFigure(context.Background(), be, filepath.Join(dir, fmt.Sprintf("figure-%d.db", i)), contract, runs, fixtures, false)
+		fr, err := stepsFigure(context.Background(), be, filepath.Join(dir, fmt.Sprintf("figure-%d.db", i)), contract, runs, fixtures, false, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -179,4 +179,29 @@ func BenchmarkStepsFigure(b *testing.B) {
 	}
 	b.ReportMetric(steps/b.Elapsed().Seconds(), "steps/s")
 	b.ReportMetric(float64(cpu.Microseconds())/steps, "cpu-µs/step")
+}
+
+// With Traces the steps scenario builds the runs' spans (one chat and one
+// execute_tool span a step, and the runs' invoke_agent spans), so its
+// figure includes what tracing costs; without, it builds none.
+func TestStepsRunsTraced(t *testing.T) {
+	o := small(t, 0.01)
+	o.Runs = 3
+	o.Traces = true
+	r, err := StepsRuns(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 18 steps: 18 chat spans, 15 execute_tool spans, 3 invoke_agent spans, in each of the rounds.
+	if got := r.Extra["spans"]; got < 36 {
+		t.Errorf("%v spans built, want at least the 36 of one round", got)
+	}
+	o.Traces = false
+	r, err = StepsRuns(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Extra["spans"]; ok {
+		t.Error("spans counted without Traces")
+	}
 }

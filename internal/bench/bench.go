@@ -78,6 +78,10 @@ type Options struct {
 	// Runs is how many concurrent runs the steps-runs scenario drives; 0
 	// means stepsRunsDefault.
 	Runs int
+	// Traces builds the steps scenarios' spans as rein serve --otel does
+	// (telemetry.Tracer on the engine's publish hook), exported to an
+	// exporter that drops them, to measure what tracing costs a step.
+	Traces bool
 	// WatchServer, when set, returns the command of a rein server for the
 	// watch scenario's memory measurement: it must serve the store at db on
 	// a free loopback port, without a rate limit and without tokens, and

@@ -7,14 +7,17 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/telemetry"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -77,6 +80,20 @@ func runSteps(ctx context.Context, o Options, r Result, runs, calls int) (Result
 	}
 	defer os.RemoveAll(dir)
 
+	var published func(runstate.State, []*reinv1.Event)
+	var spans discardSpans
+	if o.Traces {
+		spans.n = new(atomic.Int64)
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(spans))
+		defer func() {
+			if tp.ForceFlush(context.WithoutCancel(ctx)) == nil && r.Extra != nil {
+				r.Extra["spans"] = float64(spans.n.Load())
+			}
+			_ = tp.Shutdown(context.WithoutCancel(ctx))
+		}()
+		published = telemetry.NewTracer(tp).Observe
+		r.Scenario += " (traced)"
+	}
 	// encoded holds the figure's events, as stored, for the baseline:
 	// encoded[i] is run i's.
 	var encoded [][][]byte
@@ -85,7 +102,7 @@ func runSteps(ctx context.Context, o Options, r Result, runs, calls int) (Result
 	figure := func(round int) (measure, error) {
 		path := filepath.Join(dir, fmt.Sprintf("figure-%d.db", round))
 		defer os.Remove(path)
-		fr, err := stepsFigure(ctx, be, path, contract, runs, fixtures, encoded == nil)
+		fr, err := stepsFigure(ctx, be, path, contract, runs, fixtures, encoded == nil, published)
 		if err != nil {
 			return fr.m, err
 		}
@@ -187,7 +204,8 @@ func stepsContract(calls int) *reinv1.TaskContract {
 // fresh store, timing the first Start to the last run's end. With collect it
 // returns each run's events as stored; it counts the commits, the bytes
 // written and the CPU time.
-func stepsFigure(ctx context.Context, be Backend, path string, c *reinv1.TaskContract, runs int, fx tools.Executor, collect bool) (stepsRound, error) {
+func stepsFigure(ctx context.Context, be Backend, path string, c *reinv1.TaskContract, runs int, fx tools.Executor, collect bool,
+	published func(runstate.State, []*reinv1.Event)) (stepsRound, error) {
 	var out stepsRound
 	s, err := be.Open(path, false)
 	if err != nil {
@@ -199,7 +217,7 @@ func stepsFigure(ctx context.Context, be Backend, path string, c *reinv1.TaskCon
 			s.Close()
 		}
 	}()
-	e := harness.New(harness.Config{Store: s, Tools: fx, Workers: runs})
+	e := harness.New(harness.Config{Store: s, Tools: fx, Workers: runs, Published: published})
 	defer e.Close()
 
 	w := startWrites()
@@ -350,3 +368,14 @@ func stepsBaseline(c Ceiling, path string, encoded [][][]byte, steps float64) (m
 	}
 	return measure{units: steps, elapsed: elapsed}, puts, nil
 }
+
+// discardSpans is a span exporter that drops what it is given: the steps
+// scenarios' cost of tracing without a collector's.
+// It counts them.
+type discardSpans struct{ n *atomic.Int64 }
+
+func (d discardSpans) ExportSpans(_ context.Context, s []sdktrace.ReadOnlySpan) error {
+	d.n.Add(int64(len(s)))
+	return nil
+}
+func (discardSpans) Shutdown(context.Context) error { return nil }
