@@ -173,6 +173,9 @@ func benchDetail(r bench.Result) string {
 		} else {
 			s += fmt.Sprintf(", per commit %s (%.2f commits a step)", kib(x["bytes_written_per_commit"]), x["commits_per_step"])
 		}
+		if n, ok := x["spans"]; ok {
+			s += fmt.Sprintf("; traced: %.0f spans built", n)
+		}
 		return s
 	case "recovery":
 		return fmt.Sprintf("; serving in %.2fs (target ≤ 2s; an empty store: %.3fs), every running run resumed in %.2fs, peak RSS %.0f MiB (target ≤ 256 MiB): the process's own (anonymous) %.0f MiB, peak %.0f MiB (target ≤ %.0f MiB), and %.0f MiB of the store's file pages mapped (page cache)",

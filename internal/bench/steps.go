@@ -92,7 +92,6 @@ func runSteps(ctx context.Context, o Options, r Result, runs, calls int) (Result
 			_ = tp.Shutdown(context.WithoutCancel(ctx))
 		}()
 		published = telemetry.NewTracer(tp).Observe
-		r.Scenario += " (traced)"
 	}
 	// encoded holds the figure's events, as stored, for the baseline:
 	// encoded[i] is run i's.
