@@ -261,3 +261,52 @@ func TestTracesSetupRefusesUnknownProtocol(t *testing.T) {
 		t.Fatal("Setup accepted an unknown OTLP protocol")
 	}
 }
+
+// A run cut mid-call (its server stopped at once, as a crash stops it) and
+// carried on by the next server at start keeps its one trace too: the
+// resent call's span is in the run's trace.
+func TestTraceSurvivesCrash(t *testing.T) {
+	path := t.TempDir() + "/rein.db"
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	first, c := tracedServer(t, boltAt(t, path), tp)
+	slow := final("done")
+	slow.DelayMs = 60_000
+	resp, err := c.StartRun(context.Background(), &reinv1.StartRunRequest{RequestId: "crash", Contract: contract(nil, slow)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := c.GetRun(context.Background(), &reinv1.GetRunRequest{RunId: resp.GetRun().GetRunId()})
+		if err == nil && got.GetRun().GetModelInFlight() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the model call was never sent")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	first.Close() // the run is cut with its call in flight
+	exp.Reset()
+
+	node, err := Open(context.Background(), Config{Store: boltAt(t, path), Tools: fixtures(), Traces: tp, Resume: true,
+		Models: scriptedModels(final("done"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	waitSpans(t, exp, "invoke_agent rein")
+	var resumed bool
+	for _, s := range exp.GetSpans().Snapshots() {
+		if s.SpanContext().TraceID().String() != resp.GetRun().GetTraceId() {
+			t.Errorf("after the crash, span %q is in trace %s, not the run's %s", s.Name(), s.SpanContext().TraceID(), resp.GetRun().GetTraceId())
+		}
+		if a := attrs(s); s.Name() == "chat " && a["rein.resumed"].AsBool() {
+			resumed = true
+		}
+	}
+	if !resumed {
+		t.Error("no chat span of the resent call (rein.resumed)")
+	}
+}
