@@ -88,7 +88,7 @@ func TestRunTrace(t *testing.T) {
 			}
 		}
 	}
-	agent, chat, tool := byName["invoke_agent rein"], byName["chat "], byName["execute_tool lookup"]
+	agent, chat, tool := byName["invoke_agent rein"], byName["chat"], byName["execute_tool lookup"]
 	if agent == nil || chat == nil || tool == nil {
 		t.Fatalf("spans %v; want invoke_agent rein, chat, execute_tool lookup", keys(byName))
 	}
@@ -302,7 +302,7 @@ func TestTraceSurvivesCrash(t *testing.T) {
 		if s.SpanContext().TraceID().String() != resp.GetRun().GetTraceId() {
 			t.Errorf("after the crash, span %q is in trace %s, not the run's %s", s.Name(), s.SpanContext().TraceID(), resp.GetRun().GetTraceId())
 		}
-		if a := attrs(s); s.Name() == "chat " && a["rein.resumed"].AsBool() {
+		if a := attrs(s); s.Name() == "chat" && a["rein.resumed"].AsBool() {
 			resumed = true
 		}
 	}

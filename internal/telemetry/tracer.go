@@ -202,7 +202,11 @@ func (t *Tracer) chat(s *stretch, m *reinv1.ModelSpec, mr *reinv1.ModelReturned,
 	if id := mr.GetResponseId(); id != "" {
 		attrs = append(attrs, attribute.String("gen_ai.response.id", id))
 	}
-	_, span := t.tracer.Start(s.ctx, "chat "+m.GetName(), trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	name := "chat"
+	if m.GetName() != "" {
+		name += " " + m.GetName()
+	}
+	_, span := t.tracer.Start(s.ctx, name, trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 	if mr.GetDecision() == nil {
 		span.SetStatus(codes.Error, "the reply was not a decision")
 	}
