@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/pelletier/go-toml/v2"
 )
@@ -105,15 +106,15 @@ func loadConfig(path string) (cfg *configFile, exists bool, err error) {
 
 // tomlError says where in the file a decode error is, as FILE:LINE:COLUMN.
 func tomlError(path string, err error) string {
+	var se *toml.StrictMissingError
+	if errors.As(err, &se) && len(se.Errors) > 0 {
+		row, col := se.Errors[0].Position()
+		return fmt.Sprintf("%s:%d:%d: unknown key %q; the keys are %s", path, row, col, strings.Join(se.Errors[0].Key(), "."), profileKeyList())
+	}
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
 		row, col := de.Position()
 		return fmt.Sprintf("%s:%d:%d: %s; fix the file (TOML) or pass another with --config", path, row, col, de.Error())
-	}
-	var se *toml.StrictMissingError
-	if errors.As(err, &se) && len(se.Errors) > 0 {
-		row, col := se.Errors[0].Position()
-		return fmt.Sprintf("%s:%d:%d: unknown key %q; the keys are %s", path, row, col, se.Errors[0].Key(), profileKeyList())
 	}
 	return fmt.Sprintf("%s: %v", path, err)
 }
