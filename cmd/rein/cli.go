@@ -183,6 +183,12 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newVersionCmd(e),
 		newConfigCmd(e),
 	)
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "inspect", "events", "watch", "approve", "deny", "input", "cancel", "export", "fork":
+			c.ValidArgsFunction = completeRunIDs(e)
+		}
+	}
 	// Known before cobra looks for the subcommand, so that "rein --help
 	// --db FILE" does not read --db as --help's value.
 	root.InitDefaultHelpFlag()
