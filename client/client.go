@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -33,6 +35,13 @@ type Options struct {
 	CAFile string
 	// CertFile and KeyFile are the client's certificate for mTLS.
 	CertFile, KeyFile string
+	// SystemRoots turns TLS on, the server's certificate verified by the
+	// system's roots (when CAFile is empty).
+	SystemRoots bool
+	// InsecureToken lets Token go in plaintext to a host that is not
+	// loopback; without it Dial refuses (ErrPlaintextToken), before any
+	// connection is made.
+	InsecureToken bool
 	// DialOptions are added to grpc.NewClient's.
 	DialOptions []grpc.DialOption
 	// Backoff bounds Watch's and WatchRuns' waits between reconnections;
@@ -82,7 +91,11 @@ type Client struct {
 // MaxRetryInfoAttempts).
 func Dial(target string, opts Options) (*Client, error) {
 	creds := insecure.NewCredentials()
-	if opts.CAFile != "" || opts.CertFile != "" {
+	tlsOn := opts.CAFile != "" || opts.CertFile != "" || opts.SystemRoots
+	if opts.Token != "" && !tlsOn && !opts.InsecureToken && !loopback(target) {
+		return nil, fmt.Errorf("%w to %s, which is not a loopback address: use TLS (Options.CAFile or SystemRoots), or set Options.InsecureToken on a network you trust", ErrPlaintextToken, target)
+	}
+	if tlsOn {
 		cfg, err := tlsConfig(opts)
 		if err != nil {
 			return nil, err
@@ -104,6 +117,32 @@ func Dial(target string, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("dial rein server %s: %w", target, err)
 	}
 	return &Client{Runs: reinv1.NewRunServiceClient(cc), conn: cc, backoff: opts.Backoff.orDefault()}, nil
+}
+
+// ErrPlaintextToken is Dial's refusal to send a bearer token without TLS to
+// a host that is not loopback, where anyone on the path could read it.
+var ErrPlaintextToken = errors.New("refusing to send the bearer token in plaintext")
+
+// loopback reports whether target (host:port, optionally dns:/// or
+// passthrough:///, or a unix socket) is this machine: "localhost" or a
+// loopback IP. Names are not resolved: one that happens to point here is
+// not known to be loopback.
+func loopback(target string) bool {
+	if strings.HasPrefix(target, "unix:") || strings.HasPrefix(target, "unix-abstract:") {
+		return true
+	}
+	for _, scheme := range []string{"dns:///", "passthrough:///"} {
+		target = strings.TrimPrefix(target, scheme)
+	}
+	host, _, err := net.SplitHostPort(target)
+	if err != nil {
+		host = target
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
 }
 
 // New wraps an existing connection (an in-process server, say); its

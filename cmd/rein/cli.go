@@ -63,8 +63,23 @@ type env struct {
 	db string
 	// server, when set, is a rein server to talk to instead of the embedded
 	// one; token and the TLS files go with it.
-	server, token          string
-	tlsCA, tlsCert, tlsKey string
+	server, token, tokenFile string
+	tlsCA, tlsCert, tlsKey   string
+	// tlsSystemRoots turns TLS on, verified by the system's roots;
+	// insecureToken lets a token go in plaintext to a host not loopback.
+	tlsSystemRoots, insecureToken bool
+	// output is --output: json or table (json is true for json).
+	output string
+	// configPath is the config file of profiles and profileName the
+	// profile in use ("" none); their sources are for `rein config`.
+	configPath, configSource   string
+	profileName, profileSource string
+	config                     *configFile
+	configExists               bool
+	// settings are the global settings as resolved, with their sources;
+	// resolved is set once they are.
+	settings []settingValue
+	resolved bool
 	// commandTimeout bounds how long a command retries a --server that is
 	// unavailable; timeoutFlag is set for the commands that have the flag
 	// (the others wait as long as they last).
@@ -99,7 +114,29 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 // run is Run on an environment the caller made (with its stdin, stdout and
 // stderr, and any of its optional fields set).
 func run(ctx context.Context, e *env, args []string) int {
-	stdin, stdout, stderr := e.stdin, e.stdout, e.stderr
+	root := newRoot(e)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	code := exitCode(err)
+	if !e.started {
+		code = exitUsage
+	}
+	if st, ok := status.FromError(err); ok {
+		fmt.Fprintf(e.stderr, "rein: %s (%s)\n", st.Message(), st.Code())
+		if hint := unreachable(e, st); hint != "" {
+			fmt.Fprintln(e.stderr, "rein: "+hint)
+		}
+	} else if msg := err.Error(); msg != "" {
+		fmt.Fprintln(e.stderr, "rein: "+msg)
+	}
+	return code
+}
+
+// newRoot is the rein command and its subcommands, on e.
+func newRoot(e *env) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "rein",
 		Short: "rein runs AI-agent runs under a contract: budgets, granted tools, approvals, an event log",
@@ -110,23 +147,17 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		e.started = true
 		e.timeoutFlag = cmd.Flags().Lookup("command-timeout") != nil
+		return e.resolve(root, cmd, cmd.Annotations[annotationNoProfile] == "")
 	}
 	root.Version = version.String(version.Get())
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.SetArgs(args)
-	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	root.PersistentFlags().StringVar(&e.db, "db", defaultDB(), "bbolt file of the embedded server")
-	root.PersistentFlags().BoolVar(&e.json, "json", false, "print JSON")
-	root.PersistentFlags().StringVar(&e.server, "server", os.Getenv("REIN_SERVER"), "a rein server's host:port (env REIN_SERVER); without it, commands run an embedded server on --db")
-	root.PersistentFlags().StringVar(&e.token, "token", os.Getenv("REIN_TOKEN"), "bearer token for --server (env REIN_TOKEN)")
-	root.PersistentFlags().StringVar(&e.tlsCA, "tls-ca", "", "CA certificate that signed the server's; turns TLS on")
-	root.PersistentFlags().StringVar(&e.tlsCert, "tls-cert", "", "client certificate, for mTLS")
-	root.PersistentFlags().StringVar(&e.tlsKey, "tls-key", "", "client key, for mTLS")
+	root.SetIn(e.stdin)
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	e.registerGlobals(root.PersistentFlags())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return usageError("%v", err)
 	})
@@ -150,28 +181,23 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newEvaluateCmd(e),
 		newCheckCmd(e),
 		newVersionCmd(e),
+		newConfigCmd(e),
 	)
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "inspect", "events", "watch", "approve", "deny", "input", "cancel", "export", "fork":
+			c.ValidArgsFunction = completeRunIDs(e)
+		}
+	}
 	// Known before cobra looks for the subcommand, so that "rein --help
 	// --db FILE" does not read --db as --help's value.
 	root.InitDefaultHelpFlag()
-	err := root.ExecuteContext(ctx)
-	if err == nil {
-		return exitOK
-	}
-	code := exitCode(err)
-	if !e.started {
-		code = exitUsage
-	}
-	if st, ok := status.FromError(err); ok {
-		fmt.Fprintf(stderr, "rein: %s (%s)\n", st.Message(), st.Code())
-		if hint := unreachable(e, st); hint != "" {
-			fmt.Fprintln(stderr, "rein: "+hint)
-		}
-	} else if msg := err.Error(); msg != "" {
-		fmt.Fprintln(stderr, "rein: "+msg)
-	}
-	return code
+	return root
 }
+
+// annotationNoProfile marks the commands that edit the config file: they
+// read it but choose no profile (one named may not exist yet).
+const annotationNoProfile = "rein/no-profile"
 
 // unreachable says, in words, what to check when the CLI could not talk to
 // its --server at all (the connection failed, as opposed to the server
@@ -183,7 +209,7 @@ func unreachable(e *env, st *status.Status) string {
 	msg := st.Message()
 	switch {
 	case handshakeFailed(msg):
-		if e.tlsCA == "" {
+		if e.tlsCA == "" && !e.tlsSystemRoots {
 			return fmt.Sprintf("the server at %s did not speak plaintext gRPC: if it serves TLS, pass --tls-ca with the CA that signed its certificate", e.server)
 		}
 		return fmt.Sprintf("the TLS connection to %s failed: check that --tls-ca is the CA that signed the server's certificate, and that the server serves TLS", e.server)
@@ -229,7 +255,7 @@ func exitCode(err error) int {
 
 // clientFlags are the root's persistent flags that only a client of a rein
 // server uses (`rein serve` has its own --tls-cert and --tls-key).
-var clientFlags = []string{"server", "token", "tls-ca", "tls-cert", "tls-key"}
+var clientFlags = []string{"server", "token", "token-file", "tls-ca", "tls-cert", "tls-key", "tls-system-roots", "insecure-token"}
 
 // hideClientFlags keeps the client-only flags out of cmd's help: they are
 // persistent on the root, so cobra would list them as cmd's global flags. The

@@ -260,7 +260,7 @@ func newPendingCmd(e *env) *cobra.Command {
 					return err
 				}
 				defer cn.close()
-				runs, err := listRuns(ctx, cn.runs, &reinv1.ListRunsRequest{Statuses: []reinv1.RunStatus{
+				runs, _, err := listRuns(ctx, cn.runs, &reinv1.ListRunsRequest{Statuses: []reinv1.RunStatus{
 					reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT,
 				}}, math.MaxInt)
 				if err != nil {

@@ -211,19 +211,37 @@ func printEvents(e *env, evs []*reinv1.Event) error {
 }
 
 func newListCmd(e *env) *cobra.Command {
-	var statuses []string
+	var statuses, labels []string
 	var limit int
+	var after string
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List runs, newest first",
-		Args:  cobra.NoArgs,
+		Long: `List runs, newest first: all of them, or those in --status and carrying every
+--label. When more runs match than --limit, stderr gives the cursor of the rest
+(rein list --after CURSOR, with the same filter).`,
+		Example: `  rein list
+  rein list --status needs_approval --output json
+  rein list --label team=billing --label env=prod --limit 20
+  rein list --label team=billing --limit 20 --after CURSOR`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			st, err := parseStatuses(statuses)
 			if err != nil {
 				return err
 			}
-			req := &reinv1.ListRunsRequest{Statuses: st}
+			req := &reinv1.ListRunsRequest{Statuses: st, PageToken: after}
+			for _, kv := range labels {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok || k == "" {
+					return usageError("--label %q: expected KEY=VALUE", kv)
+				}
+				if req.Labels == nil {
+					req.Labels = map[string]string{}
+				}
+				req.Labels[k] = v
+			}
 			if limit <= 0 {
 				return usageError("--limit must be positive")
 			}
@@ -234,9 +252,15 @@ func newListCmd(e *env) *cobra.Command {
 					return err
 				}
 				defer cn.close()
-				if runs, err = listRuns(ctx, cn.runs, req, limit); err != nil {
+				var next string
+				if runs, next, err = listRuns(ctx, cn.runs, req, limit); err != nil {
 					return err
 				}
+				if next != "" {
+					fmt.Fprintf(e.stderr, "rein: more runs: rein list --after %s (with the same --status and --label)\n", next)
+				}
+			} else if after != "" {
+				return usageError("--after %q: no runs to page through (no store at %s)", after, e.db)
 			}
 			if e.json {
 				return writeJSON(e.stdout, runs, false)
@@ -251,28 +275,31 @@ func newListCmd(e *env) *cobra.Command {
 	}
 	cmd.Flags().StringSliceVar(&statuses, "status", nil, "only runs in these statuses (repeat or comma-separate)")
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many runs")
+	cmd.Flags().StringArrayVar(&labels, "label", nil, "only runs carrying this label, as KEY=VALUE; repeatable (all must match)")
+	cmd.Flags().StringVar(&after, "after", "", "the cursor a previous rein list printed on stderr: the runs after those it listed")
 	return cmd
 }
 
 // listRuns pages through ListRuns and returns up to limit summaries (an
-// empty list, not nil, when there are none).
-func listRuns(ctx context.Context, runs reinv1.RunServiceClient, req *reinv1.ListRunsRequest, limit int) ([]summary, error) {
+// empty list, not nil, when there are none) and the cursor of the runs
+// after them ("" when there are none).
+func listRuns(ctx context.Context, runs reinv1.RunServiceClient, req *reinv1.ListRunsRequest, limit int) ([]summary, string, error) {
 	out := []summary{}
 	for len(out) < limit {
 		req.PageSize = int32(min(limit-len(out), 1000))
 		resp, err := runs.ListRuns(ctx, req)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		for _, r := range resp.GetRuns() {
 			out = append(out, summarize(r))
 		}
 		if resp.GetNextPageToken() == "" {
-			break
+			return out, "", nil
 		}
 		req.PageToken = resp.GetNextPageToken()
 	}
-	return out, nil
+	return out, req.GetPageToken(), nil
 }
 
 // parseStatuses reads --status values: names, repeated or comma-separated.

@@ -49,7 +49,12 @@ func connect(ctx context.Context, e *env, s *setup) (*conn, error) {
 	// A reply is bounded by the server (its pages, its inline bounds); one
 	// blob, such as a large write's preview, may still pass gRPC's 4 MiB
 	// default, and rein export and replay must read it whole.
-	c, err := client.Dial(e.server, client.Options{Token: e.token, CAFile: e.tlsCA, CertFile: e.tlsCert, KeyFile: e.tlsKey,
+	token, err := e.bearerToken()
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.Dial(e.server, client.Options{Token: token, CAFile: e.tlsCA, CertFile: e.tlsCert, KeyFile: e.tlsKey,
+		SystemRoots: e.tlsSystemRoots, InsecureToken: e.insecureToken,
 		Backoff: client.Backoff{Min: retryMin, Max: retryMax, Patience: e.patience()},
 		DialOptions: []grpc.DialOption{
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxReplyBytes)),
@@ -59,6 +64,9 @@ func connect(ctx context.Context, e *env, s *setup) (*conn, error) {
 				BaseDelay: retryMin, Multiplier: 1.6, Jitter: 0.2, MaxDelay: retryMax,
 			}, MinConnectTimeout: 20 * time.Second}),
 		}})
+	if errors.Is(err, client.ErrPlaintextToken) {
+		return nil, usageError("%v to %s, which is not a loopback address: use TLS (--tls-ca FILE or --tls-system-roots), or pass --insecure-token on a network you trust", client.ErrPlaintextToken, e.server)
+	}
 	if err != nil {
 		return nil, usageError("%v", err)
 	}
