@@ -47,6 +47,10 @@ type Options struct {
 	// Backoff bounds Watch's and WatchRuns' waits between reconnections;
 	// a zero field takes its default.
 	Backoff Backoff
+	// OnReconnect, when set, is told each time Watch or WatchRuns lost its
+	// stream and will open it again after wait: err is why it ended. It
+	// must not block.
+	OnReconnect func(err error, wait time.Duration)
 }
 
 // Backoff bounds the waits between a watch's reconnections, and Retry's
@@ -80,9 +84,10 @@ func (b Backoff) orDefault() Backoff {
 
 // Client is a connection to a rein server.
 type Client struct {
-	Runs    reinv1.RunServiceClient
-	conn    *grpc.ClientConn
-	backoff Backoff
+	Runs        reinv1.RunServiceClient
+	conn        *grpc.ClientConn
+	backoff     Backoff
+	onReconnect func(error, time.Duration)
 }
 
 // Dial connects to the rein server at target (host:port). The connection is
@@ -116,7 +121,7 @@ func Dial(target string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial rein server %s: %w", target, err)
 	}
-	return &Client{Runs: reinv1.NewRunServiceClient(cc), conn: cc, backoff: opts.Backoff.orDefault()}, nil
+	return &Client{Runs: reinv1.NewRunServiceClient(cc), conn: cc, backoff: opts.Backoff.orDefault(), onReconnect: opts.OnReconnect}, nil
 }
 
 // ErrPlaintextToken is Dial's refusal to send a bearer token without TLS to
@@ -242,10 +247,11 @@ type reconnector struct {
 	wait  time.Duration
 	stuck int
 	since time.Time // the first failure since the last progress; zero: none
+	told  func(error, time.Duration)
 }
 
 func (c *Client) reconnector() *reconnector {
-	return &reconnector{b: c.backoff, wait: c.backoff.Min}
+	return &reconnector{b: c.backoff, wait: c.backoff.Min, told: c.onReconnect}
 }
 
 // progress records an event handed over: the next failure starts afresh.
@@ -280,6 +286,9 @@ func (r *reconnector) reconnect(ctx context.Context, err error) (retry bool, _ e
 	}
 	if r.b.Patience > 0 && time.Since(r.since)+pause > r.b.Patience {
 		return false, err
+	}
+	if r.told != nil {
+		r.told(err, pause)
 	}
 	if !sleep(ctx, pause) {
 		return false, ctx.Err()

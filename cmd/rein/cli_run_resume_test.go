@@ -138,6 +138,8 @@ func TestRunFollowsThroughADroppedStream(t *testing.T) {
 	if got := strings.Join(seqs, " "); got != "1 2 3 4" {
 		t.Errorf("events printed: %s, want 1 2 3 4, each once:\n%s", got, r.stderr)
 	}
+	// It said on stderr that the stream was cut and that it reconnects.
+	mustContain(t, "rein run through a cut stream", r.stderr, "was cut", "reconnecting in")
 
 	// The twin: a server that stays unreachable is waited for, not given up
 	// on; Ctrl+C then cannot record the cancel either, and says so.

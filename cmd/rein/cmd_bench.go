@@ -79,7 +79,10 @@ measure the server's memory with every stream open and idle.`
 func newBenchCmd(e *env) *cobra.Command {
 	o := &benchOptions{}
 	cmd := &cobra.Command{
-		Use:   "bench SCENARIO",
+		Use: "bench SCENARIO",
+		Example: `  rein bench steps
+  rein bench steps --runs 64 --rounds 3
+  rein bench all --scale 0.1 --json`,
 		Short: "Measure rein against the disk it runs on (rein bench --help lists the scenarios)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -10,7 +10,9 @@ import (
 
 func newCheckCmd(e *env) *cobra.Command {
 	return &cobra.Command{
-		Use:   "check",
+		Use: "check",
+		Example: `  rein check --db /var/lib/rein/rein.db
+  rein check --db rein.db --json`,
 		Short: "Check the --db store for damage, read-only, and report every problem",
 		Long: `Read the whole --db file read-only (it is never written) and report every
 problem found, one a line on stdout (a JSON object with --json):

@@ -34,7 +34,9 @@ type evaluateOptions struct {
 func newEvaluateCmd(e *env) *cobra.Command {
 	o := &evaluateOptions{}
 	cmd := &cobra.Command{
-		Use:   "evaluate SUITE.json",
+		Use: "evaluate SUITE.json",
+		Example: `  rein evaluate examples/eval/suite.json
+  rein evaluate examples/eval/suite.json --json`,
 		Short: "Run a suite of cases several times each and grade them; exit 1 under a pass rate",
 		Long: `Run every case of a suite file --trials times (up to --concurrency at once) and
 grade each trial against the case's expectations: the status the run pauses or

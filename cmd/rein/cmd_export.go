@@ -28,7 +28,9 @@ type exportOptions struct {
 func newExportCmd(e *env) *cobra.Command {
 	var o exportOptions
 	cmd := &cobra.Command{
-		Use:   "export RUN_ID",
+		Use: "export RUN_ID",
+		Example: `  rein export run_01M8… -o run.rein
+  rein export run_01M8… --server rein.internal:7233 > run.rein`,
 		Short: "Write a run's events to an export file (stdout, or -o FILE)",
 		Long: `Write every event of a run to one file that rein inspect FILE, rein events FILE
 and rein import FILE read: the line "rein-export 1", the run as protobuf, its SHA-256.
@@ -121,7 +123,9 @@ func buildVersion() string {
 
 func newImportCmd(e *env) *cobra.Command {
 	return &cobra.Command{
-		Use:   "import FILE",
+		Use: "import FILE",
+		Example: `  rein import run.rein --db other.db
+  rein import run.rein --server rein.internal:7233`,
 		Short: "Load a run from an export file into the --db store, or a --server",
 		Long: `Load the run an export file holds (written by rein export) into the embedded
 server's store, --db, or into a --server (ImportRun, which needs the admin role), and

@@ -22,7 +22,9 @@ type forkOptions struct {
 func newForkCmd(e *env) *cobra.Command {
 	o := &forkOptions{}
 	cmd := &cobra.Command{
-		Use:   "fork RUN_ID --at SEQ",
+		Use: "fork RUN_ID --at SEQ",
+		Example: `  rein fork run_01M8… --at 8
+  rein fork run_01M8… --at 8 --tools fixture:examples/invoice/tools.json`,
 		Short: "Start a new run from another's state at a sequence, without paying again for what it did",
 		Long: `Start a new run whose log carries over RUN_ID's events up to --at: no model call or
 tool result before it is paid for again, and its run_started names the parent

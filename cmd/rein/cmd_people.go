@@ -29,7 +29,9 @@ type decideOptions struct {
 func newApproveCmd(e *env) *cobra.Command {
 	o := &decideOptions{}
 	cmd := &cobra.Command{
-		Use:   "approve RUN_ID PROPOSAL_ID",
+		Use: "approve RUN_ID PROPOSAL_ID",
+		Example: `  rein approve run_01M8… prop_01M8… --reason "checked the invoice"
+  rein approve run_01M8… prop_01M8… --hash f280fdd5916b… --tools fixture:examples/refund/tools.json`,
 		Short: "Approve a proposed write: it is committed once, then the run goes on",
 		Long: `Approve a run's pending proposal. rein records the decision and the write's
 operation ID (its idempotency key) before the write is sent, commits it once,
@@ -52,7 +54,9 @@ lost is found in the run's log and carried on, never made twice.`,
 func newDenyCmd(e *env) *cobra.Command {
 	o := &decideOptions{}
 	cmd := &cobra.Command{
-		Use:   "deny RUN_ID PROPOSAL_ID",
+		Use: "deny RUN_ID PROPOSAL_ID",
+		Example: `  rein deny run_01M8… prop_01M8… --reason "wrong charge"
+  rein deny run_01M8… prop_01M8… --reason "not ours" --end`,
 		Short: "Reject a proposed write: the reason goes to the model (or --end ends the run denied)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -167,7 +171,9 @@ func logged(ctx context.Context, cn *conn, runID string, after uint64, match fun
 func newInputCmd(e *env) *cobra.Command {
 	var h host
 	cmd := &cobra.Command{
-		Use:   "input RUN_ID TEXT|-",
+		Use: "input RUN_ID TEXT|-",
+		Example: `  rein input run_01M8… "the second invoice"
+  echo "INV-42" | rein input run_01M8… -`,
 		Short: "Answer a run's question (- reads the answer from stdin), then carry the run on",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -212,9 +218,10 @@ func newInputCmd(e *env) *cobra.Command {
 func newCancelCmd(e *env) *cobra.Command {
 	var reason string
 	cmd := &cobra.Command{
-		Use:   "cancel RUN_ID",
-		Short: "Cancel a running or paused run (one cancelled already: exit 0, nothing changes)",
-		Args:  cobra.ExactArgs(1),
+		Use:     "cancel RUN_ID",
+		Example: `  rein cancel run_01M8… --reason "superseded"`,
+		Short:   "Cancel a running or paused run (one cancelled already: exit 0, nothing changes)",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			cn, err := changer(ctx, e)
@@ -248,7 +255,9 @@ func newCancelCmd(e *env) *cobra.Command {
 
 func newPendingCmd(e *env) *cobra.Command {
 	return &cobra.Command{
-		Use:   "pending",
+		Use: "pending",
+		Example: `  rein pending
+  rein pending --server rein.internal:7233 --json`,
 		Short: "List the proposals and questions waiting for a person, across your runs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

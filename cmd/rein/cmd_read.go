@@ -50,7 +50,9 @@ func noStore(e *env) error {
 
 func newInspectCmd(e *env) *cobra.Command {
 	return &cobra.Command{
-		Use:   "inspect RUN_ID|FILE",
+		Use: "inspect RUN_ID|FILE",
+		Example: `  rein inspect run_01M8…
+  rein inspect run.rein --json`,
 		Short: "Show a run's state, rebuilt by folding its stored events (or an export file's)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -156,7 +158,9 @@ func allEvents(ctx context.Context, runs reinv1.RunServiceClient, runID string, 
 func newEventsCmd(e *env) *cobra.Command {
 	var after uint64
 	cmd := &cobra.Command{
-		Use:   "events RUN_ID|FILE",
+		Use: "events RUN_ID|FILE",
+		Example: `  rein events run_01M8…
+  rein events run_01M8… --json | jq -c 'select(.model_returned)'`,
 		Short: "Print a run's events, or an export file's (NDJSON with --json, one event a line)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

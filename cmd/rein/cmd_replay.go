@@ -14,7 +14,9 @@ import (
 
 func newReplayCmd(e *env) *cobra.Command {
 	return &cobra.Command{
-		Use:   "replay RUN_ID|FILE|DIR",
+		Use: "replay RUN_ID|FILE|DIR",
+		Example: `  rein replay testdata/recordings
+  rein replay run_01M8…`,
 		Short: "Replay recorded runs through this rein's harness and report the first divergence",
 		Long: `Feed each recorded run's model replies, tool results and people's decisions, in
 order and on the recorded clock, through this rein's harness into an in-memory

@@ -30,7 +30,9 @@ type runOptions struct {
 func newRunCmd(e *env) *cobra.Command {
 	o := &runOptions{}
 	cmd := &cobra.Command{
-		Use:   "run TASK.json",
+		Use: "run TASK.json",
+		Example: `  rein run examples/invoice/task.json --model script:examples/invoice/model.jsonl --tools fixture:examples/invoice/tools.json
+  rein run task.json --server rein.internal:7233 --request-id order-42`,
 		Short: "Start a run from a task file and follow it until it pauses or ends",
 		Long: `Start a run from a task file (the protojson form of a TaskContract) and follow it:
 one progress line per event on stderr, then the run's JSON summary on stdout.

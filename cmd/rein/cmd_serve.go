@@ -48,7 +48,9 @@ type serveOptions struct {
 func newServeCmd(e *env) *cobra.Command {
 	o := &serveOptions{}
 	cmd := &cobra.Command{
-		Use:   "serve",
+		Use: "serve",
+		Example: `  rein serve --listen 127.0.0.1:7233 --db /var/lib/rein/rein.db --tokens tokens.json
+  rein serve --tools fixture:examples/refund/tools.json --admin-listen 127.0.0.1:9090 --log-format json`,
 		Short: "Run rein as a gRPC server",
 		Long: `Run rein as a gRPC server on --listen, storing runs in --db.
 

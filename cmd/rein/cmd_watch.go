@@ -23,7 +23,9 @@ type watchOptions struct {
 func newWatchCmd(e *env) *cobra.Command {
 	o := &watchOptions{}
 	cmd := &cobra.Command{
-		Use:   "watch RUN_ID | watch --all",
+		Use: "watch RUN_ID | watch --all",
+		Example: `  rein watch run_01M8…
+  rein watch --all --server rein.internal:7233`,
 		Short: "Follow a run's events live, or status changes across runs",
 		Long: `Follow a run's events: one line per event (time, sequence, type, a summary), or
 NDJSON with --json. On a server it follows the run through its pauses to its end

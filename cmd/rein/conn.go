@@ -56,6 +56,11 @@ func connect(ctx context.Context, e *env, s *setup) (*conn, error) {
 	c, err := client.Dial(e.server, client.Options{Token: token, CAFile: e.tlsCA, CertFile: e.tlsCert, KeyFile: e.tlsKey,
 		SystemRoots: e.tlsSystemRoots, InsecureToken: e.insecureToken,
 		Backoff: client.Backoff{Min: retryMin, Max: retryMax, Patience: e.patience()},
+		// A watch that lost its stream says so, and that it goes on.
+		OnReconnect: func(err error, wait time.Duration) {
+			fmt.Fprintf(e.stderr, "rein: the stream from %s was cut (%s); reconnecting in %s, resuming where it stopped\n",
+				e.server, status.Convert(err).Message(), wait.Round(time.Millisecond))
+		},
 		DialOptions: []grpc.DialOption{
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxReplyBytes)),
 			// gRPC's own reconnection waits up to 2 minutes by default; a
