@@ -16,6 +16,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/store/seal"
 )
 
 var (
@@ -106,7 +107,7 @@ func (s *Store) Create(ctx context.Context, started *reinv1.Event) (runstate.Sta
 	if err != nil {
 		return runstate.State{}, false, err
 	}
-	data, err := seal(started)
+	data, err := seal.Seal(started)
 	if err != nil {
 		return runstate.State{}, false, err
 	}
@@ -133,7 +134,7 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 	}
 	encoded := make([][]byte, len(events))
 	for i, ev := range events {
-		data, err := seal(ev)
+		data, err := seal.Seal(ev)
 		if err != nil {
 			return fmt.Errorf("append to run %s: encode event %d: %w", runID, ev.GetSequence(), err)
 		}
@@ -164,7 +165,7 @@ func (s *Store) Import(ctx context.Context, events []*reinv1.Event, blobs map[st
 	}
 	encoded := make([][]byte, len(events))
 	for i, ev := range events {
-		if encoded[i], err = seal(ev); err != nil {
+		if encoded[i], err = seal.Seal(ev); err != nil {
 			return runstate.State{}, fmt.Errorf("import run %s: encode event %d: %w", runID, ev.GetSequence(), err)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/store/seal"
 )
 
 // damageRuns are the runs of damageFixture; the tests damage the middle one.
@@ -468,7 +469,7 @@ func unsealAll(t *testing.T, path string) {
 func TestSealRoundTrip(t *testing.T) {
 	ev := stepEvent("r", 2)
 	ev.RecordedAt = timestamppb.New(ev.GetRecordedAt().AsTime())
-	v, err := seal(ev)
+	v, err := seal.Seal(ev)
 	if err != nil {
 		t.Fatal(err)
 	}

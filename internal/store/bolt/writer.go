@@ -14,6 +14,7 @@ import (
 	"github.com/reinhq/rein/internal/failpoint"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/store/seal"
 )
 
 // writeReq is one Create, Import or Append waiting for the writer. An Import
@@ -206,7 +207,7 @@ func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
 	if runs.Bucket([]byte(r.runID)) != nil {
 		return writeRes{err: fmt.Errorf("create run %s: a run with that id exists: %w", r.runID, store.ErrConflict)}
 	}
-	contract, err := seal(st.Contract)
+	contract, err := seal.Seal(st.Contract)
 	if err != nil {
 		return writeRes{err: fmt.Errorf("create run %s: encode contract: %w", r.runID, err)}
 	}
@@ -279,7 +280,7 @@ func putBlobs(tx *bbolt.Tx, blobs map[string][]byte) error {
 // putSnapshot writes the run's state and moves it in the status index when
 // its status changed.
 func putSnapshot(tx *bbolt.Tx, b *bbolt.Bucket, prev reinv1.RunStatus, next runstate.State) error {
-	snap, err := seal(next.Proto(false))
+	snap, err := seal.Seal(next.Proto(false))
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/reinhq/rein/internal/bench"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/store/seal"
 )
 
 // BenchmarkAppend measures durable appends of 3-event steps (etcd with
@@ -126,7 +127,7 @@ func rawAppend(b *testing.B, s *Store, ids []string, appends [][][]*reinv1.Event
 			if st, err = runstate.ApplyAll(st, evs); err != nil {
 				b.Fatal(err)
 			}
-			if data[i][j].snap, err = seal(st.Proto(false)); err != nil {
+			if data[i][j].snap, err = seal.Seal(st.Proto(false)); err != nil {
 				b.Fatal(err)
 			}
 		}

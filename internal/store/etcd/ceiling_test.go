@@ -8,6 +8,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/store/seal"
 )
 
 // TestScanEvents: ScanEvents and the Ceiling's Scan read a log longer than
@@ -65,7 +66,7 @@ func TestScanEvents(t *testing.T) {
 	var seqs []uint64
 	var data [][]byte
 	for seq := uint64(n + 2); seq < n+202; seq++ {
-		b, err := seal(step("run-1", seq))
+		b, err := seal.Seal(step("run-1", seq))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/store/seal"
 )
 
 // errRunExists marks a create whose run ID is stored already.
@@ -30,7 +31,7 @@ func (s *Store) Create(ctx context.Context, started *reinv1.Event) (runstate.Sta
 	if err := checkRunID(st.RunID); err != nil {
 		return runstate.State{}, false, fmt.Errorf("%s: %w", what, err)
 	}
-	data, err := seal(started)
+	data, err := seal.Seal(started)
 	if err != nil {
 		return runstate.State{}, false, fmt.Errorf("%s: encode its first event: %w", what, err)
 	}
@@ -95,11 +96,11 @@ func (s *Store) Import(ctx context.Context, events []*reinv1.Event, blobs map[st
 // request ID the tenant used already returns that run's state and created
 // false; a run ID stored already is errRunExists.
 func (s *Store) create(ctx context.Context, what string, st runstate.State, encoded [][]byte, blobs map[string][]byte) (runstate.State, bool, error) {
-	contract, err := seal(st.Contract)
+	contract, err := seal.Seal(st.Contract)
 	if err != nil {
 		return runstate.State{}, false, fmt.Errorf("%s: encode its contract: %w", what, err)
 	}
-	snap, err := seal(st.Proto(false))
+	snap, err := seal.Seal(st.Proto(false))
 	if err != nil {
 		return runstate.State{}, false, fmt.Errorf("%s: encode its snapshot: %w", what, err)
 	}
@@ -229,7 +230,7 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 // when the append was stored; otherwise *cur is what etcd holds now.
 func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next runstate.State, encoded [][]byte, blobs map[string][]byte, o store.AppendOptions) (bool, error) {
 	runID := next.RunID
-	snap, err := seal(next.Proto(false))
+	snap, err := seal.Seal(next.Proto(false))
 	if err != nil {
 		return false, fmt.Errorf("%s: encode its snapshot: %w", what, err)
 	}
@@ -406,7 +407,7 @@ func (s *Store) putChange(t *txn, prev reinv1.RunStatus, next runstate.State, he
 func sealEvents(what string, events []*reinv1.Event) ([][]byte, error) {
 	encoded := make([][]byte, len(events))
 	for i, ev := range events {
-		data, err := seal(ev)
+		data, err := seal.Seal(ev)
 		if err != nil {
 			return nil, fmt.Errorf("%s: encode event %d: %w", what, ev.GetSequence(), err)
 		}
