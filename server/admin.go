@@ -19,8 +19,9 @@ const readyTimeout = 2 * time.Second
 //
 //	/metrics       m's registry in the Prometheus text format
 //	/healthz       200 while the process serves HTTP at all (liveness)
-//	/readyz        200 when the node takes calls: it is not shutting down
-//	               and its store answers a read within 2s; else 503 and why
+//	/readyz        200 when the node takes calls: it is not shutting down,
+//	               holds its etcd lease (a replica), and its store answers
+//	               a read within 2s; else 503 and why
 //	/debug/pprof/  Go's profiles, only with withPprof
 //
 // It is meant for an address only operators reach (rein serve
@@ -54,6 +55,9 @@ func (n *Node) ready(ctx context.Context) error {
 	case <-n.done:
 		return fmt.Errorf("the server is shutting down")
 	default:
+	}
+	if n.leased != nil && !n.leased() {
+		return fmt.Errorf("the server does not hold its etcd lease: it drives no runs until etcd grants it one")
 	}
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()

@@ -63,6 +63,37 @@ func (h *Hub) Notify(runID string) {
 	h.notifyLocked(runID)
 }
 
+// Grew is told by another source of commits (the etcd store's watch of
+// what every server commits) that runID's log now ends at version: a tail
+// that ends before it lacks events this server did not publish, so it is
+// dropped, and the run's watchers read them from the store. It wakes the
+// watchers as Notify does and never blocks.
+func (h *Hub) Grew(runID string, version uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t := h.tails[runID]; len(t) > 0 && t[len(t)-1].GetSequence() < version {
+		delete(h.tails, runID)
+	}
+	h.notifyLocked(runID)
+}
+
+// NotifyAll drops every tail and wakes every watcher: commits may have
+// been missed (the watch of another source restarted), so each reads the
+// store from its cursor. It never blocks.
+func (h *Hub) NotifyAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	clear(h.tails)
+	for _, subs := range h.subs {
+		for s := range subs {
+			s.wake()
+		}
+	}
+	for s := range h.all {
+		s.wake()
+	}
+}
+
 func (h *Hub) notifyLocked(runID string) {
 	for s := range h.subs[runID] {
 		s.wake()

@@ -69,6 +69,23 @@ type Config struct {
 	// Traces, when set, gets the runs' spans (telemetry.Tracer) and every
 	// gRPC call's (otelgrpc). Nil traces nothing.
 	Traces trace.TracerProvider
+	// Commits, when set, follows what every server sharing the store
+	// commits (the etcd store's WatchCommits) until its ctx ends: grew for
+	// each run whose log grew, missed when some may have been missed. The
+	// node feeds its watch hub from it, so that a run driven by another
+	// server streams here live.
+	Commits func(ctx context.Context, grew func(runID string, version uint64), missed func())
+	// Replica says the store is shared with other servers that hold their
+	// runs under live leases (harness.Config.Replica).
+	Replica bool
+	// Owner names this server in the runs' leases; "" means a random name.
+	Owner string
+	// MaxDriven caps the runs the engine drives at once (harness.Config);
+	// 0 means no cap.
+	MaxDriven int
+	// Leased, when set, says whether the server holds its etcd lease (a
+	// replica): /readyz needs it.
+	Leased func() bool
 	// Metrics, when set, is told what the node does: the runs' events as
 	// they are published, the store's appends, the watch streams, and every
 	// gRPC call (go-grpc-middleware's Prometheus provider, registered on
@@ -88,6 +105,10 @@ type Node struct {
 
 	done      chan struct{}
 	closeOnce sync.Once
+	leased    func() bool
+	// follow ends the watch of other servers' commits (Config.Commits).
+	follow   context.CancelFunc
+	followed chan struct{}
 }
 
 // Open starts the engine on the store, registers the services with the
@@ -139,7 +160,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	eng := harness.New(harness.Config{
 		Store: st, Models: cfg.Models, Tools: cfg.Tools, Workspace: cfg.Workspace, Prices: cfg.Prices, Clock: cfg.Clock,
-		Published: published, Logger: cfg.Logger,
+		Published: published, Logger: cfg.Logger, Replica: cfg.Replica, Owner: cfg.Owner, MaxDriven: cfg.MaxDriven,
+		TookOver: func(runstate.State, uint64) { cfg.Metrics.TookOver() },
 	})
 	opts = append(append(opts, chain(cfg.Logger, &authenticator{dir: cfg.Directory}, newLimiter(cfg.RatePerSecond, cfg.RateBurst))...),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
@@ -153,6 +175,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		health: health.NewServer(),
 		log:    cfg.Logger,
 		done:   make(chan struct{}),
+		leased: cfg.Leased,
 	}
 	reinv1.RegisterRunServiceServer(n.GRPC, &runService{engine: eng, store: st, hub: hub, log: cfg.Logger, done: n.done, resume: cfg.Resume, metrics: cfg.Metrics})
 	healthpb.RegisterHealthServer(n.GRPC, n.health)
@@ -162,6 +185,17 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if calls != nil {
 		calls.InitializeMetrics(n.GRPC)
+	}
+	n.follow, n.followed = func() {}, make(chan struct{})
+	if cfg.Commits != nil {
+		fctx, cancel := context.WithCancel(context.Background())
+		n.follow = cancel
+		go func() {
+			defer close(n.followed)
+			cfg.Commits(fctx, hub.Grew, hub.NotifyAll)
+		}()
+	} else {
+		close(n.followed)
 	}
 	if cfg.Resume {
 		if err := eng.ResumeAll(ctx); err != nil {
@@ -200,6 +234,8 @@ func (n *Node) Shutdown(ctx context.Context) {
 			<-stopped
 		}
 		<-drained
+		n.follow()
+		<-n.followed
 		if err := n.Store.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
 			n.log.Error("close store", "error", err)
 		}

@@ -14,12 +14,15 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/reinhq/rein/internal/auth"
 	"github.com/reinhq/rein/internal/metrics"
+	"github.com/reinhq/rein/internal/replica"
+	etcdstore "github.com/reinhq/rein/internal/store/etcd"
 	"github.com/reinhq/rein/internal/telemetry"
 	"github.com/reinhq/rein/internal/version"
 	"github.com/reinhq/rein/server"
@@ -43,6 +46,11 @@ type serveOptions struct {
 	logFormat       string
 	logLevel        string
 	otel            bool
+	etcd            etcdFlags
+	leaseTTL        time.Duration
+	maxRuns         int
+	name            string
+	flags           *pflag.FlagSet
 }
 
 func newServeCmd(e *env) *cobra.Command {
@@ -50,7 +58,8 @@ func newServeCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use: "serve",
 		Example: `  rein serve --listen 127.0.0.1:7233 --db /var/lib/rein/rein.db --tokens tokens.json
-  rein serve --tools fixture:examples/refund/tools.json --admin-listen 127.0.0.1:9090 --log-format json`,
+  rein serve --tools fixture:examples/refund/tools.json --admin-listen 127.0.0.1:9090 --log-format json
+  rein serve --listen 127.0.0.1:7301 --etcd 127.0.0.1:2379,127.0.0.1:2479,127.0.0.1:2579 --lease-ttl 5s`,
 		Short: "Run rein as a gRPC server",
 		Long: `Run rein as a gRPC server on --listen, storing runs in --db.
 
@@ -60,12 +69,20 @@ Without --tokens the server accepts only local callers, as the local admin.
 On SIGTERM or Ctrl+C it stops gracefully: no new calls, calls in flight and
 each running run's current step finish, watch streams end with the sequence
 to resume from, and the database closes cleanly. At start it carries on every
-run the database holds as running.`,
+run the database holds as running.
+
+With --etcd the runs live in an etcd cluster instead, and any number of
+servers sharing its --etcd-prefix serve one set of runs: any of them takes
+any call. Each server drives the runs it holds under its etcd lease; when a
+server stops answering for --lease-ttl, the others take its runs over and
+carry them on. A person's decision on a paused run may go to any server: the
+one that receives it takes the run and carries it on.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), e) },
 	}
 	hideClientFlags(cmd)
 	f := cmd.Flags()
+	o.flags = f
 	f.StringVar(&o.listen, "listen", "127.0.0.1:7233", "address to listen on")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "server certificate (PEM); with --tls-key turns TLS on")
 	f.StringVar(&o.tlsKey, "tls-key", "", "server key (PEM)")
@@ -83,6 +100,10 @@ run the database holds as running.`,
 	f.BoolVar(&o.pprof, "pprof", false, "with --admin-listen, also serve Go's profiles at /debug/pprof/")
 	f.StringVar(&o.logFormat, "log-format", "text", "log lines on stderr as text (key=value) or json (one object a line)")
 	f.StringVar(&o.logLevel, "log-level", "info", "the least severe log lines written: debug, info, warn or error")
+	o.etcd.register(f)
+	f.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "with --etcd, the TTL of this server's etcd lease: how soon after it stops answering the other servers take its runs (whole seconds)")
+	f.IntVar(&o.maxRuns, "max-runs", 0, "with --etcd, the most runs this server drives at once; past it, new and orphaned runs are left for other servers to take (0: no cap)")
+	f.StringVar(&o.name, "name", "", "with --etcd, this server's name in the runs' owner keys and its logs (default: host name and process ID)")
 	f.BoolVar(&o.otel, "otel", false, "export the runs' traces over OTLP, configured by the standard OTEL_* environment (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, …); off by default")
 	return cmd
 }
@@ -148,12 +169,42 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 			}
 		}()
 	}
-	if cfg.Store, err = openStore(e.db); err != nil {
+	if err := o.checkReplica(); err != nil {
+		return err
+	}
+	var rep *replica.Replica
+	storeName := e.db
+	if o.etcd.set() {
+		cli, st, err := o.etcd.open(ctx, etcdstore.Options{})
+		if err != nil {
+			return err
+		}
+		defer cli.Close()
+		if o.name == "" {
+			host, _ := os.Hostname()
+			o.name = fmt.Sprintf("%s-%d", host, os.Getpid())
+		}
+		if rep, err = replica.Join(ctx, replica.Config{Client: cli, Store: st, TTL: o.leaseTTL, Logger: log, LostLease: cfg.Metrics.LostLease}); err != nil {
+			_ = st.Close()
+			return &exitErr{code: exitUnavailable, err: err}
+		}
+		cfg.Store, cfg.Replica, cfg.Owner, cfg.MaxDriven = st, true, o.name, o.maxRuns
+		cfg.Commits, cfg.Leased = st.WatchCommits, rep.Holding
+		storeName = "etcd " + o.etcd.endpoints + " " + o.etcd.prefix
+	} else if cfg.Store, err = openStore(e.db); err != nil {
 		return err
 	}
 	node, err := server.Open(ctx, cfg)
 	if err != nil {
+		if rep != nil {
+			rep.Leave(context.Background())
+		}
 		return &exitErr{code: exitUnavailable, err: err}
+	}
+	if rep != nil {
+		rep.Serve(node.Engine)
+		cfg.Metrics.TrackLeases(node.Engine.Driving, rep.Holding)
+		defer rep.Leave(context.Background())
 	}
 	lis, err := net.Listen("tcp", o.listen)
 	if err != nil {
@@ -164,7 +215,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		log.Warn("no --tokens: accepting only local callers (loopback), as the local admin")
 	}
 	b := version.Get()
-	log.Info("rein serving", "addr", lis.Addr().String(), "db", e.db, "tls", cfg.ServerOptions != nil, "reflection", o.reflection,
+	log.Info("rein serving", "addr", lis.Addr().String(), "store", storeName, "name", o.name, "tls", cfg.ServerOptions != nil, "reflection", o.reflection,
 		"version", b.GetVersion(), "revision", b.GetRevision(), "modified", b.GetModified(), "go", b.GetGoVersion())
 	if admin != nil {
 		hs := &http.Server{Handler: node.AdminHandler(cfg.Metrics, o.pprof), ReadHeaderTimeout: 10 * time.Second}
@@ -187,9 +238,12 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	log.Info("shutting down: finishing calls in flight and the current step of each run", "timeout", o.shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
+	if rep != nil {
+		rep.StopTaking() // its lease stays while the runs finish their steps
+	}
 	node.Shutdown(sctx)
 	<-served
-	log.Info("stopped; the database is closed")
+	log.Info("stopped; the store is closed")
 	return nil
 }
 
@@ -230,4 +284,27 @@ func (o *serveOptions) logger(w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, usageError("--log-format %q: want text or json", o.logFormat)
+}
+
+// checkReplica refuses the replica flags without --etcd, and values that
+// do not fit.
+func (o *serveOptions) checkReplica() error {
+	if err := o.etcd.check(o.flags); err != nil {
+		return err
+	}
+	if !o.etcd.set() {
+		for _, name := range []string{"lease-ttl", "max-runs", "name"} {
+			if o.flags.Changed(name) {
+				return usageError("--%s is for a server sharing an etcd store: give --etcd ENDPOINTS too", name)
+			}
+		}
+		return nil
+	}
+	if o.leaseTTL < time.Second || o.leaseTTL%time.Second != 0 {
+		return usageError("--lease-ttl %v: etcd counts a lease's TTL in whole seconds, at least 1s", o.leaseTTL)
+	}
+	if o.maxRuns < 0 {
+		return usageError("--max-runs must be 0 (no cap) or more")
+	}
+	return nil
 }

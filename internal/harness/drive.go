@@ -54,9 +54,28 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 		return err
 	}
 	// The driver holds the run's lease before it does anything, so an owner
-	// it takes the run over from is fenced at once.
-	if _, err := e.lease(ctx, runID); err != nil {
+	// it takes the run over from is fenced at once. A run another server
+	// drives (a store shared by servers) is left to it.
+	e.mu.Lock()
+	_, held := e.leases[runID]
+	full := e.cfg.MaxDriven > 0 && len(e.active) > e.cfg.MaxDriven // this driver is one of them
+	e.mu.Unlock()
+	if !held && full {
+		e.cfg.Logger.Debug("driving as many runs as --max-runs allows: the run is left to another server", "run_id", runID)
+		return nil
+	}
+	epoch, err := e.lease(ctx, runID)
+	if err != nil {
+		if errors.Is(err, store.ErrOwned) {
+			return nil
+		}
 		return err
+	}
+	if !held && st.Version > 1 {
+		e.cfg.Logger.Info("resumed run", "run_id", st.RunID, "trace_id", st.TraceID, "tenant", st.Tenant, "principal", st.Principal, "version", st.Version, "epoch", epoch)
+		if e.cfg.TookOver != nil {
+			e.cfg.TookOver(st, epoch)
+		}
 	}
 	r, err := e.load(ctx, st)
 	if err != nil {

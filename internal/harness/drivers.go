@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
 )
 
 // The registry of driven runs: a run that anything of the engine is working
@@ -93,7 +94,11 @@ func (e *Engine) driveSlot(ctx context.Context, runID string) {
 		return
 	}
 	defer func() { <-e.sem }()
-	if err := e.drive(ctx, runID); err != nil {
+	switch err := e.drive(ctx, runID); {
+	case err == nil:
+	case errors.Is(err, store.ErrFenced):
+		e.cfg.Logger.Warn("this server no longer holds the run's lease, so it stopped driving it; the server that took it carries it on", "run_id", runID, "error", err)
+	default:
 		e.cfg.Logger.Error("run stopped", "run_id", runID, "error", err)
 	}
 }
@@ -178,4 +183,45 @@ func (e *Engine) Wait(ctx context.Context, runID string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// errAbandoned stops the drivers of an engine whose leases ended.
+var errAbandoned = errors.New("this server's leases on its runs ended")
+
+// Abandon stops driving every run at once, writing nothing: this server's
+// leases on its runs are gone (a replica whose etcd lease ended), so what
+// its drivers would still append would be refused, and other servers take
+// the runs. It cancels every driver and waits for them (or ctx), disarms
+// every timer and forgets every lease. The engine goes on serving calls,
+// and drives runs again when asked to (ResumeAll, Takeover): it acquires
+// each anew.
+func (e *Engine) Abandon(ctx context.Context) {
+	e.mu.Lock()
+	drivers := make([]*driver, 0, len(e.active))
+	for _, d := range e.active {
+		d.cancel(errAbandoned)
+		drivers = append(drivers, d)
+	}
+	for id, t := range e.timers {
+		t.Stop()
+		delete(e.timers, id)
+	}
+	clear(e.leases)
+	e.mu.Unlock()
+	for _, d := range drivers {
+		select {
+		case <-d.done:
+		case <-ctx.Done():
+		}
+	}
+	e.mu.Lock()
+	clear(e.leases) // any a driver noted on its way out
+	e.mu.Unlock()
+}
+
+// Driving is how many runs this engine holds a lease on now.
+func (e *Engine) Driving() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.leases)
 }

@@ -62,6 +62,20 @@ type Config struct {
 	Logger *slog.Logger
 	// Owner names this engine in the runs' leases; "" means a random name.
 	Owner string
+	// Replica says the store is shared with other servers, each holding
+	// its runs under a live lease that the store checks (the etcd store
+	// with an etcd lease): a person's decision that was fenced because
+	// another server took the paused run is tried again, taking the run
+	// (see againIfFenced).
+	Replica bool
+	// MaxDriven, when not 0, is how many runs this engine drives at once
+	// before it leaves a running run it holds no lease on to other servers
+	// (a replica: their look over the runs takes it); 0 means no cap.
+	MaxDriven int
+	// TookOver, when set, is told of each run a driver carries on that this
+	// engine held no lease on, past its start: one found at start-up, or
+	// one taken over from a server whose lease ended.
+	TookOver func(st runstate.State, epoch uint64)
 	// NewID makes a run or proposal ID (prefix "run_" or "prop_") at now; nil
 	// means a ULID. Replay gives back the recorded IDs.
 	NewID func(prefix string, now time.Time) string
@@ -232,8 +246,11 @@ func (e *Engine) Cancel(ctx context.Context, runID, reason, actor string) (runst
 			return next, nil
 		}
 		// Someone appended between our load and our append (a driver that
-		// was just scheduled, a timer): stop it again and retry a few times.
-		if !errors.Is(err, store.ErrConflict) || attempt >= 3 {
+		// was just scheduled, a timer), or, on a replica, another server
+		// took the run from this engine (commit forgot the lease, so the
+		// next try takes it back): stop it again and retry a few times.
+		again := errors.Is(err, store.ErrConflict) || e.cfg.Replica && errors.Is(err, store.ErrFenced)
+		if !again || attempt >= 3 {
 			return st, err
 		}
 	}

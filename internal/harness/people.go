@@ -13,6 +13,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/failpoint"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -32,6 +33,26 @@ var (
 
 // ProvideInput answers a run that waits for input, then carries it on.
 func (e *Engine) ProvideInput(ctx context.Context, runID, text, principal string) (runstate.State, error) {
+	return e.againIfFenced(func() (runstate.State, error) { return e.provideInput(ctx, runID, text, principal) })
+}
+
+// againIfFenced runs a person's decision once more, on a replica, if its
+// commit was fenced: this engine held a lease on the run that another
+// server took since (a paused run is driven by no one, and a decision may
+// be sent to any replica), and commit forgot it, so the second try takes
+// the run (store.WithAcquire) on the state as it is now; the shared store
+// refuses that with store.ErrOwned while another server drives the run.
+// A single server's fenced decision is refused: nothing tells it whether
+// the owner that fenced it is alive.
+func (e *Engine) againIfFenced(decide func() (runstate.State, error)) (runstate.State, error) {
+	st, err := decide()
+	if e.cfg.Replica && errors.Is(err, store.ErrFenced) {
+		return decide()
+	}
+	return st, err
+}
+
+func (e *Engine) provideInput(ctx context.Context, runID, text, principal string) (runstate.State, error) {
 	st, err := e.cfg.Store.Load(ctx, runID)
 	if err != nil {
 		return st, err
@@ -81,6 +102,10 @@ type Verdict struct {
 // Of concurrent decisions on one proposal exactly one wins; the others get
 // ErrNotWaiting or store.ErrConflict and change nothing.
 func (e *Engine) DecideApproval(ctx context.Context, v Verdict) (runstate.State, error) {
+	return e.againIfFenced(func() (runstate.State, error) { return e.decideApproval(ctx, v) })
+}
+
+func (e *Engine) decideApproval(ctx context.Context, v Verdict) (runstate.State, error) {
 	st, err := e.cfg.Store.Load(ctx, v.RunID)
 	if err != nil {
 		return st, err

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -42,17 +43,39 @@ func (e *Engine) ResumeAll(ctx context.Context) error {
 	}
 }
 
+// Takeover carries on a run whose owner's lease ended (another server
+// died, or was cut off): as ResumeAll carries on each run at start, taking
+// the run's lease first. A run that ended, or that another server took
+// first, is left alone.
+func (e *Engine) Takeover(ctx context.Context, runID string) error {
+	st, err := e.cfg.Store.Load(ctx, runID)
+	if err != nil {
+		return fmt.Errorf("take over run %s: %w", runID, err)
+	}
+	if !runstate.Terminal(st.Status) {
+		e.resumeOne(ctx, st)
+	}
+	return nil
+}
+
 func (e *Engine) resumeOne(ctx context.Context, st runstate.State) {
 	switch {
 	case st.WriteInFlight():
+		// Only the run's owner settles its write: one that another
+		// server drives may be sending it now.
+		if _, err := e.lease(ctx, st.RunID); err != nil {
+			if !errors.Is(err, store.ErrOwned) {
+				e.cfg.Logger.Error("settle a dispatched write", "run_id", st.RunID, "error", err)
+			}
+			return
+		}
 		if _, err := e.SettleWrite(ctx, st.RunID); err != nil {
 			e.cfg.Logger.Error("settle a dispatched write", "run_id", st.RunID, "error", err)
 		}
 	case runstate.Paused(st.Status):
 		e.Arm(st)
 	default:
-		e.schedule(st.RunID)
-		e.cfg.Logger.Info("resumed run", "run_id", st.RunID, "trace_id", st.TraceID, "tenant", st.Tenant, "principal", st.Principal, "version", st.Version)
+		e.schedule(st.RunID) // its driver logs "resumed run" once it holds the run
 	}
 }
 

@@ -57,6 +57,9 @@ type Metrics struct {
 	appendErrors     prometheus.Counter
 	watchStreams     *prometheus.GaugeVec
 	watchLagging     *prometheus.CounterVec
+	// takeovers and leaseLosses exist once TrackLeases is called (a
+	// replica); guarded by mu.
+	takeovers, leaseLosses prometheus.Counter
 
 	// mu guards live and the label sets.
 	mu sync.Mutex

@@ -64,6 +64,11 @@ var (
 	// answer in time or has no leader. A write that failed so may or may not
 	// have been stored; reload the run to learn which.
 	ErrUnavailable = errors.New("the store is unavailable")
+	// ErrOwned: another server holds a live lease on the run and drives it,
+	// so this one may not take it (a store shared by several servers, the
+	// etcd backend's). It is no failure of the run: its owner carries it on,
+	// and should the owner die its lease ends and the run is taken over.
+	ErrOwned = errors.New("the run is driven by another server")
 )
 
 // Store is an event store. It is safe for concurrent use.
@@ -90,7 +95,9 @@ type Store interface {
 	Import(ctx context.Context, events []*reinv1.Event, blobs map[string][]byte) (runstate.State, error)
 	// Acquire makes owner the run's owner and returns its lease epoch, one
 	// more than the last. Appends made WithEpoch an older epoch are refused
-	// (ErrFenced) in the same transaction that would write them.
+	// (ErrFenced) in the same transaction that would write them. A store
+	// shared by several servers may refuse with ErrOwned a run another
+	// server's live lease holds while it runs.
 	Acquire(ctx context.Context, runID, owner string) (epoch uint64, err error)
 	// Load returns a run's current state from its snapshot.
 	Load(ctx context.Context, runID string) (runstate.State, error)

@@ -104,6 +104,10 @@ type Store struct {
 	batchMu sync.Mutex
 	queue   []*queued
 
+	// replicaLease is the etcd lease this replica holds its runs under
+	// (owner.go); 0 when it is the prefix's one server.
+	replicaLease atomic.Int64
+
 	// commits counts the write Txns etcd took, for the benchmarks.
 	commits atomic.Uint64
 }
@@ -124,6 +128,7 @@ type runAt struct {
 	epoch    uint64
 	owner    string
 	leaseRev int64 // ModRevision of P lease/<id>; 0 when there is none
+	own      ownerAt
 }
 
 // Open opens the rein store under prefix on the etcd cluster cli talks to.

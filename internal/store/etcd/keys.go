@@ -18,6 +18,8 @@ func (k keys) run(id string) string        { return k.runs() + id }
 func (k keys) contracts() string           { return k.p + "contract/" }
 func (k keys) contract(id string) string   { return k.contracts() + id }
 func (k keys) lease(id string) string      { return k.p + "lease/" + id }
+func (k keys) owners() string              { return k.p + "owner/" }
+func (k keys) owner(id string) string      { return k.owners() + id }
 func (k keys) events(id string) string     { return k.p + "event/" + id + "/" }
 func (k keys) changes() string             { return k.p + "change/" }
 func (k keys) change(cursor uint64) string { return fmt.Sprintf("%s%016x", k.changes(), cursor) }

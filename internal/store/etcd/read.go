@@ -58,21 +58,22 @@ func decodeState(runID string, snap, contract *mvccpb.KeyValue) (runstate.State,
 	return runstate.FromProto(run, c), nil
 }
 
-// readRun reads what an append is validated on: the snapshot and the lease.
+// readRun reads what an append is validated on: the snapshot, the lease
+// and the owner key.
 func (s *Store) readRun(ctx context.Context, runID string) (runAt, error) {
-	resp, err := s.read(ctx, "read run "+runID, clientv3.OpGet(s.keys.run(runID)), clientv3.OpGet(s.keys.lease(runID)))
+	resp, err := s.read(ctx, "read run "+runID, clientv3.OpGet(s.keys.run(runID)), clientv3.OpGet(s.keys.lease(runID)), clientv3.OpGet(s.keys.owner(runID)))
 	if err != nil {
 		return runAt{}, err
 	}
-	r, err := s.decodeRun(ctx, runID, kvOf(resp, 0), kvOf(resp, 1))
+	r, err := s.decodeRun(ctx, runID, kvOf(resp, 0), kvOf(resp, 1), kvOf(resp, 2))
 	if err == nil {
 		s.remember(runID, r)
 	}
 	return r, err
 }
 
-// decodeRun is the run whose snapshot and lease are these.
-func (s *Store) decodeRun(ctx context.Context, runID string, snap, lease *mvccpb.KeyValue) (runAt, error) {
+// decodeRun is the run whose snapshot, lease and owner key are these.
+func (s *Store) decodeRun(ctx context.Context, runID string, snap, lease, owner *mvccpb.KeyValue) (runAt, error) {
 	if snap == nil {
 		// Not found, unless its contract is there.
 		_, err := s.load(ctx, runID)
@@ -85,8 +86,8 @@ func (s *Store) decodeRun(ctx context.Context, runID string, snap, lease *mvccpb
 	if err != nil {
 		return runAt{}, err
 	}
-	epoch, owner, leaseRev := decodeLease(lease)
-	return runAt{st: st, snapRev: snap.ModRevision, epoch: epoch, owner: owner, leaseRev: leaseRev}, nil
+	epoch, name, leaseRev := decodeLease(lease)
+	return runAt{st: st, snapRev: snap.ModRevision, epoch: epoch, owner: name, leaseRev: leaseRev, own: decodeOwner(owner)}, nil
 }
 
 // read runs ops in one read Txn (one revision), bounded by the timeout.

@@ -35,6 +35,13 @@ func (t *txn) put(key string, value []byte) {
 	t.bytes += len(key) + len(value) + opOverhead
 }
 
+// putLeased puts key attached to an etcd lease: etcd deletes it when the
+// lease ends.
+func (t *txn) putLeased(key string, value []byte, lease clientv3.LeaseID) {
+	t.ops = append(t.ops, clientv3.OpPut(key, string(value), clientv3.WithLease(lease)))
+	t.bytes += len(key) + len(value) + opOverhead + 8
+}
+
 func (t *txn) del(key string) {
 	t.ops = append(t.ops, clientv3.OpDelete(key))
 	t.bytes += len(key) + opOverhead

@@ -214,6 +214,16 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
+		if err := s.mayOwn(what, cur, next.Status, o); err != nil {
+			if !fresh {
+				if cur, err = s.readRun(ctx, runID); err != nil {
+					return err
+				}
+				fresh = true
+				continue
+			}
+			return err
+		}
 		done, err := s.appendOnce(ctx, what, &cur, next, encoded, blobs, o)
 		if done || err != nil {
 			if err != nil {
@@ -238,9 +248,11 @@ func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next ru
 	t.cmp(clientv3.Compare(clientv3.ModRevision(s.keys.run(runID)), "=", cur.snapRev))
 	t.orElse(s.keys.run(runID))   // 0
 	t.orElse(s.keys.lease(runID)) // 1
+	t.orElse(s.keys.owner(runID)) // 2
 	if o.Epoch != 0 || o.Acquire != "" {
 		t.cmp(clientv3.Compare(clientv3.ModRevision(s.keys.lease(runID)), "=", cur.leaseRev))
 	}
+	s.fenceOwner(t, runID, *cur, next.Status, o)
 	first := cur.st.Version + 1
 	for i, data := range encoded {
 		t.put(s.keys.event(runID, first+uint64(i)), data)
@@ -254,14 +266,20 @@ func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next ru
 	putBlobs(t, s.keys, blobs)
 	changed := next.Status != cur.st.Status
 	stored := func(rev int64) {
-		leaseRev := cur.leaseRev
+		leaseRev, own := cur.leaseRev, cur.own
 		if o.Acquire != "" {
 			leaseRev = rev
 			if o.Acquired != nil {
 				*o.Acquired = epoch
 			}
+			if lease := s.replicaLease.Load(); lease != 0 {
+				own = ownerAt{name: o.Acquire, lease: lease, rev: rev}
+			}
 		}
-		s.remember(runID, runAt{st: next, snapRev: rev, epoch: epoch, owner: owner, leaseRev: leaseRev})
+		if runstate.Terminal(next.Status) {
+			own = ownerAt{}
+		}
+		s.remember(runID, runAt{st: next, snapRev: rev, epoch: epoch, owner: owner, leaseRev: leaseRev, own: own})
 	}
 	if err := s.fits(what, t); err != nil {
 		return false, err
@@ -284,7 +302,7 @@ func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next ru
 		if head, err = s.headLocked(ctx); err != nil {
 			return false, err
 		}
-		if err := s.putChange(t, cur.st.Status, next, head); err != nil { // 2
+		if err := s.putChange(t, cur.st.Status, next, head); err != nil { // 3
 			return false, fmt.Errorf("%s: %w", what, err)
 		}
 	}
@@ -304,11 +322,11 @@ func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next ru
 		return true, nil
 	}
 	if changed {
-		if s.head, err = decodeHead(kvOf(resp, 2)); err != nil {
+		if s.head, err = decodeHead(kvOf(resp, 3)); err != nil {
 			return false, err
 		}
 	}
-	now, err := s.decodeRun(ctx, runID, kvOf(resp, 0), kvOf(resp, 1))
+	now, err := s.decodeRun(ctx, runID, kvOf(resp, 0), kvOf(resp, 1), kvOf(resp, 2))
 	if err != nil {
 		return false, err
 	}
@@ -331,14 +349,28 @@ func (s *Store) Acquire(ctx context.Context, runID, owner string) (uint64, error
 			return 0, err
 		}
 	}
+	o := store.AppendOptions{Acquire: owner}
+	fresh := !ok
 	for range maxAttempts {
+		if err := s.mayOwn(what, cur, cur.st.Status, o); err != nil {
+			if fresh {
+				return 0, err
+			}
+			if cur, err = s.readRun(ctx, runID); err != nil {
+				return 0, err
+			}
+			fresh = true
+			continue
+		}
 		t := &txn{}
 		t.cmp(clientv3.Compare(clientv3.CreateRevision(s.keys.run(runID)), ">", 0))
 		t.cmp(clientv3.Compare(clientv3.ModRevision(s.keys.lease(runID)), "=", cur.leaseRev))
 		t.orElse(s.keys.run(runID))
 		t.orElse(s.keys.lease(runID))
+		t.orElse(s.keys.owner(runID))
 		epoch := cur.epoch + 1
 		t.put(s.keys.lease(runID), encodeLease(epoch, owner))
+		s.fenceOwner(t, runID, cur, cur.st.Status, o)
 		resp, err := s.commit(ctx, what, t)
 		if err != nil {
 			s.forget(runID)
@@ -346,10 +378,14 @@ func (s *Store) Acquire(ctx context.Context, runID, owner string) (uint64, error
 		}
 		if resp.Succeeded {
 			cur.epoch, cur.owner, cur.leaseRev = epoch, owner, resp.Header.Revision
+			if lease := s.replicaLease.Load(); lease != 0 && !runstate.Terminal(cur.st.Status) {
+				cur.own = ownerAt{name: owner, lease: lease, rev: resp.Header.Revision}
+			}
 			s.remember(runID, cur)
 			return epoch, nil
 		}
-		if cur, err = s.decodeRun(ctx, runID, kvOf(resp, 0), kvOf(resp, 1)); err != nil {
+		fresh = true
+		if cur, err = s.decodeRun(ctx, runID, kvOf(resp, 0), kvOf(resp, 1), kvOf(resp, 2)); err != nil {
 			s.forget(runID)
 			return 0, err
 		}

@@ -1,0 +1,108 @@
+package etcd
+
+import (
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
+)
+
+// Ownership across servers. A Store given an etcd lease (SetLease) is one
+// replica of several sharing the prefix: besides the run's epoch (P
+// lease/<id>), each run it takes gets P owner/<id>, naming the replica and
+// attached to the replica's etcd lease, so that the key vanishes when the
+// replica's lease ends (it died, or was cut off or paused past the TTL). The
+// rules, all checked inside the write's Txn:
+//
+//   - A fenced append (WithEpoch) also needs the owner key attached to this
+//     replica's lease (a LeaseValue compare): once the lease ends, nothing
+//     the replica still tries to append is stored (store.ErrFenced), even
+//     before another replica takes the run.
+//   - Taking a run (Acquire, WithAcquire) bumps the epoch and puts the
+//     owner key, compared at the revision read. It is refused with
+//     store.ErrOwned while another replica's live lease holds a run that is
+//     running and stays so: one replica drives a run at a time. A paused
+//     run is driven by no one, so a replica applying a person's decision
+//     takes it from a live owner (which is fenced); so does one whose
+//     append ends the run (a cancel).
+//   - The append that ends a run deletes its owner key.
+//
+// Without a lease (the default, one server on the prefix) none of this
+// applies and the epoch alone fences, as in the bolt store.
+
+// ownerAt is a run's owner key as read: the replica's name, the etcd
+// lease it is attached to, and its ModRevision (0: absent).
+type ownerAt struct {
+	name  string
+	lease int64
+	rev   int64
+}
+
+func decodeOwner(kv *mvccpb.KeyValue) ownerAt {
+	if kv == nil {
+		return ownerAt{}
+	}
+	return ownerAt{name: string(kv.Value), lease: kv.Lease, rev: kv.ModRevision}
+}
+
+// SetLease makes this Store a replica whose runs are held under the etcd
+// lease id (granted and kept alive by the caller), or, with 0, a single
+// server again. A replica whose lease ended sets the new one it was granted.
+func (s *Store) SetLease(id clientv3.LeaseID) { s.replicaLease.Store(int64(id)) }
+
+// Lease is the etcd lease SetLease gave; 0 when there is none.
+func (s *Store) Lease() clientv3.LeaseID { return clientv3.LeaseID(s.replicaLease.Load()) }
+
+// mayOwn returns the refusal, if any, of a write by this replica that
+// moves the run from cur to next, with the append's options: a fenced
+// append whose lease is gone, or a taking of a run another replica drives.
+func (s *Store) mayOwn(what string, cur runAt, next reinv1.RunStatus, o store.AppendOptions) error {
+	lease := s.replicaLease.Load()
+	if lease == 0 {
+		return nil
+	}
+	switch {
+	case o.Acquire != "":
+		if cur.own.lease == 0 || cur.own.lease == lease {
+			return nil
+		}
+		if cur.st.Status == reinv1.RunStatus_RUN_STATUS_RUNNING && !runstate.Terminal(next) {
+			return fmt.Errorf("%s: server %q drives it under a live lease: %w; it carries the run on, and should it stop, its lease ends within the TTL and another server takes the run",
+				what, cur.own.name, store.ErrOwned)
+		}
+	case o.Epoch != 0:
+		if cur.own.lease != lease {
+			by := "no server holds it now"
+			if cur.own.name != "" {
+				by = fmt.Sprintf("server %q holds it now", cur.own.name)
+			}
+			return fmt.Errorf("%s: this server's lease on the run ended (%s): %w; this server stops driving it", what, by, store.ErrFenced)
+		}
+	}
+	return nil
+}
+
+// fenceOwner adds to t the compares and puts of mayOwn's rules for a write
+// it allowed, with owner the replica taking the run (WithAcquire, Acquire).
+func (s *Store) fenceOwner(t *txn, runID string, cur runAt, next reinv1.RunStatus, o store.AppendOptions) {
+	lease := s.replicaLease.Load()
+	if lease == 0 || (o.Acquire == "" && o.Epoch == 0) {
+		return
+	}
+	key := s.keys.owner(runID)
+	if o.Acquire != "" {
+		t.cmp(clientv3.Compare(clientv3.ModRevision(key), "=", cur.own.rev))
+	} else {
+		t.cmp(clientv3.Compare(clientv3.LeaseValue(key), "=", lease))
+	}
+	switch {
+	case runstate.Terminal(next):
+		t.del(key)
+	case o.Acquire != "":
+		t.putLeased(key, []byte(o.Acquire), clientv3.LeaseID(lease))
+	}
+}

@@ -1,0 +1,92 @@
+package etcd
+
+import (
+	"context"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+)
+
+// Watches. Several servers share the prefix, so a server learns of what
+// the others commit through etcd watches, each from the revision it has
+// read up to, so that nothing committed after that read is missed: etcd
+// delivers every change after a watch's start revision, in revision order,
+// unless the revisions were compacted (then the watcher is told to read
+// everything again).
+
+// watchRetry is the pause before a watch that failed is started again.
+const watchRetry = 200 * time.Millisecond
+
+// WatchCommits calls grew with the ID of each run whose log grows (its
+// snapshot is rewritten with every append), by any server, from the
+// moment of the call until ctx ends; and missed whenever it may have
+// missed some (at the start, and when its watch had to start again past
+// compacted revisions), so that the caller looks at every run again. The
+// calls come from one goroutine, in commit order; they must not block.
+// It returns when ctx ends.
+func (s *Store) WatchCommits(ctx context.Context, grew func(runID string, version uint64), missed func()) {
+	s.follow(ctx, s.keys.runs(), []clientv3.OpOption{clientv3.WithFilterDelete()}, func(runID string, value []byte) {
+		run := &reinv1.Run{}
+		if err := unseal(value, run, "run "+runID+" snapshot"); err != nil {
+			missed() // not rein's: let the caller read what is stored
+			return
+		}
+		grew(runID, run.GetVersion())
+	}, missed)
+}
+
+// WatchOrphans calls orphaned with the ID of each run whose owner key is
+// deleted: its owner's lease ended (the server died, or was cut off or
+// paused past the TTL), or the run ended. missed is called as for
+// WatchCommits, so that the caller looks for orphaned runs itself.
+func (s *Store) WatchOrphans(ctx context.Context, orphaned func(runID string), missed func()) {
+	s.follow(ctx, s.keys.owners(), []clientv3.OpOption{clientv3.WithFilterPut()}, func(runID string, _ []byte) { orphaned(runID) }, missed)
+}
+
+// follow watches the keys under prefix with opts from the current
+// revision on, calling fn with each key less the prefix and its value, and missed first
+// and after each restart that may have lost changes, until ctx ends.
+func (s *Store) follow(ctx context.Context, prefix string, opts []clientv3.OpOption, fn func(key string, value []byte), missed func()) {
+	var rev int64 // the last revision seen; 0: start from now
+	for ctx.Err() == nil {
+		if rev == 0 {
+			rctx, cancel := s.readCtx(ctx)
+			resp, err := s.cli.Get(rctx, s.keys.layout())
+			cancel()
+			if err != nil {
+				pause(ctx, watchRetry)
+				continue
+			}
+			rev = resp.Header.Revision
+			missed()
+		}
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		ch := s.cli.Watch(wctx, prefix, append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithRev(rev + 1)}, opts...)...)
+		for resp := range ch {
+			if resp.CompactRevision != 0 {
+				rev = 0 // what we needed is gone: read everything again
+				break
+			}
+			if resp.Err() != nil {
+				break
+			}
+			for _, ev := range resp.Events {
+				fn(string(ev.Kv.Key[len(prefix):]), ev.Kv.Value)
+				rev = ev.Kv.ModRevision
+			}
+		}
+		cancel()
+		pause(ctx, watchRetry)
+	}
+}
+
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
