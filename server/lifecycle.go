@@ -9,7 +9,8 @@ import (
 )
 
 // logLifecycle writes a run's lifecycle lines from an append's events:
-// started, paused, resumed (a person's answer or decision carried it on)
+// started, paused, resumed (a person's answer or decision carried it on),
+// taken over (a server carried it on after a restart or another's lease ended)
 // and ended, each with the run's ID, trace ID, tenant and principal. What the run
 // was asked or answered is never logged: a goal or an answer may hold what
 // an operator must not read.
@@ -28,6 +29,9 @@ func logLifecycle(log *slog.Logger, st runstate.State, evs []*reinv1.Event) {
 				attrs = append(attrs, "forked_from", parent, "at", p.RunStarted.GetParentSequence())
 			}
 			log.Info("run started", attrs...)
+		case *reinv1.Event_RunTaken:
+			log.Info("run taken over", "run_id", st.RunID, "trace_id", st.TraceID, "tenant", st.Tenant, "principal", st.Principal,
+				"owner", p.RunTaken.GetOwner(), "epoch", p.RunTaken.GetEpoch())
 		case *reinv1.Event_StatusChanged:
 			sc := p.StatusChanged
 			attrs := []any{"run_id", st.RunID, "trace_id", st.TraceID, "tenant", st.Tenant, "principal", st.Principal,

@@ -71,7 +71,8 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 		}
 		return err
 	}
-	if !held && st.Version > 1 {
+	taken := !held && st.Version > 1
+	if taken {
 		e.cfg.Logger.Info("resumed run", "run_id", st.RunID, "trace_id", st.TraceID, "tenant", st.Tenant, "principal", st.Principal, "version", st.Version, "epoch", epoch)
 		if e.cfg.TookOver != nil {
 			e.cfg.TookOver(st, epoch)
@@ -80,6 +81,13 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 	r, err := e.load(ctx, st)
 	if err != nil {
 		return err
+	}
+	if taken {
+		// Recorded with the driver's first commit: who carries the run on
+		// from here, and the trace the work goes on in.
+		r.pending = append(r.pending, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_RunTaken{RunTaken: &reinv1.RunTaken{
+			Owner: e.cfg.Owner, Epoch: epoch, TraceId: r.st.TraceID,
+		}}})
 	}
 	defer r.flush()
 	if r.model, err = e.cfg.Models(r.st.Contract.GetModel()); err != nil {

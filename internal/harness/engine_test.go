@@ -440,11 +440,16 @@ func TestResumeAfterRestart(t *testing.T) {
 
 	end, evs := stored(t, s2, st.RunID)
 	wantStatus(t, end, evs, statusCompleted, "final_answer")
-	want := []string{"run_started", "model_requested", "model_requested", "model_returned", "status_changed"}
+	want := []string{"run_started", "model_requested", "run_taken", "model_requested", "model_returned", "status_changed"}
 	if fmt.Sprint(payloads(evs)) != fmt.Sprint(want) {
 		t.Fatalf("log = %v, want %v", payloads(evs), want)
 	}
-	first, again := evs[1].GetModelRequested(), evs[2].GetModelRequested()
+	// The restarted engine recorded that it took the run, under a newer
+	// epoch, in the run's trace.
+	if taken := evs[2].GetRunTaken(); taken.GetOwner() == "" || taken.GetEpoch() < 2 || taken.GetTraceId() != end.TraceID {
+		t.Errorf("run_taken = %v; want the new owner, an epoch past the first, trace %q", taken, end.TraceID)
+	}
+	first, again := evs[1].GetModelRequested(), evs[3].GetModelRequested()
 	if first.GetResumed() || !again.GetResumed() || again.GetStep() != first.GetStep() || again.GetInputHash() != first.GetInputHash() {
 		t.Errorf("model_requested %v then %v; want the same step and input, the second marked resumed", first, again)
 	}

@@ -34,7 +34,7 @@ var equalShapes = map[string]string{
 	"rein.v1.ContextItem":         "1 kind string optional; 2 source string optional; 3 gist string optional; 4 blob string optional; 5 sequence uint64 optional; ",
 	"rein.v1.Decision":            "1 tool_call message optional presence oneof action rein.v1.ToolCall; 2 final_answer message optional presence oneof action rein.v1.FinalAnswer; 3 ask_human message optional presence oneof action rein.v1.AskHuman; ",
 	"rein.v1.DecisionRejected":    "1 raw string optional; 2 error string optional; ",
-	"rein.v1.Event":               "1 run_id string optional; 2 sequence uint64 optional; 3 recorded_at message optional presence google.protobuf.Timestamp; 4 actor string optional; 10 run_started message optional presence oneof payload rein.v1.RunStarted; 11 model_requested message optional presence oneof payload rein.v1.ModelRequested; 12 model_returned message optional presence oneof payload rein.v1.ModelReturned; 13 decision_rejected message optional presence oneof payload rein.v1.DecisionRejected; 14 tool_requested message optional presence oneof payload rein.v1.ToolRequested; 15 tool_refused message optional presence oneof payload rein.v1.ToolRefused; 16 tool_returned message optional presence oneof payload rein.v1.ToolReturned; 17 approval_requested message optional presence oneof payload rein.v1.ApprovalRequested; 18 approval_decided message optional presence oneof payload rein.v1.ApprovalDecided; 19 input_requested message optional presence oneof payload rein.v1.InputRequested; 20 input_provided message optional presence oneof payload rein.v1.InputProvided; 21 write_dispatched message optional presence oneof payload rein.v1.WriteDispatched; 22 write_committed message optional presence oneof payload rein.v1.WriteCommitted; 23 write_outcome_unknown message optional presence oneof payload rein.v1.WriteOutcomeUnknown; 24 checks_completed message optional presence oneof payload rein.v1.ChecksCompleted; 25 budget_reached message optional presence oneof payload rein.v1.BudgetReached; 26 status_changed message optional presence oneof payload rein.v1.StatusChanged; 27 model_retried message optional presence oneof payload rein.v1.ModelRetried; 28 context_compacted message optional presence oneof payload rein.v1.ContextCompacted; 29 write_refused message optional presence oneof payload rein.v1.WriteRefused; ",
+	"rein.v1.Event":               "1 run_id string optional; 2 sequence uint64 optional; 3 recorded_at message optional presence google.protobuf.Timestamp; 4 actor string optional; 10 run_started message optional presence oneof payload rein.v1.RunStarted; 11 model_requested message optional presence oneof payload rein.v1.ModelRequested; 12 model_returned message optional presence oneof payload rein.v1.ModelReturned; 13 decision_rejected message optional presence oneof payload rein.v1.DecisionRejected; 14 tool_requested message optional presence oneof payload rein.v1.ToolRequested; 15 tool_refused message optional presence oneof payload rein.v1.ToolRefused; 16 tool_returned message optional presence oneof payload rein.v1.ToolReturned; 17 approval_requested message optional presence oneof payload rein.v1.ApprovalRequested; 18 approval_decided message optional presence oneof payload rein.v1.ApprovalDecided; 19 input_requested message optional presence oneof payload rein.v1.InputRequested; 20 input_provided message optional presence oneof payload rein.v1.InputProvided; 21 write_dispatched message optional presence oneof payload rein.v1.WriteDispatched; 22 write_committed message optional presence oneof payload rein.v1.WriteCommitted; 23 write_outcome_unknown message optional presence oneof payload rein.v1.WriteOutcomeUnknown; 24 checks_completed message optional presence oneof payload rein.v1.ChecksCompleted; 25 budget_reached message optional presence oneof payload rein.v1.BudgetReached; 26 status_changed message optional presence oneof payload rein.v1.StatusChanged; 27 model_retried message optional presence oneof payload rein.v1.ModelRetried; 28 context_compacted message optional presence oneof payload rein.v1.ContextCompacted; 29 write_refused message optional presence oneof payload rein.v1.WriteRefused; 40 run_taken message optional presence oneof payload rein.v1.RunTaken; ",
 	"rein.v1.FinalAnswer":         "1 text string optional; 2 data message optional presence google.protobuf.Value; ",
 	"rein.v1.InputProvided":       "1 text string optional; ",
 	"rein.v1.InputRequested":      "1 question message optional presence rein.v1.Question; ",
@@ -47,6 +47,7 @@ var equalShapes = map[string]string{
 	"rein.v1.Question":            "1 text string optional; 2 call_id string optional; ",
 	"rein.v1.RetryPastDeadline":   "1 step uint32 optional; 2 error string optional; 3 wait message optional presence google.protobuf.Duration; ",
 	"rein.v1.RunStarted":          "1 contract message optional presence rein.v1.TaskContract; 2 principal string optional; 3 tenant string optional; 4 request_id string optional; 5 deadline message optional presence google.protobuf.Timestamp; 6 parent_run_id string optional; 7 parent_sequence uint64 optional; 8 trace_id string optional; 9 trace_parent_span_id string optional; ",
+	"rein.v1.RunTaken":            "1 owner string optional; 2 epoch uint64 optional; 3 trace_id string optional; ",
 	"rein.v1.ScriptedReply":       "1 decision message optional presence oneof reply rein.v1.Decision; 2 raw string optional presence oneof reply; 3 error string optional presence oneof reply; 4 usage message optional presence rein.v1.Usage; 5 delay_ms uint32 optional; 6 fail_attempts uint32 optional; 7 retry_after_ms uint32 optional; ",
 	"rein.v1.StatusChanged":       "1 from enum optional; 2 to enum optional; 3 reason string optional; 4 result message optional presence rein.v1.FinalAnswer; 5 error string optional; ",
 	"rein.v1.TaskContract":        "1 goal string optional; 2 inputs message optional presence google.protobuf.Struct; 3 tools message repeated rein.v1.ToolGrant; 4 budget message optional presence rein.v1.Budget; 5 checks message repeated rein.v1.Check; 6 model message optional presence rein.v1.ModelSpec; 7 approval message optional presence rein.v1.ApprovalPolicy; 8 labels message repeated map string string; ",
@@ -184,6 +185,11 @@ func eqEvent(x, y *reinv1.Event) bool {
 	case *reinv1.Event_WriteRefused:
 		oy, ok := y.GetPayload().(*reinv1.Event_WriteRefused)
 		if !ok || !(eqWriteRefused(ox.WriteRefused, oy.WriteRefused)) {
+			return false
+		}
+	case *reinv1.Event_RunTaken:
+		oy, ok := y.GetPayload().(*reinv1.Event_RunTaken)
+		if !ok || !(eqRunTaken(ox.RunTaken, oy.RunTaken)) {
 			return false
 		}
 	default:
@@ -664,6 +670,25 @@ func eqWriteRefused(x, y *reinv1.WriteRefused) bool {
 		return false
 	}
 	if !(x.GetReason() == y.GetReason()) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqRunTaken(x, y *reinv1.RunTaken) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetOwner() == y.GetOwner()) {
+		return false
+	}
+	if !(x.GetEpoch() == y.GetEpoch()) {
+		return false
+	}
+	if !(x.GetTraceId() == y.GetTraceId()) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())

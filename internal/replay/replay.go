@@ -7,7 +7,8 @@
 // Supported recordings: runs driven by the harness from start to their end
 // or last pause, with people's inputs, approvals, rejections, cancels of
 // paused runs and timer expiries in between. Not supported: a recording cut
-// by a crash (a resumed model call), a write whose outcome was unknown, and
+// by a crash (a resumed model call, a run taken after a restart or from
+// another server), a write whose outcome was unknown, and
 // a cancel of a running run (its timing is the canceller's, not the log's).
 package replay
 
@@ -238,6 +239,8 @@ func (r *recording) check() error {
 		switch {
 		case ev.GetModelRequested().GetResumed():
 			return fmt.Errorf("%w: run %s was cut by a crash (sequence %d resends a lost model call)", ErrUnsupported, r.runID, ev.GetSequence())
+		case ev.GetRunTaken() != nil:
+			return fmt.Errorf("%w: run %s was carried on after a restart or by another server (sequence %d)", ErrUnsupported, r.runID, ev.GetSequence())
 		case ev.GetWriteOutcomeUnknown() != nil:
 			return fmt.Errorf("%w: run %s has a write whose outcome was unknown (sequence %d)", ErrUnsupported, r.runID, ev.GetSequence())
 		case ev.GetRunId() != r.runID:

@@ -264,14 +264,17 @@ func TestTakeoverWhenAServerDies(t *testing.T) {
 	if len(watched[0]) != len(watched[1]) || uint64(len(watched[0])) != final.GetRun().GetVersion() {
 		t.Fatalf("watchers saw %d and %d events of %d", len(watched[0]), len(watched[1]), final.GetRun().GetVersion())
 	}
-	resumed := false
+	resumed, taken := false, false
 	for _, ev := range watched[1] {
 		if mr := ev.GetModelRequested(); mr != nil && mr.GetResumed() {
 			resumed = true
 		}
+		if rt := ev.GetRunTaken(); rt != nil {
+			taken = rt.GetOwner() == "replica-b" && rt.GetEpoch() >= 2 && rt.GetTraceId() == final.GetRun().GetTraceId()
+		}
 	}
-	if !resumed {
-		t.Fatal("B did not mark the call A had in flight as resumed")
+	if !resumed || !taken {
+		t.Fatalf("B's takeover: call sent again marked resumed %v, run_taken by replica-b in the run's trace %v", resumed, taken)
 	}
 	t.Logf("from the lease's end to the run completed on B: %v (TTL %v)", took, ttl)
 	if took > ttl+time.Second+2*time.Second {

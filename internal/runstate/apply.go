@@ -234,6 +234,18 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 		// Allowed in any non-terminal status: a deadline passes while paused too.
 	case *reinv1.Event_StatusChanged:
 		return changed(s, p.StatusChanged)
+	case *reinv1.Event_RunTaken:
+		// Only a running run is taken to be driven; the trace it names is
+		// the run's own.
+		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
+			return s, err
+		}
+		if p.RunTaken.GetOwner() == "" {
+			return s, fmt.Errorf("%w: run_taken without an owner", ErrInvalidEvent)
+		}
+		if id := p.RunTaken.GetTraceId(); id != s.TraceID {
+			return s, fmt.Errorf("%w: run_taken names trace %q, but the run's trace is %q", ErrInvalidEvent, id, s.TraceID)
+		}
 	default:
 		return s, fmt.Errorf("%w: event %d has no payload", ErrInvalidEvent, ev.GetSequence())
 	}

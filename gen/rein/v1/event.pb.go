@@ -60,6 +60,7 @@ type Event struct {
 	//	*Event_ModelRetried
 	//	*Event_ContextCompacted
 	//	*Event_WriteRefused
+	//	*Event_RunTaken
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -310,6 +311,15 @@ func (x *Event) GetWriteRefused() *WriteRefused {
 	return nil
 }
 
+func (x *Event) GetRunTaken() *RunTaken {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_RunTaken); ok {
+			return x.RunTaken
+		}
+	}
+	return nil
+}
+
 type isEvent_Payload interface {
 	isEvent_Payload()
 }
@@ -414,6 +424,12 @@ type Event_WriteRefused struct {
 	WriteRefused *WriteRefused `protobuf:"bytes,29,opt,name=write_refused,json=writeRefused,proto3,oneof"`
 }
 
+type Event_RunTaken struct {
+	// A server took the running run's lease to carry it on: after a
+	// restart, or from a server whose lease ended.
+	RunTaken *RunTaken `protobuf:"bytes,40,opt,name=run_taken,json=runTaken,proto3,oneof"`
+}
+
 func (*Event_RunStarted) isEvent_Payload() {}
 
 func (*Event_ModelRequested) isEvent_Payload() {}
@@ -453,6 +469,8 @@ func (*Event_ModelRetried) isEvent_Payload() {}
 func (*Event_ContextCompacted) isEvent_Payload() {}
 
 func (*Event_WriteRefused) isEvent_Payload() {}
+
+func (*Event_RunTaken) isEvent_Payload() {}
 
 // RunStarted is always a run's first event.
 type RunStarted struct {
@@ -1825,6 +1843,74 @@ func (x *WriteRefused) GetReason() string {
 	return ""
 }
 
+// RunTaken records that a server took a running run's lease to carry it on
+// past its start: the server restarted, or the server that drove the run
+// stopped holding its lease (it died, or was cut off) and this one took the
+// run over. Events after it until the next RunTaken are this owner's.
+type RunTaken struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The server that took the run (rein serve --name).
+	Owner string `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The lease epoch it took; every earlier owner is fenced.
+	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The run's trace (W3C hex), as run_started recorded it: the work that
+	// follows is a new stretch of the same trace.
+	TraceId       string `protobuf:"bytes,3,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunTaken) Reset() {
+	*x = RunTaken{}
+	mi := &file_rein_v1_event_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunTaken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunTaken) ProtoMessage() {}
+
+func (x *RunTaken) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_event_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunTaken.ProtoReflect.Descriptor instead.
+func (*RunTaken) Descriptor() ([]byte, []int) {
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RunTaken) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *RunTaken) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *RunTaken) GetTraceId() string {
+	if x != nil {
+		return x.TraceId
+	}
+	return ""
+}
+
 // WriteOutcomeUnknown records a write whose outcome could not be learned.
 type WriteOutcomeUnknown struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1840,7 +1926,7 @@ type WriteOutcomeUnknown struct {
 
 func (x *WriteOutcomeUnknown) Reset() {
 	*x = WriteOutcomeUnknown{}
-	mi := &file_rein_v1_event_proto_msgTypes[19]
+	mi := &file_rein_v1_event_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +1938,7 @@ func (x *WriteOutcomeUnknown) String() string {
 func (*WriteOutcomeUnknown) ProtoMessage() {}
 
 func (x *WriteOutcomeUnknown) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[19]
+	mi := &file_rein_v1_event_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +1951,7 @@ func (x *WriteOutcomeUnknown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteOutcomeUnknown.ProtoReflect.Descriptor instead.
 func (*WriteOutcomeUnknown) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{19}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WriteOutcomeUnknown) GetProposalId() string {
@@ -1905,7 +1991,7 @@ type ChecksCompleted struct {
 
 func (x *ChecksCompleted) Reset() {
 	*x = ChecksCompleted{}
-	mi := &file_rein_v1_event_proto_msgTypes[20]
+	mi := &file_rein_v1_event_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +2003,7 @@ func (x *ChecksCompleted) String() string {
 func (*ChecksCompleted) ProtoMessage() {}
 
 func (x *ChecksCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[20]
+	mi := &file_rein_v1_event_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +2016,7 @@ func (x *ChecksCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksCompleted.ProtoReflect.Descriptor instead.
 func (*ChecksCompleted) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{20}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ChecksCompleted) GetResults() []*CheckResult {
@@ -1971,7 +2057,7 @@ type CheckResult struct {
 
 func (x *CheckResult) Reset() {
 	*x = CheckResult{}
-	mi := &file_rein_v1_event_proto_msgTypes[21]
+	mi := &file_rein_v1_event_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2069,7 @@ func (x *CheckResult) String() string {
 func (*CheckResult) ProtoMessage() {}
 
 func (x *CheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[21]
+	mi := &file_rein_v1_event_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2082,7 @@ func (x *CheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResult.ProtoReflect.Descriptor instead.
 func (*CheckResult) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{21}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CheckResult) GetName() string {
@@ -2045,7 +2131,7 @@ type BudgetReached struct {
 
 func (x *BudgetReached) Reset() {
 	*x = BudgetReached{}
-	mi := &file_rein_v1_event_proto_msgTypes[22]
+	mi := &file_rein_v1_event_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2057,7 +2143,7 @@ func (x *BudgetReached) String() string {
 func (*BudgetReached) ProtoMessage() {}
 
 func (x *BudgetReached) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[22]
+	mi := &file_rein_v1_event_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2070,7 +2156,7 @@ func (x *BudgetReached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetReached.ProtoReflect.Descriptor instead.
 func (*BudgetReached) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{22}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BudgetReached) GetLimit() string {
@@ -2110,7 +2196,7 @@ type RetryPastDeadline struct {
 
 func (x *RetryPastDeadline) Reset() {
 	*x = RetryPastDeadline{}
-	mi := &file_rein_v1_event_proto_msgTypes[23]
+	mi := &file_rein_v1_event_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2208,7 @@ func (x *RetryPastDeadline) String() string {
 func (*RetryPastDeadline) ProtoMessage() {}
 
 func (x *RetryPastDeadline) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[23]
+	mi := &file_rein_v1_event_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2221,7 @@ func (x *RetryPastDeadline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPastDeadline.ProtoReflect.Descriptor instead.
 func (*RetryPastDeadline) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{23}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RetryPastDeadline) GetStep() uint32 {
@@ -2178,7 +2264,7 @@ type StatusChanged struct {
 
 func (x *StatusChanged) Reset() {
 	*x = StatusChanged{}
-	mi := &file_rein_v1_event_proto_msgTypes[24]
+	mi := &file_rein_v1_event_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2276,7 @@ func (x *StatusChanged) String() string {
 func (*StatusChanged) ProtoMessage() {}
 
 func (x *StatusChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[24]
+	mi := &file_rein_v1_event_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2289,7 @@ func (x *StatusChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusChanged.ProtoReflect.Descriptor instead.
 func (*StatusChanged) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{24}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StatusChanged) GetFrom() RunStatus {
@@ -2245,7 +2331,7 @@ var File_rein_v1_event_proto protoreflect.FileDescriptor
 
 const file_rein_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x13rein/v1/event.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\x1a\x11rein/v1/run.proto\"\xe0\v\n" +
+	"\x13rein/v1/event.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\x1a\x11rein/v1/run.proto\"\x92\f\n" +
 	"\x05Event\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12;\n" +
@@ -2273,7 +2359,8 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x0estatus_changed\x18\x1a \x01(\v2\x16.rein.v1.StatusChangedH\x00R\rstatusChanged\x12<\n" +
 	"\rmodel_retried\x18\x1b \x01(\v2\x15.rein.v1.ModelRetriedH\x00R\fmodelRetried\x12H\n" +
 	"\x11context_compacted\x18\x1c \x01(\v2\x19.rein.v1.ContextCompactedH\x00R\x10contextCompacted\x12<\n" +
-	"\rwrite_refused\x18\x1d \x01(\v2\x15.rein.v1.WriteRefusedH\x00R\fwriteRefusedB\t\n" +
+	"\rwrite_refused\x18\x1d \x01(\v2\x15.rein.v1.WriteRefusedH\x00R\fwriteRefused\x120\n" +
+	"\trun_taken\x18( \x01(\v2\x11.rein.v1.RunTakenH\x00R\brunTakenB\t\n" +
 	"\apayload\"\xe5\x02\n" +
 	"\n" +
 	"RunStarted\x121\n" +
@@ -2380,7 +2467,11 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\vproposal_id\x18\x01 \x01(\tR\n" +
 	"proposalId\x12!\n" +
 	"\foperation_id\x18\x02 \x01(\tR\voperationId\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"o\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"Q\n" +
+	"\bRunTaken\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x19\n" +
+	"\btrace_id\x18\x03 \x01(\tR\atraceId\"o\n" +
 	"\x13WriteOutcomeUnknown\x12\x1f\n" +
 	"\vproposal_id\x18\x01 \x01(\tR\n" +
 	"proposalId\x12!\n" +
@@ -2425,7 +2516,7 @@ func file_rein_v1_event_proto_rawDescGZIP() []byte {
 	return file_rein_v1_event_proto_rawDescData
 }
 
-var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_rein_v1_event_proto_goTypes = []any{
 	(*Event)(nil),                 // 0: rein.v1.Event
 	(*RunStarted)(nil),            // 1: rein.v1.RunStarted
@@ -2446,27 +2537,28 @@ var file_rein_v1_event_proto_goTypes = []any{
 	(*WriteDispatched)(nil),       // 16: rein.v1.WriteDispatched
 	(*WriteCommitted)(nil),        // 17: rein.v1.WriteCommitted
 	(*WriteRefused)(nil),          // 18: rein.v1.WriteRefused
-	(*WriteOutcomeUnknown)(nil),   // 19: rein.v1.WriteOutcomeUnknown
-	(*ChecksCompleted)(nil),       // 20: rein.v1.ChecksCompleted
-	(*CheckResult)(nil),           // 21: rein.v1.CheckResult
-	(*BudgetReached)(nil),         // 22: rein.v1.BudgetReached
-	(*RetryPastDeadline)(nil),     // 23: rein.v1.RetryPastDeadline
-	(*StatusChanged)(nil),         // 24: rein.v1.StatusChanged
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
-	(*TaskContract)(nil),          // 26: rein.v1.TaskContract
-	(*Decision)(nil),              // 27: rein.v1.Decision
-	(*Usage)(nil),                 // 28: rein.v1.Usage
-	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
-	(*structpb.Struct)(nil),       // 30: google.protobuf.Struct
-	(ToolTier)(0),                 // 31: rein.v1.ToolTier
-	(*structpb.Value)(nil),        // 32: google.protobuf.Value
-	(*Proposal)(nil),              // 33: rein.v1.Proposal
-	(*Question)(nil),              // 34: rein.v1.Question
-	(RunStatus)(0),                // 35: rein.v1.RunStatus
-	(*FinalAnswer)(nil),           // 36: rein.v1.FinalAnswer
+	(*RunTaken)(nil),              // 19: rein.v1.RunTaken
+	(*WriteOutcomeUnknown)(nil),   // 20: rein.v1.WriteOutcomeUnknown
+	(*ChecksCompleted)(nil),       // 21: rein.v1.ChecksCompleted
+	(*CheckResult)(nil),           // 22: rein.v1.CheckResult
+	(*BudgetReached)(nil),         // 23: rein.v1.BudgetReached
+	(*RetryPastDeadline)(nil),     // 24: rein.v1.RetryPastDeadline
+	(*StatusChanged)(nil),         // 25: rein.v1.StatusChanged
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*TaskContract)(nil),          // 27: rein.v1.TaskContract
+	(*Decision)(nil),              // 28: rein.v1.Decision
+	(*Usage)(nil),                 // 29: rein.v1.Usage
+	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
+	(*structpb.Struct)(nil),       // 31: google.protobuf.Struct
+	(ToolTier)(0),                 // 32: rein.v1.ToolTier
+	(*structpb.Value)(nil),        // 33: google.protobuf.Value
+	(*Proposal)(nil),              // 34: rein.v1.Proposal
+	(*Question)(nil),              // 35: rein.v1.Question
+	(RunStatus)(0),                // 36: rein.v1.RunStatus
+	(*FinalAnswer)(nil),           // 37: rein.v1.FinalAnswer
 }
 var file_rein_v1_event_proto_depIdxs = []int32{
-	25, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
+	26, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
 	1,  // 1: rein.v1.Event.run_started:type_name -> rein.v1.RunStarted
 	2,  // 2: rein.v1.Event.model_requested:type_name -> rein.v1.ModelRequested
 	4,  // 3: rein.v1.Event.model_returned:type_name -> rein.v1.ModelReturned
@@ -2480,41 +2572,42 @@ var file_rein_v1_event_proto_depIdxs = []int32{
 	15, // 11: rein.v1.Event.input_provided:type_name -> rein.v1.InputProvided
 	16, // 12: rein.v1.Event.write_dispatched:type_name -> rein.v1.WriteDispatched
 	17, // 13: rein.v1.Event.write_committed:type_name -> rein.v1.WriteCommitted
-	19, // 14: rein.v1.Event.write_outcome_unknown:type_name -> rein.v1.WriteOutcomeUnknown
-	20, // 15: rein.v1.Event.checks_completed:type_name -> rein.v1.ChecksCompleted
-	22, // 16: rein.v1.Event.budget_reached:type_name -> rein.v1.BudgetReached
-	24, // 17: rein.v1.Event.status_changed:type_name -> rein.v1.StatusChanged
+	20, // 14: rein.v1.Event.write_outcome_unknown:type_name -> rein.v1.WriteOutcomeUnknown
+	21, // 15: rein.v1.Event.checks_completed:type_name -> rein.v1.ChecksCompleted
+	23, // 16: rein.v1.Event.budget_reached:type_name -> rein.v1.BudgetReached
+	25, // 17: rein.v1.Event.status_changed:type_name -> rein.v1.StatusChanged
 	5,  // 18: rein.v1.Event.model_retried:type_name -> rein.v1.ModelRetried
 	6,  // 19: rein.v1.Event.context_compacted:type_name -> rein.v1.ContextCompacted
 	18, // 20: rein.v1.Event.write_refused:type_name -> rein.v1.WriteRefused
-	26, // 21: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
-	25, // 22: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
-	3,  // 23: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
-	27, // 24: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
-	28, // 25: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
-	29, // 26: rein.v1.ModelReturned.duration:type_name -> google.protobuf.Duration
-	29, // 27: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
-	7,  // 28: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
-	30, // 29: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
-	31, // 30: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
-	32, // 31: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
-	29, // 32: rein.v1.ToolReturned.duration:type_name -> google.protobuf.Duration
-	33, // 33: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
-	34, // 34: rein.v1.InputRequested.question:type_name -> rein.v1.Question
-	32, // 35: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
-	29, // 36: rein.v1.WriteCommitted.duration:type_name -> google.protobuf.Duration
-	21, // 37: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
-	29, // 38: rein.v1.ChecksCompleted.duration:type_name -> google.protobuf.Duration
-	23, // 39: rein.v1.BudgetReached.retry_past_deadline:type_name -> rein.v1.RetryPastDeadline
-	29, // 40: rein.v1.RetryPastDeadline.wait:type_name -> google.protobuf.Duration
-	35, // 41: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
-	35, // 42: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
-	36, // 43: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	19, // 21: rein.v1.Event.run_taken:type_name -> rein.v1.RunTaken
+	27, // 22: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
+	26, // 23: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
+	3,  // 24: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
+	28, // 25: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
+	29, // 26: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
+	30, // 27: rein.v1.ModelReturned.duration:type_name -> google.protobuf.Duration
+	30, // 28: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
+	7,  // 29: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
+	31, // 30: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
+	32, // 31: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
+	33, // 32: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
+	30, // 33: rein.v1.ToolReturned.duration:type_name -> google.protobuf.Duration
+	34, // 34: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
+	35, // 35: rein.v1.InputRequested.question:type_name -> rein.v1.Question
+	33, // 36: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
+	30, // 37: rein.v1.WriteCommitted.duration:type_name -> google.protobuf.Duration
+	22, // 38: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
+	30, // 39: rein.v1.ChecksCompleted.duration:type_name -> google.protobuf.Duration
+	24, // 40: rein.v1.BudgetReached.retry_past_deadline:type_name -> rein.v1.RetryPastDeadline
+	30, // 41: rein.v1.RetryPastDeadline.wait:type_name -> google.protobuf.Duration
+	36, // 42: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
+	36, // 43: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
+	37, // 44: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
+	45, // [45:45] is the sub-list for method output_type
+	45, // [45:45] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_event_proto_init() }
@@ -2546,6 +2639,7 @@ func file_rein_v1_event_proto_init() {
 		(*Event_ModelRetried)(nil),
 		(*Event_ContextCompacted)(nil),
 		(*Event_WriteRefused)(nil),
+		(*Event_RunTaken)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2553,7 +2647,7 @@ func file_rein_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_event_proto_rawDesc), len(file_rein_v1_event_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
