@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -38,7 +39,12 @@ type Fixtures struct {
 	committed map[string]*structpb.Value
 	// ledger, when set, records every Commit call, one line each:
 	// "OPERATION_ID\tTOOL\tapplied|repeat", synced before Commit returns.
+	// Several processes may share it (servers over one store): each Commit
+	// and Lookup reads it again under an advisory lock of the file, so a
+	// write one committed counts as committed in all.
 	ledger *os.File
+	// read is how much of the ledger committed reflects.
+	read int64
 }
 
 var (
@@ -56,23 +62,51 @@ func NewFixtures(results map[string][]FixtureResult) *Fixtures {
 // committed, and each Commit call appends a line. A test reads it to check
 // that every approved write was committed exactly once.
 func (f *Fixtures) WithLedger(path string) (*Fixtures, error) {
-	data, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("read the fixture ledger: %w", err)
+	file, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open the fixture ledger: %w", err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
+	f.ledger = file
+	unlock, err := lockLedger(file, false)
+	if err != nil {
+		_ = file.Close()
+		return nil, err
+	}
+	defer unlock()
+	if err := f.catchUp(); err != nil {
+		_ = file.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// catchUp reads the lines other processes added to the ledger since it
+// was last read. f.mu and the ledger's lock must be held.
+func (f *Fixtures) catchUp() error {
+	info, err := f.ledger.Stat()
+	if err != nil {
+		return fmt.Errorf("read the fixture ledger: %w", err)
+	}
+	if info.Size() <= f.read {
+		return nil
+	}
+	data := make([]byte, info.Size()-f.read)
+	n, err := f.ledger.ReadAt(data, f.read)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read the fixture ledger: %w", err)
+	}
+	data = data[:n]
+	// Only whole lines: a line being written is read next time.
+	end := strings.LastIndexByte(string(data), '\n') + 1
+	for _, line := range strings.Split(string(data[:end]), "\n") {
 		fields := strings.Split(line, "\t")
 		if len(fields) == 3 && fields[2] == "applied" {
 			r, _ := f.result(Call{Tool: fields[1], Index: 0})
 			f.committed[fields[0]] = r.Receipt
 		}
 	}
-	file, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open the fixture ledger: %w", err)
-	}
-	f.ledger = file
-	return f, nil
+	f.read += int64(end)
+	return nil
 }
 
 // ParseFixtures reads the fixture file format: a JSON object mapping a tool's
@@ -200,6 +234,16 @@ func (f *Fixtures) Commit(ctx context.Context, call Call, operationID string) (*
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.ledger != nil {
+		unlock, err := lockLedger(f.ledger, true)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+		if err := f.catchUp(); err != nil {
+			return nil, err
+		}
+	}
 	receipt, repeat := f.committed[operationID]
 	if !repeat {
 		receipt = r.Receipt
@@ -215,6 +259,9 @@ func (f *Fixtures) Commit(ctx context.Context, call Call, operationID string) (*
 		if err := f.ledger.Sync(); err != nil {
 			return nil, err
 		}
+		if info, err := f.ledger.Stat(); err == nil {
+			f.read = info.Size() // what it wrote is read; under the lock, no one else wrote
+		}
 	}
 	f.committed[operationID] = receipt
 	return receipt, nil
@@ -224,6 +271,16 @@ func (f *Fixtures) Commit(ctx context.Context, call Call, operationID string) (*
 func (f *Fixtures) Lookup(ctx context.Context, _ Call, operationID string) (*structpb.Value, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.ledger != nil {
+		unlock, err := lockLedger(f.ledger, false)
+		if err != nil {
+			return nil, false, err
+		}
+		defer unlock()
+		if err := f.catchUp(); err != nil {
+			return nil, false, err
+		}
+	}
 	receipt, ok := f.committed[operationID]
 	return receipt, ok, ctx.Err()
 }
