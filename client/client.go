@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -90,15 +92,23 @@ type Client struct {
 	onReconnect func(error, time.Duration)
 }
 
-// Dial connects to the rein server at target (host:port). The connection is
-// made lazily, on the first call. A unary call answered ResourceExhausted
-// with a RetryInfo is sent again after the server's delay (see
-// MaxRetryInfoAttempts).
+// Dial connects to the rein server at target (host:port), or to any of
+// several servers sharing one store (host:port,host:port,…): the client
+// connects to the first that answers, in order, and when that one stops
+// answering it moves to the next. The connection is made lazily, on the
+// first call. A unary call answered ResourceExhausted with a RetryInfo is
+// sent again after the server's delay (see MaxRetryInfoAttempts).
 func Dial(target string, opts Options) (*Client, error) {
 	creds := insecure.NewCredentials()
 	tlsOn := opts.CAFile != "" || opts.CertFile != "" || opts.SystemRoots
-	if opts.Token != "" && !tlsOn && !opts.InsecureToken && !loopback(target) {
-		return nil, fmt.Errorf("%w to %s, which is not a loopback address: use TLS (Options.CAFile or SystemRoots), or set Options.InsecureToken on a network you trust", ErrPlaintextToken, target)
+	servers := strings.Split(target, ",")
+	for _, s := range servers {
+		if strings.TrimSpace(s) == "" {
+			return nil, fmt.Errorf("dial rein server %q: an empty address in the list; give host:port[,host:port…]", target)
+		}
+		if opts.Token != "" && !tlsOn && !opts.InsecureToken && !loopback(strings.TrimSpace(s)) {
+			return nil, fmt.Errorf("%w to %s, which is not a loopback address: use TLS (Options.CAFile or SystemRoots), or set Options.InsecureToken on a network you trust", ErrPlaintextToken, s)
+		}
 	}
 	if tlsOn {
 		cfg, err := tlsConfig(opts)
@@ -117,7 +127,25 @@ func Dial(target string, opts Options) (*Client, error) {
 	if opts.Token != "" {
 		dopts = append(dopts, grpc.WithPerRPCCredentials(bearer(opts.Token)))
 	}
-	cc, err := grpc.NewClient(target, dopts...)
+	dialed := target
+	if len(servers) > 1 {
+		// The list is the channel's addresses, tried in order (gRPC's
+		// pick_first); each is verified under its own host name with TLS.
+		r := manual.NewBuilderWithScheme("rein-servers")
+		var addrs []resolver.Address
+		for _, s := range servers {
+			s = strings.TrimSpace(s)
+			host, _, err := net.SplitHostPort(s)
+			if err != nil {
+				return nil, fmt.Errorf("dial rein server %s: %w; give host:port", s, err)
+			}
+			addrs = append(addrs, resolver.Address{Addr: s, ServerName: host})
+		}
+		r.InitialState(resolver.State{Addresses: addrs})
+		dopts = append(dopts, grpc.WithResolvers(r))
+		dialed = r.Scheme() + ":///servers"
+	}
+	cc, err := grpc.NewClient(dialed, dopts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial rein server %s: %w", target, err)
 	}
