@@ -243,7 +243,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	}
 	node.Shutdown(sctx)
 	<-served
-	log.Info("stopped; the store is closed")
+	log.Info("stopped; the database is closed")
 	return nil
 }
 

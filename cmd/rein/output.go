@@ -184,7 +184,11 @@ func eventSummary(ev *reinv1.Event) string {
 	case *reinv1.Event_RunStarted:
 		return fmt.Sprintf("goal %q, %d tools", p.RunStarted.GetContract().GetGoal(), len(p.RunStarted.GetContract().GetTools()))
 	case *reinv1.Event_ModelRequested:
-		return fmt.Sprintf("step %d, %s, ~%d input tokens", p.ModelRequested.GetStep(), p.ModelRequested.GetModel(), p.ModelRequested.GetInputTokens())
+		s := fmt.Sprintf("step %d, %s, ~%d input tokens", p.ModelRequested.GetStep(), p.ModelRequested.GetModel(), p.ModelRequested.GetInputTokens())
+		if p.ModelRequested.GetResumed() {
+			s += ", sent again: the call before it was cut by a crash"
+		}
+		return s
 	case *reinv1.Event_ModelReturned:
 		mr := p.ModelReturned
 		var notes []string
@@ -255,6 +259,8 @@ func eventSummary(ev *reinv1.Event) string {
 		return s
 	case *reinv1.Event_WriteRefused:
 		return "operation " + p.WriteRefused.GetOperationId() + " refused: " + p.WriteRefused.GetReason()
+	case *reinv1.Event_RunTaken:
+		return fmt.Sprintf("carried on by %s (lease epoch %d)", p.RunTaken.GetOwner(), p.RunTaken.GetEpoch())
 	case *reinv1.Event_WriteOutcomeUnknown:
 		return "operation " + p.WriteOutcomeUnknown.GetOperationId() + ": " + p.WriteOutcomeUnknown.GetError()
 	case *reinv1.Event_InputProvided:

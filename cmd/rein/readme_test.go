@@ -41,6 +41,7 @@ var readmeSkips = []struct{ section, marker, why string }{
 	{"Remote tool services and MCP servers", "go run ./examples/toolservice", "starts two servers that run until stopped, in three terminals"},
 	{"grpcurl", "", "TestGrpcurlReadme runs this section's blocks against a real server"},
 	{"Running a server", "./rein serve", "starts a server that runs until stopped"},
+	{"Running several servers", ".bin/etcd", "starts an etcd cluster and servers that run until stopped; scripts/cluster-demo.sh does it, TestClusterDemo runs that"},
 	{"Operating rein", "./rein serve --otel", "starts a server that runs until stopped, exporting to a collector"},
 	{"Operating rein", "curl -s 127.0.0.1:9090/metrics", "reads a server started with --admin-listen; TestServeAdminListen does"},
 }
