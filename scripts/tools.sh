@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# Builds the pinned code-generation tools (buf, protoc-gen-go,
-# protoc-gen-go-grpc) from tools/go.mod into .bin/. Go's build cache makes a
-# second run take a second.
+# Builds the pinned tools from tools/go.mod into .bin/: the code generators
+# (buf, protoc-gen-go, protoc-gen-go-grpc), grpcurl, and etcd's server and
+# etcdctl (the etcd member processes the etcd tests and `rein bench --store
+# etcd` start). Go's build cache makes a second run take a second or two.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .bin
-(cd tools && go build -o ../.bin/ tool)
+(
+  cd tools
+  # etcd's main packages end in /v3, so they are built under their own names.
+  mapfile -t pkgs < <(go list tool | grep -v '^go\.etcd\.io/etcd/')
+  go build -o ../.bin/ "${pkgs[@]}"
+  go build -o ../.bin/etcd go.etcd.io/etcd/server/v3
+  go build -o ../.bin/etcdctl go.etcd.io/etcd/etcdctl/v3
+)
 
 # protovalidate's buf/validate/validate.proto comes from its Go module, copied
 # into third_party/ (git-ignored), which buf.yaml lists as a second module.

@@ -14,12 +14,15 @@ import (
 )
 
 // benchStores are the storage backends --store can name.
-const benchStores = "bolt"
+const benchStores = "bolt, etcd"
 
 // benchBackend is the storage backend `rein bench --store name` runs the
 // scenarios on: how to open its store and, for the baselines, its ceiling.
+// etcd's needs a cluster: run opens it (bench_etcd.go).
 func benchBackend(name string) (bench.Backend, error) {
 	switch name {
+	case "etcd":
+		return bench.Backend{Name: "etcd"}, nil
 	case "bolt":
 		return bench.Backend{
 			Name: "bolt",
@@ -60,6 +63,7 @@ type benchOptions struct {
 	traces bool
 	dir    string
 	store  string
+	etcd   benchEtcdFlags
 }
 
 const benchLong = `Measure rein against the disk it runs on. Each scenario times a figure through
@@ -74,7 +78,15 @@ Scenarios (steps runs steps and steps-runs):
 
 Files go in a temporary directory that is removed; --db is not used. The
 watch scenario also starts this binary's serve on a temporary store, to
-measure the server's memory with every stream open and idle.`
+measure the server's memory with every stream open and idle.
+
+With --store etcd the scenarios whose baseline is the backend's ceiling run
+(append, steps, steps-runs, fold; all means those), against raw etcd
+transactions putting the same bytes from the same client. --etcd ENDPOINTS
+names a cluster to run on, under a fresh prefix below --etcd-prefix that is
+deleted at the end; without it the bench starts one durable etcd member from
+the pinned binary (bash scripts/tools.sh builds .bin/etcd; or --etcd-bin)
+in a temporary directory and stops it after.`
 
 func newBenchCmd(e *env) *cobra.Command {
 	o := &benchOptions{}
@@ -82,7 +94,9 @@ func newBenchCmd(e *env) *cobra.Command {
 		Use: "bench SCENARIO",
 		Example: `  rein bench steps
   rein bench steps --runs 64 --rounds 3
-  rein bench all --scale 0.1 --json`,
+  rein bench all --scale 0.1 --json
+  rein bench append --store etcd
+  rein bench fold --store etcd --etcd 127.0.0.1:2379 --scale 0.1`,
 		Short: "Measure rein against the disk it runs on (rein bench --help lists the scenarios)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -102,6 +116,7 @@ func newBenchCmd(e *env) *cobra.Command {
 	cmd.Flags().BoolVar(&o.traces, "traces", false, "steps and steps-runs: build the runs' spans as rein serve --otel does (dropped, not exported), to measure what tracing costs")
 	cmd.Flags().StringVar(&o.dir, "dir", "", "directory for the temporary files (default: the system's)")
 	cmd.Flags().StringVar(&o.store, "store", "bolt", "storage backend to run on: "+benchStores)
+	o.etcd.register(cmd.Flags())
 	return cmd
 }
 
@@ -130,6 +145,20 @@ func (o *benchOptions) run(cmd *cobra.Command, e *env, name string) error {
 	backend, err := benchBackend(o.store)
 	if err != nil {
 		return err
+	}
+	if err := o.etcd.check(cmd.Flags(), o.store); err != nil {
+		return err
+	}
+	if o.store == "etcd" {
+		if todo, err = etcdScenarios(name, todo); err != nil {
+			return err
+		}
+		b, err := openBenchEtcd(cmd.Context(), &o.etcd, o.dir, e.stderr)
+		if err != nil {
+			return err
+		}
+		defer b.close()
+		backend = b.backend(cmd.Context())
 	}
 	opts := bench.Options{Scale: o.scale, Rounds: o.rounds, Dir: o.dir, Backend: backend, Runs: o.runs, Traces: o.traces, WatchServer: e.benchServer}
 	if opts.WatchServer == nil {

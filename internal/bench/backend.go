@@ -16,6 +16,10 @@ type Backend struct {
 	// Open opens the store at path, creating it. noSync skips fsync: only
 	// the untimed building of a scenario's fixtures asks for it.
 	Open func(path string, noSync bool) (Store, error)
+	// MaxAppendEvents is the most events one Append may carry (an etcd
+	// request has a size limit); 0 means no limit. The untimed building of
+	// a scenario's fixtures appends in batches no larger.
+	MaxAppendEvents int
 	// Ceiling is the engine's raw speed for the scenarios' storage work,
 	// the baselines of append, steps and fold; nil when it offers none
 	// (those scenarios then refuse to run).

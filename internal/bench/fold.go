@@ -22,7 +22,8 @@ const (
 // Fold measures rebuilding a run's state from its log: the store's
 // ScanEvents over a foldEvents-event run with runstate.Apply on each event
 // (scan, decode, fold). The run is built first, untimed, by appending big
-// batches of model_requested/model_returned pairs. The baseline is the
+// batches of model_requested/model_returned pairs (foldBatch, or the
+// backend's MaxAppendEvents). The baseline is the
 // backend's raw scan of the same file (Ceiling.Scan, for bbolt a cursor)
 // with proto.Unmarshal of each event and no fold. Both read a file the OS
 // has cached.
@@ -76,13 +77,17 @@ func buildFoldRun(ctx context.Context, be Backend, path, runID string, n int) (i
 		return 0, err
 	}
 	size := proto.Size(first)
-	batch := make([]*reinv1.Event, 0, foldBatch)
+	per := foldBatch
+	if be.MaxAppendEvents > 0 {
+		per = min(per, be.MaxAppendEvents)
+	}
+	batch := make([]*reinv1.Event, 0, per)
 	for seq := uint64(2); seq <= uint64(n); {
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
 		batch = batch[:0]
-		for ; seq <= uint64(n) && len(batch) < foldBatch; seq++ {
+		for ; seq <= uint64(n) && len(batch) < per; seq++ {
 			ev := stepEvent(runID, seq, at, true)
 			size += proto.Size(ev)
 			batch = append(batch, ev)

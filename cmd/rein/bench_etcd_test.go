@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reinhq/rein/internal/etcdtest"
+)
+
+// benchLines decodes the bench's --json lines and checks each names the
+// scenario it should, with a positive figure and baseline.
+func benchLines(t *testing.T, out string, want ...string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d (%v):\n%s", len(lines), len(want), want, out)
+	}
+	for i, line := range lines {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %d is not JSON: %v\n%s", i, err, line)
+		}
+		fig, _ := r["figure"].(float64)
+		base, _ := r["baseline"].(float64)
+		if r["scenario"] != want[i] || fig <= 0 || base <= 0 {
+			t.Errorf("line %d: scenario %v, figure %v, baseline %v; want %s with both positive", i, r["scenario"], fig, base, want[i])
+		}
+	}
+}
+
+// TestBenchEtcdOwn: --store etcd without --etcd starts an etcd of its own
+// from the pinned binary, runs every scenario etcd has (all means those) at
+// a tiny scale, and stops it.
+func TestBenchEtcdOwn(t *testing.T) {
+	bin := etcdtest.Binary(t)
+	code, out, errs := runBench(t, "all", "--store", "etcd", "--etcd-bin", bin, "--json", "--scale", "0.002", "--rounds", "1", "--dir", t.TempDir())
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	benchLines(t, out, "append", "steps", "steps-runs", "fold")
+}
+
+// TestBenchEtcdCluster: with --etcd the bench runs on that cluster, under a
+// prefix of its own below --etcd-prefix, which it deletes at the end.
+func TestBenchEtcdCluster(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	code, out, errs := runBench(t, "fold", "--store", "etcd", "--etcd", c.Endpoint(0), "--etcd-prefix", "/mine/",
+		"--json", "--scale", "0.001", "--rounds", "1", "--dir", t.TempDir())
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	benchLines(t, out, "fold")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.Client().Get(ctx, "/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Count != 0 {
+		t.Errorf("the bench left %d keys on the cluster; want its prefix deleted", resp.Count)
+	}
+}
+
+// TestBenchEtcdRefused: the etcd flags that do not fit are refused before
+// anything runs, and an etcd that cannot be had fails as unavailable,
+// saying what to do.
+func TestBenchEtcdRefused(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"append", "--etcd", "127.0.0.1:1"}, exitUsage, "--etcd needs --store etcd"},
+		{[]string{"append", "--etcd-bin", "/bin/true"}, exitUsage, "--etcd-bin needs --store etcd"},
+		{[]string{"append", "--store", "etcd", "--etcd", "127.0.0.1:1", "--etcd-bin", "/bin/true"}, exitUsage, "one or the other"},
+		{[]string{"watch", "--store", "etcd", "--etcd", "127.0.0.1:1"}, exitUsage, "bolt only"},
+		{[]string{"append", "--store", "etcd", "--etcd-prefix", "/x"}, exitUsage, "--etcd-prefix needs --etcd"},
+		{[]string{"append", "--store", "etcd", "--etcd-bin", filepath.Join(dir, "no-etcd")}, exitUnavailable, "no-etcd"},
+		{[]string{"append", "--store", "etcd", "--etcd", "127.0.0.1:1", "--etcd-timeout", "500ms"}, exitUnavailable, "did not answer"},
+	} {
+		code, out, errs := runBench(t, append(tc.args, "--scale", "0.001", "--rounds", "1", "--dir", dir)...)
+		if code != tc.code || out != "" || !strings.Contains(errs, tc.says) {
+			t.Errorf("bench %v: exit %d, stdout %q, stderr %q; want %d, nothing, and %q", tc.args, code, out, errs, tc.code, tc.says)
+		}
+	}
+}
