@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -175,5 +176,37 @@ func TestMetricsSeededFromStore(t *testing.T) {
 	}
 	if got := sample(text, `rein_runs_started_total`); got != 0 {
 		t.Errorf("restarted node: runs started = %v, want 0 (counters count what this process did)", got)
+	}
+}
+
+// TestReadyNeedsTheLease: a replica that holds no etcd lease is not ready
+// (503, saying why); once it holds one, it is. A replica's lease metrics
+// read what the replica reports at each scrape.
+func TestReadyNeedsTheLease(t *testing.T) {
+	var held atomic.Bool
+	m := metrics.New()
+	node, err := Open(context.Background(), Config{Store: tempBolt(t), Metrics: m, Leased: held.Load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	m.TrackLeases(func() int { return 3 }, held.Load)
+	hs := httptest.NewServer(node.AdminHandler(m, false))
+	defer hs.Close()
+	if code, body := get(t, hs.URL+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "etcd lease") {
+		t.Fatalf("/readyz without the lease = %d %q, want 503 naming the lease", code, body)
+	}
+	if _, body := get(t, hs.URL+"/metrics"); !strings.Contains(body, "rein_replica_lease_held 0") || !strings.Contains(body, "rein_leases_held 3") {
+		t.Fatalf("/metrics without the lease lacks rein_replica_lease_held 0 or rein_leases_held 3:\n%s", body)
+	}
+	held.Store(true)
+	if code, body := get(t, hs.URL+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz with the lease = %d %q, want 200", code, body)
+	}
+	m.TookOver()
+	m.LostLease()
+	if _, body := get(t, hs.URL+"/metrics"); !strings.Contains(body, "rein_replica_lease_held 1") ||
+		!strings.Contains(body, "rein_takeovers_total 1") || !strings.Contains(body, "rein_lease_losses_total 1") {
+		t.Fatalf("/metrics with the lease, a takeover and a loss:\n%s", body)
 	}
 }
