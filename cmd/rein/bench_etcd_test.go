@@ -91,3 +91,34 @@ func TestBenchEtcdRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchFailover: rein bench failover starts three replicas of this
+// binary on an etcd of its own, kills each in turn and reports the time to
+// their runs carried on and the runs a second at 1, 2 and 3 replicas. The
+// twin: with --etcd naming no cluster it fails, saying etcd is unavailable.
+func TestBenchFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an etcd and three replicas")
+	}
+	bin := etcdtest.Binary(t)
+	code, out, errs := runBench(t, "failover", "--etcd-bin", bin, "--json", "--scale", "0.05", "--dir", t.TempDir())
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var r struct {
+		Scenario string             `json:"scenario"`
+		Figure   float64            `json:"figure"`
+		Figures  []float64          `json:"figures"`
+		Extra    map[string]float64 `json:"extra"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r.Scenario != "failover" || r.Figure <= 0 || len(r.Figures) != 2 || r.Extra["runs_per_s_1"] <= 0 || r.Extra["runs_per_s_3"] <= 0 {
+		t.Fatalf("bench failover = %s", out)
+	}
+	code, _, errs = runBench(t, "failover", "--etcd", "127.0.0.1:1", "--etcd-timeout", "1s", "--dir", t.TempDir())
+	if code == exitOK || !strings.Contains(errs, "etcd") {
+		t.Fatalf("bench failover on no cluster: exit %d, %s", code, errs)
+	}
+}

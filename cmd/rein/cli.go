@@ -94,6 +94,10 @@ type env struct {
 	// `rein bench watch` starts to measure its memory; nil starts this
 	// binary's serve. The tests set it (their binary is not rein).
 	benchServer func(db string) (*exec.Cmd, error)
+	// childEnv is added to the environment of the rein processes `rein
+	// bench failover` starts from this binary. The tests set it (their
+	// binary runs the CLI only when told to).
+	childEnv []string
 }
 
 // commandTimeoutFlag gives cmd --command-timeout.

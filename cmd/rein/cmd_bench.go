@@ -75,6 +75,10 @@ reach. With --json the line is a JSON object.
 
 Scenarios (steps runs steps and steps-runs):
 %s  all        every scenario, in that order
+  failover   three rein serve --etcd replicas of this binary (lease TTL 2s):
+             the time from killing one (SIGKILL, 10 times) to its runs carried
+             on by the others, and runs/s with 1, 2 and 3 replicas; on the
+             bench's etcd (--etcd, or one it starts); not part of all
 
 Files go in a temporary directory that is removed; --db is not used. The
 watch scenario also starts this binary's serve on a temporary store, to
@@ -129,6 +133,9 @@ func scenarioHelp() string {
 }
 
 func (o *benchOptions) run(cmd *cobra.Command, e *env, name string) error {
+	if name == "failover" {
+		return o.benchFailover(cmd, e)
+	}
 	todo, ok := bench.Lookup(name)
 	if !ok {
 		return usageError("unknown scenario %q; choose one of: %s, all", name, strings.Join(bench.Names(), ", "))

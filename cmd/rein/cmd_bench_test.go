@@ -43,7 +43,7 @@ func testBenchServer(db string) (*exec.Cmd, error) {
 func runBench(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, benchServer: testBenchServer}
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, benchServer: testBenchServer, childEnv: []string{cliEnv + "=1"}}
 	code = run(context.Background(), e, append([]string{"bench"}, args...))
 	return code, out.String(), errb.String()
 }
