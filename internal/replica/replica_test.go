@@ -101,6 +101,12 @@ type member struct {
 
 func join(t *testing.T, prefix, name string, models func(*reinv1.ModelSpec) (model.Model, error)) *member {
 	t.Helper()
+	return joinCapped(t, prefix, name, models, 0)
+}
+
+// joinCapped is join with a cap on the runs the member drives at once.
+func joinCapped(t *testing.T, prefix, name string, models func(*reinv1.ModelSpec) (model.Model, error), maxDriven int) *member {
+	t.Helper()
 	st, err := etcdstore.Open(t.Context(), shared, prefix, etcdstore.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +116,7 @@ func join(t *testing.T, prefix, name string, models func(*reinv1.ModelSpec) (mod
 		t.Fatal(err)
 	}
 	node, err := server.Open(t.Context(), server.Config{
-		Store: st, Replica: true, Owner: name, Commits: st.WatchCommits, Leased: rep.Holding, Resume: true,
+		Store: st, Replica: true, Owner: name, Commits: st.WatchCommits, Leased: rep.Holding, Resume: true, MaxDriven: maxDriven,
 		Models: models, Tools: tools.NewFixtures(map[string][]tools.FixtureResult{"lookup": {{Output: structpb.NewStringValue("found")}}}),
 	})
 	if err != nil {
@@ -352,5 +358,41 @@ func TestDecisionOnAnotherServer(t *testing.T) {
 	}
 	if answers != 2 || uint64(len(evs)) != before {
 		t.Fatalf("%d answers in %d events (version %d), want 2 answers and nothing after the end", answers, len(evs), before)
+	}
+}
+
+// TestCappedServerLeavesRunsToOthers: a server that drives as many runs as
+// its cap allows leaves a new run it received to the others, one of which
+// takes it within a TTL and carries it to its end; the runs it does drive
+// stay its own. The twin: under the cap, the server drives what it gets.
+func TestCappedServerLeavesRunsToOthers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	prefix := "/capped-" + t.Name() + "/"
+	called := make(chan struct{}, 1)
+	a := joinCapped(t, prefix, "replica-a", hangingModels(called), 1)
+	first, err := a.client.StartRun(ctx, &reinv1.StartRunRequest{RequestId: "r1", Contract: contract()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-called: // under its cap, A drives the first run
+	case <-ctx.Done():
+		t.Fatal("A never drove the first run")
+	}
+	b := join(t, prefix, "replica-b", scripted)
+	second, err := a.client.StartRun(ctx, &reinv1.StartRunRequest{RequestId: "r2", Contract: contract()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := follow(ctx, b, second.GetRun().GetRunId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := evs[len(evs)-1].GetStatusChanged(); last.GetTo() != reinv1.RunStatus_RUN_STATUS_COMPLETED {
+		t.Fatalf("the run A left ended %v, want completed", last.GetTo())
+	}
+	if got := ownerOf(t, prefix, first.GetRun().GetRunId()); got != "replica-a" {
+		t.Fatalf("the run A drives is owned by %q", got)
 	}
 }
