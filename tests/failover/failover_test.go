@@ -280,43 +280,10 @@ func TestFailover(t *testing.T) {
 	// The histories.
 	ledger := readLedger(t, g.ledger)
 	taken, resumedCalls := 0, 0
-	for i, runID := range runIDs {
-		evs, run := allEvents(t, ctx, cl, runID)
-		if run.GetStatus() != reinv1.RunStatus_RUN_STATUS_COMPLETED {
-			t.Errorf("run %d (%s) is %v, want completed", i, runID, run.GetStatus())
-		}
-		for j, ev := range evs {
-			if ev.GetSequence() != uint64(j+1) {
-				t.Fatalf("run %s: event %d has sequence %d: a gap or a duplicate", runID, j+1, ev.GetSequence())
-			}
-		}
-		st, err := runstate.ApplyAll(runstate.State{}, evs)
-		if err != nil || st.Version != run.GetVersion() || st.Status != run.GetStatus() {
-			t.Fatalf("run %s: its log folds to version %d %v (%v), the run is at %d %v", runID, st.Version, st.Status, err, run.GetVersion(), run.GetStatus())
-		}
-		var epoch uint64
-		commits := 0
-		for _, ev := range evs {
-			if rt := ev.GetRunTaken(); rt != nil {
-				if rt.GetEpoch() <= epoch {
-					t.Fatalf("run %s: run_taken at %d under epoch %d, not past %d", runID, ev.GetSequence(), rt.GetEpoch(), epoch)
-				}
-				epoch = rt.GetEpoch()
-				taken++
-			}
-			if ev.GetModelRequested().GetResumed() {
-				resumedCalls++
-			}
-			if wc := ev.GetWriteCommitted(); wc != nil {
-				commits++
-				if ledger.applied[wc.GetOperationId()] != 1 {
-					t.Errorf("run %s: operation %s applied %d times by the ledger", runID, wc.GetOperationId(), ledger.applied[wc.GetOperationId()])
-				}
-			}
-		}
-		if commits != 1 {
-			t.Errorf("run %s: %d write_committed, want 1", runID, commits)
-		}
+	for _, runID := range runIDs {
+		h := checkHistory(t, ctx, cl, ledger, runID)
+		taken += len(h.taken)
+		resumedCalls += h.resumed
 	}
 	if len(ledger.applied) != n || ledger.repeats != 0 {
 		t.Errorf("ledger: %d operations applied for %d runs, %d sent again after they were applied", len(ledger.applied), n, ledger.repeats)
@@ -404,34 +371,55 @@ func readLedger(t *testing.T, path string) ledger {
 	return l
 }
 
+// history is what checkHistory found in a run's log.
+type history struct {
+	taken   []*reinv1.RunTaken
+	resumed int // model calls sent again
+}
+
 // checkHistory fails t unless the run completed with a gap-free log that
-// folds to its state, each run_taken under a newer epoch, and its write
-// applied once by the ledger. It returns the run's run_taken events.
-func checkHistory(t *testing.T, ctx context.Context, cl *client.Client, l ledger, runID string) []*reinv1.RunTaken {
+// folds to its state, each run_taken under a newer epoch, and its one write
+// applied once by the ledger.
+func checkHistory(t *testing.T, ctx context.Context, cl *client.Client, l ledger, runID string) history {
 	t.Helper()
 	evs, run := allEvents(t, ctx, cl, runID)
 	if run.GetStatus() != reinv1.RunStatus_RUN_STATUS_COMPLETED {
 		t.Errorf("run %s is %v, want completed", runID, run.GetStatus())
 	}
-	st, err := runstate.ApplyAll(runstate.State{}, evs)
-	if err != nil || st.Version != run.GetVersion() || uint64(len(evs)) != run.GetVersion() {
-		t.Fatalf("run %s: %d events fold to version %d (%v), the run is at %d", runID, len(evs), st.Version, err, run.GetVersion())
+	for j, ev := range evs {
+		if ev.GetSequence() != uint64(j+1) {
+			t.Fatalf("run %s: event %d has sequence %d: a gap or a duplicate", runID, j+1, ev.GetSequence())
+		}
 	}
-	var taken []*reinv1.RunTaken
+	st, err := runstate.ApplyAll(runstate.State{}, evs)
+	if err != nil || st.Version != run.GetVersion() || st.Status != run.GetStatus() {
+		t.Fatalf("run %s: its log folds to version %d %v (%v), the run is at %d %v", runID, st.Version, st.Status, err, run.GetVersion(), run.GetStatus())
+	}
+	var h history
 	var epoch uint64
+	commits := 0
 	for _, ev := range evs {
 		if rt := ev.GetRunTaken(); rt != nil {
 			if rt.GetEpoch() <= epoch {
-				t.Fatalf("run %s: run_taken under epoch %d, not past %d", runID, rt.GetEpoch(), epoch)
+				t.Fatalf("run %s: run_taken at %d under epoch %d, not past %d", runID, ev.GetSequence(), rt.GetEpoch(), epoch)
 			}
 			epoch = rt.GetEpoch()
-			taken = append(taken, rt)
+			h.taken = append(h.taken, rt)
 		}
-		if wc := ev.GetWriteCommitted(); wc != nil && l.applied[wc.GetOperationId()] != 1 {
-			t.Errorf("run %s: operation %s applied %d times by the ledger", runID, wc.GetOperationId(), l.applied[wc.GetOperationId()])
+		if ev.GetModelRequested().GetResumed() {
+			h.resumed++
+		}
+		if wc := ev.GetWriteCommitted(); wc != nil {
+			commits++
+			if l.applied[wc.GetOperationId()] != 1 {
+				t.Errorf("run %s: operation %s applied %d times by the ledger", runID, wc.GetOperationId(), l.applied[wc.GetOperationId()])
+			}
 		}
 	}
-	return taken
+	if commits != 1 {
+		t.Errorf("run %s: %d write_committed, want 1", runID, commits)
+	}
+	return h
 }
 
 // TestPausedReplicaIsFenced: a replica driving runs is stopped with SIGSTOP
@@ -499,8 +487,8 @@ func TestPausedReplicaIsFenced(t *testing.T) {
 	}
 	l := readLedger(t, g.ledger)
 	for _, r := range runs {
-		taken := checkHistory(t, ctx, onB, l, r)
-		if len(taken) == 0 || taken[len(taken)-1].GetOwner() == "" {
+		h := checkHistory(t, ctx, onB, l, r)
+		if len(h.taken) == 0 || h.taken[len(h.taken)-1].GetOwner() == "" {
 			t.Errorf("run %s has no run_taken after A's pause", r)
 		}
 	}
