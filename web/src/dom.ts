@@ -61,7 +61,7 @@ export function age(d: Date | undefined, now = Date.now()): string {
 // diff renders a unified diff line by line, each line a text node.
 export function diff(text: string): HTMLElement {
   const pre = h("pre", { class: "diff" });
-  for (const line of text.split("\n")) {
+  for (const line of text.replace(/\n$/, "").split("\n")) {
     let cls = "ctx";
     if (line.startsWith("+++") || line.startsWith("---")) cls = "file";
     else if (line.startsWith("@@")) cls = "hunk";
@@ -70,4 +70,13 @@ export function diff(text: string): HTMLElement {
     pre.append(h("span", { class: cls }, line), "\n");
   }
   return pre;
+}
+
+// reconcile makes parent's children want, in order, moving only the nodes
+// out of place: a card the person is typing in keeps its focus.
+export function reconcile(parent: HTMLElement, want: Node[]): void {
+  for (const c of [...parent.childNodes]) if (!want.includes(c)) c.remove();
+  want.forEach((n, i) => {
+    if (parent.childNodes[i] !== n) parent.insertBefore(n, parent.childNodes[i] ?? null);
+  });
 }

@@ -1,9 +1,9 @@
 // The pending page: every proposal and question waiting for a person,
 // across the caller's runs, updated as runs change.
 import { api, explain } from "./api";
-import { h } from "./dom";
+import { h, reconcile } from "./dom";
 import { debounce, watchChanges } from "./live";
-import { pendingCard } from "./proposal";
+import { pendingCard, pendingKey } from "./proposal";
 import { RunStatus, type Run } from "./gen/rein/v1/run_pb";
 
 export function pendingPage(root: HTMLElement, signal: AbortSignal): void {
@@ -19,17 +19,19 @@ export function pendingPage(root: HTMLElement, signal: AbortSignal): void {
         runs.push(...got.runs);
         pageToken = got.nextPageToken;
       } while (pageToken);
-      // A card being filled in stays as it is; the others are redrawn.
-      const keep = new Map<string, Element>();
-      for (const el of list.querySelectorAll(".card")) {
-        const input = el.querySelector<HTMLInputElement | HTMLTextAreaElement>("input.reason, textarea");
-        const answered = el.querySelector(".outcome")?.textContent;
-        if ((input && input.value) || answered) keep.set(el.getAttribute("data-run") ?? "", el);
+      // A card still showing what its run waits for stays as it is (with
+      // what the person typed); a card answered stays with the answer.
+      const drawn = new Map<string, HTMLElement>();
+      for (const el of list.querySelectorAll<HTMLElement>(".card")) drawn.set(el.dataset.key ?? "", el);
+      const cards: HTMLElement[] = [];
+      for (const r of runs) {
+        const card = drawn.get(pendingKey(r)) ?? pendingCard(r, refresh);
+        if (card) cards.push(card);
       }
-      const cards: Element[] = runs.map((r) => keep.get(r.runId) ?? pendingCard(r, refresh)).filter((c): c is HTMLElement => c !== null);
-      // A card just decided stays, with the server's answer, after its run moved on.
-      for (const [id, el] of keep) if (!runs.some((r) => r.runId === id)) cards.push(el);
-      list.replaceChildren(...(cards.length ? cards : [h("p", { class: "empty" }, "Nothing is waiting for a person.")]));
+      for (const el of drawn.values()) {
+        if (!cards.includes(el) && el.querySelector(".outcome")?.textContent) cards.push(el);
+      }
+      reconcile(list, cards.length ? cards : [list.querySelector(".empty") ?? h("p", { class: "empty" }, "Nothing is waiting for a person.")]);
       error.textContent = "";
     } catch (err) {
       if (signal.aborted) return;

@@ -18,9 +18,24 @@ function previewDiff(v: JsonValue | undefined): string | undefined {
   return undefined;
 }
 
+// pendingKey names what a run waits for: a card drawn for it stays valid,
+// with whatever the person typed, until the key changes.
+export function pendingKey(run: Run): string {
+  const a = run.pending?.action;
+  if (a?.case === "proposal") return `${run.runId}/${a.value.proposalId}/${a.value.hash}`;
+  if (a?.case === "question") return `${run.runId}/question/${run.version}`;
+  return "";
+}
+
 export function pendingCard(run: Run, done: () => void): HTMLElement | null {
   const action = run.pending?.action;
   if (!action?.case) return null;
+  const card = drawCard(run, action, done);
+  card.dataset.key = pendingKey(run);
+  return card;
+}
+
+function drawCard(run: Run, action: NonNullable<Run["pending"]>["action"] & { case: "proposal" | "question" }, done: () => void): HTMLElement {
   const answer = h("p", { class: "outcome", "aria-live": "polite" });
   if (action.case === "question") {
     const box = h("textarea", { class: "answer", rows: "3", placeholder: "your answer" });

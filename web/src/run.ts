@@ -7,7 +7,7 @@ import { api, explain, may } from "./api";
 import { button, cut, h, kids, outcome } from "./dom";
 import { statusName, summary, terminal, time, usage } from "./format";
 import { debounce, sleep } from "./live";
-import { pendingCard } from "./proposal";
+import { pendingCard, pendingKey } from "./proposal";
 import type { Event } from "./gen/rein/v1/event_pb";
 import { RunExportSchema } from "./gen/rein/v1/export_pb";
 import type { Run } from "./gen/rein/v1/run_pb";
@@ -40,10 +40,12 @@ export function runPage(root: HTMLElement, runId: string, signal: AbortSignal): 
         r.statusReason ? h("dt", {}, "why") : null, r.statusReason ? h("dd", { class: "text" }, r.statusReason) : null,
         r.result ? h("dt", {}, "answer") : null, r.result ? h("dd", { class: "text" }, r.result.text) : null,
         r.lastError ? h("dt", {}, "error") : null, r.lastError ? h("dd", { class: "text" }, r.lastError) : null));
-    const card = pendingCard(r, refresh);
-    // A card the person is filling in, or was answered on, stays as it is.
-    const busy = pending.querySelector(".card .outcome")?.textContent || pending.querySelector<HTMLInputElement>("input.reason")?.value;
-    if (!busy) {
+    // The card stays while the run waits for the same thing (keeping what
+    // the person typed), or once answered (keeping the answer).
+    const shown = pending.querySelector<HTMLElement>(".card");
+    const answered = shown?.querySelector(".outcome")?.textContent;
+    if (!shown || (shown.dataset.key !== pendingKey(r) && (!answered || r.pending?.action.case))) {
+      const card = pendingCard(r, refresh);
       pending.replaceChildren(...(card ? [card] : []));
     }
     const reason = h("input", { type: "text", class: "cancel-reason", placeholder: "why cancel" });
