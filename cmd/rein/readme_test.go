@@ -41,6 +41,8 @@ var readmeSkips = []struct{ section, marker, why string }{
 	{"Remote tool services and MCP servers", "go run ./examples/toolservice", "starts two servers that run until stopped, in three terminals"},
 	{"grpcurl", "", "TestGrpcurlReadme runs this section's blocks against a real server"},
 	{"Running a server", "./rein serve", "starts a server that runs until stopped"},
+	{"Web console", "--http 127.0.0.1:8080", "starts a server that runs until stopped, for a browser"},
+	{"Web console", "npm run build", "needs Node and the npm registry; scripts/test.sh runs it"},
 	{"Operating rein", "./rein serve --otel", "starts a server that runs until stopped, exporting to a collector"},
 	{"Operating rein", "curl -s 127.0.0.1:9090/metrics", "reads a server started with --admin-listen; TestServeAdminListen does"},
 }
