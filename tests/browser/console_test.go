@@ -256,6 +256,9 @@ func TestConsole(t *testing.T) {
 			  return i >= 0 && rows.slice(i).some(r => r.classList.contains("model_returned")); })()`, reason))
 	})
 
+	step("answer a question", func(t *testing.T) { answerQuestion(t, ctx, ana, s) })
+	step("export, fork and cancel", func(t *testing.T) { exportForkCancel(t, ctx, ana, s, first) })
+
 	var paused *reinv1.Run
 	step("viewer cannot approve", func(t *testing.T) {
 		paused = startRun(t, ctx, s, "tidy notes.txt")

@@ -4,7 +4,7 @@
 // it showed, so no event is missed or shown twice.
 import { create, toJsonString } from "@bufbuild/protobuf";
 import { api, explain, may } from "./api";
-import { button, cut, h, kids, outcome } from "./dom";
+import { button, cut, h, outcome } from "./dom";
 import { statusName, summary, terminal, time, usage } from "./format";
 import { debounce, sleep } from "./live";
 import { pendingCard, pendingKey } from "./proposal";
@@ -23,6 +23,18 @@ export function runPage(root: HTMLElement, runId: string, signal: AbortSignal): 
     h("thead", {}, h("tr", {}, ...["#", "time", "actor", "event", "summary", ""].map((c) => h("th", {}, c)))),
     timeline);
   let current: Run | undefined;
+  const reason = h("input", { type: "text", class: "cancel-reason", placeholder: "why cancel" });
+  const cancelBox = h("span", {}, reason, " ", button("Cancel run", async () => {
+    try {
+      const got = await api.cancelRun({ runId, reason: reason.value });
+      outcome(answer, true, `cancelled: the run is ${statusName(got.run?.status ?? 0)}`);
+      refresh();
+    } catch (err) {
+      outcome(answer, false, `refused: ${explain(err)}`);
+    }
+  }, { class: "cancel" }), " ");
+  cancelBox.hidden = true;
+  actions.append(cancelBox, button("Download export", () => void download(), { class: "export" }));
 
   const showRun = (r: Run) => {
     current = r;
@@ -48,20 +60,8 @@ export function runPage(root: HTMLElement, runId: string, signal: AbortSignal): 
       const card = pendingCard(r, refresh);
       pending.replaceChildren(...(card ? [card] : []));
     }
-    const reason = h("input", { type: "text", class: "cancel-reason", placeholder: "why cancel" });
-    actions.replaceChildren(...kids(
-      !terminal(r.status) && may("operator")
-        ? h("span", {}, reason, " ", button("Cancel run", async () => {
-            try {
-              const got = await api.cancelRun({ runId, reason: reason.value });
-              outcome(answer, true, `cancelled: the run is ${statusName(got.run?.status ?? 0)}`);
-              refresh();
-            } catch (err) {
-              outcome(answer, false, `refused: ${explain(err)}`);
-            }
-          }, { class: "cancel" }), " ")
-        : null,
-      button("Download export", () => void download(), { class: "export" })));
+    // Built once (below), so a reason being typed survives the refreshes.
+    cancelBox.hidden = terminal(r.status) || !may("operator");
   };
   const loadRun = async () => {
     try {
