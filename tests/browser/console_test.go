@@ -166,6 +166,23 @@ func TestConsole(t *testing.T) {
 		do(t, ana, "filter any", chromedp.SetValue(chromedp.CSS("select.status-filter"), ""))
 		eval[bool](t, ana, `document.querySelector("select.status-filter").dispatchEvent(new Event("change"))`)
 		until(t, ana, "the whole list", fmt.Sprintf(`document.querySelector('tr.run[data-run=%q]') !== null`, first.GetRunId()))
+		// The filter by labels: the run's own matches, another does not,
+		// and one that is not KEY=VALUE is refused on the page.
+		for _, tc := range []struct{ filter, want string }{
+			{"team=other", "null"}, {"team=docs", "row"}, {"nonsense", "refused"},
+		} {
+			eval[bool](t, ana, fmt.Sprintf(`(() => { const l = document.querySelector("input.label-filter"); l.value = %q; return l.dispatchEvent(new Event("change")); })()`, tc.filter))
+			switch tc.want {
+			case "null":
+				until(t, ana, "no run for "+tc.filter, fmt.Sprintf(`document.querySelector('tr.run[data-run=%q]') === null`, first.GetRunId()))
+			case "row":
+				until(t, ana, "the run for "+tc.filter, fmt.Sprintf(`document.querySelector('tr.run[data-run=%q]') !== null`, first.GetRunId()))
+			case "refused":
+				until(t, ana, "the refused filter", `document.querySelector("main .outcome.refused")?.textContent.includes("is not KEY=VALUE")`)
+			}
+		}
+		eval[bool](t, ana, `(() => { const l = document.querySelector("input.label-filter"); l.value = ""; return l.dispatchEvent(new Event("change")); })()`)
+		until(t, ana, "the whole list", `document.querySelector("main .outcome.refused") === null`)
 		shot.take(ana, "runs")
 	})
 
