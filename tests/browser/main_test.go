@@ -229,7 +229,8 @@ func tab(t *testing.T, b context.Context) context.Context {
 	return ctx
 }
 
-// shots is where the screenshots go: kept and printed when a test fails.
+// shots is where the screenshots go: kept and printed when a test fails
+// (or with REIN_KEEP_SCREENSHOTS=1), removed otherwise.
 type shots struct {
 	t   *testing.T
 	dir string
@@ -241,7 +242,7 @@ func newShots(t *testing.T) *shots {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("REIN_KEEP_SCREENSHOTS") == "1" {
 			t.Logf("screenshots of the console's pages are in %s", dir)
 			return
 		}
