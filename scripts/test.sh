@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # rein's test command: the same checks run locally and in CI.
 #   gofmt, go vet, buf format/lint/breaking, gen/ up to date, go test -race
-#   (and the failpoint package again with -tags failpoints).
+#   (and the failpoint package again with -tags failpoints), the web console's
+#   generated client and built assets up to date, its browser tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +34,16 @@ if ! diff -r gen "$tmp/gen"; then
   echo "gen/ is stale: run '.bin/buf generate' and commit the result"; exit 1
 fi
 
+step "web console: web/src/gen and internal/console/dist are built from proto/ and web/"
+(cd web && npm ci --no-audit --no-fund --loglevel=error)
+.bin/buf generate --template buf.gen.web.yaml
+(cd web && npm run --silent build)
+stale=$(git status --porcelain -- web/src/gen internal/console/dist)
+if [ -n "$stale" ]; then
+  echo "the console's generated client or built assets differ from what is committed:"; echo "$stale"
+  echo "run '(cd web && npm ci) && .bin/buf generate --template buf.gen.web.yaml && (cd web && npm run build)' and commit the result"; exit 1
+fi
+
 step "buf breaking (against the previous commit)"
 if git rev-parse -q --verify HEAD~1 >/dev/null 2>&1 && [ "$(git rev-parse --is-shallow-repository)" = false ] \
    && git cat-file -e HEAD~1:buf.yaml 2>/dev/null; then
@@ -52,6 +63,8 @@ if [ ! -x .bin/etcd ]; then
   echo ".bin/etcd is missing after tools.sh: run 'bash scripts/tools.sh' and read its errors"; exit 1
 fi
 export REIN_REQUIRE_ETCD=1
+# The browser tests (tests/browser) run, never skip: tools.sh installed chromium.
+export REIN_REQUIRE_BROWSER=1
 go test -race -count=1 ./...
 # The failpoints themselves, which only a build tagged failpoints has
 # (tests/crash builds its own tagged rein binary under ./... above).

@@ -24,3 +24,18 @@ if [ -z "$dir" ] || [ ! -f "$dir/proto/protovalidate/buf/validate/validate.proto
 fi
 mkdir -p third_party/protovalidate/buf/validate
 install -m 0644 "$dir/proto/protovalidate/buf/validate/validate.proto" third_party/protovalidate/buf/validate/validate.proto
+
+# The web console's build (web/: npm ci, then esbuild) needs Node and npm;
+# its browser tests (tests/browser) need Debian's chromium. Installed here
+# when missing, as root with apt-get (CI's machines); a no-op otherwise.
+for pkg in node:nodejs npm:npm chromium:chromium; do
+  cmd=${pkg%%:*} deb=${pkg#*:}
+  if ! command -v "$cmd" >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      [ -n "${apt_updated:-}" ] || { apt-get update -qq; apt_updated=1; }
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$deb"
+    else
+      echo "tools.sh: $cmd is missing: install Debian's $deb package" >&2
+    fi
+  fi
+done

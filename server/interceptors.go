@@ -256,7 +256,16 @@ func isLocal(addr net.Addr) bool {
 	case *net.UnixAddr:
 		return true
 	}
-	return addr.Network() == "bufconn"
+	if addr.Network() == "bufconn" {
+		return true
+	}
+	// A call that came over HTTP (rein serve --http, through the web
+	// console's transcoder) names its peer by the request's remote address.
+	if host, _, err := net.SplitHostPort(addr.String()); err == nil && addr.Network() == "tcp" {
+		ip := net.ParseIP(host)
+		return ip != nil && ip.IsLoopback()
+	}
+	return false
 }
 
 // The default rate limit of `rein serve`, per principal. A service that

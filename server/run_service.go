@@ -302,9 +302,14 @@ func (s *runService) DecideApproval(ctx context.Context, req *reinv1.DecideAppro
 	return &reinv1.DecideApprovalResponse{Run: st.Proto(true)}, nil
 }
 
-// GetServerInfo says which rein answers.
-func (s *runService) GetServerInfo(context.Context, *reinv1.GetServerInfoRequest) (*reinv1.GetServerInfoResponse, error) {
-	return &reinv1.GetServerInfoResponse{Build: version.Get()}, nil
+// GetServerInfo says which rein answers, and whom it took the caller for.
+func (s *runService) GetServerInfo(ctx context.Context, _ *reinv1.GetServerInfoRequest) (*reinv1.GetServerInfoResponse, error) {
+	p := s.identity(ctx)
+	c := &reinv1.Caller{Principal: p.ID, Tenant: p.Tenant}
+	for _, r := range p.Roles {
+		c.Roles = append(c.Roles, string(r))
+	}
+	return &reinv1.GetServerInfoResponse{Build: version.Get(), Caller: c}, nil
 }
 
 // ImportRun stores an exported run, checked whole as an export file is

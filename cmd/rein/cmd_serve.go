@@ -42,6 +42,7 @@ type serveOptions struct {
 	maxStreams      uint32
 	shutdownTimeout time.Duration
 	adminListen     string
+	httpListen      string
 	pprof           bool
 	logFormat       string
 	logLevel        string
@@ -97,6 +98,7 @@ one that receives it takes the run and carries it on.`,
 	f.Uint32Var(&o.maxStreams, "max-streams", 4096, "concurrent streams per connection")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop may take")
 	f.StringVar(&o.adminListen, "admin-listen", "", "serve HTTP for operators on this address: /metrics (Prometheus), /healthz, /readyz; off by default; no authentication, so keep it on an address only operators reach")
+	f.StringVar(&o.httpListen, "http", "", "serve the web console and RunService to browsers (Connect, gRPC-Web) on this address, with the same authentication and roles as gRPC, and TLS when --tls-cert is given; off by default")
 	f.BoolVar(&o.pprof, "pprof", false, "with --admin-listen, also serve Go's profiles at /debug/pprof/")
 	f.StringVar(&o.logFormat, "log-format", "text", "log lines on stderr as text (key=value) or json (one object a line)")
 	f.StringVar(&o.logLevel, "log-level", "info", "the least severe log lines written: debug, info, warn or error")
@@ -132,12 +134,12 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	}
 	defer s.close()
 	cfg.Tools, cfg.Workspace, cfg.Prices, cfg.Models = s.executor, s.workspace, s.prices, s.models
+	var tlsCfg *tls.Config
 	if o.tlsCert != "" || o.tlsKey != "" || o.clientCA != "" {
-		creds, err := o.credentials()
-		if err != nil {
+		if tlsCfg, err = o.tlsConfig(); err != nil {
 			return usageError("%v", err)
 		}
-		cfg.ServerOptions = []grpc.ServerOption{grpc.Creds(creds)}
+		cfg.ServerOptions = []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}
 	}
 	if o.pprof && o.adminListen == "" {
 		return usageError("--pprof serves profiles on the --admin-listen address: give one too")
@@ -150,6 +152,13 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		}
 		defer admin.Close()
 		cfg.Metrics = metrics.New()
+	}
+	var web net.Listener
+	if o.httpListen != "" {
+		if web, err = net.Listen("tcp", o.httpListen); err != nil {
+			return &exitErr{code: exitUnavailable, err: fmt.Errorf("--http %s: %w", o.httpListen, err)}
+		}
+		defer web.Close()
 	}
 	if o.otel {
 		tp, err := telemetry.Setup(ctx)
@@ -227,6 +236,14 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		defer hs.Close()
 		log.Info("serving operators' HTTP", "admin_addr", admin.Addr().String(), "pprof", o.pprof)
 	}
+	if web != nil {
+		stop, err := serveConsole(web, node.GRPC, tlsCfg, log)
+		if err != nil {
+			node.Close()
+			return err
+		}
+		defer stop()
+	}
 	served := make(chan error, 1)
 	go func() { served <- node.GRPC.Serve(lis) }()
 	select {
@@ -247,7 +264,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	return nil
 }
 
-func (o *serveOptions) credentials() (credentials.TransportCredentials, error) {
+func (o *serveOptions) tlsConfig() (*tls.Config, error) {
 	if o.tlsCert == "" || o.tlsKey == "" {
 		return nil, fmt.Errorf("TLS needs both --tls-cert and --tls-key")
 	}
@@ -267,7 +284,7 @@ func (o *serveOptions) credentials() (credentials.TransportCredentials, error) {
 		}
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
-	return credentials.NewTLS(cfg), nil
+	return cfg, nil
 }
 
 // logger is the server's logger as --log-format and --log-level say.

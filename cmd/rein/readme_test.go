@@ -42,6 +42,8 @@ var readmeSkips = []struct{ section, marker, why string }{
 	{"grpcurl", "", "TestGrpcurlReadme runs this section's blocks against a real server"},
 	{"Running a server", "./rein serve", "starts a server that runs until stopped"},
 	{"Running several servers", ".bin/etcd", "starts an etcd cluster and servers that run until stopped; scripts/cluster-demo.sh does it, TestClusterDemo runs that"},
+	{"Web console", "--http 127.0.0.1:8080", "starts a server that runs until stopped, for a browser"},
+	{"Web console", "npm run build", "needs Node and the npm registry; scripts/test.sh runs it"},
 	{"Operating rein", "./rein serve --otel", "starts a server that runs until stopped, exporting to a collector"},
 	{"Operating rein", "curl -s 127.0.0.1:9090/metrics", "reads a server started with --admin-listen; TestServeAdminListen does"},
 }

@@ -1556,11 +1556,14 @@ func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
 	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{25}
 }
 
-// GetServerInfoResponse holds the server's build.
+// GetServerInfoResponse holds the server's build and who asked.
 type GetServerInfoResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The server's build.
-	Build         *BuildInfo `protobuf:"bytes,1,opt,name=build,proto3" json:"build,omitempty"`
+	Build *BuildInfo `protobuf:"bytes,1,opt,name=build,proto3" json:"build,omitempty"`
+	// The principal the server took the caller for: how the web console
+	// shows who is signed in and which actions they may take.
+	Caller        *Caller `protobuf:"bytes,2,opt,name=caller,proto3" json:"caller,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1602,6 +1605,77 @@ func (x *GetServerInfoResponse) GetBuild() *BuildInfo {
 	return nil
 }
 
+func (x *GetServerInfoResponse) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+// Caller is the principal a call was made as.
+type Caller struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The principal's ID, as events name it.
+	Principal string `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
+	// The principal's tenant.
+	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The principal's roles: viewer, operator, approver or admin.
+	Roles         []string `protobuf:"bytes,3,rep,name=roles,proto3" json:"roles,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Caller) Reset() {
+	*x = Caller{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Caller) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Caller) ProtoMessage() {}
+
+func (x *Caller) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Caller.ProtoReflect.Descriptor instead.
+func (*Caller) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Caller) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *Caller) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Caller) GetRoles() []string {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
 // BuildInfo says what a rein binary was built from.
 type BuildInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1625,7 +1699,7 @@ type BuildInfo struct {
 
 func (x *BuildInfo) Reset() {
 	*x = BuildInfo{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[27]
+	mi := &file_rein_v1_run_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1711,7 @@ func (x *BuildInfo) String() string {
 func (*BuildInfo) ProtoMessage() {}
 
 func (x *BuildInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[27]
+	mi := &file_rein_v1_run_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1724,7 @@ func (x *BuildInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
 func (*BuildInfo) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{27}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BuildInfo) GetVersion() string {
@@ -1810,9 +1884,14 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\x06export\x18\x01 \x01(\v2\x12.rein.v1.RunExportB\x06\xbaH\x03\xc8\x01\x01R\x06export\"3\n" +
 	"\x11ImportRunResponse\x12\x1e\n" +
 	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"\x16\n" +
-	"\x14GetServerInfoRequest\"A\n" +
+	"\x14GetServerInfoRequest\"j\n" +
 	"\x15GetServerInfoResponse\x12(\n" +
-	"\x05build\x18\x01 \x01(\v2\x12.rein.v1.BuildInfoR\x05build\"\xde\x01\n" +
+	"\x05build\x18\x01 \x01(\v2\x12.rein.v1.BuildInfoR\x05build\x12'\n" +
+	"\x06caller\x18\x02 \x01(\v2\x0f.rein.v1.CallerR\x06caller\"T\n" +
+	"\x06Caller\x12\x1c\n" +
+	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05roles\x18\x03 \x03(\tR\x05roles\"\xde\x01\n" +
 	"\tBuildInfo\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\tR\brevision\x12?\n" +
@@ -1857,7 +1936,7 @@ func file_rein_v1_run_service_proto_rawDescGZIP() []byte {
 }
 
 var file_rein_v1_run_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_rein_v1_run_service_proto_goTypes = []any{
 	(ApprovalVerdict)(0),           // 0: rein.v1.ApprovalVerdict
 	(*StartRunRequest)(nil),        // 1: rein.v1.StartRunRequest
@@ -1887,75 +1966,77 @@ var file_rein_v1_run_service_proto_goTypes = []any{
 	(*ImportRunResponse)(nil),      // 25: rein.v1.ImportRunResponse
 	(*GetServerInfoRequest)(nil),   // 26: rein.v1.GetServerInfoRequest
 	(*GetServerInfoResponse)(nil),  // 27: rein.v1.GetServerInfoResponse
-	(*BuildInfo)(nil),              // 28: rein.v1.BuildInfo
-	nil,                            // 29: rein.v1.ListRunsRequest.LabelsEntry
-	nil,                            // 30: rein.v1.GetBlobsResponse.BlobsEntry
-	nil,                            // 31: rein.v1.WatchRunsRequest.LabelsEntry
-	(*TaskContract)(nil),           // 32: rein.v1.TaskContract
-	(*Run)(nil),                    // 33: rein.v1.Run
-	(RunStatus)(0),                 // 34: rein.v1.RunStatus
-	(*Event)(nil),                  // 35: rein.v1.Event
-	(*timestamppb.Timestamp)(nil),  // 36: google.protobuf.Timestamp
-	(*Budget)(nil),                 // 37: rein.v1.Budget
-	(*RunExport)(nil),              // 38: rein.v1.RunExport
+	(*Caller)(nil),                 // 28: rein.v1.Caller
+	(*BuildInfo)(nil),              // 29: rein.v1.BuildInfo
+	nil,                            // 30: rein.v1.ListRunsRequest.LabelsEntry
+	nil,                            // 31: rein.v1.GetBlobsResponse.BlobsEntry
+	nil,                            // 32: rein.v1.WatchRunsRequest.LabelsEntry
+	(*TaskContract)(nil),           // 33: rein.v1.TaskContract
+	(*Run)(nil),                    // 34: rein.v1.Run
+	(RunStatus)(0),                 // 35: rein.v1.RunStatus
+	(*Event)(nil),                  // 36: rein.v1.Event
+	(*timestamppb.Timestamp)(nil),  // 37: google.protobuf.Timestamp
+	(*Budget)(nil),                 // 38: rein.v1.Budget
+	(*RunExport)(nil),              // 39: rein.v1.RunExport
 }
 var file_rein_v1_run_service_proto_depIdxs = []int32{
-	32, // 0: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
-	33, // 1: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
-	33, // 2: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
-	34, // 3: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	29, // 4: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
-	33, // 5: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
-	35, // 6: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
-	30, // 7: rein.v1.GetBlobsResponse.blobs:type_name -> rein.v1.GetBlobsResponse.BlobsEntry
-	35, // 8: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
-	34, // 9: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	31, // 10: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
+	33, // 0: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
+	34, // 1: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
+	34, // 2: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
+	35, // 3: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	30, // 4: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
+	34, // 5: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
+	36, // 6: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
+	31, // 7: rein.v1.GetBlobsResponse.blobs:type_name -> rein.v1.GetBlobsResponse.BlobsEntry
+	36, // 8: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
+	35, // 9: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	32, // 10: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
 	15, // 11: rein.v1.WatchRunsResponse.change:type_name -> rein.v1.RunChange
-	34, // 12: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
-	34, // 13: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
-	36, // 14: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
-	33, // 15: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
-	37, // 16: rein.v1.ForkRunRequest.budget:type_name -> rein.v1.Budget
-	33, // 17: rein.v1.ForkRunResponse.run:type_name -> rein.v1.Run
-	33, // 18: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
+	35, // 12: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
+	35, // 13: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
+	37, // 14: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
+	34, // 15: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
+	38, // 16: rein.v1.ForkRunRequest.budget:type_name -> rein.v1.Budget
+	34, // 17: rein.v1.ForkRunResponse.run:type_name -> rein.v1.Run
+	34, // 18: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
 	0,  // 19: rein.v1.DecideApprovalRequest.verdict:type_name -> rein.v1.ApprovalVerdict
-	33, // 20: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
-	38, // 21: rein.v1.ImportRunRequest.export:type_name -> rein.v1.RunExport
-	33, // 22: rein.v1.ImportRunResponse.run:type_name -> rein.v1.Run
-	28, // 23: rein.v1.GetServerInfoResponse.build:type_name -> rein.v1.BuildInfo
-	36, // 24: rein.v1.BuildInfo.revision_time:type_name -> google.protobuf.Timestamp
-	1,  // 25: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
-	3,  // 26: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
-	5,  // 27: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
-	7,  // 28: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
-	9,  // 29: rein.v1.RunService.GetBlobs:input_type -> rein.v1.GetBlobsRequest
-	11, // 30: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
-	13, // 31: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
-	16, // 32: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
-	18, // 33: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
-	20, // 34: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
-	22, // 35: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
-	24, // 36: rein.v1.RunService.ImportRun:input_type -> rein.v1.ImportRunRequest
-	26, // 37: rein.v1.RunService.GetServerInfo:input_type -> rein.v1.GetServerInfoRequest
-	2,  // 38: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
-	4,  // 39: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
-	6,  // 40: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
-	8,  // 41: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
-	10, // 42: rein.v1.RunService.GetBlobs:output_type -> rein.v1.GetBlobsResponse
-	12, // 43: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
-	14, // 44: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
-	17, // 45: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
-	19, // 46: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
-	21, // 47: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
-	23, // 48: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
-	25, // 49: rein.v1.RunService.ImportRun:output_type -> rein.v1.ImportRunResponse
-	27, // 50: rein.v1.RunService.GetServerInfo:output_type -> rein.v1.GetServerInfoResponse
-	38, // [38:51] is the sub-list for method output_type
-	25, // [25:38] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	34, // 20: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
+	39, // 21: rein.v1.ImportRunRequest.export:type_name -> rein.v1.RunExport
+	34, // 22: rein.v1.ImportRunResponse.run:type_name -> rein.v1.Run
+	29, // 23: rein.v1.GetServerInfoResponse.build:type_name -> rein.v1.BuildInfo
+	28, // 24: rein.v1.GetServerInfoResponse.caller:type_name -> rein.v1.Caller
+	37, // 25: rein.v1.BuildInfo.revision_time:type_name -> google.protobuf.Timestamp
+	1,  // 26: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
+	3,  // 27: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
+	5,  // 28: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
+	7,  // 29: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
+	9,  // 30: rein.v1.RunService.GetBlobs:input_type -> rein.v1.GetBlobsRequest
+	11, // 31: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
+	13, // 32: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
+	16, // 33: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
+	18, // 34: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
+	20, // 35: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
+	22, // 36: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
+	24, // 37: rein.v1.RunService.ImportRun:input_type -> rein.v1.ImportRunRequest
+	26, // 38: rein.v1.RunService.GetServerInfo:input_type -> rein.v1.GetServerInfoRequest
+	2,  // 39: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
+	4,  // 40: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
+	6,  // 41: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
+	8,  // 42: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
+	10, // 43: rein.v1.RunService.GetBlobs:output_type -> rein.v1.GetBlobsResponse
+	12, // 44: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
+	14, // 45: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
+	17, // 46: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
+	19, // 47: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
+	21, // 48: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
+	23, // 49: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
+	25, // 50: rein.v1.RunService.ImportRun:output_type -> rein.v1.ImportRunResponse
+	27, // 51: rein.v1.RunService.GetServerInfo:output_type -> rein.v1.GetServerInfoResponse
+	39, // [39:52] is the sub-list for method output_type
+	26, // [26:39] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_service_proto_init() }
@@ -1973,7 +2054,7 @@ func file_rein_v1_run_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_run_service_proto_rawDesc), len(file_rein_v1_run_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

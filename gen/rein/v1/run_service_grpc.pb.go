@@ -84,7 +84,8 @@ type RunServiceClient interface {
 	// on a running or paused import when it next starts on its store.
 	ImportRun(ctx context.Context, in *ImportRunRequest, opts ...grpc.CallOption) (*ImportRunResponse, error)
 	// GetServerInfo says which rein answers: its version, the revision it
-	// was built from and the API it serves (`rein version --server`).
+	// was built from and the API it serves (`rein version --server`), and
+	// whom it took the caller for.
 	GetServerInfo(ctx context.Context, in *GetServerInfoRequest, opts ...grpc.CallOption) (*GetServerInfoResponse, error)
 }
 
@@ -294,7 +295,8 @@ type RunServiceServer interface {
 	// on a running or paused import when it next starts on its store.
 	ImportRun(context.Context, *ImportRunRequest) (*ImportRunResponse, error)
 	// GetServerInfo says which rein answers: its version, the revision it
-	// was built from and the API it serves (`rein version --server`).
+	// was built from and the API it serves (`rein version --server`), and
+	// whom it took the caller for.
 	GetServerInfo(context.Context, *GetServerInfoRequest) (*GetServerInfoResponse, error)
 	mustEmbedUnimplementedRunServiceServer()
 }

@@ -1,0 +1,146 @@
+// How runs and events read in the console: statuses, budgets, and one
+// readable line per event. Everything returned is plain text.
+import { timestampDate, ValueSchema, type Timestamp, type Duration, type Value } from "@bufbuild/protobuf/wkt";
+import { isMessage, toJson, type JsonValue } from "@bufbuild/protobuf";
+import { RunStatus, type Run } from "./gen/rein/v1/run_pb";
+import type { Event } from "./gen/rein/v1/event_pb";
+
+export const statuses: [RunStatus, string][] = [
+  [RunStatus.RUNNING, "running"],
+  [RunStatus.NEEDS_INPUT, "needs_input"],
+  [RunStatus.NEEDS_APPROVAL, "needs_approval"],
+  [RunStatus.COMPLETED, "completed"],
+  [RunStatus.BUDGET_EXHAUSTED, "budget_exhausted"],
+  [RunStatus.FAILED, "failed"],
+  [RunStatus.DENIED, "denied"],
+  [RunStatus.EXPIRED, "expired"],
+  [RunStatus.CANCELLED, "cancelled"],
+];
+
+export function statusName(s: RunStatus): string {
+  return statuses.find(([v]) => v === s)?.[1] ?? "unspecified";
+}
+
+export function terminal(s: RunStatus): boolean {
+  return s >= RunStatus.COMPLETED;
+}
+
+export function date(t: Timestamp | undefined): Date | undefined {
+  return t ? timestampDate(t) : undefined;
+}
+
+export function time(t: Timestamp | undefined): string {
+  const d = date(t);
+  return d ? d.toISOString().replace("T", " ").replace("Z", "") : "";
+}
+
+export function seconds(d: Duration | undefined): string {
+  if (!d) return "";
+  const ms = Number(d.seconds) * 1000 + d.nanos / 1e6;
+  return ms < 1000 ? `${ms.toFixed(1)}ms` : `${(ms / 1000).toFixed(2)}s`;
+}
+
+// plain is a google.protobuf.Value (a message here) or a Struct (already
+// JSON here) as JSON.
+export function plain(v: Value | JsonValue | undefined): JsonValue | undefined {
+  if (v === undefined) return undefined;
+  return isMessage(v, ValueSchema) ? toJson(ValueSchema, v) : (v as JsonValue);
+}
+
+export function json(v: Value | JsonValue | undefined): string {
+  const j = plain(v);
+  return j === undefined ? "" : JSON.stringify(j);
+}
+
+export function pretty(v: Value | JsonValue | undefined): string {
+  const j = plain(v);
+  return j === undefined ? "" : JSON.stringify(j, null, 2);
+}
+
+function of(used: number | bigint, max: number | bigint | undefined): string {
+  return max ? `${used} / ${max}` : `${used}`;
+}
+
+// usage is a run's steps, tokens, tool calls and cost against its budget.
+export function usage(r: Run): { steps: string; tokens: string; tools: string; cost: string; deadline: string } {
+  const b = r.contract?.budget;
+  const tokens = (r.usage?.inputTokens ?? 0n) + (r.usage?.outputTokens ?? 0n);
+  const cost = b?.maxCostUsd ? `$${r.costUsd.toFixed(4)} / $${b.maxCostUsd.toFixed(2)}` : `$${r.costUsd.toFixed(4)}`;
+  return {
+    steps: of(r.steps, b?.maxSteps),
+    tokens: of(tokens, b?.maxTokens),
+    tools: of(r.toolCalls, b?.maxToolCalls),
+    cost,
+    deadline: time(r.deadline),
+  };
+}
+
+export function labels(m: { [k: string]: string } | undefined): string {
+  return Object.entries(m ?? {})
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([k, v]) => `${k}=${v}`)
+    .join(" ");
+}
+
+// summary is an event's kind and its readable line.
+export function summary(ev: Event): { kind: string; text: string } {
+  const p = ev.payload;
+  switch (p.case) {
+    case "runStarted":
+      return { kind: "run_started", text: `by ${p.value.principal}: ${p.value.contract?.goal ?? ""}` + (p.value.parentRunId ? ` (fork of ${p.value.parentRunId} at ${p.value.parentSequence})` : "") };
+    case "modelRequested":
+      return { kind: "model_requested", text: `step ${p.value.step}, ${p.value.model}, ~${p.value.inputTokens} input tokens` };
+    case "modelReturned": {
+      const d = p.value.decision?.action;
+      let what = "no decision";
+      if (d?.case === "toolCall") what = `calls ${d.value.tool} ${json(d.value.arguments)}`;
+      else if (d?.case === "finalAnswer") what = `answers: ${d.value.text}`;
+      else if (d?.case === "askHuman") what = `asks: ${d.value.question}`;
+      const u = p.value.usage;
+      return { kind: "model_returned", text: `${what} (${u?.inputTokens ?? 0n} in, ${u?.outputTokens ?? 0n} out, ${seconds(p.value.duration)})` };
+    }
+    case "modelRetried":
+      return { kind: "model_retried", text: `step ${p.value.step}: ${p.value.error}; retrying after ${seconds(p.value.wait)}` };
+    case "contextCompacted":
+      return { kind: "context_compacted", text: `step ${p.value.step}: ${p.value.compacted} items compacted, ${p.value.charsBefore} → ${p.value.charsAfter} characters` };
+    case "decisionRejected":
+      return { kind: "decision_rejected", text: `${p.value.error}: ${p.value.raw}` };
+    case "toolRequested":
+      return { kind: "tool_requested", text: `${p.value.tool} ${json(p.value.arguments)}` };
+    case "toolRefused":
+      return { kind: "tool_refused", text: `${p.value.tool}: ${p.value.reason}` };
+    case "toolReturned":
+      return {
+        kind: "tool_returned",
+        text: `${p.value.tool}` + (p.value.error ? ` failed: ${p.value.error}` : ` → ${json(p.value.output)}`) + (p.value.truncated ? ` (cut at ${p.value.outputBytes} bytes)` : "") + ` (${seconds(p.value.duration)})`,
+      };
+    case "approvalRequested": {
+      const pr = p.value.proposal;
+      return { kind: "approval_requested", text: `${pr?.tool ?? ""} proposal ${pr?.proposalId ?? ""}, hash ${pr?.hash ?? ""}, expires ${time(pr?.expiresAt)}` };
+    }
+    case "approvalDecided":
+      return { kind: "approval_decided", text: `${ev.actor} ${p.value.approved ? "approved" : "rejected"} ${p.value.proposalId}` + (p.value.reason ? `: ${p.value.reason}` : "") + (p.value.endRun ? " (and ended the run)" : "") };
+    case "inputRequested":
+      return { kind: "input_requested", text: p.value.question?.text ?? "" };
+    case "inputProvided":
+      return { kind: "input_provided", text: `${ev.actor}: ${p.value.text}` };
+    case "writeDispatched":
+      return { kind: "write_dispatched", text: `${p.value.proposalId} as ${p.value.operationId}` };
+    case "writeCommitted":
+      return { kind: "write_committed", text: `${p.value.proposalId}: ${json(p.value.receipt)} (${seconds(p.value.duration)})` };
+    case "writeRefused":
+      return { kind: "write_refused", text: `${p.value.proposalId}: ${p.value.reason}` };
+    case "writeOutcomeUnknown":
+      return { kind: "write_outcome_unknown", text: `${p.value.proposalId}: ${p.value.error}` };
+    case "checksCompleted":
+      return { kind: "checks_completed", text: p.value.results.map((c) => `${c.name} ${c.passed ? "passed" : `failed (exit ${c.exitCode}): ${c.outputTail}`}`).join("; ") };
+    case "budgetReached":
+      return { kind: "budget_reached", text: `${p.value.limit}: ${p.value.detail}` };
+    case "statusChanged":
+      return {
+        kind: "status_changed",
+        text: `${statusName(p.value.from)} → ${statusName(p.value.to)}` + (p.value.reason ? `: ${p.value.reason}` : "") + (p.value.result ? `; answer: ${p.value.result.text}` : "") + (p.value.error ? `; error: ${p.value.error}` : ""),
+      };
+  }
+  return { kind: "event", text: "" };
+}
