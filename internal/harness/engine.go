@@ -104,6 +104,9 @@ type Engine struct {
 	leases map[string]uint64
 	timers map[string]*time.Timer
 	closed bool
+	// halted are runs no driver may step (a cancel cascading to their
+	// children first), with how many cancels hold each.
+	halted map[string]int
 
 	idMu sync.Mutex
 	ids  *ulid.MonotonicEntropy
@@ -208,8 +211,19 @@ func (e *Engine) Resume(ctx context.Context, runID string) error {
 
 // Cancel cancels a running or paused run: it stops the run's driver, whose
 // in-flight model call and tool see their contexts cancelled, then records
-// cancelled. A terminal run is refused with runstate.ErrTerminal.
+// cancelled. A run waiting for children has them cancelled first, each
+// recorded in its own log. A terminal run is refused with
+// runstate.ErrTerminal.
 func (e *Engine) Cancel(ctx context.Context, runID, reason, actor string) (runstate.State, error) {
+	// A parent waiting for children has them cancelled first; it is kept
+	// from stepping meanwhile, so a child's end does not carry it on.
+	defer e.halt(runID)()
+	if err := e.stop(ctx, runID); err != nil {
+		return runstate.State{}, err
+	}
+	if err := e.cancelChildren(ctx, runID, actor); err != nil {
+		return runstate.State{}, err
+	}
 	for attempt := 0; ; attempt++ {
 		if err := e.stop(ctx, runID); err != nil {
 			return runstate.State{}, err

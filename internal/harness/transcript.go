@@ -386,6 +386,8 @@ func (t *transcript) observe(ev *reinv1.Event, seq uint64) {
 			". Read the current state and propose the write again if it is still needed.")
 	case *reinv1.Event_WriteCommitted:
 		obs("harness", "", "The approved write was committed. Receipt: "+valueText(p.WriteCommitted.GetReceipt()))
+	case *reinv1.Event_DelegationReturned:
+		obs("run:"+p.DelegationReturned.GetRunId(), "", returnedText(p.DelegationReturned))
 	}
 }
 
