@@ -62,6 +62,7 @@ func (r *runner) step(ctx context.Context) error {
 		Inputs:     c.GetInputs(),
 		Tools:      r.modelTools(),
 		Transcript: r.transcript.turns,
+		Delegate:   c.GetDelegation().GetMaxChildren() > 0,
 	}
 	// Counted by the model where it can, else estimated from what the
 	// provider reported of the previous call (the first call has no report:

@@ -278,6 +278,12 @@ func contextItem(e entry) *reinv1.ContextItem {
 			it.Gist = "called " + a.ToolCall.GetTool() + " " + string(args)
 		case *reinv1.Decision_AskHuman:
 			it.Gist = "asked a person: " + a.AskHuman.GetQuestion()
+		case *reinv1.Decision_Delegate:
+			var qs []string
+			for _, t := range a.Delegate.GetTasks() {
+				qs = append(qs, t.GetQuestion())
+			}
+			it.Gist = "delegated: " + strings.Join(qs, "; ")
 		case *reinv1.Decision_FinalAnswer:
 			// A final answer the run went on from was refuted by a check.
 			it.Kind, it.Gist = "hypothesis", "answered: "+a.FinalAnswer.GetText()
