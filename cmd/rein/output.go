@@ -233,6 +233,21 @@ func eventSummary(ev *reinv1.Event) string {
 		return fmt.Sprintf("%s %s, hash %.12s…", pr.GetTool(), pr.GetProposalId(), pr.GetHash())
 	case *reinv1.Event_InputRequested:
 		return fmt.Sprintf("%q", p.InputRequested.GetQuestion().GetText())
+	case *reinv1.Event_DelegationStarted:
+		var ids []string
+		for _, c := range p.DelegationStarted.GetChildren() {
+			b := c.GetBudget()
+			ids = append(ids, fmt.Sprintf("%s (%d steps", c.GetRunId(), b.GetMaxSteps())+budgetNote(b)+")")
+		}
+		return "children " + strings.Join(ids, ", ")
+	case *reinv1.Event_DelegationReturned:
+		d := p.DelegationReturned
+		s := fmt.Sprintf("%s %s, %d steps, %d tokens, $%.6f", d.GetRunId(), runstate.StatusName(d.GetStatus()), d.GetSteps(),
+			d.GetUsage().GetInputTokens()+d.GetUsage().GetOutputTokens(), d.GetCostUsd())
+		if a := d.GetAnswer(); a != nil {
+			s += fmt.Sprintf(": %q", a.GetText())
+		}
+		return s
 	case *reinv1.Event_BudgetReached:
 		return p.BudgetReached.GetLimit() + ": " + p.BudgetReached.GetDetail()
 	case *reinv1.Event_ApprovalDecided:
@@ -336,6 +351,8 @@ func decisionText(d *reinv1.Decision) string {
 		return fmt.Sprintf("final_answer %q", a.FinalAnswer.GetText())
 	case *reinv1.Decision_AskHuman:
 		return fmt.Sprintf("ask_human %q", a.AskHuman.GetQuestion())
+	case *reinv1.Decision_Delegate:
+		return fmt.Sprintf("delegate %d tasks", len(a.Delegate.GetTasks()))
 	}
 	return "(no decision)"
 }
@@ -432,4 +449,19 @@ func timingOf(evs []*reinv1.Event) timing {
 		}
 	}
 	return tm
+}
+
+// budgetNote is a lent budget's limits beside its steps, for a line.
+func budgetNote(b *reinv1.Budget) string {
+	var s string
+	if n := b.GetMaxTokens(); n > 0 {
+		s += fmt.Sprintf(", %d tokens", n)
+	}
+	if c := b.GetMaxCostUsd(); c > 0 {
+		s += fmt.Sprintf(", $%.6f", c)
+	}
+	if n := b.GetMaxToolCalls(); n > 0 {
+		s += fmt.Sprintf(", %d tool calls", n)
+	}
+	return s
 }
