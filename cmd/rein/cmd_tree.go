@@ -256,3 +256,25 @@ func (o *watchOptions) watchTree(ctx context.Context, e *env, runID string) erro
 	}
 	return nil
 }
+
+// parentChain is the runs above a child, from its parent to the root.
+func parentChain(ctx context.Context, runs reinv1.RunServiceClient, parent string) ([]string, error) {
+	var chain []string
+	for parent != "" && len(chain) < 64 {
+		chain = append(chain, parent)
+		got, err := runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: parent})
+		if err != nil {
+			return nil, fmt.Errorf("read parent run %s: %w", parent, err)
+		}
+		parent = got.GetRun().GetDelegatedBy().GetParentRunId()
+	}
+	return chain, nil
+}
+
+// chainNote is a pending line's note of the runs above it.
+func chainNote(chain []string) string {
+	if len(chain) == 0 {
+		return ""
+	}
+	return ", delegated by " + strings.Join(chain, " < ")
+}

@@ -39,6 +39,10 @@ type summary struct {
 	CreatedAt string  `json:"created_at,omitempty"`
 	UpdatedAt string  `json:"updated_at,omitempty"`
 	Deadline  string  `json:"deadline,omitempty"`
+	// Parent is the run that delegated this one; Parents, where rein
+	// pending gives it, the whole chain up to the root, nearest first.
+	Parent  string   `json:"parent_run_id,omitempty"`
+	Parents []string `json:"parents,omitempty"`
 }
 
 func summarize(r *reinv1.Run) summary {
@@ -58,6 +62,7 @@ func summarize(r *reinv1.Run) summary {
 		CreatedAt:    timeText(r.GetCreatedAt().AsTime(), r.GetCreatedAt() != nil),
 		UpdatedAt:    timeText(r.GetUpdatedAt().AsTime(), r.GetUpdatedAt() != nil),
 		Deadline:     timeText(r.GetDeadline().AsTime(), r.GetDeadline() != nil),
+		Parent:       r.GetDelegatedBy().GetParentRunId(),
 	}
 	s.Usage.InputTokens = r.GetUsage().GetInputTokens()
 	s.Usage.OutputTokens = r.GetUsage().GetOutputTokens()
