@@ -231,7 +231,6 @@ func delegateFigure(ctx context.Context, be Backend, path string, trees int) (me
 	return measure{units: float64(trees), elapsed: time.Since(t0)}, fanOut, fanIn, nil
 }
 
-
 // delegateBaseline makes the figure's model calls in as many runs, with no
 // tree: a run of a read and an answer, then the children's runs together.
 func delegateBaseline(ctx context.Context, be Backend, path string, trees int) (measure, error) {
