@@ -136,7 +136,6 @@ func (r *runner) plan(d *reinv1.Delegate, seq uint64) ([]*reinv1.DelegatedChild,
 			return nil, fmt.Sprintf("task %d cannot start: %v", i, err)
 		}
 		children = append(children, &reinv1.DelegatedChild{
-			RunId:     r.e.newID("run_", r.now.AsTime()),
 			RequestId: fmt.Sprintf("%s/delegate/%d/%d", r.st.RunID, seq, i),
 			Budget:    cc.GetBudget(),
 			Contract:  cc,
@@ -146,6 +145,11 @@ func (r *runner) plan(d *reinv1.Delegate, seq uint64) ([]*reinv1.DelegatedChild,
 		if spendOf(limit, name) > 0 && exceeds(sum, left, name) {
 			return nil, fmt.Sprintf("the tasks ask for %v of %s together and the run has %v left: ask for less, or for fewer children", spendOf(sum, name), name, spendOf(left, name))
 		}
+	}
+	// IDs last, once nothing is refused: a replay gives back the recorded
+	// ones in order.
+	for _, c := range children {
+		c.RunId = r.e.newID("run_", r.now.AsTime())
 	}
 	return children, ""
 }
@@ -366,7 +370,7 @@ func (e *Engine) createChild(ctx context.Context, parent runstate.State, seq uin
 func (r *runner) awaitChildren(ctx context.Context) error {
 	r.now = timestamppb.New(r.e.cfg.Clock())
 	var started *reinv1.Event
-	var evs []*reinv1.Event
+	var ended []runstate.State
 	for _, c := range r.st.Children {
 		st, err := r.e.cfg.Store.Load(ctx, c.RunID)
 		if isNotFound(err) {
@@ -381,18 +385,25 @@ func (r *runner) awaitChildren(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if !runstate.Terminal(st.Status) {
-			continue
+		if runstate.Terminal(st.Status) {
+			ended = append(ended, st)
 		}
+	}
+	// In the order they ended, one commit each at its own clock reading:
+	// a replay, which finds every child ended at once, records them as the
+	// run did.
+	slices.SortStableFunc(ended, func(a, b runstate.State) int { return a.UpdatedAt.Compare(b.UpdatedAt) })
+	for i, st := range ended {
 		ev, err := r.e.returned(ctx, st)
 		if err != nil {
 			return err
 		}
-		evs = append(evs, ev)
-	}
-	if len(evs) > 0 {
-		failpoint.Inject(failpoint.DelegateBeforeReturn)
-		if err := r.commit(ctx, evs...); err != nil {
+		if i == 0 {
+			failpoint.Inject(failpoint.DelegateBeforeReturn)
+		} else {
+			r.now = timestamppb.New(r.e.cfg.Clock())
+		}
+		if err := r.commit(ctx, ev); err != nil {
 			return err
 		}
 	}

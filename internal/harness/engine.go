@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
@@ -184,6 +185,11 @@ type StartRequest struct {
 	// hangs from (run_started.trace_id and trace_parent_span_id), in W3C
 	// hex; either may be empty.
 	TraceID, TraceParent string
+	// DelegatedBy and Deadline start a run as a delegation's child: its
+	// origin, and the deadline (its parent's) it may not pass whatever its
+	// timeout. A replay of a child sets them as recorded; zero: a root.
+	DelegatedBy *reinv1.DelegatedBy
+	Deadline    time.Time
 }
 
 // Start validates the contract, stores the run and schedules it. A request ID
@@ -192,8 +198,12 @@ func (e *Engine) Start(ctx context.Context, req StartRequest) (runstate.State, b
 	if req.RequestID == "" {
 		return runstate.State{}, false, &FieldError{"request_id", "required: an idempotency key; the same key returns the same run"}
 	}
-	return e.create(ctx, req.Contract, &reinv1.RunStarted{Principal: req.Principal, Tenant: req.Tenant, RequestId: req.RequestID,
-		TraceId: req.TraceID, TraceParentSpanId: req.TraceParent}, nil)
+	started := &reinv1.RunStarted{Principal: req.Principal, Tenant: req.Tenant, RequestId: req.RequestID,
+		TraceId: req.TraceID, TraceParentSpanId: req.TraceParent, DelegatedBy: req.DelegatedBy}
+	if !req.Deadline.IsZero() {
+		started.Deadline = timestamppb.New(req.Deadline)
+	}
+	return e.create(ctx, req.Contract, started, nil)
 }
 
 // Resume schedules a stored run that is running but has no driver, such as
