@@ -316,6 +316,20 @@ func carryOn(ctx context.Context, e *env, cn *conn, runID string, after uint64) 
 	if err != nil {
 		return err
 	}
+	if by := run.GetDelegatedBy(); by != nil && runstate.Terminal(run.GetStatus()) {
+		// A child's end carries its tree on: follow the root to its rest.
+		root, err := cn.runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: by.GetRootRunId()})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "rein: delegated run %s is %s; following its tree's root %s\n", runID, runstate.StatusName(run.GetStatus()), by.GetRootRunId())
+		run = root.GetRun()
+		if !runstate.Terminal(run.GetStatus()) {
+			if run, err = follow(ctx, e.stderr, cn.Client, by.GetRootRunId(), run.GetVersion()); err != nil {
+				return err
+			}
+		}
+	}
 	return finish(e, run)
 }
 

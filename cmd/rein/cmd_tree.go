@@ -9,6 +9,7 @@ import (
 	"sync"
 	"text/tabwriter"
 
+	"github.com/reinhq/rein/client"
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/export"
 	"github.com/reinhq/rein/internal/runstate"
@@ -277,4 +278,52 @@ func chainNote(chain []string) string {
 		return ""
 	}
 	return ", delegated by " + strings.Join(chain, " < ")
+}
+
+// errChildPaused stops following a run one of whose descendants paused
+// for a person.
+var errChildPaused = errors.New("a delegated run waits for a person")
+
+// childWatch follows a followed run's children for a pause.
+type childWatch struct {
+	c    *client.Client
+	w    io.Writer
+	stop context.CancelCauseFunc
+	mu   sync.Mutex
+	wg   sync.WaitGroup
+}
+
+func (k *childWatch) follow(ctx context.Context, runID string) {
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		_ = k.c.Watch(ctx, runID, 0, func(ev *reinv1.Event) error {
+			for _, ch := range ev.GetDelegationStarted().GetChildren() {
+				k.follow(ctx, ch.GetRunId())
+			}
+			if sc := ev.GetStatusChanged(); sc != nil && runstate.Paused(sc.GetTo()) {
+				// The history replays old pauses too: only one that holds
+				// now stops the following.
+				got, err := k.c.Runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID})
+				if err != nil || !runstate.Paused(got.GetRun().GetStatus()) {
+					return nil
+				}
+				k.mu.Lock()
+				fmt.Fprintf(k.w, "rein: delegated run %s is %s: it waits for a person (rein pending; approve or answer it with its run ID)\n",
+					runID, runstate.StatusName(sc.GetTo()))
+				k.mu.Unlock()
+				k.stop(errChildPaused)
+				return errChildPaused
+			}
+			return nil
+		})
+	}()
+}
+
+func (k *childWatch) wait() { k.wg.Wait() }
+
+// waitsForChildren reports whether a run followed to its rest is running
+// with children still open: one of them waits for a person.
+func waitsForChildren(r *reinv1.Run) bool {
+	return r.GetStatus() == reinv1.RunStatus_RUN_STATUS_RUNNING && len(r.GetDelegation().GetOpenChildren()) > 0
 }
