@@ -471,3 +471,27 @@ func TestChildWriteApprovedOnce(t *testing.T) {
 	wantStatus(t, st, evs, statusCompleted, "final_answer")
 	tl.wantCalls(t, 0, 1, 1)
 }
+
+func TestForkRefusedWhileWaiting(t *testing.T) {
+	child := []*reinv1.ScriptedReply{finalReply("done")}
+	c := delegating(child, delegateReply(task("a")), finalReply("done"))
+	e, w, s := delegSetup(t, Config{})
+	st := startRun(t, e, c)
+	w.wait(t, st.RunID)
+	_, evs := stored(t, s, st.RunID)
+	at := ofType(evs, "delegation_started")[0].GetSequence()
+	var fe *FieldError
+	if _, _, err := e.Fork(testCtx(t), ForkRequest{RunID: st.RunID, AtSequence: at, RequestID: "f1", Principal: "alice", Tenant: "acme"}); !errors.As(err, &fe) {
+		t.Fatalf("fork while waiting: %v, want a FieldError", err)
+	}
+	// Its twin: after the report, the fork carries the returned child's
+	// spend and waits for nothing.
+	back := ofType(evs, "delegation_returned")[0].GetSequence()
+	f, _, err := e.Fork(testCtx(t), ForkRequest{RunID: st.RunID, AtSequence: back, RequestID: "f2", Principal: "alice", Tenant: "acme"})
+	if err != nil {
+		t.Fatalf("fork after the report: %v", err)
+	}
+	if f.Waiting() || f.Returned.Steps != 1 {
+		t.Fatalf("fork waiting %v, returned %+v", f.Waiting(), f.Returned)
+	}
+}
