@@ -135,6 +135,7 @@ func (s *runService) ListRuns(ctx context.Context, req *reinv1.ListRunsRequest) 
 	page, err := s.store.List(ctx, store.Filter{
 		Statuses: req.GetStatuses(), Labels: req.GetLabels(), Tenant: s.identity(ctx).Tenant, Limit: size, After: after,
 		TraceID: req.GetTraceId(),
+		Parent:  req.GetParentRunId(),
 	})
 	if err != nil {
 		return nil, toStatus(s.log, "ListRuns", err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/export"
 )
 
@@ -22,8 +23,13 @@ func TestReplayRecordingsMatch(t *testing.T) {
 			got++
 		}
 	}
-	if got != len(files) || len(files) == 0 {
-		t.Fatalf("%d runs matched, want %d:\n%s", got, len(files), r.stdout)
+	// Every file, and each child of a tree on its own.
+	want := len(files)
+	for _, f := range files {
+		want += treeRuns(t, f) - 1
+	}
+	if got != want || len(files) == 0 {
+		t.Fatalf("%d runs matched, want %d:\n%s", got, want, r.stdout)
 	}
 	// A stored run replays too.
 	db := newDB(t)
@@ -128,4 +134,22 @@ func TestCorruptedTextRecordingRefused(t *testing.T) {
 			t.Errorf("%s: stdout %q, want no replay", strings.Join(args, " "), r.stdout)
 		}
 	}
+}
+
+// treeRuns counts the runs of an export file's tree.
+func treeRuns(t *testing.T, path string) int {
+	t.Helper()
+	x, err := readExportFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var count func(x *reinv1.RunExport) int
+	count = func(x *reinv1.RunExport) int {
+		n := 1
+		for _, c := range x.GetChildren() {
+			n += count(c)
+		}
+		return n
+	}
+	return count(x)
 }

@@ -216,6 +216,9 @@ func benchDetail(r bench.Result) string {
 			s += fmt.Sprintf("; traced: %.0f spans built", n)
 		}
 		return s
+	case "delegate":
+		return fmt.Sprintf("; overhead per delegation of %.0f children: fan-out (delegate reply → last child's first model call) p50 %.2f ms, max %.2f ms; fan-in (last child's end → parent's next model call) p50 %.2f ms, max %.2f ms",
+			x["children_per_tree"], x["fanout_ms_p50"], x["fanout_ms_max"], x["fanin_ms_p50"], x["fanin_ms_max"])
 	case "recovery":
 		return fmt.Sprintf("; serving in %.2fs (target ≤ 2s; an empty store: %.3fs), every running run resumed in %.2fs, peak RSS %.0f MiB (target ≤ 256 MiB): the process's own (anonymous) %.0f MiB, peak %.0f MiB (target ≤ %.0f MiB), and %.0f MiB of the store's file pages mapped (page cache)",
 			x["serving_seconds"], x["baseline_serving_seconds"], x["all_resumed_seconds"], x["rss_peak_mib"],

@@ -400,6 +400,15 @@ func runTrial(ctx context.Context, c *client.Client, contract *reinv1.TaskContra
 	if d := run.GetResult().GetData(); d != nil {
 		obs.ResultData = d.AsInterface()
 	}
+	if run.GetDelegation() != nil {
+		// Tokens and cost count over the run's tree: its children's too.
+		tree, err := fetchTree(ctx, runs, obs.RunID)
+		if err != nil {
+			return evaluate.Observation{}, err
+		}
+		spent, _ := tree.spend()
+		obs.Tokens, obs.CostUSD = spent.Tokens, spent.CostUSD
+	}
 	req := &reinv1.ListEventsRequest{RunId: obs.RunID, PageSize: 10000}
 	for {
 		page, err := runs.ListEvents(ctx, req)

@@ -22,7 +22,8 @@ import (
 )
 
 type exportOptions struct {
-	out string
+	out  string
+	tree bool
 }
 
 func newExportCmd(e *env) *cobra.Command {
@@ -38,6 +39,9 @@ Without -o the file goes to stdout; with -o it is written atomically, mode 0600.
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			x, err := storedExport(cmd.Context(), e, args[0])
+			if o.tree && err == nil {
+				x, _, err = treeExport(cmd.Context(), e, args[0])
+			}
 			if err != nil {
 				return err
 			}
@@ -59,6 +63,7 @@ Without -o the file goes to stdout; with -o it is written atomically, mode 0600.
 		},
 	}
 	cmd.Flags().StringVarP(&o.out, "output", "o", "", "write the file here instead of stdout (replaced atomically, mode 0600)")
+	cmd.Flags().BoolVar(&o.tree, "tree", false, "with the runs it delegated to (and theirs), in the one file")
 	return cmd
 }
 

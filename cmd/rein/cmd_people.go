@@ -277,6 +277,9 @@ func newPendingCmd(e *env) *cobra.Command {
 				}
 				for _, r := range runs {
 					if r.Pending != nil {
+						if r.Parents, err = parentChain(ctx, cn.runs, r.Parent); err != nil {
+							return err
+						}
 						waiting = append(waiting, r)
 					}
 				}
@@ -292,9 +295,9 @@ func newPendingCmd(e *env) *cobra.Command {
 			for _, s := range waiting {
 				p, _ := s.Pending.(map[string]any)
 				if pr, ok := p["proposal"].(map[string]any); ok {
-					fmt.Fprintf(w, "%s\tapproval\t%v %v (hash %v, expires %v)\n", s.RunID, pr["tool"], pr["proposal_id"], pr["hash"], pr["expires_at"])
+					fmt.Fprintf(w, "%s\tapproval\t%v %v (hash %v, expires %v)%s\n", s.RunID, pr["tool"], pr["proposal_id"], pr["hash"], pr["expires_at"], chainNote(s.Parents))
 				} else if q, ok := p["question"].(map[string]any); ok {
-					fmt.Fprintf(w, "%s\tinput\t%q\n", s.RunID, q["text"])
+					fmt.Fprintf(w, "%s\tinput\t%q%s\n", s.RunID, q["text"], chainNote(s.Parents))
 				}
 			}
 			return w.Flush()
@@ -312,6 +315,20 @@ func carryOn(ctx context.Context, e *env, cn *conn, runID string, after uint64) 
 	}
 	if err != nil {
 		return err
+	}
+	if by := run.GetDelegatedBy(); by != nil && runstate.Terminal(run.GetStatus()) {
+		// A child's end carries its tree on: follow the root to its rest.
+		root, err := cn.runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: by.GetRootRunId()})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "rein: delegated run %s is %s; following its tree's root %s\n", runID, runstate.StatusName(run.GetStatus()), by.GetRootRunId())
+		run = root.GetRun()
+		if !runstate.Terminal(run.GetStatus()) {
+			if run, err = follow(ctx, e.stderr, cn.Client, by.GetRootRunId(), run.GetVersion()); err != nil {
+				return err
+			}
+		}
 	}
 	return finish(e, run)
 }

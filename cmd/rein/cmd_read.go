@@ -49,13 +49,21 @@ func noStore(e *env) error {
 }
 
 func newInspectCmd(e *env) *cobra.Command {
-	return &cobra.Command{
+	var tree bool
+	cmd := &cobra.Command{
 		Use: "inspect RUN_ID|FILE",
 		Example: `  rein inspect run_01M8…
-  rein inspect run.rein --json`,
+  rein inspect run.rein --json
+  rein inspect run_01M8… --tree`,
 		Short: "Show a run's state, rebuilt by folding its stored events (or an export file's)",
-		Args:  cobra.ExactArgs(1),
+		Long: `Show a run's state, rebuilt by folding its stored events (or an export file's).
+With --tree, show the run and every run it delegated to, one line each: status,
+steps, its own spend and its subtree's.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if tree {
+				return inspectTree(cmd.Context(), e, args[0])
+			}
 			evs, err := inspectEvents(cmd.Context(), e, args[0])
 			if err != nil {
 				return err
@@ -112,9 +120,12 @@ func newInspectCmd(e *env) *cobra.Command {
 			if s.LastError != "" {
 				fmt.Fprintf(w, "last error\t%s\n", s.LastError)
 			}
+			delegationLines(w, run)
 			return w.Flush()
 		},
 	}
+	cmd.Flags().BoolVar(&tree, "tree", false, "show the run's delegation tree: each run's status, steps and spend")
+	return cmd
 }
 
 // inspectEvents is every event of the run arg names: an export file's, or
@@ -217,7 +228,7 @@ func printEvents(e *env, evs []*reinv1.Event) error {
 func newListCmd(e *env) *cobra.Command {
 	var statuses, labels []string
 	var limit int
-	var after string
+	var after, parent string
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List runs, newest first",
@@ -227,7 +238,8 @@ func newListCmd(e *env) *cobra.Command {
 		Example: `  rein list
   rein list --status needs_approval --output json
   rein list --label team=billing --label env=prod --limit 20
-  rein list --label team=billing --limit 20 --after CURSOR`,
+  rein list --label team=billing --limit 20 --after CURSOR
+  rein list --parent run_01M8…`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -235,7 +247,7 @@ func newListCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			req := &reinv1.ListRunsRequest{Statuses: st, PageToken: after}
+			req := &reinv1.ListRunsRequest{Statuses: st, PageToken: after, ParentRunId: parent}
 			for _, kv := range labels {
 				k, v, ok := strings.Cut(kv, "=")
 				if !ok || k == "" {
@@ -272,7 +284,7 @@ func newListCmd(e *env) *cobra.Command {
 			w := tabwriter.NewWriter(e.stdout, 0, 2, 2, ' ', 0)
 			fmt.Fprintln(w, "RUN_ID\tSTATUS\tSTEPS\tTOKENS\tUPDATED\tGOAL")
 			for _, r := range runs {
-				fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\n", r.RunID, r.Status, r.Steps, r.Tokens, r.UpdatedAt, clip(r.Goal, 60))
+				fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\n", r.RunID, r.Status, r.Steps, r.Tokens, r.UpdatedAt, clip(firstLine(r.Goal), 60))
 			}
 			return w.Flush()
 		},
@@ -281,6 +293,7 @@ func newListCmd(e *env) *cobra.Command {
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many runs")
 	cmd.Flags().StringArrayVar(&labels, "label", nil, "only runs carrying this label, as KEY=VALUE; repeatable (all must match)")
 	cmd.Flags().StringVar(&after, "after", "", "the cursor a previous rein list printed on stderr: the runs after those it listed")
+	cmd.Flags().StringVar(&parent, "parent", "", "only the runs this run delegated to (its children)")
 	return cmd
 }
 

@@ -23,23 +23,25 @@ order and on the recorded clock, through this rein's harness into an in-memory
 log, and compare the new events with the recorded ones. No model and no tool is
 called. A run is a stored RUN_ID (on --db or --server), an export FILE (binary,
 as rein export writes it, or text, as the recordings under testdata/ are), or
-every *.rein file in DIR. Exit 0 when every run matches; 1 at the first
+every *.rein file in DIR. A delegating run is replayed with its children's
+recorded results (a tree, as rein export --tree writes it), and each child on
+its own. Exit 0 when every run matches; 1 at the first
 divergence, printed as the sequence, the first field that differs, the
 expected event and the event the harness made.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			runs, blobs, err := replaySources(args[0])
+			runs, err := replaySources(args[0])
 			if err != nil {
 				return err
 			}
-			if runs == nil { // a stored run, with its blobs, as rein export reads it
-				x, err := storedExport(ctx, e, args[0])
+			if runs == nil { // a stored run, with its blobs and its tree, as rein export reads it
+				x, _, err := treeExport(ctx, e, args[0])
 				if err != nil {
 					return err
 				}
-				runs = map[string][]*reinv1.Event{args[0]: x.GetEvents()}
-				blobs = map[string]map[string][]byte{args[0]: x.GetBlobs()}
+				runs = map[string]*reinv1.RunExport{}
+				addTree(runs, args[0], x)
 			}
 			names := make([]string, 0, len(runs))
 			for n := range runs {
@@ -48,7 +50,8 @@ expected event and the event the harness made.`,
 			sort.Strings(names)
 			failed := 0
 			for _, name := range names {
-				res, err := replay.Run(ctx, runs[name], replay.Options{Blobs: blobs[name]})
+				x := runs[name]
+				res, err := replay.Run(ctx, x.GetEvents(), replay.Options{Blobs: x.GetBlobs(), Children: replay.TreeChildren(x)})
 				if err != nil {
 					return fmt.Errorf("%s: %w", name, err)
 				}
@@ -84,32 +87,45 @@ expected event and the event the harness made.`,
 	}
 }
 
-// replaySources reads an export file or a directory of them: each file's
-// events and blobs, by file name; nil, nil, nil when arg names neither (a
-// stored run's ID).
-func replaySources(arg string) (map[string][]*reinv1.Event, map[string]map[string][]byte, error) {
+// replaySources reads an export file or a directory of them, by file name;
+// nil, nil when arg names neither (a stored run's ID). A tree's children
+// are replayed each on its own too, as "FILE#RUN_ID".
+func replaySources(arg string) (map[string]*reinv1.RunExport, error) {
 	info, err := os.Stat(arg)
 	if err != nil {
-		return nil, nil, nil
+		return nil, nil
 	}
 	files := []string{arg}
 	if info.IsDir() {
 		if files, err = filepath.Glob(filepath.Join(arg, "*.rein")); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if len(files) == 0 {
-			return nil, nil, usageError("%s holds no *.rein files", arg)
+			return nil, usageError("%s holds no *.rein files", arg)
 		}
 	}
-	out, blobs := map[string][]*reinv1.Event{}, map[string]map[string][]byte{}
+	out := map[string]*reinv1.RunExport{}
 	for _, f := range files {
 		x, err := readExportFile(f)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		out[f], blobs[f] = x.GetEvents(), x.GetBlobs()
+		addTree(out, f, x)
 	}
-	return out, blobs, nil
+	return out, nil
+}
+
+// addTree adds x under name, and each run of its tree under name#RUN_ID:
+// a parent is replayed with its children's recorded results, and each
+// child on its own.
+func addTree(out map[string]*reinv1.RunExport, name string, x *reinv1.RunExport) {
+	out[name] = x
+	for _, c := range x.GetChildren() {
+		if len(c.GetBlobs()) == 0 {
+			c.Blobs = x.GetBlobs()
+		}
+		addTree(out, name+"#"+c.GetRunId(), c)
+	}
 }
 
 func eventOrNil(ev *reinv1.Event) any {

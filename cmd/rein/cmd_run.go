@@ -138,8 +138,22 @@ var errFollowed = errors.New("the run paused or ended")
 // dropped stream is resumed from the last event printed, for as long as the
 // client's Backoff.Patience allows (--command-timeout).
 func follow(ctx context.Context, w io.Writer, c *client.Client, runID string, after uint64) (*reinv1.Run, error) {
-	err := c.Watch(ctx, runID, after, func(ev *reinv1.Event) error {
+	// A run that delegates waits for its children: when one of them (or
+	// theirs) pauses for a person, following stops there too.
+	wctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	kids := &childWatch{c: c, w: w, stop: stop}
+	defer kids.wait()
+	if got, err := c.Runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID}); err == nil {
+		for _, ch := range got.GetRun().GetDelegation().GetOpenChildren() {
+			kids.follow(wctx, ch.GetRunId())
+		}
+	}
+	err := c.Watch(wctx, runID, after, func(ev *reinv1.Event) error {
 		fmt.Fprintln(w, eventLine(ev))
+		for _, ch := range ev.GetDelegationStarted().GetChildren() {
+			kids.follow(wctx, ch.GetRunId())
+		}
 		if sc := ev.GetStatusChanged(); sc != nil && sc.GetTo() != reinv1.RunStatus_RUN_STATUS_RUNNING {
 			return errFollowed
 		}
@@ -150,6 +164,9 @@ func follow(ctx context.Context, w io.Writer, c *client.Client, runID string, af
 		}
 		return nil
 	})
+	if errors.Is(context.Cause(wctx), errChildPaused) && ctx.Err() == nil {
+		err = nil
+	}
 	if err != nil && !errors.Is(err, errFollowed) {
 		return nil, err
 	}
@@ -187,6 +204,12 @@ func cancelOnInterrupt(w io.Writer, runs reinv1.RunServiceClient, runID string) 
 func finish(e *env, run *reinv1.Run) error {
 	if err := writeJSON(e.stdout, summarize(run), !e.json); err != nil {
 		return err
+	}
+	if waitsForChildren(run) {
+		if !e.json {
+			fmt.Fprintf(e.stderr, "rein: run %s waits for its children, one of which waits for a person\n", run.GetRunId())
+		}
+		return &exitErr{code: exitPaused}
 	}
 	if code := statusExit(run.GetStatus()); code != exitOK {
 		if !e.json {

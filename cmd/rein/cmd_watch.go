@@ -17,6 +17,7 @@ import (
 type watchOptions struct {
 	after    uint64
 	all      bool
+	tree     bool
 	statuses []string
 }
 
@@ -25,6 +26,7 @@ func newWatchCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use: "watch RUN_ID | watch --all",
 		Example: `  rein watch run_01M8…
+  rein watch run_01M8… --tree
   rein watch --all --server rein.internal:7233`,
 		Short: "Follow a run's events live, or status changes across runs",
 		Long: `Follow a run's events: one line per event (time, sequence, type, a summary), or
@@ -33,6 +35,10 @@ and exits with the run's code (0 completed, 11 budget exhausted, …); on the
 embedded server nothing can resume a paused run, so it stops at a pause (10).
 A dropped connection is resumed from the last event seen: nothing is lost or
 repeated.
+
+With --tree it follows the run and every run it delegates to, each line prefixed
+with its run, until all have ended; the client composes the tree (WatchRun
+follows one run).
 
 With --all it follows status changes across your runs until interrupted.`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -45,11 +51,15 @@ With --all it follows status changes across your runs until interrupted.`,
 			if o.all {
 				return o.watchAll(cmd.Context(), e)
 			}
+			if o.tree {
+				return o.watchTree(cmd.Context(), e, args[0])
+			}
 			return o.watchRun(cmd.Context(), e, args[0])
 		},
 	}
 	cmd.Flags().Uint64Var(&o.after, "after", 0, "start after this sequence (with --all: after this cursor)")
 	cmd.Flags().BoolVar(&o.all, "all", false, "follow status changes across runs")
+	cmd.Flags().BoolVar(&o.tree, "tree", false, "follow the run and the runs it delegates to, each line prefixed with its run")
 	cmd.Flags().StringSliceVar(&o.statuses, "status", nil, "with --all: only changes to these statuses")
 	return cmd
 }

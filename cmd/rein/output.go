@@ -39,6 +39,10 @@ type summary struct {
 	CreatedAt string  `json:"created_at,omitempty"`
 	UpdatedAt string  `json:"updated_at,omitempty"`
 	Deadline  string  `json:"deadline,omitempty"`
+	// Parent is the run that delegated this one; Parents, where rein
+	// pending gives it, the whole chain up to the root, nearest first.
+	Parent  string   `json:"parent_run_id,omitempty"`
+	Parents []string `json:"parents,omitempty"`
 }
 
 func summarize(r *reinv1.Run) summary {
@@ -58,6 +62,7 @@ func summarize(r *reinv1.Run) summary {
 		CreatedAt:    timeText(r.GetCreatedAt().AsTime(), r.GetCreatedAt() != nil),
 		UpdatedAt:    timeText(r.GetUpdatedAt().AsTime(), r.GetUpdatedAt() != nil),
 		Deadline:     timeText(r.GetDeadline().AsTime(), r.GetDeadline() != nil),
+		Parent:       r.GetDelegatedBy().GetParentRunId(),
 	}
 	s.Usage.InputTokens = r.GetUsage().GetInputTokens()
 	s.Usage.OutputTokens = r.GetUsage().GetOutputTokens()
@@ -237,6 +242,21 @@ func eventSummary(ev *reinv1.Event) string {
 		return fmt.Sprintf("%s %s, hash %.12s…", pr.GetTool(), pr.GetProposalId(), pr.GetHash())
 	case *reinv1.Event_InputRequested:
 		return fmt.Sprintf("%q", p.InputRequested.GetQuestion().GetText())
+	case *reinv1.Event_DelegationStarted:
+		var ids []string
+		for _, c := range p.DelegationStarted.GetChildren() {
+			b := c.GetBudget()
+			ids = append(ids, fmt.Sprintf("%s (%d steps", c.GetRunId(), b.GetMaxSteps())+budgetNote(b)+")")
+		}
+		return "children " + strings.Join(ids, ", ")
+	case *reinv1.Event_DelegationReturned:
+		d := p.DelegationReturned
+		s := fmt.Sprintf("%s %s, %d steps, %d tokens, $%.6f", d.GetRunId(), runstate.StatusName(d.GetStatus()), d.GetSteps(),
+			d.GetUsage().GetInputTokens()+d.GetUsage().GetOutputTokens(), d.GetCostUsd())
+		if a := d.GetAnswer(); a != nil {
+			s += fmt.Sprintf(": %q", a.GetText())
+		}
+		return s
 	case *reinv1.Event_BudgetReached:
 		return p.BudgetReached.GetLimit() + ": " + p.BudgetReached.GetDetail()
 	case *reinv1.Event_ApprovalDecided:
@@ -342,6 +362,8 @@ func decisionText(d *reinv1.Decision) string {
 		return fmt.Sprintf("final_answer %q", a.FinalAnswer.GetText())
 	case *reinv1.Decision_AskHuman:
 		return fmt.Sprintf("ask_human %q", a.AskHuman.GetQuestion())
+	case *reinv1.Decision_Delegate:
+		return fmt.Sprintf("delegate %d tasks", len(a.Delegate.GetTasks()))
 	}
 	return "(no decision)"
 }
@@ -438,4 +460,19 @@ func timingOf(evs []*reinv1.Event) timing {
 		}
 	}
 	return tm
+}
+
+// budgetNote is a lent budget's limits beside its steps, for a line.
+func budgetNote(b *reinv1.Budget) string {
+	var s string
+	if n := b.GetMaxTokens(); n > 0 {
+		s += fmt.Sprintf(", %d tokens", n)
+	}
+	if c := b.GetMaxCostUsd(); c > 0 {
+		s += fmt.Sprintf(", $%.6f", c)
+	}
+	if n := b.GetMaxToolCalls(); n > 0 {
+		s += fmt.Sprintf(", %d tool calls", n)
+	}
+	return s
 }

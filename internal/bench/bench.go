@@ -136,6 +136,7 @@ func Scenarios() []Scenario {
 		{Name: "fold", Doc: "rebuild a 1,000,000-event run from the store: scan, decode, fold", Run: Fold},
 		{Name: "replay", Doc: "read and replay a directory of 1,000 recorded runs of 100 steps through the harness, against reading and folding them", Run: Replay},
 		{Name: "watch", Doc: "1,000 WatchRun streams over loopback TCP following 64 runs that append, against plain gRPC streaming", Run: Watch},
+		{Name: "delegate", Doc: "200 delegations, one after the other, of a scripted parent to 2 children, durable, against the same model calls in as many runs without a tree; the fan-out and fan-in overhead", Run: Delegate},
 		{Name: "recovery", Doc: "start rein serve on a store of 10,000 runs (1,000 running, ~1,000,000 events): time to serving, to every running run resumed, and RSS", Run: Recovery},
 	}
 }

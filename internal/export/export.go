@@ -316,5 +316,14 @@ func Check(x *reinv1.RunExport) error {
 			return missing
 		}
 	}
+	for _, c := range x.GetChildren() {
+		if err := Check(c); err != nil {
+			return err
+		}
+		if by := c.GetEvents()[0].GetRunStarted().GetDelegatedBy(); by.GetParentRunId() != x.GetRunId() {
+			return fmt.Errorf("%w: run %s is carried as a child of run %s, but its parent is %q; export the tree again",
+				ErrInvalid, c.GetRunId(), x.GetRunId(), by.GetParentRunId())
+		}
+	}
 	return nil
 }

@@ -27,4 +27,10 @@ const (
 	// WriteAfterCommit: the tool committed the write; its receipt is not
 	// recorded.
 	WriteAfterCommit = "write-after-commit"
+	// DelegateAfterStart: delegation_started is durable; no child exists.
+	DelegateAfterStart = "delegate-after-start"
+	// DelegateAfterChild: one more child of a delegation was created.
+	DelegateAfterChild = "delegate-after-child"
+	// DelegateBeforeReturn: children ended; their reports are not recorded.
+	DelegateBeforeReturn = "delegate-before-return"
 )

@@ -50,7 +50,7 @@ func (r *runner) capCost(req *model.Request, input uint64) (maxCost float64, lim
 		if req.MaxOutputTokens == 0 {
 			req.MaxOutputTokens = DefaultCostOutputCap
 		}
-		left := max - r.st.CostUSD
+		left := max - r.st.Committed().CostUSD
 		n := p.Affordable(left, input)
 		if n == 0 {
 			return 0, "max_cost_usd", fmt.Sprintf("the next model call's %d input tokens cost $%.6f and $%.6f of the run's $%.6f are left",

@@ -66,6 +66,7 @@ func (e *Engine) commit(ctx context.Context, st runstate.State, actor string, ev
 		e.releaseLease(st.RunID)
 	}
 	e.cfg.Published(next, evs)
+	e.wakeParent(st, next)
 	return next, nil
 }
 

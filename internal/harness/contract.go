@@ -90,7 +90,7 @@ func ValidateContract(c *reinv1.TaskContract) error {
 	if c.GetModel() == nil {
 		return &FieldError{"contract.model", "required: name the model that drives the run (provider \"script\" runs offline)"}
 	}
-	return nil
+	return validateDelegation(c)
 }
 
 // validateChecks checks the contract's completion checks: each is named
@@ -159,6 +159,14 @@ func withDefaults(c *reinv1.TaskContract) *reinv1.TaskContract {
 	}
 	if c.Approval.ProposalTtl == nil {
 		c.Approval.ProposalTtl = durationpb.New(DefaultProposalTTL)
+	}
+	if d := c.Delegation; d != nil {
+		if d.MaxDepth == 0 {
+			d.MaxDepth = 1
+		}
+		if d.MaxShare == 0 {
+			d.MaxShare = DefaultMaxShare
+		}
 	}
 	return c
 }

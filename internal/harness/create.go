@@ -30,6 +30,14 @@ var ErrToolsUnavailable = errors.New("this server's tools could not all be liste
 // tenant used before returns that run with created=false, and stores
 // nothing.
 func (e *Engine) create(ctx context.Context, c *reinv1.TaskContract, started *reinv1.RunStarted, carried []*reinv1.Event) (runstate.State, bool, error) {
+	return e.createAs(ctx, "", c, started, carried)
+}
+
+// createAs is create with the run's ID chosen by the caller ("" makes a new
+// one), as a delegation's child's is, and a deadline set in started kept
+// when it is earlier than the contract's timeout gives (a child's is its
+// parent's).
+func (e *Engine) createAs(ctx context.Context, runID string, c *reinv1.TaskContract, started *reinv1.RunStarted, carried []*reinv1.Event) (runstate.State, bool, error) {
 	if err := ValidateContract(c); err != nil {
 		return runstate.State{}, false, err
 	}
@@ -49,10 +57,15 @@ func (e *Engine) create(ctx context.Context, c *reinv1.TaskContract, started *re
 	now := e.cfg.Clock()
 	started.Contract = withDefaults(c)
 	if t := started.Contract.GetBudget().GetTimeout(); t != nil {
-		started.Deadline = timestamppb.New(now.Add(t.AsDuration()))
+		if d := now.Add(t.AsDuration()); started.Deadline == nil || d.Before(started.Deadline.AsTime()) {
+			started.Deadline = timestamppb.New(d)
+		}
+	}
+	if runID == "" {
+		runID = e.newID("run_", now)
 	}
 	first := &reinv1.Event{
-		RunId:      e.newID("run_", now),
+		RunId:      runID,
 		Sequence:   1,
 		RecordedAt: timestamppb.New(now),
 		Actor:      "principal:" + started.GetPrincipal(),

@@ -49,6 +49,9 @@ type runner struct {
 
 // drive steps a run until it leaves running or ctx is cancelled.
 func (e *Engine) drive(ctx context.Context, runID string) error {
+	if e.isHalted(runID) {
+		return nil
+	}
 	st, err := e.cfg.Store.Load(ctx, runID)
 	if err != nil || st.Status != reinv1.RunStatus_RUN_STATUS_RUNNING {
 		return err
@@ -113,7 +116,7 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 		err := r.step(ctx)
 		switch {
 		case err == nil:
-		case errors.Is(err, errStopped):
+		case errors.Is(err, errStopped), errors.Is(err, errWaiting):
 			return nil
 		case errors.Is(err, errDefect):
 			return r.fail(err.Error())

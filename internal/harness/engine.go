@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
@@ -118,6 +119,9 @@ type Engine struct {
 	leases map[string]uint64
 	timers map[string]*time.Timer
 	closed bool
+	// halted are runs no driver may step (a cancel cascading to their
+	// children first), with how many cancels hold each.
+	halted map[string]int
 
 	idMu sync.Mutex
 	ids  *ulid.MonotonicEntropy
@@ -195,6 +199,11 @@ type StartRequest struct {
 	// hangs from (run_started.trace_id and trace_parent_span_id), in W3C
 	// hex; either may be empty.
 	TraceID, TraceParent string
+	// DelegatedBy and Deadline start a run as a delegation's child: its
+	// origin, and the deadline (its parent's) it may not pass whatever its
+	// timeout. A replay of a child sets them as recorded; zero: a root.
+	DelegatedBy *reinv1.DelegatedBy
+	Deadline    time.Time
 }
 
 // Start validates the contract, stores the run and schedules it. A request ID
@@ -203,8 +212,12 @@ func (e *Engine) Start(ctx context.Context, req StartRequest) (runstate.State, b
 	if req.RequestID == "" {
 		return runstate.State{}, false, &FieldError{"request_id", "required: an idempotency key; the same key returns the same run"}
 	}
-	return e.create(ctx, req.Contract, &reinv1.RunStarted{Principal: req.Principal, Tenant: req.Tenant, RequestId: req.RequestID,
-		TraceId: req.TraceID, TraceParentSpanId: req.TraceParent}, nil)
+	started := &reinv1.RunStarted{Principal: req.Principal, Tenant: req.Tenant, RequestId: req.RequestID,
+		TraceId: req.TraceID, TraceParentSpanId: req.TraceParent, DelegatedBy: req.DelegatedBy}
+	if !req.Deadline.IsZero() {
+		started.Deadline = timestamppb.New(req.Deadline)
+	}
+	return e.create(ctx, req.Contract, started, nil)
 }
 
 // Resume schedules a stored run that is running but has no driver, such as
@@ -222,8 +235,19 @@ func (e *Engine) Resume(ctx context.Context, runID string) error {
 
 // Cancel cancels a running or paused run: it stops the run's driver, whose
 // in-flight model call and tool see their contexts cancelled, then records
-// cancelled. A terminal run is refused with runstate.ErrTerminal.
+// cancelled. A run waiting for children has them cancelled first, each
+// recorded in its own log. A terminal run is refused with
+// runstate.ErrTerminal.
 func (e *Engine) Cancel(ctx context.Context, runID, reason, actor string) (runstate.State, error) {
+	// A parent waiting for children has them cancelled first; it is kept
+	// from stepping meanwhile, so a child's end does not carry it on.
+	defer e.halt(runID)()
+	if err := e.stop(ctx, runID); err != nil {
+		return runstate.State{}, err
+	}
+	if err := e.cancelChildren(ctx, runID, actor); err != nil {
+		return runstate.State{}, err
+	}
 	for attempt := 0; ; attempt++ {
 		if err := e.stop(ctx, runID); err != nil {
 			return runstate.State{}, err

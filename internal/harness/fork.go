@@ -56,6 +56,8 @@ func (e *Engine) Fork(ctx context.Context, req ForkRequest) (runstate.State, boo
 		return parent, false, &FieldError{"at_sequence", fmt.Sprintf("run %s is %s at sequence %d; fork before it ended", req.RunID, runstate.StatusName(at.Status), req.AtSequence)}
 	case evs[len(evs)-1].GetModelReturned() != nil:
 		return parent, false, &FieldError{"at_sequence", fmt.Sprintf("sequence %d is a model reply whose decision was not routed yet; fork at %d, where its step ends, or at %d", req.AtSequence, req.AtSequence+1, req.AtSequence-1)}
+	case at.Waiting():
+		return parent, false, &FieldError{"at_sequence", fmt.Sprintf("run %s waits for %d delegated children at sequence %d; fork before its delegation_started or after its last delegation_returned", req.RunID, len(at.Children), req.AtSequence)}
 	case at.WriteInFlight():
 		return parent, false, &FieldError{"at_sequence", fmt.Sprintf("a write is being dispatched at sequence %d; fork before its write_dispatched or after its outcome", req.AtSequence)}
 	case at.Status == reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL && at.Pending == nil:

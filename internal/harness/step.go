@@ -26,6 +26,13 @@ import (
 // call, parse, route. It reads the clock once; every event of the step
 // carries that instant.
 func (r *runner) step(ctx context.Context) error {
+	// 0. A run waiting for children records those that ended, and goes on
+	// only once all have.
+	if r.st.Waiting() {
+		if err := r.awaitChildren(ctx); err != nil {
+			return err
+		}
+	}
 	now := r.e.cfg.Clock()
 	r.now = timestamppb.New(now)
 	c := r.st.Contract
@@ -55,6 +62,7 @@ func (r *runner) step(ctx context.Context) error {
 		Inputs:     c.GetInputs(),
 		Tools:      r.modelTools(),
 		Transcript: r.transcript.turns,
+		Delegate:   c.GetDelegation().GetMaxChildren() > 0,
 	}
 	// Counted by the model where it can, else estimated from what the
 	// provider reported of the previous call (the first call has no report:
@@ -67,7 +75,8 @@ func (r *runner) step(ctx context.Context) error {
 		}
 	}
 	if max := b.GetMaxTokens(); max > 0 {
-		used := r.st.Tokens()
+		// Its own spend, its children's, and what it lent to open ones.
+		used := r.st.Committed().Tokens
 		if used+input >= max {
 			return r.exhaust(ctx, "max_tokens", fmt.Sprintf(
 				"the next model call needs about %d input tokens and %d of the run's %d tokens are left", input, max-used, max))
@@ -157,6 +166,8 @@ func (r *runner) step(ctx context.Context) error {
 		return r.ask(ctx, &reinv1.Question{Text: a.AskHuman.GetQuestion()}, returned)
 	case *reinv1.Decision_ToolCall:
 		return r.route(ctx, a.ToolCall, returned)
+	case *reinv1.Decision_Delegate:
+		return r.delegate(ctx, a.Delegate, returned)
 	}
 	return fmt.Errorf("%w: decision %T passed validation but has no route", errDefect, reply.Decision.GetAction())
 }
@@ -165,14 +176,14 @@ func (r *runner) step(ctx context.Context) error {
 func (r *runner) budgetHit(now time.Time) (limit, detail string) {
 	b := r.st.Contract.GetBudget()
 	switch {
-	case r.st.Steps >= b.GetMaxSteps():
-		return "max_steps", fmt.Sprintf("the run made %d of its %d model calls", r.st.Steps, b.GetMaxSteps())
-	case b.GetMaxToolCalls() > 0 && r.st.ToolCalls >= b.GetMaxToolCalls():
-		return "max_tool_calls", fmt.Sprintf("the run made %d of its %d tool calls", r.st.ToolCalls, b.GetMaxToolCalls())
-	case b.GetMaxTokens() > 0 && r.st.Tokens() >= b.GetMaxTokens():
-		return "max_tokens", fmt.Sprintf("the run used %d of its %d tokens", r.st.Tokens(), b.GetMaxTokens())
-	case b.GetMaxCostUsd() > 0 && r.st.CostUSD >= b.GetMaxCostUsd():
-		return "max_cost_usd", fmt.Sprintf("the run spent $%.6f of its $%.6f", r.st.CostUSD, b.GetMaxCostUsd())
+	case r.st.Committed().Steps >= b.GetMaxSteps():
+		return "max_steps", fmt.Sprintf("the run made %d of its %d model calls", r.st.Committed().Steps, b.GetMaxSteps())
+	case b.GetMaxToolCalls() > 0 && r.st.Committed().ToolCalls >= b.GetMaxToolCalls():
+		return "max_tool_calls", fmt.Sprintf("the run made %d of its %d tool calls", r.st.Committed().ToolCalls, b.GetMaxToolCalls())
+	case b.GetMaxTokens() > 0 && r.st.Committed().Tokens >= b.GetMaxTokens():
+		return "max_tokens", fmt.Sprintf("the run used %d of its %d tokens", r.st.Committed().Tokens, b.GetMaxTokens())
+	case b.GetMaxCostUsd() > 0 && r.st.Committed().CostUSD >= b.GetMaxCostUsd():
+		return "max_cost_usd", fmt.Sprintf("the run spent $%.6f of its $%.6f", r.st.Committed().CostUSD, b.GetMaxCostUsd())
 	case !r.st.Deadline.IsZero() && !now.Before(r.st.Deadline):
 		return "deadline", "the run's deadline " + r.st.Deadline.Format(time.RFC3339) + " has passed"
 	}
@@ -195,6 +206,10 @@ func invalid(reply *model.Reply) string {
 	case *reinv1.Decision_AskHuman:
 		if a.AskHuman.GetQuestion() == "" {
 			return "ask_human.question is empty: say what you need to know"
+		}
+	case *reinv1.Decision_Delegate:
+		if len(a.Delegate.GetTasks()) == 0 {
+			return "delegate.tasks is empty: give one task per child"
 		}
 	}
 	return ""

@@ -278,6 +278,12 @@ func contextItem(e entry) *reinv1.ContextItem {
 			it.Gist = "called " + a.ToolCall.GetTool() + " " + string(args)
 		case *reinv1.Decision_AskHuman:
 			it.Gist = "asked a person: " + a.AskHuman.GetQuestion()
+		case *reinv1.Decision_Delegate:
+			var qs []string
+			for _, t := range a.Delegate.GetTasks() {
+				qs = append(qs, t.GetQuestion())
+			}
+			it.Gist = "delegated: " + strings.Join(qs, "; ")
 		case *reinv1.Decision_FinalAnswer:
 			// A final answer the run went on from was refuted by a check.
 			it.Kind, it.Gist = "hypothesis", "answered: "+a.FinalAnswer.GetText()
@@ -386,6 +392,8 @@ func (t *transcript) observe(ev *reinv1.Event, seq uint64) {
 			". Read the current state and propose the write again if it is still needed.")
 	case *reinv1.Event_WriteCommitted:
 		obs("harness", "", "The approved write was committed. Receipt: "+valueText(p.WriteCommitted.GetReceipt()))
+	case *reinv1.Event_DelegationReturned:
+		obs("run:"+p.DelegationReturned.GetRunId(), "", returnedText(p.DelegationReturned))
 	}
 }
 

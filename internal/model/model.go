@@ -42,6 +42,9 @@ type Request struct {
 	Transcript []Turn
 	// MaxOutputTokens caps the reply; 0 means no cap.
 	MaxOutputTokens uint64
+	// Delegate says the contract allows delegation: the provider offers
+	// the delegate tool (DelegateTool).
+	Delegate bool
 }
 
 // Turn is one entry of the transcript: a decision the model made or an

@@ -32,9 +32,18 @@ var equalShapes = map[string]string{
 	"rein.v1.ChecksCompleted":     "1 results message repeated rein.v1.CheckResult; 2 workspace_hash string optional; 3 duration message optional presence google.protobuf.Duration; ",
 	"rein.v1.ContextCompacted":    "1 step uint32 optional; 2 compacted uint32 optional; 3 items message repeated rein.v1.ContextItem; 4 chars_before uint64 optional; 5 chars_after uint64 optional; ",
 	"rein.v1.ContextItem":         "1 kind string optional; 2 source string optional; 3 gist string optional; 4 blob string optional; 5 sequence uint64 optional; ",
-	"rein.v1.Decision":            "1 tool_call message optional presence oneof action rein.v1.ToolCall; 2 final_answer message optional presence oneof action rein.v1.FinalAnswer; 3 ask_human message optional presence oneof action rein.v1.AskHuman; ",
+	"rein.v1.Decision":            "1 tool_call message optional presence oneof action rein.v1.ToolCall; 2 final_answer message optional presence oneof action rein.v1.FinalAnswer; 3 ask_human message optional presence oneof action rein.v1.AskHuman; 4 delegate message optional presence oneof action rein.v1.Delegate; ",
 	"rein.v1.DecisionRejected":    "1 raw string optional; 2 error string optional; ",
-	"rein.v1.Event":               "1 run_id string optional; 2 sequence uint64 optional; 3 recorded_at message optional presence google.protobuf.Timestamp; 4 actor string optional; 10 run_started message optional presence oneof payload rein.v1.RunStarted; 11 model_requested message optional presence oneof payload rein.v1.ModelRequested; 12 model_returned message optional presence oneof payload rein.v1.ModelReturned; 13 decision_rejected message optional presence oneof payload rein.v1.DecisionRejected; 14 tool_requested message optional presence oneof payload rein.v1.ToolRequested; 15 tool_refused message optional presence oneof payload rein.v1.ToolRefused; 16 tool_returned message optional presence oneof payload rein.v1.ToolReturned; 17 approval_requested message optional presence oneof payload rein.v1.ApprovalRequested; 18 approval_decided message optional presence oneof payload rein.v1.ApprovalDecided; 19 input_requested message optional presence oneof payload rein.v1.InputRequested; 20 input_provided message optional presence oneof payload rein.v1.InputProvided; 21 write_dispatched message optional presence oneof payload rein.v1.WriteDispatched; 22 write_committed message optional presence oneof payload rein.v1.WriteCommitted; 23 write_outcome_unknown message optional presence oneof payload rein.v1.WriteOutcomeUnknown; 24 checks_completed message optional presence oneof payload rein.v1.ChecksCompleted; 25 budget_reached message optional presence oneof payload rein.v1.BudgetReached; 26 status_changed message optional presence oneof payload rein.v1.StatusChanged; 27 model_retried message optional presence oneof payload rein.v1.ModelRetried; 28 context_compacted message optional presence oneof payload rein.v1.ContextCompacted; 29 write_refused message optional presence oneof payload rein.v1.WriteRefused; 40 run_taken message optional presence oneof payload rein.v1.RunTaken; ",
+	"rein.v1.Delegate":            "1 tasks message repeated rein.v1.DelegatedTask; ",
+	"rein.v1.DelegatedBudget":     "1 max_steps uint32 optional; 2 max_tokens uint64 optional; 3 max_cost_usd double optional; 4 max_tool_calls uint32 optional; ",
+	"rein.v1.DelegatedBy":         "1 parent_run_id string optional; 2 sequence uint64 optional; 3 task_index uint32 optional; 4 root_run_id string optional; 5 depth uint32 optional; ",
+	"rein.v1.DelegatedChild":      "1 run_id string optional; 2 request_id string optional; 3 budget message optional presence rein.v1.Budget; 4 contract message optional presence rein.v1.TaskContract; ",
+	"rein.v1.DelegatedTask":       "1 question string optional; 2 inputs message optional presence google.protobuf.Struct; 3 files string repeated; 4 tools message repeated rein.v1.DelegatedTool; 5 evidence string optional; 6 completion string optional; 7 budget message optional presence rein.v1.DelegatedBudget; ",
+	"rein.v1.DelegatedTool":       "1 name string optional; 2 tier string optional; ",
+	"rein.v1.DelegationPolicy":    "1 max_children uint32 optional; 2 max_depth uint32 optional; 3 tools string repeated; 4 max_share double optional; 5 child_models message repeated rein.v1.ModelSpec; ",
+	"rein.v1.DelegationReturned":  "1 run_id string optional; 2 status enum optional; 3 reason string optional; 4 answer message optional presence rein.v1.FinalAnswer; 5 evidence string repeated; 6 usage message optional presence rein.v1.Usage; 7 cost_usd double optional; 8 steps uint32 optional; 9 tool_calls uint32 optional; ",
+	"rein.v1.DelegationStarted":   "1 call_id string optional; 2 children message repeated rein.v1.DelegatedChild; ",
+	"rein.v1.Event":               "1 run_id string optional; 2 sequence uint64 optional; 3 recorded_at message optional presence google.protobuf.Timestamp; 4 actor string optional; 10 run_started message optional presence oneof payload rein.v1.RunStarted; 11 model_requested message optional presence oneof payload rein.v1.ModelRequested; 12 model_returned message optional presence oneof payload rein.v1.ModelReturned; 13 decision_rejected message optional presence oneof payload rein.v1.DecisionRejected; 14 tool_requested message optional presence oneof payload rein.v1.ToolRequested; 15 tool_refused message optional presence oneof payload rein.v1.ToolRefused; 16 tool_returned message optional presence oneof payload rein.v1.ToolReturned; 17 approval_requested message optional presence oneof payload rein.v1.ApprovalRequested; 18 approval_decided message optional presence oneof payload rein.v1.ApprovalDecided; 19 input_requested message optional presence oneof payload rein.v1.InputRequested; 20 input_provided message optional presence oneof payload rein.v1.InputProvided; 21 write_dispatched message optional presence oneof payload rein.v1.WriteDispatched; 22 write_committed message optional presence oneof payload rein.v1.WriteCommitted; 23 write_outcome_unknown message optional presence oneof payload rein.v1.WriteOutcomeUnknown; 24 checks_completed message optional presence oneof payload rein.v1.ChecksCompleted; 25 budget_reached message optional presence oneof payload rein.v1.BudgetReached; 26 status_changed message optional presence oneof payload rein.v1.StatusChanged; 27 model_retried message optional presence oneof payload rein.v1.ModelRetried; 28 context_compacted message optional presence oneof payload rein.v1.ContextCompacted; 29 write_refused message optional presence oneof payload rein.v1.WriteRefused; 30 delegation_started message optional presence oneof payload rein.v1.DelegationStarted; 31 delegation_returned message optional presence oneof payload rein.v1.DelegationReturned; 40 run_taken message optional presence oneof payload rein.v1.RunTaken; ",
 	"rein.v1.FinalAnswer":         "1 text string optional; 2 data message optional presence google.protobuf.Value; ",
 	"rein.v1.InputProvided":       "1 text string optional; ",
 	"rein.v1.InputRequested":      "1 question message optional presence rein.v1.Question; ",
@@ -46,11 +55,11 @@ var equalShapes = map[string]string{
 	"rein.v1.Proposal":            "1 proposal_id string optional; 2 tool string optional; 3 arguments message optional presence google.protobuf.Struct; 4 preview message optional presence google.protobuf.Value; 5 hash string optional; 6 expires_at message optional presence google.protobuf.Timestamp; 7 run_version uint64 optional; 8 call_id string optional; 9 preview_blob string optional; 10 arguments_blob string optional; ",
 	"rein.v1.Question":            "1 text string optional; 2 call_id string optional; ",
 	"rein.v1.RetryPastDeadline":   "1 step uint32 optional; 2 error string optional; 3 wait message optional presence google.protobuf.Duration; ",
-	"rein.v1.RunStarted":          "1 contract message optional presence rein.v1.TaskContract; 2 principal string optional; 3 tenant string optional; 4 request_id string optional; 5 deadline message optional presence google.protobuf.Timestamp; 6 parent_run_id string optional; 7 parent_sequence uint64 optional; 8 trace_id string optional; 9 trace_parent_span_id string optional; ",
+	"rein.v1.RunStarted":          "1 contract message optional presence rein.v1.TaskContract; 2 principal string optional; 3 tenant string optional; 4 request_id string optional; 5 deadline message optional presence google.protobuf.Timestamp; 6 parent_run_id string optional; 7 parent_sequence uint64 optional; 8 trace_id string optional; 9 trace_parent_span_id string optional; 10 delegated_by message optional presence rein.v1.DelegatedBy; ",
 	"rein.v1.RunTaken":            "1 owner string optional; 2 epoch uint64 optional; 3 trace_id string optional; ",
 	"rein.v1.ScriptedReply":       "1 decision message optional presence oneof reply rein.v1.Decision; 2 raw string optional presence oneof reply; 3 error string optional presence oneof reply; 4 usage message optional presence rein.v1.Usage; 5 delay_ms uint32 optional; 6 fail_attempts uint32 optional; 7 retry_after_ms uint32 optional; ",
 	"rein.v1.StatusChanged":       "1 from enum optional; 2 to enum optional; 3 reason string optional; 4 result message optional presence rein.v1.FinalAnswer; 5 error string optional; ",
-	"rein.v1.TaskContract":        "1 goal string optional; 2 inputs message optional presence google.protobuf.Struct; 3 tools message repeated rein.v1.ToolGrant; 4 budget message optional presence rein.v1.Budget; 5 checks message repeated rein.v1.Check; 6 model message optional presence rein.v1.ModelSpec; 7 approval message optional presence rein.v1.ApprovalPolicy; 8 labels message repeated map string string; ",
+	"rein.v1.TaskContract":        "1 goal string optional; 2 inputs message optional presence google.protobuf.Struct; 3 tools message repeated rein.v1.ToolGrant; 4 budget message optional presence rein.v1.Budget; 5 checks message repeated rein.v1.Check; 6 model message optional presence rein.v1.ModelSpec; 7 approval message optional presence rein.v1.ApprovalPolicy; 8 labels message repeated map string string; 9 delegation message optional presence rein.v1.DelegationPolicy; ",
 	"rein.v1.ToolCall":            "1 tool string optional; 2 arguments message optional presence google.protobuf.Struct; 3 call_id string optional; ",
 	"rein.v1.ToolGrant":           "1 name string optional; 2 description string optional; 3 input_schema message optional presence google.protobuf.Struct; 4 tier enum optional; ",
 	"rein.v1.ToolRefused":         "1 call_id string optional; 2 tool string optional; 3 reason string optional; ",
@@ -187,6 +196,16 @@ func eqEvent(x, y *reinv1.Event) bool {
 		if !ok || !(eqWriteRefused(ox.WriteRefused, oy.WriteRefused)) {
 			return false
 		}
+	case *reinv1.Event_DelegationStarted:
+		oy, ok := y.GetPayload().(*reinv1.Event_DelegationStarted)
+		if !ok || !(eqDelegationStarted(ox.DelegationStarted, oy.DelegationStarted)) {
+			return false
+		}
+	case *reinv1.Event_DelegationReturned:
+		oy, ok := y.GetPayload().(*reinv1.Event_DelegationReturned)
+		if !ok || !(eqDelegationReturned(ox.DelegationReturned, oy.DelegationReturned)) {
+			return false
+		}
 	case *reinv1.Event_RunTaken:
 		oy, ok := y.GetPayload().(*reinv1.Event_RunTaken)
 		if !ok || !(eqRunTaken(ox.RunTaken, oy.RunTaken)) {
@@ -246,6 +265,9 @@ func eqRunStarted(x, y *reinv1.RunStarted) bool {
 		return false
 	}
 	if !(x.GetTraceParentSpanId() == y.GetTraceParentSpanId()) {
+		return false
+	}
+	if !(eqDelegatedBy(x.GetDelegatedBy(), y.GetDelegatedBy())) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
@@ -675,6 +697,69 @@ func eqWriteRefused(x, y *reinv1.WriteRefused) bool {
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }
 
+func eqDelegationStarted(x, y *reinv1.DelegationStarted) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetCallId() == y.GetCallId()) {
+		return false
+	}
+	if len(x.GetChildren()) != len(y.GetChildren()) {
+		return false
+	}
+	for i, vx := range x.GetChildren() {
+		if !(eqDelegatedChild(vx, y.GetChildren()[i])) {
+			return false
+		}
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqDelegationReturned(x, y *reinv1.DelegationReturned) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetRunId() == y.GetRunId()) {
+		return false
+	}
+	if !(x.GetStatus() == y.GetStatus()) {
+		return false
+	}
+	if !(x.GetReason() == y.GetReason()) {
+		return false
+	}
+	if !(eqFinalAnswer(x.GetAnswer(), y.GetAnswer())) {
+		return false
+	}
+	if len(x.GetEvidence()) != len(y.GetEvidence()) {
+		return false
+	}
+	for i, vx := range x.GetEvidence() {
+		if !(vx == y.GetEvidence()[i]) {
+			return false
+		}
+	}
+	if !(eqUsage(x.GetUsage(), y.GetUsage())) {
+		return false
+	}
+	if !(math.Float64bits(x.GetCostUsd()) == math.Float64bits(y.GetCostUsd())) {
+		return false
+	}
+	if !(x.GetSteps() == y.GetSteps()) {
+		return false
+	}
+	if !(x.GetToolCalls() == y.GetToolCalls()) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
 func eqRunTaken(x, y *reinv1.RunTaken) bool {
 	if x == y {
 		return true
@@ -740,6 +825,34 @@ func eqTaskContract(x, y *reinv1.TaskContract) bool {
 			return false
 		}
 	}
+	if !(eqDelegationPolicy(x.GetDelegation(), y.GetDelegation())) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqDelegatedBy(x, y *reinv1.DelegatedBy) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetParentRunId() == y.GetParentRunId()) {
+		return false
+	}
+	if !(x.GetSequence() == y.GetSequence()) {
+		return false
+	}
+	if !(x.GetTaskIndex() == y.GetTaskIndex()) {
+		return false
+	}
+	if !(x.GetRootRunId() == y.GetRootRunId()) {
+		return false
+	}
+	if !(x.GetDepth() == y.GetDepth()) {
+		return false
+	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }
 
@@ -784,6 +897,11 @@ func eqDecision(x, y *reinv1.Decision) bool {
 	case *reinv1.Decision_AskHuman:
 		oy, ok := y.GetAction().(*reinv1.Decision_AskHuman)
 		if !ok || !(eqAskHuman(ox.AskHuman, oy.AskHuman)) {
+			return false
+		}
+	case *reinv1.Decision_Delegate:
+		oy, ok := y.GetAction().(*reinv1.Decision_Delegate)
+		if !ok || !(eqDelegate(ox.Delegate, oy.Delegate)) {
 			return false
 		}
 	default:
@@ -1028,6 +1146,28 @@ func eqContextItem(x, y *reinv1.ContextItem) bool {
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }
 
+func eqDelegatedChild(x, y *reinv1.DelegatedChild) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetRunId() == y.GetRunId()) {
+		return false
+	}
+	if !(x.GetRequestId() == y.GetRequestId()) {
+		return false
+	}
+	if !(eqBudget(x.GetBudget(), y.GetBudget())) {
+		return false
+	}
+	if !(eqTaskContract(x.GetContract(), y.GetContract())) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
 func eqToolGrant(x, y *reinv1.ToolGrant) bool {
 	if x == y {
 		return true
@@ -1165,6 +1305,41 @@ func eqApprovalPolicy(x, y *reinv1.ApprovalPolicy) bool {
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }
 
+func eqDelegationPolicy(x, y *reinv1.DelegationPolicy) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetMaxChildren() == y.GetMaxChildren()) {
+		return false
+	}
+	if !(x.GetMaxDepth() == y.GetMaxDepth()) {
+		return false
+	}
+	if len(x.GetTools()) != len(y.GetTools()) {
+		return false
+	}
+	for i, vx := range x.GetTools() {
+		if !(vx == y.GetTools()[i]) {
+			return false
+		}
+	}
+	if !(math.Float64bits(x.GetMaxShare()) == math.Float64bits(y.GetMaxShare())) {
+		return false
+	}
+	if len(x.GetChildModels()) != len(y.GetChildModels()) {
+		return false
+	}
+	for i, vx := range x.GetChildModels() {
+		if !(eqModelSpec(vx, y.GetChildModels()[i])) {
+			return false
+		}
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
 func eqToolCall(x, y *reinv1.ToolCall) bool {
 	if x == y {
 		return true
@@ -1193,6 +1368,24 @@ func eqAskHuman(x, y *reinv1.AskHuman) bool {
 	}
 	if !(x.GetQuestion() == y.GetQuestion()) {
 		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqDelegate(x, y *reinv1.Delegate) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if len(x.GetTasks()) != len(y.GetTasks()) {
+		return false
+	}
+	for i, vx := range x.GetTasks() {
+		if !(eqDelegatedTask(vx, y.GetTasks()[i])) {
+			return false
+		}
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }
@@ -1256,6 +1449,85 @@ func eqScriptedReply(x, y *reinv1.ScriptedReply) bool {
 		}
 	default:
 		return false // a member this code does not know
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqDelegatedTask(x, y *reinv1.DelegatedTask) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetQuestion() == y.GetQuestion()) {
+		return false
+	}
+	if !(eqStruct(x.GetInputs(), y.GetInputs())) {
+		return false
+	}
+	if len(x.GetFiles()) != len(y.GetFiles()) {
+		return false
+	}
+	for i, vx := range x.GetFiles() {
+		if !(vx == y.GetFiles()[i]) {
+			return false
+		}
+	}
+	if len(x.GetTools()) != len(y.GetTools()) {
+		return false
+	}
+	for i, vx := range x.GetTools() {
+		if !(eqDelegatedTool(vx, y.GetTools()[i])) {
+			return false
+		}
+	}
+	if !(x.GetEvidence() == y.GetEvidence()) {
+		return false
+	}
+	if !(x.GetCompletion() == y.GetCompletion()) {
+		return false
+	}
+	if !(eqDelegatedBudget(x.GetBudget(), y.GetBudget())) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqDelegatedTool(x, y *reinv1.DelegatedTool) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetName() == y.GetName()) {
+		return false
+	}
+	if !(x.GetTier() == y.GetTier()) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqDelegatedBudget(x, y *reinv1.DelegatedBudget) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetMaxSteps() == y.GetMaxSteps()) {
+		return false
+	}
+	if !(x.GetMaxTokens() == y.GetMaxTokens()) {
+		return false
+	}
+	if !(math.Float64bits(x.GetMaxCostUsd()) == math.Float64bits(y.GetMaxCostUsd())) {
+		return false
+	}
+	if !(x.GetMaxToolCalls() == y.GetMaxToolCalls()) {
+		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }

@@ -74,11 +74,11 @@ func TestReplayTextAndBinaryAlike(t *testing.T) {
 			if !proto.Equal(fromText, fromBinary) {
 				t.Fatal("the text and the binary form hold different exports")
 			}
-			rt, err := Run(context.Background(), fromText.GetEvents(), Options{})
+			rt, err := Run(context.Background(), fromText.GetEvents(), Options{Children: TreeChildren(fromText)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			rb, err := Run(context.Background(), fromBinary.GetEvents(), Options{})
+			rb, err := Run(context.Background(), fromBinary.GetEvents(), Options{Children: TreeChildren(fromBinary)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -73,6 +73,25 @@ type Options struct {
 	// whose proposals are stored apart (preview_blob, arguments_blob) needs
 	// them: the replay proposes and commits the whole preview.
 	Blobs map[string][]byte
+	// Children are the recorded logs of the runs the recording delegated
+	// to, by run ID (an export's children, rein export --tree): a replay
+	// of a delegating run reads its children's results from them, as the
+	// run read them from the store, and never drives them. Replay each
+	// child on its own to check it.
+	Children map[string][]*reinv1.Event
+}
+
+// TreeChildren are the recorded logs of x's children, by run ID, for
+// Options.Children.
+func TreeChildren(x *reinv1.RunExport) map[string][]*reinv1.Event {
+	if len(x.GetChildren()) == 0 {
+		return nil
+	}
+	out := map[string][]*reinv1.Event{}
+	for _, c := range x.GetChildren() {
+		out[c.GetRunId()] = c.GetEvents()
+	}
+	return out
 }
 
 // ErrUnsupported is returned for a recording replay cannot drive.
@@ -92,6 +111,9 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 	}
 	recorded = upgrade(recorded)
 	l := newRunLog(recorded, o.Blobs)
+	if err := l.addChildren(o.Children); err != nil {
+		return Result{}, err
+	}
 	rec, err := newRecording(ctx, recorded, l)
 	if err != nil {
 		return Result{}, err
@@ -118,11 +140,17 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 
 	started := recorded[0].GetRunStarted()
 	principal := strings.TrimPrefix(recorded[0].GetActor(), "principal:")
-	if _, _, err := eng.Start(ctx, harness.StartRequest{
+	sr := harness.StartRequest{
 		RequestID: started.GetRequestId(), Contract: started.GetContract(),
 		Principal: principal, Tenant: started.GetTenant(),
 		TraceID: started.GetTraceId(), TraceParent: started.GetTraceParentSpanId(),
-	}); err != nil {
+		DelegatedBy: started.GetDelegatedBy(),
+	}
+	if started.GetDelegatedBy() != nil && started.GetDeadline() != nil {
+		// A child's deadline is its parent's, when that comes first.
+		sr.Deadline = started.GetDeadline().AsTime()
+	}
+	if _, _, err := eng.Start(ctx, sr); err != nil {
 		return Result{}, fmt.Errorf("replay run %s: start: %w", rec.runID, err)
 	}
 	for {
@@ -194,6 +222,10 @@ type recording struct {
 	receipts map[string]*structpb.Value // by proposal id
 	ids      []string                   // proposal IDs, in order
 	nextID   int
+	// runIDs are the run's ID, then its children's, in order; nextRun
+	// how many were given out.
+	runIDs  []string
+	nextRun int
 	// version is the replayed log's version, as the engine notified it
 	// (the engine is synchronous: one goroutine reads and writes it).
 	version uint64
@@ -209,8 +241,13 @@ func newRecording(ctx context.Context, events []*reinv1.Event, blobs *runLog) (*
 		reads: map[string][]*reinv1.ToolReturned{}, previews: map[string][]*reinv1.Proposal{},
 		receipts: map[string]*structpb.Value{}, attempts: map[uint32]int{}, refusals: map[string]string{},
 	}
+	r.runIDs = []string{r.runID}
 	for i, ev := range events {
 		switch p := ev.GetPayload().(type) {
+		case *reinv1.Event_DelegationStarted:
+			for _, c := range p.DelegationStarted.GetChildren() {
+				r.runIDs = append(r.runIDs, c.GetRunId())
+			}
 		case *reinv1.Event_ModelRequested:
 			r.steps[p.ModelRequested.GetStep()] = i
 		case *reinv1.Event_ToolReturned:
@@ -271,7 +308,11 @@ func (r *recording) clock() time.Time {
 
 func (r *recording) newID(prefix string, _ time.Time) string {
 	if prefix == "run_" {
-		return r.runID
+		if r.nextRun < len(r.runIDs) {
+			r.nextRun++
+			return r.runIDs[r.nextRun-1]
+		}
+		return prefix + "unrecorded"
 	}
 	if r.nextID < len(r.ids) {
 		r.nextID++

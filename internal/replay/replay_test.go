@@ -34,6 +34,7 @@ const recordings = "../../testdata/recordings"
 func TestReplayRecordings(t *testing.T) {
 	if *update {
 		record(t)
+		recordTree(t)
 	}
 	files, err := filepath.Glob(filepath.Join(recordings, "*.rein"))
 	if err != nil || len(files) == 0 {
@@ -43,7 +44,7 @@ func TestReplayRecordings(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			x := readExport(t, f)
-			res, err := Run(context.Background(), x.GetEvents(), Options{Blobs: x.GetBlobs()})
+			res, err := Run(context.Background(), x.GetEvents(), Options{Blobs: x.GetBlobs(), Children: TreeChildren(x)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -30,6 +30,23 @@ type runLog struct {
 	epoch uint64
 	// diverged is the first event where the logs part, nil while they match.
 	diverged *Divergence
+	// children are the recorded logs of the runs it delegated to and
+	// their states: read, never written.
+	children    map[string][]*reinv1.Event
+	childStates map[string]runstate.State
+}
+
+// addChildren gives the log its children's recorded logs, each folded.
+func (l *runLog) addChildren(children map[string][]*reinv1.Event) error {
+	l.children, l.childStates = children, map[string]runstate.State{}
+	for id, evs := range children {
+		st, err := runstate.ApplyAll(runstate.State{}, evs)
+		if err != nil {
+			return fmt.Errorf("%w: child run %s's recorded log does not fold: %v", ErrUnsupported, id, err)
+		}
+		l.childStates[id] = st
+	}
+	return nil
 }
 
 func newRunLog(recorded []*reinv1.Event, blobs map[string][]byte) *runLog {
@@ -47,6 +64,15 @@ func newRunLog(recorded []*reinv1.Event, blobs map[string][]byte) *runLog {
 
 // Create implements harness.Store for the one run a replay makes.
 func (l *runLog) Create(_ context.Context, started *reinv1.Event) (runstate.State, bool, error) {
+	if len(l.events) > 0 && started.GetRunStarted().GetDelegatedBy().GetParentRunId() == l.runID {
+		// A child: it exists, as recorded.
+		st, ok := l.childStates[started.GetRunId()]
+		if !ok {
+			return runstate.State{}, false, fmt.Errorf("%w: run %s delegated to run %s, whose recording was not given: replay a tree from rein export --tree",
+				ErrUnsupported, l.runID, started.GetRunId())
+		}
+		return st, false, nil
+	}
 	if len(l.events) > 0 {
 		if rs := started.GetRunStarted(); rs.GetTenant() == l.st.Tenant && rs.GetRequestId() == l.st.RequestID {
 			return l.st, false, nil // as a store: the request was made
@@ -112,6 +138,9 @@ func (l *runLog) Acquire(_ context.Context, runID, _ string) (uint64, error) {
 // Load implements harness.Store. The state's pointers are never changed
 // (runstate.State), so it is returned as it is.
 func (l *runLog) Load(_ context.Context, runID string) (runstate.State, error) {
+	if st, ok := l.childStates[runID]; ok {
+		return st, nil
+	}
 	return l.st, l.has(runID)
 }
 
@@ -131,6 +160,11 @@ func (l *runLog) Import(context.Context, []*reinv1.Event, map[string][]byte) (ru
 // Events implements harness.Store. The slice is the log's own, capped so
 // that an append to it cannot reach the log.
 func (l *runLog) Events(_ context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error) {
+	if evs, ok := l.children[runID]; ok {
+		from := min(int(after), len(evs))
+		to := min(from+max(limit, 0), len(evs))
+		return evs[from:to:to], nil
+	}
 	if err := l.has(runID); err != nil {
 		return nil, err
 	}

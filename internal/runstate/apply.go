@@ -86,6 +86,9 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 		// A resumed call repeats the step whose reply was lost; any other
 		// call starts a new step.
 		resumed := p.ModelRequested.GetResumed()
+		if s.Waiting() {
+			return s, fmt.Errorf("%w: model_requested while run %q waits for %d children", ErrIllegalTransition, s.RunID, len(s.Children))
+		}
 		if s.ModelInFlight != resumed {
 			if resumed {
 				return s, fmt.Errorf("%w: model_requested marked resumed, but no model call is in flight", ErrIllegalTransition)
@@ -232,6 +235,10 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 		}
 	case *reinv1.Event_BudgetReached:
 		// Allowed in any non-terminal status: a deadline passes while paused too.
+	case *reinv1.Event_DelegationStarted:
+		return applyDelegationStarted(s, ev, p.DelegationStarted)
+	case *reinv1.Event_DelegationReturned:
+		return applyDelegationReturned(s, ev, p.DelegationReturned)
 	case *reinv1.Event_StatusChanged:
 		return changed(s, p.StatusChanged)
 	case *reinv1.Event_RunTaken:
@@ -268,6 +275,7 @@ func started(ev *reinv1.Event, rs *reinv1.RunStarted) (State, error) {
 		RequestID:   rs.GetRequestId(),
 		TraceID:     rs.GetTraceId(),
 		TraceParent: rs.GetTraceParentSpanId(),
+		DelegatedBy: rs.GetDelegatedBy(),
 	}
 	if d := rs.GetDeadline(); d != nil {
 		s.Deadline = d.AsTime()

@@ -63,6 +63,17 @@ type State struct {
 	// Price is the price the last model_requested recorded; nil when none did.
 	Price *reinv1.ModelPrice
 
+	// DelegatedBy names, for a child run, the run that delegated it; nil
+	// for a root.
+	DelegatedBy *reinv1.DelegatedBy
+	// ChildrenStarted counts the children the run delegated to; Children
+	// are those that have not returned, with what each was lent (never
+	// mutated once set; Apply replaces it). Lent is their sum, which the
+	// run may not spend, and Returned what the returned children spent.
+	ChildrenStarted uint32
+	Children        []ChildLoan
+	Lent, Returned  Spend
+
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
@@ -102,6 +113,8 @@ func (s State) Proto(withContract bool) *reinv1.Run {
 		ApprovedWrite:     s.ApprovedWrite,
 		WriteOperationId:  s.WriteOperationID,
 		Progress:          s.progress(),
+		DelegatedBy:       s.DelegatedBy,
+		Delegation:        s.delegationProto(),
 	}
 	if withContract {
 		r.Contract = s.Contract
@@ -146,7 +159,9 @@ func FromProto(r *reinv1.Run, contract *reinv1.TaskContract) State {
 		Pending:          r.GetPending(),
 		Result:           r.GetResult(),
 		LastError:        r.GetLastError(),
+		DelegatedBy:      r.GetDelegatedBy(),
 	}
+	s.delegationFrom(r.GetDelegation())
 	if p := r.GetProgress(); p != nil {
 		s.OpenCall, s.OpenCallTier = p.GetOpenCall(), p.GetOpenCallTier()
 		s.CallsByTool = p.GetToolCallsByTool()

@@ -44,6 +44,11 @@ func TestStateProtoRoundTrip(t *testing.T) {
 		FailingChecks:         "0f1e",
 		FailingChecksRepeated: 2,
 		Price:                 &reinv1.ModelPrice{InputPerMtok: 3, OutputPerMtok: 15},
+		DelegatedBy:           &reinv1.DelegatedBy{ParentRunId: "run_parent", Sequence: 9, TaskIndex: 1, RootRunId: "run_root", Depth: 2},
+		ChildrenStarted:       3,
+		Children:              []ChildLoan{{RunID: "run_c1", Lent: Spend{Steps: 4, Tokens: 100, CostUSD: 0.5, ToolCalls: 2}}},
+		Lent:                  Spend{Steps: 4, Tokens: 100, CostUSD: 0.5, ToolCalls: 2},
+		Returned:              Spend{Steps: 2, Tokens: 50, CostUSD: 0.25, ToolCalls: 1},
 		CreatedAt:             epoch,
 		UpdatedAt:             epoch.Add(time.Minute + 7*time.Nanosecond),
 	}

@@ -231,6 +231,8 @@ type Filter struct {
 	After string
 	// TraceID keeps the run whose trace it is; empty keeps all.
 	TraceID string
+	// Parent keeps the children the run delegated to; empty keeps all.
+	Parent string
 }
 
 // Matches reports whether a run's state passes the filter's statuses,
@@ -243,6 +245,9 @@ func (f Filter) Matches(st runstate.State) bool {
 		return false
 	}
 	if f.TraceID != "" && st.TraceID != f.TraceID {
+		return false
+	}
+	if f.Parent != "" && st.DelegatedBy.GetParentRunId() != f.Parent {
 		return false
 	}
 	labels := st.Contract.GetLabels()

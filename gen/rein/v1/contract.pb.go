@@ -102,7 +102,10 @@ type TaskContract struct {
 	// How writes are approved.
 	Approval *ApprovalPolicy `protobuf:"bytes,7,opt,name=approval,proto3" json:"approval,omitempty"`
 	// Free-form labels, used to filter ListRuns.
-	Labels        map[string]string `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Whether and how the run may hand sub-tasks to child runs. Unset: it
+	// may not, and the model is not offered the delegate action.
+	Delegation    *DelegationPolicy `protobuf:"bytes,9,opt,name=delegation,proto3" json:"delegation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -193,6 +196,99 @@ func (x *TaskContract) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *TaskContract) GetDelegation() *DelegationPolicy {
+	if x != nil {
+		return x.Delegation
+	}
+	return nil
+}
+
+// DelegationPolicy is what a run may delegate. A child's budget is lent
+// from what the run has left, so the root's limits bound the whole tree.
+type DelegationPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Children the run may start over its whole life. 0 means none.
+	MaxChildren uint32 `protobuf:"varint,1,opt,name=max_children,json=maxChildren,proto3" json:"max_children,omitempty"`
+	// How deep the tree below this run may go: 1 lets its children delegate
+	// nothing, 2 lets them delegate once more, and so on. 0 means 1.
+	MaxDepth uint32 `protobuf:"varint,2,opt,name=max_depth,json=maxDepth,proto3" json:"max_depth,omitempty"`
+	// The run's granted tools a child may be given; empty means any of them.
+	Tools []string `protobuf:"bytes,3,rep,name=tools,proto3" json:"tools,omitempty"`
+	// The largest share of the run's remaining budget (each limit it has)
+	// one child may take, in (0, 1]. 0 means 0.5.
+	MaxShare float64 `protobuf:"fixed64,4,opt,name=max_share,json=maxShare,proto3" json:"max_share,omitempty"`
+	// The models the children run with: the run's nth child runs with the
+	// nth (the last one repeats). Empty means the run's own model.
+	ChildModels   []*ModelSpec `protobuf:"bytes,5,rep,name=child_models,json=childModels,proto3" json:"child_models,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DelegationPolicy) Reset() {
+	*x = DelegationPolicy{}
+	mi := &file_rein_v1_contract_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DelegationPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DelegationPolicy) ProtoMessage() {}
+
+func (x *DelegationPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_contract_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DelegationPolicy.ProtoReflect.Descriptor instead.
+func (*DelegationPolicy) Descriptor() ([]byte, []int) {
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DelegationPolicy) GetMaxChildren() uint32 {
+	if x != nil {
+		return x.MaxChildren
+	}
+	return 0
+}
+
+func (x *DelegationPolicy) GetMaxDepth() uint32 {
+	if x != nil {
+		return x.MaxDepth
+	}
+	return 0
+}
+
+func (x *DelegationPolicy) GetTools() []string {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *DelegationPolicy) GetMaxShare() float64 {
+	if x != nil {
+		return x.MaxShare
+	}
+	return 0
+}
+
+func (x *DelegationPolicy) GetChildModels() []*ModelSpec {
+	if x != nil {
+		return x.ChildModels
+	}
+	return nil
+}
+
 // ToolGrant grants one tool to a run, with the tier that decides how rein
 // routes a call to it, whatever the model was told.
 type ToolGrant struct {
@@ -213,7 +309,7 @@ type ToolGrant struct {
 
 func (x *ToolGrant) Reset() {
 	*x = ToolGrant{}
-	mi := &file_rein_v1_contract_proto_msgTypes[1]
+	mi := &file_rein_v1_contract_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -225,7 +321,7 @@ func (x *ToolGrant) String() string {
 func (*ToolGrant) ProtoMessage() {}
 
 func (x *ToolGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_contract_proto_msgTypes[1]
+	mi := &file_rein_v1_contract_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -238,7 +334,7 @@ func (x *ToolGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolGrant.ProtoReflect.Descriptor instead.
 func (*ToolGrant) Descriptor() ([]byte, []int) {
-	return file_rein_v1_contract_proto_rawDescGZIP(), []int{1}
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ToolGrant) GetName() string {
@@ -297,7 +393,7 @@ type Budget struct {
 
 func (x *Budget) Reset() {
 	*x = Budget{}
-	mi := &file_rein_v1_contract_proto_msgTypes[2]
+	mi := &file_rein_v1_contract_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -309,7 +405,7 @@ func (x *Budget) String() string {
 func (*Budget) ProtoMessage() {}
 
 func (x *Budget) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_contract_proto_msgTypes[2]
+	mi := &file_rein_v1_contract_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -322,7 +418,7 @@ func (x *Budget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Budget.ProtoReflect.Descriptor instead.
 func (*Budget) Descriptor() ([]byte, []int) {
-	return file_rein_v1_contract_proto_rawDescGZIP(), []int{2}
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Budget) GetMaxSteps() uint32 {
@@ -393,7 +489,7 @@ type Check struct {
 
 func (x *Check) Reset() {
 	*x = Check{}
-	mi := &file_rein_v1_contract_proto_msgTypes[3]
+	mi := &file_rein_v1_contract_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -405,7 +501,7 @@ func (x *Check) String() string {
 func (*Check) ProtoMessage() {}
 
 func (x *Check) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_contract_proto_msgTypes[3]
+	mi := &file_rein_v1_contract_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -418,7 +514,7 @@ func (x *Check) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Check.ProtoReflect.Descriptor instead.
 func (*Check) Descriptor() ([]byte, []int) {
-	return file_rein_v1_contract_proto_rawDescGZIP(), []int{3}
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Check) GetName() string {
@@ -477,7 +573,7 @@ type ModelSpec struct {
 
 func (x *ModelSpec) Reset() {
 	*x = ModelSpec{}
-	mi := &file_rein_v1_contract_proto_msgTypes[4]
+	mi := &file_rein_v1_contract_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -489,7 +585,7 @@ func (x *ModelSpec) String() string {
 func (*ModelSpec) ProtoMessage() {}
 
 func (x *ModelSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_contract_proto_msgTypes[4]
+	mi := &file_rein_v1_contract_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -502,7 +598,7 @@ func (x *ModelSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelSpec.ProtoReflect.Descriptor instead.
 func (*ModelSpec) Descriptor() ([]byte, []int) {
-	return file_rein_v1_contract_proto_rawDescGZIP(), []int{4}
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ModelSpec) GetProvider() string {
@@ -574,7 +670,7 @@ type ScriptedReply struct {
 
 func (x *ScriptedReply) Reset() {
 	*x = ScriptedReply{}
-	mi := &file_rein_v1_contract_proto_msgTypes[5]
+	mi := &file_rein_v1_contract_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +682,7 @@ func (x *ScriptedReply) String() string {
 func (*ScriptedReply) ProtoMessage() {}
 
 func (x *ScriptedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_contract_proto_msgTypes[5]
+	mi := &file_rein_v1_contract_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +695,7 @@ func (x *ScriptedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScriptedReply.ProtoReflect.Descriptor instead.
 func (*ScriptedReply) Descriptor() ([]byte, []int) {
-	return file_rein_v1_contract_proto_rawDescGZIP(), []int{5}
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ScriptedReply) GetReply() isScriptedReply_Reply {
@@ -702,7 +798,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_rein_v1_contract_proto_msgTypes[6]
+	mi := &file_rein_v1_contract_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +810,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_contract_proto_msgTypes[6]
+	mi := &file_rein_v1_contract_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +823,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_rein_v1_contract_proto_rawDescGZIP(), []int{6}
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Usage) GetInputTokens() uint64 {
@@ -757,7 +853,7 @@ type ApprovalPolicy struct {
 
 func (x *ApprovalPolicy) Reset() {
 	*x = ApprovalPolicy{}
-	mi := &file_rein_v1_contract_proto_msgTypes[7]
+	mi := &file_rein_v1_contract_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +865,7 @@ func (x *ApprovalPolicy) String() string {
 func (*ApprovalPolicy) ProtoMessage() {}
 
 func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_contract_proto_msgTypes[7]
+	mi := &file_rein_v1_contract_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +878,7 @@ func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicy.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicy) Descriptor() ([]byte, []int) {
-	return file_rein_v1_contract_proto_rawDescGZIP(), []int{7}
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ApprovalPolicy) GetProposalTtl() *durationpb.Duration {
@@ -803,7 +899,7 @@ var File_rein_v1_contract_proto protoreflect.FileDescriptor
 
 const file_rein_v1_contract_proto_rawDesc = "" +
 	"\n" +
-	"\x16rein/v1/contract.proto\x12\arein.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16rein/v1/decision.proto\"\xbb\x03\n" +
+	"\x16rein/v1/contract.proto\x12\arein.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16rein/v1/decision.proto\"\xf6\x03\n" +
 	"\fTaskContract\x12\x1f\n" +
 	"\x04goal\x18\x01 \x01(\tB\v\xbaH\br\x06\x10\x01\x18\x80\x80\x04R\x04goal\x12/\n" +
 	"\x06inputs\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x06inputs\x123\n" +
@@ -812,10 +908,19 @@ const file_rein_v1_contract_proto_rawDesc = "" +
 	"\x06checks\x18\x05 \x03(\v2\x0e.rein.v1.CheckR\x06checks\x12(\n" +
 	"\x05model\x18\x06 \x01(\v2\x12.rein.v1.ModelSpecR\x05model\x123\n" +
 	"\bapproval\x18\a \x01(\v2\x17.rein.v1.ApprovalPolicyR\bapproval\x129\n" +
-	"\x06labels\x18\b \x03(\v2!.rein.v1.TaskContract.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\b \x03(\v2!.rein.v1.TaskContract.LabelsEntryR\x06labels\x129\n" +
+	"\n" +
+	"delegation\x18\t \x01(\v2\x19.rein.v1.DelegationPolicyR\n" +
+	"delegation\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcf\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd5\x01\n" +
+	"\x10DelegationPolicy\x12!\n" +
+	"\fmax_children\x18\x01 \x01(\rR\vmaxChildren\x12\x1b\n" +
+	"\tmax_depth\x18\x02 \x01(\rR\bmaxDepth\x12\x14\n" +
+	"\x05tools\x18\x03 \x03(\tR\x05tools\x124\n" +
+	"\tmax_share\x18\x04 \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x00\x00\xf0?)\x00\x00\x00\x00\x00\x00\x00\x00R\bmaxShare\x125\n" +
+	"\fchild_models\x18\x05 \x03(\v2\x12.rein.v1.ModelSpecR\vchildModels\"\xcf\x01\n" +
 	"\tToolGrant\x121\n" +
 	"\x04name\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x182\x16^[A-Za-z0-9_.-]{1,64}$R\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
@@ -881,43 +986,46 @@ func file_rein_v1_contract_proto_rawDescGZIP() []byte {
 }
 
 var file_rein_v1_contract_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rein_v1_contract_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_rein_v1_contract_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_rein_v1_contract_proto_goTypes = []any{
 	(ToolTier)(0),               // 0: rein.v1.ToolTier
 	(*TaskContract)(nil),        // 1: rein.v1.TaskContract
-	(*ToolGrant)(nil),           // 2: rein.v1.ToolGrant
-	(*Budget)(nil),              // 3: rein.v1.Budget
-	(*Check)(nil),               // 4: rein.v1.Check
-	(*ModelSpec)(nil),           // 5: rein.v1.ModelSpec
-	(*ScriptedReply)(nil),       // 6: rein.v1.ScriptedReply
-	(*Usage)(nil),               // 7: rein.v1.Usage
-	(*ApprovalPolicy)(nil),      // 8: rein.v1.ApprovalPolicy
-	nil,                         // 9: rein.v1.TaskContract.LabelsEntry
-	(*structpb.Struct)(nil),     // 10: google.protobuf.Struct
-	(*durationpb.Duration)(nil), // 11: google.protobuf.Duration
-	(*Decision)(nil),            // 12: rein.v1.Decision
+	(*DelegationPolicy)(nil),    // 2: rein.v1.DelegationPolicy
+	(*ToolGrant)(nil),           // 3: rein.v1.ToolGrant
+	(*Budget)(nil),              // 4: rein.v1.Budget
+	(*Check)(nil),               // 5: rein.v1.Check
+	(*ModelSpec)(nil),           // 6: rein.v1.ModelSpec
+	(*ScriptedReply)(nil),       // 7: rein.v1.ScriptedReply
+	(*Usage)(nil),               // 8: rein.v1.Usage
+	(*ApprovalPolicy)(nil),      // 9: rein.v1.ApprovalPolicy
+	nil,                         // 10: rein.v1.TaskContract.LabelsEntry
+	(*structpb.Struct)(nil),     // 11: google.protobuf.Struct
+	(*durationpb.Duration)(nil), // 12: google.protobuf.Duration
+	(*Decision)(nil),            // 13: rein.v1.Decision
 }
 var file_rein_v1_contract_proto_depIdxs = []int32{
-	10, // 0: rein.v1.TaskContract.inputs:type_name -> google.protobuf.Struct
-	2,  // 1: rein.v1.TaskContract.tools:type_name -> rein.v1.ToolGrant
-	3,  // 2: rein.v1.TaskContract.budget:type_name -> rein.v1.Budget
-	4,  // 3: rein.v1.TaskContract.checks:type_name -> rein.v1.Check
-	5,  // 4: rein.v1.TaskContract.model:type_name -> rein.v1.ModelSpec
-	8,  // 5: rein.v1.TaskContract.approval:type_name -> rein.v1.ApprovalPolicy
-	9,  // 6: rein.v1.TaskContract.labels:type_name -> rein.v1.TaskContract.LabelsEntry
-	10, // 7: rein.v1.ToolGrant.input_schema:type_name -> google.protobuf.Struct
-	0,  // 8: rein.v1.ToolGrant.tier:type_name -> rein.v1.ToolTier
-	11, // 9: rein.v1.Budget.timeout:type_name -> google.protobuf.Duration
-	11, // 10: rein.v1.Check.timeout:type_name -> google.protobuf.Duration
-	6,  // 11: rein.v1.ModelSpec.script:type_name -> rein.v1.ScriptedReply
-	12, // 12: rein.v1.ScriptedReply.decision:type_name -> rein.v1.Decision
-	7,  // 13: rein.v1.ScriptedReply.usage:type_name -> rein.v1.Usage
-	11, // 14: rein.v1.ApprovalPolicy.proposal_ttl:type_name -> google.protobuf.Duration
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	11, // 0: rein.v1.TaskContract.inputs:type_name -> google.protobuf.Struct
+	3,  // 1: rein.v1.TaskContract.tools:type_name -> rein.v1.ToolGrant
+	4,  // 2: rein.v1.TaskContract.budget:type_name -> rein.v1.Budget
+	5,  // 3: rein.v1.TaskContract.checks:type_name -> rein.v1.Check
+	6,  // 4: rein.v1.TaskContract.model:type_name -> rein.v1.ModelSpec
+	9,  // 5: rein.v1.TaskContract.approval:type_name -> rein.v1.ApprovalPolicy
+	10, // 6: rein.v1.TaskContract.labels:type_name -> rein.v1.TaskContract.LabelsEntry
+	2,  // 7: rein.v1.TaskContract.delegation:type_name -> rein.v1.DelegationPolicy
+	6,  // 8: rein.v1.DelegationPolicy.child_models:type_name -> rein.v1.ModelSpec
+	11, // 9: rein.v1.ToolGrant.input_schema:type_name -> google.protobuf.Struct
+	0,  // 10: rein.v1.ToolGrant.tier:type_name -> rein.v1.ToolTier
+	12, // 11: rein.v1.Budget.timeout:type_name -> google.protobuf.Duration
+	12, // 12: rein.v1.Check.timeout:type_name -> google.protobuf.Duration
+	7,  // 13: rein.v1.ModelSpec.script:type_name -> rein.v1.ScriptedReply
+	13, // 14: rein.v1.ScriptedReply.decision:type_name -> rein.v1.Decision
+	8,  // 15: rein.v1.ScriptedReply.usage:type_name -> rein.v1.Usage
+	12, // 16: rein.v1.ApprovalPolicy.proposal_ttl:type_name -> google.protobuf.Duration
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_contract_proto_init() }
@@ -926,8 +1034,8 @@ func file_rein_v1_contract_proto_init() {
 		return
 	}
 	file_rein_v1_decision_proto_init()
-	file_rein_v1_contract_proto_msgTypes[4].OneofWrappers = []any{}
-	file_rein_v1_contract_proto_msgTypes[5].OneofWrappers = []any{
+	file_rein_v1_contract_proto_msgTypes[5].OneofWrappers = []any{}
+	file_rein_v1_contract_proto_msgTypes[6].OneofWrappers = []any{
 		(*ScriptedReply_Decision)(nil),
 		(*ScriptedReply_Raw)(nil),
 		(*ScriptedReply_Error)(nil),
@@ -938,7 +1046,7 @@ func file_rein_v1_contract_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_contract_proto_rawDesc), len(file_rein_v1_contract_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

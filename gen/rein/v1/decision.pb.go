@@ -33,6 +33,7 @@ type Decision struct {
 	//	*Decision_ToolCall
 	//	*Decision_FinalAnswer
 	//	*Decision_AskHuman
+	//	*Decision_Delegate
 	Action        isDecision_Action `protobuf_oneof:"action"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -102,6 +103,15 @@ func (x *Decision) GetAskHuman() *AskHuman {
 	return nil
 }
 
+func (x *Decision) GetDelegate() *Delegate {
+	if x != nil {
+		if x, ok := x.Action.(*Decision_Delegate); ok {
+			return x.Delegate
+		}
+	}
+	return nil
+}
+
 type isDecision_Action interface {
 	isDecision_Action()
 }
@@ -121,11 +131,19 @@ type Decision_AskHuman struct {
 	AskHuman *AskHuman `protobuf:"bytes,3,opt,name=ask_human,json=askHuman,proto3,oneof"`
 }
 
+type Decision_Delegate struct {
+	// Hand bounded sub-tasks to child runs, when the contract's delegation
+	// policy allows it.
+	Delegate *Delegate `protobuf:"bytes,4,opt,name=delegate,proto3,oneof"`
+}
+
 func (*Decision_ToolCall) isDecision_Action() {}
 
 func (*Decision_FinalAnswer) isDecision_Action() {}
 
 func (*Decision_AskHuman) isDecision_Action() {}
+
+func (*Decision_Delegate) isDecision_Action() {}
 
 // ToolCall asks for one tool to run.
 type ToolCall struct {
@@ -292,15 +310,295 @@ func (x *AskHuman) GetQuestion() string {
 	return ""
 }
 
+// Delegate hands one or more tasks to child runs, which run in parallel
+// while the run waits; each child's report comes back as an observation.
+type Delegate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tasks, one child run each.
+	Tasks         []*DelegatedTask `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Delegate) Reset() {
+	*x = Delegate{}
+	mi := &file_rein_v1_decision_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Delegate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Delegate) ProtoMessage() {}
+
+func (x *Delegate) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_decision_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Delegate.ProtoReflect.Descriptor instead.
+func (*Delegate) Descriptor() ([]byte, []int) {
+	return file_rein_v1_decision_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Delegate) GetTasks() []*DelegatedTask {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+// DelegatedTask is one sub-task for a child run.
+type DelegatedTask struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the child must find out or do: its goal.
+	Question string `protobuf:"bytes,1,opt,name=question,proto3" json:"question,omitempty"`
+	// The inputs the child reads beside the question.
+	Inputs *structpb.Struct `protobuf:"bytes,2,opt,name=inputs,proto3" json:"inputs,omitempty"`
+	// Files the child should look at (paths in the workspace).
+	Files []string `protobuf:"bytes,3,rep,name=files,proto3" json:"files,omitempty"`
+	// The tools the child may use: names of the run's own grants, each at a
+	// tier no looser than the run's (see DelegatedTool).
+	Tools []*DelegatedTool `protobuf:"bytes,4,rep,name=tools,proto3" json:"tools,omitempty"`
+	// The evidence the child is to bring back.
+	Evidence string `protobuf:"bytes,5,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	// When the child's task is done.
+	Completion string `protobuf:"bytes,6,opt,name=completion,proto3" json:"completion,omitempty"`
+	// The budget the child asks for; a zero limit asks for the largest share
+	// the delegation policy allows.
+	Budget        *DelegatedBudget `protobuf:"bytes,7,opt,name=budget,proto3" json:"budget,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DelegatedTask) Reset() {
+	*x = DelegatedTask{}
+	mi := &file_rein_v1_decision_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DelegatedTask) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DelegatedTask) ProtoMessage() {}
+
+func (x *DelegatedTask) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_decision_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DelegatedTask.ProtoReflect.Descriptor instead.
+func (*DelegatedTask) Descriptor() ([]byte, []int) {
+	return file_rein_v1_decision_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DelegatedTask) GetQuestion() string {
+	if x != nil {
+		return x.Question
+	}
+	return ""
+}
+
+func (x *DelegatedTask) GetInputs() *structpb.Struct {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+func (x *DelegatedTask) GetFiles() []string {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *DelegatedTask) GetTools() []*DelegatedTool {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *DelegatedTask) GetEvidence() string {
+	if x != nil {
+		return x.Evidence
+	}
+	return ""
+}
+
+func (x *DelegatedTask) GetCompletion() string {
+	if x != nil {
+		return x.Completion
+	}
+	return ""
+}
+
+func (x *DelegatedTask) GetBudget() *DelegatedBudget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+// DelegatedTool is one tool a child is given.
+type DelegatedTool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name of one of the run's granted tools.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The tier: "read", "write" or "ask_human"; empty means the run's own
+	// tier for the tool. A tier looser than the run's (read for a tool the
+	// run may only write with approval) is refused.
+	Tier          string `protobuf:"bytes,2,opt,name=tier,proto3" json:"tier,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DelegatedTool) Reset() {
+	*x = DelegatedTool{}
+	mi := &file_rein_v1_decision_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DelegatedTool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DelegatedTool) ProtoMessage() {}
+
+func (x *DelegatedTool) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_decision_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DelegatedTool.ProtoReflect.Descriptor instead.
+func (*DelegatedTool) Descriptor() ([]byte, []int) {
+	return file_rein_v1_decision_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DelegatedTool) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DelegatedTool) GetTier() string {
+	if x != nil {
+		return x.Tier
+	}
+	return ""
+}
+
+// DelegatedBudget is what a child asks to be lent of the run's budget.
+type DelegatedBudget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Model calls.
+	MaxSteps uint32 `protobuf:"varint,1,opt,name=max_steps,json=maxSteps,proto3" json:"max_steps,omitempty"`
+	// Input plus output tokens.
+	MaxTokens uint64 `protobuf:"varint,2,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	// Model spend in US dollars.
+	MaxCostUsd float64 `protobuf:"fixed64,3,opt,name=max_cost_usd,json=maxCostUsd,proto3" json:"max_cost_usd,omitempty"`
+	// Tool calls.
+	MaxToolCalls  uint32 `protobuf:"varint,4,opt,name=max_tool_calls,json=maxToolCalls,proto3" json:"max_tool_calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DelegatedBudget) Reset() {
+	*x = DelegatedBudget{}
+	mi := &file_rein_v1_decision_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DelegatedBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DelegatedBudget) ProtoMessage() {}
+
+func (x *DelegatedBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_decision_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DelegatedBudget.ProtoReflect.Descriptor instead.
+func (*DelegatedBudget) Descriptor() ([]byte, []int) {
+	return file_rein_v1_decision_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *DelegatedBudget) GetMaxSteps() uint32 {
+	if x != nil {
+		return x.MaxSteps
+	}
+	return 0
+}
+
+func (x *DelegatedBudget) GetMaxTokens() uint64 {
+	if x != nil {
+		return x.MaxTokens
+	}
+	return 0
+}
+
+func (x *DelegatedBudget) GetMaxCostUsd() float64 {
+	if x != nil {
+		return x.MaxCostUsd
+	}
+	return 0
+}
+
+func (x *DelegatedBudget) GetMaxToolCalls() uint32 {
+	if x != nil {
+		return x.MaxToolCalls
+	}
+	return 0
+}
+
 var File_rein_v1_decision_proto protoreflect.FileDescriptor
 
 const file_rein_v1_decision_proto_rawDesc = "" +
 	"\n" +
-	"\x16rein/v1/decision.proto\x12\arein.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xb3\x01\n" +
+	"\x16rein/v1/decision.proto\x12\arein.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xe4\x01\n" +
 	"\bDecision\x120\n" +
 	"\ttool_call\x18\x01 \x01(\v2\x11.rein.v1.ToolCallH\x00R\btoolCall\x129\n" +
 	"\ffinal_answer\x18\x02 \x01(\v2\x14.rein.v1.FinalAnswerH\x00R\vfinalAnswer\x120\n" +
-	"\task_human\x18\x03 \x01(\v2\x11.rein.v1.AskHumanH\x00R\baskHumanB\b\n" +
+	"\task_human\x18\x03 \x01(\v2\x11.rein.v1.AskHumanH\x00R\baskHuman\x12/\n" +
+	"\bdelegate\x18\x04 \x01(\v2\x11.rein.v1.DelegateH\x00R\bdelegateB\b\n" +
 	"\x06action\"n\n" +
 	"\bToolCall\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x125\n" +
@@ -310,7 +608,29 @@ const file_rein_v1_decision_proto_rawDesc = "" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12*\n" +
 	"\x04data\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x04data\"&\n" +
 	"\bAskHuman\x12\x1a\n" +
-	"\bquestion\x18\x01 \x01(\tR\bquestionB\x84\x01\n" +
+	"\bquestion\x18\x01 \x01(\tR\bquestion\"8\n" +
+	"\bDelegate\x12,\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x16.rein.v1.DelegatedTaskR\x05tasks\"\x8e\x02\n" +
+	"\rDelegatedTask\x12\x1a\n" +
+	"\bquestion\x18\x01 \x01(\tR\bquestion\x12/\n" +
+	"\x06inputs\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x06inputs\x12\x14\n" +
+	"\x05files\x18\x03 \x03(\tR\x05files\x12,\n" +
+	"\x05tools\x18\x04 \x03(\v2\x16.rein.v1.DelegatedToolR\x05tools\x12\x1a\n" +
+	"\bevidence\x18\x05 \x01(\tR\bevidence\x12\x1e\n" +
+	"\n" +
+	"completion\x18\x06 \x01(\tR\n" +
+	"completion\x120\n" +
+	"\x06budget\x18\a \x01(\v2\x18.rein.v1.DelegatedBudgetR\x06budget\"7\n" +
+	"\rDelegatedTool\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04tier\x18\x02 \x01(\tR\x04tier\"\x95\x01\n" +
+	"\x0fDelegatedBudget\x12\x1b\n" +
+	"\tmax_steps\x18\x01 \x01(\rR\bmaxSteps\x12\x1d\n" +
+	"\n" +
+	"max_tokens\x18\x02 \x01(\x04R\tmaxTokens\x12 \n" +
+	"\fmax_cost_usd\x18\x03 \x01(\x01R\n" +
+	"maxCostUsd\x12$\n" +
+	"\x0emax_tool_calls\x18\x04 \x01(\rR\fmaxToolCallsB\x84\x01\n" +
 	"\vcom.rein.v1B\rDecisionProtoP\x01Z)github.com/reinhq/rein/gen/rein/v1;reinv1\xa2\x02\x03RXX\xaa\x02\aRein.V1\xca\x02\aRein\\V1\xe2\x02\x13Rein\\V1\\GPBMetadata\xea\x02\bRein::V1b\x06proto3"
 
 var (
@@ -325,26 +645,35 @@ func file_rein_v1_decision_proto_rawDescGZIP() []byte {
 	return file_rein_v1_decision_proto_rawDescData
 }
 
-var file_rein_v1_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_rein_v1_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_rein_v1_decision_proto_goTypes = []any{
 	(*Decision)(nil),        // 0: rein.v1.Decision
 	(*ToolCall)(nil),        // 1: rein.v1.ToolCall
 	(*FinalAnswer)(nil),     // 2: rein.v1.FinalAnswer
 	(*AskHuman)(nil),        // 3: rein.v1.AskHuman
-	(*structpb.Struct)(nil), // 4: google.protobuf.Struct
-	(*structpb.Value)(nil),  // 5: google.protobuf.Value
+	(*Delegate)(nil),        // 4: rein.v1.Delegate
+	(*DelegatedTask)(nil),   // 5: rein.v1.DelegatedTask
+	(*DelegatedTool)(nil),   // 6: rein.v1.DelegatedTool
+	(*DelegatedBudget)(nil), // 7: rein.v1.DelegatedBudget
+	(*structpb.Struct)(nil), // 8: google.protobuf.Struct
+	(*structpb.Value)(nil),  // 9: google.protobuf.Value
 }
 var file_rein_v1_decision_proto_depIdxs = []int32{
-	1, // 0: rein.v1.Decision.tool_call:type_name -> rein.v1.ToolCall
-	2, // 1: rein.v1.Decision.final_answer:type_name -> rein.v1.FinalAnswer
-	3, // 2: rein.v1.Decision.ask_human:type_name -> rein.v1.AskHuman
-	4, // 3: rein.v1.ToolCall.arguments:type_name -> google.protobuf.Struct
-	5, // 4: rein.v1.FinalAnswer.data:type_name -> google.protobuf.Value
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	1,  // 0: rein.v1.Decision.tool_call:type_name -> rein.v1.ToolCall
+	2,  // 1: rein.v1.Decision.final_answer:type_name -> rein.v1.FinalAnswer
+	3,  // 2: rein.v1.Decision.ask_human:type_name -> rein.v1.AskHuman
+	4,  // 3: rein.v1.Decision.delegate:type_name -> rein.v1.Delegate
+	8,  // 4: rein.v1.ToolCall.arguments:type_name -> google.protobuf.Struct
+	9,  // 5: rein.v1.FinalAnswer.data:type_name -> google.protobuf.Value
+	5,  // 6: rein.v1.Delegate.tasks:type_name -> rein.v1.DelegatedTask
+	8,  // 7: rein.v1.DelegatedTask.inputs:type_name -> google.protobuf.Struct
+	6,  // 8: rein.v1.DelegatedTask.tools:type_name -> rein.v1.DelegatedTool
+	7,  // 9: rein.v1.DelegatedTask.budget:type_name -> rein.v1.DelegatedBudget
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_decision_proto_init() }
@@ -356,6 +685,7 @@ func file_rein_v1_decision_proto_init() {
 		(*Decision_ToolCall)(nil),
 		(*Decision_FinalAnswer)(nil),
 		(*Decision_AskHuman)(nil),
+		(*Decision_Delegate)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -363,7 +693,7 @@ func file_rein_v1_decision_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_decision_proto_rawDesc), len(file_rein_v1_decision_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

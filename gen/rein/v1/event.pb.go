@@ -60,6 +60,8 @@ type Event struct {
 	//	*Event_ModelRetried
 	//	*Event_ContextCompacted
 	//	*Event_WriteRefused
+	//	*Event_DelegationStarted
+	//	*Event_DelegationReturned
 	//	*Event_RunTaken
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
@@ -311,6 +313,24 @@ func (x *Event) GetWriteRefused() *WriteRefused {
 	return nil
 }
 
+func (x *Event) GetDelegationStarted() *DelegationStarted {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_DelegationStarted); ok {
+			return x.DelegationStarted
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetDelegationReturned() *DelegationReturned {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_DelegationReturned); ok {
+			return x.DelegationReturned
+		}
+	}
+	return nil
+}
+
 func (x *Event) GetRunTaken() *RunTaken {
 	if x != nil {
 		if x, ok := x.Payload.(*Event_RunTaken); ok {
@@ -424,6 +444,16 @@ type Event_WriteRefused struct {
 	WriteRefused *WriteRefused `protobuf:"bytes,29,opt,name=write_refused,json=writeRefused,proto3,oneof"`
 }
 
+type Event_DelegationStarted struct {
+	// The run lent budget to child runs, one per delegated task.
+	DelegationStarted *DelegationStarted `protobuf:"bytes,30,opt,name=delegation_started,json=delegationStarted,proto3,oneof"`
+}
+
+type Event_DelegationReturned struct {
+	// A child run ended; its report and spend came back.
+	DelegationReturned *DelegationReturned `protobuf:"bytes,31,opt,name=delegation_returned,json=delegationReturned,proto3,oneof"`
+}
+
 type Event_RunTaken struct {
 	// A server took the running run's lease to carry it on: after a
 	// restart, or from a server whose lease ended.
@@ -470,6 +500,10 @@ func (*Event_ContextCompacted) isEvent_Payload() {}
 
 func (*Event_WriteRefused) isEvent_Payload() {}
 
+func (*Event_DelegationStarted) isEvent_Payload() {}
+
+func (*Event_DelegationReturned) isEvent_Payload() {}
+
 func (*Event_RunTaken) isEvent_Payload() {}
 
 // RunStarted is always a run's first event.
@@ -497,8 +531,10 @@ type RunStarted struct {
 	// The caller's span (16 hex digits) the run's trace hangs from, when the
 	// StartRun carried one.
 	TraceParentSpanId string `protobuf:"bytes,9,opt,name=trace_parent_span_id,json=traceParentSpanId,proto3" json:"trace_parent_span_id,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// For a child run: the run that delegated it.
+	DelegatedBy   *DelegatedBy `protobuf:"bytes,10,opt,name=delegated_by,json=delegatedBy,proto3" json:"delegated_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunStarted) Reset() {
@@ -594,6 +630,263 @@ func (x *RunStarted) GetTraceParentSpanId() string {
 	return ""
 }
 
+func (x *RunStarted) GetDelegatedBy() *DelegatedBy {
+	if x != nil {
+		return x.DelegatedBy
+	}
+	return nil
+}
+
+// DelegationStarted records a delegation: each task's child run and the
+// budget lent to it, which the run cannot spend until the child returns.
+// The children are created after it is stored, idempotently from it.
+type DelegationStarted struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model's decision's call ID, if any.
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// One per task, in order.
+	Children      []*DelegatedChild `protobuf:"bytes,2,rep,name=children,proto3" json:"children,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DelegationStarted) Reset() {
+	*x = DelegationStarted{}
+	mi := &file_rein_v1_event_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DelegationStarted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DelegationStarted) ProtoMessage() {}
+
+func (x *DelegationStarted) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_event_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DelegationStarted.ProtoReflect.Descriptor instead.
+func (*DelegationStarted) Descriptor() ([]byte, []int) {
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DelegationStarted) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *DelegationStarted) GetChildren() []*DelegatedChild {
+	if x != nil {
+		return x.Children
+	}
+	return nil
+}
+
+// DelegatedChild is one child of a delegation.
+type DelegatedChild struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The child's run ID, chosen before it is created.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The request ID it is created with (parent, sequence, task index).
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The budget lent to it.
+	Budget *Budget `protobuf:"bytes,3,opt,name=budget,proto3" json:"budget,omitempty"`
+	// The child's contract, as it is started.
+	Contract      *TaskContract `protobuf:"bytes,4,opt,name=contract,proto3" json:"contract,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DelegatedChild) Reset() {
+	*x = DelegatedChild{}
+	mi := &file_rein_v1_event_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DelegatedChild) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DelegatedChild) ProtoMessage() {}
+
+func (x *DelegatedChild) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_event_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DelegatedChild.ProtoReflect.Descriptor instead.
+func (*DelegatedChild) Descriptor() ([]byte, []int) {
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DelegatedChild) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *DelegatedChild) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *DelegatedChild) GetBudget() *Budget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+func (x *DelegatedChild) GetContract() *TaskContract {
+	if x != nil {
+		return x.Contract
+	}
+	return nil
+}
+
+// DelegationReturned is an observation: a child run ended. Its report is
+// a model's data, not instructions.
+type DelegationReturned struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The child run.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// How it ended.
+	Status RunStatus `protobuf:"varint,2,opt,name=status,proto3,enum=rein.v1.RunStatus" json:"status,omitempty"`
+	// Why, in its status_changed's words.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Its final answer, when it completed.
+	Answer *FinalAnswer `protobuf:"bytes,4,opt,name=answer,proto3" json:"answer,omitempty"`
+	// What its answer rests on: each tool call it made, as
+	// "tool:NAME#CALL_ID", and its last error when it had one.
+	Evidence []string `protobuf:"bytes,5,rep,name=evidence,proto3" json:"evidence,omitempty"`
+	// What it spent, which stays spent by the tree.
+	Usage *Usage `protobuf:"bytes,6,opt,name=usage,proto3" json:"usage,omitempty"`
+	// Its model spend in US dollars.
+	CostUsd float64 `protobuf:"fixed64,7,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	// Its model calls (and its own children's).
+	Steps uint32 `protobuf:"varint,8,opt,name=steps,proto3" json:"steps,omitempty"`
+	// Its tool calls (and its own children's).
+	ToolCalls     uint32 `protobuf:"varint,9,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DelegationReturned) Reset() {
+	*x = DelegationReturned{}
+	mi := &file_rein_v1_event_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DelegationReturned) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DelegationReturned) ProtoMessage() {}
+
+func (x *DelegationReturned) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_event_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DelegationReturned.ProtoReflect.Descriptor instead.
+func (*DelegationReturned) Descriptor() ([]byte, []int) {
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DelegationReturned) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *DelegationReturned) GetStatus() RunStatus {
+	if x != nil {
+		return x.Status
+	}
+	return RunStatus_RUN_STATUS_UNSPECIFIED
+}
+
+func (x *DelegationReturned) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DelegationReturned) GetAnswer() *FinalAnswer {
+	if x != nil {
+		return x.Answer
+	}
+	return nil
+}
+
+func (x *DelegationReturned) GetEvidence() []string {
+	if x != nil {
+		return x.Evidence
+	}
+	return nil
+}
+
+func (x *DelegationReturned) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *DelegationReturned) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
+func (x *DelegationReturned) GetSteps() uint32 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
+func (x *DelegationReturned) GetToolCalls() uint32 {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return 0
+}
+
 // ModelRequested records a model call before it is sent. The input is
 // recorded by hash, not as text.
 type ModelRequested struct {
@@ -638,7 +931,7 @@ type ModelRequested struct {
 
 func (x *ModelRequested) Reset() {
 	*x = ModelRequested{}
-	mi := &file_rein_v1_event_proto_msgTypes[2]
+	mi := &file_rein_v1_event_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -650,7 +943,7 @@ func (x *ModelRequested) String() string {
 func (*ModelRequested) ProtoMessage() {}
 
 func (x *ModelRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[2]
+	mi := &file_rein_v1_event_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -663,7 +956,7 @@ func (x *ModelRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelRequested.ProtoReflect.Descriptor instead.
 func (*ModelRequested) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{2}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ModelRequested) GetStep() uint32 {
@@ -763,7 +1056,7 @@ type ModelPrice struct {
 
 func (x *ModelPrice) Reset() {
 	*x = ModelPrice{}
-	mi := &file_rein_v1_event_proto_msgTypes[3]
+	mi := &file_rein_v1_event_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +1068,7 @@ func (x *ModelPrice) String() string {
 func (*ModelPrice) ProtoMessage() {}
 
 func (x *ModelPrice) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[3]
+	mi := &file_rein_v1_event_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +1081,7 @@ func (x *ModelPrice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelPrice.ProtoReflect.Descriptor instead.
 func (*ModelPrice) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{3}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ModelPrice) GetInputPerMtok() float64 {
@@ -830,7 +1123,7 @@ type ModelReturned struct {
 
 func (x *ModelReturned) Reset() {
 	*x = ModelReturned{}
-	mi := &file_rein_v1_event_proto_msgTypes[4]
+	mi := &file_rein_v1_event_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -842,7 +1135,7 @@ func (x *ModelReturned) String() string {
 func (*ModelReturned) ProtoMessage() {}
 
 func (x *ModelReturned) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[4]
+	mi := &file_rein_v1_event_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -855,7 +1148,7 @@ func (x *ModelReturned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelReturned.ProtoReflect.Descriptor instead.
 func (*ModelReturned) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{4}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ModelReturned) GetDecision() *Decision {
@@ -921,7 +1214,7 @@ type ModelRetried struct {
 
 func (x *ModelRetried) Reset() {
 	*x = ModelRetried{}
-	mi := &file_rein_v1_event_proto_msgTypes[5]
+	mi := &file_rein_v1_event_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1226,7 @@ func (x *ModelRetried) String() string {
 func (*ModelRetried) ProtoMessage() {}
 
 func (x *ModelRetried) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[5]
+	mi := &file_rein_v1_event_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1239,7 @@ func (x *ModelRetried) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelRetried.ProtoReflect.Descriptor instead.
 func (*ModelRetried) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{5}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ModelRetried) GetStep() uint32 {
@@ -997,7 +1290,7 @@ type ContextCompacted struct {
 
 func (x *ContextCompacted) Reset() {
 	*x = ContextCompacted{}
-	mi := &file_rein_v1_event_proto_msgTypes[6]
+	mi := &file_rein_v1_event_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1302,7 @@ func (x *ContextCompacted) String() string {
 func (*ContextCompacted) ProtoMessage() {}
 
 func (x *ContextCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[6]
+	mi := &file_rein_v1_event_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1315,7 @@ func (x *ContextCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextCompacted.ProtoReflect.Descriptor instead.
 func (*ContextCompacted) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{6}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ContextCompacted) GetStep() uint32 {
@@ -1081,7 +1374,7 @@ type ContextItem struct {
 
 func (x *ContextItem) Reset() {
 	*x = ContextItem{}
-	mi := &file_rein_v1_event_proto_msgTypes[7]
+	mi := &file_rein_v1_event_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1386,7 @@ func (x *ContextItem) String() string {
 func (*ContextItem) ProtoMessage() {}
 
 func (x *ContextItem) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[7]
+	mi := &file_rein_v1_event_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1399,7 @@ func (x *ContextItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextItem.ProtoReflect.Descriptor instead.
 func (*ContextItem) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{7}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ContextItem) GetKind() string {
@@ -1157,7 +1450,7 @@ type DecisionRejected struct {
 
 func (x *DecisionRejected) Reset() {
 	*x = DecisionRejected{}
-	mi := &file_rein_v1_event_proto_msgTypes[8]
+	mi := &file_rein_v1_event_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1169,7 +1462,7 @@ func (x *DecisionRejected) String() string {
 func (*DecisionRejected) ProtoMessage() {}
 
 func (x *DecisionRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[8]
+	mi := &file_rein_v1_event_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1182,7 +1475,7 @@ func (x *DecisionRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecisionRejected.ProtoReflect.Descriptor instead.
 func (*DecisionRejected) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{8}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DecisionRejected) GetRaw() string {
@@ -1216,7 +1509,7 @@ type ToolRequested struct {
 
 func (x *ToolRequested) Reset() {
 	*x = ToolRequested{}
-	mi := &file_rein_v1_event_proto_msgTypes[9]
+	mi := &file_rein_v1_event_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1521,7 @@ func (x *ToolRequested) String() string {
 func (*ToolRequested) ProtoMessage() {}
 
 func (x *ToolRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[9]
+	mi := &file_rein_v1_event_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1534,7 @@ func (x *ToolRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolRequested.ProtoReflect.Descriptor instead.
 func (*ToolRequested) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{9}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ToolRequested) GetCallId() string {
@@ -1287,7 +1580,7 @@ type ToolRefused struct {
 
 func (x *ToolRefused) Reset() {
 	*x = ToolRefused{}
-	mi := &file_rein_v1_event_proto_msgTypes[10]
+	mi := &file_rein_v1_event_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1592,7 @@ func (x *ToolRefused) String() string {
 func (*ToolRefused) ProtoMessage() {}
 
 func (x *ToolRefused) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[10]
+	mi := &file_rein_v1_event_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1605,7 @@ func (x *ToolRefused) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolRefused.ProtoReflect.Descriptor instead.
 func (*ToolRefused) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{10}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ToolRefused) GetCallId() string {
@@ -1360,7 +1653,7 @@ type ToolReturned struct {
 
 func (x *ToolReturned) Reset() {
 	*x = ToolReturned{}
-	mi := &file_rein_v1_event_proto_msgTypes[11]
+	mi := &file_rein_v1_event_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1372,7 +1665,7 @@ func (x *ToolReturned) String() string {
 func (*ToolReturned) ProtoMessage() {}
 
 func (x *ToolReturned) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[11]
+	mi := &file_rein_v1_event_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1385,7 +1678,7 @@ func (x *ToolReturned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolReturned.ProtoReflect.Descriptor instead.
 func (*ToolReturned) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{11}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ToolReturned) GetCallId() string {
@@ -1448,7 +1741,7 @@ type ApprovalRequested struct {
 
 func (x *ApprovalRequested) Reset() {
 	*x = ApprovalRequested{}
-	mi := &file_rein_v1_event_proto_msgTypes[12]
+	mi := &file_rein_v1_event_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1460,7 +1753,7 @@ func (x *ApprovalRequested) String() string {
 func (*ApprovalRequested) ProtoMessage() {}
 
 func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[12]
+	mi := &file_rein_v1_event_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1473,7 +1766,7 @@ func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequested.ProtoReflect.Descriptor instead.
 func (*ApprovalRequested) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{12}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ApprovalRequested) GetProposal() *Proposal {
@@ -1500,7 +1793,7 @@ type ApprovalDecided struct {
 
 func (x *ApprovalDecided) Reset() {
 	*x = ApprovalDecided{}
-	mi := &file_rein_v1_event_proto_msgTypes[13]
+	mi := &file_rein_v1_event_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1805,7 @@ func (x *ApprovalDecided) String() string {
 func (*ApprovalDecided) ProtoMessage() {}
 
 func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[13]
+	mi := &file_rein_v1_event_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1818,7 @@ func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalDecided.ProtoReflect.Descriptor instead.
 func (*ApprovalDecided) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{13}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ApprovalDecided) GetProposalId() string {
@@ -1567,7 +1860,7 @@ type InputRequested struct {
 
 func (x *InputRequested) Reset() {
 	*x = InputRequested{}
-	mi := &file_rein_v1_event_proto_msgTypes[14]
+	mi := &file_rein_v1_event_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1579,7 +1872,7 @@ func (x *InputRequested) String() string {
 func (*InputRequested) ProtoMessage() {}
 
 func (x *InputRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[14]
+	mi := &file_rein_v1_event_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1592,7 +1885,7 @@ func (x *InputRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputRequested.ProtoReflect.Descriptor instead.
 func (*InputRequested) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{14}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *InputRequested) GetQuestion() *Question {
@@ -1613,7 +1906,7 @@ type InputProvided struct {
 
 func (x *InputProvided) Reset() {
 	*x = InputProvided{}
-	mi := &file_rein_v1_event_proto_msgTypes[15]
+	mi := &file_rein_v1_event_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1625,7 +1918,7 @@ func (x *InputProvided) String() string {
 func (*InputProvided) ProtoMessage() {}
 
 func (x *InputProvided) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[15]
+	mi := &file_rein_v1_event_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1638,7 +1931,7 @@ func (x *InputProvided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputProvided.ProtoReflect.Descriptor instead.
 func (*InputProvided) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{15}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *InputProvided) GetText() string {
@@ -1661,7 +1954,7 @@ type WriteDispatched struct {
 
 func (x *WriteDispatched) Reset() {
 	*x = WriteDispatched{}
-	mi := &file_rein_v1_event_proto_msgTypes[16]
+	mi := &file_rein_v1_event_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +1966,7 @@ func (x *WriteDispatched) String() string {
 func (*WriteDispatched) ProtoMessage() {}
 
 func (x *WriteDispatched) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[16]
+	mi := &file_rein_v1_event_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +1979,7 @@ func (x *WriteDispatched) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteDispatched.ProtoReflect.Descriptor instead.
 func (*WriteDispatched) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{16}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WriteDispatched) GetProposalId() string {
@@ -1721,7 +2014,7 @@ type WriteCommitted struct {
 
 func (x *WriteCommitted) Reset() {
 	*x = WriteCommitted{}
-	mi := &file_rein_v1_event_proto_msgTypes[17]
+	mi := &file_rein_v1_event_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +2026,7 @@ func (x *WriteCommitted) String() string {
 func (*WriteCommitted) ProtoMessage() {}
 
 func (x *WriteCommitted) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[17]
+	mi := &file_rein_v1_event_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +2039,7 @@ func (x *WriteCommitted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteCommitted.ProtoReflect.Descriptor instead.
 func (*WriteCommitted) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{17}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WriteCommitted) GetProposalId() string {
@@ -1794,7 +2087,7 @@ type WriteRefused struct {
 
 func (x *WriteRefused) Reset() {
 	*x = WriteRefused{}
-	mi := &file_rein_v1_event_proto_msgTypes[18]
+	mi := &file_rein_v1_event_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +2099,7 @@ func (x *WriteRefused) String() string {
 func (*WriteRefused) ProtoMessage() {}
 
 func (x *WriteRefused) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[18]
+	mi := &file_rein_v1_event_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +2112,7 @@ func (x *WriteRefused) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRefused.ProtoReflect.Descriptor instead.
 func (*WriteRefused) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{18}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WriteRefused) GetProposalId() string {
@@ -1862,7 +2155,7 @@ type RunTaken struct {
 
 func (x *RunTaken) Reset() {
 	*x = RunTaken{}
-	mi := &file_rein_v1_event_proto_msgTypes[19]
+	mi := &file_rein_v1_event_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1874,7 +2167,7 @@ func (x *RunTaken) String() string {
 func (*RunTaken) ProtoMessage() {}
 
 func (x *RunTaken) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[19]
+	mi := &file_rein_v1_event_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1887,7 +2180,7 @@ func (x *RunTaken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunTaken.ProtoReflect.Descriptor instead.
 func (*RunTaken) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{19}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RunTaken) GetOwner() string {
@@ -1926,7 +2219,7 @@ type WriteOutcomeUnknown struct {
 
 func (x *WriteOutcomeUnknown) Reset() {
 	*x = WriteOutcomeUnknown{}
-	mi := &file_rein_v1_event_proto_msgTypes[20]
+	mi := &file_rein_v1_event_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1938,7 +2231,7 @@ func (x *WriteOutcomeUnknown) String() string {
 func (*WriteOutcomeUnknown) ProtoMessage() {}
 
 func (x *WriteOutcomeUnknown) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[20]
+	mi := &file_rein_v1_event_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1951,7 +2244,7 @@ func (x *WriteOutcomeUnknown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteOutcomeUnknown.ProtoReflect.Descriptor instead.
 func (*WriteOutcomeUnknown) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{20}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WriteOutcomeUnknown) GetProposalId() string {
@@ -1991,7 +2284,7 @@ type ChecksCompleted struct {
 
 func (x *ChecksCompleted) Reset() {
 	*x = ChecksCompleted{}
-	mi := &file_rein_v1_event_proto_msgTypes[21]
+	mi := &file_rein_v1_event_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2003,7 +2296,7 @@ func (x *ChecksCompleted) String() string {
 func (*ChecksCompleted) ProtoMessage() {}
 
 func (x *ChecksCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[21]
+	mi := &file_rein_v1_event_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2016,7 +2309,7 @@ func (x *ChecksCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksCompleted.ProtoReflect.Descriptor instead.
 func (*ChecksCompleted) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{21}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ChecksCompleted) GetResults() []*CheckResult {
@@ -2057,7 +2350,7 @@ type CheckResult struct {
 
 func (x *CheckResult) Reset() {
 	*x = CheckResult{}
-	mi := &file_rein_v1_event_proto_msgTypes[22]
+	mi := &file_rein_v1_event_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2362,7 @@ func (x *CheckResult) String() string {
 func (*CheckResult) ProtoMessage() {}
 
 func (x *CheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[22]
+	mi := &file_rein_v1_event_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2375,7 @@ func (x *CheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResult.ProtoReflect.Descriptor instead.
 func (*CheckResult) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{22}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CheckResult) GetName() string {
@@ -2131,7 +2424,7 @@ type BudgetReached struct {
 
 func (x *BudgetReached) Reset() {
 	*x = BudgetReached{}
-	mi := &file_rein_v1_event_proto_msgTypes[23]
+	mi := &file_rein_v1_event_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2143,7 +2436,7 @@ func (x *BudgetReached) String() string {
 func (*BudgetReached) ProtoMessage() {}
 
 func (x *BudgetReached) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[23]
+	mi := &file_rein_v1_event_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2156,7 +2449,7 @@ func (x *BudgetReached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetReached.ProtoReflect.Descriptor instead.
 func (*BudgetReached) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{23}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BudgetReached) GetLimit() string {
@@ -2196,7 +2489,7 @@ type RetryPastDeadline struct {
 
 func (x *RetryPastDeadline) Reset() {
 	*x = RetryPastDeadline{}
-	mi := &file_rein_v1_event_proto_msgTypes[24]
+	mi := &file_rein_v1_event_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2208,7 +2501,7 @@ func (x *RetryPastDeadline) String() string {
 func (*RetryPastDeadline) ProtoMessage() {}
 
 func (x *RetryPastDeadline) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[24]
+	mi := &file_rein_v1_event_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2221,7 +2514,7 @@ func (x *RetryPastDeadline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPastDeadline.ProtoReflect.Descriptor instead.
 func (*RetryPastDeadline) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{24}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RetryPastDeadline) GetStep() uint32 {
@@ -2264,7 +2557,7 @@ type StatusChanged struct {
 
 func (x *StatusChanged) Reset() {
 	*x = StatusChanged{}
-	mi := &file_rein_v1_event_proto_msgTypes[25]
+	mi := &file_rein_v1_event_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2276,7 +2569,7 @@ func (x *StatusChanged) String() string {
 func (*StatusChanged) ProtoMessage() {}
 
 func (x *StatusChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[25]
+	mi := &file_rein_v1_event_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2289,7 +2582,7 @@ func (x *StatusChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusChanged.ProtoReflect.Descriptor instead.
 func (*StatusChanged) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{25}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StatusChanged) GetFrom() RunStatus {
@@ -2331,7 +2624,7 @@ var File_rein_v1_event_proto protoreflect.FileDescriptor
 
 const file_rein_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x13rein/v1/event.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\x1a\x11rein/v1/run.proto\"\x92\f\n" +
+	"\x13rein/v1/event.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\x1a\x11rein/v1/run.proto\"\xaf\r\n" +
 	"\x05Event\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12;\n" +
@@ -2359,9 +2652,11 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x0estatus_changed\x18\x1a \x01(\v2\x16.rein.v1.StatusChangedH\x00R\rstatusChanged\x12<\n" +
 	"\rmodel_retried\x18\x1b \x01(\v2\x15.rein.v1.ModelRetriedH\x00R\fmodelRetried\x12H\n" +
 	"\x11context_compacted\x18\x1c \x01(\v2\x19.rein.v1.ContextCompactedH\x00R\x10contextCompacted\x12<\n" +
-	"\rwrite_refused\x18\x1d \x01(\v2\x15.rein.v1.WriteRefusedH\x00R\fwriteRefused\x120\n" +
+	"\rwrite_refused\x18\x1d \x01(\v2\x15.rein.v1.WriteRefusedH\x00R\fwriteRefused\x12K\n" +
+	"\x12delegation_started\x18\x1e \x01(\v2\x1a.rein.v1.DelegationStartedH\x00R\x11delegationStarted\x12N\n" +
+	"\x13delegation_returned\x18\x1f \x01(\v2\x1b.rein.v1.DelegationReturnedH\x00R\x12delegationReturned\x120\n" +
 	"\trun_taken\x18( \x01(\v2\x11.rein.v1.RunTakenH\x00R\brunTakenB\t\n" +
-	"\apayload\"\xe5\x02\n" +
+	"\apayload\"\x9e\x03\n" +
 	"\n" +
 	"RunStarted\x121\n" +
 	"\bcontract\x18\x01 \x01(\v2\x15.rein.v1.TaskContractR\bcontract\x12\x1c\n" +
@@ -2373,7 +2668,29 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\rparent_run_id\x18\x06 \x01(\tR\vparentRunId\x12'\n" +
 	"\x0fparent_sequence\x18\a \x01(\x04R\x0eparentSequence\x12\x19\n" +
 	"\btrace_id\x18\b \x01(\tR\atraceId\x12/\n" +
-	"\x14trace_parent_span_id\x18\t \x01(\tR\x11traceParentSpanId\"\xa0\x03\n" +
+	"\x14trace_parent_span_id\x18\t \x01(\tR\x11traceParentSpanId\x127\n" +
+	"\fdelegated_by\x18\n" +
+	" \x01(\v2\x14.rein.v1.DelegatedByR\vdelegatedBy\"a\n" +
+	"\x11DelegationStarted\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x123\n" +
+	"\bchildren\x18\x02 \x03(\v2\x17.rein.v1.DelegatedChildR\bchildren\"\xa2\x01\n" +
+	"\x0eDelegatedChild\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12'\n" +
+	"\x06budget\x18\x03 \x01(\v2\x0f.rein.v1.BudgetR\x06budget\x121\n" +
+	"\bcontract\x18\x04 \x01(\v2\x15.rein.v1.TaskContractR\bcontract\"\xaf\x02\n" +
+	"\x12DelegationReturned\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12*\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x12.rein.v1.RunStatusR\x06status\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12,\n" +
+	"\x06answer\x18\x04 \x01(\v2\x14.rein.v1.FinalAnswerR\x06answer\x12\x1a\n" +
+	"\bevidence\x18\x05 \x03(\tR\bevidence\x12$\n" +
+	"\x05usage\x18\x06 \x01(\v2\x0e.rein.v1.UsageR\x05usage\x12\x19\n" +
+	"\bcost_usd\x18\a \x01(\x01R\acostUsd\x12\x14\n" +
+	"\x05steps\x18\b \x01(\rR\x05steps\x12\x1d\n" +
+	"\n" +
+	"tool_calls\x18\t \x01(\rR\ttoolCalls\"\xa0\x03\n" +
 	"\x0eModelRequested\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x1d\n" +
 	"\n" +
@@ -2516,98 +2833,112 @@ func file_rein_v1_event_proto_rawDescGZIP() []byte {
 	return file_rein_v1_event_proto_rawDescData
 }
 
-var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_rein_v1_event_proto_goTypes = []any{
 	(*Event)(nil),                 // 0: rein.v1.Event
 	(*RunStarted)(nil),            // 1: rein.v1.RunStarted
-	(*ModelRequested)(nil),        // 2: rein.v1.ModelRequested
-	(*ModelPrice)(nil),            // 3: rein.v1.ModelPrice
-	(*ModelReturned)(nil),         // 4: rein.v1.ModelReturned
-	(*ModelRetried)(nil),          // 5: rein.v1.ModelRetried
-	(*ContextCompacted)(nil),      // 6: rein.v1.ContextCompacted
-	(*ContextItem)(nil),           // 7: rein.v1.ContextItem
-	(*DecisionRejected)(nil),      // 8: rein.v1.DecisionRejected
-	(*ToolRequested)(nil),         // 9: rein.v1.ToolRequested
-	(*ToolRefused)(nil),           // 10: rein.v1.ToolRefused
-	(*ToolReturned)(nil),          // 11: rein.v1.ToolReturned
-	(*ApprovalRequested)(nil),     // 12: rein.v1.ApprovalRequested
-	(*ApprovalDecided)(nil),       // 13: rein.v1.ApprovalDecided
-	(*InputRequested)(nil),        // 14: rein.v1.InputRequested
-	(*InputProvided)(nil),         // 15: rein.v1.InputProvided
-	(*WriteDispatched)(nil),       // 16: rein.v1.WriteDispatched
-	(*WriteCommitted)(nil),        // 17: rein.v1.WriteCommitted
-	(*WriteRefused)(nil),          // 18: rein.v1.WriteRefused
-	(*RunTaken)(nil),              // 19: rein.v1.RunTaken
-	(*WriteOutcomeUnknown)(nil),   // 20: rein.v1.WriteOutcomeUnknown
-	(*ChecksCompleted)(nil),       // 21: rein.v1.ChecksCompleted
-	(*CheckResult)(nil),           // 22: rein.v1.CheckResult
-	(*BudgetReached)(nil),         // 23: rein.v1.BudgetReached
-	(*RetryPastDeadline)(nil),     // 24: rein.v1.RetryPastDeadline
-	(*StatusChanged)(nil),         // 25: rein.v1.StatusChanged
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
-	(*TaskContract)(nil),          // 27: rein.v1.TaskContract
-	(*Decision)(nil),              // 28: rein.v1.Decision
-	(*Usage)(nil),                 // 29: rein.v1.Usage
-	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
-	(*structpb.Struct)(nil),       // 31: google.protobuf.Struct
-	(ToolTier)(0),                 // 32: rein.v1.ToolTier
-	(*structpb.Value)(nil),        // 33: google.protobuf.Value
-	(*Proposal)(nil),              // 34: rein.v1.Proposal
-	(*Question)(nil),              // 35: rein.v1.Question
-	(RunStatus)(0),                // 36: rein.v1.RunStatus
-	(*FinalAnswer)(nil),           // 37: rein.v1.FinalAnswer
+	(*DelegationStarted)(nil),     // 2: rein.v1.DelegationStarted
+	(*DelegatedChild)(nil),        // 3: rein.v1.DelegatedChild
+	(*DelegationReturned)(nil),    // 4: rein.v1.DelegationReturned
+	(*ModelRequested)(nil),        // 5: rein.v1.ModelRequested
+	(*ModelPrice)(nil),            // 6: rein.v1.ModelPrice
+	(*ModelReturned)(nil),         // 7: rein.v1.ModelReturned
+	(*ModelRetried)(nil),          // 8: rein.v1.ModelRetried
+	(*ContextCompacted)(nil),      // 9: rein.v1.ContextCompacted
+	(*ContextItem)(nil),           // 10: rein.v1.ContextItem
+	(*DecisionRejected)(nil),      // 11: rein.v1.DecisionRejected
+	(*ToolRequested)(nil),         // 12: rein.v1.ToolRequested
+	(*ToolRefused)(nil),           // 13: rein.v1.ToolRefused
+	(*ToolReturned)(nil),          // 14: rein.v1.ToolReturned
+	(*ApprovalRequested)(nil),     // 15: rein.v1.ApprovalRequested
+	(*ApprovalDecided)(nil),       // 16: rein.v1.ApprovalDecided
+	(*InputRequested)(nil),        // 17: rein.v1.InputRequested
+	(*InputProvided)(nil),         // 18: rein.v1.InputProvided
+	(*WriteDispatched)(nil),       // 19: rein.v1.WriteDispatched
+	(*WriteCommitted)(nil),        // 20: rein.v1.WriteCommitted
+	(*WriteRefused)(nil),          // 21: rein.v1.WriteRefused
+	(*RunTaken)(nil),              // 22: rein.v1.RunTaken
+	(*WriteOutcomeUnknown)(nil),   // 23: rein.v1.WriteOutcomeUnknown
+	(*ChecksCompleted)(nil),       // 24: rein.v1.ChecksCompleted
+	(*CheckResult)(nil),           // 25: rein.v1.CheckResult
+	(*BudgetReached)(nil),         // 26: rein.v1.BudgetReached
+	(*RetryPastDeadline)(nil),     // 27: rein.v1.RetryPastDeadline
+	(*StatusChanged)(nil),         // 28: rein.v1.StatusChanged
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*TaskContract)(nil),          // 30: rein.v1.TaskContract
+	(*DelegatedBy)(nil),           // 31: rein.v1.DelegatedBy
+	(*Budget)(nil),                // 32: rein.v1.Budget
+	(RunStatus)(0),                // 33: rein.v1.RunStatus
+	(*FinalAnswer)(nil),           // 34: rein.v1.FinalAnswer
+	(*Usage)(nil),                 // 35: rein.v1.Usage
+	(*Decision)(nil),              // 36: rein.v1.Decision
+	(*durationpb.Duration)(nil),   // 37: google.protobuf.Duration
+	(*structpb.Struct)(nil),       // 38: google.protobuf.Struct
+	(ToolTier)(0),                 // 39: rein.v1.ToolTier
+	(*structpb.Value)(nil),        // 40: google.protobuf.Value
+	(*Proposal)(nil),              // 41: rein.v1.Proposal
+	(*Question)(nil),              // 42: rein.v1.Question
 }
 var file_rein_v1_event_proto_depIdxs = []int32{
-	26, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
+	29, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
 	1,  // 1: rein.v1.Event.run_started:type_name -> rein.v1.RunStarted
-	2,  // 2: rein.v1.Event.model_requested:type_name -> rein.v1.ModelRequested
-	4,  // 3: rein.v1.Event.model_returned:type_name -> rein.v1.ModelReturned
-	8,  // 4: rein.v1.Event.decision_rejected:type_name -> rein.v1.DecisionRejected
-	9,  // 5: rein.v1.Event.tool_requested:type_name -> rein.v1.ToolRequested
-	10, // 6: rein.v1.Event.tool_refused:type_name -> rein.v1.ToolRefused
-	11, // 7: rein.v1.Event.tool_returned:type_name -> rein.v1.ToolReturned
-	12, // 8: rein.v1.Event.approval_requested:type_name -> rein.v1.ApprovalRequested
-	13, // 9: rein.v1.Event.approval_decided:type_name -> rein.v1.ApprovalDecided
-	14, // 10: rein.v1.Event.input_requested:type_name -> rein.v1.InputRequested
-	15, // 11: rein.v1.Event.input_provided:type_name -> rein.v1.InputProvided
-	16, // 12: rein.v1.Event.write_dispatched:type_name -> rein.v1.WriteDispatched
-	17, // 13: rein.v1.Event.write_committed:type_name -> rein.v1.WriteCommitted
-	20, // 14: rein.v1.Event.write_outcome_unknown:type_name -> rein.v1.WriteOutcomeUnknown
-	21, // 15: rein.v1.Event.checks_completed:type_name -> rein.v1.ChecksCompleted
-	23, // 16: rein.v1.Event.budget_reached:type_name -> rein.v1.BudgetReached
-	25, // 17: rein.v1.Event.status_changed:type_name -> rein.v1.StatusChanged
-	5,  // 18: rein.v1.Event.model_retried:type_name -> rein.v1.ModelRetried
-	6,  // 19: rein.v1.Event.context_compacted:type_name -> rein.v1.ContextCompacted
-	18, // 20: rein.v1.Event.write_refused:type_name -> rein.v1.WriteRefused
-	19, // 21: rein.v1.Event.run_taken:type_name -> rein.v1.RunTaken
-	27, // 22: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
-	26, // 23: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
-	3,  // 24: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
-	28, // 25: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
-	29, // 26: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
-	30, // 27: rein.v1.ModelReturned.duration:type_name -> google.protobuf.Duration
-	30, // 28: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
-	7,  // 29: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
-	31, // 30: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
-	32, // 31: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
-	33, // 32: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
-	30, // 33: rein.v1.ToolReturned.duration:type_name -> google.protobuf.Duration
-	34, // 34: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
-	35, // 35: rein.v1.InputRequested.question:type_name -> rein.v1.Question
-	33, // 36: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
-	30, // 37: rein.v1.WriteCommitted.duration:type_name -> google.protobuf.Duration
-	22, // 38: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
-	30, // 39: rein.v1.ChecksCompleted.duration:type_name -> google.protobuf.Duration
-	24, // 40: rein.v1.BudgetReached.retry_past_deadline:type_name -> rein.v1.RetryPastDeadline
-	30, // 41: rein.v1.RetryPastDeadline.wait:type_name -> google.protobuf.Duration
-	36, // 42: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
-	36, // 43: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
-	37, // 44: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
-	45, // [45:45] is the sub-list for method output_type
-	45, // [45:45] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	5,  // 2: rein.v1.Event.model_requested:type_name -> rein.v1.ModelRequested
+	7,  // 3: rein.v1.Event.model_returned:type_name -> rein.v1.ModelReturned
+	11, // 4: rein.v1.Event.decision_rejected:type_name -> rein.v1.DecisionRejected
+	12, // 5: rein.v1.Event.tool_requested:type_name -> rein.v1.ToolRequested
+	13, // 6: rein.v1.Event.tool_refused:type_name -> rein.v1.ToolRefused
+	14, // 7: rein.v1.Event.tool_returned:type_name -> rein.v1.ToolReturned
+	15, // 8: rein.v1.Event.approval_requested:type_name -> rein.v1.ApprovalRequested
+	16, // 9: rein.v1.Event.approval_decided:type_name -> rein.v1.ApprovalDecided
+	17, // 10: rein.v1.Event.input_requested:type_name -> rein.v1.InputRequested
+	18, // 11: rein.v1.Event.input_provided:type_name -> rein.v1.InputProvided
+	19, // 12: rein.v1.Event.write_dispatched:type_name -> rein.v1.WriteDispatched
+	20, // 13: rein.v1.Event.write_committed:type_name -> rein.v1.WriteCommitted
+	23, // 14: rein.v1.Event.write_outcome_unknown:type_name -> rein.v1.WriteOutcomeUnknown
+	24, // 15: rein.v1.Event.checks_completed:type_name -> rein.v1.ChecksCompleted
+	26, // 16: rein.v1.Event.budget_reached:type_name -> rein.v1.BudgetReached
+	28, // 17: rein.v1.Event.status_changed:type_name -> rein.v1.StatusChanged
+	8,  // 18: rein.v1.Event.model_retried:type_name -> rein.v1.ModelRetried
+	9,  // 19: rein.v1.Event.context_compacted:type_name -> rein.v1.ContextCompacted
+	21, // 20: rein.v1.Event.write_refused:type_name -> rein.v1.WriteRefused
+	2,  // 21: rein.v1.Event.delegation_started:type_name -> rein.v1.DelegationStarted
+	4,  // 22: rein.v1.Event.delegation_returned:type_name -> rein.v1.DelegationReturned
+	22, // 23: rein.v1.Event.run_taken:type_name -> rein.v1.RunTaken
+	30, // 24: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
+	29, // 25: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
+	31, // 26: rein.v1.RunStarted.delegated_by:type_name -> rein.v1.DelegatedBy
+	3,  // 27: rein.v1.DelegationStarted.children:type_name -> rein.v1.DelegatedChild
+	32, // 28: rein.v1.DelegatedChild.budget:type_name -> rein.v1.Budget
+	30, // 29: rein.v1.DelegatedChild.contract:type_name -> rein.v1.TaskContract
+	33, // 30: rein.v1.DelegationReturned.status:type_name -> rein.v1.RunStatus
+	34, // 31: rein.v1.DelegationReturned.answer:type_name -> rein.v1.FinalAnswer
+	35, // 32: rein.v1.DelegationReturned.usage:type_name -> rein.v1.Usage
+	6,  // 33: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
+	36, // 34: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
+	35, // 35: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
+	37, // 36: rein.v1.ModelReturned.duration:type_name -> google.protobuf.Duration
+	37, // 37: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
+	10, // 38: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
+	38, // 39: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
+	39, // 40: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
+	40, // 41: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
+	37, // 42: rein.v1.ToolReturned.duration:type_name -> google.protobuf.Duration
+	41, // 43: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
+	42, // 44: rein.v1.InputRequested.question:type_name -> rein.v1.Question
+	40, // 45: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
+	37, // 46: rein.v1.WriteCommitted.duration:type_name -> google.protobuf.Duration
+	25, // 47: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
+	37, // 48: rein.v1.ChecksCompleted.duration:type_name -> google.protobuf.Duration
+	27, // 49: rein.v1.BudgetReached.retry_past_deadline:type_name -> rein.v1.RetryPastDeadline
+	37, // 50: rein.v1.RetryPastDeadline.wait:type_name -> google.protobuf.Duration
+	33, // 51: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
+	33, // 52: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
+	34, // 53: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
+	54, // [54:54] is the sub-list for method output_type
+	54, // [54:54] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_event_proto_init() }
@@ -2639,6 +2970,8 @@ func file_rein_v1_event_proto_init() {
 		(*Event_ModelRetried)(nil),
 		(*Event_ContextCompacted)(nil),
 		(*Event_WriteRefused)(nil),
+		(*Event_DelegationStarted)(nil),
+		(*Event_DelegationReturned)(nil),
 		(*Event_RunTaken)(nil),
 	}
 	type x struct{}
@@ -2647,7 +2980,7 @@ func file_rein_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_event_proto_rawDesc), len(file_rein_v1_event_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -40,7 +40,10 @@ type RunExport struct {
 	// When the file was written.
 	ExportedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=exported_at,json=exportedAt,proto3" json:"exported_at,omitempty"`
 	// The rein that wrote it.
-	ExportedBy    string `protobuf:"bytes,6,opt,name=exported_by,json=exportedBy,proto3" json:"exported_by,omitempty"`
+	ExportedBy string `protobuf:"bytes,6,opt,name=exported_by,json=exportedBy,proto3" json:"exported_by,omitempty"`
+	// With --tree: the export of each run this one delegated to, in the
+	// order it delegated them, each with its own children.
+	Children      []*RunExport `protobuf:"bytes,7,rep,name=children,proto3" json:"children,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -117,11 +120,18 @@ func (x *RunExport) GetExportedBy() string {
 	return ""
 }
 
+func (x *RunExport) GetChildren() []*RunExport {
+	if x != nil {
+		return x.Children
+	}
+	return nil
+}
+
 var File_rein_v1_export_proto protoreflect.FileDescriptor
 
 const file_rein_v1_export_proto_rawDesc = "" +
 	"\n" +
-	"\x14rein/v1/export.proto\x12\arein.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13rein/v1/event.proto\"\xbe\x02\n" +
+	"\x14rein/v1/export.proto\x12\arein.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13rein/v1/event.proto\"\xee\x02\n" +
 	"\tRunExport\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12&\n" +
@@ -130,7 +140,8 @@ const file_rein_v1_export_proto_rawDesc = "" +
 	"\vexported_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"exportedAt\x12\x1f\n" +
 	"\vexported_by\x18\x06 \x01(\tR\n" +
-	"exportedBy\x1a8\n" +
+	"exportedBy\x12.\n" +
+	"\bchildren\x18\a \x03(\v2\x12.rein.v1.RunExportR\bchildren\x1a8\n" +
 	"\n" +
 	"BlobsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -160,11 +171,12 @@ var file_rein_v1_export_proto_depIdxs = []int32{
 	2, // 0: rein.v1.RunExport.events:type_name -> rein.v1.Event
 	1, // 1: rein.v1.RunExport.blobs:type_name -> rein.v1.RunExport.BlobsEntry
 	3, // 2: rein.v1.RunExport.exported_at:type_name -> google.protobuf.Timestamp
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	0, // 3: rein.v1.RunExport.children:type_name -> rein.v1.RunExport
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_export_proto_init() }

@@ -162,8 +162,13 @@ type Run struct {
 	// The caller's span the run's trace hangs from
 	// (run_started.trace_parent_span_id).
 	TraceParentSpanId string `protobuf:"bytes,24,opt,name=trace_parent_span_id,json=traceParentSpanId,proto3" json:"trace_parent_span_id,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// For a child run: the run that delegated it.
+	DelegatedBy *DelegatedBy `protobuf:"bytes,25,opt,name=delegated_by,json=delegatedBy,proto3" json:"delegated_by,omitempty"`
+	// The run's delegations: children started, open, and the budget lent
+	// to them and spent by those that returned. Unset when it has none.
+	Delegation    *RunDelegation `protobuf:"bytes,26,opt,name=delegation,proto3" json:"delegation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Run) Reset() {
@@ -362,6 +367,20 @@ func (x *Run) GetTraceParentSpanId() string {
 		return x.TraceParentSpanId
 	}
 	return ""
+}
+
+func (x *Run) GetDelegatedBy() *DelegatedBy {
+	if x != nil {
+		return x.DelegatedBy
+	}
+	return nil
+}
+
+func (x *Run) GetDelegation() *RunDelegation {
+	if x != nil {
+		return x.Delegation
+	}
+	return nil
 }
 
 // RunProgress is what the step loop needs of a run's history beyond its
@@ -739,6 +758,289 @@ func (x *Question) GetCallId() string {
 	return ""
 }
 
+// DelegatedBy names where a child run came from.
+type DelegatedBy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The parent run.
+	ParentRunId string `protobuf:"bytes,1,opt,name=parent_run_id,json=parentRunId,proto3" json:"parent_run_id,omitempty"`
+	// The sequence of the parent's delegation_started.
+	Sequence uint64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// The task's index in that delegation.
+	TaskIndex uint32 `protobuf:"varint,3,opt,name=task_index,json=taskIndex,proto3" json:"task_index,omitempty"`
+	// The root of the tree.
+	RootRunId string `protobuf:"bytes,4,opt,name=root_run_id,json=rootRunId,proto3" json:"root_run_id,omitempty"`
+	// 1 for a root's child, 2 for its grandchild, …
+	Depth         uint32 `protobuf:"varint,5,opt,name=depth,proto3" json:"depth,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DelegatedBy) Reset() {
+	*x = DelegatedBy{}
+	mi := &file_rein_v1_run_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DelegatedBy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DelegatedBy) ProtoMessage() {}
+
+func (x *DelegatedBy) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DelegatedBy.ProtoReflect.Descriptor instead.
+func (*DelegatedBy) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DelegatedBy) GetParentRunId() string {
+	if x != nil {
+		return x.ParentRunId
+	}
+	return ""
+}
+
+func (x *DelegatedBy) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *DelegatedBy) GetTaskIndex() uint32 {
+	if x != nil {
+		return x.TaskIndex
+	}
+	return 0
+}
+
+func (x *DelegatedBy) GetRootRunId() string {
+	if x != nil {
+		return x.RootRunId
+	}
+	return ""
+}
+
+func (x *DelegatedBy) GetDepth() uint32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+// RunDelegation is what a run's delegations stand at.
+type RunDelegation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Children started over the run's life.
+	ChildrenStarted uint32 `protobuf:"varint,1,opt,name=children_started,json=childrenStarted,proto3" json:"children_started,omitempty"`
+	// Children that have not returned yet, in order, with what each was lent.
+	OpenChildren []*ChildLoan `protobuf:"bytes,2,rep,name=open_children,json=openChildren,proto3" json:"open_children,omitempty"`
+	// What is lent to the open children.
+	Lent *Spend `protobuf:"bytes,3,opt,name=lent,proto3" json:"lent,omitempty"`
+	// What the returned children spent (their trees included).
+	Returned      *Spend `protobuf:"bytes,4,opt,name=returned,proto3" json:"returned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunDelegation) Reset() {
+	*x = RunDelegation{}
+	mi := &file_rein_v1_run_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunDelegation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunDelegation) ProtoMessage() {}
+
+func (x *RunDelegation) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunDelegation.ProtoReflect.Descriptor instead.
+func (*RunDelegation) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RunDelegation) GetChildrenStarted() uint32 {
+	if x != nil {
+		return x.ChildrenStarted
+	}
+	return 0
+}
+
+func (x *RunDelegation) GetOpenChildren() []*ChildLoan {
+	if x != nil {
+		return x.OpenChildren
+	}
+	return nil
+}
+
+func (x *RunDelegation) GetLent() *Spend {
+	if x != nil {
+		return x.Lent
+	}
+	return nil
+}
+
+func (x *RunDelegation) GetReturned() *Spend {
+	if x != nil {
+		return x.Returned
+	}
+	return nil
+}
+
+// Spend is an amount of each budget limit.
+type Spend struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Model calls.
+	Steps uint32 `protobuf:"varint,1,opt,name=steps,proto3" json:"steps,omitempty"`
+	// Input plus output tokens.
+	Tokens uint64 `protobuf:"varint,2,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	// Model spend in US dollars.
+	CostUsd float64 `protobuf:"fixed64,3,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	// Tool calls.
+	ToolCalls     uint32 `protobuf:"varint,4,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Spend) Reset() {
+	*x = Spend{}
+	mi := &file_rein_v1_run_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Spend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Spend) ProtoMessage() {}
+
+func (x *Spend) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Spend.ProtoReflect.Descriptor instead.
+func (*Spend) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Spend) GetSteps() uint32 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
+func (x *Spend) GetTokens() uint64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *Spend) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
+func (x *Spend) GetToolCalls() uint32 {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return 0
+}
+
+// ChildLoan is an open child and the budget lent to it.
+type ChildLoan struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The child run.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// What it was lent.
+	Lent          *Spend `protobuf:"bytes,2,opt,name=lent,proto3" json:"lent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChildLoan) Reset() {
+	*x = ChildLoan{}
+	mi := &file_rein_v1_run_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChildLoan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChildLoan) ProtoMessage() {}
+
+func (x *ChildLoan) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChildLoan.ProtoReflect.Descriptor instead.
+func (*ChildLoan) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ChildLoan) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ChildLoan) GetLent() *Spend {
+	if x != nil {
+		return x.Lent
+	}
+	return nil
+}
+
 // A price, in US dollars per million tokens (event.proto's ModelPrice,
 // which this file cannot import).
 type RunProgress_Price struct {
@@ -753,7 +1055,7 @@ type RunProgress_Price struct {
 
 func (x *RunProgress_Price) Reset() {
 	*x = RunProgress_Price{}
-	mi := &file_rein_v1_run_proto_msgTypes[5]
+	mi := &file_rein_v1_run_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +1067,7 @@ func (x *RunProgress_Price) String() string {
 func (*RunProgress_Price) ProtoMessage() {}
 
 func (x *RunProgress_Price) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[5]
+	mi := &file_rein_v1_run_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +1101,7 @@ var File_rein_v1_run_proto protoreflect.FileDescriptor
 
 const file_rein_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xc0\a\n" +
+	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xb1\b\n" +
 	"\x03Run\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12*\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x12.rein.v1.RunStatusR\x06status\x121\n" +
@@ -830,7 +1132,11 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\bcost_usd\x18\x15 \x01(\x01R\acostUsd\x120\n" +
 	"\bprogress\x18\x16 \x01(\v2\x14.rein.v1.RunProgressR\bprogress\x12\x19\n" +
 	"\btrace_id\x18\x17 \x01(\tR\atraceId\x12/\n" +
-	"\x14trace_parent_span_id\x18\x18 \x01(\tR\x11traceParentSpanId\"\x83\x04\n" +
+	"\x14trace_parent_span_id\x18\x18 \x01(\tR\x11traceParentSpanId\x127\n" +
+	"\fdelegated_by\x18\x19 \x01(\v2\x14.rein.v1.DelegatedByR\vdelegatedBy\x126\n" +
+	"\n" +
+	"delegation\x18\x1a \x01(\v2\x16.rein.v1.RunDelegationR\n" +
+	"delegation\"\x83\x04\n" +
 	"\vRunProgress\x12.\n" +
 	"\topen_call\x18\x01 \x01(\v2\x11.rein.v1.ToolCallR\bopenCall\x127\n" +
 	"\x0eopen_call_tier\x18\x02 \x01(\x0e2\x11.rein.v1.ToolTierR\fopenCallTier\x12V\n" +
@@ -865,7 +1171,28 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	" \x01(\tR\rargumentsBlob\"7\n" +
 	"\bQuestion\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x17\n" +
-	"\acall_id\x18\x02 \x01(\tR\x06callId*\x95\x02\n" +
+	"\acall_id\x18\x02 \x01(\tR\x06callId\"\xa2\x01\n" +
+	"\vDelegatedBy\x12\"\n" +
+	"\rparent_run_id\x18\x01 \x01(\tR\vparentRunId\x12\x1a\n" +
+	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12\x1d\n" +
+	"\n" +
+	"task_index\x18\x03 \x01(\rR\ttaskIndex\x12\x1e\n" +
+	"\vroot_run_id\x18\x04 \x01(\tR\trootRunId\x12\x14\n" +
+	"\x05depth\x18\x05 \x01(\rR\x05depth\"\xc3\x01\n" +
+	"\rRunDelegation\x12)\n" +
+	"\x10children_started\x18\x01 \x01(\rR\x0fchildrenStarted\x127\n" +
+	"\ropen_children\x18\x02 \x03(\v2\x12.rein.v1.ChildLoanR\fopenChildren\x12\"\n" +
+	"\x04lent\x18\x03 \x01(\v2\x0e.rein.v1.SpendR\x04lent\x12*\n" +
+	"\breturned\x18\x04 \x01(\v2\x0e.rein.v1.SpendR\breturned\"o\n" +
+	"\x05Spend\x12\x14\n" +
+	"\x05steps\x18\x01 \x01(\rR\x05steps\x12\x16\n" +
+	"\x06tokens\x18\x02 \x01(\x04R\x06tokens\x12\x19\n" +
+	"\bcost_usd\x18\x03 \x01(\x01R\acostUsd\x12\x1d\n" +
+	"\n" +
+	"tool_calls\x18\x04 \x01(\rR\ttoolCalls\"F\n" +
+	"\tChildLoan\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\"\n" +
+	"\x04lent\x18\x02 \x01(\v2\x0e.rein.v1.SpendR\x04lent*\x95\x02\n" +
 	"\tRunStatus\x12\x1a\n" +
 	"\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12RUN_STATUS_RUNNING\x10\x01\x12\x1a\n" +
@@ -892,7 +1219,7 @@ func file_rein_v1_run_proto_rawDescGZIP() []byte {
 }
 
 var file_rein_v1_run_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rein_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_rein_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_rein_v1_run_proto_goTypes = []any{
 	(RunStatus)(0),                // 0: rein.v1.RunStatus
 	(*Run)(nil),                   // 1: rein.v1.Run
@@ -900,42 +1227,52 @@ var file_rein_v1_run_proto_goTypes = []any{
 	(*PendingAction)(nil),         // 3: rein.v1.PendingAction
 	(*Proposal)(nil),              // 4: rein.v1.Proposal
 	(*Question)(nil),              // 5: rein.v1.Question
-	(*RunProgress_Price)(nil),     // 6: rein.v1.RunProgress.Price
-	nil,                           // 7: rein.v1.RunProgress.ToolCallsByToolEntry
-	(*TaskContract)(nil),          // 8: rein.v1.TaskContract
-	(*Usage)(nil),                 // 9: rein.v1.Usage
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
-	(*FinalAnswer)(nil),           // 11: rein.v1.FinalAnswer
-	(*ToolCall)(nil),              // 12: rein.v1.ToolCall
-	(ToolTier)(0),                 // 13: rein.v1.ToolTier
-	(*structpb.Struct)(nil),       // 14: google.protobuf.Struct
-	(*structpb.Value)(nil),        // 15: google.protobuf.Value
+	(*DelegatedBy)(nil),           // 6: rein.v1.DelegatedBy
+	(*RunDelegation)(nil),         // 7: rein.v1.RunDelegation
+	(*Spend)(nil),                 // 8: rein.v1.Spend
+	(*ChildLoan)(nil),             // 9: rein.v1.ChildLoan
+	(*RunProgress_Price)(nil),     // 10: rein.v1.RunProgress.Price
+	nil,                           // 11: rein.v1.RunProgress.ToolCallsByToolEntry
+	(*TaskContract)(nil),          // 12: rein.v1.TaskContract
+	(*Usage)(nil),                 // 13: rein.v1.Usage
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*FinalAnswer)(nil),           // 15: rein.v1.FinalAnswer
+	(*ToolCall)(nil),              // 16: rein.v1.ToolCall
+	(ToolTier)(0),                 // 17: rein.v1.ToolTier
+	(*structpb.Struct)(nil),       // 18: google.protobuf.Struct
+	(*structpb.Value)(nil),        // 19: google.protobuf.Value
 }
 var file_rein_v1_run_proto_depIdxs = []int32{
 	0,  // 0: rein.v1.Run.status:type_name -> rein.v1.RunStatus
-	8,  // 1: rein.v1.Run.contract:type_name -> rein.v1.TaskContract
-	9,  // 2: rein.v1.Run.usage:type_name -> rein.v1.Usage
-	10, // 3: rein.v1.Run.deadline:type_name -> google.protobuf.Timestamp
+	12, // 1: rein.v1.Run.contract:type_name -> rein.v1.TaskContract
+	13, // 2: rein.v1.Run.usage:type_name -> rein.v1.Usage
+	14, // 3: rein.v1.Run.deadline:type_name -> google.protobuf.Timestamp
 	3,  // 4: rein.v1.Run.pending:type_name -> rein.v1.PendingAction
-	11, // 5: rein.v1.Run.result:type_name -> rein.v1.FinalAnswer
-	10, // 6: rein.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	10, // 7: rein.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
+	15, // 5: rein.v1.Run.result:type_name -> rein.v1.FinalAnswer
+	14, // 6: rein.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	14, // 7: rein.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
 	4,  // 8: rein.v1.Run.approved_write:type_name -> rein.v1.Proposal
 	2,  // 9: rein.v1.Run.progress:type_name -> rein.v1.RunProgress
-	12, // 10: rein.v1.RunProgress.open_call:type_name -> rein.v1.ToolCall
-	13, // 11: rein.v1.RunProgress.open_call_tier:type_name -> rein.v1.ToolTier
-	7,  // 12: rein.v1.RunProgress.tool_calls_by_tool:type_name -> rein.v1.RunProgress.ToolCallsByToolEntry
-	6,  // 13: rein.v1.RunProgress.price:type_name -> rein.v1.RunProgress.Price
-	4,  // 14: rein.v1.PendingAction.proposal:type_name -> rein.v1.Proposal
-	5,  // 15: rein.v1.PendingAction.question:type_name -> rein.v1.Question
-	14, // 16: rein.v1.Proposal.arguments:type_name -> google.protobuf.Struct
-	15, // 17: rein.v1.Proposal.preview:type_name -> google.protobuf.Value
-	10, // 18: rein.v1.Proposal.expires_at:type_name -> google.protobuf.Timestamp
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	6,  // 10: rein.v1.Run.delegated_by:type_name -> rein.v1.DelegatedBy
+	7,  // 11: rein.v1.Run.delegation:type_name -> rein.v1.RunDelegation
+	16, // 12: rein.v1.RunProgress.open_call:type_name -> rein.v1.ToolCall
+	17, // 13: rein.v1.RunProgress.open_call_tier:type_name -> rein.v1.ToolTier
+	11, // 14: rein.v1.RunProgress.tool_calls_by_tool:type_name -> rein.v1.RunProgress.ToolCallsByToolEntry
+	10, // 15: rein.v1.RunProgress.price:type_name -> rein.v1.RunProgress.Price
+	4,  // 16: rein.v1.PendingAction.proposal:type_name -> rein.v1.Proposal
+	5,  // 17: rein.v1.PendingAction.question:type_name -> rein.v1.Question
+	18, // 18: rein.v1.Proposal.arguments:type_name -> google.protobuf.Struct
+	19, // 19: rein.v1.Proposal.preview:type_name -> google.protobuf.Value
+	14, // 20: rein.v1.Proposal.expires_at:type_name -> google.protobuf.Timestamp
+	9,  // 21: rein.v1.RunDelegation.open_children:type_name -> rein.v1.ChildLoan
+	8,  // 22: rein.v1.RunDelegation.lent:type_name -> rein.v1.Spend
+	8,  // 23: rein.v1.RunDelegation.returned:type_name -> rein.v1.Spend
+	8,  // 24: rein.v1.ChildLoan.lent:type_name -> rein.v1.Spend
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_proto_init() }
@@ -955,7 +1292,7 @@ func file_rein_v1_run_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_run_proto_rawDesc), len(file_rein_v1_run_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -291,7 +291,9 @@ type ListRunsRequest struct {
 	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Only the run whose trace this is (32 lower-case hex digits): the way
 	// from a trace in a tracing backend to its run.
-	TraceId       string `protobuf:"bytes,5,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	TraceId string `protobuf:"bytes,5,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	// Only the children this run delegated to.
+	ParentRunId   string `protobuf:"bytes,6,opt,name=parent_run_id,json=parentRunId,proto3" json:"parent_run_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -357,6 +359,13 @@ func (x *ListRunsRequest) GetPageToken() string {
 func (x *ListRunsRequest) GetTraceId() string {
 	if x != nil {
 		return x.TraceId
+	}
+	return ""
+}
+
+func (x *ListRunsRequest) GetParentRunId() string {
+	if x != nil {
+		return x.ParentRunId
 	}
 	return ""
 }
@@ -1786,14 +1795,15 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\x06run_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\"0\n" +
 	"\x0eGetRunResponse\x12\x1e\n" +
-	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"\xc5\x02\n" +
+	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"\xf3\x02\n" +
 	"\x0fListRunsRequest\x12?\n" +
 	"\bstatuses\x18\x01 \x03(\x0e2\x12.rein.v1.RunStatusB\x0f\xbaH\f\x92\x01\t\"\a\x82\x01\x04\x10\x01 \x00R\bstatuses\x12<\n" +
 	"\x06labels\x18\x02 \x03(\v2$.rein.v1.ListRunsRequest.LabelsEntryR\x06labels\x12$\n" +
 	"\tpage_size\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\x123\n" +
-	"\btrace_id\x18\x05 \x01(\tB\x18\xbaH\x15r\x132\x11^([0-9a-f]{32})?$R\atraceId\x1a9\n" +
+	"\btrace_id\x18\x05 \x01(\tB\x18\xbaH\x15r\x132\x11^([0-9a-f]{32})?$R\atraceId\x12,\n" +
+	"\rparent_run_id\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\vparentRunId\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\\\n" +

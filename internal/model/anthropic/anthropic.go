@@ -230,6 +230,15 @@ func toolUse(out *model.Reply, b sdk.ContentBlockUnion, names *model.ToolNames) 
 		out.Decision = &reinv1.Decision{Action: &reinv1.Decision_AskHuman{AskHuman: &reinv1.AskHuman{Question: q}}}
 		return out
 	}
+	if b.Name == model.DelegateTool && !names.Granted(model.DelegateTool) {
+		d, err := model.ParseDelegate(args)
+		if err != nil {
+			out.Raw = input
+			return out
+		}
+		out.Decision = d
+		return out
+	}
 	st, err := structpb.NewStruct(args)
 	if err != nil {
 		out.Raw = input

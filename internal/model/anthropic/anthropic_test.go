@@ -422,3 +422,28 @@ func TestCountTokensErrors(t *testing.T) {
 		t.Fatalf("err %v, want context.DeadlineExceeded", err)
 	}
 }
+
+func TestDelegate(t *testing.T) {
+	args := `{"tasks":[{"question":"read a","files":["a.txt"]}]}`
+	m, f := serve(t, &fake{body: message("tool_use", toolUse("t1", "delegate", args))}, nil)
+	req := request()
+	req.Delegate = true
+	r, err := m.Next(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := r.Decision.GetDelegate(); len(d.GetTasks()) != 1 || d.GetTasks()[0].GetFiles()[0] != "a.txt" {
+		t.Fatalf("decision %v, want a delegation", r.Decision)
+	}
+	f.mu.Lock()
+	body := string(f.reqs[len(f.reqs)-1].body)
+	f.mu.Unlock()
+	if !strings.Contains(body, `"name":"delegate"`) {
+		t.Fatal("the delegate tool was not offered")
+	}
+	bad := `{"tasks":[{"question":7}]}`
+	m, _ = serve(t, &fake{body: message("tool_use", toolUse("t1", "delegate", bad))}, nil)
+	if r, err = m.Next(context.Background(), req); err != nil || r.Decision != nil || r.Raw != bad {
+		t.Fatalf("malformed delegation: %v %v %q, want raw text", r.Decision, err, r.Raw)
+	}
+}

@@ -453,3 +453,31 @@ func TestTransportFailureIsRetryable(t *testing.T) {
 		t.Errorf("a cancelled call is retryable: %v", err)
 	}
 }
+
+func TestDelegate(t *testing.T) {
+	args := `{"tasks":[{"question":"read a","tools":[{"name":"search"}],"budget":{"maxSteps":3}},{"question":"read b"}]}`
+	m, f := serve(t, &fake{body: completion(`{"role":"assistant","content":null,"tool_calls":[` + toolCall("c1", "delegate", args) + `]}`)})
+	req := request()
+	req.Delegate = true
+	r, err := m.Next(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.Decision.GetDelegate()
+	if len(d.GetTasks()) != 2 || d.GetTasks()[0].GetBudget().GetMaxSteps() != 3 || d.GetTasks()[0].GetTools()[0].GetName() != "search" {
+		t.Fatalf("decision %v, want a delegation of two tasks", r.Decision)
+	}
+	if !strings.Contains(string(f.bodies[0]), `"name":"delegate"`) {
+		t.Fatal("the delegate tool was not offered")
+	}
+	// Its twin: without Delegate the tool is not offered; a call to it all
+	// the same is read as a delegation, which the harness refuses.
+	m, f = serve(t, &fake{body: completion(`{"role":"assistant","content":null,"tool_calls":[` + toolCall("c1", "delegate", args) + `]}`)})
+	r, err = m.Next(context.Background(), request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(f.bodies[0]), `"name":"delegate"`) || r.Decision.GetDelegate() == nil {
+		t.Fatalf("delegate offered or parsed without Request.Delegate: %v", r.Decision)
+	}
+}
