@@ -24,17 +24,32 @@ func (s *Store) checkBlobSizes(what string, blobs map[string][]byte) error {
 	return nil
 }
 
-// missingBlobs is the part of blobs not stored yet. Blobs are never
-// rewritten or deleted, so one stored before this read is still there when
-// the write commits; two writers putting one new blob put the same bytes.
+// probeBlobBytes is the size above which a blob is looked up before the
+// write that brings it, so that a blob already stored is not sent again. A
+// smaller one is sent with the write without a look-up, which would cost a
+// round trip to etcd on every such append (a step brings new transcript
+// blobs each time), and put only if absent (putBlobs).
+const probeBlobBytes = 64 << 10
+
+// missingBlobs is the part of blobs to send: those over probeBlobBytes not
+// stored yet, and every smaller one. Blobs are never rewritten or deleted,
+// so one stored before this read is still there when the write commits; two
+// writers putting one new blob put the same bytes.
 func (s *Store) missingBlobs(ctx context.Context, what string, blobs map[string][]byte) (map[string][]byte, error) {
 	if len(blobs) == 0 {
 		return nil, nil
 	}
-	hashes := slices.Sorted(maps.Keys(blobs))
 	missing := make(map[string][]byte, len(blobs))
-	for start := 0; start < len(hashes); start += s.opts.MaxTxnOps {
-		part := hashes[start:min(start+s.opts.MaxTxnOps, len(hashes))]
+	var probe []string
+	for _, h := range slices.Sorted(maps.Keys(blobs)) {
+		if len(blobs[h]) > probeBlobBytes {
+			probe = append(probe, h)
+		} else {
+			missing[h] = blobs[h]
+		}
+	}
+	for start := 0; start < len(probe); start += s.opts.MaxTxnOps {
+		part := probe[start:min(start+s.opts.MaxTxnOps, len(probe))]
 		ops := make([]clientv3.Op, len(part))
 		for i, h := range part {
 			ops[i] = clientv3.OpGet(s.keys.blob(h), clientv3.WithKeysOnly())
@@ -52,17 +67,25 @@ func (s *Store) missingBlobs(ctx context.Context, what string, blobs map[string]
 	return missing, nil
 }
 
-// putBlobs adds blobs to t: each as its chunks, then its header.
+// putBlobs adds blobs to t, each as a nested Txn that puts its chunks, then
+// its header, only if the header is absent: a blob already stored is never
+// rewritten, and the write's own compares do not fail for it.
 func putBlobs(t *txn, k keys, blobs map[string][]byte) {
 	for _, hash := range slices.Sorted(maps.Keys(blobs)) {
 		content := blobs[hash]
+		var ops []clientv3.Op
 		n := 0
 		for off := 0; off < len(content); off += ChunkBytes {
-			t.put(k.chunk(hash, n), content[off:min(off+ChunkBytes, len(content))])
+			key := k.chunk(hash, n)
+			ops = append(ops, clientv3.OpPut(key, string(content[off:min(off+ChunkBytes, len(content))])))
+			t.bytes += len(key) + opOverhead
 			n++
 		}
 		header := binary.BigEndian.AppendUint64(nil, uint64(len(content)))
-		t.put(k.blob(hash), binary.BigEndian.AppendUint32(header, uint32(n)))
+		ops = append(ops, clientv3.OpPut(k.blob(hash), string(binary.BigEndian.AppendUint32(header, uint32(n)))))
+		absent := clientv3.Compare(clientv3.CreateRevision(k.blob(hash)), "=", 0)
+		t.ops = append(t.ops, clientv3.OpTxn([]clientv3.Cmp{absent}, ops, nil))
+		t.bytes += len(content) + 2*(len(k.blob(hash))+opOverhead) + 12 + opOverhead
 		t.blobs += len(content)
 	}
 }
