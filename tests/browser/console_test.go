@@ -84,7 +84,9 @@ func waitStatus(t *testing.T, ctx context.Context, s *server, runID string, want
 func until(t *testing.T, ctx context.Context, what, expr string) {
 	t.Helper()
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(20*time.Second), chromedp.WithPollingInterval(25*time.Millisecond))); err != nil {
-		t.Fatalf("waiting for %s (%s): %v", what, expr, err)
+		// What the page showed instead, for the failure's reader.
+		page, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`location.hash + "\n" + document.body.innerText.slice(0, 3000)`))
+		t.Fatalf("waiting for %s (%s): %v\nthe page showed:\n%s", what, expr, err, page)
 	}
 }
 

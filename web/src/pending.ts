@@ -10,7 +10,15 @@ export function pendingPage(root: HTMLElement, signal: AbortSignal): void {
   const list = h("div", { class: "pending" });
   const live = h("span", { class: "live" }, "connecting");
   const error = h("p", { class: "outcome" });
-  const load = async () => {
+  // One load at a time: a change seen during one asks for another after it.
+  let loading = false;
+  let again = false;
+  const load = async (): Promise<void> => {
+    if (loading) {
+      again = true;
+      return;
+    }
+    loading = true;
     try {
       const runs: Run[] = [];
       let pageToken = "";
@@ -37,6 +45,12 @@ export function pendingPage(root: HTMLElement, signal: AbortSignal): void {
       if (signal.aborted) return;
       error.className = "outcome refused";
       error.textContent = `could not list pending runs: ${explain(err)}`;
+    } finally {
+      loading = false;
+      if (again && !signal.aborted) {
+        again = false;
+        void load();
+      }
     }
   };
   const refresh = debounce(load, 250);
