@@ -316,14 +316,12 @@ func (r *runner) childContract(t *reinv1.DelegatedTask, grants []*reinv1.ToolGra
 	out := &reinv1.TaskContract{Goal: goal, Inputs: inputs, Tools: grants, Budget: b, Model: m, Approval: c.GetApproval(), Labels: c.GetLabels()}
 	if p := c.GetDelegation(); p.GetMaxDepth() > 1 {
 		down := &reinv1.DelegationPolicy{MaxChildren: p.GetMaxChildren(), MaxDepth: p.GetMaxDepth() - 1, MaxShare: p.GetMaxShare(), ChildModels: p.GetChildModels()}
+		// A grandchild may be given only what the child was given (and
+		// the policy allows); a child given no tools gives none.
 		for _, g := range grants {
 			if len(p.GetTools()) == 0 || slices.Contains(p.GetTools(), g.GetName()) {
 				down.Tools = append(down.Tools, g.GetName())
 			}
-		}
-		if len(down.Tools) == 0 {
-			// No tool to give: the child may still delegate tool-less reasoning.
-			down.Tools = nil
 		}
 		out.Delegation = down
 	}
