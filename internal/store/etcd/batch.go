@@ -2,8 +2,8 @@ package etcd
 
 import "context"
 
-// Appends that add no status change and bring no blobs (a run's steps, the
-// most of its appends) share Txns: group commit across runs. A Txn is a
+// Appends that add no status change (a run's steps, the most of its
+// appends, with the blobs of their model calls' input) share Txns: group commit across runs. A Txn is a
 // raft entry applied on its own, so pipelined Txns share etcd's fsyncs but
 // not its per-Txn cost; one Txn carrying the appends of many runs does.
 //
@@ -64,8 +64,9 @@ func (s *Store) batch(ctx context.Context, what, runID string, t *txn) batched {
 }
 
 // takeLocked is the head of the queue that fits one Txn: appends of
-// distinct runs (etcd refuses a Txn that puts one key twice), within the
-// store's request bytes and compares. s.batchMu must be held.
+// distinct runs (etcd refuses a Txn that puts one key twice; a blob two of
+// them bring is sent once, commitBatch), within the store's request bytes
+// and compares. s.batchMu must be held.
 func (s *Store) takeLocked() []*queued {
 	runs := map[string]bool{}
 	bytes, cmps := 0, 0
@@ -87,9 +88,24 @@ func (s *Store) takeLocked() []*queued {
 // that the appends arriving meanwhile queue behind it and share the next.
 func (s *Store) commitBatch(ctx context.Context, what string, take []*queued) batched {
 	all := &txn{}
+	sent := map[string]bool{} // blobs put by an append before in the batch
 	for _, q := range take {
 		all.cmps = append(all.cmps, q.t.cmps...)
-		all.ops = append(all.ops, q.t.ops...)
+		var again map[int]bool
+		for _, b := range q.t.blobAt {
+			if sent[b.hash] {
+				if again == nil {
+					again = map[int]bool{}
+				}
+				again[b.i] = true
+			}
+			sent[b.hash] = true
+		}
+		for i, op := range q.t.ops {
+			if !again[i] {
+				all.ops = append(all.ops, op)
+			}
+		}
 		all.bytes += q.t.bytes
 	}
 	ops, err := nest(all, s.opts.MaxTxnOps)

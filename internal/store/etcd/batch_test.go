@@ -82,3 +82,53 @@ func TestBatchedAppends(t *testing.T) {
 	}
 	assertUnchanged(t, "the stale append", stale, dump(t, shared, prefix+"event/"+ids[0]+"/"))
 }
+
+// TestBatchedAppendsWithBlobs: steps bringing blobs share Txns too, and a
+// blob two runs bring at once (the same system prompt, say) is stored once
+// and read back whole by both; no batch puts one blob twice, which etcd
+// would refuse. The twin: an append whose blob is keyed by another hash is
+// refused and stores nothing.
+func TestBatchedAppendsWithBlobs(t *testing.T) {
+	ctx := t.Context()
+	prefix := prefixOf(t.TempDir())
+	s := openShared(t, prefix)
+	defer s.Close()
+	const runs, rounds = 16, 5
+	common := blobOf(2048, 7)
+	ids := make([]string, runs)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("run-%02d", i)
+		mustCreate(t, s, ids[i])
+	}
+	before := s.Commits()
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			for r := range uint64(rounds) {
+				own := blobOf(1024, uint32(2*(i*rounds+int(r))+11))
+				evs := []*reinv1.Event{step(id, 2+2*r, common, own), step(id, 3+2*r)}
+				blobs := map[string][]byte{store.BlobHash(common): common, store.BlobHash(own): own}
+				if err := s.Append(ctx, id, 1+2*r, evs, store.WithBlobs(blobs)); err != nil {
+					t.Errorf("Append(%s): %v", id, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if commits := s.Commits() - before; commits >= runs*rounds {
+		t.Errorf("%d appends with blobs took %d commits; want fewer: they share Txns", runs*rounds, commits)
+	}
+	got, err := s.Blob(ctx, store.BlobHash(common))
+	if err != nil || string(got) != string(common) {
+		t.Fatalf("the common blob: %d bytes, %v", len(got), err)
+	}
+	before2 := dump(t, shared, prefix)
+	bad := blobOf(64, 3)
+	err = s.Append(ctx, ids[0], 1+2*rounds, []*reinv1.Event{step(ids[0], 2+2*rounds, bad), step(ids[0], 3+2*rounds)},
+		store.WithBlobs(map[string][]byte{store.BlobHash(common): bad}))
+	if !errors.Is(err, store.ErrInvalidBlob) {
+		t.Fatalf("a blob under another's hash: %v, want ErrInvalidBlob", err)
+	}
+	assertUnchanged(t, "a refused append", before2, dump(t, shared, prefix))
+}

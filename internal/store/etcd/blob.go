@@ -84,6 +84,7 @@ func putBlobs(t *txn, k keys, blobs map[string][]byte) {
 		header := binary.BigEndian.AppendUint64(nil, uint64(len(content)))
 		ops = append(ops, clientv3.OpPut(k.blob(hash), string(binary.BigEndian.AppendUint32(header, uint32(n)))))
 		absent := clientv3.Compare(clientv3.CreateRevision(k.blob(hash)), "=", 0)
+		t.blobAt = append(t.blobAt, blobOp{hash: hash, i: len(t.ops)})
 		t.ops = append(t.ops, clientv3.OpTxn([]clientv3.Cmp{absent}, ops, nil))
 		t.bytes += len(content) + 2*(len(k.blob(hash))+opOverhead) + 12 + opOverhead
 		t.blobs += len(content)

@@ -51,9 +51,10 @@
 //     cached value moved, validated again and retried, the way Kubernetes'
 //     GuaranteedUpdate does. Two writers at one version: one wins, the other
 //     gets ErrConflict, never a forked history.
-//   - Group commit (batch.go): appends that change no status and bring no
-//     blobs (a run's steps) share Txns. The first one queued sends the
-//     appends of distinct runs queued at that moment as one Txn holding
+//   - Group commit (batch.go): appends that change no status (a run's
+//     steps, with their blobs) share Txns. The first one queued sends the
+//     appends of distinct runs queued at that moment (a blob two of them
+//     bring put once) as one Txn holding
 //     every append's compares, one batch in flight at a time, no timer; a
 //     failed compare stores none of the batch, and each append is sent
 //     again alone, with its Else branch. etcd shares fsyncs among pipelined

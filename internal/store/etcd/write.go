@@ -284,7 +284,7 @@ func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next ru
 	if err := s.fits(what, t); err != nil {
 		return false, err
 	}
-	if !changed && len(blobs) == 0 {
+	if !changed {
 		b := s.batch(ctx, what, runID, t)
 		if b.err != nil {
 			return false, b.err
