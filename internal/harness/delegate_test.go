@@ -495,3 +495,24 @@ func TestForkRefusedWhileWaiting(t *testing.T) {
 		t.Fatalf("fork waiting %v, returned %+v", f.Waiting(), f.Returned)
 	}
 }
+
+// TestDelegateRetriesAChildItCouldNotCreate: a child the parent could not
+// create (the store failed that once) is created when the engine drives the
+// parent again a moment later, with no restart, and the tree completes with
+// no duplicate child. The twin, TestDelegateResumesWithoutDuplicates, stops
+// the engine before that retry: the parent waits for a restart.
+func TestDelegateRetriesAChildItCouldNotCreate(t *testing.T) {
+	child := []*reinv1.ScriptedReply{callReply("search", "c1", nil), finalReply("found")}
+	c := delegating(child, delegateReply(task("a", "search"), task("b", "search")), finalReply("done"))
+	s, _ := openStore(t)
+	fc := &failingCreate{Store: s, fail: 2} // the first child's: no child runs to wake the parent
+	e, w, _ := delegSetup(t, Config{Store: fc, RetryWait: 10 * time.Millisecond})
+	st := startRun(t, e, c)
+	w.wait(t, st.RunID)
+	st, evs := stored(t, s, st.RunID)
+	wantStatus(t, st, evs, statusCompleted, "final_answer")
+	wantCount(t, evs, "delegation_returned", 2)
+	if n := len(listRuns(t, s)); n != 3 {
+		t.Fatalf("%d runs, want the parent and 2 children, no duplicate", n)
+	}
+}

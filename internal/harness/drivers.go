@@ -3,7 +3,9 @@ package harness
 import (
 	"context"
 	"errors"
+	"time"
 
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 )
@@ -100,6 +102,7 @@ func (e *Engine) driveSlot(ctx context.Context, runID string) {
 		e.cfg.Logger.Warn("this server no longer holds the run's lease, so it stopped driving it; the server that took it carries it on", "run_id", runID, "error", err)
 	default:
 		e.cfg.Logger.Error("run stopped", "run_id", runID, "error", err)
+		e.retryWaiting(runID)
 	}
 }
 
@@ -224,4 +227,21 @@ func (e *Engine) Driving() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return len(e.leases)
+}
+
+// retryWaiting drives again, after RetryWait, a parent waiting for its
+// children whose driver stopped on an error (a child it could not create
+// while the store or a tool server was unavailable), so that the tree does
+// not wait for a restart. Any other run that stopped so stays as the log
+// has it until a server resumes it.
+func (e *Engine) retryWaiting(runID string) {
+	st, err := e.cfg.Store.Load(e.base, runID)
+	if err != nil || st.Status != reinv1.RunStatus_RUN_STATUS_RUNNING || !st.Waiting() {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.closed {
+		time.AfterFunc(e.cfg.RetryWait, func() { e.schedule(runID) })
+	}
 }
