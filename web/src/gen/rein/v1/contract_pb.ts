@@ -15,7 +15,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file rein/v1/contract.proto.
  */
 export const file_rein_v1_contract: GenFile = /*@__PURE__*/
-  fileDesc("ChZyZWluL3YxL2NvbnRyYWN0LnByb3RvEgdyZWluLnYxIvECCgxUYXNrQ29udHJhY3QSGQoEZ29hbBgBIAEoCUILukgIcgYQARiAgAQSJwoGaW5wdXRzGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIsCgV0b29scxgDIAMoCzISLnJlaW4udjEuVG9vbEdyYW50Qgm6SAaSAQMQgAISHwoGYnVkZ2V0GAQgASgLMg8ucmVpbi52MS5CdWRnZXQSHgoGY2hlY2tzGAUgAygLMg4ucmVpbi52MS5DaGVjaxIhCgVtb2RlbBgGIAEoCzISLnJlaW4udjEuTW9kZWxTcGVjEikKCGFwcHJvdmFsGAcgASgLMhcucmVpbi52MS5BcHByb3ZhbFBvbGljeRIxCgZsYWJlbHMYCCADKAsyIS5yZWluLnYxLlRhc2tDb250cmFjdC5MYWJlbHNFbnRyeRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIqkBCglUb29sR3JhbnQSKwoEbmFtZRgBIAEoCUIdukgachgyFl5bQS1aYS16MC05Xy4tXXsxLDY0fSQSEwoLZGVzY3JpcHRpb24YAiABKAkSLQoMaW5wdXRfc2NoZW1hGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIrCgR0aWVyGAQgASgOMhEucmVpbi52MS5Ub29sVGllckIKukgHggEEEAEgACLQAQoGQnVkZ2V0EhEKCW1heF9zdGVwcxgBIAEoDRISCgptYXhfdG9rZW5zGAIgASgEEioKB3RpbWVvdXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoObWF4X3Rvb2xfY2FsbHMYBCABKA0SGAoQbWF4X291dHB1dF9ieXRlcxgFIAEoBBImCgxtYXhfY29zdF91c2QYBiABKAFCELpIDRILQAEpAAAAAAAAAAASGQoRbWF4X2NvbnRleHRfY2hhcnMYByABKAQiaQoFQ2hlY2sSDAoEbmFtZRgBIAEoCRIMCgRhcmd2GAIgAygJEgsKA2RpchgDIAEoCRIqCgd0aW1lb3V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgsKA2VudhgFIAMoCSKqAQoJTW9kZWxTcGVjEhAKCHByb3ZpZGVyGAEgASgJEgwKBG5hbWUYAiABKAkSEAoIYmFzZV91cmwYAyABKAkSGQoRbWF4X291dHB1dF90b2tlbnMYBCABKA0SGAoLdGVtcGVyYXR1cmUYBSABKAFIAIgBARImCgZzY3JpcHQYBiADKAsyFi5yZWluLnYxLlNjcmlwdGVkUmVwbHlCDgoMX3RlbXBlcmF0dXJlIr8BCg1TY3JpcHRlZFJlcGx5EiUKCGRlY2lzaW9uGAEgASgLMhEucmVpbi52MS5EZWNpc2lvbkgAEg0KA3JhdxgCIAEoCUgAEg8KBWVycm9yGAMgASgJSAASHQoFdXNhZ2UYBCABKAsyDi5yZWluLnYxLlVzYWdlEhAKCGRlbGF5X21zGAUgASgNEhUKDWZhaWxfYXR0ZW1wdHMYBiABKA0SFgoOcmV0cnlfYWZ0ZXJfbXMYByABKA1CBwoFcmVwbHkiNAoFVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgEEhUKDW91dHB1dF90b2tlbnMYAiABKAQiXwoOQXBwcm92YWxQb2xpY3kSLwoMcHJvcG9zYWxfdHRsGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhwKFGZvcmJpZF9zZWxmX2FwcHJvdmFsGAIgASgIKmcKCFRvb2xUaWVyEhkKFVRPT0xfVElFUl9VTlNQRUNJRklFRBAAEhIKDlRPT0xfVElFUl9SRUFEEAESEwoPVE9PTF9USUVSX1dSSVRFEAISFwoTVE9PTF9USUVSX0FTS19IVU1BThADYgZwcm90bzM", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_struct, file_rein_v1_decision]);
+  fileDesc("ChZyZWluL3YxL2NvbnRyYWN0LnByb3RvEgdyZWluLnYxIqADCgxUYXNrQ29udHJhY3QSGQoEZ29hbBgBIAEoCUILukgIcgYQARiAgAQSJwoGaW5wdXRzGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIsCgV0b29scxgDIAMoCzISLnJlaW4udjEuVG9vbEdyYW50Qgm6SAaSAQMQgAISHwoGYnVkZ2V0GAQgASgLMg8ucmVpbi52MS5CdWRnZXQSHgoGY2hlY2tzGAUgAygLMg4ucmVpbi52MS5DaGVjaxIhCgVtb2RlbBgGIAEoCzISLnJlaW4udjEuTW9kZWxTcGVjEikKCGFwcHJvdmFsGAcgASgLMhcucmVpbi52MS5BcHByb3ZhbFBvbGljeRIxCgZsYWJlbHMYCCADKAsyIS5yZWluLnYxLlRhc2tDb250cmFjdC5MYWJlbHNFbnRyeRItCgpkZWxlZ2F0aW9uGAkgASgLMhkucmVpbi52MS5EZWxlZ2F0aW9uUG9saWN5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEioAEKEERlbGVnYXRpb25Qb2xpY3kSFAoMbWF4X2NoaWxkcmVuGAEgASgNEhEKCW1heF9kZXB0aBgCIAEoDRINCgV0b29scxgDIAMoCRIqCgltYXhfc2hhcmUYBCABKAFCF7pIFBISGQAAAAAAAPA/KQAAAAAAAAAAEigKDGNoaWxkX21vZGVscxgFIAMoCzISLnJlaW4udjEuTW9kZWxTcGVjIqkBCglUb29sR3JhbnQSKwoEbmFtZRgBIAEoCUIdukgachgyFl5bQS1aYS16MC05Xy4tXXsxLDY0fSQSEwoLZGVzY3JpcHRpb24YAiABKAkSLQoMaW5wdXRfc2NoZW1hGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIrCgR0aWVyGAQgASgOMhEucmVpbi52MS5Ub29sVGllckIKukgHggEEEAEgACLQAQoGQnVkZ2V0EhEKCW1heF9zdGVwcxgBIAEoDRISCgptYXhfdG9rZW5zGAIgASgEEioKB3RpbWVvdXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoObWF4X3Rvb2xfY2FsbHMYBCABKA0SGAoQbWF4X291dHB1dF9ieXRlcxgFIAEoBBImCgxtYXhfY29zdF91c2QYBiABKAFCELpIDRILQAEpAAAAAAAAAAASGQoRbWF4X2NvbnRleHRfY2hhcnMYByABKAQiaQoFQ2hlY2sSDAoEbmFtZRgBIAEoCRIMCgRhcmd2GAIgAygJEgsKA2RpchgDIAEoCRIqCgd0aW1lb3V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgsKA2VudhgFIAMoCSKqAQoJTW9kZWxTcGVjEhAKCHByb3ZpZGVyGAEgASgJEgwKBG5hbWUYAiABKAkSEAoIYmFzZV91cmwYAyABKAkSGQoRbWF4X291dHB1dF90b2tlbnMYBCABKA0SGAoLdGVtcGVyYXR1cmUYBSABKAFIAIgBARImCgZzY3JpcHQYBiADKAsyFi5yZWluLnYxLlNjcmlwdGVkUmVwbHlCDgoMX3RlbXBlcmF0dXJlIr8BCg1TY3JpcHRlZFJlcGx5EiUKCGRlY2lzaW9uGAEgASgLMhEucmVpbi52MS5EZWNpc2lvbkgAEg0KA3JhdxgCIAEoCUgAEg8KBWVycm9yGAMgASgJSAASHQoFdXNhZ2UYBCABKAsyDi5yZWluLnYxLlVzYWdlEhAKCGRlbGF5X21zGAUgASgNEhUKDWZhaWxfYXR0ZW1wdHMYBiABKA0SFgoOcmV0cnlfYWZ0ZXJfbXMYByABKA1CBwoFcmVwbHkiNAoFVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgEEhUKDW91dHB1dF90b2tlbnMYAiABKAQiXwoOQXBwcm92YWxQb2xpY3kSLwoMcHJvcG9zYWxfdHRsGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhwKFGZvcmJpZF9zZWxmX2FwcHJvdmFsGAIgASgIKmcKCFRvb2xUaWVyEhkKFVRPT0xfVElFUl9VTlNQRUNJRklFRBAAEhIKDlRPT0xfVElFUl9SRUFEEAESEwoPVE9PTF9USUVSX1dSSVRFEAISFwoTVE9PTF9USUVSX0FTS19IVU1BThADYgZwcm90bzM", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_struct, file_rein_v1_decision]);
 
 /**
  * TaskContract is everything a run may do: its goal and inputs, the tools it
@@ -81,6 +81,14 @@ export type TaskContract = Message<"rein.v1.TaskContract"> & {
    * @generated from field: map<string, string> labels = 8;
    */
   labels: { [key: string]: string };
+
+  /**
+   * Whether and how the run may hand sub-tasks to child runs. Unset: it
+   * may not, and the model is not offered the delegate action.
+   *
+   * @generated from field: rein.v1.DelegationPolicy delegation = 9;
+   */
+  delegation?: DelegationPolicy | undefined;
 };
 
 /**
@@ -89,6 +97,59 @@ export type TaskContract = Message<"rein.v1.TaskContract"> & {
  */
 export const TaskContractSchema: GenMessage<TaskContract> = /*@__PURE__*/
   messageDesc(file_rein_v1_contract, 0);
+
+/**
+ * DelegationPolicy is what a run may delegate. A child's budget is lent
+ * from what the run has left, so the root's limits bound the whole tree.
+ *
+ * @generated from message rein.v1.DelegationPolicy
+ */
+export type DelegationPolicy = Message<"rein.v1.DelegationPolicy"> & {
+  /**
+   * Children the run may start over its whole life. 0 means none.
+   *
+   * @generated from field: uint32 max_children = 1;
+   */
+  maxChildren: number;
+
+  /**
+   * How deep the tree below this run may go: 1 lets its children delegate
+   * nothing, 2 lets them delegate once more, and so on. 0 means 1.
+   *
+   * @generated from field: uint32 max_depth = 2;
+   */
+  maxDepth: number;
+
+  /**
+   * The run's granted tools a child may be given; empty means any of them.
+   *
+   * @generated from field: repeated string tools = 3;
+   */
+  tools: string[];
+
+  /**
+   * The largest share of the run's remaining budget (each limit it has)
+   * one child may take, in (0, 1]. 0 means 0.5.
+   *
+   * @generated from field: double max_share = 4;
+   */
+  maxShare: number;
+
+  /**
+   * The models the children run with: the run's nth child runs with the
+   * nth (the last one repeats). Empty means the run's own model.
+   *
+   * @generated from field: repeated rein.v1.ModelSpec child_models = 5;
+   */
+  childModels: ModelSpec[];
+};
+
+/**
+ * Describes the message rein.v1.DelegationPolicy.
+ * Use `create(DelegationPolicySchema)` to create a new message.
+ */
+export const DelegationPolicySchema: GenMessage<DelegationPolicy> = /*@__PURE__*/
+  messageDesc(file_rein_v1_contract, 1);
 
 /**
  * ToolGrant grants one tool to a run, with the tier that decides how rein
@@ -133,7 +194,7 @@ export type ToolGrant = Message<"rein.v1.ToolGrant"> & {
  * Use `create(ToolGrantSchema)` to create a new message.
  */
 export const ToolGrantSchema: GenMessage<ToolGrant> = /*@__PURE__*/
-  messageDesc(file_rein_v1_contract, 1);
+  messageDesc(file_rein_v1_contract, 2);
 
 /**
  * Budget holds the run's limits. A zero field takes the default documented on
@@ -201,7 +262,7 @@ export type Budget = Message<"rein.v1.Budget"> & {
  * Use `create(BudgetSchema)` to create a new message.
  */
 export const BudgetSchema: GenMessage<Budget> = /*@__PURE__*/
-  messageDesc(file_rein_v1_contract, 2);
+  messageDesc(file_rein_v1_contract, 3);
 
 /**
  * Check is a completion check: a named command run on a final answer.
@@ -250,7 +311,7 @@ export type Check = Message<"rein.v1.Check"> & {
  * Use `create(CheckSchema)` to create a new message.
  */
 export const CheckSchema: GenMessage<Check> = /*@__PURE__*/
-  messageDesc(file_rein_v1_contract, 3);
+  messageDesc(file_rein_v1_contract, 4);
 
 /**
  * ModelSpec names the model that drives a run.
@@ -306,7 +367,7 @@ export type ModelSpec = Message<"rein.v1.ModelSpec"> & {
  * Use `create(ModelSpecSchema)` to create a new message.
  */
 export const ModelSpecSchema: GenMessage<ModelSpec> = /*@__PURE__*/
-  messageDesc(file_rein_v1_contract, 4);
+  messageDesc(file_rein_v1_contract, 5);
 
 /**
  * ScriptedReply is one reply of the scripted model.
@@ -381,7 +442,7 @@ export type ScriptedReply = Message<"rein.v1.ScriptedReply"> & {
  * Use `create(ScriptedReplySchema)` to create a new message.
  */
 export const ScriptedReplySchema: GenMessage<ScriptedReply> = /*@__PURE__*/
-  messageDesc(file_rein_v1_contract, 5);
+  messageDesc(file_rein_v1_contract, 6);
 
 /**
  * Usage counts tokens.
@@ -409,7 +470,7 @@ export type Usage = Message<"rein.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_rein_v1_contract, 6);
+  messageDesc(file_rein_v1_contract, 7);
 
 /**
  * ApprovalPolicy governs how writes are approved.
@@ -437,7 +498,7 @@ export type ApprovalPolicy = Message<"rein.v1.ApprovalPolicy"> & {
  * Use `create(ApprovalPolicySchema)` to create a new message.
  */
 export const ApprovalPolicySchema: GenMessage<ApprovalPolicy> = /*@__PURE__*/
-  messageDesc(file_rein_v1_contract, 7);
+  messageDesc(file_rein_v1_contract, 8);
 
 /**
  * ToolTier decides how a call is routed.

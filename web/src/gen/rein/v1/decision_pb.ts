@@ -12,7 +12,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file rein/v1/decision.proto.
  */
 export const file_rein_v1_decision: GenFile = /*@__PURE__*/
-  fileDesc("ChZyZWluL3YxL2RlY2lzaW9uLnByb3RvEgdyZWluLnYxIpIBCghEZWNpc2lvbhImCgl0b29sX2NhbGwYASABKAsyES5yZWluLnYxLlRvb2xDYWxsSAASLAoMZmluYWxfYW5zd2VyGAIgASgLMhQucmVpbi52MS5GaW5hbEFuc3dlckgAEiYKCWFza19odW1hbhgDIAEoCzIRLnJlaW4udjEuQXNrSHVtYW5IAEIICgZhY3Rpb24iVQoIVG9vbENhbGwSDAoEdG9vbBgBIAEoCRIqCglhcmd1bWVudHMYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg8KB2NhbGxfaWQYAyABKAkiQQoLRmluYWxBbnN3ZXISDAoEdGV4dBgBIAEoCRIkCgRkYXRhGAIgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIhwKCEFza0h1bWFuEhAKCHF1ZXN0aW9uGAEgASgJYgZwcm90bzM", [file_google_protobuf_struct]);
+  fileDesc("ChZyZWluL3YxL2RlY2lzaW9uLnByb3RvEgdyZWluLnYxIrkBCghEZWNpc2lvbhImCgl0b29sX2NhbGwYASABKAsyES5yZWluLnYxLlRvb2xDYWxsSAASLAoMZmluYWxfYW5zd2VyGAIgASgLMhQucmVpbi52MS5GaW5hbEFuc3dlckgAEiYKCWFza19odW1hbhgDIAEoCzIRLnJlaW4udjEuQXNrSHVtYW5IABIlCghkZWxlZ2F0ZRgEIAEoCzIRLnJlaW4udjEuRGVsZWdhdGVIAEIICgZhY3Rpb24iVQoIVG9vbENhbGwSDAoEdG9vbBgBIAEoCRIqCglhcmd1bWVudHMYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg8KB2NhbGxfaWQYAyABKAkiQQoLRmluYWxBbnN3ZXISDAoEdGV4dBgBIAEoCRIkCgRkYXRhGAIgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIhwKCEFza0h1bWFuEhAKCHF1ZXN0aW9uGAEgASgJIjEKCERlbGVnYXRlEiUKBXRhc2tzGAEgAygLMhYucmVpbi52MS5EZWxlZ2F0ZWRUYXNrItABCg1EZWxlZ2F0ZWRUYXNrEhAKCHF1ZXN0aW9uGAEgASgJEicKBmlucHV0cxgCIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDQoFZmlsZXMYAyADKAkSJQoFdG9vbHMYBCADKAsyFi5yZWluLnYxLkRlbGVnYXRlZFRvb2wSEAoIZXZpZGVuY2UYBSABKAkSEgoKY29tcGxldGlvbhgGIAEoCRIoCgZidWRnZXQYByABKAsyGC5yZWluLnYxLkRlbGVnYXRlZEJ1ZGdldCIrCg1EZWxlZ2F0ZWRUb29sEgwKBG5hbWUYASABKAkSDAoEdGllchgCIAEoCSJmCg9EZWxlZ2F0ZWRCdWRnZXQSEQoJbWF4X3N0ZXBzGAEgASgNEhIKCm1heF90b2tlbnMYAiABKAQSFAoMbWF4X2Nvc3RfdXNkGAMgASgBEhYKDm1heF90b29sX2NhbGxzGAQgASgNYgZwcm90bzM", [file_google_protobuf_struct]);
 
 /**
  * Decision is the one action a model proposes in a step. The model never sets
@@ -50,6 +50,15 @@ export type Decision = Message<"rein.v1.Decision"> & {
      */
     value: AskHuman;
     case: "askHuman";
+  } | {
+    /**
+     * Hand bounded sub-tasks to child runs, when the contract's delegation
+     * policy allows it.
+     *
+     * @generated from field: rein.v1.Delegate delegate = 4;
+     */
+    value: Delegate;
+    case: "delegate";
   } | { case: undefined; value?: undefined };
 };
 
@@ -143,4 +152,163 @@ export type AskHuman = Message<"rein.v1.AskHuman"> & {
  */
 export const AskHumanSchema: GenMessage<AskHuman> = /*@__PURE__*/
   messageDesc(file_rein_v1_decision, 3);
+
+/**
+ * Delegate hands one or more tasks to child runs, which run in parallel
+ * while the run waits; each child's report comes back as an observation.
+ *
+ * @generated from message rein.v1.Delegate
+ */
+export type Delegate = Message<"rein.v1.Delegate"> & {
+  /**
+   * The tasks, one child run each.
+   *
+   * @generated from field: repeated rein.v1.DelegatedTask tasks = 1;
+   */
+  tasks: DelegatedTask[];
+};
+
+/**
+ * Describes the message rein.v1.Delegate.
+ * Use `create(DelegateSchema)` to create a new message.
+ */
+export const DelegateSchema: GenMessage<Delegate> = /*@__PURE__*/
+  messageDesc(file_rein_v1_decision, 4);
+
+/**
+ * DelegatedTask is one sub-task for a child run.
+ *
+ * @generated from message rein.v1.DelegatedTask
+ */
+export type DelegatedTask = Message<"rein.v1.DelegatedTask"> & {
+  /**
+   * What the child must find out or do: its goal.
+   *
+   * @generated from field: string question = 1;
+   */
+  question: string;
+
+  /**
+   * The inputs the child reads beside the question.
+   *
+   * @generated from field: google.protobuf.Struct inputs = 2;
+   */
+  inputs?: JsonObject | undefined;
+
+  /**
+   * Files the child should look at (paths in the workspace).
+   *
+   * @generated from field: repeated string files = 3;
+   */
+  files: string[];
+
+  /**
+   * The tools the child may use: names of the run's own grants, each at a
+   * tier no looser than the run's (see DelegatedTool).
+   *
+   * @generated from field: repeated rein.v1.DelegatedTool tools = 4;
+   */
+  tools: DelegatedTool[];
+
+  /**
+   * The evidence the child is to bring back.
+   *
+   * @generated from field: string evidence = 5;
+   */
+  evidence: string;
+
+  /**
+   * When the child's task is done.
+   *
+   * @generated from field: string completion = 6;
+   */
+  completion: string;
+
+  /**
+   * The budget the child asks for; a zero limit asks for the largest share
+   * the delegation policy allows.
+   *
+   * @generated from field: rein.v1.DelegatedBudget budget = 7;
+   */
+  budget?: DelegatedBudget | undefined;
+};
+
+/**
+ * Describes the message rein.v1.DelegatedTask.
+ * Use `create(DelegatedTaskSchema)` to create a new message.
+ */
+export const DelegatedTaskSchema: GenMessage<DelegatedTask> = /*@__PURE__*/
+  messageDesc(file_rein_v1_decision, 5);
+
+/**
+ * DelegatedTool is one tool a child is given.
+ *
+ * @generated from message rein.v1.DelegatedTool
+ */
+export type DelegatedTool = Message<"rein.v1.DelegatedTool"> & {
+  /**
+   * The name of one of the run's granted tools.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * The tier: "read", "write" or "ask_human"; empty means the run's own
+   * tier for the tool. A tier looser than the run's (read for a tool the
+   * run may only write with approval) is refused.
+   *
+   * @generated from field: string tier = 2;
+   */
+  tier: string;
+};
+
+/**
+ * Describes the message rein.v1.DelegatedTool.
+ * Use `create(DelegatedToolSchema)` to create a new message.
+ */
+export const DelegatedToolSchema: GenMessage<DelegatedTool> = /*@__PURE__*/
+  messageDesc(file_rein_v1_decision, 6);
+
+/**
+ * DelegatedBudget is what a child asks to be lent of the run's budget.
+ *
+ * @generated from message rein.v1.DelegatedBudget
+ */
+export type DelegatedBudget = Message<"rein.v1.DelegatedBudget"> & {
+  /**
+   * Model calls.
+   *
+   * @generated from field: uint32 max_steps = 1;
+   */
+  maxSteps: number;
+
+  /**
+   * Input plus output tokens.
+   *
+   * @generated from field: uint64 max_tokens = 2;
+   */
+  maxTokens: bigint;
+
+  /**
+   * Model spend in US dollars.
+   *
+   * @generated from field: double max_cost_usd = 3;
+   */
+  maxCostUsd: number;
+
+  /**
+   * Tool calls.
+   *
+   * @generated from field: uint32 max_tool_calls = 4;
+   */
+  maxToolCalls: number;
+};
+
+/**
+ * Describes the message rein.v1.DelegatedBudget.
+ * Use `create(DelegatedBudgetSchema)` to create a new message.
+ */
+export const DelegatedBudgetSchema: GenMessage<DelegatedBudget> = /*@__PURE__*/
+  messageDesc(file_rein_v1_decision, 7);
 

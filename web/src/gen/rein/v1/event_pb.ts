@@ -6,11 +6,11 @@ import type { GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Duration, Timestamp, Value } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
-import type { TaskContract, ToolTier, Usage } from "./contract_pb";
+import type { Budget, TaskContract, ToolTier, Usage } from "./contract_pb";
 import { file_rein_v1_contract } from "./contract_pb";
 import type { Decision, FinalAnswer } from "./decision_pb";
 import { file_rein_v1_decision } from "./decision_pb";
-import type { Proposal, Question, RunStatus } from "./run_pb";
+import type { DelegatedBy, Proposal, Question, RunStatus } from "./run_pb";
 import { file_rein_v1_run } from "./run_pb";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
 
@@ -18,7 +18,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file rein/v1/event.proto.
  */
 export const file_rein_v1_event: GenFile = /*@__PURE__*/
-  fileDesc("ChNyZWluL3YxL2V2ZW50LnByb3RvEgdyZWluLnYxIv8ICgVFdmVudBIOCgZydW5faWQYASABKAkSEAoIc2VxdWVuY2UYAiABKAQSLwoLcmVjb3JkZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWFjdG9yGAQgASgJEioKC3J1bl9zdGFydGVkGAogASgLMhMucmVpbi52MS5SdW5TdGFydGVkSAASMgoPbW9kZWxfcmVxdWVzdGVkGAsgASgLMhcucmVpbi52MS5Nb2RlbFJlcXVlc3RlZEgAEjAKDm1vZGVsX3JldHVybmVkGAwgASgLMhYucmVpbi52MS5Nb2RlbFJldHVybmVkSAASNgoRZGVjaXNpb25fcmVqZWN0ZWQYDSABKAsyGS5yZWluLnYxLkRlY2lzaW9uUmVqZWN0ZWRIABIwCg50b29sX3JlcXVlc3RlZBgOIAEoCzIWLnJlaW4udjEuVG9vbFJlcXVlc3RlZEgAEiwKDHRvb2xfcmVmdXNlZBgPIAEoCzIULnJlaW4udjEuVG9vbFJlZnVzZWRIABIuCg10b29sX3JldHVybmVkGBAgASgLMhUucmVpbi52MS5Ub29sUmV0dXJuZWRIABI4ChJhcHByb3ZhbF9yZXF1ZXN0ZWQYESABKAsyGi5yZWluLnYxLkFwcHJvdmFsUmVxdWVzdGVkSAASNAoQYXBwcm92YWxfZGVjaWRlZBgSIAEoCzIYLnJlaW4udjEuQXBwcm92YWxEZWNpZGVkSAASMgoPaW5wdXRfcmVxdWVzdGVkGBMgASgLMhcucmVpbi52MS5JbnB1dFJlcXVlc3RlZEgAEjAKDmlucHV0X3Byb3ZpZGVkGBQgASgLMhYucmVpbi52MS5JbnB1dFByb3ZpZGVkSAASNAoQd3JpdGVfZGlzcGF0Y2hlZBgVIAEoCzIYLnJlaW4udjEuV3JpdGVEaXNwYXRjaGVkSAASMgoPd3JpdGVfY29tbWl0dGVkGBYgASgLMhcucmVpbi52MS5Xcml0ZUNvbW1pdHRlZEgAEj0KFXdyaXRlX291dGNvbWVfdW5rbm93bhgXIAEoCzIcLnJlaW4udjEuV3JpdGVPdXRjb21lVW5rbm93bkgAEjQKEGNoZWNrc19jb21wbGV0ZWQYGCABKAsyGC5yZWluLnYxLkNoZWNrc0NvbXBsZXRlZEgAEjAKDmJ1ZGdldF9yZWFjaGVkGBkgASgLMhYucmVpbi52MS5CdWRnZXRSZWFjaGVkSAASMAoOc3RhdHVzX2NoYW5nZWQYGiABKAsyFi5yZWluLnYxLlN0YXR1c0NoYW5nZWRIABIuCg1tb2RlbF9yZXRyaWVkGBsgASgLMhUucmVpbi52MS5Nb2RlbFJldHJpZWRIABI2ChFjb250ZXh0X2NvbXBhY3RlZBgcIAEoCzIZLnJlaW4udjEuQ29udGV4dENvbXBhY3RlZEgAEi4KDXdyaXRlX3JlZnVzZWQYHSABKAsyFS5yZWluLnYxLldyaXRlUmVmdXNlZEgAQgkKB3BheWxvYWQi+gEKClJ1blN0YXJ0ZWQSJwoIY29udHJhY3QYASABKAsyFS5yZWluLnYxLlRhc2tDb250cmFjdBIRCglwcmluY2lwYWwYAiABKAkSDgoGdGVuYW50GAMgASgJEhIKCnJlcXVlc3RfaWQYBCABKAkSLAoIZGVhZGxpbmUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDXBhcmVudF9ydW5faWQYBiABKAkSFwoPcGFyZW50X3NlcXVlbmNlGAcgASgEEhAKCHRyYWNlX2lkGAggASgJEhwKFHRyYWNlX3BhcmVudF9zcGFuX2lkGAkgASgJIpgCCg5Nb2RlbFJlcXVlc3RlZBIMCgRzdGVwGAEgASgNEhIKCmlucHV0X2hhc2gYAiABKAkSFAoMaW5wdXRfdG9rZW5zGAMgASgEEhkKEW1heF9vdXRwdXRfdG9rZW5zGAQgASgEEg0KBW1vZGVsGAUgASgJEhYKDnByb21wdF92ZXJzaW9uGAYgASgJEhUKDXRvb2xfc2V0X2hhc2gYByABKAkSDwoHcmVzdW1lZBgIIAEoCBITCgtpbnB1dF9ibG9icxgJIAMoCRIUCgxtYXhfY29zdF91c2QYCiABKAESFQoNY2FycmllZF9ibG9icxgLIAEoDRIiCgVwcmljZRgMIAEoCzITLnJlaW4udjEuTW9kZWxQcmljZSI9CgpNb2RlbFByaWNlEhYKDmlucHV0X3Blcl9tdG9rGAEgASgBEhcKD291dHB1dF9wZXJfbXRvaxgCIAEoASK+AQoNTW9kZWxSZXR1cm5lZBIjCghkZWNpc2lvbhgBIAEoCzIRLnJlaW4udjEuRGVjaXNpb24SHQoFdXNhZ2UYAiABKAsyDi5yZWluLnYxLlVzYWdlEhAKCGNvc3RfdXNkGAMgASgBEisKCGR1cmF0aW9uGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC3Jlc3BvbnNlX2lkGAUgASgJEhUKDWZpbmlzaF9yZWFzb24YBiABKAkiZAoMTW9kZWxSZXRyaWVkEgwKBHN0ZXAYASABKA0SDQoFZXJyb3IYAiABKAkSJwoEd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZyZWFzb24YBCABKAkigwEKEENvbnRleHRDb21wYWN0ZWQSDAoEc3RlcBgBIAEoDRIRCgljb21wYWN0ZWQYAiABKA0SIwoFaXRlbXMYAyADKAsyFC5yZWluLnYxLkNvbnRleHRJdGVtEhQKDGNoYXJzX2JlZm9yZRgEIAEoBBITCgtjaGFyc19hZnRlchgFIAEoBCJZCgtDb250ZXh0SXRlbRIMCgRraW5kGAEgASgJEg4KBnNvdXJjZRgCIAEoCRIMCgRnaXN0GAMgASgJEgwKBGJsb2IYBCABKAkSEAoIc2VxdWVuY2UYBSABKAQiLgoQRGVjaXNpb25SZWplY3RlZBILCgNyYXcYASABKAkSDQoFZXJyb3IYAiABKAkiewoNVG9vbFJlcXVlc3RlZBIPCgdjYWxsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSKgoJYXJndW1lbnRzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIfCgR0aWVyGAQgASgOMhEucmVpbi52MS5Ub29sVGllciI8CgtUb29sUmVmdXNlZBIPCgdjYWxsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSDgoGcmVhc29uGAMgASgJIroBCgxUb29sUmV0dXJuZWQSDwoHY2FsbF9pZBgBIAEoCRIMCgR0b29sGAIgASgJEiYKBm91dHB1dBgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRINCgVlcnJvchgEIAEoCRIRCgl0cnVuY2F0ZWQYBSABKAgSFAoMb3V0cHV0X2J5dGVzGAYgASgEEisKCGR1cmF0aW9uGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIjgKEUFwcHJvdmFsUmVxdWVzdGVkEiMKCHByb3Bvc2FsGAEgASgLMhEucmVpbi52MS5Qcm9wb3NhbCJZCg9BcHByb3ZhbERlY2lkZWQSEwoLcHJvcG9zYWxfaWQYASABKAkSEAoIYXBwcm92ZWQYAiABKAgSDgoGcmVhc29uGAMgASgJEg8KB2VuZF9ydW4YBCABKAgiNQoOSW5wdXRSZXF1ZXN0ZWQSIwoIcXVlc3Rpb24YASABKAsyES5yZWluLnYxLlF1ZXN0aW9uIh0KDUlucHV0UHJvdmlkZWQSDAoEdGV4dBgBIAEoCSI8Cg9Xcml0ZURpc3BhdGNoZWQSEwoLcHJvcG9zYWxfaWQYASABKAkSFAoMb3BlcmF0aW9uX2lkGAIgASgJIpEBCg5Xcml0ZUNvbW1pdHRlZBITCgtwcm9wb3NhbF9pZBgBIAEoCRIUCgxvcGVyYXRpb25faWQYAiABKAkSJwoHcmVjZWlwdBgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIrCghkdXJhdGlvbhgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJJCgxXcml0ZVJlZnVzZWQSEwoLcHJvcG9zYWxfaWQYASABKAkSFAoMb3BlcmF0aW9uX2lkGAIgASgJEg4KBnJlYXNvbhgDIAEoCSJPChNXcml0ZU91dGNvbWVVbmtub3duEhMKC3Byb3Bvc2FsX2lkGAEgASgJEhQKDG9wZXJhdGlvbl9pZBgCIAEoCRINCgVlcnJvchgDIAEoCSJ9Cg9DaGVja3NDb21wbGV0ZWQSJQoHcmVzdWx0cxgBIAMoCzIULnJlaW4udjEuQ2hlY2tSZXN1bHQSFgoOd29ya3NwYWNlX2hhc2gYAiABKAkSKwoIZHVyYXRpb24YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iUwoLQ2hlY2tSZXN1bHQSDAoEbmFtZRgBIAEoCRIOCgZwYXNzZWQYAiABKAgSEQoJZXhpdF9jb2RlGAMgASgFEhMKC291dHB1dF90YWlsGAQgASgJImcKDUJ1ZGdldFJlYWNoZWQSDQoFbGltaXQYASABKAkSDgoGZGV0YWlsGAIgASgJEjcKE3JldHJ5X3Bhc3RfZGVhZGxpbmUYAyABKAsyGi5yZWluLnYxLlJldHJ5UGFzdERlYWRsaW5lIlkKEVJldHJ5UGFzdERlYWRsaW5lEgwKBHN0ZXAYASABKA0SDQoFZXJyb3IYAiABKAkSJwoEd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKWAQoNU3RhdHVzQ2hhbmdlZBIgCgRmcm9tGAEgASgOMhIucmVpbi52MS5SdW5TdGF0dXMSHgoCdG8YAiABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxIOCgZyZWFzb24YAyABKAkSJAoGcmVzdWx0GAQgASgLMhQucmVpbi52MS5GaW5hbEFuc3dlchINCgVlcnJvchgFIAEoCWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_decision, file_rein_v1_run]);
+  fileDesc("ChNyZWluL3YxL2V2ZW50LnByb3RvEgdyZWluLnYxIp0KCgVFdmVudBIOCgZydW5faWQYASABKAkSEAoIc2VxdWVuY2UYAiABKAQSLwoLcmVjb3JkZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWFjdG9yGAQgASgJEioKC3J1bl9zdGFydGVkGAogASgLMhMucmVpbi52MS5SdW5TdGFydGVkSAASMgoPbW9kZWxfcmVxdWVzdGVkGAsgASgLMhcucmVpbi52MS5Nb2RlbFJlcXVlc3RlZEgAEjAKDm1vZGVsX3JldHVybmVkGAwgASgLMhYucmVpbi52MS5Nb2RlbFJldHVybmVkSAASNgoRZGVjaXNpb25fcmVqZWN0ZWQYDSABKAsyGS5yZWluLnYxLkRlY2lzaW9uUmVqZWN0ZWRIABIwCg50b29sX3JlcXVlc3RlZBgOIAEoCzIWLnJlaW4udjEuVG9vbFJlcXVlc3RlZEgAEiwKDHRvb2xfcmVmdXNlZBgPIAEoCzIULnJlaW4udjEuVG9vbFJlZnVzZWRIABIuCg10b29sX3JldHVybmVkGBAgASgLMhUucmVpbi52MS5Ub29sUmV0dXJuZWRIABI4ChJhcHByb3ZhbF9yZXF1ZXN0ZWQYESABKAsyGi5yZWluLnYxLkFwcHJvdmFsUmVxdWVzdGVkSAASNAoQYXBwcm92YWxfZGVjaWRlZBgSIAEoCzIYLnJlaW4udjEuQXBwcm92YWxEZWNpZGVkSAASMgoPaW5wdXRfcmVxdWVzdGVkGBMgASgLMhcucmVpbi52MS5JbnB1dFJlcXVlc3RlZEgAEjAKDmlucHV0X3Byb3ZpZGVkGBQgASgLMhYucmVpbi52MS5JbnB1dFByb3ZpZGVkSAASNAoQd3JpdGVfZGlzcGF0Y2hlZBgVIAEoCzIYLnJlaW4udjEuV3JpdGVEaXNwYXRjaGVkSAASMgoPd3JpdGVfY29tbWl0dGVkGBYgASgLMhcucmVpbi52MS5Xcml0ZUNvbW1pdHRlZEgAEj0KFXdyaXRlX291dGNvbWVfdW5rbm93bhgXIAEoCzIcLnJlaW4udjEuV3JpdGVPdXRjb21lVW5rbm93bkgAEjQKEGNoZWNrc19jb21wbGV0ZWQYGCABKAsyGC5yZWluLnYxLkNoZWNrc0NvbXBsZXRlZEgAEjAKDmJ1ZGdldF9yZWFjaGVkGBkgASgLMhYucmVpbi52MS5CdWRnZXRSZWFjaGVkSAASMAoOc3RhdHVzX2NoYW5nZWQYGiABKAsyFi5yZWluLnYxLlN0YXR1c0NoYW5nZWRIABIuCg1tb2RlbF9yZXRyaWVkGBsgASgLMhUucmVpbi52MS5Nb2RlbFJldHJpZWRIABI2ChFjb250ZXh0X2NvbXBhY3RlZBgcIAEoCzIZLnJlaW4udjEuQ29udGV4dENvbXBhY3RlZEgAEi4KDXdyaXRlX3JlZnVzZWQYHSABKAsyFS5yZWluLnYxLldyaXRlUmVmdXNlZEgAEjgKEmRlbGVnYXRpb25fc3RhcnRlZBgeIAEoCzIaLnJlaW4udjEuRGVsZWdhdGlvblN0YXJ0ZWRIABI6ChNkZWxlZ2F0aW9uX3JldHVybmVkGB8gASgLMhsucmVpbi52MS5EZWxlZ2F0aW9uUmV0dXJuZWRIABImCglydW5fdGFrZW4YKCABKAsyES5yZWluLnYxLlJ1blRha2VuSABCCQoHcGF5bG9hZCKmAgoKUnVuU3RhcnRlZBInCghjb250cmFjdBgBIAEoCzIVLnJlaW4udjEuVGFza0NvbnRyYWN0EhEKCXByaW5jaXBhbBgCIAEoCRIOCgZ0ZW5hbnQYAyABKAkSEgoKcmVxdWVzdF9pZBgEIAEoCRIsCghkZWFkbGluZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNcGFyZW50X3J1bl9pZBgGIAEoCRIXCg9wYXJlbnRfc2VxdWVuY2UYByABKAQSEAoIdHJhY2VfaWQYCCABKAkSHAoUdHJhY2VfcGFyZW50X3NwYW5faWQYCSABKAkSKgoMZGVsZWdhdGVkX2J5GAogASgLMhQucmVpbi52MS5EZWxlZ2F0ZWRCeSJPChFEZWxlZ2F0aW9uU3RhcnRlZBIPCgdjYWxsX2lkGAEgASgJEikKCGNoaWxkcmVuGAIgAygLMhcucmVpbi52MS5EZWxlZ2F0ZWRDaGlsZCJ+Cg5EZWxlZ2F0ZWRDaGlsZBIOCgZydW5faWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRIfCgZidWRnZXQYAyABKAsyDy5yZWluLnYxLkJ1ZGdldBInCghjb250cmFjdBgEIAEoCzIVLnJlaW4udjEuVGFza0NvbnRyYWN0IuQBChJEZWxlZ2F0aW9uUmV0dXJuZWQSDgoGcnVuX2lkGAEgASgJEiIKBnN0YXR1cxgCIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEg4KBnJlYXNvbhgDIAEoCRIkCgZhbnN3ZXIYBCABKAsyFC5yZWluLnYxLkZpbmFsQW5zd2VyEhAKCGV2aWRlbmNlGAUgAygJEh0KBXVzYWdlGAYgASgLMg4ucmVpbi52MS5Vc2FnZRIQCghjb3N0X3VzZBgHIAEoARINCgVzdGVwcxgIIAEoDRISCgp0b29sX2NhbGxzGAkgASgNIpgCCg5Nb2RlbFJlcXVlc3RlZBIMCgRzdGVwGAEgASgNEhIKCmlucHV0X2hhc2gYAiABKAkSFAoMaW5wdXRfdG9rZW5zGAMgASgEEhkKEW1heF9vdXRwdXRfdG9rZW5zGAQgASgEEg0KBW1vZGVsGAUgASgJEhYKDnByb21wdF92ZXJzaW9uGAYgASgJEhUKDXRvb2xfc2V0X2hhc2gYByABKAkSDwoHcmVzdW1lZBgIIAEoCBITCgtpbnB1dF9ibG9icxgJIAMoCRIUCgxtYXhfY29zdF91c2QYCiABKAESFQoNY2FycmllZF9ibG9icxgLIAEoDRIiCgVwcmljZRgMIAEoCzITLnJlaW4udjEuTW9kZWxQcmljZSI9CgpNb2RlbFByaWNlEhYKDmlucHV0X3Blcl9tdG9rGAEgASgBEhcKD291dHB1dF9wZXJfbXRvaxgCIAEoASK+AQoNTW9kZWxSZXR1cm5lZBIjCghkZWNpc2lvbhgBIAEoCzIRLnJlaW4udjEuRGVjaXNpb24SHQoFdXNhZ2UYAiABKAsyDi5yZWluLnYxLlVzYWdlEhAKCGNvc3RfdXNkGAMgASgBEisKCGR1cmF0aW9uGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC3Jlc3BvbnNlX2lkGAUgASgJEhUKDWZpbmlzaF9yZWFzb24YBiABKAkiZAoMTW9kZWxSZXRyaWVkEgwKBHN0ZXAYASABKA0SDQoFZXJyb3IYAiABKAkSJwoEd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZyZWFzb24YBCABKAkigwEKEENvbnRleHRDb21wYWN0ZWQSDAoEc3RlcBgBIAEoDRIRCgljb21wYWN0ZWQYAiABKA0SIwoFaXRlbXMYAyADKAsyFC5yZWluLnYxLkNvbnRleHRJdGVtEhQKDGNoYXJzX2JlZm9yZRgEIAEoBBITCgtjaGFyc19hZnRlchgFIAEoBCJZCgtDb250ZXh0SXRlbRIMCgRraW5kGAEgASgJEg4KBnNvdXJjZRgCIAEoCRIMCgRnaXN0GAMgASgJEgwKBGJsb2IYBCABKAkSEAoIc2VxdWVuY2UYBSABKAQiLgoQRGVjaXNpb25SZWplY3RlZBILCgNyYXcYASABKAkSDQoFZXJyb3IYAiABKAkiewoNVG9vbFJlcXVlc3RlZBIPCgdjYWxsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSKgoJYXJndW1lbnRzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIfCgR0aWVyGAQgASgOMhEucmVpbi52MS5Ub29sVGllciI8CgtUb29sUmVmdXNlZBIPCgdjYWxsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSDgoGcmVhc29uGAMgASgJIroBCgxUb29sUmV0dXJuZWQSDwoHY2FsbF9pZBgBIAEoCRIMCgR0b29sGAIgASgJEiYKBm91dHB1dBgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRINCgVlcnJvchgEIAEoCRIRCgl0cnVuY2F0ZWQYBSABKAgSFAoMb3V0cHV0X2J5dGVzGAYgASgEEisKCGR1cmF0aW9uGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIjgKEUFwcHJvdmFsUmVxdWVzdGVkEiMKCHByb3Bvc2FsGAEgASgLMhEucmVpbi52MS5Qcm9wb3NhbCJZCg9BcHByb3ZhbERlY2lkZWQSEwoLcHJvcG9zYWxfaWQYASABKAkSEAoIYXBwcm92ZWQYAiABKAgSDgoGcmVhc29uGAMgASgJEg8KB2VuZF9ydW4YBCABKAgiNQoOSW5wdXRSZXF1ZXN0ZWQSIwoIcXVlc3Rpb24YASABKAsyES5yZWluLnYxLlF1ZXN0aW9uIh0KDUlucHV0UHJvdmlkZWQSDAoEdGV4dBgBIAEoCSI8Cg9Xcml0ZURpc3BhdGNoZWQSEwoLcHJvcG9zYWxfaWQYASABKAkSFAoMb3BlcmF0aW9uX2lkGAIgASgJIpEBCg5Xcml0ZUNvbW1pdHRlZBITCgtwcm9wb3NhbF9pZBgBIAEoCRIUCgxvcGVyYXRpb25faWQYAiABKAkSJwoHcmVjZWlwdBgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIrCghkdXJhdGlvbhgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJJCgxXcml0ZVJlZnVzZWQSEwoLcHJvcG9zYWxfaWQYASABKAkSFAoMb3BlcmF0aW9uX2lkGAIgASgJEg4KBnJlYXNvbhgDIAEoCSI6CghSdW5UYWtlbhINCgVvd25lchgBIAEoCRINCgVlcG9jaBgCIAEoBBIQCgh0cmFjZV9pZBgDIAEoCSJPChNXcml0ZU91dGNvbWVVbmtub3duEhMKC3Byb3Bvc2FsX2lkGAEgASgJEhQKDG9wZXJhdGlvbl9pZBgCIAEoCRINCgVlcnJvchgDIAEoCSJ9Cg9DaGVja3NDb21wbGV0ZWQSJQoHcmVzdWx0cxgBIAMoCzIULnJlaW4udjEuQ2hlY2tSZXN1bHQSFgoOd29ya3NwYWNlX2hhc2gYAiABKAkSKwoIZHVyYXRpb24YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iUwoLQ2hlY2tSZXN1bHQSDAoEbmFtZRgBIAEoCRIOCgZwYXNzZWQYAiABKAgSEQoJZXhpdF9jb2RlGAMgASgFEhMKC291dHB1dF90YWlsGAQgASgJImcKDUJ1ZGdldFJlYWNoZWQSDQoFbGltaXQYASABKAkSDgoGZGV0YWlsGAIgASgJEjcKE3JldHJ5X3Bhc3RfZGVhZGxpbmUYAyABKAsyGi5yZWluLnYxLlJldHJ5UGFzdERlYWRsaW5lIlkKEVJldHJ5UGFzdERlYWRsaW5lEgwKBHN0ZXAYASABKA0SDQoFZXJyb3IYAiABKAkSJwoEd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKWAQoNU3RhdHVzQ2hhbmdlZBIgCgRmcm9tGAEgASgOMhIucmVpbi52MS5SdW5TdGF0dXMSHgoCdG8YAiABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxIOCgZyZWFzb24YAyABKAkSJAoGcmVzdWx0GAQgASgLMhQucmVpbi52MS5GaW5hbEFuc3dlchINCgVlcnJvchgFIAEoCWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_decision, file_rein_v1_run]);
 
 /**
  * Event is one change to a run, in its append-only log. A run's state is the
@@ -220,6 +220,31 @@ export type Event = Message<"rein.v1.Event"> & {
      */
     value: WriteRefused;
     case: "writeRefused";
+  } | {
+    /**
+     * The run lent budget to child runs, one per delegated task.
+     *
+     * @generated from field: rein.v1.DelegationStarted delegation_started = 30;
+     */
+    value: DelegationStarted;
+    case: "delegationStarted";
+  } | {
+    /**
+     * A child run ended; its report and spend came back.
+     *
+     * @generated from field: rein.v1.DelegationReturned delegation_returned = 31;
+     */
+    value: DelegationReturned;
+    case: "delegationReturned";
+  } | {
+    /**
+     * A server took the running run's lease to carry it on: after a
+     * restart, or from a server whose lease ended.
+     *
+     * @generated from field: rein.v1.RunTaken run_taken = 40;
+     */
+    value: RunTaken;
+    case: "runTaken";
   } | { case: undefined; value?: undefined };
 };
 
@@ -302,6 +327,13 @@ export type RunStarted = Message<"rein.v1.RunStarted"> & {
    * @generated from field: string trace_parent_span_id = 9;
    */
   traceParentSpanId: string;
+
+  /**
+   * For a child run: the run that delegated it.
+   *
+   * @generated from field: rein.v1.DelegatedBy delegated_by = 10;
+   */
+  delegatedBy?: DelegatedBy | undefined;
 };
 
 /**
@@ -310,6 +342,157 @@ export type RunStarted = Message<"rein.v1.RunStarted"> & {
  */
 export const RunStartedSchema: GenMessage<RunStarted> = /*@__PURE__*/
   messageDesc(file_rein_v1_event, 1);
+
+/**
+ * DelegationStarted records a delegation: each task's child run and the
+ * budget lent to it, which the run cannot spend until the child returns.
+ * The children are created after it is stored, idempotently from it.
+ *
+ * @generated from message rein.v1.DelegationStarted
+ */
+export type DelegationStarted = Message<"rein.v1.DelegationStarted"> & {
+  /**
+   * The model's decision's call ID, if any.
+   *
+   * @generated from field: string call_id = 1;
+   */
+  callId: string;
+
+  /**
+   * One per task, in order.
+   *
+   * @generated from field: repeated rein.v1.DelegatedChild children = 2;
+   */
+  children: DelegatedChild[];
+};
+
+/**
+ * Describes the message rein.v1.DelegationStarted.
+ * Use `create(DelegationStartedSchema)` to create a new message.
+ */
+export const DelegationStartedSchema: GenMessage<DelegationStarted> = /*@__PURE__*/
+  messageDesc(file_rein_v1_event, 2);
+
+/**
+ * DelegatedChild is one child of a delegation.
+ *
+ * @generated from message rein.v1.DelegatedChild
+ */
+export type DelegatedChild = Message<"rein.v1.DelegatedChild"> & {
+  /**
+   * The child's run ID, chosen before it is created.
+   *
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * The request ID it is created with (parent, sequence, task index).
+   *
+   * @generated from field: string request_id = 2;
+   */
+  requestId: string;
+
+  /**
+   * The budget lent to it.
+   *
+   * @generated from field: rein.v1.Budget budget = 3;
+   */
+  budget?: Budget | undefined;
+
+  /**
+   * The child's contract, as it is started.
+   *
+   * @generated from field: rein.v1.TaskContract contract = 4;
+   */
+  contract?: TaskContract | undefined;
+};
+
+/**
+ * Describes the message rein.v1.DelegatedChild.
+ * Use `create(DelegatedChildSchema)` to create a new message.
+ */
+export const DelegatedChildSchema: GenMessage<DelegatedChild> = /*@__PURE__*/
+  messageDesc(file_rein_v1_event, 3);
+
+/**
+ * DelegationReturned is an observation: a child run ended. Its report is
+ * a model's data, not instructions.
+ *
+ * @generated from message rein.v1.DelegationReturned
+ */
+export type DelegationReturned = Message<"rein.v1.DelegationReturned"> & {
+  /**
+   * The child run.
+   *
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * How it ended.
+   *
+   * @generated from field: rein.v1.RunStatus status = 2;
+   */
+  status: RunStatus;
+
+  /**
+   * Why, in its status_changed's words.
+   *
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+
+  /**
+   * Its final answer, when it completed.
+   *
+   * @generated from field: rein.v1.FinalAnswer answer = 4;
+   */
+  answer?: FinalAnswer | undefined;
+
+  /**
+   * What its answer rests on: each tool call it made, as
+   * "tool:NAME#CALL_ID", and its last error when it had one.
+   *
+   * @generated from field: repeated string evidence = 5;
+   */
+  evidence: string[];
+
+  /**
+   * What it spent, which stays spent by the tree.
+   *
+   * @generated from field: rein.v1.Usage usage = 6;
+   */
+  usage?: Usage | undefined;
+
+  /**
+   * Its model spend in US dollars.
+   *
+   * @generated from field: double cost_usd = 7;
+   */
+  costUsd: number;
+
+  /**
+   * Its model calls (and its own children's).
+   *
+   * @generated from field: uint32 steps = 8;
+   */
+  steps: number;
+
+  /**
+   * Its tool calls (and its own children's).
+   *
+   * @generated from field: uint32 tool_calls = 9;
+   */
+  toolCalls: number;
+};
+
+/**
+ * Describes the message rein.v1.DelegationReturned.
+ * Use `create(DelegationReturnedSchema)` to create a new message.
+ */
+export const DelegationReturnedSchema: GenMessage<DelegationReturned> = /*@__PURE__*/
+  messageDesc(file_rein_v1_event, 4);
 
 /**
  * ModelRequested records a model call before it is sent. The input is
@@ -418,7 +601,7 @@ export type ModelRequested = Message<"rein.v1.ModelRequested"> & {
  * Use `create(ModelRequestedSchema)` to create a new message.
  */
 export const ModelRequestedSchema: GenMessage<ModelRequested> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 2);
+  messageDesc(file_rein_v1_event, 5);
 
 /**
  * ModelPrice is what a model charges, in US dollars per million tokens.
@@ -446,7 +629,7 @@ export type ModelPrice = Message<"rein.v1.ModelPrice"> & {
  * Use `create(ModelPriceSchema)` to create a new message.
  */
 export const ModelPriceSchema: GenMessage<ModelPrice> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 3);
+  messageDesc(file_rein_v1_event, 6);
 
 /**
  * ModelReturned records a model's reply, before anything it asks for runs.
@@ -506,7 +689,7 @@ export type ModelReturned = Message<"rein.v1.ModelReturned"> & {
  * Use `create(ModelReturnedSchema)` to create a new message.
  */
 export const ModelReturnedSchema: GenMessage<ModelReturned> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 4);
+  messageDesc(file_rein_v1_event, 7);
 
 /**
  * ModelRetried records a failed model call that rein retries once, after a
@@ -552,7 +735,7 @@ export type ModelRetried = Message<"rein.v1.ModelRetried"> & {
  * Use `create(ModelRetriedSchema)` to create a new message.
  */
 export const ModelRetriedSchema: GenMessage<ModelRetried> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 5);
+  messageDesc(file_rein_v1_event, 8);
 
 /**
  * ContextCompacted records that older observations no longer go to the model
@@ -602,7 +785,7 @@ export type ContextCompacted = Message<"rein.v1.ContextCompacted"> & {
  * Use `create(ContextCompactedSchema)` to create a new message.
  */
 export const ContextCompactedSchema: GenMessage<ContextCompacted> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 6);
+  messageDesc(file_rein_v1_event, 9);
 
 /**
  * ContextItem is one compacted entry: what kind of thing it was, where it
@@ -653,7 +836,7 @@ export type ContextItem = Message<"rein.v1.ContextItem"> & {
  * Use `create(ContextItemSchema)` to create a new message.
  */
 export const ContextItemSchema: GenMessage<ContextItem> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 7);
+  messageDesc(file_rein_v1_event, 10);
 
 /**
  * DecisionRejected is an observation: the reply was not a valid decision.
@@ -681,7 +864,7 @@ export type DecisionRejected = Message<"rein.v1.DecisionRejected"> & {
  * Use `create(DecisionRejectedSchema)` to create a new message.
  */
 export const DecisionRejectedSchema: GenMessage<DecisionRejected> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 8);
+  messageDesc(file_rein_v1_event, 11);
 
 /**
  * ToolRequested records a tool call before it runs.
@@ -723,7 +906,7 @@ export type ToolRequested = Message<"rein.v1.ToolRequested"> & {
  * Use `create(ToolRequestedSchema)` to create a new message.
  */
 export const ToolRequestedSchema: GenMessage<ToolRequested> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 9);
+  messageDesc(file_rein_v1_event, 12);
 
 /**
  * ToolRefused is an observation: the call was refused and the tool never ran.
@@ -758,7 +941,7 @@ export type ToolRefused = Message<"rein.v1.ToolRefused"> & {
  * Use `create(ToolRefusedSchema)` to create a new message.
  */
 export const ToolRefusedSchema: GenMessage<ToolRefused> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 10);
+  messageDesc(file_rein_v1_event, 13);
 
 /**
  * ToolReturned is an observation: a tool's result or error.
@@ -822,7 +1005,7 @@ export type ToolReturned = Message<"rein.v1.ToolReturned"> & {
  * Use `create(ToolReturnedSchema)` to create a new message.
  */
 export const ToolReturnedSchema: GenMessage<ToolReturned> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 11);
+  messageDesc(file_rein_v1_event, 14);
 
 /**
  * ApprovalRequested records a proposal that waits for a person.
@@ -843,7 +1026,7 @@ export type ApprovalRequested = Message<"rein.v1.ApprovalRequested"> & {
  * Use `create(ApprovalRequestedSchema)` to create a new message.
  */
 export const ApprovalRequestedSchema: GenMessage<ApprovalRequested> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 12);
+  messageDesc(file_rein_v1_event, 15);
 
 /**
  * ApprovalDecided records a person's decision on a proposal.
@@ -885,7 +1068,7 @@ export type ApprovalDecided = Message<"rein.v1.ApprovalDecided"> & {
  * Use `create(ApprovalDecidedSchema)` to create a new message.
  */
 export const ApprovalDecidedSchema: GenMessage<ApprovalDecided> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 13);
+  messageDesc(file_rein_v1_event, 16);
 
 /**
  * InputRequested records a question for a person.
@@ -906,7 +1089,7 @@ export type InputRequested = Message<"rein.v1.InputRequested"> & {
  * Use `create(InputRequestedSchema)` to create a new message.
  */
 export const InputRequestedSchema: GenMessage<InputRequested> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 14);
+  messageDesc(file_rein_v1_event, 17);
 
 /**
  * InputProvided records a person's answer.
@@ -927,7 +1110,7 @@ export type InputProvided = Message<"rein.v1.InputProvided"> & {
  * Use `create(InputProvidedSchema)` to create a new message.
  */
 export const InputProvidedSchema: GenMessage<InputProvided> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 15);
+  messageDesc(file_rein_v1_event, 18);
 
 /**
  * WriteDispatched is stored before an approved write is sent.
@@ -955,7 +1138,7 @@ export type WriteDispatched = Message<"rein.v1.WriteDispatched"> & {
  * Use `create(WriteDispatchedSchema)` to create a new message.
  */
 export const WriteDispatchedSchema: GenMessage<WriteDispatched> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 16);
+  messageDesc(file_rein_v1_event, 19);
 
 /**
  * WriteCommitted records a write's receipt.
@@ -998,7 +1181,7 @@ export type WriteCommitted = Message<"rein.v1.WriteCommitted"> & {
  * Use `create(WriteCommittedSchema)` to create a new message.
  */
 export const WriteCommittedSchema: GenMessage<WriteCommitted> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 17);
+  messageDesc(file_rein_v1_event, 20);
 
 /**
  * WriteRefused records an approved write its tool refused: nothing was
@@ -1035,7 +1218,46 @@ export type WriteRefused = Message<"rein.v1.WriteRefused"> & {
  * Use `create(WriteRefusedSchema)` to create a new message.
  */
 export const WriteRefusedSchema: GenMessage<WriteRefused> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 18);
+  messageDesc(file_rein_v1_event, 21);
+
+/**
+ * RunTaken records that a server took a running run's lease to carry it on
+ * past its start: the server restarted, or the server that drove the run
+ * stopped holding its lease (it died, or was cut off) and this one took the
+ * run over. Events after it until the next RunTaken are this owner's.
+ *
+ * @generated from message rein.v1.RunTaken
+ */
+export type RunTaken = Message<"rein.v1.RunTaken"> & {
+  /**
+   * The server that took the run (rein serve --name).
+   *
+   * @generated from field: string owner = 1;
+   */
+  owner: string;
+
+  /**
+   * The lease epoch it took; every earlier owner is fenced.
+   *
+   * @generated from field: uint64 epoch = 2;
+   */
+  epoch: bigint;
+
+  /**
+   * The run's trace (W3C hex), as run_started recorded it: the work that
+   * follows is a new stretch of the same trace.
+   *
+   * @generated from field: string trace_id = 3;
+   */
+  traceId: string;
+};
+
+/**
+ * Describes the message rein.v1.RunTaken.
+ * Use `create(RunTakenSchema)` to create a new message.
+ */
+export const RunTakenSchema: GenMessage<RunTaken> = /*@__PURE__*/
+  messageDesc(file_rein_v1_event, 22);
 
 /**
  * WriteOutcomeUnknown records a write whose outcome could not be learned.
@@ -1070,7 +1292,7 @@ export type WriteOutcomeUnknown = Message<"rein.v1.WriteOutcomeUnknown"> & {
  * Use `create(WriteOutcomeUnknownSchema)` to create a new message.
  */
 export const WriteOutcomeUnknownSchema: GenMessage<WriteOutcomeUnknown> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 19);
+  messageDesc(file_rein_v1_event, 23);
 
 /**
  * ChecksCompleted records the completion checks' results.
@@ -1106,7 +1328,7 @@ export type ChecksCompleted = Message<"rein.v1.ChecksCompleted"> & {
  * Use `create(ChecksCompletedSchema)` to create a new message.
  */
 export const ChecksCompletedSchema: GenMessage<ChecksCompleted> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 20);
+  messageDesc(file_rein_v1_event, 24);
 
 /**
  * CheckResult is one check's outcome.
@@ -1148,7 +1370,7 @@ export type CheckResult = Message<"rein.v1.CheckResult"> & {
  * Use `create(CheckResultSchema)` to create a new message.
  */
 export const CheckResultSchema: GenMessage<CheckResult> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 21);
+  messageDesc(file_rein_v1_event, 25);
 
 /**
  * BudgetReached records the limit that stopped a run.
@@ -1186,7 +1408,7 @@ export type BudgetReached = Message<"rein.v1.BudgetReached"> & {
  * Use `create(BudgetReachedSchema)` to create a new message.
  */
 export const BudgetReachedSchema: GenMessage<BudgetReached> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 22);
+  messageDesc(file_rein_v1_event, 26);
 
 /**
  * RetryPastDeadline is a failed model call that rein did not retry because
@@ -1222,7 +1444,7 @@ export type RetryPastDeadline = Message<"rein.v1.RetryPastDeadline"> & {
  * Use `create(RetryPastDeadlineSchema)` to create a new message.
  */
 export const RetryPastDeadlineSchema: GenMessage<RetryPastDeadline> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 23);
+  messageDesc(file_rein_v1_event, 27);
 
 /**
  * StatusChanged moves a run from one status to another.
@@ -1271,5 +1493,5 @@ export type StatusChanged = Message<"rein.v1.StatusChanged"> & {
  * Use `create(StatusChangedSchema)` to create a new message.
  */
 export const StatusChangedSchema: GenMessage<StatusChanged> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 24);
+  messageDesc(file_rein_v1_event, 28);
 

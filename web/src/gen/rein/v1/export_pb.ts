@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rein/v1/export.proto.
  */
 export const file_rein_v1_export: GenFile = /*@__PURE__*/
-  fileDesc("ChRyZWluL3YxL2V4cG9ydC5wcm90bxIHcmVpbi52MSL1AQoJUnVuRXhwb3J0EhYKDmZvcm1hdF92ZXJzaW9uGAEgASgNEg4KBnJ1bl9pZBgCIAEoCRIeCgZldmVudHMYAyADKAsyDi5yZWluLnYxLkV2ZW50EiwKBWJsb2JzGAQgAygLMh0ucmVpbi52MS5SdW5FeHBvcnQuQmxvYnNFbnRyeRIvCgtleHBvcnRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLZXhwb3J0ZWRfYnkYBiABKAkaLAoKQmxvYnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAw6AjgBYgZwcm90bzM", [file_google_protobuf_timestamp, file_rein_v1_event]);
+  fileDesc("ChRyZWluL3YxL2V4cG9ydC5wcm90bxIHcmVpbi52MSKbAgoJUnVuRXhwb3J0EhYKDmZvcm1hdF92ZXJzaW9uGAEgASgNEg4KBnJ1bl9pZBgCIAEoCRIeCgZldmVudHMYAyADKAsyDi5yZWluLnYxLkV2ZW50EiwKBWJsb2JzGAQgAygLMh0ucmVpbi52MS5SdW5FeHBvcnQuQmxvYnNFbnRyeRIvCgtleHBvcnRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLZXhwb3J0ZWRfYnkYBiABKAkSJAoIY2hpbGRyZW4YByADKAsyEi5yZWluLnYxLlJ1bkV4cG9ydBosCgpCbG9ic0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDDoCOAFiBnByb3RvMw", [file_google_protobuf_timestamp, file_rein_v1_event]);
 
 /**
  * RunExport is one run carried away as a file: `rein export` writes it,
@@ -67,6 +67,14 @@ export type RunExport = Message<"rein.v1.RunExport"> & {
    * @generated from field: string exported_by = 6;
    */
   exportedBy: string;
+
+  /**
+   * With --tree: the export of each run this one delegated to, in the
+   * order it delegated them, each with its own children.
+   *
+   * @generated from field: repeated rein.v1.RunExport children = 7;
+   */
+  children: RunExport[];
 };
 
 /**

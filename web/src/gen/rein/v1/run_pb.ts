@@ -16,7 +16,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file rein/v1/run.proto.
  */
 export const file_rein_v1_run: GenFile = /*@__PURE__*/
-  fileDesc("ChFyZWluL3YxL3J1bi5wcm90bxIHcmVpbi52MSK+BQoDUnVuEg4KBnJ1bl9pZBgBIAEoCRIiCgZzdGF0dXMYAiABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxInCghjb250cmFjdBgDIAEoCzIVLnJlaW4udjEuVGFza0NvbnRyYWN0EhEKCXByaW5jaXBhbBgEIAEoCRIOCgZ0ZW5hbnQYBSABKAkSDwoHdmVyc2lvbhgGIAEoBBINCgVzdGVwcxgHIAEoDRIdCgV1c2FnZRgIIAEoCzIOLnJlaW4udjEuVXNhZ2USEgoKdG9vbF9jYWxscxgJIAEoDRIsCghkZWFkbGluZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJwoHcGVuZGluZxgLIAEoCzIWLnJlaW4udjEuUGVuZGluZ0FjdGlvbhIkCgZyZXN1bHQYDCABKAsyFC5yZWluLnYxLkZpbmFsQW5zd2VyEhIKCmxhc3RfZXJyb3IYDSABKAkSLgoKY3JlYXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKcmVxdWVzdF9pZBgQIAEoCRIVCg1zdGF0dXNfcmVhc29uGBEgASgJEhcKD21vZGVsX2luX2ZsaWdodBgSIAEoCBIpCg5hcHByb3ZlZF93cml0ZRgTIAEoCzIRLnJlaW4udjEuUHJvcG9zYWwSGgoSd3JpdGVfb3BlcmF0aW9uX2lkGBQgASgJEhAKCGNvc3RfdXNkGBUgASgBEiYKCHByb2dyZXNzGBYgASgLMhQucmVpbi52MS5SdW5Qcm9ncmVzcxIQCgh0cmFjZV9pZBgXIAEoCRIcChR0cmFjZV9wYXJlbnRfc3Bhbl9pZBgYIAEoCSKAAwoLUnVuUHJvZ3Jlc3MSJAoJb3Blbl9jYWxsGAEgASgLMhEucmVpbi52MS5Ub29sQ2FsbBIpCg5vcGVuX2NhbGxfdGllchgCIAEoDjIRLnJlaW4udjEuVG9vbFRpZXISRQoSdG9vbF9jYWxsc19ieV90b29sGAMgAygLMikucmVpbi52MS5SdW5Qcm9ncmVzcy5Ub29sQ2FsbHNCeVRvb2xFbnRyeRIbChNmYWlsaW5nX2NoZWNrc19oYXNoGAQgASgJEh8KF2ZhaWxpbmdfY2hlY2tzX3JlcGVhdGVkGAUgASgNEikKBXByaWNlGAYgASgLMhoucmVpbi52MS5SdW5Qcm9ncmVzcy5QcmljZRo4CgVQcmljZRIWCg5pbnB1dF9wZXJfbXRvaxgBIAEoARIXCg9vdXRwdXRfcGVyX210b2sYAiABKAEaNgoUVG9vbENhbGxzQnlUb29sRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgNOgI4ASJnCg1QZW5kaW5nQWN0aW9uEiUKCHByb3Bvc2FsGAEgASgLMhEucmVpbi52MS5Qcm9wb3NhbEgAEiUKCHF1ZXN0aW9uGAIgASgLMhEucmVpbi52MS5RdWVzdGlvbkgAQggKBmFjdGlvbiKUAgoIUHJvcG9zYWwSEwoLcHJvcG9zYWxfaWQYASABKAkSDAoEdG9vbBgCIAEoCRIqCglhcmd1bWVudHMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EicKB3ByZXZpZXcYBCABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSDAoEaGFzaBgFIAEoCRIuCgpleHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtydW5fdmVyc2lvbhgHIAEoBBIPCgdjYWxsX2lkGAggASgJEhQKDHByZXZpZXdfYmxvYhgJIAEoCRIWCg5hcmd1bWVudHNfYmxvYhgKIAEoCSIpCghRdWVzdGlvbhIMCgR0ZXh0GAEgASgJEg8KB2NhbGxfaWQYAiABKAkqlQIKCVJ1blN0YXR1cxIaChZSVU5fU1RBVFVTX1VOU1BFQ0lGSUVEEAASFgoSUlVOX1NUQVRVU19SVU5OSU5HEAESGgoWUlVOX1NUQVRVU19ORUVEU19JTlBVVBACEh0KGVJVTl9TVEFUVVNfTkVFRFNfQVBQUk9WQUwQAxIYChRSVU5fU1RBVFVTX0NPTVBMRVRFRBAEEh8KG1JVTl9TVEFUVVNfQlVER0VUX0VYSEFVU1RFRBAFEhUKEVJVTl9TVEFUVVNfRkFJTEVEEAYSFQoRUlVOX1NUQVRVU19ERU5JRUQQBxIWChJSVU5fU1RBVFVTX0VYUElSRUQQCBIYChRSVU5fU1RBVFVTX0NBTkNFTExFRBAJYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_decision]);
+  fileDesc("ChFyZWluL3YxL3J1bi5wcm90bxIHcmVpbi52MSKWBgoDUnVuEg4KBnJ1bl9pZBgBIAEoCRIiCgZzdGF0dXMYAiABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxInCghjb250cmFjdBgDIAEoCzIVLnJlaW4udjEuVGFza0NvbnRyYWN0EhEKCXByaW5jaXBhbBgEIAEoCRIOCgZ0ZW5hbnQYBSABKAkSDwoHdmVyc2lvbhgGIAEoBBINCgVzdGVwcxgHIAEoDRIdCgV1c2FnZRgIIAEoCzIOLnJlaW4udjEuVXNhZ2USEgoKdG9vbF9jYWxscxgJIAEoDRIsCghkZWFkbGluZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJwoHcGVuZGluZxgLIAEoCzIWLnJlaW4udjEuUGVuZGluZ0FjdGlvbhIkCgZyZXN1bHQYDCABKAsyFC5yZWluLnYxLkZpbmFsQW5zd2VyEhIKCmxhc3RfZXJyb3IYDSABKAkSLgoKY3JlYXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKcmVxdWVzdF9pZBgQIAEoCRIVCg1zdGF0dXNfcmVhc29uGBEgASgJEhcKD21vZGVsX2luX2ZsaWdodBgSIAEoCBIpCg5hcHByb3ZlZF93cml0ZRgTIAEoCzIRLnJlaW4udjEuUHJvcG9zYWwSGgoSd3JpdGVfb3BlcmF0aW9uX2lkGBQgASgJEhAKCGNvc3RfdXNkGBUgASgBEiYKCHByb2dyZXNzGBYgASgLMhQucmVpbi52MS5SdW5Qcm9ncmVzcxIQCgh0cmFjZV9pZBgXIAEoCRIcChR0cmFjZV9wYXJlbnRfc3Bhbl9pZBgYIAEoCRIqCgxkZWxlZ2F0ZWRfYnkYGSABKAsyFC5yZWluLnYxLkRlbGVnYXRlZEJ5EioKCmRlbGVnYXRpb24YGiABKAsyFi5yZWluLnYxLlJ1bkRlbGVnYXRpb24igAMKC1J1blByb2dyZXNzEiQKCW9wZW5fY2FsbBgBIAEoCzIRLnJlaW4udjEuVG9vbENhbGwSKQoOb3Blbl9jYWxsX3RpZXIYAiABKA4yES5yZWluLnYxLlRvb2xUaWVyEkUKEnRvb2xfY2FsbHNfYnlfdG9vbBgDIAMoCzIpLnJlaW4udjEuUnVuUHJvZ3Jlc3MuVG9vbENhbGxzQnlUb29sRW50cnkSGwoTZmFpbGluZ19jaGVja3NfaGFzaBgEIAEoCRIfChdmYWlsaW5nX2NoZWNrc19yZXBlYXRlZBgFIAEoDRIpCgVwcmljZRgGIAEoCzIaLnJlaW4udjEuUnVuUHJvZ3Jlc3MuUHJpY2UaOAoFUHJpY2USFgoOaW5wdXRfcGVyX210b2sYASABKAESFwoPb3V0cHV0X3Blcl9tdG9rGAIgASgBGjYKFFRvb2xDYWxsc0J5VG9vbEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDToCOAEiZwoNUGVuZGluZ0FjdGlvbhIlCghwcm9wb3NhbBgBIAEoCzIRLnJlaW4udjEuUHJvcG9zYWxIABIlCghxdWVzdGlvbhgCIAEoCzIRLnJlaW4udjEuUXVlc3Rpb25IAEIICgZhY3Rpb24ilAIKCFByb3Bvc2FsEhMKC3Byb3Bvc2FsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSKgoJYXJndW1lbnRzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBInCgdwcmV2aWV3GAQgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEgwKBGhhc2gYBSABKAkSLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLcnVuX3ZlcnNpb24YByABKAQSDwoHY2FsbF9pZBgIIAEoCRIUCgxwcmV2aWV3X2Jsb2IYCSABKAkSFgoOYXJndW1lbnRzX2Jsb2IYCiABKAkiKQoIUXVlc3Rpb24SDAoEdGV4dBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJIm4KC0RlbGVnYXRlZEJ5EhUKDXBhcmVudF9ydW5faWQYASABKAkSEAoIc2VxdWVuY2UYAiABKAQSEgoKdGFza19pbmRleBgDIAEoDRITCgtyb290X3J1bl9pZBgEIAEoCRINCgVkZXB0aBgFIAEoDSKUAQoNUnVuRGVsZWdhdGlvbhIYChBjaGlsZHJlbl9zdGFydGVkGAEgASgNEikKDW9wZW5fY2hpbGRyZW4YAiADKAsyEi5yZWluLnYxLkNoaWxkTG9hbhIcCgRsZW50GAMgASgLMg4ucmVpbi52MS5TcGVuZBIgCghyZXR1cm5lZBgEIAEoCzIOLnJlaW4udjEuU3BlbmQiTAoFU3BlbmQSDQoFc3RlcHMYASABKA0SDgoGdG9rZW5zGAIgASgEEhAKCGNvc3RfdXNkGAMgASgBEhIKCnRvb2xfY2FsbHMYBCABKA0iOQoJQ2hpbGRMb2FuEg4KBnJ1bl9pZBgBIAEoCRIcCgRsZW50GAIgASgLMg4ucmVpbi52MS5TcGVuZCqVAgoJUnVuU3RhdHVzEhoKFlJVTl9TVEFUVVNfVU5TUEVDSUZJRUQQABIWChJSVU5fU1RBVFVTX1JVTk5JTkcQARIaChZSVU5fU1RBVFVTX05FRURTX0lOUFVUEAISHQoZUlVOX1NUQVRVU19ORUVEU19BUFBST1ZBTBADEhgKFFJVTl9TVEFUVVNfQ09NUExFVEVEEAQSHwobUlVOX1NUQVRVU19CVURHRVRfRVhIQVVTVEVEEAUSFQoRUlVOX1NUQVRVU19GQUlMRUQQBhIVChFSVU5fU1RBVFVTX0RFTklFRBAHEhYKElJVTl9TVEFUVVNfRVhQSVJFRBAIEhgKFFJVTl9TVEFUVVNfQ0FOQ0VMTEVEEAliBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_decision]);
 
 /**
  * Run is a run's state: the fold of its events.
@@ -197,6 +197,21 @@ export type Run = Message<"rein.v1.Run"> & {
    * @generated from field: string trace_parent_span_id = 24;
    */
   traceParentSpanId: string;
+
+  /**
+   * For a child run: the run that delegated it.
+   *
+   * @generated from field: rein.v1.DelegatedBy delegated_by = 25;
+   */
+  delegatedBy?: DelegatedBy | undefined;
+
+  /**
+   * The run's delegations: children started, open, and the budget lent
+   * to them and spent by those that returned. Unset when it has none.
+   *
+   * @generated from field: rein.v1.RunDelegation delegation = 26;
+   */
+  delegation?: RunDelegation | undefined;
 };
 
 /**
@@ -454,6 +469,167 @@ export type Question = Message<"rein.v1.Question"> & {
  */
 export const QuestionSchema: GenMessage<Question> = /*@__PURE__*/
   messageDesc(file_rein_v1_run, 4);
+
+/**
+ * DelegatedBy names where a child run came from.
+ *
+ * @generated from message rein.v1.DelegatedBy
+ */
+export type DelegatedBy = Message<"rein.v1.DelegatedBy"> & {
+  /**
+   * The parent run.
+   *
+   * @generated from field: string parent_run_id = 1;
+   */
+  parentRunId: string;
+
+  /**
+   * The sequence of the parent's delegation_started.
+   *
+   * @generated from field: uint64 sequence = 2;
+   */
+  sequence: bigint;
+
+  /**
+   * The task's index in that delegation.
+   *
+   * @generated from field: uint32 task_index = 3;
+   */
+  taskIndex: number;
+
+  /**
+   * The root of the tree.
+   *
+   * @generated from field: string root_run_id = 4;
+   */
+  rootRunId: string;
+
+  /**
+   * 1 for a root's child, 2 for its grandchild, …
+   *
+   * @generated from field: uint32 depth = 5;
+   */
+  depth: number;
+};
+
+/**
+ * Describes the message rein.v1.DelegatedBy.
+ * Use `create(DelegatedBySchema)` to create a new message.
+ */
+export const DelegatedBySchema: GenMessage<DelegatedBy> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run, 5);
+
+/**
+ * RunDelegation is what a run's delegations stand at.
+ *
+ * @generated from message rein.v1.RunDelegation
+ */
+export type RunDelegation = Message<"rein.v1.RunDelegation"> & {
+  /**
+   * Children started over the run's life.
+   *
+   * @generated from field: uint32 children_started = 1;
+   */
+  childrenStarted: number;
+
+  /**
+   * Children that have not returned yet, in order, with what each was lent.
+   *
+   * @generated from field: repeated rein.v1.ChildLoan open_children = 2;
+   */
+  openChildren: ChildLoan[];
+
+  /**
+   * What is lent to the open children.
+   *
+   * @generated from field: rein.v1.Spend lent = 3;
+   */
+  lent?: Spend | undefined;
+
+  /**
+   * What the returned children spent (their trees included).
+   *
+   * @generated from field: rein.v1.Spend returned = 4;
+   */
+  returned?: Spend | undefined;
+};
+
+/**
+ * Describes the message rein.v1.RunDelegation.
+ * Use `create(RunDelegationSchema)` to create a new message.
+ */
+export const RunDelegationSchema: GenMessage<RunDelegation> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run, 6);
+
+/**
+ * Spend is an amount of each budget limit.
+ *
+ * @generated from message rein.v1.Spend
+ */
+export type Spend = Message<"rein.v1.Spend"> & {
+  /**
+   * Model calls.
+   *
+   * @generated from field: uint32 steps = 1;
+   */
+  steps: number;
+
+  /**
+   * Input plus output tokens.
+   *
+   * @generated from field: uint64 tokens = 2;
+   */
+  tokens: bigint;
+
+  /**
+   * Model spend in US dollars.
+   *
+   * @generated from field: double cost_usd = 3;
+   */
+  costUsd: number;
+
+  /**
+   * Tool calls.
+   *
+   * @generated from field: uint32 tool_calls = 4;
+   */
+  toolCalls: number;
+};
+
+/**
+ * Describes the message rein.v1.Spend.
+ * Use `create(SpendSchema)` to create a new message.
+ */
+export const SpendSchema: GenMessage<Spend> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run, 7);
+
+/**
+ * ChildLoan is an open child and the budget lent to it.
+ *
+ * @generated from message rein.v1.ChildLoan
+ */
+export type ChildLoan = Message<"rein.v1.ChildLoan"> & {
+  /**
+   * The child run.
+   *
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * What it was lent.
+   *
+   * @generated from field: rein.v1.Spend lent = 2;
+   */
+  lent?: Spend | undefined;
+};
+
+/**
+ * Describes the message rein.v1.ChildLoan.
+ * Use `create(ChildLoanSchema)` to create a new message.
+ */
+export const ChildLoanSchema: GenMessage<ChildLoan> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run, 8);
 
 /**
  * RunStatus is where a run stands. completed, budget_exhausted, failed,
