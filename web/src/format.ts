@@ -136,6 +136,15 @@ export function summary(ev: Event): { kind: string; text: string } {
       return { kind: "checks_completed", text: p.value.results.map((c) => `${c.name} ${c.passed ? "passed" : `failed (exit ${c.exitCode}): ${c.outputTail}`}`).join("; ") };
     case "budgetReached":
       return { kind: "budget_reached", text: `${p.value.limit}: ${p.value.detail}` };
+    case "runTaken":
+      return { kind: "run_taken", text: `carried on by ${p.value.owner} (lease epoch ${p.value.epoch})` };
+    case "delegationStarted":
+      return { kind: "delegation_started", text: `${p.value.children.length} child run(s): ` + p.value.children.map((c) => `${c.runId}: ${c.contract?.goal ?? ""}`).join("; ") };
+    case "delegationReturned":
+      return {
+        kind: "delegation_returned",
+        text: `${p.value.runId} ${statusName(p.value.status)}` + (p.value.reason ? ` (${p.value.reason})` : "") + (p.value.answer ? `: ${p.value.answer.text}` : "") + `, ${p.value.steps} steps, $${p.value.costUsd.toFixed(4)}`,
+      };
     case "statusChanged":
       return {
         kind: "status_changed",
