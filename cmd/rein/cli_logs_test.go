@@ -87,15 +87,8 @@ func TestServeLogs(t *testing.T) {
 	mustContain(t, "approve by a viewer", r.stderr, "vera")
 	cli(t, "approve", runID, proposal, "--server", addr, "--token", opToken).mustExit(t, exitOK)
 
-	deadline := time.Now().Add(10 * time.Second)
-	var lines []map[string]any
-	for {
-		lines = logLines(t, log.String())
-		if hasLine(lines, "run ended", runID) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	log.waitFor(10*time.Second, func(s string) bool { return hasLine(logLines(t, s), "run ended", runID) })
+	lines := logLines(t, log.String())
 	for _, msg := range []string{"run started", "run paused", "run resumed", "run ended"} {
 		if !hasLine(lines, msg, runID) {
 			t.Errorf("no %q line for %s with its tenant and principal:\n%s", msg, runID, log)

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // result is what one CLI invocation left behind.
@@ -48,6 +49,8 @@ func (r result) mustExit(t *testing.T, want int) result {
 type watchWriter struct {
 	want string
 	seen chan struct{}
+	// grew is signalled after each write (capacity 1: signals coalesce).
+	grew chan struct{}
 
 	mu   sync.Mutex // guards buf and done
 	buf  bytes.Buffer
@@ -55,7 +58,22 @@ type watchWriter struct {
 }
 
 func newWatchWriter(want string) *watchWriter {
-	return &watchWriter{want: want, seen: make(chan struct{})}
+	return &watchWriter{want: want, seen: make(chan struct{}), grew: make(chan struct{}, 1)}
+}
+
+// waitFor waits, at most d, until ok holds for what was written; it
+// reports whether it did.
+func (w *watchWriter) waitFor(d time.Duration, ok func(string) bool) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for !ok(w.String()) {
+		select {
+		case <-w.grew:
+		case <-deadline.C:
+			return ok(w.String())
+		}
+	}
+	return true
 }
 
 func (w *watchWriter) Write(p []byte) (int, error) {
@@ -65,6 +83,10 @@ func (w *watchWriter) Write(p []byte) (int, error) {
 	if !w.done && strings.Contains(w.buf.String(), w.want) {
 		w.done = true
 		close(w.seen)
+	}
+	select {
+	case w.grew <- struct{}{}:
+	default:
 	}
 	return n, err
 }

@@ -19,13 +19,30 @@ type slowTools struct {
 }
 
 func (s slowTools) Read(ctx context.Context, c tools.Call) (*structpb.Value, error) {
-	time.Sleep(s.d)
+	if err := s.work(ctx); err != nil {
+		return nil, err
+	}
 	return s.Executor.Read(ctx, c)
 }
 
 func (s slowTools) Commit(ctx context.Context, c tools.Call, op string) (*structpb.Value, error) {
-	time.Sleep(s.d)
+	if err := s.work(ctx); err != nil {
+		return nil, err
+	}
 	return s.Executor.Commit(ctx, c, op)
+}
+
+// work is the call's own time: d, or less if ctx ends first, as a tool
+// that honours its context does.
+func (s slowTools) work(ctx context.Context) error {
+	t := time.NewTimer(s.d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // TestLogRecordsDurations: model_returned, tool_returned and

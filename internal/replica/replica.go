@@ -58,6 +58,9 @@ type Config struct {
 	Logger *slog.Logger
 	// LostLease, when set, is called each time the lease is lost.
 	LostLease func()
+	// LookedOver, when set, is called after each look over every run (at
+	// the start, after a new lease, and once per TTL).
+	LookedOver func()
 }
 
 // Replica holds a server's etcd lease. Join starts it; Serve attaches the
@@ -259,6 +262,9 @@ func (r *Replica) lookOver(e Engine) {
 	}
 	if err := e.ResumeAll(r.taking); err != nil && !errors.Is(err, context.Canceled) {
 		r.cfg.Logger.Warn("look over the runs to take", "error", err)
+	}
+	if r.cfg.LookedOver != nil {
+		r.cfg.LookedOver()
 	}
 }
 

@@ -107,11 +107,17 @@ func join(t *testing.T, prefix, name string, models func(*reinv1.ModelSpec) (mod
 // joinCapped is join with a cap on the runs the member drives at once.
 func joinCapped(t *testing.T, prefix, name string, models func(*reinv1.ModelSpec) (model.Model, error), maxDriven int) *member {
 	t.Helper()
+	return joinWith(t, prefix, name, models, maxDriven, nil)
+}
+
+// joinWith is join with a cap and a hook told of each look over the runs.
+func joinWith(t *testing.T, prefix, name string, models func(*reinv1.ModelSpec) (model.Model, error), maxDriven int, lookedOver func()) *member {
+	t.Helper()
 	st, err := etcdstore.Open(t.Context(), shared, prefix, etcdstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := replica.Join(t.Context(), replica.Config{Client: shared, Store: st, TTL: ttl})
+	rep, err := replica.Join(t.Context(), replica.Config{Client: shared, Store: st, TTL: ttl, LookedOver: lookedOver})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,14 +236,26 @@ func TestTakeoverWhenAServerDies(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("A never called the model")
 	}
-	b := join(t, prefix, "replica-b", scripted)
+	lookedOver := make(chan struct{}, 8)
+	b := joinWith(t, prefix, "replica-b", scripted, 0, func() {
+		select {
+		case lookedOver <- struct{}{}:
+		default: // the test has counted the ones it waits for
+		}
+	})
 	// The twin: while A holds its lease, B leaves A's run alone, however
-	// often it looks over the runs.
+	// often it looks over the runs: at its start, then once per TTL.
 	before, err := b.client.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(ttl + ttl/2) // B looks over every run once per TTL
+	for range 2 {
+		select {
+		case <-lookedOver:
+		case <-ctx.Done():
+			t.Fatal("B never looked over the runs")
+		}
+	}
 	after, err := b.client.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID})
 	if err != nil {
 		t.Fatal(err)
@@ -312,20 +330,27 @@ func TestDecisionOnAnotherServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	runID := resp.GetRun().GetRunId()
+	// waitStatus follows the run on m past version until it changes to
+	// want, and returns the run then.
 	waitStatus := func(m *member, want reinv1.RunStatus, version uint64) *reinv1.Run {
 		t.Helper()
-		for ctx.Err() == nil {
-			got, err := m.client.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID})
+		stream, err := m.client.WatchRun(ctx, &reinv1.WatchRunRequest{RunId: runID, AfterSequence: version})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			resp, err := stream.Recv()
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("run never reached %v past version %d: %v", want, version, err)
 			}
-			if got.GetRun().GetStatus() == want && got.GetRun().GetVersion() > version {
+			if resp.GetEvent().GetStatusChanged().GetTo() == want {
+				got, err := m.client.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID})
+				if err != nil {
+					t.Fatal(err)
+				}
 				return got.GetRun()
 			}
-			time.Sleep(20 * time.Millisecond)
 		}
-		t.Fatalf("run never reached %v past version %d", want, version)
-		return nil
 	}
 	paused := waitStatus(b, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, 0)
 	if _, err := b.client.ProvideInput(ctx, &reinv1.ProvideInputRequest{RunId: runID, Text: "Q3"}); err != nil {
