@@ -81,8 +81,10 @@ type Replica struct {
 	taking     context.Context
 	stopTaking context.CancelFunc
 	takers     sync.WaitGroup
-	// lost is signalled by the keepalive loop when the lease is lost.
-	lost chan struct{}
+	// lookNow asks the takeover loop to look over every run now: after a
+	// new lease, a watch that may have missed owner keys, or more orphans
+	// at once than it queues.
+	lookNow chan struct{}
 }
 
 // Join is granted a lease, ties the store's runs to it and keeps it alive.
@@ -94,7 +96,7 @@ func Join(ctx context.Context, cfg Config) (*Replica, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Replica{cfg: cfg, lost: make(chan struct{}, 1)}
+	r := &Replica{cfg: cfg, lookNow: make(chan struct{}, 1)}
 	id, err := r.grant(ctx)
 	if err != nil {
 		return nil, err
@@ -155,7 +157,7 @@ func (r *Replica) hold(id clientv3.LeaseID) {
 				id = next
 				r.cfg.Logger.Info("this server holds a new etcd lease", "lease", fmt.Sprintf("%x", int64(id)))
 				select {
-				case r.lost <- struct{}{}: // the takeover loop looks over every run
+				case r.lookNow <- struct{}{}: // the takeover loop looks over every run
 				default:
 				}
 				break regrant
@@ -220,13 +222,13 @@ func (r *Replica) Serve(e Engine) {
 			default:
 				// Too many at once: the next look over every run finds it.
 				select {
-				case r.lost <- struct{}{}:
+				case r.lookNow <- struct{}{}:
 				default:
 				}
 			}
 		}, func() {
 			select {
-			case r.lost <- struct{}{}:
+			case r.lookNow <- struct{}{}:
 			default:
 			}
 		})
@@ -246,7 +248,7 @@ func (r *Replica) Serve(e Engine) {
 				if err := e.Takeover(r.taking, runID); err != nil && !errors.Is(err, context.Canceled) {
 					r.cfg.Logger.Warn("take over a run whose server's lease ended", "run_id", runID, "error", err)
 				}
-			case <-r.lost:
+			case <-r.lookNow:
 				r.lookOver(e)
 			case <-every.C:
 				r.lookOver(e)

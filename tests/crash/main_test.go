@@ -19,15 +19,13 @@
 package crash_test
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
+
+	"github.com/reinhq/rein/tests/internal/reinbin"
 )
 
 var (
@@ -53,26 +51,9 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(tmp)
 	reinBin = filepath.Join(tmp, "rein")
-	if err := buildRein(reinBin, "-tags", "failpoints"); err != nil {
+	if err := reinbin.Build(reinBin, "-tags", "failpoints"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return m.Run()
-}
-
-// buildRein builds ./cmd/rein into out, with flags before the package.
-func buildRein(out string, flags ...string) error {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	args := append(append([]string{"build", "-o", out}, flags...), "./cmd/rein")
-	build := exec.CommandContext(ctx, "go", args...)
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/reinhq/rein/tests/internal/reinbin"
+
 	"github.com/reinhq/rein/internal/failpoint"
 )
 
@@ -21,7 +23,7 @@ import (
 // crashes at that commit.
 func TestFailpointsNeedTheTag(t *testing.T) {
 	plain := filepath.Join(t.TempDir(), "rein")
-	if err := buildRein(plain); err != nil {
+	if err := reinbin.Build(plain); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

@@ -13,14 +13,13 @@
 package failover_test
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
+
+	"github.com/reinhq/rein/tests/internal/reinbin"
 )
 
 var (
@@ -44,21 +43,9 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(tmp)
 	reinBin = filepath.Join(tmp, "rein")
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
+	if err := reinbin.Build(reinBin); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	build := exec.CommandContext(ctx, "go", "build", "-o", reinBin, "./cmd/rein")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build ./cmd/rein: %v\n%s", err, out)
 		return 1
 	}
 	return m.Run()
 }
-
-// since is how long ago t was, in a short form for logs.
-func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }
