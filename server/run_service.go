@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 
 	"google.golang.org/grpc"
@@ -427,6 +428,9 @@ func (s *runService) WatchRuns(req *reinv1.WatchRunsRequest, stream grpc.ServerS
 // message limit; a caller asks again for the blobs left out.
 const maxBlobsBytes = 3 << 20
 
+// blobsPerRead is how many blobs GetBlobs reads from the store at once.
+const blobsPerRead = 16
+
 // GetBlobs returns blobs the run's events reference. A hash the run does
 // not reference is refused, so that a run's blobs are read only by those
 // who may read the run. The answer carries as many of the blobs asked for
@@ -449,24 +453,31 @@ func (s *runService) GetBlobs(ctx context.Context, req *reinv1.GetBlobsRequest) 
 		}
 		after = evs[len(evs)-1].GetSequence()
 	}
-	resp := &reinv1.GetBlobsResponse{Blobs: map[string][]byte{}}
-	size := 0
+	var want []string
 	for i, h := range req.GetHashes() {
 		if !refs[h] {
 			return nil, invalidArgument(fmt.Sprintf("hashes[%d]", i), fmt.Sprintf("run %s references no blob %s; ask for the hashes its events name", req.GetRunId(), h))
 		}
-		if _, ok := resp.Blobs[h]; ok {
-			continue
+		if !slices.Contains(want, h) {
+			want = append(want, h)
 		}
-		b, err := s.store.Blob(ctx, h)
+	}
+	// Read a few at a time (each read is a pass over the run's blobs), so
+	// that what is read past the answer's bound stays small.
+	resp := &reinv1.GetBlobsResponse{Blobs: map[string][]byte{}}
+	size := 0
+	for chunk := range slices.Chunk(want, blobsPerRead) {
+		got, err := s.store.Blobs(ctx, req.GetRunId(), chunk)
 		if err != nil {
 			return nil, toStatus(s.log, "GetBlobs", err)
 		}
-		if size > 0 && size+len(b) > maxBlobsBytes {
-			break
+		for _, h := range chunk {
+			if size > 0 && size+len(got[h]) > maxBlobsBytes {
+				return resp, nil
+			}
+			resp.Blobs[h] = got[h]
+			size += len(got[h])
 		}
-		resp.Blobs[h] = b
-		size += len(b)
 	}
 	return resp, nil
 }

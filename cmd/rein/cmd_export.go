@@ -18,7 +18,6 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/export"
-	"github.com/reinhq/rein/internal/store"
 )
 
 type exportOptions struct {
@@ -79,7 +78,7 @@ func storedExport(ctx context.Context, e *env, runID string) (*reinv1.RunExport,
 	if err != nil {
 		return nil, err
 	}
-	blobs := &serverBlobs{runs: cn.runs, runID: runID, refs: export.BlobRefs(evs)}
+	blobs := serverBlobs{runs: cn.runs}
 	return export.New(ctx, runID, evs, blobs)
 }
 
@@ -221,37 +220,27 @@ func fileEvents(path string, after uint64) ([]*reinv1.Event, error) {
 // through GetBlobs, as many a call as the server sends, asking for the ones
 // it left out.
 type serverBlobs struct {
-	runs  reinv1.RunServiceClient
-	runID string
-	// refs are every blob the run references, fetched on the first Blob.
-	refs []string
-	got  map[string][]byte
+	runs reinv1.RunServiceClient
 }
 
-func (b *serverBlobs) Blob(ctx context.Context, hash string) ([]byte, error) {
-	if b.got == nil {
-		b.got = map[string][]byte{}
-		for left := b.refs; len(left) > 0; {
-			resp, err := b.runs.GetBlobs(ctx, &reinv1.GetBlobsRequest{RunId: b.runID, Hashes: left[:min(len(left), 1000)]})
-			if err != nil {
-				return nil, err
-			}
-			if len(resp.GetBlobs()) == 0 {
-				return nil, fmt.Errorf("the server sent none of run %s's %d remaining blobs", b.runID, len(left))
-			}
-			maps.Copy(b.got, resp.GetBlobs())
-			var rest []string
-			for _, h := range left {
-				if _, ok := b.got[h]; !ok {
-					rest = append(rest, h)
-				}
-			}
-			left = rest
+func (b serverBlobs) Blobs(ctx context.Context, runID string, hashes []string) (map[string][]byte, error) {
+	got := make(map[string][]byte, len(hashes))
+	for left := hashes; len(left) > 0; {
+		resp, err := b.runs.GetBlobs(ctx, &reinv1.GetBlobsRequest{RunId: runID, Hashes: left[:min(len(left), 1000)]})
+		if err != nil {
+			return nil, err
 		}
+		if len(resp.GetBlobs()) == 0 {
+			return nil, fmt.Errorf("the server sent none of run %s's %d remaining blobs", runID, len(left))
+		}
+		maps.Copy(got, resp.GetBlobs())
+		var rest []string
+		for _, h := range left {
+			if _, ok := got[h]; !ok {
+				rest = append(rest, h)
+			}
+		}
+		left = rest
 	}
-	blob, ok := b.got[hash]
-	if !ok {
-		return nil, fmt.Errorf("%w: %s", store.ErrNoBlob, hash)
-	}
-	return blob, nil
+	return got, nil
 }

@@ -155,10 +155,16 @@ func TestNewRefuses(t *testing.T) {
 	}
 }
 
-// liar answers every Blob with the same bytes.
+// liar answers every blob with the same bytes.
 type liar struct{}
 
-func (liar) Blob(context.Context, string) ([]byte, error) { return []byte("not it"), nil }
+func (liar) Blobs(_ context.Context, _ string, hashes []string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, h := range hashes {
+		out[h] = []byte("not it")
+	}
+	return out, nil
+}
 
 // TestBlobRefsOfAProposal: a proposal's preview and arguments stored apart
 // are references too, so export, import and GetBlobs carry them; the twin,

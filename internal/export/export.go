@@ -84,8 +84,9 @@ var (
 // Blobs is where New reads the blobs a run's events reference. A
 // store.Store is one.
 type Blobs interface {
-	// Blob returns the content whose SHA-256 in lower-case hex is hash.
-	Blob(ctx context.Context, hash string) ([]byte, error)
+	// Blobs returns the content of each of hashes (SHA-256 in lower-case
+	// hex) that run runID stored, keyed by hash.
+	Blobs(ctx context.Context, runID string, hashes []string) (map[string][]byte, error)
 }
 
 // New returns the export of a run's whole log, evs, with every blob the
@@ -101,11 +102,15 @@ func New(ctx context.Context, runID string, evs []*reinv1.Event, blobs Blobs) (*
 	if blobs == nil {
 		return nil, fmt.Errorf("export run %s: its events reference %d blobs and there is no store to read them from", runID, len(refs))
 	}
+	got, err := blobs.Blobs(ctx, runID, refs)
+	if err != nil {
+		return nil, fmt.Errorf("export run %s: read its %d blobs: %w", runID, len(refs), err)
+	}
 	x.Blobs = make(map[string][]byte, len(refs))
 	for _, hash := range refs {
-		b, err := blobs.Blob(ctx, hash)
-		if err != nil {
-			return nil, fmt.Errorf("export run %s: read blob %s: %w", runID, hash, err)
+		b, ok := got[hash]
+		if !ok {
+			return nil, fmt.Errorf("export run %s: the store did not return blob %s", runID, hash)
 		}
 		x.Blobs[hash] = b
 	}

@@ -57,7 +57,7 @@ func TestCompactionKeepsKindSourceAndBlob(t *testing.T) {
 		if it.GetKind() == "observation" && !strings.HasPrefix(it.GetSource(), "tool:search#") {
 			t.Errorf("observation source %q, want tool:search#CALL_ID", it.GetSource())
 		}
-		blob, err := s.Blob(testCtx(t), it.GetBlob())
+		blob, err := blobOf(t, s, st.RunID, it.GetBlob())
 		if err != nil {
 			t.Fatalf("item %v: its full text is not stored: %v", it, err)
 		}
@@ -119,12 +119,6 @@ func TestLatestStepIsNeverCompacted(t *testing.T) {
 // store the same prefix at every step.
 func checkInputBlobs(t *testing.T, s Store, evs []*reinv1.Event) {
 	t.Helper()
-	blobber, ok := s.(interface {
-		Blob(ctx context.Context, hash string) ([]byte, error)
-	})
-	if !ok {
-		t.Fatalf("store %T cannot read blobs", s)
-	}
 	referenced, distinct := 0, map[string]bool{}
 	var prev []string
 	for _, ev := range evs {
@@ -154,7 +148,7 @@ func checkInputBlobs(t *testing.T, s Store, evs []*reinv1.Event) {
 				continue
 			}
 			distinct[h] = true
-			b, err := blobber.Blob(testCtx(t), h)
+			b, err := blobOf(t, s, ev.GetRunId(), h)
 			if err != nil {
 				t.Fatalf("model_requested %d references blob %.12s…: %v", ev.GetSequence(), h, err)
 			}
@@ -166,9 +160,21 @@ func checkInputBlobs(t *testing.T, s Store, evs []*reinv1.Event) {
 	if steps := len(ofType(evs, "model_requested")); steps > 2 && len(distinct) >= referenced {
 		t.Fatalf("%d parts referenced over %d calls but %d distinct: nothing is shared", referenced, steps, len(distinct))
 	}
-	if _, err := blobber.Blob(testCtx(t), strings.Repeat("0", 64)); !errors.Is(err, store.ErrNoBlob) {
-		t.Fatalf("Blob(unknown) = %v, want ErrNoBlob", err)
+	if len(evs) > 0 {
+		if _, err := blobOf(t, s, evs[0].GetRunId(), strings.Repeat("0", 64)); !errors.Is(err, store.ErrNoBlob) {
+			t.Fatalf("Blobs(unknown) = %v, want ErrNoBlob", err)
+		}
 	}
+}
+
+// blobOf reads one blob of a run from s.
+func blobOf(t *testing.T, s Store, runID, hash string) ([]byte, error) {
+	t.Helper()
+	got, err := s.Blobs(testCtx(t), runID, []string{hash})
+	if err != nil {
+		return nil, err
+	}
+	return got[hash], nil
 }
 
 // TestSummaryStaysBounded: over a long run the summary shows only its
@@ -219,12 +225,6 @@ func (b *blobCounter) Append(ctx context.Context, runID string, expected uint64,
 	}
 	b.mu.Unlock()
 	return b.Store.Append(ctx, runID, expected, evs, opts...)
-}
-
-func (b *blobCounter) Blob(ctx context.Context, hash string) ([]byte, error) {
-	return b.Store.(interface {
-		Blob(context.Context, string) ([]byte, error)
-	}).Blob(ctx, hash)
 }
 
 // TestResumeStoresOnlyNewParts: a run carried on by another engine (a

@@ -35,9 +35,10 @@ type Store interface {
 	Events(ctx context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error)
 	List(ctx context.Context, f store.Filter) (store.Page, error)
 	Import(ctx context.Context, events []*reinv1.Event, blobs map[string][]byte) (runstate.State, error)
-	// Blob is a blob stored WithBlobs (store.Store's Blob): a proposal's
-	// preview or arguments stored apart are read back to commit the write.
-	Blob(ctx context.Context, hash string) ([]byte, error)
+	// Blobs are blobs a run's appends stored WithBlobs (store.Store's
+	// Blobs): a proposal's preview or arguments stored apart are read back
+	// to commit the write.
+	Blobs(ctx context.Context, runID string, hashes []string) (map[string][]byte, error)
 }
 
 // Config configures an Engine. Store is required.

@@ -79,9 +79,6 @@ func billRun(t *testing.T, m model.Model, b *reinv1.Budget) (runstate.State, []*
 // estimate is taken from.
 func inputSizes(t *testing.T, s Store, evs []*reinv1.Event) []int {
 	t.Helper()
-	blobber := s.(interface {
-		Blob(ctx context.Context, hash string) ([]byte, error)
-	})
 	var sizes []int
 	var prev []string
 	for _, ev := range ofType(evs, "model_requested") {
@@ -90,7 +87,7 @@ func inputSizes(t *testing.T, s Store, evs []*reinv1.Event) []int {
 		prev = full
 		n := 0
 		for _, h := range full {
-			b, err := blobber.Blob(testCtx(t), h)
+			b, err := blobOf(t, s, ev.GetRunId(), h)
 			if err != nil {
 				t.Fatalf("model_requested %d: blob %.12s…: %v", ev.GetSequence(), h, err)
 			}

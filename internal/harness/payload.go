@@ -68,24 +68,31 @@ func inlineProposal(p *reinv1.Proposal) map[string][]byte {
 
 // BlobReader is what WholeProposal needs of a store.
 type BlobReader interface {
-	Blob(ctx context.Context, hash string) ([]byte, error)
+	Blobs(ctx context.Context, runID string, hashes []string) (map[string][]byte, error)
 }
 
 // errBlob marks a proposal whose stored blob cannot be read back.
 var errBlob = errors.New("a proposal's stored content cannot be read")
 
-// WholeProposal is p with its preview and arguments whole: read back from
-// the blobs its fields name, or p itself when none is set. The commit path
-// gives the tool the whole proposal; a replay proposes it whole again.
-func WholeProposal(ctx context.Context, s BlobReader, p *reinv1.Proposal) (*reinv1.Proposal, error) {
-	if p.GetPreviewBlob() == "" && p.GetArgumentsBlob() == "" {
+// WholeProposal is p, a proposal of run runID, with its preview and
+// arguments whole: read back from the blobs its fields name, or p itself
+// when none is set. The commit path gives the tool the whole proposal; a
+// replay proposes it whole again.
+func WholeProposal(ctx context.Context, s BlobReader, runID string, p *reinv1.Proposal) (*reinv1.Proposal, error) {
+	var hashes []string
+	for _, h := range []string{p.GetPreviewBlob(), p.GetArgumentsBlob()} {
+		if h != "" {
+			hashes = append(hashes, h)
+		}
+	}
+	if len(hashes) == 0 {
 		return p, nil
 	}
+	blobs, err := s.Blobs(ctx, runID, hashes)
 	whole := proto.CloneOf(p)
 	read := func(hash string, m proto.Message) error {
-		b, err := s.Blob(ctx, hash)
 		if err == nil {
-			err = proto.Unmarshal(b, m)
+			err = proto.Unmarshal(blobs[hash], m)
 		}
 		if err != nil {
 			return fmt.Errorf("%w: proposal %s's blob %s: %w", errBlob, p.GetProposalId(), hash, err)

@@ -74,7 +74,7 @@ func TestLargeProposalIsStoredApart(t *testing.T) {
 	if d := p.GetPreview().GetStructValue().GetFields()["diff"].GetStringValue(); !strings.Contains(d, "cut:") || len(d) > 2*maxInlineString {
 		t.Errorf("the preview's summary keeps %d bytes of the diff, want a cut of about %d", len(d), maxInlineString)
 	}
-	whole, err := WholeProposal(testCtx(t), s, p)
+	whole, err := WholeProposal(testCtx(t), s, runID, p)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -242,7 +242,7 @@ func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error
 	p, opID := st.ApprovedWrite, st.WriteOperationID
 	// The tool is given the whole preview and arguments, which the
 	// proposal's hash binds, read back when they were stored apart.
-	whole, err := WholeProposal(ctx, e.cfg.Store, p)
+	whole, err := WholeProposal(ctx, e.cfg.Store, st.RunID, p)
 	if err != nil {
 		return st, err
 	}

@@ -255,7 +255,7 @@ func newRecording(ctx context.Context, events []*reinv1.Event, blobs *runLog) (*
 		case *reinv1.Event_ApprovalRequested:
 			// Proposed again whole: the harness stores it apart as the
 			// recording did.
-			pr, err := harness.WholeProposal(ctx, blobs, p.ApprovalRequested.GetProposal())
+			pr, err := harness.WholeProposal(ctx, blobs, ev.GetRunId(), p.ApprovalRequested.GetProposal())
 			if err != nil {
 				return nil, fmt.Errorf("%w: sequence %d: %w (replay it with the run's blobs)", ErrUnsupported, ev.GetSequence(), err)
 			}

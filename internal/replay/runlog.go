@@ -118,12 +118,16 @@ func (l *runLog) Append(_ context.Context, runID string, expected uint64, events
 
 // Blob implements harness.Store: a blob appended with the log's events, or
 // one of the recording's.
-func (l *runLog) Blob(_ context.Context, hash string) ([]byte, error) {
-	b, ok := l.blobs[hash]
-	if !ok {
-		return nil, fmt.Errorf("blob %s: %w", hash, store.ErrNoBlob)
+func (l *runLog) Blobs(_ context.Context, _ string, hashes []string) (map[string][]byte, error) {
+	out := make(map[string][]byte, len(hashes))
+	for _, h := range hashes {
+		b, ok := l.blobs[h]
+		if !ok {
+			return nil, fmt.Errorf("blob %s: %w", h, store.ErrNoBlob)
+		}
+		out[h] = b
 	}
-	return b, nil
+	return out, nil
 }
 
 // Acquire implements harness.Store.

@@ -9,12 +9,15 @@
 // conflict, never a forked history. A refused request changes no stored byte.
 //
 // Blobs (a model call's input, a compacted entry's full text) are stored
-// apart from the events, once each, under the SHA-256 of their content in
-// lower-case hex (BlobHash), and the events name them by that hash. An
-// Append writes the blobs it is given WithBlobs in the same transaction as
-// its events, and an Import those of the run it stores: a refused request
-// stores no blob either. A blob is never
-// rewritten or deleted.
+// apart from the events, with the run whose append brought them, and found
+// by the SHA-256 of their content in lower-case hex (BlobHash), the hash the
+// events name them by. An Append writes the blobs it is given WithBlobs in
+// the same transaction as its events, and an Import those of the run it
+// stores: a refused request stores no blob either. A blob is never
+// rewritten or deleted. They are read a run at a time (Blobs): every reader
+// comes to a blob through the run whose events reference it, which lets a
+// backend keep a run's blobs together in the order they came (bolt does, so
+// that a step's blobs do not dirty pages all over the file).
 package store
 
 import (
@@ -109,10 +112,14 @@ type Store interface {
 	// after, in commit order, and the cursor of the last change stored. A
 	// run's creation is a change from unspecified to running.
 	Changes(ctx context.Context, after uint64, limit int) ([]Change, uint64, error)
-	// Blob returns a copy of the blob stored under hash (a BlobHash). An
-	// unknown hash is ErrNoBlob; a string that is not a BlobHash is
-	// ErrInvalidBlob.
-	Blob(ctx context.Context, hash string) ([]byte, error)
+	// Blobs returns a copy of each blob of hashes (BlobHashes) that an
+	// append to runID, or its import, stored, keyed by hash. A hash not
+	// stored is ErrNoBlob naming it, a string that is not a BlobHash
+	// ErrInvalidBlob, and an unknown run ErrNotFound. A backend that stores
+	// blobs once for every run may also find one another run stored: a
+	// caller that must keep runs apart checks that runID's events reference
+	// each hash (GetBlobs does).
+	Blobs(ctx context.Context, runID string, hashes []string) (map[string][]byte, error)
 	// Close releases the store. Appends in flight finish first.
 	Close() error
 }
@@ -132,8 +139,8 @@ type AppendOptions struct {
 	Acquire  string
 	Acquired *uint64
 	// Blobs maps BlobHash(content) to content: they are stored in the same
-	// transaction as the events, each unless a blob with its hash is
-	// already stored. A key that is not its content's hash refuses the whole
+	// transaction as the events, with the run (a backend may skip one it
+	// holds already). A key that is not its content's hash refuses the whole
 	// append with ErrInvalidBlob. The store does not keep the map or its
 	// slices after Append returns; the caller must not change them during
 	// the call.
@@ -177,6 +184,16 @@ func CheckHash(hash string) error {
 		return (r < '0' || r > '9') && (r < 'a' || r > 'f')
 	}) >= 0 {
 		return fmt.Errorf("blob hash %q: %w: want the SHA-256 of the content in lower-case hex (64 digits)", hash, ErrInvalidBlob)
+	}
+	return nil
+}
+
+// CheckHashes is CheckHash of each of hashes, the first failure's error.
+func CheckHashes(hashes []string) error {
+	for _, h := range hashes {
+		if err := CheckHash(h); err != nil {
+			return err
+		}
 	}
 	return nil
 }

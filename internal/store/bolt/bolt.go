@@ -29,13 +29,15 @@ var (
 	// rewritten on every append, and a contract beside it (a model script
 	// can be large) would be rewritten with it.
 	bucketContracts = []byte("contracts")
-	// Blobs are content-addressed: keyed by their SHA-256 in hex, written
-	// once, never rewritten.
+	// Blobs were kept once for every run, keyed by their SHA-256 in hex,
+	// before they were kept with their run (blobs.go); files from then are
+	// still read.
 	bucketBlobs = []byte("blobs")
 	keyFormat   = []byte("format")
 	keySnapshot = []byte("snapshot")
 	keyLease    = []byte("lease")
 	keyEvents   = []byte("events")
+	keyBlobs    = []byte("blobs")
 	formatV1    = []byte("rein-store-1")
 )
 
@@ -298,33 +300,6 @@ func (s *Store) Changes(ctx context.Context, after uint64, limit int) ([]store.C
 		return nil
 	})
 	return out, head, err
-}
-
-// Blob implements store.Store. A blob whose content no longer hashes to its
-// key is ErrDataLoss.
-func (s *Store) Blob(ctx context.Context, hash string) ([]byte, error) {
-	if err := store.CheckHash(hash); err != nil {
-		return nil, err
-	}
-	var out []byte
-	err := s.view("blob "+hash, func(tx *bbolt.Tx) error {
-		bb := tx.Bucket(bucketBlobs)
-		if bb == nil {
-			return fmt.Errorf("blob %s: %w", hash, store.ErrNoBlob)
-		}
-		k, v := bb.Cursor().Seek([]byte(hash))
-		if !bytes.Equal(k, []byte(hash)) {
-			return fmt.Errorf("blob %s: %w", hash, store.ErrNoBlob)
-		}
-		out = append(make([]byte, 0, len(v)), v...) // v is the file's, valid only in tx
-		return nil
-	})
-	if err == nil {
-		if got := store.BlobHash(out); got != hash {
-			return nil, damaged("blob "+hash, "its content's SHA-256 is %s", got)
-		}
-	}
-	return out, err
 }
 
 // ScanEvents calls fn with each stored event of a run after a sequence, in

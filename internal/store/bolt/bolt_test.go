@@ -319,12 +319,14 @@ func TestBatchIsolation(t *testing.T) {
 		t.Errorf("run-b at version %d (%v), want 2", st.Version, err)
 	}
 	for _, b := range [][]byte{shared, goodOnly} {
-		if got, err := s.Blob(ctx, store.BlobHash(b)); err != nil || !bytes.Equal(got, b) {
-			t.Errorf("Blob(%q) = %q, %v: the good append's blobs must be stored", b, got, err)
+		if got, err := s.Blobs(ctx, "run-b", []string{store.BlobHash(b)}); err != nil || !bytes.Equal(got[store.BlobHash(b)], b) {
+			t.Errorf("Blobs(run-b, %q) = %q, %v: the good append's blobs must be stored", b, got, err)
 		}
 	}
-	if _, err := s.Blob(ctx, store.BlobHash(badOnly)); !errors.Is(err, store.ErrNoBlob) {
-		t.Errorf("Blob of the refused append's own blob: %v, want ErrNoBlob", err)
+	for _, b := range [][]byte{shared, badOnly} {
+		if _, err := s.Blobs(ctx, "run-a", []string{store.BlobHash(b)}); !errors.Is(err, store.ErrNoBlob) {
+			t.Errorf("Blobs(run-a, %q) of the refused append: %v, want ErrNoBlob", b, err)
+		}
 	}
 }
 
@@ -356,15 +358,15 @@ func TestOpenFileWithoutBlobs(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	if _, err := s.Blob(ctx, store.BlobHash(nil)); !errors.Is(err, store.ErrNoBlob) {
-		t.Fatalf("Blob in the old file: %v, want ErrNoBlob", err)
+	if _, err := s.Blobs(ctx, "run-0000", []string{store.BlobHash(nil)}); !errors.Is(err, store.ErrNoBlob) {
+		t.Fatalf("Blobs in the old file: %v, want ErrNoBlob", err)
 	}
 	blob := []byte("the first blob of an old file")
 	if err := s.Append(ctx, "run-0000", 1, []*reinv1.Event{stepEvent("run-0000", 2)}, store.WithBlobs(blobSet(blob))); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Blob(ctx, store.BlobHash(blob)); err != nil || !bytes.Equal(got, blob) {
-		t.Fatalf("Blob = %q, %v; want %q", got, err, blob)
+	if got, err := s.Blobs(ctx, "run-0000", []string{store.BlobHash(blob)}); err != nil || !bytes.Equal(got[store.BlobHash(blob)], blob) {
+		t.Fatalf("Blobs = %q, %v; want %q", got, err, blob)
 	}
 	page, err := s.List(ctx, store.Filter{Limit: 100})
 	if err != nil || len(page.Runs) != 50 {

@@ -214,6 +214,7 @@ func (c *checker) run(tx *bbolt.Tx, runs *bbolt.Bucket, runID string) {
 	if snapErr != nil {
 		c.add(runID, 0, "%v", snapErr)
 	}
+	c.checkBlobs(b, runID)
 	eb := b.Bucket(keyEvents)
 	if eb == nil {
 		c.add(runID, 0, "its events bucket is missing")

@@ -11,14 +11,20 @@
 //	runs/<run id>/lease    uint64 epoch + owner: appends with an older epoch
 //	                       are refused in the transaction (fencing)
 //	runs/<run id>/events/  nested bucket: uint64 sequence → Event
+//	runs/<run id>/blobs/   nested bucket: uint64 sequence + SHA-256 (32
+//	                       bytes) → a blob's content, under the sequence of
+//	                       the first event of the append that brought it, so
+//	                       a run's blobs are stored in the order they came
+//	                       (blobs.go); made with the run's first blob
 //	requests/<tenant>\x00<request id> → run id (idempotent create)
 //	status/<status byte><run id> → empty (the listing index by status)
 //	changes/<uint64 cursor> → tenant \x00 RunChange (every status change, in
 //	                         commit order, for WatchRuns)
-//	blobs/<sha-256 hex>    a blob's content (content-addressed: put once, in
-//	                       the transaction of the append that brought it, and
-//	                       never rewritten; Open adds the bucket to a file
-//	                       from a rein that had none)
+//	blobs/<sha-256 hex>    a blob's content, in files written before blobs
+//	                       were kept with their runs: still read (Blobs looks
+//	                       here for a hash its run does not hold), never
+//	                       written; Open adds the bucket to a file from a
+//	                       rein that had none
 //
 // Run IDs sort by creation time, so the runs bucket is the listing order.
 //

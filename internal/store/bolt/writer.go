@@ -1,7 +1,6 @@
 package bolt
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -172,7 +171,7 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq, states map[string]runsta
 	if err := putSnapshot(tx, b, st.Status, next); err != nil {
 		return writeRes{err: errTx{err}}
 	}
-	if err := putBlobs(tx, r.blobs); err != nil {
+	if err := putBlobs(b, r.expected+1, r.blobs); err != nil {
 		return writeRes{err: errTx{err}}
 	}
 	if r.owner != "" {
@@ -227,7 +226,7 @@ func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
 	if err := putSnapshot(tx, b, reinv1.RunStatus_RUN_STATUS_UNSPECIFIED, st); err != nil {
 		return writeRes{err: errTx{err}}
 	}
-	if err := putBlobs(tx, r.blobs); err != nil { // an Import's
+	if err := putBlobs(b, 1, r.blobs); err != nil { // an Import's
 		return writeRes{err: errTx{err}}
 	}
 	if st.RequestID != "" {
@@ -247,30 +246,6 @@ func putEvents(b *bbolt.Bucket, r *writeReq) error {
 	eb.FillPercent = eventsFillPercent
 	for i, ev := range r.events {
 		if err := eb.Put(seqKey(ev.GetSequence()), r.encoded[i]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// putBlobs stores each blob not stored yet. Their keys were checked against
-// their content before the request was queued.
-func putBlobs(tx *bbolt.Tx, blobs map[string][]byte) error {
-	if len(blobs) == 0 {
-		return nil
-	}
-	bb := tx.Bucket(bucketBlobs)
-	c := bb.Cursor()
-	for hash, content := range blobs {
-		key := []byte(hash)
-		// Seek, not Get: Get cannot tell an empty blob from a missing one.
-		if k, _ := c.Seek(key); bytes.Equal(k, key) {
-			continue
-		}
-		if content == nil {
-			content = []byte{}
-		}
-		if err := bb.Put(key, content); err != nil {
 			return err
 		}
 	}

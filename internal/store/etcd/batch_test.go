@@ -119,7 +119,7 @@ func TestBatchedAppendsWithBlobs(t *testing.T) {
 	if commits := s.Commits() - before; commits >= runs*rounds {
 		t.Errorf("%d appends with blobs took %d commits; want fewer: they share Txns", runs*rounds, commits)
 	}
-	got, err := s.Blob(ctx, store.BlobHash(common))
+	got, err := readBlob(ctx, s, ids[0], store.BlobHash(common))
 	if err != nil || string(got) != string(common) {
 		t.Fatalf("the common blob: %d bytes, %v", len(got), err)
 	}

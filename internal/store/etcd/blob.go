@@ -91,16 +91,41 @@ func putBlobs(t *txn, k keys, blobs map[string][]byte) {
 	}
 }
 
-// Blob implements store.Store: the header and the chunks in one range, the
-// content checked against its size, its chunk count and its hash.
-func (s *Store) Blob(ctx context.Context, hash string) ([]byte, error) {
-	if err := store.CheckHash(hash); err != nil {
+// Blobs implements store.Store: the run's snapshot key looked up, then each
+// blob read. Blobs are kept once for every run (blob/<hash>), so a blob
+// another run brought is found too.
+func (s *Store) Blobs(ctx context.Context, runID string, hashes []string) (map[string][]byte, error) {
+	if err := store.CheckHashes(hashes); err != nil {
 		return nil, err
 	}
 	if err := s.enter("read store"); err != nil {
 		return nil, err
 	}
 	defer s.mu.RUnlock()
+	resp, err := s.read(ctx, "read run "+runID, clientv3.OpGet(s.keys.run(runID), clientv3.WithCountOnly()))
+	if err != nil {
+		return nil, err
+	}
+	if resp.Responses[0].GetResponseRange().GetCount() == 0 {
+		return nil, notFound(runID)
+	}
+	out := make(map[string][]byte, len(hashes))
+	for _, h := range hashes {
+		if _, ok := out[h]; ok {
+			continue
+		}
+		b, err := s.blob(ctx, h)
+		if err != nil {
+			return nil, fmt.Errorf("run %s: %w", runID, err)
+		}
+		out[h] = b
+	}
+	return out, nil
+}
+
+// blob reads one blob: the header and the chunks in one range, the content
+// checked against its size, its chunk count and its hash.
+func (s *Store) blob(ctx context.Context, hash string) ([]byte, error) {
 	what := "blob " + hash
 	rctx, cancel := s.readCtx(ctx)
 	defer cancel()

@@ -87,7 +87,7 @@ func TestBlobPutIfAbsent(t *testing.T) {
 	wide := blobOf(2000, 7)
 	appendWith(150, wide)
 	for _, b := range [][]byte{small, large, wide} {
-		if got, err := s.Blob(ctx, store.BlobHash(b)); err != nil || !bytes.Equal(got, b) {
+		if got, err := readBlob(ctx, s, "run-1", store.BlobHash(b)); err != nil || !bytes.Equal(got, b) {
 			t.Fatalf("Blob = %d bytes, %v; want the %d stored", len(got), err, len(b))
 		}
 	}

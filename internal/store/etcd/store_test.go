@@ -201,7 +201,7 @@ func TestBlobLimits(t *testing.T) {
 		if err := s.Append(ctx, "run-1", seq-1, evs, store.WithBlobs(map[string][]byte{store.BlobHash(blob): blob})); err != nil {
 			t.Fatalf("Append of a %d-byte blob: %v", len(blob), err)
 		}
-		got, err := s.Blob(ctx, store.BlobHash(blob))
+		got, err := readBlob(ctx, s, "run-1", store.BlobHash(blob))
 		if err != nil || !bytes.Equal(got, blob) {
 			t.Fatalf("Blob(%d bytes) = %d bytes, %v", len(blob), len(got), err)
 		}
@@ -234,7 +234,7 @@ func TestBlobChunks(t *testing.T) {
 			t.Errorf("chunk %s holds %d bytes, more than ChunkBytes", kv.Key, len(kv.Value))
 		}
 	}
-	if got, err := s.Blob(ctx, hash); err != nil || !bytes.Equal(got, blob) {
+	if got, err := readBlob(ctx, s, "run-1", hash); err != nil || !bytes.Equal(got, blob) {
 		t.Fatalf("Blob = %d bytes, %v; want the %d stored", len(got), err, len(blob))
 	}
 
@@ -243,13 +243,13 @@ func TestBlobChunks(t *testing.T) {
 	if _, err := shared.Put(ctx, chunk1, string(blobOf(ChunkBytes, 9))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Blob(ctx, hash); !errors.Is(err, store.ErrDataLoss) {
+	if _, err := readBlob(ctx, s, "run-1", hash); !errors.Is(err, store.ErrDataLoss) {
 		t.Fatalf("Blob with a chunk changed: %v, want ErrDataLoss", err)
 	}
 	if _, err := shared.Delete(ctx, chunk1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Blob(ctx, hash); !errors.Is(err, store.ErrDataLoss) {
+	if _, err := readBlob(ctx, s, "run-1", hash); !errors.Is(err, store.ErrDataLoss) {
 		t.Fatalf("Blob with a chunk lost: %v, want ErrDataLoss", err)
 	}
 }
@@ -457,4 +457,13 @@ func TestEventsOverRequestLimit(t *testing.T) {
 	if err := s.Append(ctx, "run-1", 1, steps("run-1", 2, 100)); err != nil {
 		t.Fatalf("Append of 100 events: %v", err)
 	}
+}
+
+// readBlob reads one blob of a run through Blobs.
+func readBlob(ctx context.Context, s *Store, runID, hash string) ([]byte, error) {
+	got, err := s.Blobs(ctx, runID, []string{hash})
+	if err != nil {
+		return nil, err
+	}
+	return got[hash], nil
 }

@@ -368,9 +368,10 @@ func (s *Store) Changes(ctx context.Context, after uint64, limit int) ([]store.C
 	return out, head, nil
 }
 
-// Blob implements store.Store.
-func (s *Store) Blob(ctx context.Context, hash string) ([]byte, error) {
-	if err := store.CheckHash(hash); err != nil {
+// Blobs implements store.Store. Blobs are kept once for every run, so a
+// blob another run brought is found too.
+func (s *Store) Blobs(ctx context.Context, runID string, hashes []string) (map[string][]byte, error) {
+	if err := store.CheckHashes(hashes); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -382,11 +383,18 @@ func (s *Store) Blob(ctx context.Context, hash string) ([]byte, error) {
 	if s.closed {
 		return nil, closedErr("read store")
 	}
-	content, ok := d.blobs[hash]
-	if !ok {
-		return nil, fmt.Errorf("blob %s: %w", hash, store.ErrNoBlob)
+	if _, ok := d.runs[runID]; !ok {
+		return nil, notFound(runID)
 	}
-	return append(make([]byte, 0, len(content)), content...), nil
+	out := make(map[string][]byte, len(hashes))
+	for _, h := range hashes {
+		content, ok := d.blobs[h]
+		if !ok {
+			return nil, fmt.Errorf("blob %s of run %s: %w", h, runID, store.ErrNoBlob)
+		}
+		out[h] = append(make([]byte, 0, len(content)), content...)
+	}
+	return out, nil
 }
 
 // clone deep-copies a message; a nil one stays nil.

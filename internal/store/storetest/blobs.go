@@ -43,25 +43,39 @@ func requestedWith(id string, seq uint64, blobs ...[]byte) *reinv1.Event {
 	return e
 }
 
-// assertBlob fails unless the store holds content under its hash.
-func assertBlob(t *testing.T, s store.Store, content []byte) {
+// blobOf reads one blob of runID.
+func blobOf(t *testing.T, s store.Store, runID, hash string) ([]byte, error) {
+	t.Helper()
+	got, err := s.Blobs(t.Context(), runID, []string{hash})
+	if err != nil {
+		return nil, err
+	}
+	if len(got) != 1 {
+		t.Fatalf("Blobs(%s, one hash) returned %d blobs", runID, len(got))
+	}
+	return got[hash], nil
+}
+
+// assertBlob fails unless the store holds content under its hash for runID.
+func assertBlob(t *testing.T, s store.Store, runID string, content []byte) {
 	t.Helper()
 	hash := store.BlobHash(content)
-	got, err := s.Blob(t.Context(), hash)
+	got, err := blobOf(t, s, runID, hash)
 	if err != nil {
-		t.Fatalf("Blob(%.12s…): %v", hash, err)
+		t.Fatalf("Blobs(%s, %.12s…): %v", runID, hash, err)
 	}
 	if !bytes.Equal(got, content) {
-		t.Fatalf("Blob(%.12s…): %d bytes, not the %d stored", hash, len(got), len(content))
+		t.Fatalf("Blobs(%s, %.12s…): %d bytes, not the %d stored", runID, hash, len(got), len(content))
 	}
 }
 
-// assertNoBlob fails unless the store holds nothing under content's hash.
-func assertNoBlob(t *testing.T, s store.Store, content []byte) {
+// assertNoBlob fails unless the store holds nothing under content's hash
+// that runID finds.
+func assertNoBlob(t *testing.T, s store.Store, runID string, content []byte) {
 	t.Helper()
 	hash := store.BlobHash(content)
-	if got, err := s.Blob(t.Context(), hash); !errors.Is(err, store.ErrNoBlob) {
-		t.Fatalf("Blob(%.12s…) = %d bytes, %v; want ErrNoBlob: the blob must not be stored", hash, len(got), err)
+	if got, err := blobOf(t, s, runID, hash); !errors.Is(err, store.ErrNoBlob) {
+		t.Fatalf("Blobs(%s, %.12s…) = %d bytes, %v; want ErrNoBlob: the blob must not be stored", runID, hash, len(got), err)
 	}
 }
 
@@ -80,14 +94,14 @@ func testBlobsAppendThenRead(t *testing.T, h *harness) {
 	assertLog(t, h.s, sp.id, log)
 	want := bytes.Clone(goal)
 	goal[0] = 'X' // the caller's slice, changed after the append
-	got, err := h.s.Blob(t.Context(), store.BlobHash(want))
+	got, err := blobOf(t, h.s, sp.id, store.BlobHash(want))
 	if err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("Blob(goal) = %q, %v; want %q", got, err, want)
+		t.Fatalf("Blobs(goal) = %q, %v; want %q", got, err, want)
 	}
 	got[0] = 'Y' // the returned slice, changed by the reader
-	assertBlob(t, h.s, want)
-	assertBlob(t, h.s, empty)
-	assertBlob(t, h.s, big)
+	assertBlob(t, h.s, sp.id, want)
+	assertBlob(t, h.s, sp.id, empty)
+	assertBlob(t, h.s, sp.id, big)
 
 	// A second append of the run with more blobs, and one WithBlobs per
 	// blob: options add up.
@@ -101,7 +115,18 @@ func testBlobsAppendThenRead(t *testing.T, h *harness) {
 	h.reopen()
 	assertLog(t, h.s, sp.id, log)
 	for _, b := range [][]byte{want, empty, big, obs} {
-		assertBlob(t, h.s, b)
+		assertBlob(t, h.s, sp.id, b)
+	}
+	// All of them at once, a hash asked twice among them.
+	hashes := []string{store.BlobHash(obs), store.BlobHash(big), store.BlobHash(want), store.BlobHash(empty), store.BlobHash(obs)}
+	all, err := h.s.Blobs(t.Context(), sp.id, hashes)
+	if err != nil || len(all) != 4 {
+		t.Fatalf("Blobs(four hashes, one twice) = %d blobs, %v; want 4", len(all), err)
+	}
+	for _, b := range [][]byte{want, empty, big, obs} {
+		if got, ok := all[store.BlobHash(b)]; !ok || !bytes.Equal(got, b) {
+			t.Errorf("Blobs(four hashes)[%.12s…] = %d bytes (%v), want the %d stored", store.BlobHash(b), len(got), ok, len(b))
+		}
 	}
 }
 
@@ -115,7 +140,8 @@ func testBlobsDedup(t *testing.T, h *harness) {
 	mustAppendOpts(t, h.s, a.id, 1, []*reinv1.Event{requestedWith(a.id, 2, shared)}, store.WithBlobs(blobSet(shared)))
 	mustAppendOpts(t, h.s, a.id, 2, []*reinv1.Event{modelReturned(a.id, 3), requestedWith(a.id, 4, shared)}, store.WithBlobs(blobSet(shared)))
 	mustAppendOpts(t, h.s, b.id, 1, []*reinv1.Event{requestedWith(b.id, 2, shared)}, store.WithBlobs(blobSet(shared)))
-	assertBlob(t, h.s, shared)
+	assertBlob(t, h.s, a.id, shared)
+	assertBlob(t, h.s, b.id, shared)
 
 	// Many runs appending the same blob at once (a backend with group
 	// commit puts several of them in one transaction).
@@ -136,14 +162,15 @@ func testBlobsDedup(t *testing.T, h *harness) {
 	}
 	close(start)
 	wg.Wait()
-	assertBlob(t, h.s, shared)
 	for i := range runs {
 		sp := newSpec(10 + i)
-		assertBlob(t, h.s, []byte("the input of "+sp.id))
+		assertBlob(t, h.s, sp.id, shared)
+		assertBlob(t, h.s, sp.id, []byte("the input of "+sp.id))
 		assertLog(t, h.s, sp.id, []*reinv1.Event{runStarted(sp), requestedWith(sp.id, 2, shared, []byte("the input of "+sp.id))})
 	}
 	h.reopen()
-	assertBlob(t, h.s, shared)
+	assertBlob(t, h.s, a.id, shared)
+	assertBlob(t, h.s, newSpec(10).id, shared)
 }
 
 // testBlobsInvalid: a blob whose key is not its content's hash refuses the
@@ -169,13 +196,13 @@ func testBlobsInvalid(t *testing.T, h *harness) {
 			t.Errorf("Append(%s): err = %v, want ErrInvalidBlob", tc.name, err)
 		}
 		assertLog(t, h.s, sp.id, []*reinv1.Event{runStarted(sp)})
-		assertNoBlob(t, h.s, good)
-		assertNoBlob(t, h.s, other)
+		assertNoBlob(t, h.s, sp.id, good)
+		assertNoBlob(t, h.s, sp.id, other)
 	}
 	// The twin: the same append with the right keys is taken.
 	mustAppendOpts(t, h.s, sp.id, 1, []*reinv1.Event{requestedWith(sp.id, 2, good)}, store.WithBlobs(blobSet(good)))
-	assertBlob(t, h.s, good)
-	assertNoBlob(t, h.s, other)
+	assertBlob(t, h.s, sp.id, good)
+	assertNoBlob(t, h.s, sp.id, other)
 }
 
 // testBlobsRefusedAppend: an append refused for its version, its events,
@@ -219,38 +246,49 @@ func testBlobsRefusedAppend(t *testing.T, h *harness) {
 		case tc.want != nil && !errors.Is(err, tc.want):
 			t.Errorf("Append(%s): err = %v, want %v", tc.name, err, tc.want)
 		}
-		assertNoBlob(t, h.s, content)
+		assertNoBlob(t, h.s, sp.id, content)
 		assertLog(t, h.s, sp.id, log)
 	}
 	// The twin: the append at the run's version by its current owner stores
 	// its blob.
 	content := []byte("the input of the append taken")
 	mustAppendOpts(t, h.s, sp.id, 3, []*reinv1.Event{requestedWith(sp.id, 4, content)}, store.WithBlobs(blobSet(content)), store.WithEpoch(epoch+1))
-	assertBlob(t, h.s, content)
+	assertBlob(t, h.s, sp.id, content)
 	h.reopen()
-	assertBlob(t, h.s, content)
-	assertNoBlob(t, h.s, []byte("the input of the append stale version"))
+	assertBlob(t, h.s, sp.id, content)
+	assertNoBlob(t, h.s, sp.id, []byte("the input of the append stale version"))
 }
 
-// testBlobNotFound: Blob of a hash never stored is ErrNoBlob, of a string
-// that is no hash ErrInvalidBlob, in an empty store and in one with blobs.
+// testBlobNotFound: Blobs of a hash never stored is ErrNoBlob (even beside
+// one that is), of a string that is no hash ErrInvalidBlob, and of a run not
+// stored ErrNotFound, in a store with no blob and in one with blobs.
 func testBlobNotFound(t *testing.T, h *harness) {
-	check := func(when string) {
-		t.Helper()
-		if _, err := h.s.Blob(t.Context(), store.BlobHash([]byte("never stored"))); !errors.Is(err, store.ErrNoBlob) {
-			t.Errorf("%s: Blob(unknown hash): err = %v, want ErrNoBlob", when, err)
-		}
-		for _, hash := range []string{"", "abc", strings.ToUpper(store.BlobHash([]byte("x"))), store.BlobHash([]byte("x")) + "0"} {
-			if _, err := h.s.Blob(t.Context(), hash); !errors.Is(err, store.ErrInvalidBlob) {
-				t.Errorf("%s: Blob(%q): err = %v, want ErrInvalidBlob", when, hash, err)
-			}
-		}
-	}
-	check("empty store")
 	sp := newSpec(1)
 	mustCreate(t, h.s, runStarted(sp))
 	stored := []byte("x")
+	unknown := store.BlobHash([]byte("never stored"))
+	check := func(when string, first string) {
+		t.Helper()
+		for _, hashes := range [][]string{{unknown}, {store.BlobHash(stored), unknown}} {
+			missing := first
+			if len(hashes) == 1 {
+				missing = unknown
+			}
+			if got, err := h.s.Blobs(t.Context(), sp.id, hashes); !errors.Is(err, store.ErrNoBlob) || !strings.Contains(err.Error(), missing) {
+				t.Errorf("%s: Blobs(%d hashes) = %d blobs, %v; want ErrNoBlob naming %.12s…", when, len(hashes), len(got), err, missing)
+			}
+		}
+		for _, hash := range []string{"", "abc", strings.ToUpper(store.BlobHash([]byte("x"))), store.BlobHash([]byte("x")) + "0"} {
+			if _, err := h.s.Blobs(t.Context(), sp.id, []string{hash}); !errors.Is(err, store.ErrInvalidBlob) {
+				t.Errorf("%s: Blobs(%q): err = %v, want ErrInvalidBlob", when, hash, err)
+			}
+		}
+		if _, err := h.s.Blobs(t.Context(), runID(9), []string{store.BlobHash(stored)}); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("%s: Blobs(a run not stored): err = %v, want ErrNotFound", when, err)
+		}
+	}
+	check("no blob stored", store.BlobHash(stored))
 	mustAppendOpts(t, h.s, sp.id, 1, []*reinv1.Event{requestedWith(sp.id, 2, stored)}, store.WithBlobs(blobSet(stored)))
-	check("store with a blob")
-	assertBlob(t, h.s, stored) // the twin
+	check("a blob stored", unknown)
+	assertBlob(t, h.s, sp.id, stored) // the twin
 }

@@ -108,7 +108,7 @@ func testClosed(t *testing.T, h *harness) {
 		"Load":   func() error { _, err := h.s.Load(ctx, sp.id); return err },
 		"Events": func() error { _, err := h.s.Events(ctx, sp.id, 0, 10); return err },
 		"List":   func() error { _, err := h.s.List(ctx, store.Filter{Limit: 10}); return err },
-		"Blob":   func() error { _, err := h.s.Blob(ctx, store.BlobHash(nil)); return err },
+		"Blobs":  func() error { _, err := h.s.Blobs(ctx, sp.id, []string{store.BlobHash(nil)}); return err },
 	}
 	for _, name := range slices.Sorted(maps.Keys(calls)) {
 		if err := calls[name](); !errors.Is(err, store.ErrClosed) {

@@ -85,7 +85,7 @@ func testImportThenRead(t *testing.T, h *harness) {
 		t.Helper()
 		assertLog(t, h.s, sp.id, evs)
 		for _, content := range blobs {
-			assertBlob(t, h.s, content)
+			assertBlob(t, h.s, sp.id, content)
 		}
 		assertRuns(t, h.s, store.Filter{Statuses: []reinv1.RunStatus{needsIn}, Limit: 10}, []string{sp.id})
 		assertRuns(t, h.s, store.Filter{Tenant: sp.tenant, Limit: 10}, []string{sp.id, runID(1)})
@@ -110,7 +110,7 @@ func testImportThenRead(t *testing.T, h *harness) {
 	h.reopen()
 	assertLog(t, h.s, sp.id, evs)
 	for _, content := range blobs {
-		assertBlob(t, h.s, content)
+		assertBlob(t, h.s, sp.id, content)
 	}
 }
 
@@ -186,7 +186,7 @@ func testImportRefused(t *testing.T, h *harness) {
 		}
 		assertUnchanged(t, "Import with "+tc.name, h.s, before)
 		for _, content := range blobs {
-			assertNoBlob(t, h.s, content)
+			assertNoBlob(t, h.s, there.id, content)
 		}
 	}
 	assertLog(t, h.s, there.id, thereLog)
