@@ -67,22 +67,30 @@ func (s *Store) missingBlobs(ctx context.Context, what string, blobs map[string]
 	return missing, nil
 }
 
-// putBlobs adds blobs to t, each as a nested Txn that puts its chunks, then
-// its header, only if the header is absent: a blob already stored is never
-// rewritten, and the write's own compares do not fail for it.
+// putBlobs adds blobs to t, each as a nested Txn that puts it only if its
+// header is absent: a blob already stored is never rewritten, and the
+// write's own compares do not fail for it. A blob of at most ChunkBytes is
+// one key, its header with the content after it (a step's transcript parts
+// are small: one put each, not a header and a chunk); a larger one is its
+// chunks, then its header.
 func putBlobs(t *txn, k keys, blobs map[string][]byte) {
 	for _, hash := range slices.Sorted(maps.Keys(blobs)) {
 		content := blobs[hash]
-		var ops []clientv3.Op
-		n := 0
-		for off := 0; off < len(content); off += ChunkBytes {
-			key := k.chunk(hash, n)
-			ops = append(ops, clientv3.OpPut(key, string(content[off:min(off+ChunkBytes, len(content))])))
-			t.bytes += len(key) + opOverhead
-			n++
-		}
 		header := binary.BigEndian.AppendUint64(nil, uint64(len(content)))
-		ops = append(ops, clientv3.OpPut(k.blob(hash), string(binary.BigEndian.AppendUint32(header, uint32(n)))))
+		var ops []clientv3.Op
+		if len(content) <= ChunkBytes {
+			header = binary.BigEndian.AppendUint32(header, 0)
+			ops = append(ops, clientv3.OpPut(k.blob(hash), string(header)+string(content)))
+		} else {
+			n := 0
+			for off := 0; off < len(content); off += ChunkBytes {
+				key := k.chunk(hash, n)
+				ops = append(ops, clientv3.OpPut(key, string(content[off:min(off+ChunkBytes, len(content))])))
+				t.bytes += len(key) + opOverhead
+				n++
+			}
+			ops = append(ops, clientv3.OpPut(k.blob(hash), string(binary.BigEndian.AppendUint32(header, uint32(n)))))
+		}
 		absent := clientv3.Compare(clientv3.CreateRevision(k.blob(hash)), "=", 0)
 		t.blobAt = append(t.blobAt, blobOp{hash: hash, i: len(t.ops)})
 		t.ops = append(t.ops, clientv3.OpTxn([]clientv3.Cmp{absent}, ops, nil))
@@ -140,10 +148,24 @@ func (s *Store) blob(ctx context.Context, hash string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", what, store.ErrNoBlob)
 	}
 	header, chunks := resp.Kvs[0].Value, resp.Kvs[1:]
-	if len(header) != 12 {
-		return nil, damaged(what, "its header is %d bytes, not 12", len(header))
+	if len(header) < 12 {
+		return nil, damaged(what, "its header is %d bytes, not 12 or more", len(header))
 	}
 	size, count := binary.BigEndian.Uint64(header), binary.BigEndian.Uint32(header[8:])
+	if count == 0 && len(chunks) == 0 {
+		// A small blob: the content follows its header.
+		out := append(make([]byte, 0, len(header)-12), header[12:]...)
+		if uint64(len(out)) != size {
+			return nil, damaged(what, "it holds %d bytes, its header says %d", len(out), size)
+		}
+		if got := store.BlobHash(out); got != hash {
+			return nil, damaged(what, "its content's SHA-256 is %s", got)
+		}
+		return out, nil
+	}
+	if len(header) != 12 {
+		return nil, damaged(what, "its header is %d bytes with %d chunks, not 12", len(header), count)
+	}
 	if uint64(len(chunks)) != uint64(count) {
 		return nil, damaged(what, "%d of its %d chunks are stored", len(chunks), count)
 	}

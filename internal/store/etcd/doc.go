@@ -26,9 +26,10 @@
 //	P change/<cursor>       tenant \x00 RunChange: every status change,
 //	                        cursor 1, 2, 3, … gap-free in commit order
 //	P blob/<sha-256 hex>    a blob's size and chunk count (8 + 4 bytes,
-//	                        big-endian)
-//	P blob/<sha-256 hex>/<i>  chunk i (4 hex digits) of the blob: at most
-//	                        ChunkBytes each, so no single value nears
+//	                        big-endian); a blob of at most ChunkBytes has
+//	                        count 0 and its content after them, one key
+//	P blob/<sha-256 hex>/<i>  chunk i (4 hex digits) of a larger blob: at
+//	                        most ChunkBytes each, so no single value nears
 //	                        etcd's request limit
 //
 // Run IDs sort by creation time, and List wants the newest first; etcd

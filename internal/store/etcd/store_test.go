@@ -7,6 +7,7 @@ package etcd
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -466,4 +467,61 @@ func readBlob(ctx context.Context, s *Store, runID, hash string) ([]byte, error)
 		return nil, err
 	}
 	return got[hash], nil
+}
+
+// TestSmallBlobIsOneKey: a blob of at most ChunkBytes is stored as one key,
+// its header with the content after it, and read back; one its header
+// mis-sizes, or whose content changed, is ErrDataLoss. A small blob in the
+// chunked form (an earlier rein's) still reads.
+func TestSmallBlobIsOneKey(t *testing.T) {
+	ctx := t.Context()
+	prefix := prefixOf(t.TempDir())
+	s := openShared(t, prefix)
+	defer s.Close()
+	mustCreate(t, s, "run-1")
+	small, atChunk := []byte("a step's observation"), blobOf(ChunkBytes, 3)
+	blobs := map[string][]byte{store.BlobHash(small): small, store.BlobHash(atChunk): atChunk}
+	if err := s.Append(ctx, "run-1", 1, []*reinv1.Event{step("run-1", 2, small, atChunk)}, store.WithBlobs(blobs)); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range [][]byte{small, atChunk} {
+		hash := store.BlobHash(b)
+		resp, err := shared.Get(ctx, s.keys.blob(hash), clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) != 1 || len(resp.Kvs[0].Value) != 12+len(b) {
+			t.Fatalf("a %d-byte blob is stored as %d keys (the first %d bytes); want one of 12+%d", len(b), len(resp.Kvs), len(resp.Kvs[0].Value), len(b))
+		}
+		if got, err := readBlob(ctx, s, "run-1", hash); err != nil || !bytes.Equal(got, b) {
+			t.Fatalf("Blobs = %d bytes, %v; want the %d stored", len(got), err, len(b))
+		}
+	}
+
+	hash := store.BlobHash(small)
+	header := binary.BigEndian.AppendUint64(nil, uint64(len(small)))
+	header = binary.BigEndian.AppendUint32(header, 0)
+	for _, tc := range []struct{ name, value string }{
+		{"content changed", string(header) + "another observation!"},
+		{"a byte short", string(header) + string(small[1:])},
+		{"a header cut short", string(header[:10])},
+	} {
+		if _, err := shared.Put(ctx, s.keys.blob(hash), tc.value); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readBlob(ctx, s, "run-1", hash); !errors.Is(err, store.ErrDataLoss) {
+			t.Errorf("Blobs with %s: %v, want ErrDataLoss", tc.name, err)
+		}
+	}
+	// The chunked form of a small blob, as an earlier rein wrote it.
+	chunked := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(nil, uint64(len(small))), 1)
+	if _, err := shared.Put(ctx, s.keys.blob(hash), string(chunked)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shared.Put(ctx, s.keys.chunk(hash, 0), string(small)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readBlob(ctx, s, "run-1", hash); err != nil || !bytes.Equal(got, small) {
+		t.Fatalf("Blobs of the chunked form = %q, %v; want %q", got, err, small)
+	}
 }
