@@ -428,8 +428,9 @@ func (s *runService) WatchRuns(req *reinv1.WatchRunsRequest, stream grpc.ServerS
 // message limit; a caller asks again for the blobs left out.
 const maxBlobsBytes = 3 << 20
 
-// blobsPerRead is how many blobs GetBlobs reads from the store at once.
-const blobsPerRead = 16
+// blobsPerRead is how many blobs GetBlobs reads from the store at once: up
+// to 1,000 hashes take 16 passes over the run's blobs.
+const blobsPerRead = 64
 
 // GetBlobs returns blobs the run's events reference. A hash the run does
 // not reference is refused, so that a run's blobs are read only by those
@@ -462,8 +463,9 @@ func (s *runService) GetBlobs(ctx context.Context, req *reinv1.GetBlobsRequest) 
 			want = append(want, h)
 		}
 	}
-	// Read a few at a time (each read is a pass over the run's blobs), so
-	// that what is read past the answer's bound stays small.
+	// Read some at a time: a read is one pass over the run's blobs (a
+	// backend may keep them by run, as bolt does, and find them so), and
+	// what is read past the answer's bound is dropped.
 	resp := &reinv1.GetBlobsResponse{Blobs: map[string][]byte{}}
 	size := 0
 	for chunk := range slices.Chunk(want, blobsPerRead) {
