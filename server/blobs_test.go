@@ -4,13 +4,16 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/export"
+	"github.com/reinhq/rein/internal/tools"
 )
 
 // TestGetBlobs: the blobs a run's model_requested events name come back by
@@ -63,5 +66,59 @@ func TestGetBlobsRefusesMalformedHashes(t *testing.T) {
 	for _, hashes := range [][]string{nil, {"ABC"}, {strings.Repeat("g", 64)}} {
 		_, err := s.client.GetBlobs(context.Background(), &reinv1.GetBlobsRequest{RunId: run.GetRunId(), Hashes: hashes})
 		wantCode(t, err, codes.InvalidArgument)
+	}
+}
+
+// TestGetBlobsAnswersInPartsInOrder: blobs over one answer's bound come in
+// several answers, each the blobs asked for in the order asked, as many as
+// fit, the next asked for again; together they are every blob, each
+// matching its hash. The run's blobs are more than one read's worth.
+func TestGetBlobsAnswersInPartsInOrder(t *testing.T) {
+	const calls = 80 // 80 observations of 48 KiB: over 3 MiB, and over 64 blobs
+	var results []tools.FixtureResult
+	replies := make([]*reinv1.ScriptedReply, 0, calls+1)
+	for i := range calls {
+		text := fmt.Sprintf("%02d", i) + strings.Repeat("observation text ", 48<<10/17)
+		results = append(results, tools.FixtureResult{Output: structpb.NewStringValue(text)})
+		replies = append(replies, readCall("lookup"))
+	}
+	replies = append(replies, final("done"))
+	s := newTestServer(t, tools.NewFixtures(map[string][]tools.FixtureResult{"lookup": results}))
+	c := contract(nil, replies...)
+	c.Budget = &reinv1.Budget{MaxSteps: calls + 2, MaxOutputBytes: 64 << 10, MaxContextChars: 8 << 20}
+	run := s.start(t, "parts", c)
+	refs := export.BlobRefs(s.allEvents(t, run.GetRunId()))
+	if len(refs) <= blobsPerRead || run.GetStatus() != reinv1.RunStatus_RUN_STATUS_COMPLETED {
+		t.Fatalf("%d blobs referenced (run %s), want more than one read's %d", len(refs), run.GetStatus(), blobsPerRead)
+	}
+	got := map[string][]byte{}
+	answers := 0
+	for left := refs; len(left) > 0; answers++ {
+		resp, err := s.client.GetBlobs(context.Background(), &reinv1.GetBlobsRequest{RunId: run.GetRunId(), Hashes: left})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, size := len(resp.GetBlobs()), 0
+		if n == 0 {
+			t.Fatalf("an answer with none of the %d blobs asked for", len(left))
+		}
+		for i, h := range left[:n] {
+			b, ok := resp.GetBlobs()[h]
+			if !ok {
+				t.Fatalf("answer %d holds %d blobs but not the %d-th asked for: not the first ones, in order", answers, n, i)
+			}
+			if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != h {
+				t.Fatalf("blob %s does not hash to its name", h)
+			}
+			size += len(b)
+			got[h] = b
+		}
+		if size > maxBlobsBytes && n > 1 {
+			t.Fatalf("answer %d holds %d bytes in %d blobs, over the %d bound", answers, size, n, maxBlobsBytes)
+		}
+		left = left[n:]
+	}
+	if len(got) != len(refs) || answers < 2 {
+		t.Fatalf("%d blobs in %d answers, want all %d in more than one", len(got), answers, len(refs))
 	}
 }

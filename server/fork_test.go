@@ -50,11 +50,17 @@ func seqOf(t *testing.T, evs []*reinv1.Event, pred func(*reinv1.Event) bool) uin
 
 func (s *testServer) allEvents(t *testing.T, runID string) []*reinv1.Event {
 	t.Helper()
-	resp, err := s.client.ListEvents(context.Background(), &reinv1.ListEventsRequest{RunId: runID, PageSize: 1000})
-	if err != nil {
-		t.Fatal(err)
+	var out []*reinv1.Event
+	for token := ""; ; {
+		resp, err := s.client.ListEvents(context.Background(), &reinv1.ListEventsRequest{RunId: runID, PageSize: 1000, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, resp.GetEvents()...)
+		if token = resp.GetNextPageToken(); token == "" {
+			return out
+		}
 	}
-	return resp.GetEvents()
 }
 
 // TestForkCarriesTheLogOver: a fork after a committed write carries the
