@@ -12,7 +12,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -145,9 +144,13 @@ func (r *runner) step(ctx context.Context) error {
 	// 4. Parse: a reply that is not a valid decision is an observation. A
 	// decision too large to record is refused unrecorded.
 	problem := invalid(reply)
-	if n := proto.Size(reply.Decision); problem == "" && n > maxDecisionBytes {
-		problem = fmt.Sprintf("the decision is %d bytes, over the %d rein records; nothing ran: make a large write in parts (such as fs.write of a smaller file, then fs.patch)", n, maxDecisionBytes)
-		returned.GetModelReturned().Decision = nil
+	if problem == "" {
+		// Encoded once: the size checked is that of the bytes the
+		// transcript keeps of the decision once it is recorded.
+		if n := r.transcript.marshalDecision(reply.Decision, maxDecisionBytes); n > maxDecisionBytes {
+			problem = fmt.Sprintf("the decision is %d bytes, over the %d rein records; nothing ran: make a large write in parts (such as fs.write of a smaller file, then fs.patch)", n, maxDecisionBytes)
+			returned.GetModelReturned().Decision = nil
+		}
 	}
 	if problem != "" {
 		return r.commit(ctx, returned, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_DecisionRejected{DecisionRejected: &reinv1.DecisionRejected{
