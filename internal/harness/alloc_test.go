@@ -131,4 +131,4 @@ func TestStepAllocations(t *testing.T) {
 }
 
 // maxStepAllocs is the budget of TestStepAllocations.
-const maxStepAllocs = 88
+const maxStepAllocs = 80
