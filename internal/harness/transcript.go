@@ -82,9 +82,14 @@ type part struct {
 
 func newPart(data []byte) part {
 	sum := sha256.Sum256(data)
+	return part{data: data, blob: hexSum(sum[:])}
+}
+
+// hexSum is a SHA-256 sum in hex, made in one allocation.
+func hexSum(sum []byte) string {
 	var name [sha256.Size * 2]byte
-	hex.Encode(name[:], sum[:])
-	return part{data: data, blob: string(name[:])}
+	hex.Encode(name[:], sum)
+	return string(name[:])
 }
 
 // entry is one turn of the transcript and the event it came from.
@@ -166,7 +171,7 @@ func (t *transcript) add(turn model.Turn, seq uint64) {
 // inputHash is the SHA-256 of everything the next call sends: the prompt
 // version and the hash of each part, in order.
 func (t *transcript) inputHash() string {
-	return hex.EncodeToString(t.h.Sum(t.scratch[:0]))
+	return hexSum(t.h.Sum(t.scratch[:0]))
 }
 
 // marshalDecision encodes a step's decision as its part will hold it, and
@@ -376,38 +381,49 @@ func gist(s string) string {
 // gistRunes are decoded. With b it writes the first gistRunes, as s has
 // them or, with decoded, each decoded.
 func gistWalk(s string, b *strings.Builder, decoded bool) (runes, whole, cut int) {
-	emit := func(r rune, raw string) bool {
+	space := false // a word ended: a space goes before the next one
+	for i := 0; i < len(s) && runes <= gistRunes; {
+		r, w := rune(s[i]), 1
+		if r >= utf8.RuneSelf {
+			r, w = utf8.DecodeRuneInString(s[i:])
+		}
+		raw := s[i : i+w]
+		i += w
+		if r < utf8.RuneSelf && asciiSpace[r] || r >= utf8.RuneSelf && unicode.IsSpace(r) {
+			space = runes > 0
+			continue
+		}
+		if space {
+			space = false
+			if runes < gistRunes {
+				if b != nil {
+					b.WriteByte(' ')
+				}
+				cut++
+			}
+			whole++
+			if runes++; runes > gistRunes {
+				break
+			}
+		}
 		if runes < gistRunes {
-			if b != nil && decoded {
+			switch {
+			case b != nil && decoded:
 				b.WriteRune(r)
-			} else if b != nil {
+			case b != nil:
 				b.WriteString(raw)
 			}
 			cut += utf8.RuneLen(r)
 		}
-		whole += len(raw)
+		whole += w
 		runes++
-		return runes <= gistRunes
-	}
-	space := false // a word ended: a space goes before the next one
-	for i := 0; i < len(s); {
-		r, w := utf8.DecodeRuneInString(s[i:])
-		raw := s[i : i+w]
-		i += w
-		if unicode.IsSpace(r) {
-			space = runes > 0
-			continue
-		}
-		if space && !emit(' ', " ") {
-			break
-		}
-		space = false
-		if !emit(r, raw) {
-			break
-		}
 	}
 	return runes, whole, cut
 }
+
+// asciiSpace are the ASCII bytes unicode.IsSpace (and strings.Fields)
+// counts as white space.
+var asciiSpace = [utf8.RuneSelf]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
 
 // summaryText is the summary as the model reads it: the newest items that
 // fit in budget characters (at least one), and a line that counts the older

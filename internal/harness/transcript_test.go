@@ -176,3 +176,11 @@ func FuzzGist(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkGist is the gist of a tool's result as a compaction makes it.
+func BenchmarkGist(b *testing.B) {
+	s := "package pkg\n\n// F does the thing the benchmark reads about.\nfunc F(x int) int {\n\treturn x * 2\n}\n" + strings.Repeat("// padding line of a small file\n", 4)
+	for b.Loop() {
+		_ = gist(s)
+	}
+}
