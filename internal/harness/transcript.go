@@ -357,68 +357,41 @@ func contextItem(e entry) *reinv1.ContextItem {
 }
 
 // gist is the first gistRunes runes of s on one line: its words (split at
-// white space, as strings.Fields splits) joined by single spaces, as they
-// are in s, or, past gistRunes runes, the first gistRunes of them, each
-// decoded (a byte that is not UTF-8 becomes U+FFFD), and "…". It reads s
-// only as far as the gist goes, and allocates the gist alone.
+// white space, as strings.Fields splits) joined by single spaces, cut with
+// "…" past gistRunes runes. It reads s only as far as the gist goes, and
+// allocates the gist alone.
 func gist(s string) string {
-	runes, whole, cut := gistWalk(s, nil, false)
-	var b strings.Builder
-	if runes <= gistRunes {
-		b.Grow(whole)
-		gistWalk(s, &b, false)
-		return b.String()
-	}
-	b.Grow(cut + len("…"))
-	gistWalk(s, &b, true)
-	b.WriteString("…")
-	return b.String()
-}
-
-// gistWalk walks the runes of s's words joined by single spaces, the
-// gist's, up to gistRunes+1 of them. It returns how many it walked, how
-// many bytes they are as s has them, and how many bytes the first
-// gistRunes are decoded. With b it writes the first gistRunes, as s has
-// them or, with decoded, each decoded.
-func gistWalk(s string, b *strings.Builder, decoded bool) (runes, whole, cut int) {
+	var buf [utf8.UTFMax * gistRunes]byte // the most gistRunes runes take
+	b, runes := buf[:0], 0
 	space := false // a word ended: a space goes before the next one
-	for i := 0; i < len(s) && runes <= gistRunes; {
+	invalid := false
+	for i := 0; i < len(s); {
 		r, w := rune(s[i]), 1
 		if r >= utf8.RuneSelf {
 			r, w = utf8.DecodeRuneInString(s[i:])
 		}
-		raw := s[i : i+w]
-		i += w
 		if r < utf8.RuneSelf && asciiSpace[r] || r >= utf8.RuneSelf && unicode.IsSpace(r) {
 			space = runes > 0
+			i += w
 			continue
 		}
-		if space {
-			space = false
-			if runes < gistRunes {
-				if b != nil {
-					b.WriteByte(' ')
-				}
-				cut++
-			}
-			whole++
-			if runes++; runes > gistRunes {
-				break
-			}
+		if space && runes < gistRunes {
+			b, runes, space = append(b, ' '), runes+1, false
 		}
-		if runes < gistRunes {
-			switch {
-			case b != nil && decoded:
-				b.WriteRune(r)
-			case b != nil:
-				b.WriteString(raw)
+		if runes == gistRunes {
+			// There is more: cut here.
+			if invalid {
+				// As a conversion to runes cuts it: each byte that is
+				// not UTF-8 becomes U+FFFD.
+				return string([]rune(string(b))) + "…"
 			}
-			cut += utf8.RuneLen(r)
+			return string(b) + "…"
 		}
-		whole += w
-		runes++
+		invalid = invalid || r == utf8.RuneError && w == 1
+		b, runes = append(b, s[i:i+w]...), runes+1
+		i += w
 	}
-	return runes, whole, cut
+	return string(b)
 }
 
 // asciiSpace are the ASCII bytes unicode.IsSpace (and strings.Fields)
