@@ -132,3 +132,30 @@ func TestStepAllocations(t *testing.T) {
 
 // maxStepAllocs is the budget of TestStepAllocations.
 const maxStepAllocs = 80
+
+// BenchmarkEngineSteps is the engine's own cost of a read step: runs of
+// 500 read steps driven to their end on a logStore, so no store's work is
+// in the figure (compare with internal/bench's BenchmarkStepsFigure, which
+// is the engine on a bbolt store).
+func BenchmarkEngineSteps(b *testing.B) {
+	const calls = 500
+	c := readSteps(calls)
+	fx := tools.NewFixtures(map[string][]tools.FixtureResult{
+		"search": {{Output: structpb.NewStringValue("package pkg\n\nfunc F(x int) int {\n\treturn x * 2\n}\n" + strings.Repeat("// a padding line\n", 6))}},
+	})
+	steps := 0
+	for i := 0; b.Loop(); i++ {
+		s := &logStore{}
+		e := NewSync(Config{Store: s, Tools: fx, Clock: newClock(t0, time.Millisecond).Now})
+		st, _, err := e.Start(context.Background(), StartRequest{RequestID: fmt.Sprint("req-", i), Contract: c})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := e.DriveSync(context.Background(), st.RunID); err != nil {
+			b.Fatal(err)
+		}
+		e.Close()
+		steps += calls + 1
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(steps), "ns/step")
+}
