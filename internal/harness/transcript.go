@@ -387,8 +387,13 @@ func gist(s string) string {
 			}
 			return string(b) + "…"
 		}
-		invalid = invalid || r == utf8.RuneError && w == 1
-		b, runes = append(b, s[i:i+w]...), runes+1
+		if w == 1 {
+			invalid = invalid || r >= utf8.RuneSelf
+			b = append(b, s[i])
+		} else {
+			b = append(b, s[i:i+w]...)
+		}
+		runes++
 		i += w
 	}
 	return string(b)
