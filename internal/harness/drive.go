@@ -39,6 +39,15 @@ type runner struct {
 	// listedSchemas are the schemas tools listed for grants that give none
 	// (shown to the model with the grant: modelTools).
 	listedSchemas map[string]*structpb.Struct
+	// shownTools are the grants as every call of this driver shows them
+	// to the model (modelTools), and modelName the model as every
+	// model_requested names it: made once, as the contract and the listed
+	// schemas do not change while the driver runs.
+	shownTools []*reinv1.ToolGrant
+	modelName  string
+	// toolTimedOut is the cause of a read cut by the tool timeout, made
+	// once: the timeout is the engine's.
+	toolTimedOut error
 	// tablePrice is the run's model's price in the server's price table;
 	// inTable says whether it has one (else the log's price is in force).
 	tablePrice pricing.Price
@@ -97,6 +106,7 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 		return r.fail(fmt.Sprintf("the run's model cannot be built: %v", err))
 	}
 	r.inputSchemas = r.schemas(ctx)
+	r.shownTools = r.modelTools()
 	if call := r.st.OpenCall; call != nil {
 		// The process stopped after the call was requested and before its
 		// outcome was stored: run it again (a read, or a write's proposal,
@@ -129,8 +139,9 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 
 // load rebuilds a running run's transcript from its log.
 func (e *Engine) load(ctx context.Context, st runstate.State) (*runner, error) {
-	r := &runner{e: e, st: st, toolHash: toolSetHash(st.Contract.GetTools())}
 	m := st.Contract.GetModel()
+	r := &runner{e: e, st: st, toolHash: toolSetHash(st.Contract.GetTools()), modelName: m.GetProvider() + "/" + m.GetName(),
+		toolTimedOut: fmt.Errorf("the tool did not answer within its timeout of %s", e.cfg.ToolTimeout)}
 	r.tablePrice, r.inTable = e.cfg.Prices.Lookup(m.GetProvider(), m.GetName())
 	r.transcript.init(st.Contract)
 	for after := uint64(0); after < st.Version; {

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/tools"
 )
@@ -179,6 +180,46 @@ func TestToolCallCheckedAgainstSchema(t *testing.T) {
 				t.Errorf("the model saw %q, want the refusal %q", o.Text, why)
 			}
 		})
+	}
+}
+
+// The grants a driver shows the model, a listed schema filled in, are made
+// once: every call of a driver is shown the same grants, not a copy made
+// for each step. A driver that starts again (the run resumed after a
+// pause) shows the listed schema too.
+func TestShownToolsMadeOncePerDriver(t *testing.T) {
+	ex := &listedTools{countingTools: searchTools(t), specs: []tools.Spec{{Name: "search", InputSchema: mustStruct(t, invoiceSchema)}}}
+	var spy modelSpy
+	e, s := setup(t, Config{Tools: ex, Models: spy.models(nil)})
+	args := mustStruct(t, map[string]any{"invoice_id": "INV-42"})
+	c := testContract(callReply("search", "c1", args), callReply("search", "c2", args), askReply("which one?"), finalReply("done"))
+	st, evs := runToRest(t, e, s, c)
+	wantStatus(t, st, evs, statusNeedsInput, "question")
+	if _, err := e.ProvideInput(testCtx(t), st.RunID, "the first", "bob"); err != nil {
+		t.Fatal(err)
+	}
+	waitRun(t, e, st.RunID)
+
+	reqs := spy.requests()
+	if len(reqs) != 4 {
+		t.Fatalf("%d model calls, want 4", len(reqs))
+	}
+	shown := func(req model.Request) *reinv1.ToolGrant {
+		for _, g := range req.Tools {
+			if g.GetName() == "search" {
+				return g
+			}
+		}
+		t.Fatalf("call %d is not shown the search tool", req.Step)
+		return nil
+	}
+	for _, req := range reqs {
+		if got := shown(req).GetInputSchema().AsMap(); !reflect.DeepEqual(got, mustStruct(t, invoiceSchema).AsMap()) {
+			t.Fatalf("call %d is shown schema %v, want the listed one", req.Step, got)
+		}
+	}
+	if shown(reqs[0]) != shown(reqs[1]) || shown(reqs[1]) != shown(reqs[2]) {
+		t.Error("the calls of one driver are shown grants copied for each step")
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -60,7 +59,7 @@ func (r *runner) step(ctx context.Context) error {
 		Step:       step,
 		Goal:       c.GetGoal(),
 		Inputs:     c.GetInputs(),
-		Tools:      r.modelTools(),
+		Tools:      r.shownTools,
 		Transcript: r.transcript.turns,
 		Delegate:   c.GetDelegation().GetMaxChildren() > 0,
 	}
@@ -98,7 +97,7 @@ func (r *runner) step(ctx context.Context) error {
 		InputHash:       r.transcript.inputHash(),
 		InputTokens:     input,
 		MaxOutputTokens: req.MaxOutputTokens,
-		Model:           c.GetModel().GetProvider() + "/" + c.GetModel().GetName(),
+		Model:           r.modelName,
 		PromptVersion:   promptVersion,
 		ToolSetHash:     r.toolHash,
 		Resumed:         resumed,
@@ -145,9 +144,13 @@ func (r *runner) step(ctx context.Context) error {
 	// 4. Parse: a reply that is not a valid decision is an observation. A
 	// decision too large to record is refused unrecorded.
 	problem := invalid(reply)
-	if n := proto.Size(reply.Decision); problem == "" && n > maxDecisionBytes {
-		problem = fmt.Sprintf("the decision is %d bytes, over the %d rein records; nothing ran: make a large write in parts (such as fs.write of a smaller file, then fs.patch)", n, maxDecisionBytes)
-		returned.GetModelReturned().Decision = nil
+	if problem == "" {
+		// Encoded once: the size checked is that of the bytes the
+		// transcript keeps of the decision once it is recorded.
+		if n := r.transcript.marshalDecision(reply.Decision, maxDecisionBytes); n > maxDecisionBytes {
+			problem = fmt.Sprintf("the decision is %d bytes, over the %d rein records; nothing ran: make a large write in parts (such as fs.write of a smaller file, then fs.patch)", n, maxDecisionBytes)
+			returned.GetModelReturned().Decision = nil
+		}
 	}
 	if problem != "" {
 		return r.commit(ctx, returned, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_DecisionRejected{DecisionRejected: &reinv1.DecisionRejected{
@@ -253,13 +256,15 @@ func (r *runner) route(ctx context.Context, call *reinv1.ToolCall, returned *rei
 func (r *runner) runCall(ctx context.Context, call *reinv1.ToolCall, tier reinv1.ToolTier) error {
 	tc := tools.Call{RunID: r.st.RunID, CallID: call.GetCallId(), Tool: call.GetTool(), Args: call.GetArguments(),
 		Index: int(r.st.CallsByTool[call.GetTool()]) - 1}
-	timeout := r.e.cfg.ToolTimeout
-	cause := fmt.Errorf("the tool did not answer within its timeout of %s", timeout)
+	timeout, cause := r.e.cfg.ToolTimeout, r.toolTimedOut
 	if dl := r.st.Deadline; !dl.IsZero() && dl.Sub(r.now.AsTime()) < timeout {
 		// On the run's clock, as for the model call.
 		timeout = dl.Sub(r.now.AsTime())
 		cause = fmt.Errorf("the call was cut by the run's deadline %s", dl.Format(time.RFC3339))
 	}
+	// Each call's timer, and the goroutine await runs it in, are what two
+	// guarantees cost: a tool is cut at its timeout, and one that ignores
+	// its context holds nothing up.
 	tctx, cancel := context.WithTimeoutCause(ctx, timeout, cause)
 	defer cancel()
 	if tier == reinv1.ToolTier_TOOL_TIER_WRITE {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
@@ -55,6 +56,22 @@ type transcript struct {
 	// rebuilt from it estimates as it did live.
 	sent      int
 	overcount uint64
+	// scratch holds a part's hash, or the running hash's sum, on its way
+	// into a hash or out of one, so that neither allocates.
+	scratch [sha256.Size * 2]byte
+	// marshaled is the latest step's decision and its encoding, made once
+	// for the step's size check and used again as the decision's part
+	// (add), and next the summary text the latest compaction proposed,
+	// used again when it is applied (compact). Each is for the one
+	// message it names, by pointer, and ignored for any other.
+	marshaled struct {
+		d    *reinv1.Decision
+		data []byte
+	}
+	next struct {
+		cc   *reinv1.ContextCompacted
+		text string
+	}
 }
 
 // part is one piece of a model call's input: its bytes and their SHA-256.
@@ -65,7 +82,14 @@ type part struct {
 
 func newPart(data []byte) part {
 	sum := sha256.Sum256(data)
-	return part{data: data, blob: hex.EncodeToString(sum[:])}
+	return part{data: data, blob: hexSum(sum[:])}
+}
+
+// hexSum is a SHA-256 sum in hex, made in one allocation.
+func hexSum(sum []byte) string {
+	var name [sha256.Size * 2]byte
+	hex.Encode(name[:], sum)
+	return string(name[:])
 }
 
 // entry is one turn of the transcript and the event it came from.
@@ -97,7 +121,7 @@ func (t *transcript) keep(p part) {
 // write appends a part to the input. A new part is also kept for the store
 // (keep); rehash writes parts again without keeping them again.
 func (t *transcript) write(p part) {
-	t.h.Write([]byte(p.blob))
+	t.h.Write(append(t.scratch[:0], p.blob...))
 	t.size += len(p.data)
 	t.parts = append(t.parts, p.blob)
 }
@@ -128,8 +152,11 @@ func (t *transcript) rehash() {
 
 func (t *transcript) add(turn model.Turn, seq uint64) {
 	var b []byte
-	if turn.Decision != nil {
-		b, _ = proto.MarshalOptions{Deterministic: true}.Marshal(turn.Decision)
+	if d := turn.Decision; d != nil && d == t.marshaled.d {
+		b = t.marshaled.data
+		t.marshaled.d, t.marshaled.data = nil, nil
+	} else if d != nil {
+		b, _ = proto.MarshalOptions{Deterministic: true}.Marshal(d)
 	} else {
 		o := turn.Observation
 		b = []byte(o.Source + "\x00" + o.CallID + "\x00" + o.Text)
@@ -144,7 +171,24 @@ func (t *transcript) add(turn model.Turn, seq uint64) {
 // inputHash is the SHA-256 of everything the next call sends: the prompt
 // version and the hash of each part, in order.
 func (t *transcript) inputHash() string {
-	return hex.EncodeToString(t.h.Sum(nil))
+	return hexSum(t.h.Sum(t.scratch[:0]))
+}
+
+// marshalDecision encodes a step's decision as its part will hold it, and
+// returns the encoding's size: the step checks it, and the transcript adds
+// the decision from the same bytes once the step records it. An encoding
+// over max bytes (one rein will not record) is not kept, nor is a decision
+// that cannot be encoded, whose size is proto.Size's.
+func (t *transcript) marshalDecision(d *reinv1.Decision, max int) int {
+	t.marshaled.d, t.marshaled.data = nil, nil
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(d)
+	if err != nil {
+		return proto.Size(d)
+	}
+	if len(b) <= max {
+		t.marshaled.d, t.marshaled.data = d, b
+	}
+	return len(b)
 }
 
 // newInput is the next call's input as model_requested records it: how
@@ -242,7 +286,10 @@ func (t *transcript) compaction(step uint32) *reinv1.ContextCompacted {
 	for _, e := range t.entries[:k] {
 		cc.Items = append(cc.Items, contextItem(e))
 	}
-	after := t.size + len(summaryText(append(t.summary[:len(t.summary):len(t.summary)], cc.Items...), limit/4)) - len(t.summaryPart.data)
+	// The summary it leads to is made once: compact uses it again.
+	text := summaryText(append(t.summary[:len(t.summary):len(t.summary)], cc.Items...), limit/4)
+	t.next.cc, t.next.text = cc, text
+	after := t.size + len(text) - len(t.summaryPart.data)
 	for _, e := range t.entries[:k] {
 		after -= len(e.part.data)
 	}
@@ -255,7 +302,14 @@ func (t *transcript) compaction(step uint32) *reinv1.ContextCompacted {
 func (t *transcript) compact(cc *reinv1.ContextCompacted) {
 	k := min(int(cc.GetCompacted()), len(t.entries))
 	t.summary = append(t.summary, cc.GetItems()...)
-	t.summaryPart = newPart([]byte(summaryText(t.summary, t.limit/4)))
+	text := t.next.text
+	if t.next.cc != cc {
+		// A compaction read from the log, or one this transcript did not
+		// propose.
+		text = summaryText(t.summary, t.limit/4)
+	}
+	t.next.cc, t.next.text = nil, ""
+	t.summaryPart = newPart([]byte(text))
 	t.keep(t.summaryPart)
 	t.entries = append([]entry(nil), t.entries[k:]...)
 	t.turns = make([]model.Turn, 0, len(t.entries)+1)
@@ -302,15 +356,52 @@ func contextItem(e entry) *reinv1.ContextItem {
 	return it
 }
 
-// gist is the first gistRunes runes of s on one line.
+// gist is the first gistRunes runes of s on one line: its words (split at
+// white space, as strings.Fields splits) joined by single spaces, cut with
+// "…" past gistRunes runes. It reads s only as far as the gist goes, and
+// allocates the gist alone.
 func gist(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if utf8.RuneCountInString(s) <= gistRunes {
-		return s
+	var buf [utf8.UTFMax * gistRunes]byte // the most gistRunes runes take
+	b, runes := buf[:0], 0
+	space := false // a word ended: a space goes before the next one
+	invalid := false
+	for i := 0; i < len(s); {
+		r, w := rune(s[i]), 1
+		if r >= utf8.RuneSelf {
+			r, w = utf8.DecodeRuneInString(s[i:])
+		}
+		if r < utf8.RuneSelf && asciiSpace[r] || r >= utf8.RuneSelf && unicode.IsSpace(r) {
+			space = runes > 0
+			i += w
+			continue
+		}
+		if space && runes < gistRunes {
+			b, runes, space = append(b, ' '), runes+1, false
+		}
+		if runes == gistRunes {
+			// There is more: cut here.
+			if invalid {
+				// As a conversion to runes cuts it: each byte that is
+				// not UTF-8 becomes U+FFFD.
+				return string([]rune(string(b))) + "…"
+			}
+			return string(b) + "…"
+		}
+		if w == 1 {
+			invalid = invalid || r >= utf8.RuneSelf
+			b = append(b, s[i])
+		} else {
+			b = append(b, s[i:i+w]...)
+		}
+		runes++
+		i += w
 	}
-	r := []rune(s)
-	return string(r[:gistRunes]) + "…"
+	return string(b)
 }
+
+// asciiSpace are the ASCII bytes unicode.IsSpace (and strings.Fields)
+// counts as white space.
+var asciiSpace = [utf8.RuneSelf]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
 
 // summaryText is the summary as the model reads it: the newest items that
 // fit in budget characters (at least one), and a line that counts the older

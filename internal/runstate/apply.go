@@ -146,6 +146,8 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 		}
 		tr := p.ToolRequested
 		s.ToolCalls++
+		// A new map for each call: a State is a value, and the states
+		// before this one (a caller's, a snapshot's) keep their counts.
 		calls := make(map[string]uint32, len(s.CallsByTool)+1)
 		maps.Copy(calls, s.CallsByTool)
 		calls[tr.GetTool()]++
