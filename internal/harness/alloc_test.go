@@ -67,7 +67,9 @@ func (s *logStore) Import(context.Context, []*reinv1.Event, map[string][]byte) (
 	return runstate.State{}, errLogStore
 }
 
-func (s *logStore) Blob(context.Context, string) ([]byte, error) { return nil, errLogStore }
+func (s *logStore) Blobs(context.Context, string, []string) (map[string][]byte, error) {
+	return nil, errLogStore
+}
 
 // readSteps is a contract whose model reads a file calls times, then
 // answers, under a context limit that compacts every few dozen steps.
