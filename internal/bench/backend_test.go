@@ -163,14 +163,14 @@ func BenchmarkStepsFigure(b *testing.B) {
 	if os.Getenv("REIN_BENCH_NOSYNC") == "1" {
 		be.Open = func(path string, _ bool) (Store, error) { return bolt.Open(path, bolt.Options{NoSync: true}) }
 	}
-	contract := stepsContract(calls)
+	contracts := stepsContracts(calls, runs)
 	fixtures := tools.NewFixtures(map[string][]tools.FixtureResult{
 		"read_file": {{Output: structpb.NewStringValue(fixtureText())}},
 	})
 	dir := b.TempDir()
 	steps, cpu := 0.0, time.Duration(0)
 	for i := 0; b.Loop(); i++ {
-		fr, err := stepsFigure(context.Background(), be, filepath.Join(dir, fmt.Sprintf("figure-%d.db", i)), contract, runs, fixtures, false, nil)
+		fr, err := stepsFigure(context.Background(), be, filepath.Join(dir, fmt.Sprintf("figure-%d.db", i)), contracts, fixtures, false, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -69,7 +69,7 @@ func runSteps(ctx context.Context, o Options, r Result, runs, calls int) (Result
 	if err != nil {
 		return r, err
 	}
-	contract := stepsContract(calls)
+	contracts := stepsContracts(calls, runs)
 	fixtures := tools.NewFixtures(map[string][]tools.FixtureResult{
 		"read_file": {{Output: structpb.NewStringValue(fixtureText())}},
 	})
@@ -101,7 +101,7 @@ func runSteps(ctx context.Context, o Options, r Result, runs, calls int) (Result
 	figure := func(round int) (measure, error) {
 		path := filepath.Join(dir, fmt.Sprintf("figure-%d.db", round))
 		defer os.Remove(path)
-		fr, err := stepsFigure(ctx, be, path, contract, runs, fixtures, encoded == nil, published)
+		fr, err := stepsFigure(ctx, be, path, contracts, fixtures, encoded == nil, published)
 		if err != nil {
 			return fr.m, err
 		}
@@ -146,7 +146,7 @@ func runSteps(ctx context.Context, o Options, r Result, runs, calls int) (Result
 		}
 	}
 	x["event_bytes"] = float64(size) / float64(n)
-	x["contract_bytes"] = float64(proto.Size(contract))
+	x["contract_bytes"] = float64(proto.Size(contracts[0]))
 	x["commits"] = meanOf(commits)
 	x["commits_per_step"] = meanOf(commits) / steps
 	x["bytes_written_per_commit"] = meanOf(figBytes)
@@ -170,17 +170,34 @@ func fixtureText() string {
 		strings.Repeat("// padding line of a small file\n", 4)
 }
 
-// stepsContract is a contract whose scripted model calls read_file calls
-// times, then gives a final answer.
-func stepsContract(calls int) *reinv1.TaskContract {
+// stepsContracts is a contract for each of runs runs, whose scripted model
+// calls read_file calls times, then gives a final answer. Each run reads
+// files of its own (the first run's are src/pkg/file_N.go, the next ones'
+// src/runK/pkg/file_N.go, with call IDs of its own), as concurrent runs of
+// real tasks do: no two runs' model input is the same, so none of it is
+// stored once for every run by a store that keeps a blob once.
+func stepsContracts(calls, runs int) []*reinv1.TaskContract {
+	out := make([]*reinv1.TaskContract, runs)
+	for k := range out {
+		out[k] = stepsContract(calls, k)
+	}
+	return out
+}
+
+// stepsContract is run k's contract of stepsContracts.
+func stepsContract(calls, k int) *reinv1.TaskContract {
+	dir, id, goal := "src/pkg", "call", "read the files the script names, then answer"
+	if k > 0 {
+		dir, id, goal = fmt.Sprintf("src/run%d/pkg", k), fmt.Sprintf("run%d_call", k), fmt.Sprintf("%s (run %d)", goal, k)
+	}
 	script := make([]*reinv1.ScriptedReply, 0, calls+1)
 	for i := 1; i <= calls; i++ {
 		args := &structpb.Struct{Fields: map[string]*structpb.Value{
-			"path": structpb.NewStringValue(fmt.Sprintf("src/pkg/file_%d.go", i)),
+			"path": structpb.NewStringValue(fmt.Sprintf("%s/file_%d.go", dir, i)),
 		}}
 		script = append(script, &reinv1.ScriptedReply{
 			Reply: &reinv1.ScriptedReply_Decision{Decision: &reinv1.Decision{Action: &reinv1.Decision_ToolCall{
-				ToolCall: &reinv1.ToolCall{Tool: "read_file", Arguments: args, CallId: fmt.Sprintf("call_%d", i)},
+				ToolCall: &reinv1.ToolCall{Tool: "read_file", Arguments: args, CallId: fmt.Sprintf("%s_%d", id, i)},
 			}}},
 			Usage: &reinv1.Usage{InputTokens: 100, OutputTokens: 20},
 		})
@@ -192,20 +209,21 @@ func stepsContract(calls int) *reinv1.TaskContract {
 		Usage: &reinv1.Usage{InputTokens: 100, OutputTokens: 5},
 	})
 	return &reinv1.TaskContract{
-		Goal:   "read the files the script names, then answer",
+		Goal:   goal,
 		Tools:  []*reinv1.ToolGrant{{Name: "read_file", Description: "read a file", Tier: reinv1.ToolTier_TOOL_TIER_READ}},
 		Budget: &reinv1.Budget{MaxSteps: uint32(calls) + 2},
 		Model:  &reinv1.ModelSpec{Provider: "script", Name: "bench", Script: script},
 	}
 }
 
-// stepsFigure runs the contract runs times at once through an engine on a
-// fresh store, timing the first Start to the last run's end. With collect it
-// returns each run's events as stored; it counts the commits, the bytes
+// stepsFigure runs a run of each of contracts at once through an engine on
+// a fresh store, timing the first Start to the last run's end. With collect
+// it returns each run's events as stored; it counts the commits, the bytes
 // written and the CPU time.
-func stepsFigure(ctx context.Context, be Backend, path string, c *reinv1.TaskContract, runs int, fx tools.Executor, collect bool,
+func stepsFigure(ctx context.Context, be Backend, path string, contracts []*reinv1.TaskContract, fx tools.Executor, collect bool,
 	published func(runstate.State, []*reinv1.Event)) (stepsRound, error) {
 	var out stepsRound
+	runs := len(contracts)
 	s, err := be.Open(path, false)
 	if err != nil {
 		return out, err
@@ -224,7 +242,7 @@ func stepsFigure(ctx context.Context, be Backend, path string, c *reinv1.TaskCon
 	t0 := time.Now()
 	ids := make([]string, runs)
 	for i := range ids {
-		st, _, err := e.Start(ctx, harness.StartRequest{RequestID: fmt.Sprintf("bench-%d", i), Contract: c, Principal: "bench"})
+		st, _, err := e.Start(ctx, harness.StartRequest{RequestID: fmt.Sprintf("bench-%d", i), Contract: contracts[i], Principal: "bench"})
 		if err != nil {
 			return out, err
 		}
@@ -240,7 +258,7 @@ func stepsFigure(ctx context.Context, be Backend, path string, c *reinv1.TaskCon
 	out.written = w.bytes()
 	out.commits = float64(s.Commits())
 
-	want := uint32(len(c.GetModel().GetScript()))
+	want := uint32(len(contracts[0].GetModel().GetScript()))
 	for _, id := range ids {
 		st, err := s.Load(ctx, id)
 		if err != nil {
