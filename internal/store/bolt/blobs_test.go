@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,9 +16,11 @@ import (
 	"github.com/reinhq/rein/internal/store"
 )
 
-// TestBlobsKeptWithTheirRun: an append's blobs are stored in its run's
-// bucket, under the sequence of the append's first event, so a run's blobs
-// sort in the order they came; none goes to the store-wide bucket. Another
+// TestBlobsKeptWithTheirRun: an append's blobs are stored with its run,
+// under the sequence of the append's first event, so a run's blobs sort in
+// the order they came: a small one in the run's events bucket, right after
+// the event it starts with (the log reads as its events alone), a large one
+// in the run's blobs bucket; none goes to the store-wide bucket. Another
 // run does not find them.
 func TestBlobsKeptWithTheirRun(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rein.db")
@@ -32,14 +35,36 @@ func TestBlobsKeptWithTheirRun(t *testing.T) {
 		}
 	}
 	var contents [][]byte
+	large := bytes.Repeat([]byte("a large tool output "), inlineBlobBytes/10)
 	for i := range 20 {
 		c := fmt.Appendf(nil, "the observation of step %d", i)
 		contents = append(contents, c)
 		ev := stepEvent("run-a", uint64(i+2))
 		ev.GetModelRequested().Resumed = i > 0 // the same call, sent again
-		if err := s.Append(ctx, "run-a", uint64(i+1), []*reinv1.Event{ev}, store.WithBlobs(blobSet(c))); err != nil {
+		blobs := blobSet(c)
+		if i == 10 {
+			blobs = blobSet(c, large)
+		}
+		if err := s.Append(ctx, "run-a", uint64(i+1), []*reinv1.Event{ev}, store.WithBlobs(blobs)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	evs, err := s.Events(ctx, "run-a", 0, 100)
+	if err != nil || len(evs) != 21 {
+		t.Fatalf("Events(run-a) = %d events, %v; want the 21 appended and no blob", len(evs), err)
+	}
+	for i, ev := range evs {
+		if ev.GetSequence() != uint64(i+1) {
+			t.Fatalf("event %d has sequence %d", i, ev.GetSequence())
+		}
+	}
+	n := 0
+	if err := s.ScanEvents("run-a", 5, func(ev *reinv1.Event) error { n++; return nil }); err != nil || n != 16 {
+		t.Errorf("ScanEvents(run-a after 5) saw %d events, %v; want 16", n, err)
+	}
+	got, err := s.Blobs(ctx, "run-a", []string{store.BlobHash(large), store.BlobHash(contents[19]), store.BlobHash(contents[0])})
+	if err != nil || !bytes.Equal(got[store.BlobHash(large)], large) || !bytes.Equal(got[store.BlobHash(contents[0])], contents[0]) {
+		t.Errorf("Blobs(run-a: the large one and two small) = %d blobs, %v", len(got), err)
 	}
 	if _, err := s.Blobs(ctx, "run-b", []string{store.BlobHash(contents[0])}); !errors.Is(err, store.ErrNoBlob) {
 		t.Errorf("Blobs(run-b, run-a's blob): %v, want ErrNoBlob", err)
@@ -56,22 +81,31 @@ func TestBlobsKeptWithTheirRun(t *testing.T) {
 		if n := tx.Bucket(bucketBlobs).Stats().KeyN; n != 0 {
 			t.Errorf("the store-wide blobs bucket holds %d blobs, want 0", n)
 		}
-		bb := runBucket(tx, "run-a").Bucket(keyBlobs)
-		if bb == nil {
-			t.Fatal("run-a has no blobs bucket")
-		}
-		i := 0
-		err := bb.ForEach(func(k, v []byte) error {
-			if want := blobKey(uint64(i+2), store.BlobHash(contents[i])); !bytes.Equal(k, want) || !bytes.Equal(v, contents[i]) {
-				t.Errorf("blob %d stored under %x (%q), want %x (%q)", i, k, v, want, contents[i])
+		var keys [][]byte
+		_ = runBucket(tx, "run-a").Bucket(keyEvents).ForEach(func(k, _ []byte) error { keys = append(keys, bytes.Clone(k)); return nil })
+		var want [][]byte
+		for seq := uint64(1); seq <= 21; seq++ {
+			want = append(want, seqKey(seq))
+			if seq >= 2 {
+				want = append(want, blobKey(seq, store.BlobHash(contents[seq-2])))
 			}
-			i++
-			return nil
-		})
-		if i != len(contents) {
-			t.Errorf("run-a's blobs bucket holds %d blobs, want %d", i, len(contents))
 		}
-		return err
+		if len(keys) != len(want) {
+			t.Fatalf("run-a's events bucket holds %d keys, want %d (each event, then its append's small blob)", len(keys), len(want))
+		}
+		for i := range want {
+			if !bytes.Equal(keys[i], want[i]) {
+				t.Errorf("key %d of run-a's events bucket is %x, want %x", i, keys[i], want[i])
+			}
+		}
+		bb := runBucket(tx, "run-a").Bucket(keyBlobs)
+		if bb == nil || bb.Stats().KeyN != 1 {
+			t.Fatal("run-a's blobs bucket does not hold the one large blob")
+		}
+		if v := bb.Get(blobKey(12, store.BlobHash(large))); !bytes.Equal(v, large) {
+			t.Errorf("the large blob is not under its append's sequence and hash")
+		}
+		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -129,38 +163,53 @@ func TestBlobsOfAnOlderFile(t *testing.T) {
 // longer hashes to its key is a problem of that run, and reads as
 // ErrDataLoss; the twin, the same file before the damage, has none.
 func TestCheckFindsADamagedRunBlob(t *testing.T) {
-	blob := []byte("a step's input")
-	path := fileWithBlob(t, blob)
-	ctx := context.Background()
-	if problems, err := Check(path, Options{}); err != nil || len(problems) != 0 {
-		t.Fatalf("Check of a healthy store: %v, %v", problems, err)
-	}
-	db, err := bbolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(tx *bbolt.Tx) error {
-		return runBucket(tx, "run-a").Bucket(keyBlobs).Put(blobKey(2, store.BlobHash(blob)), []byte("changed"))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	problems, err := Check(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(problems) != 1 || problems[0].RunID != "run-a" || !strings.Contains(problems[0].Text, store.BlobHash(blob)) {
-		t.Errorf("Check found %v; want run-a's damaged blob", problems)
-	}
-	s, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.Blobs(ctx, "run-a", []string{store.BlobHash(blob)}); !errors.Is(err, store.ErrDataLoss) {
-		t.Errorf("Blobs(damaged) = %v, want ErrDataLoss", err)
+	for _, tc := range []struct {
+		name   string
+		blob   []byte
+		bucket []byte // where the run keeps it
+	}{
+		{"small", []byte("a step's input"), keyEvents},
+		{"large", bytes.Repeat([]byte("a large tool output "), inlineBlobBytes/10), keyBlobs},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := fileWithBlob(t, tc.blob)
+			ctx := context.Background()
+			if problems, err := Check(path, Options{}); err != nil || len(problems) != 0 {
+				t.Fatalf("Check of a healthy store: %v, %v", problems, err)
+			}
+			db, err := bbolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := blobKey(2, store.BlobHash(tc.blob))
+			if err := db.Update(func(tx *bbolt.Tx) error {
+				b := runBucket(tx, "run-a").Bucket(tc.bucket)
+				if b.Get(key) == nil {
+					t.Fatalf("the %d-byte blob is not in the run's %s bucket", len(tc.blob), tc.bucket)
+				}
+				return b.Put(key, []byte("changed"))
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			problems, err := Check(path, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(problems) != 1 || problems[0].RunID != "run-a" || !strings.Contains(problems[0].Text, store.BlobHash(tc.blob)) {
+				t.Errorf("Check found %v; want run-a's damaged blob", problems)
+			}
+			s, err := Open(path, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if _, err := s.Blobs(ctx, "run-a", []string{store.BlobHash(tc.blob)}); !errors.Is(err, store.ErrDataLoss) {
+				t.Errorf("Blobs(damaged) = %v, want ErrDataLoss", err)
+			}
+		})
 	}
 }
 
@@ -184,4 +233,89 @@ func fileWithBlob(t *testing.T, blob []byte) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// setFormat writes format as the file's store format marker.
+func setFormat(t *testing.T, path string, format []byte) {
+	t.Helper()
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyFormat, format) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// formatOf reads the file's store format marker.
+func formatOf(t *testing.T, path string) string {
+	t.Helper()
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var f string
+	_ = db.View(func(tx *bbolt.Tx) error { f = string(tx.Bucket(bucketMeta).Get(keyFormat)); return nil })
+	return f
+}
+
+// TestFormatMarkedByTheFirstBlobInTheLog: a file of the first format opens
+// and takes appends unchanged in format; the first append that keeps a blob
+// in a run's log marks it rein-store-2, which a rein that knows only the
+// first format refuses to open rather than read the blob keys as damage.
+func TestFormatMarkedByTheFirstBlobInTheLog(t *testing.T) {
+	path := fileWithBlob(t, []byte("made by this rein"))
+	if got := formatOf(t, path); got != string(formatV2) {
+		t.Fatalf("a file with a blob in its log is format %q, want %q", got, formatV2)
+	}
+	setFormat(t, path, formatV1) // as a rein of the first format left it (with no blob in a log)
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatalf("Open of a first-format file: %v", err)
+	}
+	ctx := context.Background()
+	if err := s.Append(ctx, "run-a", 2, []*reinv1.Event{markedEvent("run-a", 3)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := formatOf(t, path); got != string(formatV1) {
+		t.Fatalf("after an append with no blob the file is format %q, want it left %q", got, formatV1)
+	}
+	if s, err = Open(path, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	ev := stepEvent("run-a", 4)
+	blob := []byte("the next call's input")
+	if err := s.Append(ctx, "run-a", 3, []*reinv1.Event{ev}, store.WithBlobs(blobSet(blob))); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := formatOf(t, path); got != string(formatV2) {
+		t.Fatalf("after an append with a blob the file is format %q, want %q", got, formatV2)
+	}
+}
+
+// TestNewerFormatRefused: a file a newer rein marked with a format this one
+// does not know is refused at Open, saying so, and left unchanged.
+func TestNewerFormatRefused(t *testing.T) {
+	path := fileWithBlob(t, []byte("x"))
+	setFormat(t, path, []byte("rein-store-9"))
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), "newer rein") {
+		t.Fatalf("Open of a rein-store-9 file: %v, want a refusal naming a newer rein", err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Error("the refused file was changed")
+	}
 }

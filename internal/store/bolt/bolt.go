@@ -39,6 +39,10 @@ var (
 	keyEvents   = []byte("events")
 	keyBlobs    = []byte("blobs")
 	formatV1    = []byte("rein-store-1")
+	// formatV2 files may hold blobs in a run's events bucket (blobs.go),
+	// which a rein that knows only formatV1 would read as damage: a file
+	// is marked so by the first commit that puts a blob there.
+	formatV2 = []byte("rein-store-2")
 )
 
 // maxBatch bounds how many requests share one commit.
@@ -246,6 +250,9 @@ func (s *Store) Events(ctx context.Context, runID string, after uint64, limit in
 		c := b.Bucket(keyEvents).Cursor()
 		want := after + 1
 		for k, v := c.Seek(seqKey(want)); k != nil && len(out) < limit; k, v = c.Next() {
+			if isBlobKey(k) {
+				continue
+			}
 			ev := &reinv1.Event{}
 			if err := decodeEvent(runID, want, k, v, ev); err != nil {
 				return err
@@ -314,6 +321,9 @@ func (s *Store) ScanEvents(runID string, after uint64, fn func(ev *reinv1.Event)
 		ev := &reinv1.Event{}
 		want := after + 1
 		for k, v := c.Seek(seqKey(want)); k != nil; k, v = c.Next() {
+			if isBlobKey(k) {
+				continue
+			}
 			ev.Reset()
 			if err := decodeEvent(runID, want, k, v, ev); err != nil {
 				return err

@@ -70,6 +70,9 @@ func (Ceiling) Scan(path, runID string, fn func(seq uint64, data []byte) error) 
 		}
 		c := b.Bucket(keyEvents).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if isBlobKey(k) { // the store's blobs, kept with the events
+				continue
+			}
 			if len(v) >= sealLen && v[0] == sealMarker {
 				v = v[sealLen:]
 			}

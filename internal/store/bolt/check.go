@@ -214,7 +214,7 @@ func (c *checker) run(tx *bbolt.Tx, runs *bbolt.Bucket, runID string) {
 	if snapErr != nil {
 		c.add(runID, 0, "%v", snapErr)
 	}
-	c.checkBlobs(b, runID)
+	c.checkLargeBlobs(b, runID)
 	eb := b.Bucket(keyEvents)
 	if eb == nil {
 		c.add(runID, 0, "its events bucket is missing")
@@ -226,6 +226,10 @@ func (c *checker) run(tx *bbolt.Tx, runs *bbolt.Bucket, runID string) {
 	ev := &reinv1.Event{}
 	cur := eb.Cursor()
 	for k, v := cur.First(); k != nil; k, v = cur.Next() {
+		if isBlobKey(k) {
+			c.checkBlob(runID, k, v)
+			continue
+		}
 		ev.Reset()
 		if err := decodeEvent(runID, want, k, v, ev); err != nil {
 			c.add(runID, want, "%v", err)

@@ -3,19 +3,26 @@
 //
 // Layout (all keys big-endian where they are numbers, so they sort in order):
 //
-//	meta/format            "rein-store-1": marks a file as rein's
+//	meta/format            "rein-store-2" (or "rein-store-1", from before
+//	                       blobs were kept in a run's log: the first commit
+//	                       that puts one there marks the file 2, which an
+//	                       older rein refuses to open): marks a file as
+//	                       rein's
 //	contracts/<run id>     the run's TaskContract, written once at create
 //	                       (apart from the run's bucket, so that rewriting the
 //	                       snapshot never rewrites a large contract)
 //	runs/<run id>/snapshot the run's state (a Run without its contract)
 //	runs/<run id>/lease    uint64 epoch + owner: appends with an older epoch
 //	                       are refused in the transaction (fencing)
-//	runs/<run id>/events/  nested bucket: uint64 sequence → Event
-//	runs/<run id>/blobs/   nested bucket: uint64 sequence + SHA-256 (32
-//	                       bytes) → a blob's content, under the sequence of
-//	                       the first event of the append that brought it, so
-//	                       a run's blobs are stored in the order they came
-//	                       (blobs.go); made with the run's first blob
+//	runs/<run id>/events/  nested bucket: uint64 sequence → Event; and
+//	                       uint64 sequence + SHA-256 (32 bytes) → a blob of
+//	                       at most 16 KiB, under the sequence of the first
+//	                       event of the append that brought it, so it sorts
+//	                       right after that event: a step's blobs share the
+//	                       pages of its events (blobs.go); readers of the log
+//	                       pass over these 40-byte keys
+//	runs/<run id>/blobs/   nested bucket, the same keys → a larger blob (made
+//	                       with the run's first one)
 //	requests/<tenant>\x00<request id> → run id (idempotent create)
 //	status/<status byte><run id> → empty (the listing index by status)
 //	changes/<uint64 cursor> → tenant \x00 RunChange (every status change, in

@@ -171,7 +171,7 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq, states map[string]runsta
 	if err := putSnapshot(tx, b, st.Status, next); err != nil {
 		return writeRes{err: errTx{err}}
 	}
-	if err := putBlobs(b, r.expected+1, r.blobs); err != nil {
+	if err := putBlobs(tx, b, r.expected+1, r.blobs); err != nil {
 		return writeRes{err: errTx{err}}
 	}
 	if r.owner != "" {
@@ -226,7 +226,7 @@ func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
 	if err := putSnapshot(tx, b, reinv1.RunStatus_RUN_STATUS_UNSPECIFIED, st); err != nil {
 		return writeRes{err: errTx{err}}
 	}
-	if err := putBlobs(b, 1, r.blobs); err != nil { // an Import's
+	if err := putBlobs(tx, b, 1, r.blobs); err != nil { // an Import's
 		return writeRes{err: errTx{err}}
 	}
 	if st.RequestID != "" {
