@@ -22,6 +22,7 @@ import (
 
 	"github.com/reinhq/rein/client"
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/store/bolt"
 )
 
 const (
@@ -323,42 +324,21 @@ func checkBolt(t *testing.T, path string) {
 	}
 }
 
-// storedEvents reads a run's events straight from the bbolt file of a
-// server that is not running (the layout of internal/store/bolt: runs/<run
-// id>/events/<sequence> → Event), to see what a crash left on disk before
-// a restart changes it.
+// storedEvents reads a run's events from the store file of a server that is
+// not running, read-only (nothing is written to it, not even bbolt's
+// header), to see what a crash left on disk before a restart changes it.
+// Each event's seal is checked as it is read.
 func storedEvents(t *testing.T, path, runID string) []*reinv1.Event {
 	t.Helper()
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
+	s, err := bolt.Open(path, bolt.Options{ReadOnly: true, LockTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatalf("open %s read-only: %v", path, err)
 	}
-	defer db.Close()
+	defer s.Close()
 	var evs []*reinv1.Event
-	if err := db.View(func(tx *bbolt.Tx) error {
-		runs := tx.Bucket([]byte("runs"))
-		if runs == nil {
-			return errors.New("no runs bucket")
-		}
-		run := runs.Bucket([]byte(runID))
-		if run == nil {
-			return fmt.Errorf("no bucket for run %s", runID)
-		}
-		b := run.Bucket([]byte("events"))
-		if b == nil {
-			return fmt.Errorf("run %s has no events bucket", runID)
-		}
-		return b.ForEach(func(_, v []byte) error {
-			ev := &reinv1.Event{}
-			if len(v) >= 6 && v[0] == 0 {
-				v = v[6:] // the store's seal (0x00, version, CRC-32C), not checked here
-			}
-			if err := proto.Unmarshal(v, ev); err != nil {
-				return err
-			}
-			evs = append(evs, ev)
-			return nil
-		})
+	if err := s.ScanEvents(runID, 0, func(ev *reinv1.Event) error {
+		evs = append(evs, proto.CloneOf(ev))
+		return nil
 	}); err != nil {
 		t.Fatalf("read run %s from %s: %v", runID, path, err)
 	}
