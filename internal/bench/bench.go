@@ -132,7 +132,7 @@ func Scenarios() []Scenario {
 	return []Scenario{
 		{Name: "append", Doc: "64 concurrent runs appending 3-event steps of ~300-byte events, durable, through the store", Run: Append},
 		{Name: "steps", Doc: "one run of 5,000 scripted tool-call steps through the engine, durable", Run: Steps},
-		{Name: "steps-runs", Group: "steps", Doc: "16 concurrent runs (--runs) of 500 scripted tool-call steps each through the engine, durable", Run: StepsRuns},
+		{Name: "steps-runs", Group: "steps", Doc: "16 concurrent runs (--runs) of 500 scripted tool-call steps each, every run reading files of its own, through the engine, durable", Run: StepsRuns},
 		{Name: "fold", Doc: "rebuild a 1,000,000-event run from the store: scan, decode, fold", Run: Fold},
 		{Name: "replay", Doc: "read and replay a directory of 1,000 recorded runs of 100 steps through the harness, against reading and folding them", Run: Replay},
 		{Name: "watch", Doc: "1,000 WatchRun streams over loopback TCP following 64 runs that append, against plain gRPC streaming", Run: Watch},
