@@ -48,7 +48,7 @@ var (
 // maxBatch bounds how many requests share one commit.
 const maxBatch = 1024
 
-// maxCachedStates bounds the writer's cache of run states.
+// maxCachedStates bounds the cache of run states (states).
 const maxCachedStates = 16384
 
 // Store is the bbolt event store. It implements store.Store.
@@ -57,7 +57,8 @@ type Store struct {
 	path     string
 	readOnly bool
 
-	reqs chan *writeReq
+	reqs   chan *writeReq
+	states states
 	// mu guards closed; the writer goroutine is the only one that writes.
 	mu     sync.RWMutex
 	closed bool
@@ -146,7 +147,8 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 		}
 		encoded[i] = data
 	}
-	res, err := s.submit(ctx, &writeReq{runID: runID, expected: expected, events: events, encoded: encoded, epoch: o.Epoch, blobs: o.Blobs, owner: o.Acquire})
+	res, err := s.submit(ctx, &writeReq{runID: runID, expected: expected, events: events, encoded: encoded, epoch: o.Epoch, blobs: o.Blobs, owner: o.Acquire,
+		folded: s.foldAhead(runID, expected, events)})
 	if err == nil && o.Acquire != "" && o.Acquired != nil {
 		*o.Acquired = res.epoch
 	}

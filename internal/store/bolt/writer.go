@@ -29,6 +29,7 @@ type writeReq struct {
 	events   []*reinv1.Event
 	encoded  [][]byte          // events, marshalled by the caller's goroutine
 	blobs    map[string][]byte // keyed by their hash, checked by the caller's goroutine
+	folded   *folded           // the events folded by the caller's goroutine, or nil
 	created  *runstate.State   // for create: the state after its events
 	done     chan writeRes
 }
@@ -57,10 +58,6 @@ func (s *Store) writer() {
 	defer close(s.done)
 	batch := make([]*writeReq, 0, maxBatch)
 	results := make([]writeRes, maxBatch)
-	// states caches each run's state as the last commit left it, so that an
-	// append need not decode the stored snapshot. Only this goroutine uses
-	// it; a failed commit drops what its batch cached.
-	states := map[string]runstate.State{}
 	for {
 		r, ok := <-s.reqs
 		if !ok {
@@ -84,12 +81,9 @@ func (s *Store) writer() {
 		}
 		s.commits.Add(1)
 		failpoint.Inject(failpoint.StoreBeforeCommit)
-		if len(states) > maxCachedStates {
-			clear(states)
-		}
 		err := s.update(func(tx *bbolt.Tx) error {
 			for i, r := range batch {
-				results[i] = s.applyRequest(tx, r, states)
+				results[i] = s.applyRequest(tx, r)
 				var te errTx
 				if errors.As(results[i].err, &te) {
 					return te.err
@@ -98,9 +92,9 @@ func (s *Store) writer() {
 			return nil
 		})
 		failpoint.Inject(failpoint.StoreAfterCommit)
-		if err != nil {
+		if err != nil { // what the batch cached was never stored
 			for _, r := range batch {
-				delete(states, r.runID)
+				s.states.drop(r.runID)
 			}
 		}
 		for i, r := range batch {
@@ -117,13 +111,13 @@ func (s *Store) writer() {
 // applyRequest validates r against the state in tx and, only if all of it is
 // valid, writes it. A validation error is returned in the result; a write
 // error is an errTx that aborts the whole transaction.
-func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq, states map[string]runstate.State) writeRes {
+func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq) writeRes {
 	if r.create {
 		res := s.createRun(tx, r)
 		if res.err == nil && res.created {
 			st := *res.state
 			st.Contract = nil // kept once, in the contracts bucket
-			states[r.runID] = st
+			s.states.put(r.runID, &st)
 		}
 		return res
 	}
@@ -143,32 +137,41 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq, states map[string]runsta
 		return writeRes{err: fmt.Errorf("append to run %s with lease epoch %d: the run's owner is now at epoch %d: %w",
 			r.runID, r.epoch, epoch, store.ErrFenced)}
 	}
-	st, ok := states[r.runID]
-	if !ok {
-		var err error
-		if st, err = loadState(b, nil); err != nil {
+	st := s.states.get(r.runID)
+	if st == nil {
+		loaded, err := loadState(b, nil)
+		if err != nil {
 			return writeRes{err: fmt.Errorf("run %s: %w", r.runID, err)}
 		}
-		st.Contract = nil // as a snapshot holds it: the fold does not need it
+		loaded.Contract = nil // as a snapshot holds it: the fold does not need it
+		st = &loaded
 	}
 	if st.Version != r.expected {
 		return writeRes{err: fmt.Errorf("append to run %s at version %d: the run is at version %d: %w; reload the run and retry",
 			r.runID, r.expected, st.Version, store.ErrConflict)}
 	}
 	// The engine folded these events onto its copy of the state before it
-	// appended them; they are folded again here, onto the state as stored
-	// and in the transaction that writes them, because that is the store's
-	// guarantee whoever appends: what the fold rejects never reaches the
-	// log. It folds the cached state (no snapshot is decoded), ~1% of a
-	// step's CPU in rein bench steps' profile.
-	next, err := runstate.ApplyAll(st, r.events)
-	if err != nil {
-		return writeRes{err: fmt.Errorf("append to run %s: %w", r.runID, err)}
+	// appended them; the store folds them again, onto the state as stored,
+	// because that is its guarantee whoever appends: what the fold rejects
+	// never reaches the log. Append's caller folded them onto the cached
+	// state (foldAhead); when that state is still the run's, as this
+	// transaction sees it, its fold is this one. Otherwise they are folded
+	// here.
+	var next *runstate.State
+	var snap []byte
+	if f := r.folded; f != nil && f.base == st {
+		next, snap = &f.next, f.snapshot
+	} else {
+		folded, err := runstate.ApplyAll(*st, r.events)
+		if err != nil {
+			return writeRes{err: fmt.Errorf("append to run %s: %w", r.runID, err)}
+		}
+		next = &folded
 	}
 	if err := putEvents(b, r); err != nil {
 		return writeRes{err: errTx{err}}
 	}
-	if err := putSnapshot(tx, b, st.Status, next); err != nil {
+	if err := putSnapshot(tx, b, st.Status, *next, snap); err != nil {
 		return writeRes{err: errTx{err}}
 	}
 	if err := putBlobs(tx, b, r.expected+1, r.blobs); err != nil {
@@ -181,7 +184,7 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq, states map[string]runsta
 			return writeRes{err: errTx{err}}
 		}
 	}
-	states[r.runID] = next
+	s.states.put(r.runID, next)
 	return writeRes{epoch: epoch}
 }
 
@@ -223,7 +226,7 @@ func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
 	if err := putEvents(b, r); err != nil {
 		return writeRes{err: errTx{err}}
 	}
-	if err := putSnapshot(tx, b, reinv1.RunStatus_RUN_STATUS_UNSPECIFIED, st); err != nil {
+	if err := putSnapshot(tx, b, reinv1.RunStatus_RUN_STATUS_UNSPECIFIED, st, nil); err != nil {
 		return writeRes{err: errTx{err}}
 	}
 	if err := putBlobs(tx, b, 1, r.blobs); err != nil { // an Import's
@@ -252,12 +255,14 @@ func putEvents(b *bbolt.Bucket, r *writeReq) error {
 	return nil
 }
 
-// putSnapshot writes the run's state and moves it in the status index when
-// its status changed.
-func putSnapshot(tx *bbolt.Tx, b *bbolt.Bucket, prev reinv1.RunStatus, next runstate.State) error {
-	snap, err := seal.Seal(next.Proto(false))
-	if err != nil {
-		return err
+// putSnapshot writes the run's state (snap, its sealed snapshot, or nil to
+// encode it here) and moves it in the status index when its status changed.
+func putSnapshot(tx *bbolt.Tx, b *bbolt.Bucket, prev reinv1.RunStatus, next runstate.State, snap []byte) error {
+	if snap == nil {
+		var err error
+		if snap, err = seal.Seal(next.Proto(false)); err != nil {
+			return err
+		}
 	}
 	if err := b.Put(keySnapshot, snap); err != nil {
 		return err
