@@ -3,18 +3,28 @@ package etcd
 import "context"
 
 // Appends that add no status change (a run's steps, the most of its
-// appends, with the blobs of their model calls' input) share Txns: group commit across runs. A Txn is a
-// raft entry applied on its own, so pipelined Txns share etcd's fsyncs but
-// not its per-Txn cost; one Txn carrying the appends of many runs does.
+// appends, with the blobs of their model calls' input) share Txns: group
+// commit across runs. A Txn is a raft entry applied on its own, so
+// pipelined Txns share etcd's fsyncs but not its per-Txn cost; one Txn
+// carrying the appends of many runs does.
 //
-// The first append queued leads: it takes the appends queued at that
-// moment (of distinct runs, within etcd's limits), sends them as one Txn
-// with every append's compares, answers them, and hands the lead to the
-// next append queued. A batch is all or nothing: when any compare fails,
-// none is stored, and each append is sent again alone (appendOnce), whose
-// Else branch reads what etcd holds and tells a conflict from a stale
-// cache. No timer: the batch is what gathered during the last Txn, and one
-// batch is in flight at a time, as one bolt commit is.
+// The first append queued leads: once fewer than maxBatchesInFlight shared
+// Txns are in flight, it takes the appends queued at that moment (of
+// distinct runs, within etcd's limits), hands the lead to the next append
+// queued, sends them as one Txn with every append's compares and answers
+// them. Batches in flight at once hold appends of distinct runs but for a
+// run appended to twice at once, and then one of the two is a conflict, as
+// it would be one after the other. A batch is all or nothing: when any
+// compare fails, none is stored, and each append is sent again alone
+// (appendOnce), whose Else branch reads what etcd holds and tells a
+// conflict from a stale cache. No timer: the batch is what gathered while the Txns before it
+// were sent, and at most maxBatchesInFlight are in flight at once.
+
+// maxBatchesInFlight is how many shared Txns may wait for etcd at once:
+// while one is in raft and its fsync, the next gathers and is sent, so
+// the two share etcd's fsync. rein bench steps-runs --store etcd measured
+// 1,180-1,310 steps/s with two against 1,040-1,110 with one.
+const maxBatchesInFlight = 2
 
 // queued is one append waiting for a batch.
 type queued struct {
@@ -44,12 +54,11 @@ func (s *Store) batch(ctx context.Context, what, runID string, t *txn) batched {
 			return b
 		}
 	}
-	// q leads: it is the queue's head.
+	// q leads: it is the queue's head. It waits for a Txn to be free,
+	// takes what queued meanwhile and hands the lead on before it sends.
+	s.inFlight <- struct{}{}
 	s.batchMu.Lock()
 	take := s.takeLocked()
-	s.batchMu.Unlock()
-	res := s.commitBatch(ctx, what, take)
-	s.batchMu.Lock()
 	s.queue = s.queue[len(take):]
 	if len(s.queue) > 0 {
 		s.queue[0].wake <- batched{lead: true}
@@ -57,6 +66,8 @@ func (s *Store) batch(ctx context.Context, what, runID string, t *txn) batched {
 		s.queue = nil
 	}
 	s.batchMu.Unlock()
+	res := s.commitBatch(ctx, what, take)
+	<-s.inFlight
 	for _, other := range take[1:] {
 		other.wake <- res
 	}

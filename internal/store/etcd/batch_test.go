@@ -1,10 +1,14 @@
 package etcd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/store"
@@ -131,4 +135,80 @@ func TestBatchedAppendsWithBlobs(t *testing.T) {
 		t.Fatalf("a blob under another's hash: %v, want ErrInvalidBlob", err)
 	}
 	assertUnchanged(t, "a refused append", before2, dump(t, shared, prefix))
+}
+
+// TestBatchesInFlight: while one shared Txn waits for etcd, the next
+// gathers and is sent (the two share etcd's fsyncs), and never more than
+// maxBatchesInFlight are sent at once.
+func TestBatchesInFlight(t *testing.T) {
+	ctx := t.Context()
+	var now, peak atomic.Int64
+	cli := clientv3.NewCtxClient(ctx)
+	cli.KV = countingKV{KV: shared.KV, now: &now, peak: &peak}
+	cli.Watcher, cli.Lease = shared.Watcher, shared.Lease
+	s, err := Open(ctx, cli, prefixOf(t.TempDir()), testOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const runs, rounds = 32, 20
+	ids := make([]string, runs)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("run-%02d", i)
+		mustCreate(t, s, ids[i])
+	}
+	peak.Store(0)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() {
+			for r := range uint64(rounds) {
+				if err := s.Append(ctx, id, 1+2*r, steps(id, 2+2*r, 2)); err != nil {
+					t.Errorf("Append(%s): %v", id, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if p := peak.Load(); p < 2 || p > maxBatchesInFlight {
+		t.Errorf("at most %d Txns were in flight at once; want 2 to %d", p, maxBatchesInFlight)
+	}
+}
+
+// countingKV counts the Txns committed at once through it.
+type countingKV struct {
+	clientv3.KV
+	now, peak *atomic.Int64
+}
+
+func (k countingKV) Txn(ctx context.Context) clientv3.Txn {
+	return countingTxn{Txn: k.KV.Txn(ctx), k: k}
+}
+
+type countingTxn struct {
+	clientv3.Txn
+	k countingKV
+}
+
+func (t countingTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.Txn = t.Txn.If(cs...)
+	return t
+}
+
+func (t countingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t countingTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn = t.Txn.Else(ops...)
+	return t
+}
+
+func (t countingTxn) Commit() (*clientv3.TxnResponse, error) {
+	n := t.k.now.Add(1)
+	defer t.k.now.Add(-1)
+	for p := t.k.peak.Load(); n > p && !t.k.peak.CompareAndSwap(p, n); p = t.k.peak.Load() {
+	}
+	return t.Txn.Commit()
 }

@@ -56,7 +56,7 @@
 //     steps, with their blobs) share Txns. The first one queued sends the
 //     appends of distinct runs queued at that moment (a blob two of them
 //     bring put once) as one Txn holding
-//     every append's compares, one batch in flight at a time, no timer; a
+//     every append's compares, at most two batches in flight, no timer; a
 //     failed compare stores none of the batch, and each append is sent
 //     again alone, with its Else branch. etcd shares fsyncs among pipelined
 //     Txns but applies each Txn on its own, so a Txn per append is bound by

@@ -103,6 +103,9 @@ type Store struct {
 	// (batch.go); queue[0] leads.
 	batchMu sync.Mutex
 	queue   []*queued
+	// inFlight holds a token for each shared Txn sent and not yet
+	// answered: at most maxBatchesInFlight at once.
+	inFlight chan struct{}
 
 	// replicaLease is the etcd lease this replica holds its runs under
 	// (owner.go); 0 when it is the prefix's one server.
@@ -139,7 +142,7 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string, opts Options
 	if prefix == "" || !strings.HasSuffix(prefix, "/") {
 		return nil, fmt.Errorf("open etcd store: prefix %q must be non-empty and end in \"/\" (for example /rein/), so that it names a key range of its own", prefix)
 	}
-	s := &Store{cli: cli, keys: keys{prefix}, opts: opts.withDefaults(), cache: map[string]runAt{}}
+	s := &Store{cli: cli, keys: keys{prefix}, opts: opts.withDefaults(), cache: map[string]runAt{}, inFlight: make(chan struct{}, maxBatchesInFlight)}
 	if s.opts.MaxBlobBytes > s.opts.MaxRequestBytes-2*requestMargin {
 		return nil, fmt.Errorf("open etcd store: MaxBlobBytes %d leaves no room for events in a request of MaxRequestBytes %d; lower it or raise both",
 			s.opts.MaxBlobBytes, s.opts.MaxRequestBytes)
