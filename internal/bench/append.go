@@ -32,7 +32,7 @@ const (
 // a group commit of these appends can gather, and the bytes each commit
 // writes on either side.
 func Append(ctx context.Context, o Options) (Result, error) {
-	r := Result{Scenario: "append", Unit: "events/s", Target: 0.7, Runs: appendRuns, Extra: map[string]float64{}}
+	r := Result{Scenario: "append", Unit: "events/s", Target: o.target(0.7), Runs: appendRuns, Extra: map[string]float64{}}
 	be, err := o.ceiling(r.Scenario)
 	if err != nil {
 		return r, err

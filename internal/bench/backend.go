@@ -24,6 +24,9 @@ type Backend struct {
 	// the baselines of append, steps and fold; nil when it offers none
 	// (those scenarios then refuse to run).
 	Ceiling Ceiling
+	// Target is the ratio to Ceiling that append, steps, steps-runs and
+	// fold must reach on this engine; 0 means each scenario's own.
+	Target float64
 }
 
 // Store is what the scenarios need of a backend's store.
@@ -64,6 +67,16 @@ func (o Options) backend(scenario string) (Backend, error) {
 		return Backend{}, fmt.Errorf("bench %s: no storage backend given (Options.Backend)", scenario)
 	}
 	return o.Backend, nil
+}
+
+// target is the ratio a scenario measured against the backend's ceiling
+// must reach: the backend's Target when it sets one, else own, the
+// scenario's.
+func (o Options) target(own float64) float64 {
+	if o.Backend.Target > 0 {
+		return o.Backend.Target
+	}
+	return own
 }
 
 // ceiling is o's backend with its ceiling, or an error.

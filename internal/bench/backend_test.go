@@ -57,6 +57,31 @@ func TestScenariosNeedABackend(t *testing.T) {
 	}
 }
 
+// TestBackendTarget: the scenarios measured against a ceiling take the
+// target their backend sets, and their own when it sets none.
+func TestBackendTarget(t *testing.T) {
+	for _, c := range []struct {
+		target float64
+		want   map[string]float64
+	}{
+		{0, map[string]float64{"append": 0.7, "steps-runs": 0.8, "fold": 0.8}},
+		{0.65, map[string]float64{"append": 0.65, "steps-runs": 0.65, "fold": 0.65}},
+	} {
+		for name, want := range c.want {
+			o := small(t, 0.001)
+			o.Rounds, o.Runs, o.Backend.Target = 1, 2, c.target
+			scs, _ := Lookup(name)
+			r, err := scs[0].Run(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Target != want || r.Met != (r.Ratio >= want) {
+				t.Errorf("%s on a backend with target %v: target %v (met %v at %.2f), want %v", name, c.target, r.Target, r.Met, r.Ratio, want)
+			}
+		}
+	}
+}
+
 // TestCeilingLog exercises the ceiling as the bench uses it, at a small
 // size: puts from one goroutine and from several at once land in their
 // runs' logs, in order, and Scan reads them back.

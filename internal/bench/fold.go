@@ -28,7 +28,7 @@ const (
 // with proto.Unmarshal of each event and no fold. Both read a file the OS
 // has cached.
 func Fold(ctx context.Context, o Options) (Result, error) {
-	r := Result{Scenario: "fold", Unit: "events/s", Target: 0.8, Runs: 1, Extra: map[string]float64{}}
+	r := Result{Scenario: "fold", Unit: "events/s", Target: o.target(0.8), Runs: 1, Extra: map[string]float64{}}
 	be, err := o.ceiling(r.Scenario)
 	if err != nil {
 		return r, err

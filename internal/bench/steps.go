@@ -45,7 +45,7 @@ const (
 // the server would spend them) and the bytes written per commit and per step
 // (from /proc/self/io).
 func Steps(ctx context.Context, o Options) (Result, error) {
-	r := Result{Scenario: "steps", Unit: "steps/s", Target: 0.8, Runs: 1, Extra: map[string]float64{}}
+	r := Result{Scenario: "steps", Unit: "steps/s", Target: o.target(0.8), Runs: 1, Extra: map[string]float64{}}
 	return runSteps(ctx, o, r, 1, o.scaled(stepsToolCalls, 1))
 }
 
@@ -60,7 +60,7 @@ func StepsRuns(ctx context.Context, o Options) (Result, error) {
 	if runs <= 0 {
 		runs = stepsRunsDefault
 	}
-	r := Result{Scenario: "steps-runs", Unit: "steps/s", Target: 0.8, Runs: runs, Extra: map[string]float64{}}
+	r := Result{Scenario: "steps-runs", Unit: "steps/s", Target: o.target(0.8), Runs: runs, Extra: map[string]float64{}}
 	return runSteps(ctx, o, r, runs, o.scaled(stepsRunsToolCalls, 1))
 }
 
