@@ -53,7 +53,8 @@ func (e errTx) Error() string { return e.err.Error() }
 // writer is the only goroutine that writes. It takes every request waiting at
 // that moment (up to maxBatch), applies them in one Update and answers each
 // after the commit's fsync. While one commit syncs, the next batch gathers in
-// the channel, so the batch size follows the load with no timer.
+// the channel, so the batch size follows the load with no timer; requests
+// that queue while a batch is applied join it too, before it commits.
 func (s *Store) writer() {
 	defer close(s.done)
 	batch := make([]*writeReq, 0, maxBatch)
@@ -63,30 +64,25 @@ func (s *Store) writer() {
 		if !ok {
 			return
 		}
-		batch = append(batch[:0], r)
-	gather:
-		for len(batch) < maxBatch {
-			select {
-			case r, ok := <-s.reqs:
-				if !ok {
-					break gather
-				}
-				batch = append(batch, r)
-			default:
-				break gather
-			}
-		}
+		batch = s.gather(append(batch[:0], r))
 		if s.beforeCommit != nil {
 			s.beforeCommit(len(batch))
 		}
 		s.commits.Add(1)
 		failpoint.Inject(failpoint.StoreBeforeCommit)
 		err := s.update(func(tx *bbolt.Tx) error {
-			for i, r := range batch {
-				results[i] = s.applyRequest(tx, r)
+			for i := 0; i < len(batch); i++ {
+				results[i] = s.applyRequest(tx, batch[i])
 				var te errTx
 				if errors.As(results[i].err, &te) {
 					return te.err
+				}
+				if i == len(batch)-1 {
+					// Those that queued meanwhile (runs whose last
+					// commit was answered just before this one began)
+					// would otherwise wait for this commit to sync, then
+					// for their own.
+					batch = s.gather(batch)
 				}
 			}
 			return nil
@@ -106,6 +102,23 @@ func (s *Store) writer() {
 			results[i] = writeRes{}
 		}
 	}
+}
+
+// gather appends to batch the requests queued at this moment, up to
+// maxBatch, without waiting.
+func (s *Store) gather(batch []*writeReq) []*writeReq {
+	for len(batch) < maxBatch {
+		select {
+		case r, ok := <-s.reqs:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // applyRequest validates r against the state in tx and, only if all of it is
