@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -81,13 +82,25 @@ func TestBlobsKeptWithTheirRun(t *testing.T) {
 		if n := tx.Bucket(bucketBlobs).Stats().KeyN; n != 0 {
 			t.Errorf("the store-wide blobs bucket holds %d blobs, want 0", n)
 		}
-		var keys [][]byte
-		_ = runBucket(tx, "run-a").Bucket(keyEvents).ForEach(func(k, _ []byte) error { keys = append(keys, bytes.Clone(k)); return nil })
-		var want [][]byte
+		var keys, values [][]byte
+		_ = runBucket(tx, "run-a").Bucket(keyEvents).ForEach(func(k, v []byte) error {
+			keys, values = append(keys, bytes.Clone(k)), append(values, bytes.Clone(v))
+			return nil
+		})
+		// The blobs of the append at 12 are the small one and the large
+		// one: each has its place among them in hash order.
+		at12 := []string{store.BlobHash(contents[10]), store.BlobHash(large)}
+		slices.Sort(at12)
+		var want, wantValues [][]byte
 		for seq := uint64(1); seq <= 21; seq++ {
-			want = append(want, seqKey(seq))
+			want, wantValues = append(want, seqKey(seq)), append(wantValues, nil)
 			if seq >= 2 {
-				want = append(want, blobKey(seq, store.BlobHash(contents[seq-2])))
+				c := contents[seq-2]
+				place := 0
+				if seq == 12 {
+					place = slices.Index(at12, store.BlobHash(c))
+				}
+				want, wantValues = append(want, blobKey(seq, place)), append(wantValues, blobValue(store.BlobHash(c), c))
 			}
 		}
 		if len(keys) != len(want) {
@@ -97,13 +110,20 @@ func TestBlobsKeptWithTheirRun(t *testing.T) {
 			if !bytes.Equal(keys[i], want[i]) {
 				t.Errorf("key %d of run-a's events bucket is %x, want %x", i, keys[i], want[i])
 			}
+			if len(want[i]) != 8 && len(keys[i]) > 10 {
+				t.Errorf("blob key %x is %d bytes; a short key is the sequence and a place", keys[i], len(keys[i]))
+			}
+			if wantValues[i] != nil && !bytes.Equal(values[i], wantValues[i]) {
+				t.Errorf("blob %x holds %x, want its SHA-256 then its content", keys[i], values[i])
+			}
 		}
 		bb := runBucket(tx, "run-a").Bucket(keyBlobs)
 		if bb == nil || bb.Stats().KeyN != 1 {
 			t.Fatal("run-a's blobs bucket does not hold the one large blob")
 		}
-		if v := bb.Get(blobKey(12, store.BlobHash(large))); !bytes.Equal(v, large) {
-			t.Errorf("the large blob is not under its append's sequence and hash")
+		h := store.BlobHash(large)
+		if v := bb.Get(blobKey(12, slices.Index(at12, h))); !bytes.Equal(v, blobValue(h, large)) {
+			t.Errorf("the large blob is not under its append's sequence and place")
 		}
 		return nil
 	}); err != nil {
@@ -181,13 +201,15 @@ func TestCheckFindsADamagedRunBlob(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			key := blobKey(2, store.BlobHash(tc.blob))
+			key := blobKey(2, 0)
 			if err := db.Update(func(tx *bbolt.Tx) error {
 				b := runBucket(tx, "run-a").Bucket(tc.bucket)
-				if b.Get(key) == nil {
+				v := bytes.Clone(b.Get(key))
+				if v == nil {
 					t.Fatalf("the %d-byte blob is not in the run's %s bucket", len(tc.blob), tc.bucket)
 				}
-				return b.Put(key, []byte("changed"))
+				v[len(v)-1] ^= 0xff // the content changed, its hash kept
+				return b.Put(key, v)
 			}); err != nil {
 				t.Fatal(err)
 			}
@@ -265,12 +287,13 @@ func formatOf(t *testing.T, path string) string {
 
 // TestFormatMarkedByTheFirstBlobInTheLog: a file of the first format opens
 // and takes appends unchanged in format; the first append that keeps a blob
-// in a run's log marks it rein-store-2, which a rein that knows only the
-// first format refuses to open rather than read the blob keys as damage.
+// in a run's log marks it rein-store-3, which a rein that knows only an
+// earlier format refuses to open rather than read the blob keys as events
+// or as damage.
 func TestFormatMarkedByTheFirstBlobInTheLog(t *testing.T) {
 	path := fileWithBlob(t, []byte("made by this rein"))
-	if got := formatOf(t, path); got != string(formatV2) {
-		t.Fatalf("a file with a blob in its log is format %q, want %q", got, formatV2)
+	if got := formatOf(t, path); got != string(formatV3) {
+		t.Fatalf("a file with a blob in its log is format %q, want %q", got, formatV3)
 	}
 	setFormat(t, path, formatV1) // as a rein of the first format left it (with no blob in a log)
 	s, err := Open(path, Options{})
@@ -298,8 +321,90 @@ func TestFormatMarkedByTheFirstBlobInTheLog(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := formatOf(t, path); got != string(formatV2) {
-		t.Fatalf("after an append with a blob the file is format %q, want %q", got, formatV2)
+	if got := formatOf(t, path); got != string(formatV3) {
+		t.Fatalf("after an append with a blob the file is format %q, want %q", got, formatV3)
+	}
+}
+
+// TestBlobsOfASecondFormatFile: a rein-store-2 file keyed a blob in a run's
+// log by its sequence and SHA-256, the value its content alone. Such a
+// file opens; its log reads as its events, its blob is found, rein check
+// finds nothing; the first blob put then marks it rein-store-3, and both
+// blobs read. The twin: that old blob damaged is ErrDataLoss.
+func TestBlobsOfASecondFormatFile(t *testing.T) {
+	old := []byte("kept under its hash, as rein-store-2 did")
+	legacy := func(t *testing.T, content []byte) string {
+		path := filepath.Join(t.TempDir(), "rein.db")
+		s, err := Open(path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.Create(context.Background(), startEvent("run-a")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Append(context.Background(), "run-a", 1, []*reinv1.Event{stepEvent("run-a", 2)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		db, err := bbolt.Open(path, 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := append(seqKey(2), blobValue(store.BlobHash(old), nil)...)
+		if err := db.Update(func(tx *bbolt.Tx) error {
+			if len(key) != legacyBlobKeyLen {
+				t.Fatalf("legacy key of %d bytes", len(key))
+			}
+			return runBucket(tx, "run-a").Bucket(keyEvents).Put(key, content)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		setFormat(t, path, formatV2)
+		return path
+	}
+	path := legacy(t, old)
+	if problems, err := Check(path, Options{}); err != nil || len(problems) != 0 {
+		t.Fatalf("Check of a healthy rein-store-2 file: %v, %v", problems, err)
+	}
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	evs, err := s.Events(ctx, "run-a", 0, 10)
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("Events(run-a) = %d, %v; want its 2 events", len(evs), err)
+	}
+	added := []byte("put by this rein")
+	if err := s.Append(ctx, "run-a", 2, []*reinv1.Event{markedEvent("run-a", 3)}, store.WithBlobs(blobSet(added))); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Blobs(ctx, "run-a", []string{store.BlobHash(old), store.BlobHash(added)})
+	if err != nil || !bytes.Equal(got[store.BlobHash(old)], old) || !bytes.Equal(got[store.BlobHash(added)], added) {
+		t.Errorf("Blobs(the old one, the new one) = %q, %v", got, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if f := formatOf(t, path); f != string(formatV3) {
+		t.Errorf("after a blob put the file is %q, want %q", f, formatV3)
+	}
+
+	damagedPath := legacy(t, []byte("not what its key says"))
+	if problems, err := Check(damagedPath, Options{}); err != nil || len(problems) != 1 || !strings.Contains(problems[0].Text, store.BlobHash(old)) {
+		t.Errorf("Check of the damaged old blob: %v, %v; want it named", problems, err)
+	}
+	if s, err = Open(damagedPath, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Blobs(ctx, "run-a", []string{store.BlobHash(old)}); !errors.Is(err, store.ErrDataLoss) {
+		t.Errorf("Blobs(the damaged old one) = %v, want ErrDataLoss", err)
 	}
 }
 
@@ -317,5 +422,36 @@ func TestNewerFormatRefused(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
 		t.Error("the refused file was changed")
+	}
+}
+
+// TestBlobCutShort: a blob whose stored value is too short to hold its
+// hash is a problem rein check names, and reads as ErrDataLoss.
+func TestBlobCutShort(t *testing.T) {
+	blob := []byte("a step's input")
+	path := fileWithBlob(t, blob)
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bbolt.Tx) error {
+		return runBucket(tx, "run-a").Bucket(keyEvents).Put(blobKey(2, 0), []byte("short"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	problems, err := Check(path, Options{})
+	if err != nil || len(problems) != 1 || !strings.Contains(problems[0].Text, "too short") {
+		t.Errorf("Check = %v, %v; want the blob cut short named", problems, err)
+	}
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Blobs(context.Background(), "run-a", []string{store.BlobHash(blob)}); !errors.Is(err, store.ErrDataLoss) {
+		t.Errorf("Blobs(cut short) = %v, want ErrDataLoss", err)
 	}
 }

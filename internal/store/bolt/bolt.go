@@ -40,9 +40,12 @@ var (
 	keyBlobs    = []byte("blobs")
 	formatV1    = []byte("rein-store-1")
 	// formatV2 files may hold blobs in a run's events bucket (blobs.go),
-	// which a rein that knows only formatV1 would read as damage: a file
-	// is marked so by the first commit that puts a blob there.
+	// which a rein that knows only formatV1 would read as damage.
 	formatV2 = []byte("rein-store-2")
+	// formatV3 files may hold blobs under short keys (blobs.go), which a
+	// rein that knows formatV2 at most would read as events: a file is
+	// marked so by the first commit that puts a blob.
+	formatV3 = []byte("rein-store-3")
 )
 
 // maxBatch bounds how many requests share one commit.

@@ -3,9 +3,10 @@
 //
 // Layout (all keys big-endian where they are numbers, so they sort in order):
 //
-//	meta/format            "rein-store-2" (or "rein-store-1", from before
-//	                       blobs were kept in a run's log: the first commit
-//	                       that puts one there marks the file 2, which an
+//	meta/format            "rein-store-3" (or "rein-store-1", from before
+//	                       blobs were kept in a run's log, or "rein-store-2",
+//	                       from before their keys were short: the first
+//	                       commit that puts a blob marks the file 3, which an
 //	                       older rein refuses to open): marks a file as
 //	                       rein's
 //	contracts/<run id>     the run's TaskContract, written once at create
@@ -15,12 +16,16 @@
 //	runs/<run id>/lease    uint64 epoch + owner: appends with an older epoch
 //	                       are refused in the transaction (fencing)
 //	runs/<run id>/events/  nested bucket: uint64 sequence → Event; and
-//	                       uint64 sequence + SHA-256 (32 bytes) → a blob of
-//	                       at most 16 KiB, under the sequence of the first
-//	                       event of the append that brought it, so it sorts
-//	                       right after that event: a step's blobs share the
-//	                       pages of its events (blobs.go); readers of the log
-//	                       pass over these 40-byte keys
+//	                       uint64 sequence + uvarint place → SHA-256 (32
+//	                       bytes) + content, a blob of at most 16 KiB, under
+//	                       the sequence of the first event of the append that
+//	                       brought it and its place among that append's blobs
+//	                       in hash order, so it sorts right after that event:
+//	                       a step's blobs share the pages of its events
+//	                       (blobs.go); readers of the log pass over every key
+//	                       that is not 8 bytes. A rein-store-2 file keyed a
+//	                       blob by sequence + SHA-256 (40 bytes), its content
+//	                       the value: still read
 //	runs/<run id>/blobs/   nested bucket, the same keys → a larger blob (made
 //	                       with the run's first one)
 //	requests/<tenant>\x00<request id> → run id (idempotent create)
@@ -46,7 +51,13 @@
 //     unmarshalled, which copies) before it ends; no nested transactions.
 //   - Every write goes through one writer goroutine that gathers the appends
 //     waiting at that moment into one Update (group commit): appends from
-//     many runs share one fsync, and no append waits on a timer.
+//     many runs share one fsync, and no append waits on a timer. The writer
+//     is what every run waits on, so what need not be in its transaction is
+//     done by the caller's goroutine before the request is queued: the
+//     events' encoding, the blobs' hashes, and the fold and the snapshot's
+//     encoding onto the run's state as the writer last cached it
+//     (states.go). The writer takes that fold only when the state it was
+//     made on is still the run's; otherwise it folds the events itself.
 //   - A request that fails validation writes nothing; a request is validated
 //     completely before its first Put, so a batch never holds half a request.
 //     Its blobs too: their hashes are checked by the caller's goroutine

@@ -107,7 +107,7 @@ func initialise(tx *bbolt.Tx) error {
 		return err
 	}
 	if meta.Get(keyFormat) == nil {
-		if err := meta.Put(keyFormat, formatV2); err != nil {
+		if err := meta.Put(keyFormat, formatV3); err != nil {
 			return err
 		}
 	}
@@ -170,10 +170,11 @@ func checkFormat(tx *bbolt.Tx, path string, size int64) error {
 	if meta != nil {
 		format = meta.Get(keyFormat)
 	}
-	if bytes.HasPrefix(format, []byte("rein-store-")) && !bytes.Equal(format, formatV1) && !bytes.Equal(format, formatV2) {
+	known := bytes.Equal(format, formatV1) || bytes.Equal(format, formatV2) || bytes.Equal(format, formatV3)
+	if bytes.HasPrefix(format, []byte("rein-store-")) && !known {
 		return fmt.Errorf("open store %s: the file is in store format %q, which a newer rein wrote and this one does not know; run that rein on it (or rein export its runs with it); it was left unchanged", path, format)
 	}
-	if !bytes.Equal(format, formatV1) && !bytes.Equal(format, formatV2) {
+	if !known {
 		empty := true
 		_ = tx.ForEach(func([]byte, *bbolt.Bucket) error { empty = false; return nil })
 		if empty {
