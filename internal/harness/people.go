@@ -312,7 +312,7 @@ func (e *Engine) lookup(ctx context.Context, call tools.Call, opID string) (*str
 		receipt *structpb.Value
 		applied bool
 	}
-	f, err := await(lctx, func(ctx context.Context) (found, error) {
+	f, err := await(lctx, e, func(ctx context.Context) (found, error) {
 		receipt, applied, err := looker.Lookup(ctx, call, opID)
 		return found{receipt, applied}, err
 	})
@@ -325,7 +325,7 @@ func (e *Engine) lookup(ctx context.Context, call tools.Call, opID string) (*str
 func (e *Engine) commitOnce(ctx context.Context, call tools.Call, opID string) (*structpb.Value, error) {
 	cctx, cancel := context.WithTimeoutCause(ctx, e.cfg.ToolTimeout, e.toolTimedOut("commit"))
 	defer cancel()
-	return await(cctx, func(ctx context.Context) (*structpb.Value, error) { return e.executor().Commit(ctx, call, opID) })
+	return await(cctx, e, func(ctx context.Context) (*structpb.Value, error) { return e.executor().Commit(ctx, call, opID) })
 }
 
 func (e *Engine) toolTimedOut(what string) error {

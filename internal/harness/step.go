@@ -269,7 +269,7 @@ func (r *runner) runCall(ctx context.Context, call *reinv1.ToolCall, tier reinv1
 	defer cancel()
 	if tier == reinv1.ToolTier_TOOL_TIER_WRITE {
 		start := time.Now()
-		preview, err := await(tctx, func(ctx context.Context) (*structpb.Value, error) { return r.executor().Propose(ctx, tc) })
+		preview, err := await(tctx, r.e, func(ctx context.Context) (*structpb.Value, error) { return r.executor().Propose(ctx, tc) })
 		if ctx.Err() != nil {
 			r.later(r.toolResult(call, nil, errInterrupted, 0))
 			return errStopped
@@ -281,7 +281,7 @@ func (r *runner) runCall(ctx context.Context, call *reinv1.ToolCall, tier reinv1
 		return r.propose(ctx, call, preview)
 	}
 	start := time.Now()
-	out, err := await(tctx, func(ctx context.Context) (*structpb.Value, error) { return r.executor().Read(ctx, tc) })
+	out, err := await(tctx, r.e, func(ctx context.Context) (*structpb.Value, error) { return r.executor().Read(ctx, tc) })
 	if ctx.Err() != nil {
 		r.later(r.toolResult(call, nil, errInterrupted, 0))
 		return errStopped
@@ -294,8 +294,18 @@ func (r *runner) runCall(ctx context.Context, call *reinv1.ToolCall, tier reinv1
 // whether or not call has returned: a tool that ignores its context holds
 // neither the driver nor a cancel or a shutdown waiting for it. An
 // abandoned call goes on in its goroutine until it returns, and its result
-// is dropped.
-func await[T any](ctx context.Context, call func(context.Context) (T, error)) (T, error) {
+// is dropped. On an engine whose runs are stepped by DriveSync (a replay,
+// whose tools answer from the recording at once, and no cancel or shutdown
+// waits on a driver), call runs on the caller's goroutine: a goroutine and
+// its wake-up for every call were a seventh of a replayed step.
+func await[T any](ctx context.Context, e *Engine, call func(context.Context) (T, error)) (T, error) {
+	if e.stepped {
+		if ctx.Err() != nil {
+			var zero T
+			return zero, context.Cause(ctx)
+		}
+		return call(ctx)
+	}
 	type result struct {
 		v   T
 		err error

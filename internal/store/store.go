@@ -164,9 +164,13 @@ func WithAcquire(owner string, epoch *uint64) AppendOption {
 func WithBlobs(blobs map[string][]byte) AppendOption {
 	return func(o *AppendOptions) {
 		if o.Blobs == nil {
-			o.Blobs = make(map[string][]byte, len(blobs))
+			o.Blobs = blobs // read, never written: a second WithBlobs merges into a new map
+			return
 		}
-		maps.Copy(o.Blobs, blobs)
+		merged := make(map[string][]byte, len(o.Blobs)+len(blobs))
+		maps.Copy(merged, o.Blobs)
+		maps.Copy(merged, blobs)
+		o.Blobs = merged
 	}
 }
 
