@@ -96,7 +96,8 @@ func (l *runLog) Append(_ context.Context, runID string, expected uint64, events
 	if err := l.has(runID); err != nil {
 		return err
 	}
-	if epoch := store.Options(opts).Epoch; epoch != 0 && epoch != l.epoch {
+	o := store.Options(opts)
+	if epoch := o.Epoch; epoch != 0 && epoch != l.epoch {
 		return fmt.Errorf("append to run %s with lease epoch %d: the run's owner is now at epoch %d: %w", runID, epoch, l.epoch, store.ErrFenced)
 	}
 	if l.st.Version != expected {
@@ -109,7 +110,7 @@ func (l *runLog) Append(_ context.Context, runID string, expected uint64, events
 	for _, ev := range events {
 		l.keep(ev)
 	}
-	for h, b := range store.Options(opts).Blobs {
+	for h, b := range o.Blobs {
 		l.blobs[h] = b
 	}
 	l.st = next

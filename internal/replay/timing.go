@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -38,5 +37,5 @@ func cloneDuration(d *durationpb.Duration) *durationpb.Duration {
 	if d == nil {
 		return nil
 	}
-	return proto.CloneOf(d)
+	return &durationpb.Duration{Seconds: d.GetSeconds(), Nanos: d.GetNanos()}
 }
