@@ -236,7 +236,7 @@ func TestCheckFindsADamagedRunBlob(t *testing.T) {
 }
 
 // fileWithBlob is the path of a closed store holding run-a, whose second
-// event's append brought blob.
+// event's append brought blob (none when blob is nil).
 func fileWithBlob(t *testing.T, blob []byte) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "rein.db")
@@ -248,7 +248,11 @@ func fileWithBlob(t *testing.T, blob []byte) string {
 	if _, _, err := s.Create(ctx, startEvent("run-a")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Append(ctx, "run-a", 1, []*reinv1.Event{stepEvent("run-a", 2)}, store.WithBlobs(blobSet(blob))); err != nil {
+	var opts []store.AppendOption
+	if blob != nil {
+		opts = append(opts, store.WithBlobs(blobSet(blob)))
+	}
+	if err := s.Append(ctx, "run-a", 1, []*reinv1.Event{stepEvent("run-a", 2)}, opts...); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -334,20 +338,7 @@ func TestFormatMarkedByTheFirstBlobInTheLog(t *testing.T) {
 func TestBlobsOfASecondFormatFile(t *testing.T) {
 	old := []byte("kept under its hash, as rein-store-2 did")
 	legacy := func(t *testing.T, content []byte) string {
-		path := filepath.Join(t.TempDir(), "rein.db")
-		s, err := Open(path, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := s.Create(context.Background(), startEvent("run-a")); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Append(context.Background(), "run-a", 1, []*reinv1.Event{stepEvent("run-a", 2)}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
+		path := fileWithBlob(t, nil)
 		db, err := bbolt.Open(path, 0o600, nil)
 		if err != nil {
 			t.Fatal(err)
