@@ -26,11 +26,7 @@ func TestBatchedAppends(t *testing.T) {
 	defer a.Close()
 	defer b.Close()
 	const runs, rounds = 32, 10
-	ids := make([]string, runs)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("run-%02d", i)
-		mustCreate(t, a, ids[i])
-	}
+	ids := createRuns(t, a, runs)
 	before := a.Commits()
 	appendAtOnce(t, a, ids, rounds)
 	var wg sync.WaitGroup
@@ -89,11 +85,7 @@ func TestBatchedAppendsWithBlobs(t *testing.T) {
 	defer s.Close()
 	const runs, rounds = 16, 5
 	common := blobOf(2048, 7)
-	ids := make([]string, runs)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("run-%02d", i)
-		mustCreate(t, s, ids[i])
-	}
+	ids := createRuns(t, s, runs)
 	before := s.Commits()
 	var wg sync.WaitGroup
 	for i, id := range ids {
@@ -142,16 +134,23 @@ func TestBatchesInFlight(t *testing.T) {
 	}
 	defer s.Close()
 	const runs, rounds = 32, 20
-	ids := make([]string, runs)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("run-%02d", i)
-		mustCreate(t, s, ids[i])
-	}
+	ids := createRuns(t, s, runs)
 	peak.Store(0)
 	appendAtOnce(t, s, ids, rounds)
 	if p := peak.Load(); p < 2 || p > maxBatchesInFlight {
 		t.Errorf("at most %d Txns were in flight at once; want 2 to %d", p, maxBatchesInFlight)
 	}
+}
+
+// createRuns creates runs run-00, run-01, … in s and returns their IDs.
+func createRuns(t *testing.T, s *Store, runs int) []string {
+	t.Helper()
+	ids := make([]string, runs)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("run-%02d", i)
+		mustCreate(t, s, ids[i])
+	}
+	return ids
 }
 
 // appendAtOnce appends rounds steps of two events to each of the runs ids
