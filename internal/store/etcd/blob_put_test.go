@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"bytes"
+	"maps"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -23,12 +24,27 @@ func blobRevs(t *testing.T, s *Store, hash string) map[string]int64 {
 	return revs
 }
 
-// TestBlobPutIfAbsent: an append bringing a small new blob costs one Txn
-// (no look-up first); a blob already stored, brought again, small or large,
-// is not rewritten, and the append is stored. A large blob is looked up
-// first (a read, then the Txn), so that it is not sent again. A small blob
-// in an append wide enough to be nested is stored and reads back.
-func TestBlobPutIfAbsent(t *testing.T) {
+// blobValues is the value of every key of the blob under hash.
+func blobValues(t *testing.T, s *Store, hash string) map[string]string {
+	t.Helper()
+	resp, err := shared.Get(t.Context(), s.keys.blob(hash), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]string{}
+	for _, kv := range resp.Kvs {
+		values[string(kv.Key)] = string(kv.Value)
+	}
+	return values
+}
+
+// TestBlobPut: an append bringing a small new blob costs one Txn (no
+// look-up first); a small blob already stored, brought again, is put again
+// with the same value, one key, and the append is stored. A large blob is
+// looked up first (a read, then the Txn), so that it is not sent again,
+// and brought again it is not rewritten. A small blob in an append wide
+// enough to be nested is stored and reads back.
+func TestBlobPut(t *testing.T) {
 	ctx := t.Context()
 	counts := &rpcCounts{n: map[string]int{}}
 	cli, err := countingClient(shared.Endpoints(), counts)
@@ -67,7 +83,10 @@ func TestBlobPutIfAbsent(t *testing.T) {
 	if n := counts.take(); n["Txn"] != 1 || n["Range"] != 0 {
 		t.Errorf("an append with a small new blob sent %v; want one Txn", n)
 	}
-	smallRevs := blobRevs(t, s, hs)
+	smallRevs, smallValues := blobRevs(t, s, hs), blobValues(t, s, hs)
+	if len(smallValues) != 1 {
+		t.Fatalf("the small blob is %d keys, want one: %v", len(smallValues), smallRevs)
+	}
 
 	appendWith(1, large)
 	if n := counts.take(); n["Txn"] != 2 {
@@ -76,8 +95,11 @@ func TestBlobPutIfAbsent(t *testing.T) {
 	largeRevs := blobRevs(t, s, hl)
 
 	appendWith(1, small, large)
-	if got := blobRevs(t, s, hs); !equalRevs(got, smallRevs) {
-		t.Errorf("the small blob brought again was rewritten: revisions %v, were %v", got, smallRevs)
+	if got := blobRevs(t, s, hs); len(got) != 1 || got[s.keys.blob(hs)] <= smallRevs[s.keys.blob(hs)] {
+		t.Errorf("the small blob brought again: revisions %v, were %v; want its one key put again", got, smallRevs)
+	}
+	if got := blobValues(t, s, hs); !maps.Equal(got, smallValues) {
+		t.Errorf("the small blob brought again changed: %d keys, want its %d with the same value", len(got), len(smallValues))
 	}
 	if got := blobRevs(t, s, hl); !equalRevs(got, largeRevs) {
 		t.Errorf("the large blob brought again was rewritten: revisions %v, were %v", got, largeRevs)

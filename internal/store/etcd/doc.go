@@ -72,10 +72,12 @@
 //     leaves of --max-txn-ops, so up to (MaxTxnOps/2)² puts fit (4096 at
 //     etcd's default), and a write over that is refused up front.
 //   - Blobs are put only by the Txn of the append (or import) that brings
-//     them, each in a nested Txn that puts it only if its header is absent,
-//     so never rewritten. A blob over 64 KiB is looked up first and not
-//     sent again when stored; a smaller one is sent without the look-up,
-//     which would cost every step a round trip (blob.go). Blob reassembles
+//     them, and never deleted. A blob of one key (at most ChunkBytes) is a
+//     plain put: its key is its content's hash, so a second put writes the
+//     same value. A chunked blob is put in a nested Txn only if its header
+//     is absent, so never rewritten. A blob over 64 KiB is looked up first
+//     and not sent again when stored; a smaller one is sent without the
+//     look-up, which would cost every step a round trip (blob.go). Blob reassembles
 //     the chunks and checks the size, the count and the SHA-256: a mismatch
 //     is store.ErrDataLoss.
 //   - Events, snapshots and contracts are sealed (seal.go): 0x00, a version
