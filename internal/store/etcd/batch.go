@@ -1,6 +1,10 @@
 package etcd
 
-import "context"
+import (
+	"context"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
 
 // Appends that add no status change (a run's steps, the most of its
 // appends, with the blobs of their model calls' input) share Txns: group
@@ -125,7 +129,7 @@ func (s *Store) commitBatch(ctx context.Context, what string, take []*queued) ba
 	}
 	wctx, cancel := s.writeCtx(ctx)
 	defer cancel()
-	resp, err := s.cli.Txn(wctx).If(all.cmps...).Then(ops...).Commit()
+	resp, err := send(wctx, s.kv, &pb.TxnRequest{Compare: all.cmps, Success: ops})
 	if err != nil {
 		// Not the leader's context: its cancellation is not the others'.
 		return batched{err: s.etcdErr(context.Background(), what, err)}

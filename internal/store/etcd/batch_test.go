@@ -7,8 +7,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/store"
@@ -124,10 +128,12 @@ func TestBatchedAppendsWithBlobs(t *testing.T) {
 // maxBatchesInFlight are sent at once.
 func TestBatchesInFlight(t *testing.T) {
 	ctx := t.Context()
-	var now, peak atomic.Int64
-	cli := clientv3.NewCtxClient(ctx)
-	cli.KV = countingKV{KV: shared.KV, now: &now, peak: &peak}
-	cli.Watcher, cli.Lease = shared.Watcher, shared.Lease
+	var peak atomic.Int64
+	cli, err := inFlightClient(shared.Endpoints(), &peak)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
 	s, err := Open(ctx, cli, prefixOf(t.TempDir()), testOptions)
 	if err != nil {
 		t.Fatal(err)
@@ -171,40 +177,24 @@ func appendAtOnce(t *testing.T, s *Store, ids []string, rounds int) {
 	wg.Wait()
 }
 
-// countingKV counts the Txns committed at once through it.
-type countingKV struct {
-	clientv3.KV
-	now, peak *atomic.Int64
-}
-
-func (k countingKV) Txn(ctx context.Context) clientv3.Txn {
-	return countingTxn{Txn: k.KV.Txn(ctx), k: k}
-}
-
-type countingTxn struct {
-	clientv3.Txn
-	k countingKV
-}
-
-func (t countingTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
-	t.Txn = t.Txn.If(cs...)
-	return t
-}
-
-func (t countingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	t.Txn = t.Txn.Then(ops...)
-	return t
-}
-
-func (t countingTxn) Else(ops ...clientv3.Op) clientv3.Txn {
-	t.Txn = t.Txn.Else(ops...)
-	return t
-}
-
-func (t countingTxn) Commit() (*clientv3.TxnResponse, error) {
-	n := t.k.now.Add(1)
-	defer t.k.now.Add(-1)
-	for p := t.k.peak.Load(); n > p && !t.k.peak.CompareAndSwap(p, n); p = t.k.peak.Load() {
+// inFlightClient is a client of endpoints that keeps in peak the most
+// write Txns it had in flight at once.
+func inFlightClient(endpoints []string, peak *atomic.Int64) (*clientv3.Client, error) {
+	var now atomic.Int64
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if r, ok := req.(*pb.TxnRequest); !ok || len(r.Success) == 0 || r.Success[0].GetRequestPut() == nil {
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+		n := now.Add(1)
+		defer now.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	return t.Txn.Commit()
+	return clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(count)},
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reinhq/rein/internal/store"
@@ -81,26 +82,26 @@ func putBlobs(t *txn, k keys, blobs map[string][]byte) {
 	for _, hash := range slices.Sorted(maps.Keys(blobs)) {
 		content := blobs[hash]
 		header := binary.BigEndian.AppendUint64(nil, uint64(len(content)))
-		var ops []clientv3.Op
+		var ops []*pb.RequestOp
 		if len(content) <= ChunkBytes {
-			header = binary.BigEndian.AppendUint32(header, 0)
-			ops = append(ops, clientv3.OpPut(k.blob(hash), string(header)+string(content)))
+			v := make([]byte, 0, 12+len(content))
+			v = binary.BigEndian.AppendUint32(append(v, header...), 0)
+			ops = append(ops, putOp(k.blob(hash), append(v, content...), 0))
 		} else {
 			n := 0
 			for off := 0; off < len(content); off += ChunkBytes {
 				key := k.chunk(hash, n)
-				ops = append(ops, clientv3.OpPut(key, string(content[off:min(off+ChunkBytes, len(content))])))
+				ops = append(ops, putOp(key, content[off:min(off+ChunkBytes, len(content))], 0))
 				t.bytes += len(key) + opOverhead
 				n++
 			}
-			ops = append(ops, clientv3.OpPut(k.blob(hash), string(binary.BigEndian.AppendUint32(header, uint32(n)))))
+			ops = append(ops, putOp(k.blob(hash), binary.BigEndian.AppendUint32(header, uint32(n)), 0))
 		}
 		t.blobAt = append(t.blobAt, blobOp{hash: hash, i: len(t.ops)})
 		if len(ops) == 1 {
 			t.ops = append(t.ops, ops[0])
 		} else {
-			absent := clientv3.Compare(clientv3.CreateRevision(k.blob(hash)), "=", 0)
-			t.ops = append(t.ops, clientv3.OpTxn([]clientv3.Cmp{absent}, ops, nil))
+			t.ops = append(t.ops, txnOp([]*pb.Compare{absent(k.blob(hash))}, ops))
 		}
 		t.bytes += len(content) + 2*(len(k.blob(hash))+opOverhead) + 12 + opOverhead
 		t.blobs += len(content)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -32,10 +33,14 @@ type Ceiling struct {
 func (c Ceiling) CreateLog(path string, runIDs []string) (put func(runs []int, seqs []uint64, data [][]byte) error, closeLog func() error, err error) {
 	k := keys{c.Prefix(path)}
 	timeout := Options{Timeout: c.Timeout}.withDefaults().Timeout
+	kv, err := kvClient(c.Client)
+	if err != nil {
+		return nil, nil, err
+	}
 	put = func(runs []int, seqs []uint64, data [][]byte) error {
-		ops := make([]clientv3.Op, len(runs))
+		ops := make([]*pb.RequestOp, len(runs))
 		for i, run := range runs {
-			ops[i] = clientv3.OpPut(k.event(runIDs[run], seqs[i]), string(data[i]))
+			ops[i] = putOp(k.event(runIDs[run], seqs[i]), data[i], 0)
 		}
 		// Over --max-txn-ops, nested as the store nests its puts.
 		ops, err := nest(&txn{ops: ops}, DefaultMaxTxnOps)
@@ -44,7 +49,8 @@ func (c Ceiling) CreateLog(path string, runIDs []string) (put func(runs []int, s
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		_, err = c.Client.Txn(ctx).Then(ops...).Commit()
+		// Sent as the store sends its writes.
+		_, err = send(ctx, kv, &pb.TxnRequest{Success: ops})
 		return err
 	}
 	return put, func() error { return nil }, nil

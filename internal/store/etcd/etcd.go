@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -50,8 +51,9 @@ type Options struct {
 	// store.ErrUnavailable.
 	Timeout time.Duration
 	// MaxRequestBytes is the etcd server's --max-request-bytes: a Txn
-	// larger is refused before it is sent. A value over 2 MiB also needs
-	// the client's MaxCallSendMsgSize raised.
+	// larger is refused before it is sent. Writes go over the client's
+	// connection without its MaxCallSendMsgSize (send, txn.go), so this is
+	// their one bound on the client's side.
 	MaxRequestBytes int
 	// MaxTxnOps is the etcd server's --max-txn-ops.
 	MaxTxnOps int
@@ -79,6 +81,7 @@ func (o Options) withDefaults() Options {
 // Store is the etcd event store. It implements store.Store.
 type Store struct {
 	cli  *clientv3.Client
+	kv   pb.KVClient // cli's KV service, for writes (send)
 	keys keys
 	opts Options
 
@@ -142,7 +145,11 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string, opts Options
 	if prefix == "" || !strings.HasSuffix(prefix, "/") {
 		return nil, fmt.Errorf("open etcd store: prefix %q must be non-empty and end in \"/\" (for example /rein/), so that it names a key range of its own", prefix)
 	}
-	s := &Store{cli: cli, keys: keys{prefix}, opts: opts.withDefaults(), cache: map[string]runAt{}, inFlight: make(chan struct{}, maxBatchesInFlight)}
+	kv, err := kvClient(cli)
+	if err != nil {
+		return nil, fmt.Errorf("open etcd store: %w", err)
+	}
+	s := &Store{cli: cli, kv: kv, keys: keys{prefix}, opts: opts.withDefaults(), cache: map[string]runAt{}, inFlight: make(chan struct{}, maxBatchesInFlight)}
 	if s.opts.MaxBlobBytes > s.opts.MaxRequestBytes-2*requestMargin {
 		return nil, fmt.Errorf("open etcd store: MaxBlobBytes %d leaves no room for events in a request of MaxRequestBytes %d; lower it or raise both",
 			s.opts.MaxBlobBytes, s.opts.MaxRequestBytes)

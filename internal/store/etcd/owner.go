@@ -95,9 +95,9 @@ func (s *Store) fenceOwner(t *txn, runID string, cur runAt, next reinv1.RunStatu
 	}
 	key := s.keys.owner(runID)
 	if o.Acquire != "" {
-		t.cmp(clientv3.Compare(clientv3.ModRevision(key), "=", cur.own.rev))
+		t.cmp(modIs(key, cur.own.rev))
 	} else {
-		t.cmp(clientv3.Compare(clientv3.LeaseValue(key), "=", lease))
+		t.cmp(leasedBy(key, lease))
 	}
 	switch {
 	case runstate.Terminal(next):

@@ -148,6 +148,14 @@ func TestOpenRefusesForeignPrefix(t *testing.T) {
 		}
 		assertUnchanged(t, tc.name+": a refused Open", before, dump(t, shared, tc.prefix))
 	}
+	// A client without a connection of its own is refused before any request.
+	if s, err := Open(ctx, clientv3.NewCtxClient(ctx), base+"ctx/", testOptions); err == nil {
+		s.Close()
+		t.Fatal("Open with a client made by NewCtxClient = nil error, want it refused")
+	} else if !strings.Contains(err.Error(), "no connection of its own") {
+		t.Errorf("Open with a client made by NewCtxClient: %v; want it to say the client has no connection", err)
+	}
+	assertUnchanged(t, "Open with a client without a connection", map[string]string{}, dump(t, shared, base+"ctx/"))
 
 	empty := base + "empty/"
 	s := openShared(t, empty)

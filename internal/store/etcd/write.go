@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -113,11 +112,11 @@ func (s *Store) create(ctx context.Context, what string, st runstate.State, enco
 			return runstate.State{}, false, err
 		}
 		t := &txn{}
-		t.cmp(clientv3.Compare(clientv3.CreateRevision(s.keys.run(st.RunID)), "=", 0))
+		t.cmp(absent(s.keys.run(st.RunID)))
 		t.orElse(rk)                   // 0
 		t.orElse(s.keys.run(st.RunID)) // 1
 		if st.RequestID != "" {
-			t.cmp(clientv3.Compare(clientv3.CreateRevision(rk), "=", 0))
+			t.cmp(absent(rk))
 			t.put(rk, []byte(st.RunID))
 		}
 		t.put(s.keys.contract(st.RunID), contract)
@@ -245,12 +244,12 @@ func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next ru
 		return false, fmt.Errorf("%s: encode its snapshot: %w", what, err)
 	}
 	t := &txn{}
-	t.cmp(clientv3.Compare(clientv3.ModRevision(s.keys.run(runID)), "=", cur.snapRev))
+	t.cmp(modIs(s.keys.run(runID), cur.snapRev))
 	t.orElse(s.keys.run(runID))   // 0
 	t.orElse(s.keys.lease(runID)) // 1
 	t.orElse(s.keys.owner(runID)) // 2
 	if o.Epoch != 0 || o.Acquire != "" {
-		t.cmp(clientv3.Compare(clientv3.ModRevision(s.keys.lease(runID)), "=", cur.leaseRev))
+		t.cmp(modIs(s.keys.lease(runID), cur.leaseRev))
 	}
 	s.fenceOwner(t, runID, *cur, next.Status, o)
 	first := cur.st.Version + 1
@@ -363,8 +362,8 @@ func (s *Store) Acquire(ctx context.Context, runID, owner string) (uint64, error
 			continue
 		}
 		t := &txn{}
-		t.cmp(clientv3.Compare(clientv3.CreateRevision(s.keys.run(runID)), ">", 0))
-		t.cmp(clientv3.Compare(clientv3.ModRevision(s.keys.lease(runID)), "=", cur.leaseRev))
+		t.cmp(present(s.keys.run(runID)))
+		t.cmp(modIs(s.keys.lease(runID), cur.leaseRev))
 		t.orElse(s.keys.run(runID))
 		t.orElse(s.keys.lease(runID))
 		t.orElse(s.keys.owner(runID))
@@ -427,7 +426,7 @@ func (s *Store) putChange(t *txn, prev reinv1.RunStatus, next runstate.State, he
 	if err != nil {
 		return fmt.Errorf("encode its status change: %w", err)
 	}
-	t.cmp(clientv3.Compare(clientv3.ModRevision(s.keys.head()), "=", head.rev))
+	t.cmp(modIs(s.keys.head(), head.rev))
 	t.orElse(s.keys.head())
 	if prev != reinv1.RunStatus_RUN_STATUS_UNSPECIFIED {
 		t.del(s.keys.status(prev, next.RunID))
