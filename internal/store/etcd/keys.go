@@ -22,11 +22,24 @@ func (k keys) owners() string              { return k.p + "owner/" }
 func (k keys) owner(id string) string      { return k.owners() + id }
 func (k keys) events(id string) string     { return k.p + "event/" + id + "/" }
 func (k keys) changes() string             { return k.p + "change/" }
-func (k keys) change(cursor uint64) string { return fmt.Sprintf("%s%016x", k.changes(), cursor) }
+func (k keys) change(cursor uint64) string { return hex16(k.changes(), cursor) }
 func (k keys) blob(hash string) string     { return k.p + "blob/" + hash }
 
 func (k keys) event(id string, seq uint64) string {
-	return fmt.Sprintf("%s%016x", k.events(id), seq)
+	return hex16(k.p+"event/"+id+"/", seq)
+}
+
+// hex16 is prefix followed by n as 16 lower-case hex digits (fmt's %016x,
+// without its cost on every append).
+func hex16(prefix string, n uint64) string {
+	const digits = "0123456789abcdef"
+	b := make([]byte, len(prefix)+16)
+	copy(b, prefix)
+	for i := len(b) - 1; i >= len(prefix); i-- {
+		b[i] = digits[n&0xf]
+		n >>= 4
+	}
+	return string(b)
 }
 
 func (k keys) statuses(st reinv1.RunStatus) string {

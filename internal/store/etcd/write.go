@@ -245,9 +245,6 @@ func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next ru
 	}
 	t := &txn{}
 	t.cmp(modIs(s.keys.run(runID), cur.snapRev))
-	t.orElse(s.keys.run(runID))   // 0
-	t.orElse(s.keys.lease(runID)) // 1
-	t.orElse(s.keys.owner(runID)) // 2
 	if o.Epoch != 0 || o.Acquire != "" {
 		t.cmp(modIs(s.keys.lease(runID), cur.leaseRev))
 	}
@@ -294,6 +291,10 @@ func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next ru
 		}
 		// Not stored with others: alone, where a failed compare tells why.
 	}
+	// Read when a compare fails (a batch has no Else: built only now).
+	t.orElse(s.keys.run(runID))   // 0
+	t.orElse(s.keys.lease(runID)) // 1
+	t.orElse(s.keys.owner(runID)) // 2
 	var head cursorAt
 	if changed {
 		s.changesMu.Lock()
