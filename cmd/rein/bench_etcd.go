@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -73,6 +75,9 @@ type benchEtcd struct {
 	timeout time.Duration
 	proc    *etcdproc.Proc // the etcd the bench started, if it did
 	dir     string         // the started etcd's data and log
+
+	mu    sync.Mutex
+	paths map[string]string // a store's path → its prefix
 }
 
 // openBenchEtcd connects to the cluster of f or, without --etcd, starts a
@@ -118,7 +123,7 @@ func openBenchEtcd(ctx context.Context, f *benchEtcdFlags, dir string, stderr io
 		return nil, err
 	}
 	b.cli = cli
-	b.root = fmt.Sprintf("%s%s-%d/", f.prefix, time.Now().UTC().Format("20060102T150405"), os.Getpid())
+	b.root = fmt.Sprintf("%s%s-%d/", f.prefix, strconv.FormatInt(time.Now().Unix(), 36), os.Getpid())
 	// The first request tells whether the cluster answers.
 	sctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
@@ -130,9 +135,23 @@ func openBenchEtcd(ctx context.Context, f *benchEtcdFlags, dir string, stderr io
 }
 
 // prefix is the key prefix of the bench store at path: one per path (a
-// scenario reopens a path to read what it wrote), under the run's root.
+// scenario reopens a path to read what it wrote), under the run's root,
+// numbered in the order the paths come. It is short, as a deployment's
+// (/rein/) is: every key carries it, and a long one (the temporary path
+// itself) made each of the store's keys cost etcd's log more than the
+// ceiling's fewer keys, beyond what a deployment pays.
 func (b *benchEtcd) prefix(path string) string {
-	return b.root + strings.Trim(filepath.ToSlash(path), "/") + "/"
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p, ok := b.paths[path]
+	if !ok {
+		if b.paths == nil {
+			b.paths = map[string]string{}
+		}
+		p = fmt.Sprintf("%s%d/", b.root, len(b.paths))
+		b.paths[path] = p
+	}
+	return p
 }
 
 // benchEtcdTarget is the ratio to etcd's ceiling that append, steps,
