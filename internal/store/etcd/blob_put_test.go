@@ -10,32 +10,19 @@ import (
 	"github.com/reinhq/rein/internal/store"
 )
 
-// blobRevs is the ModRevision of every key of the blob under hash.
-func blobRevs(t *testing.T, s *Store, hash string) map[string]int64 {
+// blobKeys is the ModRevision and the value of every key of the blob
+// under hash.
+func blobKeys(t *testing.T, s *Store, hash string) (map[string]int64, map[string]string) {
 	t.Helper()
 	resp, err := shared.Get(t.Context(), s.keys.blob(hash), clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
-	revs := map[string]int64{}
+	revs, values := map[string]int64{}, map[string]string{}
 	for _, kv := range resp.Kvs {
-		revs[string(kv.Key)] = kv.ModRevision
+		revs[string(kv.Key)], values[string(kv.Key)] = kv.ModRevision, string(kv.Value)
 	}
-	return revs
-}
-
-// blobValues is the value of every key of the blob under hash.
-func blobValues(t *testing.T, s *Store, hash string) map[string]string {
-	t.Helper()
-	resp, err := shared.Get(t.Context(), s.keys.blob(hash), clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	values := map[string]string{}
-	for _, kv := range resp.Kvs {
-		values[string(kv.Key)] = string(kv.Value)
-	}
-	return values
+	return revs, values
 }
 
 // TestBlobPut: an append bringing a small new blob costs one Txn (no
@@ -83,7 +70,7 @@ func TestBlobPut(t *testing.T) {
 	if n := counts.take(); n["Txn"] != 1 || n["Range"] != 0 {
 		t.Errorf("an append with a small new blob sent %v; want one Txn", n)
 	}
-	smallRevs, smallValues := blobRevs(t, s, hs), blobValues(t, s, hs)
+	smallRevs, smallValues := blobKeys(t, s, hs)
 	if len(smallValues) != 1 {
 		t.Fatalf("the small blob is %d keys, want one: %v", len(smallValues), smallRevs)
 	}
@@ -92,16 +79,17 @@ func TestBlobPut(t *testing.T) {
 	if n := counts.take(); n["Txn"] != 2 {
 		t.Errorf("an append with a large new blob sent %v; want a look-up and a Txn", n)
 	}
-	largeRevs := blobRevs(t, s, hl)
+	largeRevs, _ := blobKeys(t, s, hl)
 
 	appendWith(1, small, large)
-	if got := blobRevs(t, s, hs); len(got) != 1 || got[s.keys.blob(hs)] <= smallRevs[s.keys.blob(hs)] {
-		t.Errorf("the small blob brought again: revisions %v, were %v; want its one key put again", got, smallRevs)
+	revs, values := blobKeys(t, s, hs)
+	if len(revs) != 1 || revs[s.keys.blob(hs)] <= smallRevs[s.keys.blob(hs)] {
+		t.Errorf("the small blob brought again: revisions %v, were %v; want its one key put again", revs, smallRevs)
 	}
-	if got := blobValues(t, s, hs); !maps.Equal(got, smallValues) {
-		t.Errorf("the small blob brought again changed: %d keys, want its %d with the same value", len(got), len(smallValues))
+	if !maps.Equal(values, smallValues) {
+		t.Errorf("the small blob brought again changed: %d keys, want its %d with the same value", len(values), len(smallValues))
 	}
-	if got := blobRevs(t, s, hl); !equalRevs(got, largeRevs) {
+	if got, _ := blobKeys(t, s, hl); !equalRevs(got, largeRevs) {
 		t.Errorf("the large blob brought again was rewritten: revisions %v, were %v", got, largeRevs)
 	}
 
