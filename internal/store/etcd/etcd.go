@@ -230,13 +230,12 @@ func (s *Store) writeCtx(ctx context.Context) (context.Context, context.CancelFu
 // passes through; a timeout, no leader or an unreachable cluster wrap
 // store.ErrUnavailable.
 func (s *Store) etcdErr(ctx context.Context, what string, err error) error {
-	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.Canceled) {
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || grpcCode(err) == codes.Canceled) {
 		return fmt.Errorf("%s: %w", what, ctx.Err())
 	}
 	endpoints := strings.Join(s.cli.Endpoints(), ",")
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), status.Code(err) == codes.DeadlineExceeded,
-		status.Code(err) == codes.Unavailable, errors.Is(err, rpctypes.ErrNoLeader):
+	switch code := grpcCode(err); {
+	case errors.Is(err, context.DeadlineExceeded), code == codes.DeadlineExceeded, code == codes.Unavailable:
 		return fmt.Errorf("%s: %w: etcd at %s did not answer within %v (%v); check that etcd is running and its cluster has a leader, then retry (a write that timed out may have been stored: reload the run)",
 			what, store.ErrUnavailable, endpoints, s.opts.Timeout, err)
 	case errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrTooManyOps):
@@ -244,6 +243,17 @@ func (s *Store) etcdErr(ctx context.Context, what string, err error) error {
 			what, endpoints, err)
 	}
 	return fmt.Errorf("%s: etcd at %s: %w", what, endpoints, err)
+}
+
+// grpcCode is the gRPC code of an etcd client's error: a gRPC status, or
+// one etcd's server names (rpctypes.EtcdError, which the client makes of
+// "no leader", "leader changed" and "request timed out", all Unavailable).
+func grpcCode(err error) codes.Code {
+	var etcdErr rpctypes.EtcdError
+	if errors.As(err, &etcdErr) {
+		return etcdErr.Code()
+	}
+	return status.Code(err)
 }
 
 // cached returns the run as this Store last saw it.
