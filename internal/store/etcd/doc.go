@@ -88,8 +88,8 @@
 //     that is not the event its key says is store.ErrDataLoss naming the run
 //     and the sequence.
 //   - Every request to etcd is bounded by Options.Timeout. etcd unreachable,
-//     or without a leader, is an error wrapping store.ErrUnavailable that
-//     names etcd. A write that timed out may or may not have been committed
+//     without a leader, or timing a request out itself (a quorum lost) is
+//     an error wrapping store.ErrUnavailable that names etcd. A write that timed out may or may not have been committed
 //     (etcd applies a Txn whole or not at all): the caller reloads the run to
 //     learn which. A write is sent with a context the caller's cancellation
 //     does not cut, so a cancelled caller does not leave an unknown outcome.

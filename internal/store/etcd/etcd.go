@@ -227,8 +227,8 @@ func (s *Store) writeCtx(ctx context.Context) (context.Context, context.CancelFu
 }
 
 // etcdErr maps an error of the etcd client. The caller's own cancellation
-// passes through; a timeout, no leader or an unreachable cluster wrap
-// store.ErrUnavailable.
+// passes through; a timeout (the client's or etcd's own), no leader or an
+// unreachable cluster wrap store.ErrUnavailable.
 func (s *Store) etcdErr(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || grpcCode(err) == codes.Canceled) {
 		return fmt.Errorf("%s: %w", what, ctx.Err())
