@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -125,10 +126,12 @@ func (s *Store) commit(ctx context.Context, what string, t *txn) (*clientv3.TxnR
 }
 
 // send sends a write Txn as the client's own Txn.Commit does: over its
-// connection, waiting for it to be ready, not retried, its error
-// translated (clientv3.ContextError).
+// connection, waiting for it to be ready, taking a response of any size
+// (an Else branch reads a snapshot back, which may pass gRPC's default
+// 4 MiB), not retried, its error translated (clientv3.ContextError). The
+// request's size is the store's to bound (fits), before it is sent.
 func send(ctx context.Context, kv pb.KVClient, req *pb.TxnRequest) (*clientv3.TxnResponse, error) {
-	resp, err := kv.Txn(ctx, req, grpc.WaitForReady(true))
+	resp, err := kv.Txn(ctx, req, grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(math.MaxInt32))
 	if err != nil {
 		return nil, clientv3.ContextError(ctx, err)
 	}
