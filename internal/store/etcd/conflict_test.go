@@ -20,11 +20,7 @@ import (
 // calls do; the stale server then reloads and appends.
 func TestConflictOverAHugeSnapshot(t *testing.T) {
 	ctx := t.Context()
-	prefix := prefixOf(t.TempDir())
-	a, b := openShared(t, prefix), openShared(t, prefix)
-	defer a.Close()
-	defer b.Close()
-	mustCreate(t, a, "run-1")
+	prefix, a, b := twoServers(t)
 	if err := b.Append(ctx, "run-1", 1, []*reinv1.Event{step("run-1", 2)}); err != nil {
 		t.Fatal(err)
 	}

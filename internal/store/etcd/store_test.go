@@ -115,6 +115,18 @@ func mustCreate(t *testing.T, s *Store, id string) {
 	}
 }
 
+// twoServers opens two Stores on a fresh prefix, as two servers would
+// (each with its own cache), closed when the test ends, and creates run-1
+// through the first.
+func twoServers(t *testing.T) (prefix string, a, b *Store) {
+	t.Helper()
+	prefix = prefixOf(t.TempDir())
+	a, b = openShared(t, prefix), openShared(t, prefix)
+	t.Cleanup(func() { a.Close(); b.Close() })
+	mustCreate(t, a, "run-1")
+	return prefix, a, b
+}
+
 // TestOpenRefusesForeignPrefix: a prefix holding keys and no marker, or a
 // marker of another layout, is refused with an error saying so, and nothing
 // is written; a prefix without a trailing "/" too. The twin: an empty prefix
@@ -305,11 +317,7 @@ func TestManyOpsNested(t *testing.T) {
 // the old epoch; the fenced one, reloading, goes on at the new epoch.
 func TestTwoServersOneRun(t *testing.T) {
 	ctx := t.Context()
-	prefix := prefixOf(t.TempDir())
-	a, b := openShared(t, prefix), openShared(t, prefix)
-	defer a.Close()
-	defer b.Close()
-	mustCreate(t, a, "run-1")
+	prefix, a, b := twoServers(t)
 	version := uint64(1)
 	for round := range 20 {
 		var wg sync.WaitGroup
