@@ -22,16 +22,7 @@ import (
 //	go test -c -o etcd.test ./internal/store/etcd/
 //	for i in 1 2 3 4 5 6; do ./etcd.test -test.run '^$' -test.bench TxnShapes -test.benchtime 1500x; done
 func BenchmarkTxnShapes(b *testing.B) {
-	e, err := startEtcd(b.TempDir(), freeURL(), freeURL(), true)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
-	cli, err := newClient(e)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cli.Close()
+	cli := durableEtcdClient(b)
 	kv, err := kvClient(cli)
 	if err != nil {
 		b.Fatal(err)

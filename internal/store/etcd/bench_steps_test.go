@@ -55,16 +55,7 @@ func countingClient(endpoints []string, c *rpcCounts) (*clientv3.Client, error) 
 // -cpuprofile to see what bounds a step (etcd runs in this process, so the
 // profile holds its server's work too).
 func BenchmarkScenarioSteps(b *testing.B) {
-	e, err := startEtcd(b.TempDir(), freeURL(), freeURL(), true)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
-	cli, err := newClient(e)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cli.Close()
+	e, cli := durableEtcd(b)
 	// The stores' calls are counted on a client of their own: what a step
 	// costs in round trips, beside the ceiling's two Txns.
 	counts := &rpcCounts{n: map[string]int{}}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/bench"
@@ -23,16 +24,7 @@ import (
 // per append with the one compare, pipelined on one connection, none of
 // the store's work (read, fold, seal, cache, batching).
 func BenchmarkAppend(b *testing.B) {
-	e, err := startEtcd(b.TempDir(), freeURL(), freeURL(), true)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
-	cli, err := newClient(e)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cli.Close()
+	cli := durableEtcdClient(b)
 	for _, runs := range []int{1, 8, 64} {
 		for _, raw := range []bool{false, true} {
 			name := fmt.Sprintf("runs=%d/store", runs)
@@ -42,6 +34,30 @@ func BenchmarkAppend(b *testing.B) {
 			b.Run(name, func(b *testing.B) { benchAppend(b, cli, runs, raw) })
 		}
 	}
+}
+
+// durableEtcd starts a one-member etcd with fsync in a temporary
+// directory, and a client of it; both end with the benchmark.
+func durableEtcd(b *testing.B) (*embed.Etcd, *clientv3.Client) {
+	b.Helper()
+	e, err := startEtcd(b.TempDir(), freeURL(), freeURL(), true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(e.Close)
+	cli, err := newClient(e)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cli.Close() })
+	return e, cli
+}
+
+// durableEtcdClient is durableEtcd's client.
+func durableEtcdClient(b *testing.B) *clientv3.Client {
+	b.Helper()
+	_, cli := durableEtcd(b)
+	return cli
 }
 
 const benchEventsPerAppend = 3
@@ -190,16 +206,7 @@ func BenchmarkListFirstPage(b *testing.B) {
 // twentieth of its size; run it with -benchtime 1x. It reports the
 // scenario's best figure, baseline and their ratio.
 func BenchmarkScenarioAppend(b *testing.B) {
-	e, err := startEtcd(b.TempDir(), freeURL(), freeURL(), true)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
-	cli, err := newClient(e)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cli.Close()
+	cli := durableEtcdClient(b)
 	prefix := func(path string) string { return fmt.Sprintf("/bench%s/", path) }
 	backend := bench.Backend{
 		Name: "etcd",
