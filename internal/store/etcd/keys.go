@@ -26,7 +26,7 @@ func (k keys) change(cursor uint64) string { return hex16(k.changes(), cursor) }
 func (k keys) blob(hash string) string     { return k.p + "blob/" + hash }
 
 func (k keys) event(id string, seq uint64) string {
-	return hex16(k.p+"event/"+id+"/", seq)
+	return hex16(k.events(id), seq)
 }
 
 // hex16 is prefix followed by n as 16 lower-case hex digits (fmt's %016x,
