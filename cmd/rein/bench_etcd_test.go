@@ -36,7 +36,8 @@ func benchLines(t *testing.T, out string, want ...string) {
 
 // TestBenchEtcdOwn: --store etcd without --etcd starts an etcd of its own
 // from the pinned binary, runs every scenario etcd has (all means those) at
-// a tiny scale, and stops it.
+// a tiny scale, and stops it. The steps scenarios' baseline puts the same
+// bytes as the store, and they report the ratio to the events alone too.
 func TestBenchEtcdOwn(t *testing.T) {
 	bin := etcdtest.Binary(t)
 	code, out, errs := runBench(t, "all", "--store", "etcd", "--etcd-bin", bin, "--json", "--scale", "0.002", "--rounds", "1", "--dir", t.TempDir())
@@ -44,6 +45,21 @@ func TestBenchEtcdOwn(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	benchLines(t, out, "append", "steps", "steps-runs", "fold")
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r struct {
+			Scenario string
+			Figure   float64
+			Extra    map[string]float64
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		_, ok := r.Extra["events_baseline"]
+		if steps := strings.HasPrefix(r.Scenario, "steps"); ok != steps ||
+			steps && (r.Extra["events_baseline"] <= 0 || r.Extra["events_ratio"] != r.Figure/r.Extra["events_baseline"]) {
+			t.Errorf("%s: the events alone %v (ratio %v); want them on the steps scenarios only", r.Scenario, r.Extra["events_baseline"], r.Extra["events_ratio"])
+		}
+	}
 }
 
 // TestBenchEtcdCluster: with --etcd the bench runs on that cluster, under a

@@ -86,7 +86,10 @@ measure the server's memory with every stream open and idle.
 
 With --store etcd the scenarios whose baseline is the backend's ceiling run
 (append, steps, steps-runs, fold; all means those), against raw etcd
-transactions putting the same bytes from the same client. --etcd ENDPOINTS
+transactions from the same client: for steps and steps-runs, putting the
+same bytes as the store's appends (each commit's events, the run's snapshot
+and the blobs of the model call's input; the ratio to the events alone is
+printed beside it); for append, the events. --etcd ENDPOINTS
 names a cluster to run on, under a fresh prefix below --etcd-prefix that is
 deleted at the end; without it the bench starts one durable etcd member from
 the pinned binary (bash scripts/tools.sh builds .bin/etcd; or --etcd-bin)
@@ -211,6 +214,10 @@ func benchDetail(r bench.Result) string {
 			s += fmt.Sprintf(", per commit %s vs %s", kib(x["bytes_written_per_commit"]), kib(v))
 		} else {
 			s += fmt.Sprintf(", per commit %s (%.2f commits a step)", kib(x["bytes_written_per_commit"]), x["commits_per_step"])
+		}
+		if v, ok := x["events_baseline"]; ok {
+			s += fmt.Sprintf("; the baseline puts the same bytes as the store (events, snapshot, blobs); the events alone: baseline %.0f, ratio %.2f",
+				v, x["events_ratio"])
 		}
 		if n, ok := x["spans"]; ok {
 			s += fmt.Sprintf("; traced: %.0f spans built", n)

@@ -61,6 +61,22 @@ type Ceiling interface {
 	Scan(path, runID string, fn func(seq uint64, data []byte) error) error
 }
 
+// StateCeiling is a Ceiling that can also put, in one commit with a
+// run's events, the other values the backend's store puts with them: the
+// run's snapshot after the commit and the blobs the append brought, raw,
+// in the store's layout, with no read, compare, fold or index. The steps
+// scenarios measure against it when a backend offers it: commits of the
+// same bytes as the store's (the snapshot sealed as every store seals it,
+// seal.Seal of the state's Proto(false)). They still time the events put
+// alone (CreateLog), and print that ratio beside it.
+type StateCeiling interface {
+	Ceiling
+	// CreateStateLog is CreateLog whose put durably writes, in one commit,
+	// data[i] as the event with sequence first+i of run runIDs[run],
+	// snapshot as that run's snapshot, and each of blobs under its hash.
+	CreateStateLog(path string, runIDs []string) (put func(run int, first uint64, data [][]byte, snapshot []byte, blobs map[string][]byte) error, closeLog func() error, err error)
+}
+
 // backend is o's backend, or an error naming what is missing.
 func (o Options) backend(scenario string) (Backend, error) {
 	if o.Backend.Open == nil {

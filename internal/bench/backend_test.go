@@ -195,7 +195,7 @@ func BenchmarkStepsFigure(b *testing.B) {
 	dir := b.TempDir()
 	steps, cpu := 0.0, time.Duration(0)
 	for i := 0; b.Loop(); i++ {
-		fr, err := stepsFigure(context.Background(), be, filepath.Join(dir, fmt.Sprintf("figure-%d.db", i)), contracts, fixtures, false, nil)
+		fr, err := stepsFigure(context.Background(), be, filepath.Join(dir, fmt.Sprintf("figure-%d.db", i)), contracts, fixtures, false, false, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/telemetry"
 	"github.com/reinhq/rein/internal/tools"
 )
@@ -94,19 +96,30 @@ func runSteps(ctx context.Context, o Options, r Result, runs, calls int) (Result
 		published = telemetry.NewTracer(tp).Observe
 	}
 	// encoded holds the figure's events, as stored, for the baseline:
-	// encoded[i] is run i's.
+	// encoded[i] is run i's. On a StateCeiling the baseline commits the
+	// same bytes as the figure's store, state[i] run i's commits, and the
+	// events alone are timed after it (eventsRates).
 	var encoded [][][]byte
+	sc, sameBytes := be.Ceiling.(StateCeiling)
+	var state [][]stateCommit
+	var eventsRates []float64
 	var steps float64
 	var commits, figBytes, figStepBytes, baseBytes, baseStepBytes, figCPU, baseCPU []float64
 	figure := func(round int) (measure, error) {
 		path := filepath.Join(dir, fmt.Sprintf("figure-%d.db", round))
 		defer os.Remove(path)
-		fr, err := stepsFigure(ctx, be, path, contracts, fixtures, encoded == nil, published)
+		first := encoded == nil
+		fr, err := stepsFigure(ctx, be, path, contracts, fixtures, first, first && sameBytes, published)
 		if err != nil {
 			return fr.m, err
 		}
-		if encoded == nil {
+		if first {
 			encoded = fr.encoded
+			if sameBytes {
+				if state, err = figureCommits(encoded, fr.appends); err != nil {
+					return fr.m, err
+				}
+			}
 		}
 		steps = fr.m.units
 		r.Events = fr.events
@@ -121,9 +134,25 @@ func runSteps(ctx context.Context, o Options, r Result, runs, calls int) (Result
 		defer os.Remove(path)
 		w := startWrites()
 		cpu0 := cpuTime()
-		m, n, err := stepsBaseline(be.Ceiling, path, encoded, steps)
+		var m measure
+		var n int
+		var err error
+		if sameBytes {
+			m, n, err = stateBaseline(sc, path, state, steps)
+		} else {
+			m, n, err = stepsBaseline(be.Ceiling, path, encoded, steps)
+		}
 		cpu := cpuTime() - cpu0
 		written := w.bytes()
+		if sameBytes && err == nil {
+			// The events alone, outside the round's CPU and bytes.
+			events := filepath.Join(dir, fmt.Sprintf("baseline-events-%d.db", round))
+			defer os.Remove(events)
+			var em measure
+			if em, _, err = stepsBaseline(be.Ceiling, events, encoded, steps); err == nil {
+				eventsRates = append(eventsRates, em.rate())
+			}
+		}
 		if runs == 1 {
 			baseBytes = append(baseBytes, perCommit(written, float64(n)))
 		}
@@ -135,6 +164,13 @@ func runSteps(ctx context.Context, o Options, r Result, runs, calls int) (Result
 		return r, err
 	}
 	x := r.Extra
+	if sameBytes {
+		// The ratio is against the same bytes; this is the one against
+		// the events alone.
+		best := slices.Max(eventsRates)
+		x["events_baseline"] = best
+		x["events_ratio"] = r.Figure / best
+	}
 	x["steps"] = steps
 	x["steps_per_run"] = steps / float64(runs)
 	x["events_per_second"] = r.Figure * float64(r.Events) / steps
@@ -218,9 +254,10 @@ func stepsContract(calls, k int) *reinv1.TaskContract {
 
 // stepsFigure runs a run of each of contracts at once through an engine on
 // a fresh store, timing the first Start to the last run's end. With collect
-// it returns each run's events as stored; it counts the commits, the bytes
-// written and the CPU time.
-func stepsFigure(ctx context.Context, be Backend, path string, contracts []*reinv1.TaskContract, fx tools.Executor, collect bool,
+// it returns each run's events as stored, and with record each run's
+// appends as the engine made them; it counts the commits, the bytes written
+// and the CPU time.
+func stepsFigure(ctx context.Context, be Backend, path string, contracts []*reinv1.TaskContract, fx tools.Executor, collect, record bool,
 	published func(runstate.State, []*reinv1.Event)) (stepsRound, error) {
 	var out stepsRound
 	runs := len(contracts)
@@ -234,7 +271,13 @@ func stepsFigure(ctx context.Context, be Backend, path string, contracts []*rein
 			s.Close()
 		}
 	}()
-	e := harness.New(harness.Config{Store: s, Tools: fx, Workers: runs, Published: published})
+	var engineStore store.Store = s
+	var rec *appendRecorder
+	if record {
+		rec = recordAppends(s)
+		engineStore = rec
+	}
+	e := harness.New(harness.Config{Store: engineStore, Tools: fx, Workers: runs, Published: published})
 	defer e.Close()
 
 	w := startWrites()
@@ -277,6 +320,9 @@ func stepsFigure(ctx context.Context, be Backend, path string, contracts []*rein
 			}
 			out.encoded = append(out.encoded, evs)
 		}
+		if rec != nil {
+			out.appends = append(out.appends, rec.appends[id])
+		}
 	}
 	e.Close()
 	closed = true
@@ -311,6 +357,8 @@ type stepsRound struct {
 	m       measure
 	events  int
 	encoded [][][]byte
+	// appends are each run's appends, when they were recorded.
+	appends [][]recordedAppend
 	commits float64
 	// written is the bytes written (-1 when unknown), cpu the process's
 	// CPU time, over the timed part.
@@ -328,11 +376,7 @@ func stepsBaseline(c Ceiling, path string, encoded [][][]byte, steps float64) (m
 	if len(encoded) == 0 || len(encoded[0]) < 2 {
 		return measure{}, 0, fmt.Errorf("no events to write")
 	}
-	ids := make([]string, len(encoded))
-	for i := range ids {
-		ids[i] = fmt.Sprintf("run_bench_steps_%04d", i)
-	}
-	put, closeLog, err := c.CreateLog(path, ids)
+	put, closeLog, err := c.CreateLog(path, benchRunIDs(len(encoded)))
 	if err != nil {
 		return measure{}, 0, err
 	}
@@ -362,28 +406,49 @@ func stepsBaseline(c Ceiling, path string, encoded [][][]byte, steps float64) (m
 			lo = hi
 		}
 	}
-	errs := make(chan error, len(plans))
+	elapsed, err := writeRuns(len(plans), func(run int) error {
+		for _, g := range plans[run] {
+			if err := put(g.runs, g.seqs, g.data); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return measure{}, 0, err
+	}
+	return measure{units: steps, elapsed: elapsed}, puts, nil
+}
+
+// benchRunIDs are the IDs of n runs in a baseline's log.
+func benchRunIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("run_bench_steps_%04d", i)
+	}
+	return ids
+}
+
+// writeRuns calls write for each of runs runs at once, a goroutine each,
+// and times them from the start to the last one's end; it returns the
+// first error.
+func writeRuns(runs int, write func(run int) error) (time.Duration, error) {
+	errs := make(chan error, runs)
 	var wg sync.WaitGroup
 	t0 := time.Now()
-	for _, plan := range plans {
+	for run := range runs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for _, g := range plan {
-				if err := put(g.runs, g.seqs, g.data); err != nil {
-					errs <- err
-					return
-				}
+			if err := write(run); err != nil {
+				errs <- err
 			}
 		}()
 	}
 	wg.Wait()
 	elapsed := time.Since(t0)
 	close(errs)
-	if err := <-errs; err != nil {
-		return measure{}, 0, err
-	}
-	return measure{units: steps, elapsed: elapsed}, puts, nil
+	return elapsed, <-errs
 }
 
 // discardSpans is a span exporter that drops what it is given: the steps

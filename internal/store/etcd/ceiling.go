@@ -15,10 +15,11 @@ import (
 
 // Ceiling is the raw etcd work this package's appends and scans come down
 // to, in the same layout (P event/<run id>/<seq>), with none of the store's
-// logic: no read, no fold, no snapshot, no compare, no index. rein bench
-// compares the store against it; it implements the bench's Ceiling, whose
-// stores are named by a path: Prefix maps the path to the key prefix the
-// store of that path is opened on.
+// logic: no read, no fold, no compare, no index. rein bench compares the
+// store against it; it implements the bench's Ceiling and StateCeiling
+// (whose commits also put the snapshot and the blobs the store puts with
+// a step's events, as raw bytes), whose stores are named by a path: Prefix
+// maps the path to the key prefix the store of that path is opened on.
 type Ceiling struct {
 	Client *clientv3.Client
 	Prefix func(path string) string
@@ -50,6 +51,39 @@ func (c Ceiling) CreateLog(path string, runIDs []string) (put func(runs []int, s
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		// Sent as the store sends its writes.
+		_, err = send(ctx, kv, &pb.TxnRequest{Success: ops})
+		return err
+	}
+	return put, func() error { return nil }, nil
+}
+
+// CreateStateLog returns put, which writes, in one Txn and in the store's
+// layout, data[i] as sequence first+i of run runIDs[run] under the prefix
+// of path, snapshot as the run's snapshot (P run/<run id>) and each blob
+// as the store puts a blob (putBlobs): the same bytes as the store's
+// append of those events, with none of its compares, reads or folds. It
+// implements the bench's StateCeiling.
+func (c Ceiling) CreateStateLog(path string, runIDs []string) (put func(run int, first uint64, data [][]byte, snapshot []byte, blobs map[string][]byte) error, closeLog func() error, err error) {
+	k := keys{c.Prefix(path)}
+	timeout := Options{Timeout: c.Timeout}.withDefaults().Timeout
+	kv, err := kvClient(c.Client)
+	if err != nil {
+		return nil, nil, err
+	}
+	put = func(run int, first uint64, data [][]byte, snapshot []byte, blobs map[string][]byte) error {
+		id := runIDs[run]
+		t := &txn{}
+		for i, d := range data {
+			t.put(k.event(id, first+uint64(i)), d)
+		}
+		t.put(k.run(id), snapshot)
+		putBlobs(t, k, blobs)
+		ops, err := nest(t, DefaultMaxTxnOps)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
 		_, err = send(ctx, kv, &pb.TxnRequest{Success: ops})
 		return err
 	}

@@ -2,8 +2,12 @@ package etcd
 
 import (
 	"errors"
+	"maps"
+	"slices"
+	"strings"
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -87,4 +91,81 @@ func orStarted(id string, seq uint64) *reinv1.Event {
 		return started(id)
 	}
 	return step(id, seq)
+}
+
+// TestCeilingPutsTheStoresBytes: the Ceiling's state put of a step (its
+// events, the run's snapshot, its blobs, one small and one chunked) leaves
+// under its prefix the keys and values the store's append of that step
+// leaves under the store's: the same bytes, without the store's compares,
+// reads or index. A put that etcd refuses (its request over etcd's limit)
+// is an error, and writes nothing.
+func TestCeilingPutsTheStoresBytes(t *testing.T) {
+	ctx := t.Context()
+	storeDir, ceilingDir := t.TempDir(), t.TempDir()
+	s := openShared(t, prefixOf(storeDir))
+	defer s.Close()
+	mustCreate(t, s, "run-1")
+	small, large := blobOf(300, 7), blobOf(ChunkBytes+100, 9)
+	blobs := map[string][]byte{store.BlobHash(small): small, store.BlobHash(large): large}
+	evs := []*reinv1.Event{step("run-1", 2, small, large), step("run-1", 3)}
+	if err := s.Append(ctx, "run-1", 1, evs, store.WithBlobs(blobs)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Load(ctx, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	c := Ceiling{Client: shared, Prefix: prefixOf}
+	put, closeLog, err := c.CreateStateLog(ceilingDir, []string{"run-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeLog()
+	var data [][]byte
+	for _, ev := range evs {
+		b, err := seal.Seal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = append(data, b)
+	}
+	snapshot, err := seal.Seal(st.Proto(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := put(0, 2, data, snapshot, blobs); err != nil {
+		t.Fatalf("Ceiling state put: %v", err)
+	}
+
+	// What each prefix holds of the step, keyed below its prefix: the
+	// store's creation (run_started, contract, indexes) is not the step's.
+	values := func(prefix string) map[string]string {
+		resp, err := shared.Get(ctx, prefix, clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]string{}
+		for _, kv := range resp.Kvs {
+			k := strings.TrimPrefix(string(kv.Key), prefix)
+			if strings.HasPrefix(k, "event/") && !strings.HasSuffix(k, "/0000000000000001") ||
+				strings.HasPrefix(k, "run/") || strings.HasPrefix(k, "blob/") {
+				m[k] = string(kv.Value)
+			}
+		}
+		return m
+	}
+	want, got := values(prefixOf(storeDir)), values(prefixOf(ceilingDir))
+	if len(want) < 5 || !maps.Equal(got, want) {
+		t.Fatalf("the Ceiling put %d keys, %v; the store's append %d, %v", len(got), slices.Sorted(maps.Keys(got)), len(want), slices.Sorted(maps.Keys(want)))
+	}
+
+	// Refused: over etcd's request limit, nothing is written.
+	before := dump(t, shared, prefixOf(ceilingDir))
+	huge := blobOf(testRequestBytes+1<<20, 11)
+	err = put(0, 4, data[:1], snapshot, map[string][]byte{store.BlobHash(huge): huge})
+	if err == nil {
+		t.Fatal("a state put over etcd's request limit succeeded")
+	}
+	assertUnchanged(t, "a refused state put", before, dump(t, shared, prefixOf(ceilingDir)))
 }
