@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reinhq/rein/internal/etcdtest"
+)
+
+// etcdKeys is every key under prefix on the cluster, with its value and
+// revision: what "nothing was written" is checked against.
+func etcdKeys(t *testing.T, cli *clientv3.Client, prefix string) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, kv := range resp.Kvs {
+		m[string(kv.Key)] = fmt.Sprintf("%d:%q", kv.ModRevision, kv.Value)
+	}
+	return m
+}
+
+// TestServeEtcdRefused: rein serve --etcd refuses before it serves, saying
+// what to do and writing nothing to the cluster: flags that do not fit
+// (exit 2), a prefix that holds another program's keys or a rein layout it
+// does not know, and a cluster that does not answer (exit 5, naming etcd).
+// The twin: on a fresh prefix of the same cluster it starts.
+func TestServeEtcdRefused(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	ep := c.Endpoint(0)
+	etcdCli := c.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for k, v := range map[string]string{"/app/config/db": "postgres://", "/future/meta/layout": "rein-etcd-99"} {
+		if _, err := etcdCli.Put(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	serve := func(args ...string) []string {
+		return append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		says []string
+	}{
+		{"a prefix without its slash", serve("--etcd", ep, "--etcd-prefix", "/rein"), exitUsage, []string{"--etcd-prefix", "must end in /"}},
+		{"a TTL of part of a second", serve("--etcd", ep, "--lease-ttl", "1500ms"), exitUsage, []string{"--lease-ttl", "whole seconds"}},
+		{"a lease without etcd", serve("--db", t.TempDir()+"/r.db", "--lease-ttl", "5s"), exitUsage, []string{"--lease-ttl", "--etcd"}},
+		{"a half client certificate", serve("--etcd", ep, "--etcd-tls-cert", "c.pem"), exitUsage, []string{"--etcd-tls-key"}},
+		{"another program's keys", serve("--etcd", ep, "--etcd-prefix", "/app/"), exitUnavailable, []string{"/app/"}},
+		{"a layout from a newer rein", serve("--etcd", ep, "--etcd-prefix", "/future/"), exitUnavailable, []string{"rein-etcd-99"}},
+		{"no cluster", serve("--etcd", "127.0.0.1:1", "--etcd-timeout", "1s"), exitUnavailable, []string{"etcd"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := etcdKeys(t, etcdCli, "/")
+			r := cli(t, tc.args...).mustExit(t, tc.code)
+			for _, s := range tc.says {
+				if !strings.Contains(r.stderr, s) {
+					t.Errorf("stderr does not say %q:\n%s", s, r.stderr)
+				}
+			}
+			if after := etcdKeys(t, etcdCli, "/"); !maps.Equal(before, after) {
+				t.Errorf("the refused serve wrote to etcd: %d keys before, %d after", len(before), len(after))
+			}
+		})
+	}
+
+	// The twin: a fresh prefix is made rein's, and the server serves until
+	// it is stopped.
+	sctx, stop := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	log := newWatchWriter("serving")
+	go func() {
+		done <- Run(sctx, serve("--etcd", ep, "--etcd-prefix", "/fresh/", "--lease-ttl", "2s"), strings.NewReader(""), &strings.Builder{}, log)
+	}()
+	served := log.waitFor(30*time.Second, func(s string) bool { return strings.Contains(s, "serving") })
+	stop()
+	if code := <-done; !served || code != exitOK {
+		t.Fatalf("serve on a fresh prefix: served %v, exit %d\n%s", served, code, log.String())
+	}
+	if keys := etcdKeys(t, etcdCli, "/fresh/meta/layout"); len(keys) != 1 {
+		t.Errorf("the fresh prefix holds %d layout marks, want 1", len(keys))
+	}
+}
