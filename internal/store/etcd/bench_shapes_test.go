@@ -2,71 +2,105 @@ package etcd
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/reinhq/rein/internal/store"
 )
+
+// txnShape is what one of BenchmarkTxnShapes' Txns carries beside a step's
+// two events.
+type txnShape struct {
+	name string
+	// compares: the version's (the run key's revision) and the epoch's
+	// (the lease key's), as the engine's fenced appends carry them.
+	compares bool
+	snapshot bool
+	// blobs: the transcript's two blobs, every other Txn (the commit that
+	// holds model_requested).
+	blobs bool
+}
+
+var txnShapes = []txnShape{
+	{name: "events"},
+	{name: "compares", compares: true},
+	{name: "snapshot", snapshot: true},
+	{name: "compares+snapshot", compares: true, snapshot: true},
+	{name: "blobs", blobs: true},
+	{name: "store", compares: true, snapshot: true, blobs: true},
+}
 
 // BenchmarkTxnShapes measures what etcd itself charges for the shape of a
 // step's Txn, with none of rein's work: serial Txns (each waits for the
 // one before it, as one run's steps do) against one durable member, of the
-// bytes a step's append carries in rein bench steps. "events" is the
-// ceiling's shape: two ~400-byte events. "events+snapshot" adds the
-// ~300-byte snapshot and the compares of its revision and of the lease
-// key's (the engine's appends are fenced); "events+blobs" adds two
-// ~350-byte transcript blobs every other Txn; "store" is both, the store's
-// shape. -count runs one shape's rounds back to back, so the machine's
-// drift lands on one shape; interleave whole runs instead:
+// sizes a step's appends carry in rein bench steps (events of ~120 and
+// ~350 bytes, a ~150-byte snapshot, blobs of 259 and 66 bytes with keys
+// of their hash). "events" is the ceiling of the events alone, "store"
+// the store's whole shape. Each iteration sends one Txn of every shape, in
+// turn, so that the machine's drift falls on every shape alike; the
+// median of each shape's round trips is reported as <shape>-µs:
 //
-//	go test -c -o etcd.test ./internal/store/etcd/
-//	for i in 1 2 3 4 5 6; do ./etcd.test -test.run '^$' -test.bench TxnShapes -test.benchtime 1500x; done
+//	go test -run '^$' -bench TxnShapes -benchtime 3000x ./internal/store/etcd/
 func BenchmarkTxnShapes(b *testing.B) {
 	cli := durableEtcdClient(b)
 	kv, err := kvClient(cli)
 	if err != nil {
 		b.Fatal(err)
 	}
-	event := []byte(strings.Repeat("e", 400))
-	snapshot := []byte(strings.Repeat("s", 300))
-	blob := []byte(strings.Repeat("b", 350))
-	for _, shape := range []struct {
-		name            string
-		snapshot, blobs bool
-	}{
-		{"events", false, false},
-		{"events+snapshot", true, false},
-		{"events+blobs", false, true},
-		{"store", true, true},
-	} {
-		b.Run(shape.name, func(b *testing.B) {
-			k := keys{fmt.Sprintf("/shapes/%d/", benchRound.Add(1))}
-			run, lease := k.run("run_1"), k.lease("run_1")
-			var rev int64
-			seq := uint64(0)
-			for i := 0; b.Loop(); i++ {
-				req := &pb.TxnRequest{Success: []*pb.RequestOp{
-					putOp(k.event("run_1", seq+1), event, 0),
-					putOp(k.event("run_1", seq+2), event, 0),
-				}}
-				seq += 2
-				if shape.snapshot {
-					// The version and the epoch (the lease key, which
-					// this run has none of: revision 0).
-					req.Compare = append(req.Compare, modIs(run, rev), modIs(lease, 0))
-					req.Success = append(req.Success, putOp(run, snapshot, 0))
+	const run = "run_01M8TME4QYB14MMA62C7VEFHF3"
+	pair := [2][2][]byte{
+		{[]byte(strings.Repeat("r", 129)), []byte(strings.Repeat("t", 118))}, // model_returned, tool_requested
+		{[]byte(strings.Repeat("o", 331)), []byte(strings.Repeat("m", 366))}, // tool_returned, model_requested
+	}
+	snapshot := []byte(strings.Repeat("s", 150))
+	blobs := [2][]byte{[]byte(strings.Repeat("b", 259)), []byte(strings.Repeat("c", 66))}
+	round := benchRound.Add(1)
+	ks := make([]keys, len(txnShapes))
+	revs := make([]int64, len(txnShapes))
+	times := make([][]time.Duration, len(txnShapes))
+	for j := range txnShapes {
+		ks[j] = keys{fmt.Sprintf("/shapes/%d/%d/", round, j)}
+	}
+	for i := 0; b.Loop(); i++ {
+		seq := uint64(2*i + 2)
+		events := pair[i%2]
+		for j, shape := range txnShapes {
+			k := ks[j]
+			req := &pb.TxnRequest{Success: []*pb.RequestOp{
+				putOp(k.event(run, seq), events[0], 0),
+				putOp(k.event(run, seq+1), events[1], 0),
+			}}
+			if shape.compares {
+				version := revs[j]
+				if !shape.snapshot {
+					version = 0 // no snapshot is put: the run key stays absent
 				}
-				if shape.blobs && i%2 == 1 {
-					req.Success = append(req.Success,
-						putOp(k.blob(hex16("", seq)+strings.Repeat("0", 48)), blob, 0),
-						putOp(k.blob(hex16("", seq+1)+strings.Repeat("0", 48)), blob, 0))
-				}
-				resp, err := send(b.Context(), kv, req)
-				if err != nil || !resp.Succeeded {
-					b.Fatalf("Txn %d: succeeded %v, %v", i, resp != nil && resp.Succeeded, err)
-				}
-				rev = resp.Header.Revision
+				req.Compare = []*pb.Compare{modIs(k.run(run), version), modIs(k.lease(run), 0)}
 			}
-		})
+			if shape.snapshot {
+				req.Success = append(req.Success, putOp(k.run(run), snapshot, 0))
+			}
+			if shape.blobs && i%2 == 1 {
+				for n, blob := range blobs {
+					hash := store.BlobHash(fmt.Appendf(nil, "%d/%d/%d", j, i, n))
+					req.Success = append(req.Success, putOp(k.blob(hash), blob, 0))
+				}
+			}
+			t0 := time.Now()
+			resp, err := send(b.Context(), kv, req)
+			if err != nil || !resp.Succeeded {
+				b.Fatalf("%s Txn %d: succeeded %v, %v", shape.name, i, resp != nil && resp.Succeeded, err)
+			}
+			times[j] = append(times[j], time.Since(t0))
+			revs[j] = resp.Header.Revision
+		}
+	}
+	for j, shape := range txnShapes {
+		slices.Sort(times[j])
+		b.ReportMetric(float64(times[j][len(times[j])/2].Microseconds()), shape.name+"-µs")
 	}
 }

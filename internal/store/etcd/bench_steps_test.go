@@ -10,11 +10,14 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/bench"
+	"github.com/reinhq/rein/internal/store"
 )
 
 // rpcCounts counts a client's unary calls by method.
@@ -100,4 +103,132 @@ func BenchmarkScenarioSteps(b *testing.B) {
 			}
 		})
 	}
+}
+
+// commitClock times the appends of one run's steps through a Store and
+// the Txns its client sends: where a commit's time goes.
+type commitClock struct {
+	mu                       sync.Mutex
+	returned, called, sentAt time.Time
+	// between is from an append's return to the next one's call (the
+	// engine's step), before from the call to its Txn leaving (the
+	// store's work), txn the Txn's round trip.
+	between, before, txn []time.Duration
+}
+
+func (c *commitClock) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	t0 := time.Now()
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if _, ok := req.(*pb.TxnRequest); ok {
+		c.mu.Lock()
+		if !c.called.IsZero() {
+			c.before = append(c.before, t0.Sub(c.called))
+			c.called = time.Time{}
+		}
+		c.txn = append(c.txn, time.Since(t0))
+		c.mu.Unlock()
+	}
+	return err
+}
+
+// clockedStore is a Store whose appends c times.
+type clockedStore struct {
+	*Store
+	c *commitClock
+}
+
+func (s clockedStore) Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) error {
+	c := s.c
+	now := time.Now()
+	c.mu.Lock()
+	if !c.returned.IsZero() {
+		c.between = append(c.between, now.Sub(c.returned))
+	}
+	c.called = now
+	c.mu.Unlock()
+	err := s.Store.Append(ctx, runID, expected, events, opts...)
+	c.mu.Lock()
+	c.returned = time.Now()
+	c.mu.Unlock()
+	return err
+}
+
+func median(d []time.Duration) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return float64(d[len(d)/2].Microseconds())
+}
+
+// BenchmarkStepCommit runs rein bench steps (one run, 2,000 steps here) on
+// the etcd backend and reports, as medians over its commits, where a
+// commit's time goes: the engine's step between two appends (between-µs),
+// the store's work before its Txn leaves (store-µs), the Txn's round trip
+// (txn-µs), and the round trips of the ceiling's Txns: the same bytes put
+// raw (ceiling-txn-µs) and the events alone (events-txn-µs). Run it with
+// -benchtime 1x.
+func BenchmarkStepCommit(b *testing.B) {
+	e, _ := durableEtcd(b)
+	endpoints := []string{e.Config().AdvertiseClientUrls[0].String()}
+	clock := &commitClock{}
+	// The ceiling's Txns of the same bytes (they put a snapshot) and of
+	// the events alone.
+	var ceilingTxns, eventsTxns []time.Duration
+	var ceilingMu sync.Mutex
+	dial := func(icpt grpc.UnaryClientInterceptor) *clientv3.Client {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+			DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(icpt)}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { cli.Close() })
+		return cli
+	}
+	storeCli := dial(clock.intercept)
+	ceilingCli := dial(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		t0 := time.Now()
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		d := time.Since(t0)
+		t, ok := req.(*pb.TxnRequest)
+		if !ok {
+			return err
+		}
+		snapshot := slices.ContainsFunc(t.Success, func(op *pb.RequestOp) bool {
+			return strings.Contains(string(op.GetRequestPut().GetKey()), "/run/")
+		})
+		ceilingMu.Lock()
+		if snapshot {
+			ceilingTxns = append(ceilingTxns, d)
+		} else {
+			eventsTxns = append(eventsTxns, d)
+		}
+		ceilingMu.Unlock()
+		return err
+	})
+	prefix := func(path string) string { return fmt.Sprintf("/commit%s/", path) }
+	backend := bench.Backend{
+		Name: "etcd",
+		Open: func(path string, _ bool) (bench.Store, error) {
+			s, err := Open(b.Context(), storeCli, prefix(path), Options{})
+			if err != nil {
+				return nil, err
+			}
+			return clockedStore{s, clock}, nil
+		},
+		MaxAppendEvents: 1000,
+		Ceiling:         Ceiling{Client: ceilingCli, Prefix: prefix},
+	}
+	for b.Loop() {
+		r, err := bench.Steps(b.Context(), bench.Options{Scale: 0.4, Rounds: 3, Dir: b.TempDir(), Backend: backend})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("ratio %.2f (the events alone %.2f): figures %v, baselines %v", r.Ratio, r.Extra["events_ratio"], r.Figures, r.Baselines)
+	}
+	b.ReportMetric(median(clock.between), "between-µs")
+	b.ReportMetric(median(clock.before), "store-µs")
+	b.ReportMetric(median(clock.txn), "txn-µs")
+	b.ReportMetric(median(ceilingTxns), "ceiling-txn-µs")
+	b.ReportMetric(median(eventsTxns), "events-txn-µs")
 }
