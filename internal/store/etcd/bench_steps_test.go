@@ -1,9 +1,11 @@
 package etcd
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -167,8 +169,15 @@ func median(d []time.Duration) float64 {
 // the store's work before its Txn leaves (store-µs), the Txn's round trip
 // (txn-µs), and the round trips of the ceiling's Txns: the same bytes put
 // raw (ceiling-txn-µs) and the events alone (events-txn-µs). Run it with
-// -benchtime 1x.
+// -benchtime 1x. REIN_BENCH_CEILING_PAUSE (such as 35µs) keeps the CPU
+// busy that long before each of the ceiling's Txns of the same bytes, as
+// rein's work between two commits does: what such a pause costs the Txn
+// after it.
 func BenchmarkStepCommit(b *testing.B) {
+	pause, err := time.ParseDuration(cmp.Or(os.Getenv("REIN_BENCH_CEILING_PAUSE"), "0s"))
+	if err != nil {
+		b.Fatalf("REIN_BENCH_CEILING_PAUSE: %v", err)
+	}
 	e, _ := durableEtcd(b)
 	endpoints := []string{e.Config().AdvertiseClientUrls[0].String()}
 	clock := &commitClock{}
@@ -187,16 +196,21 @@ func BenchmarkStepCommit(b *testing.B) {
 	}
 	storeCli := dial(clock.intercept)
 	ceilingCli := dial(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		t, ok := req.(*pb.TxnRequest)
+		snapshot := ok && slices.ContainsFunc(t.Success, func(op *pb.RequestOp) bool {
+			return strings.Contains(string(op.GetRequestPut().GetKey()), "/run/")
+		})
+		if snapshot {
+			for t0 := time.Now(); time.Since(t0) < pause; {
+				// busy, as rein's work between two commits is
+			}
+		}
 		t0 := time.Now()
 		err := invoker(ctx, method, req, reply, cc, opts...)
 		d := time.Since(t0)
-		t, ok := req.(*pb.TxnRequest)
 		if !ok {
 			return err
 		}
-		snapshot := slices.ContainsFunc(t.Success, func(op *pb.RequestOp) bool {
-			return strings.Contains(string(op.GetRequestPut().GetKey()), "/run/")
-		})
 		ceilingMu.Lock()
 		if snapshot {
 			ceilingTxns = append(ceilingTxns, d)
