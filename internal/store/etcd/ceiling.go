@@ -33,28 +33,39 @@ type Ceiling struct {
 // and closeLog, which does nothing: the Ceiling does not own the client.
 func (c Ceiling) CreateLog(path string, runIDs []string) (put func(runs []int, seqs []uint64, data [][]byte) error, closeLog func() error, err error) {
 	k := keys{c.Prefix(path)}
-	timeout := Options{Timeout: c.Timeout}.withDefaults().Timeout
-	kv, err := kvClient(c.Client)
+	write, err := c.writer()
 	if err != nil {
 		return nil, nil, err
 	}
 	put = func(runs []int, seqs []uint64, data [][]byte) error {
-		ops := make([]*pb.RequestOp, len(runs))
+		t := &txn{ops: make([]*pb.RequestOp, len(runs))}
 		for i, run := range runs {
-			ops[i] = putOp(k.event(runIDs[run], seqs[i]), data[i], 0)
+			t.ops[i] = putOp(k.event(runIDs[run], seqs[i]), data[i], 0)
 		}
-		// Over --max-txn-ops, nested as the store nests its puts.
-		ops, err := nest(&txn{ops: ops}, DefaultMaxTxnOps)
+		return write(t)
+	}
+	return put, func() error { return nil }, nil
+}
+
+// writer returns write, which sends a Txn's puts as the store sends its
+// writes: nested over --max-txn-ops as the store nests them, with no
+// compare, bounded by the Ceiling's timeout.
+func (c Ceiling) writer() (write func(t *txn) error, err error) {
+	timeout := Options{Timeout: c.Timeout}.withDefaults().Timeout
+	kv, err := kvClient(c.Client)
+	if err != nil {
+		return nil, err
+	}
+	return func(t *txn) error {
+		ops, err := nest(t, DefaultMaxTxnOps)
 		if err != nil {
 			return err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		// Sent as the store sends its writes.
 		_, err = send(ctx, kv, &pb.TxnRequest{Success: ops})
 		return err
-	}
-	return put, func() error { return nil }, nil
+	}, nil
 }
 
 // CreateStateLog returns put, which writes, in one Txn and in the store's
@@ -65,8 +76,7 @@ func (c Ceiling) CreateLog(path string, runIDs []string) (put func(runs []int, s
 // implements the bench's StateCeiling.
 func (c Ceiling) CreateStateLog(path string, runIDs []string) (put func(run int, first uint64, data [][]byte, snapshot []byte, blobs map[string][]byte) error, closeLog func() error, err error) {
 	k := keys{c.Prefix(path)}
-	timeout := Options{Timeout: c.Timeout}.withDefaults().Timeout
-	kv, err := kvClient(c.Client)
+	write, err := c.writer()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -78,14 +88,7 @@ func (c Ceiling) CreateStateLog(path string, runIDs []string) (put func(run int,
 		}
 		t.put(k.run(id), snapshot)
 		putBlobs(t, k, blobs)
-		ops, err := nest(t, DefaultMaxTxnOps)
-		if err != nil {
-			return err
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		_, err = send(ctx, kv, &pb.TxnRequest{Success: ops})
-		return err
+		return write(t)
 	}
 	return put, func() error { return nil }, nil
 }
