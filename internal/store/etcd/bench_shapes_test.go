@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -100,7 +99,6 @@ func BenchmarkTxnShapes(b *testing.B) {
 		}
 	}
 	for j, shape := range txnShapes {
-		slices.Sort(times[j])
-		b.ReportMetric(float64(times[j][len(times[j])/2].Microseconds()), shape.name+"-µs")
+		b.ReportMetric(median(times[j]), shape.name+"-µs")
 	}
 }
