@@ -255,14 +255,26 @@ func TestConsole(t *testing.T) {
 		until(t, ana, "the run completed", `document.querySelector(".run-head [data-status]")?.dataset.status === "completed" && document.querySelector("tr.event.write_committed") !== null`)
 	})
 
-	step("deny with a reason", func(t *testing.T) {
+	step("deny with a reason, answered after the live update", func(t *testing.T) {
 		r := startRun(t, ctx, s, "rewrite notes.txt")
 		reason := "keep the old line: legal needs it"
-		do(t, ana, "open pending", chromedp.Navigate(s.url()+"#/pending"))
-		until(t, ana, "the proposal", fmt.Sprintf(`document.querySelector('%s input.reason') !== null`, card(r.GetRunId())))
-		do(t, ana, "deny", chromedp.SendKeys(chromedp.CSS(card(r.GetRunId())+" input.reason"), reason),
+		// The server's answer to the deny is held back until the page's
+		// live update has listed the pending runs without this one, as on a
+		// slow network: the card stays, says its answer is on the way, then
+		// shows the answer.
+		slow := tab(t, b)
+		signIn(t, slow, s, "ana")
+		net := watchCalls(t, slow, "/rein.v1.RunService/DecideApproval", "/rein.v1.RunService/ListRuns")
+		do(t, slow, "open pending", chromedp.Navigate(s.url()+"#/pending"))
+		until(t, slow, "the proposal", fmt.Sprintf(`document.querySelector('%s input.reason') !== null`, card(r.GetRunId())))
+		do(t, slow, "deny", chromedp.SendKeys(chromedp.CSS(card(r.GetRunId())+" input.reason"), reason),
 			chromedp.Click(chromedp.CSS(card(r.GetRunId())+" button.deny")))
-		until(t, ana, "the server's answer", fmt.Sprintf(`document.querySelector('%s .outcome.ok')?.textContent.startsWith("denied")`, card(r.GetRunId())))
+		held := net.nextHeld()
+		net.arrivedWith("listing the pending runs without "+r.GetRunId(), func(body string) bool { return !strings.Contains(body, r.GetRunId()) })
+		until(t, slow, "the card, its answer on the way", fmt.Sprintf(`(() => { const c = document.querySelector('%s');
+		  return c !== null && c.querySelector(".outcome.sending") !== null && c.querySelector("button.deny").disabled; })()`, card(r.GetRunId())))
+		net.release(held)
+		until(t, slow, "the server's answer", fmt.Sprintf(`document.querySelector('%s .outcome.ok')?.textContent.startsWith("denied")`, card(r.GetRunId())))
 		// The model's next step is asked with the reason in its context.
 		done := waitStatus(t, ctx, s, r.GetRunId(), reinv1.RunStatus_RUN_STATUS_COMPLETED)
 		if !modelSaw(t, ctx, s, done.GetRunId(), reason) {

@@ -35,19 +35,35 @@ export function pendingCard(run: Run, done: () => void): HTMLElement | null {
   return card;
 }
 
+// settle sends one person's action from a card and shows its answer. While
+// the call is out the card says so (the pending page keeps a card whose
+// outcome has text, so a live update that sees the run move on cannot drop
+// the card before its answer arrives) and its buttons are off, so one click
+// is one request. A refusal turns them back on; an accepted action leaves
+// them off, since what the card showed is decided.
+async function settle(answer: HTMLElement, send: () => Promise<string>, done: () => void): Promise<void> {
+  const card = answer.closest(".card");
+  const buttons = card ? [...card.querySelectorAll("button")] : [];
+  for (const b of buttons) b.disabled = true;
+  answer.className = "outcome sending";
+  answer.textContent = "sending…";
+  try {
+    outcome(answer, true, await send());
+    done();
+  } catch (err) {
+    outcome(answer, false, `refused: ${explain(err)}`);
+    for (const b of buttons) b.disabled = false;
+  }
+}
+
 function drawCard(run: Run, action: NonNullable<Run["pending"]>["action"] & { case: "proposal" | "question" }, done: () => void): HTMLElement {
   const answer = h("p", { class: "outcome", "aria-live": "polite" });
   if (action.case === "question") {
     const box = h("textarea", { class: "answer", rows: "3", placeholder: "your answer" });
-    const send = button("Send answer", async () => {
-      try {
-        const got = await api.provideInput({ runId: run.runId, text: box.value });
-        outcome(answer, true, `answered: the run is ${statusName(got.run?.status ?? 0)}`);
-        done();
-      } catch (err) {
-        outcome(answer, false, `refused: ${explain(err)}`);
-      }
-    }, { class: "send" });
+    const send = button("Send answer", () => settle(answer, async () => {
+      const got = await api.provideInput({ runId: run.runId, text: box.value });
+      return `answered: the run is ${statusName(got.run?.status ?? 0)}`;
+    }, done), { class: "send" });
     return h("section", { class: "card question", "data-run": run.runId },
       h("h3", {}, "Question from ", h("a", { href: `#/runs/${run.runId}` }, run.runId)),
       h("p", { class: "text" }, action.value.text),
@@ -58,18 +74,13 @@ function drawCard(run: Run, action: NonNullable<Run["pending"]>["action"] & { ca
   const d = previewDiff(plain(p.preview));
   const reason = h("input", { type: "text", class: "reason", placeholder: "reason (sent to the model)" });
   const end = h("input", { type: "checkbox", class: "end-run" });
-  const decide = (verdict: ApprovalVerdict) => async () => {
-    try {
-      const got = await api.decideApproval({
-        runId: run.runId, proposalId: p.proposalId, proposalHash: p.hash, verdict,
-        reason: reason.value, endRun: verdict === ApprovalVerdict.REJECT && end.checked,
-      });
-      outcome(answer, true, `${verdict === ApprovalVerdict.APPROVE ? "approved" : "denied"}: the run is ${statusName(got.run?.status ?? 0)}`);
-      done();
-    } catch (err) {
-      outcome(answer, false, `refused: ${explain(err)}`);
-    }
-  };
+  const decide = (verdict: ApprovalVerdict) => () => settle(answer, async () => {
+    const got = await api.decideApproval({
+      runId: run.runId, proposalId: p.proposalId, proposalHash: p.hash, verdict,
+      reason: reason.value, endRun: verdict === ApprovalVerdict.REJECT && end.checked,
+    });
+    return `${verdict === ApprovalVerdict.APPROVE ? "approved" : "denied"}: the run is ${statusName(got.run?.status ?? 0)}`;
+  }, done);
   const controls = may("approver")
     ? h("div", { class: "decide" },
         button("Approve", decide(ApprovalVerdict.APPROVE), { class: "approve" }), " ",
