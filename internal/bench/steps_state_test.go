@@ -22,16 +22,9 @@ import (
 type stateCeiling struct {
 	Ceiling
 	mu    sync.Mutex
-	puts  map[int][]statePut
+	puts  map[int][]stateCommit
 	fail  error
 	calls int
-}
-
-type statePut struct {
-	first    uint64
-	events   [][]byte
-	snapshot []byte
-	blobs    map[string][]byte
 }
 
 func (c *stateCeiling) CreateStateLog(path string, runIDs []string) (func(int, uint64, [][]byte, []byte, map[string][]byte) error, func() error, error) {
@@ -40,7 +33,7 @@ func (c *stateCeiling) CreateStateLog(path string, runIDs []string) (func(int, u
 		return nil, nil, err
 	}
 	c.mu.Lock()
-	c.puts = map[int][]statePut{}
+	c.puts = map[int][]stateCommit{}
 	c.mu.Unlock()
 	return func(run int, first uint64, data [][]byte, snapshot []byte, blobs map[string][]byte) error {
 		c.mu.Lock()
@@ -49,7 +42,7 @@ func (c *stateCeiling) CreateStateLog(path string, runIDs []string) (func(int, u
 			c.mu.Unlock()
 			return c.fail
 		}
-		c.puts[run] = append(c.puts[run], statePut{first, data, snapshot, blobs})
+		c.puts[run] = append(c.puts[run], stateCommit{first, data, snapshot, blobs})
 		c.mu.Unlock()
 		runs, seqs := make([]int, len(data)), make([]uint64, len(data))
 		for i := range data {
@@ -165,11 +158,11 @@ func TestStateCommitsRefuseAGap(t *testing.T) {
 func mustOpen[M proto.Message](t *testing.T, v []byte) M {
 	t.Helper()
 	data, problem := seal.Open(v)
-	var m M
-	m = m.ProtoReflect().Type().New().Interface().(M)
 	if problem != "" {
 		t.Fatalf("a sealed value: %s", problem)
 	}
+	var m M
+	m = m.ProtoReflect().Type().New().Interface().(M)
 	if err := proto.Unmarshal(data, m); err != nil {
 		t.Fatal(fmt.Errorf("a sealed value: %w", err))
 	}
