@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -156,6 +157,31 @@ func drivenBy(ctx context.Context, cli *clientv3.Client, cl *client.Client, name
 	return runs, nil
 }
 
+// drivingSoon is drivenBy once the replica drives a run: it waits for one
+// (a replica restarted by the kill before has none at first) until the
+// runs are finished or limit passes, then returns what the replica drives,
+// which may be nothing.
+func drivingSoon(ctx context.Context, cli *clientv3.Client, cl *client.Client, name string, finished <-chan struct{}, limit time.Duration) ([]string, error) {
+	deadline := time.After(limit)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		runs, err := drivenBy(ctx, cli, cl, name)
+		if err != nil || len(runs) > 0 {
+			return runs, err
+		}
+		select {
+		case <-tick.C:
+		case <-finished:
+			return drivenBy(ctx, cli, cl, name)
+		case <-deadline:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
 // resumedWithin waits until every one of runs was taken under a newer
 // epoch than it had (or ended), and returns how long that took from since.
 func resumedWithin(ctx context.Context, cli *clientv3.Client, cl *client.Client, runs []string, before map[string]uint64, since time.Time, limit time.Duration) (time.Duration, error) {
@@ -180,7 +206,11 @@ func resumedWithin(ctx context.Context, cli *clientv3.Client, cl *client.Client,
 				delete(left, r)
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return time.Since(since), ctx.Err()
+		}
 	}
 	return time.Since(since), nil
 }
@@ -210,7 +240,10 @@ func TestFailover(t *testing.T) {
 	}
 	cl := dial(t, addrs...)
 
-	// The runs, driven by workers through the list of all three servers.
+	// The runs, driven by workers through the list of all three servers,
+	// each worker's list starting at another replica, as callers spread
+	// over the replicas do: each replica starts runs, so each kill has runs
+	// to take from it.
 	n := *runsFlag
 	runIDs := make([]string, n)
 	errs := make([]error, n)
@@ -220,10 +253,12 @@ func TestFailover(t *testing.T) {
 	}
 	close(next)
 	var drivers sync.WaitGroup
-	for range 5 {
+	for w := range 5 {
+		from := w % len(addrs)
+		wcl := dial(t, append(slices.Clone(addrs[from:]), addrs[:from]...)...)
 		drivers.Go(func() {
 			for i := range next {
-				runIDs[i], errs[i] = drive(ctx, cl, i, 400)
+				runIDs[i], errs[i] = drive(ctx, wcl, i, 400)
 			}
 		})
 	}
@@ -237,10 +272,11 @@ func TestFailover(t *testing.T) {
 	var kills []kill
 	watched := make(chan error, 1)
 	watching := false
+	finished := make(chan struct{})
+	go func() { drivers.Wait(); close(finished) }()
 	for k := range *killsFlag {
-		time.Sleep(700 * time.Millisecond) // let runs start on the restarted one
 		victim := reps[k%len(reps)]
-		owned, err := drivenBy(ctx, cli, cl, victim.name)
+		owned, err := drivingSoon(ctx, cli, cl, victim.name, finished, ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
