@@ -213,6 +213,13 @@ func (a *authenticator) authenticate(ctx context.Context) (context.Context, erro
 }
 
 func (a *authenticator) identify(ctx context.Context) (reinauth.Principal, error) {
+	vals := metadata.ValueFromIncomingContext(ctx, "authorization")
+	if len(vals) > 1 {
+		// Which one would be the caller is the client's guess, not the
+		// server's: refused, whatever the tokens.
+		return reinauth.Principal{}, status.Errorf(codes.Unauthenticated,
+			"the call has %d authorization headers: send one (authorization: Bearer TOKEN)", len(vals))
+	}
 	if a.dir == nil {
 		if pr, ok := peer.FromContext(ctx); ok && !isLocal(pr.Addr) {
 			return reinauth.Principal{}, status.Errorf(codes.Unauthenticated,
@@ -220,7 +227,7 @@ func (a *authenticator) identify(ctx context.Context) (reinauth.Principal, error
 		}
 		return LocalPrincipal(), nil
 	}
-	if vals := metadata.ValueFromIncomingContext(ctx, "authorization"); len(vals) > 0 {
+	if len(vals) == 1 {
 		token, ok := strings.CutPrefix(vals[0], "Bearer ")
 		if !ok {
 			return reinauth.Principal{}, status.Error(codes.Unauthenticated, `the authorization header must be "Bearer TOKEN"`)

@@ -102,6 +102,7 @@ type Node struct {
 	GRPC   *grpc.Server
 	health *health.Server
 	log    *slog.Logger
+	auth   *authenticator
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -163,7 +164,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		Published: published, Logger: cfg.Logger, Replica: cfg.Replica, Owner: cfg.Owner, MaxDriven: cfg.MaxDriven,
 		TookOver: func(runstate.State, uint64) { cfg.Metrics.TookOver() },
 	})
-	opts = append(append(opts, chain(cfg.Logger, &authenticator{dir: cfg.Directory}, newLimiter(cfg.RatePerSecond, cfg.RateBurst))...),
+	authn := &authenticator{dir: cfg.Directory}
+	opts = append(append(opts, chain(cfg.Logger, authn, newLimiter(cfg.RatePerSecond, cfg.RateBurst))...),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.MaxConcurrentStreams(cfg.MaxStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
@@ -174,6 +176,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		GRPC:   grpc.NewServer(append(opts, cfg.ServerOptions...)...),
 		health: health.NewServer(),
 		log:    cfg.Logger,
+		auth:   authn,
 		done:   make(chan struct{}),
 		leased: cfg.Leased,
 	}

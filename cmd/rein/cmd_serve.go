@@ -42,7 +42,7 @@ type serveOptions struct {
 	maxStreams      uint32
 	shutdownTimeout time.Duration
 	adminListen     string
-	httpListen      string
+	http            httpFlags
 	pprof           bool
 	logFormat       string
 	logLevel        string
@@ -98,7 +98,7 @@ one that receives it takes the run and carries it on.`,
 	f.Uint32Var(&o.maxStreams, "max-streams", 4096, "concurrent streams per connection")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop may take")
 	f.StringVar(&o.adminListen, "admin-listen", "", "serve HTTP for operators on this address: /metrics (Prometheus), /healthz, /readyz; off by default; no authentication, so keep it on an address only operators reach")
-	f.StringVar(&o.httpListen, "http", "", "serve the web console and RunService to browsers (Connect, gRPC-Web) on this address, with the same authentication and roles as gRPC, and TLS when --tls-cert is given; off by default")
+	o.http.register(f)
 	f.BoolVar(&o.pprof, "pprof", false, "with --admin-listen, also serve Go's profiles at /debug/pprof/")
 	f.StringVar(&o.logFormat, "log-format", "text", "log lines on stderr as text (key=value) or json (one object a line)")
 	f.StringVar(&o.logLevel, "log-level", "info", "the least severe log lines written: debug, info, warn or error")
@@ -153,10 +153,13 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		defer admin.Close()
 		cfg.Metrics = metrics.New()
 	}
+	if err := o.http.check(o.flags); err != nil {
+		return err
+	}
 	var web net.Listener
-	if o.httpListen != "" {
-		if web, err = net.Listen("tcp", o.httpListen); err != nil {
-			return &exitErr{code: exitUnavailable, err: fmt.Errorf("--http %s: %w", o.httpListen, err)}
+	if o.http.listen != "" {
+		if web, err = net.Listen("tcp", o.http.listen); err != nil {
+			return &exitErr{code: exitUnavailable, err: fmt.Errorf("--http %s: %w", o.http.listen, err)}
 		}
 		defer web.Close()
 	}
@@ -237,7 +240,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		log.Info("serving operators' HTTP", "admin_addr", admin.Addr().String(), "pprof", o.pprof)
 	}
 	if web != nil {
-		stop, err := serveConsole(web, node.GRPC, tlsCfg, log)
+		stop, err := o.http.serve(web, node, cfg, tlsCfg, log)
 		if err != nil {
 			node.Close()
 			return err

@@ -9,25 +9,85 @@ import (
 	"net/http"
 	"time"
 
-	"google.golang.org/grpc"
+	"github.com/spf13/pflag"
 
 	"github.com/reinhq/rein/internal/console"
+	"github.com/reinhq/rein/server"
 )
 
-// serveConsole serves the web console and RunService for browsers on lis
-// (rein serve --http), over TLS when tlsCfg is set (its client certificates
-// name principals as on the gRPC port). Calls go through g, so its
-// interceptors judge them. stop closes the listener and every connection;
-// watch streams end, and the console resumes them when the server is back.
-func serveConsole(lis net.Listener, g *grpc.Server, tlsCfg *tls.Config, log *slog.Logger) (stop func(), err error) {
-	h, err := console.Handler(g)
+// httpFlags are rein serve's flags for its HTTP face (--http): the web
+// console and RunService for browsers.
+type httpFlags struct {
+	listen            string
+	hosts             []string
+	origins           []string
+	readHeaderTimeout time.Duration
+	readTimeout       time.Duration
+	idleTimeout       time.Duration
+	maxConnsPerClient int
+}
+
+func (h *httpFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&h.listen, "http", "", "serve the web console and RunService to browsers (Connect, gRPC-Web) on this address, with the same authentication and roles as gRPC, and TLS when --tls-cert is given; off by default")
+	f.StringSliceVar(&h.hosts, "http-host", nil, "with --http, a host name requests may carry in their Host header, besides IP addresses and localhost (the name the console is reached by); repeatable or comma-separated")
+	f.StringSliceVar(&h.origins, "http-allowed-origins", nil, "with --http, origins (scheme://host[:port]) besides the console's own that browsers may call RunService from; repeatable or comma-separated")
+	f.DurationVar(&h.readHeaderTimeout, "http-read-header-timeout", 10*time.Second, "with --http, how long a request's headers may take to arrive")
+	f.DurationVar(&h.readTimeout, "http-read-timeout", 30*time.Second, "with --http, how long a request's body may take to arrive (a watch stream's response is not bounded by it)")
+	f.DurationVar(&h.idleTimeout, "http-idle-timeout", 2*time.Minute, "with --http, how long an idle connection stays open")
+	f.IntVar(&h.maxConnsPerClient, "http-max-conns-per-client", 256, "with --http, the most connections one client address may hold open; past it new ones are closed (0: no cap)")
+}
+
+// check refuses the --http-… flags without --http, and values that do not
+// fit.
+func (h *httpFlags) check(f *pflag.FlagSet) error {
+	if h.listen == "" {
+		for _, name := range []string{"http-host", "http-allowed-origins", "http-read-header-timeout", "http-read-timeout", "http-idle-timeout", "http-max-conns-per-client"} {
+			if f.Changed(name) {
+				return usageError("--%s is for the HTTP face: give --http ADDR too", name)
+			}
+		}
+		return nil
+	}
+	for name, d := range map[string]time.Duration{"http-read-header-timeout": h.readHeaderTimeout, "http-read-timeout": h.readTimeout, "http-idle-timeout": h.idleTimeout} {
+		if d <= 0 {
+			return usageError("--%s must be more than 0", name)
+		}
+	}
+	if h.maxConnsPerClient < 0 {
+		return usageError("--http-max-conns-per-client must be 0 (no cap) or more")
+	}
+	if err := (console.Options{Hosts: h.hosts, AllowedOrigins: h.origins}).Check(); err != nil {
+		return usageError("%v", err)
+	}
+	return nil
+}
+
+// serve serves the web console and RunService for browsers on lis, over
+// TLS when tlsCfg is set (its client certificates name principals as on
+// the gRPC port). Calls go through node's gRPC server, so its
+// interceptors judge them; a caller's credentials are checked before its
+// body is read. stop closes the listener and every connection; watch
+// streams end, and the console resumes them when the server is back.
+func (h *httpFlags) serve(lis net.Listener, node *server.Node, cfg server.Config, tlsCfg *tls.Config, log *slog.Logger) (stop func(), err error) {
+	handler, err := console.Handler(node.GRPC, console.Options{
+		Authenticate:   node.AuthenticateHTTP,
+		MaxBodyBytes:   cfg.MaxRecvBytes,
+		ReadTimeout:    h.readTimeout,
+		Hosts:          h.hosts,
+		AllowedOrigins: h.origins,
+	})
 	if err != nil {
-		return nil, err
+		return nil, usageError("%v", err)
 	}
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetHTTP2(true)
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, Protocols: &p}
+	hs := &http.Server{
+		Handler: handler, Protocols: &p,
+		ReadHeaderTimeout: h.readHeaderTimeout, IdleTimeout: h.idleTimeout,
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
 	scheme := "http"
 	if tlsCfg != nil {
 		hs.TLSConfig = tlsCfg.Clone()
@@ -35,6 +95,7 @@ func serveConsole(lis net.Listener, g *grpc.Server, tlsCfg *tls.Config, log *slo
 	} else {
 		p.SetUnencryptedHTTP2(true)
 	}
+	lis = console.LimitPerClient(lis, h.maxConnsPerClient)
 	go func() {
 		var err error
 		if tlsCfg != nil {

@@ -13,14 +13,21 @@
 package console
 
 import (
+	"compress/gzip"
 	"embed"
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"math"
 	"net/http"
 	"strings"
+	"time"
 
+	"connectrpc.com/connect"
 	"connectrpc.com/vanguard"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 )
@@ -33,14 +40,56 @@ var dist embed.FS
 const ContentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
+// Options are the HTTP face's defences; the zero value serves with no
+// limits, as a test's handler may.
+type Options struct {
+	// Authenticate names the caller of a request from its headers and
+	// connection alone (a bearer token, a client certificate, a loopback
+	// address), before its body is read; a refusal is a gRPC status. Nil
+	// leaves it to the gRPC server's interceptors alone.
+	Authenticate func(*http.Request) error
+	// MaxBodyBytes bounds a request's body, as read and as inflated; 0
+	// means 4 MiB.
+	MaxBodyBytes int
+	// ReadTimeout bounds how long a request's body may take to arrive; 0
+	// means no bound.
+	ReadTimeout time.Duration
+	// Hosts are the names, besides IP addresses and localhost, that
+	// requests may carry in Host (rein serve --http-host).
+	Hosts []string
+	// AllowedOrigins are the origins, besides the console's own, that may
+	// call RunService from a browser (rein serve --http-allowed-origins).
+	AllowedOrigins []string
+}
+
+// Check says what is wrong with the options' hosts and origins, before a
+// server is started with them.
+func (o Options) Check() error {
+	_, err := newSite(o.Hosts, o.AllowedOrigins)
+	return err
+}
+
 // Handler serves the console's files and, under /rein.v1.RunService/,
-// RunService through g (which must have it registered).
-func Handler(g *grpc.Server) (http.Handler, error) {
+// RunService through g (which must have it registered). Every request
+// passes the checks guard.go describes first.
+func Handler(g *grpc.Server, opts Options) (http.Handler, error) {
+	limit := int64(opts.MaxBodyBytes)
+	if limit <= 0 {
+		limit = 4 << 20
+	}
+	at, err := newSite(opts.Hosts, opts.AllowedOrigins)
+	if err != nil {
+		return nil, err
+	}
 	api, err := vanguard.NewTranscoder(
 		[]*vanguard.Service{vanguard.NewService(reinv1.RunService_ServiceDesc.ServiceName, g)},
+		vanguard.WithCodec(newCallCodec),
+		vanguard.WithCompression(vanguard.CompressionGzip, func() connect.Compressor { return gzip.NewWriter(io.Discard) }, newBoundedGzip(limit)),
 		vanguard.WithDefaultServiceOptions(
 			vanguard.WithTargetProtocols(vanguard.ProtocolGRPC),
 			vanguard.WithTargetCodecs(vanguard.CodecProto),
+			vanguard.WithNoTargetCompression(),
+			vanguard.WithMaxMessageBufferBytes(uint32(min(limit, math.MaxUint32))),
 		),
 	)
 	if err != nil {
@@ -52,22 +101,87 @@ func Handler(g *grpc.Server) (http.Handler, error) {
 	}
 	static := http.FileServerFS(files)
 	prefix := "/" + reinv1.RunService_ServiceDesc.ServiceName + "/"
+	errs := connect.NewErrorWriter()
+	refuse := func(w http.ResponseWriter, r *http.Request, err error) {
+		if errs.IsSupported(r) {
+			_ = errs.Write(w, r, err)
+			return
+		}
+		http.Error(w, err.Error(), connectHTTPStatus(connect.CodeOf(err)))
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", ContentSecurityPolicy)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "no-referrer")
-		if strings.HasPrefix(r.URL.Path, prefix) {
-			api.ServeHTTP(w, r)
+		if err := at.check(r); err != nil {
+			// 403 whatever the protocol: a page of another site learns
+			// nothing more.
+			http.Error(w, err.Error(), http.StatusForbidden)
 			return
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			h.Set("Allow", "GET, HEAD")
-			http.Error(w, "the console's files are read with GET; RunService is under "+prefix, http.StatusMethodNotAllowed)
+		if !strings.HasPrefix(r.URL.Path, prefix) {
+			serveFile(w, r, static, prefix)
 			return
 		}
-		h.Set("Cache-Control", "no-cache")
-		static.ServeHTTP(w, r)
+		if err := notACall(r); err != nil {
+			http.Error(w, err.Error(), http.StatusUnsupportedMediaType)
+			return
+		}
+		if opts.Authenticate != nil {
+			if err := opts.Authenticate(r); err != nil {
+				refuse(w, r, fromStatus(err))
+				return
+			}
+		}
+		if err := readBody(w, r, limit+envelopeBytes, opts.ReadTimeout); err != nil {
+			refuse(w, r, err)
+			return
+		}
+		if r.Method == http.MethodPost && r.ContentLength == 0 && (contentType(r) == "application/json" || contentType(r) == "application/proto") {
+			refuse(w, r, connect.NewError(connect.CodeInvalidArgument, errors.New("the request body is empty: send the request message ({} in JSON for one with no fields set)")))
+			return
+		}
+		api.ServeHTTP(w, r)
 	}), nil
+}
+
+// serveFile serves the console's files, to GET and HEAD only.
+func serveFile(w http.ResponseWriter, r *http.Request, static http.Handler, prefix string) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "the console's files are read with GET; RunService is under "+prefix, http.StatusMethodNotAllowed)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-cache")
+	static.ServeHTTP(w, r)
+}
+
+// fromStatus is a gRPC status error as a Connect error of the same code
+// and message.
+func fromStatus(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return connect.NewError(connect.CodeUnauthenticated, err)
+	}
+	return connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))
+}
+
+// connectHTTPStatus is the HTTP status the Connect protocol gives a code,
+// for a refusal to a request of no RPC protocol.
+func connectHTTPStatus(c connect.Code) int {
+	switch c {
+	case connect.CodeInvalidArgument:
+		return http.StatusBadRequest
+	case connect.CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case connect.CodePermissionDenied:
+		return http.StatusForbidden
+	case connect.CodeResourceExhausted:
+		return http.StatusTooManyRequests
+	case connect.CodeDeadlineExceeded:
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
 }

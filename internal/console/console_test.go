@@ -33,6 +33,12 @@ func (infoServer) GetServerInfo(ctx context.Context, _ *reinv1.GetServerInfoRequ
 // records each method and refuses calls without an authorization header.
 func newConsole(t *testing.T) (*httptest.Server, func() []string) {
 	t.Helper()
+	return newConsoleWith(t, Options{})
+}
+
+// newConsoleWith is newConsole with the HTTP face's options.
+func newConsoleWith(t *testing.T, opts Options) (*httptest.Server, func() []string) {
+	t.Helper()
 	var mu sync.Mutex
 	var seen []string
 	g := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
@@ -45,7 +51,7 @@ func newConsole(t *testing.T) (*httptest.Server, func() []string) {
 		return next(ctx, req)
 	}))
 	reinv1.RegisterRunServiceServer(g, infoServer{})
-	h, err := Handler(g)
+	h, err := Handler(g, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,8 +99,8 @@ func TestFilesRefuseWrites(t *testing.T) {
 	}
 }
 
-// connect makes a Connect (JSON) unary call, as the console's client does.
-func connect(t *testing.T, url, method, auth string) (int, string) {
+// connectCall makes a Connect (JSON) unary call, as the console's client does.
+func connectCall(t *testing.T, url, method, auth string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url+"/rein.v1.RunService/"+method, strings.NewReader("{}"))
 	req.Header.Set("Content-Type", "application/json")
@@ -116,11 +122,11 @@ func connect(t *testing.T, url, method, auth string) (int, string) {
 // intact; one the interceptor refuses never reaches the handler.
 func TestCallsGoThroughTheInterceptors(t *testing.T) {
 	srv, seen := newConsole(t)
-	code, body := connect(t, srv.URL, "GetServerInfo", "Bearer t0k")
+	code, body := connectCall(t, srv.URL, "GetServerInfo", "Bearer t0k")
 	if code != http.StatusOK || !strings.Contains(body, "Bearer t0k") {
 		t.Fatalf("GetServerInfo with a token: %d %s; want 200 naming the header", code, body)
 	}
-	code, body = connect(t, srv.URL, "GetServerInfo", "")
+	code, body = connectCall(t, srv.URL, "GetServerInfo", "")
 	if code != http.StatusUnauthorized || !strings.Contains(body, "no token") || strings.Contains(body, "principal") {
 		t.Fatalf("GetServerInfo without a token: %d %s; want 401 from the interceptor", code, body)
 	}
@@ -128,7 +134,7 @@ func TestCallsGoThroughTheInterceptors(t *testing.T) {
 		t.Fatalf("interceptor saw %v, want both calls", got)
 	}
 	// Only RunService is offered: the server's other services are not.
-	if code, _ := connect(t, srv.URL, "../../grpc.health.v1.Health/Check", ""); code == http.StatusOK {
+	if code, _ := connectCall(t, srv.URL, "../../grpc.health.v1.Health/Check", ""); code == http.StatusOK {
 		t.Errorf("a path outside RunService answered 200")
 	}
 }

@@ -1,0 +1,146 @@
+package console
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/vanguard"
+	"google.golang.org/protobuf/proto"
+)
+
+// Every RunService method takes one request message (none streams from the
+// client), so the whole body is read before the call goes on, bounded in
+// size and in time; the transcoder then reads it from memory. What a
+// request can make the server hold is therefore its body (at most
+// maxBody), the message decompressed (at most maxBody again) and the
+// message transcoded.
+
+// envelopeBytes is the frame header of an enveloped message (Connect
+// streaming, gRPC-Web, gRPC): a flag byte and a 4-byte length.
+const envelopeBytes = 5
+
+// readBody reads r's body into memory, at most limit bytes, within
+// timeout, and gives r a body that reads from memory. A body longer than
+// limit is refused as ResourceExhausted before more of it is read; one
+// that does not arrive in time as DeadlineExceeded.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, timeout time.Duration) error {
+	rc := http.NewResponseController(w)
+	if timeout > 0 {
+		// Only the body: a watch stream's response goes on long after.
+		// A connection that cannot take a deadline (a test's recorder)
+		// is read without one.
+		if err := rc.SetReadDeadline(time.Now().Add(timeout)); err == nil {
+			defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+		}
+	}
+	if r.ContentLength > limit {
+		return tooLarge(r.ContentLength, limit)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	_ = r.Body.Close()
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return tooLarge(-1, limit)
+		}
+		if isTimeout(err) {
+			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("the request body did not arrive within %s; send it whole, at once", timeout))
+		}
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("reading the request body: %w", err))
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	return nil
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+func tooLarge(n, limit int64) error {
+	if n >= 0 {
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the request body is %d bytes, over this server's limit of %d (rein serve --max-msg-bytes)", n, limit))
+	}
+	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the request body is over this server's limit of %d bytes (rein serve --max-msg-bytes)", limit))
+}
+
+// Decompression is bounded twice: no message inflates past the server's
+// message limit, and none past maxRatio times the bytes it was inflated
+// from once it passes ratioFloor (a gzip bomb is refused early, whatever
+// the limit).
+const (
+	maxRatio   = 100
+	ratioFloor = 1 << 20
+)
+
+// boundedGzip is a gzip decompressor that refuses to inflate a message
+// past limit bytes, or past maxRatio times its compressed size.
+type boundedGzip struct {
+	limit int64
+	src   countingReader
+	zr    gzip.Reader
+	out   int64
+}
+
+func newBoundedGzip(limit int64) func() connect.Decompressor {
+	return func() connect.Decompressor { return &boundedGzip{limit: limit} }
+}
+
+func (g *boundedGzip) Reset(r io.Reader) error {
+	g.src = countingReader{r: r}
+	g.out = 0
+	return g.zr.Reset(&g.src)
+}
+
+func (g *boundedGzip) Read(p []byte) (int, error) {
+	n, err := g.zr.Read(p)
+	g.out += int64(n)
+	switch {
+	case g.out > g.limit:
+		return n, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the request inflates to more than this server's limit of %d bytes (rein serve --max-msg-bytes)", g.limit))
+	case g.out > ratioFloor && g.out > maxRatio*g.src.n:
+		return n, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("the request inflates more than %d times its compressed size; send it uncompressed", maxRatio))
+	case err != nil && !errors.Is(err, io.EOF):
+		return n, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("the request's gzip data is damaged: %w", err))
+	}
+	return n, err
+}
+
+func (g *boundedGzip) Close() error { return g.zr.Close() }
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// callCodec is the transcoder's JSON codec, whose refusals are the
+// caller's: a body that is not the method's request in JSON (cut short,
+// not UTF-8, a wrong type, a key twice, nested past the limit) is
+// InvalidArgument, as it is on the gRPC port, not an error of the server.
+type callCodec struct{ *vanguard.JSONCodec }
+
+func newCallCodec(res vanguard.TypeResolver) vanguard.Codec {
+	return callCodec{vanguard.NewJSONCodec(res)}
+}
+
+func (c callCodec) Unmarshal(data []byte, msg proto.Message) error {
+	if err := c.JSONCodec.Unmarshal(data, msg); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
+			"the request is not a valid %s in JSON (%v); send one JSON object, UTF-8, each field once with its type (the API reference lists them)",
+			msg.ProtoReflect().Descriptor().FullName(), err))
+	}
+	return nil
+}

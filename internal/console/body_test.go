@@ -1,0 +1,286 @@
+package console
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// endless is a body that never ends: it counts what was read of it.
+type endless struct{ read atomic.Int64 }
+
+func (e *endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = ' '
+	}
+	e.read.Add(int64(len(p)))
+	return len(p), nil
+}
+
+// post sends a Connect unary call with body, of unknown length unless
+// length >= 0, and returns the status and the answer's body.
+func post(t *testing.T, url string, body io.Reader, length int64, headers map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url+"/rein.v1.RunService/GetServerInfo", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = length
+	for k, v := range connectHeaders(headers) {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestCallersAreNamedBeforeTheBodyIsRead: a caller without credentials is
+// refused from its headers alone; the server never waits for (or holds)
+// its body, however long.
+func TestCallersAreNamedBeforeTheBodyIsRead(t *testing.T) {
+	srv, seen := newConsoleWith(t, Options{Authenticate: func(r *http.Request) error {
+		if r.Header.Get("Authorization") != "Bearer t0k" {
+			return status.Error(codes.Unauthenticated, "no such token")
+		}
+		return nil
+	}})
+	body := &endless{}
+	done := make(chan struct{})
+	var code int
+	var answer string
+	go func() {
+		defer close(done)
+		code, answer = post(t, srv.URL, body, -1, map[string]string{"Authorization": "Bearer wrong"})
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server waited for an endless body before refusing its caller")
+	}
+	if code != http.StatusUnauthorized || !strings.Contains(answer, "no such token") {
+		t.Fatalf("an unknown token: %d %s; want 401 with the authenticator's message", code, answer)
+	}
+	if len(seen()) != 0 {
+		t.Fatalf("the refused call reached the gRPC server: %v", seen())
+	}
+	// The twin: the right token is served.
+	if code, answer := post(t, srv.URL, strings.NewReader("{}"), -1, nil); code != http.StatusOK {
+		t.Fatalf("the right token: %d %s", code, answer)
+	}
+}
+
+// TestBodiesAreBoundedAsRead: a body over the limit is refused, by its
+// Content-Length before a byte is read, or as it is read when it has none.
+func TestBodiesAreBoundedAsRead(t *testing.T) {
+	const limit = 64 << 10
+	srv, seen := newConsoleWith(t, Options{MaxBodyBytes: limit})
+	code, answer := post(t, srv.URL, io.LimitReader(&endless{}, 256<<20), 256<<20, nil)
+	if code != http.StatusTooManyRequests || !strings.Contains(answer, "resource_exhausted") || !strings.Contains(answer, "--max-msg-bytes") {
+		t.Errorf("a 256 MiB Content-Length: %d %s; want resource_exhausted naming --max-msg-bytes", code, answer)
+	}
+	body := &endless{}
+	code, answer = post(t, srv.URL, body, -1, nil)
+	if code != http.StatusTooManyRequests || !strings.Contains(answer, "resource_exhausted") {
+		t.Errorf("an endless chunked body: %d %s; want resource_exhausted", code, answer)
+	}
+	if n := body.read.Load(); n > 64<<20 {
+		t.Errorf("the client sent %d bytes of an endless body before the refusal", n)
+	}
+	if len(seen()) != 0 {
+		t.Fatalf("oversized calls reached the gRPC server: %v", seen())
+	}
+	// The twin: a body at the limit is served.
+	exact := `{"pad":"` + strings.Repeat("x", limit-10) + `"}`
+	if code, answer := post(t, srv.URL, strings.NewReader(exact), int64(len(exact)), nil); code != http.StatusOK {
+		t.Fatalf("a body of %d bytes (the limit): %d %.300s", len(exact), code, answer)
+	}
+}
+
+// gzipped is data compressed.
+func gzipped(t *testing.T, parts ...[]byte) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	for _, p := range parts {
+		if _, err := zw.Write(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestDecompressionIsBounded: a gzip bomb, on the Connect and gRPC-Web
+// paths, is refused as it inflates; a compressed call of honest size is
+// served.
+func TestDecompressionIsBounded(t *testing.T) {
+	srv, seen := newConsoleWith(t, Options{MaxBodyBytes: 2 << 20})
+	// gzip members one after another inflate as one stream: 1 GiB of
+	// zeros from 1024 copies of one small member.
+	member := gzipped(t, make([]byte, 1<<20))
+	bomb := bytes.Repeat(member, 1024)
+	code, answer := post(t, srv.URL, bytes.NewReader(bomb), int64(len(bomb)), map[string]string{"Content-Encoding": "gzip"})
+	if code != http.StatusBadRequest || !strings.Contains(answer, "inflates more than") {
+		t.Errorf("a %d-byte gzip bomb (1 GiB inflated): %d %s; want a 4xx saying it inflates too far", len(bomb), code, answer)
+	}
+	// Under the ratio, over the limit: about 2 MiB of random letters in,
+	// 3 MiB out.
+	varied := make([]byte, 3<<20)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for i := range varied {
+		varied[i] = byte('a' + rnd.IntN(26))
+	}
+	big := gzipped(t, []byte(`{"pad":"`), varied, []byte(`"}`))
+	code, answer = post(t, srv.URL, bytes.NewReader(big), int64(len(big)), map[string]string{"Content-Encoding": "gzip"})
+	if code != http.StatusTooManyRequests || !strings.Contains(answer, "inflates to more than") {
+		t.Errorf("%d bytes inflating to 3 MiB past a 2 MiB limit: %d %s; want resource_exhausted", len(big), code, answer)
+	}
+	// gRPC-Web: the message's envelope says it is compressed.
+	msg := bomb
+	frame := append([]byte{1, 0, 0, 0, 0}, msg...)
+	frame[1], frame[2], frame[3], frame[4] = byte(len(msg)>>24), byte(len(msg)>>16), byte(len(msg)>>8), byte(len(msg))
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/rein.v1.RunService/GetServerInfo", bytes.NewReader(frame))
+	req.Header.Set("Content-Type", "application/grpc-web+proto")
+	req.Header.Set("Grpc-Encoding", "gzip")
+	req.Header.Set("Authorization", "Bearer t0k")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.Header.Get("Grpc-Status") != "3" || !strings.Contains(resp.Header.Get("Grpc-Message"), "inflates more than") {
+		t.Errorf("a gRPC-Web gzip bomb: %d %q %s; want a refusal saying it inflates too far", resp.StatusCode, resp.Header, b)
+	}
+	if len(seen()) != 0 {
+		t.Fatalf("bombs reached the gRPC server: %v", seen())
+	}
+	// The twin: honest compression is served.
+	small := gzipped(t, []byte(`{"pad":"`+strings.Repeat("ab", 1000)+`"}`))
+	if code, answer := post(t, srv.URL, bytes.NewReader(small), int64(len(small)), map[string]string{"Content-Encoding": "gzip"}); code != http.StatusOK {
+		t.Fatalf("a gzipped call: %d %s", code, answer)
+	}
+}
+
+// stalled is a body that sends a byte, then nothing until it is closed.
+type stalled struct {
+	sent   bool
+	closed chan struct{}
+}
+
+func (s *stalled) Read(p []byte) (int, error) {
+	if !s.sent {
+		s.sent = true
+		p[0] = '{'
+		return 1, nil
+	}
+	<-s.closed
+	return 0, errors.New("closed")
+}
+
+// TestSlowBodiesTimeOut: a body that stops arriving is answered
+// deadline_exceeded after the read timeout, and the connection is free of
+// it; a body that arrives in time is served.
+func TestSlowBodiesTimeOut(t *testing.T) {
+	srv, seen := newConsoleWith(t, Options{ReadTimeout: 300 * time.Millisecond})
+	body := &stalled{closed: make(chan struct{})}
+	defer close(body.closed)
+	start := time.Now()
+	done := make(chan struct{})
+	var code int
+	var answer string
+	go func() {
+		defer close(done)
+		code, answer = post(t, srv.URL, body, -1, nil)
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a stalled body held its call for 20s with a read timeout of 300ms")
+	}
+	if code != http.StatusGatewayTimeout && !strings.Contains(answer, "deadline_exceeded") {
+		t.Fatalf("a stalled body: %d %s after %s; want deadline_exceeded", code, answer, time.Since(start))
+	}
+	if len(seen()) != 0 {
+		t.Fatalf("a stalled call reached the gRPC server: %v", seen())
+	}
+	if code, answer := post(t, srv.URL, strings.NewReader("{}"), -1, nil); code != http.StatusOK {
+		t.Fatalf("a prompt body: %d %s", code, answer)
+	}
+}
+
+// TestConnectionsPerClientAreCapped: past the cap, a client's new
+// connection is closed as it is accepted; once one of its connections
+// closes, it may open another.
+func TestConnectionsPerClientAreCapped(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis := LimitPerClient(raw, 2)
+	defer lis.Close()
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(c, c); c.Close() }() // echo until the client closes
+		}
+	}()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	alive := func(c net.Conn) bool {
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("x")); err != nil {
+			return false
+		}
+		b := make([]byte, 1)
+		_, err := io.ReadFull(c, b)
+		return err == nil
+	}
+	a, b, c := dial(), dial(), dial()
+	defer a.Close()
+	defer b.Close()
+	defer c.Close()
+	if !alive(a) || !alive(b) {
+		t.Fatal("the first two connections were not served")
+	}
+	if alive(c) {
+		t.Fatal("a third connection from one address was served past a cap of 2")
+	}
+	a.Close()
+	time.Sleep(100 * time.Millisecond) // the server's side of a sees the close
+	d := dial()
+	defer d.Close()
+	for i := 0; !alive(d); i++ {
+		if i == 50 {
+			t.Fatal("after one of two connections closed, a new one was still refused")
+		}
+		d.Close()
+		time.Sleep(100 * time.Millisecond)
+		d = dial()
+	}
+}

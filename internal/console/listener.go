@@ -1,0 +1,79 @@
+package console
+
+import (
+	"net"
+	"sync"
+)
+
+// LimitPerClient wraps lis so that no client address holds more than max
+// connections at once: a connection past it is closed as it is accepted,
+// so one client cannot take every file descriptor the server has. max <= 0
+// means no limit. Clients behind one proxy share its address.
+func LimitPerClient(lis net.Listener, max int) net.Listener {
+	if max <= 0 {
+		return lis
+	}
+	return &perClient{Listener: lis, max: max, open: map[string]int{}}
+}
+
+type perClient struct {
+	net.Listener
+	max int
+	// mu guards open: the connections each client address holds.
+	mu   sync.Mutex
+	open map[string]int
+}
+
+func (l *perClient) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		key := clientKey(c.RemoteAddr())
+		l.mu.Lock()
+		over := l.open[key] >= l.max
+		if !over {
+			l.open[key]++
+		}
+		l.mu.Unlock()
+		if over {
+			_ = c.Close()
+			continue
+		}
+		return &clientConn{Conn: c, release: func() { l.release(key) }}, nil
+	}
+}
+
+func (l *perClient) release(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[key]--; l.open[key] <= 0 {
+		delete(l.open, key)
+	}
+}
+
+// clientKey is a connection's client: its IP address.
+func clientKey(a net.Addr) string {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.IP.String()
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
+}
+
+// clientConn gives its slot back once, when it closes.
+type clientConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *clientConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
