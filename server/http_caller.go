@@ -38,4 +38,3 @@ type unparsedAddr string
 
 func (a unparsedAddr) Network() string { return "unparsed" }
 func (a unparsedAddr) String() string  { return string(a) }
-

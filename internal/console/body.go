@@ -3,10 +3,12 @@ package console
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -29,7 +31,7 @@ const envelopeBytes = 5
 // timeout, and gives r a body that reads from memory. A body longer than
 // limit is refused as ResourceExhausted before more of it is read; one
 // that does not arrive in time as DeadlineExceeded.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64, timeout time.Duration) error {
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, timeout time.Duration) ([]byte, error) {
 	rc := http.NewResponseController(w)
 	if timeout > 0 {
 		// Only the body: a watch stream's response goes on long after.
@@ -40,23 +42,23 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, timeout time.
 		}
 	}
 	if r.ContentLength > limit {
-		return tooLarge(r.ContentLength, limit)
+		return nil, tooLarge(r.ContentLength, limit)
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	_ = r.Body.Close()
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return tooLarge(-1, limit)
+			return nil, tooLarge(-1, limit)
 		}
 		if isTimeout(err) {
-			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("the request body did not arrive within %s; send it whole, at once", timeout))
+			return nil, connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("the request body did not arrive within %s; send it whole, at once", timeout))
 		}
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("reading the request body: %w", err))
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("reading the request body: %w", err))
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
-	return nil
+	return body, nil
 }
 
 func isTimeout(err error) bool {
@@ -69,6 +71,42 @@ func tooLarge(n, limit int64) error {
 		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the request body is %d bytes, over this server's limit of %d (rein serve --max-msg-bytes)", n, limit))
 	}
 	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the request body is over this server's limit of %d bytes (rein serve --max-msg-bytes)", limit))
+}
+
+// checkFrames refuses an enveloped body (Connect streaming, gRPC-Web,
+// gRPC) that is not exactly one message frame: a frame cut short, a length
+// past the body, flags no request carries, or bytes after the frame.
+// Every RunService method takes one request message.
+func checkFrames(body []byte, contentType string) error {
+	if !enveloped(contentType) {
+		return nil
+	}
+	bad := func(what string) error {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
+			"the request body is not one enveloped message (%s): send a 5-byte header (flags 0 or 1, the length, big-endian) and the message", what))
+	}
+	if len(body) < envelopeBytes {
+		return bad(fmt.Sprintf("%d bytes, shorter than a frame header", len(body)))
+	}
+	if flags := body[0]; flags&^1 != 0 {
+		return bad(fmt.Sprintf("flags %#x", flags))
+	}
+	n := uint64(binary.BigEndian.Uint32(body[1:envelopeBytes]))
+	switch rest := uint64(len(body) - envelopeBytes); {
+	case n > rest:
+		return bad(fmt.Sprintf("the frame says %d bytes and %d follow", n, rest))
+	case n < rest:
+		return bad(fmt.Sprintf("%d bytes after the frame", rest-n))
+	}
+	return nil
+}
+
+// enveloped says whether a content type's body is framed: all but Connect
+// unary calls', and gRPC-Web text's, which is base64 (the transcoder
+// checks it).
+func enveloped(ct string) bool {
+	return strings.HasPrefix(ct, "application/connect+") ||
+		(strings.HasPrefix(ct, "application/grpc") && !strings.HasPrefix(ct, "application/grpc-web-text"))
 }
 
 // Decompression is bounded twice: no message inflates past the server's

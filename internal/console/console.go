@@ -135,7 +135,12 @@ func Handler(g *grpc.Server, opts Options) (http.Handler, error) {
 				return
 			}
 		}
-		if err := readBody(w, r, limit+envelopeBytes, opts.ReadTimeout); err != nil {
+		body, err := readBody(w, r, limit+envelopeBytes, opts.ReadTimeout)
+		if err != nil {
+			refuse(w, r, err)
+			return
+		}
+		if err := checkFrames(body, contentType(r)); err != nil {
 			refuse(w, r, err)
 			return
 		}

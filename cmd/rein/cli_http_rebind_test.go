@@ -1,0 +1,94 @@
+package main
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// httpCall posts a Connect JSON call to RunService's method on web, with
+// extra headers (Host among them).
+func httpCall(t *testing.T, web, method, body string, headers map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+web+"/rein.v1.RunService/"+method, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Connect-Protocol-Version", "1")
+	for k, v := range headers {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestHTTPRebindingCannotDecide: issue 26's reproduction. On a server
+// without --tokens (loopback callers are the local admin), a page on a
+// rebound name posts DecideApproval for a paused refund: refused with 403,
+// and the run is still waiting, its log untouched. The twin: the same call
+// by the console's own address approves, and the write commits.
+func TestHTTPRebindingCannotDecide(t *testing.T) {
+	web := freeAddr(t)
+	db := newDB(t)
+	addr := serveInProcess(t, db, "--http", web, "--tools", "fixture:"+example("refund", "tools.json"))
+	out := decodeOne(t, cli(t, "run", example("refund", "task.json"), "--model", "script:"+example("refund", "model.jsonl"),
+		"--server", addr, "--json").mustExit(t, exitPaused).stdout)
+	runID := out["run_id"].(string)
+	prop := obj(t, obj(t, out["pending"], "pending")["proposal"], "pending.proposal")
+	before := cli(t, "events", runID, "--server", addr, "--json").mustExit(t, exitOK).stdout
+	decide := `{"runId":"` + runID + `","proposalId":"` + prop["proposal_id"].(string) + `","proposalHash":"` + prop["hash"].(string) +
+		`","verdict":"APPROVAL_VERDICT_APPROVE","reason":"from a rebound page"}`
+	_, port, _ := net.SplitHostPort(web)
+	for name, h := range map[string]map[string]string{
+		"rebound Host and Origin": {"Host": "evil.example:" + port, "Origin": "http://evil.example:" + port},
+		"rebound Host":            {"Host": "evil.example:" + port},
+		"foreign Origin":          {"Origin": "http://evil.example:" + port},
+	} {
+		code, body := httpCall(t, web, "DecideApproval", decide, h)
+		if code != http.StatusForbidden {
+			t.Fatalf("DecideApproval with a %s: %d %s; want 403", name, code, body)
+		}
+	}
+	// A form post from any page: 415, whatever its origin.
+	resp, err := http.Post("http://"+web+"/rein.v1.RunService/DecideApproval", "text/plain", strings.NewReader(decide))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnsupportedMediaType {
+		t.Fatalf("a form-encodable DecideApproval: %d, want 415", resp.StatusCode)
+	}
+	after := cli(t, "events", runID, "--server", addr, "--json").mustExit(t, exitOK).stdout
+	if after != before {
+		t.Fatalf("refused calls changed the run's log:\nbefore %s\nafter %s", before, after)
+	}
+
+	code, body := httpCall(t, web, "DecideApproval", decide, map[string]string{"Origin": "http://" + web})
+	if code != http.StatusOK {
+		t.Fatalf("DecideApproval from the console's own origin: %d %s", code, body)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := decodeOne(t, cli(t, "inspect", runID, "--server", addr, "--json").mustExit(t, exitOK).stdout)
+		if got["status"] == "completed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the approved refund did not complete: %v", got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
