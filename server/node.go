@@ -24,6 +24,7 @@ import (
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/secret"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/telemetry"
 	"github.com/reinhq/rein/internal/tools"
@@ -44,6 +45,10 @@ type Config struct {
 	Models func(*reinv1.ModelSpec) (model.Model, error)
 	// Prices prices the runs' model calls; nil means pricing.Default().
 	Prices *pricing.Table
+	// Secrets are the server's secrets, redacted from everything its runs
+	// record (harness.Config.Secrets); nil redacts nothing. The caller
+	// redacts its Logger with the same (secret.Handler).
+	Secrets *secret.Redactor
 	// Directory maps credentials to principals. Nil means no credentials:
 	// the server accepts only local callers, as the local admin.
 	Directory *auth.Directory
@@ -162,7 +167,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	eng := harness.New(harness.Config{
 		Store: st, Models: cfg.Models, Tools: cfg.Tools, Workspace: cfg.Workspace, Prices: cfg.Prices, Clock: cfg.Clock,
 		Published: published, Logger: cfg.Logger, Replica: cfg.Replica, Owner: cfg.Owner, MaxDriven: cfg.MaxDriven,
-		TookOver: func(runstate.State, uint64) { cfg.Metrics.TookOver() },
+		TookOver: func(runstate.State, uint64) { cfg.Metrics.TookOver() }, Secrets: cfg.Secrets,
 	})
 	authn := &authenticator{dir: cfg.Directory}
 	opts = append(append(opts, chain(cfg.Logger, authn, newLimiter(cfg.RatePerSecond, cfg.RateBurst))...),

@@ -133,7 +133,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer s.close()
-	cfg.Tools, cfg.Workspace, cfg.Prices, cfg.Models = s.executor, s.workspace, s.prices, s.models
+	log = s.configure(&cfg, log) // from here on no log line holds a secret's value
 	var tlsCfg *tls.Config
 	if o.tlsCert != "" || o.tlsKey != "" || o.clientCA != "" {
 		if tlsCfg, err = o.tlsConfig(); err != nil {

@@ -168,12 +168,11 @@ func embeddedReadOnly(ctx context.Context, db string) (*conn, error) {
 
 // serveEmbedded serves st in this process, as embedded says.
 func serveEmbedded(ctx context.Context, st store.Store, s *setup) (*conn, error) {
-	cfg := server.Config{Store: st, Models: models, MaxRecvBytes: embeddedMaxRecv}
+	// Without a setup (the commands that only read, import), the provider
+	// keys of the environment are still the server's secrets.
+	cfg := server.Config{Store: st, Models: models, MaxRecvBytes: embeddedMaxRecv, Secrets: serverSecrets(nil)}
 	if s != nil {
-		cfg.Tools, cfg.Workspace, cfg.Prices = s.executor, s.workspace, s.prices
-		if s.models != nil {
-			cfg.Models = s.models
-		}
+		s.configure(&cfg, nil)
 	}
 	node, err := server.Open(ctx, cfg)
 	if err != nil {

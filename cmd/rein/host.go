@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -10,9 +11,11 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/pricing"
+	"github.com/reinhq/rein/internal/secret"
 	"github.com/reinhq/rein/internal/tools"
 	"github.com/reinhq/rein/internal/tools/mcp"
 	"github.com/reinhq/rein/internal/tools/remote"
+	"github.com/reinhq/rein/server"
 )
 
 // host holds the flags that set up the server runs are carried on: its
@@ -67,7 +70,23 @@ type setup struct {
 	workspace string
 	prices    *pricing.Table
 	models    func(*reinv1.ModelSpec) (model.Model, error)
-	closers   []func()
+	// secrets redacts every secret the server holds (serverSecrets) from
+	// what its runs record and what it logs.
+	secrets *secret.Redactor
+	closers []func()
+}
+
+// configure gives cfg what the host set up: its tools, workspace, prices,
+// models and secrets, and as cfg.Logger log redacted by the secrets, which
+// it returns too (nil stays nil), so that no line the server logs holds a
+// secret's value.
+func (s *setup) configure(cfg *server.Config, log *slog.Logger) *slog.Logger {
+	cfg.Tools, cfg.Workspace, cfg.Prices, cfg.Models, cfg.Secrets = s.executor, s.workspace, s.prices, s.models, s.secrets
+	if log != nil {
+		log = slog.New(secret.Handler(log.Handler(), s.secrets))
+	}
+	cfg.Logger = log
+	return log
 }
 
 func (s *setup) close() {
@@ -106,7 +125,7 @@ func (h *host) open(ctx context.Context, ledger string) (*setup, error) {
 			allowed = append(allowed, strings.TrimRight(u, "/"))
 		}
 	}
-	s := &setup{workspace: h.workspace, prices: prices, models: modelsWith(secrets, allowed)}
+	s := &setup{workspace: h.workspace, prices: prices, models: modelsWith(secrets, allowed), secrets: serverSecrets(secrets)}
 	if err := h.openTools(ctx, ledger, s); err != nil {
 		s.close()
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/model/anthropic"
 	"github.com/reinhq/rein/internal/model/openai"
+	"github.com/reinhq/rein/internal/secret"
 )
 
 // models builds a run's model with keys from the environment only, at any
@@ -43,6 +44,19 @@ func modelsWith(secrets map[string]string, allowed []string) func(*reinv1.ModelS
 		}
 		return model.New(spec)
 	}
+}
+
+// serverSecrets is the redactor of every secret a server holds: each value
+// of its --secrets file (file, nil without one), and each model provider's
+// key in its environment, which modelsWith sends when the file has none
+// and which a completion check may be let read. Both are redacted when the
+// file and the environment give one name two values.
+func serverSecrets(file map[string]string) *secret.Redactor {
+	env := map[string]string{}
+	for _, name := range []string{openai.KeyEnv, anthropic.KeyEnv} {
+		env[name] = os.Getenv(name)
+	}
+	return secret.New(file, env)
 }
 
 // loadSecrets reads a secrets file: KEY=VALUE lines, blank lines and #

@@ -20,6 +20,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/secret"
 	"github.com/reinhq/rein/internal/tail"
 )
 
@@ -97,7 +98,7 @@ func (r *runner) runChecks(ctx context.Context) (*reinv1.ChecksCompleted, error)
 	start := time.Now()
 	defer func() { cc.Duration = durationpb.New(time.Since(start)) }()
 	for _, ch := range r.st.Contract.GetChecks() {
-		res := runCheck(ctx, root, ch)
+		res := runCheck(ctx, root, ch, r.e.cfg.Secrets)
 		if ctx.Err() != nil {
 			return nil, errStopped
 		}
@@ -108,8 +109,11 @@ func (r *runner) runChecks(ctx context.Context) (*reinv1.ChecksCompleted, error)
 }
 
 // runCheck runs one check: its argv with no shell, in its directory, with
-// only the allowlisted environment, cut at its timeout.
-func runCheck(ctx context.Context, root string, ch *reinv1.Check) *reinv1.CheckResult {
+// only the allowlisted environment, cut at its timeout. Its output is
+// redacted by secrets before its tail is taken, so that cutting the tail
+// cannot leave part of a value behind: the check may print a key the
+// contract let into its environment, or a file that holds one.
+func runCheck(ctx context.Context, root string, ch *reinv1.Check, secrets *secret.Redactor) *reinv1.CheckResult {
 	res := &reinv1.CheckResult{Name: ch.GetName(), ExitCode: -1}
 	dir, err := checkDir(root, ch.GetDir())
 	if err != nil {
@@ -135,7 +139,7 @@ func runCheck(ctx context.Context, root string, ch *reinv1.Check) *reinv1.CheckR
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = checkWaitDelay
 	err = cmd.Run()
-	tail := tail.Lines(out.String(), checkTailLines, checkTailBytes)
+	tail := tail.Lines(secrets.Redact(out.String()), checkTailLines, checkTailBytes)
 	var exit *exec.ExitError
 	switch {
 	case cctx.Err() != nil && ctx.Err() == nil:

@@ -22,6 +22,7 @@ import (
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/secret"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/tools"
 )
@@ -102,6 +103,11 @@ type Config struct {
 	// means 1s. MaxRetryWait is the longest wait rein accepts; a provider
 	// that asks for more fails the call. 0 means 60s.
 	RetryWait, MaxRetryWait time.Duration
+	// Secrets are the server's secrets, redacted from the outside text the
+	// engine records (secrets.go): what its models and tools answer (New
+	// wraps Models and Tools) and the completion checks' output. Nil
+	// redacts nothing.
+	Secrets *secret.Redactor
 }
 
 // Engine starts, drives and cancels runs.
@@ -144,6 +150,7 @@ func New(cfg Config) *Engine {
 	if cfg.Models == nil {
 		cfg.Models = model.New
 	}
+	cfg.Models, cfg.Tools = redactModels(cfg.Models, cfg.Secrets), redactTools(cfg.Tools, cfg.Secrets)
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
