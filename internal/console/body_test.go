@@ -284,3 +284,17 @@ func TestConnectionsPerClientAreCapped(t *testing.T) {
 		d = dial()
 	}
 }
+
+// TestEmptyBodies: an empty Connect body is the empty message in protobuf
+// (the console's client sends one for GetServerInfo), and no JSON at all.
+func TestEmptyBodies(t *testing.T) {
+	srv, _ := newConsole(t)
+	code, answer := call(t, srv.URL, "GetServerInfo", "", map[string]string{"Content-Type": "application/proto", "Connect-Protocol-Version": "1", "Authorization": "Bearer t0k"})
+	if code != http.StatusOK || !strings.Contains(answer, "Bearer t0k") {
+		t.Fatalf("an empty protobuf body: %d %q; want the empty message served", code, answer)
+	}
+	code, answer = call(t, srv.URL, "GetServerInfo", "", connectHeaders(nil))
+	if code != http.StatusBadRequest || !strings.Contains(answer, "invalid_argument") || !strings.Contains(answer, "not JSON") {
+		t.Fatalf("an empty JSON body: %d %s; want invalid_argument", code, answer)
+	}
+}

@@ -144,8 +144,9 @@ func Handler(g *grpc.Server, opts Options) (http.Handler, error) {
 			refuse(w, r, err)
 			return
 		}
-		if r.Method == http.MethodPost && r.ContentLength == 0 && (contentType(r) == "application/json" || contentType(r) == "application/proto") {
-			refuse(w, r, connect.NewError(connect.CodeInvalidArgument, errors.New("the request body is empty: send the request message ({} in JSON for one with no fields set)")))
+		// An empty body is the empty message in protobuf, and no JSON.
+		if r.Method == http.MethodPost && len(body) == 0 && contentType(r) == "application/json" {
+			refuse(w, r, connect.NewError(connect.CodeInvalidArgument, errors.New("the request body is empty, which is not JSON: send the request message, {} for one with no fields set")))
 			return
 		}
 		api.ServeHTTP(w, r)
