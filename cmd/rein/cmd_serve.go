@@ -105,7 +105,7 @@ one that receives it takes the run and carries it on.`,
 	o.etcd.register(f)
 	f.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "with --etcd, the TTL of this server's etcd lease: how soon after it stops answering the other servers take its runs (whole seconds)")
 	f.IntVar(&o.maxRuns, "max-runs", 0, "with --etcd, the most runs this server drives at once; past it, new and orphaned runs are left for other servers to take (0: no cap)")
-	f.StringVar(&o.name, "name", "", "with --etcd, this server's name in the runs' owner keys and its logs (default: host name and process ID)")
+	f.StringVar(&o.name, "name", "", "with --etcd, this server's name in the runs' owner keys and its logs, its own on the --etcd-prefix: a name another live server holds is refused, one a dead server held is taken once its lease ends (default: host name and process ID)")
 	f.BoolVar(&o.otel, "otel", false, "export the runs' traces over OTLP, configured by the standard OTEL_* environment (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, …); off by default")
 	return cmd
 }
@@ -196,9 +196,13 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 			host, _ := os.Hostname()
 			o.name = fmt.Sprintf("%s-%d", host, os.Getpid())
 		}
-		if rep, err = replica.Join(ctx, replica.Config{Client: cli, Store: st, TTL: o.leaseTTL, Logger: log, LostLease: cfg.Metrics.LostLease}); err != nil {
+		if rep, err = replica.Join(ctx, replica.Config{Client: cli, Store: st, Name: o.name, TTL: o.leaseTTL, Logger: log, LostLease: cfg.Metrics.LostLease}); err != nil {
 			_ = st.Close()
-			return &exitErr{code: exitUnavailable, err: err}
+			code := exitUnavailable
+			if errors.Is(err, replica.ErrNameTaken) {
+				code = exitUsage // the operator's --name clashes: retrying will not help
+			}
+			return &exitErr{code: code, err: err}
 		}
 		cfg.Store, cfg.Replica, cfg.Owner, cfg.MaxDriven = st, true, o.name, o.maxRuns
 		cfg.Commits, cfg.Leased = st.WatchCommits, rep.Holding

@@ -94,3 +94,52 @@ func TestServeEtcdRefused(t *testing.T) {
 		t.Errorf("the fresh prefix holds %d layout marks, want 1", len(keys))
 	}
 }
+
+// TestServeEtcdNameTaken: a second rein serve --etcd with the --name of a
+// live server on the same prefix exits 2 before it serves, naming the
+// clash and what to do. The twin: once the first server stopped (its
+// lease revoked as it leaves), a server of that name starts at once.
+func TestServeEtcdNameTaken(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	serve := []string{"serve", "--listen", "127.0.0.1:0", "--etcd", c.Endpoint(0), "--etcd-prefix", "/names/", "--lease-ttl", "5s", "--name", "dup"}
+	// start runs serve until it is stopped; it returns the stop, which
+	// waits for the exit code.
+	start := func(log *watchWriter) func() int {
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan int, 1)
+		go func() { done <- Run(ctx, serve, strings.NewReader(""), &strings.Builder{}, log) }()
+		return func() int { stop(); return <-done }
+	}
+	first := newWatchWriter("serving")
+	stopFirst := start(first)
+	if !first.waitFor(30*time.Second, func(s string) bool { return strings.Contains(s, "rein serving") }) {
+		t.Fatalf("the first server did not serve: exit %d\n%s", stopFirst(), first.String())
+	}
+
+	// The second is refused; on a rein that lets it start, it would serve
+	// until this test stops it, and exit 0.
+	second := newWatchWriter("serving")
+	stopSecond := start(second)
+	second.waitFor(30*time.Second, func(s string) bool { return strings.Contains(s, "rein:") || strings.Contains(s, "rein serving") })
+	if code := stopSecond(); code != exitUsage {
+		t.Fatalf("a second server named dup: exit %d, want %d (usage)\n%s", code, exitUsage, second.String())
+	}
+	for _, says := range []string{`"dup"`, "another server already runs as", "etcd lease", "--name", "stop the other server"} {
+		if !strings.Contains(second.String(), says) {
+			t.Errorf("the refusal does not say %q:\n%s", says, second.String())
+		}
+	}
+	if strings.Contains(second.String(), "rein serving") {
+		t.Errorf("the refused server served:\n%s", second.String())
+	}
+
+	if code := stopFirst(); code != exitOK {
+		t.Fatalf("the first server stopped with exit %d\n%s", code, first.String())
+	}
+	third := newWatchWriter("serving")
+	stopThird := start(third)
+	served := third.waitFor(30*time.Second, func(s string) bool { return strings.Contains(s, "rein serving") || strings.Contains(s, "rein:") })
+	if code := stopThird(); !served || code != exitOK || !strings.Contains(third.String(), "rein serving") {
+		t.Fatalf("a server named dup after the first stopped: exit %d\n%s", code, third.String())
+	}
+}

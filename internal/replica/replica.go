@@ -20,6 +20,18 @@
 // replica also looks over every run once per TTL, so a run no lease was
 // ever taken on (its server died right after creating it) is carried on
 // too.
+//
+// A replica's name (the owner in its runs' owner keys, run_taken events,
+// logs and metrics) is its own on the prefix: with each lease it is
+// granted, it claims the name under that lease (etcdstore.Store.ClaimName)
+// before it drives anything. The name's key ends with the lease, so the
+// name of a replica that left is free at once. When another lease holds
+// the name, Join waits to tell a dead holder from a live one: the lease of
+// one that died ends within its TTL, and Join takes the name then (a
+// server restarted after a crash, under its old name, starts once its old
+// lease ended); the lease of one that runs is renewed, and Join fails with
+// ErrNameTaken, naming that lease. A replica that lost its lease and finds
+// its name taken meanwhile drives nothing until the name is free again.
 package replica
 
 import (
@@ -27,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +64,9 @@ type Config struct {
 	// Client talks to the etcd cluster the Store is on.
 	Client *clientv3.Client
 	Store  *etcdstore.Store
+	// Name is this replica's name on the store's prefix, the owner of the
+	// runs it takes; no two live replicas on a prefix share one.
+	Name string
 	// TTL is the lease's time to live: how long after this server stops
 	// answering its runs are taken over. etcd counts it in whole seconds.
 	TTL time.Duration
@@ -67,6 +83,8 @@ type Config struct {
 // engine; Leave ends it.
 type Replica struct {
 	cfg Config
+	// card is what the replica puts under its name to say who it is.
+	card string
 
 	// held says the lease is held (readiness).
 	held atomic.Bool
@@ -87,16 +105,28 @@ type Replica struct {
 	lookNow chan struct{}
 }
 
-// Join is granted a lease, ties the store's runs to it and keeps it alive.
-// It fails when etcd does not grant one within the store's timeout.
+// ErrNameTaken is the error of a Join whose name a live replica on the
+// prefix holds.
+var ErrNameTaken = errors.New("replica name taken")
+
+// Join is granted a lease, claims the replica's name under it, ties the
+// store's runs to it and keeps it alive. It fails when etcd does not grant
+// one within the store's timeout, and with ErrNameTaken when another live
+// replica holds the name; while a replica that died holds it, Join waits
+// for its lease to end (waitFree).
 func Join(ctx context.Context, cfg Config) (*Replica, error) {
 	if cfg.TTL < time.Second {
 		return nil, fmt.Errorf("replica: lease TTL %v is under etcd's least, 1s", cfg.TTL)
 	}
+	if cfg.Name == "" {
+		return nil, errors.New("replica: the name is empty: each replica on a prefix needs a name of its own")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Replica{cfg: cfg, lookNow: make(chan struct{}, 1)}
+	host, _ := os.Hostname()
+	card := fmt.Sprintf("host %s, pid %d, joined %s", host, os.Getpid(), time.Now().UTC().Format(time.RFC3339))
+	r := &Replica{cfg: cfg, card: card, lookNow: make(chan struct{}, 1)}
 	id, err := r.grant(ctx)
 	if err != nil {
 		return nil, err
@@ -111,17 +141,112 @@ func Join(ctx context.Context, cfg Config) (*Replica, error) {
 	return r, nil
 }
 
-// grant asks etcd for a lease and ties the store to it.
+// grant asks etcd for a lease, claims the name under it and ties the store
+// to it. While another server's lease holds the name, it revokes its own
+// and waits (waitFree): for that lease to end, and it asks again, or to be
+// renewed, and it fails with ErrNameTaken.
 func (r *Replica) grant(ctx context.Context) (clientv3.LeaseID, error) {
+	for range 5 {
+		id, holder, err := r.grantClaimed(ctx)
+		if err != nil || holder == nil {
+			return id, err
+		}
+		if err := r.waitFree(ctx, *holder); err != nil {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("%w: the name %q was held, then freed, five times while this server claimed it; start it again", ErrNameTaken, r.cfg.Name)
+}
+
+// grantClaimed is granted a lease and claims the name under it. When
+// another lease holds the name, it revokes its own and returns the holder.
+func (r *Replica) grantClaimed(ctx context.Context) (clientv3.LeaseID, *etcdstore.NameHolder, error) {
 	gctx, cancel := context.WithTimeout(ctx, r.cfg.TTL)
 	defer cancel()
 	g, err := r.cfg.Client.Grant(gctx, int64((r.cfg.TTL+time.Second-1)/time.Second))
 	if err != nil {
-		return 0, fmt.Errorf("be granted an etcd lease (TTL %v) at %v: %w; check that etcd is running and has a leader", r.cfg.TTL, r.cfg.Client.Endpoints(), err)
+		return 0, nil, fmt.Errorf("be granted an etcd lease (TTL %v) at %v: %w; check that etcd is running and has a leader", r.cfg.TTL, r.cfg.Client.Endpoints(), err)
+	}
+	h, ok, err := r.cfg.Store.ClaimName(gctx, r.cfg.Name, r.card, g.ID)
+	if err != nil || !ok {
+		r.revoke(ctx, g.ID)
+		if err != nil {
+			return 0, nil, err
+		}
+		if prev := r.cfg.Store.Lease(); prev != 0 && h.Lease == prev {
+			// This replica's lease before, lost and not yet ended.
+			r.revoke(ctx, prev)
+		}
+		return 0, &h, nil
 	}
 	r.cfg.Store.SetLease(g.ID)
 	r.held.Store(true)
-	return g.ID, nil
+	return g.ID, nil, nil
+}
+
+// waitFree waits until the server holding the name shows itself gone or
+// alive. It returns nil once the name's key is deleted (its lease ended:
+// the server left, or died and its TTL ran out), and ErrNameTaken once the
+// lease is renewed: its remaining TTL grows, or it outlives what it had
+// left when first read (etcd counts it in whole seconds) by a second.
+func (r *Replica) waitFree(ctx context.Context, h etcdstore.NameHolder) error {
+	if h.Lease == 0 {
+		return fmt.Errorf("%w: the key %s holds the name %q (%s) under no etcd lease, so it never ends: if no server runs as %q, delete the key (etcdctl del %s); else give this server another name (rein serve --name)",
+			ErrNameTaken, h.Key, r.cfg.Name, h.Value, r.cfg.Name, h.Key)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	deleted := r.cfg.Client.Watch(wctx, h.Key, clientv3.WithRev(h.Revision+1), clientv3.WithFilterPut())
+	left, err := r.leaseLeft(ctx, h.Lease)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(time.Duration(left+2) * time.Second)
+	r.cfg.Logger.Info("another server holds this server's name: waiting for its etcd lease to end (it died) or be renewed (it runs)",
+		"name", r.cfg.Name, "lease", fmt.Sprintf("%x", int64(h.Lease)), "holder", h.Value, "lease_left", fmt.Sprintf("%ds", left))
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the server holding the name %q to end its lease: %w", r.cfg.Name, ctx.Err())
+		case resp, ok := <-deleted:
+			if !ok || resp.Err() != nil || len(resp.Events) > 0 {
+				return nil // deleted, or the watch ended: claim again
+			}
+		case <-tick.C:
+			now, err := r.leaseLeft(ctx, h.Lease)
+			if err != nil {
+				return err
+			}
+			if now > left || (now > 0 && time.Now().After(deadline)) {
+				return fmt.Errorf("%w: another server already runs as %q on this etcd prefix: its etcd lease %x (%s; key %s) was renewed while this server waited for it to end; "+
+					"give this server another name (rein serve --name), or stop the other server first",
+					ErrNameTaken, r.cfg.Name, int64(h.Lease), h.Value, h.Key)
+			}
+			left = now
+		}
+	}
+}
+
+// leaseLeft is the remaining TTL of lease id in whole seconds, 0 or less
+// once it ended.
+func (r *Replica) leaseLeft(ctx context.Context, id clientv3.LeaseID) (int64, error) {
+	rctx, cancel := context.WithTimeout(ctx, r.cfg.TTL)
+	defer cancel()
+	resp, err := r.cfg.Client.TimeToLive(rctx, id)
+	if err != nil {
+		return 0, fmt.Errorf("read etcd lease %x, which holds the name %q, at %v: %w; check that etcd is running and has a leader", int64(id), r.cfg.Name, r.cfg.Client.Endpoints(), err)
+	}
+	return resp.TTL, nil
+}
+
+// revoke ends lease id, bounded by a second; an error is left to the
+// lease's TTL.
+func (r *Replica) revoke(ctx context.Context, id clientv3.LeaseID) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_, _ = r.cfg.Client.Revoke(rctx, id)
 }
 
 // Holding reports whether the server holds its lease now.
@@ -162,7 +287,11 @@ func (r *Replica) hold(id clientv3.LeaseID) {
 				}
 				break regrant
 			}
-			r.cfg.Logger.Warn("no etcd lease yet; asking again", "error", err)
+			if errors.Is(err, ErrNameTaken) {
+				r.cfg.Logger.Error("while this server had no etcd lease, another server took its name: this one drives no runs until that one stops", "name", r.cfg.Name, "error", err)
+			} else {
+				r.cfg.Logger.Warn("no etcd lease yet; asking again", "error", err)
+			}
 			pause(r.ctx, r.cfg.TTL/4)
 		}
 	}

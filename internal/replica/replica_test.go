@@ -117,7 +117,7 @@ func joinWith(t *testing.T, prefix, name string, models func(*reinv1.ModelSpec) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := replica.Join(t.Context(), replica.Config{Client: shared, Store: st, TTL: ttl, LookedOver: lookedOver})
+	rep, err := replica.Join(t.Context(), replica.Config{Client: shared, Store: st, Name: name, TTL: ttl, LookedOver: lookedOver})
 	if err != nil {
 		t.Fatal(err)
 	}

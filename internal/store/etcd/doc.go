@@ -31,6 +31,10 @@
 //	P blob/<sha-256 hex>/<i>  chunk i (4 hex digits) of a larger blob: at
 //	                        most ChunkBytes each, so no single value nears
 //	                        etcd's request limit
+//	P replica/<name>        who holds the replica name (path-escaped), put
+//	                        attached to that replica's etcd lease, so the
+//	                        name is free again when the lease ends
+//	                        (ClaimName): one live replica per name
 //
 // Run IDs sort by creation time, and List wants the newest first; etcd
 // reads a range in ascending key order only (a descending sort makes the

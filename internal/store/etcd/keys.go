@@ -24,6 +24,7 @@ func (k keys) events(id string) string     { return k.p + "event/" + id + "/" }
 func (k keys) changes() string             { return k.p + "change/" }
 func (k keys) change(cursor uint64) string { return hex16(k.changes(), cursor) }
 func (k keys) blob(hash string) string     { return k.p + "blob/" + hash }
+func (k keys) replica(name string) string  { return k.p + "replica/" + url.PathEscape(name) }
 
 func (k keys) event(id string, seq uint64) string {
 	return hex16(k.events(id), seq)

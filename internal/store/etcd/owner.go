@@ -1,6 +1,8 @@
 package etcd
 
 import (
+	"context"
+	"errors"
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -56,6 +58,52 @@ func (s *Store) SetLease(id clientv3.LeaseID) { s.replicaLease.Store(int64(id)) 
 
 // Lease is the etcd lease SetLease gave; 0 when there is none.
 func (s *Store) Lease() clientv3.LeaseID { return clientv3.LeaseID(s.replicaLease.Load()) }
+
+// NameHolder is the replica holding a name on the prefix, as its key
+// P replica/<name> says.
+type NameHolder struct {
+	// Key is the name's key.
+	Key string
+	// Value is what the holder put there to say who it is.
+	Value string
+	// Lease is the etcd lease the key is attached to.
+	Lease clientv3.LeaseID
+	// Revision is the etcd revision the key was read at: a watch from the
+	// next one sees every later change to it.
+	Revision int64
+}
+
+// ClaimName makes this replica the holder of name on the prefix: in one
+// Txn it puts P replica/<name> with value, attached to lease, if no key
+// holds the name, and otherwise reads the key that does. It returns true
+// when the name is claimed; false and the holder when another key holds it
+// (nothing is written then). The key vanishes when lease ends, so a
+// replica that died frees its name within its TTL.
+func (s *Store) ClaimName(ctx context.Context, name, value string, lease clientv3.LeaseID) (NameHolder, bool, error) {
+	if name == "" {
+		return NameHolder{}, false, errors.New("claim a replica name: the name is empty")
+	}
+	key := s.keys.replica(name)
+	what := fmt.Sprintf("claim the replica name %q (%s)", name, key)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
+	defer cancel()
+	resp, err := s.cli.Txn(wctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, value, clientv3.WithLease(lease))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return NameHolder{}, false, s.etcdErr(ctx, what, err)
+	}
+	if resp.Succeeded {
+		return NameHolder{}, true, nil
+	}
+	h := NameHolder{Key: key, Revision: resp.Header.GetRevision()}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		h.Value, h.Lease = string(kvs[0].Value), clientv3.LeaseID(kvs[0].Lease)
+	}
+	return h, false, nil
+}
 
 // mayOwn returns the refusal, if any, of a write by this replica that
 // moves the run from cur to next, with the append's options: a fenced
