@@ -2,6 +2,7 @@ package httpface_test
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -32,14 +33,31 @@ func dial(t *testing.T, addr string) net.Conn {
 	return c
 }
 
-// TestStalledConnectionsAreClosed: the HTTP face's timeouts and its cap on
-// connections per client. A connection whose headers stop half-way, one
-// whose body stops half-way, and one left idle after a call are each
-// closed on their timeout (1s here); past --http-max-conns-per-client, a
-// client's new connection is closed at once. The twins: a connection
-// that stays within its timeouts is served, and another client's is.
+// getInfo makes a GetServerInfo call on c and fails the test unless it is
+// served.
+func getInfo(t *testing.T, c net.Conn, what string) {
+	t.Helper()
+	if _, err := io.WriteString(c, "POST /rein.v1.RunService/GetServerInfo HTTP/1.1\r\nHost: 127.0.0.1\r\n"+
+		"Content-Type: application/json\r\nConnect-Protocol-Version: 1\r\nContent-Length: 2\r\n\r\n{}"); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "local") {
+		t.Fatalf("%s: %d %s", what, resp.StatusCode, b)
+	}
+}
+
+// TestStalledConnectionsAreClosed: the HTTP face's timeouts. A connection
+// whose headers stop half-way, one whose body stops half-way, and one left
+// idle after a call are each closed on their timeout (1s here). The twin:
+// a connection that keeps within its timeouts is served, call after call.
 func TestStalledConnectionsAreClosed(t *testing.T) {
-	srv := serve(t, "--http-read-header-timeout", "1s", "--http-read-timeout", "1s", "--http-idle-timeout", "1s", "--http-max-conns-per-client", "4")
+	srv := serve(t, "--http-read-header-timeout", "1s", "--http-read-timeout", "1s", "--http-idle-timeout", "1s")
 
 	headers := dial(t, srv.web)
 	if _, err := io.WriteString(headers, "POST /rein.v1.RunService/GetServerInfo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: appl"); err != nil {
@@ -51,43 +69,48 @@ func TestStalledConnectionsAreClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	idle := dial(t, srv.web)
-	if _, err := io.WriteString(idle, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(idle), nil)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET / on the idle connection: %v %v", resp, err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-
-	// A fourth connection, the last under the cap, held open by calls.
-	live := dial(t, srv.web)
-	// A fifth from the same address is over the cap: closed at once.
-	over := dial(t, srv.web)
-	if !closedWithin(t, over, 5*time.Second) {
-		t.Error("a fifth connection from one address was kept open past --http-max-conns-per-client 4")
-	}
-
+	getInfo(t, idle, "the call before the idle wait")
 	for name, c := range map[string]net.Conn{"half-sent headers": headers, "a half-sent body": body, "an idle connection": idle} {
 		if !closedWithin(t, c, 15*time.Second) {
 			t.Errorf("%s was still open 15s after its 1s timeout", name)
 		}
 	}
-	// The twin: a connection that keeps within its timeouts is served,
-	// call after call.
+	live := dial(t, srv.web)
 	for i := range 3 {
-		if _, err := io.WriteString(live, "POST /rein.v1.RunService/GetServerInfo HTTP/1.1\r\nHost: 127.0.0.1\r\n"+
-			"Content-Type: application/json\r\nConnect-Protocol-Version: 1\r\nContent-Length: 2\r\n\r\n{}"); err != nil {
-			t.Fatalf("call %d on a live connection: %v", i, err)
+		getInfo(t, live, fmt.Sprintf("call %d on a live connection", i))
+		time.Sleep(400 * time.Millisecond) // under the idle timeout
+	}
+}
+
+// TestConnectionsPerClientAreCapped: past --http-max-conns-per-client, a
+// client's new connection is closed as it is accepted, long before any
+// timeout (10s for headers here). The twin: once one of its connections
+// closes, the client may open another, and it is served.
+func TestConnectionsPerClientAreCapped(t *testing.T) {
+	srv := serve(t, "--http-max-conns-per-client", "4")
+	held := make([]net.Conn, 4)
+	for i := range held {
+		held[i] = dial(t, srv.web)
+		getInfo(t, held[i], fmt.Sprintf("connection %d of 4", i+1))
+	}
+	over := dial(t, srv.web)
+	if !closedWithin(t, over, 3*time.Second) {
+		t.Fatal("a fifth connection from one address was kept open past --http-max-conns-per-client 4")
+	}
+	held[0].Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c := dial(t, srv.web)
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err == nil {
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil && resp.StatusCode == http.StatusOK {
+				return
+			}
 		}
-		resp, err := http.ReadResponse(bufio.NewReader(live), nil)
-		if err != nil {
-			t.Fatalf("call %d on a live connection: %v", i, err)
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("after one of four connections closed, a new one was still refused")
 		}
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "local") {
-			t.Fatalf("call %d on a live connection: %d %s", i, resp.StatusCode, b)
-		}
-		time.Sleep(500 * time.Millisecond) // under the idle timeout
+		time.Sleep(100 * time.Millisecond)
 	}
 }
