@@ -92,3 +92,26 @@ func TestHTTPRebindingCannotDecide(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestServeHTTPFlagsAreChecked: the --http-… flags are refused without
+// --http, and values that do not fit are refused, each before the store
+// opens (exit 2, naming the flag). The twin is every test here that serves
+// --http with them.
+func TestServeHTTPFlagsAreChecked(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--http-host", "rein.internal"}, "--http-host is for the HTTP face"},
+		{[]string{"--http-max-conns-per-client", "5"}, "--http-max-conns-per-client is for the HTTP face"},
+		{[]string{"--http", "127.0.0.1:0", "--http-host", "https://rein.internal"}, "--http-host"},
+		{[]string{"--http", "127.0.0.1:0", "--http-allowed-origins", "ops.example.com"}, "--http-allowed-origins"},
+		{[]string{"--http", "127.0.0.1:0", "--http-read-timeout", "0s"}, "--http-read-timeout must be more than 0"},
+		{[]string{"--http", "127.0.0.1:0", "--http-max-conns-per-client", "-1"}, "--http-max-conns-per-client"},
+	} {
+		db := newDB(t)
+		r := cli(t, append([]string{"serve", "--db", db, "--listen", "127.0.0.1:0"}, tc.args...)...).mustExit(t, exitUsage)
+		mustContain(t, strings.Join(tc.args, " "), r.stderr, tc.want)
+		mustNotExist(t, db)
+	}
+}
