@@ -79,6 +79,9 @@ func (h *httpFlags) serve(lis net.Listener, node *server.Node, cfg server.Config
 	if err != nil {
 		return nil, usageError("%v", err)
 	}
+	if cfg.Directory == nil && len(h.hosts) > 0 {
+		log.Warn("--http-host without --tokens: behind a proxy on this machine every caller is loopback, the local admin; give --tokens", "http_host", h.hosts)
+	}
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetHTTP2(true)

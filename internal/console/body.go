@@ -77,8 +77,8 @@ func tooLarge(n, limit int64) error {
 // gRPC) that is not exactly one message frame: a frame cut short, a length
 // past the body, flags no request carries, or bytes after the frame.
 // Every RunService method takes one request message.
-func checkFrames(body []byte, contentType string) error {
-	if !enveloped(contentType) {
+func checkFrames(body []byte, r *http.Request) error {
+	if !enveloped(contentType(r)) {
 		return nil
 	}
 	bad := func(what string) error {
@@ -90,6 +90,8 @@ func checkFrames(body []byte, contentType string) error {
 	}
 	if flags := body[0]; flags&^1 != 0 {
 		return bad(fmt.Sprintf("flags %#x", flags))
+	} else if flags&1 != 0 && !compressed(r) {
+		return bad("flagged compressed with no encoding named (Grpc-Encoding or Connect-Content-Encoding)")
 	}
 	n := uint64(binary.BigEndian.Uint32(body[1:envelopeBytes]))
 	switch rest := uint64(len(body) - envelopeBytes); {
@@ -102,11 +104,9 @@ func checkFrames(body []byte, contentType string) error {
 }
 
 // enveloped says whether a content type's body is framed: all but Connect
-// unary calls', and gRPC-Web text's, which is base64 (the transcoder
-// checks it).
+// unary calls'.
 func enveloped(ct string) bool {
-	return strings.HasPrefix(ct, "application/connect+") ||
-		(strings.HasPrefix(ct, "application/grpc") && !strings.HasPrefix(ct, "application/grpc-web-text"))
+	return strings.HasPrefix(ct, "application/connect+") || strings.HasPrefix(ct, "application/grpc")
 }
 
 // Decompression is bounded twice: no message inflates past the server's
@@ -134,7 +134,10 @@ func newBoundedGzip(limit int64) func() connect.Decompressor {
 func (g *boundedGzip) Reset(r io.Reader) error {
 	g.src = countingReader{r: r}
 	g.out = 0
-	return g.zr.Reset(&g.src)
+	if err := g.zr.Reset(&g.src); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("the request's gzip data is damaged: %w", err))
+	}
+	return nil
 }
 
 func (g *boundedGzip) Read(p []byte) (int, error) {

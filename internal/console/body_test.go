@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -296,5 +297,103 @@ func TestEmptyBodies(t *testing.T) {
 	code, answer = call(t, srv.URL, "GetServerInfo", "", connectHeaders(nil))
 	if code != http.StatusBadRequest || !strings.Contains(answer, "invalid_argument") || !strings.Contains(answer, "not JSON") {
 		t.Fatalf("an empty JSON body: %d %s; want invalid_argument", code, answer)
+	}
+}
+
+// TestRefusalsCloseUnreadConnections: a request refused before its body
+// is read (no credentials, here) is answered at once and its HTTP/1
+// connection closed, however slowly the body would come: the server does
+// not read on to drain it. The twin: a served call keeps its connection.
+func TestRefusalsCloseUnreadConnections(t *testing.T) {
+	srv, _ := newConsoleWith(t, Options{Authenticate: func(r *http.Request) error {
+		if r.Header.Get("Authorization") != "Bearer t0k" {
+			return status.Error(codes.Unauthenticated, "no such token")
+		}
+		return nil
+	}})
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "POST /rein.v1.RunService/GetServerInfo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"+
+		"Connect-Protocol-Version: 1\r\nContent-Length: 1000\r\n\r\n{"); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	answer, err := io.ReadAll(c) // to EOF: the server closed it
+	if err != nil {
+		t.Fatalf("the refused connection was not closed within 10s: %v (read %q)", err, answer)
+	}
+	if !strings.Contains(string(answer), "401") || !strings.Contains(string(answer), "Connection: close") {
+		t.Fatalf("the refusal: %q; want 401 with Connection: close", answer)
+	}
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/rein.v1.RunService/GetServerInfo", strings.NewReader("{}"))
+	for k, v := range connectHeaders(nil) {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("a served call: %d, close %v; want 200 on a connection kept open", resp.StatusCode, resp.Close)
+	}
+}
+
+// TestDamagedCompressionIsInvalidArgument: a body that says gzip and is
+// not, and a gRPC-Web frame flagged compressed with no encoding named, are
+// the caller's mistakes.
+func TestDamagedCompressionIsInvalidArgument(t *testing.T) {
+	srv, seen := newConsole(t)
+	for _, body := range []string{"hello world", "\x1f\x8b"} {
+		code, answer := post(t, srv.URL, strings.NewReader(body), int64(len(body)), map[string]string{"Content-Encoding": "gzip"})
+		if code != http.StatusBadRequest || !strings.Contains(answer, "invalid_argument") {
+			t.Errorf("%q as gzip: %d %s; want 400 invalid_argument", body, code, answer)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/rein.v1.RunService/GetServerInfo", bytes.NewReader([]byte{1, 0, 0, 0, 2, 'h', 'i'}))
+	req.Header.Set("Content-Type", "application/grpc-web+proto")
+	req.Header.Set("Authorization", "Bearer t0k")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Header.Get("Grpc-Status") != "3" {
+		t.Errorf("a frame flagged compressed, no encoding: grpc-status %q %q; want 3", resp.Header.Get("Grpc-Status"), resp.Header.Get("Grpc-Message"))
+	}
+	if len(seen()) != 0 {
+		t.Fatalf("damaged calls reached the gRPC server: %v", seen())
+	}
+}
+
+// TestBodiesInFlightAreBounded: while request bodies fill the server's
+// budget, another request waits, then is refused resource_exhausted at
+// its read timeout; once the budget frees, it is served.
+func TestBodiesInFlightAreBounded(t *testing.T) {
+	const limit = 64 << 10
+	srv, _ := newConsoleWith(t, Options{MaxBodyBytes: limit, MaxBodyBytesInFlight: limit + envelopeBytes, ReadTimeout: 2 * time.Second})
+	// One request of the limit's length holds the budget while its body
+	// stalls.
+	c, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprintf(c, "POST /rein.v1.RunService/GetServerInfo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"+
+		"Connect-Protocol-Version: 1\r\nAuthorization: Bearer t0k\r\nContent-Length: %d\r\n\r\n{", limit); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // it holds the budget
+	code, answer := post(t, srv.URL, strings.NewReader("{}"), 2, nil)
+	if code != http.StatusTooManyRequests || !strings.Contains(answer, "request bodies") {
+		t.Errorf("a call while the budget is held: %d %s; want resource_exhausted", code, answer)
+	}
+	c.Close()
+	time.Sleep(300 * time.Millisecond) // the server sees it gone
+	if code, answer := post(t, srv.URL, strings.NewReader("{}"), 2, nil); code != http.StatusOK {
+		t.Fatalf("a call once the budget is free: %d %s", code, answer)
 	}
 }

@@ -51,6 +51,11 @@ type Options struct {
 	// MaxBodyBytes bounds a request's body, as read and as inflated; 0
 	// means 4 MiB.
 	MaxBodyBytes int
+	// MaxBodyBytesInFlight bounds the request bodies the server holds at
+	// once, read or being transcoded; a request waits for room up to half
+	// of ReadTimeout, then is refused resource_exhausted. 0 means 4 ×
+	// MaxBodyBytes.
+	MaxBodyBytesInFlight int64
 	// ReadTimeout bounds how long a request's body may take to arrive; 0
 	// means no bound.
 	ReadTimeout time.Duration
@@ -101,6 +106,7 @@ func Handler(g *grpc.Server, opts Options) (http.Handler, error) {
 	}
 	static := http.FileServerFS(files)
 	prefix := "/" + reinv1.RunService_ServiceDesc.ServiceName + "/"
+	held := newBodyBudget(opts.MaxBodyBytesInFlight, limit)
 	errs := connect.NewErrorWriter()
 	refuse := func(w http.ResponseWriter, r *http.Request, err error) {
 		if errs.IsSupported(r) {
@@ -118,29 +124,42 @@ func Handler(g *grpc.Server, opts Options) (http.Handler, error) {
 		if err := at.check(r); err != nil {
 			// 403 whatever the protocol: a page of another site learns
 			// nothing more.
+			closeUnread(w, r)
 			http.Error(w, err.Error(), http.StatusForbidden)
 			return
 		}
 		if !strings.HasPrefix(r.URL.Path, prefix) {
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				closeUnread(w, r)
+			}
 			serveFile(w, r, static, prefix)
 			return
 		}
 		if err := notACall(r); err != nil {
+			closeUnread(w, r)
 			http.Error(w, err.Error(), http.StatusUnsupportedMediaType)
 			return
 		}
 		if opts.Authenticate != nil {
 			if err := opts.Authenticate(r); err != nil {
+				closeUnread(w, r)
 				refuse(w, r, fromStatus(err))
 				return
 			}
 		}
+		release, err := held.acquire(r, limit, opts.ReadTimeout)
+		if err != nil {
+			closeUnread(w, r)
+			refuse(w, r, err)
+			return
+		}
+		defer release()
 		body, err := readBody(w, r, limit+envelopeBytes, opts.ReadTimeout)
 		if err != nil {
 			refuse(w, r, err)
 			return
 		}
-		if err := checkFrames(body, contentType(r)); err != nil {
+		if err := checkFrames(body, r); err != nil {
 			refuse(w, r, err)
 			return
 		}
@@ -149,7 +168,9 @@ func Handler(g *grpc.Server, opts Options) (http.Handler, error) {
 			refuse(w, r, connect.NewError(connect.CodeInvalidArgument, errors.New("the request body is empty, which is not JSON: send the request message, {} for one with no fields set")))
 			return
 		}
-		api.ServeHTTP(w, r)
+		// The request's memory is the transcoder's until it answers: a
+		// stream's first response frees the weight, so watches do not hold it.
+		api.ServeHTTP(&releasingWriter{ResponseWriter: w, release: release}, r)
 	}), nil
 }
 

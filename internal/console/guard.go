@@ -99,7 +99,8 @@ func hostname(hostport string) string {
 }
 
 // callContentTypes are the content types of the RPC protocols the console
-// serves (Connect, gRPC-Web, gRPC), without parameters. None is one an
+// serves (Connect, binary gRPC-Web, gRPC), without parameters; the
+// transcoder serves no gRPC-Web text. None is one an
 // HTML form can send (application/x-www-form-urlencoded, multipart/form-
 // data, text/plain), and each makes a browser ask first (a CORS preflight,
 // which this server never grants) before it sends one to another origin.
@@ -107,7 +108,6 @@ var callContentTypes = map[string]bool{
 	"application/json": true, "application/proto": true,
 	"application/connect+json": true, "application/connect+proto": true,
 	"application/grpc-web": true, "application/grpc-web+proto": true, "application/grpc-web+json": true,
-	"application/grpc-web-text": true, "application/grpc-web-text+proto": true,
 	"application/grpc": true, "application/grpc+proto": true, "application/grpc+json": true,
 }
 
