@@ -34,7 +34,7 @@ func (h *httpFlags) register(f *pflag.FlagSet) {
 	f.DurationVar(&h.readHeaderTimeout, "http-read-header-timeout", 10*time.Second, "with --http, how long a request's headers may take to arrive")
 	f.DurationVar(&h.readTimeout, "http-read-timeout", 30*time.Second, "with --http, how long a request's body may take to arrive (a watch stream's response is not bounded by it)")
 	f.DurationVar(&h.idleTimeout, "http-idle-timeout", 2*time.Minute, "with --http, how long an idle connection stays open")
-	f.IntVar(&h.maxConnsPerClient, "http-max-conns-per-client", 256, "with --http, the most connections one client address may hold open; past it new ones are closed (0: no cap)")
+	f.IntVar(&h.maxConnsPerClient, "http-max-conns-per-client", 256, "with --http, the most connections one client (an IPv4 address, an IPv6 /64) may hold open; past it new ones are closed (0: no cap)")
 }
 
 // check refuses the --http-… flags without --http, and values that do not

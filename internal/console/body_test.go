@@ -397,3 +397,22 @@ func TestBodiesInFlightAreBounded(t *testing.T) {
 		t.Fatalf("a call once the budget is free: %d %s", code, answer)
 	}
 }
+
+// TestClientKey: connections are counted by IPv4 address, and by the /64
+// of an IPv6 address, so one host cannot widen its cap by using many
+// addresses of its prefix; other addresses and prefixes are other clients.
+func TestClientKey(t *testing.T) {
+	key := func(s string) string { a, _ := net.ResolveTCPAddr("tcp", s); return clientKey(a) }
+	if key("[2001:db8:1:2::1]:1") != key("[2001:db8:1:2:ffff::9]:2") {
+		t.Error("two addresses of one IPv6 /64 are counted apart")
+	}
+	if key("[2001:db8:1:2::1]:1") == key("[2001:db8:1:3::1]:1") {
+		t.Error("two IPv6 /64s are counted together")
+	}
+	if key("127.0.0.1:1") != key("127.0.0.1:2") || key("127.0.0.1:1") == key("127.0.0.2:1") {
+		t.Error("IPv4 clients are not counted by address")
+	}
+	if key("[::ffff:10.0.0.1]:1") != key("10.0.0.1:1") {
+		t.Error("an IPv4-mapped address is counted apart from its IPv4 address")
+	}
+}

@@ -53,16 +53,22 @@ func (l *perClient) release(key string) {
 	}
 }
 
-// clientKey is a connection's client: its IP address.
+// clientKey is a connection's client: its IPv4 address, or the /64 of its
+// IPv6 address (one host is commonly given a whole /64).
 func clientKey(a net.Addr) string {
+	var ip net.IP
 	if t, ok := a.(*net.TCPAddr); ok {
-		return t.IP.String()
+		ip = t.IP
+	} else if host, _, err := net.SplitHostPort(a.String()); err == nil {
+		ip = net.ParseIP(host)
 	}
-	host, _, err := net.SplitHostPort(a.String())
-	if err != nil {
+	switch {
+	case ip == nil:
 		return a.String()
+	case ip.To4() != nil:
+		return ip.To4().String()
 	}
-	return host
+	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
 
 // clientConn gives its slot back once, when it closes.
