@@ -104,12 +104,16 @@ func (w *releasingWriter) Flush() {
 func (w *releasingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // closeUnread asks an HTTP/1 connection to close after a refusal that left
-// the body unread: else the server would read on to drain it, and a client
-// trickling it could hold the connection open past every timeout.
+// the body unread. The server still drains a little of the body (so that
+// a client sending it promptly reads the refusal rather than a reset),
+// but for at most drainTimeout: a client trickling it cannot hold the
+// connection open past every timeout.
 func closeUnread(w http.ResponseWriter, r *http.Request) {
 	if r.ProtoMajor == 1 && r.ContentLength != 0 {
 		w.Header().Set("Connection", "close")
-		// The drain after the handler then fails at once.
-		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(drainTimeout))
 	}
 }
+
+// drainTimeout bounds the drain of a refused request's unread body.
+const drainTimeout = time.Second
