@@ -185,6 +185,9 @@ func (c Cluster) Start(i int, log io.Writer) (*Proc, error) {
 // Done is closed when the process has exited.
 func (p *Proc) Done() <-chan struct{} { return p.done }
 
+// Pid is the process's ID.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Exited reports whether the process has exited, and how.
 func (p *Proc) Exited() (bool, error) {
 	select {

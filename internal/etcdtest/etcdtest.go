@@ -181,7 +181,30 @@ func (c *Cluster) signal(i int, sig syscall.Signal, stopped bool) {
 	if err := p.Signal(sig); err != nil {
 		c.t.Fatal(err)
 	}
+	if sig == syscall.SIGSTOP {
+		waitStopped(p.Pid())
+	}
 	c.stop[i] = stopped
+}
+
+// waitStopped waits, up to 5s, until the kernel shows process pid stopped
+// (state T in /proc/PID/stat): a signal is delivered asynchronously, and a
+// member that has not stopped yet may still answer. Where /proc cannot
+// tell, it waits a tenth of a second.
+func waitStopped(pid int) {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			return
+		}
+		// The state follows the command's closing parenthesis.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // Restart starts member i, killed by Kill, again with the same data dir
