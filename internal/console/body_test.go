@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -237,13 +238,18 @@ func TestConnectionsPerClientAreCapped(t *testing.T) {
 	}
 	lis := LimitPerClient(raw, 2)
 	defer lis.Close()
+	served := make(chan struct{}, 16) // a connection the server closed after its client did
 	go func() {
 		for {
 			c, err := lis.Accept()
 			if err != nil {
 				return
 			}
-			go func() { _, _ = io.Copy(c, c); c.Close() }() // echo until the client closes
+			go func() { // echo until the client closes
+				_, _ = io.Copy(c, c)
+				c.Close()
+				served <- struct{}{}
+			}()
 		}
 	}()
 	dial := func() net.Conn {
@@ -273,16 +279,15 @@ func TestConnectionsPerClientAreCapped(t *testing.T) {
 		t.Fatal("a third connection from one address was served past a cap of 2")
 	}
 	a.Close()
-	time.Sleep(100 * time.Millisecond) // the server's side of a sees the close
+	select { // the server's side of a closed, and gave its slot back
+	case <-served:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not close its side of a closed connection")
+	}
 	d := dial()
 	defer d.Close()
-	for i := 0; !alive(d); i++ {
-		if i == 50 {
-			t.Fatal("after one of two connections closed, a new one was still refused")
-		}
-		d.Close()
-		time.Sleep(100 * time.Millisecond)
-		d = dial()
+	if !alive(d) {
+		t.Fatal("after one of two connections closed, a new one was still refused")
 	}
 }
 
@@ -375,7 +380,12 @@ func TestDamagedCompressionIsInvalidArgument(t *testing.T) {
 // its read timeout; once the budget frees, it is served.
 func TestBodiesInFlightAreBounded(t *testing.T) {
 	const limit = 64 << 10
-	srv, _ := newConsoleWith(t, Options{MaxBodyBytes: limit, MaxBodyBytesInFlight: limit + envelopeBytes, ReadTimeout: 2 * time.Second})
+	first := make(chan struct{})
+	var once sync.Once
+	// Authenticate runs just before a request takes its room: the first
+	// call's tells the test it is about to hold the budget.
+	srv, _ := newConsoleWith(t, Options{MaxBodyBytes: limit, MaxBodyBytesInFlight: limit + envelopeBytes, ReadTimeout: 2 * time.Second,
+		Authenticate: func(*http.Request) error { once.Do(func() { close(first) }); return nil }})
 	// One request of the limit's length holds the budget while its body
 	// stalls.
 	c, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
@@ -386,13 +396,14 @@ func TestBodiesInFlightAreBounded(t *testing.T) {
 		"Connect-Protocol-Version: 1\r\nAuthorization: Bearer t0k\r\nContent-Length: %d\r\n\r\n{", limit); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // it holds the budget
+	<-first
 	code, answer := post(t, srv.URL, strings.NewReader("{}"), 2, nil)
 	if code != http.StatusTooManyRequests || !strings.Contains(answer, "request bodies") {
 		t.Errorf("a call while the budget is held: %d %s; want resource_exhausted", code, answer)
 	}
+	// Gone, the stalled request gives its room back; the next call, if it
+	// comes first, waits for it.
 	c.Close()
-	time.Sleep(300 * time.Millisecond) // the server sees it gone
 	if code, answer := post(t, srv.URL, strings.NewReader("{}"), 2, nil); code != http.StatusOK {
 		t.Fatalf("a call once the budget is free: %d %s", code, answer)
 	}
