@@ -3,6 +3,7 @@ package server
 import (
 	"net"
 	"net/http"
+	"net/netip"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -28,8 +29,9 @@ func (n *Node) AuthenticateHTTP(r *http.Request) error {
 // remoteAddr is an HTTP request's remote address as a net.Addr; an
 // address that does not parse is not local.
 func remoteAddr(s string) net.Addr {
-	if ap, err := net.ResolveTCPAddr("tcp", s); err == nil && ap.IP != nil {
-		return ap
+	// Parsed, never resolved: no name lookup on a caller's say.
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return net.TCPAddrFromAddrPort(ap)
 	}
 	return unparsedAddr(s)
 }

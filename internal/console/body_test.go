@@ -30,25 +30,11 @@ func (e *endless) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// post sends a Connect unary call with body, of unknown length unless
-// length >= 0, and returns the status and the answer's body.
+// post sends a Connect unary GetServerInfo with body, of unknown length
+// unless length >= 0, and returns the status and the answer's body.
 func post(t *testing.T, url string, body io.Reader, length int64, headers map[string]string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url+"/rein.v1.RunService/GetServerInfo", body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.ContentLength = length
-	for k, v := range connectHeaders(headers) {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return send(t, url, "GetServerInfo", body, length, connectHeaders(headers))
 }
 
 // TestCallersAreNamedBeforeTheBodyIsRead: a caller without credentials is

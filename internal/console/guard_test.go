@@ -11,10 +11,18 @@ import (
 // among them) and body, and returns the status and the body.
 func call(t *testing.T, url, method, body string, headers map[string]string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url+"/rein.v1.RunService/"+method, strings.NewReader(body))
+	return send(t, url, method, strings.NewReader(body), int64(len(body)), headers)
+}
+
+// send posts body, of length bytes (unknown when negative), to
+// RunService's method with headers (Host among them).
+func send(t *testing.T, url, method string, body io.Reader, length int64, headers map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url+"/rein.v1.RunService/"+method, body)
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.ContentLength = length
 	for k, v := range headers {
 		if k == "Host" {
 			req.Host = v
