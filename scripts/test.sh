@@ -58,11 +58,15 @@ else
 fi
 
 step "go test -race"
-# tools.sh built .bin/etcd: the etcd member tests fail rather than skip here.
-if [ ! -x .bin/etcd ]; then
-  echo ".bin/etcd is missing after tools.sh: run 'bash scripts/tools.sh' and read its errors"; exit 1
-fi
+# tools.sh built .bin/etcd and .bin/versitygw: the etcd member tests and the
+# S3 tests fail rather than skip here.
+for bin in etcd versitygw; do
+  if [ ! -x ".bin/$bin" ]; then
+    echo ".bin/$bin is missing after tools.sh: run 'bash scripts/tools.sh' and read its errors"; exit 1
+  fi
+done
 export REIN_REQUIRE_ETCD=1
+export REIN_REQUIRE_S3=1
 # The browser tests (tests/browser) run, never skip: tools.sh installed chromium.
 export REIN_REQUIRE_BROWSER=1
 go test -race -count=1 ./...
