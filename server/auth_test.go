@@ -220,6 +220,16 @@ var rpcCases = map[string]rpcCase{
 	// A copy of the run under a new ID and request ID: an import of it is
 	// taken. Another tenant's run is refused by tenant, not by run, so the
 	// case names none.
+	// The matrix's run must outlive every call: past the auth rule, the
+	// deletion of a run that never was is NotFound.
+	"DeleteRun": {ok: codes.NotFound, call: func(ctx context.Context, c reinv1.RunServiceClient, _ string, opts ...grpc.CallOption) error {
+		_, err := c.DeleteRun(ctx, &reinv1.DeleteRunRequest{RunId: "run_never_was", Reason: "auth matrix"}, opts...)
+		return err
+	}},
+	"ListDeletions": {ok: codes.OK, call: func(ctx context.Context, c reinv1.RunServiceClient, _ string, opts ...grpc.CallOption) error {
+		_, err := c.ListDeletions(ctx, &reinv1.ListDeletionsRequest{}, opts...)
+		return err
+	}},
 	"ImportRun": {ok: codes.OK, call: func(ctx context.Context, c reinv1.RunServiceClient, runID string, opts ...grpc.CallOption) error {
 		x, err := copyExport(ctx, c, runID)
 		if err != nil {

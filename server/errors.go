@@ -44,6 +44,8 @@ func toStatus(log *slog.Logger, method string, err error) error {
 	case errors.Is(err, runstate.ErrTerminal), errors.Is(err, runstate.ErrIllegalTransition), errors.Is(err, harness.ErrNotWaiting),
 		errors.Is(err, harness.ErrNoExecutor):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, store.ErrLive), errors.Is(err, store.ErrArchived):
+		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, store.ErrInvalidBlob):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, store.ErrDataLoss):

@@ -18,8 +18,10 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/archive"
 	"github.com/reinhq/rein/internal/auth"
 	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/lifecycle"
 	"github.com/reinhq/rein/internal/metrics"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/pricing"
@@ -91,6 +93,15 @@ type Config struct {
 	// Leased, when set, says whether the server holds its etcd lease (a
 	// replica): /readyz needs it.
 	Leased func() bool
+	// Archive, when set, is where runs that ended are archived by Policy,
+	// and archived runs are read from. Nil archives nothing (a run
+	// archived before reads as its stub until it is given again).
+	Archive *archive.Archive
+	// Policy, when set, is each tenant's lifecycle: the node sweeps the
+	// runs that ended every SweepEvery (0: a second), archiving and
+	// deleting them by it. Nil sweeps nothing; DeleteRun works either way.
+	Policy     func(tenant string) lifecycle.Policy
+	SweepEvery time.Duration
 	// Metrics, when set, is told what the node does: the runs' events as
 	// they are published, the store's appends, the watch streams, and every
 	// gRPC call (go-grpc-middleware's Prometheus provider, registered on
@@ -115,6 +126,11 @@ type Node struct {
 	// follow ends the watch of other servers' commits (Config.Commits).
 	follow   context.CancelFunc
 	followed chan struct{}
+	// Keeper archives and deletes runs (nil for a store without a
+	// lifecycle); sweep ends its loop, and swept is closed once it did.
+	Keeper *lifecycle.Keeper
+	sweep  context.CancelFunc
+	swept  chan struct{}
 }
 
 // Open starts the engine on the store, registers the services with the
@@ -132,6 +148,15 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.Store == nil {
 		return nil, errors.New("server: Config.Store is required: open a store (internal/store/bolt, say) and pass it")
+	}
+	var keeper *lifecycle.Keeper
+	if b, ok := cfg.Store.(lifecycle.Backend); ok {
+		ls := lifecycle.NewStore(b, cfg.Archive)
+		keeper = &lifecycle.Keeper{Store: ls, Policy: cfg.Policy, Every: cfg.SweepEvery, Clock: cfg.Clock,
+			Log: cfg.Logger, Metrics: cfg.Metrics.NewLifecycle()}
+		cfg.Store = ls
+	} else if cfg.Archive != nil || cfg.Policy != nil {
+		return nil, errors.New("server: Config.Archive and Config.Policy need a store with a lifecycle (store.Lifecycle)")
 	}
 	st := cfg.Metrics.Store(cfg.Store)
 	hub := NewHub()
@@ -184,8 +209,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		auth:   authn,
 		done:   make(chan struct{}),
 		leased: cfg.Leased,
+		Keeper: keeper,
 	}
-	reinv1.RegisterRunServiceServer(n.GRPC, &runService{engine: eng, store: st, hub: hub, log: cfg.Logger, done: n.done, resume: cfg.Resume, metrics: cfg.Metrics})
+	reinv1.RegisterRunServiceServer(n.GRPC, &runService{engine: eng, store: st, hub: hub, log: cfg.Logger, done: n.done, resume: cfg.Resume, metrics: cfg.Metrics, keeper: keeper})
 	healthpb.RegisterHealthServer(n.GRPC, n.health)
 	n.health.SetServingStatus(reinv1.RunService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if cfg.Reflection {
@@ -204,6 +230,17 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		}()
 	} else {
 		close(n.followed)
+	}
+	n.sweep, n.swept = func() {}, make(chan struct{})
+	if keeper != nil && cfg.Policy != nil {
+		sctx, cancel := context.WithCancel(context.Background())
+		n.sweep = cancel
+		go func() {
+			defer close(n.swept)
+			keeper.Run(sctx)
+		}()
+	} else {
+		close(n.swept)
 	}
 	if cfg.Resume {
 		if err := eng.ResumeAll(ctx); err != nil {
@@ -242,6 +279,8 @@ func (n *Node) Shutdown(ctx context.Context) {
 			<-stopped
 		}
 		<-drained
+		n.sweep()
+		<-n.swept
 		n.follow()
 		<-n.followed
 		if err := n.Store.Close(); err != nil && !errors.Is(err, store.ErrClosed) {

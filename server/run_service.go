@@ -7,10 +7,12 @@ package server
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -21,6 +23,7 @@ import (
 	"github.com/reinhq/rein/internal/auth"
 	"github.com/reinhq/rein/internal/export"
 	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/lifecycle"
 	"github.com/reinhq/rein/internal/metrics"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
@@ -68,6 +71,8 @@ type runService struct {
 	done <-chan struct{}
 	// metrics counts the watch streams; nil counts nothing.
 	metrics *metrics.Metrics
+	// keeper deletes runs (DeleteRun); nil for a store without a lifecycle.
+	keeper *lifecycle.Keeper
 }
 
 var _ reinv1.RunServiceServer = (*runService)(nil)
@@ -110,6 +115,13 @@ func (s *runService) load(ctx context.Context, runID string) (runstate.State, er
 		return runstate.State{}, invalidArgument("run_id", "required")
 	}
 	st, err := s.store.Load(ctx, runID)
+	if errors.Is(err, store.ErrNotFound) && s.keeper != nil {
+		// A run deleted says so, to its own tenant.
+		if rec, derr := s.keeper.Store.Deletion(ctx, runID); derr == nil && rec.GetTenant() == s.identity(ctx).Tenant {
+			return st, status.Errorf(codes.NotFound, "run %q was deleted at %s by %s (%s); rein deletions lists the records",
+				runID, rec.GetDeletedAt().AsTime().UTC().Format(time.RFC3339), rec.GetDeletedBy(), rec.GetReason())
+		}
+	}
 	if err != nil {
 		return st, err
 	}

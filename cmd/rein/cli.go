@@ -177,6 +177,8 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newDenyCmd(e),
 		newInputCmd(e),
 		newCancelCmd(e),
+		newDeleteCmd(e),
+		newDeletionsCmd(e),
 		newPendingCmd(e),
 		newReplayCmd(e),
 		newForkCmd(e),
@@ -189,7 +191,7 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 	)
 	for _, c := range root.Commands() {
 		switch c.Name() {
-		case "inspect", "events", "watch", "approve", "deny", "input", "cancel", "export", "fork":
+		case "inspect", "events", "watch", "approve", "deny", "input", "cancel", "export", "fork", "delete":
 			c.ValidArgsFunction = completeRunIDs(e)
 		}
 	}

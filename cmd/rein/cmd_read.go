@@ -284,7 +284,11 @@ func newListCmd(e *env) *cobra.Command {
 			w := tabwriter.NewWriter(e.stdout, 0, 2, 2, ' ', 0)
 			fmt.Fprintln(w, "RUN_ID\tSTATUS\tSTEPS\tTOKENS\tUPDATED\tGOAL")
 			for _, r := range runs {
-				fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\n", r.RunID, r.Status, r.Steps, r.Tokens, r.UpdatedAt, clip(firstLine(r.Goal), 60))
+				goal := clip(firstLine(r.Goal), 60)
+				if r.Archived != "" {
+					goal = "(archived: rein inspect " + r.RunID + ")"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\n", r.RunID, r.Status, r.Steps, r.Tokens, r.UpdatedAt, goal)
 			}
 			return w.Flush()
 		},

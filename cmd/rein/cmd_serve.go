@@ -51,6 +51,7 @@ type serveOptions struct {
 	leaseTTL        time.Duration
 	maxRuns         int
 	name            string
+	lifecycle       lifecycleFlags
 	flags           *pflag.FlagSet
 }
 
@@ -99,6 +100,7 @@ one that receives it takes the run and carries it on.`,
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop may take")
 	f.StringVar(&o.adminListen, "admin-listen", "", "serve HTTP for operators on this address: /metrics (Prometheus), /healthz, /readyz; off by default; no authentication, so keep it on an address only operators reach")
 	o.http.register(f)
+	o.lifecycle.register(f)
 	f.BoolVar(&o.pprof, "pprof", false, "with --admin-listen, also serve Go's profiles at /debug/pprof/")
 	f.StringVar(&o.logFormat, "log-format", "text", "log lines on stderr as text (key=value) or json (one object a line)")
 	f.StringVar(&o.logLevel, "log-level", "info", "the least severe log lines written: debug, info, warn or error")
@@ -210,6 +212,19 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	} else if cfg.Store, err = openStore(e.db); err != nil {
 		return err
 	}
+	db := e.db
+	if o.etcd.set() {
+		db = ""
+	}
+	closeArchive, err := o.lifecycle.configure(ctx, &cfg, db, nil, log)
+	if err != nil {
+		_ = cfg.Store.Close()
+		if rep != nil {
+			rep.Leave(context.Background())
+		}
+		return err
+	}
+	defer closeArchive()
 	node, err := server.Open(ctx, cfg)
 	if err != nil {
 		if rep != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/reinhq/rein/client"
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/archive"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/server"
 )
@@ -153,7 +154,7 @@ func embedded(ctx context.Context, db string, s *setup) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return serveEmbedded(ctx, st, s)
+	return serveEmbedded(ctx, st, embeddedArchive(ctx, db), s)
 }
 
 // embeddedReadOnly is embedded on the store at db opened read-only, for the
@@ -163,14 +164,14 @@ func embeddedReadOnly(ctx context.Context, db string) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return serveEmbedded(ctx, st, nil)
+	return serveEmbedded(ctx, st, embeddedArchive(ctx, db), nil)
 }
 
 // serveEmbedded serves st in this process, as embedded says.
-func serveEmbedded(ctx context.Context, st store.Store, s *setup) (*conn, error) {
+func serveEmbedded(ctx context.Context, st store.Store, arch *archive.Archive, s *setup) (*conn, error) {
 	// Without a setup (the commands that only read, import), the provider
 	// keys of the environment are still the server's secrets.
-	cfg := server.Config{Store: st, Models: models, MaxRecvBytes: embeddedMaxRecv, Secrets: serverSecrets(nil)}
+	cfg := server.Config{Store: st, Archive: arch, Models: models, MaxRecvBytes: embeddedMaxRecv, Secrets: serverSecrets(nil)}
 	if s != nil {
 		s.configure(&cfg, nil)
 	}

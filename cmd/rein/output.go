@@ -43,6 +43,8 @@ type summary struct {
 	// pending gives it, the whole chain up to the root, nearest first.
 	Parent  string   `json:"parent_run_id,omitempty"`
 	Parents []string `json:"parents,omitempty"`
+	// Archived is the archive's key of a run that left the live store.
+	Archived string `json:"archived,omitempty"`
 }
 
 func summarize(r *reinv1.Run) summary {
@@ -63,6 +65,7 @@ func summarize(r *reinv1.Run) summary {
 		UpdatedAt:    timeText(r.GetUpdatedAt().AsTime(), r.GetUpdatedAt() != nil),
 		Deadline:     timeText(r.GetDeadline().AsTime(), r.GetDeadline() != nil),
 		Parent:       r.GetDelegatedBy().GetParentRunId(),
+		Archived:     r.GetArchive().GetKey(),
 	}
 	s.Usage.InputTokens = r.GetUsage().GetInputTokens()
 	s.Usage.OutputTokens = r.GetUsage().GetOutputTokens()

@@ -196,6 +196,10 @@ var rules = map[string]Role{
 	// An import writes a history the caller did not make, and the server
 	// carries the run on with its tools (proto/rein/v1/run_service.proto).
 	"/rein.v1.RunService/ImportRun": Admin,
+	// Erasure destroys a run's record for good, and the deletion records
+	// name who deleted what.
+	"/rein.v1.RunService/DeleteRun":     Admin,
+	"/rein.v1.RunService/ListDeletions": Admin,
 	// Which rein answers, for `rein version --server`: any principal.
 	"/rein.v1.RunService/GetServerInfo": Viewer,
 	// Server reflection, for grpcurl: any principal.

@@ -76,6 +76,10 @@ type State struct {
 
 	CreatedAt time.Time
 	UpdatedAt time.Time
+
+	// Archive is set by the store, never by the fold, once the run left the
+	// live store for the archive (store.Lifecycle.Archive).
+	Archive *reinv1.RunArchive
 }
 
 // WriteInFlight reports whether an approved write was dispatched and its
@@ -115,6 +119,7 @@ func (s State) Proto(withContract bool) *reinv1.Run {
 		Progress:          s.progress(),
 		DelegatedBy:       s.DelegatedBy,
 		Delegation:        s.delegationProto(),
+		Archive:           s.Archive,
 	}
 	if withContract {
 		r.Contract = s.Contract
@@ -160,6 +165,7 @@ func FromProto(r *reinv1.Run, contract *reinv1.TaskContract) State {
 		Result:           r.GetResult(),
 		LastError:        r.GetLastError(),
 		DelegatedBy:      r.GetDelegatedBy(),
+		Archive:          r.GetArchive(),
 	}
 	s.delegationFrom(r.GetDelegation())
 	if p := r.GetProgress(); p != nil {

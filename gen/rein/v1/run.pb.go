@@ -166,7 +166,13 @@ type Run struct {
 	DelegatedBy *DelegatedBy `protobuf:"bytes,25,opt,name=delegated_by,json=delegatedBy,proto3" json:"delegated_by,omitempty"`
 	// The run's delegations: children started, open, and the budget lent
 	// to them and spent by those that returned. Unset when it has none.
-	Delegation    *RunDelegation `protobuf:"bytes,26,opt,name=delegation,proto3" json:"delegation,omitempty"`
+	Delegation *RunDelegation `protobuf:"bytes,26,opt,name=delegation,proto3" json:"delegation,omitempty"`
+	// Set once the run left the live store for the archive (`rein serve
+	// --archive-after`): where its export is kept. ListRuns returns an
+	// archived run from its stub (its ID, tenant, status, principal, times,
+	// usage, labels and parent, with no content); GetRun reads it whole from
+	// the archive.
+	Archive       *RunArchive `protobuf:"bytes,27,opt,name=archive,proto3" json:"archive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -383,6 +389,88 @@ func (x *Run) GetDelegation() *RunDelegation {
 	return nil
 }
 
+func (x *Run) GetArchive() *RunArchive {
+	if x != nil {
+		return x.Archive
+	}
+	return nil
+}
+
+// RunArchive says where an archived run's export is kept.
+type RunArchive struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The object's key in the archive (TENANT/YYYY/MM/DD/RUN_ID.rein, by the
+	// day the run ended, in UTC).
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The SHA-256 of the object, in lower-case hex: the object is read only
+	// if it matches.
+	Sha256 string `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// The object's size in bytes.
+	SizeBytes uint64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// When the run was archived.
+	ArchivedAt    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=archived_at,json=archivedAt,proto3" json:"archived_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunArchive) Reset() {
+	*x = RunArchive{}
+	mi := &file_rein_v1_run_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunArchive) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunArchive) ProtoMessage() {}
+
+func (x *RunArchive) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunArchive.ProtoReflect.Descriptor instead.
+func (*RunArchive) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RunArchive) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RunArchive) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *RunArchive) GetSizeBytes() uint64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *RunArchive) GetArchivedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ArchivedAt
+	}
+	return nil
+}
+
 // RunProgress is what the step loop needs of a run's history beyond its
 // status and usage.
 type RunProgress struct {
@@ -411,7 +499,7 @@ type RunProgress struct {
 
 func (x *RunProgress) Reset() {
 	*x = RunProgress{}
-	mi := &file_rein_v1_run_proto_msgTypes[1]
+	mi := &file_rein_v1_run_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -423,7 +511,7 @@ func (x *RunProgress) String() string {
 func (*RunProgress) ProtoMessage() {}
 
 func (x *RunProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[1]
+	mi := &file_rein_v1_run_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -436,7 +524,7 @@ func (x *RunProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunProgress.ProtoReflect.Descriptor instead.
 func (*RunProgress) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{1}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RunProgress) GetOpenCall() *ToolCall {
@@ -497,7 +585,7 @@ type PendingAction struct {
 
 func (x *PendingAction) Reset() {
 	*x = PendingAction{}
-	mi := &file_rein_v1_run_proto_msgTypes[2]
+	mi := &file_rein_v1_run_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -509,7 +597,7 @@ func (x *PendingAction) String() string {
 func (*PendingAction) ProtoMessage() {}
 
 func (x *PendingAction) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[2]
+	mi := &file_rein_v1_run_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -522,7 +610,7 @@ func (x *PendingAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingAction.ProtoReflect.Descriptor instead.
 func (*PendingAction) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{2}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PendingAction) GetAction() isPendingAction_Action {
@@ -605,7 +693,7 @@ type Proposal struct {
 
 func (x *Proposal) Reset() {
 	*x = Proposal{}
-	mi := &file_rein_v1_run_proto_msgTypes[3]
+	mi := &file_rein_v1_run_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -617,7 +705,7 @@ func (x *Proposal) String() string {
 func (*Proposal) ProtoMessage() {}
 
 func (x *Proposal) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[3]
+	mi := &file_rein_v1_run_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -630,7 +718,7 @@ func (x *Proposal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proposal.ProtoReflect.Descriptor instead.
 func (*Proposal) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{3}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Proposal) GetProposalId() string {
@@ -716,7 +804,7 @@ type Question struct {
 
 func (x *Question) Reset() {
 	*x = Question{}
-	mi := &file_rein_v1_run_proto_msgTypes[4]
+	mi := &file_rein_v1_run_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +816,7 @@ func (x *Question) String() string {
 func (*Question) ProtoMessage() {}
 
 func (x *Question) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[4]
+	mi := &file_rein_v1_run_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +829,7 @@ func (x *Question) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Question.ProtoReflect.Descriptor instead.
 func (*Question) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{4}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Question) GetText() string {
@@ -777,7 +865,7 @@ type DelegatedBy struct {
 
 func (x *DelegatedBy) Reset() {
 	*x = DelegatedBy{}
-	mi := &file_rein_v1_run_proto_msgTypes[5]
+	mi := &file_rein_v1_run_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +877,7 @@ func (x *DelegatedBy) String() string {
 func (*DelegatedBy) ProtoMessage() {}
 
 func (x *DelegatedBy) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[5]
+	mi := &file_rein_v1_run_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +890,7 @@ func (x *DelegatedBy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelegatedBy.ProtoReflect.Descriptor instead.
 func (*DelegatedBy) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{5}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DelegatedBy) GetParentRunId() string {
@@ -857,7 +945,7 @@ type RunDelegation struct {
 
 func (x *RunDelegation) Reset() {
 	*x = RunDelegation{}
-	mi := &file_rein_v1_run_proto_msgTypes[6]
+	mi := &file_rein_v1_run_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +957,7 @@ func (x *RunDelegation) String() string {
 func (*RunDelegation) ProtoMessage() {}
 
 func (x *RunDelegation) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[6]
+	mi := &file_rein_v1_run_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +970,7 @@ func (x *RunDelegation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunDelegation.ProtoReflect.Descriptor instead.
 func (*RunDelegation) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{6}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RunDelegation) GetChildrenStarted() uint32 {
@@ -930,7 +1018,7 @@ type Spend struct {
 
 func (x *Spend) Reset() {
 	*x = Spend{}
-	mi := &file_rein_v1_run_proto_msgTypes[7]
+	mi := &file_rein_v1_run_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1030,7 @@ func (x *Spend) String() string {
 func (*Spend) ProtoMessage() {}
 
 func (x *Spend) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[7]
+	mi := &file_rein_v1_run_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1043,7 @@ func (x *Spend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Spend.ProtoReflect.Descriptor instead.
 func (*Spend) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{7}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Spend) GetSteps() uint32 {
@@ -999,7 +1087,7 @@ type ChildLoan struct {
 
 func (x *ChildLoan) Reset() {
 	*x = ChildLoan{}
-	mi := &file_rein_v1_run_proto_msgTypes[8]
+	mi := &file_rein_v1_run_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1099,7 @@ func (x *ChildLoan) String() string {
 func (*ChildLoan) ProtoMessage() {}
 
 func (x *ChildLoan) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[8]
+	mi := &file_rein_v1_run_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1112,7 @@ func (x *ChildLoan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildLoan.ProtoReflect.Descriptor instead.
 func (*ChildLoan) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{8}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ChildLoan) GetRunId() string {
@@ -1055,7 +1143,7 @@ type RunProgress_Price struct {
 
 func (x *RunProgress_Price) Reset() {
 	*x = RunProgress_Price{}
-	mi := &file_rein_v1_run_proto_msgTypes[9]
+	mi := &file_rein_v1_run_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1155,7 @@ func (x *RunProgress_Price) String() string {
 func (*RunProgress_Price) ProtoMessage() {}
 
 func (x *RunProgress_Price) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[9]
+	mi := &file_rein_v1_run_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1168,7 @@ func (x *RunProgress_Price) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunProgress_Price.ProtoReflect.Descriptor instead.
 func (*RunProgress_Price) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{1, 0}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{2, 0}
 }
 
 func (x *RunProgress_Price) GetInputPerMtok() float64 {
@@ -1101,7 +1189,7 @@ var File_rein_v1_run_proto protoreflect.FileDescriptor
 
 const file_rein_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xb1\b\n" +
+	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xe0\b\n" +
 	"\x03Run\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12*\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x12.rein.v1.RunStatusR\x06status\x121\n" +
@@ -1136,7 +1224,16 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\fdelegated_by\x18\x19 \x01(\v2\x14.rein.v1.DelegatedByR\vdelegatedBy\x126\n" +
 	"\n" +
 	"delegation\x18\x1a \x01(\v2\x16.rein.v1.RunDelegationR\n" +
-	"delegation\"\x83\x04\n" +
+	"delegation\x12-\n" +
+	"\aarchive\x18\x1b \x01(\v2\x13.rein.v1.RunArchiveR\aarchive\"\x92\x01\n" +
+	"\n" +
+	"RunArchive\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\x12;\n" +
+	"\varchived_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"archivedAt\"\x83\x04\n" +
 	"\vRunProgress\x12.\n" +
 	"\topen_call\x18\x01 \x01(\v2\x11.rein.v1.ToolCallR\bopenCall\x127\n" +
 	"\x0eopen_call_tier\x18\x02 \x01(\x0e2\x11.rein.v1.ToolTierR\fopenCallTier\x12V\n" +
@@ -1219,60 +1316,63 @@ func file_rein_v1_run_proto_rawDescGZIP() []byte {
 }
 
 var file_rein_v1_run_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rein_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_rein_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_rein_v1_run_proto_goTypes = []any{
 	(RunStatus)(0),                // 0: rein.v1.RunStatus
 	(*Run)(nil),                   // 1: rein.v1.Run
-	(*RunProgress)(nil),           // 2: rein.v1.RunProgress
-	(*PendingAction)(nil),         // 3: rein.v1.PendingAction
-	(*Proposal)(nil),              // 4: rein.v1.Proposal
-	(*Question)(nil),              // 5: rein.v1.Question
-	(*DelegatedBy)(nil),           // 6: rein.v1.DelegatedBy
-	(*RunDelegation)(nil),         // 7: rein.v1.RunDelegation
-	(*Spend)(nil),                 // 8: rein.v1.Spend
-	(*ChildLoan)(nil),             // 9: rein.v1.ChildLoan
-	(*RunProgress_Price)(nil),     // 10: rein.v1.RunProgress.Price
-	nil,                           // 11: rein.v1.RunProgress.ToolCallsByToolEntry
-	(*TaskContract)(nil),          // 12: rein.v1.TaskContract
-	(*Usage)(nil),                 // 13: rein.v1.Usage
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
-	(*FinalAnswer)(nil),           // 15: rein.v1.FinalAnswer
-	(*ToolCall)(nil),              // 16: rein.v1.ToolCall
-	(ToolTier)(0),                 // 17: rein.v1.ToolTier
-	(*structpb.Struct)(nil),       // 18: google.protobuf.Struct
-	(*structpb.Value)(nil),        // 19: google.protobuf.Value
+	(*RunArchive)(nil),            // 2: rein.v1.RunArchive
+	(*RunProgress)(nil),           // 3: rein.v1.RunProgress
+	(*PendingAction)(nil),         // 4: rein.v1.PendingAction
+	(*Proposal)(nil),              // 5: rein.v1.Proposal
+	(*Question)(nil),              // 6: rein.v1.Question
+	(*DelegatedBy)(nil),           // 7: rein.v1.DelegatedBy
+	(*RunDelegation)(nil),         // 8: rein.v1.RunDelegation
+	(*Spend)(nil),                 // 9: rein.v1.Spend
+	(*ChildLoan)(nil),             // 10: rein.v1.ChildLoan
+	(*RunProgress_Price)(nil),     // 11: rein.v1.RunProgress.Price
+	nil,                           // 12: rein.v1.RunProgress.ToolCallsByToolEntry
+	(*TaskContract)(nil),          // 13: rein.v1.TaskContract
+	(*Usage)(nil),                 // 14: rein.v1.Usage
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*FinalAnswer)(nil),           // 16: rein.v1.FinalAnswer
+	(*ToolCall)(nil),              // 17: rein.v1.ToolCall
+	(ToolTier)(0),                 // 18: rein.v1.ToolTier
+	(*structpb.Struct)(nil),       // 19: google.protobuf.Struct
+	(*structpb.Value)(nil),        // 20: google.protobuf.Value
 }
 var file_rein_v1_run_proto_depIdxs = []int32{
 	0,  // 0: rein.v1.Run.status:type_name -> rein.v1.RunStatus
-	12, // 1: rein.v1.Run.contract:type_name -> rein.v1.TaskContract
-	13, // 2: rein.v1.Run.usage:type_name -> rein.v1.Usage
-	14, // 3: rein.v1.Run.deadline:type_name -> google.protobuf.Timestamp
-	3,  // 4: rein.v1.Run.pending:type_name -> rein.v1.PendingAction
-	15, // 5: rein.v1.Run.result:type_name -> rein.v1.FinalAnswer
-	14, // 6: rein.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	14, // 7: rein.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
-	4,  // 8: rein.v1.Run.approved_write:type_name -> rein.v1.Proposal
-	2,  // 9: rein.v1.Run.progress:type_name -> rein.v1.RunProgress
-	6,  // 10: rein.v1.Run.delegated_by:type_name -> rein.v1.DelegatedBy
-	7,  // 11: rein.v1.Run.delegation:type_name -> rein.v1.RunDelegation
-	16, // 12: rein.v1.RunProgress.open_call:type_name -> rein.v1.ToolCall
-	17, // 13: rein.v1.RunProgress.open_call_tier:type_name -> rein.v1.ToolTier
-	11, // 14: rein.v1.RunProgress.tool_calls_by_tool:type_name -> rein.v1.RunProgress.ToolCallsByToolEntry
-	10, // 15: rein.v1.RunProgress.price:type_name -> rein.v1.RunProgress.Price
-	4,  // 16: rein.v1.PendingAction.proposal:type_name -> rein.v1.Proposal
-	5,  // 17: rein.v1.PendingAction.question:type_name -> rein.v1.Question
-	18, // 18: rein.v1.Proposal.arguments:type_name -> google.protobuf.Struct
-	19, // 19: rein.v1.Proposal.preview:type_name -> google.protobuf.Value
-	14, // 20: rein.v1.Proposal.expires_at:type_name -> google.protobuf.Timestamp
-	9,  // 21: rein.v1.RunDelegation.open_children:type_name -> rein.v1.ChildLoan
-	8,  // 22: rein.v1.RunDelegation.lent:type_name -> rein.v1.Spend
-	8,  // 23: rein.v1.RunDelegation.returned:type_name -> rein.v1.Spend
-	8,  // 24: rein.v1.ChildLoan.lent:type_name -> rein.v1.Spend
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	13, // 1: rein.v1.Run.contract:type_name -> rein.v1.TaskContract
+	14, // 2: rein.v1.Run.usage:type_name -> rein.v1.Usage
+	15, // 3: rein.v1.Run.deadline:type_name -> google.protobuf.Timestamp
+	4,  // 4: rein.v1.Run.pending:type_name -> rein.v1.PendingAction
+	16, // 5: rein.v1.Run.result:type_name -> rein.v1.FinalAnswer
+	15, // 6: rein.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	15, // 7: rein.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
+	5,  // 8: rein.v1.Run.approved_write:type_name -> rein.v1.Proposal
+	3,  // 9: rein.v1.Run.progress:type_name -> rein.v1.RunProgress
+	7,  // 10: rein.v1.Run.delegated_by:type_name -> rein.v1.DelegatedBy
+	8,  // 11: rein.v1.Run.delegation:type_name -> rein.v1.RunDelegation
+	2,  // 12: rein.v1.Run.archive:type_name -> rein.v1.RunArchive
+	15, // 13: rein.v1.RunArchive.archived_at:type_name -> google.protobuf.Timestamp
+	17, // 14: rein.v1.RunProgress.open_call:type_name -> rein.v1.ToolCall
+	18, // 15: rein.v1.RunProgress.open_call_tier:type_name -> rein.v1.ToolTier
+	12, // 16: rein.v1.RunProgress.tool_calls_by_tool:type_name -> rein.v1.RunProgress.ToolCallsByToolEntry
+	11, // 17: rein.v1.RunProgress.price:type_name -> rein.v1.RunProgress.Price
+	5,  // 18: rein.v1.PendingAction.proposal:type_name -> rein.v1.Proposal
+	6,  // 19: rein.v1.PendingAction.question:type_name -> rein.v1.Question
+	19, // 20: rein.v1.Proposal.arguments:type_name -> google.protobuf.Struct
+	20, // 21: rein.v1.Proposal.preview:type_name -> google.protobuf.Value
+	15, // 22: rein.v1.Proposal.expires_at:type_name -> google.protobuf.Timestamp
+	10, // 23: rein.v1.RunDelegation.open_children:type_name -> rein.v1.ChildLoan
+	9,  // 24: rein.v1.RunDelegation.lent:type_name -> rein.v1.Spend
+	9,  // 25: rein.v1.RunDelegation.returned:type_name -> rein.v1.Spend
+	9,  // 26: rein.v1.ChildLoan.lent:type_name -> rein.v1.Spend
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_proto_init() }
@@ -1282,7 +1382,7 @@ func file_rein_v1_run_proto_init() {
 	}
 	file_rein_v1_contract_proto_init()
 	file_rein_v1_decision_proto_init()
-	file_rein_v1_run_proto_msgTypes[2].OneofWrappers = []any{
+	file_rein_v1_run_proto_msgTypes[3].OneofWrappers = []any{
 		(*PendingAction_Proposal)(nil),
 		(*PendingAction_Question)(nil),
 	}
@@ -1292,7 +1392,7 @@ func file_rein_v1_run_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_run_proto_rawDesc), len(file_rein_v1_run_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1069,6 +1069,336 @@ func (x *CancelRunResponse) GetRun() *Run {
 	return nil
 }
 
+// DeleteRunRequest names the run to erase and why.
+type DeleteRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run's ID.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Why, kept in the deletion record. Required.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Delete the run's whole tree: its root and every run delegated under it.
+	Tree          bool `protobuf:"varint,3,opt,name=tree,proto3" json:"tree,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRunRequest) Reset() {
+	*x = DeleteRunRequest{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRunRequest) ProtoMessage() {}
+
+func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRunRequest.ProtoReflect.Descriptor instead.
+func (*DeleteRunRequest) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *DeleteRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *DeleteRunRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DeleteRunRequest) GetTree() bool {
+	if x != nil {
+		return x.Tree
+	}
+	return false
+}
+
+// DeleteRunResponse holds the deletion records, one a run deleted (the
+// record stored before, for a run already deleted).
+type DeleteRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The records, the run named first.
+	Deletions     []*RunDeletion `protobuf:"bytes,1,rep,name=deletions,proto3" json:"deletions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRunResponse) Reset() {
+	*x = DeleteRunResponse{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRunResponse) ProtoMessage() {}
+
+func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRunResponse.ProtoReflect.Descriptor instead.
+func (*DeleteRunResponse) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DeleteRunResponse) GetDeletions() []*RunDeletion {
+	if x != nil {
+		return x.Deletions
+	}
+	return nil
+}
+
+// RunDeletion records that a run was erased. It holds no content of the run.
+type RunDeletion struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The deleted run's ID.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The tenant it belonged to.
+	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Who deleted it: a principal, or "policy:retain" for retention.
+	DeletedBy string `protobuf:"bytes,3,opt,name=deleted_by,json=deletedBy,proto3" json:"deleted_by,omitempty"`
+	// When.
+	DeletedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=deleted_at,json=deletedAt,proto3" json:"deleted_at,omitempty"`
+	// Why.
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The run's status when it was deleted.
+	Status RunStatus `protobuf:"varint,6,opt,name=status,proto3,enum=rein.v1.RunStatus" json:"status,omitempty"`
+	// Whether it was archived then.
+	Archived      bool `protobuf:"varint,7,opt,name=archived,proto3" json:"archived,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunDeletion) Reset() {
+	*x = RunDeletion{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunDeletion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunDeletion) ProtoMessage() {}
+
+func (x *RunDeletion) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunDeletion.ProtoReflect.Descriptor instead.
+func (*RunDeletion) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RunDeletion) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *RunDeletion) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *RunDeletion) GetDeletedBy() string {
+	if x != nil {
+		return x.DeletedBy
+	}
+	return ""
+}
+
+func (x *RunDeletion) GetDeletedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeletedAt
+	}
+	return nil
+}
+
+func (x *RunDeletion) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RunDeletion) GetStatus() RunStatus {
+	if x != nil {
+		return x.Status
+	}
+	return RunStatus_RUN_STATUS_UNSPECIFIED
+}
+
+func (x *RunDeletion) GetArchived() bool {
+	if x != nil {
+		return x.Archived
+	}
+	return false
+}
+
+// ListDeletionsRequest pages through the deletion records.
+type ListDeletionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many; 0 means 50, and at most 1000.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of a previous call.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only this tenant's; empty means every tenant's.
+	Tenant        string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDeletionsRequest) Reset() {
+	*x = ListDeletionsRequest{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDeletionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDeletionsRequest) ProtoMessage() {}
+
+func (x *ListDeletionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDeletionsRequest.ProtoReflect.Descriptor instead.
+func (*ListDeletionsRequest) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListDeletionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListDeletionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListDeletionsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+// ListDeletionsResponse holds one page of deletion records.
+type ListDeletionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The records, newest first.
+	Deletions []*RunDeletion `protobuf:"bytes,1,rep,name=deletions,proto3" json:"deletions,omitempty"`
+	// Pass as page_token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDeletionsResponse) Reset() {
+	*x = ListDeletionsResponse{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDeletionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDeletionsResponse) ProtoMessage() {}
+
+func (x *ListDeletionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDeletionsResponse.ProtoReflect.Descriptor instead.
+func (*ListDeletionsResponse) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListDeletionsResponse) GetDeletions() []*RunDeletion {
+	if x != nil {
+		return x.Deletions
+	}
+	return nil
+}
+
+func (x *ListDeletionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 // ForkRunRequest names the run and the sequence to fork at.
 type ForkRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1086,7 +1416,7 @@ type ForkRunRequest struct {
 
 func (x *ForkRunRequest) Reset() {
 	*x = ForkRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[17]
+	mi := &file_rein_v1_run_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1428,7 @@ func (x *ForkRunRequest) String() string {
 func (*ForkRunRequest) ProtoMessage() {}
 
 func (x *ForkRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[17]
+	mi := &file_rein_v1_run_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1441,7 @@ func (x *ForkRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRunRequest.ProtoReflect.Descriptor instead.
 func (*ForkRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{17}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ForkRunRequest) GetRunId() string {
@@ -1155,7 +1485,7 @@ type ForkRunResponse struct {
 
 func (x *ForkRunResponse) Reset() {
 	*x = ForkRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[18]
+	mi := &file_rein_v1_run_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1497,7 @@ func (x *ForkRunResponse) String() string {
 func (*ForkRunResponse) ProtoMessage() {}
 
 func (x *ForkRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[18]
+	mi := &file_rein_v1_run_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1510,7 @@ func (x *ForkRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRunResponse.ProtoReflect.Descriptor instead.
 func (*ForkRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{18}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ForkRunResponse) GetRun() *Run {
@@ -1210,7 +1540,7 @@ type ProvideInputRequest struct {
 
 func (x *ProvideInputRequest) Reset() {
 	*x = ProvideInputRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[19]
+	mi := &file_rein_v1_run_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1552,7 @@ func (x *ProvideInputRequest) String() string {
 func (*ProvideInputRequest) ProtoMessage() {}
 
 func (x *ProvideInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[19]
+	mi := &file_rein_v1_run_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1565,7 @@ func (x *ProvideInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvideInputRequest.ProtoReflect.Descriptor instead.
 func (*ProvideInputRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{19}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ProvideInputRequest) GetRunId() string {
@@ -1263,7 +1593,7 @@ type ProvideInputResponse struct {
 
 func (x *ProvideInputResponse) Reset() {
 	*x = ProvideInputResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[20]
+	mi := &file_rein_v1_run_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1605,7 @@ func (x *ProvideInputResponse) String() string {
 func (*ProvideInputResponse) ProtoMessage() {}
 
 func (x *ProvideInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[20]
+	mi := &file_rein_v1_run_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1618,7 @@ func (x *ProvideInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvideInputResponse.ProtoReflect.Descriptor instead.
 func (*ProvideInputResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{20}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ProvideInputResponse) GetRun() *Run {
@@ -1319,7 +1649,7 @@ type DecideApprovalRequest struct {
 
 func (x *DecideApprovalRequest) Reset() {
 	*x = DecideApprovalRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[21]
+	mi := &file_rein_v1_run_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1661,7 @@ func (x *DecideApprovalRequest) String() string {
 func (*DecideApprovalRequest) ProtoMessage() {}
 
 func (x *DecideApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[21]
+	mi := &file_rein_v1_run_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1674,7 @@ func (x *DecideApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalRequest.ProtoReflect.Descriptor instead.
 func (*DecideApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{21}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DecideApprovalRequest) GetRunId() string {
@@ -1400,7 +1730,7 @@ type DecideApprovalResponse struct {
 
 func (x *DecideApprovalResponse) Reset() {
 	*x = DecideApprovalResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[22]
+	mi := &file_rein_v1_run_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1742,7 @@ func (x *DecideApprovalResponse) String() string {
 func (*DecideApprovalResponse) ProtoMessage() {}
 
 func (x *DecideApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[22]
+	mi := &file_rein_v1_run_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1755,7 @@ func (x *DecideApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalResponse.ProtoReflect.Descriptor instead.
 func (*DecideApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{22}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DecideApprovalResponse) GetRun() *Run {
@@ -1447,7 +1777,7 @@ type ImportRunRequest struct {
 
 func (x *ImportRunRequest) Reset() {
 	*x = ImportRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[23]
+	mi := &file_rein_v1_run_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1789,7 @@ func (x *ImportRunRequest) String() string {
 func (*ImportRunRequest) ProtoMessage() {}
 
 func (x *ImportRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[23]
+	mi := &file_rein_v1_run_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1802,7 @@ func (x *ImportRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportRunRequest.ProtoReflect.Descriptor instead.
 func (*ImportRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{23}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ImportRunRequest) GetExport() *RunExport {
@@ -1493,7 +1823,7 @@ type ImportRunResponse struct {
 
 func (x *ImportRunResponse) Reset() {
 	*x = ImportRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[24]
+	mi := &file_rein_v1_run_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1835,7 @@ func (x *ImportRunResponse) String() string {
 func (*ImportRunResponse) ProtoMessage() {}
 
 func (x *ImportRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[24]
+	mi := &file_rein_v1_run_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1848,7 @@ func (x *ImportRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportRunResponse.ProtoReflect.Descriptor instead.
 func (*ImportRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{24}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ImportRunResponse) GetRun() *Run {
@@ -1537,7 +1867,7 @@ type GetServerInfoRequest struct {
 
 func (x *GetServerInfoRequest) Reset() {
 	*x = GetServerInfoRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[25]
+	mi := &file_rein_v1_run_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1879,7 @@ func (x *GetServerInfoRequest) String() string {
 func (*GetServerInfoRequest) ProtoMessage() {}
 
 func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[25]
+	mi := &file_rein_v1_run_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1892,7 @@ func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{25}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{30}
 }
 
 // GetServerInfoResponse holds the server's build and who asked.
@@ -1579,7 +1909,7 @@ type GetServerInfoResponse struct {
 
 func (x *GetServerInfoResponse) Reset() {
 	*x = GetServerInfoResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[26]
+	mi := &file_rein_v1_run_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1921,7 @@ func (x *GetServerInfoResponse) String() string {
 func (*GetServerInfoResponse) ProtoMessage() {}
 
 func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[26]
+	mi := &file_rein_v1_run_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1934,7 @@ func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{26}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetServerInfoResponse) GetBuild() *BuildInfo {
@@ -1636,7 +1966,7 @@ type Caller struct {
 
 func (x *Caller) Reset() {
 	*x = Caller{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[27]
+	mi := &file_rein_v1_run_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1978,7 @@ func (x *Caller) String() string {
 func (*Caller) ProtoMessage() {}
 
 func (x *Caller) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[27]
+	mi := &file_rein_v1_run_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1991,7 @@ func (x *Caller) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Caller.ProtoReflect.Descriptor instead.
 func (*Caller) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{27}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Caller) GetPrincipal() string {
@@ -1708,7 +2038,7 @@ type BuildInfo struct {
 
 func (x *BuildInfo) Reset() {
 	*x = BuildInfo{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[28]
+	mi := &file_rein_v1_run_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +2050,7 @@ func (x *BuildInfo) String() string {
 func (*BuildInfo) ProtoMessage() {}
 
 func (x *BuildInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[28]
+	mi := &file_rein_v1_run_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +2063,7 @@ func (x *BuildInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
 func (*BuildInfo) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{28}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BuildInfo) GetVersion() string {
@@ -1859,7 +2189,33 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\x12 \n" +
 	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x06reason\"3\n" +
 	"\x11CancelRunResponse\x12\x1e\n" +
-	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"\xb1\x01\n" +
+	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"m\n" +
+	"\x10DeleteRunRequest\x12!\n" +
+	"\x06run_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\x12\"\n" +
+	"\x06reason\x18\x02 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\bR\x06reason\x12\x12\n" +
+	"\x04tree\x18\x03 \x01(\bR\x04tree\"G\n" +
+	"\x11DeleteRunResponse\x122\n" +
+	"\tdeletions\x18\x01 \x03(\v2\x14.rein.v1.RunDeletionR\tdeletions\"\xf6\x01\n" +
+	"\vRunDeletion\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x1d\n" +
+	"\n" +
+	"deleted_by\x18\x03 \x01(\tR\tdeletedBy\x129\n" +
+	"\n" +
+	"deleted_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tdeletedAt\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12*\n" +
+	"\x06status\x18\x06 \x01(\x0e2\x12.rein.v1.RunStatusR\x06status\x12\x1a\n" +
+	"\barchived\x18\a \x01(\bR\barchived\"s\n" +
+	"\x14ListDeletionsRequest\x12$\n" +
+	"\tpage_size\x18\x01 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"s\n" +
+	"\x15ListDeletionsResponse\x122\n" +
+	"\tdeletions\x18\x01 \x03(\v2\x14.rein.v1.RunDeletionR\tdeletions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb1\x01\n" +
 	"\x0eForkRunRequest\x12!\n" +
 	"\x06run_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\x12(\n" +
@@ -1914,7 +2270,7 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\x0fApprovalVerdict\x12 \n" +
 	"\x1cAPPROVAL_VERDICT_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18APPROVAL_VERDICT_APPROVE\x10\x01\x12\x1b\n" +
-	"\x17APPROVAL_VERDICT_REJECT\x10\x022\x90\a\n" +
+	"\x17APPROVAL_VERDICT_REJECT\x10\x022\xa4\b\n" +
 	"\n" +
 	"RunService\x12?\n" +
 	"\bStartRun\x12\x18.rein.v1.StartRunRequest\x1a\x19.rein.v1.StartRunResponse\x129\n" +
@@ -1929,7 +2285,9 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\aForkRun\x12\x17.rein.v1.ForkRunRequest\x1a\x18.rein.v1.ForkRunResponse\x12K\n" +
 	"\fProvideInput\x12\x1c.rein.v1.ProvideInputRequest\x1a\x1d.rein.v1.ProvideInputResponse\x12Q\n" +
 	"\x0eDecideApproval\x12\x1e.rein.v1.DecideApprovalRequest\x1a\x1f.rein.v1.DecideApprovalResponse\x12B\n" +
-	"\tImportRun\x12\x19.rein.v1.ImportRunRequest\x1a\x1a.rein.v1.ImportRunResponse\x12N\n" +
+	"\tImportRun\x12\x19.rein.v1.ImportRunRequest\x1a\x1a.rein.v1.ImportRunResponse\x12B\n" +
+	"\tDeleteRun\x12\x19.rein.v1.DeleteRunRequest\x1a\x1a.rein.v1.DeleteRunResponse\x12N\n" +
+	"\rListDeletions\x12\x1d.rein.v1.ListDeletionsRequest\x1a\x1e.rein.v1.ListDeletionsResponse\x12N\n" +
 	"\rGetServerInfo\x12\x1d.rein.v1.GetServerInfoRequest\x1a\x1e.rein.v1.GetServerInfoResponseB\x86\x01\n" +
 	"\vcom.rein.v1B\x0fRunServiceProtoP\x01Z)github.com/reinhq/rein/gen/rein/v1;reinv1\xa2\x02\x03RXX\xaa\x02\aRein.V1\xca\x02\aRein\\V1\xe2\x02\x13Rein\\V1\\GPBMetadata\xea\x02\bRein::V1b\x06proto3"
 
@@ -1946,7 +2304,7 @@ func file_rein_v1_run_service_proto_rawDescGZIP() []byte {
 }
 
 var file_rein_v1_run_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_rein_v1_run_service_proto_goTypes = []any{
 	(ApprovalVerdict)(0),           // 0: rein.v1.ApprovalVerdict
 	(*StartRunRequest)(nil),        // 1: rein.v1.StartRunRequest
@@ -1966,87 +2324,100 @@ var file_rein_v1_run_service_proto_goTypes = []any{
 	(*RunChange)(nil),              // 15: rein.v1.RunChange
 	(*CancelRunRequest)(nil),       // 16: rein.v1.CancelRunRequest
 	(*CancelRunResponse)(nil),      // 17: rein.v1.CancelRunResponse
-	(*ForkRunRequest)(nil),         // 18: rein.v1.ForkRunRequest
-	(*ForkRunResponse)(nil),        // 19: rein.v1.ForkRunResponse
-	(*ProvideInputRequest)(nil),    // 20: rein.v1.ProvideInputRequest
-	(*ProvideInputResponse)(nil),   // 21: rein.v1.ProvideInputResponse
-	(*DecideApprovalRequest)(nil),  // 22: rein.v1.DecideApprovalRequest
-	(*DecideApprovalResponse)(nil), // 23: rein.v1.DecideApprovalResponse
-	(*ImportRunRequest)(nil),       // 24: rein.v1.ImportRunRequest
-	(*ImportRunResponse)(nil),      // 25: rein.v1.ImportRunResponse
-	(*GetServerInfoRequest)(nil),   // 26: rein.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil),  // 27: rein.v1.GetServerInfoResponse
-	(*Caller)(nil),                 // 28: rein.v1.Caller
-	(*BuildInfo)(nil),              // 29: rein.v1.BuildInfo
-	nil,                            // 30: rein.v1.ListRunsRequest.LabelsEntry
-	nil,                            // 31: rein.v1.GetBlobsResponse.BlobsEntry
-	nil,                            // 32: rein.v1.WatchRunsRequest.LabelsEntry
-	(*TaskContract)(nil),           // 33: rein.v1.TaskContract
-	(*Run)(nil),                    // 34: rein.v1.Run
-	(RunStatus)(0),                 // 35: rein.v1.RunStatus
-	(*Event)(nil),                  // 36: rein.v1.Event
-	(*timestamppb.Timestamp)(nil),  // 37: google.protobuf.Timestamp
-	(*Budget)(nil),                 // 38: rein.v1.Budget
-	(*RunExport)(nil),              // 39: rein.v1.RunExport
+	(*DeleteRunRequest)(nil),       // 18: rein.v1.DeleteRunRequest
+	(*DeleteRunResponse)(nil),      // 19: rein.v1.DeleteRunResponse
+	(*RunDeletion)(nil),            // 20: rein.v1.RunDeletion
+	(*ListDeletionsRequest)(nil),   // 21: rein.v1.ListDeletionsRequest
+	(*ListDeletionsResponse)(nil),  // 22: rein.v1.ListDeletionsResponse
+	(*ForkRunRequest)(nil),         // 23: rein.v1.ForkRunRequest
+	(*ForkRunResponse)(nil),        // 24: rein.v1.ForkRunResponse
+	(*ProvideInputRequest)(nil),    // 25: rein.v1.ProvideInputRequest
+	(*ProvideInputResponse)(nil),   // 26: rein.v1.ProvideInputResponse
+	(*DecideApprovalRequest)(nil),  // 27: rein.v1.DecideApprovalRequest
+	(*DecideApprovalResponse)(nil), // 28: rein.v1.DecideApprovalResponse
+	(*ImportRunRequest)(nil),       // 29: rein.v1.ImportRunRequest
+	(*ImportRunResponse)(nil),      // 30: rein.v1.ImportRunResponse
+	(*GetServerInfoRequest)(nil),   // 31: rein.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil),  // 32: rein.v1.GetServerInfoResponse
+	(*Caller)(nil),                 // 33: rein.v1.Caller
+	(*BuildInfo)(nil),              // 34: rein.v1.BuildInfo
+	nil,                            // 35: rein.v1.ListRunsRequest.LabelsEntry
+	nil,                            // 36: rein.v1.GetBlobsResponse.BlobsEntry
+	nil,                            // 37: rein.v1.WatchRunsRequest.LabelsEntry
+	(*TaskContract)(nil),           // 38: rein.v1.TaskContract
+	(*Run)(nil),                    // 39: rein.v1.Run
+	(RunStatus)(0),                 // 40: rein.v1.RunStatus
+	(*Event)(nil),                  // 41: rein.v1.Event
+	(*timestamppb.Timestamp)(nil),  // 42: google.protobuf.Timestamp
+	(*Budget)(nil),                 // 43: rein.v1.Budget
+	(*RunExport)(nil),              // 44: rein.v1.RunExport
 }
 var file_rein_v1_run_service_proto_depIdxs = []int32{
-	33, // 0: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
-	34, // 1: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
-	34, // 2: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
-	35, // 3: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	30, // 4: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
-	34, // 5: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
-	36, // 6: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
-	31, // 7: rein.v1.GetBlobsResponse.blobs:type_name -> rein.v1.GetBlobsResponse.BlobsEntry
-	36, // 8: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
-	35, // 9: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	32, // 10: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
+	38, // 0: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
+	39, // 1: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
+	39, // 2: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
+	40, // 3: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	35, // 4: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
+	39, // 5: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
+	41, // 6: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
+	36, // 7: rein.v1.GetBlobsResponse.blobs:type_name -> rein.v1.GetBlobsResponse.BlobsEntry
+	41, // 8: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
+	40, // 9: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	37, // 10: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
 	15, // 11: rein.v1.WatchRunsResponse.change:type_name -> rein.v1.RunChange
-	35, // 12: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
-	35, // 13: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
-	37, // 14: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
-	34, // 15: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
-	38, // 16: rein.v1.ForkRunRequest.budget:type_name -> rein.v1.Budget
-	34, // 17: rein.v1.ForkRunResponse.run:type_name -> rein.v1.Run
-	34, // 18: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
-	0,  // 19: rein.v1.DecideApprovalRequest.verdict:type_name -> rein.v1.ApprovalVerdict
-	34, // 20: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
-	39, // 21: rein.v1.ImportRunRequest.export:type_name -> rein.v1.RunExport
-	34, // 22: rein.v1.ImportRunResponse.run:type_name -> rein.v1.Run
-	29, // 23: rein.v1.GetServerInfoResponse.build:type_name -> rein.v1.BuildInfo
-	28, // 24: rein.v1.GetServerInfoResponse.caller:type_name -> rein.v1.Caller
-	37, // 25: rein.v1.BuildInfo.revision_time:type_name -> google.protobuf.Timestamp
-	1,  // 26: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
-	3,  // 27: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
-	5,  // 28: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
-	7,  // 29: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
-	9,  // 30: rein.v1.RunService.GetBlobs:input_type -> rein.v1.GetBlobsRequest
-	11, // 31: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
-	13, // 32: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
-	16, // 33: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
-	18, // 34: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
-	20, // 35: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
-	22, // 36: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
-	24, // 37: rein.v1.RunService.ImportRun:input_type -> rein.v1.ImportRunRequest
-	26, // 38: rein.v1.RunService.GetServerInfo:input_type -> rein.v1.GetServerInfoRequest
-	2,  // 39: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
-	4,  // 40: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
-	6,  // 41: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
-	8,  // 42: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
-	10, // 43: rein.v1.RunService.GetBlobs:output_type -> rein.v1.GetBlobsResponse
-	12, // 44: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
-	14, // 45: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
-	17, // 46: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
-	19, // 47: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
-	21, // 48: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
-	23, // 49: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
-	25, // 50: rein.v1.RunService.ImportRun:output_type -> rein.v1.ImportRunResponse
-	27, // 51: rein.v1.RunService.GetServerInfo:output_type -> rein.v1.GetServerInfoResponse
-	39, // [39:52] is the sub-list for method output_type
-	26, // [26:39] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	40, // 12: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
+	40, // 13: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
+	42, // 14: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
+	39, // 15: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
+	20, // 16: rein.v1.DeleteRunResponse.deletions:type_name -> rein.v1.RunDeletion
+	42, // 17: rein.v1.RunDeletion.deleted_at:type_name -> google.protobuf.Timestamp
+	40, // 18: rein.v1.RunDeletion.status:type_name -> rein.v1.RunStatus
+	20, // 19: rein.v1.ListDeletionsResponse.deletions:type_name -> rein.v1.RunDeletion
+	43, // 20: rein.v1.ForkRunRequest.budget:type_name -> rein.v1.Budget
+	39, // 21: rein.v1.ForkRunResponse.run:type_name -> rein.v1.Run
+	39, // 22: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
+	0,  // 23: rein.v1.DecideApprovalRequest.verdict:type_name -> rein.v1.ApprovalVerdict
+	39, // 24: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
+	44, // 25: rein.v1.ImportRunRequest.export:type_name -> rein.v1.RunExport
+	39, // 26: rein.v1.ImportRunResponse.run:type_name -> rein.v1.Run
+	34, // 27: rein.v1.GetServerInfoResponse.build:type_name -> rein.v1.BuildInfo
+	33, // 28: rein.v1.GetServerInfoResponse.caller:type_name -> rein.v1.Caller
+	42, // 29: rein.v1.BuildInfo.revision_time:type_name -> google.protobuf.Timestamp
+	1,  // 30: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
+	3,  // 31: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
+	5,  // 32: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
+	7,  // 33: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
+	9,  // 34: rein.v1.RunService.GetBlobs:input_type -> rein.v1.GetBlobsRequest
+	11, // 35: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
+	13, // 36: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
+	16, // 37: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
+	23, // 38: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
+	25, // 39: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
+	27, // 40: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
+	29, // 41: rein.v1.RunService.ImportRun:input_type -> rein.v1.ImportRunRequest
+	18, // 42: rein.v1.RunService.DeleteRun:input_type -> rein.v1.DeleteRunRequest
+	21, // 43: rein.v1.RunService.ListDeletions:input_type -> rein.v1.ListDeletionsRequest
+	31, // 44: rein.v1.RunService.GetServerInfo:input_type -> rein.v1.GetServerInfoRequest
+	2,  // 45: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
+	4,  // 46: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
+	6,  // 47: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
+	8,  // 48: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
+	10, // 49: rein.v1.RunService.GetBlobs:output_type -> rein.v1.GetBlobsResponse
+	12, // 50: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
+	14, // 51: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
+	17, // 52: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
+	24, // 53: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
+	26, // 54: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
+	28, // 55: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
+	30, // 56: rein.v1.RunService.ImportRun:output_type -> rein.v1.ImportRunResponse
+	19, // 57: rein.v1.RunService.DeleteRun:output_type -> rein.v1.DeleteRunResponse
+	22, // 58: rein.v1.RunService.ListDeletions:output_type -> rein.v1.ListDeletionsResponse
+	32, // 59: rein.v1.RunService.GetServerInfo:output_type -> rein.v1.GetServerInfoResponse
+	45, // [45:60] is the sub-list for method output_type
+	30, // [30:45] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_service_proto_init() }
@@ -2064,7 +2435,7 @@ func file_rein_v1_run_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_run_service_proto_rawDesc), len(file_rein_v1_run_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   32,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

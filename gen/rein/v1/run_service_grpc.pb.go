@@ -31,6 +31,8 @@ const (
 	RunService_ProvideInput_FullMethodName   = "/rein.v1.RunService/ProvideInput"
 	RunService_DecideApproval_FullMethodName = "/rein.v1.RunService/DecideApproval"
 	RunService_ImportRun_FullMethodName      = "/rein.v1.RunService/ImportRun"
+	RunService_DeleteRun_FullMethodName      = "/rein.v1.RunService/DeleteRun"
+	RunService_ListDeletions_FullMethodName  = "/rein.v1.RunService/ListDeletions"
 	RunService_GetServerInfo_FullMethodName  = "/rein.v1.RunService/GetServerInfo"
 )
 
@@ -83,6 +85,18 @@ type RunServiceClient interface {
 	// ResourceExhausted. The run is not driven by this call: a server carries
 	// on a running or paused import when it next starts on its store.
 	ImportRun(ctx context.Context, in *ImportRunRequest, opts ...grpc.CallOption) (*ImportRunResponse, error)
+	// DeleteRun erases a run that ended: its log, blobs and snapshot in the
+	// live store, or its stub and its archived export, wholly, leaving only
+	// a deletion record with no content (ListDeletions). It needs the admin
+	// role. A run that has not ended is FailedPrecondition (cancel it
+	// first); so is a child whose parent has not ended, or any run of a tree
+	// (a run that delegated, or was delegated) unless tree is set, which
+	// deletes the whole tree from its root. Deleting a deleted run succeeds
+	// and changes nothing.
+	DeleteRun(ctx context.Context, in *DeleteRunRequest, opts ...grpc.CallOption) (*DeleteRunResponse, error)
+	// ListDeletions lists the deletion records, newest first: which run,
+	// whose, by whom or which policy, when and why. It needs the admin role.
+	ListDeletions(ctx context.Context, in *ListDeletionsRequest, opts ...grpc.CallOption) (*ListDeletionsResponse, error)
 	// GetServerInfo says which rein answers: its version, the revision it
 	// was built from and the API it serves (`rein version --server`), and
 	// whom it took the caller for.
@@ -235,6 +249,26 @@ func (c *runServiceClient) ImportRun(ctx context.Context, in *ImportRunRequest, 
 	return out, nil
 }
 
+func (c *runServiceClient) DeleteRun(ctx context.Context, in *DeleteRunRequest, opts ...grpc.CallOption) (*DeleteRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteRunResponse)
+	err := c.cc.Invoke(ctx, RunService_DeleteRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runServiceClient) ListDeletions(ctx context.Context, in *ListDeletionsRequest, opts ...grpc.CallOption) (*ListDeletionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDeletionsResponse)
+	err := c.cc.Invoke(ctx, RunService_ListDeletions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *runServiceClient) GetServerInfo(ctx context.Context, in *GetServerInfoRequest, opts ...grpc.CallOption) (*GetServerInfoResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetServerInfoResponse)
@@ -294,6 +328,18 @@ type RunServiceServer interface {
 	// ResourceExhausted. The run is not driven by this call: a server carries
 	// on a running or paused import when it next starts on its store.
 	ImportRun(context.Context, *ImportRunRequest) (*ImportRunResponse, error)
+	// DeleteRun erases a run that ended: its log, blobs and snapshot in the
+	// live store, or its stub and its archived export, wholly, leaving only
+	// a deletion record with no content (ListDeletions). It needs the admin
+	// role. A run that has not ended is FailedPrecondition (cancel it
+	// first); so is a child whose parent has not ended, or any run of a tree
+	// (a run that delegated, or was delegated) unless tree is set, which
+	// deletes the whole tree from its root. Deleting a deleted run succeeds
+	// and changes nothing.
+	DeleteRun(context.Context, *DeleteRunRequest) (*DeleteRunResponse, error)
+	// ListDeletions lists the deletion records, newest first: which run,
+	// whose, by whom or which policy, when and why. It needs the admin role.
+	ListDeletions(context.Context, *ListDeletionsRequest) (*ListDeletionsResponse, error)
 	// GetServerInfo says which rein answers: its version, the revision it
 	// was built from and the API it serves (`rein version --server`), and
 	// whom it took the caller for.
@@ -343,6 +389,12 @@ func (UnimplementedRunServiceServer) DecideApproval(context.Context, *DecideAppr
 }
 func (UnimplementedRunServiceServer) ImportRun(context.Context, *ImportRunRequest) (*ImportRunResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ImportRun not implemented")
+}
+func (UnimplementedRunServiceServer) DeleteRun(context.Context, *DeleteRunRequest) (*DeleteRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteRun not implemented")
+}
+func (UnimplementedRunServiceServer) ListDeletions(context.Context, *ListDeletionsRequest) (*ListDeletionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDeletions not implemented")
 }
 func (UnimplementedRunServiceServer) GetServerInfo(context.Context, *GetServerInfoRequest) (*GetServerInfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetServerInfo not implemented")
@@ -570,6 +622,42 @@ func _RunService_ImportRun_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RunService_DeleteRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunServiceServer).DeleteRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunService_DeleteRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunServiceServer).DeleteRun(ctx, req.(*DeleteRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RunService_ListDeletions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDeletionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunServiceServer).ListDeletions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunService_ListDeletions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunServiceServer).ListDeletions(ctx, req.(*ListDeletionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _RunService_GetServerInfo_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetServerInfoRequest)
 	if err := dec(in); err != nil {
@@ -634,6 +722,14 @@ var RunService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ImportRun",
 			Handler:    _RunService_ImportRun_Handler,
+		},
+		{
+			MethodName: "DeleteRun",
+			Handler:    _RunService_DeleteRun_Handler,
+		},
+		{
+			MethodName: "ListDeletions",
+			Handler:    _RunService_ListDeletions_Handler,
 		},
 		{
 			MethodName: "GetServerInfo",

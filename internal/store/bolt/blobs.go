@@ -149,6 +149,9 @@ func (s *Store) Blobs(ctx context.Context, runID string, hashes []string) (map[s
 		if b == nil {
 			return missingRun(tx, runID)
 		}
+		if b.Bucket(keyEvents) == nil {
+			return stubOrDamaged(b, runID, "its events bucket is missing")
+		}
 		take := func(k, v []byte) error {
 			hash, content, ok := blobEntry(k, v)
 			if !ok {

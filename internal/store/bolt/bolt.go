@@ -56,9 +56,14 @@ const maxCachedStates = 16384
 
 // Store is the bbolt event store. It implements store.Store.
 type Store struct {
+	// db is swapped by a scrub (scrub.go), under dbMu: reads hold it
+	// shared; the writer, which scrubs, needs it for neither.
 	db       *bbolt.DB
+	dbMu     sync.RWMutex
 	path     string
 	readOnly bool
+	noSync   bool
+	scrubs   chan chan error
 
 	reqs   chan *writeReq
 	states states
@@ -252,7 +257,11 @@ func (s *Store) Events(ctx context.Context, runID string, after uint64, limit in
 		if b == nil {
 			return missingRun(tx, runID)
 		}
-		c := b.Bucket(keyEvents).Cursor()
+		eb := b.Bucket(keyEvents)
+		if eb == nil {
+			return stubOrDamaged(b, runID, "its events bucket is missing")
+		}
+		c := eb.Cursor()
 		want := after + 1
 		for k, v := c.Seek(seqKey(want)); k != nil && len(out) < limit; k, v = c.Next() {
 			if isBlobKey(k) {
@@ -322,7 +331,11 @@ func (s *Store) ScanEvents(runID string, after uint64, fn func(ev *reinv1.Event)
 		if b == nil {
 			return missingRun(tx, runID)
 		}
-		c := b.Bucket(keyEvents).Cursor()
+		eb := b.Bucket(keyEvents)
+		if eb == nil {
+			return stubOrDamaged(b, runID, "its events bucket is missing")
+		}
+		c := eb.Cursor()
 		ev := &reinv1.Event{}
 		want := after + 1
 		for k, v := c.Seek(seqKey(want)); k != nil; k, v = c.Next() {

@@ -214,6 +214,13 @@ func (c *checker) run(tx *bbolt.Tx, runs *bbolt.Bucket, runID string) {
 	if snapErr != nil {
 		c.add(runID, 0, "%v", snapErr)
 	}
+	if snapErr == nil && snap.Archive != nil {
+		// An archived run's stub: its log is in the archive.
+		if idx := tx.Bucket(bucketStatus); idx == nil || !hasKey(idx, statusKey(snap.Status, runID)) {
+			c.add(runID, 0, "the status index does not list it under its status, %s", runstate.StatusName(snap.Status))
+		}
+		return
+	}
 	c.checkLargeBlobs(b, runID)
 	eb := b.Bucket(keyEvents)
 	if eb == nil {

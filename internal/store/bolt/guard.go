@@ -48,6 +48,8 @@ func (s *Store) view(what string, fn func(tx *bbolt.Tx) error) error {
 	if s.closed {
 		return fmt.Errorf("read store %s: %w", s.path, store.ErrClosed)
 	}
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
 	return guard(what, func() error { return s.db.View(fn) })
 }
 

@@ -51,7 +51,7 @@ func Open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("initialise store %s: %w", path, err)
 	}
-	s := &Store{db: db, path: path, reqs: make(chan *writeReq, maxBatch), done: make(chan struct{})}
+	s := &Store{db: db, path: path, noSync: opts.NoSync, reqs: make(chan *writeReq, maxBatch), scrubs: make(chan chan error), done: make(chan struct{})}
 	go s.writer()
 	return s, nil
 }
@@ -85,7 +85,7 @@ func openReadOnly(path string, opts Options) (*Store, error) {
 // topBuckets are the buckets every rein store has (a file from an older
 // rein lacks the later ones, blobs: Open makes them, and reads treat a
 // missing one as empty).
-var topBuckets = [][]byte{bucketRuns, bucketContracts, bucketRequests, bucketStatus, bucketChanges, bucketBlobs}
+var topBuckets = [][]byte{bucketRuns, bucketContracts, bucketRequests, bucketStatus, bucketChanges, bucketBlobs, bucketEnded, bucketDeletions, bucketDeleted}
 
 // needsInit reports whether the file lacks its format mark or a bucket.
 func needsInit(tx *bbolt.Tx) bool {
@@ -111,10 +111,14 @@ func initialise(tx *bbolt.Tx) error {
 			return err
 		}
 	}
+	backfill := tx.Bucket(bucketEnded) == nil && tx.Bucket(bucketStatus) != nil
 	for _, b := range topBuckets {
 		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 			return err
 		}
+	}
+	if backfill {
+		return backfillEnded(tx)
 	}
 	return nil
 }

@@ -31,7 +31,10 @@ type writeReq struct {
 	blobs    map[string][]byte // keyed by their hash, checked by the caller's goroutine
 	folded   *folded           // the events folded by the caller's goroutine, or nil
 	created  *runstate.State   // for create: the state after its events
-	done     chan writeRes
+	// op, when set, is the whole request: a change of a run's lifecycle
+	// (lifecycle.go), applied in the writer's transaction like the rest.
+	op   func(tx *bbolt.Tx) writeRes
+	done chan writeRes
 }
 
 // writeRes is a request's result. state is set for a create only: an
@@ -60,9 +63,16 @@ func (s *Store) writer() {
 	batch := make([]*writeReq, 0, maxBatch)
 	results := make([]writeRes, maxBatch)
 	for {
-		r, ok := <-s.reqs
-		if !ok {
-			return
+		var r *writeReq
+		select {
+		case done := <-s.scrubs:
+			done <- s.rewrite()
+			continue
+		case next, ok := <-s.reqs:
+			if !ok {
+				return
+			}
+			r = next
 		}
 		batch = s.gather(append(batch[:0], r))
 		if s.beforeCommit != nil {
@@ -125,6 +135,9 @@ func (s *Store) gather(batch []*writeReq) []*writeReq {
 // valid, writes it. A validation error is returned in the result; a write
 // error is an errTx that aborts the whole transaction.
 func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq) writeRes {
+	if r.op != nil {
+		return r.op(tx)
+	}
 	if r.create {
 		res := s.createRun(tx, r)
 		if res.err == nil && res.created {
@@ -158,6 +171,9 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq) writeRes {
 		}
 		loaded.Contract = nil // as a snapshot holds it: the fold does not need it
 		st = &loaded
+	}
+	if st.Archive != nil {
+		return writeRes{err: fmt.Errorf("append to run %s: %w: an archived run takes no events", r.runID, store.ErrArchived)}
 	}
 	if st.Version != r.expected {
 		return writeRes{err: fmt.Errorf("append to run %s at version %d: the run is at version %d: %w; reload the run and retry",
@@ -222,6 +238,9 @@ func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
 	if runs.Bucket([]byte(r.runID)) != nil {
 		return writeRes{err: fmt.Errorf("create run %s: a run with that id exists: %w", r.runID, store.ErrConflict)}
 	}
+	if tx.Bucket(bucketDeleted).Get([]byte(r.runID)) != nil {
+		return writeRes{err: fmt.Errorf("create run %s: %w: a run with that ID was deleted, and a deleted run's ID is not used again", r.runID, store.ErrExists)}
+	}
 	contract, err := seal.Seal(st.Contract)
 	if err != nil {
 		return writeRes{err: fmt.Errorf("create run %s: encode contract: %w", r.runID, err)}
@@ -282,6 +301,11 @@ func putSnapshot(tx *bbolt.Tx, b *bbolt.Bucket, prev reinv1.RunStatus, next runs
 	}
 	if prev == next.Status {
 		return nil
+	}
+	if runstate.Terminal(next.Status) && !runstate.Terminal(prev) {
+		if err := putEnded(tx, next); err != nil {
+			return err
+		}
 	}
 	idx := tx.Bucket(bucketStatus)
 	if prev != reinv1.RunStatus_RUN_STATUS_UNSPECIFIED {

@@ -17,6 +17,13 @@
 // One mutex guards all the data: every call is a short critical section, and
 // a write is validated completely before it changes anything, so a refused
 // request leaves the store as it was.
+//
+// It implements store.Lifecycle as the bolt store does (lifecycle.go): a run
+// is listed as ended when its status becomes terminal, by Append or Import;
+// an archived run keeps its stub, and reading or appending to it is
+// store.ErrArchived; a deleted run leaves its record only. A blob is kept
+// while a run that brought it holds it, so that a run archived or deleted
+// takes away the blobs no other run brought.
 package mem
 
 import (
@@ -58,6 +65,16 @@ type data struct {
 	changes []store.Change
 	// blobs maps a blob's hash to its content, a copy of the caller's.
 	blobs map[string][]byte
+	// blobRefs counts, for each blob, the runs that brought it and hold
+	// it still (run.blobs).
+	blobRefs map[string]int
+	// ended is the ended index: the runs that ended, by Cursor ascending
+	// (end time, then run ID).
+	ended []store.Ended
+	// deletions is every deletion record, oldest first; deleted maps a
+	// deleted run's ID to its record's index there.
+	deletions []*reinv1.RunDeletion
+	deleted   map[string]int
 }
 
 type run struct {
@@ -65,13 +82,18 @@ type run struct {
 	events []*reinv1.Event // events[i] has sequence i+1
 	epoch  uint64
 	owner  string
+	// blobs is the hashes of the blobs its appends or import brought.
+	blobs map[string]struct{}
 }
 
 type requestKey struct{ tenant, requestID string }
 
 // New returns an empty store.
 func New() *Store {
-	return &Store{d: &data{runs: map[string]*run{}, requests: map[requestKey]string{}, blobs: map[string][]byte{}}}
+	return &Store{d: &data{
+		runs: map[string]*run{}, requests: map[requestKey]string{}, blobs: map[string][]byte{},
+		blobRefs: map[string]int{}, deleted: map[string]int{},
+	}}
 }
 
 // Reopen returns a new, open handle on the data of s, as opening a file store
@@ -157,22 +179,22 @@ func (s *Store) Import(ctx context.Context, events []*reinv1.Event, blobs map[st
 	if _, ok := d.runs[runID]; ok {
 		return runstate.State{}, fmt.Errorf("import run %s: %w under that ID", runID, store.ErrExists)
 	}
+	if _, ok := d.deleted[runID]; ok {
+		return runstate.State{}, fmt.Errorf("import run %s: %w: a run with that ID was deleted, and a deleted run's ID is not used again", runID, store.ErrExists)
+	}
 	rk := requestKey{st.Tenant, st.RequestID}
 	if id, ok := d.requests[rk]; ok && st.RequestID != "" {
 		return runstate.State{}, fmt.Errorf("import run %s: %w with its request ID %q in tenant %q: run %s",
 			runID, store.ErrExists, st.RequestID, st.Tenant, id)
 	}
-	d.runs[runID] = &run{state: st, events: evs}
+	r := &run{state: st, events: evs}
+	d.runs[runID] = r
 	i, _ := slices.BinarySearch(d.ids, runID)
 	d.ids = slices.Insert(d.ids, i, runID)
 	if st.RequestID != "" {
 		d.requests[rk] = runID
 	}
-	for hash, content := range blobs {
-		if _, ok := d.blobs[hash]; !ok {
-			d.blobs[hash] = slices.Clone(content)
-		}
-	}
+	d.keepBlobsLocked(r, blobs)
 	d.recordChange(reinv1.RunStatus_RUN_STATUS_UNSPECIFIED, st)
 	return cloneState(st), nil
 }
@@ -208,6 +230,9 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 		return fmt.Errorf("append to run %s with lease epoch %d: the run's owner is now at epoch %d: %w",
 			runID, epoch, r.epoch, store.ErrFenced)
 	}
+	if r.state.Archive != nil {
+		return fmt.Errorf("append to run %s: %w: an archived run takes no events", runID, store.ErrArchived)
+	}
 	if r.state.Version != expected {
 		return fmt.Errorf("append to run %s at version %d: the run is at version %d: %w; reload the run and retry",
 			runID, expected, r.state.Version, store.ErrConflict)
@@ -217,11 +242,7 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 		return fmt.Errorf("append to run %s: %w", runID, err)
 	}
 	prev := r.state.Status
-	for hash, content := range o.Blobs {
-		if _, ok := d.blobs[hash]; !ok {
-			d.blobs[hash] = slices.Clone(content)
-		}
-	}
+	d.keepBlobsLocked(r, o.Blobs)
 	r.events = append(r.events, evs...)
 	r.state = next
 	if o.Acquire != "" {
@@ -237,9 +258,13 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 	return nil
 }
 
-// recordChange appends a status change of the run now in state st. d.mu
-// must be held for writing.
+// recordChange appends a status change of the run now in state st, and
+// lists the run in the ended index when the change ended it. d.mu must be
+// held for writing.
 func (d *data) recordChange(prev reinv1.RunStatus, st runstate.State) {
+	if runstate.Terminal(st.Status) && !runstate.Terminal(prev) {
+		d.putEndedLocked(st)
+	}
 	cursor := uint64(len(d.changes)) + 1
 	d.changes = append(d.changes, store.Change{
 		Cursor: cursor,
@@ -303,6 +328,9 @@ func (s *Store) Events(ctx context.Context, runID string, after uint64, limit in
 	r, ok := d.runs[runID]
 	if !ok {
 		return nil, notFound(runID)
+	}
+	if r.state.Archive != nil {
+		return nil, archivedErr(runID, r.state.Archive)
 	}
 	var out []*reinv1.Event
 	for i := after; i < uint64(len(r.events)) && len(out) < limit; i++ {
@@ -383,8 +411,12 @@ func (s *Store) Blobs(ctx context.Context, runID string, hashes []string) (map[s
 	if s.closed {
 		return nil, closedErr("read store")
 	}
-	if _, ok := d.runs[runID]; !ok {
+	r, ok := d.runs[runID]
+	if !ok {
 		return nil, notFound(runID)
+	}
+	if r.state.Archive != nil {
+		return nil, archivedErr(runID, r.state.Archive)
 	}
 	out := make(map[string][]byte, len(hashes))
 	for _, h := range hashes {
@@ -408,6 +440,7 @@ func cloneState(st runstate.State) runstate.State {
 	st.ApprovedWrite = clone(st.ApprovedWrite)
 	st.Pending = clone(st.Pending)
 	st.Result = clone(st.Result)
+	st.Archive = clone(st.Archive)
 	return st
 }
 

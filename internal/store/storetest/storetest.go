@@ -64,6 +64,12 @@ func Run(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 		{"ImportThenRead", testImportThenRead},
 		{"ImportRefused", testImportRefused},
 		{"ImportConcurrent", testImportConcurrent},
+		{"LifecycleEnded", testLifecycleEnded},
+		{"LifecycleArchive", testLifecycleArchive},
+		{"LifecycleArchiveRefused", testLifecycleArchiveRefused},
+		{"LifecycleDelete", testLifecycleDelete},
+		{"LifecycleDeleteRefused", testLifecycleDeleteRefused},
+		{"LifecycleDeletions", testLifecycleDeletions},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,7 +16,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file rein/v1/run.proto.
  */
 export const file_rein_v1_run: GenFile = /*@__PURE__*/
-  fileDesc("ChFyZWluL3YxL3J1bi5wcm90bxIHcmVpbi52MSKWBgoDUnVuEg4KBnJ1bl9pZBgBIAEoCRIiCgZzdGF0dXMYAiABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxInCghjb250cmFjdBgDIAEoCzIVLnJlaW4udjEuVGFza0NvbnRyYWN0EhEKCXByaW5jaXBhbBgEIAEoCRIOCgZ0ZW5hbnQYBSABKAkSDwoHdmVyc2lvbhgGIAEoBBINCgVzdGVwcxgHIAEoDRIdCgV1c2FnZRgIIAEoCzIOLnJlaW4udjEuVXNhZ2USEgoKdG9vbF9jYWxscxgJIAEoDRIsCghkZWFkbGluZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJwoHcGVuZGluZxgLIAEoCzIWLnJlaW4udjEuUGVuZGluZ0FjdGlvbhIkCgZyZXN1bHQYDCABKAsyFC5yZWluLnYxLkZpbmFsQW5zd2VyEhIKCmxhc3RfZXJyb3IYDSABKAkSLgoKY3JlYXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKcmVxdWVzdF9pZBgQIAEoCRIVCg1zdGF0dXNfcmVhc29uGBEgASgJEhcKD21vZGVsX2luX2ZsaWdodBgSIAEoCBIpCg5hcHByb3ZlZF93cml0ZRgTIAEoCzIRLnJlaW4udjEuUHJvcG9zYWwSGgoSd3JpdGVfb3BlcmF0aW9uX2lkGBQgASgJEhAKCGNvc3RfdXNkGBUgASgBEiYKCHByb2dyZXNzGBYgASgLMhQucmVpbi52MS5SdW5Qcm9ncmVzcxIQCgh0cmFjZV9pZBgXIAEoCRIcChR0cmFjZV9wYXJlbnRfc3Bhbl9pZBgYIAEoCRIqCgxkZWxlZ2F0ZWRfYnkYGSABKAsyFC5yZWluLnYxLkRlbGVnYXRlZEJ5EioKCmRlbGVnYXRpb24YGiABKAsyFi5yZWluLnYxLlJ1bkRlbGVnYXRpb24igAMKC1J1blByb2dyZXNzEiQKCW9wZW5fY2FsbBgBIAEoCzIRLnJlaW4udjEuVG9vbENhbGwSKQoOb3Blbl9jYWxsX3RpZXIYAiABKA4yES5yZWluLnYxLlRvb2xUaWVyEkUKEnRvb2xfY2FsbHNfYnlfdG9vbBgDIAMoCzIpLnJlaW4udjEuUnVuUHJvZ3Jlc3MuVG9vbENhbGxzQnlUb29sRW50cnkSGwoTZmFpbGluZ19jaGVja3NfaGFzaBgEIAEoCRIfChdmYWlsaW5nX2NoZWNrc19yZXBlYXRlZBgFIAEoDRIpCgVwcmljZRgGIAEoCzIaLnJlaW4udjEuUnVuUHJvZ3Jlc3MuUHJpY2UaOAoFUHJpY2USFgoOaW5wdXRfcGVyX210b2sYASABKAESFwoPb3V0cHV0X3Blcl9tdG9rGAIgASgBGjYKFFRvb2xDYWxsc0J5VG9vbEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDToCOAEiZwoNUGVuZGluZ0FjdGlvbhIlCghwcm9wb3NhbBgBIAEoCzIRLnJlaW4udjEuUHJvcG9zYWxIABIlCghxdWVzdGlvbhgCIAEoCzIRLnJlaW4udjEuUXVlc3Rpb25IAEIICgZhY3Rpb24ilAIKCFByb3Bvc2FsEhMKC3Byb3Bvc2FsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSKgoJYXJndW1lbnRzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBInCgdwcmV2aWV3GAQgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEgwKBGhhc2gYBSABKAkSLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLcnVuX3ZlcnNpb24YByABKAQSDwoHY2FsbF9pZBgIIAEoCRIUCgxwcmV2aWV3X2Jsb2IYCSABKAkSFgoOYXJndW1lbnRzX2Jsb2IYCiABKAkiKQoIUXVlc3Rpb24SDAoEdGV4dBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJIm4KC0RlbGVnYXRlZEJ5EhUKDXBhcmVudF9ydW5faWQYASABKAkSEAoIc2VxdWVuY2UYAiABKAQSEgoKdGFza19pbmRleBgDIAEoDRITCgtyb290X3J1bl9pZBgEIAEoCRINCgVkZXB0aBgFIAEoDSKUAQoNUnVuRGVsZWdhdGlvbhIYChBjaGlsZHJlbl9zdGFydGVkGAEgASgNEikKDW9wZW5fY2hpbGRyZW4YAiADKAsyEi5yZWluLnYxLkNoaWxkTG9hbhIcCgRsZW50GAMgASgLMg4ucmVpbi52MS5TcGVuZBIgCghyZXR1cm5lZBgEIAEoCzIOLnJlaW4udjEuU3BlbmQiTAoFU3BlbmQSDQoFc3RlcHMYASABKA0SDgoGdG9rZW5zGAIgASgEEhAKCGNvc3RfdXNkGAMgASgBEhIKCnRvb2xfY2FsbHMYBCABKA0iOQoJQ2hpbGRMb2FuEg4KBnJ1bl9pZBgBIAEoCRIcCgRsZW50GAIgASgLMg4ucmVpbi52MS5TcGVuZCqVAgoJUnVuU3RhdHVzEhoKFlJVTl9TVEFUVVNfVU5TUEVDSUZJRUQQABIWChJSVU5fU1RBVFVTX1JVTk5JTkcQARIaChZSVU5fU1RBVFVTX05FRURTX0lOUFVUEAISHQoZUlVOX1NUQVRVU19ORUVEU19BUFBST1ZBTBADEhgKFFJVTl9TVEFUVVNfQ09NUExFVEVEEAQSHwobUlVOX1NUQVRVU19CVURHRVRfRVhIQVVTVEVEEAUSFQoRUlVOX1NUQVRVU19GQUlMRUQQBhIVChFSVU5fU1RBVFVTX0RFTklFRBAHEhYKElJVTl9TVEFUVVNfRVhQSVJFRBAIEhgKFFJVTl9TVEFUVVNfQ0FOQ0VMTEVEEAliBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_decision]);
+  fileDesc("ChFyZWluL3YxL3J1bi5wcm90bxIHcmVpbi52MSK8BgoDUnVuEg4KBnJ1bl9pZBgBIAEoCRIiCgZzdGF0dXMYAiABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxInCghjb250cmFjdBgDIAEoCzIVLnJlaW4udjEuVGFza0NvbnRyYWN0EhEKCXByaW5jaXBhbBgEIAEoCRIOCgZ0ZW5hbnQYBSABKAkSDwoHdmVyc2lvbhgGIAEoBBINCgVzdGVwcxgHIAEoDRIdCgV1c2FnZRgIIAEoCzIOLnJlaW4udjEuVXNhZ2USEgoKdG9vbF9jYWxscxgJIAEoDRIsCghkZWFkbGluZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJwoHcGVuZGluZxgLIAEoCzIWLnJlaW4udjEuUGVuZGluZ0FjdGlvbhIkCgZyZXN1bHQYDCABKAsyFC5yZWluLnYxLkZpbmFsQW5zd2VyEhIKCmxhc3RfZXJyb3IYDSABKAkSLgoKY3JlYXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKcmVxdWVzdF9pZBgQIAEoCRIVCg1zdGF0dXNfcmVhc29uGBEgASgJEhcKD21vZGVsX2luX2ZsaWdodBgSIAEoCBIpCg5hcHByb3ZlZF93cml0ZRgTIAEoCzIRLnJlaW4udjEuUHJvcG9zYWwSGgoSd3JpdGVfb3BlcmF0aW9uX2lkGBQgASgJEhAKCGNvc3RfdXNkGBUgASgBEiYKCHByb2dyZXNzGBYgASgLMhQucmVpbi52MS5SdW5Qcm9ncmVzcxIQCgh0cmFjZV9pZBgXIAEoCRIcChR0cmFjZV9wYXJlbnRfc3Bhbl9pZBgYIAEoCRIqCgxkZWxlZ2F0ZWRfYnkYGSABKAsyFC5yZWluLnYxLkRlbGVnYXRlZEJ5EioKCmRlbGVnYXRpb24YGiABKAsyFi5yZWluLnYxLlJ1bkRlbGVnYXRpb24SJAoHYXJjaGl2ZRgbIAEoCzITLnJlaW4udjEuUnVuQXJjaGl2ZSJuCgpSdW5BcmNoaXZlEgsKA2tleRgBIAEoCRIOCgZzaGEyNTYYAiABKAkSEgoKc2l6ZV9ieXRlcxgDIAEoBBIvCgthcmNoaXZlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAigAMKC1J1blByb2dyZXNzEiQKCW9wZW5fY2FsbBgBIAEoCzIRLnJlaW4udjEuVG9vbENhbGwSKQoOb3Blbl9jYWxsX3RpZXIYAiABKA4yES5yZWluLnYxLlRvb2xUaWVyEkUKEnRvb2xfY2FsbHNfYnlfdG9vbBgDIAMoCzIpLnJlaW4udjEuUnVuUHJvZ3Jlc3MuVG9vbENhbGxzQnlUb29sRW50cnkSGwoTZmFpbGluZ19jaGVja3NfaGFzaBgEIAEoCRIfChdmYWlsaW5nX2NoZWNrc19yZXBlYXRlZBgFIAEoDRIpCgVwcmljZRgGIAEoCzIaLnJlaW4udjEuUnVuUHJvZ3Jlc3MuUHJpY2UaOAoFUHJpY2USFgoOaW5wdXRfcGVyX210b2sYASABKAESFwoPb3V0cHV0X3Blcl9tdG9rGAIgASgBGjYKFFRvb2xDYWxsc0J5VG9vbEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDToCOAEiZwoNUGVuZGluZ0FjdGlvbhIlCghwcm9wb3NhbBgBIAEoCzIRLnJlaW4udjEuUHJvcG9zYWxIABIlCghxdWVzdGlvbhgCIAEoCzIRLnJlaW4udjEuUXVlc3Rpb25IAEIICgZhY3Rpb24ilAIKCFByb3Bvc2FsEhMKC3Byb3Bvc2FsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSKgoJYXJndW1lbnRzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBInCgdwcmV2aWV3GAQgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEgwKBGhhc2gYBSABKAkSLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLcnVuX3ZlcnNpb24YByABKAQSDwoHY2FsbF9pZBgIIAEoCRIUCgxwcmV2aWV3X2Jsb2IYCSABKAkSFgoOYXJndW1lbnRzX2Jsb2IYCiABKAkiKQoIUXVlc3Rpb24SDAoEdGV4dBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJIm4KC0RlbGVnYXRlZEJ5EhUKDXBhcmVudF9ydW5faWQYASABKAkSEAoIc2VxdWVuY2UYAiABKAQSEgoKdGFza19pbmRleBgDIAEoDRITCgtyb290X3J1bl9pZBgEIAEoCRINCgVkZXB0aBgFIAEoDSKUAQoNUnVuRGVsZWdhdGlvbhIYChBjaGlsZHJlbl9zdGFydGVkGAEgASgNEikKDW9wZW5fY2hpbGRyZW4YAiADKAsyEi5yZWluLnYxLkNoaWxkTG9hbhIcCgRsZW50GAMgASgLMg4ucmVpbi52MS5TcGVuZBIgCghyZXR1cm5lZBgEIAEoCzIOLnJlaW4udjEuU3BlbmQiTAoFU3BlbmQSDQoFc3RlcHMYASABKA0SDgoGdG9rZW5zGAIgASgEEhAKCGNvc3RfdXNkGAMgASgBEhIKCnRvb2xfY2FsbHMYBCABKA0iOQoJQ2hpbGRMb2FuEg4KBnJ1bl9pZBgBIAEoCRIcCgRsZW50GAIgASgLMg4ucmVpbi52MS5TcGVuZCqVAgoJUnVuU3RhdHVzEhoKFlJVTl9TVEFUVVNfVU5TUEVDSUZJRUQQABIWChJSVU5fU1RBVFVTX1JVTk5JTkcQARIaChZSVU5fU1RBVFVTX05FRURTX0lOUFVUEAISHQoZUlVOX1NUQVRVU19ORUVEU19BUFBST1ZBTBADEhgKFFJVTl9TVEFUVVNfQ09NUExFVEVEEAQSHwobUlVOX1NUQVRVU19CVURHRVRfRVhIQVVTVEVEEAUSFQoRUlVOX1NUQVRVU19GQUlMRUQQBhIVChFSVU5fU1RBVFVTX0RFTklFRBAHEhYKElJVTl9TVEFUVVNfRVhQSVJFRBAIEhgKFFJVTl9TVEFUVVNfQ0FOQ0VMTEVEEAliBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_decision]);
 
 /**
  * Run is a run's state: the fold of its events.
@@ -212,6 +212,17 @@ export type Run = Message<"rein.v1.Run"> & {
    * @generated from field: rein.v1.RunDelegation delegation = 26;
    */
   delegation?: RunDelegation | undefined;
+
+  /**
+   * Set once the run left the live store for the archive (`rein serve
+   * --archive-after`): where its export is kept. ListRuns returns an
+   * archived run from its stub (its ID, tenant, status, principal, times,
+   * usage, labels and parent, with no content); GetRun reads it whole from
+   * the archive.
+   *
+   * @generated from field: rein.v1.RunArchive archive = 27;
+   */
+  archive?: RunArchive | undefined;
 };
 
 /**
@@ -220,6 +231,50 @@ export type Run = Message<"rein.v1.Run"> & {
  */
 export const RunSchema: GenMessage<Run> = /*@__PURE__*/
   messageDesc(file_rein_v1_run, 0);
+
+/**
+ * RunArchive says where an archived run's export is kept.
+ *
+ * @generated from message rein.v1.RunArchive
+ */
+export type RunArchive = Message<"rein.v1.RunArchive"> & {
+  /**
+   * The object's key in the archive (TENANT/YYYY/MM/DD/RUN_ID.rein, by the
+   * day the run ended, in UTC).
+   *
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * The SHA-256 of the object, in lower-case hex: the object is read only
+   * if it matches.
+   *
+   * @generated from field: string sha256 = 2;
+   */
+  sha256: string;
+
+  /**
+   * The object's size in bytes.
+   *
+   * @generated from field: uint64 size_bytes = 3;
+   */
+  sizeBytes: bigint;
+
+  /**
+   * When the run was archived.
+   *
+   * @generated from field: google.protobuf.Timestamp archived_at = 4;
+   */
+  archivedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message rein.v1.RunArchive.
+ * Use `create(RunArchiveSchema)` to create a new message.
+ */
+export const RunArchiveSchema: GenMessage<RunArchive> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run, 1);
 
 /**
  * RunProgress is what the step loop needs of a run's history beyond its
@@ -282,7 +337,7 @@ export type RunProgress = Message<"rein.v1.RunProgress"> & {
  * Use `create(RunProgressSchema)` to create a new message.
  */
 export const RunProgressSchema: GenMessage<RunProgress> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 1);
+  messageDesc(file_rein_v1_run, 2);
 
 /**
  * A price, in US dollars per million tokens (event.proto's ModelPrice,
@@ -311,7 +366,7 @@ export type RunProgress_Price = Message<"rein.v1.RunProgress.Price"> & {
  * Use `create(RunProgress_PriceSchema)` to create a new message.
  */
 export const RunProgress_PriceSchema: GenMessage<RunProgress_Price> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 1, 0);
+  messageDesc(file_rein_v1_run, 2, 0);
 
 /**
  * PendingAction is what a paused run waits for.
@@ -348,7 +403,7 @@ export type PendingAction = Message<"rein.v1.PendingAction"> & {
  * Use `create(PendingActionSchema)` to create a new message.
  */
 export const PendingActionSchema: GenMessage<PendingAction> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 2);
+  messageDesc(file_rein_v1_run, 3);
 
 /**
  * Proposal is a write that a person must approve before it is committed.
@@ -440,7 +495,7 @@ export type Proposal = Message<"rein.v1.Proposal"> & {
  * Use `create(ProposalSchema)` to create a new message.
  */
 export const ProposalSchema: GenMessage<Proposal> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 3);
+  messageDesc(file_rein_v1_run, 4);
 
 /**
  * Question is what the model asked a person.
@@ -468,7 +523,7 @@ export type Question = Message<"rein.v1.Question"> & {
  * Use `create(QuestionSchema)` to create a new message.
  */
 export const QuestionSchema: GenMessage<Question> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 4);
+  messageDesc(file_rein_v1_run, 5);
 
 /**
  * DelegatedBy names where a child run came from.
@@ -517,7 +572,7 @@ export type DelegatedBy = Message<"rein.v1.DelegatedBy"> & {
  * Use `create(DelegatedBySchema)` to create a new message.
  */
 export const DelegatedBySchema: GenMessage<DelegatedBy> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 5);
+  messageDesc(file_rein_v1_run, 6);
 
 /**
  * RunDelegation is what a run's delegations stand at.
@@ -559,7 +614,7 @@ export type RunDelegation = Message<"rein.v1.RunDelegation"> & {
  * Use `create(RunDelegationSchema)` to create a new message.
  */
 export const RunDelegationSchema: GenMessage<RunDelegation> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 6);
+  messageDesc(file_rein_v1_run, 7);
 
 /**
  * Spend is an amount of each budget limit.
@@ -601,7 +656,7 @@ export type Spend = Message<"rein.v1.Spend"> & {
  * Use `create(SpendSchema)` to create a new message.
  */
 export const SpendSchema: GenMessage<Spend> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 7);
+  messageDesc(file_rein_v1_run, 8);
 
 /**
  * ChildLoan is an open child and the budget lent to it.
@@ -629,7 +684,7 @@ export type ChildLoan = Message<"rein.v1.ChildLoan"> & {
  * Use `create(ChildLoanSchema)` to create a new message.
  */
 export const ChildLoanSchema: GenMessage<ChildLoan> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 8);
+  messageDesc(file_rein_v1_run, 9);
 
 /**
  * RunStatus is where a run stands. completed, budget_exhausted, failed,

@@ -21,7 +21,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rein/v1/run_service.proto.
  */
 export const file_rein_v1_run_service: GenFile = /*@__PURE__*/
-  fileDesc("ChlyZWluL3YxL3J1bl9zZXJ2aWNlLnByb3RvEgdyZWluLnYxImIKD1N0YXJ0UnVuUmVxdWVzdBIeCgpyZXF1ZXN0X2lkGAEgASgJQgq6SAdyBRABGIACEi8KCGNvbnRyYWN0GAIgASgLMhUucmVpbi52MS5UYXNrQ29udHJhY3RCBrpIA8gBASI+ChBTdGFydFJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuEg8KB2NyZWF0ZWQYAiABKAgiKwoNR2V0UnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAEiKwoOR2V0UnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iqgIKD0xpc3RSdW5zUmVxdWVzdBI1CghzdGF0dXNlcxgBIAMoDjISLnJlaW4udjEuUnVuU3RhdHVzQg+6SAySAQkiB4IBBBABIAASNAoGbGFiZWxzGAIgAygLMiQucmVpbi52MS5MaXN0UnVuc1JlcXVlc3QuTGFiZWxzRW50cnkSGgoJcGFnZV9zaXplGAMgASgFQge6SAQaAigAEhIKCnBhZ2VfdG9rZW4YBCABKAkSKgoIdHJhY2VfaWQYBSABKAlCGLpIFXITMhFeKFswLTlhLWZdezMyfSk/JBIfCg1wYXJlbnRfcnVuX2lkGAYgASgJQgi6SAVyAxiAARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkcKEExpc3RSdW5zUmVzcG9uc2USGgoEcnVucxgBIAMoCzIMLnJlaW4udjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJ3ChFMaXN0RXZlbnRzUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESFgoOYWZ0ZXJfc2VxdWVuY2UYAiABKAQSGgoJcGFnZV9zaXplGAMgASgFQge6SAQaAigAEhIKCnBhZ2VfdG9rZW4YBCABKAkiTQoSTGlzdEV2ZW50c1Jlc3BvbnNlEh4KBmV2ZW50cxgBIAMoCzIOLnJlaW4udjEuRXZlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIl4KD0dldEJsb2JzUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESLwoGaGFzaGVzGAIgAygJQh+6SBySARkIARDoByISchAyDl5bMC05YS1mXXs2NH0kInUKEEdldEJsb2JzUmVzcG9uc2USMwoFYmxvYnMYASADKAsyJC5yZWluLnYxLkdldEJsb2JzUmVzcG9uc2UuQmxvYnNFbnRyeRosCgpCbG9ic0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDDoCOAEiRQoPV2F0Y2hSdW5SZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIWCg5hZnRlcl9zZXF1ZW5jZRgCIAEoBCIxChBXYXRjaFJ1blJlc3BvbnNlEh0KBWV2ZW50GAEgASgLMg4ucmVpbi52MS5FdmVudCLFAQoQV2F0Y2hSdW5zUmVxdWVzdBI1CghzdGF0dXNlcxgBIAMoDjISLnJlaW4udjEuUnVuU3RhdHVzQg+6SAySAQkiB4IBBBABIAASNQoGbGFiZWxzGAIgAygLMiUucmVpbi52MS5XYXRjaFJ1bnNSZXF1ZXN0LkxhYmVsc0VudHJ5EhQKDGFmdGVyX2N1cnNvchgDIAEoBBotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIjcKEVdhdGNoUnVuc1Jlc3BvbnNlEiIKBmNoYW5nZRgBIAEoCzISLnJlaW4udjEuUnVuQ2hhbmdlIsYBCglSdW5DaGFuZ2USDgoGY3Vyc29yGAEgASgEEg4KBnJ1bl9pZBgCIAEoCRIkCghwcmV2aW91cxgDIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEiIKBnN0YXR1cxgEIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEg8KB3ZlcnNpb24YBSABKAQSDgoGcmVhc29uGAYgASgJEi4KCmNoYW5nZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkgKEENhbmNlbFJ1blJlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABEhgKBnJlYXNvbhgCIAEoCUIIukgFcgMYgAgiLgoRQ2FuY2VsUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iiwEKDkZvcmtSdW5SZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIcCgthdF9zZXF1ZW5jZRgCIAEoBEIHukgEMgIoARIeCgpyZXF1ZXN0X2lkGAMgASgJQgq6SAdyBRABGIACEh8KBmJ1ZGdldBgEIAEoCzIPLnJlaW4udjEuQnVkZ2V0Ij0KD0ZvcmtSdW5SZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1bhIPCgdjcmVhdGVkGAIgASgIIkwKE1Byb3ZpZGVJbnB1dFJlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABEhkKBHRleHQYAiABKAlCC7pICHIGEAEYgIAEIjEKFFByb3ZpZGVJbnB1dFJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuItMBChVEZWNpZGVBcHByb3ZhbFJlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABEhwKC3Byb3Bvc2FsX2lkGAIgASgJQge6SARyAhABEh4KDXByb3Bvc2FsX2hhc2gYAyABKAlCB7pIBHICEAESNQoHdmVyZGljdBgEIAEoDjIYLnJlaW4udjEuQXBwcm92YWxWZXJkaWN0Qgq6SAeCAQQQASAAEhgKBnJlYXNvbhgFIAEoCUIIukgFcgMYgCASDwoHZW5kX3J1bhgGIAEoCCIzChZEZWNpZGVBcHByb3ZhbFJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuIj4KEEltcG9ydFJ1blJlcXVlc3QSKgoGZXhwb3J0GAEgASgLMhIucmVpbi52MS5SdW5FeHBvcnRCBrpIA8gBASIuChFJbXBvcnRSdW5SZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biIWChRHZXRTZXJ2ZXJJbmZvUmVxdWVzdCJbChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USIQoFYnVpbGQYASABKAsyEi5yZWluLnYxLkJ1aWxkSW5mbxIfCgZjYWxsZXIYAiABKAsyDy5yZWluLnYxLkNhbGxlciI6CgZDYWxsZXISEQoJcHJpbmNpcGFsGAEgASgJEg4KBnRlbmFudBgCIAEoCRINCgVyb2xlcxgDIAMoCSKcAQoJQnVpbGRJbmZvEg8KB3ZlcnNpb24YASABKAkSEAoIcmV2aXNpb24YAiABKAkSMQoNcmV2aXNpb25fdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIbW9kaWZpZWQYBCABKAgSEgoKZ29fdmVyc2lvbhgFIAEoCRITCgthcGlfdmVyc2lvbhgGIAEoCSpuCg9BcHByb3ZhbFZlcmRpY3QSIAocQVBQUk9WQUxfVkVSRElDVF9VTlNQRUNJRklFRBAAEhwKGEFQUFJPVkFMX1ZFUkRJQ1RfQVBQUk9WRRABEhsKF0FQUFJPVkFMX1ZFUkRJQ1RfUkVKRUNUEAIykAcKClJ1blNlcnZpY2USPwoIU3RhcnRSdW4SGC5yZWluLnYxLlN0YXJ0UnVuUmVxdWVzdBoZLnJlaW4udjEuU3RhcnRSdW5SZXNwb25zZRI5CgZHZXRSdW4SFi5yZWluLnYxLkdldFJ1blJlcXVlc3QaFy5yZWluLnYxLkdldFJ1blJlc3BvbnNlEj8KCExpc3RSdW5zEhgucmVpbi52MS5MaXN0UnVuc1JlcXVlc3QaGS5yZWluLnYxLkxpc3RSdW5zUmVzcG9uc2USRQoKTGlzdEV2ZW50cxIaLnJlaW4udjEuTGlzdEV2ZW50c1JlcXVlc3QaGy5yZWluLnYxLkxpc3RFdmVudHNSZXNwb25zZRI/CghHZXRCbG9icxIYLnJlaW4udjEuR2V0QmxvYnNSZXF1ZXN0GhkucmVpbi52MS5HZXRCbG9ic1Jlc3BvbnNlEkEKCFdhdGNoUnVuEhgucmVpbi52MS5XYXRjaFJ1blJlcXVlc3QaGS5yZWluLnYxLldhdGNoUnVuUmVzcG9uc2UwARJECglXYXRjaFJ1bnMSGS5yZWluLnYxLldhdGNoUnVuc1JlcXVlc3QaGi5yZWluLnYxLldhdGNoUnVuc1Jlc3BvbnNlMAESQgoJQ2FuY2VsUnVuEhkucmVpbi52MS5DYW5jZWxSdW5SZXF1ZXN0GhoucmVpbi52MS5DYW5jZWxSdW5SZXNwb25zZRI8CgdGb3JrUnVuEhcucmVpbi52MS5Gb3JrUnVuUmVxdWVzdBoYLnJlaW4udjEuRm9ya1J1blJlc3BvbnNlEksKDFByb3ZpZGVJbnB1dBIcLnJlaW4udjEuUHJvdmlkZUlucHV0UmVxdWVzdBodLnJlaW4udjEuUHJvdmlkZUlucHV0UmVzcG9uc2USUQoORGVjaWRlQXBwcm92YWwSHi5yZWluLnYxLkRlY2lkZUFwcHJvdmFsUmVxdWVzdBofLnJlaW4udjEuRGVjaWRlQXBwcm92YWxSZXNwb25zZRJCCglJbXBvcnRSdW4SGS5yZWluLnYxLkltcG9ydFJ1blJlcXVlc3QaGi5yZWluLnYxLkltcG9ydFJ1blJlc3BvbnNlEk4KDUdldFNlcnZlckluZm8SHS5yZWluLnYxLkdldFNlcnZlckluZm9SZXF1ZXN0Gh4ucmVpbi52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2ViBnByb3RvMw", [file_buf_validate_validate, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_event, file_rein_v1_export, file_rein_v1_run]);
+  fileDesc("ChlyZWluL3YxL3J1bl9zZXJ2aWNlLnByb3RvEgdyZWluLnYxImIKD1N0YXJ0UnVuUmVxdWVzdBIeCgpyZXF1ZXN0X2lkGAEgASgJQgq6SAdyBRABGIACEi8KCGNvbnRyYWN0GAIgASgLMhUucmVpbi52MS5UYXNrQ29udHJhY3RCBrpIA8gBASI+ChBTdGFydFJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuEg8KB2NyZWF0ZWQYAiABKAgiKwoNR2V0UnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAEiKwoOR2V0UnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iqgIKD0xpc3RSdW5zUmVxdWVzdBI1CghzdGF0dXNlcxgBIAMoDjISLnJlaW4udjEuUnVuU3RhdHVzQg+6SAySAQkiB4IBBBABIAASNAoGbGFiZWxzGAIgAygLMiQucmVpbi52MS5MaXN0UnVuc1JlcXVlc3QuTGFiZWxzRW50cnkSGgoJcGFnZV9zaXplGAMgASgFQge6SAQaAigAEhIKCnBhZ2VfdG9rZW4YBCABKAkSKgoIdHJhY2VfaWQYBSABKAlCGLpIFXITMhFeKFswLTlhLWZdezMyfSk/JBIfCg1wYXJlbnRfcnVuX2lkGAYgASgJQgi6SAVyAxiAARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkcKEExpc3RSdW5zUmVzcG9uc2USGgoEcnVucxgBIAMoCzIMLnJlaW4udjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJ3ChFMaXN0RXZlbnRzUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESFgoOYWZ0ZXJfc2VxdWVuY2UYAiABKAQSGgoJcGFnZV9zaXplGAMgASgFQge6SAQaAigAEhIKCnBhZ2VfdG9rZW4YBCABKAkiTQoSTGlzdEV2ZW50c1Jlc3BvbnNlEh4KBmV2ZW50cxgBIAMoCzIOLnJlaW4udjEuRXZlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIl4KD0dldEJsb2JzUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESLwoGaGFzaGVzGAIgAygJQh+6SBySARkIARDoByISchAyDl5bMC05YS1mXXs2NH0kInUKEEdldEJsb2JzUmVzcG9uc2USMwoFYmxvYnMYASADKAsyJC5yZWluLnYxLkdldEJsb2JzUmVzcG9uc2UuQmxvYnNFbnRyeRosCgpCbG9ic0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDDoCOAEiRQoPV2F0Y2hSdW5SZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIWCg5hZnRlcl9zZXF1ZW5jZRgCIAEoBCIxChBXYXRjaFJ1blJlc3BvbnNlEh0KBWV2ZW50GAEgASgLMg4ucmVpbi52MS5FdmVudCLFAQoQV2F0Y2hSdW5zUmVxdWVzdBI1CghzdGF0dXNlcxgBIAMoDjISLnJlaW4udjEuUnVuU3RhdHVzQg+6SAySAQkiB4IBBBABIAASNQoGbGFiZWxzGAIgAygLMiUucmVpbi52MS5XYXRjaFJ1bnNSZXF1ZXN0LkxhYmVsc0VudHJ5EhQKDGFmdGVyX2N1cnNvchgDIAEoBBotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIjcKEVdhdGNoUnVuc1Jlc3BvbnNlEiIKBmNoYW5nZRgBIAEoCzISLnJlaW4udjEuUnVuQ2hhbmdlIsYBCglSdW5DaGFuZ2USDgoGY3Vyc29yGAEgASgEEg4KBnJ1bl9pZBgCIAEoCRIkCghwcmV2aW91cxgDIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEiIKBnN0YXR1cxgEIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEg8KB3ZlcnNpb24YBSABKAQSDgoGcmVhc29uGAYgASgJEi4KCmNoYW5nZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkgKEENhbmNlbFJ1blJlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABEhgKBnJlYXNvbhgCIAEoCUIIukgFcgMYgAgiLgoRQ2FuY2VsUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iWAoQRGVsZXRlUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESGgoGcmVhc29uGAIgASgJQgq6SAdyBRABGIAIEgwKBHRyZWUYAyABKAgiPAoRRGVsZXRlUnVuUmVzcG9uc2USJwoJZGVsZXRpb25zGAEgAygLMhQucmVpbi52MS5SdW5EZWxldGlvbiK3AQoLUnVuRGVsZXRpb24SDgoGcnVuX2lkGAEgASgJEg4KBnRlbmFudBgCIAEoCRISCgpkZWxldGVkX2J5GAMgASgJEi4KCmRlbGV0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgFIAEoCRIiCgZzdGF0dXMYBiABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxIQCghhcmNoaXZlZBgHIAEoCCJWChRMaXN0RGVsZXRpb25zUmVxdWVzdBIaCglwYWdlX3NpemUYASABKAVCB7pIBBoCKAASEgoKcGFnZV90b2tlbhgCIAEoCRIOCgZ0ZW5hbnQYAyABKAkiWQoVTGlzdERlbGV0aW9uc1Jlc3BvbnNlEicKCWRlbGV0aW9ucxgBIAMoCzIULnJlaW4udjEuUnVuRGVsZXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIosBCg5Gb3JrUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESHAoLYXRfc2VxdWVuY2UYAiABKARCB7pIBDICKAESHgoKcmVxdWVzdF9pZBgDIAEoCUIKukgHcgUQARiAAhIfCgZidWRnZXQYBCABKAsyDy5yZWluLnYxLkJ1ZGdldCI9Cg9Gb3JrUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCJMChNQcm92aWRlSW5wdXRSZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIZCgR0ZXh0GAIgASgJQgu6SAhyBhABGICABCIxChRQcm92aWRlSW5wdXRSZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biLTAQoVRGVjaWRlQXBwcm92YWxSZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIcCgtwcm9wb3NhbF9pZBgCIAEoCUIHukgEcgIQARIeCg1wcm9wb3NhbF9oYXNoGAMgASgJQge6SARyAhABEjUKB3ZlcmRpY3QYBCABKA4yGC5yZWluLnYxLkFwcHJvdmFsVmVyZGljdEIKukgHggEEEAEgABIYCgZyZWFzb24YBSABKAlCCLpIBXIDGIAgEg8KB2VuZF9ydW4YBiABKAgiMwoWRGVjaWRlQXBwcm92YWxSZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biI+ChBJbXBvcnRSdW5SZXF1ZXN0EioKBmV4cG9ydBgBIAEoCzISLnJlaW4udjEuUnVuRXhwb3J0Qga6SAPIAQEiLgoRSW1wb3J0UnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iFgoUR2V0U2VydmVySW5mb1JlcXVlc3QiWwoVR2V0U2VydmVySW5mb1Jlc3BvbnNlEiEKBWJ1aWxkGAEgASgLMhIucmVpbi52MS5CdWlsZEluZm8SHwoGY2FsbGVyGAIgASgLMg8ucmVpbi52MS5DYWxsZXIiOgoGQ2FsbGVyEhEKCXByaW5jaXBhbBgBIAEoCRIOCgZ0ZW5hbnQYAiABKAkSDQoFcm9sZXMYAyADKAkinAEKCUJ1aWxkSW5mbxIPCgd2ZXJzaW9uGAEgASgJEhAKCHJldmlzaW9uGAIgASgJEjEKDXJldmlzaW9uX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCG1vZGlmaWVkGAQgASgIEhIKCmdvX3ZlcnNpb24YBSABKAkSEwoLYXBpX3ZlcnNpb24YBiABKAkqbgoPQXBwcm92YWxWZXJkaWN0EiAKHEFQUFJPVkFMX1ZFUkRJQ1RfVU5TUEVDSUZJRUQQABIcChhBUFBST1ZBTF9WRVJESUNUX0FQUFJPVkUQARIbChdBUFBST1ZBTF9WRVJESUNUX1JFSkVDVBACMqQICgpSdW5TZXJ2aWNlEj8KCFN0YXJ0UnVuEhgucmVpbi52MS5TdGFydFJ1blJlcXVlc3QaGS5yZWluLnYxLlN0YXJ0UnVuUmVzcG9uc2USOQoGR2V0UnVuEhYucmVpbi52MS5HZXRSdW5SZXF1ZXN0GhcucmVpbi52MS5HZXRSdW5SZXNwb25zZRI/CghMaXN0UnVucxIYLnJlaW4udjEuTGlzdFJ1bnNSZXF1ZXN0GhkucmVpbi52MS5MaXN0UnVuc1Jlc3BvbnNlEkUKCkxpc3RFdmVudHMSGi5yZWluLnYxLkxpc3RFdmVudHNSZXF1ZXN0GhsucmVpbi52MS5MaXN0RXZlbnRzUmVzcG9uc2USPwoIR2V0QmxvYnMSGC5yZWluLnYxLkdldEJsb2JzUmVxdWVzdBoZLnJlaW4udjEuR2V0QmxvYnNSZXNwb25zZRJBCghXYXRjaFJ1bhIYLnJlaW4udjEuV2F0Y2hSdW5SZXF1ZXN0GhkucmVpbi52MS5XYXRjaFJ1blJlc3BvbnNlMAESRAoJV2F0Y2hSdW5zEhkucmVpbi52MS5XYXRjaFJ1bnNSZXF1ZXN0GhoucmVpbi52MS5XYXRjaFJ1bnNSZXNwb25zZTABEkIKCUNhbmNlbFJ1bhIZLnJlaW4udjEuQ2FuY2VsUnVuUmVxdWVzdBoaLnJlaW4udjEuQ2FuY2VsUnVuUmVzcG9uc2USPAoHRm9ya1J1bhIXLnJlaW4udjEuRm9ya1J1blJlcXVlc3QaGC5yZWluLnYxLkZvcmtSdW5SZXNwb25zZRJLCgxQcm92aWRlSW5wdXQSHC5yZWluLnYxLlByb3ZpZGVJbnB1dFJlcXVlc3QaHS5yZWluLnYxLlByb3ZpZGVJbnB1dFJlc3BvbnNlElEKDkRlY2lkZUFwcHJvdmFsEh4ucmVpbi52MS5EZWNpZGVBcHByb3ZhbFJlcXVlc3QaHy5yZWluLnYxLkRlY2lkZUFwcHJvdmFsUmVzcG9uc2USQgoJSW1wb3J0UnVuEhkucmVpbi52MS5JbXBvcnRSdW5SZXF1ZXN0GhoucmVpbi52MS5JbXBvcnRSdW5SZXNwb25zZRJCCglEZWxldGVSdW4SGS5yZWluLnYxLkRlbGV0ZVJ1blJlcXVlc3QaGi5yZWluLnYxLkRlbGV0ZVJ1blJlc3BvbnNlEk4KDUxpc3REZWxldGlvbnMSHS5yZWluLnYxLkxpc3REZWxldGlvbnNSZXF1ZXN0Gh4ucmVpbi52MS5MaXN0RGVsZXRpb25zUmVzcG9uc2USTgoNR2V0U2VydmVySW5mbxIdLnJlaW4udjEuR2V0U2VydmVySW5mb1JlcXVlc3QaHi5yZWluLnYxLkdldFNlcnZlckluZm9SZXNwb25zZWIGcHJvdG8z", [file_buf_validate_validate, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_event, file_rein_v1_export, file_rein_v1_run]);
 
 /**
  * StartRunRequest starts a run.
@@ -546,6 +546,189 @@ export const CancelRunResponseSchema: GenMessage<CancelRunResponse> = /*@__PURE_
   messageDesc(file_rein_v1_run_service, 16);
 
 /**
+ * DeleteRunRequest names the run to erase and why.
+ *
+ * @generated from message rein.v1.DeleteRunRequest
+ */
+export type DeleteRunRequest = Message<"rein.v1.DeleteRunRequest"> & {
+  /**
+   * The run's ID.
+   *
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * Why, kept in the deletion record. Required.
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+
+  /**
+   * Delete the run's whole tree: its root and every run delegated under it.
+   *
+   * @generated from field: bool tree = 3;
+   */
+  tree: boolean;
+};
+
+/**
+ * Describes the message rein.v1.DeleteRunRequest.
+ * Use `create(DeleteRunRequestSchema)` to create a new message.
+ */
+export const DeleteRunRequestSchema: GenMessage<DeleteRunRequest> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 17);
+
+/**
+ * DeleteRunResponse holds the deletion records, one a run deleted (the
+ * record stored before, for a run already deleted).
+ *
+ * @generated from message rein.v1.DeleteRunResponse
+ */
+export type DeleteRunResponse = Message<"rein.v1.DeleteRunResponse"> & {
+  /**
+   * The records, the run named first.
+   *
+   * @generated from field: repeated rein.v1.RunDeletion deletions = 1;
+   */
+  deletions: RunDeletion[];
+};
+
+/**
+ * Describes the message rein.v1.DeleteRunResponse.
+ * Use `create(DeleteRunResponseSchema)` to create a new message.
+ */
+export const DeleteRunResponseSchema: GenMessage<DeleteRunResponse> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 18);
+
+/**
+ * RunDeletion records that a run was erased. It holds no content of the run.
+ *
+ * @generated from message rein.v1.RunDeletion
+ */
+export type RunDeletion = Message<"rein.v1.RunDeletion"> & {
+  /**
+   * The deleted run's ID.
+   *
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * The tenant it belonged to.
+   *
+   * @generated from field: string tenant = 2;
+   */
+  tenant: string;
+
+  /**
+   * Who deleted it: a principal, or "policy:retain" for retention.
+   *
+   * @generated from field: string deleted_by = 3;
+   */
+  deletedBy: string;
+
+  /**
+   * When.
+   *
+   * @generated from field: google.protobuf.Timestamp deleted_at = 4;
+   */
+  deletedAt?: Timestamp | undefined;
+
+  /**
+   * Why.
+   *
+   * @generated from field: string reason = 5;
+   */
+  reason: string;
+
+  /**
+   * The run's status when it was deleted.
+   *
+   * @generated from field: rein.v1.RunStatus status = 6;
+   */
+  status: RunStatus;
+
+  /**
+   * Whether it was archived then.
+   *
+   * @generated from field: bool archived = 7;
+   */
+  archived: boolean;
+};
+
+/**
+ * Describes the message rein.v1.RunDeletion.
+ * Use `create(RunDeletionSchema)` to create a new message.
+ */
+export const RunDeletionSchema: GenMessage<RunDeletion> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 19);
+
+/**
+ * ListDeletionsRequest pages through the deletion records.
+ *
+ * @generated from message rein.v1.ListDeletionsRequest
+ */
+export type ListDeletionsRequest = Message<"rein.v1.ListDeletionsRequest"> & {
+  /**
+   * At most this many; 0 means 50, and at most 1000.
+   *
+   * @generated from field: int32 page_size = 1;
+   */
+  pageSize: number;
+
+  /**
+   * The next_page_token of a previous call.
+   *
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+
+  /**
+   * Only this tenant's; empty means every tenant's.
+   *
+   * @generated from field: string tenant = 3;
+   */
+  tenant: string;
+};
+
+/**
+ * Describes the message rein.v1.ListDeletionsRequest.
+ * Use `create(ListDeletionsRequestSchema)` to create a new message.
+ */
+export const ListDeletionsRequestSchema: GenMessage<ListDeletionsRequest> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 20);
+
+/**
+ * ListDeletionsResponse holds one page of deletion records.
+ *
+ * @generated from message rein.v1.ListDeletionsResponse
+ */
+export type ListDeletionsResponse = Message<"rein.v1.ListDeletionsResponse"> & {
+  /**
+   * The records, newest first.
+   *
+   * @generated from field: repeated rein.v1.RunDeletion deletions = 1;
+   */
+  deletions: RunDeletion[];
+
+  /**
+   * Pass as page_token for the next page; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message rein.v1.ListDeletionsResponse.
+ * Use `create(ListDeletionsResponseSchema)` to create a new message.
+ */
+export const ListDeletionsResponseSchema: GenMessage<ListDeletionsResponse> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 21);
+
+/**
  * ForkRunRequest names the run and the sequence to fork at.
  *
  * @generated from message rein.v1.ForkRunRequest
@@ -585,7 +768,7 @@ export type ForkRunRequest = Message<"rein.v1.ForkRunRequest"> & {
  * Use `create(ForkRunRequestSchema)` to create a new message.
  */
 export const ForkRunRequestSchema: GenMessage<ForkRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 17);
+  messageDesc(file_rein_v1_run_service, 22);
 
 /**
  * ForkRunResponse holds the new run.
@@ -613,7 +796,7 @@ export type ForkRunResponse = Message<"rein.v1.ForkRunResponse"> & {
  * Use `create(ForkRunResponseSchema)` to create a new message.
  */
 export const ForkRunResponseSchema: GenMessage<ForkRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 18);
+  messageDesc(file_rein_v1_run_service, 23);
 
 /**
  * ProvideInputRequest answers a run's question.
@@ -641,7 +824,7 @@ export type ProvideInputRequest = Message<"rein.v1.ProvideInputRequest"> & {
  * Use `create(ProvideInputRequestSchema)` to create a new message.
  */
 export const ProvideInputRequestSchema: GenMessage<ProvideInputRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 19);
+  messageDesc(file_rein_v1_run_service, 24);
 
 /**
  * ProvideInputResponse holds the run.
@@ -662,7 +845,7 @@ export type ProvideInputResponse = Message<"rein.v1.ProvideInputResponse"> & {
  * Use `create(ProvideInputResponseSchema)` to create a new message.
  */
 export const ProvideInputResponseSchema: GenMessage<ProvideInputResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 20);
+  messageDesc(file_rein_v1_run_service, 25);
 
 /**
  * DecideApprovalRequest decides on a proposal.
@@ -718,7 +901,7 @@ export type DecideApprovalRequest = Message<"rein.v1.DecideApprovalRequest"> & {
  * Use `create(DecideApprovalRequestSchema)` to create a new message.
  */
 export const DecideApprovalRequestSchema: GenMessage<DecideApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 21);
+  messageDesc(file_rein_v1_run_service, 26);
 
 /**
  * DecideApprovalResponse holds the run.
@@ -739,7 +922,7 @@ export type DecideApprovalResponse = Message<"rein.v1.DecideApprovalResponse"> &
  * Use `create(DecideApprovalResponseSchema)` to create a new message.
  */
 export const DecideApprovalResponseSchema: GenMessage<DecideApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 22);
+  messageDesc(file_rein_v1_run_service, 27);
 
 /**
  * ImportRunRequest carries the run to import.
@@ -761,7 +944,7 @@ export type ImportRunRequest = Message<"rein.v1.ImportRunRequest"> & {
  * Use `create(ImportRunRequestSchema)` to create a new message.
  */
 export const ImportRunRequestSchema: GenMessage<ImportRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 23);
+  messageDesc(file_rein_v1_run_service, 28);
 
 /**
  * ImportRunResponse holds the imported run.
@@ -782,7 +965,7 @@ export type ImportRunResponse = Message<"rein.v1.ImportRunResponse"> & {
  * Use `create(ImportRunResponseSchema)` to create a new message.
  */
 export const ImportRunResponseSchema: GenMessage<ImportRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 24);
+  messageDesc(file_rein_v1_run_service, 29);
 
 /**
  * GetServerInfoRequest asks for the server's build.
@@ -797,7 +980,7 @@ export type GetServerInfoRequest = Message<"rein.v1.GetServerInfoRequest"> & {
  * Use `create(GetServerInfoRequestSchema)` to create a new message.
  */
 export const GetServerInfoRequestSchema: GenMessage<GetServerInfoRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 25);
+  messageDesc(file_rein_v1_run_service, 30);
 
 /**
  * GetServerInfoResponse holds the server's build and who asked.
@@ -826,7 +1009,7 @@ export type GetServerInfoResponse = Message<"rein.v1.GetServerInfoResponse"> & {
  * Use `create(GetServerInfoResponseSchema)` to create a new message.
  */
 export const GetServerInfoResponseSchema: GenMessage<GetServerInfoResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 26);
+  messageDesc(file_rein_v1_run_service, 31);
 
 /**
  * Caller is the principal a call was made as.
@@ -861,7 +1044,7 @@ export type Caller = Message<"rein.v1.Caller"> & {
  * Use `create(CallerSchema)` to create a new message.
  */
 export const CallerSchema: GenMessage<Caller> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 27);
+  messageDesc(file_rein_v1_run_service, 32);
 
 /**
  * BuildInfo says what a rein binary was built from.
@@ -919,7 +1102,7 @@ export type BuildInfo = Message<"rein.v1.BuildInfo"> & {
  * Use `create(BuildInfoSchema)` to create a new message.
  */
 export const BuildInfoSchema: GenMessage<BuildInfo> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 28);
+  messageDesc(file_rein_v1_run_service, 33);
 
 /**
  * ApprovalVerdict is a reviewer's verdict on a proposal.
@@ -1099,6 +1282,34 @@ export const RunService: GenService<{
     methodKind: "unary";
     input: typeof ImportRunRequestSchema;
     output: typeof ImportRunResponseSchema;
+  },
+  /**
+   * DeleteRun erases a run that ended: its log, blobs and snapshot in the
+   * live store, or its stub and its archived export, wholly, leaving only
+   * a deletion record with no content (ListDeletions). It needs the admin
+   * role. A run that has not ended is FailedPrecondition (cancel it
+   * first); so is a child whose parent has not ended, or any run of a tree
+   * (a run that delegated, or was delegated) unless tree is set, which
+   * deletes the whole tree from its root. Deleting a deleted run succeeds
+   * and changes nothing.
+   *
+   * @generated from rpc rein.v1.RunService.DeleteRun
+   */
+  deleteRun: {
+    methodKind: "unary";
+    input: typeof DeleteRunRequestSchema;
+    output: typeof DeleteRunResponseSchema;
+  },
+  /**
+   * ListDeletions lists the deletion records, newest first: which run,
+   * whose, by whom or which policy, when and why. It needs the admin role.
+   *
+   * @generated from rpc rein.v1.RunService.ListDeletions
+   */
+  listDeletions: {
+    methodKind: "unary";
+    input: typeof ListDeletionsRequestSchema;
+    output: typeof ListDeletionsResponseSchema;
   },
   /**
    * GetServerInfo says which rein answers: its version, the revision it
