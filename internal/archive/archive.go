@@ -213,15 +213,27 @@ func (a *Archive) Exists(ctx context.Context, key string) (bool, error) {
 // archive and saying what to check.
 func (a *Archive) unreachable(what string, err error) error {
 	hint := "check that it is up and has room"
-	switch gcerrors.Code(err) {
-	case gcerrors.PermissionDenied:
+	msg := err.Error()
+	switch {
+	case gcerrors.Code(err) == gcerrors.PermissionDenied, credentialsRefused(msg):
 		hint = "check its credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3://)"
-	case gcerrors.NotFound:
+	case gcerrors.Code(err) == gcerrors.NotFound, strings.Contains(msg, "NoSuchBucket"):
 		hint = "check that its bucket exists"
 	}
-	msg := err.Error()
 	if i := strings.Index(msg, "\n"); i >= 0 {
 		msg = msg[:i]
 	}
 	return fmt.Errorf("archive %s: %s: %s: %w; %s", a.name, what, msg, ErrUnreachable, hint)
+}
+
+// credentialsRefused reports whether an S3 error says the credentials were
+// refused (S3 answers a wrong secret with SignatureDoesNotMatch, which the
+// blob library does not map to PermissionDenied).
+func credentialsRefused(msg string) bool {
+	for _, code := range []string{"SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "XAdminUserNotFound", "Forbidden"} {
+		if strings.Contains(msg, code) {
+			return true
+		}
+	}
+	return false
 }

@@ -39,14 +39,24 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newFixtureAt(t, "")
+}
+
+// newFixtureAt archives to url, or to a directory of the test's when it is
+// "".
+func newFixtureAt(t *testing.T, url string) *fixture {
+	t.Helper()
 	dir := t.TempDir()
 	f := &fixture{t: t, path: filepath.Join(dir, "rein.db"), dir: filepath.Join(dir, "archive"), now: t0.Add(time.Hour)}
+	if url == "" {
+		url = "file://" + filepath.ToSlash(f.dir)
+	}
 	db, err := bolt.Open(f.path, bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	a, err := archive.Open(context.Background(), "file://"+filepath.ToSlash(f.dir))
+	a, err := archive.Open(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
