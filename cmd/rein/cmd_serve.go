@@ -24,6 +24,7 @@ import (
 	"github.com/reinhq/rein/internal/replica"
 	etcdstore "github.com/reinhq/rein/internal/store/etcd"
 	"github.com/reinhq/rein/internal/telemetry"
+	"github.com/reinhq/rein/internal/tenants"
 	"github.com/reinhq/rein/internal/version"
 	"github.com/reinhq/rein/server"
 )
@@ -43,6 +44,7 @@ type serveOptions struct {
 	shutdownTimeout time.Duration
 	adminListen     string
 	http            httpFlags
+	tenants         tenantsFlags
 	pprof           bool
 	logFormat       string
 	logLevel        string
@@ -101,6 +103,7 @@ one that receives it takes the run and carries it on.`,
 	f.StringVar(&o.adminListen, "admin-listen", "", "serve HTTP for operators on this address: /metrics (Prometheus), /healthz, /readyz; off by default; no authentication, so keep it on an address only operators reach")
 	o.http.register(f)
 	o.lifecycle.register(f)
+	o.tenants.register(f)
 	f.BoolVar(&o.pprof, "pprof", false, "with --admin-listen, also serve Go's profiles at /debug/pprof/")
 	f.StringVar(&o.logFormat, "log-format", "text", "log lines on stderr as text (key=value) or json (one object a line)")
 	f.StringVar(&o.logLevel, "log-level", "info", "the least severe log lines written: debug, info, warn or error")
@@ -130,6 +133,11 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	} else if o.clientCA != "" {
 		return usageError("--client-ca needs --tokens, which maps each certificate's common name to a principal")
 	}
+	_, stopTenants, err := o.tenants.load(ctx, tenants.Lifecycle{}, log) // o.tenants.live from here on
+	if err != nil {
+		return err
+	}
+	defer stopTenants()
 	s, err := o.host.open(ctx, o.ledger)
 	if err != nil {
 		return err
@@ -216,7 +224,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	if o.etcd.set() {
 		db = ""
 	}
-	closeArchive, err := o.lifecycle.configure(ctx, &cfg, db, nil, log)
+	closeArchive, err := o.lifecycle.configure(ctx, &cfg, db, tenantPolicy(o.tenants.live), log)
 	if err != nil {
 		_ = cfg.Store.Close()
 		if rep != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/reinhq/rein/internal/archive"
 	"github.com/reinhq/rein/internal/lifecycle"
+	"github.com/reinhq/rein/internal/tenants"
 	"github.com/reinhq/rein/server"
 )
 
@@ -119,4 +120,31 @@ func embeddedArchive(ctx context.Context, db string) *archive.Archive {
 		return nil
 	}
 	return a
+}
+
+// tenantPolicy resolves a tenant's lifecycle from the live --tenants
+// settings over the flags' (base), read at each sweep so that a reload
+// applies at the next.
+func tenantPolicy(h *tenants.Holder) func(tenant string, base lifecycle.Policy) lifecycle.Policy {
+	if h == nil {
+		return nil
+	}
+	return func(tenant string, b lifecycle.Policy) lifecycle.Policy {
+		var base tenants.Lifecycle
+		if b.ArchiveOn {
+			base.ArchiveAfter = &b.ArchiveAfter
+		}
+		if b.RetainOn {
+			base.Retain = &b.Retain
+		}
+		l := h.Current().Resolve(tenant, base)
+		var p lifecycle.Policy
+		if l.ArchiveAfter != nil {
+			p.ArchiveAfter, p.ArchiveOn = *l.ArchiveAfter, true
+		}
+		if l.Retain != nil {
+			p.Retain, p.RetainOn = *l.Retain, true
+		}
+		return p
+	}
 }

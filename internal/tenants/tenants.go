@@ -1,0 +1,132 @@
+// Package tenants owns rein serve's per-tenant settings file (--tenants): its
+// format, its checks, and how a tenant's setting is resolved.
+//
+// The file is TOML: a [defaults] table and a [tenants.NAME] table per
+// tenant, each holding the same keys (for now the lifecycle keys
+// archive_after and retain). A key a tenant's table leaves out comes from
+// [defaults], and one [defaults] leaves out from the server's flags (the
+// base). A file is taken whole or not at all: an unknown key, a value of the
+// wrong type or out of range, an empty tenant name or a TOML syntax error
+// refuses it, naming the file and the line.
+//
+// Settings are immutable once parsed; a Holder holds the current ones and
+// swaps them atomically when the file is reloaded, so a reader never sees a
+// half-read file and a bad file leaves the previous settings in force.
+//
+// To add a key: a field in table (its TOML name in the tag; the list of keys
+// the errors give comes from the tags), the field it becomes (in Lifecycle,
+// or a new sibling struct of Tenant), its check in table.settings, and its
+// resolution beside Resolve.
+package tenants
+
+import (
+	"slices"
+	"time"
+)
+
+// Lifecycle is how long a tenant's ended runs stay: ArchiveAfter is how long
+// after a run ends it moves to the archive, Retain how long after it ends it
+// is deleted. A nil field is not set; a set 0 means at once.
+type Lifecycle struct {
+	ArchiveAfter, Retain *time.Duration
+}
+
+// over is l with each field it leaves unset taken from below.
+func (l Lifecycle) over(below Lifecycle) Lifecycle {
+	if l.ArchiveAfter == nil {
+		l.ArchiveAfter = below.ArchiveAfter
+	}
+	if l.Retain == nil {
+		l.Retain = below.Retain
+	}
+	return l
+}
+
+// Tenant is what one table of the file sets: [defaults] or a
+// [tenants.NAME].
+type Tenant struct {
+	Lifecycle Lifecycle
+}
+
+// Settings is one parsed tenants file, and the base its lookups fall back
+// to. It is not changed once made, so it may be shared freely.
+type Settings struct {
+	name     string
+	defaults Tenant
+	tenants  map[string]Tenant
+	// base is what a key neither table sets resolves to: the server's
+	// flags. Settings a Holder hands out carry the Holder's base; those
+	// from Parse or Load carry none.
+	base Lifecycle
+}
+
+// Name is the name of the file the settings came from ("" for none).
+func (s *Settings) Name() string {
+	if s == nil {
+		return ""
+	}
+	return s.name
+}
+
+// Tenants are the names of the tenants the file has a table for, sorted.
+func (s *Settings) Tenants() []string {
+	if s == nil {
+		return nil
+	}
+	names := make([]string, 0, len(s.tenants))
+	for n := range s.tenants {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Tenant is what tenant's own table sets, and whether the file has one.
+func (s *Settings) Tenant(tenant string) (Tenant, bool) {
+	if s == nil {
+		return Tenant{}, false
+	}
+	t, ok := s.tenants[tenant]
+	return t, ok
+}
+
+// Defaults is what the [defaults] table sets.
+func (s *Settings) Defaults() Tenant {
+	if s == nil {
+		return Tenant{}
+	}
+	return s.defaults
+}
+
+// Resolve is tenant's lifecycle: each key from its table, else from
+// [defaults], else from base. A nil Settings (no file) resolves to base.
+func (s *Settings) Resolve(tenant string, base Lifecycle) Lifecycle {
+	if s == nil {
+		return base
+	}
+	return s.tenants[tenant].Lifecycle.over(s.defaults.Lifecycle.over(base))
+}
+
+// Lifecycle is tenant's lifecycle resolved over the settings' own base
+// (Resolve), as durations and whether each is in force.
+func (s *Settings) Lifecycle(tenant string) (archiveAfter, retain time.Duration, archiveOn, retainOn bool) {
+	var base Lifecycle
+	if s != nil {
+		base = s.base
+	}
+	l := s.Resolve(tenant, base)
+	if l.ArchiveAfter != nil {
+		archiveAfter, archiveOn = *l.ArchiveAfter, true
+	}
+	if l.Retain != nil {
+		retain, retainOn = *l.Retain, true
+	}
+	return archiveAfter, retain, archiveOn, retainOn
+}
+
+// withBase is a copy of s whose lookups fall back to base.
+func (s *Settings) withBase(base Lifecycle) *Settings {
+	c := *s
+	c.base = base
+	return &c
+}

@@ -1,0 +1,303 @@
+package tenants
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+const good = `# rein serve --tenants
+[defaults]
+archive_after = "24h"
+retain = "720h"
+
+[tenants.acme]
+archive_after = "1h"
+retain = "168h"
+
+[tenants.beta]
+archive_after = "0s" # at once
+
+[tenants."gamma.io"]
+`
+
+func dur(d time.Duration) *time.Duration { return &d }
+
+// writeTenants writes content into a new mode-0600 file.
+func writeTenants(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "tenants.toml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestParse(t *testing.T) {
+	s, err := Parse("tenants.toml", []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.Tenants(), []string{"acme", "beta", "gamma.io"}; !slices.Equal(got, want) {
+		t.Errorf("Tenants() = %q, want %q", got, want)
+	}
+	acme, ok := s.Tenant("acme")
+	if !ok || *acme.Lifecycle.ArchiveAfter != time.Hour || *acme.Lifecycle.Retain != 168*time.Hour {
+		t.Errorf("acme = %+v (%v), want archive_after 1h, retain 168h", acme, ok)
+	}
+	beta, _ := s.Tenant("beta")
+	if beta.Lifecycle.ArchiveAfter == nil || *beta.Lifecycle.ArchiveAfter != 0 || beta.Lifecycle.Retain != nil {
+		t.Errorf("beta = %+v, want archive_after set to 0 and retain not set", beta.Lifecycle)
+	}
+	if d := s.Defaults().Lifecycle; *d.ArchiveAfter != 24*time.Hour || *d.Retain != 720*time.Hour {
+		t.Errorf("defaults = %+v, want 24h and 720h", d)
+	}
+	if _, ok := s.Tenant("nobody"); ok {
+		t.Error("Tenant(nobody) found a table the file does not have")
+	}
+}
+
+// TestResolve: a key comes from the tenant's table, else [defaults], else
+// the base (the server's flags); one set nowhere is off.
+func TestResolve(t *testing.T) {
+	base := Lifecycle{ArchiveAfter: dur(48 * time.Hour), Retain: dur(8760 * time.Hour)}
+	type want struct {
+		archive, retain     time.Duration
+		archiveOn, retainOn bool
+	}
+	cases := []struct {
+		name, file, tenant string
+		base               Lifecycle
+		want               want
+	}{
+		{"tenant's table first", good, "acme", base, want{time.Hour, 168 * time.Hour, true, true}},
+		{"a set 0 is at once, not unset", good, "beta", base, want{0, 720 * time.Hour, true, true}},
+		{"an empty table is all defaults", good, "gamma.io", base, want{24 * time.Hour, 720 * time.Hour, true, true}},
+		{"no table is all defaults", good, "nobody", base, want{24 * time.Hour, 720 * time.Hour, true, true}},
+		{"no defaults: the base", "[tenants.acme]\nretain = \"1h\"\n", "acme", base, want{48 * time.Hour, time.Hour, true, true}},
+		{"set nowhere: off", "[tenants.acme]\nretain = \"1h\"\n", "acme", Lifecycle{}, want{0, time.Hour, false, true}},
+		{"empty file: the base", "", "acme", base, want{48 * time.Hour, 8760 * time.Hour, true, true}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := Parse("tenants.toml", []byte(c.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, r, aOn, rOn := s.withBase(c.base).Lifecycle(c.tenant)
+			if got := (want{a, r, aOn, rOn}); got != c.want {
+				t.Errorf("Lifecycle(%q) = %+v, want %+v", c.tenant, got, c.want)
+			}
+			l := s.Resolve(c.tenant, c.base)
+			if on := l.ArchiveAfter != nil; on != c.want.archiveOn || on && *l.ArchiveAfter != c.want.archive {
+				t.Errorf("Resolve(%q).ArchiveAfter = %v, want %v (set %v)", c.tenant, l.ArchiveAfter, c.want.archive, c.want.archiveOn)
+			}
+		})
+	}
+	// The twin: Settings from Parse carry no base, and no file resolves
+	// to the base alone.
+	s, _ := Parse("tenants.toml", []byte("[tenants.acme]\nretain = \"1h\"\n"))
+	if _, _, aOn, _ := s.Lifecycle("acme"); aOn {
+		t.Error("Parse's settings resolved archive_after from a base they were not given")
+	}
+	var none *Settings
+	if l := none.Resolve("acme", base); l != base {
+		t.Errorf("nil Settings resolved to %+v, want the base", l)
+	}
+}
+
+// TestParseRefused: every refused file names the file, the line and what
+// is wrong.
+func TestParseRefused(t *testing.T) {
+	cases := []struct {
+		name, file string
+		line       int
+		want       []string
+	}{
+		{"unknown key in a tenant", "[defaults]\nretain = \"1h\"\n\n[tenants.beta]\n\n[tenants.acme]\narchive_aftr = \"1h\"\n", 7,
+			[]string{`tenants.toml:7: unknown key "archive_aftr" in [tenants.acme]; the keys are archive_after, retain`}},
+		{"unknown key in defaults", "[defaults]\nretian = \"1h\"\n", 2,
+			[]string{`unknown key "retian" in [defaults]; the keys are archive_after, retain`}},
+		{"unknown key, dotted", "[tenants]\nacme.retian = \"1h\"\n", 2,
+			[]string{`unknown key "retian" in [tenants.acme]`}},
+		{"unknown key in an inline table", "[tenants]\nacme = { retian = \"1h\" }\n", 2,
+			[]string{`unknown key "retian" in a [tenants.NAME] table`}},
+		{"unknown table", "\n[default]\nretain = \"1h\"\n", 2,
+			[]string{`unknown key "default"; the file holds a [defaults] table and [tenants.NAME] tables`}},
+		{"unknown top-level key", "retain = \"1h\"\n", 1,
+			[]string{`unknown key "retain"; the file holds`}},
+		{"table nested in a tenant's", "[tenants.acme.limits]\nx = 1\n", 1,
+			[]string{`unknown key "limits" in [tenants.acme]`}},
+		{"bad duration", "[tenants.acme]\nretain = \"1h\"\narchive_after = \"soon\"\n", 3,
+			[]string{`archive_after in [tenants.acme]: "soon" is not a duration`, `"90m"`}},
+		{"negative", "[defaults]\nretain = \"-1h\"\n", 2,
+			[]string{`retain in [defaults]: "-1h" is negative; give 0s (at once) or more`}},
+		{"a number, not a string", "[tenants.acme]\narchive_after = 3600\n", 2,
+			[]string{`archive_after in [tenants.acme] is a TOML integer; want a duration, a string such as "90m"`}},
+		{"the earliest problem first", "[tenants.b]\nretain = \"x\"\n[tenants.a]\nretain = \"-1s\"\n[defaults]\nretain = \"y\"\n", 2,
+			[]string{`retain in [tenants.b]: "x"`}},
+		{"empty tenant name", "[tenants.acme]\n\n[tenants.\"\"]\nretain = \"1h\"\n", 3,
+			[]string{`a tenant's name is empty`}},
+		{"syntax error", "[defaults]\nretain = \"1h\"\n[tenants.acme\nretain = \"1h\"\n", 3,
+			[]string{`tenants.toml:3:`, `expected ']'`}},
+		{"duplicate key", "[tenants.acme]\nretain = \"1h\"\nretain = \"2h\"\n", 3,
+			[]string{`already defined`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := Parse("tenants.toml", []byte(c.file))
+			if err == nil {
+				t.Fatalf("parsed, want refused: %+v", s)
+			}
+			var fe *Error
+			if !errors.As(err, &fe) {
+				t.Fatalf("error %T %v, want an *Error", err, err)
+			}
+			if fe.File != "tenants.toml" || fe.Line != c.line {
+				t.Errorf("error at %s:%d, want tenants.toml:%d: %v", fe.File, fe.Line, c.line, err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestLoad(t *testing.T) {
+	s, err := Load(writeTenants(t, good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Tenants()) != 3 || !strings.HasSuffix(s.Name(), "tenants.toml") {
+		t.Errorf("Load: tenants %q, name %q", s.Tenants(), s.Name())
+	}
+	// A file of exactly the cap is read.
+	exact := writeTenants(t, "#"+strings.Repeat("x", MaxFileBytes-2)+"\n")
+	if _, err := Load(exact); err != nil {
+		t.Errorf("a file of %d bytes: %v, want read", MaxFileBytes, err)
+	}
+}
+
+// TestLoadRefused: what Load will not read is refused at once, saying why.
+func TestLoadRefused(t *testing.T) {
+	t.Run("readable by others", func(t *testing.T) {
+		p := writeTenants(t, good)
+		for _, mode := range []os.FileMode{0o644, 0o640, 0o604} {
+			if err := os.Chmod(p, mode); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(p)
+			if err == nil || !strings.Contains(err.Error(), "readable by others") || !strings.Contains(err.Error(), "chmod 600 "+p) {
+				t.Errorf("mode %04o: %v, want refused naming chmod 600", mode, err)
+			}
+		}
+		if err := os.Chmod(p, 0o400); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load(p); err != nil {
+			t.Errorf("mode 0400: %v, want read", err)
+		}
+	})
+	t.Run("oversized", func(t *testing.T) {
+		p := writeTenants(t, "#"+strings.Repeat("x", MaxFileBytes)+"\n")
+		if _, err := Load(p); err == nil || !strings.Contains(err.Error(), "larger than") {
+			t.Errorf("a file over 1 MiB: %v, want refused", err)
+		}
+	})
+	t.Run("directory", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.Chmod(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "a directory") {
+			t.Errorf("a directory: %v, want refused", err)
+		}
+	})
+	t.Run("missing", func(t *testing.T) {
+		if _, err := Load(filepath.Join(t.TempDir(), "none.toml")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("a missing file: %v, want ErrNotExist", err)
+		}
+	})
+	t.Run("bad content names the path", func(t *testing.T) {
+		p := writeTenants(t, "[tenants.acme]\nretian = \"1h\"\n")
+		if _, err := Load(p); err == nil || !strings.HasPrefix(err.Error(), p+":2: ") {
+			t.Errorf("Load: %v, want %s:2: …", err, p)
+		}
+	})
+}
+
+// TestHolderReload: a good file replaces the settings in force; a bad one
+// leaves them, and says why.
+func TestHolderReload(t *testing.T) {
+	base := Lifecycle{Retain: dur(9 * time.Hour)}
+	p := writeTenants(t, "[tenants.acme]\narchive_after = \"1h\"\n")
+	h, err := NewHolder(p, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string, archive time.Duration, tenants ...string) {
+		t.Helper()
+		a, r, aOn, rOn := h.Lifecycle("acme")
+		if a != archive || !aOn || r != 9*time.Hour || !rOn {
+			t.Errorf("%s: acme = %v %v %v %v, want archive_after %v and the base's retain 9h", when, a, r, aOn, rOn, archive)
+		}
+		if got := h.Current().Tenants(); !slices.Equal(got, tenants) {
+			t.Errorf("%s: tenants %q, want %q", when, got, tenants)
+		}
+	}
+	check("at load", time.Hour, "acme")
+
+	if err := os.WriteFile(p, []byte("[tenants.acme]\narchive_after = \"2h\"\n[tenants.beta]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := h.Reload()
+	if err != nil || s != h.Current() {
+		t.Fatalf("Reload of a good file: %v (returned the settings in force: %v)", err, s == h.Current())
+	}
+	check("after a good reload", 2*time.Hour, "acme", "beta")
+
+	if err := os.WriteFile(p, []byte("[tenants.acme]\narchive_after = \"2h\"\n[tenants.beta\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := h.Current()
+	var fe *Error
+	if _, err := h.Reload(); !errors.As(err, &fe) || fe.Line != 3 {
+		t.Errorf("Reload of a broken file: %v, want an *Error at line 3", err)
+	}
+	if h.Current() != before {
+		t.Error("a refused reload replaced the settings in force")
+	}
+	check("after a refused reload", 2*time.Hour, "acme", "beta")
+
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Reload(); err == nil {
+		t.Error("Reload of a file readable by others: nil error, want refused")
+	}
+	check("after a refused reload (mode)", 2*time.Hour, "acme", "beta")
+}
+
+// TestHolderNoFile: without a file every tenant resolves to the base; the
+// twin: a holder whose file is refused is not made.
+func TestHolderNoFile(t *testing.T) {
+	h, err := NewHolder("", Lifecycle{ArchiveAfter: dur(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, _, aOn, rOn := h.Lifecycle("acme"); a != time.Minute || !aOn || rOn {
+		t.Errorf("no file: %v %v %v, want the base's 1m and retain off", a, aOn, rOn)
+	}
+	if _, err := h.Reload(); err != nil {
+		t.Errorf("Reload with no file: %v", err)
+	}
+	if _, err := NewHolder(writeTenants(t, "[defaults]\nretain = 5\n"), Lifecycle{}); err == nil {
+		t.Error("NewHolder of a bad file: nil error")
+	}
+}
