@@ -109,12 +109,20 @@ func (f *fixture) run(id, parent string, end bool, children ...string) {
 	if !end {
 		return
 	}
+	f.endAt(id, seq, "answer "+marker)
+}
+
+// end completes a run just started (at version 1) with answer.
+func (f *fixture) end(id, answer string) { f.endAt(id, 1, answer) }
+
+func (f *fixture) endAt(id string, seq uint64, answer string) {
+	f.t.Helper()
 	done := ev(id, seq+1)
 	done.Payload = &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
 		From: reinv1.RunStatus_RUN_STATUS_RUNNING, To: reinv1.RunStatus_RUN_STATUS_COMPLETED, Reason: "final_answer",
-		Result: &reinv1.FinalAnswer{Text: "answer " + marker},
+		Result: &reinv1.FinalAnswer{Text: answer},
 	}}
-	if err := f.db.Append(ctx, id, seq, []*reinv1.Event{done}); err != nil {
+	if err := f.db.Append(context.Background(), id, seq, []*reinv1.Event{done}); err != nil {
 		f.t.Fatal(err)
 	}
 }
