@@ -186,6 +186,7 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newBenchCmd(e),
 		newEvaluateCmd(e),
 		newCheckCmd(e),
+		newCompactCmd(e),
 		newVersionCmd(e),
 		newConfigCmd(e),
 	)
