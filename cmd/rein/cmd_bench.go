@@ -64,6 +64,8 @@ type benchOptions struct {
 	dir    string
 	store  string
 	etcd   benchEtcdFlags
+	// archive and svg are the lifecycle scenario's.
+	archive, svg string
 }
 
 const benchLong = `Measure rein against the disk it runs on. Each scenario times a figure through
@@ -79,6 +81,14 @@ Scenarios (steps runs steps and steps-runs):
              the time from killing one (SIGKILL, 10 times) to its runs carried
              on by the others, and runs/s with 1, 2 and 3 replicas; on the
              bench's etcd (--etcd, or one it starts); not part of all
+  lifecycle  finished runs archived by the keeper (runs/s, the median of
+             --rounds) against raw puts of the same exports to the same
+             archive, rounds alternating; GetRun and ListEvents
+             p50/p99 of an archived run (its cache cold and warm) against a
+             live one through the gRPC server; the live store's size over a
+             steady workload with and without archiving and retention (--svg
+             plots it); on --archive (default: a temporary directory; the
+             objects it writes are deleted); bolt only; not part of all
 
 Files go in a temporary directory that is removed; --db is not used. The
 watch scenario also starts this binary's serve on a temporary store, to
@@ -123,6 +133,8 @@ func newBenchCmd(e *env) *cobra.Command {
 	cmd.Flags().BoolVar(&o.traces, "traces", false, "steps and steps-runs: build the runs' spans as rein serve --otel does (dropped, not exported), to measure what tracing costs")
 	cmd.Flags().StringVar(&o.dir, "dir", "", "directory for the temporary files (default: the system's)")
 	cmd.Flags().StringVar(&o.store, "store", "bolt", "storage backend to run on: "+benchStores)
+	cmd.Flags().StringVar(&o.archive, "archive", "", "lifecycle: the archive to measure, file:///DIR or s3://BUCKET?endpoint=…&region=… (credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); default: a temporary directory")
+	cmd.Flags().StringVar(&o.svg, "svg", "", "lifecycle: write the plot of the live store's size to this SVG file")
 	o.etcd.register(cmd.Flags())
 	return cmd
 }
@@ -140,7 +152,7 @@ func (o *benchOptions) run(cmd *cobra.Command, e *env, name string) error {
 		return o.benchFailover(cmd, e)
 	}
 	todo, ok := bench.Lookup(name)
-	if !ok {
+	if !ok && name != "lifecycle" {
 		return usageError("unknown scenario %q; choose one of: %s, all", name, strings.Join(bench.Names(), ", "))
 	}
 	if o.scale <= 0 {
@@ -155,6 +167,19 @@ func (o *benchOptions) run(cmd *cobra.Command, e *env, name string) error {
 	backend, err := benchBackend(o.store)
 	if err != nil {
 		return err
+	}
+	if name == "lifecycle" {
+		if o.store != "bolt" {
+			return usageError("bench lifecycle runs on --store bolt: it measures the store's file")
+		}
+		r, err := bench.RunLifecycle(cmd.Context(), bench.Options{Scale: o.scale, Rounds: o.rounds, Dir: o.dir, Backend: backend}, bench.Lifecycle{Archive: o.archive, SVG: o.svg})
+		if err != nil {
+			return fmt.Errorf("bench lifecycle: %w", err)
+		}
+		if e.json {
+			return writeJSON(e.stdout, r, false)
+		}
+		return r.WriteText(e.stdout)
 	}
 	if err := o.etcd.check(cmd.Flags(), o.store); err != nil {
 		return err
