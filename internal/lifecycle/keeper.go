@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -59,6 +60,9 @@ type Keeper struct {
 	// eraseMu orders scrubs after the deletions they follow.
 	eraseMu sync.Mutex
 }
+
+// Parallel is how many trees a sweep archives or deletes at once.
+const Parallel = 8
 
 const (
 	sweepBatch = 256
@@ -111,6 +115,12 @@ type Swept struct {
 // ended.
 func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 	var done Swept
+	var mu sync.Mutex // guards done
+	count := func(f func(*Swept)) {
+		mu.Lock()
+		f(&done)
+		mu.Unlock()
+	}
 	now := k.now()
 	after := ""
 	for {
@@ -118,10 +128,11 @@ func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 		if err != nil {
 			return done, err
 		}
+		// The trees of a batch go Parallel at a time: their objects are
+		// written side by side, and their stubs share the store's commits.
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(Parallel)
 		for _, e := range batch {
-			if err := ctx.Err(); err != nil {
-				return done, err
-			}
 			if e.Parent != "" {
 				continue // goes with its root
 			}
@@ -129,22 +140,32 @@ func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 			age := now.Sub(e.EndedAt)
 			switch {
 			case p.RetainOn && age >= p.Retain:
-				recs, err := k.erase(ctx, e.RunID, ByPolicy, fmt.Sprintf("retention of %s ended", p.Retain), true)
-				done.Deleted += len(recs)
-				if err != nil {
-					done.Failed++
-					k.log().Warn("delete a run whose retention ended: it stays and is tried again", "run", e.RunID, "err", err)
-				}
+				g.Go(func() error {
+					recs, err := k.erase(gctx, e.RunID, ByPolicy, fmt.Sprintf("retention of %s ended", p.Retain), true)
+					count(func(d *Swept) { d.Deleted += len(recs) })
+					if err != nil {
+						count(func(d *Swept) { d.Failed++ })
+						k.log().Warn("delete a run whose retention ended: it stays and is tried again", "run", e.RunID, "err", err)
+					}
+					return nil
+				})
 			case !e.Archived && p.ArchiveOn && age >= p.ArchiveAfter && k.Store.arch != nil && k.due(e.RunID, now):
-				n, err := k.archiveTree(ctx, e.RunID)
-				done.Archived += n
-				if err != nil {
-					done.Failed++
-					k.failed(e.RunID, now, err)
-				} else {
-					k.forget(e.RunID)
-				}
+				g.Go(func() error {
+					n, err := k.archiveTree(gctx, e.RunID)
+					count(func(d *Swept) { d.Archived += n })
+					if err != nil {
+						count(func(d *Swept) { d.Failed++ })
+						k.failed(e.RunID, now, err)
+					} else {
+						k.forget(e.RunID)
+					}
+					return nil
+				})
 			}
+		}
+		_ = g.Wait() // each run's failure is counted and logged, never the sweep's
+		if err := ctx.Err(); err != nil {
+			return done, err
 		}
 		if len(batch) < sweepBatch {
 			break
