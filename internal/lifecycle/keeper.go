@@ -380,7 +380,7 @@ func (k *Keeper) erase(ctx context.Context, runID, by, reason string, tree bool)
 func (k *Keeper) eraseRun(ctx context.Context, st runstate.State, by, reason string) (*reinv1.RunDeletion, error) {
 	if st.Archive != nil {
 		if k.Store.arch == nil {
-			return nil, fmt.Errorf("run %s is archived under %s, and this server has no --archive to delete it from: %w",
+			return nil, fmt.Errorf("run %s is archived under %s, and no archive is open to delete it from (rein serve --archive URL; the commands without --server use the directory DB.archive beside --db): %w",
 				st.RunID, st.Archive.GetKey(), store.ErrUnavailable)
 		}
 		if err := k.Store.arch.Delete(ctx, st.Archive.GetKey()); err != nil {

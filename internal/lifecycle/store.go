@@ -122,7 +122,7 @@ func (s *Store) archived(ctx context.Context, runID string) (*reinv1.RunExport, 
 // it, never change it.
 func (s *Store) export(ctx context.Context, stub runstate.State) (*reinv1.RunExport, error) {
 	if s.arch == nil {
-		return nil, fmt.Errorf("run %s is archived under %s, and this server has no --archive to read it from: %w",
+		return nil, fmt.Errorf("run %s is archived under %s, and no archive is open to read it from (rein serve --archive URL; the commands without --server use the directory DB.archive beside --db): %w",
 			stub.RunID, stub.Archive.GetKey(), store.ErrUnavailable)
 	}
 	x, err := s.arch.Get(ctx, stub.Archive)
