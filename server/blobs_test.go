@@ -122,3 +122,39 @@ func TestGetBlobsAnswersInPartsInOrder(t *testing.T) {
 		t.Fatalf("%d blobs in %d answers, want all %d in more than one", len(got), answers, len(refs))
 	}
 }
+
+// TestForkKeepsItsBlobs: a fork holds the blobs its carried events
+// reference, as its own: they read through the fork, and stay when the
+// parent is deleted (a store keeps a run's blobs with it). The twin: the
+// parent's deletion takes its own blobs with it.
+func TestForkKeepsItsBlobs(t *testing.T) {
+	s := newTestServer(t, fixtures())
+	ctx := context.Background()
+	run := s.start(t, "parent", contract(nil, readCall("lookup"), final("done")))
+	evs := s.allEvents(t, run.GetRunId())
+	at := uint64(0)
+	for _, ev := range evs {
+		if ev.GetToolReturned() != nil && at == 0 {
+			at = ev.GetSequence() // the first step's end
+		}
+	}
+	resp, err := s.client.ForkRun(ctx, &reinv1.ForkRunRequest{RunId: run.GetRunId(), AtSequence: at, RequestId: "fork"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork := resp.GetRun().GetRunId()
+	s.watchToEnd(t, fork)
+	carried := export.BlobRefs(evs[1:at])
+	if len(carried) == 0 {
+		t.Fatal("the carried events reference no blob: the test shows nothing")
+	}
+	if _, err := s.client.DeleteRun(ctx, &reinv1.DeleteRunRequest{RunId: run.GetRunId(), Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.client.GetBlobs(ctx, &reinv1.GetBlobsRequest{RunId: fork, Hashes: carried})
+	if err != nil || len(got.GetBlobs()) != len(carried) {
+		t.Fatalf("the fork's carried blobs after its parent's deletion: %d of %d, %v", len(got.GetBlobs()), len(carried), err)
+	}
+	_, err = s.client.GetBlobs(ctx, &reinv1.GetBlobsRequest{RunId: run.GetRunId(), Hashes: carried})
+	wantCode(t, err, codes.NotFound)
+}

@@ -10,6 +10,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -29,15 +30,15 @@ var ErrToolsUnavailable = errors.New("this server's tools could not all be liste
 // from a parent, and schedules the run, or arms a paused one's deadlines. A request ID the
 // tenant used before returns that run with created=false, and stores
 // nothing.
-func (e *Engine) create(ctx context.Context, c *reinv1.TaskContract, started *reinv1.RunStarted, carried []*reinv1.Event) (runstate.State, bool, error) {
-	return e.createAs(ctx, "", c, started, carried)
+func (e *Engine) create(ctx context.Context, c *reinv1.TaskContract, started *reinv1.RunStarted, carried []*reinv1.Event, blobs map[string][]byte) (runstate.State, bool, error) {
+	return e.createAs(ctx, "", c, started, carried, blobs)
 }
 
 // createAs is create with the run's ID chosen by the caller ("" makes a new
 // one), as a delegation's child's is, and a deadline set in started kept
 // when it is earlier than the contract's timeout gives (a child's is its
 // parent's).
-func (e *Engine) createAs(ctx context.Context, runID string, c *reinv1.TaskContract, started *reinv1.RunStarted, carried []*reinv1.Event) (runstate.State, bool, error) {
+func (e *Engine) createAs(ctx context.Context, runID string, c *reinv1.TaskContract, started *reinv1.RunStarted, carried []*reinv1.Event, blobs map[string][]byte) (runstate.State, bool, error) {
 	if err := ValidateContract(c); err != nil {
 		return runstate.State{}, false, err
 	}
@@ -81,7 +82,14 @@ func (e *Engine) createAs(ctx context.Context, runID string, c *reinv1.TaskContr
 			for _, ev := range carried {
 				ev.RunId = st.RunID
 			}
-			if st, err = e.commit(ctx, st, "", carried); err != nil {
+			// The blobs the carried events reference are stored with the
+			// new run, whose own they become (a store keeps a run's
+			// blobs with it, and erases them with it).
+			var opts []store.AppendOption
+			if len(blobs) > 0 {
+				opts = append(opts, store.WithBlobs(blobs))
+			}
+			if st, err = e.commit(ctx, st, "", carried, opts...); err != nil {
 				return st, true, err
 			}
 		}

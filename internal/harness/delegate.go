@@ -355,7 +355,7 @@ func (e *Engine) createChild(ctx context.Context, parent runstate.State, seq uin
 	if !parent.Deadline.IsZero() {
 		started.Deadline = timestamppb.New(parent.Deadline)
 	}
-	st, _, err := e.createAs(ctx, c.GetRunId(), c.GetContract(), started, nil)
+	st, _, err := e.createAs(ctx, c.GetRunId(), c.GetContract(), started, nil, nil)
 	if err != nil {
 		return st, fmt.Errorf("start child %d of run %s: %w", i, parent.RunID, err)
 	}

@@ -225,7 +225,7 @@ func (e *Engine) Start(ctx context.Context, req StartRequest) (runstate.State, b
 	if !req.Deadline.IsZero() {
 		started.Deadline = timestamppb.New(req.Deadline)
 	}
-	return e.create(ctx, req.Contract, started, nil)
+	return e.create(ctx, req.Contract, started, nil, nil)
 }
 
 // Resume schedules a stored run that is running but has no driver, such as

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/export"
 	"github.com/reinhq/rein/internal/runstate"
 )
 
@@ -86,8 +87,14 @@ func (e *Engine) Fork(ctx context.Context, req ForkRequest) (runstate.State, boo
 	for _, ev := range evs[1:] {
 		carried = append(carried, proto.Clone(ev).(*reinv1.Event))
 	}
+	var blobs map[string][]byte
+	if refs := export.BlobRefs(carried); len(refs) > 0 {
+		if blobs, err = e.cfg.Store.Blobs(ctx, req.RunID, refs); err != nil {
+			return runstate.State{}, false, fmt.Errorf("fork %s: read the blobs its events reference: %w", req.RunID, err)
+		}
+	}
 	st, created, err := e.create(ctx, c, &reinv1.RunStarted{Principal: req.Principal, Tenant: req.Tenant, RequestId: req.RequestID,
-		ParentRunId: req.RunID, ParentSequence: uint64(len(evs)), TraceId: req.TraceID, TraceParentSpanId: req.TraceParent}, carried)
+		ParentRunId: req.RunID, ParentSequence: uint64(len(evs)), TraceId: req.TraceID, TraceParentSpanId: req.TraceParent}, carried, blobs)
 	if err != nil && created {
 		return st, true, fmt.Errorf("fork %s: carry the parent's events over: %w", st.RunID, err)
 	}
