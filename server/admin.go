@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/reinhq/rein/internal/metrics"
+	"github.com/reinhq/rein/internal/store"
 )
 
 // readyTimeout bounds /readyz's read of the store.
@@ -20,8 +22,9 @@ const readyTimeout = 2 * time.Second
 //	/metrics       m's registry in the Prometheus text format
 //	/healthz       200 while the process serves HTTP at all (liveness)
 //	/readyz        200 when the node takes calls: it is not shutting down,
-//	               holds its etcd lease (a replica), and its store answers
-//	               a read within 2s; else 503 and why
+//	               holds its etcd lease (a replica), its store answers a
+//	               read within 2s and takes writes (no NOSPACE alarm on
+//	               its etcd); else 503 and why
 //	/debug/pprof/  Go's profiles, only with withPprof
 //
 // It is meant for an address only operators reach (rein serve
@@ -64,16 +67,48 @@ func (n *Node) ready(ctx context.Context) error {
 	// A store that hangs (a wedged disk) must not hang the probe.
 	read := make(chan error, 1)
 	go func() {
-		_, _, err := n.Store.Changes(ctx, 0, 0)
-		read <- err
+		if _, _, err := n.Store.Changes(ctx, 0, 0); err != nil {
+			read <- fmt.Errorf("the store does not answer: %w", err)
+			return
+		}
+		// It answers; whether it takes writes is asked apart, as a full
+		// etcd still serves reads. A store that cannot tell (the alarm
+		// list refused) is not held against the node.
+		if a := spaceOf(n.Store); a != nil {
+			if err := a.SpaceAlarm(ctx); errors.Is(err, store.ErrNoSpace) {
+				read <- fmt.Errorf("the store takes no writes: %w", err)
+				return
+			}
+		}
+		read <- nil
 	}()
 	select {
 	case err := <-read:
-		if err != nil {
-			return fmt.Errorf("the store does not answer: %w", err)
-		}
-		return nil
+		return err
 	case <-ctx.Done():
 		return fmt.Errorf("the store did not answer within %s", readyTimeout)
 	}
+}
+
+// spaceAlarmer is a store that says whether it is out of space: an error
+// wrapping store.ErrNoSpace while it is (the etcd store's NOSPACE alarm).
+type spaceAlarmer interface {
+	SpaceAlarm(ctx context.Context) error
+}
+
+// spaceOf is s, or a store s wraps (Unwrap: the metrics' timing, the
+// lifecycle's reads of archived runs), as a spaceAlarmer; nil when none is
+// one.
+func spaceOf(s store.Store) spaceAlarmer {
+	for s != nil {
+		switch w := s.(type) {
+		case spaceAlarmer:
+			return w
+		case interface{ Unwrap() store.Store }:
+			s = w.Unwrap()
+		default:
+			return nil
+		}
+	}
+	return nil
 }

@@ -52,6 +52,10 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		return status.Error(codes.DataLoss, err.Error())
 	case errors.Is(err, store.ErrDiskFull):
 		return exhausted("the server's disk is full: nothing was stored; free space on the server and retry", diskFullRetry)
+	case errors.Is(err, store.ErrNoSpace):
+		return exhausted("the store's etcd cluster is out of space (its --quota-backend-bytes): nothing was stored, and etcd takes no write until an operator "+
+			"compacts and defragments it (etcdctl compaction REV, etcdctl defrag --cluster), then disarms its NOSPACE alarm (etcdctl alarm disarm); "+
+			"archiving or deleting runs, or a larger --quota-backend-bytes, keeps it from filling again; retry after that", diskFullRetry)
 	case errors.Is(err, store.ErrReadOnly):
 		return status.Error(codes.FailedPrecondition, "the server's store is open read-only: it serves reads only")
 	case errors.Is(err, harness.ErrToolsUnavailable), errors.Is(err, store.ErrUnavailable):

@@ -108,6 +108,7 @@ one that receives it takes the run and carries it on.`,
 	f.StringVar(&o.logFormat, "log-format", "text", "log lines on stderr as text (key=value) or json (one object a line)")
 	f.StringVar(&o.logLevel, "log-level", "info", "the least severe log lines written: debug, info, warn or error")
 	o.etcd.register(f)
+	o.etcd.registerUpkeep(f)
 	f.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "with --etcd, the TTL of this server's etcd lease: how soon after it stops answering the other servers take its runs (whole seconds)")
 	f.IntVar(&o.maxRuns, "max-runs", 0, "with --etcd, the most runs this server drives at once; past it, new and orphaned runs are left for other servers to take (0: no cap)")
 	f.StringVar(&o.name, "name", "", "with --etcd, this server's name in the runs' owner keys and its logs, its own on the --etcd-prefix: a name another live server holds is refused, one a dead server held is taken once its lease ends (default: host name and process ID)")
@@ -202,6 +203,12 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 			return err
 		}
 		defer cli.Close()
+		stopUpkeep, err := o.etcd.upkeep(ctx, st, cfg.Metrics, log)
+		if err != nil {
+			_ = st.Close()
+			return err
+		}
+		defer stopUpkeep()
 		if o.name == "" {
 			host, _ := os.Hostname()
 			o.name = fmt.Sprintf("%s-%d", host, os.Getpid())

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -13,6 +15,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/reinhq/rein/internal/metrics"
+	"github.com/reinhq/rein/internal/store"
 	etcdstore "github.com/reinhq/rein/internal/store/etcd"
 )
 
@@ -26,6 +30,8 @@ type etcdFlags struct {
 	tlsCert   string
 	tlsKey    string
 	timeout   time.Duration
+	// compactEvery is rein serve's --etcd-compact-every (registerUpkeep).
+	compactEvery time.Duration
 }
 
 func (f *etcdFlags) register(fs *pflag.FlagSet) {
@@ -37,13 +43,19 @@ func (f *etcdFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.timeout, "etcd-timeout", etcdstore.DefaultTimeout, "with --etcd, how long one request to etcd may take before it fails as unavailable")
 }
 
+// registerUpkeep registers the flags of what a server does for the cluster
+// its runs are in (rein serve's; rein bench's runs are its own).
+func (f *etcdFlags) registerUpkeep(fs *pflag.FlagSet) {
+	fs.DurationVar(&f.compactEvery, "etcd-compact-every", etcdstore.DefaultCompactEvery, "with --etcd, compact etcd's history this often, keeping this much of it, so that old revisions do not fill etcd's --quota-backend-bytes; it compacts the whole cluster, as etcd's --auto-compaction-retention would, and every server may do it (0: never, when etcd compacts its history itself)")
+}
+
 // set reports whether --etcd was given.
 func (f *etcdFlags) set() bool { return f.endpoints != "" }
 
 // check refuses etcd flags without --etcd, and TLS flags that do not fit.
 func (f *etcdFlags) check(fs *pflag.FlagSet) error {
 	if !f.set() {
-		for _, name := range []string{"etcd-prefix", "etcd-tls-ca", "etcd-tls-cert", "etcd-tls-key", "etcd-timeout"} {
+		for _, name := range []string{"etcd-prefix", "etcd-tls-ca", "etcd-tls-cert", "etcd-tls-key", "etcd-timeout", "etcd-compact-every"} {
 			if fs.Changed(name) {
 				return usageError("--%s needs --etcd ENDPOINTS", name)
 			}
@@ -58,6 +70,9 @@ func (f *etcdFlags) check(fs *pflag.FlagSet) error {
 	}
 	if f.timeout <= 0 {
 		return usageError("--etcd-timeout must be positive")
+	}
+	if f.compactEvery < 0 {
+		return usageError("--etcd-compact-every must be 0 (never) or more")
 	}
 	return nil
 }
@@ -131,4 +146,43 @@ func (f *etcdFlags) open(ctx context.Context, opts etcdstore.Options) (*clientv3
 		return nil, nil, &exitErr{code: exitUnavailable, err: err}
 	}
 	return cli, st, nil
+}
+
+// upkeep is what a server does for the etcd cluster its runs are in,
+// beside storing them. At start it refuses a cluster whose NOSPACE alarm
+// is raised, saying what frees it (etcd would grant the server no lease),
+// and warns of one whose history was never compacted when the server will
+// not compact it either. Then it compacts the history every
+// --etcd-compact-every (etcdstore.Store.CompactHistory), and reports the
+// alarm on /metrics (rein_store_no_space). stop ends the compaction and
+// waits for it.
+func (f *etcdFlags) upkeep(ctx context.Context, st *etcdstore.Store, m *metrics.Metrics, log *slog.Logger) (stop func(), err error) {
+	if err := st.SpaceAlarm(ctx); errors.Is(err, store.ErrNoSpace) {
+		return nil, &exitErr{code: exitUnavailable, err: fmt.Errorf("etcd takes no writes, so this server cannot start: %w", err)}
+	}
+	m.TrackStoreSpace(st.SpaceAlarm)
+	if f.compactEvery <= 0 {
+		if compacted, rev, err := st.Compacted(ctx); err == nil && !compacted {
+			log.Warn("etcd's history was never compacted, and with --etcd-compact-every 0 rein will not compact it: unless etcd runs with --auto-compaction-retention, it keeps every revision until its --quota-backend-bytes is full and it refuses every write",
+				"revision", rev)
+		}
+		return func() {}, nil
+	}
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		st.CompactHistory(cctx, f.compactEvery, func(rev int64, err error) {
+			if err != nil {
+				log.Warn("compact etcd's history; trying again later", "revision", rev, "error", err)
+				return
+			}
+			log.Debug("compacted etcd's history", "revision", rev)
+		})
+	}()
+	log.Info("compacting etcd's history", "every", f.compactEvery)
+	return func() {
+		cancel()
+		<-done
+	}, nil
 }

@@ -61,6 +61,9 @@ type Cluster struct {
 	NoFsync bool
 	// MaxRequestBytes is --max-request-bytes; zero takes etcd's 1.5 MiB.
 	MaxRequestBytes int
+	// QuotaBackendBytes is --quota-backend-bytes, the size past which etcd
+	// refuses writes and raises its NOSPACE alarm; zero takes etcd's 2 GiB.
+	QuotaBackendBytes int64
 	// LogLevel is --log-level; empty is "warn".
 	LogLevel string
 }
@@ -145,6 +148,9 @@ func (c Cluster) args(i int) []string {
 	}
 	if c.MaxRequestBytes > 0 {
 		a = append(a, "--max-request-bytes", strconv.Itoa(c.MaxRequestBytes))
+	}
+	if c.QuotaBackendBytes > 0 {
+		a = append(a, "--quota-backend-bytes", strconv.FormatInt(c.QuotaBackendBytes, 10))
 	}
 	return a
 }

@@ -63,6 +63,9 @@ type Options struct {
 	Durable bool
 	// MaxRequestBytes is etcd's --max-request-bytes; 0 is etcd's default.
 	MaxRequestBytes int
+	// QuotaBackendBytes is etcd's --quota-backend-bytes; 0 is etcd's
+	// default (2 GiB). A small one fills in seconds (Fill).
+	QuotaBackendBytes int64
 }
 
 // Cluster is a running test cluster.
@@ -98,7 +101,7 @@ func StartWith(t testing.TB, opts Options) *Cluster {
 		cfg: etcdproc.Cluster{
 			Bin: bin, Members: ms, Token: fmt.Sprintf("rein-test-%d-%d", os.Getpid(), time.Now().UnixNano()),
 			HeartbeatInterval: HeartbeatInterval, ElectionTimeout: ElectionTimeout,
-			NoFsync: !opts.Durable, MaxRequestBytes: opts.MaxRequestBytes,
+			NoFsync: !opts.Durable, MaxRequestBytes: opts.MaxRequestBytes, QuotaBackendBytes: opts.QuotaBackendBytes,
 		},
 		procs: make([]*etcdproc.Proc, len(ms)),
 		stop:  make([]bool, len(ms)),

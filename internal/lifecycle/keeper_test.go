@@ -79,7 +79,7 @@ func (f *fixture) run(id, parent string, end bool, children ...string) {
 	ctx := context.Background()
 	start := ev(id, 1)
 	start.Payload = &reinv1.Event_RunStarted{RunStarted: &reinv1.RunStarted{
-		Contract: &reinv1.TaskContract{Goal: "goal " + marker, Labels: map[string]string{"team": "a"}},
+		Contract:  &reinv1.TaskContract{Goal: "goal " + marker, Labels: map[string]string{"team": "a"}},
 		Principal: "alice", Tenant: "acme", RequestId: "req-" + id,
 	}}
 	if parent != "" {

@@ -41,6 +41,9 @@ func NewStore(b Backend, arch *archive.Archive) *Store {
 	return &Store{Backend: b, arch: arch}
 }
 
+// Unwrap is the backend, for what looks for the store beneath (readiness).
+func (s *Store) Unwrap() store.Store { return s.Backend }
+
 // Load implements store.Store: an archived run's whole state, folded from
 // its export, with its archive record.
 func (s *Store) Load(ctx context.Context, runID string) (runstate.State, error) {

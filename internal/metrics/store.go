@@ -23,6 +23,10 @@ type timedStore struct {
 	m *Metrics
 }
 
+// Unwrap is the store t times, for a caller that needs more of it than
+// store.Store (such as /readyz, which asks the etcd store for its alarms).
+func (t *timedStore) Unwrap() store.Store { return t.Store }
+
 func (t *timedStore) Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) error {
 	start := time.Now()
 	err := t.Store.Append(ctx, runID, expected, events, opts...)

@@ -72,6 +72,12 @@ var (
 	// etcd backend's). It is no failure of the run: its owner carries it on,
 	// and should the owner die its lease ends and the run is taken over.
 	ErrOwned = errors.New("the run is driven by another server")
+	// ErrNoSpace: the store's etcd cluster is out of space: a write would
+	// take its database past its --quota-backend-bytes, so etcd refused it
+	// and raised its NOSPACE alarm, under which it refuses every write
+	// until an operator frees space and disarms the alarm. The write was not
+	// stored; reads still answer. (ErrDiskFull is the bolt store's kin.)
+	ErrNoSpace = errors.New("the store's etcd cluster is out of space (its --quota-backend-bytes)")
 )
 
 // Store is an event store. It is safe for concurrent use.

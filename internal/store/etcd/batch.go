@@ -79,9 +79,10 @@ func (s *Store) batch(ctx context.Context, what, runID string, t *txn) batched {
 }
 
 // takeLocked is the head of the queue that fits one Txn: appends of
-// distinct runs (etcd refuses a Txn that puts one key twice; a blob two of
-// them bring is sent once, commitBatch), within the store's request bytes
-// and compares. s.batchMu must be held.
+// distinct runs (etcd refuses a Txn that puts one key twice; a run's blobs
+// are keyed under the run, so the appends of distinct runs put no key in
+// common, a blob two of them bring included), within the store's request
+// bytes and compares. s.batchMu must be held.
 func (s *Store) takeLocked() []*queued {
 	runs := map[string]bool{}
 	bytes, cmps := 0, 0
@@ -103,24 +104,9 @@ func (s *Store) takeLocked() []*queued {
 // that the appends arriving meanwhile queue behind it and share the next.
 func (s *Store) commitBatch(ctx context.Context, what string, take []*queued) batched {
 	all := &txn{}
-	sent := map[string]bool{} // blobs put by an append before in the batch
 	for _, q := range take {
 		all.cmps = append(all.cmps, q.t.cmps...)
-		var again map[int]bool
-		for _, b := range q.t.blobAt {
-			if sent[b.hash] {
-				if again == nil {
-					again = map[int]bool{}
-				}
-				again[b.i] = true
-			}
-			sent[b.hash] = true
-		}
-		for i, op := range q.t.ops {
-			if !again[i] {
-				all.ops = append(all.ops, op)
-			}
-		}
+		all.ops = append(all.ops, q.t.ops...)
 		all.bytes += q.t.bytes
 	}
 	ops, err := nest(all, s.opts.MaxTxnOps)

@@ -78,10 +78,10 @@ func TestBatchedAppends(t *testing.T) {
 }
 
 // TestBatchedAppendsWithBlobs: steps bringing blobs share Txns too, and a
-// blob two runs bring at once (the same system prompt, say) is stored once
-// and read back whole by both; no batch puts one blob twice, which etcd
-// would refuse. The twin: an append whose blob is keyed by another hash is
-// refused and stores nothing.
+// blob many runs bring at once (the same system prompt, say) is stored by
+// each, under the run, and read back whole through every one; no batch
+// puts one key twice, which etcd would refuse. The twin: an append whose
+// blob is keyed by another hash is refused and stores nothing.
 func TestBatchedAppendsWithBlobs(t *testing.T) {
 	ctx := t.Context()
 	prefix := prefixOf(t.TempDir())
@@ -109,13 +109,15 @@ func TestBatchedAppendsWithBlobs(t *testing.T) {
 	if commits := s.Commits() - before; commits >= runs*rounds {
 		t.Errorf("%d appends with blobs took %d commits; want fewer: they share Txns", runs*rounds, commits)
 	}
-	got, err := readBlob(ctx, s, ids[0], store.BlobHash(common))
-	if err != nil || string(got) != string(common) {
-		t.Fatalf("the common blob: %d bytes, %v", len(got), err)
+	for _, id := range ids {
+		got, err := readBlob(ctx, s, id, store.BlobHash(common))
+		if err != nil || string(got) != string(common) {
+			t.Fatalf("the common blob through %s: %d bytes, %v", id, len(got), err)
+		}
 	}
 	before2 := dump(t, shared, prefix)
 	bad := blobOf(64, 3)
-	err = s.Append(ctx, ids[0], 1+2*rounds, []*reinv1.Event{step(ids[0], 2+2*rounds, bad), step(ids[0], 3+2*rounds)},
+	err := s.Append(ctx, ids[0], 1+2*rounds, []*reinv1.Event{step(ids[0], 2+2*rounds, bad), step(ids[0], 3+2*rounds)},
 		store.WithBlobs(map[string][]byte{store.BlobHash(common): bad}))
 	if !errors.Is(err, store.ErrInvalidBlob) {
 		t.Fatalf("a blob under another's hash: %v, want ErrInvalidBlob", err)

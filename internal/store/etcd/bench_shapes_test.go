@@ -86,7 +86,7 @@ func BenchmarkTxnShapes(b *testing.B) {
 			if shape.blobs && i%2 == 1 {
 				for n, blob := range blobs {
 					hash := store.BlobHash(fmt.Appendf(nil, "%d/%d/%d", j, i, n))
-					req.Success = append(req.Success, putOp(k.blob(hash), blob, 0))
+					req.Success = append(req.Success, putOp(k.blob(run, hash), blob, 0))
 				}
 			}
 			t0 := time.Now()

@@ -2,11 +2,14 @@ package etcd
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"maps"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/store"
 )
 
@@ -14,7 +17,7 @@ import (
 // under hash.
 func blobKeys(t *testing.T, s *Store, hash string) (map[string]int64, map[string]string) {
 	t.Helper()
-	resp, err := shared.Get(t.Context(), s.keys.blob(hash), clientv3.WithPrefix())
+	resp, err := shared.Get(t.Context(), s.keys.blob("run-1", hash), clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +86,7 @@ func TestBlobPut(t *testing.T) {
 
 	appendWith(1, small, large)
 	revs, values := blobKeys(t, s, hs)
-	if len(revs) != 1 || revs[s.keys.blob(hs)] <= smallRevs[s.keys.blob(hs)] {
+	if len(revs) != 1 || revs[s.keys.blob("run-1", hs)] <= smallRevs[s.keys.blob("run-1", hs)] {
 		t.Errorf("the small blob brought again: revisions %v, were %v; want its one key put again", revs, smallRevs)
 	}
 	if !maps.Equal(values, smallValues) {
@@ -117,4 +120,66 @@ func equalRevs(a, b map[string]int64) bool {
 		}
 	}
 	return true
+}
+
+// TestLegacySharedBlobReads: a blob an older rein kept once for every run
+// (P blob/<hash>, put here with a raw etcd client: small, its content
+// after its header; large, its chunks) is read through a run that names
+// it, and stays after that run's Delete (nothing records which runs brought
+// it). The twins: a hash stored under neither key is ErrNoBlob; a run's
+// own copy is read before the legacy key, which here is damaged; a run
+// never stored is ErrNotFound though the legacy blob is there.
+func TestLegacySharedBlobReads(t *testing.T) {
+	ctx := t.Context()
+	prefix := prefixOf(t.TempDir())
+	s := openShared(t, prefix)
+	defer s.Close()
+	small, large, own := []byte("an older rein's observation"), blobOf(2*ChunkBytes+5, 3), []byte("run-2's own copy")
+	hs, hl, ho := store.BlobHash(small), store.BlobHash(large), store.BlobHash(own)
+	header := func(size, count int) string {
+		return string(binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(nil, uint64(size)), uint32(count)))
+	}
+	for k, v := range map[string]string{
+		prefix + "blob/" + hs:           header(len(small), 0) + string(small),
+		prefix + "blob/" + hl:           header(len(large), 3),
+		prefix + "blob/" + hl + "/0000": string(large[:ChunkBytes]),
+		prefix + "blob/" + hl + "/0001": string(large[ChunkBytes : 2*ChunkBytes]),
+		prefix + "blob/" + hl + "/0002": string(large[2*ChunkBytes:]),
+		prefix + "blob/" + ho:           header(len(own), 0) + "damaged",
+	} {
+		if _, err := shared.Put(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// run-1's events name the legacy blobs, stored before it (no WithBlobs).
+	mustCreate(t, s, "run-1")
+	if err := s.Append(ctx, "run-1", 1, []*reinv1.Event{step("run-1", 2, small, large), step("run-1", 3), finish("run-1", 4, t0)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range [][]byte{small, large} {
+		if got, err := readBlob(ctx, s, "run-1", store.BlobHash(b)); err != nil || !bytes.Equal(got, b) {
+			t.Fatalf("the legacy blob of %d bytes = %d bytes, %v", len(b), len(got), err)
+		}
+	}
+	if _, err := readBlob(ctx, s, "run-1", store.BlobHash([]byte("stored nowhere"))); !errors.Is(err, store.ErrNoBlob) {
+		t.Errorf("a blob stored nowhere: %v, want ErrNoBlob", err)
+	}
+	mustCreate(t, s, "run-2")
+	if err := s.Append(ctx, "run-2", 1, []*reinv1.Event{step("run-2", 2, own)}, store.WithBlobs(map[string][]byte{ho: own})); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readBlob(ctx, s, "run-2", ho); err != nil || !bytes.Equal(got, own) {
+		t.Errorf("a run's own copy beside a damaged legacy one = %q, %v; want its own", got, err)
+	}
+	if _, err := readBlob(ctx, s, "run-99", hs); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Blobs of a run never stored: %v, want ErrNotFound", err)
+	}
+
+	if _, _, err := s.Delete(ctx, &reinv1.RunDeletion{RunId: "run-1"}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := shared.Get(ctx, prefix+"blob/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 6 {
+		t.Fatalf("after Delete, %d legacy blob keys, %v; want the 6 put", resp.Count, err)
+	}
 }

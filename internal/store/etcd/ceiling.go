@@ -71,7 +71,7 @@ func (c Ceiling) writer() (write func(t *txn) error, err error) {
 // CreateStateLog returns put, which writes, in one Txn and in the store's
 // layout, data[i] as sequence first+i of run runIDs[run] under the prefix
 // of path, snapshot as the run's snapshot (P run/<run id>) and each blob
-// as the store puts a blob (putBlobs): the same bytes as the store's
+// as the store puts a run's blob (putBlobs): the same bytes as the store's
 // append of those events, with none of its compares, reads or folds. It
 // implements the bench's StateCeiling.
 func (c Ceiling) CreateStateLog(path string, runIDs []string) (put func(run int, first uint64, data [][]byte, snapshot []byte, blobs map[string][]byte) error, closeLog func() error, err error) {
@@ -87,7 +87,7 @@ func (c Ceiling) CreateStateLog(path string, runIDs []string) (put func(run int,
 			t.put(k.event(id, first+uint64(i)), d)
 		}
 		t.put(k.run(id), snapshot)
-		putBlobs(t, k, blobs)
+		putBlobs(t, k, id, blobs)
 		return write(t)
 	}
 	return put, func() error { return nil }, nil

@@ -149,7 +149,7 @@ func TestCeilingPutsTheStoresBytes(t *testing.T) {
 		for _, kv := range resp.Kvs {
 			k := strings.TrimPrefix(string(kv.Key), prefix)
 			if strings.HasPrefix(k, "event/") && !strings.HasSuffix(k, "/0000000000000001") ||
-				strings.HasPrefix(k, "run/") || strings.HasPrefix(k, "blob/") {
+				strings.HasPrefix(k, "run/") || strings.HasPrefix(k, "rblob/") {
 				m[k] = string(kv.Value)
 			}
 		}

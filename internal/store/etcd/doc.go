@@ -25,16 +25,28 @@
 //	                        parts path-escaped, so neither holds a "/"
 //	P change/<cursor>       tenant \x00 RunChange: every status change,
 //	                        cursor 1, 2, 3, … gap-free in commit order
-//	P blob/<sha-256 hex>    a blob's size and chunk count (8 + 4 bytes,
-//	                        big-endian); a blob of at most ChunkBytes has
-//	                        count 0 and its content after them, one key
-//	P blob/<sha-256 hex>/<i>  chunk i (4 hex digits) of a larger blob: at
-//	                        most ChunkBytes each, so no single value nears
-//	                        etcd's request limit
+//	P rblob/<run id>/<sha-256 hex>  a blob the run brought: its size and
+//	                        chunk count (8 + 4 bytes, big-endian); a blob
+//	                        of at most ChunkBytes has count 0 and its
+//	                        content after them, one key. Each run keeps its
+//	                        own copy, so that P rblob/<run id>/ (the "/"
+//	                        ends the ID: run_1/ does not begin run_10/) is
+//	                        that run's blobs and no other's, deleted with it
+//	P rblob/<run id>/<sha-256 hex>/<i>  chunk i (4 hex digits) of a larger
+//	                        blob: at most ChunkBytes each, so no single
+//	                        value nears etcd's request limit
+//	P blob/<sha-256 hex>[/<i>]  a blob as an older rein kept it, once for
+//	                        every run, in the same form: no longer written,
+//	                        still read when the run holds no blob of that
+//	                        hash, never deleted (lifecycle.go)
 //	P replica/<name>        who holds the replica name (path-escaped), put
 //	                        attached to that replica's etcd lease, so the
 //	                        name is free again when the lease ends
 //	                        (ClaimName): one live replica per name
+//	P ended/<end>/<run id>  the runs that ended, in the order they did;
+//	P meta/ended, P meta/deletions, P deletions/<newest>, P deleted/<run
+//	                        id>: the lifecycle's keys, written out in
+//	                        lifecycle.go
 //
 // Run IDs sort by creation time, and List wants the newest first; etcd
 // reads a range in ascending key order only (a descending sort makes the
@@ -58,8 +70,8 @@
 //     gets ErrConflict, never a forked history.
 //   - Group commit (batch.go): appends that change no status (a run's
 //     steps, with their blobs) share Txns. The first one queued sends the
-//     appends of distinct runs queued at that moment (a blob two of them
-//     bring put once) as one Txn holding
+//     appends of distinct runs queued at that moment (which put no key in
+//     common: each puts its own run's blobs) as one Txn holding
 //     every append's compares, at most two batches in flight, no timer; a
 //     failed compare stores none of the batch, and each append is sent
 //     again alone, with its Else branch. etcd shares fsyncs among pipelined
@@ -76,14 +88,19 @@
 //     leaves of --max-txn-ops, so up to (MaxTxnOps/2)² puts fit (4096 at
 //     etcd's default), and a write over that is refused up front.
 //   - Blobs are put only by the Txn of the append (or import) that brings
-//     them, and never deleted. A blob of one key (at most ChunkBytes) is a
-//     plain put: its key is its content's hash, so a second put writes the
-//     same value. A chunked blob is put in a nested Txn only if its header
-//     is absent, so never rewritten. A blob over 64 KiB is looked up first
-//     and not sent again when stored; a smaller one is sent without the
-//     look-up, which would cost every step a round trip (blob.go). Blob reassembles
-//     the chunks and checks the size, the count and the SHA-256: a mismatch
-//     is store.ErrDataLoss.
+//     them, under that run, and deleted only with the run, by the Txn of
+//     Archive or Delete (lifecycle.go). A blob of one key (at most
+//     ChunkBytes) is a plain put: its key is the run's and its content's
+//     hash, so a second put writes the same value. A chunked blob is put in
+//     a nested Txn only if its header is absent, so never rewritten. A blob
+//     over 64 KiB is looked up first and not sent again when the run
+//     stored it; a smaller one is sent without the look-up, which would
+//     cost every step a round trip (blob.go). Reading one reassembles the
+//     chunks and checks the size, the count and the SHA-256: a mismatch is
+//     store.ErrDataLoss.
+//   - A deleted run's ID is not used again: Create and Import compare its
+//     deletion record absent (P deleted/<run id>) in their Txn, and refuse
+//     it with store.ErrExists.
 //   - Events, snapshots and contracts are sealed (seal.go): 0x00, a version
 //     byte, the CRC-32C of the protobuf encoding, then the encoding, as the
 //     bolt store seals them. etcd checks its own pages and members; the seal
@@ -93,10 +110,18 @@
 //     and the sequence.
 //   - Every request to etcd is bounded by Options.Timeout. etcd unreachable,
 //     without a leader, or timing a request out itself (a quorum lost) is
-//     an error wrapping store.ErrUnavailable that names etcd. A write that timed out may or may not have been committed
+//     an error wrapping store.ErrUnavailable that names etcd; a write etcd
+//     refused for its quota (--quota-backend-bytes, the NOSPACE alarm) is
+//     one wrapping store.ErrNoSpace that says what frees it (quota.go),
+//     and nothing of it was stored. A write that timed out may or may not have been committed
 //     (etcd applies a Txn whole or not at all): the caller reloads the run to
 //     learn which. A write is sent with a context the caller's cancellation
 //     does not cut, so a cancelled caller does not leave an unknown outcome.
+//   - Nothing reads at a past revision but the watches, which read
+//     everything again when etcd has compacted the revision they need
+//     (watch.go); so CompactHistory may compact the cluster's history from
+//     any server at any time, and rein serve does, keeping the last
+//     period of it, lest old revisions fill etcd's quota (quota.go).
 //   - Close waits for the calls in flight. The Store does not own the etcd
 //     client: whoever made it closes it.
 package etcd

@@ -169,6 +169,9 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string, opts Options
 			if v := string(kvs[0].Value); v != layoutV1 {
 				return nil, fmt.Errorf("%s: its layout is %q, and this rein knows only %q; run the rein that wrote it, or point this one at another prefix", what, v, layoutV1)
 			}
+			if err := s.backfillEnded(ctx); err != nil {
+				return nil, err
+			}
 			return s, nil
 		}
 		if r := resp.Responses[1].GetResponseRange(); r.GetCount() > 0 {
@@ -179,7 +182,7 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string, opts Options
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
 		tr, err := cli.Txn(wctx).
 			If(clientv3.Compare(clientv3.CreateRevision(prefix).WithPrefix(), "=", 0)).
-			Then(clientv3.OpPut(s.keys.layout(), layoutV1)).
+			Then(clientv3.OpPut(s.keys.layout(), layoutV1), clientv3.OpPut(s.keys.endedMark(), "1")).
 			Commit()
 		cancel()
 		if err != nil {
@@ -228,7 +231,9 @@ func (s *Store) writeCtx(ctx context.Context) (context.Context, context.CancelFu
 
 // etcdErr maps an error of the etcd client. The caller's own cancellation
 // passes through; a timeout (the client's or etcd's own), no leader or an
-// unreachable cluster wrap store.ErrUnavailable.
+// unreachable cluster wrap store.ErrUnavailable; a write refused for etcd's
+// quota (the database at --quota-backend-bytes, or the NOSPACE alarm
+// raised) wraps store.ErrNoSpace and says what frees it (quota.go).
 func (s *Store) etcdErr(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || grpcCode(err) == codes.Canceled) {
 		return fmt.Errorf("%s: %w", what, ctx.Err())
@@ -238,6 +243,9 @@ func (s *Store) etcdErr(ctx context.Context, what string, err error) error {
 	case errors.Is(err, context.DeadlineExceeded), code == codes.DeadlineExceeded, code == codes.Unavailable:
 		return fmt.Errorf("%s: %w: etcd at %s did not answer within %v (%v); check that etcd is running and its cluster has a leader, then retry (a write that timed out may have been stored: reload the run)",
 			what, store.ErrUnavailable, endpoints, s.opts.Timeout, err)
+	case isNoSpace(err):
+		return fmt.Errorf("%s: %w: etcd at %s refused the write (%v), and nothing was stored; %s",
+			what, store.ErrNoSpace, endpoints, err, noSpaceRemedy)
 	case errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrTooManyOps):
 		return fmt.Errorf("%s: etcd at %s refused the request (%v), nothing was stored: set the store's MaxRequestBytes and MaxTxnOps to the server's --max-request-bytes and --max-txn-ops",
 			what, endpoints, err)

@@ -23,7 +23,6 @@ func (k keys) owner(id string) string      { return k.owners() + id }
 func (k keys) events(id string) string     { return k.p + "event/" + id + "/" }
 func (k keys) changes() string             { return k.p + "change/" }
 func (k keys) change(cursor uint64) string { return hex16(k.changes(), cursor) }
-func (k keys) blob(hash string) string     { return k.p + "blob/" + hash }
 func (k keys) replica(name string) string  { return k.p + "replica/" + url.PathEscape(name) }
 
 func (k keys) event(id string, seq uint64) string {
@@ -83,7 +82,23 @@ func (k keys) request(tenant, requestID string) string {
 	return k.p + "request/" + url.PathEscape(tenant) + "/" + url.PathEscape(requestID)
 }
 
-func (k keys) chunk(hash string, i int) string { return fmt.Sprintf("%s/%04x", k.blob(hash), i) }
+// runBlobs is the prefix of run id's blobs: a range over it holds that
+// run's and no other's (an ID holds no "/", so run_1/ does not begin
+// run_10/), and none of the legacy blob/ keys.
+func (k keys) runBlobs(id string) string { return k.p + "rblob/" + id + "/" }
+
+// blob is the header key of a blob of run id.
+func (k keys) blob(id, hash string) string { return k.runBlobs(id) + hash }
+
+// chunk is chunk i of a blob of run id.
+func (k keys) chunk(id, hash string, i int) string { return chunkOf(k.blob(id, hash), i) }
+
+// legacyBlob is the header key of a blob as an older rein kept it, once
+// for every run; its chunks are chunkOf(legacyBlob(hash), i).
+func (k keys) legacyBlob(hash string) string { return k.p + "blob/" + hash }
+
+// chunkOf is chunk i of the blob whose header key is header.
+func chunkOf(header string, i int) string { return fmt.Sprintf("%s/%04x", header, i) }
 
 // checkRunID refuses a run ID that is not one key segment.
 func checkRunID(id string) error {

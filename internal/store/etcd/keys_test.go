@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -26,5 +27,24 @@ func TestKeysSortBySequence(t *testing.T) {
 	}
 	if !slices.IsSorted(got) {
 		t.Errorf("event keys do not sort in sequence order: %q", got)
+	}
+}
+
+// TestRunBlobKeysKeepRunsApart: run-1's blob keys are not under run-10's
+// prefix nor the reverse, so one's range delete leaves the other's, nor
+// under the legacy shared blobs' prefix; the twin: a chunk of run-1's blob
+// is under run-1's prefix.
+func TestRunBlobKeysKeepRunsApart(t *testing.T) {
+	k := keys{"P/"}
+	for _, pair := range [][2]string{{"run-1", "run-10"}, {"run-10", "run-1"}} {
+		if strings.HasPrefix(k.blob(pair[1], strings.Repeat("a", 64)), k.runBlobs(pair[0])) {
+			t.Errorf("%s's blob is under %s's prefix %s", pair[1], pair[0], k.runBlobs(pair[0]))
+		}
+	}
+	if !strings.HasPrefix(k.chunk("run-1", strings.Repeat("a", 64), 3), k.runBlobs("run-1")) {
+		t.Error("a chunk of run-1's blob is not under its prefix")
+	}
+	if strings.HasPrefix(k.runBlobs("run-1"), k.legacyBlob("")) || strings.HasPrefix(k.legacyBlob(strings.Repeat("a", 64)), k.p+"rblob/") {
+		t.Error("the run's blobs and the legacy shared ones share a prefix")
 	}
 }

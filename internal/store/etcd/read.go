@@ -114,6 +114,7 @@ func (s *Store) Events(ctx context.Context, runID string, after uint64, limit in
 	resp, err := s.read(ctx, fmt.Sprintf("read run %s events from %d", runID, after+1),
 		clientv3.OpGet(s.keys.run(runID), clientv3.WithKeysOnly()),
 		clientv3.OpGet(s.keys.event(runID, after+1), clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)), clientv3.WithLimit(int64(limit))),
+		clientv3.OpGet(s.keys.event(runID, 1), clientv3.WithCountOnly()), // none: archived (lifecycle.go)
 	)
 	if err != nil {
 		return nil, err
@@ -124,6 +125,9 @@ func (s *Store) Events(ctx context.Context, runID string, after uint64, limit in
 			err = notFound(runID)
 		}
 		return nil, err
+	}
+	if resp.Responses[2].GetResponseRange().GetCount() == 0 {
+		return nil, s.logGone(ctx, runID)
 	}
 	kvs := resp.Responses[1].GetResponseRange().GetKvs()
 	out := make([]*reinv1.Event, 0, len(kvs))

@@ -171,8 +171,8 @@ func TestOpenRefusesForeignPrefix(t *testing.T) {
 
 	empty := base + "empty/"
 	s := openShared(t, empty)
-	if got := dump(t, shared, empty); len(got) != 1 || !strings.Contains(got[empty+"meta/layout"], layoutV1) {
-		t.Fatalf("an empty prefix after Open holds %v, want only its layout marker", got)
+	if got := dump(t, shared, empty); len(got) != 2 || !strings.Contains(got[empty+"meta/layout"], layoutV1) || got[empty+"meta/ended"] == "" {
+		t.Fatalf("an empty prefix after Open holds %v, want only its layout marker and the ended index's mark (lifecycle.go)", got)
 	}
 	mustCreate(t, s, "run-1")
 	s.Close()
@@ -243,7 +243,7 @@ func TestBlobChunks(t *testing.T) {
 	if err := s.Append(ctx, "run-1", 1, []*reinv1.Event{step("run-1", 2, blob)}, store.WithBlobs(map[string][]byte{hash: blob})); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := shared.Get(ctx, s.keys.blob(hash)+"/", clientv3.WithPrefix())
+	resp, err := shared.Get(ctx, s.keys.blob("run-1", hash)+"/", clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestBlobChunks(t *testing.T) {
 	}
 
 	// Damage behind the store's back: a chunk changed, then one lost.
-	chunk1 := s.keys.chunk(hash, 1)
+	chunk1 := s.keys.chunk("run-1", hash, 1)
 	if _, err := shared.Put(ctx, chunk1, string(blobOf(ChunkBytes, 9))); err != nil {
 		t.Fatal(err)
 	}
@@ -502,7 +502,7 @@ func TestSmallBlobIsOneKey(t *testing.T) {
 	}
 	for _, b := range [][]byte{small, atChunk} {
 		hash := store.BlobHash(b)
-		resp, err := shared.Get(ctx, s.keys.blob(hash), clientv3.WithPrefix())
+		resp, err := shared.Get(ctx, s.keys.blob("run-1", hash), clientv3.WithPrefix())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -522,7 +522,7 @@ func TestSmallBlobIsOneKey(t *testing.T) {
 		{"a byte short", string(header) + string(small[1:])},
 		{"a header cut short", string(header[:10])},
 	} {
-		if _, err := shared.Put(ctx, s.keys.blob(hash), tc.value); err != nil {
+		if _, err := shared.Put(ctx, s.keys.blob("run-1", hash), tc.value); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := readBlob(ctx, s, "run-1", hash); !errors.Is(err, store.ErrDataLoss) {
@@ -531,10 +531,10 @@ func TestSmallBlobIsOneKey(t *testing.T) {
 	}
 	// The chunked form of a small blob, as an earlier rein wrote it.
 	chunked := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(nil, uint64(len(small))), 1)
-	if _, err := shared.Put(ctx, s.keys.blob(hash), string(chunked)); err != nil {
+	if _, err := shared.Put(ctx, s.keys.blob("run-1", hash), string(chunked)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := shared.Put(ctx, s.keys.chunk(hash, 0), string(small)); err != nil {
+	if _, err := shared.Put(ctx, s.keys.chunk("run-1", hash, 0), string(small)); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := readBlob(ctx, s, "run-1", hash); err != nil || !bytes.Equal(got, small) {

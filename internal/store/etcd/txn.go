@@ -31,15 +31,6 @@ type txn struct {
 	els   []*pb.RequestOp
 	bytes int
 	blobs int // bytes of blob chunks among them
-	// blobAt are the blobs it puts, each the operation at ops[i]: a batch
-	// sends each blob once (etcd refuses a Txn that puts one key twice).
-	blobAt []blobOp
-}
-
-// blobOp is where a txn puts a blob: ops[i].
-type blobOp struct {
-	hash string
-	i    int
 }
 
 func (t *txn) cmp(c *pb.Compare) {

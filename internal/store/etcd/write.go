@@ -74,7 +74,7 @@ func (s *Store) Import(ctx context.Context, events []*reinv1.Event, blobs map[st
 		return runstate.State{}, err
 	}
 	defer s.mu.RUnlock()
-	missing, err := s.missingBlobs(ctx, what, blobs)
+	missing, err := s.missingBlobs(ctx, what, runID, blobs)
 	if err != nil {
 		return runstate.State{}, err
 	}
@@ -93,7 +93,11 @@ func (s *Store) Import(ctx context.Context, events []*reinv1.Event, blobs map[st
 
 // create stores a new run in state st with its encoded events and blobs. A
 // request ID the tenant used already returns that run's state and created
-// false; a run ID stored already is errRunExists.
+// false; a run ID stored already is errRunExists; the ID of a run deleted
+// (P deleted/<run id>, lifecycle.go) is ErrExists: a deleted run's ID is
+// not used again, so that its record names one run. The deletion record is
+// a compare of the Txn, not a read before it, so a Delete racing the
+// create is ordered by etcd.
 func (s *Store) create(ctx context.Context, what string, st runstate.State, encoded [][]byte, blobs map[string][]byte) (runstate.State, bool, error) {
 	contract, err := seal.Seal(st.Contract)
 	if err != nil {
@@ -128,7 +132,9 @@ func (s *Store) create(ctx context.Context, what string, st runstate.State, enco
 		if err := s.putChange(t, reinv1.RunStatus_RUN_STATUS_UNSPECIFIED, st, head); err != nil { // 2
 			return runstate.State{}, false, fmt.Errorf("%s: %w", what, err)
 		}
-		putBlobs(t, s.keys, blobs)
+		t.cmp(absent(s.keys.deleted(st.RunID)))
+		t.orElse(s.keys.deleted(st.RunID)) // 3
+		putBlobs(t, s.keys, st.RunID, blobs)
 		resp, err := s.commit(ctx, what, t)
 		if err != nil {
 			s.head = cursorAt{}
@@ -148,6 +154,9 @@ func (s *Store) create(ctx context.Context, what string, st runstate.State, enco
 		}
 		if kvOf(resp, 1) != nil {
 			return runstate.State{}, false, errRunExists
+		}
+		if kvOf(resp, 3) != nil {
+			return runstate.State{}, false, fmt.Errorf("%s: %w: a run with that ID was deleted, and a deleted run's ID is not used again", what, store.ErrExists)
 		}
 		// Only the change cursor moved (another server's change): again.
 		if s.head, err = decodeHead(kvOf(resp, 2)); err != nil {
@@ -181,7 +190,7 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	blobs, err := s.missingBlobs(ctx, what, o.Blobs)
+	blobs, err := s.missingBlobs(ctx, what, runID, o.Blobs)
 	if err != nil {
 		return err
 	}
@@ -196,12 +205,17 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 		// Checked on the cached run first; a refusal is only given on what
 		// etcd holds now.
 		fenced := o.Acquire == "" && o.Epoch != 0 && o.Epoch != cur.epoch
-		if (fenced || cur.st.Version != expected) && !fresh {
+		// A run cached as ended may have been archived by another server
+		// since: read again before the fold refuses it.
+		if (fenced || cur.st.Version != expected || runstate.Terminal(cur.st.Status)) && !fresh {
 			if cur, err = s.readRun(ctx, runID); err != nil {
 				return err
 			}
 			fresh = true
 			continue
+		}
+		if cur.st.Archive != nil {
+			return fmt.Errorf("%s: %w: an archived run takes no events", what, store.ErrArchived)
 		}
 		if fenced {
 			return fmt.Errorf("%s with lease epoch %d: the run's owner is now at epoch %d: %w", what, o.Epoch, cur.epoch, store.ErrFenced)
@@ -259,7 +273,7 @@ func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next ru
 		epoch, owner = epoch+1, o.Acquire
 		t.put(s.keys.lease(runID), encodeLease(epoch, owner))
 	}
-	putBlobs(t, s.keys, blobs)
+	putBlobs(t, s.keys, runID, blobs)
 	changed := next.Status != cur.st.Status
 	stored := func(rev int64) {
 		leaseRev, own := cur.leaseRev, cur.own
@@ -433,6 +447,9 @@ func (s *Store) putChange(t *txn, prev reinv1.RunStatus, next runstate.State, he
 		t.del(s.keys.status(prev, next.RunID))
 	}
 	t.put(s.keys.status(next.Status, next.RunID), nil)
+	if runstate.Terminal(next.Status) && !runstate.Terminal(prev) {
+		s.putEnded(t, next) // the ended index (lifecycle.go)
+	}
 	v := make([]byte, 0, len(next.Tenant)+1+len(ch))
 	v = append(append(append(v, next.Tenant...), 0), ch...)
 	t.put(s.keys.change(cursor), v)
