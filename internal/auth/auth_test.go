@@ -209,6 +209,8 @@ func TestRequired(t *testing.T) {
 		"/rein.v1.RunService/ProvideInput":                               auth.Operator,
 		"/rein.v1.RunService/DecideApproval":                             auth.Approver,
 		"/rein.v1.RunService/ImportRun":                                  auth.Admin,
+		"/rein.v1.RunService/DeleteRun":                                  auth.Admin,
+		"/rein.v1.RunService/ListDeletions":                              auth.Admin,
 		"/rein.v1.RunService/GetServerInfo":                              auth.Viewer,
 		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      auth.Viewer,
 		"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": auth.Viewer,

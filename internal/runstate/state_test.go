@@ -51,6 +51,7 @@ func TestStateProtoRoundTrip(t *testing.T) {
 		Returned:              Spend{Steps: 2, Tokens: 50, CostUSD: 0.25, ToolCalls: 1},
 		CreatedAt:             epoch,
 		UpdatedAt:             epoch.Add(time.Minute + 7*time.Nanosecond),
+		Archive:               &reinv1.RunArchive{Key: "acme/2030/01/02/run_1.rein", Sha256: "ab12", SizeBytes: 4096},
 	}
 	// Every field is set, so a field added to State without a round trip
 	// fails here.
