@@ -129,9 +129,12 @@ func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 			return done, err
 		}
 		// The trees of a batch go Parallel at a time: their objects are
-		// written side by side, and their stubs share the store's commits.
+		// written side by side, and their stubs are committed behind them
+		// (commits), sharing the store's group commits.
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(Parallel)
+		var commits errgroup.Group
+		commits.SetLimit(8 * Parallel)
 		for _, e := range batch {
 			if e.Parent != "" {
 				continue // goes with its root
@@ -151,19 +154,29 @@ func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 				})
 			case !e.Archived && p.ArchiveOn && age >= p.ArchiveAfter && k.Store.arch != nil && k.due(e.RunID, now):
 				g.Go(func() error {
-					n, err := k.archiveTree(gctx, e.RunID)
-					count(func(d *Swept) { d.Archived += n })
+					commit, err := k.archiveTree(gctx, e.RunID)
 					if err != nil {
 						count(func(d *Swept) { d.Failed++ })
 						k.failed(e.RunID, now, err)
-					} else {
-						k.forget(e.RunID)
+						return nil
 					}
+					commits.Go(func() error {
+						n, err := commit(ctx)
+						count(func(d *Swept) { d.Archived += n })
+						if err != nil {
+							count(func(d *Swept) { d.Failed++ })
+							k.failed(e.RunID, now, err)
+						} else {
+							k.forget(e.RunID)
+						}
+						return nil
+					})
 					return nil
 				})
 			}
 		}
 		_ = g.Wait() // each run's failure is counted and logged, never the sweep's
+		_ = commits.Wait()
 		if err := ctx.Err(); err != nil {
 			return done, err
 		}
@@ -239,72 +252,92 @@ func (k *Keeper) tree(ctx context.Context, root runstate.State) ([]runstate.Stat
 	return out, walk(root)
 }
 
-// archiveTree archives a root and every run under it, the children first.
-// It returns how many it archived.
-func (k *Keeper) archiveTree(ctx context.Context, rootID string) (int, error) {
+// archiveTree writes the export of a root and of every run under it to the
+// archive, and returns the commit that replaces them by their stubs, the
+// children first, to be run once the objects are written: a sweep goes on
+// writing the next tree's objects while the store commits this one's stubs.
+func (k *Keeper) archiveTree(ctx context.Context, rootID string) (commit func(context.Context) (int, error), err error) {
 	root, err := k.Store.Backend.Load(ctx, rootID)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	runs, err := k.tree(ctx, root)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	n := 0
+	type put struct {
+		st   runstate.State
+		rec  *reinv1.RunArchive
+		size int
+	}
+	var puts []put
 	for _, st := range runs {
 		if st.Archive != nil {
 			continue
 		}
-		if err := k.archiveRun(ctx, st); err != nil {
-			return n, err
+		rec, size, err := k.putRun(ctx, st)
+		if err != nil {
+			return nil, err
 		}
-		n++
+		puts = append(puts, put{st, rec, size})
 	}
-	return n, nil
+	return func(ctx context.Context) (int, error) {
+		for i, p := range puts {
+			if err := k.commitStub(ctx, p.st, p.rec, p.size); err != nil {
+				return i, err
+			}
+		}
+		return len(puts), nil
+	}, nil
 }
 
-// archiveRun writes a run's export to the archive, reads it back and checks
-// it, and only then replaces the run with its stub. A crash between leaves
-// the run whole in the live store, and at worst an object that the next
-// attempt writes again, byte for byte: the export of a run that ended is
-// always the same bytes (exported_at is its end, exported_by "rein"), so
+// putRun writes a run's export to the archive, reads it back and checks it.
+// Only then may commitStub replace the run by its stub: a crash between
+// leaves the run whole in the live store, and at worst an object that the
+// next attempt writes again, byte for byte: the export of a run that ended
+// is always the same bytes (exported_at is its end, exported_by "rein"), so
 // two servers that archive it at once write the same object.
-func (k *Keeper) archiveRun(ctx context.Context, st runstate.State) error {
+func (k *Keeper) putRun(ctx context.Context, st runstate.State) (*reinv1.RunArchive, int, error) {
 	var evs []*reinv1.Event
 	for after := uint64(0); after < st.Version; {
 		page, err := k.Store.Backend.Events(ctx, st.RunID, after, 1024)
 		if err != nil {
-			return err
+			return nil, 0, err
 		}
 		if len(page) == 0 {
-			return fmt.Errorf("run %s: its log ends at %d, its state is at version %d: %w", st.RunID, after, st.Version, store.ErrDataLoss)
+			return nil, 0, fmt.Errorf("run %s: its log ends at %d, its state is at version %d: %w", st.RunID, after, st.Version, store.ErrDataLoss)
 		}
 		evs = append(evs, page...)
 		after = page[len(page)-1].GetSequence()
 	}
 	x, err := export.New(ctx, st.RunID, evs, k.Store.Backend)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	x.ExportedAt = timestamppb.New(st.UpdatedAt)
 	x.ExportedBy = "rein"
 	var buf bytes.Buffer
 	if err := export.Write(&buf, x); err != nil {
-		return err
+		return nil, 0, err
 	}
 	rec, err := k.Store.arch.Put(ctx, archive.Key(st.Tenant, st.UpdatedAt, st.RunID), buf.Bytes(), k.now())
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
-	_, err = k.Store.Backend.Archive(ctx, st.RunID, st.Version, rec)
+	return rec, buf.Len(), nil
+}
+
+// commitStub replaces a run whose export putRun wrote by its stub.
+func (k *Keeper) commitStub(ctx context.Context, st runstate.State, rec *reinv1.RunArchive, size int) error {
+	_, err := k.Store.Backend.Archive(ctx, st.RunID, st.Version, rec)
 	if errors.Is(err, store.ErrArchived) {
 		return nil // another server archived it first, the same object
 	}
 	if err != nil {
 		return err
 	}
-	k.Metrics.Archived(buf.Len())
-	k.log().Debug("archived a run", "run", st.RunID, "key", rec.GetKey(), "bytes", buf.Len())
+	k.Metrics.Archived(size)
+	k.log().Debug("archived a run", "run", st.RunID, "key", rec.GetKey(), "bytes", size)
 	return nil
 }
 
