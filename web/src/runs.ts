@@ -30,7 +30,12 @@ export function runsPage(root: HTMLElement, signal: AbortSignal): void {
     return out;
   };
 
+  // loads counts the listings asked for: a listing that answers after a
+  // newer one was asked (the filters changed meanwhile) is dropped, so a
+  // slow answer to an old filter never replaces the new filter's.
+  let loads = 0;
   const load = async () => {
+    const mine = ++loads;
     const ls = parseLabels();
     if (typeof ls === "string") {
       error.className = "outcome refused";
@@ -42,6 +47,7 @@ export function runsPage(root: HTMLElement, signal: AbortSignal): void {
         statuses: status.value ? [Number(status.value) as RunStatus] : [],
         labels: ls, pageSize, pageToken: tokens[page],
       }, { signal });
+      if (mine !== loads) return;
       error.textContent = "";
       error.className = "outcome";
       const now = Date.now();
@@ -60,7 +66,7 @@ export function runsPage(root: HTMLElement, signal: AbortSignal): void {
       prev.disabled = page === 0;
       next.disabled = tokens.length <= page + 1;
     } catch (err) {
-      if (signal.aborted) return;
+      if (signal.aborted || mine !== loads) return;
       error.className = "outcome refused";
       error.textContent = `could not list runs: ${explain(err)}`;
     }
