@@ -543,18 +543,3 @@ func terminalStatuses() []reinv1.RunStatus {
 	slices.Sort(out)
 	return out
 }
-
-// Scrub compacts etcd's history to its current revision, after runs were
-// deleted: their keys' earlier revisions, which a read at a past revision
-// would still return, are gone from etcd's API. The pages they were on are
-// free for reuse but stay in the members' database files until they are
-// defragmented (etcdctl defrag), and in their write-ahead logs until etcd
-// rotates them. A watch behind the compaction resumes by reading again (the
-// missed path), as after any compaction.
-func (s *Store) Scrub(ctx context.Context) error {
-	rev, err := s.revision(ctx)
-	if err != nil {
-		return err
-	}
-	return s.compact(ctx, rev)
-}

@@ -184,36 +184,3 @@ func TestDeletedRunIDNotUsedAgain(t *testing.T) {
 		t.Fatalf("the imported run's blob = %q, %v", got, err)
 	}
 }
-
-// TestScrubCompactsTheDeletedHistory: after a Delete, a read at a revision
-// from before it still returns the run's content, until Scrub compacts the
-// history; then that read is refused as compacted, and the store goes on.
-func TestScrubCompactsTheDeletedHistory(t *testing.T) {
-	ctx := t.Context()
-	prefix := prefixOf(t.TempDir())
-	s := openShared(t, prefix)
-	defer s.Close()
-	small, _ := marked("<scrubbed blob>", 11)
-	endRun(t, s, "run-1", time.Hour, small)
-	before, err := s.revision(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := s.Delete(ctx, &reinv1.RunDeletion{RunId: "run-1", Reason: "erase"}); err != nil {
-		t.Fatal(err)
-	}
-	old, err := s.cli.Get(ctx, prefix+"rblob/run-1/", clientv3.WithPrefix(), clientv3.WithRev(before))
-	if err != nil || len(old.Kvs) == 0 {
-		t.Fatalf("a read at the revision before the Delete: %d keys, %v; want the run's blob (the twin)", len(old.Kvs), err)
-	}
-	if err := s.Scrub(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.cli.Get(ctx, prefix+"rblob/run-1/", clientv3.WithPrefix(), clientv3.WithRev(before)); !isCompacted(err) {
-		t.Fatalf("a read at the revision before the Delete after Scrub: %v, want compacted", err)
-	}
-	endRun(t, s, "run-2", 2*time.Hour, small)
-	if _, err := s.Load(ctx, "run-2"); err != nil {
-		t.Fatalf("the store after Scrub: %v", err)
-	}
-}
