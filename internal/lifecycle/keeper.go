@@ -129,12 +129,15 @@ func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 			return done, err
 		}
 		// The trees of a batch go Parallel at a time: their objects are
-		// written side by side, and their stubs are committed behind them
-		// (commits), sharing the store's group commits.
+		// written side by side, and their stubs are committed once every
+		// object of the batch is written, all at once, so that the store
+		// commits them in a few group commits instead of one for each
+		// tree, and its syncs do not queue behind the objects' (nor theirs
+		// behind its).
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(Parallel)
-		var commits errgroup.Group
-		commits.SetLimit(8 * Parallel)
+		var pmu sync.Mutex
+		var pending []func()
 		for _, e := range batch {
 			if e.Parent != "" {
 				continue // goes with its root
@@ -160,7 +163,8 @@ func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 						k.failed(e.RunID, now, err)
 						return nil
 					}
-					commits.Go(func() error {
+					pmu.Lock()
+					pending = append(pending, func() {
 						n, err := commit(ctx)
 						count(func(d *Swept) { d.Archived += n })
 						if err != nil {
@@ -169,14 +173,18 @@ func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 						} else {
 							k.forget(e.RunID)
 						}
-						return nil
 					})
+					pmu.Unlock()
 					return nil
 				})
 			}
 		}
 		_ = g.Wait() // each run's failure is counted and logged, never the sweep's
-		_ = commits.Wait()
+		var commits sync.WaitGroup
+		for _, commit := range pending {
+			commits.Go(commit)
+		}
+		commits.Wait()
 		if err := ctx.Err(); err != nil {
 			return done, err
 		}
@@ -254,8 +262,8 @@ func (k *Keeper) tree(ctx context.Context, root runstate.State) ([]runstate.Stat
 
 // archiveTree writes the export of a root and of every run under it to the
 // archive, and returns the commit that replaces them by their stubs, the
-// children first, to be run once the objects are written: a sweep goes on
-// writing the next tree's objects while the store commits this one's stubs.
+// children first, to be run once the objects are written: a sweep runs the
+// commits of a batch's trees together, once all their objects are written.
 func (k *Keeper) archiveTree(ctx context.Context, rootID string) (commit func(context.Context) (int, error), err error) {
 	root, err := k.Store.Backend.Load(ctx, rootID)
 	if err != nil {
