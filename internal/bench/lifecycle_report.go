@@ -49,6 +49,9 @@ func (r LifecycleResult) WriteText(w io.Writer) error {
 		if x.Archived > 0 || x.Deleted > 0 {
 			fmt.Fprintf(&b, " (%d archived, %d deleted)", x.Archived, x.Deleted)
 		}
+		if x.Scrubs > 0 {
+			fmt.Fprintf(&b, "; erasure: %d rewrites of the file after deletions, %.1f ms each (median, longest %.1f ms), nothing a step", x.Scrubs, x.ScrubMs, x.ScrubMaxMs)
+		}
 		b.WriteString("\n")
 	}
 	if r.SVG != "" {

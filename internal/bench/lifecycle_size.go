@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,30 @@ type Series struct {
 	// deleted over the rounds.
 	Archived int `json:"archived"`
 	Deleted  int `json:"deleted"`
+	// Scrubs is how many times its keeper rewrote the file after deleting
+	// runs (bolt's Scrub, once per sweep that deleted), ScrubMs their
+	// median duration and ScrubMaxMs the longest: what erasure costs. No
+	// step pays anything for it.
+	Scrubs     int     `json:"scrubs"`
+	ScrubMs    float64 `json:"scrub_ms"`
+	ScrubMaxMs float64 `json:"scrub_max_ms"`
+}
+
+// timedScrubs is a backend whose Scrub is timed.
+type timedScrubs struct {
+	lifecycle.Backend
+	took []float64 // ms, one a scrub
+}
+
+func (t *timedScrubs) Scrub(ctx context.Context) error {
+	s, ok := t.Backend.(lifecycle.Scrubber)
+	if !ok {
+		return nil
+	}
+	t0 := time.Now()
+	err := s.Scrub(ctx)
+	t.took = append(t.took, ms(time.Since(t0)))
+	return err
 }
 
 // Names of the two series.
@@ -65,8 +90,8 @@ func sizeSeries(ctx context.Context, o Options, be Backend, dir string, arch *ar
 // path, with the lifecycle or without, and samples the file's size. With
 // the lifecycle it ends with a sweep past every run's retention, also when
 // it fails, so that it leaves no object in the archive.
-func steadyWorkload(ctx context.Context, be Backend, path string, arch *archive.Archive, withLifecycle bool, rounds, runs int) (Series, error) {
-	out := Series{Name: seriesNone, Lifecycle: withLifecycle}
+func steadyWorkload(ctx context.Context, be Backend, path string, arch *archive.Archive, withLifecycle bool, rounds, runs int) (out Series, _ error) {
+	out = Series{Name: seriesNone, Lifecycle: withLifecycle}
 	defer os.Remove(path)
 	b, err := openLifecycleStore(be, path, true)
 	if err != nil {
@@ -82,7 +107,14 @@ func steadyWorkload(ctx context.Context, be Backend, path string, arch *archive.
 	var k *lifecycle.Keeper
 	if withLifecycle {
 		out.Name = fmt.Sprintf(seriesLifecycle, lifecycleRetainRounds)
-		ls := lifecycle.NewStore(b, arch)
+		timed := &timedScrubs{Backend: b}
+		defer func() {
+			out.Scrubs, out.ScrubMs = len(timed.took), median(timed.took)
+			if len(timed.took) > 0 {
+				out.ScrubMaxMs = slices.Max(timed.took)
+			}
+		}()
+		ls := lifecycle.NewStore(timed, arch)
 		policy := lifecycle.Policy{ArchiveOn: true, RetainOn: true, Retain: lifecycleRetainRounds * time.Hour}
 		k = &lifecycle.Keeper{Store: ls, Policy: func(string) lifecycle.Policy { return policy }, Clock: clock}
 		s = ls

@@ -81,6 +81,9 @@ func TestLifecycleSmall(t *testing.T) {
 	if none.Archived != 0 || none.Deleted != 0 || kept.Archived != s.RunsPerRound*(len(kept.Bytes)-1) || kept.Deleted == 0 {
 		t.Errorf("without a lifecycle %d archived, %d deleted; with one %d archived (want every run), %d deleted", none.Archived, none.Deleted, kept.Archived, kept.Deleted)
 	}
+	if none.Scrubs != 0 || kept.Scrubs == 0 || !(kept.ScrubMs > 0) || kept.ScrubMaxMs < kept.ScrubMs {
+		t.Errorf("without a lifecycle %d scrubs; with one %d scrubs of %v ms (longest %v); want none, then some timed", none.Scrubs, kept.Scrubs, kept.ScrubMs, kept.ScrubMaxMs)
+	}
 	last := len(none.Bytes) - 1
 	if none.Bytes[last] <= none.Bytes[0] || kept.Bytes[last] >= none.Bytes[last] {
 		t.Errorf("sizes without a lifecycle %v, with one %v; want the first to grow and the second to end smaller", none.Bytes, kept.Bytes)

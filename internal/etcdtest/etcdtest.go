@@ -135,6 +135,10 @@ func (c *Cluster) Endpoints() []string {
 // Endpoint is member i's client address.
 func (c *Cluster) Endpoint(i int) string { return c.cfg.Members[i].Endpoint() }
 
+// Dir is member i's data directory (etcd's --data-dir): its database is
+// member/snap/db, its write-ahead log under member/wal.
+func (c *Cluster) Dir(i int) string { return c.cfg.Members[i].Dir }
+
 // Client is an etcd client of every member, closed at cleanup.
 func (c *Cluster) Client() *clientv3.Client {
 	c.t.Helper()
