@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # rein's test command: the same checks run locally and in CI.
-#   gofmt, go vet, buf format/lint/breaking, gen/ up to date, go test -race
+#   gofmt, go vet, the binaries, buf format/lint/breaking, gen/ up to date,
+#   go test -race
 #   (and the failpoint package again with -tags failpoints), the web console's
 #   generated client and built assets up to date, its browser tests.
 set -euo pipefail
@@ -19,7 +20,18 @@ fi
 
 step "go vet"
 go vet ./...
+go vet -tags reinbench ./...
 go vet -tags failpoints ./internal/failpoint/
+
+step "binaries: rein, and rein-bench beside it"
+# The product binary holds no benchmark: rein-bench is built apart, with
+# the tag that compiles the storage backends' raw ceilings in.
+go build -o .bin/rein ./cmd/rein
+go build -tags reinbench -o .bin/rein-bench ./cmd/rein-bench
+if go tool nm .bin/rein | grep -q 'reinhq/rein/internal/bench\.'; then
+  echo ".bin/rein contains internal/bench: the benchmark belongs in rein-bench only"; exit 1
+fi
+ls -l .bin/rein .bin/rein-bench | awk '{printf "%s %.1f MiB\n", $NF, $5/1048576}'
 
 step "buf format"
 .bin/buf format -d --exit-code
@@ -69,7 +81,9 @@ export REIN_REQUIRE_ETCD=1
 export REIN_REQUIRE_S3=1
 # The browser tests (tests/browser) run, never skip: tools.sh installed chromium.
 export REIN_REQUIRE_BROWSER=1
-go test -race -count=1 ./...
+# With the tag reinbench, the bench's own tests and those of what only
+# rein-bench compiles in run too (cmd/rein-bench, internal/bench).
+go test -race -count=1 -tags reinbench ./...
 # The failpoints themselves, which only a build tagged failpoints has
 # (tests/crash builds its own tagged rein binary under ./... above).
 go test -race -count=1 -tags failpoints ./internal/failpoint/

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned tools from tools/go.mod into .bin/: the code generators
 # (buf, protoc-gen-go, protoc-gen-go-grpc), grpcurl, etcd's server and
-# etcdctl (the etcd member processes the etcd tests and `rein bench --store
+# etcdctl (the etcd member processes the etcd tests and `rein-bench --store
 # etcd` start), and versitygw (the S3-compatible server the archive tests
 # start, internal/s3test). Go's build cache makes a second run take a second
 # or two.

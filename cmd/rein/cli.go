@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -90,14 +89,6 @@ type env struct {
 	// started is set once flags and arguments were accepted; an error before
 	// that is a usage error.
 	started bool
-	// benchServer, when set, returns the command of the rein server that
-	// `rein bench watch` starts to measure its memory; nil starts this
-	// binary's serve. The tests set it (their binary is not rein).
-	benchServer func(db string) (*exec.Cmd, error)
-	// childEnv is added to the environment of the rein processes `rein
-	// bench failover` starts from this binary. The tests set it (their
-	// binary runs the CLI only when told to).
-	childEnv []string
 }
 
 // commandTimeoutFlag gives cmd --command-timeout.
@@ -183,7 +174,6 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newReplayCmd(e),
 		newForkCmd(e),
 		newWatchCmd(e),
-		newBenchCmd(e),
 		newEvaluateCmd(e),
 		newCheckCmd(e),
 		newCompactCmd(e),

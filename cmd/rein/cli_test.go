@@ -271,16 +271,23 @@ func TestHelpListsClientFlagsOnClientsOnly(t *testing.T) {
 	mustContain(t, "rein list --help after serve --help", out.String(), client...)
 }
 
-// Every documented command is listed by `rein --help`, bench included.
+// Every documented command is listed by `rein --help`. The twin: bench is
+// not a command of rein (rein-bench is its own binary), and asking for it
+// says so.
 func TestRootHelpListsEveryCommand(t *testing.T) {
 	t.Setenv("XDG_STATE_HOME", t.TempDir())
 	help := cli(t, "--help").mustExit(t, 0).stdout
 	for _, c := range []string{"run", "watch", "approve", "deny", "input", "cancel", "pending", "inspect",
-		"events", "export", "import", "list", "serve", "fork", "replay", "bench", "check", "evaluate", "version"} {
+		"events", "export", "import", "list", "serve", "fork", "replay", "check", "evaluate", "version"} {
 		if !regexp.MustCompile(`(?m)^  ` + c + `\s`).MatchString(help) {
 			t.Errorf("rein --help does not list %s:\n%s", c, help)
 		}
 	}
+	if regexp.MustCompile(`(?m)^  bench\s`).MatchString(help) {
+		t.Errorf("rein --help lists bench, which is rein-bench's:\n%s", help)
+	}
+	r := cli(t, "bench", "steps").mustExit(t, exitUsage)
+	mustContain(t, "rein-bench steps", r.stderr, "unknown command")
 }
 
 func TestUsageErrors(t *testing.T) {

@@ -223,7 +223,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		}
 		cfg.Store, cfg.Replica, cfg.Owner, cfg.MaxDriven = st, true, o.name, o.maxRuns
 		cfg.Commits, cfg.Leased = st.WatchCommits, rep.Holding
-		storeName = "etcd " + o.etcd.endpoints + " " + o.etcd.prefix
+		storeName = "etcd " + o.etcd.Endpoints + " " + o.etcd.Prefix
 	} else if cfg.Store, err = openStore(e.db); err != nil {
 		return err
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 // Backend is the storage engine the scenarios measure rein on. The bench
-// names none: the caller (rein bench --store) gives it, so every scenario
+// names none: the caller (rein-bench --store) gives it, so every scenario
 // runs the same way against any backend.
 type Backend struct {
 	// Name is the engine's name, as --store spells it.

@@ -86,10 +86,13 @@ type Options struct {
 	// watch scenario's memory measurement: it must serve the store at db on
 	// a free loopback port, without a rate limit and without tokens, and
 	// log its address on stderr as `rein serve` does (msg="rein serving"
-	// addr=HOST:PORT). The rein binary sets it to its own `serve`. Nil
+	// addr=HOST:PORT). rein-bench sets it to the rein binary's `serve`. Nil
 	// skips the measurement; then rss_idle_mib is -1 and the scenario's
 	// targets are not met.
 	WatchServer func(db string) (*exec.Cmd, error)
+	// Rein is the rein binary the recovery scenario starts; "" builds one
+	// from the module (it needs the go tool and the module's source).
+	Rein string
 }
 
 func (o Options) scale() float64 {

@@ -55,7 +55,7 @@ const (
 	lifecycleTarget = 0.7
 )
 
-// Lifecycle is what `rein bench lifecycle` adds to Options.
+// Lifecycle is what `rein-bench lifecycle` adds to Options.
 type Lifecycle struct {
 	// Archive is the blob store's URL (archive.Open: file:///DIR,
 	// s3://BUCKET?endpoint=…&region=… with credentials from the

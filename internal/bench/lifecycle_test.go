@@ -1,3 +1,5 @@
+//go:build reinbench
+
 package bench
 
 import (

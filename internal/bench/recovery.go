@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -105,7 +104,7 @@ func Recovery(ctx context.Context, o Options) (Result, error) {
 	}
 	defer os.RemoveAll(dir)
 
-	bin, built, err := reinBinary(ctx, dir)
+	bin, built, err := reinBinary(ctx, o.Rein, dir)
 	if err != nil {
 		return r, err
 	}
@@ -334,19 +333,18 @@ func copyFileSynced(src, dst string) error {
 	return out.Close()
 }
 
-// reinBinary is the rein binary to start: this process when it is rein
-// (`rein bench`, `go run ./cmd/rein bench`), else one built into dir from
-// the module (tests; it needs the go tool and the module's source).
-func reinBinary(ctx context.Context, dir string) (path string, built bool, err error) {
-	exe, err := os.Executable()
-	if err == nil && strings.TrimSuffix(filepath.Base(exe), ".exe") == "rein" {
-		return exe, false, nil
+// reinBinary is the rein binary to start: given, or else one built into
+// dir from the module (tests; it needs the go tool and the module's
+// source).
+func reinBinary(ctx context.Context, given, dir string) (path string, built bool, err error) {
+	if given != "" {
+		return given, false, nil
 	}
 	bin := filepath.Join(dir, "rein")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/reinhq/rein/cmd/rein")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", false, fmt.Errorf("recovery: this process (%s) is not the rein binary, and building one failed "+
-			"(run `rein bench recovery`, or run from inside rein's module with the go tool): %w\n%s", exe, err, out)
+		return "", false, fmt.Errorf("recovery: no rein binary was given (rein-bench --rein PATH), and building one failed "+
+			"(give --rein, or run from inside rein's module with the go tool): %w\n%s", err, out)
 	}
 	return bin, true, nil
 }

@@ -218,7 +218,7 @@ func recordReplayRuns(ctx context.Context, be Backend, dir string, n, steps int)
 		}
 		x, err := export.New(ctx, run.RunID, evs, st)
 		if err == nil {
-			x.ExportedBy = "rein bench replay"
+			x.ExportedBy = "rein-bench replay"
 			err = export.Write(f, x)
 		}
 		if cerr := f.Close(); err == nil {

@@ -1,6 +1,6 @@
 // Package etcdproc runs etcd members as processes of the pinned etcd binary
 // (.bin/etcd, which scripts/tools.sh builds from tools/go.mod): the member
-// tests start a cluster of them (internal/etcdtest), and `rein bench --store
+// tests start a cluster of them (internal/etcdtest), and `rein-bench --store
 // etcd` starts one when it is given no cluster. rein never links etcd's
 // server: it runs the binary.
 //

@@ -336,11 +336,14 @@ func storedEvents(t *testing.T, path, runID string) []*reinv1.Event {
 	}
 	defer s.Close()
 	var evs []*reinv1.Event
-	if err := s.ScanEvents(runID, 0, func(ev *reinv1.Event) error {
-		evs = append(evs, proto.CloneOf(ev))
-		return nil
-	}); err != nil {
-		t.Fatalf("read run %s from %s: %v", runID, path, err)
+	for {
+		page, err := s.Events(t.Context(), runID, uint64(len(evs)), 1024)
+		if err != nil {
+			t.Fatalf("read run %s from %s: %v", runID, path, err)
+		}
+		if len(page) == 0 {
+			return evs
+		}
+		evs = append(evs, page...)
 	}
-	return evs
 }

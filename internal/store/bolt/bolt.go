@@ -95,10 +95,6 @@ type Options struct {
 	ReadOnly bool
 }
 
-// Commits is the number of write transactions so far: with group commit,
-// fewer than the appends.
-func (s *Store) Commits() uint64 { return s.commits.Load() }
-
 // Path is the file the store is in.
 func (s *Store) Path() string { return s.path }
 
@@ -321,38 +317,6 @@ func (s *Store) Changes(ctx context.Context, after uint64, limit int) ([]store.C
 		return nil
 	})
 	return out, head, err
-}
-
-// ScanEvents calls fn with each stored event of a run after a sequence, in
-// order, decoding into one reused Event. fn must not keep ev.
-func (s *Store) ScanEvents(runID string, after uint64, fn func(ev *reinv1.Event) error) error {
-	return s.view(fmt.Sprintf("run %s events from %d", runID, after+1), func(tx *bbolt.Tx) error {
-		b := runBucket(tx, runID)
-		if b == nil {
-			return missingRun(tx, runID)
-		}
-		eb := b.Bucket(keyEvents)
-		if eb == nil {
-			return stubOrDamaged(b, runID, "its events bucket is missing")
-		}
-		c := eb.Cursor()
-		ev := &reinv1.Event{}
-		want := after + 1
-		for k, v := c.Seek(seqKey(want)); k != nil; k, v = c.Next() {
-			if isBlobKey(k) {
-				continue
-			}
-			ev.Reset()
-			if err := decodeEvent(runID, want, k, v, ev); err != nil {
-				return err
-			}
-			if err := fn(ev); err != nil {
-				return err
-			}
-			want++
-		}
-		return nil
-	})
 }
 
 // runBucket is the run's bucket, or nil. A file from before a bucket

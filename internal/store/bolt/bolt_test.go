@@ -233,7 +233,7 @@ func TestGroupCommit(t *testing.T) {
 			<-release
 		})
 	}
-	base := s.Commits()
+	base := s.commits.Load()
 
 	var wg sync.WaitGroup
 	errs := make(chan error, runs)
@@ -254,7 +254,7 @@ func TestGroupCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := s.Commits() - base; got > 2 {
+	if got := s.commits.Load() - base; got > 2 {
 		t.Errorf("%d appends took %d commits, want them to share at most 2", runs, got)
 	}
 }

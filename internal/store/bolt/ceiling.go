@@ -1,3 +1,5 @@
+//go:build reinbench
+
 package bolt
 
 import (
@@ -12,7 +14,7 @@ import (
 // Ceiling is the raw bbolt work this package's appends and scans come down
 // to, in the same layout (runs/<run id>/events/<uint64 BE>), with none of
 // the store's logic: no validation, no snapshot, no status index, no blobs.
-// rein bench compares the store against it; it is reached from there only.
+// rein-bench compares the store against it; it is reached from there only.
 // It implements bench.Ceiling.
 type Ceiling struct{}
 

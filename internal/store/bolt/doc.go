@@ -87,6 +87,6 @@
 //     failed commit, nothing of it was stored and nothing was acknowledged.
 //
 // Ceiling (ceiling.go) is the raw bbolt work this layout's appends and scans
-// come down to, with none of the store's logic; rein bench compares the
+// come down to, with none of the store's logic; rein-bench compares the
 // store against it, and nothing else uses it.
 package bolt

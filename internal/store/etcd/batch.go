@@ -26,7 +26,7 @@ import (
 
 // maxBatchesInFlight is how many shared Txns may wait for etcd at once:
 // while one is in raft and its fsync, the next gathers and is sent, so
-// the two share etcd's fsync. rein bench steps-runs --store etcd measured
+// the two share etcd's fsync. rein-bench steps-runs --store etcd measured
 // 1,180-1,310 steps/s with two against 1,040-1,110 with one.
 const maxBatchesInFlight = 2
 

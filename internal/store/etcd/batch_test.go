@@ -31,10 +31,10 @@ func TestBatchedAppends(t *testing.T) {
 	defer b.Close()
 	const runs, rounds = 32, 10
 	ids := createRuns(t, a, runs)
-	before := a.Commits()
+	before := a.commits.Load()
 	appendAtOnce(t, a, ids, rounds)
 	var wg sync.WaitGroup
-	if commits := a.Commits() - before; commits >= runs*rounds {
+	if commits := a.commits.Load() - before; commits >= runs*rounds {
 		t.Errorf("%d appends of %d runs at once took %d commits; want fewer: they share Txns", runs*rounds, runs, commits)
 	}
 	for _, id := range ids {
@@ -90,7 +90,7 @@ func TestBatchedAppendsWithBlobs(t *testing.T) {
 	const runs, rounds = 16, 5
 	common := blobOf(2048, 7)
 	ids := createRuns(t, s, runs)
-	before := s.Commits()
+	before := s.commits.Load()
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		wg.Go(func() {
@@ -106,7 +106,7 @@ func TestBatchedAppendsWithBlobs(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if commits := s.Commits() - before; commits >= runs*rounds {
+	if commits := s.commits.Load() - before; commits >= runs*rounds {
 		t.Errorf("%d appends with blobs took %d commits; want fewer: they share Txns", runs*rounds, commits)
 	}
 	for _, id := range ids {

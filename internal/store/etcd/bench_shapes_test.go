@@ -1,3 +1,5 @@
+//go:build reinbench
+
 package etcd
 
 import (
@@ -36,7 +38,7 @@ var txnShapes = []txnShape{
 // BenchmarkTxnShapes measures what etcd itself charges for the shape of a
 // step's Txn, with none of rein's work: serial Txns (each waits for the
 // one before it, as one run's steps do) against one durable member, of the
-// sizes a step's appends carry in rein bench steps (events of ~120 and
+// sizes a step's appends carry in rein-bench steps (events of ~120 and
 // ~350 bytes, a ~150-byte snapshot, blobs of 259 and 66 bytes with keys
 // of their hash). "events" is the ceiling of the events alone, "store"
 // the store's whole shape. Each iteration sends one Txn of every shape, in

@@ -1,3 +1,5 @@
+//go:build reinbench
+
 package etcd
 
 import (
@@ -22,38 +24,7 @@ import (
 	"github.com/reinhq/rein/internal/store"
 )
 
-// rpcCounts counts a client's unary calls by method.
-type rpcCounts struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (c *rpcCounts) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	c.mu.Lock()
-	c.n[method[strings.LastIndex(method, "/")+1:]]++
-	c.mu.Unlock()
-	return invoker(ctx, method, req, reply, cc, opts...)
-}
-
-func (c *rpcCounts) take() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.n
-	c.n = map[string]int{}
-	return n
-}
-
-// countingClient is a client of endpoints whose unary calls c counts.
-func countingClient(endpoints []string, c *rpcCounts) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(c.intercept)},
-	})
-}
-
-// BenchmarkScenarioSteps runs rein bench's steps scenarios (one run, then
+// BenchmarkScenarioSteps runs rein-bench's steps scenarios (one run, then
 // 16 at once, of scripted tool-call steps through the engine, against the
 // same events put raw, as the engine groups them) on the etcd backend, with
 // fsync, at a tenth of their size; run it with -benchtime 1x, and with
@@ -163,7 +134,7 @@ func median(d []time.Duration) float64 {
 	return float64(d[len(d)/2].Microseconds())
 }
 
-// BenchmarkStepCommit runs rein bench steps (one run, 2,000 steps here) on
+// BenchmarkStepCommit runs rein-bench steps (one run, 2,000 steps here) on
 // the etcd backend and reports, as medians over its commits, where a
 // commit's time goes: the engine's step between two appends (between-µs),
 // the store's work before its Txn leaves (store-µs), the Txn's round trip

@@ -1,3 +1,5 @@
+//go:build reinbench
+
 package etcd
 
 import (
@@ -200,7 +202,7 @@ func BenchmarkListFirstPage(b *testing.B) {
 	}
 }
 
-// BenchmarkScenarioAppend runs rein bench's append scenario (64 runs
+// BenchmarkScenarioAppend runs rein-bench's append scenario (64 runs
 // appending 3-event steps, against the ceiling: the same events put raw,
 // 64 per Txn, from one goroutine) on the etcd backend, with fsync, at a
 // twentieth of its size; run it with -benchtime 1x. It reports the

@@ -80,7 +80,7 @@ func (s *Store) missingBlobs(ctx context.Context, what, runID string, blobs map[
 // run's and its content's hash, so putting it again (a run resumed, or the
 // run bringing the same part again) writes the same value, and the write's
 // own compares do not depend on it. A nested Txn that put it only if
-// absent cost etcd more to apply than the put it saves (rein bench steps
+// absent cost etcd more to apply than the put it saves (rein-bench steps
 // --store etcd). A larger blob is its chunks, then its header, in a nested
 // Txn that puts them only if the header is absent, so a large blob is
 // never sent twice into etcd's log by writers that race. Each run keeps

@@ -1,3 +1,5 @@
+//go:build reinbench
+
 package etcd
 
 import (
@@ -15,7 +17,7 @@ import (
 
 // Ceiling is the raw etcd work this package's appends and scans come down
 // to, in the same layout (P event/<run id>/<seq>), with none of the store's
-// logic: no read, no fold, no compare, no index. rein bench compares the
+// logic: no read, no fold, no compare, no index. rein-bench compares the
 // store against it; it implements the bench's Ceiling and StateCeiling
 // (whose commits also put the snapshot and the blobs the store puts with
 // a step's events, as raw bytes), whose stores are named by a path: Prefix

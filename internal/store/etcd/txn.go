@@ -24,7 +24,7 @@ const opOverhead = 32
 // request messages, sent over the client's connection (send). The
 // client's builder (clientv3.Txn) clones every compare through
 // proto.Clone and copies every key and value twice: on a step's appends
-// that was a sixth of rein's CPU in rein bench steps-runs --store etcd.
+// that was a sixth of rein's CPU in rein-bench steps-runs --store etcd.
 type txn struct {
 	cmps  []*pb.Compare
 	ops   []*pb.RequestOp

@@ -1,50 +1,52 @@
+//go:build reinbench
+
 package main
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
-	"syscall"
 	"testing"
 )
 
-// cliEnv, set, makes the test binary run the CLI with its arguments instead
-// of the tests: the watch scenario starts `rein serve` in a separate process,
-// and in the tests that process is this binary.
-const cliEnv = "REIN_TEST_RUN_CLI"
+// reinBin is the rein binary the tests build once (TestMain), for the
+// scenarios that start rein serve.
+var reinBin string
 
 func TestMain(m *testing.M) {
-	if os.Getenv(cliEnv) != "" {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-		stop()
-		os.Exit(code)
-	}
-	os.Exit(m.Run())
-}
-
-// testBenchServer starts this test binary as `rein serve` (the test binary
-// runs the CLI when cliEnv is set).
-func testBenchServer(db string) (*exec.Cmd, error) {
-	exe, err := os.Executable()
+	dir, err := os.MkdirTemp("", "rein-bench-test-")
 	if err != nil {
-		return nil, err
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	cmd := exec.Command(exe, benchServeArgs(db)...)
-	cmd.Env = append(os.Environ(), cliEnv+"=1")
-	return cmd, nil
+	reinBin = filepath.Join(dir, "rein")
+	build := exec.Command("go", "build", "-o", reinBin, "github.com/reinhq/rein/cmd/rein")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build rein for the bench's tests:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
 }
 
+// runBench runs rein-bench with args (and --rein, the binary TestMain built,
+// unless args give one).
 func runBench(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, benchServer: testBenchServer, childEnv: []string{cliEnv + "=1"}}
-	code = run(context.Background(), e, append([]string{"bench"}, args...))
+	if !slices.Contains(args, "--rein") {
+		args = append(args, "--rein", reinBin)
+	}
+	code = run(context.Background(), &env{stdout: &out, stderr: &errb}, args)
 	return code, out.String(), errb.String()
 }
 
@@ -188,5 +190,22 @@ func TestBenchReadableLine(t *testing.T) {
 	}
 	if n := strings.Count(out, "\n"); n != 1 || !strings.HasPrefix(out, "fold ") || !strings.Contains(out, "ratio") {
 		t.Errorf("output %q, want one line about fold with its ratio", out)
+	}
+}
+
+// TestBenchReinBinary: the watch scenario starts rein serve from --rein. The
+// twin: a --rein that is not an executable file is a usage error naming it,
+// before anything is measured.
+func TestBenchReinBinary(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errs := runBench(t, "watch", "--scale", "0.001", "--rounds", "1", "--dir", dir, "--json")
+	if code != exitOK || !strings.Contains(out, `"rss_idle_mib"`) {
+		t.Fatalf("watch with --rein %s: exit %d, %s %s", reinBin, code, out, errs)
+	}
+	for _, bad := range []string{filepath.Join(dir, "missing"), dir} {
+		code, out, errs = runBench(t, "watch", "--scale", "0.001", "--rounds", "1", "--dir", dir, "--rein", bad)
+		if code != exitUsage || out != "" || !strings.Contains(errs, "--rein "+bad) {
+			t.Errorf("watch with --rein %s: exit %d, stdout %q, stderr %q; want a usage error naming it", bad, code, out, errs)
+		}
 	}
 }

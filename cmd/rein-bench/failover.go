@@ -1,9 +1,10 @@
+//go:build reinbench
+
 package main
 
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"time"
 
@@ -12,12 +13,12 @@ import (
 	"github.com/reinhq/rein/internal/bench"
 )
 
-// benchFailover runs `rein bench failover`: replicas of this binary over
-// the bench's etcd (the cluster of --etcd, or one it starts).
+// benchFailover runs `rein-bench failover`: replicas of the rein binary
+// (--rein) over the bench's etcd (the cluster of --etcd, or one it starts).
 func (o *benchOptions) benchFailover(cmd *cobra.Command, e *env) error {
-	exe, err := os.Executable()
+	exe, err := o.reinBinary()
 	if err != nil {
-		return fmt.Errorf("find the rein binary: %w", err)
+		return err
 	}
 	if err := o.etcd.check(cmd.Flags(), "etcd"); err != nil {
 		return err
@@ -28,11 +29,10 @@ func (o *benchOptions) benchFailover(cmd *cobra.Command, e *env) error {
 	}
 	defer b.close()
 	f := bench.Failover{
-		Etcd: b.cli, Endpoints: o.etcd.endpoints, Prefix: b.root,
+		Etcd: b.cli, Endpoints: o.etcd.Endpoints, Prefix: b.root,
 		Replica: func(listen, name, prefix string, ttl time.Duration, tools string) *exec.Cmd {
-			c := exec.Command(exe, "serve", "--listen", listen, "--name", name, "--etcd", o.etcd.endpoints, "--etcd-prefix", prefix,
+			c := exec.Command(exe, "serve", "--listen", listen, "--name", name, "--etcd", o.etcd.Endpoints, "--etcd-prefix", prefix,
 				"--lease-ttl", ttl.String(), "--tools", "fixture:"+tools, "--rate", "0", "--reflection=false", "--shutdown-timeout", "10s")
-			c.Env = append(os.Environ(), e.childEnv...)
 			return c
 		},
 	}
@@ -41,7 +41,7 @@ func (o *benchOptions) benchFailover(cmd *cobra.Command, e *env) error {
 		return fmt.Errorf("bench failover: %w", err)
 	}
 	if e.json {
-		return writeJSON(e.stdout, r, false)
+		return writeJSON(e.stdout, r)
 	}
 	verdict := "met"
 	if !r.Met {

@@ -1,7 +1,10 @@
+//go:build reinbench
+
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,11 +19,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/reinhq/rein/internal/bench"
+	"github.com/reinhq/rein/internal/etcdflags"
 	"github.com/reinhq/rein/internal/etcdproc"
 	etcdstore "github.com/reinhq/rein/internal/store/etcd"
 )
 
-// benchEtcdScenarios are the scenarios `rein bench --store etcd` runs: the
+// benchEtcdScenarios are the scenarios `rein-bench --store etcd` runs: the
 // ones whose baseline is the backend's ceiling. The others start `rein
 // serve --db` or read recorded files, which are bolt's.
 var benchEtcdScenarios = []string{"append", "steps", "steps-runs", "fold"}
@@ -30,20 +34,20 @@ var benchEtcdScenarios = []string{"append", "steps", "steps-runs", "fold"}
 // --max-txn-ops once nested.
 const benchEtcdAppendEvents = 1000
 
-// benchEtcdFlags are the etcd flags of rein bench: the cluster's (the
+// benchEtcdFlags are the etcd flags of rein-bench: the cluster's (the
 // etcdFlags family, with its own default prefix) and --etcd-bin.
 type benchEtcdFlags struct {
-	etcdFlags
+	etcdflags.Flags
 	bin string
 }
 
-// benchEtcdPrefix is where rein bench writes on a cluster: not /rein/, so
+// benchEtcdPrefix is where rein-bench writes on a cluster: not /rein/, so
 // that it never writes inside a running rein's prefix.
 const benchEtcdPrefix = "/rein-bench/"
 
 func (f *benchEtcdFlags) register(fs *pflag.FlagSet) {
-	f.etcdFlags.register(fs)
-	f.prefix = benchEtcdPrefix
+	f.Flags.Register(fs)
+	f.Prefix = benchEtcdPrefix
 	pf := fs.Lookup("etcd-prefix")
 	pf.DefValue = benchEtcdPrefix
 	pf.Usage = "with --etcd, the key prefix the bench writes under (it must end in /); each bench run takes a fresh prefix below it and deletes it at the end"
@@ -61,10 +65,13 @@ func (f *benchEtcdFlags) check(fs *pflag.FlagSet, store string) error {
 		}
 		return nil
 	}
-	if f.set() && f.bin != "" {
+	if f.Set() && f.bin != "" {
 		return usageError("--etcd-bin starts an etcd of the bench's own; with --etcd the bench uses that cluster instead: give one or the other")
 	}
-	return f.etcdFlags.check(fs)
+	if err := f.Check(fs); err != nil {
+		return &exitErr{code: exitUsage, err: err}
+	}
+	return nil
 }
 
 // benchEtcd is the etcd backend of one bench run: a client of the cluster
@@ -84,8 +91,8 @@ type benchEtcd struct {
 // single durable etcd from the pinned binary in a temporary directory
 // under dir ("" is the system's), its log to a file there.
 func openBenchEtcd(ctx context.Context, f *benchEtcdFlags, dir string, stderr io.Writer) (*benchEtcd, error) {
-	b := &benchEtcd{timeout: f.timeout}
-	if !f.set() {
+	b := &benchEtcd{timeout: f.Timeout}
+	if !f.Set() {
 		bin := f.bin
 		if bin == "" {
 			var near []string
@@ -115,21 +122,25 @@ func openBenchEtcd(ctx context.Context, f *benchEtcdFlags, dir string, stderr io
 			return nil, &exitErr{code: exitUnavailable, err: err}
 		}
 		b.proc = p
-		f.endpoints = p.Member.Endpoint()
+		f.Endpoints = p.Member.Endpoint()
 	}
-	cli, err := f.client()
+	cli, err := f.Client()
 	if err != nil {
 		b.close()
-		return nil, err
+		var ue *etcdflags.UsageError
+		if errors.As(err, &ue) {
+			return nil, &exitErr{code: exitUsage, err: err}
+		}
+		return nil, &exitErr{code: exitUnavailable, err: err}
 	}
 	b.cli = cli
-	b.root = fmt.Sprintf("%s%s-%d/", f.prefix, strconv.FormatInt(time.Now().Unix(), 36), os.Getpid())
+	b.root = fmt.Sprintf("%s%s-%d/", f.Prefix, strconv.FormatInt(time.Now().Unix(), 36), os.Getpid())
 	// The first request tells whether the cluster answers.
-	sctx, cancel := context.WithTimeout(ctx, f.timeout)
+	sctx, cancel := context.WithTimeout(ctx, f.Timeout)
 	defer cancel()
 	if _, err := cli.Get(sctx, b.root, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
 		b.close()
-		return nil, &exitErr{code: exitUnavailable, err: fmt.Errorf("etcd at %s did not answer within %v: %w", f.endpoints, f.timeout, err)}
+		return nil, &exitErr{code: exitUnavailable, err: fmt.Errorf("etcd at %s did not answer within %v: %w", f.Endpoints, f.Timeout, err)}
 	}
 	return b, nil
 }

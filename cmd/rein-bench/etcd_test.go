@@ -1,3 +1,5 @@
+//go:build reinbench
+
 package main
 
 import (
@@ -108,7 +110,7 @@ func TestBenchEtcdRefused(t *testing.T) {
 	}
 }
 
-// TestBenchFailover: rein bench failover starts three replicas of this
+// TestBenchFailover: rein-bench failover starts three replicas of this
 // binary on an etcd of its own, kills each in turn and reports the time to
 // their runs carried on and the runs a second at 1, 2 and 3 replicas. The
 // twin: with --etcd naming no cluster it fails, saying etcd is unavailable.

@@ -1,10 +1,15 @@
+//go:build reinbench
+
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -16,7 +21,7 @@ import (
 // benchStores are the storage backends --store can name.
 const benchStores = "bolt, etcd"
 
-// benchBackend is the storage backend `rein bench --store name` runs the
+// benchBackend is the storage backend `rein-bench --store name` runs the
 // scenarios on: how to open its store and, for the baselines, its ceiling.
 // etcd's needs a cluster: run opens it (bench_etcd.go).
 func benchBackend(name string) (bench.Backend, error) {
@@ -39,15 +44,37 @@ func benchBackend(name string) (bench.Backend, error) {
 	return bench.Backend{}, usageError("unknown --store %q; the storage backends are: %s", name, benchStores)
 }
 
-// benchServe is the command of this binary's `serve` on the store at db, for
-// the watch scenario's measurement of a server's memory with its streams
-// idle.
-func benchServe(db string) (*exec.Cmd, error) {
-	exe, err := os.Executable()
+// benchServe is the command of the rein binary's `serve` on the store at
+// db, for the watch scenario's measurement of a server's memory with its
+// streams idle.
+func (o *benchOptions) benchServe(db string) (*exec.Cmd, error) {
+	exe, err := o.reinBinary()
 	if err != nil {
-		return nil, fmt.Errorf("find the rein binary: %w", err)
+		return nil, err
 	}
 	return exec.Command(exe, benchServeArgs(db)...), nil
+}
+
+// reinBinary is the rein binary whose `rein serve` the watch and failover
+// scenarios start: --rein, else rein beside this binary, else rein on
+// $PATH.
+func (o *benchOptions) reinBinary() (string, error) {
+	if o.rein != "" {
+		if fi, err := os.Stat(o.rein); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			return "", usageError("--rein %s is not an executable file: give the rein binary (go build -o .bin/rein ./cmd/rein)", o.rein)
+		}
+		return o.rein, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		near := filepath.Join(filepath.Dir(exe), "rein")
+		if fi, err := os.Stat(near); err == nil && fi.Mode().IsRegular() {
+			return near, nil
+		}
+	}
+	if p, err := exec.LookPath("rein"); err == nil {
+		return p, nil
+	}
+	return "", &exitErr{code: exitUnavailable, err: errors.New("no rein binary to start `rein serve` from: none beside rein-bench, none on $PATH; build one (go build -o .bin/rein ./cmd/rein) and give it with --rein PATH")}
 }
 
 // benchServeArgs serve db on a free loopback port (it logs the address),
@@ -64,6 +91,10 @@ type benchOptions struct {
 	dir    string
 	store  string
 	etcd   benchEtcdFlags
+	// rein is the rein binary the watch and failover scenarios start.
+	rein string
+	// json is --json: a JSON object a line.
+	json bool
 	// archive and svg are the lifecycle scenario's.
 	archive, svg string
 }
@@ -77,7 +108,7 @@ reach. With --json the line is a JSON object.
 
 Scenarios (steps runs steps and steps-runs):
 %s  all        every scenario, in that order
-  failover   three rein serve --etcd replicas of this binary (lease TTL 2s):
+  failover   three rein serve --etcd replicas of --rein (lease TTL 2s):
              the time from killing one (SIGKILL, 10 times) to its runs carried
              on by the others, and runs/s with 1, 2 and 3 replicas; on the
              bench's etcd (--etcd, or one it starts); not part of all
@@ -91,8 +122,9 @@ Scenarios (steps runs steps and steps-runs):
              objects it writes are deleted); bolt only; not part of all
 
 Files go in a temporary directory that is removed; --db is not used. The
-watch scenario also starts this binary's serve on a temporary store, to
-measure the server's memory with every stream open and idle.
+watch scenario also starts rein serve (the rein binary of --rein) on a
+temporary store, to measure the server's memory with every stream open and
+idle.
 
 With --store etcd the scenarios whose baseline is the backend's ceiling run
 (append, steps, steps-runs, fold; all means those), against raw etcd
@@ -105,18 +137,27 @@ deleted at the end; without it the bench starts one durable etcd member from
 the pinned binary (bash scripts/tools.sh builds .bin/etcd; or --etcd-bin)
 in a temporary directory and stops it after.`
 
-func newBenchCmd(e *env) *cobra.Command {
+func newRootCmd(e *env) *cobra.Command {
 	o := &benchOptions{}
 	cmd := &cobra.Command{
-		Use: "bench SCENARIO",
-		Example: `  rein bench steps
-  rein bench steps --runs 64 --rounds 3
-  rein bench all --scale 0.1 --json
-  rein bench append --store etcd
-  rein bench fold --store etcd --etcd 127.0.0.1:2379 --scale 0.1`,
-		Short: "Measure rein against the disk it runs on (rein bench --help lists the scenarios)",
-		Args:  cobra.ExactArgs(1),
+		Use: "rein-bench SCENARIO",
+		Example: `  rein-bench steps
+  rein-bench steps --runs 64 --rounds 3
+  rein-bench all --scale 0.1 --json
+  rein-bench append --store etcd
+  rein-bench fold --store etcd --etcd 127.0.0.1:2379 --scale 0.1
+  rein-bench failover --rein .bin/rein`,
+		Short: "Measure rein against the disk it runs on (rein-bench --help lists the scenarios)",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageError("give one scenario (rein-bench --help lists them); got %d arguments", len(args))
+			}
+			return nil
+		},
+		SilenceUsage:  true,
+		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			e.json = o.json
 			return o.run(cmd, e, args[0])
 		},
 	}
@@ -135,6 +176,8 @@ func newBenchCmd(e *env) *cobra.Command {
 	cmd.Flags().StringVar(&o.store, "store", "bolt", "storage backend to run on: "+benchStores)
 	cmd.Flags().StringVar(&o.archive, "archive", "", "lifecycle: the archive to measure, file:///DIR or s3://BUCKET?endpoint=…&region=… (credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); default: a temporary directory")
 	cmd.Flags().StringVar(&o.svg, "svg", "", "lifecycle: write the plot of the live store's size to this SVG file")
+	cmd.Flags().StringVar(&o.rein, "rein", "", "the rein binary whose rein serve watch and failover start (default: rein beside rein-bench, else on $PATH)")
+	cmd.Flags().BoolVar(&o.json, "json", false, "print each scenario's result as a JSON object on a line")
 	o.etcd.register(cmd.Flags())
 	return cmd
 }
@@ -170,14 +213,14 @@ func (o *benchOptions) run(cmd *cobra.Command, e *env, name string) error {
 	}
 	if name == "lifecycle" {
 		if o.store != "bolt" {
-			return usageError("bench lifecycle runs on --store bolt: it measures the store's file")
+			return usageError("lifecycle runs on --store bolt: it measures the store's file")
 		}
 		r, err := bench.RunLifecycle(cmd.Context(), bench.Options{Scale: o.scale, Rounds: o.rounds, Dir: o.dir, Backend: backend}, bench.Lifecycle{Archive: o.archive, SVG: o.svg})
 		if err != nil {
 			return fmt.Errorf("bench lifecycle: %w", err)
 		}
 		if e.json {
-			return writeJSON(e.stdout, r, false)
+			return writeJSON(e.stdout, r)
 		}
 		return r.WriteText(e.stdout)
 	}
@@ -195,9 +238,12 @@ func (o *benchOptions) run(cmd *cobra.Command, e *env, name string) error {
 		defer b.close()
 		backend = b.backend(cmd.Context())
 	}
-	opts := bench.Options{Scale: o.scale, Rounds: o.rounds, Dir: o.dir, Backend: backend, Runs: o.runs, Traces: o.traces, WatchServer: e.benchServer}
-	if opts.WatchServer == nil {
-		opts.WatchServer = benchServe
+	opts := bench.Options{Scale: o.scale, Rounds: o.rounds, Dir: o.dir, Backend: backend, Runs: o.runs, Traces: o.traces, WatchServer: o.benchServe}
+	if o.rein != "" || slices.ContainsFunc(todo, func(s bench.Scenario) bool { return s.Name == "recovery" }) {
+		// recovery starts rein too; without one to give it builds one.
+		if opts.Rein, err = o.reinBinary(); err != nil && o.rein != "" {
+			return err
+		}
 	}
 	for _, s := range todo {
 		r, err := s.Run(cmd.Context(), opts)
@@ -205,7 +251,7 @@ func (o *benchOptions) run(cmd *cobra.Command, e *env, name string) error {
 			return fmt.Errorf("bench %s: %w", s.Name, err)
 		}
 		if e.json {
-			if err := writeJSON(e.stdout, r, false); err != nil {
+			if err := writeJSON(e.stdout, r); err != nil {
 				return err
 			}
 			continue
