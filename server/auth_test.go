@@ -269,7 +269,7 @@ type refusal struct {
 func codeOf(err error) codes.Code { return status.Code(err) }
 
 // TestAuthMatrix calls every RunService RPC without credentials, with bad
-// ones, with each role, and across tenants (DESIGN §10, §11).
+// ones, with each role, and across tenants (docs/design.md §10, §11).
 func TestAuthMatrix(t *testing.T) {
 	s := newTCPServer(t, Config{Directory: testDirectory(t)})
 	ctx := context.Background()

@@ -1,6 +1,6 @@
 package server
 
-// Tests of requests that do not decode (DESIGN §10): garbage bytes, a string
+// Tests of requests that do not decode (docs/design.md §10): garbage bytes, a string
 // that is not UTF-8, nesting past protobuf's limit. Each is the caller's
 // mistake, answered InvalidArgument, not Internal, by unary and streaming
 // methods alike; the store is untouched and the server goes on serving.

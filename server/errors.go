@@ -16,7 +16,7 @@ import (
 	"github.com/reinhq/rein/internal/store"
 )
 
-// toStatus maps a domain error to the gRPC status of DESIGN §10. It is the one
+// toStatus maps a domain error to the gRPC status of docs/design.md §10. It is the one
 // place that does: errors are matched with errors.Is/As, context errors pass
 // through, and anything unknown becomes Internal with a safe message (the
 // detail goes to the log, not the wire).

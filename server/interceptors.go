@@ -150,7 +150,7 @@ type badRequestStream struct{ grpc.ServerStream }
 func (s *badRequestStream) RecvMsg(m any) error { return withBadRequest(s.ServerStream.RecvMsg(m)) }
 
 // withBadRequest adds a google.rpc.BadRequest detail, naming each field, to
-// an InvalidArgument that carries protovalidate's violations (DESIGN §10).
+// an InvalidArgument that carries protovalidate's violations (docs/design.md §10).
 func withBadRequest(err error) error {
 	st, ok := status.FromError(err)
 	if !ok || st.Code() != codes.InvalidArgument {

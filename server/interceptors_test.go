@@ -156,7 +156,7 @@ func TestValidationBadRequest(t *testing.T) {
 }
 
 // TestStreamValidationBadRequest: a streaming RPC's invalid request gets the
-// same BadRequest detail as a unary one's (DESIGN §10).
+// same BadRequest detail as a unary one's (docs/design.md §10).
 func TestStreamValidationBadRequest(t *testing.T) {
 	s := newTCPServer(t, Config{Directory: testDirectory(t)})
 	ctx := context.Background()

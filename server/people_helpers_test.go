@@ -1,6 +1,6 @@
 package server
 
-// Tests of people in the loop (DESIGN §2, §7, §10): approvals, rejections,
+// Tests of people in the loop (docs/design.md §2, §7, §10): approvals, rejections,
 // input, cancels of paused runs, and the timers of paused runs (proposal
 // expiry, the run's deadline), through the generated client against a real
 // node on a real bbolt file, with the scripted model and fixture tools.

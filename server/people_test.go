@@ -1,6 +1,6 @@
 package server
 
-// Tests of people in the loop (DESIGN §2, §7, §10): approvals, rejections,
+// Tests of people in the loop (docs/design.md §2, §7, §10): approvals, rejections,
 // input, cancels of paused runs, and the timers of paused runs (proposal
 // expiry, the run's deadline), through the generated client against a real
 // node on a real bbolt file, with the scripted model and fixture tools.
@@ -508,7 +508,7 @@ func TestCommitFailureLeavesOutcomeUnknown(t *testing.T) {
 }
 
 // TestUnknownOutcomeKeepsDeadline: a run left needs_approval by an unknown
-// outcome is still paused, so its deadline still ends it (DESIGN §2:
+// outcome is still paused, so its deadline still ends it (docs/design.md §2:
 // needs_approval → budget_exhausted when the deadline passes while waiting).
 func TestUnknownOutcomeKeepsDeadline(t *testing.T) {
 	s := newPeopleServer(t, Config{})
@@ -533,7 +533,7 @@ func TestUnknownOutcomeKeepsDeadline(t *testing.T) {
 
 // TestCancelDuringCommitKeepsOutcome: a run cancelled while its approved
 // write is being committed still records the write's outcome: a write that
-// happened is never missing from the log (DESIGN §3, §7).
+// happened is never missing from the log (docs/design.md §3, §7).
 func TestCancelDuringCommitKeepsOutcome(t *testing.T) {
 	s := newPeopleServer(t, Config{})
 	gate := &commitGate{entered: make(chan string, 1), release: make(chan struct{})}

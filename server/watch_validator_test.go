@@ -50,7 +50,7 @@ func handedOver(after uint64, evs []*reinv1.Event) []streamRecord {
 }
 
 // validateWatch checks the recorded streams of one watcher of runID that
-// asked first for the events after `after` (DESIGN §6): each stream is in
+// asked first for the events after `after` (docs/design.md §6): each stream is in
 // order, without a repeat or a gap, from its after_sequence + 1; each
 // reconnection resumes from the last sequence the watcher saw; and the
 // concatenation of the streams is exactly the stored log from after+1 to

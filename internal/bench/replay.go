@@ -33,7 +33,7 @@ const (
 //     recorded replies and results fed through the harness's step code on a
 //     synchronous engine, every event folded into an in-memory log and
 //     compared with the recorded one; every run must match;
-//   - baseline (reconstruction, `rein inspect FILE`, DESIGN §8): read the
+//   - baseline (reconstruction, `rein inspect FILE`, docs/design.md §8): read the
 //     file the same way, then the fold alone (runstate.ApplyAll) over its
 //     events.
 //

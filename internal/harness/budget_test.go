@@ -222,7 +222,7 @@ func TestDeadlineCutsModelCall(t *testing.T) {
 }
 
 // The deadline the model call carries follows the injected clock, like the
-// budget check: a run replayed with its recorded clock (DESIGN §8), or
+// budget check: a run replayed with its recorded clock (docs/design.md §8), or
 // driven by any clock behind the real one, is not cut at once.
 func TestDeadlineFollowsInjectedClock(t *testing.T) {
 	recorded := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)

@@ -18,7 +18,7 @@ import (
 	"github.com/reinhq/rein/internal/store"
 )
 
-// Delegation (DESIGN §3, the delegate action): a run whose contract allows
+// Delegation (docs/design.md §3, the delegate action): a run whose contract allows
 // it hands tasks to child runs. One commit stores the model's decision and
 // delegation_started, which names each child's run ID, request ID, contract
 // and the budget lent to it; from then on the fold counts the lent budget

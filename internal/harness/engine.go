@@ -1,4 +1,4 @@
-// Package harness runs the step loop (DESIGN §3) and the executor that drives
+// Package harness runs the step loop (docs/design.md §3) and the executor that drives
 // many runs at once. Each running run is owned by one goroutine at a time;
 // the number that step at once is bounded. Every change goes to the store as
 // events validated by the fold first; the engine never changes a run any

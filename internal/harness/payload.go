@@ -14,7 +14,7 @@ import (
 	"github.com/reinhq/rein/internal/store"
 )
 
-// Bounds on what the harness writes inline in an event (DESIGN §4): a
+// Bounds on what the harness writes inline in an event (docs/design.md §4): a
 // payload over them is stored apart, as a content-addressed blob in the
 // same append, and the event keeps a bounded summary and the blob's hash,
 // so that no event, Run or list page nears the 4 MiB message limit

@@ -1,6 +1,6 @@
 package harness
 
-// Tests of a paused run against the injected clock (DESIGN §2, §7): the
+// Tests of a paused run against the injected clock (docs/design.md §2, §7): the
 // engine's clock, not the wall clock, decides when a proposal expires and
 // when a run's deadline passes; a timer that fires before its time by that
 // clock arms itself again. The server's tests (server/people_test.go) cover

@@ -1,6 +1,6 @@
 package harness
 
-// Tests of how one step routes a model's reply (DESIGN §3 steps 3-5): each
+// Tests of how one step routes a model's reply (docs/design.md §3 steps 3-5): each
 // status a single step can reach (the budget's limits are in budget_test.go),
 // and the observations that let a run go on.
 

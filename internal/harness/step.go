@@ -21,7 +21,7 @@ import (
 	"github.com/reinhq/rein/internal/tools"
 )
 
-// step runs one step of DESIGN §3, in its fixed order: budget, context, model
+// step runs one step of docs/design.md §3, in its fixed order: budget, context, model
 // call, parse, route. It reads the clock once; every event of the step
 // carries that instant.
 func (r *runner) step(ctx context.Context) error {

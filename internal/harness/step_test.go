@@ -1,6 +1,6 @@
 package harness
 
-// Tests of a step's commits and clock (DESIGN §3): a step's events reach the
+// Tests of a step's commits and clock (docs/design.md §3): a step's events reach the
 // store in at most two appends, each durable before the model or the tool
 // sees what it records, and every event of a step carries the step's one
 // clock reading. opLog and countingStore record the order of appends and

@@ -1,4 +1,4 @@
-// Package replay is test replay (DESIGN §8): a recorded run's model replies,
+// Package replay is test replay (docs/design.md §8): a recorded run's model replies,
 // tool results and people's decisions are fed, in order and on the recorded
 // clock, through the current harness into an in-memory log, and the new
 // events are compared with the recorded ones. No model and no tool is

@@ -2,7 +2,7 @@ package runstate
 
 import reinv1 "github.com/reinhq/rein/gen/rein/v1"
 
-// transitions is the table of legal status changes (DESIGN §2). A status that
+// transitions is the table of legal status changes (docs/design.md §2). A status that
 // is not a key has no exits.
 var transitions = map[reinv1.RunStatus][]reinv1.RunStatus{
 	reinv1.RunStatus_RUN_STATUS_RUNNING: {

@@ -1,6 +1,6 @@
 package runstate
 
-// Tests of the status machine: the transition table against DESIGN §2, Apply
+// Tests of the status machine: the transition table against docs/design.md §2, Apply
 // of every legal and illegal status change, what a pause needs first, and
 // terminal statuses refusing every later event.
 
@@ -18,7 +18,7 @@ var allStatuses = []reinv1.RunStatus{
 	completed, exhausted, failed, denied, expired, cancelled,
 }
 
-// designTransitions is DESIGN §2's table, written out independently of
+// designTransitions is docs/design.md §2's table, written out independently of
 // transitions.go so that a change to either is caught.
 var designTransitions = map[[2]reinv1.RunStatus]bool{
 	{running, completed}:       true,
@@ -115,7 +115,7 @@ func TestApplyLegalTransitions(t *testing.T) {
 		}
 	}
 	if n != len(designTransitions) {
-		t.Errorf("the table has %d transitions, DESIGN §2 has %d", n, len(designTransitions))
+		t.Errorf("the table has %d transitions, docs/design.md §2 has %d", n, len(designTransitions))
 	}
 }
 

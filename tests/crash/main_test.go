@@ -1,6 +1,6 @@
 // Package crash_test crashes a real `rein serve` process and checks, over
 // the histories it leaves behind, that nothing acknowledged was lost and
-// that every approved write happened exactly once (DESIGN §3, §5, §7).
+// that every approved write happened exactly once (docs/design.md §3, §5, §7).
 //
 //   - TestSIGKILL drives many scripted runs (a read, a write that needs
 //     approval, a question for a person, a final answer) from client

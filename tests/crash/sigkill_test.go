@@ -413,7 +413,7 @@ func TestSIGKILL(t *testing.T) {
 // model_requested, neither its tool_returned (a read, or a write that
 // could not be proposed) nor its approval_requested (a write). After a
 // crash between the two commits the log shows the call in flight; the run
-// must not go on as if it had not been made (DESIGN §3: a call in flight
+// must not go on as if it had not been made (docs/design.md §3: a call in flight
 // at a crash is visible in the log, and failures are classified —
 // interruption — before recovery, every retry an event).
 func droppedCalls(l runLog) []string {

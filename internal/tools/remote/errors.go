@@ -92,7 +92,7 @@ func (c *Client) fail(ctx context.Context, method, tool string, err error) error
 //   - context errors are their codes;
 //   - anything else is Unknown with the error's message. Unlike rein's own
 //     API, the message is not hidden: a tool's error is its result, which
-//     the model reads (DESIGN §3: an error is an observation too).
+//     the model reads (docs/design.md §3: an error is an observation too).
 func toStatus(err error) error {
 	if err == nil {
 		return nil
