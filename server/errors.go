@@ -50,6 +50,10 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, store.ErrDataLoss):
 		return status.Error(codes.DataLoss, err.Error())
+	case errors.Is(err, store.ErrNoBlob):
+		// A run's events name the blob, or nothing would ask for it: the
+		// store lost what it should hold.
+		return status.Error(codes.DataLoss, err.Error()+": the run's events reference it but the store does not hold it; restore the store from a backup, or export the run from a server that holds it")
 	case errors.Is(err, store.ErrDiskFull):
 		return exhausted("the server's disk is full: nothing was stored; free space on the server and retry", diskFullRetry)
 	case errors.Is(err, store.ErrNoSpace):
