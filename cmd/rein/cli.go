@@ -17,7 +17,7 @@ import (
 	"github.com/reinhq/rein/internal/version"
 )
 
-// Exit codes (the README's "Exit codes").
+// Exit codes (docs/cli.md, "Exit codes").
 const (
 	exitOK          = 0
 	exitError       = 1
@@ -228,7 +228,7 @@ func handshakeFailed(msg string) bool {
 	return false
 }
 
-// exitCode maps an error to its exit code (the README's "Exit codes").
+// exitCode maps an error to its exit code (docs/cli.md, "Exit codes").
 func exitCode(err error) int {
 	var ee *exitErr
 	if errors.As(err, &ee) {

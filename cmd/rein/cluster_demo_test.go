@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// TestClusterDemo runs scripts/cluster-demo.sh, the README's "Running
+// TestClusterDemo runs scripts/cluster-demo.sh, docs/operating.md's "Running
 // several servers": three etcd members and two replicas; a run approved on
 // the first, which is killed mid-call, completes on the second, its write
 // applied once. It needs the pinned etcd (bash scripts/tools.sh builds

@@ -1,6 +1,6 @@
 package main
 
-// TestGrpcurlReadme runs the README's "## grpcurl" walkthrough against a real
+// TestGrpcurlDocs runs the "## grpcurl" walkthrough of docs/api.md against a real
 // `rein serve` process: it builds the rein binary, starts the server the way
 // the section's first ```sh block does, then runs every other ```sh block of
 // the section, in order, with bash -c, exactly as written except for the
@@ -33,14 +33,18 @@ import (
 	"github.com/reinhq/rein/internal/auth"
 )
 
-// grpcurlReadmeAddr is the address the README's commands use; the test
-// replaces it with the address its server listens on.
-const grpcurlReadmeAddr = "127.0.0.1:7233"
+// grpcurlPage is the page, from the repository root, that holds the
+// "## grpcurl" section.
+const grpcurlPage = "docs/api.md"
 
-// grpcurlTokenHeader is the flag that sends the token, as the README writes it.
+// grpcurlDocAddr is the address the page's commands use; the test
+// replaces it with the address its server listens on.
+const grpcurlDocAddr = "127.0.0.1:7233"
+
+// grpcurlTokenHeader is the flag that sends the token, as the page writes it.
 const grpcurlTokenHeader = `-H "authorization: Bearer $TOKEN"`
 
-// grpcurlStep is one ```sh block of the README's grpcurl section.
+// grpcurlStep is one ```sh block of the page's grpcurl section.
 type grpcurlStep struct {
 	kind string // what the block does; see grpcurlKinds
 	text string // the block, as written
@@ -60,12 +64,12 @@ var grpcurlKinds = []struct{ kind, marker string }{
 	{"watch", "rein.v1.RunService/WatchRun"},
 }
 
-// grpcurlSteps returns the ```sh blocks of README's "## grpcurl" section,
+// grpcurlSteps returns the ```sh blocks of the page's "## grpcurl" section,
 // each classified, and fails unless they are exactly the blocks of
 // grpcurlKinds in that order.
-func grpcurlSteps(t *testing.T, readme string) []grpcurlStep {
+func grpcurlSteps(t *testing.T, page string) []grpcurlStep {
 	t.Helper()
-	lines := strings.Split(readme, "\n")
+	lines := strings.Split(page, "\n")
 	start := -1
 	for i, l := range lines {
 		if l == "## grpcurl" {
@@ -74,7 +78,7 @@ func grpcurlSteps(t *testing.T, readme string) []grpcurlStep {
 		}
 	}
 	if start < 0 {
-		t.Fatal(`README.md has no "## grpcurl" section`)
+		t.Fatalf(`%s has no "## grpcurl" section`, grpcurlPage)
 	}
 	var blocks []string
 	var cur []string
@@ -94,20 +98,20 @@ func grpcurlSteps(t *testing.T, readme string) []grpcurlStep {
 		}
 	}
 	if in {
-		t.Fatal("README.md's grpcurl section has a ```sh block that is never closed")
+		t.Fatalf("%s's grpcurl section has a ```sh block that is never closed", grpcurlPage)
 	}
 	if len(blocks) != len(grpcurlKinds) {
-		t.Fatalf("README.md's grpcurl section has %d ```sh blocks, want %d (%v):\n%s",
-			len(blocks), len(grpcurlKinds), grpcurlKinds, strings.Join(blocks, "---\n"))
+		t.Fatalf("%s's grpcurl section has %d ```sh blocks, want %d (%v):\n%s",
+			grpcurlPage, len(blocks), len(grpcurlKinds), grpcurlKinds, strings.Join(blocks, "---\n"))
 	}
 	steps := make([]grpcurlStep, len(blocks))
 	for i, b := range blocks {
 		want := grpcurlKinds[i]
 		if !strings.Contains(b, want.marker) {
-			t.Fatalf("README.md grpcurl ```sh block %d should be the %s step (containing %q):\n%s", i+1, want.kind, want.marker, b)
+			t.Fatalf("%s grpcurl ```sh block %d should be the %s step (containing %q):\n%s", grpcurlPage, i+1, want.kind, want.marker, b)
 		}
-		if want.kind != "serve" && want.kind != "token" && !strings.Contains(b, grpcurlReadmeAddr) {
-			t.Fatalf("README.md grpcurl ```sh block %d does not call %s:\n%s", i+1, grpcurlReadmeAddr, b)
+		if want.kind != "serve" && want.kind != "token" && !strings.Contains(b, grpcurlDocAddr) {
+			t.Fatalf("%s grpcurl ```sh block %d does not call %s:\n%s", grpcurlPage, i+1, grpcurlDocAddr, b)
 		}
 		steps[i] = grpcurlStep{kind: want.kind, text: b}
 	}
@@ -156,7 +160,7 @@ func grpcurlWords(t *testing.T, cmd string) []string {
 	return words
 }
 
-// grpcurlServeArgs turns the README's serve block into the arguments of the
+// grpcurlServeArgs turns the page's serve block into the arguments of the
 // built binary: it drops `./rein`, and sets --listen to a port the
 // kernel picks and --db to db.
 func grpcurlServeArgs(t *testing.T, block, db string) []string {
@@ -164,7 +168,7 @@ func grpcurlServeArgs(t *testing.T, block, db string) []string {
 	words := grpcurlWords(t, block)
 	prefix := []string{"./rein", "serve"}
 	if len(words) < len(prefix) || strings.Join(words[:len(prefix)], " ") != strings.Join(prefix, " ") {
-		t.Fatalf("README.md's serve block should start with %q: %q", strings.Join(prefix, " "), words)
+		t.Fatalf("%s's serve block should start with %q: %q", grpcurlPage, strings.Join(prefix, " "), words)
 	}
 	args := append([]string(nil), words[len(prefix)-1:]...)
 	seen := map[string]bool{}
@@ -173,11 +177,11 @@ func grpcurlServeArgs(t *testing.T, block, db string) []string {
 		switch args[i] {
 		case "--listen", "--db":
 			if i+1 >= len(args) {
-				t.Fatalf("README.md's serve block: %s has no value", args[i])
+				t.Fatalf("%s's serve block: %s has no value", grpcurlPage, args[i])
 			}
 			if args[i] == "--listen" {
-				if args[i+1] != grpcurlReadmeAddr {
-					t.Fatalf("README.md's serve block listens on %s, but the commands call %s", args[i+1], grpcurlReadmeAddr)
+				if args[i+1] != grpcurlDocAddr {
+					t.Fatalf("%s's serve block listens on %s, but the commands call %s", grpcurlPage, args[i+1], grpcurlDocAddr)
 				}
 				args[i+1] = "127.0.0.1:0"
 			} else {
@@ -188,7 +192,7 @@ func grpcurlServeArgs(t *testing.T, block, db string) []string {
 	}
 	for _, f := range []string{"--listen", "--db", "--tokens", "--tools"} {
 		if !seen[f] {
-			t.Fatalf("README.md's serve block has no %s: %s", f, block)
+			t.Fatalf("%s's serve block has no %s: %s", grpcurlPage, f, block)
 		}
 	}
 	return args
@@ -324,7 +328,7 @@ func (s *grpcurlServer) stop(t *testing.T) {
 	}
 }
 
-// grpcurlResult is what one README block left behind.
+// grpcurlResult is what one block of the page left behind.
 type grpcurlResult struct {
 	code           int
 	stdout, stderr string
@@ -334,11 +338,11 @@ func (r grpcurlResult) String() string {
 	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 }
 
-// grpcurlRun runs block with bash -c in dir, with the README's address
+// grpcurlRun runs block with bash -c in dir, with the page's address
 // replaced by addr and env added to the environment.
 func grpcurlRun(t *testing.T, dir, addr, block string, env map[string]string) grpcurlResult {
 	t.Helper()
-	script := "set -euo pipefail\n" + strings.ReplaceAll(block, grpcurlReadmeAddr, addr)
+	script := "set -euo pipefail\n" + strings.ReplaceAll(block, grpcurlDocAddr, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", script)
@@ -401,7 +405,7 @@ func grpcurlField(m map[string]any, path ...string) string {
 	return s
 }
 
-func TestGrpcurlReadme(t *testing.T) {
+func TestGrpcurlDocs(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
@@ -410,11 +414,11 @@ func TestGrpcurlReadme(t *testing.T) {
 	if _, err := os.Stat(grpcurl); err != nil {
 		t.Fatalf("%s is missing: build the pinned tools first with `bash scripts/tools.sh` (%v)", grpcurl, err)
 	}
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	page, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(grpcurlPage)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps := grpcurlSteps(t, string(readme))
+	steps := grpcurlSteps(t, string(page))
 
 	tmp := t.TempDir()
 	bin := filepath.Join(tmp, "rein")
@@ -426,12 +430,12 @@ func TestGrpcurlReadme(t *testing.T) {
 		t.Fatalf("go build ./cmd/rein: %v\n%s", err, out)
 	}
 
-	// The token: the README exports it, and the tokens file it serves with
+	// The token: the page exports it, and the tokens file it serves with
 	// must list its SHA-256.
 	tokenRe := regexp.MustCompile(`(?m)^export TOKEN=(\S+)$`)
 	m := tokenRe.FindStringSubmatch(steps[1].text)
 	if m == nil {
-		t.Fatalf("README.md's token block does not read `export TOKEN=VALUE`:\n%s", steps[1].text)
+		t.Fatalf("%s's token block does not read `export TOKEN=VALUE`:\n%s", grpcurlPage, steps[1].text)
 	}
 	token := m[1]
 	serveArgs := grpcurlServeArgs(t, steps[0].text, filepath.Join(tmp, "state", "rein.db"))
@@ -443,10 +447,10 @@ func TestGrpcurlReadme(t *testing.T) {
 	}
 	dir, err := auth.LoadDirectory(filepath.Join(root, tokensFile))
 	if err != nil {
-		t.Fatalf("README.md's --tokens: %v", err)
+		t.Fatalf("%s's --tokens: %v", grpcurlPage, err)
 	}
 	if _, ok := dir.Token(token); !ok {
-		t.Fatalf("%s does not list the README's token (sha256 %s)", tokensFile, auth.HashToken(token))
+		t.Fatalf("%s does not list the token of %s (sha256 %s)", tokensFile, grpcurlPage, auth.HashToken(token))
 	}
 
 	srv := startGrpcurlServer(t, root, bin, serveArgs)
@@ -454,7 +458,7 @@ func TestGrpcurlReadme(t *testing.T) {
 	var runID string
 	var get string // the GetRun block, for the failure twins
 	for _, st := range steps[1:] {
-		t.Logf("README step %s:\n%s", st.kind, st.text)
+		t.Logf("%s step %s:\n%s", grpcurlPage, st.kind, st.text)
 		if st.kind == "get" {
 			get = st.text
 		}
@@ -476,7 +480,7 @@ func TestGrpcurlReadme(t *testing.T) {
 			tick.Stop()
 		}
 		if r.code != 0 {
-			t.Fatalf("README step %s failed:\n%v", st.kind, r)
+			t.Fatalf("%s step %s failed:\n%v", grpcurlPage, st.kind, r)
 		}
 		switch st.kind {
 		case "token":

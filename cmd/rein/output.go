@@ -17,7 +17,7 @@ import (
 )
 
 // summary is the JSON a command prints for a run. Fields are added, never
-// renamed or removed (the README's "The CLI"). Statuses are lower-case names.
+// renamed or removed (docs/cli.md). Statuses are lower-case names.
 type summary struct {
 	RunID        string `json:"run_id"`
 	Status       string `json:"status"`

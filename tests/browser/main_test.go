@@ -31,7 +31,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 )
 
-var update = flag.Bool("update", false, "write the README's screenshot, docs/console.png, from the test's flow")
+var update = flag.Bool("update", false, "write the console's screenshot, docs/console.png, from the test's flow")
 
 // reinBin is the rein binary TestMain builds.
 var reinBin string

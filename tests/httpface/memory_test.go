@@ -31,7 +31,7 @@ func (spaces) Read(p []byte) (int, error) {
 // and 20 well-formed calls of 4 MiB each. The hostile ones are refused
 // (401 without a good token, 400 or 429 with one), the well-formed ones
 // served, and the server's peak memory grows by less than 240 MiB: the
-// README's bound of about 28 × --max-msg-bytes (the budget of 4 bodies in
+// bound in docs/operating.md of about 28 × --max-msg-bytes (the budget of 4 bodies in
 // flight, each up to 7 times its size while transcoded), with room for the
 // Go heap to double before a collection. Before, one bomb grew it by a
 // gigabyte. The twin: a good call is served after.

@@ -42,7 +42,7 @@ func walHolds(t *testing.T, dir, marker string) bool {
 }
 
 // TestErasedRunLeavesTheMembersDatabase is how an erasure on etcd becomes
-// complete in the member's database file, as the README's "A run's
+// complete in the member's database file, as docs/storage.md's "A run's
 // lifetime" says: rein deletes the run's keys in one transaction, its
 // history compaction (CompactHistory, which compact is one tick of) drops
 // the old revisions, and a defragmentation rewrites the file without the
@@ -50,7 +50,7 @@ func walHolds(t *testing.T, dir, marker string) bool {
 // The twins: before the deletion, and after it but before the compaction
 // and the defragmentation, the file holds the marker (so the grep can see
 // it). The write-ahead log still holds it until etcd rotates it, which the
-// README says; the test logs what it finds there.
+// page says; the test logs what it finds there.
 func TestErasedRunLeavesTheMembersDatabase(t *testing.T) {
 	ctx := t.Context()
 	c := etcdtest.StartWith(t, etcdtest.Options{Members: 1, Durable: true})
