@@ -62,7 +62,7 @@ func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 // the GenAI conventions' attributes, and no prompt or output in any of
 // them. The run's trace ID is in its log and finds it through ListRuns.
 func TestRunTrace(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
+	exp := newNotifyingExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	_, c := tracedServer(t, tempBolt(t), tp)
 	ctx, caller := tp.Tracer("caller").Start(context.Background(), "caller")
@@ -143,7 +143,7 @@ func TestRunTraceWithoutCaller(t *testing.T) {
 // the trace the first was.
 func TestTraceSurvivesRestart(t *testing.T) {
 	path := t.TempDir() + "/rein.db"
-	exp := tracetest.NewInMemoryExporter()
+	exp := newNotifyingExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	first, c := tracedServer(t, boltAt(t, path), tp)
 	resp, err := c.StartRun(context.Background(), &reinv1.StartRunRequest{RequestId: "r", Contract: contract(nil, ask("which?"), final("done"))})
@@ -169,18 +169,44 @@ func TestTraceSurvivesRestart(t *testing.T) {
 	}
 }
 
-func waitSpans(t *testing.T, exp *tracetest.InMemoryExporter, name string) {
+// notifyingExporter is an in-memory exporter that signals each export.
+type notifyingExporter struct {
+	*tracetest.InMemoryExporter
+	// exported receives a value after spans were stored. Capacity 1:
+	// signals coalesce.
+	exported chan struct{}
+}
+
+func newNotifyingExporter() *notifyingExporter {
+	return &notifyingExporter{InMemoryExporter: tracetest.NewInMemoryExporter(), exported: make(chan struct{}, 1)}
+}
+
+func (e *notifyingExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	err := e.InMemoryExporter.ExportSpans(ctx, spans)
+	select {
+	case e.exported <- struct{}{}:
+	default:
+	}
+	return err
+}
+
+// waitSpans waits until exp holds a span named name: it looks, then waits
+// for the next export, so that none stored after a look is missed.
+func waitSpans(t *testing.T, exp *notifyingExporter, name string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	deadline := time.After(10 * time.Second)
+	for {
 		for _, s := range exp.GetSpans().Snapshots() {
 			if s.Name() == name {
 				return
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-exp.exported:
+		case <-deadline:
+			t.Fatalf("no %q span within 10s; have %v", name, exp.GetSpans().Snapshots())
+		}
 	}
-	t.Fatalf("no %q span within 10s; have %v", name, exp.GetSpans().Snapshots())
 }
 
 func keys(m map[string]sdktrace.ReadOnlySpan) []string {
@@ -267,7 +293,7 @@ func TestTracesSetupRefusesUnknownProtocol(t *testing.T) {
 // resent call's span is in the run's trace.
 func TestTraceSurvivesCrash(t *testing.T) {
 	path := t.TempDir() + "/rein.db"
-	exp := tracetest.NewInMemoryExporter()
+	exp := newNotifyingExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	first, c := tracedServer(t, boltAt(t, path), tp)
 	slow := final("done")
@@ -276,17 +302,25 @@ func TestTraceSurvivesCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	// Wait until the model call is in flight: the hub wakes sub at each
+	// commit of the run, and the store says whether it is.
+	sub := first.Hub.Subscribe(resp.GetRun().GetRunId())
+	deadline := time.After(10 * time.Second)
 	for {
-		got, err := c.GetRun(context.Background(), &reinv1.GetRunRequest{RunId: resp.GetRun().GetRunId()})
-		if err == nil && got.GetRun().GetModelInFlight() {
+		cur, err := first.Store.Load(context.Background(), resp.GetRun().GetRunId())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cur.ModelInFlight {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the model call was never sent")
+		select {
+		case <-sub.C:
+		case <-deadline:
+			t.Fatalf("the model call was not sent within 10s: the run is at version %d, %v", cur.Version, cur.Status)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
+	sub.Close()
 	first.Close() // the run is cut with its call in flight
 	exp.Reset()
 

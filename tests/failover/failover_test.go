@@ -486,25 +486,33 @@ func TestPausedReplicaIsFenced(t *testing.T) {
 		runs = append(runs, runID)
 	}
 	var owned []string
-	for deadline := time.Now().Add(20 * time.Second); len(owned) < len(runs); time.Sleep(20 * time.Millisecond) {
+	pollUntil(t, ctx, 20*time.Second, func() bool {
 		var err error
 		if owned, err = drivenBy(ctx, cli, onB, a.name); err != nil {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("A drives %d of the %d runs it started", len(owned), len(runs))
-		}
-	}
+		return len(owned) >= len(runs)
+	}, func() string { return fmt.Sprintf("A drives %d of the %d runs it started", len(owned), len(runs)) })
 	before := map[string]uint64{}
 	for _, r := range owned {
 		before[r], _ = epochOf(ctx, cli, r)
 	}
-	time.Sleep(ttl) // the twin: B looks over the runs once per TTL and leaves A's alone
-	for _, r := range owned {
-		if e, _ := epochOf(ctx, cli, r); e != before[r] {
-			t.Fatalf("run %s was taken (epoch %d → %d) while A held its lease", r, before[r], e)
+	// The twin: B leaves A's runs alone. B looks over the runs once per TTL
+	// and nothing outside its process says when it has, so the test watches
+	// the runs' epochs for a whole TTL, and a quarter more for the look
+	// that starts at its end, and fails at the first one taken.
+	holdsFor(t, ctx, ttl+ttl/4, func() string {
+		for _, r := range owned {
+			e, err := epochOf(ctx, cli, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e != before[r] {
+				return fmt.Sprintf("run %s was taken (epoch %d → %d) while A held its lease", r, before[r], e)
+			}
 		}
-	}
+		return ""
+	})
 
 	a.signal(t, syscall.SIGSTOP)
 	stopped := time.Now()
@@ -531,9 +539,48 @@ func TestPausedReplicaIsFenced(t *testing.T) {
 	if l.repeats != 0 || len(l.applied) != len(runs) {
 		t.Errorf("ledger: %d operations applied for %d runs, %d sent again", len(l.applied), len(runs), l.repeats)
 	}
-	for deadline := time.Now().Add(10 * time.Second); g.log.count(a.name+"/", "lost its etcd lease") == 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("A, resumed, never said it lost its lease")
+	pollUntil(t, ctx, 10*time.Second, func() bool { return g.log.count(a.name+"/", "lost its etcd lease") > 0 },
+		func() string { return "A, resumed, never said it lost its lease" })
+}
+
+// pollUntil checks cond every 20ms until it holds, and fails t with what
+// says once within has passed (or ctx ended).
+func pollUntil(t *testing.T, ctx context.Context, within time.Duration, cond func() bool, what func() string) {
+	t.Helper()
+	deadline := time.After(within)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("after %v: %s", within, what())
+		case <-ctx.Done():
+			t.Fatalf("%v: %s", ctx.Err(), what())
+		}
+	}
+}
+
+// holdsFor checks every 20ms for d that nothing is wrong: broken says
+// what is, or "". It fails t at the first thing wrong.
+func holdsFor(t *testing.T, ctx context.Context, d time.Duration, broken func() string) {
+	t.Helper()
+	end := time.After(d)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if what := broken(); what != "" {
+			t.Fatal(what)
+		}
+		select {
+		case <-tick.C:
+		case <-end:
+			if what := broken(); what != "" {
+				t.Fatal(what)
+			}
+			return
+		case <-ctx.Done():
+			t.Fatalf("watching for %v: %v", d, ctx.Err())
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -428,17 +429,19 @@ func TestEtcdStopped(t *testing.T) {
 	if e, err = startEtcd(dir, clientURL, peerURL, false); err != nil {
 		t.Fatal(err)
 	}
-	// The client reconnects on its own; poll until it has.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		_, err := s.Load(ctx, "run-1")
-		if err == nil {
-			break
+	// The client reconnects on its own: wait until its connection is ready
+	// again; from then on the store serves.
+	waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	conn := cli.ActiveConnection()
+	for state := conn.GetState(); state != connectivity.Ready; state = conn.GetState() {
+		conn.Connect()
+		if !conn.WaitForStateChange(waitCtx, state) {
+			t.Fatalf("the etcd client has not reconnected 60s after etcd restarted: its connection is %v", conn.GetState())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Load 60s after etcd restarted: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
+	}
+	if _, err := s.Load(ctx, "run-1"); err != nil {
+		t.Fatalf("Load once the client reconnected: %v", err)
 	}
 	got, err := s.Events(ctx, "run-1", 0, 100)
 	if err != nil || len(got) != 3 {
