@@ -6,14 +6,14 @@
 //
 // A member listens on 127.0.0.1 only, keeps its data in the directory it is
 // given (a restart with the same directory rejoins the cluster), and writes
-// its log to the writer it is given. On Linux a member is killed when the
-// process that started it dies, so a crashed test leaves no etcd behind.
+// its log to the writer it is given. It runs as an internal/childproc
+// child: on Linux it is killed when the process that started it dies, so a
+// crashed test leaves no etcd behind.
 package etcdproc
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -23,8 +23,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/reinhq/rein/internal/childproc"
 )
 
 // BinEnv names an etcd binary to use instead of the one FindBinary looks for.
@@ -155,12 +156,11 @@ func (c Cluster) args(i int) []string {
 	return a
 }
 
-// Proc is a running member process.
+// Proc is a running member process. Its Done, Pid, Exited, Signal, Kill
+// and Stop are those of the childproc.Proc it embeds.
 type Proc struct {
 	Member Member
-	cmd    *exec.Cmd
-	done   chan struct{}
-	err    error // the process's exit, set before done closes
+	*childproc.Proc
 }
 
 // Start starts member i of c, its output (stdout and stderr) to log. A
@@ -174,73 +174,11 @@ func (c Cluster) Start(i int, log io.Writer) (*Proc, error) {
 	if err := os.MkdirAll(filepath.Dir(m.Dir), 0o700); err != nil {
 		return nil, fmt.Errorf("start etcd member %s: %w", m.Name, err)
 	}
-	cmd := exec.Command(c.Bin, c.args(i)...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
+	p, err := childproc.Start("etcd member "+m.Name, exec.Command(c.Bin, c.args(i)...), log)
+	if err != nil {
 		return nil, fmt.Errorf("start etcd member %s from %s: %w", m.Name, c.Bin, err)
 	}
-	p := &Proc{Member: m, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-// Done is closed when the process has exited.
-func (p *Proc) Done() <-chan struct{} { return p.done }
-
-// Pid is the process's ID.
-func (p *Proc) Pid() int { return p.cmd.Process.Pid }
-
-// Exited reports whether the process has exited, and how.
-func (p *Proc) Exited() (bool, error) {
-	select {
-	case <-p.done:
-		return true, p.err
-	default:
-		return false, nil
-	}
-}
-
-// Signal sends sig to the process; a process that has exited is not an
-// error.
-func (p *Proc) Signal(sig syscall.Signal) error {
-	if exited, _ := p.Exited(); exited {
-		return nil
-	}
-	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("signal etcd member %s (pid %d) with %v: %w", p.Member.Name, p.cmd.Process.Pid, sig, err)
-	}
-	return nil
-}
-
-// Kill sends SIGKILL (after SIGCONT, so a stopped member dies too) and waits
-// for the process to exit.
-func (p *Proc) Kill() error {
-	if err := p.Signal(syscall.SIGCONT); err != nil {
-		return err
-	}
-	if err := p.Signal(syscall.SIGKILL); err != nil {
-		return err
-	}
-	<-p.done
-	return nil
-}
-
-// Stop ends the process with SIGTERM, as an operator would, and waits up to
-// grace for it to exit before killing it.
-func (p *Proc) Stop(grace time.Duration) error {
-	if err := p.Signal(syscall.SIGTERM); err != nil {
-		return err
-	}
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(grace):
-		return p.Kill()
-	}
+	return &Proc{Member: m, Proc: p}, nil
 }
 
 // Healthy asks the member at clientURL whether it serves: its /health says
@@ -301,48 +239,5 @@ func WaitHealthy(ctx context.Context, procs ...*Proc) error {
 // holds the working directory, then etcd on $PATH. The error says how to
 // build it.
 func FindBinary(dirs ...string) (string, error) {
-	if p := os.Getenv(BinEnv); p != "" {
-		if !isExec(p) {
-			return "", fmt.Errorf("$%s is %s, which is not an executable file", BinEnv, p)
-		}
-		return p, nil
-	}
-	for _, d := range dirs {
-		if p := filepath.Join(d, "etcd"); isExec(p) {
-			return p, nil
-		}
-	}
-	if root, ok := moduleRoot(); ok {
-		if p := filepath.Join(root, ".bin", "etcd"); isExec(p) {
-			return p, nil
-		}
-	}
-	if p, err := exec.LookPath("etcd"); err == nil {
-		return p, nil
-	}
-	return "", errors.New("no etcd binary: build the pinned one with `bash scripts/tools.sh` (it writes .bin/etcd), or name one with $" + BinEnv)
-}
-
-// moduleRoot is the nearest directory at or above the working directory
-// that holds a go.mod.
-func moduleRoot() (string, bool) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", false
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, true
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			return "", false
-		}
-		dir = up
-	}
-}
-
-func isExec(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+	return childproc.FindBinary("etcd", BinEnv, dirs...)
 }

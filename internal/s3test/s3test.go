@@ -29,12 +29,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/s3blob" // s3:// URLs
+
+	"github.com/reinhq/rein/internal/childproc"
 )
 
 // RequireEnv, set to 1, makes a test without the versitygw binary fail
@@ -81,7 +82,7 @@ type Server struct {
 	log  *logBuffer
 
 	mu   sync.Mutex
-	proc *proc // nil: killed and not restarted
+	proc *childproc.Proc // nil: killed and not restarted
 }
 
 // Binary is the versitygw binary, or skips t (fails it under
@@ -193,7 +194,7 @@ func (s *Server) Kill() {
 	if p == nil {
 		s.t.Fatal("kill versitygw: it is not running")
 	}
-	if err := p.kill(); err != nil {
+	if err := p.Kill(); err != nil {
 		s.t.Fatal(err)
 	}
 }
@@ -224,7 +225,7 @@ func (s *Server) start() error {
 	ctx, cancel := context.WithTimeout(context.Background(), ReadyWithin)
 	defer cancel()
 	if err := waitReady(ctx, p, s.Endpoint); err != nil {
-		if kerr := p.kill(); kerr != nil {
+		if kerr := p.Kill(); kerr != nil {
 			err = errors.Join(err, kerr)
 		}
 		return fmt.Errorf("%w; its log:\n%s", err, s.log.tail(4096))
@@ -243,7 +244,7 @@ func (s *Server) cleanup() {
 	s.proc = nil
 	s.mu.Unlock()
 	if p != nil {
-		if err := p.kill(); err != nil {
+		if err := p.Kill(); err != nil {
 			s.t.Errorf("cleanup: %v", err)
 		}
 	}
@@ -256,16 +257,9 @@ func (s *Server) cleanup() {
 // answered.
 var errExited = errors.New("versitygw exited before it answered")
 
-// proc is a running versitygw process.
-type proc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error // the process's exit, set before done closes
-}
-
 // launch starts versitygw serving the posix directory dir on addr, its
 // output to log.
-func launch(bin, addr, dir string, log *logBuffer) (*proc, error) {
+func launch(bin, addr, dir string, log *logBuffer) (*childproc.Proc, error) {
 	cmd := exec.Command(bin,
 		"--access", AccessKey, "--secret", SecretKey, "--region", Region,
 		"--port", addr, "--health", healthPath, "--quiet",
@@ -273,44 +267,21 @@ func launch(bin, addr, dir string, log *logBuffer) (*proc, error) {
 	// versitygw reads many settings from the environment (VGW_*, ROOT_*,
 	// LOGFILE, …): it gets none of this process's.
 	cmd.Env = []string{}
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
+	p, err := childproc.Start("versitygw", cmd, log)
+	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
 	return p, nil
-}
-
-// kill sends SIGKILL and waits for the process to exit; one that has
-// exited already is not an error.
-func (p *proc) kill() error {
-	select {
-	case <-p.done:
-		return nil
-	default:
-	}
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("kill versitygw (pid %d): %w", p.cmd.Process.Pid, err)
-	}
-	<-p.done
-	return nil
 }
 
 // waitReady polls endpoint's health path until it answers 200, ctx ends,
 // or p exits.
-func waitReady(ctx context.Context, p *proc, endpoint string) error {
+func waitReady(ctx context.Context, p *childproc.Proc, endpoint string) error {
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	var last error
 	for {
-		select {
-		case <-p.done:
-			return fmt.Errorf("%w (%v)", errExited, p.err)
-		default:
+		if exited, err := p.Exited(); exited {
+			return fmt.Errorf("%w (%v)", errExited, err)
 		}
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		last = ready(rctx, client, endpoint)
@@ -321,7 +292,7 @@ func waitReady(ctx context.Context, p *proc, endpoint string) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("versitygw at %s did not answer in time: %w (%v)", endpoint, ctx.Err(), last)
-		case <-p.done:
+		case <-p.Done():
 		case <-time.After(20 * time.Millisecond): // poll again
 		}
 	}
@@ -348,45 +319,7 @@ func ready(ctx context.Context, client *http.Client, endpoint string) error {
 // .bin/versitygw in the Go module that holds the working directory, then
 // versitygw on $PATH. The error says how to build it.
 func FindBinary() (string, error) {
-	if p := os.Getenv(BinEnv); p != "" {
-		if !isExec(p) {
-			return "", fmt.Errorf("$%s is %s, which is not an executable file", BinEnv, p)
-		}
-		return p, nil
-	}
-	if root, ok := moduleRoot(); ok {
-		if p := filepath.Join(root, ".bin", "versitygw"); isExec(p) {
-			return p, nil
-		}
-	}
-	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p, nil
-	}
-	return "", errors.New("no versitygw binary: build the pinned one with `bash scripts/tools.sh` (it writes .bin/versitygw), or name one with $" + BinEnv)
-}
-
-// moduleRoot is the nearest directory at or above the working directory
-// that holds a go.mod.
-func moduleRoot() (string, bool) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", false
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, true
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			return "", false
-		}
-		dir = up
-	}
-}
-
-func isExec(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+	return childproc.FindBinary("versitygw", BinEnv)
 }
 
 // freeAddr is a 127.0.0.1 address whose port was free a moment ago.

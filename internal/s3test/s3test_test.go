@@ -189,7 +189,7 @@ func TestWaitReadyServerExits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.kill() })
+	t.Cleanup(func() { _ = p.Kill() })
 	ctx, cancel := context.WithTimeout(context.Background(), ReadyWithin)
 	defer cancel()
 	start := time.Now()

@@ -1,7 +1,0 @@
-//go:build !linux
-
-package etcdproc
-
-import "syscall"
-
-func sysProcAttr() *syscall.SysProcAttr { return nil }
