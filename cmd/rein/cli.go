@@ -177,6 +177,7 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newEvaluateCmd(e),
 		newCheckCmd(e),
 		newCompactCmd(e),
+		newMovedBenchCmd(),
 		newVersionCmd(e),
 		newConfigCmd(e),
 	)
@@ -283,4 +284,18 @@ func defaultDB() string {
 		dir = filepath.Join(home, ".local", "state")
 	}
 	return filepath.Join(dir, "rein", "rein.db")
+}
+
+// newMovedBenchCmd is the hidden `rein bench`, which says where the
+// benchmark went: it is its own binary, rein-bench.
+func newMovedBenchCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                "bench",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(*cobra.Command, []string) error {
+			return usageError("the benchmark is its own binary now, rein-bench, with the same scenarios and flags: build it with " +
+				"go build -tags reinbench -o .bin/rein-bench ./cmd/rein-bench (docs/benchmarks.md)")
+		},
+	}
 }
