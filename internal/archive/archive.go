@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -126,16 +127,24 @@ func (a *Archive) Put(ctx context.Context, key string, data []byte, now time.Tim
 	if err := a.bucket.WriteAll(ctx, key, data, &blob.WriterOptions{ContentType: "application/octet-stream"}); err != nil {
 		return nil, a.unreachable("write "+key, err)
 	}
-	back, err := a.bucket.ReadAll(ctx, key)
+	// Read back through the hash, not into memory: the object may be
+	// large, and only its hash is compared.
+	r, err := a.bucket.NewReader(ctx, key, nil)
+	if err != nil {
+		return nil, a.unreachable("read back "+key, err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, r)
+	_ = r.Close()
 	if err != nil {
 		return nil, a.unreachable("read back "+key, err)
 	}
 	if err := a.sync(key); err != nil {
 		return nil, a.unreachable("sync "+key, err)
 	}
-	if got := sha256.Sum256(back); got != sum {
+	if got := h.Sum(nil); !bytes.Equal(got, sum[:]) {
 		return nil, fmt.Errorf("archive %s: %s read back as %d bytes with SHA-256 %x, not the %d bytes written: %w",
-			a.name, key, len(back), got, len(data), ErrMismatch)
+			a.name, key, n, got, len(data), ErrMismatch)
 	}
 	return &reinv1.RunArchive{
 		Key: key, Sha256: hex.EncodeToString(sum[:]), SizeBytes: uint64(len(data)), ArchivedAt: timestamppb.New(now),

@@ -303,8 +303,8 @@ func exportAsKeeper(ctx context.Context, s lifecycle.Backend, runID string) (pen
 	}
 	x.ExportedAt = timestamppb.New(st.UpdatedAt)
 	x.ExportedBy = "rein"
-	var buf bytes.Buffer
-	if err := export.Write(&buf, x); err != nil {
+	data, err := export.Encode(x)
+	if err != nil {
 		return pendingExport{}, err
 	}
 	blobs := 0
@@ -313,7 +313,7 @@ func exportAsKeeper(ctx context.Context, s lifecycle.Backend, runID string) (pen
 	}
 	return pendingExport{
 		runID: runID, key: archive.Key(st.Tenant, st.UpdatedAt, runID+".raw"),
-		data: buf.Bytes(), events: len(evs), blobs: blobs,
+		data: data, events: len(evs), blobs: blobs,
 	}, nil
 }
 

@@ -160,22 +160,32 @@ func eachRef(ev *reinv1.Event, fn func(hash string)) {
 // Write writes x to w in the export format. x must be of format Version and
 // hold a log that Read accepts; nothing is written otherwise.
 func Write(w io.Writer, x *reinv1.RunExport) error {
-	if err := Check(x); err != nil {
-		return fmt.Errorf("export run %s: %w", x.GetRunId(), err)
-	}
-	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(x)
+	data, err := Encode(x)
 	if err != nil {
-		return fmt.Errorf("export run %s: encode: %w", x.GetRunId(), err)
+		return err
 	}
-	sum := sha256.Sum256(body)
-	buf := make([]byte, 0, len(magic)+len(body)+len(sum))
-	buf = append(buf, magic...)
-	buf = append(buf, body...)
-	buf = append(buf, sum[:]...)
-	if _, err := w.Write(buf); err != nil {
+	if _, err := w.Write(data); err != nil {
 		return fmt.Errorf("export run %s: %w", x.GetRunId(), err)
 	}
 	return nil
+}
+
+// Encode is the bytes Write writes: x in the binary form, made in one
+// buffer of its size. x must be of format Version and hold a log that Read
+// accepts.
+func Encode(x *reinv1.RunExport) ([]byte, error) {
+	if err := Check(x); err != nil {
+		return nil, fmt.Errorf("export run %s: %w", x.GetRunId(), err)
+	}
+	opts := proto.MarshalOptions{Deterministic: true}
+	buf := make([]byte, 0, len(magic)+opts.Size(x)+sha256.Size)
+	buf = append(buf, magic...)
+	buf, err := opts.MarshalAppend(buf, x)
+	if err != nil {
+		return nil, fmt.Errorf("export run %s: encode: %w", x.GetRunId(), err)
+	}
+	sum := sha256.Sum256(buf[len(magic):])
+	return append(buf, sum[:]...), nil
 }
 
 // WriteText writes x to w in the export's text form. x must be of format

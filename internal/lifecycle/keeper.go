@@ -1,7 +1,6 @@
 package lifecycle
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -324,15 +323,15 @@ func (k *Keeper) putRun(ctx context.Context, st runstate.State) (*reinv1.RunArch
 	}
 	x.ExportedAt = timestamppb.New(st.UpdatedAt)
 	x.ExportedBy = "rein"
-	var buf bytes.Buffer
-	if err := export.Write(&buf, x); err != nil {
-		return nil, 0, err
-	}
-	rec, err := k.Store.arch.Put(ctx, archive.Key(st.Tenant, st.UpdatedAt, st.RunID), buf.Bytes(), k.now())
+	data, err := export.Encode(x)
 	if err != nil {
 		return nil, 0, err
 	}
-	return rec, buf.Len(), nil
+	rec, err := k.Store.arch.Put(ctx, archive.Key(st.Tenant, st.UpdatedAt, st.RunID), data, k.now())
+	if err != nil {
+		return nil, 0, err
+	}
+	return rec, len(data), nil
 }
 
 // commitStub replaces a run whose export putRun wrote by its stub.
