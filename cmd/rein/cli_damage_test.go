@@ -66,7 +66,7 @@ func bigRuns(t *testing.T) (db, a, b string) {
 			t.Fatal(err)
 		}
 		for i, ev := range evs[1:] {
-			if err := s.Append(ctx, id, uint64(i+1), []*reinv1.Event{ev}); err != nil {
+			if _, err := s.Append(ctx, id, uint64(i+1), []*reinv1.Event{ev}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -152,7 +152,7 @@ func appendFigure(ctx context.Context, be Backend, path string, ids []string, ev
 			<-start
 			version := uint64(1)
 			for _, batch := range evs[i] {
-				if err := s.Append(ctx, id, version, batch); err != nil {
+				if _, err := s.Append(ctx, id, version, batch); err != nil {
 					errs <- err
 					return
 				}

@@ -92,7 +92,7 @@ func buildFoldRun(ctx context.Context, be Backend, path, runID string, n int) (i
 			size += proto.Size(ev)
 			batch = append(batch, ev)
 		}
-		if err := s.Append(ctx, runID, batch[0].GetSequence()-1, batch); err != nil {
+		if _, err := s.Append(ctx, runID, batch[0].GetSequence()-1, batch); err != nil {
 			return 0, fmt.Errorf("build the run: %w", err)
 		}
 	}

@@ -283,7 +283,7 @@ func buildRecoveryStore(ctx context.Context, be Backend, path string, p recovery
 				for _, ev := range evs {
 					ev.RunId, ev.RecordedAt = id, at
 				}
-				if err := s.Append(ctx, id, 1, evs); err != nil {
+				if _, err := s.Append(ctx, id, 1, evs); err != nil {
 					errc <- fmt.Errorf("append to %s: %w", id, err)
 					cancel()
 					return

@@ -41,16 +41,16 @@ func recordAppends(s Store) *appendRecorder {
 	return &appendRecorder{Store: s, appends: map[string][]recordedAppend{}}
 }
 
-func (a *appendRecorder) Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) error {
-	err := a.Store.Append(ctx, runID, expected, events, opts...)
+func (a *appendRecorder) Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) (runstate.State, error) {
+	st, err := a.Store.Append(ctx, runID, expected, events, opts...)
 	if err != nil || len(events) == 0 {
-		return err
+		return st, err
 	}
 	blobs := store.Options(opts).Blobs
 	a.mu.Lock()
 	a.appends[runID] = append(a.appends[runID], recordedAppend{first: expected + 1, n: len(events), blobs: maps.Clone(blobs)})
 	a.mu.Unlock()
-	return nil
+	return st, nil
 }
 
 // stateCommit is one commit of the same-bytes baseline: a run's events

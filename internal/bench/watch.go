@@ -268,7 +268,7 @@ func watchFigure(ctx context.Context, be Backend, p watchPlan, path string) (wat
 		addr: lis.Addr().String(),
 		commit: func(ctx context.Context, run int, ev *reinv1.Event) (time.Time, error) {
 			seq := ev.GetSequence()
-			if err := node.Store.Append(ctx, p.ids[run], seq-1, []*reinv1.Event{ev}); err != nil {
+			if _, err := node.Store.Append(ctx, p.ids[run], seq-1, []*reinv1.Event{ev}); err != nil {
 				return time.Time{}, err
 			}
 			t := time.Now()

@@ -36,7 +36,7 @@ func watchBaseline(ctx context.Context, be Backend, p watchPlan, path string) (w
 	side.commit = func(ctx context.Context, run int, ev *reinv1.Event) (time.Time, error) {
 		// The same durable append as the figure's writers make, then a
 		// plain in-memory publish.
-		if err := st.Append(ctx, p.ids[run], ev.GetSequence()-1, []*reinv1.Event{ev}); err != nil {
+		if _, err := st.Append(ctx, p.ids[run], ev.GetSequence()-1, []*reinv1.Event{ev}); err != nil {
 			return time.Time{}, err
 		}
 		t := time.Now()

@@ -219,7 +219,7 @@ func createWaitingRuns(ctx context.Context, be Backend, path string, ids []strin
 				},
 			}},
 		}
-		if err := s.Append(ctx, id, 1, evs); err != nil {
+		if _, err := s.Append(ctx, id, 1, evs); err != nil {
 			return err
 		}
 	}

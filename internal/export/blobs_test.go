@@ -86,11 +86,11 @@ func TestNewFromStore(t *testing.T) {
 	if _, _, err := s.Create(ctx, evs[0]); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Append(ctx, testRunID, 1, evs[1:], store.WithBlobs(blobs)); err != nil {
+	if _, err := s.Append(ctx, testRunID, 1, evs[1:], store.WithBlobs(blobs)); err != nil {
 		t.Fatal(err)
 	}
 	// A blob of another run is in the store too: the export does not carry it.
-	if err := s.Append(ctx, testRunID, 5, []*reinv1.Event{returned(6)}, store.WithBlobs(map[string][]byte{blobKey([]byte("other")): []byte("other")})); err != nil {
+	if _, err := s.Append(ctx, testRunID, 5, []*reinv1.Event{returned(6)}, store.WithBlobs(map[string][]byte{blobKey([]byte("other")): []byte("other")})); err != nil {
 		t.Fatal(err)
 	}
 	stored, err := s.Events(ctx, testRunID, 0, 100)
@@ -131,7 +131,7 @@ func TestNewRefuses(t *testing.T) {
 	}
 	missing := blobKey(blobB)
 	delete(blobs, missing)
-	if err := s.Append(ctx, testRunID, 1, evs[1:], store.WithBlobs(blobs)); err != nil {
+	if _, err := s.Append(ctx, testRunID, 1, evs[1:], store.WithBlobs(blobs)); err != nil {
 		t.Fatal(err)
 	}
 	x, err := New(ctx, testRunID, evs, s)

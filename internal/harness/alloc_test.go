@@ -1,8 +1,9 @@
 package harness
 
 // What one step of the loop allocates, on a store that allocates nothing of
-// its own per append: the engine's share of the garbage a step leaves (the
-// fold, the transcript, the events, the tool call), which the collector
+// its own per append but the fold every store makes: the engine's share of
+// the garbage a step leaves (the fold, now the store's, whose state Append
+// returns; the transcript, the events, the tool call), which the collector
 // pays for in CPU on every step of every run.
 
 import (
@@ -22,11 +23,14 @@ import (
 	"github.com/reinhq/rein/internal/tools"
 )
 
-// logStore keeps one run's log in a slice: an append costs the store no
-// allocation but the slice's growth, so what a step allocates is the
-// engine's. It checks the expected version, as every store does.
+// logStore keeps one run's log in a slice, and its state: an append costs
+// the store no allocation but the slice's growth and the fold, which every
+// store makes and whose state it returns (the engine folds nothing of its
+// own), so what a step allocates is the step's. It checks the expected
+// version, as every store does.
 type logStore struct {
 	events []*reinv1.Event
+	st     runstate.State
 }
 
 var errLogStore = errors.New("not kept by logStore")
@@ -36,16 +40,20 @@ func (s *logStore) Create(_ context.Context, started *reinv1.Event) (runstate.St
 	if err != nil {
 		return st, false, err
 	}
-	s.events = append(s.events, started)
+	s.events, s.st = append(s.events, started), st
 	return st, true, nil
 }
 
-func (s *logStore) Append(_ context.Context, runID string, expected uint64, evs []*reinv1.Event, _ ...store.AppendOption) error {
+func (s *logStore) Append(_ context.Context, runID string, expected uint64, evs []*reinv1.Event, _ ...store.AppendOption) (runstate.State, error) {
 	if expected != uint64(len(s.events)) {
-		return fmt.Errorf("run %s at version %d, append expects %d: %w", runID, len(s.events), expected, store.ErrConflict)
+		return runstate.State{}, fmt.Errorf("run %s at version %d, append expects %d: %w", runID, len(s.events), expected, store.ErrConflict)
 	}
-	s.events = append(s.events, evs...)
-	return nil
+	next, err := runstate.ApplyAll(s.st, evs)
+	if err != nil {
+		return runstate.State{}, fmt.Errorf("append to run %s: %w", runID, err)
+	}
+	s.events, s.st = append(s.events, evs...), next
+	return next, nil
 }
 
 func (s *logStore) Acquire(context.Context, string, string) (uint64, error) { return 1, nil }

@@ -12,19 +12,21 @@ import (
 	"github.com/reinhq/rein/internal/store"
 )
 
-// errFold marks an append the fold rejected before anything was written.
+// errFold marks an append the store's fold rejected: nothing was written.
 // The error also wraps the fold's own (runstate.ErrIllegalTransition, …).
 var errFold = errors.New("the fold rejects the events")
 
 // commit is the one path by which the engine changes a run, whoever asks
 // (a driver's step, a person, a timer, a fork): it stamps evs with the run,
 // the sequences after st's version, the engine's clock and actor where
-// they are unset; folds them onto st, so what the fold rejects is never
-// written (errFold); appends them fenced by this engine's lease on the run,
+// they are unset; appends them fenced by this engine's lease on the run,
 // so an owner whose lease was taken over cannot write (store.ErrFenced);
-// and publishes them. A run that moved since st is store.ErrConflict. The
-// append is not cut by ctx once it starts: a caller that gave up still
-// needs the step to be either stored or not.
+// and publishes them with the state the store folded them into, which it
+// returns. The engine does not fold them itself: the store folds every
+// append onto the run's stored state before it writes it, and what that
+// fold rejects is never written (errFold). A run that moved since st is
+// store.ErrConflict. The append is not cut by ctx once it starts: a caller
+// that gave up still needs the step to be either stored or not.
 func (e *Engine) commit(ctx context.Context, st runstate.State, actor string, evs []*reinv1.Event, opts ...store.AppendOption) (runstate.State, error) {
 	var now *timestamppb.Timestamp
 	for i, ev := range evs {
@@ -39,10 +41,6 @@ func (e *Engine) commit(ctx context.Context, st runstate.State, actor string, ev
 			ev.Actor = actor
 		}
 	}
-	next, err := runstate.ApplyAll(st, evs)
-	if err != nil {
-		return st, fmt.Errorf("%w: %w", errFold, err)
-	}
 	// Fenced by the lease this engine holds, or taking it with the append
 	// (one transaction) when it holds none yet.
 	e.mu.Lock()
@@ -53,9 +51,13 @@ func (e *Engine) commit(ctx context.Context, st runstate.State, actor string, ev
 	} else {
 		opts = append(opts, store.WithAcquire(e.cfg.Owner, &epoch))
 	}
-	if err := e.cfg.Store.Append(context.WithoutCancel(ctx), st.RunID, st.Version, evs, opts...); err != nil {
+	next, err := e.cfg.Store.Append(context.WithoutCancel(ctx), st.RunID, st.Version, evs, opts...)
+	if err != nil {
 		if held && errors.Is(err, store.ErrFenced) {
 			e.dropLease(st.RunID, epoch)
+		}
+		if runstate.Rejected(err) {
+			return st, fmt.Errorf("%w: %w", errFold, err)
 		}
 		return st, err
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/tools"
 )
@@ -214,7 +215,7 @@ type blobCounter struct {
 	blobs map[string]int
 }
 
-func (b *blobCounter) Append(ctx context.Context, runID string, expected uint64, evs []*reinv1.Event, opts ...store.AppendOption) error {
+func (b *blobCounter) Append(ctx context.Context, runID string, expected uint64, evs []*reinv1.Event, opts ...store.AppendOption) (runstate.State, error) {
 	var o store.AppendOptions
 	for _, opt := range opts {
 		opt(&o)

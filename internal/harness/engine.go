@@ -1,8 +1,8 @@
 // Package harness runs the step loop (docs/design.md §3) and the executor that drives
 // many runs at once. Each running run is owned by one goroutine at a time;
 // the number that step at once is bounded. Every change goes to the store as
-// events validated by the fold first; the engine never changes a run any
-// other way.
+// events, which the store's fold validates before it writes them and whose
+// resulting state it returns; the engine never changes a run any other way.
 package harness
 
 import (
@@ -30,7 +30,9 @@ import (
 // Store is what the engine needs of an event store (see internal/store).
 type Store interface {
 	Create(ctx context.Context, started *reinv1.Event) (runstate.State, bool, error)
-	Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) error
+	// Append returns the state the store folded the events into and
+	// stored (store.Store's Append): the engine folds nothing itself.
+	Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) (runstate.State, error)
 	Acquire(ctx context.Context, runID, owner string) (uint64, error)
 	Load(ctx context.Context, runID string) (runstate.State, error)
 	Events(ctx context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error)

@@ -285,7 +285,7 @@ func TestTerminalRunTakesNoEvents(t *testing.T) {
 			// terminal, so only terminality can refuse it.
 			ev := &reinv1.Event{RunId: st.RunID, Sequence: before.Version + 1, RecordedAt: evs[len(evs)-1].GetRecordedAt(), Actor: "harness",
 				Payload: &reinv1.Event_BudgetReached{BudgetReached: &reinv1.BudgetReached{Limit: "deadline"}}}
-			err := s.Append(ctx, st.RunID, before.Version, []*reinv1.Event{ev})
+			_, err := s.Append(ctx, st.RunID, before.Version, []*reinv1.Event{ev})
 			if !runstate.Terminal(tc.status) {
 				if err != nil {
 					t.Fatalf("Append to a %s run: %v", runstate.StatusName(tc.status), err)

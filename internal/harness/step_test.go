@@ -46,12 +46,13 @@ type countingStore struct {
 	log *opLog
 }
 
-func (s *countingStore) Append(ctx context.Context, runID string, expected uint64, evs []*reinv1.Event, opts ...store.AppendOption) error {
-	if err := s.Store.Append(ctx, runID, expected, evs, opts...); err != nil {
-		return err
+func (s *countingStore) Append(ctx context.Context, runID string, expected uint64, evs []*reinv1.Event, opts ...store.AppendOption) (runstate.State, error) {
+	st, err := s.Store.Append(ctx, runID, expected, evs, opts...)
+	if err != nil {
+		return st, err
 	}
 	s.log.add("append " + strings.Join(payloads(evs), ","))
-	return nil
+	return st, nil
 }
 
 // A step's events reach the store in at most two appends, the first holding

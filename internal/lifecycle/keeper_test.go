@@ -101,7 +101,7 @@ func (f *fixture) run(id, parent string, end bool, children ...string) {
 			r.Payload = &reinv1.Event_DelegationReturned{DelegationReturned: &reinv1.DelegationReturned{RunId: c, Status: reinv1.RunStatus_RUN_STATUS_COMPLETED}}
 			evs = append(evs, r)
 		}
-		if err := f.db.Append(ctx, id, 1, evs); err != nil {
+		if _, err := f.db.Append(ctx, id, 1, evs); err != nil {
 			f.t.Fatal(err)
 		}
 		seq += uint64(len(evs))
@@ -122,7 +122,7 @@ func (f *fixture) endAt(id string, seq uint64, answer string) {
 		From: reinv1.RunStatus_RUN_STATUS_RUNNING, To: reinv1.RunStatus_RUN_STATUS_COMPLETED, Reason: "final_answer",
 		Result: &reinv1.FinalAnswer{Text: answer},
 	}}
-	if err := f.db.Append(context.Background(), id, seq, []*reinv1.Event{done}); err != nil {
+	if _, err := f.db.Append(context.Background(), id, seq, []*reinv1.Event{done}); err != nil {
 		f.t.Fatal(err)
 	}
 }

@@ -185,10 +185,10 @@ func TestStoreTimesAppends(t *testing.T) {
 		return []*reinv1.Event{{RunId: "run_a", Sequence: seq, RecordedAt: timestamppb.New(t0),
 			Payload: &reinv1.Event_ModelRequested{ModelRequested: &reinv1.ModelRequested{Step: 1}}}}
 	}
-	if err := s.Append(ctx, "run_a", 1, step(2)); err != nil {
+	if _, err := s.Append(ctx, "run_a", 1, step(2)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Append(ctx, "run_a", 1, step(2)); !errors.Is(err, store.ErrConflict) {
+	if _, err := s.Append(ctx, "run_a", 1, step(2)); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("stale append: %v, want a conflict", err)
 	}
 	if got := testutil.ToFloat64(m.appendErrors); got != 1 {

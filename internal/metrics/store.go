@@ -5,6 +5,7 @@ import (
 	"time"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 )
 
@@ -27,14 +28,14 @@ type timedStore struct {
 // store.Store (such as /readyz, which asks the etcd store for its alarms).
 func (t *timedStore) Unwrap() store.Store { return t.Store }
 
-func (t *timedStore) Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) error {
+func (t *timedStore) Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) (runstate.State, error) {
 	start := time.Now()
-	err := t.Store.Append(ctx, runID, expected, events, opts...)
+	st, err := t.Store.Append(ctx, runID, expected, events, opts...)
 	if err != nil {
 		t.m.appendErrors.Inc()
-		return err
+		return st, err
 	}
 	t.m.appendDuration.Observe(time.Since(start).Seconds())
 	t.m.appendEvents.Observe(float64(len(events)))
-	return nil
+	return st, nil
 }

@@ -91,21 +91,21 @@ func (l *runLog) Create(_ context.Context, started *reinv1.Event) (runstate.Stat
 	return st, true, nil
 }
 
-// Append implements harness.Store.
-func (l *runLog) Append(_ context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) error {
+// Append implements harness.Store: it returns the state it folded.
+func (l *runLog) Append(_ context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) (runstate.State, error) {
 	if err := l.has(runID); err != nil {
-		return err
+		return runstate.State{}, err
 	}
 	o := store.Options(opts)
 	if epoch := o.Epoch; epoch != 0 && epoch != l.epoch {
-		return fmt.Errorf("append to run %s with lease epoch %d: the run's owner is now at epoch %d: %w", runID, epoch, l.epoch, store.ErrFenced)
+		return runstate.State{}, fmt.Errorf("append to run %s with lease epoch %d: the run's owner is now at epoch %d: %w", runID, epoch, l.epoch, store.ErrFenced)
 	}
 	if l.st.Version != expected {
-		return fmt.Errorf("append to run %s at version %d: the run is at version %d: %w", runID, expected, l.st.Version, store.ErrConflict)
+		return runstate.State{}, fmt.Errorf("append to run %s at version %d: the run is at version %d: %w", runID, expected, l.st.Version, store.ErrConflict)
 	}
 	next, err := runstate.ApplyAll(l.st, events)
 	if err != nil {
-		return fmt.Errorf("append to run %s: %w", runID, err)
+		return runstate.State{}, fmt.Errorf("append to run %s: %w", runID, err)
 	}
 	for _, ev := range events {
 		l.keep(ev)
@@ -114,7 +114,7 @@ func (l *runLog) Append(_ context.Context, runID string, expected uint64, events
 		l.blobs[h] = b
 	}
 	l.st = next
-	return nil
+	return next, nil
 }
 
 // Blob implements harness.Store: a blob appended with the log's events, or

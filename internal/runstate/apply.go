@@ -26,6 +26,16 @@ var (
 	ErrInvalidEvent = errors.New("invalid event")
 )
 
+// Rejected reports whether err is, or wraps, one of the errors Apply
+// rejects an event with (ErrSequence, ErrIllegalTransition, ErrTerminal,
+// ErrInvalidEvent): a store that refuses an append because its fold
+// rejects the events wraps the fold's error, and nothing else it refuses
+// with is one of these.
+func Rejected(err error) bool {
+	return errors.Is(err, ErrSequence) || errors.Is(err, ErrIllegalTransition) ||
+		errors.Is(err, ErrTerminal) || errors.Is(err, ErrInvalidEvent)
+}
+
 // Apply returns the state after ev, or an error that leaves s as it was. It
 // neither mutates ev nor keeps a reference to anything but the immutable
 // payloads (contract, proposal, result) it records.

@@ -102,3 +102,22 @@ func TestApplyAll(t *testing.T) {
 		assertUnchanged(t, got, s)
 	})
 }
+
+// Rejected recognises each error the fold rejects an event with, wrapped as
+// a store wraps it, and nothing else.
+func TestRejected(t *testing.T) {
+	st := stateAt(t, running)
+	_, gap := ApplyAll(st, []*reinv1.Event{modelRequested(st.Version + 2)})
+	for _, err := range []error{ErrSequence, ErrIllegalTransition, ErrTerminal, ErrInvalidEvent,
+		fmt.Errorf("append to run r: %w", gap)} {
+		if !Rejected(err) {
+			t.Errorf("Rejected(%v) = false, want true", err)
+		}
+	}
+	// The twin: errors of another kind are not the fold's.
+	for _, err := range []error{nil, errors.New("version conflict"), fmt.Errorf("run r: %w", errors.New("store closed"))} {
+		if Rejected(err) {
+			t.Errorf("Rejected(%v) = true, want false", err)
+		}
+	}
+}

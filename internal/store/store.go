@@ -7,6 +7,8 @@
 // (runstate.Apply) in the same transaction that writes it, so what the fold
 // rejects never reaches the log and two writers at one version get a
 // conflict, never a forked history. A refused request changes no stored byte.
+// Append returns the state that fold made, so that its caller (the engine)
+// learns the run's next state without folding the events itself.
 //
 // Blobs (a model call's input, a compacted entry's full text) are stored
 // apart from the events, with the run whose append brought them, and found
@@ -90,10 +92,19 @@ type Store interface {
 	// Append adds events to a run whose version is expected. The events carry
 	// run_id and sequences expected+1, expected+2, …; they are applied to the
 	// stored state with runstate.Apply and written only if all of them apply.
-	// A stale expected version is ErrConflict. The events are durable when
-	// Append returns nil. Blobs given WithBlobs are written with the events,
-	// or not at all.
-	Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...AppendOption) error
+	// It returns the state it folded and stored: the run's state after the
+	// events, its contract included, as Load returns it then. The caller
+	// needs no fold of its own to learn it, and must not change what it
+	// points to (runstate.State's pointers are never mutated once set).
+	//
+	// On an error nothing is stored and the state is the zero State. What
+	// the fold rejects is an error wrapping the fold's
+	// (runstate.ErrIllegalTransition, ErrSequence, ErrTerminal,
+	// ErrInvalidEvent); a stale expected version is ErrConflict. The events
+	// are durable when Append returns a nil error. Blobs given WithBlobs are
+	// written with the events, or not at all. An append of no events stores
+	// nothing and returns the run's state, as Load.
+	Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...AppendOption) (runstate.State, error)
 	// Import stores a whole run recorded elsewhere (an export file): its
 	// events, run_started first with sequences 1, 2, 3, …, and blobs keyed
 	// by BlobHash, in one transaction, or nothing. The events are validated

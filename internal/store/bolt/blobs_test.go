@@ -46,7 +46,7 @@ func TestBlobsKeptWithTheirRun(t *testing.T) {
 		if i == 10 {
 			blobs = blobSet(c, large)
 		}
-		if err := s.Append(ctx, "run-a", uint64(i+1), []*reinv1.Event{ev}, store.WithBlobs(blobs)); err != nil {
+		if _, err := s.Append(ctx, "run-a", uint64(i+1), []*reinv1.Event{ev}, store.WithBlobs(blobs)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -251,7 +251,7 @@ func fileWithBlob(t *testing.T, blob []byte) string {
 	if blob != nil {
 		opts = append(opts, store.WithBlobs(blobSet(blob)))
 	}
-	if err := s.Append(ctx, "run-a", 1, []*reinv1.Event{stepEvent("run-a", 2)}, opts...); err != nil {
+	if _, err := s.Append(ctx, "run-a", 1, []*reinv1.Event{stepEvent("run-a", 2)}, opts...); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -304,7 +304,7 @@ func TestFormatMarkedByTheFirstBlobInTheLog(t *testing.T) {
 		t.Fatalf("Open of a first-format file: %v", err)
 	}
 	ctx := context.Background()
-	if err := s.Append(ctx, "run-a", 2, []*reinv1.Event{markedEvent("run-a", 3)}); err != nil {
+	if _, err := s.Append(ctx, "run-a", 2, []*reinv1.Event{markedEvent("run-a", 3)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -318,7 +318,7 @@ func TestFormatMarkedByTheFirstBlobInTheLog(t *testing.T) {
 	}
 	ev := stepEvent("run-a", 4)
 	blob := []byte("the next call's input")
-	if err := s.Append(ctx, "run-a", 3, []*reinv1.Event{ev}, store.WithBlobs(blobSet(blob))); err != nil {
+	if _, err := s.Append(ctx, "run-a", 3, []*reinv1.Event{ev}, store.WithBlobs(blobSet(blob))); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -371,7 +371,7 @@ func TestBlobsOfASecondFormatFile(t *testing.T) {
 		t.Fatalf("Events(run-a) = %d, %v; want its 2 events", len(evs), err)
 	}
 	added := []byte("put by this rein")
-	if err := s.Append(ctx, "run-a", 2, []*reinv1.Event{markedEvent("run-a", 3)}, store.WithBlobs(blobSet(added))); err != nil {
+	if _, err := s.Append(ctx, "run-a", 2, []*reinv1.Event{markedEvent("run-a", 3)}, store.WithBlobs(blobSet(added))); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Blobs(ctx, "run-a", []string{store.BlobHash(old), store.BlobHash(added)})

@@ -241,7 +241,8 @@ func TestGroupCommit(t *testing.T) {
 		wg.Add(1)
 		go func(id string) {
 			defer wg.Done()
-			errs <- s.Append(ctx, id, 1, []*reinv1.Event{stepEvent(id, 2)})
+			_, err := s.Append(ctx, id, 1, []*reinv1.Event{stepEvent(id, 2)})
+			errs <- err
 		}(fmt.Sprintf("run-%04d", i))
 	}
 	// The first batch holds the writer; wait for the rest to queue.
@@ -284,17 +285,22 @@ func TestBatchIsolation(t *testing.T) {
 		})
 	}
 	first := make(chan error, 1)
-	go func() { first <- s.Append(ctx, "run-a", 1, []*reinv1.Event{stepEvent("run-a", 2)}) }()
+	go func() {
+		_, err := s.Append(ctx, "run-a", 1, []*reinv1.Event{stepEvent("run-a", 2)})
+		first <- err
+	}()
 	<-entered
 	good := make(chan error, 1)
 	bad := make(chan error, 1)
 	shared, goodOnly, badOnly := []byte("in both appends"), []byte("in the good append"), []byte("in the bad append")
 	go func() {
-		good <- s.Append(ctx, "run-b", 1, []*reinv1.Event{stepEvent("run-b", 2)}, store.WithBlobs(blobSet(shared, goodOnly)))
+		_, err := s.Append(ctx, "run-b", 1, []*reinv1.Event{stepEvent("run-b", 2)}, store.WithBlobs(blobSet(shared, goodOnly)))
+		good <- err
 	}()
 	go func() {
 		// Two events where the second is out of sequence: refused whole.
-		bad <- s.Append(ctx, "run-a", 2, []*reinv1.Event{stepEvent("run-a", 3), stepEvent("run-a", 5)}, store.WithBlobs(blobSet(shared, badOnly)))
+		_, err := s.Append(ctx, "run-a", 2, []*reinv1.Event{stepEvent("run-a", 3), stepEvent("run-a", 5)}, store.WithBlobs(blobSet(shared, badOnly)))
+		bad <- err
 	}()
 	eventually(t, "both appends queued", func() bool { return len(s.reqs) == 2 })
 	close(release)
@@ -362,7 +368,7 @@ func TestOpenFileWithoutBlobs(t *testing.T) {
 		t.Fatalf("Blobs in the old file: %v, want ErrNoBlob", err)
 	}
 	blob := []byte("the first blob of an old file")
-	if err := s.Append(ctx, "run-0000", 1, []*reinv1.Event{stepEvent("run-0000", 2)}, store.WithBlobs(blobSet(blob))); err != nil {
+	if _, err := s.Append(ctx, "run-0000", 1, []*reinv1.Event{stepEvent("run-0000", 2)}, store.WithBlobs(blobSet(blob))); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := s.Blobs(ctx, "run-0000", []string{store.BlobHash(blob)}); err != nil || !bytes.Equal(got[store.BlobHash(blob)], blob) {

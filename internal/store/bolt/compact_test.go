@@ -33,7 +33,7 @@ func compactFixture(t *testing.T) string {
 	}
 	large := bytes.Repeat([]byte("a large tool output "), inlineBlobBytes/10)
 	ev := markedEvent("run-a", damageEvents+1)
-	if err := s.Append(context.Background(), "run-a", damageEvents, []*reinv1.Event{ev},
+	if _, err := s.Append(context.Background(), "run-a", damageEvents, []*reinv1.Event{ev},
 		store.WithBlobs(blobSet([]byte("a small observation"), large))); err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestCompactKeepsEveryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Append(context.Background(), "run-z", damageEvents, []*reinv1.Event{markedEvent("run-z", damageEvents+1)}); err != nil {
+	if _, err := s.Append(context.Background(), "run-z", damageEvents, []*reinv1.Event{markedEvent("run-z", damageEvents+1)}); err != nil {
 		t.Errorf("append to the compacted store: %v", err)
 	}
 	if err := s.Close(); err != nil {

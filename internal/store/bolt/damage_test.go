@@ -46,7 +46,7 @@ func damageFixture(t *testing.T) string {
 		}
 		for seq := uint64(2); seq <= damageEvents; seq++ {
 			ev := markedEvent(id, seq)
-			if err := s.Append(ctx, id, seq-1, []*reinv1.Event{ev}); err != nil {
+			if _, err := s.Append(ctx, id, seq-1, []*reinv1.Event{ev}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -397,7 +397,7 @@ func TestLegacyValues(t *testing.T) {
 	}
 	// New appends to a legacy run are sealed; both kinds read together.
 	ev := markedEvent("run-a", damageEvents+1)
-	if err := s.Append(context.Background(), "run-a", damageEvents, []*reinv1.Event{ev}); err != nil {
+	if _, err := s.Append(context.Background(), "run-a", damageEvents, []*reinv1.Event{ev}); err != nil {
 		t.Fatal(err)
 	}
 	if evs, err := s.Events(context.Background(), "run-a", 0, 1000); err != nil || len(evs) != damageEvents+1 {

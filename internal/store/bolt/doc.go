@@ -58,6 +58,9 @@
 //     encoding onto the run's state as the writer last cached it
 //     (states.go). The writer takes that fold only when the state it was
 //     made on is still the run's; otherwise it folds the events itself.
+//     Either way the state that fold made is what Append returns: the
+//     engine does not fold an append itself, so its events are folded once
+//     on their way to the file (twice when the fold ahead was overtaken).
 //   - A request that fails validation writes nothing; a request is validated
 //     completely before its first Put, so a batch never holds half a request.
 //     Its blobs too: their hashes are checked by the caller's goroutine

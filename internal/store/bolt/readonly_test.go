@@ -27,10 +27,10 @@ func TestRefusedWritesChangeNoByte(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := s.Append(ctx, "run-a", 3, []*reinv1.Event{markedEvent("run-a", 4)}); !errors.Is(err, store.ErrConflict) {
+	if _, err := s.Append(ctx, "run-a", 3, []*reinv1.Event{markedEvent("run-a", 4)}); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("stale append: %v, want ErrConflict", err)
 	}
-	if err := s.Append(ctx, "run-a", damageEvents, []*reinv1.Event{markedEvent("run-a", damageEvents)}); err == nil {
+	if _, err := s.Append(ctx, "run-a", damageEvents, []*reinv1.Event{markedEvent("run-a", damageEvents)}); err == nil {
 		t.Fatal("append of a repeated sequence was accepted")
 	}
 	if _, err := s.Import(ctx, []*reinv1.Event{startEvent("run-a")}, nil); !errors.Is(err, store.ErrExists) {
@@ -47,7 +47,7 @@ func TestRefusedWritesChangeNoByte(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Append(ctx, "run-a", damageEvents, []*reinv1.Event{markedEvent("run-a", damageEvents+1)}); err != nil {
+	if _, err := s.Append(ctx, "run-a", damageEvents, []*reinv1.Event{markedEvent("run-a", damageEvents+1)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -81,7 +81,7 @@ func TestReadOnlyStore(t *testing.T) {
 			t.Fatalf("List: %d runs, %v", len(page.Runs), err)
 		}
 	}
-	if err := a.Append(ctx, "run-a", damageEvents, []*reinv1.Event{markedEvent("run-a", damageEvents+1)}); !errors.Is(err, store.ErrReadOnly) {
+	if _, err := a.Append(ctx, "run-a", damageEvents, []*reinv1.Event{markedEvent("run-a", damageEvents+1)}); !errors.Is(err, store.ErrReadOnly) {
 		t.Errorf("Append: %v, want ErrReadOnly", err)
 	}
 	if _, _, err := a.Create(ctx, startEvent("run-new")); !errors.Is(err, store.ErrReadOnly) {
@@ -159,7 +159,7 @@ func TestDiskFull(t *testing.T) {
 	acked := uint64(1)
 	var full error
 	for seq := uint64(2); seq < 10000; seq++ {
-		if err := s.Append(ctx, "run-a", acked, []*reinv1.Event{markedEvent("run-a", seq)}); err != nil {
+		if _, err := s.Append(ctx, "run-a", acked, []*reinv1.Event{markedEvent("run-a", seq)}); err != nil {
 			full = err
 			break
 		}
@@ -175,7 +175,7 @@ func TestDiskFull(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Append(ctx, "run-a", acked, []*reinv1.Event{markedEvent("run-a", acked+1)}); err != nil {
+	if _, err := s.Append(ctx, "run-a", acked, []*reinv1.Event{markedEvent("run-a", acked+1)}); err != nil {
 		t.Fatalf("append once there is room: %v", err)
 	}
 	acked++

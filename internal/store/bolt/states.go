@@ -9,12 +9,15 @@ import (
 )
 
 // states caches each run's state as the writer last left it, so that an
-// append need not decode the stored snapshot. Only the writer puts and
-// drops; Append's callers read it to fold ahead (foldAhead). A cached
-// state is never changed once put: the writer puts a new one for each
-// append, so a state's pointer names the version it is of, and an entry the
-// writer dropped (its commit failed, or the cache was cleared) is loaded
-// again from the store as a new pointer.
+// append need not decode the stored snapshot, and a request of a batch
+// folds onto what the batch's earlier requests of its run left. Only the
+// writer puts and drops; Append's callers read it to fold ahead
+// (foldAhead). A cached state is never changed once put: the writer puts a
+// new one for each append, so a state's pointer names the version it is
+// of, and an entry the writer dropped (its commit failed, or the cache was
+// cleared) is loaded again from the store as a new pointer. A cached state
+// holds the run's contract (shared, never changed), because the state an
+// append returns holds it; a run that ended is kept without it.
 type states struct {
 	mu sync.Mutex
 	m  map[string]*runstate.State // guarded by mu
@@ -26,7 +29,15 @@ func (c *states) get(runID string) *runstate.State {
 	return c.m[runID]
 }
 
+// put caches st. A run that ended is cached without its contract, so the
+// cache keeps no contract alive that no driver holds: the fold refuses
+// every append to it, so no state is made from it again.
 func (c *states) put(runID string, st *runstate.State) {
+	if st.Contract != nil && runstate.Terminal(st.Status) {
+		ended := *st
+		ended.Contract = nil
+		st = &ended
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) >= maxCachedStates {

@@ -37,9 +37,10 @@ type writeReq struct {
 	done chan writeRes
 }
 
-// writeRes is a request's result. state is set for a create only: an
-// append's caller has the state it folded, and a request's result is
-// copied through a channel, so it is kept small.
+// writeRes is a request's result. state is set for a create and an
+// append: the state the request stored, as the cache holds it (never
+// changed once put), so that a result copied through a channel stays
+// small.
 type writeRes struct {
 	state   *runstate.State
 	created bool
@@ -141,9 +142,7 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq) writeRes {
 	if r.create {
 		res := s.createRun(tx, r)
 		if res.err == nil && res.created {
-			st := *res.state
-			st.Contract = nil // kept once, in the contracts bucket
-			s.states.put(r.runID, &st)
+			s.states.put(r.runID, res.state)
 		}
 		return res
 	}
@@ -165,11 +164,12 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq) writeRes {
 	}
 	st := s.states.get(r.runID)
 	if st == nil {
-		loaded, err := loadState(b, nil)
+		// With its contract: the fold does not need it, but the state an
+		// append returns holds it, and the cache keeps it from here on.
+		loaded, err := loadState(b, contractOf(tx, r.runID))
 		if err != nil {
 			return writeRes{err: fmt.Errorf("run %s: %w", r.runID, err)}
 		}
-		loaded.Contract = nil // as a snapshot holds it: the fold does not need it
 		st = &loaded
 	}
 	if st.Archive != nil {
@@ -179,13 +179,14 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq) writeRes {
 		return writeRes{err: fmt.Errorf("append to run %s at version %d: the run is at version %d: %w; reload the run and retry",
 			r.runID, r.expected, st.Version, store.ErrConflict)}
 	}
-	// The engine folded these events onto its copy of the state before it
-	// appended them; the store folds them again, onto the state as stored,
-	// because that is its guarantee whoever appends: what the fold rejects
-	// never reaches the log. Append's caller folded them onto the cached
-	// state (foldAhead); when that state is still the run's, as this
-	// transaction sees it, its fold is this one. Otherwise they are folded
-	// here.
+	// The store folds the events onto the state as stored, whoever
+	// appends: what the fold rejects never reaches the log, and the state
+	// it makes is the one Append returns (the engine folds nothing of its
+	// own). Append's caller folded them onto the cached state (foldAhead),
+	// off this one goroutine that every run waits on; when that state is
+	// still the run's, as this transaction sees it (an earlier request of
+	// this batch may have moved it), its fold is this one. Otherwise they
+	// are folded here.
 	var next *runstate.State
 	var snap []byte
 	if f := r.folded; f != nil && f.base == st {
@@ -214,7 +215,7 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq) writeRes {
 		}
 	}
 	s.states.put(r.runID, next)
-	return writeRes{epoch: epoch}
+	return writeRes{state: next, epoch: epoch}
 }
 
 func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {

@@ -52,7 +52,7 @@ func TestBatchedAppends(t *testing.T) {
 	// b moves run-00 on; a's cache still holds it at the old version, and
 	// its caller appends at that version with the others.
 	v := uint64(1 + 2*rounds)
-	if err := b.Append(ctx, ids[0], v, steps(ids[0], v+1, 1)); err != nil {
+	if _, err := b.Append(ctx, ids[0], v, steps(ids[0], v+1, 1)); err != nil {
 		t.Fatal(err)
 	}
 	stale := dump(t, shared, prefix+"event/"+ids[0]+"/")
@@ -61,7 +61,7 @@ func TestBatchedAppends(t *testing.T) {
 	for i, id := range ids {
 		wg.Go(func() {
 			<-start
-			errs[i] = a.Append(ctx, id, v, []*reinv1.Event{step(id, v+1)})
+			_, errs[i] = a.Append(ctx, id, v, []*reinv1.Event{step(id, v+1)})
 		})
 	}
 	close(start)
@@ -98,7 +98,7 @@ func TestBatchedAppendsWithBlobs(t *testing.T) {
 				own := blobOf(1024, uint32(2*(i*rounds+int(r))+11))
 				evs := []*reinv1.Event{step(id, 2+2*r, common, own), step(id, 3+2*r)}
 				blobs := map[string][]byte{store.BlobHash(common): common, store.BlobHash(own): own}
-				if err := s.Append(ctx, id, 1+2*r, evs, store.WithBlobs(blobs)); err != nil {
+				if _, err := s.Append(ctx, id, 1+2*r, evs, store.WithBlobs(blobs)); err != nil {
 					t.Errorf("Append(%s): %v", id, err)
 					return
 				}
@@ -117,7 +117,7 @@ func TestBatchedAppendsWithBlobs(t *testing.T) {
 	}
 	before2 := dump(t, shared, prefix)
 	bad := blobOf(64, 3)
-	err := s.Append(ctx, ids[0], 1+2*rounds, []*reinv1.Event{step(ids[0], 2+2*rounds, bad), step(ids[0], 3+2*rounds)},
+	_, err := s.Append(ctx, ids[0], 1+2*rounds, []*reinv1.Event{step(ids[0], 2+2*rounds, bad), step(ids[0], 3+2*rounds)},
 		store.WithBlobs(map[string][]byte{store.BlobHash(common): bad}))
 	if !errors.Is(err, store.ErrInvalidBlob) {
 		t.Fatalf("a blob under another's hash: %v, want ErrInvalidBlob", err)
@@ -169,7 +169,7 @@ func appendAtOnce(t *testing.T, s *Store, ids []string, rounds int) {
 	for _, id := range ids {
 		wg.Go(func() {
 			for r := range uint64(rounds) {
-				if err := s.Append(t.Context(), id, 1+2*r, steps(id, 2+2*r, 2)); err != nil {
+				if _, err := s.Append(t.Context(), id, 1+2*r, steps(id, 2+2*r, 2)); err != nil {
 					t.Errorf("Append(%s): %v", id, err)
 					return
 				}

@@ -21,6 +21,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/bench"
+	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 )
 
@@ -110,7 +111,7 @@ type clockedStore struct {
 	c *commitClock
 }
 
-func (s clockedStore) Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) error {
+func (s clockedStore) Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) (runstate.State, error) {
 	c := s.c
 	now := time.Now()
 	c.mu.Lock()
@@ -119,11 +120,11 @@ func (s clockedStore) Append(ctx context.Context, runID string, expected uint64,
 	}
 	c.called = now
 	c.mu.Unlock()
-	err := s.Store.Append(ctx, runID, expected, events, opts...)
+	st, err := s.Store.Append(ctx, runID, expected, events, opts...)
 	c.mu.Lock()
 	c.returned = time.Now()
 	c.mu.Unlock()
-	return err
+	return st, err
 }
 
 func median(d []time.Duration) float64 {

@@ -96,7 +96,8 @@ func benchAppend(b *testing.B, cli *clientv3.Client, runs int, raw bool) {
 		put = rawAppend(b, s, ids, appends)
 	} else {
 		put = func(run, j int) error {
-			return s.Append(ctx, ids[run], uint64(1+j*benchEventsPerAppend), appends[run][j])
+			_, err := s.Append(ctx, ids[run], uint64(1+j*benchEventsPerAppend), appends[run][j])
+			return err
 		}
 	}
 	b.ResetTimer()

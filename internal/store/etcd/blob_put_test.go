@@ -62,7 +62,7 @@ func TestBlobPut(t *testing.T) {
 		}
 		evs := steps("run-1", version+1, 2*pairs)
 		evs[0] = step("run-1", version+1, blobs...)
-		if err := s.Append(ctx, "run-1", version, evs, store.WithBlobs(m)); err != nil {
+		if _, err := s.Append(ctx, "run-1", version, evs, store.WithBlobs(m)); err != nil {
 			t.Fatalf("Append at %d: %v", version, err)
 		}
 		version += uint64(len(evs))
@@ -153,7 +153,7 @@ func TestLegacySharedBlobReads(t *testing.T) {
 	}
 	// run-1's events name the legacy blobs, stored before it (no WithBlobs).
 	mustCreate(t, s, "run-1")
-	if err := s.Append(ctx, "run-1", 1, []*reinv1.Event{step("run-1", 2, small, large), step("run-1", 3), finish("run-1", 4, t0)}); err != nil {
+	if _, err := s.Append(ctx, "run-1", 1, []*reinv1.Event{step("run-1", 2, small, large), step("run-1", 3), finish("run-1", 4, t0)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, b := range [][]byte{small, large} {
@@ -165,7 +165,7 @@ func TestLegacySharedBlobReads(t *testing.T) {
 		t.Errorf("a blob stored nowhere: %v, want ErrNoBlob", err)
 	}
 	mustCreate(t, s, "run-2")
-	if err := s.Append(ctx, "run-2", 1, []*reinv1.Event{step("run-2", 2, own)}, store.WithBlobs(map[string][]byte{ho: own})); err != nil {
+	if _, err := s.Append(ctx, "run-2", 1, []*reinv1.Event{step("run-2", 2, own)}, store.WithBlobs(map[string][]byte{ho: own})); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := readBlob(ctx, s, "run-2", ho); err != nil || !bytes.Equal(got, own) {

@@ -28,7 +28,7 @@ func TestScanEvents(t *testing.T) {
 	defer s.Close()
 	mustCreate(t, s, "run-1")
 	const n = scanPage + 77
-	if err := s.Append(ctx, "run-1", 1, steps("run-1", 2, n)); err != nil {
+	if _, err := s.Append(ctx, "run-1", 1, steps("run-1", 2, n)); err != nil {
 		t.Fatal(err)
 	}
 	for _, after := range []uint64{0, 1000, n + 1} {
@@ -110,7 +110,7 @@ func TestCeilingPutsTheStoresBytes(t *testing.T) {
 	small, large := blobOf(300, 7), blobOf(ChunkBytes+100, 9)
 	blobs := map[string][]byte{store.BlobHash(small): small, store.BlobHash(large): large}
 	evs := []*reinv1.Event{step("run-1", 2, small, large), step("run-1", 3)}
-	if err := s.Append(ctx, "run-1", 1, evs, store.WithBlobs(blobs)); err != nil {
+	if _, err := s.Append(ctx, "run-1", 1, evs, store.WithBlobs(blobs)); err != nil {
 		t.Fatal(err)
 	}
 	st, err := s.Load(ctx, "run-1")

@@ -21,7 +21,7 @@ import (
 func TestConflictOverAHugeSnapshot(t *testing.T) {
 	ctx := t.Context()
 	prefix, a, b := twoServers(t)
-	if err := b.Append(ctx, "run-1", 1, []*reinv1.Event{step("run-1", 2)}); err != nil {
+	if _, err := b.Append(ctx, "run-1", 1, []*reinv1.Event{step("run-1", 2)}); err != nil {
 		t.Fatal(err)
 	}
 	// a brings the snapshot over 4 MiB: a tool's error and an open call's
@@ -36,7 +36,7 @@ func TestConflictOverAHugeSnapshot(t *testing.T) {
 	open := &reinv1.Event{RunId: "run-1", Sequence: 4, RecordedAt: at(4), Actor: "harness",
 		Payload: &reinv1.Event_ToolRequested{ToolRequested: &reinv1.ToolRequested{Tool: "read_file", CallId: "c2", Arguments: args}}}
 	for i, ev := range []*reinv1.Event{failed, open} {
-		if err := a.Append(ctx, "run-1", uint64(2+i), []*reinv1.Event{ev}); err != nil {
+		if _, err := a.Append(ctx, "run-1", uint64(2+i), []*reinv1.Event{ev}); err != nil {
 			t.Fatalf("a's append of %d: %v", ev.GetSequence(), err)
 		}
 	}
@@ -50,14 +50,14 @@ func TestConflictOverAHugeSnapshot(t *testing.T) {
 
 	// b still holds the run at version 2.
 	before := dump(t, shared, prefix)
-	err = b.Append(ctx, "run-1", 2, []*reinv1.Event{step("run-1", 3)})
+	_, err = b.Append(ctx, "run-1", 2, []*reinv1.Event{step("run-1", 3)})
 	if !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("b's stale append over a %d-byte snapshot: %v; want ErrConflict", 2*len(big), err)
 	}
 	assertUnchanged(t, "a stale append", before, dump(t, shared, prefix))
 	ret := &reinv1.Event{RunId: "run-1", Sequence: 5, RecordedAt: at(5), Actor: "harness",
 		Payload: &reinv1.Event_ToolReturned{ToolReturned: &reinv1.ToolReturned{Tool: "read_file", CallId: "c2"}}}
-	if err := b.Append(ctx, "run-1", 4, []*reinv1.Event{ret}); err != nil {
+	if _, err := b.Append(ctx, "run-1", 4, []*reinv1.Event{ret}); err != nil {
 		t.Fatalf("b's append after the conflict, at the version it names: %v", err)
 	}
 }

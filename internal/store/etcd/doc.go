@@ -56,9 +56,10 @@
 //
 // Rules this package keeps:
 //   - Every write is one etcd transaction (Txn), all of it or none of it.
-//     Append reads the run's snapshot and lease (or takes them from the cache
-//     of its own last write), validates the events by folding them onto that
-//     state (runstate.ApplyAll), then puts the events, the new snapshot, the
+//     Append reads the run's snapshot, lease and contract (or takes them
+//     from the cache of its own last write), validates the events by folding
+//     them onto that state (runstate.ApplyAll), the state it returns once
+//     they are stored, then puts the events, the new snapshot, the
 //     blobs, the status index and the change record in a Txn whose compares
 //     are the snapshot's ModRevision (the version), the lease key's
 //     ModRevision (when fenced or acquiring) and the change cursor's (when

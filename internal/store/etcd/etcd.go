@@ -129,7 +129,7 @@ type cursorAt struct {
 
 // runAt is a run as stored at a revision.
 type runAt struct {
-	st       runstate.State // without its contract
+	st       runstate.State // with its contract, unless the run ended or it was not read
 	snapRev  int64          // ModRevision of P run/<id>
 	epoch    uint64
 	owner    string
@@ -272,13 +272,23 @@ func (s *Store) cached(runID string) (runAt, bool) {
 	return r, ok
 }
 
+// remember caches r as the run's. Its contract, which the state an append
+// returns holds, is kept while the run lives (a run's contract never
+// changes, so one remembered before is kept with a newer r that was read
+// without it); a run that ended is cached without it, so the cache keeps
+// no contract alive that no driver holds.
 func (s *Store) remember(runID string, r runAt) {
 	s.cacheMu.Lock()
 	defer s.cacheMu.Unlock()
+	if r.st.Contract == nil {
+		r.st.Contract = s.cache[runID].st.Contract
+	}
+	if runstate.Terminal(r.st.Status) {
+		r.st.Contract = nil
+	}
 	if len(s.cache) >= maxCached {
 		clear(s.cache)
 	}
-	r.st.Contract = nil // the fold does not need it; the snapshot does not hold it
 	s.cache[runID] = r
 }
 

@@ -49,10 +49,10 @@ func endRun(t *testing.T, s *Store, id string, endedAfter time.Duration, blobs .
 	for _, b := range blobs {
 		m[store.BlobHash(b)] = b
 	}
-	if err := s.Append(ctx, id, 1, []*reinv1.Event{step(id, 2, blobs...), step(id, 3)}, store.WithBlobs(m)); err != nil {
+	if _, err := s.Append(ctx, id, 1, []*reinv1.Event{step(id, 2, blobs...), step(id, 3)}, store.WithBlobs(m)); err != nil {
 		t.Fatalf("Append(%s): %v", id, err)
 	}
-	if err := s.Append(ctx, id, 3, []*reinv1.Event{finish(id, 4, t0.Add(endedAfter))}); err != nil {
+	if _, err := s.Append(ctx, id, 3, []*reinv1.Event{finish(id, 4, t0.Add(endedAfter))}); err != nil {
 		t.Fatalf("complete %s: %v", id, err)
 	}
 	st, err := s.Load(ctx, id)
@@ -102,11 +102,11 @@ func TestEndedIndex(t *testing.T) {
 	if _, _, err := s.Create(ctx, child); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Append(ctx, "run-03", 1, []*reinv1.Event{finish("run-03", 2, t0.Add(time.Hour))}); err != nil {
+	if _, err := s.Append(ctx, "run-03", 1, []*reinv1.Event{finish("run-03", 2, t0.Add(time.Hour))}); err != nil {
 		t.Fatal(err)
 	}
 	// A refused ending (a stale version) lists nothing.
-	if err := s.Append(ctx, "run-02", 7, []*reinv1.Event{finish("run-02", 8, t0)}); !errors.Is(err, store.ErrConflict) {
+	if _, err := s.Append(ctx, "run-02", 7, []*reinv1.Event{finish("run-02", 8, t0)}); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("a stale ending append: %v, want ErrConflict", err)
 	}
 
@@ -224,7 +224,7 @@ func TestArchive(t *testing.T) {
 		t.Fatalf("Blobs of the archived run: %v, want ErrArchived", err)
 	}
 	before := dump(t, shared, prefix)
-	if err := s.Append(ctx, "run-01", st.Version, steps("run-01", st.Version+1, 1)); !errors.Is(err, store.ErrArchived) {
+	if _, err := s.Append(ctx, "run-01", st.Version, steps("run-01", st.Version+1, 1)); !errors.Is(err, store.ErrArchived) {
 		t.Fatalf("Append to the archived run: %v, want ErrArchived", err)
 	}
 	assertUnchanged(t, "an append to an archived run", before, dump(t, shared, prefix))
@@ -278,13 +278,13 @@ func TestArchiveRace(t *testing.T) {
 	}
 
 	endRun(t, b, "run-20", time.Hour, []byte("shared"))
-	if err := b.Append(ctx, "run-20", 4, steps("run-20", 5, 1)); !errors.Is(err, runstate.ErrTerminal) {
+	if _, err := b.Append(ctx, "run-20", 4, steps("run-20", 5, 1)); !errors.Is(err, runstate.ErrTerminal) {
 		t.Fatalf("Append to an ended run: %v, want ErrTerminal", err)
 	}
 	if _, err := a.Archive(ctx, "run-20", 4, archiveRec("run-20")); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Append(ctx, "run-20", 4, steps("run-20", 5, 1)); !errors.Is(err, store.ErrArchived) {
+	if _, err := b.Append(ctx, "run-20", 4, steps("run-20", 5, 1)); !errors.Is(err, store.ErrArchived) {
 		t.Fatalf("Append, through the server that cached it, to a run another archived: %v, want ErrArchived", err)
 	}
 }
@@ -430,7 +430,7 @@ func TestDeletions(t *testing.T) {
 		if _, _, err := s.Create(ctx, ev); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Append(ctx, id, 1, []*reinv1.Event{finish(id, 2, t0)}); err != nil {
+		if _, err := s.Append(ctx, id, 1, []*reinv1.Event{finish(id, 2, t0)}); err != nil {
 			t.Fatal(err)
 		}
 		if _, _, err := s.Delete(ctx, &reinv1.RunDeletion{RunId: id, DeletedAt: timestamppb.New(t0.Add(time.Duration(i) * time.Minute))}); err != nil {

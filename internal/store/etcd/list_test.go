@@ -40,10 +40,10 @@ func TestListAcrossBatches(t *testing.T) {
 				ev.Payload = &reinv1.Event_InputRequested{InputRequested: &reinv1.InputRequested{Question: &reinv1.Question{Text: "which?"}}}
 				sc := step(id, 3)
 				sc.Payload = &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{From: running, To: to, Reason: "test"}}
-				if err := s.Append(ctx, id, 1, []*reinv1.Event{ev, sc}); err != nil {
+				if _, err := s.Append(ctx, id, 1, []*reinv1.Event{ev, sc}); err != nil {
 					t.Fatal(err)
 				}
-			} else if err := s.Append(ctx, id, 1, []*reinv1.Event{ev}); err != nil {
+			} else if _, err := s.Append(ctx, id, 1, []*reinv1.Event{ev}); err != nil {
 				t.Fatal(err)
 			}
 			statusOf[id] = to

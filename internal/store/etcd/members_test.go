@@ -45,7 +45,7 @@ func (l *ledger) version(id string) uint64 {
 func (l *ledger) appendSteps(ctx context.Context, s *Store, id string, n int) error {
 	version := l.version(id)
 	evs := steps(id, version+1, n)
-	err := s.Append(ctx, id, version, evs)
+	_, err := s.Append(ctx, id, version, evs)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {

@@ -69,11 +69,11 @@ func TestReplicaDrivesUnderItsLease(t *testing.T) {
 		t.Fatalf("b takes a run a drives: %v, want ErrOwned", err)
 	}
 	var got uint64
-	if err := b.Append(ctx, "run-1", 1, steps("run-1", 2, 1), store.WithAcquire("replica-b", &got)); !errors.Is(err, store.ErrOwned) {
+	if _, err := b.Append(ctx, "run-1", 1, steps("run-1", 2, 1), store.WithAcquire("replica-b", &got)); !errors.Is(err, store.ErrOwned) {
 		t.Fatalf("b appends to a run a drives: %v, want ErrOwned", err)
 	}
 	assertUnchanged(t, "a refused taking", before, dump(t, shared, prefix))
-	if err := a.Append(ctx, "run-1", 1, steps("run-1", 2, 2), store.WithEpoch(ea)); err != nil {
+	if _, err := a.Append(ctx, "run-1", 1, steps("run-1", 2, 2), store.WithEpoch(ea)); err != nil {
 		t.Fatalf("the owner's append: %v", err)
 	}
 
@@ -82,7 +82,7 @@ func TestReplicaDrivesUnderItsLease(t *testing.T) {
 		t.Fatalf("the owner key outlived its lease: %q", name)
 	}
 	before = dump(t, shared, prefix)
-	if err := a.Append(ctx, "run-1", 3, steps("run-1", 4, 1), store.WithEpoch(ea)); !errors.Is(err, store.ErrFenced) {
+	if _, err := a.Append(ctx, "run-1", 3, steps("run-1", 4, 1), store.WithEpoch(ea)); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("an append after the owner's lease ended: %v, want ErrFenced", err)
 	}
 	assertUnchanged(t, "a fenced append", before, dump(t, shared, prefix))
@@ -91,7 +91,7 @@ func TestReplicaDrivesUnderItsLease(t *testing.T) {
 	if err != nil || eb <= ea {
 		t.Fatalf("b takes the orphaned run: epoch %d, %v; want one over %d", eb, err, ea)
 	}
-	if err := b.Append(ctx, "run-1", 3, steps("run-1", 4, 1), store.WithEpoch(eb)); err != nil {
+	if _, err := b.Append(ctx, "run-1", 3, steps("run-1", 4, 1), store.WithEpoch(eb)); err != nil {
 		t.Fatalf("the new owner's append: %v", err)
 	}
 	g, err := shared.Grant(ctx, 60)
@@ -120,7 +120,7 @@ func TestReplicaTakesPausedOrEndingRun(t *testing.T) {
 		{RunId: "run-p", Sequence: 2, RecordedAt: timestamppb.New(t0), Actor: "harness", Payload: &reinv1.Event_InputRequested{InputRequested: &reinv1.InputRequested{Question: &reinv1.Question{Text: "which branch?"}}}},
 		{RunId: "run-p", Sequence: 3, RecordedAt: timestamppb.New(t0), Actor: "harness", Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{From: reinv1.RunStatus_RUN_STATUS_RUNNING, To: reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, Reason: "asked"}}},
 	}
-	if err := a.Append(ctx, "run-p", 1, pause, store.WithEpoch(ea)); err != nil {
+	if _, err := a.Append(ctx, "run-p", 1, pause, store.WithEpoch(ea)); err != nil {
 		t.Fatal(err)
 	}
 	answer := []*reinv1.Event{
@@ -128,13 +128,13 @@ func TestReplicaTakesPausedOrEndingRun(t *testing.T) {
 		{RunId: "run-p", Sequence: 5, RecordedAt: timestamppb.New(t0.Add(time.Second)), Actor: "principal:bob", Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{From: reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, To: reinv1.RunStatus_RUN_STATUS_RUNNING, Reason: "answered"}}},
 	}
 	var eb uint64
-	if err := b.Append(ctx, "run-p", 3, answer, store.WithAcquire("replica-b", &eb)); err != nil {
+	if _, err := b.Append(ctx, "run-p", 3, answer, store.WithAcquire("replica-b", &eb)); err != nil {
 		t.Fatalf("b applies a person's answer to a paused run a holds: %v", err)
 	}
 	if name, lease := ownerOf(t, prefix, "run-p"); name != "replica-b" || lease != b.Lease() || eb <= ea {
 		t.Fatalf("after b's decision: owner %q under %x at epoch %d; want replica-b under %x over epoch %d", name, lease, eb, b.Lease(), ea)
 	}
-	if err := a.Append(ctx, "run-p", 5, steps("run-p", 6, 1), store.WithEpoch(ea)); !errors.Is(err, store.ErrFenced) {
+	if _, err := a.Append(ctx, "run-p", 5, steps("run-p", 6, 1), store.WithEpoch(ea)); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("the old owner's append after b took the run: %v, want ErrFenced", err)
 	}
 
@@ -142,13 +142,13 @@ func TestReplicaTakesPausedOrEndingRun(t *testing.T) {
 	cancel := []*reinv1.Event{{RunId: "run-p", Sequence: 6, RecordedAt: timestamppb.New(t0.Add(2 * time.Second)), Actor: "principal:bob",
 		Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{From: reinv1.RunStatus_RUN_STATUS_RUNNING, To: reinv1.RunStatus_RUN_STATUS_CANCELLED, Reason: "stop"}}}}
 	var ec uint64
-	if err := a.Append(ctx, "run-p", 5, cancel, store.WithAcquire("replica-a", &ec)); err != nil {
+	if _, err := a.Append(ctx, "run-p", 5, cancel, store.WithAcquire("replica-a", &ec)); err != nil {
 		t.Fatalf("a cancels the run b drives: %v", err)
 	}
 	if name, _ := ownerOf(t, prefix, "run-p"); name != "" {
 		t.Fatalf("the ended run still has an owner key: %q", name)
 	}
-	if err := b.Append(ctx, "run-p", 6, steps("run-p", 7, 1), store.WithEpoch(eb)); !errors.Is(err, store.ErrFenced) && !errors.Is(err, store.ErrConflict) {
+	if _, err := b.Append(ctx, "run-p", 6, steps("run-p", 7, 1), store.WithEpoch(eb)); !errors.Is(err, store.ErrFenced) && !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("b's append after the cancel: %v, want it refused", err)
 	}
 }

@@ -82,7 +82,7 @@ func TestNoSpace(t *testing.T) {
 	if _, _, err := s.Create(ctx, started("run-1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Append(ctx, "run-1", 1, steps("run-1", 2, 2)); err != nil {
+	if _, err := s.Append(ctx, "run-1", 1, steps("run-1", 2, 2)); err != nil {
 		t.Fatalf("append with room: %v", err)
 	}
 	if err := s.SpaceAlarm(ctx); err != nil {
@@ -90,7 +90,8 @@ func TestNoSpace(t *testing.T) {
 	}
 
 	c.Fill(cli, "/filler/")
-	wantNoSpace(t, "append with etcd full", s.Append(ctx, "run-1", 3, steps("run-1", 4, 2)))
+	_, err = s.Append(ctx, "run-1", 3, steps("run-1", 4, 2))
+	wantNoSpace(t, "append with etcd full", err)
 	_, _, err = s.Create(ctx, started("run-2"))
 	wantNoSpace(t, "create with etcd full", err)
 	_, err = s.Acquire(ctx, "run-1", "server-a")
@@ -111,7 +112,7 @@ func TestNoSpace(t *testing.T) {
 	if err := s.SpaceAlarm(ctx); err != nil {
 		t.Fatalf("SpaceAlarm after etcd was freed: %v, want nil", err)
 	}
-	if err := s.Append(ctx, "run-1", 3, steps("run-1", 4, 2)); err != nil {
+	if _, err := s.Append(ctx, "run-1", 3, steps("run-1", 4, 2)); err != nil {
 		t.Fatalf("append after etcd was freed: %v", err)
 	}
 	if _, created, err := s.Create(ctx, started("run-2")); err != nil || !created {
@@ -160,7 +161,7 @@ func TestCompactHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	for v := uint64(1); v < 5; v += 2 {
-		if err := s.Append(ctx, "run-1", v, steps("run-1", v+1, 2)); err != nil {
+		if _, err := s.Append(ctx, "run-1", v, steps("run-1", v+1, 2)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -212,7 +213,7 @@ func TestCompactHistory(t *testing.T) {
 		t.Fatalf("Compacted after a compaction: %v, %v; want true", compacted, err)
 	}
 
-	if err := s.Append(ctx, "run-1", 5, steps("run-1", 6, 2)); err != nil {
+	if _, err := s.Append(ctx, "run-1", 5, steps("run-1", 6, 2)); err != nil {
 		t.Fatal(err)
 	}
 	later, err := s.revision(ctx)
@@ -265,7 +266,7 @@ func TestWatchPastCompaction(t *testing.T) {
 					// commits, then (compacted) the history up to the
 					// second is gone, the first the watch needs with it.
 					for v := uint64(1); v < 5; v += 2 {
-						if err := s.Append(ctx, "run-1", v, steps("run-1", v+1, 2)); err != nil {
+						if _, err := s.Append(ctx, "run-1", v, steps("run-1", v+1, 2)); err != nil {
 							t.Error(err)
 							return
 						}
@@ -319,7 +320,7 @@ func TestWatchPastCompaction(t *testing.T) {
 					}
 				}
 			}
-			if err := s.Append(ctx, "run-1", 5, steps("run-1", 6, 2)); err != nil {
+			if _, err := s.Append(ctx, "run-1", 5, steps("run-1", 6, 2)); err != nil {
 				t.Fatal(err)
 			}
 			seen = append(seen, waitFor(7)...)

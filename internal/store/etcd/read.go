@@ -59,21 +59,24 @@ func decodeState(runID string, snap, contract *mvccpb.KeyValue) (runstate.State,
 }
 
 // readRun reads what an append is validated on: the snapshot, the lease
-// and the owner key.
+// and the owner key, and the contract, which the state an append returns
+// holds, in one read.
 func (s *Store) readRun(ctx context.Context, runID string) (runAt, error) {
-	resp, err := s.read(ctx, "read run "+runID, clientv3.OpGet(s.keys.run(runID)), clientv3.OpGet(s.keys.lease(runID)), clientv3.OpGet(s.keys.owner(runID)))
+	resp, err := s.read(ctx, "read run "+runID, clientv3.OpGet(s.keys.run(runID)), clientv3.OpGet(s.keys.lease(runID)), clientv3.OpGet(s.keys.owner(runID)),
+		clientv3.OpGet(s.keys.contract(runID)))
 	if err != nil {
 		return runAt{}, err
 	}
-	r, err := s.decodeRun(ctx, runID, kvOf(resp, 0), kvOf(resp, 1), kvOf(resp, 2))
+	r, err := s.decodeRun(ctx, runID, kvOf(resp, 0), kvOf(resp, 1), kvOf(resp, 2), kvOf(resp, 3))
 	if err == nil {
 		s.remember(runID, r)
 	}
 	return r, err
 }
 
-// decodeRun is the run whose snapshot, lease and owner key are these.
-func (s *Store) decodeRun(ctx context.Context, runID string, snap, lease, owner *mvccpb.KeyValue) (runAt, error) {
+// decodeRun is the run whose snapshot, lease and owner key are these, with
+// its contract when contract is not nil.
+func (s *Store) decodeRun(ctx context.Context, runID string, snap, lease, owner, contract *mvccpb.KeyValue) (runAt, error) {
 	if snap == nil {
 		// Not found, unless its contract is there.
 		_, err := s.load(ctx, runID)
@@ -82,7 +85,7 @@ func (s *Store) decodeRun(ctx context.Context, runID string, snap, lease, owner 
 		}
 		return runAt{}, err
 	}
-	st, err := decodeState(runID, snap, nil)
+	st, err := decodeState(runID, snap, contract)
 	if err != nil {
 		return runAt{}, err
 	}

@@ -206,7 +206,7 @@ func TestBlobLimits(t *testing.T) {
 			set[store.BlobHash(b)] = b
 		}
 		before := dump(t, shared, prefix)
-		err := s.Append(ctx, "run-1", 1, []*reinv1.Event{step("run-1", 2, blobs...)}, store.WithBlobs(set))
+		_, err := s.Append(ctx, "run-1", 1, []*reinv1.Event{step("run-1", 2, blobs...)}, store.WithBlobs(set))
 		if !errors.Is(err, store.ErrInvalidBlob) || !strings.Contains(err.Error(), "nothing was stored") {
 			t.Fatalf("%s: Append: %v; want ErrInvalidBlob saying nothing was stored", what, err)
 		}
@@ -220,7 +220,7 @@ func TestBlobLimits(t *testing.T) {
 	for i, blob := range [][]byte{atMax, a, b} {
 		seq := uint64(2 + 2*i)
 		evs := []*reinv1.Event{step("run-1", seq, blob), step("run-1", seq+1)}
-		if err := s.Append(ctx, "run-1", seq-1, evs, store.WithBlobs(map[string][]byte{store.BlobHash(blob): blob})); err != nil {
+		if _, err := s.Append(ctx, "run-1", seq-1, evs, store.WithBlobs(map[string][]byte{store.BlobHash(blob): blob})); err != nil {
 			t.Fatalf("Append of a %d-byte blob: %v", len(blob), err)
 		}
 		got, err := readBlob(ctx, s, "run-1", store.BlobHash(blob))
@@ -241,7 +241,7 @@ func TestBlobChunks(t *testing.T) {
 	mustCreate(t, s, "run-1")
 	blob := blobOf(3*ChunkBytes+123, 11)
 	hash := store.BlobHash(blob)
-	if err := s.Append(ctx, "run-1", 1, []*reinv1.Event{step("run-1", 2, blob)}, store.WithBlobs(map[string][]byte{hash: blob})); err != nil {
+	if _, err := s.Append(ctx, "run-1", 1, []*reinv1.Event{step("run-1", 2, blob)}, store.WithBlobs(map[string][]byte{hash: blob})); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := shared.Get(ctx, s.keys.blob("run-1", hash)+"/", clientv3.WithPrefix())
@@ -287,7 +287,7 @@ func TestManyOpsNested(t *testing.T) {
 	defer s.Close()
 	mustCreate(t, s, "run-1")
 	evs := steps("run-1", 2, 300)
-	if err := s.Append(ctx, "run-1", 1, evs); err != nil {
+	if _, err := s.Append(ctx, "run-1", 1, evs); err != nil {
 		t.Fatalf("Append of 300 events: %v", err)
 	}
 	got, err := s.Events(ctx, "run-1", 0, 1000)
@@ -301,12 +301,12 @@ func TestManyOpsNested(t *testing.T) {
 	}
 	defer small.Close()
 	before := dump(t, shared, prefix)
-	err = small.Append(ctx, "run-1", 301, steps("run-1", 302, 20))
+	_, err = small.Append(ctx, "run-1", 301, steps("run-1", 302, 20))
 	if err == nil || !strings.Contains(err.Error(), "nothing was stored") {
 		t.Fatalf("Append of 20 events with MaxTxnOps 8: %v; want it refused", err)
 	}
 	assertUnchanged(t, "an append over the nested limit", before, dump(t, shared, prefix))
-	if err := small.Append(ctx, "run-1", 301, steps("run-1", 302, 10)); err != nil { // the twin: 11 puts fit
+	if _, err := small.Append(ctx, "run-1", 301, steps("run-1", 302, 10)); err != nil { // the twin: 11 puts fit
 		t.Fatalf("Append of 10 events with MaxTxnOps 8: %v", err)
 	}
 }
@@ -327,7 +327,7 @@ func TestTwoServersOneRun(t *testing.T) {
 		for i, s := range []*Store{a, b} {
 			wg.Go(func() {
 				<-start
-				errs[i] = s.Append(ctx, "run-1", version, []*reinv1.Event{step("run-1", version+1)})
+				_, errs[i] = s.Append(ctx, "run-1", version, []*reinv1.Event{step("run-1", version+1)})
 			})
 		}
 		close(start)
@@ -360,7 +360,7 @@ func TestTwoServersOneRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Append(ctx, "run-1", version, steps("run-1", version+1, 1), store.WithEpoch(first)); err != nil {
+	if _, err := a.Append(ctx, "run-1", version, steps("run-1", version+1, 1), store.WithEpoch(first)); err != nil {
 		t.Fatalf("the owner's append: %v", err)
 	}
 	version++
@@ -369,11 +369,11 @@ func TestTwoServersOneRun(t *testing.T) {
 		t.Fatalf("b's Acquire = %d, %v; want an epoch over %d", second, err, first)
 	}
 	before := dump(t, shared, prefix)
-	if err := a.Append(ctx, "run-1", version, steps("run-1", version+1, 1), store.WithEpoch(first)); !errors.Is(err, store.ErrFenced) {
+	if _, err := a.Append(ctx, "run-1", version, steps("run-1", version+1, 1), store.WithEpoch(first)); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("the old owner's append after the takeover: %v, want ErrFenced", err)
 	}
 	assertUnchanged(t, "a fenced append", before, dump(t, shared, prefix))
-	if err := b.Append(ctx, "run-1", version, steps("run-1", version+1, 1), store.WithEpoch(second)); err != nil {
+	if _, err := b.Append(ctx, "run-1", version, steps("run-1", version+1, 1), store.WithEpoch(second)); err != nil {
 		t.Fatalf("the new owner's append: %v", err)
 	}
 }
@@ -403,13 +403,13 @@ func TestEtcdStopped(t *testing.T) {
 	}
 	defer s.Close()
 	mustCreate(t, s, "run-1")
-	if err := s.Append(ctx, "run-1", 1, steps("run-1", 2, 2)); err != nil {
+	if _, err := s.Append(ctx, "run-1", 1, steps("run-1", 2, 2)); err != nil {
 		t.Fatal(err)
 	}
 
 	e.Close()
 	calls := map[string]func() error{
-		"Append": func() error { return s.Append(ctx, "run-1", 3, steps("run-1", 4, 2)) },
+		"Append": func() error { _, err := s.Append(ctx, "run-1", 3, steps("run-1", 4, 2)); return err },
 		"Create": func() error { _, _, err := s.Create(ctx, started("run-2")); return err },
 		"Load":   func() error { _, err := s.Load(ctx, "run-1"); return err },
 	}
@@ -450,7 +450,7 @@ func TestEtcdStopped(t *testing.T) {
 	if _, err := s.Load(ctx, "run-2"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("the Create refused while etcd was down: Load = %v, want ErrNotFound", err)
 	}
-	if err := s.Append(ctx, "run-1", 3, steps("run-1", 4, 2)); err != nil {
+	if _, err := s.Append(ctx, "run-1", 3, steps("run-1", 4, 2)); err != nil {
 		t.Fatalf("Append after the restart: %v", err)
 	}
 	mustCreate(t, s, "run-2")
@@ -469,12 +469,12 @@ func TestEventsOverRequestLimit(t *testing.T) {
 	defer s.Close()
 	mustCreate(t, s, "run-1")
 	before := dump(t, shared, prefix)
-	err = s.Append(ctx, "run-1", 1, steps("run-1", 2, 1000))
+	_, err = s.Append(ctx, "run-1", 1, steps("run-1", 2, 1000))
 	if err == nil || errors.Is(err, store.ErrInvalidBlob) || !strings.Contains(err.Error(), "append fewer or smaller events") {
 		t.Fatalf("Append of 1000 events under a 64 KiB limit: %v; want it refused for its size, not its blobs", err)
 	}
 	assertUnchanged(t, "an append over the request limit", before, dump(t, shared, prefix))
-	if err := s.Append(ctx, "run-1", 1, steps("run-1", 2, 100)); err != nil {
+	if _, err := s.Append(ctx, "run-1", 1, steps("run-1", 2, 100)); err != nil {
 		t.Fatalf("Append of 100 events: %v", err)
 	}
 }
@@ -500,7 +500,7 @@ func TestSmallBlobIsOneKey(t *testing.T) {
 	mustCreate(t, s, "run-1")
 	small, atChunk := []byte("a step's observation"), blobOf(ChunkBytes, 3)
 	blobs := map[string][]byte{store.BlobHash(small): small, store.BlobHash(atChunk): atChunk}
-	if err := s.Append(ctx, "run-1", 1, []*reinv1.Event{step("run-1", 2, small, atChunk)}, store.WithBlobs(blobs)); err != nil {
+	if _, err := s.Append(ctx, "run-1", 1, []*reinv1.Event{step("run-1", 2, small, atChunk)}, store.WithBlobs(blobs)); err != nil {
 		t.Fatal(err)
 	}
 	for _, b := range [][]byte{small, atChunk} {

@@ -167,38 +167,40 @@ func (s *Store) create(ctx context.Context, what string, st runstate.State, enco
 }
 
 // Append implements store.Store.
-func (s *Store) Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) error {
+func (s *Store) Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) (runstate.State, error) {
 	if len(events) == 0 {
-		return nil
+		return s.Load(ctx, runID)
 	}
 	o := store.Options(opts)
 	what := "append to run " + runID
 	if err := store.CheckBlobs(o.Blobs); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return runstate.State{}, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := s.checkBlobSizes(what, o.Blobs); err != nil {
-		return err
+		return runstate.State{}, err
 	}
 	encoded, err := sealEvents(what, events)
 	if err != nil {
-		return err
+		return runstate.State{}, err
 	}
 	if err := s.enter("write run " + runID); err != nil {
-		return err
+		return runstate.State{}, err
 	}
 	defer s.mu.RUnlock()
 	if err := ctx.Err(); err != nil {
-		return err
+		return runstate.State{}, err
 	}
 	blobs, err := s.missingBlobs(ctx, what, runID, o.Blobs)
 	if err != nil {
-		return err
+		return runstate.State{}, err
 	}
+	// The state Append returns holds the run's contract: a run cached
+	// without it is read, contract and all.
 	cur, ok := s.cached(runID)
-	fresh := !ok // read from etcd for this call, not taken from the cache
+	fresh := !ok || cur.st.Contract == nil // read from etcd for this call, not taken from the cache
 	if fresh {
 		if cur, err = s.readRun(ctx, runID); err != nil {
-			return err
+			return runstate.State{}, err
 		}
 	}
 	for range maxAttempts {
@@ -209,44 +211,45 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 		// since: read again before the fold refuses it.
 		if (fenced || cur.st.Version != expected || runstate.Terminal(cur.st.Status)) && !fresh {
 			if cur, err = s.readRun(ctx, runID); err != nil {
-				return err
+				return runstate.State{}, err
 			}
 			fresh = true
 			continue
 		}
 		if cur.st.Archive != nil {
-			return fmt.Errorf("%s: %w: an archived run takes no events", what, store.ErrArchived)
+			return runstate.State{}, fmt.Errorf("%s: %w: an archived run takes no events", what, store.ErrArchived)
 		}
 		if fenced {
-			return fmt.Errorf("%s with lease epoch %d: the run's owner is now at epoch %d: %w", what, o.Epoch, cur.epoch, store.ErrFenced)
+			return runstate.State{}, fmt.Errorf("%s with lease epoch %d: the run's owner is now at epoch %d: %w", what, o.Epoch, cur.epoch, store.ErrFenced)
 		}
 		if cur.st.Version != expected {
-			return fmt.Errorf("%s at version %d: the run is at version %d: %w; reload the run and retry", what, expected, cur.st.Version, store.ErrConflict)
+			return runstate.State{}, fmt.Errorf("%s at version %d: the run is at version %d: %w; reload the run and retry", what, expected, cur.st.Version, store.ErrConflict)
 		}
 		next, err := runstate.ApplyAll(cur.st, events)
 		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
+			return runstate.State{}, fmt.Errorf("%s: %w", what, err)
 		}
 		if err := s.mayOwn(what, cur, next.Status, o); err != nil {
 			if !fresh {
 				if cur, err = s.readRun(ctx, runID); err != nil {
-					return err
+					return runstate.State{}, err
 				}
 				fresh = true
 				continue
 			}
-			return err
+			return runstate.State{}, err
 		}
 		done, err := s.appendOnce(ctx, what, &cur, next, encoded, blobs, o)
-		if done || err != nil {
-			if err != nil {
-				s.forget(runID)
-			}
-			return err
+		if err != nil {
+			s.forget(runID)
+			return runstate.State{}, err
+		}
+		if done {
+			return next, nil
 		}
 		fresh = true
 	}
-	return contention(what)
+	return runstate.State{}, contention(what)
 }
 
 // appendOnce sends one Txn of an append validated on *cur. It reports done
@@ -340,10 +343,11 @@ func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next ru
 			return false, err
 		}
 	}
-	now, err := s.decodeRun(ctx, runID, kvOf(resp, 0), kvOf(resp, 1), kvOf(resp, 2))
+	now, err := s.decodeRun(ctx, runID, kvOf(resp, 0), kvOf(resp, 1), kvOf(resp, 2), nil)
 	if err != nil {
 		return false, err
 	}
+	now.st.Contract = cur.st.Contract // a run's contract never changes
 	s.remember(runID, now)
 	*cur = now
 	return false, nil
@@ -399,7 +403,7 @@ func (s *Store) Acquire(ctx context.Context, runID, owner string) (uint64, error
 			return epoch, nil
 		}
 		fresh = true
-		if cur, err = s.decodeRun(ctx, runID, kvOf(resp, 0), kvOf(resp, 1), kvOf(resp, 2)); err != nil {
+		if cur, err = s.decodeRun(ctx, runID, kvOf(resp, 0), kvOf(resp, 1), kvOf(resp, 2), nil); err != nil {
 			s.forget(runID)
 			return 0, err
 		}

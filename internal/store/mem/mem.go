@@ -5,8 +5,10 @@
 // suite, storetest): Create is idempotent per tenant and request ID, Append
 // checks the expected version and the lease epoch and validates the events by
 // folding them onto the stored state (runstate.ApplyAll) before it stores
-// any of them, Import takes a whole log or none of it, List pages newest first by run ID, and Changes records every
-// status change, a run's creation included, under a gap-free cursor. Blobs
+// any of them (and returns a copy of the state that fold made), Import takes
+// a whole log or none of it, List pages newest first by run ID, and Changes
+// records every status change, a run's creation included, under a gap-free
+// cursor. Blobs
 // given to Append are checked against their hashes before anything is
 // stored, and stored once each, only when the append is taken.
 //
@@ -200,16 +202,16 @@ func (s *Store) Import(ctx context.Context, events []*reinv1.Event, blobs map[st
 }
 
 // Append implements store.Store.
-func (s *Store) Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) error {
+func (s *Store) Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) (runstate.State, error) {
 	if len(events) == 0 {
-		return nil // as the bolt store: an empty append is a no-op
+		return s.Load(ctx, runID) // as the bolt store: an empty append stores nothing
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return runstate.State{}, err
 	}
 	o := store.Options(opts)
 	if err := store.CheckBlobs(o.Blobs); err != nil {
-		return fmt.Errorf("append to run %s: %w", runID, err)
+		return runstate.State{}, fmt.Errorf("append to run %s: %w", runID, err)
 	}
 	evs := make([]*reinv1.Event, len(events))
 	for i, ev := range events {
@@ -220,26 +222,26 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if s.closed {
-		return closedErr("write run " + runID)
+		return runstate.State{}, closedErr("write run " + runID)
 	}
 	r, ok := d.runs[runID]
 	if !ok {
-		return notFound(runID)
+		return runstate.State{}, notFound(runID)
 	}
 	if o.Acquire == "" && epoch != 0 && epoch != r.epoch {
-		return fmt.Errorf("append to run %s with lease epoch %d: the run's owner is now at epoch %d: %w",
+		return runstate.State{}, fmt.Errorf("append to run %s with lease epoch %d: the run's owner is now at epoch %d: %w",
 			runID, epoch, r.epoch, store.ErrFenced)
 	}
 	if r.state.Archive != nil {
-		return fmt.Errorf("append to run %s: %w: an archived run takes no events", runID, store.ErrArchived)
+		return runstate.State{}, fmt.Errorf("append to run %s: %w: an archived run takes no events", runID, store.ErrArchived)
 	}
 	if r.state.Version != expected {
-		return fmt.Errorf("append to run %s at version %d: the run is at version %d: %w; reload the run and retry",
+		return runstate.State{}, fmt.Errorf("append to run %s at version %d: the run is at version %d: %w; reload the run and retry",
 			runID, expected, r.state.Version, store.ErrConflict)
 	}
 	next, err := runstate.ApplyAll(r.state, evs)
 	if err != nil {
-		return fmt.Errorf("append to run %s: %w", runID, err)
+		return runstate.State{}, fmt.Errorf("append to run %s: %w", runID, err)
 	}
 	prev := r.state.Status
 	d.keepBlobsLocked(r, o.Blobs)
@@ -255,7 +257,7 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 	if prev != next.Status {
 		d.recordChange(prev, next)
 	}
-	return nil
+	return cloneState(next), nil
 }
 
 // recordChange appends a status change of the run now in state st, and

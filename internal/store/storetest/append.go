@@ -1,8 +1,10 @@
 package storetest
 
 // Tests of appending to a run's log and reading it back: Events and its
-// paging, the version check and the fold refusing an append (all or nothing),
-// and concurrent writers to one run and to many.
+// paging, the state an append returns (the fold of the stored log, as Load
+// returns it, the contract included; the zero State when it is refused), the
+// version check and the fold refusing an append (all or nothing), and
+// concurrent writers to one run and to many.
 
 import (
 	"errors"
@@ -29,11 +31,17 @@ func testAppendAndEvents(t *testing.T, h *harness) {
 		{statusChanged(sp.id, 12, needsIn, running), modelRequested(sp.id, 13, "h13"), modelReturned(sp.id, 14)},
 		{statusChanged(sp.id, 15, running, completed)},
 	}
-	for _, b := range batches {
-		mustAppend(t, h.s, sp.id, uint64(len(log)), b...)
+	for i, b := range batches {
+		if i == 3 {
+			// A store opened again has cached nothing: the state an append
+			// returns is made from the stored one, its contract included.
+			h.reopen()
+		}
+		got := mustAppend(t, h.s, sp.id, uint64(len(log)), b...)
 		log = append(log, b...)
-		if v := mustLoad(t, h.s, sp.id).Version; v != uint64(len(log)) {
-			t.Fatalf("version %d after %d events", v, len(log))
+		assertState(t, fmt.Sprintf("the state Append returned after %d events, against the fold of what was appended", len(log)), got, fold(t, log))
+		if got.Version != uint64(len(log)) || got.Contract.GetGoal() != sp.goal {
+			t.Fatalf("Append returned version %d, goal %q after %d events, want %d, %q", got.Version, got.Contract.GetGoal(), len(log), len(log), sp.goal)
 		}
 	}
 	assertLog(t, h.s, sp.id, log)
@@ -41,6 +49,20 @@ func testAppendAndEvents(t *testing.T, h *harness) {
 	if st.Status != completed || st.Result.GetText() != "done" || st.Steps != 5 {
 		t.Errorf("final state: status %v result %v steps %d, want completed, done, 5", st.Status, st.Result, st.Steps)
 	}
+
+	// An append of no events stores nothing and returns the run's state; of
+	// a run that does not exist, ErrNotFound.
+	got, err := h.s.Append(t.Context(), sp.id, uint64(len(log)), nil)
+	if err != nil {
+		t.Fatalf("Append(no events): %v", err)
+	}
+	assertState(t, "the state Append(no events) returned", got, fold(t, log))
+	got, err = h.s.Append(t.Context(), runID(2), 1, nil)
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Append(no events, a run not stored): err = %v, want ErrNotFound", err)
+	}
+	assertRefused(t, "Append(no events, a run not stored)", got, err)
+	assertLog(t, h.s, sp.id, log)
 }
 
 func testEventsPaging(t *testing.T, h *harness) {
@@ -111,14 +133,16 @@ func testAppendStaleVersion(t *testing.T, h *harness) {
 		{"far_ahead", 100, steps(sp.id, 101, 1)},
 	}
 	for _, tc := range tests {
-		err := h.s.Append(t.Context(), sp.id, tc.expected, tc.events)
+		st, err := h.s.Append(t.Context(), sp.id, tc.expected, tc.events)
 		if !errors.Is(err, store.ErrConflict) {
 			t.Errorf("Append(%s, expected %d): err = %v, want ErrConflict", tc.name, tc.expected, err)
 		}
+		assertRefused(t, "Append("+tc.name+")", st, err)
 		assertLog(t, h.s, sp.id, log)
 	}
-	// The twin: the right version is taken.
-	mustAppend(t, h.s, sp.id, 3, steps(sp.id, 4, 1)...)
+	// The twin: the right version is taken, and its state returned.
+	st := mustAppend(t, h.s, sp.id, 3, steps(sp.id, 4, 1)...)
+	assertState(t, "the state Append returned at the right version", st, fold(t, append(log, steps(sp.id, 4, 1)...)))
 }
 
 func testAppendRejectedByFold(t *testing.T, h *harness) {
@@ -147,27 +171,33 @@ func testAppendRejectedByFold(t *testing.T, h *harness) {
 		{"gap_in_batch", append(steps(sp.id, 4, 2), step(sp.id, 7)), runstate.ErrSequence},
 	}
 	for _, tc := range tests {
-		err := h.s.Append(t.Context(), sp.id, 3, tc.events)
+		st, err := h.s.Append(t.Context(), sp.id, 3, tc.events)
 		switch {
 		case err == nil:
 			t.Errorf("Append(%s): err = nil, want an error", tc.name)
 		case tc.want != nil && !errors.Is(err, tc.want):
 			t.Errorf("Append(%s): err = %v, want %v", tc.name, err, tc.want)
 		}
+		assertRefused(t, "Append("+tc.name+")", st, err)
 		assertLog(t, h.s, sp.id, log)
 	}
 
-	// After a terminal status nothing is taken.
+	// After a terminal status nothing is taken. The terminal append's
+	// state is returned whole (mustAppend), the contract included.
 	end := statusChanged(sp.id, 4, running, cancelled)
-	mustAppend(t, h.s, sp.id, 3, end)
+	if st := mustAppend(t, h.s, sp.id, 3, end); st.Status != cancelled {
+		t.Errorf("Append(cancel) returned status %v, want cancelled", st.Status)
+	}
 	log = append(log, end)
 	for name, ev := range map[string]*reinv1.Event{
 		"model_requested": step(sp.id, 5),
 		"status_changed":  statusChanged(sp.id, 5, cancelled, running),
 	} {
-		if err := h.s.Append(t.Context(), sp.id, 4, []*reinv1.Event{ev}); !errors.Is(err, runstate.ErrTerminal) {
+		st, err := h.s.Append(t.Context(), sp.id, 4, []*reinv1.Event{ev})
+		if !errors.Is(err, runstate.ErrTerminal) {
 			t.Errorf("Append(%s after cancelled): err = %v, want ErrTerminal", name, err)
 		}
+		assertRefused(t, "Append("+name+" after cancelled)", st, err)
 	}
 	assertLog(t, h.s, sp.id, log)
 	if st := mustLoad(t, h.s, sp.id); st.Status != cancelled {
@@ -187,6 +217,7 @@ func testAppendConflictConcurrent(t *testing.T, h *harness) {
 		wg     sync.WaitGroup
 		start  = make(chan struct{})
 		errs   = make([]error, writers)
+		states = make([]runstate.State, writers)
 		writes = make([][]*reinv1.Event, writers)
 	)
 	for i := range writers {
@@ -197,7 +228,7 @@ func testAppendConflictConcurrent(t *testing.T, h *harness) {
 		}
 		wg.Go(func() {
 			<-start
-			errs[i] = h.s.Append(t.Context(), sp.id, expected, writes[i])
+			states[i], errs[i] = h.s.Append(t.Context(), sp.id, expected, writes[i])
 		})
 	}
 	close(start)
@@ -213,11 +244,15 @@ func testAppendConflictConcurrent(t *testing.T, h *harness) {
 		case !errors.Is(err, store.ErrConflict):
 			t.Errorf("writer %d: err = %v, want nil or ErrConflict", i, err)
 		}
+		if err != nil {
+			assertRefused(t, fmt.Sprintf("writer %d", i), states[i], err)
+		}
 	}
 	if winner < 0 {
 		t.Fatalf("no writer appended at version %d", expected)
 	}
 	assertLog(t, h.s, sp.id, append(log, writes[winner]...))
+	assertAppended(t, h.s, sp.id, states[winner])
 	if v := mustLoad(t, h.s, sp.id).Version; v != expected+2 {
 		t.Errorf("version %d, want %d", v, expected+2)
 	}
@@ -236,8 +271,16 @@ func testAppendManyRunsConcurrent(t *testing.T, h *harness) {
 		wg.Go(func() {
 			<-start
 			for seq := uint64(2); seq < 2+appends; seq++ {
-				if err := h.s.Append(t.Context(), sp.id, seq-1, []*reinv1.Event{step(sp.id, seq)}); err != nil {
+				st, err := h.s.Append(t.Context(), sp.id, seq-1, []*reinv1.Event{step(sp.id, seq)})
+				if err != nil {
 					t.Errorf("Append(%s, %d): %v", sp.id, seq-1, err)
+					return
+				}
+				// Each run's appends share commits with the other runs':
+				// the state returned is this run's, after this append.
+				if st.RunID != sp.id || st.Version != seq || st.Steps != uint32(seq/2) || st.Contract.GetGoal() != sp.goal {
+					t.Errorf("Append(%s, %d) returned run %q at version %d, %d steps, goal %q; want %s at %d, %d steps, goal %q",
+						sp.id, seq-1, st.RunID, st.Version, st.Steps, st.Contract.GetGoal(), sp.id, seq, seq/2, sp.goal)
 					return
 				}
 			}

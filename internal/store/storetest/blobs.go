@@ -87,7 +87,7 @@ func testBlobsAppendThenRead(t *testing.T, h *harness) {
 	mustCreate(t, h.s, runStarted(sp))
 	goal, empty, big := []byte("the goal: read every invoice"), []byte{}, bigBlob(3<<20+17)
 	ev := requestedWith(sp.id, 2, goal, empty, big)
-	if err := h.s.Append(t.Context(), sp.id, 1, []*reinv1.Event{ev}, store.WithBlobs(blobSet(goal, empty, big))); err != nil {
+	if _, err := h.s.Append(t.Context(), sp.id, 1, []*reinv1.Event{ev}, store.WithBlobs(blobSet(goal, empty, big))); err != nil {
 		t.Fatalf("Append with blobs: %v", err)
 	}
 	log := []*reinv1.Event{runStarted(sp), ev}
@@ -107,7 +107,7 @@ func testBlobsAppendThenRead(t *testing.T, h *harness) {
 	// blob: options add up.
 	obs := []byte("an observation")
 	more := []*reinv1.Event{modelReturned(sp.id, 3), requestedWith(sp.id, 4, want, obs)}
-	if err := h.s.Append(t.Context(), sp.id, 2, more, store.WithBlobs(blobSet(want)), store.WithBlobs(blobSet(obs))); err != nil {
+	if _, err := h.s.Append(t.Context(), sp.id, 2, more, store.WithBlobs(blobSet(want)), store.WithBlobs(blobSet(obs))); err != nil {
 		t.Fatalf("Append with two WithBlobs: %v", err)
 	}
 	log = append(log, more...)
@@ -154,7 +154,7 @@ func testBlobsDedup(t *testing.T, h *harness) {
 		wg.Go(func() {
 			<-start
 			own := []byte("the input of " + sp.id)
-			err := h.s.Append(t.Context(), sp.id, 1, []*reinv1.Event{requestedWith(sp.id, 2, shared, own)}, store.WithBlobs(blobSet(shared, own)))
+			_, err := h.s.Append(t.Context(), sp.id, 1, []*reinv1.Event{requestedWith(sp.id, 2, shared, own)}, store.WithBlobs(blobSet(shared, own)))
 			if err != nil {
 				t.Errorf("Append(%s) with a shared blob: %v", sp.id, err)
 			}
@@ -191,7 +191,7 @@ func testBlobsInvalid(t *testing.T, h *harness) {
 		{"empty key", map[string][]byte{"": good}},
 		{"a hash cut short", map[string][]byte{store.BlobHash(good)[:63]: good}},
 	} {
-		err := h.s.Append(t.Context(), sp.id, 1, []*reinv1.Event{requestedWith(sp.id, 2, good)}, store.WithBlobs(tc.blobs))
+		_, err := h.s.Append(t.Context(), sp.id, 1, []*reinv1.Event{requestedWith(sp.id, 2, good)}, store.WithBlobs(tc.blobs))
 		if !errors.Is(err, store.ErrInvalidBlob) {
 			t.Errorf("Append(%s): err = %v, want ErrInvalidBlob", tc.name, err)
 		}
@@ -239,7 +239,7 @@ func testBlobsRefusedAppend(t *testing.T, h *harness) {
 	} {
 		content := []byte("the input of the append " + tc.name)
 		opts := append([]store.AppendOption{store.WithBlobs(blobSet(content))}, tc.opts...)
-		err := h.s.Append(ctx, tc.runID, tc.expected, tc.events, opts...)
+		_, err := h.s.Append(ctx, tc.runID, tc.expected, tc.events, opts...)
 		switch {
 		case err == nil:
 			t.Errorf("Append(%s): err = nil, want an error", tc.name)

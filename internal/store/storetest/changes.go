@@ -24,10 +24,10 @@ func testChanges(t *testing.T, h *harness) {
 	mustCreate(t, h.s, runStarted(b))
 	mustAppend(t, h.s, b.id, 1, statusChanged(b.id, 2, running, reinv1.RunStatus_RUN_STATUS_COMPLETED))
 	// Refused: stale version, and an illegal transition. Neither is a change.
-	if err := h.s.Append(ctx, b.id, 1, []*reinv1.Event{statusChanged(b.id, 2, running, reinv1.RunStatus_RUN_STATUS_FAILED)}); !errors.Is(err, store.ErrConflict) {
+	if _, err := h.s.Append(ctx, b.id, 1, []*reinv1.Event{statusChanged(b.id, 2, running, reinv1.RunStatus_RUN_STATUS_FAILED)}); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("stale append: %v, want ErrConflict", err)
 	}
-	if err := h.s.Append(ctx, a.id, 5, []*reinv1.Event{statusChanged(a.id, 6, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, reinv1.RunStatus_RUN_STATUS_COMPLETED)}); err == nil {
+	if _, err := h.s.Append(ctx, a.id, 5, []*reinv1.Event{statusChanged(a.id, 6, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, reinv1.RunStatus_RUN_STATUS_COMPLETED)}); err == nil {
 		t.Fatal("an illegal transition was stored")
 	}
 

@@ -159,7 +159,7 @@ func testNotFound(t *testing.T, h *harness) {
 	if _, err := h.s.Events(t.Context(), missing, 0, 10); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Events: err = %v, want ErrNotFound", err)
 	}
-	if err := h.s.Append(t.Context(), missing, 1, steps(missing, 2, 1)); !errors.Is(err, store.ErrNotFound) {
+	if _, err := h.s.Append(t.Context(), missing, 1, steps(missing, 2, 1)); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Append: err = %v, want ErrNotFound", err)
 	}
 	if _, err := h.s.Load(t.Context(), missing); !errors.Is(err, store.ErrNotFound) {

@@ -83,10 +83,10 @@ func testReopen(t *testing.T, h *harness) {
 	// The stored snapshot is the one appends build on: the version check and
 	// the fold hold after a reopen.
 	r := runs[1]
-	if err := h.s.Append(t.Context(), r.sp.id, 1, steps(r.sp.id, 2, 1)); !errors.Is(err, store.ErrConflict) {
+	if _, err := h.s.Append(t.Context(), r.sp.id, 1, steps(r.sp.id, 2, 1)); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("stale Append after reopen: err = %v, want ErrConflict", err)
 	}
-	if err := h.s.Append(t.Context(), r.sp.id, 6, []*reinv1.Event{modelRequested(r.sp.id, 7, "x")}); !errors.Is(err, runstate.ErrIllegalTransition) {
+	if _, err := h.s.Append(t.Context(), r.sp.id, 6, []*reinv1.Event{modelRequested(r.sp.id, 7, "x")}); !errors.Is(err, runstate.ErrIllegalTransition) {
 		t.Errorf("model_requested with a call in flight after reopen: err = %v, want ErrIllegalTransition", err)
 	}
 	more := step(r.sp.id, 7)
@@ -104,7 +104,7 @@ func testClosed(t *testing.T, h *harness) {
 	ctx := t.Context()
 	calls := map[string]func() error{
 		"Create": func() error { _, _, err := h.s.Create(ctx, runStarted(newSpec(2))); return err },
-		"Append": func() error { return h.s.Append(ctx, sp.id, 1, steps(sp.id, 2, 1)) },
+		"Append": func() error { _, err := h.s.Append(ctx, sp.id, 1, steps(sp.id, 2, 1)); return err },
 		"Load":   func() error { _, err := h.s.Load(ctx, sp.id); return err },
 		"Events": func() error { _, err := h.s.Events(ctx, sp.id, 0, 10); return err },
 		"List":   func() error { _, err := h.s.List(ctx, store.Filter{Limit: 10}); return err },
@@ -140,7 +140,7 @@ func testCloseDuringAppends(t *testing.T, h *harness) {
 			var once sync.Once
 			defer once.Do(warm.Done)
 			for seq := uint64(2); ; seq++ {
-				err := h.s.Append(context.Background(), sp.id, seq-1, []*reinv1.Event{step(sp.id, seq)})
+				_, err := h.s.Append(context.Background(), sp.id, seq-1, []*reinv1.Event{step(sp.id, seq)})
 				if err != nil {
 					if !errors.Is(err, store.ErrClosed) {
 						t.Errorf("Append(%s, %d) during Close: err = %v, want nil or ErrClosed", sp.id, seq-1, err)

@@ -29,7 +29,7 @@ func testLeaseFencing(t *testing.T, h *harness) {
 		t.Fatalf("epochs %d then %d: want them to grow from 1", first, second)
 	}
 	// The stale owner is refused, even at the right version.
-	err = h.s.Append(ctx, sp.id, 1, steps(sp.id, 2, 2), store.WithEpoch(first))
+	_, err = h.s.Append(ctx, sp.id, 1, steps(sp.id, 2, 2), store.WithEpoch(first))
 	if !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("append with stale epoch %d: %v, want ErrFenced", first, err)
 	}
@@ -46,7 +46,7 @@ func testLeaseFencing(t *testing.T, h *harness) {
 	if third <= second {
 		t.Fatalf("after reopen the epoch went from %d to %d; it must keep growing", second, third)
 	}
-	if err := h.s.Append(ctx, sp.id, 5, steps(sp.id, 6, 1), store.WithEpoch(second)); !errors.Is(err, store.ErrFenced) {
+	if _, err := h.s.Append(ctx, sp.id, 5, steps(sp.id, 6, 1), store.WithEpoch(second)); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("append with the pre-reopen epoch: %v, want ErrFenced", err)
 	}
 	if _, err := h.s.Acquire(ctx, "run-missing", "node-a"); !errors.Is(err, store.ErrNotFound) {
@@ -56,7 +56,7 @@ func testLeaseFencing(t *testing.T, h *harness) {
 
 func mustAppendOpts(t *testing.T, s store.Store, id string, expected uint64, evs []*reinv1.Event, opts ...store.AppendOption) {
 	t.Helper()
-	if err := s.Append(context.Background(), id, expected, evs, opts...); err != nil {
+	if _, err := s.Append(context.Background(), id, expected, evs, opts...); err != nil {
 		t.Fatalf("Append(%s at %d): %v", id, expected, err)
 	}
 }
@@ -78,14 +78,14 @@ func testLeaseWithAppend(t *testing.T, h *harness) {
 	if got <= old {
 		t.Fatalf("append WithAcquire reported epoch %d after %d; want a greater one", got, old)
 	}
-	if err := h.s.Append(ctx, sp.id, 3, steps(sp.id, 4, 1), store.WithEpoch(old)); !errors.Is(err, store.ErrFenced) {
+	if _, err := h.s.Append(ctx, sp.id, 3, steps(sp.id, 4, 1), store.WithEpoch(old)); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("the owner before the acquiring append: %v, want ErrFenced", err)
 	}
 	mustAppendOpts(t, h.s, sp.id, 3, steps(sp.id, 4, 1), store.WithEpoch(got))
 
 	// The failure twin: a refused append acquires nothing.
 	var none uint64
-	if err := h.s.Append(ctx, sp.id, 1, steps(sp.id, 2, 1), store.WithAcquire("node-c", &none)); !errors.Is(err, store.ErrConflict) {
+	if _, err := h.s.Append(ctx, sp.id, 1, steps(sp.id, 2, 1), store.WithAcquire("node-c", &none)); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("stale append WithAcquire: %v, want ErrConflict", err)
 	}
 	if none != 0 {

@@ -380,7 +380,7 @@ func testLifecycleArchive(t *testing.T, h *harness) {
 	// An append to the stub is refused, by the store or the fold, and
 	// stores nothing.
 	before := snapshotLifecycle(t, h.s, lc)
-	err = h.s.Append(t.Context(), a.id, liveA.Version, []*reinv1.Event{step(a.id, liveA.Version+1)}, store.WithBlobs(blobSet([]byte("more"))))
+	_, err = h.s.Append(t.Context(), a.id, liveA.Version, []*reinv1.Event{step(a.id, liveA.Version+1)}, store.WithBlobs(blobSet([]byte("more"))))
 	if !errors.Is(err, store.ErrArchived) && !errors.Is(err, runstate.ErrTerminal) {
 		t.Errorf("Append to the archived run: %v; want ErrArchived or ErrTerminal", err)
 	}

@@ -18,6 +18,7 @@ package storetest
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -239,10 +240,39 @@ func mustCreate(t *testing.T, s store.Store, ev *reinv1.Event) runstate.State {
 	return st
 }
 
-func mustAppend(t *testing.T, s store.Store, id string, expected uint64, evs ...*reinv1.Event) {
+// mustAppend appends evs to run id at version expected, checks the state
+// Append returned (assertAppended), and returns it.
+func mustAppend(t *testing.T, s store.Store, id string, expected uint64, evs ...*reinv1.Event) runstate.State {
 	t.Helper()
-	if err := s.Append(t.Context(), id, expected, evs); err != nil {
+	st, err := s.Append(t.Context(), id, expected, evs)
+	if err != nil {
 		t.Fatalf("Append(%s, %d, %d events): %v", id, expected, len(evs), err)
+	}
+	assertAppended(t, s, id, st)
+	return st
+}
+
+// assertAppended fails unless st, the state an Append to run id returned,
+// is the state the store folded and stored: the fold of the run's stored
+// log (runstate.ApplyAll over Events from 0), and what Load returns, the
+// contract included. It must be called before the run changes again.
+func assertAppended(t *testing.T, s store.Store, id string, st runstate.State) {
+	t.Helper()
+	what := fmt.Sprintf("the state Append(%s) returned, at version %d,", id, st.Version)
+	assertState(t, what+" against the fold of the stored log", st, fold(t, mustEvents(t, s, id, 0, all)))
+	assertState(t, what+" against Load", st, mustLoad(t, s, id))
+}
+
+// assertRefused fails unless an Append that returned st and err was
+// refused: an error, and the zero State. (Its caller checks that nothing
+// was stored, with assertLog.)
+func assertRefused(t *testing.T, what string, st runstate.State, err error) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: err = nil, want an error", what)
+	}
+	if !reflect.DeepEqual(st, runstate.State{}) {
+		t.Errorf("%s: refused with %v, yet returned a state: %v", what, err, st.Proto(true))
 	}
 }
 
