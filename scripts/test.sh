@@ -3,7 +3,8 @@
 #   gofmt, go vet, the binaries, buf format/lint/breaking, gen/ up to date,
 #   go test -race
 #   (and the failpoint package again with -tags failpoints), the web console's
-#   generated client and built assets up to date, its browser tests.
+#   generated client and built assets up to date, its unit tests (npm test)
+#   and browser tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,6 +56,10 @@ if [ -n "$stale" ]; then
   echo "the console's generated client or built assets differ from what is committed:"; echo "$stale"
   echo "run '(cd web && npm ci) && .bin/buf generate --template buf.gen.web.yaml && (cd web && npm run build)' and commit the result"; exit 1
 fi
+
+step "web console: its event lines are in step with the kinds rein declares"
+# internal/eventkind's test writes and checks the fixture this reads.
+(cd web && npm test --silent)
 
 step "buf breaking (against the previous commit)"
 if git rev-parse -q --verify HEAD~1 >/dev/null 2>&1 && [ "$(git rev-parse --is-shallow-repository)" = false ] \

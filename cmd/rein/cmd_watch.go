@@ -11,6 +11,7 @@ import (
 	"golang.org/x/term"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/eventkind"
 	"github.com/reinhq/rein/internal/runstate"
 )
 
@@ -137,25 +138,26 @@ func painter(w io.Writer) func(*reinv1.Event, string) string {
 		return func(_ *reinv1.Event, s string) string { return s }
 	}
 	return func(ev *reinv1.Event, s string) string {
-		code := ""
-		switch p := ev.GetPayload().(type) {
-		case *reinv1.Event_StatusChanged:
-			switch to := p.StatusChanged.GetTo(); {
-			case to == reinv1.RunStatus_RUN_STATUS_COMPLETED:
-				code = "32" // green
-			case runstate.Paused(to):
-				code = "33" // yellow
-			case runstate.Terminal(to):
-				code = "31" // red
-			}
-		case *reinv1.Event_ToolRefused, *reinv1.Event_DecisionRejected, *reinv1.Event_BudgetReached:
-			code = "35" // magenta
-		case *reinv1.Event_ApprovalRequested, *reinv1.Event_InputRequested:
-			code = "33"
-		}
+		code := toneCode(eventkind.Of(ev).Tone(ev))
 		if code == "" {
 			return s
 		}
 		return "\x1b[" + code + "m" + s + "\x1b[0m"
 	}
+}
+
+// toneCode is the ANSI colour of an event line's tone; "" for the
+// terminal's own.
+func toneCode(t eventkind.Tone) string {
+	switch t {
+	case eventkind.Good:
+		return "32" // green
+	case eventkind.Waiting:
+		return "33" // yellow
+	case eventkind.Bad:
+		return "31" // red
+	case eventkind.Alert:
+		return "35" // magenta
+	}
+	return ""
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/eventkind"
 	"github.com/reinhq/rein/internal/runstate"
 )
 
@@ -187,144 +188,9 @@ func eventLine(ev *reinv1.Event) string {
 		ev.GetSequence(), runstate.PayloadName(ev), eventSummary(ev))
 }
 
-func eventSummary(ev *reinv1.Event) string {
-	switch p := ev.GetPayload().(type) {
-	case *reinv1.Event_RunStarted:
-		return fmt.Sprintf("goal %q, %d tools", p.RunStarted.GetContract().GetGoal(), len(p.RunStarted.GetContract().GetTools()))
-	case *reinv1.Event_ModelRequested:
-		s := fmt.Sprintf("step %d, %s, ~%d input tokens", p.ModelRequested.GetStep(), p.ModelRequested.GetModel(), p.ModelRequested.GetInputTokens())
-		if p.ModelRequested.GetResumed() {
-			s += ", sent again: the call before it was cut by a crash"
-		}
-		return s
-	case *reinv1.Event_ModelReturned:
-		mr := p.ModelReturned
-		var notes []string
-		if c := mr.GetCostUsd(); c > 0 {
-			notes = append(notes, fmt.Sprintf("$%.6f", c))
-		}
-		if d := tookText(mr.GetDuration()); d != "" {
-			notes = append(notes, d)
-		}
-		if f := mr.GetFinishReason(); f != "" {
-			notes = append(notes, f)
-		}
-		if len(notes) == 0 {
-			return decisionText(mr.GetDecision())
-		}
-		return fmt.Sprintf("%s (%s)", decisionText(mr.GetDecision()), strings.Join(notes, ", "))
-	case *reinv1.Event_ModelRetried:
-		return fmt.Sprintf("step %d, retry in %s: %s", p.ModelRetried.GetStep(), p.ModelRetried.GetWait().AsDuration(), p.ModelRetried.GetError())
-	case *reinv1.Event_ContextCompacted:
-		cc := p.ContextCompacted
-		return fmt.Sprintf("%d entries summarised, %d → %d characters", cc.GetCompacted(), cc.GetCharsBefore(), cc.GetCharsAfter())
-	case *reinv1.Event_DecisionRejected:
-		return p.DecisionRejected.GetError()
-	case *reinv1.Event_ToolRequested:
-		return p.ToolRequested.GetTool()
-	case *reinv1.Event_ToolRefused:
-		return p.ToolRefused.GetTool() + ": " + p.ToolRefused.GetReason()
-	case *reinv1.Event_ToolReturned:
-		took := ""
-		if d := tookText(p.ToolReturned.GetDuration()); d != "" {
-			took = ", " + d
-		}
-		if e := p.ToolReturned.GetError(); e != "" {
-			if took != "" {
-				return fmt.Sprintf("%s error (%s): %s", p.ToolReturned.GetTool(), took[2:], e)
-			}
-			return p.ToolReturned.GetTool() + " error: " + e
-		}
-		cut := ""
-		if p.ToolReturned.GetTruncated() {
-			cut = ", cut"
-		}
-		return fmt.Sprintf("%s (%d bytes%s%s)", p.ToolReturned.GetTool(), p.ToolReturned.GetOutputBytes(), cut, took)
-	case *reinv1.Event_ApprovalRequested:
-		pr := p.ApprovalRequested.GetProposal()
-		return fmt.Sprintf("%s %s, hash %.12s…", pr.GetTool(), pr.GetProposalId(), pr.GetHash())
-	case *reinv1.Event_InputRequested:
-		return fmt.Sprintf("%q", p.InputRequested.GetQuestion().GetText())
-	case *reinv1.Event_DelegationStarted:
-		var ids []string
-		for _, c := range p.DelegationStarted.GetChildren() {
-			b := c.GetBudget()
-			ids = append(ids, fmt.Sprintf("%s (%d steps", c.GetRunId(), b.GetMaxSteps())+budgetNote(b)+")")
-		}
-		return "children " + strings.Join(ids, ", ")
-	case *reinv1.Event_DelegationReturned:
-		d := p.DelegationReturned
-		s := fmt.Sprintf("%s %s, %d steps, %d tokens, $%.6f", d.GetRunId(), runstate.StatusName(d.GetStatus()), d.GetSteps(),
-			d.GetUsage().GetInputTokens()+d.GetUsage().GetOutputTokens(), d.GetCostUsd())
-		if a := d.GetAnswer(); a != nil {
-			s += fmt.Sprintf(": %q", a.GetText())
-		}
-		return s
-	case *reinv1.Event_BudgetReached:
-		return p.BudgetReached.GetLimit() + ": " + p.BudgetReached.GetDetail()
-	case *reinv1.Event_ApprovalDecided:
-		d := p.ApprovalDecided
-		verdict := "approved"
-		if !d.GetApproved() {
-			verdict = "rejected"
-			if d.GetEndRun() {
-				verdict = "rejected, run ended"
-			}
-		}
-		return fmt.Sprintf("%s %s by %s %s", d.GetProposalId(), verdict, ev.GetActor(), quoteIf(d.GetReason()))
-	case *reinv1.Event_WriteDispatched:
-		return "operation " + p.WriteDispatched.GetOperationId()
-	case *reinv1.Event_WriteCommitted:
-		s := "operation " + p.WriteCommitted.GetOperationId() + ", receipt " + compactJSON(p.WriteCommitted.GetReceipt())
-		if d := tookText(p.WriteCommitted.GetDuration()); d != "" {
-			s += ", in " + d
-		}
-		return s
-	case *reinv1.Event_WriteRefused:
-		return "operation " + p.WriteRefused.GetOperationId() + " refused: " + p.WriteRefused.GetReason()
-	case *reinv1.Event_RunTaken:
-		return fmt.Sprintf("carried on by %s (lease epoch %d)", p.RunTaken.GetOwner(), p.RunTaken.GetEpoch())
-	case *reinv1.Event_WriteOutcomeUnknown:
-		return "operation " + p.WriteOutcomeUnknown.GetOperationId() + ": " + p.WriteOutcomeUnknown.GetError()
-	case *reinv1.Event_InputProvided:
-		return fmt.Sprintf("%q by %s", p.InputProvided.GetText(), ev.GetActor())
-	case *reinv1.Event_ChecksCompleted:
-		s := checksText(p.ChecksCompleted.GetResults())
-		if d := tookText(p.ChecksCompleted.GetDuration()); d != "" {
-			s += ", in " + d
-		}
-		return s
-	case *reinv1.Event_StatusChanged:
-		sc := p.StatusChanged
-		s := fmt.Sprintf("%s → %s (%s)", runstate.StatusName(sc.GetFrom()), runstate.StatusName(sc.GetTo()), sc.GetReason())
-		if e := sc.GetError(); e != "" {
-			s += ": " + e
-		}
-		return s
-	}
-	return ""
-}
-
-// checksText sums up completion checks' results: how many ran, passed and
-// failed, and the names of the failed ones ("2 checks: 1 passed, 1 failed
-// (unit)").
-func checksText(results []*reinv1.CheckResult) string {
-	var failed []string
-	for _, r := range results {
-		if !r.GetPassed() {
-			failed = append(failed, r.GetName())
-		}
-	}
-	noun := "checks"
-	if len(results) == 1 {
-		noun = "check"
-	}
-	s := fmt.Sprintf("%d %s: %d passed", len(results), noun, len(results)-len(failed))
-	if len(failed) > 0 {
-		s += fmt.Sprintf(", %d failed (%s)", len(failed), strings.Join(failed, ", "))
-	}
-	return s
-}
+// eventSummary is an event's line for a person after its name: its kind's
+// summary (internal/eventkind).
+func eventSummary(ev *reinv1.Event) string { return eventkind.Summary(ev) }
 
 // runChangeLine is one status change of `rein watch --all` as a line for a
 // person. A run's creation has no previous status: it reads "created".
@@ -339,36 +205,6 @@ func runChangeLine(ch *reinv1.RunChange) string {
 		s += " (" + r + ")"
 	}
 	return fmt.Sprintf("%s v%d", s, ch.GetVersion())
-}
-
-func quoteIf(s string) string {
-	if s == "" {
-		return ""
-	}
-	return fmt.Sprintf("%q", s)
-}
-
-// compactJSON is a message as one line of JSON.
-func compactJSON(m proto.Message) string {
-	b, err := json.Marshal(protoJSON(m))
-	if err != nil {
-		return "?"
-	}
-	return string(b)
-}
-
-func decisionText(d *reinv1.Decision) string {
-	switch a := d.GetAction().(type) {
-	case *reinv1.Decision_ToolCall:
-		return "tool_call " + a.ToolCall.GetTool()
-	case *reinv1.Decision_FinalAnswer:
-		return fmt.Sprintf("final_answer %q", a.FinalAnswer.GetText())
-	case *reinv1.Decision_AskHuman:
-		return fmt.Sprintf("ask_human %q", a.AskHuman.GetQuestion())
-	case *reinv1.Decision_Delegate:
-		return fmt.Sprintf("delegate %d tasks", len(a.Delegate.GetTasks()))
-	}
-	return "(no decision)"
 }
 
 // statusExit is the exit code of a command that carried a run to status.
@@ -388,22 +224,6 @@ func statusExit(s reinv1.RunStatus) int {
 		return exitCancelled
 	}
 	return exitError
-}
-
-// tookText is a measured duration as a person reads it ("1.25s", "340ms",
-// "85µs"), or "" when none was recorded.
-func tookText(d *durationpb.Duration) string {
-	if d == nil {
-		return ""
-	}
-	t := d.AsDuration()
-	switch {
-	case t >= time.Second:
-		return t.Round(10 * time.Millisecond).String()
-	case t >= time.Millisecond:
-		return t.Round(time.Millisecond).String()
-	}
-	return t.Round(time.Microsecond).String()
 }
 
 // timing is what a run's log says of how long its calls took: the model
@@ -443,7 +263,7 @@ func (t timed) String() string {
 		calls = "call"
 	}
 	s := fmt.Sprintf("%d %s, %s in all, the slowest %s", t.n, calls,
-		tookText(durationpb.New(t.total)), tookText(durationpb.New(t.slowest)))
+		eventkind.TookText(durationpb.New(t.total)), eventkind.TookText(durationpb.New(t.slowest)))
 	if t.what != "" {
 		s += " (" + t.what + ")"
 	}
@@ -463,19 +283,4 @@ func timingOf(evs []*reinv1.Event) timing {
 		}
 	}
 	return tm
-}
-
-// budgetNote is a lent budget's limits beside its steps, for a line.
-func budgetNote(b *reinv1.Budget) string {
-	var s string
-	if n := b.GetMaxTokens(); n > 0 {
-		s += fmt.Sprintf(", %d tokens", n)
-	}
-	if c := b.GetMaxCostUsd(); c > 0 {
-		s += fmt.Sprintf(", $%.6f", c)
-	}
-	if n := b.GetMaxToolCalls(); n > 0 {
-		s += fmt.Sprintf(", %d tool calls", n)
-	}
-	return s
 }

@@ -26,12 +26,11 @@ import (
 
 // Limits of the completion checks.
 const (
-	checkTailLines  = 40       // lines of a check's output kept in its result
-	checkTailBytes  = 16 << 10 // bytes of a check's output kept in its result
-	checkOutputCap  = 1 << 20  // bytes of a check's output held while it runs
-	maxHashFiles    = 10000    // files hashed into workspace_hash
-	checkWaitDelay  = 2 * time.Second
-	checksFailedMsg = "completion checks failed"
+	checkTailLines = 40       // lines of a check's output kept in its result
+	checkTailBytes = 16 << 10 // bytes of a check's output kept in its result
+	checkOutputCap = 1 << 20  // bytes of a check's output held while it runs
+	maxHashFiles   = 10000    // files hashed into workspace_hash
+	checkWaitDelay = 2 * time.Second
 )
 
 // checkWorkspace refuses checks an engine cannot run: it has no workspace,
@@ -206,22 +205,6 @@ func workspaceHash(root string) string {
 		h.Write(fh.Sum(nil))
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-// checksText is the observation the model reads of failing checks.
-func checksText(cc *reinv1.ChecksCompleted) string {
-	var b strings.Builder
-	for _, res := range cc.GetResults() {
-		if res.GetPassed() {
-			continue
-		}
-		if b.Len() > 0 {
-			b.WriteString("\n")
-		}
-		fmt.Fprintf(&b, "%s: %s (exit %d):\n%s", checksFailedMsg, res.GetName(), res.GetExitCode(), strings.TrimRight(res.GetOutputTail(), "\n"))
-	}
-	b.WriteString("\nThe run is not complete: fix the problem, then give the final answer again.")
-	return b.String()
 }
 
 // finish handles a final answer in a run with completion checks: all pass →

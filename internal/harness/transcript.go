@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/eventkind"
 	"github.com/reinhq/rein/internal/model"
-	"github.com/reinhq/rein/internal/runstate"
 )
 
 // promptVersion names the way rein lays a run out for a model; it changes
@@ -431,78 +431,35 @@ func summaryText(items []*reinv1.ContextItem, budget int) string {
 }
 
 // observe turns one event of the run, at sequence seq, into what the
-// model reads of it: a turn (a decision, or an observation labelled with its
-// source), a compaction, or nothing. Besides the turns it keeps only what
-// describes the model's input (which parts the latest call was sent, what
-// the provider counted of it); what else the step loop needs of the log is
+// model reads of it, as its kind's declaration says (internal/eventkind): a
+// turn (a decision, or an observation labelled with its source), a
+// compaction, or nothing. Besides the turns it keeps only what describes
+// the model's input (which parts the latest call was sent, what the
+// provider counted of it); what else the step loop needs of the log is
 // folded by runstate.
 func (t *transcript) observe(ev *reinv1.Event, seq uint64) {
-	obs := func(source, callID, text string) {
-		t.add(model.Turn{Observation: &model.Observation{Source: source, CallID: callID, Text: text}}, seq)
-	}
-	switch p := ev.GetPayload().(type) {
-	case *reinv1.Event_ContextCompacted:
-		t.compact(p.ContextCompacted)
-	case *reinv1.Event_ModelRequested:
+	tr := eventkind.Of(ev).Transcript
+	switch tr.Role {
+	case eventkind.Compaction:
+		t.compact(ev.GetContextCompacted())
+	case eventkind.Request:
 		t.requested()
-	case *reinv1.Event_ModelReturned:
-		t.reported(p.ModelReturned.GetUsage().GetInputTokens())
-		if d := p.ModelReturned.GetDecision(); d != nil && d.GetAction() != nil {
+	case eventkind.Reply:
+		mr := ev.GetModelReturned()
+		t.reported(mr.GetUsage().GetInputTokens())
+		if d := mr.GetDecision(); d != nil && d.GetAction() != nil {
 			t.add(model.Turn{Decision: d}, seq)
 		}
-	case *reinv1.Event_DecisionRejected:
-		obs("harness", "", "Your reply was not a valid decision and nothing ran: "+p.DecisionRejected.GetError()+
-			". Reply with exactly one tool call, a final answer, or a question for a person.")
-	case *reinv1.Event_ToolRefused:
-		obs("harness", p.ToolRefused.GetCallId(), p.ToolRefused.GetReason())
-	case *reinv1.Event_ToolReturned:
-		tr := p.ToolReturned
-		text := tr.GetError()
-		if text != "" {
-			text = "error: " + text
-		} else {
-			text = valueText(tr.GetOutput())
+	case eventkind.Observed:
+		if o := tr.Observe(ev); o != nil {
+			t.add(model.Turn{Observation: o}, seq)
 		}
-		if tr.GetTruncated() {
-			text += fmt.Sprintf("\n[output cut: %d bytes of %d shown; ask for less, such as a narrower query or a range, to see the rest]",
-				len(valueText(tr.GetOutput())), tr.GetOutputBytes())
-		}
-		obs("tool:"+tr.GetTool(), tr.GetCallId(), text)
-	case *reinv1.Event_InputProvided:
-		obs("person", "", p.InputProvided.GetText())
-	case *reinv1.Event_ApprovalDecided:
-		if !p.ApprovalDecided.GetApproved() {
-			obs("person", "", "The proposed write was rejected and did not happen. Reason: "+p.ApprovalDecided.GetReason())
-		}
-	case *reinv1.Event_ChecksCompleted:
-		if runstate.ChecksHash(p.ChecksCompleted) != "" {
-			obs("harness", "", checksText(p.ChecksCompleted))
-		}
-	case *reinv1.Event_WriteRefused:
-		obs("harness", "", "The approved write was refused by its tool and nothing was written: "+p.WriteRefused.GetReason()+
-			". Read the current state and propose the write again if it is still needed.")
-	case *reinv1.Event_WriteCommitted:
-		obs("harness", "", "The approved write was committed. Receipt: "+valueText(p.WriteCommitted.GetReceipt()))
-	case *reinv1.Event_DelegationReturned:
-		obs("run:"+p.DelegationReturned.GetRunId(), "", returnedText(p.DelegationReturned))
 	}
 }
 
 // valueText is a result as the model reads it: a string as itself, anything
 // else as JSON.
-func valueText(v *structpb.Value) string {
-	if v == nil {
-		return "null"
-	}
-	if s, ok := v.GetKind().(*structpb.Value_StringValue); ok {
-		return s.StringValue
-	}
-	b, err := json.Marshal(v.AsInterface())
-	if err != nil {
-		return fmt.Sprintf("(unprintable result: %v)", err)
-	}
-	return string(b)
-}
+func valueText(v *structpb.Value) string { return eventkind.ValueText(v) }
 
 // toolSetHash is the SHA-256 of the tools a run was granted.
 func toolSetHash(grants []*reinv1.ToolGrant) string {

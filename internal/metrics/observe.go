@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/eventkind"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 )
@@ -71,7 +72,8 @@ func (m *Metrics) modelLabels(spec *reinv1.ModelSpec) (provider, model string) {
 	return provider, m.models.get(spec.GetName())
 }
 
-// Observe counts what one durable append of a run recorded. It is the
+// Observe counts what one durable append of a run recorded: each event as
+// its kind's declaration says it counts (internal/eventkind). It is the
 // engine's publish hook's second reader, beside the watch hub: it never
 // blocks for long and never fails.
 func (m *Metrics) Observe(runID string, evs []*reinv1.Event) {
@@ -82,17 +84,18 @@ func (m *Metrics) Observe(runID string, evs []*reinv1.Event) {
 	defer m.mu.Unlock()
 	r := m.live[runID]
 	for _, ev := range evs {
-		switch p := ev.GetPayload().(type) {
-		case *reinv1.Event_RunStarted:
+		metric := eventkind.Of(ev).Metric
+		switch metric.Counts {
+		case eventkind.RunStart:
 			r = &liveRun{status: reinv1.RunStatus_RUN_STATUS_RUNNING}
-			r.provider, r.model = m.modelLabels(p.RunStarted.GetContract().GetModel())
+			r.provider, r.model = m.modelLabels(ev.GetRunStarted().GetContract().GetModel())
 			m.live[runID] = r
 			m.runsStarted.Inc()
 			m.runs.WithLabelValues(statusLabel(r.status)).Inc()
-		case *reinv1.Event_ModelRequested:
+		case eventkind.Step:
 			m.steps.Inc()
-		case *reinv1.Event_ModelReturned:
-			mr := p.ModelReturned
+		case eventkind.ModelCall:
+			mr := ev.GetModelReturned()
 			provider, model := "other", "other"
 			if r != nil {
 				provider, model = r.provider, r.model
@@ -107,10 +110,10 @@ func (m *Metrics) Observe(runID string, evs []*reinv1.Event) {
 				m.modelCost.WithLabelValues(provider, model).Add(c)
 			}
 			m.genAI.observe(provider, model, mr)
-		case *reinv1.Event_ModelRetried:
-			m.modelRetries.WithLabelValues(retryLabel(p.ModelRetried.GetReason())).Inc()
-		case *reinv1.Event_ToolReturned:
-			tr := p.ToolReturned
+		case eventkind.ModelRetry:
+			m.modelRetries.WithLabelValues(retryLabel(ev.GetModelRetried().GetReason())).Inc()
+		case eventkind.ToolCall:
+			tr := ev.GetToolReturned()
 			tool := m.tools.get(tr.GetTool())
 			outcome := "ok"
 			if tr.GetError() != "" {
@@ -120,29 +123,25 @@ func (m *Metrics) Observe(runID string, evs []*reinv1.Event) {
 			if d := tr.GetDuration(); d != nil {
 				m.toolDuration.WithLabelValues(tool).Observe(d.AsDuration().Seconds())
 			}
-		case *reinv1.Event_ToolRefused:
+		case eventkind.ToolRefusal:
 			// The model names the tool, granted or not: only a name this
 			// server already labels is kept.
 			tool := "other"
-			if m.tools.seen[p.ToolRefused.GetTool()] {
-				tool = p.ToolRefused.GetTool()
+			if name := ev.GetToolRefused().GetTool(); m.tools.seen[name] {
+				tool = name
 			}
 			m.toolCalls.WithLabelValues(tool, "refused").Inc()
-		case *reinv1.Event_ApprovalRequested:
+		case eventkind.ApprovalAsked:
 			if r != nil {
 				r.asked = ev.GetRecordedAt().AsTime().UnixNano()
 			}
 			m.approvalsWaiting.Inc()
-		case *reinv1.Event_ApprovalDecided:
+		case eventkind.ApprovalDecided:
 			m.settleApproval(r, ev, true)
-		case *reinv1.Event_WriteCommitted:
-			m.writes.WithLabelValues("committed").Inc()
-		case *reinv1.Event_WriteRefused:
-			m.writes.WithLabelValues("refused").Inc()
-		case *reinv1.Event_WriteOutcomeUnknown:
-			m.writes.WithLabelValues("unknown").Inc()
-		case *reinv1.Event_StatusChanged:
-			sc := p.StatusChanged
+		case eventkind.Write:
+			m.writes.WithLabelValues(metric.Outcome).Inc()
+		case eventkind.StatusChange:
+			sc := ev.GetStatusChanged()
 			if sc.GetFrom() == reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL && r != nil && r.asked != 0 {
 				// Expired, cancelled, or moved on without a decision event.
 				m.settleApproval(r, ev, false)

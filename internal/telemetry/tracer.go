@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/eventkind"
 	"github.com/reinhq/rein/internal/runstate"
 )
 
@@ -21,7 +22,8 @@ import (
 // caller's span when StartRun carried one. Inside it, each model call is a
 // "chat {model}" span and each tool call an "execute_tool {tool}" span,
 // timed by the durations the log records; refusals, budget limits,
-// approvals, writes, checks and compactions are span events. A stretch cut
+// approvals, writes, checks and compactions are span events. What each
+// kind of event adds is its declaration's Span (internal/eventkind). A stretch cut
 // by a crash is never ended, so it is not exported; the run's next stretch,
 // after its restart, is in the same trace.
 //
@@ -69,70 +71,32 @@ func (t *Tracer) Observe(st runstate.State, evs []*reinv1.Event) {
 	for _, ev := range evs {
 		at := ev.GetRecordedAt().AsTime()
 		s.stretchTo(at)
-		switch p := ev.GetPayload().(type) {
-		case *reinv1.Event_ModelRequested:
-			s.model, s.at = p.ModelRequested, at
-		case *reinv1.Event_ModelReturned:
-			t.chat(s, m, p.ModelReturned, at)
-		case *reinv1.Event_ToolRequested:
-			s.tools[p.ToolRequested.GetCallId()] = at
-		case *reinv1.Event_ToolReturned:
-			t.tool(s, p.ToolReturned, at)
-		case *reinv1.Event_ToolRefused:
-			s.span.AddEvent("rein.tool_refused", trace.WithTimestamp(at), trace.WithAttributes(
-				attribute.String("gen_ai.tool.name", p.ToolRefused.GetTool()), attribute.String("gen_ai.tool.call.id", p.ToolRefused.GetCallId())))
-		case *reinv1.Event_DecisionRejected:
-			s.span.AddEvent("rein.decision_rejected", trace.WithTimestamp(at))
-		case *reinv1.Event_ModelRetried:
-			s.span.AddEvent("rein.model_retried", trace.WithTimestamp(at), trace.WithAttributes(
-				attribute.String("rein.retry.reason", p.ModelRetried.GetReason()), attribute.Float64("rein.retry.wait_seconds", p.ModelRetried.GetWait().AsDuration().Seconds())))
-		case *reinv1.Event_BudgetReached:
-			s.span.AddEvent("rein.budget_reached", trace.WithTimestamp(at), trace.WithAttributes(attribute.String("rein.budget.limit", p.BudgetReached.GetLimit())))
-		case *reinv1.Event_ContextCompacted:
-			s.span.AddEvent("rein.context_compacted", trace.WithTimestamp(at), trace.WithAttributes(attribute.Int("rein.compacted", int(p.ContextCompacted.GetCompacted()))))
-		case *reinv1.Event_ApprovalRequested:
-			pr := p.ApprovalRequested.GetProposal()
-			s.span.AddEvent("rein.approval_requested", trace.WithTimestamp(at), trace.WithAttributes(
-				attribute.String("gen_ai.tool.name", pr.GetTool()), attribute.String("rein.proposal.id", pr.GetProposalId())))
-		case *reinv1.Event_ApprovalDecided:
-			s.span.AddEvent("rein.approval_decided", trace.WithTimestamp(at), trace.WithAttributes(
-				attribute.String("rein.proposal.id", p.ApprovalDecided.GetProposalId()), attribute.Bool("rein.approved", p.ApprovalDecided.GetApproved()),
-				attribute.String("rein.actor", ev.GetActor())))
-		case *reinv1.Event_InputRequested:
-			s.span.AddEvent("rein.input_requested", trace.WithTimestamp(at))
-		case *reinv1.Event_InputProvided:
-			s.span.AddEvent("rein.input_provided", trace.WithTimestamp(at), trace.WithAttributes(attribute.String("rein.actor", ev.GetActor())))
-		case *reinv1.Event_WriteDispatched:
-			s.span.AddEvent("rein.write_dispatched", trace.WithTimestamp(at), trace.WithAttributes(attribute.String("rein.proposal.id", p.WriteDispatched.GetProposalId())))
-		case *reinv1.Event_WriteCommitted:
-			s.span.AddEvent("rein.write_committed", trace.WithTimestamp(at), trace.WithAttributes(
-				attribute.String("rein.proposal.id", p.WriteCommitted.GetProposalId()), attribute.Float64("rein.duration_seconds", p.WriteCommitted.GetDuration().AsDuration().Seconds())))
-		case *reinv1.Event_WriteRefused:
-			s.span.AddEvent("rein.write_refused", trace.WithTimestamp(at), trace.WithAttributes(attribute.String("rein.proposal.id", p.WriteRefused.GetProposalId())))
-		case *reinv1.Event_WriteOutcomeUnknown:
-			s.span.AddEvent("rein.write_outcome_unknown", trace.WithTimestamp(at), trace.WithAttributes(attribute.String("rein.proposal.id", p.WriteOutcomeUnknown.GetProposalId())))
-		case *reinv1.Event_ChecksCompleted:
-			failed := 0
-			for _, r := range p.ChecksCompleted.GetResults() {
-				if !r.GetPassed() {
-					failed++
-				}
+		span := eventkind.Of(ev).Span
+		switch span.Call {
+		case eventkind.ModelCallStart:
+			s.model, s.at = ev.GetModelRequested(), at
+		case eventkind.ModelCallEnd:
+			t.chat(s, m, ev.GetModelReturned(), at)
+		case eventkind.ToolCallStart:
+			s.tools[ev.GetToolRequested().GetCallId()] = at
+		case eventkind.ToolCallEnd:
+			t.tool(s, ev.GetToolReturned(), at)
+		}
+		if span.Event != "" {
+			opts := []trace.EventOption{trace.WithTimestamp(at)}
+			if span.Attributes != nil {
+				opts = append(opts, trace.WithAttributes(span.Attributes(ev)...))
 			}
-			s.span.AddEvent("rein.checks_completed", trace.WithTimestamp(at), trace.WithAttributes(
-				attribute.Int("rein.checks", len(p.ChecksCompleted.GetResults())), attribute.Int("rein.checks.failed", failed)))
-		case *reinv1.Event_StatusChanged:
-			sc := p.StatusChanged
-			s.span.AddEvent("rein.status_changed", trace.WithTimestamp(at), trace.WithAttributes(
-				attribute.String("rein.status", runstate.StatusName(sc.GetTo())), attribute.String("rein.status.reason", sc.GetReason())))
-			if runstate.Terminal(sc.GetTo()) || runstate.Paused(sc.GetTo()) {
-				t.close(st, s, sc)
-				delete(t.runs, st.RunID)
-				if ev != evs[len(evs)-1] {
-					// More after a pause in one append (a decision and the
-					// write's dispatch): a new stretch takes them.
-					s = t.open(st, ev)
-					t.runs[st.RunID] = s
-				}
+			s.span.AddEvent(span.Event, opts...)
+		}
+		if span.Ends != nil && span.Ends(ev) {
+			t.close(st, s, ev.GetStatusChanged())
+			delete(t.runs, st.RunID)
+			if ev != evs[len(evs)-1] {
+				// More after a pause in one append (a decision and the
+				// write's dispatch): a new stretch takes them.
+				s = t.open(st, ev)
+				t.runs[st.RunID] = s
 			}
 		}
 	}

@@ -1,0 +1,82 @@
+// The console's event lines (src/format.ts) against the kinds rein's Go side
+// declares (internal/eventkind): its fixture, testdata/summaries.json, holds
+// a sample event of every kind and the line the CLI prints for it, and is
+// generated and checked for drift by `go test ./internal/eventkind`. Run
+// with `npm test`.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { fromJson, type JsonValue } from "@bufbuild/protobuf";
+import { EventSchema } from "../src/gen/rein/v1/event_pb";
+import { summary } from "../src/format";
+
+type Case = { kind: string; event: JsonValue; summary: string };
+
+// npm runs the tests in web/.
+const fixture: { kinds: Case[] } = JSON.parse(readFileSync("../internal/eventkind/testdata/summaries.json", "utf8"));
+
+// lines are, by kind, the CLI's line for the fixture's sample and the
+// console's. The console shows more (arguments, outputs, answers) and says
+// it in its own words, so the two differ; what keeps them in step is that a
+// change to the CLI's line fails here until the console's line has been
+// looked at beside it, and the pair below updated.
+const lines: Record<string, [cli: string, console: string]> = {
+  run_started: ['goal "goal", 1 tools', "by principal: goal (fork of parent-run-id at 7)"],
+  model_requested: ["step 1, model, ~3 input tokens, sent again: the call before it was cut by a crash", "step 1, model, ~3 input tokens"],
+  model_returned: ["tool_call tool ($0.375000, 1.25s, finish-reason)", 'calls tool {"key":"value"} (1 in, 2 out, 1.25s)'],
+  decision_rejected: ["error", "error: raw"],
+  tool_requested: ["tool", 'tool {"key":"value"}'],
+  tool_refused: ["tool: reason", "tool: reason"],
+  tool_returned: ["tool error (1.25s): error", "tool failed: error (cut at 6 bytes) (1.25s)"],
+  approval_requested: ["tool proposal-id, hash hash…", "tool proposal proposal-id, hash hash, expires 2026-12-01 10:00:00.000"],
+  approval_decided: ['proposal-id approved by principal:ana "reason"', "principal:ana approved proposal-id: reason (and ended the run)"],
+  input_requested: ['"text"', "text"],
+  input_provided: ['"text" by principal:ana', "principal:ana: text"],
+  write_dispatched: ["operation operation-id", "proposal-id as operation-id"],
+  write_committed: ['operation operation-id, receipt "value", in 1.25s', 'proposal-id: "value" (1.25s)'],
+  write_outcome_unknown: ["operation operation-id: error", "proposal-id: error"],
+  checks_completed: ["1 check: 1 passed, in 1.25s", "name passed"],
+  budget_reached: ["limit: detail", "limit: detail"],
+  status_changed: ["needs_input → needs_approval (reason): error", "needs_input → needs_approval: reason; answer: text; error: error"],
+  model_retried: ["step 1, retry in 1.25s: error", "step 1: error; retrying after 1.25s"],
+  context_compacted: ["2 entries summarised, 4 → 5 characters", "step 1: 2 items compacted, 4 → 5 characters"],
+  write_refused: ["operation operation-id refused: reason", "proposal-id: reason"],
+  delegation_started: ["children run-id (1 steps, 2 tokens, $0.750000, 4 tool calls)", "1 child run(s): run-id: goal"],
+  delegation_returned: ['run-id needs_approval, 8 steps, 3 tokens, $0.875000: "text"', "run-id needs_approval (reason): text, 8 steps, $0.8750"],
+  run_taken: ["carried on by owner (lease epoch 2)", "carried on by owner (lease epoch 2)"],
+};
+
+test("the fixture holds every kind of this console's generated client", () => {
+  const payload = EventSchema.oneofs.find((o) => o.name === "payload");
+  assert.ok(payload, "rein.v1.Event has no payload oneof");
+  assert.deepEqual(
+    fixture.kinds.map((c) => c.kind),
+    payload.fields.map((f) => f.name),
+    "the Go side's kinds and web/src/gen differ: regenerate both from proto/",
+  );
+});
+
+test("every kind has its own line", () => {
+  for (const c of fixture.kinds) {
+    const s = summary(fromJson(EventSchema, c.event));
+    assert.equal(s.kind, c.kind, `format.ts's summary does not know ${c.kind}: give it a case`);
+    assert.notEqual(s.text, "", `${c.kind} reads as an empty line`);
+  }
+});
+
+test("an event of a kind the formatter does not know reads as a bare event", () => {
+  assert.deepEqual(summary(fromJson(EventSchema, { runId: "run_1", sequence: "7" })), { kind: "event", text: "" });
+});
+
+test("the console's line for each kind is in step with the CLI's", () => {
+  assert.deepEqual(Object.keys(lines).sort(), fixture.kinds.map((c) => c.kind).sort(), "lines has a pair for each kind, and only those");
+  for (const c of fixture.kinds) {
+    const [cli, want] = lines[c.kind];
+    assert.equal(
+      c.summary,
+      cli,
+      `the CLI's line for ${c.kind} changed: bring the console's line (web/src/format.ts) in step with it, then update its pair in web/test/format.test.ts`,
+    );
+    assert.equal(summary(fromJson(EventSchema, c.event)).text, want, `the console's line for ${c.kind}`);
+  }
+});
