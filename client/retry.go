@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"errors"
+	"io"
 	"math/rand/v2"
 	"time"
 
@@ -48,7 +50,7 @@ func RetryDelay(err error) (time.Duration, bool) {
 // (a message over the size limit: waiting does not fix it).
 func honourRetryInfo(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	for attempt := 1; ; attempt++ {
-		err := invoker(ctx, method, req, reply, cc, opts...)
+		err := lostAnswer(invoker(ctx, method, req, reply, cc, opts...))
 		if status.Code(err) != codes.ResourceExhausted || attempt == MaxRetryInfoAttempts {
 			return err
 		}
@@ -64,6 +66,18 @@ func honourRetryInfo(ctx context.Context, method string, req, reply any, cc *grp
 			return err
 		}
 	}
+}
+
+// lostAnswer is err, or Unavailable for a bare io.EOF: grpc-go may return
+// io.EOF from a unary call whose connection ended as the request was sent
+// (the server died or closed it; grpc/grpc-go#7230), which is the server
+// being unavailable, and says so, so that a caller's retry of Unavailable
+// covers it.
+func lostAnswer(err error) error {
+	if errors.Is(err, io.EOF) {
+		return status.Error(codes.Unavailable, "the connection to the server ended before it answered (EOF): the call may or may not have been applied; retry it where that is safe (a StartRun with its request ID, a read)")
+	}
+	return err
 }
 
 // sleep waits d, or until ctx ends (then it returns false).
