@@ -8,6 +8,10 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/reinhq/rein/client"
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -210,26 +214,28 @@ func (o *watchOptions) watchTree(ctx context.Context, e *env, runID string) erro
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := cn.Watch(ctx, id, after, func(ev *reinv1.Event) error {
-				mu.Lock()
-				var err error
-				if e.json {
-					m := eventJSON(ev)
-					err = writeJSON(e.stdout, m, false)
-				} else {
-					_, err = fmt.Fprintf(e.stdout, "%s  %s\n", id, eventLine(ev))
-				}
-				mu.Unlock()
-				if err != nil {
-					return err
-				}
-				for _, c := range ev.GetDelegationStarted().GetChildren() {
-					follow(c.GetRunId(), 0)
-				}
-				if sc := ev.GetStatusChanged(); sc != nil && runstate.Paused(sc.GetTo()) && !cn.remote {
-					return errPaused
-				}
-				return nil
+			err := watchChild(ctx, id != runID, func() error {
+				return cn.Watch(ctx, id, after, func(ev *reinv1.Event) error {
+					mu.Lock()
+					var err error
+					if e.json {
+						m := eventJSON(ev)
+						err = writeJSON(e.stdout, m, false)
+					} else {
+						_, err = fmt.Fprintf(e.stdout, "%s  %s\n", id, eventLine(ev))
+					}
+					mu.Unlock()
+					if err != nil {
+						return err
+					}
+					for _, c := range ev.GetDelegationStarted().GetChildren() {
+						follow(c.GetRunId(), 0)
+					}
+					if sc := ev.GetStatusChanged(); sc != nil && runstate.Paused(sc.GetTo()) && !cn.remote {
+						return errPaused
+					}
+					return nil
+				})
 			})
 			if err != nil && !errors.Is(err, errPaused) && ctx.Err() == nil {
 				mu.Lock()
@@ -297,27 +303,67 @@ func (k *childWatch) follow(ctx context.Context, runID string) {
 	k.wg.Add(1)
 	go func() {
 		defer k.wg.Done()
-		_ = k.c.Watch(ctx, runID, 0, func(ev *reinv1.Event) error {
-			for _, ch := range ev.GetDelegationStarted().GetChildren() {
-				k.follow(ctx, ch.GetRunId())
-			}
-			if sc := ev.GetStatusChanged(); sc != nil && runstate.Paused(sc.GetTo()) {
-				// The history replays old pauses too: only one that holds
-				// now stops the following.
-				got, err := k.c.Runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID})
-				if err != nil || !runstate.Paused(got.GetRun().GetStatus()) {
-					return nil
-				}
-				k.mu.Lock()
-				fmt.Fprintf(k.w, "rein: delegated run %s is %s: it waits for a person (rein pending; approve or answer it with its run ID)\n",
-					runID, runstate.StatusName(sc.GetTo()))
-				k.mu.Unlock()
-				k.stop(errChildPaused)
-				return errChildPaused
-			}
-			return nil
+		_ = watchChild(ctx, true, func() error {
+			return k.c.Watch(ctx, runID, 0, func(ev *reinv1.Event) error { return k.seen(ctx, runID, ev) })
 		})
 	}()
+}
+
+// watchChild runs watch, and again while it ends NotFound when child is
+// set: a parent's delegation_started names its children before the engine
+// creates them (and a server that crashed between creates them when it
+// resumes the parent), so a child named may not exist yet.
+// It waits up to childWait for it.
+func watchChild(ctx context.Context, child bool, watch func() error) error {
+	deadline := time.Now().Add(childWait)
+	for {
+		err := watch()
+		if !child || status.Code(err) != codes.NotFound {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("its parent named it a child %v ago and it does not exist yet: %w", childWait, err)
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(childPoll):
+		}
+	}
+}
+
+// childWait bounds how long a named child that does not exist yet is
+// waited for.
+var childWait = time.Minute
+
+// childPoll is how often a child named but not created yet is looked for.
+const childPoll = 25 * time.Millisecond
+
+// seen is one event of a followed child: its own children are followed
+// too, and a pause that holds now stops the following.
+func (k *childWatch) seen(ctx context.Context, runID string, ev *reinv1.Event) error {
+	for _, ch := range ev.GetDelegationStarted().GetChildren() {
+		k.follow(ctx, ch.GetRunId())
+	}
+	sc := ev.GetStatusChanged()
+	if sc == nil || !runstate.Paused(sc.GetTo()) {
+		return nil
+	}
+	// The history replays old pauses too: only one that holds now stops
+	// the following.
+	var got *reinv1.GetRunResponse
+	if err := k.c.Retry(ctx, func(ctx context.Context) (err error) {
+		got, err = k.c.Runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID})
+		return err
+	}); err != nil || !runstate.Paused(got.GetRun().GetStatus()) {
+		return nil
+	}
+	k.mu.Lock()
+	fmt.Fprintf(k.w, "rein: delegated run %s is %s: it waits for a person (rein pending; approve or answer it with its run ID)\n",
+		runID, runstate.StatusName(sc.GetTo()))
+	k.mu.Unlock()
+	k.stop(errChildPaused)
+	return errChildPaused
 }
 
 func (k *childWatch) wait() { k.wg.Wait() }
