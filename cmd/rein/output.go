@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -87,7 +86,7 @@ func protoJSON(m proto.Message) any {
 	if m == nil || !m.ProtoReflect().IsValid() {
 		return nil
 	}
-	return lowerStatuses(messageJSON(m.ProtoReflect()))
+	return eventkind.LowerStatuses(messageJSON(m.ProtoReflect()))
 }
 
 // messageJSON walks a message by reflection. Well-known types (Struct,
@@ -141,25 +140,6 @@ func scalarJSON(fd protoreflect.FieldDescriptor, v protoreflect.Value) any {
 		return v.Bytes()
 	}
 	return v.Interface()
-}
-
-// lowerStatuses rewrites "RUN_STATUS_X" strings as "x", everywhere in v.
-func lowerStatuses(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			x[k] = lowerStatuses(e)
-		}
-	case []any:
-		for i, e := range x {
-			x[i] = lowerStatuses(e)
-		}
-	case string:
-		if rest, ok := strings.CutPrefix(x, "RUN_STATUS_"); ok {
-			return strings.ToLower(rest)
-		}
-	}
-	return v
 }
 
 // eventJSON is one event as the CLI prints it: the envelope with sequence as

@@ -160,23 +160,23 @@ func jsonText(v *structpb.Value) string {
 			x = map[string]any{"error": err.Error()}
 		}
 	}
-	b, err := json.Marshal(lowerStatuses(x))
+	b, err := json.Marshal(LowerStatuses(x))
 	if err != nil {
 		return "?"
 	}
 	return string(b)
 }
 
-// lowerStatuses rewrites "RUN_STATUS_X" strings as "x", everywhere in v.
-func lowerStatuses(v any) any {
+// LowerStatuses rewrites "RUN_STATUS_X" strings as "x", everywhere in v.
+func LowerStatuses(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
 		for k, e := range x {
-			x[k] = lowerStatuses(e)
+			x[k] = LowerStatuses(e)
 		}
 	case []any:
 		for i, e := range x {
-			x[i] = lowerStatuses(e)
+			x[i] = LowerStatuses(e)
 		}
 	case string:
 		if rest, ok := strings.CutPrefix(x, "RUN_STATUS_"); ok {
