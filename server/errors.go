@@ -10,9 +10,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/export"
-	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
 )
 
@@ -27,7 +28,7 @@ func toStatus(log *slog.Logger, method string, err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	var fe *harness.FieldError
+	var fe *step.FieldError
 	switch {
 	case errors.As(err, &fe):
 		return invalidArgument(fe.Field, fe.Description)
@@ -39,10 +40,10 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrFenced), errors.Is(err, runstate.ErrSequence):
 		return status.Error(codes.Aborted, err.Error())
-	case errors.Is(err, harness.ErrForbidden):
+	case errors.Is(err, engine.ErrForbidden):
 		return status.Error(codes.PermissionDenied, err.Error())
-	case errors.Is(err, runstate.ErrTerminal), errors.Is(err, runstate.ErrIllegalTransition), errors.Is(err, harness.ErrNotWaiting),
-		errors.Is(err, harness.ErrNoExecutor):
+	case errors.Is(err, runstate.ErrTerminal), errors.Is(err, runstate.ErrIllegalTransition), errors.Is(err, engine.ErrNotWaiting),
+		errors.Is(err, engine.ErrNoExecutor):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, store.ErrLive), errors.Is(err, store.ErrArchived):
 		return status.Error(codes.FailedPrecondition, err.Error())
@@ -62,9 +63,9 @@ func toStatus(log *slog.Logger, method string, err error) error {
 			"archiving or deleting runs, or a larger --quota-backend-bytes, keeps it from filling again; retry after that", diskFullRetry)
 	case errors.Is(err, store.ErrReadOnly):
 		return status.Error(codes.FailedPrecondition, "the server's store is open read-only: it serves reads only")
-	case errors.Is(err, harness.ErrToolsUnavailable), errors.Is(err, store.ErrUnavailable):
+	case errors.Is(err, engine.ErrToolsUnavailable), errors.Is(err, store.ErrUnavailable):
 		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, store.ErrClosed), errors.Is(err, harness.ErrShuttingDown):
+	case errors.Is(err, store.ErrClosed), errors.Is(err, engine.ErrShuttingDown):
 		return status.Error(codes.Unavailable, "the server is shutting down; retry against another server or later")
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())

@@ -5,14 +5,14 @@ import (
 	"testing"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/store/bolt"
 )
 
-func harnessStart(requestID string, replies ...*reinv1.ScriptedReply) harness.StartRequest {
-	return harness.StartRequest{RequestID: requestID, Contract: contract(nil, replies...), Principal: "local", Tenant: "default"}
+func harnessStart(requestID string, replies ...*reinv1.ScriptedReply) engine.StartRequest {
+	return engine.StartRequest{RequestID: requestID, Contract: contract(nil, replies...), Principal: "local", Tenant: "default"}
 }
 
 // scriptedModels builds every run's model from replies, whatever its

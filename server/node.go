@@ -20,7 +20,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/archive"
 	"github.com/reinhq/rein/internal/auth"
-	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/lifecycle"
 	"github.com/reinhq/rein/internal/metrics"
 	"github.com/reinhq/rein/internal/model"
@@ -48,7 +48,7 @@ type Config struct {
 	// Prices prices the runs' model calls; nil means pricing.Default().
 	Prices *pricing.Table
 	// Secrets are the server's secrets, redacted from everything its runs
-	// record (harness.Config.Secrets); nil redacts nothing. The caller
+	// record (engine.Config.Secrets); nil redacts nothing. The caller
 	// redacts its Logger with the same (secret.Handler).
 	Secrets *secret.Redactor
 	// Directory maps credentials to principals. Nil means no credentials:
@@ -65,7 +65,7 @@ type Config struct {
 	// Reflection registers the server reflection service (for grpcurl).
 	Reflection bool
 	// Resume carries on, at open, every run the store holds that has not
-	// ended (harness.Engine.ResumeAll). A server resumes; the CLI's
+	// ended (engine.Engine.ResumeAll). A server resumes; the CLI's
 	// read-only commands must not.
 	Resume bool
 	// Clock is the engine's clock; nil means time.Now.
@@ -83,11 +83,11 @@ type Config struct {
 	// server streams here live.
 	Commits func(ctx context.Context, grew func(runID string, version uint64), missed func())
 	// Replica says the store is shared with other servers that hold their
-	// runs under live leases (harness.Config.Replica).
+	// runs under live leases (engine.Config.Replica).
 	Replica bool
 	// Owner names this server in the runs' leases; "" means a random name.
 	Owner string
-	// MaxDriven caps the runs the engine drives at once (harness.Config);
+	// MaxDriven caps the runs the engine drives at once (engine.Config);
 	// 0 means no cap.
 	MaxDriven int
 	// Leased, when set, says whether the server holds its etcd lease (a
@@ -113,7 +113,7 @@ type Config struct {
 // the services registered. Serve it on any listener.
 type Node struct {
 	Store  store.Store
-	Engine *harness.Engine
+	Engine *engine.Engine
 	Hub    *Hub
 	GRPC   *grpc.Server
 	health *health.Server
@@ -189,7 +189,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		m.Registry.MustRegister(calls)
 		opts = append(opts, grpc.ChainUnaryInterceptor(calls.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(calls.StreamServerInterceptor()))
 	}
-	eng := harness.New(harness.Config{
+	eng := engine.New(engine.Config{
 		Store: st, Models: cfg.Models, Tools: cfg.Tools, Workspace: cfg.Workspace, Prices: cfg.Prices, Clock: cfg.Clock,
 		Published: published, Logger: cfg.Logger, Replica: cfg.Replica, Owner: cfg.Owner, MaxDriven: cfg.MaxDriven,
 		TookOver: func(runstate.State, uint64) { cfg.Metrics.TookOver() }, Secrets: cfg.Secrets,

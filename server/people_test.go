@@ -24,7 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/step"
 )
 
 // TestApproveCommitsThenRunGoesOn: an approval stores approval_decided and
@@ -36,7 +36,7 @@ func TestApproveCommitsThenRunGoesOn(t *testing.T) {
 	s := newPeopleServer(t, Config{})
 	run := s.begin(t, writeContract(refundCall(), final("refunded")), stNeedsApproval)
 	p := run.GetPending().GetProposal()
-	if p.GetTool() != "refund" || p.GetCallId() != "w1" || p.GetHash() != harness.ProposalHash(p) || p.GetRunVersion() == 0 || p.GetExpiresAt() == nil {
+	if p.GetTool() != "refund" || p.GetCallId() != "w1" || p.GetHash() != step.ProposalHash(p) || p.GetRunVersion() == 0 || p.GetExpiresAt() == nil {
 		t.Fatalf("pending proposal %v: want the refund call, its hash, version and expiry", p)
 	}
 	if n := len(s.tools.commitCounts()); n != 0 {
@@ -123,7 +123,7 @@ func TestApprovalRefusals(t *testing.T) {
 	}{
 		{"wrong hash", decide(func(r *reinv1.DecideApprovalRequest) { r.ProposalHash = strings.Repeat("0", 64) }), codes.FailedPrecondition},
 		{"hash of another proposal", decide(func(r *reinv1.DecideApprovalRequest) {
-			r.ProposalHash = harness.ProposalHash(&reinv1.Proposal{Tool: "refund"})
+			r.ProposalHash = step.ProposalHash(&reinv1.Proposal{Tool: "refund"})
 		}), codes.FailedPrecondition},
 		{"reject with a wrong hash", decide(func(r *reinv1.DecideApprovalRequest) {
 			r.ProposalHash, r.Verdict, r.EndRun = "abc", rejectVerdict, true

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/runstate"
 )
 
@@ -95,7 +95,7 @@ func TestPausedRunTimersAfterRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer node.Close()
-		st, _, err := node.Engine.Start(context.Background(), harness.StartRequest{
+		st, _, err := node.Engine.Start(context.Background(), engine.StartRequest{
 			RequestID: "r", Contract: withTTL(writeContract(refundCall(), final("x")), ttl), Principal: "local", Tenant: "default",
 		})
 		if err != nil {

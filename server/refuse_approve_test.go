@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -59,7 +59,7 @@ func TestApprovalTheServerCannotSendIsRefused(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "rein.db")
 	node, _, closeIt := openAt(t, path, newWriteTools(t))
-	st, _, err := node.Engine.Start(ctx, harness.StartRequest{RequestID: "r", Contract: writeContract(refundCall(), final("refunded")), Principal: "local", Tenant: "default"})
+	st, _, err := node.Engine.Start(ctx, engine.StartRequest{RequestID: "r", Contract: writeContract(refundCall(), final("refunded")), Principal: "local", Tenant: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,8 +21,8 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/auth"
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/export"
-	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/lifecycle"
 	"github.com/reinhq/rein/internal/metrics"
 	"github.com/reinhq/rein/internal/runstate"
@@ -59,7 +59,7 @@ func fitPage[M proto.Message](items []M) int {
 // runService implements reinv1.RunServiceServer.
 type runService struct {
 	reinv1.UnsafeRunServiceServer
-	engine *harness.Engine
+	engine *engine.Engine
 	store  store.Store
 	hub    *Hub
 	log    *slog.Logger
@@ -80,7 +80,7 @@ var _ reinv1.RunServiceServer = (*runService)(nil)
 func (s *runService) StartRun(ctx context.Context, req *reinv1.StartRunRequest) (*reinv1.StartRunResponse, error) {
 	id := s.identity(ctx)
 	traceID, parent := runTrace(ctx)
-	st, created, err := s.engine.Start(ctx, harness.StartRequest{
+	st, created, err := s.engine.Start(ctx, engine.StartRequest{
 		RequestID: req.GetRequestId(), Contract: req.GetContract(), Principal: id.ID, Tenant: id.Tenant,
 		TraceID: traceID, TraceParent: parent,
 	})
@@ -279,7 +279,7 @@ func (s *runService) ForkRun(ctx context.Context, req *reinv1.ForkRunRequest) (*
 	}
 	id := s.identity(ctx)
 	traceID, parent := runTrace(ctx)
-	st, created, err := s.engine.Fork(ctx, harness.ForkRequest{
+	st, created, err := s.engine.Fork(ctx, engine.ForkRequest{
 		RunID: req.GetRunId(), AtSequence: req.GetAtSequence(), RequestID: req.GetRequestId(), Budget: req.GetBudget(),
 		Principal: id.ID, Tenant: id.Tenant, TraceID: traceID, TraceParent: parent,
 	})
@@ -305,7 +305,7 @@ func (s *runService) DecideApproval(ctx context.Context, req *reinv1.DecideAppro
 	if _, err := s.load(ctx, req.GetRunId()); err != nil {
 		return nil, toStatus(s.log, "DecideApproval", err)
 	}
-	st, err := s.engine.DecideApproval(ctx, harness.Verdict{
+	st, err := s.engine.DecideApproval(ctx, engine.Verdict{
 		RunID: req.GetRunId(), ProposalID: req.GetProposalId(), ProposalHash: req.GetProposalHash(),
 		Approve: req.GetVerdict() == reinv1.ApprovalVerdict_APPROVAL_VERDICT_APPROVE,
 		Reason:  req.GetReason(), EndRun: req.GetEndRun(), Principal: s.identity(ctx).ID,

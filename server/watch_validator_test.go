@@ -21,7 +21,7 @@ import (
 
 	"github.com/reinhq/rein/client"
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/store"
 )
 
@@ -372,7 +372,7 @@ func readsContract(steps int) *reinv1.TaskContract {
 
 func startWatchedRun(t *testing.T, node *Node, requestID string, c *reinv1.TaskContract) string {
 	t.Helper()
-	st, _, err := node.Engine.Start(context.Background(), harness.StartRequest{RequestID: requestID, Contract: c, Principal: "local", Tenant: "default"})
+	st, _, err := node.Engine.Start(context.Background(), engine.StartRequest{RequestID: requestID, Contract: c, Principal: "local", Tenant: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 package main
 
 // The example's own files drive a run: task.json and model.jsonl, through
-// a real harness.Engine (in-memory store), over real gRPC to this service
+// a real engine.Engine (in-memory store), over real gRPC to this service
 // on a loopback port, on its own bbolt file.
 
 import (
@@ -16,8 +16,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store/mem"
 	"github.com/reinhq/rein/internal/tools/remote"
 )
@@ -51,7 +52,7 @@ func exampleContract(t *testing.T) *reinv1.TaskContract {
 		spec.Script = append(spec.Script, r)
 	}
 	c.Model = spec
-	if err := harness.ValidateContract(c); err != nil {
+	if err := step.ValidateContract(c); err != nil {
 		t.Fatalf("the example's contract: %v", err)
 	}
 	return c
@@ -89,10 +90,10 @@ func TestExampleRun(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = client.Close() })
 			st := mem.New()
-			e := harness.New(harness.Config{Store: st, Tools: client})
+			e := engine.New(engine.Config{Store: st, Tools: client})
 			t.Cleanup(e.Close)
 
-			run, _, err := e.Start(ctx, harness.StartRequest{RequestID: "req-1", Contract: exampleContract(t), Principal: "alice", Tenant: "billing"})
+			run, _, err := e.Start(ctx, engine.StartRequest{RequestID: "req-1", Contract: exampleContract(t), Principal: "alice", Tenant: "billing"})
 			if err != nil {
 				t.Fatalf("Start: %v", err)
 			}
@@ -114,7 +115,7 @@ func TestExampleRun(t *testing.T) {
 				t.Fatalf("%d refunds stored before the approval, want none", n)
 			}
 
-			if _, err := e.DecideApproval(ctx, harness.Verdict{RunID: run.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(),
+			if _, err := e.DecideApproval(ctx, engine.Verdict{RunID: run.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(),
 				Approve: approve, Reason: "checked", Principal: "bob"}); err != nil {
 				t.Fatalf("DecideApproval: %v", err)
 			}

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
@@ -188,13 +188,13 @@ func delegateFigure(ctx context.Context, be Backend, path string, trees int) (me
 	}
 	defer s.Close()
 	c := newClocked(trees * (1 + delegateChildren))
-	e := harness.New(harness.Config{Store: s, Models: c.models, Published: c.published})
+	e := engine.New(engine.Config{Store: s, Models: c.models, Published: c.published})
 	defer e.Close()
 	contract := delegateContract()
 	var fanOut, fanIn []float64
 	t0 := time.Now()
 	for i := range trees {
-		st, _, err := e.Start(ctx, harness.StartRequest{RequestID: fmt.Sprintf("tree-%d", i), Contract: contract, Principal: "bench"})
+		st, _, err := e.Start(ctx, engine.StartRequest{RequestID: fmt.Sprintf("tree-%d", i), Contract: contract, Principal: "bench"})
 		if err != nil {
 			return measure{}, nil, nil, err
 		}
@@ -241,7 +241,7 @@ func delegateBaseline(ctx context.Context, be Backend, path string, trees int) (
 	defer s.Close()
 	c := newClocked(trees * (1 + delegateChildren))
 	fx := benchReads()
-	e := harness.New(harness.Config{Store: s, Models: c.models, Published: c.published, Tools: fx})
+	e := engine.New(engine.Config{Store: s, Models: c.models, Published: c.published, Tools: fx})
 	defer e.Close()
 	parent := &reinv1.TaskContract{
 		Goal:  "read, then answer",
@@ -254,7 +254,7 @@ func delegateBaseline(ctx context.Context, be Backend, path string, trees int) (
 	child := &reinv1.TaskContract{Goal: "child task", Model: &reinv1.ModelSpec{Provider: "script", Name: "bench", Script: []*reinv1.ScriptedReply{scripted(finalDecision("child done"))}}}
 	t0 := time.Now()
 	for i := range trees {
-		st, _, err := e.Start(ctx, harness.StartRequest{RequestID: fmt.Sprintf("base-%d", i), Contract: parent, Principal: "bench"})
+		st, _, err := e.Start(ctx, engine.StartRequest{RequestID: fmt.Sprintf("base-%d", i), Contract: parent, Principal: "bench"})
 		if err != nil {
 			return measure{}, err
 		}
@@ -263,7 +263,7 @@ func delegateBaseline(ctx context.Context, be Backend, path string, trees int) (
 		}
 		var ids []string
 		for j := range delegateChildren {
-			k, _, err := e.Start(ctx, harness.StartRequest{RequestID: fmt.Sprintf("base-%d-%d", i, j), Contract: child, Principal: "bench"})
+			k, _, err := e.Start(ctx, engine.StartRequest{RequestID: fmt.Sprintf("base-%d-%d", i, j), Contract: child, Principal: "bench"})
 			if err != nil {
 				return measure{}, err
 			}

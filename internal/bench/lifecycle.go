@@ -18,8 +18,8 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/archive"
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/export"
-	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/lifecycle"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
@@ -238,17 +238,17 @@ func lifecycleTools() tools.Executor {
 
 // lifecycleEngine is an engine on s with lifecycleTools; clock, when set,
 // is its clock.
-func lifecycleEngine(s store.Store, clock func() time.Time) *harness.Engine {
-	return harness.New(harness.Config{Store: s, Tools: lifecycleTools(), Clock: clock})
+func lifecycleEngine(s store.Store, clock func() time.Time) *engine.Engine {
+	return engine.New(engine.Config{Store: s, Tools: lifecycleTools(), Clock: clock})
 }
 
 // finishRuns starts n runs through e, each reading lifecycleToolCalls
 // files then answering, and waits until every one completed; it returns
 // their IDs.
-func finishRuns(ctx context.Context, e *harness.Engine, prefix string, n int) ([]string, error) {
+func finishRuns(ctx context.Context, e *engine.Engine, prefix string, n int) ([]string, error) {
 	ids := make([]string, n)
 	for i := range ids {
-		st, _, err := e.Start(ctx, harness.StartRequest{RequestID: fmt.Sprintf("%s-%d", prefix, i),
+		st, _, err := e.Start(ctx, engine.StartRequest{RequestID: fmt.Sprintf("%s-%d", prefix, i),
 			Contract: stepsContract(lifecycleToolCalls, i+1), Principal: server.LocalPrincipal().ID, Tenant: lifecycleTenant()})
 		if err != nil {
 			return nil, err

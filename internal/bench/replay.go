@@ -10,8 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/export"
-	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/replay"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/tools"
@@ -197,11 +197,11 @@ func recordReplayRuns(ctx context.Context, be Backend, dir string, n, steps int)
 		return 0, err
 	}
 	defer st.Close()
-	e := harness.New(harness.Config{Store: st, Tools: fixtures, Workers: 2})
+	e := engine.New(engine.Config{Store: st, Tools: fixtures, Workers: 2})
 	defer e.Close()
 	events := 0
 	for i := 0; i < n; i++ {
-		run, _, err := e.Start(ctx, harness.StartRequest{RequestID: fmt.Sprintf("r%d", i), Contract: contract, Principal: "bench", Tenant: "bench"})
+		run, _, err := e.Start(ctx, engine.StartRequest{RequestID: fmt.Sprintf("r%d", i), Contract: contract, Principal: "bench", Tenant: "bench"})
 		if err != nil {
 			return 0, err
 		}

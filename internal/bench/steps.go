@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/telemetry"
@@ -34,7 +34,7 @@ const (
 	stepsRunsToolCalls = 500
 )
 
-// Steps measures the step loop end to end: one run through harness.Engine
+// Steps measures the step loop end to end: one run through engine.Engine
 // whose scripted model (no delay) asks for a fixture read tool
 // stepsToolCalls times and then answers, each step durable in two commits.
 // The figure counts model calls (steps) from Start until the run ends. The
@@ -277,7 +277,7 @@ func stepsFigure(ctx context.Context, be Backend, path string, contracts []*rein
 		rec = recordAppends(s)
 		engineStore = rec
 	}
-	e := harness.New(harness.Config{Store: engineStore, Tools: fx, Workers: runs, Published: published})
+	e := engine.New(engine.Config{Store: engineStore, Tools: fx, Workers: runs, Published: published})
 	defer e.Close()
 
 	w := startWrites()
@@ -285,7 +285,7 @@ func stepsFigure(ctx context.Context, be Backend, path string, contracts []*rein
 	t0 := time.Now()
 	ids := make([]string, runs)
 	for i := range ids {
-		st, _, err := e.Start(ctx, harness.StartRequest{RequestID: fmt.Sprintf("bench-%d", i), Contract: contracts[i], Principal: "bench"})
+		st, _, err := e.Start(ctx, engine.StartRequest{RequestID: fmt.Sprintf("bench-%d", i), Contract: contracts[i], Principal: "bench"})
 		if err != nil {
 			return out, err
 		}

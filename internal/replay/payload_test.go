@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/export"
-	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/store/mem"
 	"github.com/reinhq/rein/internal/tools"
 )
@@ -33,10 +33,10 @@ func TestReplayLargeProposal(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}
 	st := mem.New()
 	defer st.Close()
-	e := harness.New(harness.Config{Store: st, Tools: fixtures, Clock: clock.Now, NoTimers: true, Workers: 1,
+	e := engine.New(engine.Config{Store: st, Tools: fixtures, Clock: clock.Now, NoTimers: true, Workers: 1,
 		Wait: func(context.Context, time.Duration) error { return nil }})
 	defer e.Close()
-	run, _, err := e.Start(ctx, harness.StartRequest{RequestID: "large", Principal: "alice", Tenant: "acme",
+	run, _, err := e.Start(ctx, engine.StartRequest{RequestID: "large", Principal: "alice", Tenant: "acme",
 		Contract: contract(nil, call("refund", "w1", map[string]any{"note": note}), final("refunded"))})
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +52,7 @@ func TestReplayLargeProposal(t *testing.T) {
 	if p.GetPreviewBlob() == "" || p.GetArgumentsBlob() == "" {
 		t.Fatalf("the proposal is not stored apart: %v", p.GetPreviewBlob())
 	}
-	if _, err := e.DecideApproval(ctx, harness.Verdict{RunID: run.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(), Approve: true, Principal: "bob"}); err != nil {
+	if _, err := e.DecideApproval(ctx, engine.Verdict{RunID: run.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(), Approve: true, Principal: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.Wait(ctx, run.RunID); err != nil {

@@ -23,10 +23,11 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -101,7 +102,7 @@ var ErrUnsupported = errors.New("recording not supported by replay")
 // made (a malformed or unsupported recording, a log that refused what the
 // harness appended, ctx done); a divergence is in Result.
 //
-// The run is stepped by a synchronous engine (harness.NewSync) on the
+// The run is stepped by a synchronous engine (engine.NewSync) on the
 // caller's goroutine: the harness's own step code, with no driver goroutine
 // to start or wait for. Its log folds every event it is given, as a store
 // does, and compares it with the recorded one as it is appended.
@@ -121,7 +122,7 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 	if err := rec.check(); err != nil {
 		return Result{}, err
 	}
-	eng := harness.NewSync(harness.Config{
+	eng := engine.NewSync(engine.Config{
 		Store:  l,
 		Models: func(*reinv1.ModelSpec) (model.Model, error) { return rec, nil },
 		Tools:  rec,
@@ -140,7 +141,7 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 
 	started := recorded[0].GetRunStarted()
 	principal := strings.TrimPrefix(recorded[0].GetActor(), "principal:")
-	sr := harness.StartRequest{
+	sr := engine.StartRequest{
 		RequestID: started.GetRequestId(), Contract: started.GetContract(),
 		Principal: principal, Tenant: started.GetTenant(),
 		TraceID: started.GetTraceId(), TraceParent: started.GetTraceParentSpanId(),
@@ -154,7 +155,7 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 		return Result{}, fmt.Errorf("replay run %s: start: %w", rec.runID, err)
 	}
 	for {
-		if err := eng.DriveSync(ctx, rec.runID); err != nil {
+		if err := eng.StepWhileRunning(ctx, rec.runID); err != nil {
 			return Result{}, fmt.Errorf("replay run %s: %w", rec.runID, err)
 		}
 		if err := ctx.Err(); err != nil {
@@ -178,7 +179,7 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 
 // act replays what a person (or a timer) did next in the recording; false
 // when the next recorded event is not such an action.
-func act(ctx context.Context, eng *harness.Engine, cur runstate.State, next *reinv1.Event) (bool, error) {
+func act(ctx context.Context, eng *engine.Engine, cur runstate.State, next *reinv1.Event) (bool, error) {
 	who := strings.TrimPrefix(next.GetActor(), "principal:")
 	var err error
 	switch p := next.GetPayload().(type) {
@@ -186,7 +187,7 @@ func act(ctx context.Context, eng *harness.Engine, cur runstate.State, next *rei
 		_, err = eng.ProvideInput(ctx, cur.RunID, p.InputProvided.GetText(), who)
 	case *reinv1.Event_ApprovalDecided:
 		d := p.ApprovalDecided
-		_, err = eng.DecideApproval(ctx, harness.Verdict{
+		_, err = eng.DecideApproval(ctx, engine.Verdict{
 			RunID: cur.RunID, ProposalID: d.GetProposalId(), ProposalHash: cur.Pending.GetProposal().GetHash(),
 			Approve: d.GetApproved(), Reason: d.GetReason(), EndRun: d.GetEndRun(), Principal: who,
 		})
@@ -255,7 +256,7 @@ func newRecording(ctx context.Context, events []*reinv1.Event, blobs *runLog) (*
 		case *reinv1.Event_ApprovalRequested:
 			// Proposed again whole: the harness stores it apart as the
 			// recording did.
-			pr, err := harness.WholeProposal(ctx, blobs, ev.GetRunId(), p.ApprovalRequested.GetProposal())
+			pr, err := step.WholeProposal(ctx, blobs, ev.GetRunId(), p.ApprovalRequested.GetProposal())
 			if err != nil {
 				return nil, fmt.Errorf("%w: sequence %d: %w (replay it with the run's blobs)", ErrUnsupported, ev.GetSequence(), err)
 			}

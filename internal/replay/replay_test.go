@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/export"
-	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store/mem"
@@ -197,25 +197,25 @@ func record(t *testing.T) {
 	})
 	get := func(id string) *reinv1.ScriptedReply { return call("get", id, map[string]any{"id": "INV-42"}) }
 	refund := call("refund", "w1", map[string]any{"amount": 1200})
-	type person func(ctx context.Context, e *harness.Engine, clock *fakeClock, st runstate.State) error
+	type person func(ctx context.Context, e *engine.Engine, clock *fakeClock, st runstate.State) error
 	approve := func(yes, end bool) person {
-		return func(ctx context.Context, e *harness.Engine, _ *fakeClock, st runstate.State) error {
+		return func(ctx context.Context, e *engine.Engine, _ *fakeClock, st runstate.State) error {
 			p := st.Pending.GetProposal()
-			_, err := e.DecideApproval(ctx, harness.Verdict{RunID: st.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(),
+			_, err := e.DecideApproval(ctx, engine.Verdict{RunID: st.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(),
 				Approve: yes, Reason: "reviewed", EndRun: end, Principal: "bob"})
 			return err
 		}
 	}
-	input := func(ctx context.Context, e *harness.Engine, _ *fakeClock, st runstate.State) error {
+	input := func(ctx context.Context, e *engine.Engine, _ *fakeClock, st runstate.State) error {
 		_, err := e.ProvideInput(ctx, st.RunID, "INV-42", "bob")
 		return err
 	}
-	cancel := func(ctx context.Context, e *harness.Engine, _ *fakeClock, st runstate.State) error {
+	cancel := func(ctx context.Context, e *engine.Engine, _ *fakeClock, st runstate.State) error {
 		_, err := e.Cancel(ctx, st.RunID, "", "principal:bob")
 		return err
 	}
 	expire := func(d time.Duration) person {
-		return func(ctx context.Context, e *harness.Engine, c *fakeClock, st runstate.State) error {
+		return func(ctx context.Context, e *engine.Engine, c *fakeClock, st runstate.State) error {
 			c.jump(d)
 			e.Expire(ctx, st.RunID)
 			return nil
@@ -253,14 +253,14 @@ func record(t *testing.T) {
 		ctx := context.Background()
 		clock := &fakeClock{now: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}
 		st := mem.New()
-		e := harness.New(harness.Config{Store: st, Tools: fixtures, Clock: clock.Now, NoTimers: true, Workers: 1,
+		e := engine.New(engine.Config{Store: st, Tools: fixtures, Clock: clock.Now, NoTimers: true, Workers: 1,
 			// The same IDs every time, so a recording changes only where
 			// the harness does.
 			NewID: seededIDs(sc.name),
 			// Every call is priced, so replay checks each call's cost.
 			Prices: pricing.New(map[string]pricing.Price{"script/*": {InputPerMTok: 1, OutputPerMTok: 2}}),
 			Wait:   func(context.Context, time.Duration) error { return nil }})
-		run, _, err := e.Start(ctx, harness.StartRequest{RequestID: sc.name, Contract: sc.contract, Principal: "alice", Tenant: "acme"})
+		run, _, err := e.Start(ctx, engine.StartRequest{RequestID: sc.name, Contract: sc.contract, Principal: "alice", Tenant: "acme"})
 		if err != nil {
 			t.Fatalf("%s: %v", sc.name, err)
 		}

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/export"
-	"github.com/reinhq/rein/internal/harness"
 	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store/mem"
@@ -44,7 +44,7 @@ func recordTree(t *testing.T) {
 	var mu sync.Mutex
 	ended := map[string]bool{}
 	done := make(chan struct{}, 16)
-	e := harness.New(harness.Config{Store: st, Tools: fixtures, Clock: clock.Now, NoTimers: true, Workers: 1, NewID: seededIDs(treeRecording),
+	e := engine.New(engine.Config{Store: st, Tools: fixtures, Clock: clock.Now, NoTimers: true, Workers: 1, NewID: seededIDs(treeRecording),
 		Prices: pricing.New(map[string]pricing.Price{"script/*": {InputPerMTok: 1, OutputPerMTok: 2}}),
 		Published: func(s runstate.State, _ []*reinv1.Event) {
 			if runstate.Terminal(s.Status) {
@@ -55,7 +55,7 @@ func recordTree(t *testing.T) {
 			}
 		}})
 	defer e.Close()
-	run, _, err := e.Start(ctx, harness.StartRequest{RequestID: "tree", Contract: c, Principal: "alice", Tenant: "acme"})
+	run, _, err := e.Start(ctx, engine.StartRequest{RequestID: "tree", Contract: c, Principal: "alice", Tenant: "acme"})
 	if err != nil {
 		t.Fatal(err)
 	}

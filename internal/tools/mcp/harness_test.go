@@ -9,17 +9,17 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store/mem"
 	reinmcp "github.com/reinhq/rein/internal/tools/mcp"
 )
 
 // engine is a harness engine over an in-memory store with c as its tools.
-func engine(t *testing.T, c *reinmcp.Client) (*harness.Engine, *mem.Store) {
+func newEngine(t *testing.T, c *reinmcp.Client) (*engine.Engine, *mem.Store) {
 	t.Helper()
 	s := mem.New()
-	e := harness.New(harness.Config{Store: s, Tools: c})
+	e := engine.New(engine.Config{Store: s, Tools: c})
 	t.Cleanup(e.Close)
 	return e, s
 }
@@ -46,10 +46,10 @@ func contract(grants []*reinv1.ToolGrant, script ...*reinv1.ScriptedReply) *rein
 
 // runToRest starts c and waits until the run pauses or ends; it returns the
 // stored state and log.
-func runToRest(t *testing.T, e *harness.Engine, s *mem.Store, c *reinv1.TaskContract) (runstate.State, []*reinv1.Event) {
+func runToRest(t *testing.T, e *engine.Engine, s *mem.Store, c *reinv1.TaskContract) (runstate.State, []*reinv1.Event) {
 	t.Helper()
 	ctx := testCtx(t)
-	st, _, err := e.Start(ctx, harness.StartRequest{RequestID: "req-" + t.Name(), Contract: c, Principal: "alice", Tenant: "acme"})
+	st, _, err := e.Start(ctx, engine.StartRequest{RequestID: "req-" + t.Name(), Contract: c, Principal: "alice", Tenant: "acme"})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -57,7 +57,7 @@ func runToRest(t *testing.T, e *harness.Engine, s *mem.Store, c *reinv1.TaskCont
 }
 
 // rest waits until the run's driver exits, and returns its state and log.
-func rest(t *testing.T, e *harness.Engine, s *mem.Store, runID string) (runstate.State, []*reinv1.Event) {
+func rest(t *testing.T, e *engine.Engine, s *mem.Store, runID string) (runstate.State, []*reinv1.Event) {
 	t.Helper()
 	ctx := testCtx(t)
 	if err := e.Wait(ctx, runID); err != nil {
@@ -96,7 +96,7 @@ func names(evs []*reinv1.Event) []string {
 // calls it read-only; the granted one beside it runs, once.
 func TestUngrantedToolNeverRuns(t *testing.T) {
 	eachTransport(t, func(t *testing.T, c *reinmcp.Client) {
-		e, s := engine(t, c)
+		e, s := newEngine(t, c)
 		key := args(t, map[string]any{"key": "k1"})
 		st, evs := runToRest(t, e, s, contract(
 			[]*reinv1.ToolGrant{{Name: "srv.lookup", Tier: reinv1.ToolTier_TOOL_TIER_READ}},
@@ -130,7 +130,7 @@ func TestUngrantedToolNeverRuns(t *testing.T) {
 // approves, and then the call runs once, with its operation ID.
 func TestWriteGrantWaitsDespiteReadOnlyHint(t *testing.T) {
 	eachTransport(t, func(t *testing.T, c *reinmcp.Client) {
-		e, s := engine(t, c)
+		e, s := newEngine(t, c)
 		st, evs := runToRest(t, e, s, contract(
 			[]*reinv1.ToolGrant{{Name: "srv.delete", Tier: reinv1.ToolTier_TOOL_TIER_WRITE}},
 			callReply("srv.delete", "c1", args(t, map[string]any{"key": "k1"})),
@@ -150,7 +150,7 @@ func TestWriteGrantWaitsDespiteReadOnlyHint(t *testing.T) {
 
 		// The twin: approval runs it, once.
 		ctx := testCtx(t)
-		if _, err := e.DecideApproval(ctx, harness.Verdict{RunID: st.RunID, ProposalID: p.GetProposalId(),
+		if _, err := e.DecideApproval(ctx, engine.Verdict{RunID: st.RunID, ProposalID: p.GetProposalId(),
 			ProposalHash: p.GetHash(), Approve: true, Principal: "bob"}); err != nil {
 			t.Fatalf("DecideApproval: %v", err)
 		}

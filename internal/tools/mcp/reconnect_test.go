@@ -25,7 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store/mem"
 	"github.com/reinhq/rein/internal/tools"
@@ -199,7 +199,7 @@ var (
 // the second, which works; rein was not restarted.
 func TestKilledServerRestartsAtNextCall(t *testing.T) {
 	m := openMortal(t)
-	e, s := engine(t, m.c)
+	e, s := newEngine(t, m.c)
 	key := args(t, map[string]any{"key": "k1"})
 	st, evs := runToRest(t, e, s, contract(
 		[]*reinv1.ToolGrant{{Name: "srv.pid", Tier: readTier}, {Name: "srv.lookup", Tier: readTier},
@@ -242,7 +242,7 @@ func TestKilledServerRestartsAtNextCall(t *testing.T) {
 // and the next call works.
 func TestReadDuringOutageIsObservation(t *testing.T) {
 	m := openMortal(t)
-	e, s := engine(t, m.c)
+	e, s := newEngine(t, m.c)
 	st, evs := runToRest(t, e, s, contract(
 		[]*reinv1.ToolGrant{{Name: "srv.exit", Tier: readTier}, {Name: "srv.lookup", Tier: readTier}},
 		callReply("srv.exit", "c1", nil),
@@ -268,7 +268,7 @@ func TestReadDuringOutageIsObservation(t *testing.T) {
 func TestServerThatStaysDownLeavesObservations(t *testing.T) {
 	m := openMortal(t)
 	m.setDown(t, true)
-	e, s := engine(t, m.c)
+	e, s := newEngine(t, m.c)
 	key := args(t, map[string]any{"key": "k1"})
 	st, evs := runToRest(t, e, s, contract(
 		[]*reinv1.ToolGrant{{Name: "srv.exit", Tier: readTier}, {Name: "srv.lookup", Tier: readTier}},
@@ -324,7 +324,7 @@ func TestBackoffBoundsRestarts(t *testing.T) {
 // sends it, with the same key, once.
 func TestWriteDuringOutageSettlesWhenBack(t *testing.T) {
 	m := openMortal(t)
-	e, s := engine(t, m.c)
+	e, s := newEngine(t, m.c)
 	st, evs := runToRest(t, e, s, contract(
 		[]*reinv1.ToolGrant{{Name: "srv.pid", Tier: readTier}, {Name: "srv.delete", Tier: writeTier}},
 		callReply("srv.pid", "c1", nil),
@@ -345,7 +345,7 @@ func TestWriteDuringOutageSettlesWhenBack(t *testing.T) {
 	approve := func(st runstate.State) runstate.State {
 		t.Helper()
 		p := st.Pending.GetProposal()
-		if _, err := e.DecideApproval(ctx, harness.Verdict{RunID: st.RunID, ProposalID: p.GetProposalId(),
+		if _, err := e.DecideApproval(ctx, engine.Verdict{RunID: st.RunID, ProposalID: p.GetProposalId(),
 			ProposalHash: p.GetHash(), Approve: true, Principal: "bob"}); err != nil {
 			t.Fatalf("DecideApproval: %v", err)
 		}
@@ -427,7 +427,7 @@ func TestDownServerKeepsItsToolsInMulti(t *testing.T) {
 	m := openMortal(t)
 	other := tools.NewFixtures(map[string][]tools.FixtureResult{"other.get": {{Output: structpb.NewStringValue("x")}}})
 	s := mem.New()
-	e := harness.New(harness.Config{Store: s, Tools: tools.Join(m.c, other)})
+	e := engine.New(engine.Config{Store: s, Tools: tools.Join(m.c, other)})
 	t.Cleanup(e.Close)
 	st, evs := runToRest(t, e, s, contract(
 		[]*reinv1.ToolGrant{{Name: "srv.exit", Tier: readTier}, {Name: "srv.lookup", Tier: readTier}},

@@ -1,6 +1,6 @@
 package remote_test
 
-// The harness over a remote tool service: a real harness.Engine on the
+// The harness over a remote tool service: a real engine.Engine on the
 // in-memory store, a scripted model, and the fixture billing service with
 // its durable ledger behind real gRPC on a loopback port, which the tests
 // stop and start again on the same ledger and address.
@@ -21,7 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store/mem"
 	"github.com/reinhq/rein/internal/tools"
@@ -52,7 +52,7 @@ type rig struct {
 	addr, ledger   string
 	cc             *grpc.ClientConn
 	client         *remote.Client
-	engine         *harness.Engine
+	engine         *engine.Engine
 	store          *mem.Store
 	lookups        atomic.Int32
 	asked, release chan struct{}
@@ -88,7 +88,7 @@ func newRig(t *testing.T, dies, hold bool) *rig {
 	}
 	t.Cleanup(func() { _ = cc.Close() })
 	r.cc, r.client = cc, remote.New("billing", cc)
-	r.engine = harness.New(harness.Config{Store: r.store, Tools: r.client})
+	r.engine = engine.New(engine.Config{Store: r.store, Tools: r.client})
 	t.Cleanup(r.engine.Close)
 	return r
 }
@@ -142,7 +142,7 @@ func (r *rig) propose() runstate.State {
 			decide(&reinv1.Decision{Action: &reinv1.Decision_FinalAnswer{FinalAnswer: &reinv1.FinalAnswer{Text: "Refunded."}}}),
 		}},
 	}
-	st, _, err := r.engine.Start(r.ctx, harness.StartRequest{RequestID: "req-" + r.t.Name(), Contract: c, Principal: "alice", Tenant: "acme"})
+	st, _, err := r.engine.Start(r.ctx, engine.StartRequest{RequestID: "req-" + r.t.Name(), Contract: c, Principal: "alice", Tenant: "acme"})
 	if err != nil {
 		r.t.Fatalf("Start: %v", err)
 	}
@@ -169,7 +169,7 @@ func (r *rig) rest(runID string) runstate.State {
 // approve approves the run's pending proposal, as bob.
 func (r *rig) approve(st runstate.State) (runstate.State, error) {
 	p := st.Pending.GetProposal()
-	return r.engine.DecideApproval(r.ctx, harness.Verdict{
+	return r.engine.DecideApproval(r.ctx, engine.Verdict{
 		RunID: st.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(), Approve: true, Principal: "bob",
 	})
 }

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/harness"
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store/mem"
 	"github.com/reinhq/rein/internal/tools/remote"
@@ -28,7 +28,7 @@ func TestServiceDownMidRunIsRedialed(t *testing.T) {
 	serveWith(t, lis, func(s *grpc.Server) reinv1.ToolServiceServer { gs = s; return remote.NewServer(billing(t, "")) })
 	c := dial(t, addr)
 	s := mem.New()
-	e := harness.New(harness.Config{Store: s, Tools: c})
+	e := engine.New(engine.Config{Store: s, Tools: c})
 	t.Cleanup(e.Close)
 
 	decide := func(tool, id string, args map[string]any) *reinv1.ScriptedReply {
@@ -41,7 +41,7 @@ func TestServiceDownMidRunIsRedialed(t *testing.T) {
 	}
 	invoice := map[string]any{"invoice_id": "INV-42"}
 	question := map[string]any{"question": "go on?"}
-	st, _, err := e.Start(ctx, harness.StartRequest{RequestID: "req-1", Principal: "alice", Tenant: "acme", Contract: &reinv1.TaskContract{
+	st, _, err := e.Start(ctx, engine.StartRequest{RequestID: "req-1", Principal: "alice", Tenant: "acme", Contract: &reinv1.TaskContract{
 		Goal: "Read invoice INV-42.",
 		Tools: []*reinv1.ToolGrant{{Name: "invoices.get", Tier: reinv1.ToolTier_TOOL_TIER_READ},
 			{Name: "ask", Tier: reinv1.ToolTier_TOOL_TIER_ASK_HUMAN}},

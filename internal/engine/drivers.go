@@ -1,0 +1,247 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
+)
+
+// The registry of driven runs: a run that anything of the engine is working
+// on (stepping it, committing a person's approved write) has one driver, a
+// goroutine registered in Engine.active until it leaves. Cancel stops a
+// run's driver and waits for it; Shutdown and Close wait for all of them.
+// So no work on a run happens outside the registry, where a cancel, a
+// shutdown or another owner's takeover would not see it.
+
+type driver struct {
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+	// again is set when the run is scheduled while this driver is
+	// finishing: it drives once more before it leaves (guarded by
+	// Engine.mu), so a run resumed by a person just as its driver paused is
+	// never left running with no driver.
+	again bool
+}
+
+// ErrShuttingDown refuses work on an engine that is shutting down. The
+// server answers it with Unavailable.
+var ErrShuttingDown = errors.New("the server is shutting down")
+
+// schedule makes sure a running run is driven: it starts a driver, or has
+// the one the run has drive once more.
+func (e *Engine) schedule(runID string) {
+	_, _ = e.launch(runID, nil)
+}
+
+// launch starts a driver for runID that calls first (if not nil) and then
+// steps the run while it is running. When the run has a driver already,
+// launch returns it and starts none: without first, that driver drives once
+// more; with first, the caller waits for it to leave and tries again.
+func (e *Engine) launch(runID string, first func(context.Context)) (*driver, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, ErrShuttingDown
+	}
+	if d := e.active[runID]; d != nil {
+		if first == nil {
+			d.again = true
+		}
+		return d, nil
+	}
+	if e.stepped {
+		// StepWhileRunning steps the run; there is no driver to start.
+		return nil, nil
+	}
+	ctx, cancel := context.WithCancelCause(e.base)
+	d := &driver{cancel: cancel, done: make(chan struct{})}
+	e.active[runID] = d
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer func() {
+			cancel(nil)
+			close(d.done)
+		}()
+		if first != nil {
+			first(ctx)
+		}
+		for {
+			e.driveSlot(ctx, runID)
+			if st, err := e.cfg.Store.Load(e.base, runID); err == nil {
+				e.Arm(st) // a run that paused keeps its deadlines
+			}
+			e.mu.Lock()
+			if !d.again || ctx.Err() != nil {
+				delete(e.active, runID)
+				e.mu.Unlock()
+				return
+			}
+			d.again = false
+			e.mu.Unlock()
+		}
+	}()
+	return nil, nil
+}
+
+// driveSlot drives the run in one of the engine's Workers slots.
+func (e *Engine) driveSlot(ctx context.Context, runID string) {
+	select {
+	case e.sem <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-e.sem }()
+	switch err := e.drive(ctx, runID); {
+	case err == nil:
+	case errors.Is(err, store.ErrFenced):
+		e.cfg.Logger.Warn("this server no longer holds the run's lease, so it stopped driving it; the server that took it carries it on", "run_id", runID, "error", err)
+	default:
+		e.cfg.Logger.Error("run stopped", "run_id", runID, "error", err)
+		e.retryWaiting(runID)
+	}
+}
+
+// asDriver runs job as the run's driver, registered like any other (a
+// cancel waits for it, a shutdown too), and then steps the run if job left
+// it running. It returns job's result. When the run has a driver already,
+// asDriver waits for it to leave and tries again; check, when not nil, is
+// asked after each wait, and its error is returned at once (the run is no
+// longer waiting for job). A synchronous engine runs job on the caller's
+// goroutine.
+func (e *Engine) asDriver(ctx context.Context, runID string, check func(context.Context) error, job func(context.Context) (runstate.State, error)) (runstate.State, error) {
+	if e.stepped {
+		return job(ctx)
+	}
+	type result struct {
+		st  runstate.State
+		err error
+	}
+	res := make(chan result, 1)
+	first := func(ctx context.Context) {
+		st, err := job(ctx)
+		res <- result{st, err}
+	}
+	for {
+		d, err := e.launch(runID, first)
+		if err != nil {
+			return runstate.State{}, err
+		}
+		if d == nil {
+			break
+		}
+		// The run's driver is leaving (the run paused): wait for it.
+		select {
+		case <-d.done:
+		case <-ctx.Done():
+			return runstate.State{}, ctx.Err()
+		}
+		if check != nil {
+			if err := check(ctx); err != nil {
+				return runstate.State{}, err
+			}
+		}
+	}
+	select {
+	case r := <-res:
+		return r.st, r.err
+	case <-ctx.Done():
+		// The job goes on as the run's driver; its outcome is in the log.
+		return runstate.State{}, ctx.Err()
+	}
+}
+
+// stop cancels the run's driver, if any, and waits for it to exit.
+func (e *Engine) stop(ctx context.Context, runID string) error {
+	e.mu.Lock()
+	d := e.active[runID]
+	e.mu.Unlock()
+	if d == nil {
+		return nil
+	}
+	d.cancel(errCancelled)
+	select {
+	case <-d.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Wait blocks until the run has no driver: it paused, ended, or was stopped.
+func (e *Engine) Wait(ctx context.Context, runID string) error {
+	e.mu.Lock()
+	d := e.active[runID]
+	e.mu.Unlock()
+	if d == nil {
+		return nil
+	}
+	select {
+	case <-d.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// errAbandoned stops the drivers of an engine whose leases ended.
+var errAbandoned = errors.New("this server's leases on its runs ended")
+
+// Abandon stops driving every run at once, writing nothing: this server's
+// leases on its runs are gone (a replica whose etcd lease ended), so what
+// its drivers would still append would be refused, and other servers take
+// the runs. It cancels every driver and waits for them (or ctx), disarms
+// every timer and forgets every lease. The engine goes on serving calls,
+// and drives runs again when asked to (ResumeAll, Takeover): it acquires
+// each anew.
+func (e *Engine) Abandon(ctx context.Context) {
+	e.mu.Lock()
+	drivers := make([]*driver, 0, len(e.active))
+	for _, d := range e.active {
+		d.cancel(errAbandoned)
+		drivers = append(drivers, d)
+	}
+	for id, t := range e.timers {
+		t.Stop()
+		delete(e.timers, id)
+	}
+	clear(e.leases)
+	e.mu.Unlock()
+	for _, d := range drivers {
+		select {
+		case <-d.done:
+		case <-ctx.Done():
+		}
+	}
+	e.mu.Lock()
+	clear(e.leases) // any a driver noted on its way out
+	e.mu.Unlock()
+}
+
+// Driving is how many runs this engine holds a lease on now.
+func (e *Engine) Driving() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.leases)
+}
+
+// retryWaiting drives again, after RetryWait, a parent waiting for its
+// children whose driver stopped on an error (a child it could not create
+// while the store or a tool server was unavailable), so that the tree does
+// not wait for a restart. Any other run that stopped so stays as the log
+// has it until a server resumes it.
+func (e *Engine) retryWaiting(runID string) {
+	st, err := e.cfg.Store.Load(e.base, runID)
+	if err != nil || st.Status != reinv1.RunStatus_RUN_STATUS_RUNNING || !st.Waiting() {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.closed {
+		time.AfterFunc(e.cfg.RetryWait, func() { e.schedule(runID) })
+	}
+}

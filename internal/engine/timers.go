@@ -1,0 +1,114 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
+)
+
+// A paused run has deadlines of its own: its pending proposal's expires_at
+// and the run's deadline. The engine arms a timer for the nearer one when
+// the run pauses (and, through Arm, for every paused run at start-up), so
+// they fire on time without any call: the proposal → expired, the deadline
+// → budget_exhausted.
+
+// Arm sets the paused run's timer, if it has a deadline to keep.
+func (e *Engine) Arm(st runstate.State) {
+	if !runstate.Paused(st.Status) || e.cfg.NoTimers {
+		return
+	}
+	at := st.Deadline
+	if exp := st.Pending.GetProposal().GetExpiresAt(); exp != nil && (at.IsZero() || exp.AsTime().Before(at)) {
+		at = exp.AsTime()
+	}
+	if at.IsZero() {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
+	if t := e.timers[st.RunID]; t != nil {
+		t.Stop()
+	}
+	runID := st.RunID
+	e.timers[runID] = time.AfterFunc(max(at.Sub(e.cfg.Clock()), 0), func() { e.fire(runID) })
+}
+
+// disarm stops a run's timer: it is no longer paused.
+func (e *Engine) disarm(runID string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if t := e.timers[runID]; t != nil {
+		t.Stop()
+		delete(e.timers, runID)
+	}
+}
+
+// fire ends a paused run whose proposal expired or whose deadline passed,
+// and re-arms it if neither is due yet (its clock may lag the timer's).
+func (e *Engine) fire(runID string) {
+	e.mu.Lock()
+	delete(e.timers, runID)
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		return
+	}
+	e.Expire(e.base, runID)
+}
+
+// Expire ends a paused run whose proposal expired or whose deadline passed
+// by the engine's clock, as its timer does; a run with nothing due is armed
+// again.
+func (e *Engine) Expire(ctx context.Context, runID string) {
+	for attempt := 0; attempt < 3; attempt++ {
+		st, err := e.cfg.Store.Load(ctx, runID)
+		if err != nil || !runstate.Paused(st.Status) {
+			return
+		}
+		now := e.cfg.Clock()
+		var evs []*reinv1.Event
+		switch p := st.Pending.GetProposal(); {
+		case !st.Deadline.IsZero() && !now.Before(st.Deadline):
+			evs = []*reinv1.Event{
+				{Payload: &reinv1.Event_BudgetReached{BudgetReached: &reinv1.BudgetReached{
+					Limit: "deadline", Detail: "the run's deadline " + st.Deadline.Format(time.RFC3339) + " passed while it waited for a person",
+				}}},
+				{Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
+					From: st.Status, To: reinv1.RunStatus_RUN_STATUS_BUDGET_EXHAUSTED, Reason: "deadline",
+				}}},
+			}
+		case p != nil && !now.Before(p.GetExpiresAt().AsTime()):
+			evs = []*reinv1.Event{{Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
+				From: st.Status, To: reinv1.RunStatus_RUN_STATUS_EXPIRED, Reason: "proposal_expired",
+			}}}}
+		default:
+			e.Arm(st)
+			return
+		}
+		_, err = e.commit(ctx, st, "harness", evs)
+		if err == nil || !errors.Is(err, store.ErrConflict) {
+			if err != nil {
+				e.cfg.Logger.Error("expire paused run", "run_id", runID, "error", err)
+			}
+			return
+		}
+		// A decision landed first: look again.
+	}
+}
+
+// stopTimers stops every timer (Close, Shutdown).
+func (e *Engine) stopTimers() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for id, t := range e.timers {
+		t.Stop()
+		delete(e.timers, id)
+	}
+}
