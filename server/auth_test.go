@@ -108,30 +108,11 @@ func newTCPServer(t *testing.T, cfg Config) *tcpServer {
 // end.
 func (s *tcpServer) startAs(t *testing.T, who string, c *reinv1.TaskContract) *reinv1.Run {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	resp, err := s.client.StartRun(ctx, &reinv1.StartRunRequest{RequestId: rand.Text(), Contract: c}, as(who))
+	resp, err := s.client.StartRun(context.Background(), &reinv1.StartRunRequest{RequestId: rand.Text(), Contract: c}, as(who))
 	if err != nil {
 		t.Fatalf("StartRun as %s: %v", who, err)
 	}
-	stream, err := s.client.WatchRun(ctx, &reinv1.WatchRunRequest{RunId: resp.GetRun().GetRunId()}, as(who))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		ev, err := stream.Recv()
-		if err != nil {
-			t.Fatalf("watch ended before the run paused or ended: %v", err)
-		}
-		if sc := ev.GetEvent().GetStatusChanged(); sc != nil && sc.GetTo() != reinv1.RunStatus_RUN_STATUS_RUNNING {
-			break
-		}
-	}
-	got, err := s.client.GetRun(ctx, &reinv1.GetRunRequest{RunId: resp.GetRun().GetRunId()}, as(who))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return got.GetRun()
+	return s.waitRest(t, who, resp.GetRun().GetRunId(), 0)
 }
 
 // rpcCall makes one valid call of an RPC about a run (ignored by RPCs that
@@ -236,6 +217,16 @@ var rpcCases = map[string]rpcCase{
 			return err
 		}
 		_, err = c.ImportRun(ctx, &reinv1.ImportRunRequest{Export: x}, opts...)
+		return err
+	}},
+	// The run waits for input: a message is refused, naming rein input.
+	"SteerRun": {namesRun: true, ok: codes.FailedPrecondition, call: func(ctx context.Context, c reinv1.RunServiceClient, runID string, opts ...grpc.CallOption) error {
+		_, err := c.SteerRun(ctx, &reinv1.SteerRunRequest{RunId: runID, Text: "use staging", RequestId: rand.Text()}, opts...)
+		return err
+	}},
+	// The run waits for input, not for budget.
+	"RaiseBudget": {namesRun: true, ok: codes.FailedPrecondition, call: func(ctx context.Context, c reinv1.RunServiceClient, runID string, opts ...grpc.CallOption) error {
+		_, err := c.RaiseBudget(ctx, &reinv1.RaiseBudgetRequest{RunId: runID, AddSteps: 5}, opts...)
 		return err
 	}},
 	"DecideApproval": {namesRun: true, ok: codes.FailedPrecondition, call: func(ctx context.Context, c reinv1.RunServiceClient, runID string, opts ...grpc.CallOption) error {

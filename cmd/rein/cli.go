@@ -167,6 +167,8 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newApproveCmd(e),
 		newDenyCmd(e),
 		newInputCmd(e),
+		newSteerCmd(e),
+		newBudgetCmd(e),
 		newCancelCmd(e),
 		newDeleteCmd(e),
 		newDeletionsCmd(e),

@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"math"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -178,16 +176,9 @@ func newInputCmd(e *env) *cobra.Command {
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			text := args[1]
-			if text == "-" {
-				b, err := io.ReadAll(e.stdin)
-				if err != nil {
-					return fmt.Errorf("read the answer from stdin: %w", err)
-				}
-				text = strings.TrimRight(string(b), "\n")
-			}
-			if text == "" {
-				return usageError("the answer is empty")
+			text, err := argOrStdin(e, args[1], "answer")
+			if err != nil {
+				return err
 			}
 			cn, err := readerWith(ctx, e, &h)
 			if err != nil {
@@ -258,7 +249,7 @@ func newPendingCmd(e *env) *cobra.Command {
 		Use: "pending",
 		Example: `  rein pending
   rein pending --server rein.internal:7233 --json`,
-		Short: "List the proposals and questions waiting for a person, across your runs",
+		Short: "List the proposals, questions and budget pauses waiting for a person, across your runs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -270,7 +261,7 @@ func newPendingCmd(e *env) *cobra.Command {
 				}
 				defer cn.close()
 				runs, _, err := listRuns(ctx, cn.runs, &reinv1.ListRunsRequest{Statuses: []reinv1.RunStatus{
-					reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT,
+					reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET,
 				}}, math.MaxInt)
 				if err != nil {
 					return err
@@ -298,6 +289,8 @@ func newPendingCmd(e *env) *cobra.Command {
 					fmt.Fprintf(w, "%s\tapproval\t%v %v (hash %v, expires %v)%s\n", s.RunID, pr["tool"], pr["proposal_id"], pr["hash"], pr["expires_at"], chainNote(s.Parents))
 				} else if q, ok := p["question"].(map[string]any); ok {
 					fmt.Fprintf(w, "%s\tinput\t%q%s\n", s.RunID, q["text"], chainNote(s.Parents))
+				} else if b, ok := p["budget"].(map[string]any); ok {
+					fmt.Fprintf(w, "%s\tbudget\t%v: %v (raise by %v)%s\n", s.RunID, b["limit"], b["detail"], b["expires_at"], chainNote(s.Parents))
 				}
 			}
 			return w.Flush()

@@ -192,7 +192,7 @@ func statusExit(s reinv1.RunStatus) int {
 	switch s {
 	case reinv1.RunStatus_RUN_STATUS_COMPLETED:
 		return exitOK
-	case reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL:
+	case reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET:
 		return exitPaused
 	case reinv1.RunStatus_RUN_STATUS_BUDGET_EXHAUSTED:
 		return exitBudget

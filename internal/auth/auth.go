@@ -25,6 +25,9 @@ const (
 	Operator Role = "operator"
 	Approver Role = "approver"
 	Admin    Role = "admin"
+	// OperatorOrApprover is held by an operator and by an approver: a
+	// raise of a run's budget is either's to give.
+	OperatorOrApprover Role = "operator or approver"
 )
 
 // Principal is an authenticated caller.
@@ -41,7 +44,7 @@ func (p Principal) Has(r Role) bool {
 		switch {
 		case have == r, have == Admin:
 			return true
-		case r == Viewer && (have == Operator || have == Approver):
+		case (r == Viewer || r == OperatorOrApprover) && (have == Operator || have == Approver):
 			return true
 		}
 	}
@@ -193,6 +196,10 @@ var rules = map[string]Role{
 	"/rein.v1.RunService/ForkRun":        Operator,
 	"/rein.v1.RunService/ProvideInput":   Operator,
 	"/rein.v1.RunService/DecideApproval": Approver,
+	// A message to a running run: the starter of a run needed operator.
+	"/rein.v1.RunService/SteerRun": Operator,
+	// More budget for a run paused on it.
+	"/rein.v1.RunService/RaiseBudget": OperatorOrApprover,
 	// An import writes a history the caller did not make, and the server
 	// carries the run on with its tools (proto/rein/v1/run_service.proto).
 	"/rein.v1.RunService/ImportRun": Admin,

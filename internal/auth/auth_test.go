@@ -150,16 +150,16 @@ func TestLoadDirectory(t *testing.T) {
 }
 
 func TestPrincipalHas(t *testing.T) {
-	all := []auth.Role{auth.Viewer, auth.Operator, auth.Approver, auth.Admin}
+	all := []auth.Role{auth.Viewer, auth.Operator, auth.Approver, auth.Admin, auth.OperatorOrApprover}
 	for _, tc := range []struct {
 		roles []auth.Role
 		has   []auth.Role
 	}{
 		{[]auth.Role{auth.Admin}, all},
-		{[]auth.Role{auth.Operator}, []auth.Role{auth.Viewer, auth.Operator}},
-		{[]auth.Role{auth.Approver}, []auth.Role{auth.Viewer, auth.Approver}},
+		{[]auth.Role{auth.Operator}, []auth.Role{auth.Viewer, auth.Operator, auth.OperatorOrApprover}},
+		{[]auth.Role{auth.Approver}, []auth.Role{auth.Viewer, auth.Approver, auth.OperatorOrApprover}},
 		{[]auth.Role{auth.Viewer}, []auth.Role{auth.Viewer}},
-		{[]auth.Role{auth.Operator, auth.Approver}, []auth.Role{auth.Viewer, auth.Operator, auth.Approver}},
+		{[]auth.Role{auth.Operator, auth.Approver}, []auth.Role{auth.Viewer, auth.Operator, auth.Approver, auth.OperatorOrApprover}},
 		{nil, nil},
 	} {
 		p := auth.Principal{ID: "p", Tenant: "t", Roles: tc.roles}
@@ -208,6 +208,8 @@ func TestRequired(t *testing.T) {
 		"/rein.v1.RunService/ForkRun":                                    auth.Operator,
 		"/rein.v1.RunService/ProvideInput":                               auth.Operator,
 		"/rein.v1.RunService/DecideApproval":                             auth.Approver,
+		"/rein.v1.RunService/SteerRun":                                   auth.Operator,
+		"/rein.v1.RunService/RaiseBudget":                                auth.OperatorOrApprover,
 		"/rein.v1.RunService/ImportRun":                                  auth.Admin,
 		"/rein.v1.RunService/DeleteRun":                                  auth.Admin,
 		"/rein.v1.RunService/ListDeletions":                              auth.Admin,

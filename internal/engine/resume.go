@@ -18,12 +18,13 @@ const resumePage = 1000
 // will): a running run is scheduled; a write that was dispatched when the
 // process stopped is settled by its tool's lookup (never sent blindly
 // again); any other paused run stays paused with its deadlines armed again
-// (a proposal's expiry, the run's deadline). It returns the first error
+// (a proposal's expiry, the run's deadline, a budget pause's end). It returns the first error
 // listing the runs or scheduling one; a write that cannot be settled is
 // logged and left to a person.
 func (e *Engine) ResumeAll(ctx context.Context) error {
 	f := store.Filter{Statuses: []reinv1.RunStatus{
 		reinv1.RunStatus_RUN_STATUS_RUNNING, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL,
+		reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET,
 	}, Limit: resumePage}
 	for {
 		page, err := e.cfg.Store.List(ctx, f)

@@ -11,10 +11,11 @@ import (
 )
 
 // A paused run has deadlines of its own: its pending proposal's expires_at
-// and the run's deadline. The engine arms a timer for the nearer one when
-// the run pauses (and, through Arm, for every paused run at start-up), so
-// they fire on time without any call: the proposal → expired, the deadline
-// → budget_exhausted.
+// and the run's deadline, or, paused on its budget, the pause's expires_at
+// alone. The engine arms a timer for the nearer one when the run pauses
+// (and, through Arm, for every paused run at start-up), so they fire on
+// time without any call: the proposal → expired, the deadline →
+// budget_exhausted, the budget pause → expired.
 
 // Arm sets the paused run's timer, if it has a deadline to keep.
 func (e *Engine) Arm(st runstate.State) {
@@ -24,6 +25,10 @@ func (e *Engine) Arm(st runstate.State) {
 	at := st.Deadline
 	if exp := st.Pending.GetProposal().GetExpiresAt(); exp != nil && (at.IsZero() || exp.AsTime().Before(at)) {
 		at = exp.AsTime()
+	}
+	if b := st.Pending.GetBudget(); b != nil {
+		// Paused on its budget (the deadline, maybe): only the pause ends.
+		at = b.GetExpiresAt().AsTime()
 	}
 	if at.IsZero() {
 		return
@@ -74,7 +79,14 @@ func (e *Engine) Expire(ctx context.Context, runID string) {
 		}
 		now := e.cfg.Clock()
 		var evs []*reinv1.Event
-		switch p := st.Pending.GetProposal(); {
+		switch p, b := st.Pending.GetProposal(), st.Pending.GetBudget(); {
+		case b != nil && !now.Before(b.GetExpiresAt().AsTime()):
+			evs = []*reinv1.Event{{Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
+				From: st.Status, To: reinv1.RunStatus_RUN_STATUS_EXPIRED, Reason: "budget_not_raised",
+			}}}}
+		case b != nil:
+			e.Arm(st)
+			return
 		case !st.Deadline.IsZero() && !now.Before(st.Deadline):
 			evs = []*reinv1.Event{
 				{Payload: &reinv1.Event_BudgetReached{BudgetReached: &reinv1.BudgetReached{

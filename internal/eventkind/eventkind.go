@@ -157,7 +157,7 @@ const (
 type Transcript struct {
 	// Role is what the kind is to the transcript.
 	Role Role
-	// Observe is what the model reads of an event of Role Observed: an
+	// Observe is what the model reads of an event of Role Observed or Held: an
 	// observation labelled with its source, or nil where the event gives
 	// none. Nil for the other roles.
 	Observe func(ev *reinv1.Event) *model.Observation
@@ -181,6 +181,10 @@ const (
 	// Compaction moves the oldest entries into the transcript's summary
 	// (context_compacted).
 	Compaction
+	// Held is read as an observation (Transcript.Observe) from the next
+	// model call on, never by one in flight (run_steered): the transcript
+	// holds it until a Request.
+	Held
 )
 
 // unread is the Transcript of a kind the model reads nothing of.

@@ -86,8 +86,8 @@ func incomplete(k Kind) []string {
 	if k.Transcript.Role == roleUnset {
 		bad = append(bad, "no Transcript.Role (Unread for none)")
 	}
-	if (k.Transcript.Role == Observed) != (k.Transcript.Observe != nil) {
-		bad = append(bad, "an Observed kind needs Observe, and only it has one")
+	if reads := k.Transcript.Role == Observed || k.Transcript.Role == Held; reads != (k.Transcript.Observe != nil) {
+		bad = append(bad, "an Observed or Held kind needs Observe, and only it has one")
 	}
 	return bad
 }

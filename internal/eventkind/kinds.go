@@ -410,6 +410,50 @@ var kinds = [...]Kind{
 		Metric:     Metric{Counts: Uncounted},
 		Transcript: unread,
 	},
+	{
+		Name: "run_steered",
+		Summary: func(ev *reinv1.Event) string {
+			return fmt.Sprintf("%q by %s", ev.GetRunSteered().GetText(), ev.GetActor())
+		},
+		Tone: tone(Plain),
+		Span: Span{Call: NoCall, Event: "rein.run_steered", Attributes: func(ev *reinv1.Event) []attribute.KeyValue {
+			return []attribute.KeyValue{attribute.String("rein.actor", ev.GetActor())}
+		}},
+		Metric:     Metric{Counts: Uncounted},
+		Transcript: Transcript{Role: Held, Observe: steeredObservation},
+	},
+	{
+		Name:    "budget_raised",
+		Summary: func(ev *reinv1.Event) string { return raisedText(ev.GetBudgetRaised()) + " by " + ev.GetActor() },
+		Tone:    tone(Plain),
+		Span: Span{Call: NoCall, Event: "rein.budget_raised", Attributes: func(ev *reinv1.Event) []attribute.KeyValue {
+			return []attribute.KeyValue{attribute.String("rein.actor", ev.GetActor())}
+		}},
+		Metric: Metric{Counts: Uncounted},
+		Transcript: observed(func(ev *reinv1.Event) *model.Observation {
+			return &model.Observation{Source: "person", Text: "A person raised the run's budget (" + raisedText(ev.GetBudgetRaised()) + "); carry on from where you were."}
+		}),
+	},
+	{
+		Name: "proposal_revised",
+		Summary: func(ev *reinv1.Event) string {
+			pr := ev.GetProposalRevised()
+			return fmt.Sprintf("%s → %s by %s: %s", pr.GetSupersededProposalId(), pr.GetProposal().GetProposalId(), ev.GetActor(), changesText(pr.GetChanges()))
+		},
+		Tone: tone(Plain),
+		Span: Span{Call: NoCall, Event: "rein.proposal_revised", Attributes: func(ev *reinv1.Event) []attribute.KeyValue {
+			pr := ev.GetProposalRevised()
+			return []attribute.KeyValue{attribute.String("rein.proposal.id", pr.GetProposal().GetProposalId()),
+				attribute.String("rein.proposal.superseded", pr.GetSupersededProposalId()), attribute.String("rein.actor", ev.GetActor())}
+		}},
+		Metric: Metric{Counts: Uncounted},
+		Transcript: observed(func(ev *reinv1.Event) *model.Observation {
+			pr := ev.GetProposalRevised()
+			return &model.Observation{Source: "person", Text: fmt.Sprintf(
+				"A person revised the arguments of your proposed %s write before approving it: %s. The revised write waits for approval; if it is approved, it is the write that happens.",
+				pr.GetProposal().GetTool(), changesText(pr.GetChanges()))}
+		}),
+	},
 }
 
 // observed is the Transcript of a kind the model reads as an observation.

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/runstate"
 )
 
@@ -184,4 +185,60 @@ func LowerStatuses(v any) any {
 		}
 	}
 	return v
+}
+
+// steeredObservation is a person's message as the model reads it: who
+// sent it and when, so the model can tell it from a fact (the seeds'
+// provenance rule).
+func steeredObservation(ev *reinv1.Event) *model.Observation {
+	who := strings.TrimPrefix(ev.GetActor(), "principal:")
+	when := ev.GetRecordedAt().AsTime().UTC().Format(time.RFC3339)
+	return &model.Observation{Source: "person", Text: fmt.Sprintf("Message from %s at %s, sent while you worked: %s", who, when, ev.GetRunSteered().GetText())}
+}
+
+// raisedText is what a raise added, such as "+5 steps, +$0.50".
+func raisedText(br *reinv1.BudgetRaised) string {
+	var parts []string
+	if n := br.GetAddSteps(); n > 0 {
+		parts = append(parts, fmt.Sprintf("+%d steps", n))
+	}
+	if n := br.GetAddTokens(); n > 0 {
+		parts = append(parts, fmt.Sprintf("+%d tokens", n))
+	}
+	if c := br.GetAddCostUsd(); c > 0 {
+		parts = append(parts, fmt.Sprintf("+$%.2f", c))
+	}
+	if n := br.GetAddToolCalls(); n > 0 {
+		parts = append(parts, fmt.Sprintf("+%d tool calls", n))
+	}
+	if d := br.GetExtendDeadline(); d.AsDuration() > 0 {
+		parts = append(parts, "deadline +"+d.AsDuration().String())
+	}
+	if len(parts) == 0 {
+		return "nothing added"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// changesText is a revision's changes, such as "/amount 120 → 100".
+func changesText(changes []*reinv1.ArgumentChange) string {
+	if len(changes) == 0 {
+		return "no change"
+	}
+	var parts []string
+	for _, c := range changes {
+		parts = append(parts, fmt.Sprintf("%s %s → %s", c.GetPath(), changeValue(c.GetBefore()), changeValue(c.GetAfter())))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func changeValue(v *structpb.Value) string {
+	if v == nil {
+		return "(none)"
+	}
+	b, err := protojson.Marshal(v)
+	if err != nil {
+		return "?"
+	}
+	return string(b)
 }

@@ -149,7 +149,7 @@ func New() *Metrics {
 		m.writes, m.appendDuration, m.appendEvents, m.appendErrors, m.watchStreams, m.watchLagging, build} {
 		f(c)
 	}
-	for _, s := range []reinv1.RunStatus{reinv1.RunStatus_RUN_STATUS_RUNNING, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL} {
+	for _, s := range liveStatuses {
 		m.runs.WithLabelValues(statusLabel(s)) // present at 0 from the start
 	}
 	for _, kind := range []string{"run", "runs"} {

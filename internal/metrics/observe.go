@@ -14,6 +14,7 @@ import (
 // liveStatuses are the statuses of runs that have not ended.
 var liveStatuses = []reinv1.RunStatus{
 	reinv1.RunStatus_RUN_STATUS_RUNNING, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL,
+	reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET,
 }
 
 // live says whether s is the status of a run that has not ended.

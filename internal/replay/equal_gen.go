@@ -24,9 +24,11 @@ var equalShapes = map[string]string{
 	"rein.v1.ApprovalDecided":     "1 proposal_id string optional; 2 approved bool optional; 3 reason string optional; 4 end_run bool optional; ",
 	"rein.v1.ApprovalPolicy":      "1 proposal_ttl message optional presence google.protobuf.Duration; 2 forbid_self_approval bool optional; ",
 	"rein.v1.ApprovalRequested":   "1 proposal message optional presence rein.v1.Proposal; ",
+	"rein.v1.ArgumentChange":      "1 path string optional; 2 before message optional presence google.protobuf.Value; 3 after message optional presence google.protobuf.Value; ",
 	"rein.v1.AskHuman":            "1 question string optional; ",
-	"rein.v1.Budget":              "1 max_steps uint32 optional; 2 max_tokens uint64 optional; 3 timeout message optional presence google.protobuf.Duration; 4 max_tool_calls uint32 optional; 5 max_output_bytes uint64 optional; 6 max_cost_usd double optional; 7 max_context_chars uint64 optional; ",
-	"rein.v1.BudgetReached":       "1 limit string optional; 2 detail string optional; 3 retry_past_deadline message optional presence rein.v1.RetryPastDeadline; ",
+	"rein.v1.Budget":              "1 max_steps uint32 optional; 2 max_tokens uint64 optional; 3 timeout message optional presence google.protobuf.Duration; 4 max_tool_calls uint32 optional; 5 max_output_bytes uint64 optional; 6 max_cost_usd double optional; 7 max_context_chars uint64 optional; 8 on_exhausted enum optional; 9 raise_ttl message optional presence google.protobuf.Duration; ",
+	"rein.v1.BudgetRaised":        "1 add_steps uint32 optional; 2 add_tokens uint64 optional; 3 add_cost_usd double optional; 4 extend_deadline message optional presence google.protobuf.Duration; 5 budget message optional presence rein.v1.Budget; 6 deadline message optional presence google.protobuf.Timestamp; 7 reason string optional; 8 add_tool_calls uint32 optional; ",
+	"rein.v1.BudgetReached":       "1 limit string optional; 2 detail string optional; 3 retry_past_deadline message optional presence rein.v1.RetryPastDeadline; 4 raise_by message optional presence google.protobuf.Timestamp; ",
 	"rein.v1.Check":               "1 name string optional; 2 argv string repeated; 3 dir string optional; 4 timeout message optional presence google.protobuf.Duration; 5 env string repeated; ",
 	"rein.v1.CheckResult":         "1 name string optional; 2 passed bool optional; 3 exit_code int32 optional; 4 output_tail string optional; ",
 	"rein.v1.ChecksCompleted":     "1 results message repeated rein.v1.CheckResult; 2 workspace_hash string optional; 3 duration message optional presence google.protobuf.Duration; ",
@@ -43,7 +45,7 @@ var equalShapes = map[string]string{
 	"rein.v1.DelegationPolicy":    "1 max_children uint32 optional; 2 max_depth uint32 optional; 3 tools string repeated; 4 max_share double optional; 5 child_models message repeated rein.v1.ModelSpec; ",
 	"rein.v1.DelegationReturned":  "1 run_id string optional; 2 status enum optional; 3 reason string optional; 4 answer message optional presence rein.v1.FinalAnswer; 5 evidence string repeated; 6 usage message optional presence rein.v1.Usage; 7 cost_usd double optional; 8 steps uint32 optional; 9 tool_calls uint32 optional; ",
 	"rein.v1.DelegationStarted":   "1 call_id string optional; 2 children message repeated rein.v1.DelegatedChild; ",
-	"rein.v1.Event":               "1 run_id string optional; 2 sequence uint64 optional; 3 recorded_at message optional presence google.protobuf.Timestamp; 4 actor string optional; 10 run_started message optional presence oneof payload rein.v1.RunStarted; 11 model_requested message optional presence oneof payload rein.v1.ModelRequested; 12 model_returned message optional presence oneof payload rein.v1.ModelReturned; 13 decision_rejected message optional presence oneof payload rein.v1.DecisionRejected; 14 tool_requested message optional presence oneof payload rein.v1.ToolRequested; 15 tool_refused message optional presence oneof payload rein.v1.ToolRefused; 16 tool_returned message optional presence oneof payload rein.v1.ToolReturned; 17 approval_requested message optional presence oneof payload rein.v1.ApprovalRequested; 18 approval_decided message optional presence oneof payload rein.v1.ApprovalDecided; 19 input_requested message optional presence oneof payload rein.v1.InputRequested; 20 input_provided message optional presence oneof payload rein.v1.InputProvided; 21 write_dispatched message optional presence oneof payload rein.v1.WriteDispatched; 22 write_committed message optional presence oneof payload rein.v1.WriteCommitted; 23 write_outcome_unknown message optional presence oneof payload rein.v1.WriteOutcomeUnknown; 24 checks_completed message optional presence oneof payload rein.v1.ChecksCompleted; 25 budget_reached message optional presence oneof payload rein.v1.BudgetReached; 26 status_changed message optional presence oneof payload rein.v1.StatusChanged; 27 model_retried message optional presence oneof payload rein.v1.ModelRetried; 28 context_compacted message optional presence oneof payload rein.v1.ContextCompacted; 29 write_refused message optional presence oneof payload rein.v1.WriteRefused; 30 delegation_started message optional presence oneof payload rein.v1.DelegationStarted; 31 delegation_returned message optional presence oneof payload rein.v1.DelegationReturned; 40 run_taken message optional presence oneof payload rein.v1.RunTaken; ",
+	"rein.v1.Event":               "1 run_id string optional; 2 sequence uint64 optional; 3 recorded_at message optional presence google.protobuf.Timestamp; 4 actor string optional; 10 run_started message optional presence oneof payload rein.v1.RunStarted; 11 model_requested message optional presence oneof payload rein.v1.ModelRequested; 12 model_returned message optional presence oneof payload rein.v1.ModelReturned; 13 decision_rejected message optional presence oneof payload rein.v1.DecisionRejected; 14 tool_requested message optional presence oneof payload rein.v1.ToolRequested; 15 tool_refused message optional presence oneof payload rein.v1.ToolRefused; 16 tool_returned message optional presence oneof payload rein.v1.ToolReturned; 17 approval_requested message optional presence oneof payload rein.v1.ApprovalRequested; 18 approval_decided message optional presence oneof payload rein.v1.ApprovalDecided; 19 input_requested message optional presence oneof payload rein.v1.InputRequested; 20 input_provided message optional presence oneof payload rein.v1.InputProvided; 21 write_dispatched message optional presence oneof payload rein.v1.WriteDispatched; 22 write_committed message optional presence oneof payload rein.v1.WriteCommitted; 23 write_outcome_unknown message optional presence oneof payload rein.v1.WriteOutcomeUnknown; 24 checks_completed message optional presence oneof payload rein.v1.ChecksCompleted; 25 budget_reached message optional presence oneof payload rein.v1.BudgetReached; 26 status_changed message optional presence oneof payload rein.v1.StatusChanged; 27 model_retried message optional presence oneof payload rein.v1.ModelRetried; 28 context_compacted message optional presence oneof payload rein.v1.ContextCompacted; 29 write_refused message optional presence oneof payload rein.v1.WriteRefused; 30 delegation_started message optional presence oneof payload rein.v1.DelegationStarted; 31 delegation_returned message optional presence oneof payload rein.v1.DelegationReturned; 32 run_steered message optional presence oneof payload rein.v1.RunSteered; 33 budget_raised message optional presence oneof payload rein.v1.BudgetRaised; 34 proposal_revised message optional presence oneof payload rein.v1.ProposalRevised; 40 run_taken message optional presence oneof payload rein.v1.RunTaken; ",
 	"rein.v1.FinalAnswer":         "1 text string optional; 2 data message optional presence google.protobuf.Value; ",
 	"rein.v1.InputProvided":       "1 text string optional; ",
 	"rein.v1.InputRequested":      "1 question message optional presence rein.v1.Question; ",
@@ -52,10 +54,12 @@ var equalShapes = map[string]string{
 	"rein.v1.ModelRetried":        "1 step uint32 optional; 2 error string optional; 3 wait message optional presence google.protobuf.Duration; 4 reason string optional; ",
 	"rein.v1.ModelReturned":       "1 decision message optional presence rein.v1.Decision; 2 usage message optional presence rein.v1.Usage; 3 cost_usd double optional; 4 duration message optional presence google.protobuf.Duration; 5 response_id string optional; 6 finish_reason string optional; ",
 	"rein.v1.ModelSpec":           "1 provider string optional; 2 name string optional; 3 base_url string optional; 4 max_output_tokens uint32 optional; 5 temperature double optional presence; 6 script message repeated rein.v1.ScriptedReply; ",
-	"rein.v1.Proposal":            "1 proposal_id string optional; 2 tool string optional; 3 arguments message optional presence google.protobuf.Struct; 4 preview message optional presence google.protobuf.Value; 5 hash string optional; 6 expires_at message optional presence google.protobuf.Timestamp; 7 run_version uint64 optional; 8 call_id string optional; 9 preview_blob string optional; 10 arguments_blob string optional; ",
+	"rein.v1.Proposal":            "1 proposal_id string optional; 2 tool string optional; 3 arguments message optional presence google.protobuf.Struct; 4 preview message optional presence google.protobuf.Value; 5 hash string optional; 6 expires_at message optional presence google.protobuf.Timestamp; 7 run_version uint64 optional; 8 call_id string optional; 9 preview_blob string optional; 10 arguments_blob string optional; 11 revised_by string optional; ",
+	"rein.v1.ProposalRevised":     "1 superseded_proposal_id string optional; 2 proposal message optional presence rein.v1.Proposal; 3 changes message repeated rein.v1.ArgumentChange; ",
 	"rein.v1.Question":            "1 text string optional; 2 call_id string optional; ",
 	"rein.v1.RetryPastDeadline":   "1 step uint32 optional; 2 error string optional; 3 wait message optional presence google.protobuf.Duration; ",
 	"rein.v1.RunStarted":          "1 contract message optional presence rein.v1.TaskContract; 2 principal string optional; 3 tenant string optional; 4 request_id string optional; 5 deadline message optional presence google.protobuf.Timestamp; 6 parent_run_id string optional; 7 parent_sequence uint64 optional; 8 trace_id string optional; 9 trace_parent_span_id string optional; 10 delegated_by message optional presence rein.v1.DelegatedBy; ",
+	"rein.v1.RunSteered":          "1 text string optional; 2 request_id string optional; ",
 	"rein.v1.RunTaken":            "1 owner string optional; 2 epoch uint64 optional; 3 trace_id string optional; ",
 	"rein.v1.ScriptedReply":       "1 decision message optional presence oneof reply rein.v1.Decision; 2 raw string optional presence oneof reply; 3 error string optional presence oneof reply; 4 usage message optional presence rein.v1.Usage; 5 delay_ms uint32 optional; 6 fail_attempts uint32 optional; 7 retry_after_ms uint32 optional; ",
 	"rein.v1.StatusChanged":       "1 from enum optional; 2 to enum optional; 3 reason string optional; 4 result message optional presence rein.v1.FinalAnswer; 5 error string optional; ",
@@ -204,6 +208,21 @@ func eqEvent(x, y *reinv1.Event) bool {
 	case *reinv1.Event_DelegationReturned:
 		oy, ok := y.GetPayload().(*reinv1.Event_DelegationReturned)
 		if !ok || !(eqDelegationReturned(ox.DelegationReturned, oy.DelegationReturned)) {
+			return false
+		}
+	case *reinv1.Event_RunSteered:
+		oy, ok := y.GetPayload().(*reinv1.Event_RunSteered)
+		if !ok || !(eqRunSteered(ox.RunSteered, oy.RunSteered)) {
+			return false
+		}
+	case *reinv1.Event_BudgetRaised:
+		oy, ok := y.GetPayload().(*reinv1.Event_BudgetRaised)
+		if !ok || !(eqBudgetRaised(ox.BudgetRaised, oy.BudgetRaised)) {
+			return false
+		}
+	case *reinv1.Event_ProposalRevised:
+		oy, ok := y.GetPayload().(*reinv1.Event_ProposalRevised)
+		if !ok || !(eqProposalRevised(ox.ProposalRevised, oy.ProposalRevised)) {
 			return false
 		}
 	case *reinv1.Event_RunTaken:
@@ -598,6 +617,9 @@ func eqBudgetReached(x, y *reinv1.BudgetReached) bool {
 	if !(eqRetryPastDeadline(x.GetRetryPastDeadline(), y.GetRetryPastDeadline())) {
 		return false
 	}
+	if !(eqTimestamp(x.GetRaiseBy(), y.GetRaiseBy())) {
+		return false
+	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }
 
@@ -756,6 +778,80 @@ func eqDelegationReturned(x, y *reinv1.DelegationReturned) bool {
 	}
 	if !(x.GetToolCalls() == y.GetToolCalls()) {
 		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqRunSteered(x, y *reinv1.RunSteered) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetText() == y.GetText()) {
+		return false
+	}
+	if !(x.GetRequestId() == y.GetRequestId()) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqBudgetRaised(x, y *reinv1.BudgetRaised) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetAddSteps() == y.GetAddSteps()) {
+		return false
+	}
+	if !(x.GetAddTokens() == y.GetAddTokens()) {
+		return false
+	}
+	if !(math.Float64bits(x.GetAddCostUsd()) == math.Float64bits(y.GetAddCostUsd())) {
+		return false
+	}
+	if !(eqDuration(x.GetExtendDeadline(), y.GetExtendDeadline())) {
+		return false
+	}
+	if !(eqBudget(x.GetBudget(), y.GetBudget())) {
+		return false
+	}
+	if !(eqTimestamp(x.GetDeadline(), y.GetDeadline())) {
+		return false
+	}
+	if !(x.GetReason() == y.GetReason()) {
+		return false
+	}
+	if !(x.GetAddToolCalls() == y.GetAddToolCalls()) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqProposalRevised(x, y *reinv1.ProposalRevised) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetSupersededProposalId() == y.GetSupersededProposalId()) {
+		return false
+	}
+	if !(eqProposal(x.GetProposal(), y.GetProposal())) {
+		return false
+	}
+	if len(x.GetChanges()) != len(y.GetChanges()) {
+		return false
+	}
+	for i, vx := range x.GetChanges() {
+		if !(eqArgumentChange(vx, y.GetChanges()[i])) {
+			return false
+		}
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }
@@ -1045,6 +1141,9 @@ func eqProposal(x, y *reinv1.Proposal) bool {
 	if !(x.GetArgumentsBlob() == y.GetArgumentsBlob()) {
 		return false
 	}
+	if !(x.GetRevisedBy() == y.GetRevisedBy()) {
+		return false
+	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }
 
@@ -1168,28 +1267,6 @@ func eqDelegatedChild(x, y *reinv1.DelegatedChild) bool {
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }
 
-func eqToolGrant(x, y *reinv1.ToolGrant) bool {
-	if x == y {
-		return true
-	}
-	if x == nil || y == nil {
-		return false
-	}
-	if !(x.GetName() == y.GetName()) {
-		return false
-	}
-	if !(x.GetDescription() == y.GetDescription()) {
-		return false
-	}
-	if !(eqStruct(x.GetInputSchema(), y.GetInputSchema())) {
-		return false
-	}
-	if !(x.GetTier() == y.GetTier()) {
-		return false
-	}
-	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
-}
-
 func eqBudget(x, y *reinv1.Budget) bool {
 	if x == y {
 		return true
@@ -1216,6 +1293,53 @@ func eqBudget(x, y *reinv1.Budget) bool {
 		return false
 	}
 	if !(x.GetMaxContextChars() == y.GetMaxContextChars()) {
+		return false
+	}
+	if !(x.GetOnExhausted() == y.GetOnExhausted()) {
+		return false
+	}
+	if !(eqDuration(x.GetRaiseTtl(), y.GetRaiseTtl())) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqArgumentChange(x, y *reinv1.ArgumentChange) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetPath() == y.GetPath()) {
+		return false
+	}
+	if !(eqValue(x.GetBefore(), y.GetBefore())) {
+		return false
+	}
+	if !(eqValue(x.GetAfter(), y.GetAfter())) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqToolGrant(x, y *reinv1.ToolGrant) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetName() == y.GetName()) {
+		return false
+	}
+	if !(x.GetDescription() == y.GetDescription()) {
+		return false
+	}
+	if !(eqStruct(x.GetInputSchema(), y.GetInputSchema())) {
+		return false
+	}
+	if !(x.GetTier() == y.GetTier()) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())

@@ -109,6 +109,8 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 			s.Steps++
 		}
 		s.ModelInFlight = true
+		// The messages people sent are in this call's context.
+		s.SteersWaiting = 0
 		if pr := p.ModelRequested.GetPrice(); pr != nil {
 			s.Price = pr
 		}
@@ -246,7 +248,22 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 			return s, err
 		}
 	case *reinv1.Event_BudgetReached:
-		// Allowed in any non-terminal status: a deadline passes while paused too.
+		// Allowed in any non-terminal status: a deadline passes while paused
+		// too. One that pauses the run is the pause's pending action.
+		if br := p.BudgetReached; br.GetRaiseBy() != nil {
+			if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
+				return s, err
+			}
+			s.Pending = &reinv1.PendingAction{Action: &reinv1.PendingAction_Budget{Budget: &reinv1.BudgetPause{
+				Limit: br.GetLimit(), Detail: br.GetDetail(), ExpiresAt: br.GetRaiseBy(),
+			}}}
+		}
+	case *reinv1.Event_RunSteered:
+		return applySteered(s, ev, p.RunSteered)
+	case *reinv1.Event_BudgetRaised:
+		return applyBudgetRaised(s, ev, p.BudgetRaised)
+	case *reinv1.Event_ProposalRevised:
+		return applyProposalRevised(s, ev, p.ProposalRevised)
 	case *reinv1.Event_DelegationStarted:
 		return applyDelegationStarted(s, ev, p.DelegationStarted)
 	case *reinv1.Event_DelegationReturned:
@@ -322,6 +339,10 @@ func changed(s State, sc *reinv1.StatusChanged) (State, error) {
 	case reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT:
 		if s.Pending.GetQuestion() == nil {
 			return s, fmt.Errorf("%w: needs_input without a pending question", ErrIllegalTransition)
+		}
+	case reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET:
+		if s.Pending.GetBudget() == nil {
+			return s, fmt.Errorf("%w: needs_budget without a budget_reached that pauses the run", ErrIllegalTransition)
 		}
 	case reinv1.RunStatus_RUN_STATUS_RUNNING:
 		if s.WriteInFlight() {

@@ -28,6 +28,7 @@ const (
 	denied        = reinv1.RunStatus_RUN_STATUS_DENIED
 	expired       = reinv1.RunStatus_RUN_STATUS_EXPIRED
 	cancelled     = reinv1.RunStatus_RUN_STATUS_CANCELLED
+	needsBudget   = reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET
 )
 
 const testRunID = "run-0001"
@@ -156,6 +157,8 @@ func stateAt(t *testing.T, status reinv1.RunStatus) State {
 		s = mustApply(t, s, inputRequested(2), statusChanged(3, running, needsInput))
 	case needsApproval:
 		s = mustApply(t, s, approvalRequested(2, "p-1"), statusChanged(3, running, needsApproval))
+	case needsBudget:
+		s = mustApply(t, s, budgetPaused(2), statusChanged(3, running, needsBudget))
 	case expired:
 		s = mustApply(t, s, approvalRequested(2, "p-1"), statusChanged(3, running, needsApproval),
 			statusChanged(4, needsApproval, expired))
@@ -354,4 +357,13 @@ func TestApplyCounters(t *testing.T) {
 	if s.Steps != 4 || s.Tokens() != 787 {
 		t.Errorf("after an unanswered request: steps = %d, tokens = %d, want 4, 787", s.Steps, s.Tokens())
 	}
+}
+
+// budgetPaused is a budget_reached that pauses the run for a raise.
+func budgetPaused(seq uint64) *reinv1.Event {
+	ev := envelope(seq)
+	ev.Payload = &reinv1.Event_BudgetReached{BudgetReached: &reinv1.BudgetReached{
+		Limit: "max_steps", Detail: "the run made 3 of its 3 model calls", RaiseBy: timestamppb.New(at(seq).Add(time.Hour)),
+	}}
+	return ev
 }

@@ -62,6 +62,14 @@ type State struct {
 	FailingChecksRepeated uint32
 	// Price is the price the last model_requested recorded; nil when none did.
 	Price *reinv1.ModelPrice
+	// Steers are the request IDs of the messages people sent the run, in
+	// order (never mutated once set; Apply replaces it), and SteersWaiting
+	// how many of them wait for the next model call.
+	Steers        []string
+	SteersWaiting uint32
+
+	// Raised is what people added to the contract's budget (Limits).
+	Raised Spend
 
 	// DelegatedBy names, for a child run, the run that delegated it; nil
 	// for a root.
@@ -121,6 +129,9 @@ func (s State) Proto(withContract bool) *reinv1.Run {
 		Delegation:        s.delegationProto(),
 		Archive:           s.Archive,
 	}
+	if !s.Raised.IsZero() {
+		r.BudgetRaised = s.Raised.Proto()
+	}
 	if withContract {
 		r.Contract = s.Contract
 	}
@@ -168,7 +179,11 @@ func FromProto(r *reinv1.Run, contract *reinv1.TaskContract) State {
 		Archive:          r.GetArchive(),
 	}
 	s.delegationFrom(r.GetDelegation())
+	if b := r.GetBudgetRaised(); b != nil {
+		s.Raised = SpendFrom(b)
+	}
 	if p := r.GetProgress(); p != nil {
+		s.Steers, s.SteersWaiting = p.GetSteerRequestIds(), p.GetSteersWaiting()
 		s.OpenCall, s.OpenCallTier = p.GetOpenCall(), p.GetOpenCallTier()
 		s.CallsByTool = p.GetToolCallsByTool()
 		s.FailingChecks, s.FailingChecksRepeated = p.GetFailingChecksHash(), p.GetFailingChecksRepeated()
@@ -190,12 +205,13 @@ func FromProto(r *reinv1.Run, contract *reinv1.TaskContract) State {
 
 // progress is the API form of the loop's view; nil when it is empty.
 func (s State) progress() *reinv1.RunProgress {
-	if s.OpenCall == nil && len(s.CallsByTool) == 0 && s.FailingChecks == "" && s.Price == nil {
+	if s.OpenCall == nil && len(s.CallsByTool) == 0 && s.FailingChecks == "" && s.Price == nil && len(s.Steers) == 0 {
 		return nil
 	}
 	p := &reinv1.RunProgress{
 		OpenCall: s.OpenCall, OpenCallTier: s.OpenCallTier, ToolCallsByTool: s.CallsByTool,
 		FailingChecksHash: s.FailingChecks, FailingChecksRepeated: s.FailingChecksRepeated,
+		SteerRequestIds: s.Steers, SteersWaiting: s.SteersWaiting,
 	}
 	if s.Price != nil {
 		p.Price = &reinv1.RunProgress_Price{InputPerMtok: s.Price.GetInputPerMtok(), OutputPerMtok: s.Price.GetOutputPerMtok()}

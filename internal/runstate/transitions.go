@@ -13,6 +13,12 @@ var transitions = map[reinv1.RunStatus][]reinv1.RunStatus{
 		reinv1.RunStatus_RUN_STATUS_FAILED,
 		reinv1.RunStatus_RUN_STATUS_DENIED,
 		reinv1.RunStatus_RUN_STATUS_CANCELLED,
+		reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET,
+	},
+	reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET: {
+		reinv1.RunStatus_RUN_STATUS_RUNNING,
+		reinv1.RunStatus_RUN_STATUS_EXPIRED,
+		reinv1.RunStatus_RUN_STATUS_CANCELLED,
 	},
 	reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT: {
 		reinv1.RunStatus_RUN_STATUS_RUNNING,
@@ -54,7 +60,8 @@ func Terminal(s reinv1.RunStatus) bool {
 
 // Paused reports whether a status waits for a person.
 func Paused(s reinv1.RunStatus) bool {
-	return s == reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT || s == reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL
+	return s == reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT || s == reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL ||
+		s == reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET
 }
 
 // StatusName is a status's lower-case name, as the CLI and logs print it:
@@ -87,4 +94,5 @@ var statusNames = map[reinv1.RunStatus]string{
 	reinv1.RunStatus_RUN_STATUS_DENIED:           "denied",
 	reinv1.RunStatus_RUN_STATUS_EXPIRED:          "expired",
 	reinv1.RunStatus_RUN_STATUS_CANCELLED:        "cancelled",
+	reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET:     "needs_budget",
 }

@@ -14,7 +14,7 @@ import (
 
 // allStatuses is every status a run can be in.
 var allStatuses = []reinv1.RunStatus{
-	running, needsInput, needsApproval,
+	running, needsInput, needsApproval, needsBudget,
 	completed, exhausted, failed, denied, expired, cancelled,
 }
 
@@ -36,6 +36,10 @@ var designTransitions = map[[2]reinv1.RunStatus]bool{
 	{needsApproval, expired}:   true,
 	{needsApproval, exhausted}: true,
 	{needsApproval, cancelled}: true,
+	{running, needsBudget}:     true,
+	{needsBudget, running}:     true,
+	{needsBudget, expired}:     true,
+	{needsBudget, cancelled}:   true,
 }
 
 func TestLegalMatchesDesign(t *testing.T) {
@@ -67,6 +71,8 @@ func TestApplyLegalTransitions(t *testing.T) {
 					s = mustApply(t, s, approvalRequested(s.Version+1, "p-2"))
 				case needsInput:
 					s = mustApply(t, s, inputRequested(s.Version+1))
+				case needsBudget:
+					s = mustApply(t, s, budgetPaused(s.Version+1))
 				}
 				ev := statusChanged(s.Version+1, from, to)
 				orig := proto.Clone(ev)
@@ -97,6 +103,10 @@ func TestApplyLegalTransitions(t *testing.T) {
 				case to == needsInput:
 					if got.Pending.GetQuestion() == nil {
 						t.Errorf("pending = %v, want a question", got.Pending)
+					}
+				case to == needsBudget:
+					if got.Pending.GetBudget().GetLimit() != "max_steps" {
+						t.Errorf("pending = %v, want the budget pause on max_steps", got.Pending)
 					}
 				case got.Pending != nil:
 					t.Errorf("pending = %v after %s, want none", got.Pending, StatusName(to))

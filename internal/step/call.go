@@ -22,7 +22,7 @@ const DefaultCostOutputCap = 8192
 // set when not even one output token is affordable.
 func (r *Stepper) capCost(req *model.Request, input uint64) (maxCost float64, limit, detail string) {
 	p, priced := r.price()
-	max := r.st.Contract.GetBudget().GetMaxCostUsd()
+	max := r.st.Limits().CostUSD
 	if max > 0 && !priced {
 		m := r.st.Contract.GetModel()
 		return 0, "max_cost_usd", fmt.Sprintf("rein has no price for model %s/%s, so it cannot hold the run's cost limit: give the server a price file (--prices) that prices it",

@@ -84,6 +84,11 @@ func ValidateContract(c *reinv1.TaskContract) error {
 			return &FieldError{"contract.approval.proposal_ttl", "must be a positive duration, such as \"3600s\""}
 		}
 	}
+	if d := c.GetBudget().GetRaiseTtl(); d != nil {
+		if err := d.CheckValid(); err != nil || d.AsDuration() <= 0 {
+			return &FieldError{"contract.budget.raise_ttl", "must be a positive duration, such as \"3600s\""}
+		}
+	}
 	if err := validateChecks(c.GetChecks()); err != nil {
 		return err
 	}

@@ -102,8 +102,7 @@ func (r *Stepper) plan(d *reinv1.Delegate, seq uint64) ([]*reinv1.DelegatedChild
 	case r.st.ChildrenStarted+uint32(len(tasks)) > p.GetMaxChildren():
 		return nil, fmt.Sprintf("the run may start %d children in all, has started %d, and asked for %d more", p.GetMaxChildren(), r.st.ChildrenStarted, len(tasks))
 	}
-	b := c.GetBudget()
-	limit := runstate.BudgetSpend(b)
+	limit := r.st.Limits()
 	left := limit.Sub(r.st.Committed())
 	var sum runstate.Spend
 	children := make([]*reinv1.DelegatedChild, 0, len(tasks))

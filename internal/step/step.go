@@ -16,6 +16,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -35,7 +36,6 @@ func (r *Stepper) Step(ctx context.Context) error {
 	now := r.h.Clock()
 	r.now = timestamppb.New(now)
 	c := r.st.Contract
-	b := c.GetBudget()
 
 	// 1. Budget check: no model call is paid for past a limit.
 	if limit, detail := r.budgetHit(now); limit != "" {
@@ -53,6 +53,10 @@ func (r *Stepper) Step(ctx context.Context) error {
 		if cc := r.transcript.compaction(step); cc != nil {
 			r.later(&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ContextCompacted{ContextCompacted: cc}})
 		}
+		// People's messages recorded since the last call go into this
+		// one's context, after any compaction, as a rebuilt transcript
+		// has them (transcript.deliver).
+		r.transcript.deliver()
 	}
 	req := &model.Request{
 		RunID:      r.st.RunID,
@@ -73,7 +77,7 @@ func (r *Stepper) Step(ctx context.Context) error {
 			input = n
 		}
 	}
-	if max := b.GetMaxTokens(); max > 0 {
+	if max := r.st.Limits().Tokens; max > 0 {
 		// Its own spend, its children's, and what it lent to open ones.
 		used := r.st.Committed().Tokens
 		if used+input >= max {
@@ -106,6 +110,9 @@ func (r *Stepper) Step(ctx context.Context) error {
 		CarriedBlobs:    carried,
 		InputBlobs:      blobs,
 	}}}); err != nil {
+		if errors.Is(err, errRestep) {
+			return nil // messages came in: the step starts again with them
+		}
 		return err
 	}
 	mctx := ctx
@@ -176,19 +183,24 @@ func (r *Stepper) Step(ctx context.Context) error {
 }
 
 // budgetHit names the first limit the run has reached at now, or "".
-func (r *Stepper) budgetHit(now time.Time) (limit, detail string) {
-	b := r.st.Contract.GetBudget()
+func (r *Stepper) budgetHit(now time.Time) (limit, detail string) { return LimitReached(r.st, now) }
+
+// LimitReached names the first limit of its budget a run has reached at
+// now, with a sentence for a person, or "": its limits are the contract's
+// plus what people raised them by (runstate.State.Limits).
+func LimitReached(st runstate.State, now time.Time) (limit, detail string) {
+	lim, used := st.Limits(), st.Committed()
 	switch {
-	case r.st.Committed().Steps >= b.GetMaxSteps():
-		return "max_steps", fmt.Sprintf("the run made %d of its %d model calls", r.st.Committed().Steps, b.GetMaxSteps())
-	case b.GetMaxToolCalls() > 0 && r.st.Committed().ToolCalls >= b.GetMaxToolCalls():
-		return "max_tool_calls", fmt.Sprintf("the run made %d of its %d tool calls", r.st.Committed().ToolCalls, b.GetMaxToolCalls())
-	case b.GetMaxTokens() > 0 && r.st.Committed().Tokens >= b.GetMaxTokens():
-		return "max_tokens", fmt.Sprintf("the run used %d of its %d tokens", r.st.Committed().Tokens, b.GetMaxTokens())
-	case b.GetMaxCostUsd() > 0 && r.st.Committed().CostUSD >= b.GetMaxCostUsd():
-		return "max_cost_usd", fmt.Sprintf("the run spent $%.6f of its $%.6f", r.st.Committed().CostUSD, b.GetMaxCostUsd())
-	case !r.st.Deadline.IsZero() && !now.Before(r.st.Deadline):
-		return "deadline", "the run's deadline " + r.st.Deadline.Format(time.RFC3339) + " has passed"
+	case used.Steps >= lim.Steps:
+		return "max_steps", fmt.Sprintf("the run made %d of its %d model calls", used.Steps, lim.Steps)
+	case lim.ToolCalls > 0 && used.ToolCalls >= lim.ToolCalls:
+		return "max_tool_calls", fmt.Sprintf("the run made %d of its %d tool calls", used.ToolCalls, lim.ToolCalls)
+	case lim.Tokens > 0 && used.Tokens >= lim.Tokens:
+		return "max_tokens", fmt.Sprintf("the run used %d of its %d tokens", used.Tokens, lim.Tokens)
+	case lim.CostUSD > 0 && used.CostUSD >= lim.CostUSD:
+		return "max_cost_usd", fmt.Sprintf("the run spent $%.6f of its $%.6f", used.CostUSD, lim.CostUSD)
+	case !st.Deadline.IsZero() && !now.Before(st.Deadline):
+		return "deadline", "the run's deadline " + st.Deadline.Format(time.RFC3339) + " has passed"
 	}
 	return "", ""
 }
@@ -350,10 +362,45 @@ func (r *Stepper) ask(ctx context.Context, q *reinv1.Question, returned *reinv1.
 		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_InputRequested{InputRequested: &reinv1.InputRequested{Question: q}}})
 }
 
-// exhaust ends the run as budget_exhausted, naming the limit.
+// exhaust ends the run as budget_exhausted, naming the limit; or, when
+// its contract says so (budget.on_exhausted) and a raise can lift the
+// limit, pauses it as needs_budget until a person raises it or the pause's
+// raise_ttl runs out.
 func (r *Stepper) exhaust(ctx context.Context, limit, detail string) error {
+	br := &reinv1.BudgetReached{Limit: limit, Detail: detail}
+	if r.pausesAt(limit) {
+		br.RaiseBy = timestamppb.New(r.now.AsTime().Add(RaiseTTL(r.st.Contract)))
+		return r.end(ctx, reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET, limit, &reinv1.StatusChanged{},
+			&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_BudgetReached{BudgetReached: br}})
+	}
 	return r.end(ctx, reinv1.RunStatus_RUN_STATUS_BUDGET_EXHAUSTED, limit, &reinv1.StatusChanged{},
-		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_BudgetReached{BudgetReached: &reinv1.BudgetReached{Limit: limit, Detail: detail}}})
+		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_BudgetReached{BudgetReached: br}})
+}
+
+// pausesAt reports whether the run pauses for a raise at limit: its
+// contract says so, and a raise can lift the limit (a cost limit on a
+// model with no price cannot be).
+func (r *Stepper) pausesAt(limit string) bool {
+	if r.st.Contract.GetBudget().GetOnExhausted() != reinv1.BudgetAction_BUDGET_ACTION_PAUSE {
+		return false
+	}
+	if limit == "max_cost_usd" {
+		_, priced := r.price()
+		return priced
+	}
+	return true
+}
+
+// RaiseTTL is how long a run of contract c paused on its budget waits for
+// a raise: its budget.raise_ttl, else its approval.proposal_ttl.
+func RaiseTTL(c *reinv1.TaskContract) time.Duration {
+	if d := c.GetBudget().GetRaiseTtl(); d != nil {
+		return d.AsDuration()
+	}
+	if d := c.GetApproval().GetProposalTtl(); d != nil {
+		return d.AsDuration()
+	}
+	return DefaultProposalTTL
 }
 
 // end commits evs and a status change to status.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -51,6 +52,8 @@ type Stepper struct {
 	inTable    bool
 	// now is the step's one clock reading, the recorded_at of its events.
 	now *timestamppb.Timestamp
+	// rebases counts the commits taken again in a row (rebase).
+	rebases int
 }
 
 var (
@@ -161,6 +164,24 @@ func (r *Stepper) commit(ctx context.Context, evs ...*reinv1.Event) error {
 		}
 	}
 	next, err := r.h.Commit(ctx, r.st, all, opts...)
+	if errors.Is(err, store.ErrConflict) && r.rebases < maxRebases {
+		// Only a person's message is appended to a running run by anyone
+		// but its driver (SteerRun): take it in and commit again.
+		r.rebases++
+		steered, rerr := r.rebase(ctx)
+		switch {
+		case rerr != nil:
+			return rerr
+		case !steered:
+			return err
+		case slices.ContainsFunc(evs, isRequest):
+			// The call's context was built without the message: build it
+			// again (Step starts over), so the call reads it.
+			return errRestep
+		}
+		return r.commit(ctx, evs...)
+	}
+	r.rebases = 0
 	if runstate.Rejected(err) {
 		r.pending, r.blobs = nil, nil
 		return fmt.Errorf("%w: %v", ErrDefect, err)
@@ -174,6 +195,53 @@ func (r *Stepper) commit(ctx context.Context, evs ...*reinv1.Event) error {
 		r.transcript.observe(ev, ev.GetSequence())
 	}
 	return nil
+}
+
+// maxRebases bounds the commits of one step taken again after messages
+// came in (rebase): a stream of messages cannot hold a step forever.
+const maxRebases = 64
+
+// errRestep: messages came in while the step built a model call's
+// context, and the call was not recorded; the step starts over.
+var errRestep = errors.New("messages came in: the step starts over")
+
+func isRequest(ev *reinv1.Event) bool { return ev.GetModelRequested() != nil }
+
+// rebase takes in what was appended to the run since the Stepper's state,
+// if it is only people's messages (run_steered): the state is the stored
+// one, the transcript is rebuilt from the log with the messages held for
+// the next model call, and the events that wait for a commit are observed
+// again at their new sequences. It reports false, changing nothing, when
+// anything else was appended.
+func (r *Stepper) rebase(ctx context.Context) (bool, error) {
+	st, err := r.h.Load(ctx, r.st.RunID)
+	if err != nil {
+		return false, err
+	}
+	for after := r.st.Version; after < st.Version; {
+		evs, err := r.h.Events(ctx, r.st.RunID, after)
+		if err != nil {
+			return false, err
+		}
+		if len(evs) == 0 {
+			break
+		}
+		for _, ev := range evs {
+			if ev.GetSequence() <= st.Version && ev.GetRunSteered() == nil {
+				return false, nil
+			}
+		}
+		after = evs[len(evs)-1].GetSequence()
+	}
+	fresh, err := New(ctx, r.h, r.cfg, st)
+	if err != nil {
+		return false, err
+	}
+	r.st, r.transcript = st, fresh.transcript
+	for i, ev := range r.pending {
+		r.transcript.observe(ev, st.Version+uint64(i)+1)
+	}
+	return true, nil
 }
 
 // Flush commits events still pending when the driver stops, so a tool's

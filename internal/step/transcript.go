@@ -37,8 +37,11 @@ type transcript struct {
 	// turns is what a model.Request carries: the summary (if any) as an
 	// observation, then each entry's turn.
 	turns []model.Turn
-	h     hash.Hash
-	size  int
+	// held are people's messages (run_steered) that wait for the next
+	// model call: deliver adds them as turns, in order, just before it.
+	held []entry
+	h    hash.Hash
+	size int
 	// unstored holds the parts not yet given to the store.
 	unstored map[string][]byte
 	// parts is the next call's input, by part hash: the head, the summary
@@ -443,7 +446,14 @@ func (t *transcript) observe(ev *reinv1.Event, seq uint64) {
 	case eventkind.Compaction:
 		t.compact(ev.GetContextCompacted())
 	case eventkind.Request:
+		if !ev.GetModelRequested().GetResumed() {
+			t.deliver()
+		}
 		t.requested()
+	case eventkind.Held:
+		if o := tr.Observe(ev); o != nil {
+			t.held = append(t.held, entry{turn: model.Turn{Observation: o}, seq: seq})
+		}
 	case eventkind.Reply:
 		mr := ev.GetModelReturned()
 		t.reported(mr.GetUsage().GetInputTokens())
@@ -455,6 +465,16 @@ func (t *transcript) observe(ev *reinv1.Event, seq uint64) {
 			t.add(model.Turn{Observation: o}, seq)
 		}
 	}
+}
+
+// deliver adds the held messages as turns, in order: a call that is not
+// resumed reads every message recorded before it (a resumed call is sent
+// as it was, so the messages wait for the call after it).
+func (t *transcript) deliver() {
+	for _, e := range t.held {
+		t.add(e.turn, e.seq)
+	}
+	t.held = nil
 }
 
 // valueText is a result as the model reads it: a string as itself, anything
@@ -483,7 +503,10 @@ func InputHashes(log []*reinv1.Event) map[uint64]string {
 	var t transcript
 	t.init(log[0].GetRunStarted().GetContract())
 	for _, ev := range log {
-		if ev.GetModelRequested() != nil {
+		if mr := ev.GetModelRequested(); mr != nil {
+			if !mr.GetResumed() {
+				t.deliver()
+			}
 			out[ev.GetSequence()] = t.inputHash()
 		}
 		t.observe(ev, ev.GetSequence())

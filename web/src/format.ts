@@ -9,6 +9,7 @@ export const statuses: [RunStatus, string][] = [
   [RunStatus.RUNNING, "running"],
   [RunStatus.NEEDS_INPUT, "needs_input"],
   [RunStatus.NEEDS_APPROVAL, "needs_approval"],
+  [RunStatus.NEEDS_BUDGET, "needs_budget"],
   [RunStatus.COMPLETED, "completed"],
   [RunStatus.BUDGET_EXHAUSTED, "budget_exhausted"],
   [RunStatus.FAILED, "failed"],
@@ -22,7 +23,7 @@ export function statusName(s: RunStatus): string {
 }
 
 export function terminal(s: RunStatus): boolean {
-  return s >= RunStatus.COMPLETED;
+  return s >= RunStatus.COMPLETED && s <= RunStatus.CANCELLED;
 }
 
 export function date(t: Timestamp | undefined): Date | undefined {
@@ -136,6 +137,24 @@ export function summary(ev: Event): { kind: string; text: string } {
       return { kind: "checks_completed", text: p.value.results.map((c) => `${c.name} ${c.passed ? "passed" : `failed (exit ${c.exitCode}): ${c.outputTail}`}`).join("; ") };
     case "budgetReached":
       return { kind: "budget_reached", text: `${p.value.limit}: ${p.value.detail}` };
+    case "runSteered":
+      return { kind: "run_steered", text: `${ev.actor}: ${p.value.text}` };
+    case "budgetRaised": {
+      const b = p.value;
+      const added = [
+        b.addSteps ? `+${b.addSteps} steps` : "",
+        b.addTokens ? `+${b.addTokens} tokens` : "",
+        b.addCostUsd ? `+$${b.addCostUsd.toFixed(2)}` : "",
+        b.addToolCalls ? `+${b.addToolCalls} tool calls` : "",
+        b.extendDeadline ? `deadline +${seconds(b.extendDeadline)}` : "",
+      ].filter((s) => s);
+      return { kind: "budget_raised", text: `${ev.actor} raised the budget: ${added.join(", ")}` + (b.reason ? ` (${b.reason})` : "") };
+    }
+    case "proposalRevised": {
+      const r = p.value;
+      const changes = r.changes.map((c) => `${c.path} ${c.before ? json(c.before) : "(none)"} → ${c.after ? json(c.after) : "(none)"}`);
+      return { kind: "proposal_revised", text: `${ev.actor} revised ${r.supersededProposalId} into ${r.proposal?.proposalId ?? ""}: ${changes.join(", ")}` };
+    }
     case "runTaken":
       return { kind: "run_taken", text: `carried on by ${p.value.owner} (lease epoch ${p.value.epoch})` };
     case "delegationStarted":

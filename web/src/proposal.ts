@@ -29,7 +29,7 @@ export function pendingKey(run: Run): string {
 
 export function pendingCard(run: Run, done: () => void): HTMLElement | null {
   const action = run.pending?.action;
-  if (!action?.case) return null;
+  if (action?.case !== "proposal" && action?.case !== "question") return null;
   const card = drawCard(run, action, done);
   card.dataset.key = pendingKey(run);
   return card;

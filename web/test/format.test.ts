@@ -44,6 +44,9 @@ const lines: Record<string, [cli: string, console: string]> = {
   delegation_started: ["children run-id (1 steps, 2 tokens, $0.750000, 4 tool calls)", "1 child run(s): run-id: goal"],
   delegation_returned: ['run-id needs_approval, 8 steps, 3 tokens, $0.875000: "text"', "run-id needs_approval (reason): text, 8 steps, $0.8750"],
   run_taken: ["carried on by owner (lease epoch 2)", "carried on by owner (lease epoch 2)"],
+  run_steered: ['"text" by principal:ana', "principal:ana: text"],
+  budget_raised: ["+1 steps, +2 tokens, +$0.38, +8 tool calls, deadline +1.25s by principal:ana", "principal:ana raised the budget: +1 steps, +2 tokens, +$0.38, +8 tool calls, deadline +1.25s (reason)"],
+  proposal_revised: ['superseded-proposal-id → proposal-id by principal:ana: path "value" → "value"', 'principal:ana revised superseded-proposal-id into proposal-id: path "value" → "value"'],
 };
 
 test("the fixture holds every kind of this console's generated client", () => {

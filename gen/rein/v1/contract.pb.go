@@ -81,6 +81,60 @@ func (ToolTier) EnumDescriptor() ([]byte, []int) {
 	return file_rein_v1_contract_proto_rawDescGZIP(), []int{0}
 }
 
+// BudgetAction is what a run does when a budget limit is reached.
+type BudgetAction int32
+
+const (
+	// Not set: as BUDGET_ACTION_END.
+	BudgetAction_BUDGET_ACTION_UNSPECIFIED BudgetAction = 0
+	// End the run as budget_exhausted.
+	BudgetAction_BUDGET_ACTION_END BudgetAction = 1
+	// Pause the run as needs_budget until a person raises the budget
+	// (RaiseBudget) or the pause expires (raise_ttl).
+	BudgetAction_BUDGET_ACTION_PAUSE BudgetAction = 2
+)
+
+// Enum value maps for BudgetAction.
+var (
+	BudgetAction_name = map[int32]string{
+		0: "BUDGET_ACTION_UNSPECIFIED",
+		1: "BUDGET_ACTION_END",
+		2: "BUDGET_ACTION_PAUSE",
+	}
+	BudgetAction_value = map[string]int32{
+		"BUDGET_ACTION_UNSPECIFIED": 0,
+		"BUDGET_ACTION_END":         1,
+		"BUDGET_ACTION_PAUSE":       2,
+	}
+)
+
+func (x BudgetAction) Enum() *BudgetAction {
+	p := new(BudgetAction)
+	*p = x
+	return p
+}
+
+func (x BudgetAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BudgetAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_rein_v1_contract_proto_enumTypes[1].Descriptor()
+}
+
+func (BudgetAction) Type() protoreflect.EnumType {
+	return &file_rein_v1_contract_proto_enumTypes[1]
+}
+
+func (x BudgetAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BudgetAction.Descriptor instead.
+func (BudgetAction) EnumDescriptor() ([]byte, []int) {
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{1}
+}
+
 // TaskContract is everything a run may do: its goal and inputs, the tools it
 // was granted, its budget, its completion checks, the model that drives it and
 // the approval policy for writes. A task file is the protojson form of this
@@ -387,8 +441,15 @@ type Budget struct {
 	// Characters of context the model is sent before older observations are
 	// compacted into a summary. 0 means the default, 200000.
 	MaxContextChars uint64 `protobuf:"varint,7,opt,name=max_context_chars,json=maxContextChars,proto3" json:"max_context_chars,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// What happens when a limit is reached: end the run (the default) or
+	// pause it for a person to raise the budget.
+	OnExhausted BudgetAction `protobuf:"varint,8,opt,name=on_exhausted,json=onExhausted,proto3,enum=rein.v1.BudgetAction" json:"on_exhausted,omitempty"`
+	// How long a run paused on its budget waits for a raise before it ends as
+	// expired. Unset means the approval policy's proposal_ttl (24 hours by
+	// default).
+	RaiseTtl      *durationpb.Duration `protobuf:"bytes,9,opt,name=raise_ttl,json=raiseTtl,proto3" json:"raise_ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Budget) Reset() {
@@ -468,6 +529,20 @@ func (x *Budget) GetMaxContextChars() uint64 {
 		return x.MaxContextChars
 	}
 	return 0
+}
+
+func (x *Budget) GetOnExhausted() BudgetAction {
+	if x != nil {
+		return x.OnExhausted
+	}
+	return BudgetAction_BUDGET_ACTION_UNSPECIFIED
+}
+
+func (x *Budget) GetRaiseTtl() *durationpb.Duration {
+	if x != nil {
+		return x.RaiseTtl
+	}
+	return nil
 }
 
 // Check is a completion check: a named command run on a final answer.
@@ -926,7 +1001,7 @@ const file_rein_v1_contract_proto_rawDesc = "" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
 	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\x121\n" +
 	"\x04tier\x18\x04 \x01(\x0e2\x11.rein.v1.ToolTierB\n" +
-	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x04tier\"\xa9\x02\n" +
+	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x04tier\"\xa5\x03\n" +
 	"\x06Budget\x12\x1b\n" +
 	"\tmax_steps\x18\x01 \x01(\rR\bmaxSteps\x12\x1d\n" +
 	"\n" +
@@ -936,7 +1011,9 @@ const file_rein_v1_contract_proto_rawDesc = "" +
 	"\x10max_output_bytes\x18\x05 \x01(\x04R\x0emaxOutputBytes\x122\n" +
 	"\fmax_cost_usd\x18\x06 \x01(\x01B\x10\xbaH\r\x12\v@\x01)\x00\x00\x00\x00\x00\x00\x00\x00R\n" +
 	"maxCostUsd\x12*\n" +
-	"\x11max_context_chars\x18\a \x01(\x04R\x0fmaxContextChars\"\x88\x01\n" +
+	"\x11max_context_chars\x18\a \x01(\x04R\x0fmaxContextChars\x12B\n" +
+	"\fon_exhausted\x18\b \x01(\x0e2\x15.rein.v1.BudgetActionB\b\xbaH\x05\x82\x01\x02\x10\x01R\vonExhausted\x126\n" +
+	"\traise_ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\braiseTtl\"\x88\x01\n" +
 	"\x05Check\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x10\n" +
@@ -970,7 +1047,11 @@ const file_rein_v1_contract_proto_rawDesc = "" +
 	"\x15TOOL_TIER_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eTOOL_TIER_READ\x10\x01\x12\x13\n" +
 	"\x0fTOOL_TIER_WRITE\x10\x02\x12\x17\n" +
-	"\x13TOOL_TIER_ASK_HUMAN\x10\x03B\x84\x01\n" +
+	"\x13TOOL_TIER_ASK_HUMAN\x10\x03*]\n" +
+	"\fBudgetAction\x12\x1d\n" +
+	"\x19BUDGET_ACTION_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11BUDGET_ACTION_END\x10\x01\x12\x17\n" +
+	"\x13BUDGET_ACTION_PAUSE\x10\x02B\x84\x01\n" +
 	"\vcom.rein.v1B\rContractProtoP\x01Z)github.com/reinhq/rein/gen/rein/v1;reinv1\xa2\x02\x03RXX\xaa\x02\aRein.V1\xca\x02\aRein\\V1\xe2\x02\x13Rein\\V1\\GPBMetadata\xea\x02\bRein::V1b\x06proto3"
 
 var (
@@ -985,47 +1066,50 @@ func file_rein_v1_contract_proto_rawDescGZIP() []byte {
 	return file_rein_v1_contract_proto_rawDescData
 }
 
-var file_rein_v1_contract_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_rein_v1_contract_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_rein_v1_contract_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_rein_v1_contract_proto_goTypes = []any{
 	(ToolTier)(0),               // 0: rein.v1.ToolTier
-	(*TaskContract)(nil),        // 1: rein.v1.TaskContract
-	(*DelegationPolicy)(nil),    // 2: rein.v1.DelegationPolicy
-	(*ToolGrant)(nil),           // 3: rein.v1.ToolGrant
-	(*Budget)(nil),              // 4: rein.v1.Budget
-	(*Check)(nil),               // 5: rein.v1.Check
-	(*ModelSpec)(nil),           // 6: rein.v1.ModelSpec
-	(*ScriptedReply)(nil),       // 7: rein.v1.ScriptedReply
-	(*Usage)(nil),               // 8: rein.v1.Usage
-	(*ApprovalPolicy)(nil),      // 9: rein.v1.ApprovalPolicy
-	nil,                         // 10: rein.v1.TaskContract.LabelsEntry
-	(*structpb.Struct)(nil),     // 11: google.protobuf.Struct
-	(*durationpb.Duration)(nil), // 12: google.protobuf.Duration
-	(*Decision)(nil),            // 13: rein.v1.Decision
+	(BudgetAction)(0),           // 1: rein.v1.BudgetAction
+	(*TaskContract)(nil),        // 2: rein.v1.TaskContract
+	(*DelegationPolicy)(nil),    // 3: rein.v1.DelegationPolicy
+	(*ToolGrant)(nil),           // 4: rein.v1.ToolGrant
+	(*Budget)(nil),              // 5: rein.v1.Budget
+	(*Check)(nil),               // 6: rein.v1.Check
+	(*ModelSpec)(nil),           // 7: rein.v1.ModelSpec
+	(*ScriptedReply)(nil),       // 8: rein.v1.ScriptedReply
+	(*Usage)(nil),               // 9: rein.v1.Usage
+	(*ApprovalPolicy)(nil),      // 10: rein.v1.ApprovalPolicy
+	nil,                         // 11: rein.v1.TaskContract.LabelsEntry
+	(*structpb.Struct)(nil),     // 12: google.protobuf.Struct
+	(*durationpb.Duration)(nil), // 13: google.protobuf.Duration
+	(*Decision)(nil),            // 14: rein.v1.Decision
 }
 var file_rein_v1_contract_proto_depIdxs = []int32{
-	11, // 0: rein.v1.TaskContract.inputs:type_name -> google.protobuf.Struct
-	3,  // 1: rein.v1.TaskContract.tools:type_name -> rein.v1.ToolGrant
-	4,  // 2: rein.v1.TaskContract.budget:type_name -> rein.v1.Budget
-	5,  // 3: rein.v1.TaskContract.checks:type_name -> rein.v1.Check
-	6,  // 4: rein.v1.TaskContract.model:type_name -> rein.v1.ModelSpec
-	9,  // 5: rein.v1.TaskContract.approval:type_name -> rein.v1.ApprovalPolicy
-	10, // 6: rein.v1.TaskContract.labels:type_name -> rein.v1.TaskContract.LabelsEntry
-	2,  // 7: rein.v1.TaskContract.delegation:type_name -> rein.v1.DelegationPolicy
-	6,  // 8: rein.v1.DelegationPolicy.child_models:type_name -> rein.v1.ModelSpec
-	11, // 9: rein.v1.ToolGrant.input_schema:type_name -> google.protobuf.Struct
+	12, // 0: rein.v1.TaskContract.inputs:type_name -> google.protobuf.Struct
+	4,  // 1: rein.v1.TaskContract.tools:type_name -> rein.v1.ToolGrant
+	5,  // 2: rein.v1.TaskContract.budget:type_name -> rein.v1.Budget
+	6,  // 3: rein.v1.TaskContract.checks:type_name -> rein.v1.Check
+	7,  // 4: rein.v1.TaskContract.model:type_name -> rein.v1.ModelSpec
+	10, // 5: rein.v1.TaskContract.approval:type_name -> rein.v1.ApprovalPolicy
+	11, // 6: rein.v1.TaskContract.labels:type_name -> rein.v1.TaskContract.LabelsEntry
+	3,  // 7: rein.v1.TaskContract.delegation:type_name -> rein.v1.DelegationPolicy
+	7,  // 8: rein.v1.DelegationPolicy.child_models:type_name -> rein.v1.ModelSpec
+	12, // 9: rein.v1.ToolGrant.input_schema:type_name -> google.protobuf.Struct
 	0,  // 10: rein.v1.ToolGrant.tier:type_name -> rein.v1.ToolTier
-	12, // 11: rein.v1.Budget.timeout:type_name -> google.protobuf.Duration
-	12, // 12: rein.v1.Check.timeout:type_name -> google.protobuf.Duration
-	7,  // 13: rein.v1.ModelSpec.script:type_name -> rein.v1.ScriptedReply
-	13, // 14: rein.v1.ScriptedReply.decision:type_name -> rein.v1.Decision
-	8,  // 15: rein.v1.ScriptedReply.usage:type_name -> rein.v1.Usage
-	12, // 16: rein.v1.ApprovalPolicy.proposal_ttl:type_name -> google.protobuf.Duration
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	13, // 11: rein.v1.Budget.timeout:type_name -> google.protobuf.Duration
+	1,  // 12: rein.v1.Budget.on_exhausted:type_name -> rein.v1.BudgetAction
+	13, // 13: rein.v1.Budget.raise_ttl:type_name -> google.protobuf.Duration
+	13, // 14: rein.v1.Check.timeout:type_name -> google.protobuf.Duration
+	8,  // 15: rein.v1.ModelSpec.script:type_name -> rein.v1.ScriptedReply
+	14, // 16: rein.v1.ScriptedReply.decision:type_name -> rein.v1.Decision
+	9,  // 17: rein.v1.ScriptedReply.usage:type_name -> rein.v1.Usage
+	13, // 18: rein.v1.ApprovalPolicy.proposal_ttl:type_name -> google.protobuf.Duration
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_contract_proto_init() }
@@ -1045,7 +1129,7 @@ func file_rein_v1_contract_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_contract_proto_rawDesc), len(file_rein_v1_contract_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -62,6 +62,9 @@ type Event struct {
 	//	*Event_WriteRefused
 	//	*Event_DelegationStarted
 	//	*Event_DelegationReturned
+	//	*Event_RunSteered
+	//	*Event_BudgetRaised
+	//	*Event_ProposalRevised
 	//	*Event_RunTaken
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
@@ -331,6 +334,33 @@ func (x *Event) GetDelegationReturned() *DelegationReturned {
 	return nil
 }
 
+func (x *Event) GetRunSteered() *RunSteered {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_RunSteered); ok {
+			return x.RunSteered
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetBudgetRaised() *BudgetRaised {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_BudgetRaised); ok {
+			return x.BudgetRaised
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetProposalRevised() *ProposalRevised {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_ProposalRevised); ok {
+			return x.ProposalRevised
+		}
+	}
+	return nil
+}
+
 func (x *Event) GetRunTaken() *RunTaken {
 	if x != nil {
 		if x, ok := x.Payload.(*Event_RunTaken); ok {
@@ -454,6 +484,23 @@ type Event_DelegationReturned struct {
 	DelegationReturned *DelegationReturned `protobuf:"bytes,31,opt,name=delegation_returned,json=delegationReturned,proto3,oneof"`
 }
 
+type Event_RunSteered struct {
+	// A person's message to the running run, delivered with the next model
+	// call.
+	RunSteered *RunSteered `protobuf:"bytes,32,opt,name=run_steered,json=runSteered,proto3,oneof"`
+}
+
+type Event_BudgetRaised struct {
+	// A person raised the budget of a run paused on it.
+	BudgetRaised *BudgetRaised `protobuf:"bytes,33,opt,name=budget_raised,json=budgetRaised,proto3,oneof"`
+}
+
+type Event_ProposalRevised struct {
+	// A person revised a pending proposal's arguments: the revised write
+	// replaces it and waits for approval.
+	ProposalRevised *ProposalRevised `protobuf:"bytes,34,opt,name=proposal_revised,json=proposalRevised,proto3,oneof"`
+}
+
 type Event_RunTaken struct {
 	// A server took the running run's lease to carry it on: after a
 	// restart, or from a server whose lease ended.
@@ -503,6 +550,12 @@ func (*Event_WriteRefused) isEvent_Payload() {}
 func (*Event_DelegationStarted) isEvent_Payload() {}
 
 func (*Event_DelegationReturned) isEvent_Payload() {}
+
+func (*Event_RunSteered) isEvent_Payload() {}
+
+func (*Event_BudgetRaised) isEvent_Payload() {}
+
+func (*Event_ProposalRevised) isEvent_Payload() {}
 
 func (*Event_RunTaken) isEvent_Payload() {}
 
@@ -2418,8 +2471,12 @@ type BudgetReached struct {
 	// have passed the run's deadline: that failure, as data (replay feeds it
 	// back from here). Unset otherwise, and in runs recorded before it existed.
 	RetryPastDeadline *RetryPastDeadline `protobuf:"bytes,3,opt,name=retry_past_deadline,json=retryPastDeadline,proto3" json:"retry_past_deadline,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Set when the contract pauses the run on its budget (on_exhausted
+	// PAUSE): when the pause ends the run as expired unless a person raises
+	// the budget first.
+	RaiseBy       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=raise_by,json=raiseBy,proto3" json:"raise_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BudgetReached) Reset() {
@@ -2469,6 +2526,13 @@ func (x *BudgetReached) GetDetail() string {
 func (x *BudgetReached) GetRetryPastDeadline() *RetryPastDeadline {
 	if x != nil {
 		return x.RetryPastDeadline
+	}
+	return nil
+}
+
+func (x *BudgetReached) GetRaiseBy() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RaiseBy
 	}
 	return nil
 }
@@ -2620,11 +2684,311 @@ func (x *StatusChanged) GetError() string {
 	return ""
 }
 
+// RunSteered records a person's message to a running run (SteerRun). The
+// person is the event's actor. The message is delivered with the first
+// model call after it in the log, never into a call in flight; several
+// delivered together go in their order.
+type RunSteered struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The message.
+	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// The SteerRun's request ID: a second SteerRun with it records nothing.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunSteered) Reset() {
+	*x = RunSteered{}
+	mi := &file_rein_v1_event_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunSteered) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunSteered) ProtoMessage() {}
+
+func (x *RunSteered) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_event_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunSteered.ProtoReflect.Descriptor instead.
+func (*RunSteered) Descriptor() ([]byte, []int) {
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RunSteered) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *RunSteered) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// BudgetRaised records a person's raise of the budget of a run paused on
+// it (needs_budget). The person is the event's actor; the run is running
+// again after it.
+type BudgetRaised struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Model calls added to max_steps.
+	AddSteps uint32 `protobuf:"varint,1,opt,name=add_steps,json=addSteps,proto3" json:"add_steps,omitempty"`
+	// Tokens added to max_tokens.
+	AddTokens uint64 `protobuf:"varint,2,opt,name=add_tokens,json=addTokens,proto3" json:"add_tokens,omitempty"`
+	// US dollars added to max_cost_usd.
+	AddCostUsd float64 `protobuf:"fixed64,3,opt,name=add_cost_usd,json=addCostUsd,proto3" json:"add_cost_usd,omitempty"`
+	// Time added to the deadline.
+	ExtendDeadline *durationpb.Duration `protobuf:"bytes,4,opt,name=extend_deadline,json=extendDeadline,proto3" json:"extend_deadline,omitempty"`
+	// The budget after the raise.
+	Budget *Budget `protobuf:"bytes,5,opt,name=budget,proto3" json:"budget,omitempty"`
+	// The deadline after the raise; unset without one.
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// The person's reason.
+	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Tool calls added to max_tool_calls.
+	AddToolCalls  uint32 `protobuf:"varint,8,opt,name=add_tool_calls,json=addToolCalls,proto3" json:"add_tool_calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BudgetRaised) Reset() {
+	*x = BudgetRaised{}
+	mi := &file_rein_v1_event_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BudgetRaised) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BudgetRaised) ProtoMessage() {}
+
+func (x *BudgetRaised) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_event_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BudgetRaised.ProtoReflect.Descriptor instead.
+func (*BudgetRaised) Descriptor() ([]byte, []int) {
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *BudgetRaised) GetAddSteps() uint32 {
+	if x != nil {
+		return x.AddSteps
+	}
+	return 0
+}
+
+func (x *BudgetRaised) GetAddTokens() uint64 {
+	if x != nil {
+		return x.AddTokens
+	}
+	return 0
+}
+
+func (x *BudgetRaised) GetAddCostUsd() float64 {
+	if x != nil {
+		return x.AddCostUsd
+	}
+	return 0
+}
+
+func (x *BudgetRaised) GetExtendDeadline() *durationpb.Duration {
+	if x != nil {
+		return x.ExtendDeadline
+	}
+	return nil
+}
+
+func (x *BudgetRaised) GetBudget() *Budget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+func (x *BudgetRaised) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *BudgetRaised) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *BudgetRaised) GetAddToolCalls() uint32 {
+	if x != nil {
+		return x.AddToolCalls
+	}
+	return 0
+}
+
+// ProposalRevised records a person's revision of a pending proposal's
+// arguments. The person is the event's actor. The revised proposal has a
+// new ID, a new preview from its tool and a new hash; the superseded one
+// can no longer be approved.
+type ProposalRevised struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The proposal the revision replaces.
+	SupersededProposalId string `protobuf:"bytes,1,opt,name=superseded_proposal_id,json=supersededProposalId,proto3" json:"superseded_proposal_id,omitempty"`
+	// The revised proposal.
+	Proposal *Proposal `protobuf:"bytes,2,opt,name=proposal,proto3" json:"proposal,omitempty"`
+	// What changed in the arguments, field by field.
+	Changes       []*ArgumentChange `protobuf:"bytes,3,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProposalRevised) Reset() {
+	*x = ProposalRevised{}
+	mi := &file_rein_v1_event_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProposalRevised) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProposalRevised) ProtoMessage() {}
+
+func (x *ProposalRevised) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_event_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProposalRevised.ProtoReflect.Descriptor instead.
+func (*ProposalRevised) Descriptor() ([]byte, []int) {
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ProposalRevised) GetSupersededProposalId() string {
+	if x != nil {
+		return x.SupersededProposalId
+	}
+	return ""
+}
+
+func (x *ProposalRevised) GetProposal() *Proposal {
+	if x != nil {
+		return x.Proposal
+	}
+	return nil
+}
+
+func (x *ProposalRevised) GetChanges() []*ArgumentChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+// ArgumentChange is one changed field of a revised proposal's arguments.
+type ArgumentChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The field's path in the arguments, as a JSON pointer (RFC 6901).
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// The value before; unset when the revision added the field.
+	Before *structpb.Value `protobuf:"bytes,2,opt,name=before,proto3" json:"before,omitempty"`
+	// The value after; unset when the revision removed the field.
+	After         *structpb.Value `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArgumentChange) Reset() {
+	*x = ArgumentChange{}
+	mi := &file_rein_v1_event_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArgumentChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArgumentChange) ProtoMessage() {}
+
+func (x *ArgumentChange) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_event_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArgumentChange.ProtoReflect.Descriptor instead.
+func (*ArgumentChange) Descriptor() ([]byte, []int) {
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ArgumentChange) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ArgumentChange) GetBefore() *structpb.Value {
+	if x != nil {
+		return x.Before
+	}
+	return nil
+}
+
+func (x *ArgumentChange) GetAfter() *structpb.Value {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
 var File_rein_v1_event_proto protoreflect.FileDescriptor
 
 const file_rein_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x13rein/v1/event.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\x1a\x11rein/v1/run.proto\"\xaf\r\n" +
+	"\x13rein/v1/event.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\x1a\x11rein/v1/run.proto\"\xec\x0e\n" +
 	"\x05Event\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12;\n" +
@@ -2654,7 +3018,11 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x11context_compacted\x18\x1c \x01(\v2\x19.rein.v1.ContextCompactedH\x00R\x10contextCompacted\x12<\n" +
 	"\rwrite_refused\x18\x1d \x01(\v2\x15.rein.v1.WriteRefusedH\x00R\fwriteRefused\x12K\n" +
 	"\x12delegation_started\x18\x1e \x01(\v2\x1a.rein.v1.DelegationStartedH\x00R\x11delegationStarted\x12N\n" +
-	"\x13delegation_returned\x18\x1f \x01(\v2\x1b.rein.v1.DelegationReturnedH\x00R\x12delegationReturned\x120\n" +
+	"\x13delegation_returned\x18\x1f \x01(\v2\x1b.rein.v1.DelegationReturnedH\x00R\x12delegationReturned\x126\n" +
+	"\vrun_steered\x18  \x01(\v2\x13.rein.v1.RunSteeredH\x00R\n" +
+	"runSteered\x12<\n" +
+	"\rbudget_raised\x18! \x01(\v2\x15.rein.v1.BudgetRaisedH\x00R\fbudgetRaised\x12E\n" +
+	"\x10proposal_revised\x18\" \x01(\v2\x18.rein.v1.ProposalRevisedH\x00R\x0fproposalRevised\x120\n" +
 	"\trun_taken\x18( \x01(\v2\x11.rein.v1.RunTakenH\x00R\brunTakenB\t\n" +
 	"\apayload\"\x9e\x03\n" +
 	"\n" +
@@ -2803,11 +3171,12 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x06passed\x18\x02 \x01(\bR\x06passed\x12\x1b\n" +
 	"\texit_code\x18\x03 \x01(\x05R\bexitCode\x12\x1f\n" +
 	"\voutput_tail\x18\x04 \x01(\tR\n" +
-	"outputTail\"\x89\x01\n" +
+	"outputTail\"\xc0\x01\n" +
 	"\rBudgetReached\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\tR\x05limit\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12J\n" +
-	"\x13retry_past_deadline\x18\x03 \x01(\v2\x1a.rein.v1.RetryPastDeadlineR\x11retryPastDeadline\"l\n" +
+	"\x13retry_past_deadline\x18\x03 \x01(\v2\x1a.rein.v1.RetryPastDeadlineR\x11retryPastDeadline\x125\n" +
+	"\braise_by\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\araiseBy\"l\n" +
 	"\x11RetryPastDeadline\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12-\n" +
@@ -2817,7 +3186,31 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x02to\x18\x02 \x01(\x0e2\x12.rein.v1.RunStatusR\x02to\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12,\n" +
 	"\x06result\x18\x04 \x01(\v2\x14.rein.v1.FinalAnswerR\x06result\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05errorB\x81\x01\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"?\n" +
+	"\n" +
+	"RunSteered\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xcf\x02\n" +
+	"\fBudgetRaised\x12\x1b\n" +
+	"\tadd_steps\x18\x01 \x01(\rR\baddSteps\x12\x1d\n" +
+	"\n" +
+	"add_tokens\x18\x02 \x01(\x04R\taddTokens\x12 \n" +
+	"\fadd_cost_usd\x18\x03 \x01(\x01R\n" +
+	"addCostUsd\x12B\n" +
+	"\x0fextend_deadline\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0eextendDeadline\x12'\n" +
+	"\x06budget\x18\x05 \x01(\v2\x0f.rein.v1.BudgetR\x06budget\x126\n" +
+	"\bdeadline\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12$\n" +
+	"\x0eadd_tool_calls\x18\b \x01(\rR\faddToolCalls\"\xa9\x01\n" +
+	"\x0fProposalRevised\x124\n" +
+	"\x16superseded_proposal_id\x18\x01 \x01(\tR\x14supersededProposalId\x12-\n" +
+	"\bproposal\x18\x02 \x01(\v2\x11.rein.v1.ProposalR\bproposal\x121\n" +
+	"\achanges\x18\x03 \x03(\v2\x17.rein.v1.ArgumentChangeR\achanges\"\x82\x01\n" +
+	"\x0eArgumentChange\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12.\n" +
+	"\x06before\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x06before\x12,\n" +
+	"\x05after\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x05afterB\x81\x01\n" +
 	"\vcom.rein.v1B\n" +
 	"EventProtoP\x01Z)github.com/reinhq/rein/gen/rein/v1;reinv1\xa2\x02\x03RXX\xaa\x02\aRein.V1\xca\x02\aRein\\V1\xe2\x02\x13Rein\\V1\\GPBMetadata\xea\x02\bRein::V1b\x06proto3"
 
@@ -2833,7 +3226,7 @@ func file_rein_v1_event_proto_rawDescGZIP() []byte {
 	return file_rein_v1_event_proto_rawDescData
 }
 
-var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_rein_v1_event_proto_goTypes = []any{
 	(*Event)(nil),                 // 0: rein.v1.Event
 	(*RunStarted)(nil),            // 1: rein.v1.RunStarted
@@ -2864,23 +3257,27 @@ var file_rein_v1_event_proto_goTypes = []any{
 	(*BudgetReached)(nil),         // 26: rein.v1.BudgetReached
 	(*RetryPastDeadline)(nil),     // 27: rein.v1.RetryPastDeadline
 	(*StatusChanged)(nil),         // 28: rein.v1.StatusChanged
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
-	(*TaskContract)(nil),          // 30: rein.v1.TaskContract
-	(*DelegatedBy)(nil),           // 31: rein.v1.DelegatedBy
-	(*Budget)(nil),                // 32: rein.v1.Budget
-	(RunStatus)(0),                // 33: rein.v1.RunStatus
-	(*FinalAnswer)(nil),           // 34: rein.v1.FinalAnswer
-	(*Usage)(nil),                 // 35: rein.v1.Usage
-	(*Decision)(nil),              // 36: rein.v1.Decision
-	(*durationpb.Duration)(nil),   // 37: google.protobuf.Duration
-	(*structpb.Struct)(nil),       // 38: google.protobuf.Struct
-	(ToolTier)(0),                 // 39: rein.v1.ToolTier
-	(*structpb.Value)(nil),        // 40: google.protobuf.Value
-	(*Proposal)(nil),              // 41: rein.v1.Proposal
-	(*Question)(nil),              // 42: rein.v1.Question
+	(*RunSteered)(nil),            // 29: rein.v1.RunSteered
+	(*BudgetRaised)(nil),          // 30: rein.v1.BudgetRaised
+	(*ProposalRevised)(nil),       // 31: rein.v1.ProposalRevised
+	(*ArgumentChange)(nil),        // 32: rein.v1.ArgumentChange
+	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
+	(*TaskContract)(nil),          // 34: rein.v1.TaskContract
+	(*DelegatedBy)(nil),           // 35: rein.v1.DelegatedBy
+	(*Budget)(nil),                // 36: rein.v1.Budget
+	(RunStatus)(0),                // 37: rein.v1.RunStatus
+	(*FinalAnswer)(nil),           // 38: rein.v1.FinalAnswer
+	(*Usage)(nil),                 // 39: rein.v1.Usage
+	(*Decision)(nil),              // 40: rein.v1.Decision
+	(*durationpb.Duration)(nil),   // 41: google.protobuf.Duration
+	(*structpb.Struct)(nil),       // 42: google.protobuf.Struct
+	(ToolTier)(0),                 // 43: rein.v1.ToolTier
+	(*structpb.Value)(nil),        // 44: google.protobuf.Value
+	(*Proposal)(nil),              // 45: rein.v1.Proposal
+	(*Question)(nil),              // 46: rein.v1.Question
 }
 var file_rein_v1_event_proto_depIdxs = []int32{
-	29, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
+	33, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
 	1,  // 1: rein.v1.Event.run_started:type_name -> rein.v1.RunStarted
 	5,  // 2: rein.v1.Event.model_requested:type_name -> rein.v1.ModelRequested
 	7,  // 3: rein.v1.Event.model_returned:type_name -> rein.v1.ModelReturned
@@ -2903,42 +3300,53 @@ var file_rein_v1_event_proto_depIdxs = []int32{
 	21, // 20: rein.v1.Event.write_refused:type_name -> rein.v1.WriteRefused
 	2,  // 21: rein.v1.Event.delegation_started:type_name -> rein.v1.DelegationStarted
 	4,  // 22: rein.v1.Event.delegation_returned:type_name -> rein.v1.DelegationReturned
-	22, // 23: rein.v1.Event.run_taken:type_name -> rein.v1.RunTaken
-	30, // 24: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
-	29, // 25: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
-	31, // 26: rein.v1.RunStarted.delegated_by:type_name -> rein.v1.DelegatedBy
-	3,  // 27: rein.v1.DelegationStarted.children:type_name -> rein.v1.DelegatedChild
-	32, // 28: rein.v1.DelegatedChild.budget:type_name -> rein.v1.Budget
-	30, // 29: rein.v1.DelegatedChild.contract:type_name -> rein.v1.TaskContract
-	33, // 30: rein.v1.DelegationReturned.status:type_name -> rein.v1.RunStatus
-	34, // 31: rein.v1.DelegationReturned.answer:type_name -> rein.v1.FinalAnswer
-	35, // 32: rein.v1.DelegationReturned.usage:type_name -> rein.v1.Usage
-	6,  // 33: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
-	36, // 34: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
-	35, // 35: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
-	37, // 36: rein.v1.ModelReturned.duration:type_name -> google.protobuf.Duration
-	37, // 37: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
-	10, // 38: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
-	38, // 39: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
-	39, // 40: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
-	40, // 41: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
-	37, // 42: rein.v1.ToolReturned.duration:type_name -> google.protobuf.Duration
-	41, // 43: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
-	42, // 44: rein.v1.InputRequested.question:type_name -> rein.v1.Question
-	40, // 45: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
-	37, // 46: rein.v1.WriteCommitted.duration:type_name -> google.protobuf.Duration
-	25, // 47: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
-	37, // 48: rein.v1.ChecksCompleted.duration:type_name -> google.protobuf.Duration
-	27, // 49: rein.v1.BudgetReached.retry_past_deadline:type_name -> rein.v1.RetryPastDeadline
-	37, // 50: rein.v1.RetryPastDeadline.wait:type_name -> google.protobuf.Duration
-	33, // 51: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
-	33, // 52: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
-	34, // 53: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
-	54, // [54:54] is the sub-list for method output_type
-	54, // [54:54] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	29, // 23: rein.v1.Event.run_steered:type_name -> rein.v1.RunSteered
+	30, // 24: rein.v1.Event.budget_raised:type_name -> rein.v1.BudgetRaised
+	31, // 25: rein.v1.Event.proposal_revised:type_name -> rein.v1.ProposalRevised
+	22, // 26: rein.v1.Event.run_taken:type_name -> rein.v1.RunTaken
+	34, // 27: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
+	33, // 28: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
+	35, // 29: rein.v1.RunStarted.delegated_by:type_name -> rein.v1.DelegatedBy
+	3,  // 30: rein.v1.DelegationStarted.children:type_name -> rein.v1.DelegatedChild
+	36, // 31: rein.v1.DelegatedChild.budget:type_name -> rein.v1.Budget
+	34, // 32: rein.v1.DelegatedChild.contract:type_name -> rein.v1.TaskContract
+	37, // 33: rein.v1.DelegationReturned.status:type_name -> rein.v1.RunStatus
+	38, // 34: rein.v1.DelegationReturned.answer:type_name -> rein.v1.FinalAnswer
+	39, // 35: rein.v1.DelegationReturned.usage:type_name -> rein.v1.Usage
+	6,  // 36: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
+	40, // 37: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
+	39, // 38: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
+	41, // 39: rein.v1.ModelReturned.duration:type_name -> google.protobuf.Duration
+	41, // 40: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
+	10, // 41: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
+	42, // 42: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
+	43, // 43: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
+	44, // 44: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
+	41, // 45: rein.v1.ToolReturned.duration:type_name -> google.protobuf.Duration
+	45, // 46: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
+	46, // 47: rein.v1.InputRequested.question:type_name -> rein.v1.Question
+	44, // 48: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
+	41, // 49: rein.v1.WriteCommitted.duration:type_name -> google.protobuf.Duration
+	25, // 50: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
+	41, // 51: rein.v1.ChecksCompleted.duration:type_name -> google.protobuf.Duration
+	27, // 52: rein.v1.BudgetReached.retry_past_deadline:type_name -> rein.v1.RetryPastDeadline
+	33, // 53: rein.v1.BudgetReached.raise_by:type_name -> google.protobuf.Timestamp
+	41, // 54: rein.v1.RetryPastDeadline.wait:type_name -> google.protobuf.Duration
+	37, // 55: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
+	37, // 56: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
+	38, // 57: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
+	41, // 58: rein.v1.BudgetRaised.extend_deadline:type_name -> google.protobuf.Duration
+	36, // 59: rein.v1.BudgetRaised.budget:type_name -> rein.v1.Budget
+	33, // 60: rein.v1.BudgetRaised.deadline:type_name -> google.protobuf.Timestamp
+	45, // 61: rein.v1.ProposalRevised.proposal:type_name -> rein.v1.Proposal
+	32, // 62: rein.v1.ProposalRevised.changes:type_name -> rein.v1.ArgumentChange
+	44, // 63: rein.v1.ArgumentChange.before:type_name -> google.protobuf.Value
+	44, // 64: rein.v1.ArgumentChange.after:type_name -> google.protobuf.Value
+	65, // [65:65] is the sub-list for method output_type
+	65, // [65:65] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_event_proto_init() }
@@ -2972,6 +3380,9 @@ func file_rein_v1_event_proto_init() {
 		(*Event_WriteRefused)(nil),
 		(*Event_DelegationStarted)(nil),
 		(*Event_DelegationReturned)(nil),
+		(*Event_RunSteered)(nil),
+		(*Event_BudgetRaised)(nil),
+		(*Event_ProposalRevised)(nil),
 		(*Event_RunTaken)(nil),
 	}
 	type x struct{}
@@ -2980,7 +3391,7 @@ func file_rein_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_event_proto_rawDesc), len(file_rein_v1_event_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -48,21 +48,25 @@ const (
 	RunStatus_RUN_STATUS_EXPIRED RunStatus = 8
 	// Terminal: an authorized caller cancelled the run.
 	RunStatus_RUN_STATUS_CANCELLED RunStatus = 9
+	// Paused: a budget limit was reached and the contract says to pause
+	// (budget.on_exhausted); a person may raise the budget (RaiseBudget).
+	RunStatus_RUN_STATUS_NEEDS_BUDGET RunStatus = 10
 )
 
 // Enum value maps for RunStatus.
 var (
 	RunStatus_name = map[int32]string{
-		0: "RUN_STATUS_UNSPECIFIED",
-		1: "RUN_STATUS_RUNNING",
-		2: "RUN_STATUS_NEEDS_INPUT",
-		3: "RUN_STATUS_NEEDS_APPROVAL",
-		4: "RUN_STATUS_COMPLETED",
-		5: "RUN_STATUS_BUDGET_EXHAUSTED",
-		6: "RUN_STATUS_FAILED",
-		7: "RUN_STATUS_DENIED",
-		8: "RUN_STATUS_EXPIRED",
-		9: "RUN_STATUS_CANCELLED",
+		0:  "RUN_STATUS_UNSPECIFIED",
+		1:  "RUN_STATUS_RUNNING",
+		2:  "RUN_STATUS_NEEDS_INPUT",
+		3:  "RUN_STATUS_NEEDS_APPROVAL",
+		4:  "RUN_STATUS_COMPLETED",
+		5:  "RUN_STATUS_BUDGET_EXHAUSTED",
+		6:  "RUN_STATUS_FAILED",
+		7:  "RUN_STATUS_DENIED",
+		8:  "RUN_STATUS_EXPIRED",
+		9:  "RUN_STATUS_CANCELLED",
+		10: "RUN_STATUS_NEEDS_BUDGET",
 	}
 	RunStatus_value = map[string]int32{
 		"RUN_STATUS_UNSPECIFIED":      0,
@@ -75,6 +79,7 @@ var (
 		"RUN_STATUS_DENIED":           7,
 		"RUN_STATUS_EXPIRED":          8,
 		"RUN_STATUS_CANCELLED":        9,
+		"RUN_STATUS_NEEDS_BUDGET":     10,
 	}
 )
 
@@ -172,7 +177,10 @@ type Run struct {
 	// archived run from its stub (its ID, tenant, status, principal, times,
 	// usage, labels and parent, with no content); GetRun reads it whole from
 	// the archive.
-	Archive       *RunArchive `protobuf:"bytes,27,opt,name=archive,proto3" json:"archive,omitempty"`
+	Archive *RunArchive `protobuf:"bytes,27,opt,name=archive,proto3" json:"archive,omitempty"`
+	// What people added to the contract's budget (RaiseBudget); the run's
+	// limits are the contract's plus these. Unset when no one raised it.
+	BudgetRaised  *Spend `protobuf:"bytes,28,opt,name=budget_raised,json=budgetRaised,proto3" json:"budget_raised,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -396,6 +404,13 @@ func (x *Run) GetArchive() *RunArchive {
 	return nil
 }
 
+func (x *Run) GetBudgetRaised() *Spend {
+	if x != nil {
+		return x.BudgetRaised
+	}
+	return nil
+}
+
 // RunArchive says where an archived run's export is kept.
 type RunArchive struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -492,7 +507,12 @@ type RunProgress struct {
 	FailingChecksRepeated uint32 `protobuf:"varint,5,opt,name=failing_checks_repeated,json=failingChecksRepeated,proto3" json:"failing_checks_repeated,omitempty"`
 	// The price the run's last model call was priced at, as its
 	// model_requested recorded it; unset when none recorded one.
-	Price         *RunProgress_Price `protobuf:"bytes,6,opt,name=price,proto3" json:"price,omitempty"`
+	Price *RunProgress_Price `protobuf:"bytes,6,opt,name=price,proto3" json:"price,omitempty"`
+	// The request IDs of the messages people sent the run (SteerRun), in
+	// order: a second SteerRun with one of them records nothing.
+	SteerRequestIds []string `protobuf:"bytes,7,rep,name=steer_request_ids,json=steerRequestIds,proto3" json:"steer_request_ids,omitempty"`
+	// How many of those messages wait for the next model call.
+	SteersWaiting uint32 `protobuf:"varint,8,opt,name=steers_waiting,json=steersWaiting,proto3" json:"steers_waiting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -569,6 +589,20 @@ func (x *RunProgress) GetPrice() *RunProgress_Price {
 	return nil
 }
 
+func (x *RunProgress) GetSteerRequestIds() []string {
+	if x != nil {
+		return x.SteerRequestIds
+	}
+	return nil
+}
+
+func (x *RunProgress) GetSteersWaiting() uint32 {
+	if x != nil {
+		return x.SteersWaiting
+	}
+	return 0
+}
+
 // PendingAction is what a paused run waits for.
 type PendingAction struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -578,6 +612,7 @@ type PendingAction struct {
 	//
 	//	*PendingAction_Proposal
 	//	*PendingAction_Question
+	//	*PendingAction_Budget
 	Action        isPendingAction_Action `protobuf_oneof:"action"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -638,6 +673,15 @@ func (x *PendingAction) GetQuestion() *Question {
 	return nil
 }
 
+func (x *PendingAction) GetBudget() *BudgetPause {
+	if x != nil {
+		if x, ok := x.Action.(*PendingAction_Budget); ok {
+			return x.Budget
+		}
+	}
+	return nil
+}
+
 type isPendingAction_Action interface {
 	isPendingAction_Action()
 }
@@ -652,9 +696,81 @@ type PendingAction_Question struct {
 	Question *Question `protobuf:"bytes,2,opt,name=question,proto3,oneof"`
 }
 
+type PendingAction_Budget struct {
+	// A limit reached, waiting for a raise.
+	Budget *BudgetPause `protobuf:"bytes,3,opt,name=budget,proto3,oneof"`
+}
+
 func (*PendingAction_Proposal) isPendingAction_Action() {}
 
 func (*PendingAction_Question) isPendingAction_Action() {}
+
+func (*PendingAction_Budget) isPendingAction_Action() {}
+
+// BudgetPause is what a run paused on its budget waits for.
+type BudgetPause struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The limit reached: "max_steps", "max_tokens", "max_cost_usd",
+	// "max_tool_calls" or "deadline".
+	Limit string `protobuf:"bytes,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	// A sentence for a person.
+	Detail string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	// When the pause ends the run as expired if no one raised the budget.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BudgetPause) Reset() {
+	*x = BudgetPause{}
+	mi := &file_rein_v1_run_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BudgetPause) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BudgetPause) ProtoMessage() {}
+
+func (x *BudgetPause) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BudgetPause.ProtoReflect.Descriptor instead.
+func (*BudgetPause) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *BudgetPause) GetLimit() string {
+	if x != nil {
+		return x.Limit
+	}
+	return ""
+}
+
+func (x *BudgetPause) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *BudgetPause) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
 
 // Proposal is a write that a person must approve before it is committed.
 type Proposal struct {
@@ -687,13 +803,16 @@ type Proposal struct {
 	// whole arguments, encoded as a google.protobuf.Struct. Unset when
 	// arguments are whole. The write is committed with the whole content.
 	ArgumentsBlob string `protobuf:"bytes,10,opt,name=arguments_blob,json=argumentsBlob,proto3" json:"arguments_blob,omitempty"`
+	// For a revised proposal: the principal who revised its arguments
+	// (proposal_revised); not part of the hash.
+	RevisedBy     string `protobuf:"bytes,11,opt,name=revised_by,json=revisedBy,proto3" json:"revised_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Proposal) Reset() {
 	*x = Proposal{}
-	mi := &file_rein_v1_run_proto_msgTypes[4]
+	mi := &file_rein_v1_run_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +824,7 @@ func (x *Proposal) String() string {
 func (*Proposal) ProtoMessage() {}
 
 func (x *Proposal) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[4]
+	mi := &file_rein_v1_run_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +837,7 @@ func (x *Proposal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proposal.ProtoReflect.Descriptor instead.
 func (*Proposal) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{4}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Proposal) GetProposalId() string {
@@ -791,6 +910,13 @@ func (x *Proposal) GetArgumentsBlob() string {
 	return ""
 }
 
+func (x *Proposal) GetRevisedBy() string {
+	if x != nil {
+		return x.RevisedBy
+	}
+	return ""
+}
+
 // Question is what the model asked a person.
 type Question struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -804,7 +930,7 @@ type Question struct {
 
 func (x *Question) Reset() {
 	*x = Question{}
-	mi := &file_rein_v1_run_proto_msgTypes[5]
+	mi := &file_rein_v1_run_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +942,7 @@ func (x *Question) String() string {
 func (*Question) ProtoMessage() {}
 
 func (x *Question) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[5]
+	mi := &file_rein_v1_run_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +955,7 @@ func (x *Question) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Question.ProtoReflect.Descriptor instead.
 func (*Question) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{5}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Question) GetText() string {
@@ -865,7 +991,7 @@ type DelegatedBy struct {
 
 func (x *DelegatedBy) Reset() {
 	*x = DelegatedBy{}
-	mi := &file_rein_v1_run_proto_msgTypes[6]
+	mi := &file_rein_v1_run_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +1003,7 @@ func (x *DelegatedBy) String() string {
 func (*DelegatedBy) ProtoMessage() {}
 
 func (x *DelegatedBy) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[6]
+	mi := &file_rein_v1_run_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +1016,7 @@ func (x *DelegatedBy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelegatedBy.ProtoReflect.Descriptor instead.
 func (*DelegatedBy) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{6}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DelegatedBy) GetParentRunId() string {
@@ -945,7 +1071,7 @@ type RunDelegation struct {
 
 func (x *RunDelegation) Reset() {
 	*x = RunDelegation{}
-	mi := &file_rein_v1_run_proto_msgTypes[7]
+	mi := &file_rein_v1_run_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +1083,7 @@ func (x *RunDelegation) String() string {
 func (*RunDelegation) ProtoMessage() {}
 
 func (x *RunDelegation) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[7]
+	mi := &file_rein_v1_run_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +1096,7 @@ func (x *RunDelegation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunDelegation.ProtoReflect.Descriptor instead.
 func (*RunDelegation) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{7}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RunDelegation) GetChildrenStarted() uint32 {
@@ -1018,7 +1144,7 @@ type Spend struct {
 
 func (x *Spend) Reset() {
 	*x = Spend{}
-	mi := &file_rein_v1_run_proto_msgTypes[8]
+	mi := &file_rein_v1_run_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1156,7 @@ func (x *Spend) String() string {
 func (*Spend) ProtoMessage() {}
 
 func (x *Spend) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[8]
+	mi := &file_rein_v1_run_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1169,7 @@ func (x *Spend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Spend.ProtoReflect.Descriptor instead.
 func (*Spend) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{8}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Spend) GetSteps() uint32 {
@@ -1087,7 +1213,7 @@ type ChildLoan struct {
 
 func (x *ChildLoan) Reset() {
 	*x = ChildLoan{}
-	mi := &file_rein_v1_run_proto_msgTypes[9]
+	mi := &file_rein_v1_run_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1225,7 @@ func (x *ChildLoan) String() string {
 func (*ChildLoan) ProtoMessage() {}
 
 func (x *ChildLoan) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[9]
+	mi := &file_rein_v1_run_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1238,7 @@ func (x *ChildLoan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildLoan.ProtoReflect.Descriptor instead.
 func (*ChildLoan) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{9}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ChildLoan) GetRunId() string {
@@ -1143,7 +1269,7 @@ type RunProgress_Price struct {
 
 func (x *RunProgress_Price) Reset() {
 	*x = RunProgress_Price{}
-	mi := &file_rein_v1_run_proto_msgTypes[10]
+	mi := &file_rein_v1_run_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1155,7 +1281,7 @@ func (x *RunProgress_Price) String() string {
 func (*RunProgress_Price) ProtoMessage() {}
 
 func (x *RunProgress_Price) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[10]
+	mi := &file_rein_v1_run_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1315,7 @@ var File_rein_v1_run_proto protoreflect.FileDescriptor
 
 const file_rein_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xe0\b\n" +
+	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\x95\t\n" +
 	"\x03Run\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12*\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x12.rein.v1.RunStatusR\x06status\x121\n" +
@@ -1225,7 +1351,8 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"delegation\x18\x1a \x01(\v2\x16.rein.v1.RunDelegationR\n" +
 	"delegation\x12-\n" +
-	"\aarchive\x18\x1b \x01(\v2\x13.rein.v1.RunArchiveR\aarchive\"\x92\x01\n" +
+	"\aarchive\x18\x1b \x01(\v2\x13.rein.v1.RunArchiveR\aarchive\x123\n" +
+	"\rbudget_raised\x18\x1c \x01(\v2\x0e.rein.v1.SpendR\fbudgetRaised\"\x92\x01\n" +
 	"\n" +
 	"RunArchive\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
@@ -1233,24 +1360,32 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\x12;\n" +
 	"\varchived_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"archivedAt\"\x83\x04\n" +
+	"archivedAt\"\xd6\x04\n" +
 	"\vRunProgress\x12.\n" +
 	"\topen_call\x18\x01 \x01(\v2\x11.rein.v1.ToolCallR\bopenCall\x127\n" +
 	"\x0eopen_call_tier\x18\x02 \x01(\x0e2\x11.rein.v1.ToolTierR\fopenCallTier\x12V\n" +
 	"\x12tool_calls_by_tool\x18\x03 \x03(\v2).rein.v1.RunProgress.ToolCallsByToolEntryR\x0ftoolCallsByTool\x12.\n" +
 	"\x13failing_checks_hash\x18\x04 \x01(\tR\x11failingChecksHash\x126\n" +
 	"\x17failing_checks_repeated\x18\x05 \x01(\rR\x15failingChecksRepeated\x120\n" +
-	"\x05price\x18\x06 \x01(\v2\x1a.rein.v1.RunProgress.PriceR\x05price\x1aU\n" +
+	"\x05price\x18\x06 \x01(\v2\x1a.rein.v1.RunProgress.PriceR\x05price\x12*\n" +
+	"\x11steer_request_ids\x18\a \x03(\tR\x0fsteerRequestIds\x12%\n" +
+	"\x0esteers_waiting\x18\b \x01(\rR\rsteersWaiting\x1aU\n" +
 	"\x05Price\x12$\n" +
 	"\x0einput_per_mtok\x18\x01 \x01(\x01R\finputPerMtok\x12&\n" +
 	"\x0foutput_per_mtok\x18\x02 \x01(\x01R\routputPerMtok\x1aB\n" +
 	"\x14ToolCallsByToolEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"{\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xab\x01\n" +
 	"\rPendingAction\x12/\n" +
 	"\bproposal\x18\x01 \x01(\v2\x11.rein.v1.ProposalH\x00R\bproposal\x12/\n" +
-	"\bquestion\x18\x02 \x01(\v2\x11.rein.v1.QuestionH\x00R\bquestionB\b\n" +
-	"\x06action\"\xfb\x02\n" +
+	"\bquestion\x18\x02 \x01(\v2\x11.rein.v1.QuestionH\x00R\bquestion\x12.\n" +
+	"\x06budget\x18\x03 \x01(\v2\x14.rein.v1.BudgetPauseH\x00R\x06budgetB\b\n" +
+	"\x06action\"v\n" +
+	"\vBudgetPause\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\tR\x05limit\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\x129\n" +
+	"\n" +
+	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x9a\x03\n" +
 	"\bProposal\x12\x1f\n" +
 	"\vproposal_id\x18\x01 \x01(\tR\n" +
 	"proposalId\x12\x12\n" +
@@ -1265,7 +1400,9 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\acall_id\x18\b \x01(\tR\x06callId\x12!\n" +
 	"\fpreview_blob\x18\t \x01(\tR\vpreviewBlob\x12%\n" +
 	"\x0earguments_blob\x18\n" +
-	" \x01(\tR\rargumentsBlob\"7\n" +
+	" \x01(\tR\rargumentsBlob\x12\x1d\n" +
+	"\n" +
+	"revised_by\x18\v \x01(\tR\trevisedBy\"7\n" +
 	"\bQuestion\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\"\xa2\x01\n" +
@@ -1289,7 +1426,7 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"tool_calls\x18\x04 \x01(\rR\ttoolCalls\"F\n" +
 	"\tChildLoan\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\"\n" +
-	"\x04lent\x18\x02 \x01(\v2\x0e.rein.v1.SpendR\x04lent*\x95\x02\n" +
+	"\x04lent\x18\x02 \x01(\v2\x0e.rein.v1.SpendR\x04lent*\xb2\x02\n" +
 	"\tRunStatus\x12\x1a\n" +
 	"\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12RUN_STATUS_RUNNING\x10\x01\x12\x1a\n" +
@@ -1300,7 +1437,9 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\x11RUN_STATUS_FAILED\x10\x06\x12\x15\n" +
 	"\x11RUN_STATUS_DENIED\x10\a\x12\x16\n" +
 	"\x12RUN_STATUS_EXPIRED\x10\b\x12\x18\n" +
-	"\x14RUN_STATUS_CANCELLED\x10\tB\x7f\n" +
+	"\x14RUN_STATUS_CANCELLED\x10\t\x12\x1b\n" +
+	"\x17RUN_STATUS_NEEDS_BUDGET\x10\n" +
+	"B\x7f\n" +
 	"\vcom.rein.v1B\bRunProtoP\x01Z)github.com/reinhq/rein/gen/rein/v1;reinv1\xa2\x02\x03RXX\xaa\x02\aRein.V1\xca\x02\aRein\\V1\xe2\x02\x13Rein\\V1\\GPBMetadata\xea\x02\bRein::V1b\x06proto3"
 
 var (
@@ -1316,63 +1455,67 @@ func file_rein_v1_run_proto_rawDescGZIP() []byte {
 }
 
 var file_rein_v1_run_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rein_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_rein_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_rein_v1_run_proto_goTypes = []any{
 	(RunStatus)(0),                // 0: rein.v1.RunStatus
 	(*Run)(nil),                   // 1: rein.v1.Run
 	(*RunArchive)(nil),            // 2: rein.v1.RunArchive
 	(*RunProgress)(nil),           // 3: rein.v1.RunProgress
 	(*PendingAction)(nil),         // 4: rein.v1.PendingAction
-	(*Proposal)(nil),              // 5: rein.v1.Proposal
-	(*Question)(nil),              // 6: rein.v1.Question
-	(*DelegatedBy)(nil),           // 7: rein.v1.DelegatedBy
-	(*RunDelegation)(nil),         // 8: rein.v1.RunDelegation
-	(*Spend)(nil),                 // 9: rein.v1.Spend
-	(*ChildLoan)(nil),             // 10: rein.v1.ChildLoan
-	(*RunProgress_Price)(nil),     // 11: rein.v1.RunProgress.Price
-	nil,                           // 12: rein.v1.RunProgress.ToolCallsByToolEntry
-	(*TaskContract)(nil),          // 13: rein.v1.TaskContract
-	(*Usage)(nil),                 // 14: rein.v1.Usage
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
-	(*FinalAnswer)(nil),           // 16: rein.v1.FinalAnswer
-	(*ToolCall)(nil),              // 17: rein.v1.ToolCall
-	(ToolTier)(0),                 // 18: rein.v1.ToolTier
-	(*structpb.Struct)(nil),       // 19: google.protobuf.Struct
-	(*structpb.Value)(nil),        // 20: google.protobuf.Value
+	(*BudgetPause)(nil),           // 5: rein.v1.BudgetPause
+	(*Proposal)(nil),              // 6: rein.v1.Proposal
+	(*Question)(nil),              // 7: rein.v1.Question
+	(*DelegatedBy)(nil),           // 8: rein.v1.DelegatedBy
+	(*RunDelegation)(nil),         // 9: rein.v1.RunDelegation
+	(*Spend)(nil),                 // 10: rein.v1.Spend
+	(*ChildLoan)(nil),             // 11: rein.v1.ChildLoan
+	(*RunProgress_Price)(nil),     // 12: rein.v1.RunProgress.Price
+	nil,                           // 13: rein.v1.RunProgress.ToolCallsByToolEntry
+	(*TaskContract)(nil),          // 14: rein.v1.TaskContract
+	(*Usage)(nil),                 // 15: rein.v1.Usage
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*FinalAnswer)(nil),           // 17: rein.v1.FinalAnswer
+	(*ToolCall)(nil),              // 18: rein.v1.ToolCall
+	(ToolTier)(0),                 // 19: rein.v1.ToolTier
+	(*structpb.Struct)(nil),       // 20: google.protobuf.Struct
+	(*structpb.Value)(nil),        // 21: google.protobuf.Value
 }
 var file_rein_v1_run_proto_depIdxs = []int32{
 	0,  // 0: rein.v1.Run.status:type_name -> rein.v1.RunStatus
-	13, // 1: rein.v1.Run.contract:type_name -> rein.v1.TaskContract
-	14, // 2: rein.v1.Run.usage:type_name -> rein.v1.Usage
-	15, // 3: rein.v1.Run.deadline:type_name -> google.protobuf.Timestamp
+	14, // 1: rein.v1.Run.contract:type_name -> rein.v1.TaskContract
+	15, // 2: rein.v1.Run.usage:type_name -> rein.v1.Usage
+	16, // 3: rein.v1.Run.deadline:type_name -> google.protobuf.Timestamp
 	4,  // 4: rein.v1.Run.pending:type_name -> rein.v1.PendingAction
-	16, // 5: rein.v1.Run.result:type_name -> rein.v1.FinalAnswer
-	15, // 6: rein.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	15, // 7: rein.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
-	5,  // 8: rein.v1.Run.approved_write:type_name -> rein.v1.Proposal
+	17, // 5: rein.v1.Run.result:type_name -> rein.v1.FinalAnswer
+	16, // 6: rein.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	16, // 7: rein.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
+	6,  // 8: rein.v1.Run.approved_write:type_name -> rein.v1.Proposal
 	3,  // 9: rein.v1.Run.progress:type_name -> rein.v1.RunProgress
-	7,  // 10: rein.v1.Run.delegated_by:type_name -> rein.v1.DelegatedBy
-	8,  // 11: rein.v1.Run.delegation:type_name -> rein.v1.RunDelegation
+	8,  // 10: rein.v1.Run.delegated_by:type_name -> rein.v1.DelegatedBy
+	9,  // 11: rein.v1.Run.delegation:type_name -> rein.v1.RunDelegation
 	2,  // 12: rein.v1.Run.archive:type_name -> rein.v1.RunArchive
-	15, // 13: rein.v1.RunArchive.archived_at:type_name -> google.protobuf.Timestamp
-	17, // 14: rein.v1.RunProgress.open_call:type_name -> rein.v1.ToolCall
-	18, // 15: rein.v1.RunProgress.open_call_tier:type_name -> rein.v1.ToolTier
-	12, // 16: rein.v1.RunProgress.tool_calls_by_tool:type_name -> rein.v1.RunProgress.ToolCallsByToolEntry
-	11, // 17: rein.v1.RunProgress.price:type_name -> rein.v1.RunProgress.Price
-	5,  // 18: rein.v1.PendingAction.proposal:type_name -> rein.v1.Proposal
-	6,  // 19: rein.v1.PendingAction.question:type_name -> rein.v1.Question
-	19, // 20: rein.v1.Proposal.arguments:type_name -> google.protobuf.Struct
-	20, // 21: rein.v1.Proposal.preview:type_name -> google.protobuf.Value
-	15, // 22: rein.v1.Proposal.expires_at:type_name -> google.protobuf.Timestamp
-	10, // 23: rein.v1.RunDelegation.open_children:type_name -> rein.v1.ChildLoan
-	9,  // 24: rein.v1.RunDelegation.lent:type_name -> rein.v1.Spend
-	9,  // 25: rein.v1.RunDelegation.returned:type_name -> rein.v1.Spend
-	9,  // 26: rein.v1.ChildLoan.lent:type_name -> rein.v1.Spend
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	10, // 13: rein.v1.Run.budget_raised:type_name -> rein.v1.Spend
+	16, // 14: rein.v1.RunArchive.archived_at:type_name -> google.protobuf.Timestamp
+	18, // 15: rein.v1.RunProgress.open_call:type_name -> rein.v1.ToolCall
+	19, // 16: rein.v1.RunProgress.open_call_tier:type_name -> rein.v1.ToolTier
+	13, // 17: rein.v1.RunProgress.tool_calls_by_tool:type_name -> rein.v1.RunProgress.ToolCallsByToolEntry
+	12, // 18: rein.v1.RunProgress.price:type_name -> rein.v1.RunProgress.Price
+	6,  // 19: rein.v1.PendingAction.proposal:type_name -> rein.v1.Proposal
+	7,  // 20: rein.v1.PendingAction.question:type_name -> rein.v1.Question
+	5,  // 21: rein.v1.PendingAction.budget:type_name -> rein.v1.BudgetPause
+	16, // 22: rein.v1.BudgetPause.expires_at:type_name -> google.protobuf.Timestamp
+	20, // 23: rein.v1.Proposal.arguments:type_name -> google.protobuf.Struct
+	21, // 24: rein.v1.Proposal.preview:type_name -> google.protobuf.Value
+	16, // 25: rein.v1.Proposal.expires_at:type_name -> google.protobuf.Timestamp
+	11, // 26: rein.v1.RunDelegation.open_children:type_name -> rein.v1.ChildLoan
+	10, // 27: rein.v1.RunDelegation.lent:type_name -> rein.v1.Spend
+	10, // 28: rein.v1.RunDelegation.returned:type_name -> rein.v1.Spend
+	10, // 29: rein.v1.ChildLoan.lent:type_name -> rein.v1.Spend
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_proto_init() }
@@ -1385,6 +1528,7 @@ func file_rein_v1_run_proto_init() {
 	file_rein_v1_run_proto_msgTypes[3].OneofWrappers = []any{
 		(*PendingAction_Proposal)(nil),
 		(*PendingAction_Question)(nil),
+		(*PendingAction_Budget)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1392,7 +1536,7 @@ func file_rein_v1_run_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_run_proto_rawDesc), len(file_rein_v1_run_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

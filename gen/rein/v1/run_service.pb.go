@@ -10,6 +10,8 @@ import (
 	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -33,6 +35,9 @@ const (
 	ApprovalVerdict_APPROVAL_VERDICT_APPROVE ApprovalVerdict = 1
 	// Do not commit; the reason is an observation for the model.
 	ApprovalVerdict_APPROVAL_VERDICT_REJECT ApprovalVerdict = 2
+	// Replace the proposal's arguments with the request's: the write is
+	// proposed again and waits for approval.
+	ApprovalVerdict_APPROVAL_VERDICT_REVISE ApprovalVerdict = 3
 )
 
 // Enum value maps for ApprovalVerdict.
@@ -41,11 +46,13 @@ var (
 		0: "APPROVAL_VERDICT_UNSPECIFIED",
 		1: "APPROVAL_VERDICT_APPROVE",
 		2: "APPROVAL_VERDICT_REJECT",
+		3: "APPROVAL_VERDICT_REVISE",
 	}
 	ApprovalVerdict_value = map[string]int32{
 		"APPROVAL_VERDICT_UNSPECIFIED": 0,
 		"APPROVAL_VERDICT_APPROVE":     1,
 		"APPROVAL_VERDICT_REJECT":      2,
+		"APPROVAL_VERDICT_REVISE":      3,
 	}
 )
 
@@ -1642,7 +1649,11 @@ type DecideApprovalRequest struct {
 	// The reviewer's reason.
 	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	// With reject: end the run as denied.
-	EndRun        bool `protobuf:"varint,6,opt,name=end_run,json=endRun,proto3" json:"end_run,omitempty"`
+	EndRun bool `protobuf:"varint,6,opt,name=end_run,json=endRun,proto3" json:"end_run,omitempty"`
+	// With REVISE (or APPROVE): the write's revised arguments, in full. They
+	// are checked against the tool's input schema and proposed again to the
+	// tool; the run stays needs_approval with the revised proposal.
+	Arguments     *structpb.Struct `protobuf:"bytes,7,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1719,6 +1730,13 @@ func (x *DecideApprovalRequest) GetEndRun() bool {
 	return false
 }
 
+func (x *DecideApprovalRequest) GetArguments() *structpb.Struct {
+	if x != nil {
+		return x.Arguments
+	}
+	return nil
+}
+
 // DecideApprovalResponse holds the run.
 type DecideApprovalResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1765,6 +1783,273 @@ func (x *DecideApprovalResponse) GetRun() *Run {
 	return nil
 }
 
+// SteerRunRequest is a person's message to a running run.
+type SteerRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run's ID.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The message, as the model will read it.
+	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// The caller's idempotency key. Required.
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SteerRunRequest) Reset() {
+	*x = SteerRunRequest{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SteerRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SteerRunRequest) ProtoMessage() {}
+
+func (x *SteerRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SteerRunRequest.ProtoReflect.Descriptor instead.
+func (*SteerRunRequest) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SteerRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *SteerRunRequest) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *SteerRunRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// SteerRunResponse holds the run.
+type SteerRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run, as it stands after the call.
+	Run *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// False when request_id named a message already recorded.
+	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SteerRunResponse) Reset() {
+	*x = SteerRunResponse{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SteerRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SteerRunResponse) ProtoMessage() {}
+
+func (x *SteerRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SteerRunResponse.ProtoReflect.Descriptor instead.
+func (*SteerRunResponse) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SteerRunResponse) GetRun() *Run {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+func (x *SteerRunResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+// RaiseBudgetRequest raises the budget of a run paused on it. Each
+// addition is to the run's own limit; at least one must be set.
+type RaiseBudgetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run's ID.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Model calls to add to max_steps.
+	AddSteps uint32 `protobuf:"varint,2,opt,name=add_steps,json=addSteps,proto3" json:"add_steps,omitempty"`
+	// Tokens to add to max_tokens (a run with no token limit keeps none).
+	AddTokens uint64 `protobuf:"varint,3,opt,name=add_tokens,json=addTokens,proto3" json:"add_tokens,omitempty"`
+	// US dollars to add to max_cost_usd.
+	AddCostUsd float64 `protobuf:"fixed64,4,opt,name=add_cost_usd,json=addCostUsd,proto3" json:"add_cost_usd,omitempty"`
+	// Time to add to the deadline (a run with no deadline keeps none).
+	ExtendDeadline *durationpb.Duration `protobuf:"bytes,5,opt,name=extend_deadline,json=extendDeadline,proto3" json:"extend_deadline,omitempty"`
+	// Why, recorded in the run's log.
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Tool calls to add to max_tool_calls (a run with no tool-call limit
+	// keeps none).
+	AddToolCalls  uint32 `protobuf:"varint,7,opt,name=add_tool_calls,json=addToolCalls,proto3" json:"add_tool_calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaiseBudgetRequest) Reset() {
+	*x = RaiseBudgetRequest{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaiseBudgetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaiseBudgetRequest) ProtoMessage() {}
+
+func (x *RaiseBudgetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaiseBudgetRequest.ProtoReflect.Descriptor instead.
+func (*RaiseBudgetRequest) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RaiseBudgetRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *RaiseBudgetRequest) GetAddSteps() uint32 {
+	if x != nil {
+		return x.AddSteps
+	}
+	return 0
+}
+
+func (x *RaiseBudgetRequest) GetAddTokens() uint64 {
+	if x != nil {
+		return x.AddTokens
+	}
+	return 0
+}
+
+func (x *RaiseBudgetRequest) GetAddCostUsd() float64 {
+	if x != nil {
+		return x.AddCostUsd
+	}
+	return 0
+}
+
+func (x *RaiseBudgetRequest) GetExtendDeadline() *durationpb.Duration {
+	if x != nil {
+		return x.ExtendDeadline
+	}
+	return nil
+}
+
+func (x *RaiseBudgetRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RaiseBudgetRequest) GetAddToolCalls() uint32 {
+	if x != nil {
+		return x.AddToolCalls
+	}
+	return 0
+}
+
+// RaiseBudgetResponse holds the run.
+type RaiseBudgetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run, as it stands after the call.
+	Run           *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaiseBudgetResponse) Reset() {
+	*x = RaiseBudgetResponse{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaiseBudgetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaiseBudgetResponse) ProtoMessage() {}
+
+func (x *RaiseBudgetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaiseBudgetResponse.ProtoReflect.Descriptor instead.
+func (*RaiseBudgetResponse) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *RaiseBudgetResponse) GetRun() *Run {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
 // ImportRunRequest carries the run to import.
 type ImportRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1777,7 +2062,7 @@ type ImportRunRequest struct {
 
 func (x *ImportRunRequest) Reset() {
 	*x = ImportRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[28]
+	mi := &file_rein_v1_run_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +2074,7 @@ func (x *ImportRunRequest) String() string {
 func (*ImportRunRequest) ProtoMessage() {}
 
 func (x *ImportRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[28]
+	mi := &file_rein_v1_run_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +2087,7 @@ func (x *ImportRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportRunRequest.ProtoReflect.Descriptor instead.
 func (*ImportRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{28}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ImportRunRequest) GetExport() *RunExport {
@@ -1823,7 +2108,7 @@ type ImportRunResponse struct {
 
 func (x *ImportRunResponse) Reset() {
 	*x = ImportRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[29]
+	mi := &file_rein_v1_run_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +2120,7 @@ func (x *ImportRunResponse) String() string {
 func (*ImportRunResponse) ProtoMessage() {}
 
 func (x *ImportRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[29]
+	mi := &file_rein_v1_run_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +2133,7 @@ func (x *ImportRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportRunResponse.ProtoReflect.Descriptor instead.
 func (*ImportRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{29}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ImportRunResponse) GetRun() *Run {
@@ -1867,7 +2152,7 @@ type GetServerInfoRequest struct {
 
 func (x *GetServerInfoRequest) Reset() {
 	*x = GetServerInfoRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[30]
+	mi := &file_rein_v1_run_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +2164,7 @@ func (x *GetServerInfoRequest) String() string {
 func (*GetServerInfoRequest) ProtoMessage() {}
 
 func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[30]
+	mi := &file_rein_v1_run_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +2177,7 @@ func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{30}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{34}
 }
 
 // GetServerInfoResponse holds the server's build and who asked.
@@ -1909,7 +2194,7 @@ type GetServerInfoResponse struct {
 
 func (x *GetServerInfoResponse) Reset() {
 	*x = GetServerInfoResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[31]
+	mi := &file_rein_v1_run_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +2206,7 @@ func (x *GetServerInfoResponse) String() string {
 func (*GetServerInfoResponse) ProtoMessage() {}
 
 func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[31]
+	mi := &file_rein_v1_run_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +2219,7 @@ func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{31}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetServerInfoResponse) GetBuild() *BuildInfo {
@@ -1966,7 +2251,7 @@ type Caller struct {
 
 func (x *Caller) Reset() {
 	*x = Caller{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[32]
+	mi := &file_rein_v1_run_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2263,7 @@ func (x *Caller) String() string {
 func (*Caller) ProtoMessage() {}
 
 func (x *Caller) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[32]
+	mi := &file_rein_v1_run_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2276,7 @@ func (x *Caller) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Caller.ProtoReflect.Descriptor instead.
 func (*Caller) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{32}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Caller) GetPrincipal() string {
@@ -2038,7 +2323,7 @@ type BuildInfo struct {
 
 func (x *BuildInfo) Reset() {
 	*x = BuildInfo{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[33]
+	mi := &file_rein_v1_run_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2335,7 @@ func (x *BuildInfo) String() string {
 func (*BuildInfo) ProtoMessage() {}
 
 func (x *BuildInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[33]
+	mi := &file_rein_v1_run_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2348,7 @@ func (x *BuildInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
 func (*BuildInfo) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{33}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *BuildInfo) GetVersion() string {
@@ -2112,7 +2397,7 @@ var File_rein_v1_run_service_proto protoreflect.FileDescriptor
 
 const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\n" +
-	"\x19rein/v1/run_service.proto\x12\arein.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x13rein/v1/event.proto\x1a\x14rein/v1/export.proto\x1a\x11rein/v1/run.proto\"w\n" +
+	"\x19rein/v1/run_service.proto\x12\arein.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x13rein/v1/event.proto\x1a\x14rein/v1/export.proto\x1a\x11rein/v1/run.proto\"w\n" +
 	"\x0fStartRunRequest\x12)\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tB\n" +
@@ -2233,7 +2518,7 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\x12\x1f\n" +
 	"\x04text\x18\x02 \x01(\tB\v\xbaH\br\x06\x10\x01\x18\x80\x80\x04R\x04text\"6\n" +
 	"\x14ProvideInputResponse\x12\x1e\n" +
-	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"\x8d\x02\n" +
+	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"\xc4\x02\n" +
 	"\x15DecideApprovalRequest\x12!\n" +
 	"\x06run_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\x12(\n" +
@@ -2243,8 +2528,32 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\averdict\x18\x04 \x01(\x0e2\x18.rein.v1.ApprovalVerdictB\n" +
 	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\averdict\x12 \n" +
 	"\x06reason\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x06reason\x12\x17\n" +
-	"\aend_run\x18\x06 \x01(\bR\x06endRun\"8\n" +
+	"\aend_run\x18\x06 \x01(\bR\x06endRun\x125\n" +
+	"\targuments\x18\a \x01(\v2\x17.google.protobuf.StructR\targuments\"8\n" +
 	"\x16DecideApprovalResponse\x12\x1e\n" +
+	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"\x80\x01\n" +
+	"\x0fSteerRunRequest\x12!\n" +
+	"\x06run_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\x12\x1f\n" +
+	"\x04text\x18\x02 \x01(\tB\v\xbaH\br\x06\x10\x01\x18\x80\x80\x04R\x04text\x12)\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\trequestId\"L\n" +
+	"\x10SteerRunResponse\x12\x1e\n" +
+	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"\xd3\x02\n" +
+	"\x12RaiseBudgetRequest\x12!\n" +
+	"\x06run_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\x12&\n" +
+	"\tadd_steps\x18\x02 \x01(\rB\t\xbaH\x06*\x04\x18\xa0\x8d\x06R\baddSteps\x12\x1d\n" +
+	"\n" +
+	"add_tokens\x18\x03 \x01(\x04R\taddTokens\x122\n" +
+	"\fadd_cost_usd\x18\x04 \x01(\x01B\x10\xbaH\r\x12\v@\x01)\x00\x00\x00\x00\x00\x00\x00\x00R\n" +
+	"addCostUsd\x12L\n" +
+	"\x0fextend_deadline\x18\x05 \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x022\x00R\x0eextendDeadline\x12 \n" +
+	"\x06reason\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x06reason\x12/\n" +
+	"\x0eadd_tool_calls\x18\a \x01(\rB\t\xbaH\x06*\x04\x18\xa0\x8d\x06R\faddToolCalls\"5\n" +
+	"\x13RaiseBudgetResponse\x12\x1e\n" +
 	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"F\n" +
 	"\x10ImportRunRequest\x122\n" +
 	"\x06export\x18\x01 \x01(\v2\x12.rein.v1.RunExportB\x06\xbaH\x03\xc8\x01\x01R\x06export\"3\n" +
@@ -2266,11 +2575,12 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\n" +
 	"go_version\x18\x05 \x01(\tR\tgoVersion\x12\x1f\n" +
 	"\vapi_version\x18\x06 \x01(\tR\n" +
-	"apiVersion*n\n" +
+	"apiVersion*\x8b\x01\n" +
 	"\x0fApprovalVerdict\x12 \n" +
 	"\x1cAPPROVAL_VERDICT_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18APPROVAL_VERDICT_APPROVE\x10\x01\x12\x1b\n" +
-	"\x17APPROVAL_VERDICT_REJECT\x10\x022\xa4\b\n" +
+	"\x17APPROVAL_VERDICT_REJECT\x10\x02\x12\x1b\n" +
+	"\x17APPROVAL_VERDICT_REVISE\x10\x032\xaf\t\n" +
 	"\n" +
 	"RunService\x12?\n" +
 	"\bStartRun\x12\x18.rein.v1.StartRunRequest\x1a\x19.rein.v1.StartRunResponse\x129\n" +
@@ -2284,7 +2594,9 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\tCancelRun\x12\x19.rein.v1.CancelRunRequest\x1a\x1a.rein.v1.CancelRunResponse\x12<\n" +
 	"\aForkRun\x12\x17.rein.v1.ForkRunRequest\x1a\x18.rein.v1.ForkRunResponse\x12K\n" +
 	"\fProvideInput\x12\x1c.rein.v1.ProvideInputRequest\x1a\x1d.rein.v1.ProvideInputResponse\x12Q\n" +
-	"\x0eDecideApproval\x12\x1e.rein.v1.DecideApprovalRequest\x1a\x1f.rein.v1.DecideApprovalResponse\x12B\n" +
+	"\x0eDecideApproval\x12\x1e.rein.v1.DecideApprovalRequest\x1a\x1f.rein.v1.DecideApprovalResponse\x12?\n" +
+	"\bSteerRun\x12\x18.rein.v1.SteerRunRequest\x1a\x19.rein.v1.SteerRunResponse\x12H\n" +
+	"\vRaiseBudget\x12\x1b.rein.v1.RaiseBudgetRequest\x1a\x1c.rein.v1.RaiseBudgetResponse\x12B\n" +
 	"\tImportRun\x12\x19.rein.v1.ImportRunRequest\x1a\x1a.rein.v1.ImportRunResponse\x12B\n" +
 	"\tDeleteRun\x12\x19.rein.v1.DeleteRunRequest\x1a\x1a.rein.v1.DeleteRunResponse\x12N\n" +
 	"\rListDeletions\x12\x1d.rein.v1.ListDeletionsRequest\x1a\x1e.rein.v1.ListDeletionsResponse\x12N\n" +
@@ -2304,7 +2616,7 @@ func file_rein_v1_run_service_proto_rawDescGZIP() []byte {
 }
 
 var file_rein_v1_run_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_rein_v1_run_service_proto_goTypes = []any{
 	(ApprovalVerdict)(0),           // 0: rein.v1.ApprovalVerdict
 	(*StartRunRequest)(nil),        // 1: rein.v1.StartRunRequest
@@ -2335,89 +2647,103 @@ var file_rein_v1_run_service_proto_goTypes = []any{
 	(*ProvideInputResponse)(nil),   // 26: rein.v1.ProvideInputResponse
 	(*DecideApprovalRequest)(nil),  // 27: rein.v1.DecideApprovalRequest
 	(*DecideApprovalResponse)(nil), // 28: rein.v1.DecideApprovalResponse
-	(*ImportRunRequest)(nil),       // 29: rein.v1.ImportRunRequest
-	(*ImportRunResponse)(nil),      // 30: rein.v1.ImportRunResponse
-	(*GetServerInfoRequest)(nil),   // 31: rein.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil),  // 32: rein.v1.GetServerInfoResponse
-	(*Caller)(nil),                 // 33: rein.v1.Caller
-	(*BuildInfo)(nil),              // 34: rein.v1.BuildInfo
-	nil,                            // 35: rein.v1.ListRunsRequest.LabelsEntry
-	nil,                            // 36: rein.v1.GetBlobsResponse.BlobsEntry
-	nil,                            // 37: rein.v1.WatchRunsRequest.LabelsEntry
-	(*TaskContract)(nil),           // 38: rein.v1.TaskContract
-	(*Run)(nil),                    // 39: rein.v1.Run
-	(RunStatus)(0),                 // 40: rein.v1.RunStatus
-	(*Event)(nil),                  // 41: rein.v1.Event
-	(*timestamppb.Timestamp)(nil),  // 42: google.protobuf.Timestamp
-	(*Budget)(nil),                 // 43: rein.v1.Budget
-	(*RunExport)(nil),              // 44: rein.v1.RunExport
+	(*SteerRunRequest)(nil),        // 29: rein.v1.SteerRunRequest
+	(*SteerRunResponse)(nil),       // 30: rein.v1.SteerRunResponse
+	(*RaiseBudgetRequest)(nil),     // 31: rein.v1.RaiseBudgetRequest
+	(*RaiseBudgetResponse)(nil),    // 32: rein.v1.RaiseBudgetResponse
+	(*ImportRunRequest)(nil),       // 33: rein.v1.ImportRunRequest
+	(*ImportRunResponse)(nil),      // 34: rein.v1.ImportRunResponse
+	(*GetServerInfoRequest)(nil),   // 35: rein.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil),  // 36: rein.v1.GetServerInfoResponse
+	(*Caller)(nil),                 // 37: rein.v1.Caller
+	(*BuildInfo)(nil),              // 38: rein.v1.BuildInfo
+	nil,                            // 39: rein.v1.ListRunsRequest.LabelsEntry
+	nil,                            // 40: rein.v1.GetBlobsResponse.BlobsEntry
+	nil,                            // 41: rein.v1.WatchRunsRequest.LabelsEntry
+	(*TaskContract)(nil),           // 42: rein.v1.TaskContract
+	(*Run)(nil),                    // 43: rein.v1.Run
+	(RunStatus)(0),                 // 44: rein.v1.RunStatus
+	(*Event)(nil),                  // 45: rein.v1.Event
+	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
+	(*Budget)(nil),                 // 47: rein.v1.Budget
+	(*structpb.Struct)(nil),        // 48: google.protobuf.Struct
+	(*durationpb.Duration)(nil),    // 49: google.protobuf.Duration
+	(*RunExport)(nil),              // 50: rein.v1.RunExport
 }
 var file_rein_v1_run_service_proto_depIdxs = []int32{
-	38, // 0: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
-	39, // 1: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
-	39, // 2: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
-	40, // 3: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	35, // 4: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
-	39, // 5: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
-	41, // 6: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
-	36, // 7: rein.v1.GetBlobsResponse.blobs:type_name -> rein.v1.GetBlobsResponse.BlobsEntry
-	41, // 8: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
-	40, // 9: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	37, // 10: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
+	42, // 0: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
+	43, // 1: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
+	43, // 2: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
+	44, // 3: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	39, // 4: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
+	43, // 5: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
+	45, // 6: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
+	40, // 7: rein.v1.GetBlobsResponse.blobs:type_name -> rein.v1.GetBlobsResponse.BlobsEntry
+	45, // 8: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
+	44, // 9: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	41, // 10: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
 	15, // 11: rein.v1.WatchRunsResponse.change:type_name -> rein.v1.RunChange
-	40, // 12: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
-	40, // 13: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
-	42, // 14: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
-	39, // 15: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
+	44, // 12: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
+	44, // 13: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
+	46, // 14: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
+	43, // 15: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
 	20, // 16: rein.v1.DeleteRunResponse.deletions:type_name -> rein.v1.RunDeletion
-	42, // 17: rein.v1.RunDeletion.deleted_at:type_name -> google.protobuf.Timestamp
-	40, // 18: rein.v1.RunDeletion.status:type_name -> rein.v1.RunStatus
+	46, // 17: rein.v1.RunDeletion.deleted_at:type_name -> google.protobuf.Timestamp
+	44, // 18: rein.v1.RunDeletion.status:type_name -> rein.v1.RunStatus
 	20, // 19: rein.v1.ListDeletionsResponse.deletions:type_name -> rein.v1.RunDeletion
-	43, // 20: rein.v1.ForkRunRequest.budget:type_name -> rein.v1.Budget
-	39, // 21: rein.v1.ForkRunResponse.run:type_name -> rein.v1.Run
-	39, // 22: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
+	47, // 20: rein.v1.ForkRunRequest.budget:type_name -> rein.v1.Budget
+	43, // 21: rein.v1.ForkRunResponse.run:type_name -> rein.v1.Run
+	43, // 22: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
 	0,  // 23: rein.v1.DecideApprovalRequest.verdict:type_name -> rein.v1.ApprovalVerdict
-	39, // 24: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
-	44, // 25: rein.v1.ImportRunRequest.export:type_name -> rein.v1.RunExport
-	39, // 26: rein.v1.ImportRunResponse.run:type_name -> rein.v1.Run
-	34, // 27: rein.v1.GetServerInfoResponse.build:type_name -> rein.v1.BuildInfo
-	33, // 28: rein.v1.GetServerInfoResponse.caller:type_name -> rein.v1.Caller
-	42, // 29: rein.v1.BuildInfo.revision_time:type_name -> google.protobuf.Timestamp
-	1,  // 30: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
-	3,  // 31: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
-	5,  // 32: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
-	7,  // 33: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
-	9,  // 34: rein.v1.RunService.GetBlobs:input_type -> rein.v1.GetBlobsRequest
-	11, // 35: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
-	13, // 36: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
-	16, // 37: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
-	23, // 38: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
-	25, // 39: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
-	27, // 40: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
-	29, // 41: rein.v1.RunService.ImportRun:input_type -> rein.v1.ImportRunRequest
-	18, // 42: rein.v1.RunService.DeleteRun:input_type -> rein.v1.DeleteRunRequest
-	21, // 43: rein.v1.RunService.ListDeletions:input_type -> rein.v1.ListDeletionsRequest
-	31, // 44: rein.v1.RunService.GetServerInfo:input_type -> rein.v1.GetServerInfoRequest
-	2,  // 45: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
-	4,  // 46: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
-	6,  // 47: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
-	8,  // 48: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
-	10, // 49: rein.v1.RunService.GetBlobs:output_type -> rein.v1.GetBlobsResponse
-	12, // 50: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
-	14, // 51: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
-	17, // 52: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
-	24, // 53: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
-	26, // 54: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
-	28, // 55: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
-	30, // 56: rein.v1.RunService.ImportRun:output_type -> rein.v1.ImportRunResponse
-	19, // 57: rein.v1.RunService.DeleteRun:output_type -> rein.v1.DeleteRunResponse
-	22, // 58: rein.v1.RunService.ListDeletions:output_type -> rein.v1.ListDeletionsResponse
-	32, // 59: rein.v1.RunService.GetServerInfo:output_type -> rein.v1.GetServerInfoResponse
-	45, // [45:60] is the sub-list for method output_type
-	30, // [30:45] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	48, // 24: rein.v1.DecideApprovalRequest.arguments:type_name -> google.protobuf.Struct
+	43, // 25: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
+	43, // 26: rein.v1.SteerRunResponse.run:type_name -> rein.v1.Run
+	49, // 27: rein.v1.RaiseBudgetRequest.extend_deadline:type_name -> google.protobuf.Duration
+	43, // 28: rein.v1.RaiseBudgetResponse.run:type_name -> rein.v1.Run
+	50, // 29: rein.v1.ImportRunRequest.export:type_name -> rein.v1.RunExport
+	43, // 30: rein.v1.ImportRunResponse.run:type_name -> rein.v1.Run
+	38, // 31: rein.v1.GetServerInfoResponse.build:type_name -> rein.v1.BuildInfo
+	37, // 32: rein.v1.GetServerInfoResponse.caller:type_name -> rein.v1.Caller
+	46, // 33: rein.v1.BuildInfo.revision_time:type_name -> google.protobuf.Timestamp
+	1,  // 34: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
+	3,  // 35: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
+	5,  // 36: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
+	7,  // 37: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
+	9,  // 38: rein.v1.RunService.GetBlobs:input_type -> rein.v1.GetBlobsRequest
+	11, // 39: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
+	13, // 40: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
+	16, // 41: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
+	23, // 42: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
+	25, // 43: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
+	27, // 44: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
+	29, // 45: rein.v1.RunService.SteerRun:input_type -> rein.v1.SteerRunRequest
+	31, // 46: rein.v1.RunService.RaiseBudget:input_type -> rein.v1.RaiseBudgetRequest
+	33, // 47: rein.v1.RunService.ImportRun:input_type -> rein.v1.ImportRunRequest
+	18, // 48: rein.v1.RunService.DeleteRun:input_type -> rein.v1.DeleteRunRequest
+	21, // 49: rein.v1.RunService.ListDeletions:input_type -> rein.v1.ListDeletionsRequest
+	35, // 50: rein.v1.RunService.GetServerInfo:input_type -> rein.v1.GetServerInfoRequest
+	2,  // 51: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
+	4,  // 52: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
+	6,  // 53: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
+	8,  // 54: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
+	10, // 55: rein.v1.RunService.GetBlobs:output_type -> rein.v1.GetBlobsResponse
+	12, // 56: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
+	14, // 57: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
+	17, // 58: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
+	24, // 59: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
+	26, // 60: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
+	28, // 61: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
+	30, // 62: rein.v1.RunService.SteerRun:output_type -> rein.v1.SteerRunResponse
+	32, // 63: rein.v1.RunService.RaiseBudget:output_type -> rein.v1.RaiseBudgetResponse
+	34, // 64: rein.v1.RunService.ImportRun:output_type -> rein.v1.ImportRunResponse
+	19, // 65: rein.v1.RunService.DeleteRun:output_type -> rein.v1.DeleteRunResponse
+	22, // 66: rein.v1.RunService.ListDeletions:output_type -> rein.v1.ListDeletionsResponse
+	36, // 67: rein.v1.RunService.GetServerInfo:output_type -> rein.v1.GetServerInfoResponse
+	51, // [51:68] is the sub-list for method output_type
+	34, // [34:51] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_service_proto_init() }
@@ -2435,7 +2761,7 @@ func file_rein_v1_run_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_run_service_proto_rawDesc), len(file_rein_v1_run_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   37,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

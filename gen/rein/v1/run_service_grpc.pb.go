@@ -30,6 +30,8 @@ const (
 	RunService_ForkRun_FullMethodName        = "/rein.v1.RunService/ForkRun"
 	RunService_ProvideInput_FullMethodName   = "/rein.v1.RunService/ProvideInput"
 	RunService_DecideApproval_FullMethodName = "/rein.v1.RunService/DecideApproval"
+	RunService_SteerRun_FullMethodName       = "/rein.v1.RunService/SteerRun"
+	RunService_RaiseBudget_FullMethodName    = "/rein.v1.RunService/RaiseBudget"
 	RunService_ImportRun_FullMethodName      = "/rein.v1.RunService/ImportRun"
 	RunService_DeleteRun_FullMethodName      = "/rein.v1.RunService/DeleteRun"
 	RunService_ListDeletions_FullMethodName  = "/rein.v1.RunService/ListDeletions"
@@ -67,8 +69,23 @@ type RunServiceClient interface {
 	ForkRun(ctx context.Context, in *ForkRunRequest, opts ...grpc.CallOption) (*ForkRunResponse, error)
 	// ProvideInput answers a run that needs input.
 	ProvideInput(ctx context.Context, in *ProvideInputRequest, opts ...grpc.CallOption) (*ProvideInputResponse, error)
-	// DecideApproval approves or rejects a proposed write.
+	// DecideApproval approves or rejects a proposed write, or revises its
+	// arguments (verdict REVISE, or APPROVE with arguments): the revised
+	// write is proposed again to its tool and waits for approval under a new
+	// proposal ID and hash.
 	DecideApproval(ctx context.Context, in *DecideApprovalRequest, opts ...grpc.CallOption) (*DecideApprovalResponse, error)
+	// SteerRun adds a person's message to a running run, recorded in its log
+	// and delivered with its next model call (never into one in flight). A
+	// paused run is FailedPrecondition naming the call that answers it
+	// (ProvideInput, DecideApproval, RaiseBudget), as is a run that ended.
+	// A second SteerRun with the same request_id records nothing and returns
+	// the run.
+	SteerRun(ctx context.Context, in *SteerRunRequest, opts ...grpc.CallOption) (*SteerRunResponse, error)
+	// RaiseBudget raises the budget of a run paused on it (needs_budget) and
+	// carries the run on. A raise that leaves the limit the run paused on
+	// still reached, or a run not paused on its budget, is refused
+	// (FailedPrecondition) and records nothing.
+	RaiseBudget(ctx context.Context, in *RaiseBudgetRequest, opts ...grpc.CallOption) (*RaiseBudgetResponse, error)
 	// ImportRun stores a run carried away from another store (`rein export`)
 	// under its own run ID, with every event and blob as recorded, all at
 	// once or not at all. It needs the admin role: an import writes a history
@@ -239,6 +256,26 @@ func (c *runServiceClient) DecideApproval(ctx context.Context, in *DecideApprova
 	return out, nil
 }
 
+func (c *runServiceClient) SteerRun(ctx context.Context, in *SteerRunRequest, opts ...grpc.CallOption) (*SteerRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SteerRunResponse)
+	err := c.cc.Invoke(ctx, RunService_SteerRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runServiceClient) RaiseBudget(ctx context.Context, in *RaiseBudgetRequest, opts ...grpc.CallOption) (*RaiseBudgetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RaiseBudgetResponse)
+	err := c.cc.Invoke(ctx, RunService_RaiseBudget_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *runServiceClient) ImportRun(ctx context.Context, in *ImportRunRequest, opts ...grpc.CallOption) (*ImportRunResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ImportRunResponse)
@@ -310,8 +347,23 @@ type RunServiceServer interface {
 	ForkRun(context.Context, *ForkRunRequest) (*ForkRunResponse, error)
 	// ProvideInput answers a run that needs input.
 	ProvideInput(context.Context, *ProvideInputRequest) (*ProvideInputResponse, error)
-	// DecideApproval approves or rejects a proposed write.
+	// DecideApproval approves or rejects a proposed write, or revises its
+	// arguments (verdict REVISE, or APPROVE with arguments): the revised
+	// write is proposed again to its tool and waits for approval under a new
+	// proposal ID and hash.
 	DecideApproval(context.Context, *DecideApprovalRequest) (*DecideApprovalResponse, error)
+	// SteerRun adds a person's message to a running run, recorded in its log
+	// and delivered with its next model call (never into one in flight). A
+	// paused run is FailedPrecondition naming the call that answers it
+	// (ProvideInput, DecideApproval, RaiseBudget), as is a run that ended.
+	// A second SteerRun with the same request_id records nothing and returns
+	// the run.
+	SteerRun(context.Context, *SteerRunRequest) (*SteerRunResponse, error)
+	// RaiseBudget raises the budget of a run paused on it (needs_budget) and
+	// carries the run on. A raise that leaves the limit the run paused on
+	// still reached, or a run not paused on its budget, is refused
+	// (FailedPrecondition) and records nothing.
+	RaiseBudget(context.Context, *RaiseBudgetRequest) (*RaiseBudgetResponse, error)
 	// ImportRun stores a run carried away from another store (`rein export`)
 	// under its own run ID, with every event and blob as recorded, all at
 	// once or not at all. It needs the admin role: an import writes a history
@@ -386,6 +438,12 @@ func (UnimplementedRunServiceServer) ProvideInput(context.Context, *ProvideInput
 }
 func (UnimplementedRunServiceServer) DecideApproval(context.Context, *DecideApprovalRequest) (*DecideApprovalResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DecideApproval not implemented")
+}
+func (UnimplementedRunServiceServer) SteerRun(context.Context, *SteerRunRequest) (*SteerRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SteerRun not implemented")
+}
+func (UnimplementedRunServiceServer) RaiseBudget(context.Context, *RaiseBudgetRequest) (*RaiseBudgetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RaiseBudget not implemented")
 }
 func (UnimplementedRunServiceServer) ImportRun(context.Context, *ImportRunRequest) (*ImportRunResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ImportRun not implemented")
@@ -604,6 +662,42 @@ func _RunService_DecideApproval_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RunService_SteerRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SteerRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunServiceServer).SteerRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunService_SteerRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunServiceServer).SteerRun(ctx, req.(*SteerRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RunService_RaiseBudget_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RaiseBudgetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunServiceServer).RaiseBudget(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunService_RaiseBudget_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunServiceServer).RaiseBudget(ctx, req.(*RaiseBudgetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _RunService_ImportRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ImportRunRequest)
 	if err := dec(in); err != nil {
@@ -718,6 +812,14 @@ var RunService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DecideApproval",
 			Handler:    _RunService_DecideApproval_Handler,
+		},
+		{
+			MethodName: "SteerRun",
+			Handler:    _RunService_SteerRun_Handler,
+		},
+		{
+			MethodName: "RaiseBudget",
+			Handler:    _RunService_RaiseBudget_Handler,
 		},
 		{
 			MethodName: "ImportRun",

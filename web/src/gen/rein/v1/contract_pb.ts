@@ -15,7 +15,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file rein/v1/contract.proto.
  */
 export const file_rein_v1_contract: GenFile = /*@__PURE__*/
-  fileDesc("ChZyZWluL3YxL2NvbnRyYWN0LnByb3RvEgdyZWluLnYxIqADCgxUYXNrQ29udHJhY3QSGQoEZ29hbBgBIAEoCUILukgIcgYQARiAgAQSJwoGaW5wdXRzGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIsCgV0b29scxgDIAMoCzISLnJlaW4udjEuVG9vbEdyYW50Qgm6SAaSAQMQgAISHwoGYnVkZ2V0GAQgASgLMg8ucmVpbi52MS5CdWRnZXQSHgoGY2hlY2tzGAUgAygLMg4ucmVpbi52MS5DaGVjaxIhCgVtb2RlbBgGIAEoCzISLnJlaW4udjEuTW9kZWxTcGVjEikKCGFwcHJvdmFsGAcgASgLMhcucmVpbi52MS5BcHByb3ZhbFBvbGljeRIxCgZsYWJlbHMYCCADKAsyIS5yZWluLnYxLlRhc2tDb250cmFjdC5MYWJlbHNFbnRyeRItCgpkZWxlZ2F0aW9uGAkgASgLMhkucmVpbi52MS5EZWxlZ2F0aW9uUG9saWN5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEioAEKEERlbGVnYXRpb25Qb2xpY3kSFAoMbWF4X2NoaWxkcmVuGAEgASgNEhEKCW1heF9kZXB0aBgCIAEoDRINCgV0b29scxgDIAMoCRIqCgltYXhfc2hhcmUYBCABKAFCF7pIFBISGQAAAAAAAPA/KQAAAAAAAAAAEigKDGNoaWxkX21vZGVscxgFIAMoCzISLnJlaW4udjEuTW9kZWxTcGVjIqkBCglUb29sR3JhbnQSKwoEbmFtZRgBIAEoCUIdukgachgyFl5bQS1aYS16MC05Xy4tXXsxLDY0fSQSEwoLZGVzY3JpcHRpb24YAiABKAkSLQoMaW5wdXRfc2NoZW1hGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIrCgR0aWVyGAQgASgOMhEucmVpbi52MS5Ub29sVGllckIKukgHggEEEAEgACLQAQoGQnVkZ2V0EhEKCW1heF9zdGVwcxgBIAEoDRISCgptYXhfdG9rZW5zGAIgASgEEioKB3RpbWVvdXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoObWF4X3Rvb2xfY2FsbHMYBCABKA0SGAoQbWF4X291dHB1dF9ieXRlcxgFIAEoBBImCgxtYXhfY29zdF91c2QYBiABKAFCELpIDRILQAEpAAAAAAAAAAASGQoRbWF4X2NvbnRleHRfY2hhcnMYByABKAQiaQoFQ2hlY2sSDAoEbmFtZRgBIAEoCRIMCgRhcmd2GAIgAygJEgsKA2RpchgDIAEoCRIqCgd0aW1lb3V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgsKA2VudhgFIAMoCSKqAQoJTW9kZWxTcGVjEhAKCHByb3ZpZGVyGAEgASgJEgwKBG5hbWUYAiABKAkSEAoIYmFzZV91cmwYAyABKAkSGQoRbWF4X291dHB1dF90b2tlbnMYBCABKA0SGAoLdGVtcGVyYXR1cmUYBSABKAFIAIgBARImCgZzY3JpcHQYBiADKAsyFi5yZWluLnYxLlNjcmlwdGVkUmVwbHlCDgoMX3RlbXBlcmF0dXJlIr8BCg1TY3JpcHRlZFJlcGx5EiUKCGRlY2lzaW9uGAEgASgLMhEucmVpbi52MS5EZWNpc2lvbkgAEg0KA3JhdxgCIAEoCUgAEg8KBWVycm9yGAMgASgJSAASHQoFdXNhZ2UYBCABKAsyDi5yZWluLnYxLlVzYWdlEhAKCGRlbGF5X21zGAUgASgNEhUKDWZhaWxfYXR0ZW1wdHMYBiABKA0SFgoOcmV0cnlfYWZ0ZXJfbXMYByABKA1CBwoFcmVwbHkiNAoFVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgEEhUKDW91dHB1dF90b2tlbnMYAiABKAQiXwoOQXBwcm92YWxQb2xpY3kSLwoMcHJvcG9zYWxfdHRsGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhwKFGZvcmJpZF9zZWxmX2FwcHJvdmFsGAIgASgIKmcKCFRvb2xUaWVyEhkKFVRPT0xfVElFUl9VTlNQRUNJRklFRBAAEhIKDlRPT0xfVElFUl9SRUFEEAESEwoPVE9PTF9USUVSX1dSSVRFEAISFwoTVE9PTF9USUVSX0FTS19IVU1BThADYgZwcm90bzM", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_struct, file_rein_v1_decision]);
+  fileDesc("ChZyZWluL3YxL2NvbnRyYWN0LnByb3RvEgdyZWluLnYxIqADCgxUYXNrQ29udHJhY3QSGQoEZ29hbBgBIAEoCUILukgIcgYQARiAgAQSJwoGaW5wdXRzGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIsCgV0b29scxgDIAMoCzISLnJlaW4udjEuVG9vbEdyYW50Qgm6SAaSAQMQgAISHwoGYnVkZ2V0GAQgASgLMg8ucmVpbi52MS5CdWRnZXQSHgoGY2hlY2tzGAUgAygLMg4ucmVpbi52MS5DaGVjaxIhCgVtb2RlbBgGIAEoCzISLnJlaW4udjEuTW9kZWxTcGVjEikKCGFwcHJvdmFsGAcgASgLMhcucmVpbi52MS5BcHByb3ZhbFBvbGljeRIxCgZsYWJlbHMYCCADKAsyIS5yZWluLnYxLlRhc2tDb250cmFjdC5MYWJlbHNFbnRyeRItCgpkZWxlZ2F0aW9uGAkgASgLMhkucmVpbi52MS5EZWxlZ2F0aW9uUG9saWN5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEioAEKEERlbGVnYXRpb25Qb2xpY3kSFAoMbWF4X2NoaWxkcmVuGAEgASgNEhEKCW1heF9kZXB0aBgCIAEoDRINCgV0b29scxgDIAMoCRIqCgltYXhfc2hhcmUYBCABKAFCF7pIFBISGQAAAAAAAPA/KQAAAAAAAAAAEigKDGNoaWxkX21vZGVscxgFIAMoCzISLnJlaW4udjEuTW9kZWxTcGVjIqkBCglUb29sR3JhbnQSKwoEbmFtZRgBIAEoCUIdukgachgyFl5bQS1aYS16MC05Xy4tXXsxLDY0fSQSEwoLZGVzY3JpcHRpb24YAiABKAkSLQoMaW5wdXRfc2NoZW1hGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIrCgR0aWVyGAQgASgOMhEucmVpbi52MS5Ub29sVGllckIKukgHggEEEAEgACK1AgoGQnVkZ2V0EhEKCW1heF9zdGVwcxgBIAEoDRISCgptYXhfdG9rZW5zGAIgASgEEioKB3RpbWVvdXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoObWF4X3Rvb2xfY2FsbHMYBCABKA0SGAoQbWF4X291dHB1dF9ieXRlcxgFIAEoBBImCgxtYXhfY29zdF91c2QYBiABKAFCELpIDRILQAEpAAAAAAAAAAASGQoRbWF4X2NvbnRleHRfY2hhcnMYByABKAQSNQoMb25fZXhoYXVzdGVkGAggASgOMhUucmVpbi52MS5CdWRnZXRBY3Rpb25CCLpIBYIBAhABEiwKCXJhaXNlX3R0bBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJpCgVDaGVjaxIMCgRuYW1lGAEgASgJEgwKBGFyZ3YYAiADKAkSCwoDZGlyGAMgASgJEioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SCwoDZW52GAUgAygJIqoBCglNb2RlbFNwZWMSEAoIcHJvdmlkZXIYASABKAkSDAoEbmFtZRgCIAEoCRIQCghiYXNlX3VybBgDIAEoCRIZChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoDRIYCgt0ZW1wZXJhdHVyZRgFIAEoAUgAiAEBEiYKBnNjcmlwdBgGIAMoCzIWLnJlaW4udjEuU2NyaXB0ZWRSZXBseUIOCgxfdGVtcGVyYXR1cmUivwEKDVNjcmlwdGVkUmVwbHkSJQoIZGVjaXNpb24YASABKAsyES5yZWluLnYxLkRlY2lzaW9uSAASDQoDcmF3GAIgASgJSAASDwoFZXJyb3IYAyABKAlIABIdCgV1c2FnZRgEIAEoCzIOLnJlaW4udjEuVXNhZ2USEAoIZGVsYXlfbXMYBSABKA0SFQoNZmFpbF9hdHRlbXB0cxgGIAEoDRIWCg5yZXRyeV9hZnRlcl9tcxgHIAEoDUIHCgVyZXBseSI0CgVVc2FnZRIUCgxpbnB1dF90b2tlbnMYASABKAQSFQoNb3V0cHV0X3Rva2VucxgCIAEoBCJfCg5BcHByb3ZhbFBvbGljeRIvCgxwcm9wb3NhbF90dGwYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SHAoUZm9yYmlkX3NlbGZfYXBwcm92YWwYAiABKAgqZwoIVG9vbFRpZXISGQoVVE9PTF9USUVSX1VOU1BFQ0lGSUVEEAASEgoOVE9PTF9USUVSX1JFQUQQARITCg9UT09MX1RJRVJfV1JJVEUQAhIXChNUT09MX1RJRVJfQVNLX0hVTUFOEAMqXQoMQnVkZ2V0QWN0aW9uEh0KGUJVREdFVF9BQ1RJT05fVU5TUEVDSUZJRUQQABIVChFCVURHRVRfQUNUSU9OX0VORBABEhcKE0JVREdFVF9BQ1RJT05fUEFVU0UQAmIGcHJvdG8z", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_struct, file_rein_v1_decision]);
 
 /**
  * TaskContract is everything a run may do: its goal and inputs, the tools it
@@ -255,6 +255,23 @@ export type Budget = Message<"rein.v1.Budget"> & {
    * @generated from field: uint64 max_context_chars = 7;
    */
   maxContextChars: bigint;
+
+  /**
+   * What happens when a limit is reached: end the run (the default) or
+   * pause it for a person to raise the budget.
+   *
+   * @generated from field: rein.v1.BudgetAction on_exhausted = 8;
+   */
+  onExhausted: BudgetAction;
+
+  /**
+   * How long a run paused on its budget waits for a raise before it ends as
+   * expired. Unset means the approval policy's proposal_ttl (24 hours by
+   * default).
+   *
+   * @generated from field: google.protobuf.Duration raise_ttl = 9;
+   */
+  raiseTtl?: Duration | undefined;
 };
 
 /**
@@ -540,4 +557,39 @@ export enum ToolTier {
  */
 export const ToolTierSchema: GenEnum<ToolTier> = /*@__PURE__*/
   enumDesc(file_rein_v1_contract, 0);
+
+/**
+ * BudgetAction is what a run does when a budget limit is reached.
+ *
+ * @generated from enum rein.v1.BudgetAction
+ */
+export enum BudgetAction {
+  /**
+   * Not set: as BUDGET_ACTION_END.
+   *
+   * @generated from enum value: BUDGET_ACTION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * End the run as budget_exhausted.
+   *
+   * @generated from enum value: BUDGET_ACTION_END = 1;
+   */
+  END = 1,
+
+  /**
+   * Pause the run as needs_budget until a person raises the budget
+   * (RaiseBudget) or the pause expires (raise_ttl).
+   *
+   * @generated from enum value: BUDGET_ACTION_PAUSE = 2;
+   */
+  PAUSE = 2,
+}
+
+/**
+ * Describes the enum rein.v1.BudgetAction.
+ */
+export const BudgetActionSchema: GenEnum<BudgetAction> = /*@__PURE__*/
+  enumDesc(file_rein_v1_contract, 1);
 

@@ -18,7 +18,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file rein/v1/event.proto.
  */
 export const file_rein_v1_event: GenFile = /*@__PURE__*/
-  fileDesc("ChNyZWluL3YxL2V2ZW50LnByb3RvEgdyZWluLnYxIp0KCgVFdmVudBIOCgZydW5faWQYASABKAkSEAoIc2VxdWVuY2UYAiABKAQSLwoLcmVjb3JkZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWFjdG9yGAQgASgJEioKC3J1bl9zdGFydGVkGAogASgLMhMucmVpbi52MS5SdW5TdGFydGVkSAASMgoPbW9kZWxfcmVxdWVzdGVkGAsgASgLMhcucmVpbi52MS5Nb2RlbFJlcXVlc3RlZEgAEjAKDm1vZGVsX3JldHVybmVkGAwgASgLMhYucmVpbi52MS5Nb2RlbFJldHVybmVkSAASNgoRZGVjaXNpb25fcmVqZWN0ZWQYDSABKAsyGS5yZWluLnYxLkRlY2lzaW9uUmVqZWN0ZWRIABIwCg50b29sX3JlcXVlc3RlZBgOIAEoCzIWLnJlaW4udjEuVG9vbFJlcXVlc3RlZEgAEiwKDHRvb2xfcmVmdXNlZBgPIAEoCzIULnJlaW4udjEuVG9vbFJlZnVzZWRIABIuCg10b29sX3JldHVybmVkGBAgASgLMhUucmVpbi52MS5Ub29sUmV0dXJuZWRIABI4ChJhcHByb3ZhbF9yZXF1ZXN0ZWQYESABKAsyGi5yZWluLnYxLkFwcHJvdmFsUmVxdWVzdGVkSAASNAoQYXBwcm92YWxfZGVjaWRlZBgSIAEoCzIYLnJlaW4udjEuQXBwcm92YWxEZWNpZGVkSAASMgoPaW5wdXRfcmVxdWVzdGVkGBMgASgLMhcucmVpbi52MS5JbnB1dFJlcXVlc3RlZEgAEjAKDmlucHV0X3Byb3ZpZGVkGBQgASgLMhYucmVpbi52MS5JbnB1dFByb3ZpZGVkSAASNAoQd3JpdGVfZGlzcGF0Y2hlZBgVIAEoCzIYLnJlaW4udjEuV3JpdGVEaXNwYXRjaGVkSAASMgoPd3JpdGVfY29tbWl0dGVkGBYgASgLMhcucmVpbi52MS5Xcml0ZUNvbW1pdHRlZEgAEj0KFXdyaXRlX291dGNvbWVfdW5rbm93bhgXIAEoCzIcLnJlaW4udjEuV3JpdGVPdXRjb21lVW5rbm93bkgAEjQKEGNoZWNrc19jb21wbGV0ZWQYGCABKAsyGC5yZWluLnYxLkNoZWNrc0NvbXBsZXRlZEgAEjAKDmJ1ZGdldF9yZWFjaGVkGBkgASgLMhYucmVpbi52MS5CdWRnZXRSZWFjaGVkSAASMAoOc3RhdHVzX2NoYW5nZWQYGiABKAsyFi5yZWluLnYxLlN0YXR1c0NoYW5nZWRIABIuCg1tb2RlbF9yZXRyaWVkGBsgASgLMhUucmVpbi52MS5Nb2RlbFJldHJpZWRIABI2ChFjb250ZXh0X2NvbXBhY3RlZBgcIAEoCzIZLnJlaW4udjEuQ29udGV4dENvbXBhY3RlZEgAEi4KDXdyaXRlX3JlZnVzZWQYHSABKAsyFS5yZWluLnYxLldyaXRlUmVmdXNlZEgAEjgKEmRlbGVnYXRpb25fc3RhcnRlZBgeIAEoCzIaLnJlaW4udjEuRGVsZWdhdGlvblN0YXJ0ZWRIABI6ChNkZWxlZ2F0aW9uX3JldHVybmVkGB8gASgLMhsucmVpbi52MS5EZWxlZ2F0aW9uUmV0dXJuZWRIABImCglydW5fdGFrZW4YKCABKAsyES5yZWluLnYxLlJ1blRha2VuSABCCQoHcGF5bG9hZCKmAgoKUnVuU3RhcnRlZBInCghjb250cmFjdBgBIAEoCzIVLnJlaW4udjEuVGFza0NvbnRyYWN0EhEKCXByaW5jaXBhbBgCIAEoCRIOCgZ0ZW5hbnQYAyABKAkSEgoKcmVxdWVzdF9pZBgEIAEoCRIsCghkZWFkbGluZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNcGFyZW50X3J1bl9pZBgGIAEoCRIXCg9wYXJlbnRfc2VxdWVuY2UYByABKAQSEAoIdHJhY2VfaWQYCCABKAkSHAoUdHJhY2VfcGFyZW50X3NwYW5faWQYCSABKAkSKgoMZGVsZWdhdGVkX2J5GAogASgLMhQucmVpbi52MS5EZWxlZ2F0ZWRCeSJPChFEZWxlZ2F0aW9uU3RhcnRlZBIPCgdjYWxsX2lkGAEgASgJEikKCGNoaWxkcmVuGAIgAygLMhcucmVpbi52MS5EZWxlZ2F0ZWRDaGlsZCJ+Cg5EZWxlZ2F0ZWRDaGlsZBIOCgZydW5faWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRIfCgZidWRnZXQYAyABKAsyDy5yZWluLnYxLkJ1ZGdldBInCghjb250cmFjdBgEIAEoCzIVLnJlaW4udjEuVGFza0NvbnRyYWN0IuQBChJEZWxlZ2F0aW9uUmV0dXJuZWQSDgoGcnVuX2lkGAEgASgJEiIKBnN0YXR1cxgCIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEg4KBnJlYXNvbhgDIAEoCRIkCgZhbnN3ZXIYBCABKAsyFC5yZWluLnYxLkZpbmFsQW5zd2VyEhAKCGV2aWRlbmNlGAUgAygJEh0KBXVzYWdlGAYgASgLMg4ucmVpbi52MS5Vc2FnZRIQCghjb3N0X3VzZBgHIAEoARINCgVzdGVwcxgIIAEoDRISCgp0b29sX2NhbGxzGAkgASgNIpgCCg5Nb2RlbFJlcXVlc3RlZBIMCgRzdGVwGAEgASgNEhIKCmlucHV0X2hhc2gYAiABKAkSFAoMaW5wdXRfdG9rZW5zGAMgASgEEhkKEW1heF9vdXRwdXRfdG9rZW5zGAQgASgEEg0KBW1vZGVsGAUgASgJEhYKDnByb21wdF92ZXJzaW9uGAYgASgJEhUKDXRvb2xfc2V0X2hhc2gYByABKAkSDwoHcmVzdW1lZBgIIAEoCBITCgtpbnB1dF9ibG9icxgJIAMoCRIUCgxtYXhfY29zdF91c2QYCiABKAESFQoNY2FycmllZF9ibG9icxgLIAEoDRIiCgVwcmljZRgMIAEoCzITLnJlaW4udjEuTW9kZWxQcmljZSI9CgpNb2RlbFByaWNlEhYKDmlucHV0X3Blcl9tdG9rGAEgASgBEhcKD291dHB1dF9wZXJfbXRvaxgCIAEoASK+AQoNTW9kZWxSZXR1cm5lZBIjCghkZWNpc2lvbhgBIAEoCzIRLnJlaW4udjEuRGVjaXNpb24SHQoFdXNhZ2UYAiABKAsyDi5yZWluLnYxLlVzYWdlEhAKCGNvc3RfdXNkGAMgASgBEisKCGR1cmF0aW9uGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC3Jlc3BvbnNlX2lkGAUgASgJEhUKDWZpbmlzaF9yZWFzb24YBiABKAkiZAoMTW9kZWxSZXRyaWVkEgwKBHN0ZXAYASABKA0SDQoFZXJyb3IYAiABKAkSJwoEd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZyZWFzb24YBCABKAkigwEKEENvbnRleHRDb21wYWN0ZWQSDAoEc3RlcBgBIAEoDRIRCgljb21wYWN0ZWQYAiABKA0SIwoFaXRlbXMYAyADKAsyFC5yZWluLnYxLkNvbnRleHRJdGVtEhQKDGNoYXJzX2JlZm9yZRgEIAEoBBITCgtjaGFyc19hZnRlchgFIAEoBCJZCgtDb250ZXh0SXRlbRIMCgRraW5kGAEgASgJEg4KBnNvdXJjZRgCIAEoCRIMCgRnaXN0GAMgASgJEgwKBGJsb2IYBCABKAkSEAoIc2VxdWVuY2UYBSABKAQiLgoQRGVjaXNpb25SZWplY3RlZBILCgNyYXcYASABKAkSDQoFZXJyb3IYAiABKAkiewoNVG9vbFJlcXVlc3RlZBIPCgdjYWxsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSKgoJYXJndW1lbnRzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIfCgR0aWVyGAQgASgOMhEucmVpbi52MS5Ub29sVGllciI8CgtUb29sUmVmdXNlZBIPCgdjYWxsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSDgoGcmVhc29uGAMgASgJIroBCgxUb29sUmV0dXJuZWQSDwoHY2FsbF9pZBgBIAEoCRIMCgR0b29sGAIgASgJEiYKBm91dHB1dBgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRINCgVlcnJvchgEIAEoCRIRCgl0cnVuY2F0ZWQYBSABKAgSFAoMb3V0cHV0X2J5dGVzGAYgASgEEisKCGR1cmF0aW9uGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIjgKEUFwcHJvdmFsUmVxdWVzdGVkEiMKCHByb3Bvc2FsGAEgASgLMhEucmVpbi52MS5Qcm9wb3NhbCJZCg9BcHByb3ZhbERlY2lkZWQSEwoLcHJvcG9zYWxfaWQYASABKAkSEAoIYXBwcm92ZWQYAiABKAgSDgoGcmVhc29uGAMgASgJEg8KB2VuZF9ydW4YBCABKAgiNQoOSW5wdXRSZXF1ZXN0ZWQSIwoIcXVlc3Rpb24YASABKAsyES5yZWluLnYxLlF1ZXN0aW9uIh0KDUlucHV0UHJvdmlkZWQSDAoEdGV4dBgBIAEoCSI8Cg9Xcml0ZURpc3BhdGNoZWQSEwoLcHJvcG9zYWxfaWQYASABKAkSFAoMb3BlcmF0aW9uX2lkGAIgASgJIpEBCg5Xcml0ZUNvbW1pdHRlZBITCgtwcm9wb3NhbF9pZBgBIAEoCRIUCgxvcGVyYXRpb25faWQYAiABKAkSJwoHcmVjZWlwdBgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIrCghkdXJhdGlvbhgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJJCgxXcml0ZVJlZnVzZWQSEwoLcHJvcG9zYWxfaWQYASABKAkSFAoMb3BlcmF0aW9uX2lkGAIgASgJEg4KBnJlYXNvbhgDIAEoCSI6CghSdW5UYWtlbhINCgVvd25lchgBIAEoCRINCgVlcG9jaBgCIAEoBBIQCgh0cmFjZV9pZBgDIAEoCSJPChNXcml0ZU91dGNvbWVVbmtub3duEhMKC3Byb3Bvc2FsX2lkGAEgASgJEhQKDG9wZXJhdGlvbl9pZBgCIAEoCRINCgVlcnJvchgDIAEoCSJ9Cg9DaGVja3NDb21wbGV0ZWQSJQoHcmVzdWx0cxgBIAMoCzIULnJlaW4udjEuQ2hlY2tSZXN1bHQSFgoOd29ya3NwYWNlX2hhc2gYAiABKAkSKwoIZHVyYXRpb24YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iUwoLQ2hlY2tSZXN1bHQSDAoEbmFtZRgBIAEoCRIOCgZwYXNzZWQYAiABKAgSEQoJZXhpdF9jb2RlGAMgASgFEhMKC291dHB1dF90YWlsGAQgASgJImcKDUJ1ZGdldFJlYWNoZWQSDQoFbGltaXQYASABKAkSDgoGZGV0YWlsGAIgASgJEjcKE3JldHJ5X3Bhc3RfZGVhZGxpbmUYAyABKAsyGi5yZWluLnYxLlJldHJ5UGFzdERlYWRsaW5lIlkKEVJldHJ5UGFzdERlYWRsaW5lEgwKBHN0ZXAYASABKA0SDQoFZXJyb3IYAiABKAkSJwoEd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKWAQoNU3RhdHVzQ2hhbmdlZBIgCgRmcm9tGAEgASgOMhIucmVpbi52MS5SdW5TdGF0dXMSHgoCdG8YAiABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxIOCgZyZWFzb24YAyABKAkSJAoGcmVzdWx0GAQgASgLMhQucmVpbi52MS5GaW5hbEFuc3dlchINCgVlcnJvchgFIAEoCWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_decision, file_rein_v1_run]);
+  fileDesc("ChNyZWluL3YxL2V2ZW50LnByb3RvEgdyZWluLnYxIq8LCgVFdmVudBIOCgZydW5faWQYASABKAkSEAoIc2VxdWVuY2UYAiABKAQSLwoLcmVjb3JkZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWFjdG9yGAQgASgJEioKC3J1bl9zdGFydGVkGAogASgLMhMucmVpbi52MS5SdW5TdGFydGVkSAASMgoPbW9kZWxfcmVxdWVzdGVkGAsgASgLMhcucmVpbi52MS5Nb2RlbFJlcXVlc3RlZEgAEjAKDm1vZGVsX3JldHVybmVkGAwgASgLMhYucmVpbi52MS5Nb2RlbFJldHVybmVkSAASNgoRZGVjaXNpb25fcmVqZWN0ZWQYDSABKAsyGS5yZWluLnYxLkRlY2lzaW9uUmVqZWN0ZWRIABIwCg50b29sX3JlcXVlc3RlZBgOIAEoCzIWLnJlaW4udjEuVG9vbFJlcXVlc3RlZEgAEiwKDHRvb2xfcmVmdXNlZBgPIAEoCzIULnJlaW4udjEuVG9vbFJlZnVzZWRIABIuCg10b29sX3JldHVybmVkGBAgASgLMhUucmVpbi52MS5Ub29sUmV0dXJuZWRIABI4ChJhcHByb3ZhbF9yZXF1ZXN0ZWQYESABKAsyGi5yZWluLnYxLkFwcHJvdmFsUmVxdWVzdGVkSAASNAoQYXBwcm92YWxfZGVjaWRlZBgSIAEoCzIYLnJlaW4udjEuQXBwcm92YWxEZWNpZGVkSAASMgoPaW5wdXRfcmVxdWVzdGVkGBMgASgLMhcucmVpbi52MS5JbnB1dFJlcXVlc3RlZEgAEjAKDmlucHV0X3Byb3ZpZGVkGBQgASgLMhYucmVpbi52MS5JbnB1dFByb3ZpZGVkSAASNAoQd3JpdGVfZGlzcGF0Y2hlZBgVIAEoCzIYLnJlaW4udjEuV3JpdGVEaXNwYXRjaGVkSAASMgoPd3JpdGVfY29tbWl0dGVkGBYgASgLMhcucmVpbi52MS5Xcml0ZUNvbW1pdHRlZEgAEj0KFXdyaXRlX291dGNvbWVfdW5rbm93bhgXIAEoCzIcLnJlaW4udjEuV3JpdGVPdXRjb21lVW5rbm93bkgAEjQKEGNoZWNrc19jb21wbGV0ZWQYGCABKAsyGC5yZWluLnYxLkNoZWNrc0NvbXBsZXRlZEgAEjAKDmJ1ZGdldF9yZWFjaGVkGBkgASgLMhYucmVpbi52MS5CdWRnZXRSZWFjaGVkSAASMAoOc3RhdHVzX2NoYW5nZWQYGiABKAsyFi5yZWluLnYxLlN0YXR1c0NoYW5nZWRIABIuCg1tb2RlbF9yZXRyaWVkGBsgASgLMhUucmVpbi52MS5Nb2RlbFJldHJpZWRIABI2ChFjb250ZXh0X2NvbXBhY3RlZBgcIAEoCzIZLnJlaW4udjEuQ29udGV4dENvbXBhY3RlZEgAEi4KDXdyaXRlX3JlZnVzZWQYHSABKAsyFS5yZWluLnYxLldyaXRlUmVmdXNlZEgAEjgKEmRlbGVnYXRpb25fc3RhcnRlZBgeIAEoCzIaLnJlaW4udjEuRGVsZWdhdGlvblN0YXJ0ZWRIABI6ChNkZWxlZ2F0aW9uX3JldHVybmVkGB8gASgLMhsucmVpbi52MS5EZWxlZ2F0aW9uUmV0dXJuZWRIABIqCgtydW5fc3RlZXJlZBggIAEoCzITLnJlaW4udjEuUnVuU3RlZXJlZEgAEi4KDWJ1ZGdldF9yYWlzZWQYISABKAsyFS5yZWluLnYxLkJ1ZGdldFJhaXNlZEgAEjQKEHByb3Bvc2FsX3JldmlzZWQYIiABKAsyGC5yZWluLnYxLlByb3Bvc2FsUmV2aXNlZEgAEiYKCXJ1bl90YWtlbhgoIAEoCzIRLnJlaW4udjEuUnVuVGFrZW5IAEIJCgdwYXlsb2FkIqYCCgpSdW5TdGFydGVkEicKCGNvbnRyYWN0GAEgASgLMhUucmVpbi52MS5UYXNrQ29udHJhY3QSEQoJcHJpbmNpcGFsGAIgASgJEg4KBnRlbmFudBgDIAEoCRISCgpyZXF1ZXN0X2lkGAQgASgJEiwKCGRlYWRsaW5lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIVCg1wYXJlbnRfcnVuX2lkGAYgASgJEhcKD3BhcmVudF9zZXF1ZW5jZRgHIAEoBBIQCgh0cmFjZV9pZBgIIAEoCRIcChR0cmFjZV9wYXJlbnRfc3Bhbl9pZBgJIAEoCRIqCgxkZWxlZ2F0ZWRfYnkYCiABKAsyFC5yZWluLnYxLkRlbGVnYXRlZEJ5Ik8KEURlbGVnYXRpb25TdGFydGVkEg8KB2NhbGxfaWQYASABKAkSKQoIY2hpbGRyZW4YAiADKAsyFy5yZWluLnYxLkRlbGVnYXRlZENoaWxkIn4KDkRlbGVnYXRlZENoaWxkEg4KBnJ1bl9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJEh8KBmJ1ZGdldBgDIAEoCzIPLnJlaW4udjEuQnVkZ2V0EicKCGNvbnRyYWN0GAQgASgLMhUucmVpbi52MS5UYXNrQ29udHJhY3Qi5AEKEkRlbGVnYXRpb25SZXR1cm5lZBIOCgZydW5faWQYASABKAkSIgoGc3RhdHVzGAIgASgOMhIucmVpbi52MS5SdW5TdGF0dXMSDgoGcmVhc29uGAMgASgJEiQKBmFuc3dlchgEIAEoCzIULnJlaW4udjEuRmluYWxBbnN3ZXISEAoIZXZpZGVuY2UYBSADKAkSHQoFdXNhZ2UYBiABKAsyDi5yZWluLnYxLlVzYWdlEhAKCGNvc3RfdXNkGAcgASgBEg0KBXN0ZXBzGAggASgNEhIKCnRvb2xfY2FsbHMYCSABKA0imAIKDk1vZGVsUmVxdWVzdGVkEgwKBHN0ZXAYASABKA0SEgoKaW5wdXRfaGFzaBgCIAEoCRIUCgxpbnB1dF90b2tlbnMYAyABKAQSGQoRbWF4X291dHB1dF90b2tlbnMYBCABKAQSDQoFbW9kZWwYBSABKAkSFgoOcHJvbXB0X3ZlcnNpb24YBiABKAkSFQoNdG9vbF9zZXRfaGFzaBgHIAEoCRIPCgdyZXN1bWVkGAggASgIEhMKC2lucHV0X2Jsb2JzGAkgAygJEhQKDG1heF9jb3N0X3VzZBgKIAEoARIVCg1jYXJyaWVkX2Jsb2JzGAsgASgNEiIKBXByaWNlGAwgASgLMhMucmVpbi52MS5Nb2RlbFByaWNlIj0KCk1vZGVsUHJpY2USFgoOaW5wdXRfcGVyX210b2sYASABKAESFwoPb3V0cHV0X3Blcl9tdG9rGAIgASgBIr4BCg1Nb2RlbFJldHVybmVkEiMKCGRlY2lzaW9uGAEgASgLMhEucmVpbi52MS5EZWNpc2lvbhIdCgV1c2FnZRgCIAEoCzIOLnJlaW4udjEuVXNhZ2USEAoIY29zdF91c2QYAyABKAESKwoIZHVyYXRpb24YBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoLcmVzcG9uc2VfaWQYBSABKAkSFQoNZmluaXNoX3JlYXNvbhgGIAEoCSJkCgxNb2RlbFJldHJpZWQSDAoEc3RlcBgBIAEoDRINCgVlcnJvchgCIAEoCRInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgEIAEoCSKDAQoQQ29udGV4dENvbXBhY3RlZBIMCgRzdGVwGAEgASgNEhEKCWNvbXBhY3RlZBgCIAEoDRIjCgVpdGVtcxgDIAMoCzIULnJlaW4udjEuQ29udGV4dEl0ZW0SFAoMY2hhcnNfYmVmb3JlGAQgASgEEhMKC2NoYXJzX2FmdGVyGAUgASgEIlkKC0NvbnRleHRJdGVtEgwKBGtpbmQYASABKAkSDgoGc291cmNlGAIgASgJEgwKBGdpc3QYAyABKAkSDAoEYmxvYhgEIAEoCRIQCghzZXF1ZW5jZRgFIAEoBCIuChBEZWNpc2lvblJlamVjdGVkEgsKA3JhdxgBIAEoCRINCgVlcnJvchgCIAEoCSJ7Cg1Ub29sUmVxdWVzdGVkEg8KB2NhbGxfaWQYASABKAkSDAoEdG9vbBgCIAEoCRIqCglhcmd1bWVudHMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eh8KBHRpZXIYBCABKA4yES5yZWluLnYxLlRvb2xUaWVyIjwKC1Rvb2xSZWZ1c2VkEg8KB2NhbGxfaWQYASABKAkSDAoEdG9vbBgCIAEoCRIOCgZyZWFzb24YAyABKAkiugEKDFRvb2xSZXR1cm5lZBIPCgdjYWxsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSJgoGb3V0cHV0GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEg0KBWVycm9yGAQgASgJEhEKCXRydW5jYXRlZBgFIAEoCBIUCgxvdXRwdXRfYnl0ZXMYBiABKAQSKwoIZHVyYXRpb24YByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iOAoRQXBwcm92YWxSZXF1ZXN0ZWQSIwoIcHJvcG9zYWwYASABKAsyES5yZWluLnYxLlByb3Bvc2FsIlkKD0FwcHJvdmFsRGVjaWRlZBITCgtwcm9wb3NhbF9pZBgBIAEoCRIQCghhcHByb3ZlZBgCIAEoCBIOCgZyZWFzb24YAyABKAkSDwoHZW5kX3J1bhgEIAEoCCI1Cg5JbnB1dFJlcXVlc3RlZBIjCghxdWVzdGlvbhgBIAEoCzIRLnJlaW4udjEuUXVlc3Rpb24iHQoNSW5wdXRQcm92aWRlZBIMCgR0ZXh0GAEgASgJIjwKD1dyaXRlRGlzcGF0Y2hlZBITCgtwcm9wb3NhbF9pZBgBIAEoCRIUCgxvcGVyYXRpb25faWQYAiABKAkikQEKDldyaXRlQ29tbWl0dGVkEhMKC3Byb3Bvc2FsX2lkGAEgASgJEhQKDG9wZXJhdGlvbl9pZBgCIAEoCRInCgdyZWNlaXB0GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEisKCGR1cmF0aW9uGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIkkKDFdyaXRlUmVmdXNlZBITCgtwcm9wb3NhbF9pZBgBIAEoCRIUCgxvcGVyYXRpb25faWQYAiABKAkSDgoGcmVhc29uGAMgASgJIjoKCFJ1blRha2VuEg0KBW93bmVyGAEgASgJEg0KBWVwb2NoGAIgASgEEhAKCHRyYWNlX2lkGAMgASgJIk8KE1dyaXRlT3V0Y29tZVVua25vd24SEwoLcHJvcG9zYWxfaWQYASABKAkSFAoMb3BlcmF0aW9uX2lkGAIgASgJEg0KBWVycm9yGAMgASgJIn0KD0NoZWNrc0NvbXBsZXRlZBIlCgdyZXN1bHRzGAEgAygLMhQucmVpbi52MS5DaGVja1Jlc3VsdBIWCg53b3Jrc3BhY2VfaGFzaBgCIAEoCRIrCghkdXJhdGlvbhgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJTCgtDaGVja1Jlc3VsdBIMCgRuYW1lGAEgASgJEg4KBnBhc3NlZBgCIAEoCBIRCglleGl0X2NvZGUYAyABKAUSEwoLb3V0cHV0X3RhaWwYBCABKAkilQEKDUJ1ZGdldFJlYWNoZWQSDQoFbGltaXQYASABKAkSDgoGZGV0YWlsGAIgASgJEjcKE3JldHJ5X3Bhc3RfZGVhZGxpbmUYAyABKAsyGi5yZWluLnYxLlJldHJ5UGFzdERlYWRsaW5lEiwKCHJhaXNlX2J5GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJZChFSZXRyeVBhc3REZWFkbGluZRIMCgRzdGVwGAEgASgNEg0KBWVycm9yGAIgASgJEicKBHdhaXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ilgEKDVN0YXR1c0NoYW5nZWQSIAoEZnJvbRgBIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEh4KAnRvGAIgASgOMhIucmVpbi52MS5SdW5TdGF0dXMSDgoGcmVhc29uGAMgASgJEiQKBnJlc3VsdBgEIAEoCzIULnJlaW4udjEuRmluYWxBbnN3ZXISDQoFZXJyb3IYBSABKAkiLgoKUnVuU3RlZXJlZBIMCgR0ZXh0GAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAki9gEKDEJ1ZGdldFJhaXNlZBIRCglhZGRfc3RlcHMYASABKA0SEgoKYWRkX3Rva2VucxgCIAEoBBIUCgxhZGRfY29zdF91c2QYAyABKAESMgoPZXh0ZW5kX2RlYWRsaW5lGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEh8KBmJ1ZGdldBgFIAEoCzIPLnJlaW4udjEuQnVkZ2V0EiwKCGRlYWRsaW5lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZyZWFzb24YByABKAkSFgoOYWRkX3Rvb2xfY2FsbHMYCCABKA0igAEKD1Byb3Bvc2FsUmV2aXNlZBIeChZzdXBlcnNlZGVkX3Byb3Bvc2FsX2lkGAEgASgJEiMKCHByb3Bvc2FsGAIgASgLMhEucmVpbi52MS5Qcm9wb3NhbBIoCgdjaGFuZ2VzGAMgAygLMhcucmVpbi52MS5Bcmd1bWVudENoYW5nZSJtCg5Bcmd1bWVudENoYW5nZRIMCgRwYXRoGAEgASgJEiYKBmJlZm9yZRgCIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIlCgVhZnRlchgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_decision, file_rein_v1_run]);
 
 /**
  * Event is one change to a run, in its append-only log. A run's state is the
@@ -236,6 +236,32 @@ export type Event = Message<"rein.v1.Event"> & {
      */
     value: DelegationReturned;
     case: "delegationReturned";
+  } | {
+    /**
+     * A person's message to the running run, delivered with the next model
+     * call.
+     *
+     * @generated from field: rein.v1.RunSteered run_steered = 32;
+     */
+    value: RunSteered;
+    case: "runSteered";
+  } | {
+    /**
+     * A person raised the budget of a run paused on it.
+     *
+     * @generated from field: rein.v1.BudgetRaised budget_raised = 33;
+     */
+    value: BudgetRaised;
+    case: "budgetRaised";
+  } | {
+    /**
+     * A person revised a pending proposal's arguments: the revised write
+     * replaces it and waits for approval.
+     *
+     * @generated from field: rein.v1.ProposalRevised proposal_revised = 34;
+     */
+    value: ProposalRevised;
+    case: "proposalRevised";
   } | {
     /**
      * A server took the running run's lease to carry it on: after a
@@ -1401,6 +1427,15 @@ export type BudgetReached = Message<"rein.v1.BudgetReached"> & {
    * @generated from field: rein.v1.RetryPastDeadline retry_past_deadline = 3;
    */
   retryPastDeadline?: RetryPastDeadline | undefined;
+
+  /**
+   * Set when the contract pauses the run on its budget (on_exhausted
+   * PAUSE): when the pause ends the run as expired unless a person raises
+   * the budget first.
+   *
+   * @generated from field: google.protobuf.Timestamp raise_by = 4;
+   */
+  raiseBy?: Timestamp | undefined;
 };
 
 /**
@@ -1494,4 +1529,180 @@ export type StatusChanged = Message<"rein.v1.StatusChanged"> & {
  */
 export const StatusChangedSchema: GenMessage<StatusChanged> = /*@__PURE__*/
   messageDesc(file_rein_v1_event, 28);
+
+/**
+ * RunSteered records a person's message to a running run (SteerRun). The
+ * person is the event's actor. The message is delivered with the first
+ * model call after it in the log, never into a call in flight; several
+ * delivered together go in their order.
+ *
+ * @generated from message rein.v1.RunSteered
+ */
+export type RunSteered = Message<"rein.v1.RunSteered"> & {
+  /**
+   * The message.
+   *
+   * @generated from field: string text = 1;
+   */
+  text: string;
+
+  /**
+   * The SteerRun's request ID: a second SteerRun with it records nothing.
+   *
+   * @generated from field: string request_id = 2;
+   */
+  requestId: string;
+};
+
+/**
+ * Describes the message rein.v1.RunSteered.
+ * Use `create(RunSteeredSchema)` to create a new message.
+ */
+export const RunSteeredSchema: GenMessage<RunSteered> = /*@__PURE__*/
+  messageDesc(file_rein_v1_event, 29);
+
+/**
+ * BudgetRaised records a person's raise of the budget of a run paused on
+ * it (needs_budget). The person is the event's actor; the run is running
+ * again after it.
+ *
+ * @generated from message rein.v1.BudgetRaised
+ */
+export type BudgetRaised = Message<"rein.v1.BudgetRaised"> & {
+  /**
+   * Model calls added to max_steps.
+   *
+   * @generated from field: uint32 add_steps = 1;
+   */
+  addSteps: number;
+
+  /**
+   * Tokens added to max_tokens.
+   *
+   * @generated from field: uint64 add_tokens = 2;
+   */
+  addTokens: bigint;
+
+  /**
+   * US dollars added to max_cost_usd.
+   *
+   * @generated from field: double add_cost_usd = 3;
+   */
+  addCostUsd: number;
+
+  /**
+   * Time added to the deadline.
+   *
+   * @generated from field: google.protobuf.Duration extend_deadline = 4;
+   */
+  extendDeadline?: Duration | undefined;
+
+  /**
+   * The budget after the raise.
+   *
+   * @generated from field: rein.v1.Budget budget = 5;
+   */
+  budget?: Budget | undefined;
+
+  /**
+   * The deadline after the raise; unset without one.
+   *
+   * @generated from field: google.protobuf.Timestamp deadline = 6;
+   */
+  deadline?: Timestamp | undefined;
+
+  /**
+   * The person's reason.
+   *
+   * @generated from field: string reason = 7;
+   */
+  reason: string;
+
+  /**
+   * Tool calls added to max_tool_calls.
+   *
+   * @generated from field: uint32 add_tool_calls = 8;
+   */
+  addToolCalls: number;
+};
+
+/**
+ * Describes the message rein.v1.BudgetRaised.
+ * Use `create(BudgetRaisedSchema)` to create a new message.
+ */
+export const BudgetRaisedSchema: GenMessage<BudgetRaised> = /*@__PURE__*/
+  messageDesc(file_rein_v1_event, 30);
+
+/**
+ * ProposalRevised records a person's revision of a pending proposal's
+ * arguments. The person is the event's actor. The revised proposal has a
+ * new ID, a new preview from its tool and a new hash; the superseded one
+ * can no longer be approved.
+ *
+ * @generated from message rein.v1.ProposalRevised
+ */
+export type ProposalRevised = Message<"rein.v1.ProposalRevised"> & {
+  /**
+   * The proposal the revision replaces.
+   *
+   * @generated from field: string superseded_proposal_id = 1;
+   */
+  supersededProposalId: string;
+
+  /**
+   * The revised proposal.
+   *
+   * @generated from field: rein.v1.Proposal proposal = 2;
+   */
+  proposal?: Proposal | undefined;
+
+  /**
+   * What changed in the arguments, field by field.
+   *
+   * @generated from field: repeated rein.v1.ArgumentChange changes = 3;
+   */
+  changes: ArgumentChange[];
+};
+
+/**
+ * Describes the message rein.v1.ProposalRevised.
+ * Use `create(ProposalRevisedSchema)` to create a new message.
+ */
+export const ProposalRevisedSchema: GenMessage<ProposalRevised> = /*@__PURE__*/
+  messageDesc(file_rein_v1_event, 31);
+
+/**
+ * ArgumentChange is one changed field of a revised proposal's arguments.
+ *
+ * @generated from message rein.v1.ArgumentChange
+ */
+export type ArgumentChange = Message<"rein.v1.ArgumentChange"> & {
+  /**
+   * The field's path in the arguments, as a JSON pointer (RFC 6901).
+   *
+   * @generated from field: string path = 1;
+   */
+  path: string;
+
+  /**
+   * The value before; unset when the revision added the field.
+   *
+   * @generated from field: google.protobuf.Value before = 2;
+   */
+  before?: Value | undefined;
+
+  /**
+   * The value after; unset when the revision removed the field.
+   *
+   * @generated from field: google.protobuf.Value after = 3;
+   */
+  after?: Value | undefined;
+};
+
+/**
+ * Describes the message rein.v1.ArgumentChange.
+ * Use `create(ArgumentChangeSchema)` to create a new message.
+ */
+export const ArgumentChangeSchema: GenMessage<ArgumentChange> = /*@__PURE__*/
+  messageDesc(file_rein_v1_event, 32);
 

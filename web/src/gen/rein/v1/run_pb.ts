@@ -16,7 +16,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file rein/v1/run.proto.
  */
 export const file_rein_v1_run: GenFile = /*@__PURE__*/
-  fileDesc("ChFyZWluL3YxL3J1bi5wcm90bxIHcmVpbi52MSK8BgoDUnVuEg4KBnJ1bl9pZBgBIAEoCRIiCgZzdGF0dXMYAiABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxInCghjb250cmFjdBgDIAEoCzIVLnJlaW4udjEuVGFza0NvbnRyYWN0EhEKCXByaW5jaXBhbBgEIAEoCRIOCgZ0ZW5hbnQYBSABKAkSDwoHdmVyc2lvbhgGIAEoBBINCgVzdGVwcxgHIAEoDRIdCgV1c2FnZRgIIAEoCzIOLnJlaW4udjEuVXNhZ2USEgoKdG9vbF9jYWxscxgJIAEoDRIsCghkZWFkbGluZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJwoHcGVuZGluZxgLIAEoCzIWLnJlaW4udjEuUGVuZGluZ0FjdGlvbhIkCgZyZXN1bHQYDCABKAsyFC5yZWluLnYxLkZpbmFsQW5zd2VyEhIKCmxhc3RfZXJyb3IYDSABKAkSLgoKY3JlYXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKcmVxdWVzdF9pZBgQIAEoCRIVCg1zdGF0dXNfcmVhc29uGBEgASgJEhcKD21vZGVsX2luX2ZsaWdodBgSIAEoCBIpCg5hcHByb3ZlZF93cml0ZRgTIAEoCzIRLnJlaW4udjEuUHJvcG9zYWwSGgoSd3JpdGVfb3BlcmF0aW9uX2lkGBQgASgJEhAKCGNvc3RfdXNkGBUgASgBEiYKCHByb2dyZXNzGBYgASgLMhQucmVpbi52MS5SdW5Qcm9ncmVzcxIQCgh0cmFjZV9pZBgXIAEoCRIcChR0cmFjZV9wYXJlbnRfc3Bhbl9pZBgYIAEoCRIqCgxkZWxlZ2F0ZWRfYnkYGSABKAsyFC5yZWluLnYxLkRlbGVnYXRlZEJ5EioKCmRlbGVnYXRpb24YGiABKAsyFi5yZWluLnYxLlJ1bkRlbGVnYXRpb24SJAoHYXJjaGl2ZRgbIAEoCzITLnJlaW4udjEuUnVuQXJjaGl2ZSJuCgpSdW5BcmNoaXZlEgsKA2tleRgBIAEoCRIOCgZzaGEyNTYYAiABKAkSEgoKc2l6ZV9ieXRlcxgDIAEoBBIvCgthcmNoaXZlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAigAMKC1J1blByb2dyZXNzEiQKCW9wZW5fY2FsbBgBIAEoCzIRLnJlaW4udjEuVG9vbENhbGwSKQoOb3Blbl9jYWxsX3RpZXIYAiABKA4yES5yZWluLnYxLlRvb2xUaWVyEkUKEnRvb2xfY2FsbHNfYnlfdG9vbBgDIAMoCzIpLnJlaW4udjEuUnVuUHJvZ3Jlc3MuVG9vbENhbGxzQnlUb29sRW50cnkSGwoTZmFpbGluZ19jaGVja3NfaGFzaBgEIAEoCRIfChdmYWlsaW5nX2NoZWNrc19yZXBlYXRlZBgFIAEoDRIpCgVwcmljZRgGIAEoCzIaLnJlaW4udjEuUnVuUHJvZ3Jlc3MuUHJpY2UaOAoFUHJpY2USFgoOaW5wdXRfcGVyX210b2sYASABKAESFwoPb3V0cHV0X3Blcl9tdG9rGAIgASgBGjYKFFRvb2xDYWxsc0J5VG9vbEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDToCOAEiZwoNUGVuZGluZ0FjdGlvbhIlCghwcm9wb3NhbBgBIAEoCzIRLnJlaW4udjEuUHJvcG9zYWxIABIlCghxdWVzdGlvbhgCIAEoCzIRLnJlaW4udjEuUXVlc3Rpb25IAEIICgZhY3Rpb24ilAIKCFByb3Bvc2FsEhMKC3Byb3Bvc2FsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSKgoJYXJndW1lbnRzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBInCgdwcmV2aWV3GAQgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEgwKBGhhc2gYBSABKAkSLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLcnVuX3ZlcnNpb24YByABKAQSDwoHY2FsbF9pZBgIIAEoCRIUCgxwcmV2aWV3X2Jsb2IYCSABKAkSFgoOYXJndW1lbnRzX2Jsb2IYCiABKAkiKQoIUXVlc3Rpb24SDAoEdGV4dBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJIm4KC0RlbGVnYXRlZEJ5EhUKDXBhcmVudF9ydW5faWQYASABKAkSEAoIc2VxdWVuY2UYAiABKAQSEgoKdGFza19pbmRleBgDIAEoDRITCgtyb290X3J1bl9pZBgEIAEoCRINCgVkZXB0aBgFIAEoDSKUAQoNUnVuRGVsZWdhdGlvbhIYChBjaGlsZHJlbl9zdGFydGVkGAEgASgNEikKDW9wZW5fY2hpbGRyZW4YAiADKAsyEi5yZWluLnYxLkNoaWxkTG9hbhIcCgRsZW50GAMgASgLMg4ucmVpbi52MS5TcGVuZBIgCghyZXR1cm5lZBgEIAEoCzIOLnJlaW4udjEuU3BlbmQiTAoFU3BlbmQSDQoFc3RlcHMYASABKA0SDgoGdG9rZW5zGAIgASgEEhAKCGNvc3RfdXNkGAMgASgBEhIKCnRvb2xfY2FsbHMYBCABKA0iOQoJQ2hpbGRMb2FuEg4KBnJ1bl9pZBgBIAEoCRIcCgRsZW50GAIgASgLMg4ucmVpbi52MS5TcGVuZCqVAgoJUnVuU3RhdHVzEhoKFlJVTl9TVEFUVVNfVU5TUEVDSUZJRUQQABIWChJSVU5fU1RBVFVTX1JVTk5JTkcQARIaChZSVU5fU1RBVFVTX05FRURTX0lOUFVUEAISHQoZUlVOX1NUQVRVU19ORUVEU19BUFBST1ZBTBADEhgKFFJVTl9TVEFUVVNfQ09NUExFVEVEEAQSHwobUlVOX1NUQVRVU19CVURHRVRfRVhIQVVTVEVEEAUSFQoRUlVOX1NUQVRVU19GQUlMRUQQBhIVChFSVU5fU1RBVFVTX0RFTklFRBAHEhYKElJVTl9TVEFUVVNfRVhQSVJFRBAIEhgKFFJVTl9TVEFUVVNfQ0FOQ0VMTEVEEAliBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_decision]);
+  fileDesc("ChFyZWluL3YxL3J1bi5wcm90bxIHcmVpbi52MSLjBgoDUnVuEg4KBnJ1bl9pZBgBIAEoCRIiCgZzdGF0dXMYAiABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxInCghjb250cmFjdBgDIAEoCzIVLnJlaW4udjEuVGFza0NvbnRyYWN0EhEKCXByaW5jaXBhbBgEIAEoCRIOCgZ0ZW5hbnQYBSABKAkSDwoHdmVyc2lvbhgGIAEoBBINCgVzdGVwcxgHIAEoDRIdCgV1c2FnZRgIIAEoCzIOLnJlaW4udjEuVXNhZ2USEgoKdG9vbF9jYWxscxgJIAEoDRIsCghkZWFkbGluZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJwoHcGVuZGluZxgLIAEoCzIWLnJlaW4udjEuUGVuZGluZ0FjdGlvbhIkCgZyZXN1bHQYDCABKAsyFC5yZWluLnYxLkZpbmFsQW5zd2VyEhIKCmxhc3RfZXJyb3IYDSABKAkSLgoKY3JlYXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKcmVxdWVzdF9pZBgQIAEoCRIVCg1zdGF0dXNfcmVhc29uGBEgASgJEhcKD21vZGVsX2luX2ZsaWdodBgSIAEoCBIpCg5hcHByb3ZlZF93cml0ZRgTIAEoCzIRLnJlaW4udjEuUHJvcG9zYWwSGgoSd3JpdGVfb3BlcmF0aW9uX2lkGBQgASgJEhAKCGNvc3RfdXNkGBUgASgBEiYKCHByb2dyZXNzGBYgASgLMhQucmVpbi52MS5SdW5Qcm9ncmVzcxIQCgh0cmFjZV9pZBgXIAEoCRIcChR0cmFjZV9wYXJlbnRfc3Bhbl9pZBgYIAEoCRIqCgxkZWxlZ2F0ZWRfYnkYGSABKAsyFC5yZWluLnYxLkRlbGVnYXRlZEJ5EioKCmRlbGVnYXRpb24YGiABKAsyFi5yZWluLnYxLlJ1bkRlbGVnYXRpb24SJAoHYXJjaGl2ZRgbIAEoCzITLnJlaW4udjEuUnVuQXJjaGl2ZRIlCg1idWRnZXRfcmFpc2VkGBwgASgLMg4ucmVpbi52MS5TcGVuZCJuCgpSdW5BcmNoaXZlEgsKA2tleRgBIAEoCRIOCgZzaGEyNTYYAiABKAkSEgoKc2l6ZV9ieXRlcxgDIAEoBBIvCgthcmNoaXZlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiswMKC1J1blByb2dyZXNzEiQKCW9wZW5fY2FsbBgBIAEoCzIRLnJlaW4udjEuVG9vbENhbGwSKQoOb3Blbl9jYWxsX3RpZXIYAiABKA4yES5yZWluLnYxLlRvb2xUaWVyEkUKEnRvb2xfY2FsbHNfYnlfdG9vbBgDIAMoCzIpLnJlaW4udjEuUnVuUHJvZ3Jlc3MuVG9vbENhbGxzQnlUb29sRW50cnkSGwoTZmFpbGluZ19jaGVja3NfaGFzaBgEIAEoCRIfChdmYWlsaW5nX2NoZWNrc19yZXBlYXRlZBgFIAEoDRIpCgVwcmljZRgGIAEoCzIaLnJlaW4udjEuUnVuUHJvZ3Jlc3MuUHJpY2USGQoRc3RlZXJfcmVxdWVzdF9pZHMYByADKAkSFgoOc3RlZXJzX3dhaXRpbmcYCCABKA0aOAoFUHJpY2USFgoOaW5wdXRfcGVyX210b2sYASABKAESFwoPb3V0cHV0X3Blcl9tdG9rGAIgASgBGjYKFFRvb2xDYWxsc0J5VG9vbEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDToCOAEijwEKDVBlbmRpbmdBY3Rpb24SJQoIcHJvcG9zYWwYASABKAsyES5yZWluLnYxLlByb3Bvc2FsSAASJQoIcXVlc3Rpb24YAiABKAsyES5yZWluLnYxLlF1ZXN0aW9uSAASJgoGYnVkZ2V0GAMgASgLMhQucmVpbi52MS5CdWRnZXRQYXVzZUgAQggKBmFjdGlvbiJcCgtCdWRnZXRQYXVzZRINCgVsaW1pdBgBIAEoCRIOCgZkZXRhaWwYAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiqAIKCFByb3Bvc2FsEhMKC3Byb3Bvc2FsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSKgoJYXJndW1lbnRzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBInCgdwcmV2aWV3GAQgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEgwKBGhhc2gYBSABKAkSLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLcnVuX3ZlcnNpb24YByABKAQSDwoHY2FsbF9pZBgIIAEoCRIUCgxwcmV2aWV3X2Jsb2IYCSABKAkSFgoOYXJndW1lbnRzX2Jsb2IYCiABKAkSEgoKcmV2aXNlZF9ieRgLIAEoCSIpCghRdWVzdGlvbhIMCgR0ZXh0GAEgASgJEg8KB2NhbGxfaWQYAiABKAkibgoLRGVsZWdhdGVkQnkSFQoNcGFyZW50X3J1bl9pZBgBIAEoCRIQCghzZXF1ZW5jZRgCIAEoBBISCgp0YXNrX2luZGV4GAMgASgNEhMKC3Jvb3RfcnVuX2lkGAQgASgJEg0KBWRlcHRoGAUgASgNIpQBCg1SdW5EZWxlZ2F0aW9uEhgKEGNoaWxkcmVuX3N0YXJ0ZWQYASABKA0SKQoNb3Blbl9jaGlsZHJlbhgCIAMoCzISLnJlaW4udjEuQ2hpbGRMb2FuEhwKBGxlbnQYAyABKAsyDi5yZWluLnYxLlNwZW5kEiAKCHJldHVybmVkGAQgASgLMg4ucmVpbi52MS5TcGVuZCJMCgVTcGVuZBINCgVzdGVwcxgBIAEoDRIOCgZ0b2tlbnMYAiABKAQSEAoIY29zdF91c2QYAyABKAESEgoKdG9vbF9jYWxscxgEIAEoDSI5CglDaGlsZExvYW4SDgoGcnVuX2lkGAEgASgJEhwKBGxlbnQYAiABKAsyDi5yZWluLnYxLlNwZW5kKrICCglSdW5TdGF0dXMSGgoWUlVOX1NUQVRVU19VTlNQRUNJRklFRBAAEhYKElJVTl9TVEFUVVNfUlVOTklORxABEhoKFlJVTl9TVEFUVVNfTkVFRFNfSU5QVVQQAhIdChlSVU5fU1RBVFVTX05FRURTX0FQUFJPVkFMEAMSGAoUUlVOX1NUQVRVU19DT01QTEVURUQQBBIfChtSVU5fU1RBVFVTX0JVREdFVF9FWEhBVVNURUQQBRIVChFSVU5fU1RBVFVTX0ZBSUxFRBAGEhUKEVJVTl9TVEFUVVNfREVOSUVEEAcSFgoSUlVOX1NUQVRVU19FWFBJUkVEEAgSGAoUUlVOX1NUQVRVU19DQU5DRUxMRUQQCRIbChdSVU5fU1RBVFVTX05FRURTX0JVREdFVBAKYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_decision]);
 
 /**
  * Run is a run's state: the fold of its events.
@@ -223,6 +223,14 @@ export type Run = Message<"rein.v1.Run"> & {
    * @generated from field: rein.v1.RunArchive archive = 27;
    */
   archive?: RunArchive | undefined;
+
+  /**
+   * What people added to the contract's budget (RaiseBudget); the run's
+   * limits are the contract's plus these. Unset when no one raised it.
+   *
+   * @generated from field: rein.v1.Spend budget_raised = 28;
+   */
+  budgetRaised?: Spend | undefined;
 };
 
 /**
@@ -330,6 +338,21 @@ export type RunProgress = Message<"rein.v1.RunProgress"> & {
    * @generated from field: rein.v1.RunProgress.Price price = 6;
    */
   price?: RunProgress_Price | undefined;
+
+  /**
+   * The request IDs of the messages people sent the run (SteerRun), in
+   * order: a second SteerRun with one of them records nothing.
+   *
+   * @generated from field: repeated string steer_request_ids = 7;
+   */
+  steerRequestIds: string[];
+
+  /**
+   * How many of those messages wait for the next model call.
+   *
+   * @generated from field: uint32 steers_waiting = 8;
+   */
+  steersWaiting: number;
 };
 
 /**
@@ -395,6 +418,14 @@ export type PendingAction = Message<"rein.v1.PendingAction"> & {
      */
     value: Question;
     case: "question";
+  } | {
+    /**
+     * A limit reached, waiting for a raise.
+     *
+     * @generated from field: rein.v1.BudgetPause budget = 3;
+     */
+    value: BudgetPause;
+    case: "budget";
   } | { case: undefined; value?: undefined };
 };
 
@@ -404,6 +435,42 @@ export type PendingAction = Message<"rein.v1.PendingAction"> & {
  */
 export const PendingActionSchema: GenMessage<PendingAction> = /*@__PURE__*/
   messageDesc(file_rein_v1_run, 3);
+
+/**
+ * BudgetPause is what a run paused on its budget waits for.
+ *
+ * @generated from message rein.v1.BudgetPause
+ */
+export type BudgetPause = Message<"rein.v1.BudgetPause"> & {
+  /**
+   * The limit reached: "max_steps", "max_tokens", "max_cost_usd",
+   * "max_tool_calls" or "deadline".
+   *
+   * @generated from field: string limit = 1;
+   */
+  limit: string;
+
+  /**
+   * A sentence for a person.
+   *
+   * @generated from field: string detail = 2;
+   */
+  detail: string;
+
+  /**
+   * When the pause ends the run as expired if no one raised the budget.
+   *
+   * @generated from field: google.protobuf.Timestamp expires_at = 3;
+   */
+  expiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message rein.v1.BudgetPause.
+ * Use `create(BudgetPauseSchema)` to create a new message.
+ */
+export const BudgetPauseSchema: GenMessage<BudgetPause> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run, 4);
 
 /**
  * Proposal is a write that a person must approve before it is committed.
@@ -488,6 +555,14 @@ export type Proposal = Message<"rein.v1.Proposal"> & {
    * @generated from field: string arguments_blob = 10;
    */
   argumentsBlob: string;
+
+  /**
+   * For a revised proposal: the principal who revised its arguments
+   * (proposal_revised); not part of the hash.
+   *
+   * @generated from field: string revised_by = 11;
+   */
+  revisedBy: string;
 };
 
 /**
@@ -495,7 +570,7 @@ export type Proposal = Message<"rein.v1.Proposal"> & {
  * Use `create(ProposalSchema)` to create a new message.
  */
 export const ProposalSchema: GenMessage<Proposal> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 4);
+  messageDesc(file_rein_v1_run, 5);
 
 /**
  * Question is what the model asked a person.
@@ -523,7 +598,7 @@ export type Question = Message<"rein.v1.Question"> & {
  * Use `create(QuestionSchema)` to create a new message.
  */
 export const QuestionSchema: GenMessage<Question> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 5);
+  messageDesc(file_rein_v1_run, 6);
 
 /**
  * DelegatedBy names where a child run came from.
@@ -572,7 +647,7 @@ export type DelegatedBy = Message<"rein.v1.DelegatedBy"> & {
  * Use `create(DelegatedBySchema)` to create a new message.
  */
 export const DelegatedBySchema: GenMessage<DelegatedBy> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 6);
+  messageDesc(file_rein_v1_run, 7);
 
 /**
  * RunDelegation is what a run's delegations stand at.
@@ -614,7 +689,7 @@ export type RunDelegation = Message<"rein.v1.RunDelegation"> & {
  * Use `create(RunDelegationSchema)` to create a new message.
  */
 export const RunDelegationSchema: GenMessage<RunDelegation> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 7);
+  messageDesc(file_rein_v1_run, 8);
 
 /**
  * Spend is an amount of each budget limit.
@@ -656,7 +731,7 @@ export type Spend = Message<"rein.v1.Spend"> & {
  * Use `create(SpendSchema)` to create a new message.
  */
 export const SpendSchema: GenMessage<Spend> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 8);
+  messageDesc(file_rein_v1_run, 9);
 
 /**
  * ChildLoan is an open child and the budget lent to it.
@@ -684,7 +759,7 @@ export type ChildLoan = Message<"rein.v1.ChildLoan"> & {
  * Use `create(ChildLoanSchema)` to create a new message.
  */
 export const ChildLoanSchema: GenMessage<ChildLoan> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 9);
+  messageDesc(file_rein_v1_run, 10);
 
 /**
  * RunStatus is where a run stands. completed, budget_exhausted, failed,
@@ -762,6 +837,14 @@ export enum RunStatus {
    * @generated from enum value: RUN_STATUS_CANCELLED = 9;
    */
   CANCELLED = 9,
+
+  /**
+   * Paused: a budget limit was reached and the contract says to pause
+   * (budget.on_exhausted); a person may raise the budget (RaiseBudget).
+   *
+   * @generated from enum value: RUN_STATUS_NEEDS_BUDGET = 10;
+   */
+  NEEDS_BUDGET = 10,
 }
 
 /**

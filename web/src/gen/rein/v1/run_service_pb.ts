@@ -5,8 +5,8 @@
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_buf_validate_validate } from "../../buf/validate/validate_pb";
-import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Budget, TaskContract } from "./contract_pb";
 import { file_rein_v1_contract } from "./contract_pb";
 import type { Event } from "./event_pb";
@@ -15,13 +15,13 @@ import type { RunExport } from "./export_pb";
 import { file_rein_v1_export } from "./export_pb";
 import type { Run, RunStatus } from "./run_pb";
 import { file_rein_v1_run } from "./run_pb";
-import type { Message } from "@bufbuild/protobuf";
+import type { JsonObject, Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file rein/v1/run_service.proto.
  */
 export const file_rein_v1_run_service: GenFile = /*@__PURE__*/
-  fileDesc("ChlyZWluL3YxL3J1bl9zZXJ2aWNlLnByb3RvEgdyZWluLnYxImIKD1N0YXJ0UnVuUmVxdWVzdBIeCgpyZXF1ZXN0X2lkGAEgASgJQgq6SAdyBRABGIACEi8KCGNvbnRyYWN0GAIgASgLMhUucmVpbi52MS5UYXNrQ29udHJhY3RCBrpIA8gBASI+ChBTdGFydFJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuEg8KB2NyZWF0ZWQYAiABKAgiKwoNR2V0UnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAEiKwoOR2V0UnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iqgIKD0xpc3RSdW5zUmVxdWVzdBI1CghzdGF0dXNlcxgBIAMoDjISLnJlaW4udjEuUnVuU3RhdHVzQg+6SAySAQkiB4IBBBABIAASNAoGbGFiZWxzGAIgAygLMiQucmVpbi52MS5MaXN0UnVuc1JlcXVlc3QuTGFiZWxzRW50cnkSGgoJcGFnZV9zaXplGAMgASgFQge6SAQaAigAEhIKCnBhZ2VfdG9rZW4YBCABKAkSKgoIdHJhY2VfaWQYBSABKAlCGLpIFXITMhFeKFswLTlhLWZdezMyfSk/JBIfCg1wYXJlbnRfcnVuX2lkGAYgASgJQgi6SAVyAxiAARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkcKEExpc3RSdW5zUmVzcG9uc2USGgoEcnVucxgBIAMoCzIMLnJlaW4udjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJ3ChFMaXN0RXZlbnRzUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESFgoOYWZ0ZXJfc2VxdWVuY2UYAiABKAQSGgoJcGFnZV9zaXplGAMgASgFQge6SAQaAigAEhIKCnBhZ2VfdG9rZW4YBCABKAkiTQoSTGlzdEV2ZW50c1Jlc3BvbnNlEh4KBmV2ZW50cxgBIAMoCzIOLnJlaW4udjEuRXZlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIl4KD0dldEJsb2JzUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESLwoGaGFzaGVzGAIgAygJQh+6SBySARkIARDoByISchAyDl5bMC05YS1mXXs2NH0kInUKEEdldEJsb2JzUmVzcG9uc2USMwoFYmxvYnMYASADKAsyJC5yZWluLnYxLkdldEJsb2JzUmVzcG9uc2UuQmxvYnNFbnRyeRosCgpCbG9ic0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDDoCOAEiRQoPV2F0Y2hSdW5SZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIWCg5hZnRlcl9zZXF1ZW5jZRgCIAEoBCIxChBXYXRjaFJ1blJlc3BvbnNlEh0KBWV2ZW50GAEgASgLMg4ucmVpbi52MS5FdmVudCLFAQoQV2F0Y2hSdW5zUmVxdWVzdBI1CghzdGF0dXNlcxgBIAMoDjISLnJlaW4udjEuUnVuU3RhdHVzQg+6SAySAQkiB4IBBBABIAASNQoGbGFiZWxzGAIgAygLMiUucmVpbi52MS5XYXRjaFJ1bnNSZXF1ZXN0LkxhYmVsc0VudHJ5EhQKDGFmdGVyX2N1cnNvchgDIAEoBBotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIjcKEVdhdGNoUnVuc1Jlc3BvbnNlEiIKBmNoYW5nZRgBIAEoCzISLnJlaW4udjEuUnVuQ2hhbmdlIsYBCglSdW5DaGFuZ2USDgoGY3Vyc29yGAEgASgEEg4KBnJ1bl9pZBgCIAEoCRIkCghwcmV2aW91cxgDIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEiIKBnN0YXR1cxgEIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEg8KB3ZlcnNpb24YBSABKAQSDgoGcmVhc29uGAYgASgJEi4KCmNoYW5nZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkgKEENhbmNlbFJ1blJlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABEhgKBnJlYXNvbhgCIAEoCUIIukgFcgMYgAgiLgoRQ2FuY2VsUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iWAoQRGVsZXRlUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESGgoGcmVhc29uGAIgASgJQgq6SAdyBRABGIAIEgwKBHRyZWUYAyABKAgiPAoRRGVsZXRlUnVuUmVzcG9uc2USJwoJZGVsZXRpb25zGAEgAygLMhQucmVpbi52MS5SdW5EZWxldGlvbiK3AQoLUnVuRGVsZXRpb24SDgoGcnVuX2lkGAEgASgJEg4KBnRlbmFudBgCIAEoCRISCgpkZWxldGVkX2J5GAMgASgJEi4KCmRlbGV0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgFIAEoCRIiCgZzdGF0dXMYBiABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxIQCghhcmNoaXZlZBgHIAEoCCJWChRMaXN0RGVsZXRpb25zUmVxdWVzdBIaCglwYWdlX3NpemUYASABKAVCB7pIBBoCKAASEgoKcGFnZV90b2tlbhgCIAEoCRIOCgZ0ZW5hbnQYAyABKAkiWQoVTGlzdERlbGV0aW9uc1Jlc3BvbnNlEicKCWRlbGV0aW9ucxgBIAMoCzIULnJlaW4udjEuUnVuRGVsZXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIosBCg5Gb3JrUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESHAoLYXRfc2VxdWVuY2UYAiABKARCB7pIBDICKAESHgoKcmVxdWVzdF9pZBgDIAEoCUIKukgHcgUQARiAAhIfCgZidWRnZXQYBCABKAsyDy5yZWluLnYxLkJ1ZGdldCI9Cg9Gb3JrUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCJMChNQcm92aWRlSW5wdXRSZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIZCgR0ZXh0GAIgASgJQgu6SAhyBhABGICABCIxChRQcm92aWRlSW5wdXRSZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biLTAQoVRGVjaWRlQXBwcm92YWxSZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIcCgtwcm9wb3NhbF9pZBgCIAEoCUIHukgEcgIQARIeCg1wcm9wb3NhbF9oYXNoGAMgASgJQge6SARyAhABEjUKB3ZlcmRpY3QYBCABKA4yGC5yZWluLnYxLkFwcHJvdmFsVmVyZGljdEIKukgHggEEEAEgABIYCgZyZWFzb24YBSABKAlCCLpIBXIDGIAgEg8KB2VuZF9ydW4YBiABKAgiMwoWRGVjaWRlQXBwcm92YWxSZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biI+ChBJbXBvcnRSdW5SZXF1ZXN0EioKBmV4cG9ydBgBIAEoCzISLnJlaW4udjEuUnVuRXhwb3J0Qga6SAPIAQEiLgoRSW1wb3J0UnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iFgoUR2V0U2VydmVySW5mb1JlcXVlc3QiWwoVR2V0U2VydmVySW5mb1Jlc3BvbnNlEiEKBWJ1aWxkGAEgASgLMhIucmVpbi52MS5CdWlsZEluZm8SHwoGY2FsbGVyGAIgASgLMg8ucmVpbi52MS5DYWxsZXIiOgoGQ2FsbGVyEhEKCXByaW5jaXBhbBgBIAEoCRIOCgZ0ZW5hbnQYAiABKAkSDQoFcm9sZXMYAyADKAkinAEKCUJ1aWxkSW5mbxIPCgd2ZXJzaW9uGAEgASgJEhAKCHJldmlzaW9uGAIgASgJEjEKDXJldmlzaW9uX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCG1vZGlmaWVkGAQgASgIEhIKCmdvX3ZlcnNpb24YBSABKAkSEwoLYXBpX3ZlcnNpb24YBiABKAkqbgoPQXBwcm92YWxWZXJkaWN0EiAKHEFQUFJPVkFMX1ZFUkRJQ1RfVU5TUEVDSUZJRUQQABIcChhBUFBST1ZBTF9WRVJESUNUX0FQUFJPVkUQARIbChdBUFBST1ZBTF9WRVJESUNUX1JFSkVDVBACMqQICgpSdW5TZXJ2aWNlEj8KCFN0YXJ0UnVuEhgucmVpbi52MS5TdGFydFJ1blJlcXVlc3QaGS5yZWluLnYxLlN0YXJ0UnVuUmVzcG9uc2USOQoGR2V0UnVuEhYucmVpbi52MS5HZXRSdW5SZXF1ZXN0GhcucmVpbi52MS5HZXRSdW5SZXNwb25zZRI/CghMaXN0UnVucxIYLnJlaW4udjEuTGlzdFJ1bnNSZXF1ZXN0GhkucmVpbi52MS5MaXN0UnVuc1Jlc3BvbnNlEkUKCkxpc3RFdmVudHMSGi5yZWluLnYxLkxpc3RFdmVudHNSZXF1ZXN0GhsucmVpbi52MS5MaXN0RXZlbnRzUmVzcG9uc2USPwoIR2V0QmxvYnMSGC5yZWluLnYxLkdldEJsb2JzUmVxdWVzdBoZLnJlaW4udjEuR2V0QmxvYnNSZXNwb25zZRJBCghXYXRjaFJ1bhIYLnJlaW4udjEuV2F0Y2hSdW5SZXF1ZXN0GhkucmVpbi52MS5XYXRjaFJ1blJlc3BvbnNlMAESRAoJV2F0Y2hSdW5zEhkucmVpbi52MS5XYXRjaFJ1bnNSZXF1ZXN0GhoucmVpbi52MS5XYXRjaFJ1bnNSZXNwb25zZTABEkIKCUNhbmNlbFJ1bhIZLnJlaW4udjEuQ2FuY2VsUnVuUmVxdWVzdBoaLnJlaW4udjEuQ2FuY2VsUnVuUmVzcG9uc2USPAoHRm9ya1J1bhIXLnJlaW4udjEuRm9ya1J1blJlcXVlc3QaGC5yZWluLnYxLkZvcmtSdW5SZXNwb25zZRJLCgxQcm92aWRlSW5wdXQSHC5yZWluLnYxLlByb3ZpZGVJbnB1dFJlcXVlc3QaHS5yZWluLnYxLlByb3ZpZGVJbnB1dFJlc3BvbnNlElEKDkRlY2lkZUFwcHJvdmFsEh4ucmVpbi52MS5EZWNpZGVBcHByb3ZhbFJlcXVlc3QaHy5yZWluLnYxLkRlY2lkZUFwcHJvdmFsUmVzcG9uc2USQgoJSW1wb3J0UnVuEhkucmVpbi52MS5JbXBvcnRSdW5SZXF1ZXN0GhoucmVpbi52MS5JbXBvcnRSdW5SZXNwb25zZRJCCglEZWxldGVSdW4SGS5yZWluLnYxLkRlbGV0ZVJ1blJlcXVlc3QaGi5yZWluLnYxLkRlbGV0ZVJ1blJlc3BvbnNlEk4KDUxpc3REZWxldGlvbnMSHS5yZWluLnYxLkxpc3REZWxldGlvbnNSZXF1ZXN0Gh4ucmVpbi52MS5MaXN0RGVsZXRpb25zUmVzcG9uc2USTgoNR2V0U2VydmVySW5mbxIdLnJlaW4udjEuR2V0U2VydmVySW5mb1JlcXVlc3QaHi5yZWluLnYxLkdldFNlcnZlckluZm9SZXNwb25zZWIGcHJvdG8z", [file_buf_validate_validate, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_event, file_rein_v1_export, file_rein_v1_run]);
+  fileDesc("ChlyZWluL3YxL3J1bl9zZXJ2aWNlLnByb3RvEgdyZWluLnYxImIKD1N0YXJ0UnVuUmVxdWVzdBIeCgpyZXF1ZXN0X2lkGAEgASgJQgq6SAdyBRABGIACEi8KCGNvbnRyYWN0GAIgASgLMhUucmVpbi52MS5UYXNrQ29udHJhY3RCBrpIA8gBASI+ChBTdGFydFJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuEg8KB2NyZWF0ZWQYAiABKAgiKwoNR2V0UnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAEiKwoOR2V0UnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iqgIKD0xpc3RSdW5zUmVxdWVzdBI1CghzdGF0dXNlcxgBIAMoDjISLnJlaW4udjEuUnVuU3RhdHVzQg+6SAySAQkiB4IBBBABIAASNAoGbGFiZWxzGAIgAygLMiQucmVpbi52MS5MaXN0UnVuc1JlcXVlc3QuTGFiZWxzRW50cnkSGgoJcGFnZV9zaXplGAMgASgFQge6SAQaAigAEhIKCnBhZ2VfdG9rZW4YBCABKAkSKgoIdHJhY2VfaWQYBSABKAlCGLpIFXITMhFeKFswLTlhLWZdezMyfSk/JBIfCg1wYXJlbnRfcnVuX2lkGAYgASgJQgi6SAVyAxiAARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkcKEExpc3RSdW5zUmVzcG9uc2USGgoEcnVucxgBIAMoCzIMLnJlaW4udjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJ3ChFMaXN0RXZlbnRzUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESFgoOYWZ0ZXJfc2VxdWVuY2UYAiABKAQSGgoJcGFnZV9zaXplGAMgASgFQge6SAQaAigAEhIKCnBhZ2VfdG9rZW4YBCABKAkiTQoSTGlzdEV2ZW50c1Jlc3BvbnNlEh4KBmV2ZW50cxgBIAMoCzIOLnJlaW4udjEuRXZlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIl4KD0dldEJsb2JzUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESLwoGaGFzaGVzGAIgAygJQh+6SBySARkIARDoByISchAyDl5bMC05YS1mXXs2NH0kInUKEEdldEJsb2JzUmVzcG9uc2USMwoFYmxvYnMYASADKAsyJC5yZWluLnYxLkdldEJsb2JzUmVzcG9uc2UuQmxvYnNFbnRyeRosCgpCbG9ic0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDDoCOAEiRQoPV2F0Y2hSdW5SZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIWCg5hZnRlcl9zZXF1ZW5jZRgCIAEoBCIxChBXYXRjaFJ1blJlc3BvbnNlEh0KBWV2ZW50GAEgASgLMg4ucmVpbi52MS5FdmVudCLFAQoQV2F0Y2hSdW5zUmVxdWVzdBI1CghzdGF0dXNlcxgBIAMoDjISLnJlaW4udjEuUnVuU3RhdHVzQg+6SAySAQkiB4IBBBABIAASNQoGbGFiZWxzGAIgAygLMiUucmVpbi52MS5XYXRjaFJ1bnNSZXF1ZXN0LkxhYmVsc0VudHJ5EhQKDGFmdGVyX2N1cnNvchgDIAEoBBotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIjcKEVdhdGNoUnVuc1Jlc3BvbnNlEiIKBmNoYW5nZRgBIAEoCzISLnJlaW4udjEuUnVuQ2hhbmdlIsYBCglSdW5DaGFuZ2USDgoGY3Vyc29yGAEgASgEEg4KBnJ1bl9pZBgCIAEoCRIkCghwcmV2aW91cxgDIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEiIKBnN0YXR1cxgEIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEg8KB3ZlcnNpb24YBSABKAQSDgoGcmVhc29uGAYgASgJEi4KCmNoYW5nZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkgKEENhbmNlbFJ1blJlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABEhgKBnJlYXNvbhgCIAEoCUIIukgFcgMYgAgiLgoRQ2FuY2VsUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iWAoQRGVsZXRlUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESGgoGcmVhc29uGAIgASgJQgq6SAdyBRABGIAIEgwKBHRyZWUYAyABKAgiPAoRRGVsZXRlUnVuUmVzcG9uc2USJwoJZGVsZXRpb25zGAEgAygLMhQucmVpbi52MS5SdW5EZWxldGlvbiK3AQoLUnVuRGVsZXRpb24SDgoGcnVuX2lkGAEgASgJEg4KBnRlbmFudBgCIAEoCRISCgpkZWxldGVkX2J5GAMgASgJEi4KCmRlbGV0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgFIAEoCRIiCgZzdGF0dXMYBiABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxIQCghhcmNoaXZlZBgHIAEoCCJWChRMaXN0RGVsZXRpb25zUmVxdWVzdBIaCglwYWdlX3NpemUYASABKAVCB7pIBBoCKAASEgoKcGFnZV90b2tlbhgCIAEoCRIOCgZ0ZW5hbnQYAyABKAkiWQoVTGlzdERlbGV0aW9uc1Jlc3BvbnNlEicKCWRlbGV0aW9ucxgBIAMoCzIULnJlaW4udjEuUnVuRGVsZXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIosBCg5Gb3JrUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESHAoLYXRfc2VxdWVuY2UYAiABKARCB7pIBDICKAESHgoKcmVxdWVzdF9pZBgDIAEoCUIKukgHcgUQARiAAhIfCgZidWRnZXQYBCABKAsyDy5yZWluLnYxLkJ1ZGdldCI9Cg9Gb3JrUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCJMChNQcm92aWRlSW5wdXRSZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIZCgR0ZXh0GAIgASgJQgu6SAhyBhABGICABCIxChRQcm92aWRlSW5wdXRSZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biL/AQoVRGVjaWRlQXBwcm92YWxSZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIcCgtwcm9wb3NhbF9pZBgCIAEoCUIHukgEcgIQARIeCg1wcm9wb3NhbF9oYXNoGAMgASgJQge6SARyAhABEjUKB3ZlcmRpY3QYBCABKA4yGC5yZWluLnYxLkFwcHJvdmFsVmVyZGljdEIKukgHggEEEAEgABIYCgZyZWFzb24YBSABKAlCCLpIBXIDGIAgEg8KB2VuZF9ydW4YBiABKAgSKgoJYXJndW1lbnRzGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCIzChZEZWNpZGVBcHByb3ZhbFJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuImgKD1N0ZWVyUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESGQoEdGV4dBgCIAEoCUILukgIcgYQARiAgAQSHgoKcmVxdWVzdF9pZBgDIAEoCUIKukgHcgUQARiAAiI+ChBTdGVlclJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuEg8KB2NyZWF0ZWQYAiABKAgihQIKElJhaXNlQnVkZ2V0UmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESHAoJYWRkX3N0ZXBzGAIgASgNQgm6SAYqBBigjQYSEgoKYWRkX3Rva2VucxgDIAEoBBImCgxhZGRfY29zdF91c2QYBCABKAFCELpIDRILQAEpAAAAAAAAAAASPAoPZXh0ZW5kX2RlYWRsaW5lGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQgi6SAWqAQIyABIYCgZyZWFzb24YBiABKAlCCLpIBXIDGIAIEiEKDmFkZF90b29sX2NhbGxzGAcgASgNQgm6SAYqBBigjQYiMAoTUmFpc2VCdWRnZXRSZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biI+ChBJbXBvcnRSdW5SZXF1ZXN0EioKBmV4cG9ydBgBIAEoCzISLnJlaW4udjEuUnVuRXhwb3J0Qga6SAPIAQEiLgoRSW1wb3J0UnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iFgoUR2V0U2VydmVySW5mb1JlcXVlc3QiWwoVR2V0U2VydmVySW5mb1Jlc3BvbnNlEiEKBWJ1aWxkGAEgASgLMhIucmVpbi52MS5CdWlsZEluZm8SHwoGY2FsbGVyGAIgASgLMg8ucmVpbi52MS5DYWxsZXIiOgoGQ2FsbGVyEhEKCXByaW5jaXBhbBgBIAEoCRIOCgZ0ZW5hbnQYAiABKAkSDQoFcm9sZXMYAyADKAkinAEKCUJ1aWxkSW5mbxIPCgd2ZXJzaW9uGAEgASgJEhAKCHJldmlzaW9uGAIgASgJEjEKDXJldmlzaW9uX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCG1vZGlmaWVkGAQgASgIEhIKCmdvX3ZlcnNpb24YBSABKAkSEwoLYXBpX3ZlcnNpb24YBiABKAkqiwEKD0FwcHJvdmFsVmVyZGljdBIgChxBUFBST1ZBTF9WRVJESUNUX1VOU1BFQ0lGSUVEEAASHAoYQVBQUk9WQUxfVkVSRElDVF9BUFBST1ZFEAESGwoXQVBQUk9WQUxfVkVSRElDVF9SRUpFQ1QQAhIbChdBUFBST1ZBTF9WRVJESUNUX1JFVklTRRADMq8JCgpSdW5TZXJ2aWNlEj8KCFN0YXJ0UnVuEhgucmVpbi52MS5TdGFydFJ1blJlcXVlc3QaGS5yZWluLnYxLlN0YXJ0UnVuUmVzcG9uc2USOQoGR2V0UnVuEhYucmVpbi52MS5HZXRSdW5SZXF1ZXN0GhcucmVpbi52MS5HZXRSdW5SZXNwb25zZRI/CghMaXN0UnVucxIYLnJlaW4udjEuTGlzdFJ1bnNSZXF1ZXN0GhkucmVpbi52MS5MaXN0UnVuc1Jlc3BvbnNlEkUKCkxpc3RFdmVudHMSGi5yZWluLnYxLkxpc3RFdmVudHNSZXF1ZXN0GhsucmVpbi52MS5MaXN0RXZlbnRzUmVzcG9uc2USPwoIR2V0QmxvYnMSGC5yZWluLnYxLkdldEJsb2JzUmVxdWVzdBoZLnJlaW4udjEuR2V0QmxvYnNSZXNwb25zZRJBCghXYXRjaFJ1bhIYLnJlaW4udjEuV2F0Y2hSdW5SZXF1ZXN0GhkucmVpbi52MS5XYXRjaFJ1blJlc3BvbnNlMAESRAoJV2F0Y2hSdW5zEhkucmVpbi52MS5XYXRjaFJ1bnNSZXF1ZXN0GhoucmVpbi52MS5XYXRjaFJ1bnNSZXNwb25zZTABEkIKCUNhbmNlbFJ1bhIZLnJlaW4udjEuQ2FuY2VsUnVuUmVxdWVzdBoaLnJlaW4udjEuQ2FuY2VsUnVuUmVzcG9uc2USPAoHRm9ya1J1bhIXLnJlaW4udjEuRm9ya1J1blJlcXVlc3QaGC5yZWluLnYxLkZvcmtSdW5SZXNwb25zZRJLCgxQcm92aWRlSW5wdXQSHC5yZWluLnYxLlByb3ZpZGVJbnB1dFJlcXVlc3QaHS5yZWluLnYxLlByb3ZpZGVJbnB1dFJlc3BvbnNlElEKDkRlY2lkZUFwcHJvdmFsEh4ucmVpbi52MS5EZWNpZGVBcHByb3ZhbFJlcXVlc3QaHy5yZWluLnYxLkRlY2lkZUFwcHJvdmFsUmVzcG9uc2USPwoIU3RlZXJSdW4SGC5yZWluLnYxLlN0ZWVyUnVuUmVxdWVzdBoZLnJlaW4udjEuU3RlZXJSdW5SZXNwb25zZRJICgtSYWlzZUJ1ZGdldBIbLnJlaW4udjEuUmFpc2VCdWRnZXRSZXF1ZXN0GhwucmVpbi52MS5SYWlzZUJ1ZGdldFJlc3BvbnNlEkIKCUltcG9ydFJ1bhIZLnJlaW4udjEuSW1wb3J0UnVuUmVxdWVzdBoaLnJlaW4udjEuSW1wb3J0UnVuUmVzcG9uc2USQgoJRGVsZXRlUnVuEhkucmVpbi52MS5EZWxldGVSdW5SZXF1ZXN0GhoucmVpbi52MS5EZWxldGVSdW5SZXNwb25zZRJOCg1MaXN0RGVsZXRpb25zEh0ucmVpbi52MS5MaXN0RGVsZXRpb25zUmVxdWVzdBoeLnJlaW4udjEuTGlzdERlbGV0aW9uc1Jlc3BvbnNlEk4KDUdldFNlcnZlckluZm8SHS5yZWluLnYxLkdldFNlcnZlckluZm9SZXF1ZXN0Gh4ucmVpbi52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2ViBnByb3RvMw", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_event, file_rein_v1_export, file_rein_v1_run]);
 
 /**
  * StartRunRequest starts a run.
@@ -894,6 +894,15 @@ export type DecideApprovalRequest = Message<"rein.v1.DecideApprovalRequest"> & {
    * @generated from field: bool end_run = 6;
    */
   endRun: boolean;
+
+  /**
+   * With REVISE (or APPROVE): the write's revised arguments, in full. They
+   * are checked against the tool's input schema and proposed again to the
+   * tool; the run stays needs_approval with the revised proposal.
+   *
+   * @generated from field: google.protobuf.Struct arguments = 7;
+   */
+  arguments?: JsonObject | undefined;
 };
 
 /**
@@ -925,6 +934,155 @@ export const DecideApprovalResponseSchema: GenMessage<DecideApprovalResponse> = 
   messageDesc(file_rein_v1_run_service, 27);
 
 /**
+ * SteerRunRequest is a person's message to a running run.
+ *
+ * @generated from message rein.v1.SteerRunRequest
+ */
+export type SteerRunRequest = Message<"rein.v1.SteerRunRequest"> & {
+  /**
+   * The run's ID.
+   *
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * The message, as the model will read it.
+   *
+   * @generated from field: string text = 2;
+   */
+  text: string;
+
+  /**
+   * The caller's idempotency key. Required.
+   *
+   * @generated from field: string request_id = 3;
+   */
+  requestId: string;
+};
+
+/**
+ * Describes the message rein.v1.SteerRunRequest.
+ * Use `create(SteerRunRequestSchema)` to create a new message.
+ */
+export const SteerRunRequestSchema: GenMessage<SteerRunRequest> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 28);
+
+/**
+ * SteerRunResponse holds the run.
+ *
+ * @generated from message rein.v1.SteerRunResponse
+ */
+export type SteerRunResponse = Message<"rein.v1.SteerRunResponse"> & {
+  /**
+   * The run, as it stands after the call.
+   *
+   * @generated from field: rein.v1.Run run = 1;
+   */
+  run?: Run | undefined;
+
+  /**
+   * False when request_id named a message already recorded.
+   *
+   * @generated from field: bool created = 2;
+   */
+  created: boolean;
+};
+
+/**
+ * Describes the message rein.v1.SteerRunResponse.
+ * Use `create(SteerRunResponseSchema)` to create a new message.
+ */
+export const SteerRunResponseSchema: GenMessage<SteerRunResponse> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 29);
+
+/**
+ * RaiseBudgetRequest raises the budget of a run paused on it. Each
+ * addition is to the run's own limit; at least one must be set.
+ *
+ * @generated from message rein.v1.RaiseBudgetRequest
+ */
+export type RaiseBudgetRequest = Message<"rein.v1.RaiseBudgetRequest"> & {
+  /**
+   * The run's ID.
+   *
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * Model calls to add to max_steps.
+   *
+   * @generated from field: uint32 add_steps = 2;
+   */
+  addSteps: number;
+
+  /**
+   * Tokens to add to max_tokens (a run with no token limit keeps none).
+   *
+   * @generated from field: uint64 add_tokens = 3;
+   */
+  addTokens: bigint;
+
+  /**
+   * US dollars to add to max_cost_usd.
+   *
+   * @generated from field: double add_cost_usd = 4;
+   */
+  addCostUsd: number;
+
+  /**
+   * Time to add to the deadline (a run with no deadline keeps none).
+   *
+   * @generated from field: google.protobuf.Duration extend_deadline = 5;
+   */
+  extendDeadline?: Duration | undefined;
+
+  /**
+   * Why, recorded in the run's log.
+   *
+   * @generated from field: string reason = 6;
+   */
+  reason: string;
+
+  /**
+   * Tool calls to add to max_tool_calls (a run with no tool-call limit
+   * keeps none).
+   *
+   * @generated from field: uint32 add_tool_calls = 7;
+   */
+  addToolCalls: number;
+};
+
+/**
+ * Describes the message rein.v1.RaiseBudgetRequest.
+ * Use `create(RaiseBudgetRequestSchema)` to create a new message.
+ */
+export const RaiseBudgetRequestSchema: GenMessage<RaiseBudgetRequest> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 30);
+
+/**
+ * RaiseBudgetResponse holds the run.
+ *
+ * @generated from message rein.v1.RaiseBudgetResponse
+ */
+export type RaiseBudgetResponse = Message<"rein.v1.RaiseBudgetResponse"> & {
+  /**
+   * The run, as it stands after the call.
+   *
+   * @generated from field: rein.v1.Run run = 1;
+   */
+  run?: Run | undefined;
+};
+
+/**
+ * Describes the message rein.v1.RaiseBudgetResponse.
+ * Use `create(RaiseBudgetResponseSchema)` to create a new message.
+ */
+export const RaiseBudgetResponseSchema: GenMessage<RaiseBudgetResponse> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 31);
+
+/**
  * ImportRunRequest carries the run to import.
  *
  * @generated from message rein.v1.ImportRunRequest
@@ -944,7 +1102,7 @@ export type ImportRunRequest = Message<"rein.v1.ImportRunRequest"> & {
  * Use `create(ImportRunRequestSchema)` to create a new message.
  */
 export const ImportRunRequestSchema: GenMessage<ImportRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 28);
+  messageDesc(file_rein_v1_run_service, 32);
 
 /**
  * ImportRunResponse holds the imported run.
@@ -965,7 +1123,7 @@ export type ImportRunResponse = Message<"rein.v1.ImportRunResponse"> & {
  * Use `create(ImportRunResponseSchema)` to create a new message.
  */
 export const ImportRunResponseSchema: GenMessage<ImportRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 29);
+  messageDesc(file_rein_v1_run_service, 33);
 
 /**
  * GetServerInfoRequest asks for the server's build.
@@ -980,7 +1138,7 @@ export type GetServerInfoRequest = Message<"rein.v1.GetServerInfoRequest"> & {
  * Use `create(GetServerInfoRequestSchema)` to create a new message.
  */
 export const GetServerInfoRequestSchema: GenMessage<GetServerInfoRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 30);
+  messageDesc(file_rein_v1_run_service, 34);
 
 /**
  * GetServerInfoResponse holds the server's build and who asked.
@@ -1009,7 +1167,7 @@ export type GetServerInfoResponse = Message<"rein.v1.GetServerInfoResponse"> & {
  * Use `create(GetServerInfoResponseSchema)` to create a new message.
  */
 export const GetServerInfoResponseSchema: GenMessage<GetServerInfoResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 31);
+  messageDesc(file_rein_v1_run_service, 35);
 
 /**
  * Caller is the principal a call was made as.
@@ -1044,7 +1202,7 @@ export type Caller = Message<"rein.v1.Caller"> & {
  * Use `create(CallerSchema)` to create a new message.
  */
 export const CallerSchema: GenMessage<Caller> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 32);
+  messageDesc(file_rein_v1_run_service, 36);
 
 /**
  * BuildInfo says what a rein binary was built from.
@@ -1102,7 +1260,7 @@ export type BuildInfo = Message<"rein.v1.BuildInfo"> & {
  * Use `create(BuildInfoSchema)` to create a new message.
  */
 export const BuildInfoSchema: GenMessage<BuildInfo> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 33);
+  messageDesc(file_rein_v1_run_service, 37);
 
 /**
  * ApprovalVerdict is a reviewer's verdict on a proposal.
@@ -1130,6 +1288,14 @@ export enum ApprovalVerdict {
    * @generated from enum value: APPROVAL_VERDICT_REJECT = 2;
    */
   REJECT = 2,
+
+  /**
+   * Replace the proposal's arguments with the request's: the write is
+   * proposed again and waits for approval.
+   *
+   * @generated from enum value: APPROVAL_VERDICT_REVISE = 3;
+   */
+  REVISE = 3,
 }
 
 /**
@@ -1250,7 +1416,10 @@ export const RunService: GenService<{
     output: typeof ProvideInputResponseSchema;
   },
   /**
-   * DecideApproval approves or rejects a proposed write.
+   * DecideApproval approves or rejects a proposed write, or revises its
+   * arguments (verdict REVISE, or APPROVE with arguments): the revised
+   * write is proposed again to its tool and waits for approval under a new
+   * proposal ID and hash.
    *
    * @generated from rpc rein.v1.RunService.DecideApproval
    */
@@ -1258,6 +1427,34 @@ export const RunService: GenService<{
     methodKind: "unary";
     input: typeof DecideApprovalRequestSchema;
     output: typeof DecideApprovalResponseSchema;
+  },
+  /**
+   * SteerRun adds a person's message to a running run, recorded in its log
+   * and delivered with its next model call (never into one in flight). A
+   * paused run is FailedPrecondition naming the call that answers it
+   * (ProvideInput, DecideApproval, RaiseBudget), as is a run that ended.
+   * A second SteerRun with the same request_id records nothing and returns
+   * the run.
+   *
+   * @generated from rpc rein.v1.RunService.SteerRun
+   */
+  steerRun: {
+    methodKind: "unary";
+    input: typeof SteerRunRequestSchema;
+    output: typeof SteerRunResponseSchema;
+  },
+  /**
+   * RaiseBudget raises the budget of a run paused on it (needs_budget) and
+   * carries the run on. A raise that leaves the limit the run paused on
+   * still reached, or a run not paused on its budget, is refused
+   * (FailedPrecondition) and records nothing.
+   *
+   * @generated from rpc rein.v1.RunService.RaiseBudget
+   */
+  raiseBudget: {
+    methodKind: "unary";
+    input: typeof RaiseBudgetRequestSchema;
+    output: typeof RaiseBudgetResponseSchema;
   },
   /**
    * ImportRun stores a run carried away from another store (`rein export`)

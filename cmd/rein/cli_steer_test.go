@@ -1,0 +1,82 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// pausingTask is a task whose run reads once and pauses on its budget
+// before the second model call.
+func pausingTask(t *testing.T) string {
+	return writeFile(t, "task.json", `{
+  "goal": "look the invoice up, then answer",
+  "tools": [{"name": "lookup", "tier": "TOOL_TIER_READ"}],
+  "budget": {"max_steps": 1, "on_exhausted": "BUDGET_ACTION_PAUSE"},
+  "model": {"provider": "script", "script": [
+    {"decision": {"tool_call": {"tool": "lookup", "call_id": "c1", "arguments": {}}}},
+    {"decision": {"final_answer": {"text": "paid"}}}
+  ]}
+}`)
+}
+
+func lookupTools(t *testing.T) string {
+	return "fixture:" + writeFile(t, "tools.json", `{"lookup": [{"output": "INV-42 paid"}]}`)
+}
+
+// A run paused on its budget exits 10, is listed as waiting for a budget,
+// refuses a raise that leaves its limit reached (exit 1, nothing
+// recorded), and carries on to its end after a raise (exit 0).
+func TestBudgetRaisesAPausedRun(t *testing.T) {
+	db := newDB(t)
+	tools := lookupTools(t)
+	out := decodeOne(t, cli(t, "run", pausingTask(t), "--db", db, "--tools", tools, "--json").mustExit(t, exitPaused).stdout)
+	runID := out["run_id"].(string)
+	if out["status"] != "needs_budget" {
+		t.Fatalf("status %v, want needs_budget", out["status"])
+	}
+	mustContain(t, "pending", cli(t, "pending", "--db", db).mustExit(t, exitOK).stdout, runID, "budget", "max_steps")
+
+	cli(t, "budget", runID, "--db", db, "--tools", tools).mustExit(t, exitUsage)
+	before := len(events(t, db, runID))
+	r := cli(t, "budget", runID, "--add-usd", "1", "--db", db, "--tools", tools)
+	if r.code != exitError || !strings.Contains(r.stderr, "--add-steps") {
+		t.Fatalf("a raise of dollars for a run paused on max_steps: exit %d, stderr %q; want 1 naming --add-steps", r.code, r.stderr)
+	}
+	if after := len(events(t, db, runID)); after != before {
+		t.Fatalf("a refused raise changed the log: %d → %d events", before, after)
+	}
+
+	out = decodeOne(t, cli(t, "budget", runID, "--add-steps", "1", "--reason", "worth it", "--db", db, "--tools", tools, "--json").mustExit(t, exitOK).stdout)
+	if out["status"] != "completed" {
+		t.Fatalf("after the raise: status %v, want completed", out["status"])
+	}
+	var kinds []string
+	for _, ev := range events(t, db, runID) {
+		kinds = append(kinds, ev["type"].(string))
+	}
+	mustContain(t, "the log", strings.Join(kinds, ","), "budget_reached,status_changed,budget_raised,status_changed,model_requested")
+}
+
+// A message to a paused run is refused naming the command that answers
+// it, and one to a run that ended says so; neither records anything.
+func TestSteerRefusesPausedAndEnded(t *testing.T) {
+	db := newDB(t)
+	tools := lookupTools(t)
+	out := decodeOne(t, cli(t, "run", pausingTask(t), "--db", db, "--tools", tools, "--json").mustExit(t, exitPaused).stdout)
+	runID := out["run_id"].(string)
+	before := len(events(t, db, runID))
+	r := cli(t, "steer", runID, "use the EUR ledger", "--db", db)
+	if r.code != exitError || !strings.Contains(r.stderr, "rein budget") {
+		t.Fatalf("steer of a run paused on its budget: exit %d, stderr %q; want 1 naming rein budget", r.code, r.stderr)
+	}
+	cli(t, "budget", runID, "--add-steps", "1", "--db", db, "--tools", tools).mustExit(t, exitOK)
+	r = cli(t, "steer", runID, "too late", "--db", db)
+	if r.code != exitError || !strings.Contains(r.stderr, "ended") {
+		t.Fatalf("steer of a completed run: exit %d, stderr %q; want 1 saying it ended", r.code, r.stderr)
+	}
+	if got := len(events(t, db, runID)); got != before+5 {
+		t.Errorf("the log has %d events, want %d: the raise's 2 and 3 of the run's, no message", got, before+5)
+	}
+	cli(t, "steer", runID, "", "--db", db).mustExit(t, exitUsage)
+	cli(t, "steer", "run_missing", "hello", "--db", db).mustExit(t, exitNotFound)
+}

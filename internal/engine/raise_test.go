@@ -1,0 +1,122 @@
+package engine
+
+// Tests of a run that pauses on its budget (budget.on_exhausted PAUSE)
+// and of people raising it (RaiseBudget).
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/step"
+)
+
+const statusNeedsBudget = reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET
+
+// pausing is c with one model call allowed, pausing when it is spent.
+func pausing(c *reinv1.TaskContract) *reinv1.TaskContract {
+	c.Budget = &reinv1.Budget{MaxSteps: 1, OnExhausted: reinv1.BudgetAction_BUDGET_ACTION_PAUSE}
+	return c
+}
+
+// A run whose contract pauses on its budget stops before the call it may
+// not pay for, as needs_budget naming the limit, with nothing paid lost; a
+// raise records who gave it and what the limits are now, and the run goes
+// on from where it stopped.
+func TestBudgetPauseAndRaise(t *testing.T) {
+	ex := searchTools(t)
+	spy := &modelSpy{}
+	e, s := setup(t, Config{Tools: ex, Models: spy.models(nil)})
+	st, evs := runToRest(t, e, s, pausing(testContract(callReply("search", "c1", nil), finalReply("done"))))
+	wantStatus(t, st, evs, statusNeedsBudget, "max_steps")
+	pause := st.Pending.GetBudget()
+	if pause.GetLimit() != "max_steps" || pause.GetExpiresAt() == nil {
+		t.Fatalf("pending = %v, want the budget pause on max_steps with its end", st.Pending)
+	}
+	ex.wantCalls(t, 1, 0, 0) // the tool's result was kept
+	next, err := e.RaiseBudget(testCtx(t), &reinv1.RaiseBudgetRequest{RunId: st.RunID, AddSteps: 2, Reason: "worth it"}, "carol")
+	if err != nil {
+		t.Fatalf("RaiseBudget: %v", err)
+	}
+	if next.Status != reinv1.RunStatus_RUN_STATUS_RUNNING || next.Limits().Steps != 3 {
+		t.Errorf("after the raise: %s with %d steps allowed, want running with 3", runstate.StatusName(next.Status), next.Limits().Steps)
+	}
+	waitRun(t, e, st.RunID)
+	st, evs = stored(t, s, st.RunID)
+	wantStatus(t, st, evs, reinv1.RunStatus_RUN_STATUS_COMPLETED, "final_answer")
+	raised := ofType(evs, "budget_raised")
+	if len(raised) != 1 || raised[0].GetActor() != "principal:carol" || raised[0].GetBudgetRaised().GetBudget().GetMaxSteps() != 3 ||
+		raised[0].GetBudgetRaised().GetReason() != "worth it" {
+		t.Errorf("budget_raised = %v, want carol's raise to 3 steps with her reason", raised)
+	}
+	if n := spy.calls.Load(); n != 2 {
+		t.Errorf("%d model calls, want 2: none repeated", n)
+	}
+	checkInputHashes(t, evs)
+}
+
+// A raise is refused, storing nothing, when it adds nothing, when it
+// leaves the limit the run paused on reached, and when the run is not
+// paused on its budget; by default a run still ends at its limit.
+func TestBudgetRaiseRefused(t *testing.T) {
+	e, s := setup(t, Config{Tools: searchTools(t)})
+	ctx := testCtx(t)
+	st, _ := runToRest(t, e, s, pausing(testContract(callReply("search", "c1", nil), finalReply("done"))))
+	var fe *step.FieldError
+	if _, err := e.RaiseBudget(ctx, &reinv1.RaiseBudgetRequest{RunId: st.RunID}, "carol"); !errors.As(err, &fe) {
+		t.Errorf("a raise of nothing: %v, want a FieldError", err)
+	}
+	_, err := e.RaiseBudget(ctx, &reinv1.RaiseBudgetRequest{RunId: st.RunID, AddTokens: 1000}, "carol")
+	if !errors.Is(err, ErrNotWaiting) || !strings.Contains(err.Error(), "max_steps") || !strings.Contains(err.Error(), "--add-steps") {
+		t.Errorf("a raise that leaves max_steps reached: %v, want ErrNotWaiting naming the limit and --add-steps", err)
+	}
+	if after, _ := stored(t, s, st.RunID); after.Version != st.Version || after.Status != statusNeedsBudget {
+		t.Errorf("a refused raise changed the run: version %d → %d, %s", st.Version, after.Version, runstate.StatusName(after.Status))
+	}
+
+	t.Run("not paused on its budget", func(t *testing.T) {
+		ended, evs := runToRest(t, e, s, testContract(callReply("search", "c1", nil), finalReply("done")))
+		wantStatus(t, ended, evs, reinv1.RunStatus_RUN_STATUS_COMPLETED, "final_answer")
+		if _, err := e.RaiseBudget(ctx, &reinv1.RaiseBudgetRequest{RunId: ended.RunID, AddSteps: 1}, "carol"); !errors.Is(err, ErrNotWaiting) {
+			t.Errorf("a raise of a completed run: %v, want ErrNotWaiting", err)
+		}
+	})
+	t.Run("ends by default", func(t *testing.T) {
+		c := testContract(callReply("search", "c1", nil), finalReply("done"))
+		c.Budget = &reinv1.Budget{MaxSteps: 1}
+		ended, evs := runToRest(t, e, s, c)
+		wantStatus(t, ended, evs, reinv1.RunStatus_RUN_STATUS_BUDGET_EXHAUSTED, "max_steps")
+	})
+}
+
+// A run paused on its budget that nobody raises ends expired when its
+// raise_ttl runs out by the engine's clock (its deadline passing
+// meanwhile does not end it budget_exhausted).
+func TestBudgetPauseExpires(t *testing.T) {
+	clock := newClock(t0, 0)
+	e, s := setup(t, Config{Tools: searchTools(t), Clock: clock.Now})
+	c := pausing(testContract(callReply("search", "c1", nil), finalReply("done")))
+	c.Budget.RaiseTtl = durationpb.New(time.Hour)
+	c.Budget.Timeout = durationpb.New(time.Minute)
+	st, _ := runToRest(t, e, s, c)
+	if st.Status != statusNeedsBudget {
+		t.Fatalf("run is %s, want needs_budget", runstate.StatusName(st.Status))
+	}
+	setClock(clock, t0.Add(30*time.Minute)) // past the deadline, not the pause
+	e.Expire(testCtx(t), st.RunID)
+	if now, _ := stored(t, s, st.RunID); now.Status != statusNeedsBudget {
+		t.Fatalf("run is %s before its pause ended, want needs_budget", runstate.StatusName(now.Status))
+	}
+	setClock(clock, t0.Add(time.Hour+time.Second))
+	e.Expire(testCtx(t), st.RunID)
+	st, evs := stored(t, s, st.RunID)
+	wantStatus(t, st, evs, reinv1.RunStatus_RUN_STATUS_EXPIRED, "budget_not_raised")
+	if _, err := e.RaiseBudget(testCtx(t), &reinv1.RaiseBudgetRequest{RunId: st.RunID, AddSteps: 1}, "carol"); !errors.Is(err, ErrNotWaiting) {
+		t.Errorf("a raise after the pause ended: %v, want ErrNotWaiting", err)
+	}
+}
