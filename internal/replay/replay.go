@@ -193,6 +193,14 @@ func act(ctx context.Context, eng *engine.Engine, cur runstate.State, next *rein
 		})
 	case *reinv1.Event_BudgetReached:
 		eng.Expire(ctx, cur.RunID)
+	case *reinv1.Event_BudgetRaised:
+		br := p.BudgetRaised
+		_, err = eng.RaiseBudget(ctx, &reinv1.RaiseBudgetRequest{
+			RunId: cur.RunID, AddSteps: br.GetAddSteps(), AddTokens: br.GetAddTokens(), AddCostUsd: br.GetAddCostUsd(),
+			AddToolCalls: br.GetAddToolCalls(), ExtendDeadline: br.GetExtendDeadline(), Reason: br.GetReason(),
+		}, who)
+	case *reinv1.Event_RunSteered:
+		_, _, err = eng.Steer(ctx, cur.RunID, p.RunSteered.GetText(), p.RunSteered.GetRequestId(), who)
 	case *reinv1.Event_StatusChanged:
 		switch p.StatusChanged.GetTo() {
 		case reinv1.RunStatus_RUN_STATUS_CANCELLED:
@@ -295,6 +303,9 @@ func (r *recording) check() error {
 func (r *recording) clock() time.Time {
 	v := r.version
 	for i := int(v); i < len(r.events); i++ {
+		if r.events[i].GetRunSteered() != nil {
+			continue // a person's message is stamped by the person's call
+		}
 		if r.events[i].GetToolReturned() == nil || i == 0 {
 			return r.events[i].GetRecordedAt().AsTime()
 		}

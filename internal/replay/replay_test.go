@@ -56,7 +56,7 @@ func TestReplayRecordings(t *testing.T) {
 		})
 	}
 	// The recordings cover every status a harness-driven run reaches.
-	for _, want := range []string{"completed", "needs_input", "needs_approval", "budget_exhausted", "failed", "denied", "expired", "cancelled"} {
+	for _, want := range []string{"completed", "needs_input", "needs_approval", "needs_budget", "budget_exhausted", "failed", "denied", "expired", "cancelled"} {
 		if !statuses[want] {
 			t.Errorf("no recording ends %s", want)
 		}
@@ -190,11 +190,11 @@ func contract(budget *reinv1.Budget, script ...*reinv1.ScriptedReply) *reinv1.Ta
 // record runs each scenario through the real engine on an in-memory store
 // with a clock that moves a second a reading, and writes its export.
 func record(t *testing.T) {
-	fixtures := tools.NewFixtures(map[string][]tools.FixtureResult{
+	fixtures := &steering{Executor: tools.NewFixtures(map[string][]tools.FixtureResult{
 		"get":    {{Output: structpb.NewStringValue("invoice INV-42: open, 1200 EUR")}, {Error: "invoice service timed out"}},
 		"refund": {{Preview: structpb.NewStringValue("refund 1200 EUR"), Receipt: structpb.NewStringValue("re_1")}},
 		"void":   {{Preview: structpb.NewStringValue("void INV-42"), Refused: "INV-42 was paid since the proposal"}},
-	})
+	})}
 	get := func(id string) *reinv1.ScriptedReply { return call("get", id, map[string]any{"id": "INV-42"}) }
 	refund := call("refund", "w1", map[string]any{"amount": 1200})
 	type person func(ctx context.Context, e *engine.Engine, clock *fakeClock, st runstate.State) error
@@ -214,6 +214,11 @@ func record(t *testing.T) {
 		_, err := e.Cancel(ctx, st.RunID, "", "principal:bob")
 		return err
 	}
+	raise := func(ctx context.Context, e *engine.Engine, _ *fakeClock, st runstate.State) error {
+		_, err := e.RaiseBudget(ctx, &reinv1.RaiseBudgetRequest{RunId: st.RunID, AddSteps: 2, Reason: "worth it"}, "bob")
+		return err
+	}
+	pausing := &reinv1.Budget{MaxSteps: 1, OnExhausted: reinv1.BudgetAction_BUDGET_ACTION_PAUSE}
 	expire := func(d time.Duration) person {
 		return func(ctx context.Context, e *engine.Engine, c *fakeClock, st runstate.State) error {
 			c.jump(d)
@@ -245,6 +250,10 @@ func record(t *testing.T) {
 		{"retry_failed", contract(nil, get("c1"), retrying(final("done"), 2)), nil},
 		{"compacted", contract(&reinv1.Budget{MaxContextChars: 200}, get("c1"), get("c2"), get("c3"), get("c4"), get("c5"), final("open")), nil},
 		{"max_cost", contract(&reinv1.Budget{MaxCostUsd: 0.0005}, get("c1"), get("c2"), get("c3"), get("c4"), get("c5")), nil},
+		// Messages come in while the first call's tool runs (steering).
+		{"steered", contract(nil, get("c1"), get("c2"), final("done")), nil},
+		{"budget_raised", contract(pausing, get("c1"), final("done")), []person{raise}},
+		{"paused_budget", contract(pausing, get("c1"), final("done")), nil},
 	}
 	if err := os.MkdirAll(recordings, 0o755); err != nil {
 		t.Fatal(err)
@@ -260,6 +269,16 @@ func record(t *testing.T) {
 			// Every call is priced, so replay checks each call's cost.
 			Prices: pricing.New(map[string]pricing.Price{"script/*": {InputPerMTok: 1, OutputPerMTok: 2}}),
 			Wait:   func(context.Context, time.Duration) error { return nil }})
+		fixtures.steer = nil
+		if sc.name == "steered" {
+			fixtures.steer = func(runID string) {
+				for _, m := range []string{"use the EUR ledger", "and skip drafts"} {
+					if _, _, err := e.Steer(ctx, runID, m, "steer-"+m, "bob"); err != nil {
+						t.Errorf("steer: %v", err)
+					}
+				}
+			}
+		}
 		run, _, err := e.Start(ctx, engine.StartRequest{RequestID: sc.name, Contract: sc.contract, Principal: "alice", Tenant: "acme"})
 		if err != nil {
 			t.Fatalf("%s: %v", sc.name, err)
@@ -310,6 +329,21 @@ func record(t *testing.T) {
 	}
 	sort.Strings(names)
 	t.Logf("recorded %v", names)
+}
+
+// steering is the recordings' tools: steer, when set, sends the run
+// messages during its first read, once.
+type steering struct {
+	tools.Executor
+	steer func(runID string)
+}
+
+func (s *steering) Read(ctx context.Context, c tools.Call) (*structpb.Value, error) {
+	if f := s.steer; f != nil {
+		s.steer = nil
+		f(c.RunID)
+	}
+	return s.Executor.Read(ctx, c)
 }
 
 // TestReplayChecksCostsAndCompaction: a recording whose call cost or

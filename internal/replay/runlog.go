@@ -114,7 +114,27 @@ func (l *runLog) Append(_ context.Context, runID string, expected uint64, events
 		l.blobs[h] = b
 	}
 	l.st = next
+	l.steered()
 	return next, nil
+}
+
+// steered appends the people's messages (run_steered) the recording has
+// next, as they came in when it was made: after the event before them,
+// whatever the driver does next. Its next commit then finds the run moved
+// and takes them in, as a live driver does.
+func (l *runLog) steered() {
+	for l.diverged == nil && int(l.st.Version) < len(l.recorded) {
+		rec := l.recorded[l.st.Version]
+		if rec.GetRunSteered() == nil {
+			return
+		}
+		next, err := runstate.Apply(l.st, rec)
+		if err != nil {
+			return // the comparison says where the logs part
+		}
+		l.keep(rec)
+		l.st = next
+	}
 }
 
 // Blob implements harness.Store: a blob appended with the log's events, or
