@@ -90,6 +90,9 @@ type Config struct {
 	// MaxDriven caps the runs the engine drives at once (engine.Config);
 	// 0 means no cap.
 	MaxDriven int
+	// ApprovalsNeedTwo has another approver approve a proposal its reviser
+	// revised (engine.Config).
+	ApprovalsNeedTwo bool
 	// Leased, when set, says whether the server holds its etcd lease (a
 	// replica): /readyz needs it.
 	Leased func() bool
@@ -192,7 +195,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	eng := engine.New(engine.Config{
 		Store: st, Models: cfg.Models, Tools: cfg.Tools, Workspace: cfg.Workspace, Prices: cfg.Prices, Clock: cfg.Clock,
 		Published: published, Logger: cfg.Logger, Replica: cfg.Replica, Owner: cfg.Owner, MaxDriven: cfg.MaxDriven,
-		TookOver: func(runstate.State, uint64) { cfg.Metrics.TookOver() }, Secrets: cfg.Secrets,
+		ApprovalsNeedTwo: cfg.ApprovalsNeedTwo, TookOver: func(runstate.State, uint64) { cfg.Metrics.TookOver() }, Secrets: cfg.Secrets,
 	})
 	authn := &authenticator{dir: cfg.Directory}
 	opts = append(append(opts, chain(cfg.Logger, authn, newLimiter(cfg.RatePerSecond, cfg.RateBurst))...),

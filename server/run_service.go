@@ -305,11 +305,21 @@ func (s *runService) DecideApproval(ctx context.Context, req *reinv1.DecideAppro
 	if _, err := s.load(ctx, req.GetRunId()); err != nil {
 		return nil, toStatus(s.log, "DecideApproval", err)
 	}
-	st, err := s.engine.DecideApproval(ctx, engine.Verdict{
+	v := engine.Verdict{
 		RunID: req.GetRunId(), ProposalID: req.GetProposalId(), ProposalHash: req.GetProposalHash(),
 		Approve: req.GetVerdict() == reinv1.ApprovalVerdict_APPROVAL_VERDICT_APPROVE,
 		Reason:  req.GetReason(), EndRun: req.GetEndRun(), Principal: s.identity(ctx).ID,
-	})
+	}
+	// A revision: REVISE with the arguments, or an approval with edits.
+	switch revise := req.GetVerdict() == reinv1.ApprovalVerdict_APPROVAL_VERDICT_REVISE; {
+	case revise && req.GetArguments() == nil:
+		return nil, toStatus(s.log, "DecideApproval", invalidArgument("arguments", "a revision (verdict REVISE) carries the write's revised arguments, in full"))
+	case !revise && !v.Approve && req.GetArguments() != nil:
+		return nil, toStatus(s.log, "DecideApproval", invalidArgument("arguments", "a rejection carries no arguments: to change the write, revise it (verdict REVISE)"))
+	case req.GetArguments() != nil:
+		v.Arguments = req.GetArguments()
+	}
+	st, err := s.engine.DecideApproval(ctx, v)
 	if err != nil {
 		return nil, toStatus(s.log, "DecideApproval", err)
 	}

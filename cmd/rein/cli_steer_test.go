@@ -80,3 +80,36 @@ func TestSteerRefusesPausedAndEnded(t *testing.T) {
 	cli(t, "steer", runID, "", "--db", db).mustExit(t, exitUsage)
 	cli(t, "steer", "run_missing", "hello", "--db", db).mustExit(t, exitNotFound)
 }
+
+// rein approve --arguments revises the pending proposal: it prints the run
+// waiting for approval of the revision (exit 10), which then is approved
+// like any proposal; arguments that are not a JSON object are refused
+// (exit 2) and the superseded proposal can no longer be approved (exit 1).
+func TestApproveWithEditedArguments(t *testing.T) {
+	db := newDB(t)
+	runID, prop := pausedRefund(t, db)
+	tools := "fixture:" + example("refund", "tools.json")
+	oldID := prop["proposal_id"].(string)
+	bad := writeFile(t, "bad.json", `["not", "an", "object"]`)
+	cli(t, "approve", runID, oldID, "--arguments", bad, "--db", db, "--tools", tools).mustExit(t, exitUsage)
+
+	edited := writeFile(t, "edited.json", `{"invoice_id": "INV-42", "amount": "1000.00", "currency": "EUR", "reason": "duplicate charge, less the fee"}`)
+	out := decodeOne(t, cli(t, "approve", runID, oldID, "--arguments", edited, "--db", db, "--tools", tools, "--json").mustExit(t, exitPaused).stdout)
+	revised := obj(t, obj(t, out["pending"], "pending")["proposal"], "pending.proposal")
+	newID := revised["proposal_id"].(string)
+	if newID == oldID || revised["revised_by"] == nil || obj(t, revised["arguments"], "arguments")["amount"] != "1000.00" {
+		t.Fatalf("revised proposal %v: want a new ID, its reviser and the new amount", revised)
+	}
+	if r := cli(t, "approve", runID, oldID, "--hash", prop["hash"].(string), "--db", db, "--tools", tools); r.code != exitError {
+		t.Fatalf("approving the superseded proposal: exit %d, stderr %q; want 1", r.code, r.stderr)
+	}
+	out = decodeOne(t, cli(t, "approve", runID, newID, "--db", db, "--tools", tools, "--json").mustExit(t, exitOK).stdout)
+	if out["status"] != "completed" {
+		t.Fatalf("after approving the revision: %v", out["status"])
+	}
+	var kinds []string
+	for _, ev := range events(t, db, runID) {
+		kinds = append(kinds, ev["type"].(string))
+	}
+	mustContain(t, "the log", strings.Join(kinds, ","), "approval_requested,status_changed,proposal_revised,approval_decided,write_dispatched,write_committed")
+}

@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
@@ -18,10 +22,11 @@ import (
 
 // decideOptions are the flags of approve and deny.
 type decideOptions struct {
-	reason string
-	hash   string
-	end    bool
-	host   host
+	reason    string
+	hash      string
+	end       bool
+	arguments string
+	host      host
 }
 
 func newApproveCmd(e *env) *cobra.Command {
@@ -29,7 +34,8 @@ func newApproveCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use: "approve RUN_ID PROPOSAL_ID",
 		Example: `  rein approve run_01M8… prop_01M8… --reason "checked the invoice"
-  rein approve run_01M8… prop_01M8… --hash f280fdd5916b… --tools fixture:examples/refund/tools.json`,
+  rein approve run_01M8… prop_01M8… --hash f280fdd5916b… --tools fixture:examples/refund/tools.json
+  rein approve run_01M8… prop_01M8… --arguments fixed.json`,
 		Short: "Approve a proposed write: it is committed once, then the run goes on",
 		Long: `Approve a run's pending proposal. rein records the decision and the write's
 operation ID (its idempotency key) before the write is sent, commits it once,
@@ -39,7 +45,14 @@ pending" shows); without it, the pending proposal's hash is used. On the
 embedded server, give the same --tools the run was started with: they commit
 the write. With --server, a server that is unavailable is tried again for up
 to --command-timeout; a decision the server recorded before its answer was
-lost is found in the run's log and carried on, never made twice.`,
+lost is found in the run's log and carried on, never made twice.
+
+With --arguments FILE (- for stdin), the proposal is revised instead: the
+file holds the write's arguments in full, as a JSON object. rein checks them
+against the tool's input schema, asks the tool for a new preview, and
+records the revised proposal (a new ID and hash, with what changed and who
+changed it); the run waits for approval of the revision, which prints with
+its pending proposal (exit 10). Approve it as any other.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.decide(cmd.Context(), e, args[0], args[1], true)
@@ -72,6 +85,8 @@ func (o *decideOptions) flags(e *env, cmd *cobra.Command, deny bool) {
 	e.commandTimeoutFlag(cmd)
 	if deny {
 		cmd.Flags().BoolVar(&o.end, "end", false, "end the run as denied instead of letting the model go on")
+	} else {
+		cmd.Flags().StringVar(&o.arguments, "arguments", "", "revise the proposal: a JSON file of the write's arguments in full (- for stdin); the revision waits for approval")
 	}
 }
 
@@ -92,6 +107,9 @@ func (o *decideOptions) decide(ctx context.Context, e *env, runID, proposalID st
 	if hash == "" {
 		return fmt.Errorf("run %s is %s; it has no proposal waiting for a decision", runID, runstate.StatusName(got.GetRun().GetStatus()))
 	}
+	if o.arguments != "" {
+		return o.revise(ctx, e, cn, runID, proposalID, hash, got.GetRun().GetVersion())
+	}
 	verdict := reinv1.ApprovalVerdict_APPROVAL_VERDICT_REJECT
 	if approve {
 		verdict = reinv1.ApprovalVerdict_APPROVAL_VERDICT_APPROVE
@@ -111,6 +129,56 @@ func (o *decideOptions) decide(ctx context.Context, e *env, runID, proposalID st
 	}
 	return carryOn(ctx, e, cn, runID, after)
 }
+
+// revise sends the proposal's revised arguments (--arguments), and prints
+// the run waiting for approval of the revision.
+func (o *decideOptions) revise(ctx context.Context, e *env, cn *conn, runID, proposalID, hash string, after uint64) error {
+	b, err := readFileOrStdin(e, o.arguments)
+	if err != nil {
+		return usageError("--arguments: %v", err)
+	}
+	args := &structpb.Struct{}
+	if err := protojson.Unmarshal(b, args); err != nil {
+		return usageError("--arguments %s: not a JSON object of the write's arguments: %v", o.arguments, err)
+	}
+	req := &reinv1.DecideApprovalRequest{RunId: runID, ProposalId: proposalID, ProposalHash: hash,
+		Verdict: reinv1.ApprovalVerdict_APPROVAL_VERDICT_REVISE, Reason: o.reason, Arguments: args}
+	if err := once(ctx, cn, runID, after, func(ctx context.Context) error {
+		_, err := cn.runs.DecideApproval(ctx, req)
+		return err
+	}, func(ev *reinv1.Event) bool {
+		return ev.GetProposalRevised().GetSupersededProposalId() == proposalID
+	}); err != nil {
+		return err
+	}
+	got, err := getRun(ctx, cn, runID)
+	if err != nil {
+		return err
+	}
+	return finish(e, got.GetRun())
+}
+
+// readFileOrStdin is the content of the file name, or stdin's for "-", up
+// to maxArgumentsFile bytes.
+func readFileOrStdin(e *env, name string) ([]byte, error) {
+	r := e.stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxArgumentsFile+1))
+	if err == nil && len(b) > maxArgumentsFile {
+		err = fmt.Errorf("%s is over %d bytes", name, maxArgumentsFile)
+	}
+	return b, err
+}
+
+// maxArgumentsFile bounds the arguments file of a revision.
+const maxArgumentsFile = 4 << 20
 
 // getRun is GetRun, tried again while a --server is unavailable.
 func getRun(ctx context.Context, cn *conn, runID string) (got *reinv1.GetRunResponse, err error) {

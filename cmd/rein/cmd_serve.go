@@ -52,6 +52,7 @@ type serveOptions struct {
 	etcd            etcdFlags
 	leaseTTL        time.Duration
 	maxRuns         int
+	needTwo         bool
 	name            string
 	lifecycle       lifecycleFlags
 	flags           *pflag.FlagSet
@@ -104,6 +105,7 @@ one that receives it takes the run and carries it on.`,
 	o.http.register(f)
 	o.lifecycle.register(f)
 	o.tenants.register(f)
+	f.BoolVar(&o.needTwo, "approvals-need-two", false, "a person who revised a proposal's arguments may not approve the revision: another approver must (default: the reviser may)")
 	f.BoolVar(&o.pprof, "pprof", false, "with --admin-listen, also serve Go's profiles at /debug/pprof/")
 	f.StringVar(&o.logFormat, "log-format", "text", "log lines on stderr as text (key=value) or json (one object a line)")
 	f.StringVar(&o.logLevel, "log-level", "info", "the least severe log lines written: debug, info, warn or error")
@@ -122,7 +124,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		return err
 	}
 	cfg := server.Config{
-		Models: models, Reflection: o.reflection, Resume: true, Logger: log,
+		Models: models, Reflection: o.reflection, Resume: true, Logger: log, ApprovalsNeedTwo: o.needTwo,
 		RatePerSecond: o.rate, RateBurst: o.burst, MaxRecvBytes: o.maxMsgBytes, MaxStreams: o.maxStreams,
 	}
 	if o.tokens != "" {

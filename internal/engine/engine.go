@@ -93,6 +93,9 @@ type Config struct {
 	// NoTimers leaves paused runs' deadlines to Expire calls (replay fires
 	// them where the recording did).
 	NoTimers bool
+	// ApprovalsNeedTwo forbids a person to approve a proposal they revised
+	// (rein serve --approvals-need-two): another approver must.
+	ApprovalsNeedTwo bool
 	// Workspace is the root the completion checks run in; "" means none,
 	// and a contract with checks is refused.
 	Workspace string

@@ -88,6 +88,9 @@ type Verdict struct {
 	// EndRun, with a rejection, ends the run as denied.
 	EndRun    bool
 	Principal string
+	// Arguments, when set, revise the proposal instead of deciding on it
+	// (Revise): Approve and EndRun are not read.
+	Arguments *structpb.Struct
 }
 
 // DecideApproval applies a person's verdict to the run's pending proposal.
@@ -113,6 +116,9 @@ func (e *Engine) decideApproval(ctx context.Context, v Verdict) (runstate.State,
 	}
 	if err := e.checkVerdict(st, v); err != nil {
 		return st, err
+	}
+	if v.Arguments != nil {
+		return e.revise(ctx, st, v)
 	}
 	if !v.Approve {
 		return e.reject(ctx, st, v)
@@ -152,8 +158,10 @@ func (e *Engine) checkVerdict(st runstate.State, v Verdict) error {
 		return fmt.Errorf("%w: proposal %s has hash %s, not %s; review the proposal as it stands and decide again", ErrNotWaiting, v.ProposalID, p.GetHash(), v.ProposalHash)
 	case !e.cfg.Clock().Before(p.GetExpiresAt().AsTime()):
 		return fmt.Errorf("%w: proposal %s expired at %s", ErrNotWaiting, v.ProposalID, p.GetExpiresAt().AsTime().Format(time.RFC3339))
-	case v.Approve && st.Contract.GetApproval().GetForbidSelfApproval() && v.Principal == st.Principal:
+	case v.Approve && v.Arguments == nil && st.Contract.GetApproval().GetForbidSelfApproval() && v.Principal == st.Principal:
 		return fmt.Errorf("%w: run %s forbids approving a write of a run one started; ask another approver", ErrForbidden, v.RunID)
+	case v.Approve && v.Arguments == nil && e.cfg.ApprovalsNeedTwo && p.GetRevisedBy() != "" && p.GetRevisedBy() == v.Principal:
+		return fmt.Errorf("%w: you revised proposal %s, and this server has another approver approve a revision (--approvals-need-two); ask another approver", ErrForbidden, v.ProposalID)
 	}
 	return e.beforeDeadline(st)
 }

@@ -166,7 +166,7 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 			break
 		}
 		next := recorded[cur.Version]
-		acted, err := act(ctx, eng, cur, next)
+		acted, err := act(ctx, eng, cur, next, rec)
 		if err != nil {
 			return Result{}, fmt.Errorf("replay run %s at sequence %d: %w", rec.runID, next.GetSequence(), err)
 		}
@@ -179,7 +179,7 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 
 // act replays what a person (or a timer) did next in the recording; false
 // when the next recorded event is not such an action.
-func act(ctx context.Context, eng *engine.Engine, cur runstate.State, next *reinv1.Event) (bool, error) {
+func act(ctx context.Context, eng *engine.Engine, cur runstate.State, next *reinv1.Event, rec *recording) (bool, error) {
 	who := strings.TrimPrefix(next.GetActor(), "principal:")
 	var err error
 	switch p := next.GetPayload().(type) {
@@ -193,6 +193,12 @@ func act(ctx context.Context, eng *engine.Engine, cur runstate.State, next *rein
 		})
 	case *reinv1.Event_BudgetReached:
 		eng.Expire(ctx, cur.RunID)
+	case *reinv1.Event_ProposalRevised:
+		pr := p.ProposalRevised
+		_, err = eng.DecideApproval(ctx, engine.Verdict{
+			RunID: cur.RunID, ProposalID: pr.GetSupersededProposalId(), ProposalHash: cur.Pending.GetProposal().GetHash(),
+			Principal: who, Arguments: rec.revisions[pr.GetProposal().GetProposalId()].GetArguments(),
+		})
 	case *reinv1.Event_BudgetRaised:
 		br := p.BudgetRaised
 		_, err = eng.RaiseBudget(ctx, &reinv1.RaiseBudgetRequest{
@@ -228,9 +234,11 @@ type recording struct {
 	// results are each tool's recorded results, in call order.
 	reads    map[string][]*reinv1.ToolReturned
 	previews map[string][]*reinv1.Proposal
-	receipts map[string]*structpb.Value // by proposal id
-	ids      []string                   // proposal IDs, in order
-	nextID   int
+	// revisions are people's revised proposals, whole, by proposal id.
+	revisions map[string]*reinv1.Proposal
+	receipts  map[string]*structpb.Value // by proposal id
+	ids       []string                   // proposal IDs, in order
+	nextID    int
 	// runIDs are the run's ID, then its children's, in order; nextRun
 	// how many were given out.
 	runIDs  []string
@@ -247,7 +255,7 @@ type recording struct {
 func newRecording(ctx context.Context, events []*reinv1.Event, blobs *runLog) (*recording, error) {
 	r := &recording{
 		runID: events[0].GetRunId(), events: events, steps: map[uint32]int{},
-		reads: map[string][]*reinv1.ToolReturned{}, previews: map[string][]*reinv1.Proposal{},
+		reads: map[string][]*reinv1.ToolReturned{}, previews: map[string][]*reinv1.Proposal{}, revisions: map[string]*reinv1.Proposal{},
 		receipts: map[string]*structpb.Value{}, attempts: map[uint32]int{}, refusals: map[string]string{},
 	}
 	r.runIDs = []string{r.runID}
@@ -270,6 +278,16 @@ func newRecording(ctx context.Context, events []*reinv1.Event, blobs *runLog) (*
 			}
 			r.previews[pr.GetTool()] = append(r.previews[pr.GetTool()], pr)
 			r.ids = append(r.ids, pr.GetProposalId())
+		case *reinv1.Event_ProposalRevised:
+			// A person's revision: its preview and ID, as a proposal's, and
+			// its whole arguments, which the person sends again.
+			pr, err := step.WholeProposal(ctx, blobs, ev.GetRunId(), p.ProposalRevised.GetProposal())
+			if err != nil {
+				return nil, fmt.Errorf("%w: sequence %d: %w (replay it with the run's blobs)", ErrUnsupported, ev.GetSequence(), err)
+			}
+			r.previews[pr.GetTool()] = append(r.previews[pr.GetTool()], pr)
+			r.ids = append(r.ids, pr.GetProposalId())
+			r.revisions[pr.GetProposalId()] = pr
 		case *reinv1.Event_WriteCommitted:
 			r.receipts[p.WriteCommitted.GetProposalId()] = p.WriteCommitted.GetReceipt()
 		case *reinv1.Event_WriteRefused:

@@ -218,6 +218,13 @@ func record(t *testing.T) {
 		_, err := e.RaiseBudget(ctx, &reinv1.RaiseBudgetRequest{RunId: st.RunID, AddSteps: 2, Reason: "worth it"}, "bob")
 		return err
 	}
+	revise := func(ctx context.Context, e *engine.Engine, _ *fakeClock, st runstate.State) error {
+		p := st.Pending.GetProposal()
+		args, _ := structpb.NewStruct(map[string]any{"amount": 1000})
+		_, err := e.DecideApproval(ctx, engine.Verdict{RunID: st.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(),
+			Principal: "bob", Arguments: args})
+		return err
+	}
 	pausing := &reinv1.Budget{MaxSteps: 1, OnExhausted: reinv1.BudgetAction_BUDGET_ACTION_PAUSE}
 	expire := func(d time.Duration) person {
 		return func(ctx context.Context, e *engine.Engine, c *fakeClock, st runstate.State) error {
@@ -254,6 +261,7 @@ func record(t *testing.T) {
 		{"steered", contract(nil, get("c1"), get("c2"), final("done")), nil},
 		{"budget_raised", contract(pausing, get("c1"), final("done")), []person{raise}},
 		{"paused_budget", contract(pausing, get("c1"), final("done")), nil},
+		{"revised", contract(nil, refund, final("refunded 1000")), []person{revise, approve(true, false)}},
 	}
 	if err := os.MkdirAll(recordings, 0o755); err != nil {
 		t.Fatal(err)

@@ -43,11 +43,11 @@ const (
 	MaxDecisionBytes = 1 << 20
 )
 
-// inlineProposal bounds p in place: a preview or arguments whose encoding
+// InlineProposal bounds p in place: a preview or arguments whose encoding
 // is over MaxInlinePayload is moved to a blob (returned, keyed by
 // store.BlobHash, for the append that stores p) and replaced by a summary.
 // It returns nil when p is small enough as it is, and leaves p unchanged.
-func inlineProposal(p *reinv1.Proposal) map[string][]byte {
+func InlineProposal(p *reinv1.Proposal) map[string][]byte {
 	var blobs map[string][]byte
 	keep := func(m proto.Message) string {
 		b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(m)

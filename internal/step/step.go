@@ -350,7 +350,7 @@ func (r *Stepper) propose(ctx context.Context, call *reinv1.ToolCall, preview *s
 	}
 	// A preview or arguments too large to carry inline go to blobs stored
 	// with the approval_requested; the hash binds them by their blob hash.
-	r.blobs = inlineProposal(p)
+	r.blobs = InlineProposal(p)
 	p.Hash = ProposalHash(p)
 	return r.end(ctx, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, "write_proposed", &reinv1.StatusChanged{},
 		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ApprovalRequested{ApprovalRequested: &reinv1.ApprovalRequested{Proposal: p}}})

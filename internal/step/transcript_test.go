@@ -184,3 +184,29 @@ func BenchmarkGist(b *testing.B) {
 		_ = gist(s)
 	}
 }
+
+// ArgumentChanges names each changed field by its JSON pointer, nested
+// objects field by field, added and removed fields with one side unset,
+// and nothing for equal arguments.
+func TestArgumentChanges(t *testing.T) {
+	mk := func(m map[string]any) *structpb.Struct {
+		s, err := structpb.NewStruct(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	before := mk(map[string]any{"amount": 120, "currency": "EUR", "meta": map[string]any{"a/b": 1, "keep": true}, "gone": "x"})
+	after := mk(map[string]any{"amount": 100, "currency": "EUR", "meta": map[string]any{"a/b": 2, "keep": true}, "new": []any{1}})
+	var got []string
+	for _, c := range ArgumentChanges(before, after) {
+		got = append(got, fmt.Sprintf("%s %v→%v", c.GetPath(), c.GetBefore().AsInterface(), c.GetAfter().AsInterface()))
+	}
+	want := []string{"/amount 120→100", "/gone x→<nil>", "/meta/a~1b 1→2", "/new <nil>→[1]"}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Errorf("changes %q, want %q", got, want)
+	}
+	if c := ArgumentChanges(before, before); len(c) != 0 {
+		t.Errorf("changes between equal arguments: %v", c)
+	}
+}
