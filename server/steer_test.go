@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -126,6 +127,15 @@ func TestRaiseBudgetRoles(t *testing.T) {
 	}
 	if got, _ := s.client.GetRun(ctx, &reinv1.GetRunRequest{RunId: run.GetRunId()}, as("a-viewer")); got.GetRun().GetVersion() != run.GetVersion() {
 		t.Errorf("a refused raise changed the run: version %d → %d", run.GetVersion(), got.GetRun().GetVersion())
+	}
+	for name, r := range map[string]*reinv1.RaiseBudgetRequest{
+		"a million dollars and one": {RunId: run.GetRunId(), AddCostUsd: 1000001},
+		"a negative amount":         {RunId: run.GetRunId(), AddCostUsd: -1},
+		"two years":                 {RunId: run.GetRunId(), ExtendDeadline: durationpb.New(2 * 365 * 24 * time.Hour)},
+	} {
+		if _, err := s.client.RaiseBudget(ctx, r, as("a-approver")); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("a raise of %s: %v, want InvalidArgument", name, err)
+		}
 	}
 	raised, err := s.client.RaiseBudget(ctx, raise, as("a-approver"))
 	if err != nil {

@@ -12,6 +12,10 @@ import (
 	"github.com/reinhq/rein/internal/store"
 )
 
+// MaxSteers is the most messages one run takes: each is kept in its log,
+// and its request ID in its state.
+const MaxSteers = 1000
+
 // steerTries bounds the appends of one message that lose to the run's
 // driver committing first (each loss means the driver made progress).
 const steerTries = 64
@@ -34,6 +38,10 @@ func (e *Engine) Steer(ctx context.Context, runID, text, requestID, principal st
 		}
 		if err := steerable(st); err != nil {
 			return st, false, err
+		}
+		if len(st.Steers) >= MaxSteers {
+			return st, false, fmt.Errorf("%w: run %s has taken %d messages, the most a run takes; cancel it and fork it (rein fork) to go on with more",
+				ErrNotWaiting, runID, MaxSteers)
 		}
 		evs := []*reinv1.Event{{
 			RunId: runID, Sequence: st.Version + 1, RecordedAt: timestamppb.New(e.cfg.Clock()), Actor: "principal:" + principal,

@@ -7,6 +7,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -180,5 +181,34 @@ func TestSteerRefusedAndIdempotent(t *testing.T) {
 	wantCount(t, evs, "run_steered", 1)
 	if runstate.PayloadName(evs[len(evs)-1]) != "status_changed" {
 		t.Errorf("the run did not end after its message: %v", payloads(evs))
+	}
+}
+
+// A run takes at most MaxSteers messages: the next is refused, and
+// nothing is stored.
+func TestSteerLimit(t *testing.T) {
+	gate := make(chan struct{})
+	spy := &modelSpy{before: func(ctx context.Context, _ *model.Request) {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+	}}
+	e, s := setup(t, Config{Tools: searchTools(t), Models: spy.models(nil)})
+	defer close(gate)
+	st := startRun(t, e, testContract(finalReply("done")))
+	ctx := testCtx(t)
+	for i := range MaxSteers {
+		if _, _, err := e.Steer(ctx, st.RunID, "hello", fmt.Sprint("r-", i), "bob"); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	before, _ := s.Load(ctx, st.RunID)
+	_, created, err := e.Steer(ctx, st.RunID, "one more", "r-last", "bob")
+	if !errors.Is(err, ErrNotWaiting) || created || !strings.Contains(err.Error(), "fork") {
+		t.Fatalf("message %d: created %v, %v; want ErrNotWaiting saying to fork", MaxSteers+1, created, err)
+	}
+	if after, _ := s.Load(ctx, st.RunID); after.Version != before.Version {
+		t.Errorf("a refused message stored something: version %d → %d", before.Version, after.Version)
 	}
 }

@@ -1914,7 +1914,8 @@ type RaiseBudgetRequest struct {
 	AddTokens uint64 `protobuf:"varint,3,opt,name=add_tokens,json=addTokens,proto3" json:"add_tokens,omitempty"`
 	// US dollars to add to max_cost_usd.
 	AddCostUsd float64 `protobuf:"fixed64,4,opt,name=add_cost_usd,json=addCostUsd,proto3" json:"add_cost_usd,omitempty"`
-	// Time to add to the deadline (a run with no deadline keeps none).
+	// Time to add to the deadline (a run with no deadline keeps none), at
+	// most a year.
 	ExtendDeadline *durationpb.Duration `protobuf:"bytes,5,opt,name=extend_deadline,json=extendDeadline,proto3" json:"extend_deadline,omitempty"`
 	// Why, recorded in the run's log.
 	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -2541,16 +2542,16 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\trequestId\"L\n" +
 	"\x10SteerRunResponse\x12\x1e\n" +
 	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"\xd3\x02\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"\xf1\x02\n" +
 	"\x12RaiseBudgetRequest\x12!\n" +
 	"\x06run_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\x12&\n" +
-	"\tadd_steps\x18\x02 \x01(\rB\t\xbaH\x06*\x04\x18\xa0\x8d\x06R\baddSteps\x12\x1d\n" +
+	"\tadd_steps\x18\x02 \x01(\rB\t\xbaH\x06*\x04\x18\xa0\x8d\x06R\baddSteps\x12+\n" +
 	"\n" +
-	"add_tokens\x18\x03 \x01(\x04R\taddTokens\x122\n" +
-	"\fadd_cost_usd\x18\x04 \x01(\x01B\x10\xbaH\r\x12\v@\x01)\x00\x00\x00\x00\x00\x00\x00\x00R\n" +
-	"addCostUsd\x12L\n" +
-	"\x0fextend_deadline\x18\x05 \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x022\x00R\x0eextendDeadline\x12 \n" +
+	"add_tokens\x18\x03 \x01(\x04B\f\xbaH\t2\a\x18\x80\xa0\x94\xa5\x8d\x1dR\taddTokens\x12;\n" +
+	"\fadd_cost_usd\x18\x04 \x01(\x01B\x19\xbaH\x16\x12\x14@\x01\x19\x00\x00\x00\x00\x80\x84.A)\x00\x00\x00\x00\x00\x00\x00\x00R\n" +
+	"addCostUsd\x12S\n" +
+	"\x0fextend_deadline\x18\x05 \x01(\v2\x19.google.protobuf.DurationB\x0f\xbaH\f\xaa\x01\t\"\x05\b\x80\xe7\x84\x0f2\x00R\x0eextendDeadline\x12 \n" +
 	"\x06reason\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x06reason\x12/\n" +
 	"\x0eadd_tool_calls\x18\a \x01(\rB\t\xbaH\x06*\x04\x18\xa0\x8d\x06R\faddToolCalls\"5\n" +
 	"\x13RaiseBudgetResponse\x12\x1e\n" +
