@@ -288,6 +288,9 @@ func TestConsole(t *testing.T) {
 	})
 
 	step("answer a question", func(t *testing.T) { answerQuestion(t, ctx, ana, s) })
+	step("message a running run", func(t *testing.T) { steerRun(t, ctx, ana, s) })
+	step("a message to a paused run is refused", func(t *testing.T) { steerPaused(t, ctx, b, s) })
+	step("raise a budget", func(t *testing.T) { raiseBudget(t, ctx, ana, s) })
 	step("export, fork and cancel", func(t *testing.T) { exportForkCancel(t, ctx, ana, s, first) })
 
 	var paused *reinv1.Run
@@ -345,6 +348,10 @@ func TestConsole(t *testing.T) {
 			t.Errorf("%s gaps seen", g)
 		}
 	})
+
+	// Last: a failed step skips the steps after it, and this one needs the
+	// server's newest call (DecideApproval's REVISE).
+	step("revise a proposal's arguments", func(t *testing.T) { reviseProposal(t, ctx, ana, s) })
 
 	t.Logf("the browser suite took %v", time.Since(began).Round(time.Millisecond))
 }

@@ -1,5 +1,5 @@
-// The pending page: every proposal and question waiting for a person,
-// across the caller's runs, updated as runs change.
+// The pending page: every proposal, question and budget reached waiting
+// for a person, across the caller's runs, updated as runs change.
 import { api, explain } from "./api";
 import { h, reconcile } from "./dom";
 import { debounce, watchChanges } from "./live";
@@ -23,12 +23,14 @@ export function pendingPage(root: HTMLElement, signal: AbortSignal): void {
       const runs: Run[] = [];
       let pageToken = "";
       do {
-        const got = await api.listRuns({ statuses: [RunStatus.NEEDS_APPROVAL, RunStatus.NEEDS_INPUT], pageSize: 200, pageToken }, { signal });
+        const got = await api.listRuns({ statuses: [RunStatus.NEEDS_APPROVAL, RunStatus.NEEDS_INPUT, RunStatus.NEEDS_BUDGET], pageSize: 200, pageToken }, { signal });
         runs.push(...got.runs);
         pageToken = got.nextPageToken;
       } while (pageToken);
       // A card still showing what its run waits for stays as it is (with
-      // what the person typed); a card answered stays with the answer.
+      // what the person typed); a card answered stays with the answer,
+      // unless, its answer in, its run waits on something new (a revised
+      // proposal): that card takes its place.
       const drawn = new Map<string, HTMLElement>();
       for (const el of list.querySelectorAll<HTMLElement>(".card")) drawn.set(el.dataset.key ?? "", el);
       const cards: HTMLElement[] = [];
@@ -36,8 +38,11 @@ export function pendingPage(root: HTMLElement, signal: AbortSignal): void {
         const card = drawn.get(pendingKey(r)) ?? pendingCard(r, refresh);
         if (card) cards.push(card);
       }
+      const listed = new Set(runs.map((r) => r.runId));
       for (const el of drawn.values()) {
-        if (!cards.includes(el) && el.querySelector(".outcome")?.textContent) cards.push(el);
+        const out = el.querySelector(".outcome");
+        const replaced = listed.has(el.dataset.run ?? "") && !out?.classList.contains("sending");
+        if (!cards.includes(el) && !replaced && out?.textContent) cards.push(el);
       }
       reconcile(list, cards.length ? cards : [list.querySelector(".empty") ?? h("p", { class: "empty" }, "Nothing is waiting for a person.")]);
       error.textContent = "";

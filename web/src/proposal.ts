@@ -1,12 +1,17 @@
 // A paused run's card: the proposal (tool, arguments, the preview exactly
-// as hashed, a diff drawn as a diff, the hash, the expiry, who proposed it)
-// with approve and deny, or the question with an answer box.
-import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+// as hashed, a diff drawn as a diff, the hash, the expiry, who proposed it
+// and who revised it) with approve, deny and edit, the question with an
+// answer box, or the budget reached (budget.ts) with a raise.
+import { fromBinary, toJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import { StructSchema } from "@bufbuild/protobuf/wkt";
 import { api, explain, may } from "./api";
+import { budgetCard } from "./budget";
 import { button, diff, h, outcome } from "./dom";
 import { plain, pretty, statusName, time } from "./format";
+import { argumentsObject } from "./parse";
+import { refuse, settle } from "./settle";
 import { ApprovalVerdict } from "./gen/rein/v1/run_service_pb";
-import type { Run } from "./gen/rein/v1/run_pb";
+import type { Proposal, Run } from "./gen/rein/v1/run_pb";
 
 // previewDiff finds the unified diff a file write's preview carries.
 function previewDiff(v: JsonValue | undefined): string | undefined {
@@ -24,53 +29,37 @@ export function pendingKey(run: Run): string {
   const a = run.pending?.action;
   if (a?.case === "proposal") return `${run.runId}/${a.value.proposalId}/${a.value.hash}`;
   if (a?.case === "question") return `${run.runId}/question/${run.version}`;
+  if (a?.case === "budget") return `${run.runId}/budget/${run.version}`;
   return "";
 }
 
 export function pendingCard(run: Run, done: () => void): HTMLElement | null {
   const action = run.pending?.action;
-  if (action?.case !== "proposal" && action?.case !== "question") return null;
-  const card = drawCard(run, action, done);
+  let card: HTMLElement;
+  if (action?.case === "proposal") card = proposalCard(run, action.value, done);
+  else if (action?.case === "question") card = questionCard(run, action.value.text, done);
+  else if (action?.case === "budget") card = budgetCard(run, action.value, done);
+  else return null;
   card.dataset.key = pendingKey(run);
   return card;
 }
 
-// settle sends one person's action from a card and shows its answer. While
-// the call is out the card says so (the pending page keeps a card whose
-// outcome has text, so a live update that sees the run move on cannot drop
-// the card before its answer arrives) and its buttons are off, so one click
-// is one request. A refusal turns them back on; an accepted action leaves
-// them off, since what the card showed is decided.
-async function settle(answer: HTMLElement, send: () => Promise<string>, done: () => void): Promise<void> {
-  const card = answer.closest(".card");
-  const buttons = card ? [...card.querySelectorAll("button")] : [];
-  for (const b of buttons) b.disabled = true;
-  answer.className = "outcome sending";
-  answer.textContent = "sending…";
-  try {
-    outcome(answer, true, await send());
-    done();
-  } catch (err) {
-    outcome(answer, false, `refused: ${explain(err)}`);
-    for (const b of buttons) b.disabled = false;
-  }
+function questionCard(run: Run, question: string, done: () => void): HTMLElement {
+  const answer = h("p", { class: "outcome", "aria-live": "polite" });
+  const box = h("textarea", { class: "answer", rows: "3", placeholder: "your answer" });
+  const send = button("Send answer", () => settle(answer, async () => {
+    const got = await api.provideInput({ runId: run.runId, text: box.value });
+    return `answered: the run is ${statusName(got.run?.status ?? 0)}`;
+  }, done), { class: "send" });
+  return h("section", { class: "card question", "data-run": run.runId },
+    h("h3", {}, "Question from ", h("a", { href: `#/runs/${run.runId}` }, run.runId)),
+    h("p", { class: "text" }, question),
+    may("operator") ? h("div", {}, box, send) : h("p", { class: "note" }, "answering needs the operator role"),
+    answer);
 }
 
-function drawCard(run: Run, action: NonNullable<Run["pending"]>["action"] & { case: "proposal" | "question" }, done: () => void): HTMLElement {
+function proposalCard(run: Run, p: Proposal, done: () => void): HTMLElement {
   const answer = h("p", { class: "outcome", "aria-live": "polite" });
-  if (action.case === "question") {
-    const box = h("textarea", { class: "answer", rows: "3", placeholder: "your answer" });
-    const send = button("Send answer", () => settle(answer, async () => {
-      const got = await api.provideInput({ runId: run.runId, text: box.value });
-      return `answered: the run is ${statusName(got.run?.status ?? 0)}`;
-    }, done), { class: "send" });
-    return h("section", { class: "card question", "data-run": run.runId },
-      h("h3", {}, "Question from ", h("a", { href: `#/runs/${run.runId}` }, run.runId)),
-      h("p", { class: "text" }, action.value.text),
-      may("operator") ? h("div", {}, box, send) : h("p", { class: "note" }, "answering needs the operator role"),
-      answer);
-  }
-  const p = action.value;
   const d = previewDiff(plain(p.preview));
   const reason = h("input", { type: "text", class: "reason", placeholder: "reason (sent to the model)" });
   const end = h("input", { type: "checkbox", class: "end-run" });
@@ -81,11 +70,14 @@ function drawCard(run: Run, action: NonNullable<Run["pending"]>["action"] & { ca
     });
     return `${verdict === ApprovalVerdict.APPROVE ? "approved" : "denied"}: the run is ${statusName(got.run?.status ?? 0)}`;
   }, done);
+  const editor = argumentsEditor(run, p, reason, answer, done);
   const controls = may("approver")
     ? h("div", { class: "decide" },
         button("Approve", decide(ApprovalVerdict.APPROVE), { class: "approve" }), " ",
         reason, " ", h("label", {}, end, " end the run"), " ",
-        button("Deny", decide(ApprovalVerdict.REJECT), { class: "deny" }))
+        button("Deny", decide(ApprovalVerdict.REJECT), { class: "deny" }), " ",
+        button("Edit arguments", () => void editor.open(), { class: "edit" }),
+        editor.el)
     : h("p", { class: "note" }, "deciding needs the approver role");
   const preview = h("details", {},
     h("summary", {}, "Preview, exactly as hashed"),
@@ -95,6 +87,7 @@ function drawCard(run: Run, action: NonNullable<Run["pending"]>["action"] & { ca
     h("h3", {}, `${p.tool} proposed in `, h("a", { href: `#/runs/${run.runId}` }, run.runId)),
     h("dl", {},
       h("dt", {}, "proposed by"), h("dd", {}, run.principal),
+      p.revisedBy ? h("dt", {}, "revised by") : null, p.revisedBy ? h("dd", { class: "revised-by" }, p.revisedBy) : null,
       h("dt", {}, "goal"), h("dd", { class: "text" }, run.contract?.goal ?? ""),
       h("dt", {}, "hash"), h("dd", {}, h("code", { class: "hash" }, p.hash)),
       h("dt", {}, "expires"), h("dd", { class: "expires" }, time(p.expiresAt)),
@@ -102,4 +95,58 @@ function drawCard(run: Run, action: NonNullable<Run["pending"]>["action"] & { ca
     ),
     d !== undefined ? h("div", {}, h("h4", {}, "Diff"), diff(d)) : null,
     preview, controls, answer);
+}
+
+// wholeArguments are a proposal's arguments in full: inline, or read back
+// from the blob that holds them when the proposal carries a summary.
+async function wholeArguments(run: Run, p: Proposal): Promise<JsonObject> {
+  if (!p.argumentsBlob) return p.arguments ?? {};
+  const got = await api.getBlobs({ runId: run.runId, hashes: [p.argumentsBlob] });
+  const b = got.blobs[p.argumentsBlob];
+  if (!b) throw new Error(`the server sent no blob ${p.argumentsBlob} for the arguments`);
+  return toJson(StructSchema, fromBinary(StructSchema, b)) as JsonObject;
+}
+
+// argumentsEditor is a proposal's arguments as JSON to edit, hidden until
+// opened, and the button that sends them as a revision: the server checks
+// them against the tool's schema and the tool previews them again, so the
+// run waits on a new proposal. Text that is not a JSON object is refused
+// here and sends nothing.
+function argumentsEditor(run: Run, p: Proposal, reason: HTMLInputElement, answer: HTMLElement, done: () => void) {
+  const box = h("textarea", { class: "edit-arguments", rows: "8", spellcheck: "false" });
+  const revise = () => {
+    const args = argumentsObject(box.value);
+    if (typeof args === "string") return refuse(answer, args);
+    void settle(answer, async () => {
+      const got = await api.decideApproval({
+        runId: run.runId, proposalId: p.proposalId, proposalHash: p.hash,
+        verdict: ApprovalVerdict.REVISE, arguments: args, reason: reason.value,
+      });
+      const next = got.run?.pending?.action;
+      if (next?.case !== "proposal" || next.value.proposalId === p.proposalId) {
+        throw new Error(`the server did not revise the proposal: the run is ${statusName(got.run?.status ?? 0)}`);
+      }
+      return `revised: proposal ${next.value.proposalId} waits for approval`;
+    }, done);
+  };
+  const el = h("div", { class: "editor" },
+    h("label", {}, "Arguments, as JSON:"), box,
+    button("Send revision", revise, { class: "revise" }));
+  el.hidden = true;
+  let filled = false;
+  const open = async () => {
+    el.hidden = !el.hidden;
+    if (filled || el.hidden) return;
+    box.disabled = true;
+    try {
+      box.value = JSON.stringify(await wholeArguments(run, p), null, 2);
+      filled = true;
+      box.focus();
+    } catch (err) {
+      outcome(answer, false, `could not read the whole arguments: ${explain(err)}`);
+    } finally {
+      box.disabled = false;
+    }
+  };
+  return { el, open };
 }

@@ -1,7 +1,8 @@
-// The run page: the run against its budget, its pending action, its
-// actions (cancel, fork at an event, download the export file), and its
-// timeline, live, resuming after a dropped connection from the last event
-// it showed, so no event is missed or shown twice.
+// The run page: the run against its budget, its pending action, a box for
+// a message to the run while it runs, its actions (cancel, fork at an
+// event, download the export file), and its timeline, live, resuming
+// after a dropped connection from the last event it showed, so no event
+// is missed or shown twice.
 import { create, toJsonString } from "@bufbuild/protobuf";
 import { api, explain, may } from "./api";
 import { button, cut, h, outcome } from "./dom";
@@ -10,11 +11,13 @@ import { debounce, sleep } from "./live";
 import { pendingCard, pendingKey } from "./proposal";
 import type { Event } from "./gen/rein/v1/event_pb";
 import { RunExportSchema } from "./gen/rein/v1/export_pb";
-import type { Run } from "./gen/rein/v1/run_pb";
+import { RunStatus, type Run } from "./gen/rein/v1/run_pb";
 
 export function runPage(root: HTMLElement, runId: string, signal: AbortSignal): void {
   const head = h("div", { class: "run-head" });
   const pending = h("div", { class: "run-pending" });
+  const steer = steerBox(runId);
+  steer.hidden = true;
   const actions = h("div", { class: "actions" });
   const answer = h("p", { class: "outcome", "aria-live": "polite" });
   const live = h("span", { class: "live" }, "connecting");
@@ -60,8 +63,9 @@ export function runPage(root: HTMLElement, runId: string, signal: AbortSignal): 
       const card = pendingCard(r, refresh);
       pending.replaceChildren(...(card ? [card] : []));
     }
-    // Built once (below), so a reason being typed survives the refreshes.
+    // Built once, so a reason or message being typed survives the refreshes.
     cancelBox.hidden = terminal(r.status) || !may("operator");
+    steer.hidden = r.status !== RunStatus.RUNNING;
   };
   const loadRun = async () => {
     try {
@@ -163,9 +167,41 @@ export function runPage(root: HTMLElement, runId: string, signal: AbortSignal): 
     }
   };
 
-  root.replaceChildren(head, pending, actions, answer, h("h3", {}, "Timeline"), table);
+  root.replaceChildren(head, pending, steer, actions, answer, h("h3", {}, "Timeline"), table);
   void loadRun();
   void follow();
+}
+
+// steerBox is a box for a person's message to a running run: the model
+// reads it with its next call. Each message is sent under its own request
+// ID, so a message sent twice (a retried call) is recorded once. The box
+// stays for the next message; the run page hides it when the run is not
+// running.
+function steerBox(runId: string): HTMLElement {
+  const answer = h("p", { class: "outcome", "aria-live": "polite" });
+  const text = h("textarea", { class: "steer-text", rows: "3", placeholder: "a message the model reads with its next call" });
+  const send = button("Send message", async () => {
+    if (!text.value.trim()) {
+      outcome(answer, false, "not sent: the message is empty");
+      return;
+    }
+    send.disabled = true;
+    answer.className = "outcome sending";
+    answer.textContent = "sending…";
+    try {
+      await api.steerRun({ runId, text: text.value, requestId: crypto.randomUUID() });
+      text.value = "";
+      outcome(answer, true, "sent: the model reads it with its next call");
+    } catch (err) {
+      outcome(answer, false, `refused: ${explain(err)}`);
+    } finally {
+      send.disabled = false;
+    }
+  }, { class: "steer" });
+  return h("section", { class: "steer-box" },
+    h("h3", {}, "Message to the run"),
+    may("operator") ? h("div", {}, text, send) : h("p", { class: "note" }, "sending a message needs the operator role"),
+    answer);
 }
 
 // blobRefs are the blobs a run's events reference, as the export holds them.

@@ -9,6 +9,8 @@ import { readFileSync } from "node:fs";
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { EventSchema } from "../src/gen/rein/v1/event_pb";
 import { summary } from "../src/format";
+// npm test bundles this file only: the parsers' tests come with it.
+import "./parse.test";
 
 type Case = { kind: string; event: JsonValue; summary: string };
 
