@@ -35,10 +35,13 @@ func TestBudgetRaisesAPausedRun(t *testing.T) {
 		t.Fatalf("status %v, want needs_budget", out["status"])
 	}
 	mustContain(t, "pending", cli(t, "pending", "--db", db).mustExit(t, exitOK).stdout, runID, "budget", "max_steps")
+	// Without --json, stderr says what answers the pause.
+	r := cli(t, "run", pausingTask(t), "--db", db, "--tools", tools).mustExit(t, exitPaused)
+	mustContain(t, "run's stderr", r.stderr, "is needs_budget (max_steps: ", "raise it: rein budget run_", "--add-steps N")
 
 	cli(t, "budget", runID, "--db", db, "--tools", tools).mustExit(t, exitUsage)
 	before := len(events(t, db, runID))
-	r := cli(t, "budget", runID, "--add-usd", "1", "--db", db, "--tools", tools)
+	r = cli(t, "budget", runID, "--add-usd", "1", "--db", db, "--tools", tools)
 	if r.code != exitError || !strings.Contains(r.stderr, "--add-steps") {
 		t.Fatalf("a raise of dollars for a run paused on max_steps: exit %d, stderr %q; want 1 naming --add-steps", r.code, r.stderr)
 	}

@@ -213,11 +213,27 @@ func finish(e *env, run *reinv1.Run) error {
 	}
 	if code := statusExit(run.GetStatus()); code != exitOK {
 		if !e.json {
-			fmt.Fprintf(e.stderr, "rein: run %s is %s\n", run.GetRunId(), runstate.StatusName(run.GetStatus()))
+			fmt.Fprintf(e.stderr, "rein: run %s is %s%s\n", run.GetRunId(), runstate.StatusName(run.GetStatus()), nextStep(run))
 		}
 		return &exitErr{code: code}
 	}
 	return nil
+}
+
+// nextStep says what answers a paused run, as the end of a line: the
+// command to give it next.
+func nextStep(run *reinv1.Run) string {
+	id := run.GetRunId()
+	switch p := run.GetPending(); {
+	case p.GetProposal() != nil:
+		return fmt.Sprintf("; review the write, then rein approve %s %s (or rein deny)", id, p.GetProposal().GetProposalId())
+	case p.GetQuestion() != nil:
+		return fmt.Sprintf("; answer it: rein input %s TEXT", id)
+	case p.GetBudget() != nil:
+		return fmt.Sprintf(" (%s: %s); raise it: rein budget %s --add-steps N (or --add-tokens, --add-tool-calls, --add-usd, --extend-deadline)",
+			p.GetBudget().GetLimit(), p.GetBudget().GetDetail(), id)
+	}
+	return ""
 }
 
 func randomID() string {
