@@ -166,9 +166,12 @@ func (e *Engine) cancelChildren(ctx context.Context, runID, actor string) error 
 }
 
 // wakeParent schedules the parent of a child that just ended, so it records
-// the child's report.
+// the child's report, or that just paused on its budget, so it pauses for
+// it.
 func (e *Engine) wakeParent(before, after runstate.State) {
-	if by := after.DelegatedBy; by != nil && runstate.Terminal(after.Status) && !runstate.Terminal(before.Status) {
+	ended := runstate.Terminal(after.Status) && !runstate.Terminal(before.Status)
+	onBudget := after.Status == reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET && before.Status != after.Status
+	if by := after.DelegatedBy; by != nil && (ended || onBudget) {
 		e.schedule(by.GetParentRunId())
 	}
 }

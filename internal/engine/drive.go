@@ -135,4 +135,8 @@ func (h *host) EndedChildren(ctx context.Context, parent runstate.State) ([]*rei
 	return (*Engine)(h).endedChildren(ctx, parent)
 }
 
+func (h *host) PausedChild(ctx context.Context, parent runstate.State) (runstate.State, bool, error) {
+	return (*Engine)(h).pausedChild(ctx, parent)
+}
+
 func (h *host) Logger() *slog.Logger { return h.cfg.Logger }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -23,41 +24,83 @@ func (e *Engine) RaiseBudget(ctx context.Context, req *reinv1.RaiseBudgetRequest
 }
 
 func (e *Engine) raiseBudget(ctx context.Context, req *reinv1.RaiseBudgetRequest, principal string) (runstate.State, error) {
-	add := runstate.Spend{Steps: req.GetAddSteps(), Tokens: req.GetAddTokens(), CostUSD: req.GetAddCostUsd(), ToolCalls: req.GetAddToolCalls()}
-	extend := req.GetExtendDeadline().AsDuration()
-	if add.IsZero() && extend <= 0 {
+	r := raise{
+		add:    runstate.Spend{Steps: req.GetAddSteps(), Tokens: req.GetAddTokens(), CostUSD: req.GetAddCostUsd(), ToolCalls: req.GetAddToolCalls()},
+		extend: req.GetExtendDeadline().AsDuration(), actor: "principal:" + principal, reason: req.GetReason(),
+	}
+	if r.add.IsZero() && r.extend <= 0 {
 		return runstate.State{}, &step.FieldError{Field: "add_steps", Description: "a raise adds something: set at least one of add_steps, add_tokens, add_tool_calls, add_cost_usd, extend_deadline"}
 	}
 	st, err := e.cfg.Store.Load(ctx, req.GetRunId())
 	if err != nil {
 		return st, err
 	}
-	pause := st.Pending.GetBudget()
-	if st.Status != reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET || pause == nil {
-		return st, fmt.Errorf("%w: run %s is %s; only a run paused on its budget (needs_budget, which a contract with budget.on_exhausted BUDGET_ACTION_PAUSE reaches) takes a raise",
-			ErrNotWaiting, st.RunID, runstate.StatusName(st.Status))
+	if by := st.DelegatedBy; by != nil && st.Status == reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET {
+		return st, fmt.Errorf("%w: run %s was delegated to by run %s; a delegation tree's budget is its root's: raise run %s (rein budget %s …), which lends the raise on",
+			ErrNotWaiting, st.RunID, by.GetParentRunId(), by.GetRootRunId(), by.GetRootRunId())
 	}
+	// The raise must lift the limit of every run it reaches: this one, and
+	// down the tree the child each paused for.
 	now := e.cfg.Clock()
-	if !now.Before(pause.GetExpiresAt().AsTime()) {
-		return st, fmt.Errorf("%w: run %s's pause for a raise ended at %s; it ends expired", ErrNotWaiting, st.RunID, pause.GetExpiresAt().AsTime().Format(time.RFC3339))
+	for cur := st; ; {
+		pause := cur.Pending.GetBudget()
+		if cur.Status != reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET || pause == nil {
+			return st, fmt.Errorf("%w: run %s is %s; only a run paused on its budget (needs_budget, which a contract with budget.on_exhausted BUDGET_ACTION_PAUSE reaches) takes a raise",
+				ErrNotWaiting, cur.RunID, runstate.StatusName(cur.Status))
+		}
+		if !now.Before(pause.GetExpiresAt().AsTime()) {
+			return st, fmt.Errorf("%w: run %s's pause for a raise ended at %s; it ends expired", ErrNotWaiting, cur.RunID, pause.GetExpiresAt().AsTime().Format(time.RFC3339))
+		}
+		if limit, detail := step.LimitReached(r.applied(cur), now); limit != "" {
+			return st, fmt.Errorf("%w: after this raise run %s would still be at a limit (%s): %s; %s",
+				ErrNotWaiting, cur.RunID, limit, detail, raiseHint(limit))
+		}
+		if pause.GetChildRunId() == "" {
+			break
+		}
+		if cur, err = e.cfg.Store.Load(ctx, pause.GetChildRunId()); err != nil {
+			return st, err
+		}
 	}
-	after := st
-	after.Raised = st.Raised.Add(add)
-	if !st.Deadline.IsZero() && extend > 0 {
-		after.Deadline = st.Deadline.Add(extend)
+	return e.lend(ctx, st, r)
+}
+
+// raise is what a raise adds, by whom and why.
+type raise struct {
+	add           runstate.Spend
+	extend        time.Duration
+	actor, reason string
+}
+
+// applied is st with r's additions: its limits, and its deadline moved.
+func (r raise) applied(st runstate.State) runstate.State {
+	st.Raised = st.Raised.Add(r.add)
+	if !st.Deadline.IsZero() && r.extend > 0 {
+		st.Deadline = st.Deadline.Add(r.extend)
 	}
-	if limit, detail := step.LimitReached(after, now); limit != "" {
-		return st, fmt.Errorf("%w: after this raise run %s would still be at a limit (%s): %s; %s",
-			ErrNotWaiting, st.RunID, limit, detail, raiseHint(limit))
-	}
+	return st
+}
+
+// lend records raise r of st, a run paused on its budget (budget_raised),
+// and carries it on; a run paused for a child lends the raise on to it
+// (its loan grows), and the child is raised the same way, down the tree.
+// The parent's raise is stored first: a crash before its child's leaves a
+// loan the child was not given, which PausedChild gives it when the parent
+// is driven again.
+func (e *Engine) lend(ctx context.Context, st runstate.State, r raise) (runstate.State, error) {
+	after := r.applied(st)
+	child := st.Pending.GetBudget().GetChildRunId()
 	br := &reinv1.BudgetRaised{
-		AddSteps: add.Steps, AddTokens: add.Tokens, AddCostUsd: add.CostUSD, AddToolCalls: add.ToolCalls,
-		ExtendDeadline: req.GetExtendDeadline(), Budget: raisedBudget(after), Reason: req.GetReason(),
+		AddSteps: r.add.Steps, AddTokens: r.add.Tokens, AddCostUsd: r.add.CostUSD, AddToolCalls: r.add.ToolCalls,
+		Budget: raisedBudget(after), Reason: r.reason, ChildRunId: child,
+	}
+	if r.extend > 0 {
+		br.ExtendDeadline = durationpb.New(r.extend)
 	}
 	if !after.Deadline.IsZero() {
 		br.Deadline = timestamppb.New(after.Deadline)
 	}
-	next, err := e.commit(ctx, st, "principal:"+principal, []*reinv1.Event{
+	next, err := e.commit(ctx, st, r.actor, []*reinv1.Event{
 		{Payload: &reinv1.Event_BudgetRaised{BudgetRaised: br}},
 		{Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
 			From: st.Status, To: reinv1.RunStatus_RUN_STATUS_RUNNING, Reason: "budget_raised",
@@ -67,8 +110,60 @@ func (e *Engine) raiseBudget(ctx context.Context, req *reinv1.RaiseBudgetRequest
 		return st, err
 	}
 	e.disarm(st.RunID)
+	if child != "" {
+		cst, err := e.cfg.Store.Load(ctx, child)
+		if err != nil {
+			return next, err
+		}
+		if cst.Status == reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET {
+			if _, err := e.lend(ctx, cst, raise{add: r.add, extend: r.extend, actor: r.actor, reason: "lent by run " + st.RunID + ": " + r.reason}); err != nil {
+				return next, err
+			}
+		}
+	}
 	e.schedule(st.RunID)
 	return next, nil
+}
+
+// pausedChild is an open child of parent paused on the budget lent to it
+// (step.Host): a loan parent raised that the child was not given (a crash
+// between the two commits of a raise) is given to it first, and the child
+// carried on instead.
+func (e *Engine) pausedChild(ctx context.Context, parent runstate.State) (runstate.State, bool, error) {
+	for _, c := range parent.Children {
+		child, err := e.cfg.Store.Load(ctx, c.RunID)
+		if err != nil {
+			return child, false, err
+		}
+		if child.Status != reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET {
+			continue
+		}
+		if owed := undelivered(c.Lent, child.Limits()); !owed.IsZero() {
+			_, err := e.lend(ctx, child, raise{add: owed, actor: "harness", reason: "lent by run " + parent.RunID + " before a restart"})
+			return child, false, err
+		}
+		return child, true, nil
+	}
+	return runstate.State{}, false, nil
+}
+
+// undelivered is what a parent lent a child beyond the child's limits, in
+// each limit the child has.
+func undelivered(lent, limits runstate.Spend) runstate.Spend {
+	var d runstate.Spend
+	if limits.Steps > 0 && lent.Steps > limits.Steps {
+		d.Steps = lent.Steps - limits.Steps
+	}
+	if limits.Tokens > 0 && lent.Tokens > limits.Tokens {
+		d.Tokens = lent.Tokens - limits.Tokens
+	}
+	if limits.CostUSD > 0 && lent.CostUSD > limits.CostUSD+1e-9 {
+		d.CostUSD = lent.CostUSD - limits.CostUSD
+	}
+	if limits.ToolCalls > 0 && lent.ToolCalls > limits.ToolCalls {
+		d.ToolCalls = lent.ToolCalls - limits.ToolCalls
+	}
+	return d
 }
 
 // raisedBudget is the budget of a run after a raise: its contract's, with

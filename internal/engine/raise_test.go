@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
@@ -118,5 +119,114 @@ func TestBudgetPauseExpires(t *testing.T) {
 	wantStatus(t, st, evs, reinv1.RunStatus_RUN_STATUS_EXPIRED, "budget_not_raised")
 	if _, err := e.RaiseBudget(testCtx(t), &reinv1.RaiseBudgetRequest{RunId: st.RunID, AddSteps: 1}, "carol"); !errors.Is(err, ErrNotWaiting) {
 		t.Errorf("a raise after the pause ended: %v, want ErrNotWaiting", err)
+	}
+}
+
+// A delegation tree's budget is its root's: a child that reaches the
+// budget lent to it pauses, and its parent pauses for it, naming it. A
+// raise of the child itself is refused (it names the root); a raise of
+// the root is lent on to the child (the root's loan to it grows), both
+// carry on, and the tree completes.
+func TestTreeBudgetPausesTheRoot(t *testing.T) {
+	e, w, s := delegSetup(t, Config{Tools: searchTools(t)})
+	ctx := testCtx(t)
+	child := []*reinv1.ScriptedReply{callReply("search", "c1", nil), finalReply("42")}
+	ask := task("read invoice 42", "search")
+	ask.Budget = &reinv1.DelegatedBudget{MaxSteps: 1}
+	c := delegating(child, delegateReply(ask), finalReply("the total is 42"))
+	c.Budget = &reinv1.Budget{MaxSteps: 5, OnExhausted: reinv1.BudgetAction_BUDGET_ACTION_PAUSE}
+	root := startRun(t, e, c)
+
+	var kid runstate.State
+	pollPaused := func(runID string) runstate.State {
+		t.Helper()
+		for {
+			st, err := s.Load(ctx, runID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Status == statusNeedsBudget {
+				return st
+			}
+			if runstate.Terminal(st.Status) {
+				t.Fatalf("run %s ended %s, want it paused on its budget", runID, runstate.StatusName(st.Status))
+			}
+			select {
+			case <-w.ch:
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				t.Fatalf("run %s never paused on its budget", runID)
+			}
+		}
+	}
+	paused := pollPaused(root.RunID)
+	pause := paused.Pending.GetBudget()
+	if pause.GetChildRunId() == "" || pause.GetLimit() != "max_steps" || !strings.Contains(pause.GetDetail(), "child run") {
+		t.Fatalf("root's pause %v, want one for its child at max_steps", pause)
+	}
+	kid = pollPaused(pause.GetChildRunId())
+	_, err := e.RaiseBudget(ctx, &reinv1.RaiseBudgetRequest{RunId: kid.RunID, AddSteps: 1}, "carol")
+	if !errors.Is(err, ErrNotWaiting) || !strings.Contains(err.Error(), root.RunID) {
+		t.Errorf("a raise of the child: %v, want ErrNotWaiting naming the root", err)
+	}
+	if _, err := e.RaiseBudget(ctx, &reinv1.RaiseBudgetRequest{RunId: root.RunID, AddTokens: 5}, "carol"); !errors.Is(err, ErrNotWaiting) {
+		t.Errorf("a raise that leaves the child at its limit: %v, want ErrNotWaiting", err)
+	}
+	if now, _ := s.Load(ctx, kid.RunID); now.Version != kid.Version {
+		t.Errorf("a refused raise changed the child: version %d → %d", kid.Version, now.Version)
+	}
+	if _, err := e.RaiseBudget(ctx, &reinv1.RaiseBudgetRequest{RunId: root.RunID, AddSteps: 1, Reason: "finish it"}, "carol"); err != nil {
+		t.Fatalf("raise the root: %v", err)
+	}
+	w.wait(t, root.RunID)
+	st, evs := stored(t, s, root.RunID)
+	wantStatus(t, st, evs, reinv1.RunStatus_RUN_STATUS_COMPLETED, "final_answer")
+	lent := ofType(evs, "budget_raised")
+	if len(lent) != 1 || lent[0].GetBudgetRaised().GetChildRunId() != kid.RunID {
+		t.Errorf("root's budget_raised %v, want one lent to %s", lent, kid.RunID)
+	}
+	kidEnd, kidEvs := stored(t, s, kid.RunID)
+	wantStatus(t, kidEnd, kidEvs, reinv1.RunStatus_RUN_STATUS_COMPLETED, "final_answer")
+	if got := ofType(kidEvs, "budget_raised"); len(got) != 1 || got[0].GetActor() != "principal:carol" || kidEnd.Limits().Steps != 2 {
+		t.Errorf("child's budget_raised %v, limits %+v: want carol's raise of one step", got, kidEnd.Limits())
+	}
+}
+
+// A raise the root recorded but its child never got (a crash between the
+// two) is given to the child when the root is driven again.
+func TestTreeBudgetLoanDeliveredAfterACrash(t *testing.T) {
+	e, w, s := delegSetup(t, Config{Tools: searchTools(t)})
+	ctx := testCtx(t)
+	ask := task("read invoice 42", "search")
+	ask.Budget = &reinv1.DelegatedBudget{MaxSteps: 1}
+	c := delegating([]*reinv1.ScriptedReply{callReply("search", "c1", nil), finalReply("42")}, delegateReply(ask), finalReply("the total is 42"))
+	c.Budget = &reinv1.Budget{MaxSteps: 5, OnExhausted: reinv1.BudgetAction_BUDGET_ACTION_PAUSE}
+	root := startRun(t, e, c)
+	var paused runstate.State
+	for paused.Status != statusNeedsBudget {
+		select {
+		case <-w.ch:
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatal("the root never paused")
+		}
+		paused, _ = s.Load(ctx, root.RunID)
+	}
+	// The root's half of a raise, as a crash would leave it.
+	kidID := paused.Pending.GetBudget().GetChildRunId()
+	if _, err := s.Append(ctx, root.RunID, paused.Version, []*reinv1.Event{
+		{RunId: root.RunID, Sequence: paused.Version + 1, RecordedAt: timestamppb.Now(), Actor: "principal:carol", Payload: &reinv1.Event_BudgetRaised{BudgetRaised: &reinv1.BudgetRaised{AddSteps: 1, ChildRunId: kidID}}},
+		{RunId: root.RunID, Sequence: paused.Version + 2, RecordedAt: timestamppb.Now(), Actor: "principal:carol", Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
+			From: statusNeedsBudget, To: reinv1.RunStatus_RUN_STATUS_RUNNING, Reason: "budget_raised"}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.schedule(root.RunID)
+	w.wait(t, root.RunID)
+	st, evs := stored(t, s, root.RunID)
+	wantStatus(t, st, evs, reinv1.RunStatus_RUN_STATUS_COMPLETED, "final_answer")
+	kid, kidEvs := stored(t, s, kidID)
+	if got := ofType(kidEvs, "budget_raised"); len(got) != 1 || got[0].GetActor() != "harness" || kid.Status != reinv1.RunStatus_RUN_STATUS_COMPLETED {
+		t.Errorf("child %s with budget_raised %v, want the loan given by the harness and the child completed", runstate.StatusName(kid.Status), got)
 	}
 }

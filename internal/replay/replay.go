@@ -288,6 +288,11 @@ func newRecording(ctx context.Context, events []*reinv1.Event, blobs *runLog) (*
 			r.previews[pr.GetTool()] = append(r.previews[pr.GetTool()], pr)
 			r.ids = append(r.ids, pr.GetProposalId())
 			r.revisions[pr.GetProposalId()] = pr
+		case *reinv1.Event_BudgetReached:
+			if p.BudgetReached.GetChildRunId() != "" {
+				return nil, fmt.Errorf("%w: sequence %d: the run paused for a child on its budget; replay does not pause a recorded tree for its children yet",
+					ErrUnsupported, ev.GetSequence())
+			}
 		case *reinv1.Event_WriteCommitted:
 			r.receipts[p.WriteCommitted.GetProposalId()] = p.WriteCommitted.GetReceipt()
 		case *reinv1.Event_WriteRefused:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -254,8 +255,11 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 			if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
 				return s, err
 			}
+			if id := br.GetChildRunId(); id != "" && !slices.ContainsFunc(s.Children, func(c ChildLoan) bool { return c.RunID == id }) {
+				return s, fmt.Errorf("%w: budget_reached for child %q, which is not an open child of run %q", ErrInvalidEvent, id, s.RunID)
+			}
 			s.Pending = &reinv1.PendingAction{Action: &reinv1.PendingAction_Budget{Budget: &reinv1.BudgetPause{
-				Limit: br.GetLimit(), Detail: br.GetDetail(), ExpiresAt: br.GetRaiseBy(),
+				Limit: br.GetLimit(), Detail: br.GetDetail(), ExpiresAt: br.GetRaiseBy(), ChildRunId: br.GetChildRunId(),
 			}}}
 		}
 	case *reinv1.Event_RunSteered:

@@ -33,6 +33,8 @@ func (s State) HasSteer(id string) bool { return slices.Contains(s.Steers, id) }
 
 // applyBudgetRaised folds a person's raise of a run paused on its budget:
 // the additions count towards Limits, and a deadline moved is the run's.
+// A run paused for a child lends the raise on to that child: its loan
+// grows by it, so what the run has left is unchanged.
 func applyBudgetRaised(s State, ev *reinv1.Event, br *reinv1.BudgetRaised) (State, error) {
 	if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET); err != nil {
 		return s, err
@@ -43,6 +45,16 @@ func applyBudgetRaised(s State, ev *reinv1.Event, br *reinv1.BudgetRaised) (Stat
 	}
 	if add.CostUSD < 0 {
 		return s, fmt.Errorf("%w: budget_raised with a negative amount", ErrInvalidEvent)
+	}
+	if id := br.GetChildRunId(); id != "" || s.Pending.GetBudget().GetChildRunId() != "" {
+		// The raise is lent on to the child the run paused for.
+		i := slices.IndexFunc(s.Children, func(c ChildLoan) bool { return c.RunID == id })
+		if id != s.Pending.GetBudget().GetChildRunId() || i < 0 {
+			return s, fmt.Errorf("%w: budget_raised lent to %q, but run %q paused for child %q", ErrIllegalTransition, id, s.RunID, s.Pending.GetBudget().GetChildRunId())
+		}
+		s.Children = slices.Clone(s.Children)
+		s.Children[i].Lent = s.Children[i].Lent.Add(add)
+		s.Lent = s.Lent.Add(add)
 	}
 	s.Raised = s.Raised.Add(add)
 	if d := br.GetDeadline(); d != nil {

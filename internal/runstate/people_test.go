@@ -158,3 +158,42 @@ func TestProposalRevised(t *testing.T) {
 		t.Errorf("revision on a running run: %v, want ErrIllegalTransition", err)
 	}
 }
+
+// A parent paused for a child (budget_reached naming it) lends a raise on
+// to that child: the child's loan and the parent's limits grow alike, so
+// what the parent has left is unchanged. A raise lent to another run, and
+// a pause naming a run that is not an open child, are refused.
+func TestBudgetRaiseLentToAChild(t *testing.T) {
+	s := mustApply(t, State{}, runStarted(1), modelRequested(2), modelReturned(3, 10, 5), delegationStarted(4, "run-a", "run-b"))
+	s.Contract = &reinv1.TaskContract{Goal: "g", Budget: &reinv1.Budget{MaxSteps: 20}}
+	paused := func(seq uint64, child string) *reinv1.Event {
+		e := budgetPaused(seq)
+		e.GetBudgetReached().ChildRunId = child
+		return e
+	}
+	if _, err := Apply(s, paused(5, "run-z")); !errors.Is(err, ErrInvalidEvent) {
+		t.Errorf("a pause for a run that is not an open child: %v, want ErrInvalidEvent", err)
+	}
+	s = mustApply(t, s, paused(5, "run-b"), statusChanged(6, running, needsBudget))
+	if s.Pending.GetBudget().GetChildRunId() != "run-b" {
+		t.Fatalf("pending %v, want the pause for run-b", s.Pending)
+	}
+	leftBefore := s.Limits().Sub(s.Committed())
+	other := raised(7, 3, 0, 0)
+	other.GetBudgetRaised().ChildRunId = "run-a"
+	if _, err := Apply(s, other); !errors.Is(err, ErrIllegalTransition) {
+		t.Errorf("a raise lent to another child: %v, want ErrIllegalTransition", err)
+	}
+	lend := raised(7, 3, 0, 0)
+	lend.GetBudgetRaised().ChildRunId = "run-b"
+	s = mustApply(t, s, lend, statusChanged(8, needsBudget, running))
+	if s.Children[1].Lent.Steps != 8 || s.Children[0].Lent.Steps != 5 || s.Lent.Steps != 13 || s.Limits().Steps != 23 {
+		t.Errorf("loans %+v, lent %+v, limits %+v; want run-b lent 3 more steps, and the limits 3 more", s.Children, s.Lent, s.Limits())
+	}
+	if left := s.Limits().Sub(s.Committed()); left.Steps != leftBefore.Steps {
+		t.Errorf("the parent has %d steps left, %d before: a raise lent on leaves it as it was", left.Steps, leftBefore.Steps)
+	}
+	if !s.Waiting() || s.Status != running {
+		t.Errorf("after the raise: %s, waiting %v; want running, waiting for its children", StatusName(s.Status), s.Waiting())
+	}
+}

@@ -293,6 +293,9 @@ func (r *Stepper) childContract(t *reinv1.DelegatedTask, grants []*reinv1.ToolGr
 	b := &reinv1.Budget{
 		MaxSteps: lend.Steps, MaxTokens: lend.Tokens, MaxCostUsd: lend.CostUSD, MaxToolCalls: lend.ToolCalls,
 		MaxOutputBytes: c.GetBudget().GetMaxOutputBytes(), MaxContextChars: c.GetBudget().GetMaxContextChars(),
+		// A tree's budget is its root's: a child pauses at its loan as its
+		// parent would, and its parent pauses for it (awaitChildren).
+		OnExhausted: c.GetBudget().GetOnExhausted(), RaiseTtl: c.GetBudget().GetRaiseTtl(),
 	}
 	if !r.st.Deadline.IsZero() {
 		b.Timeout = durationpb.New(r.st.Deadline.Sub(r.now.AsTime()))
@@ -348,7 +351,26 @@ func (r *Stepper) awaitChildren(ctx context.Context) error {
 		}
 	}
 	if r.st.Waiting() {
+		child, ok, err := r.h.PausedChild(ctx, r.st)
+		if err != nil {
+			return err
+		}
+		if ok && r.pausesAt(child.Pending.GetBudget().GetLimit()) {
+			return r.pauseFor(ctx, child)
+		}
 		return ErrWaiting
 	}
 	return nil
+}
+
+// pauseFor pauses the run for child, an open child paused on the budget
+// lent to it: a tree's budget is its root's, so a raise is given to the
+// parent, which lends it on (engine's RaiseBudget).
+func (r *Stepper) pauseFor(ctx context.Context, child runstate.State) error {
+	cp := child.Pending.GetBudget()
+	return r.end(ctx, reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET, "child_budget", &reinv1.StatusChanged{},
+		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_BudgetReached{BudgetReached: &reinv1.BudgetReached{
+			Limit: cp.GetLimit(), Detail: fmt.Sprintf("child run %s: %s", child.RunID, cp.GetDetail()),
+			RaiseBy: timestamppb.New(r.now.AsTime().Add(RaiseTTL(r.st.Contract))), ChildRunId: child.RunID,
+		}}})
 }

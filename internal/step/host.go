@@ -57,6 +57,10 @@ type Host interface {
 	// uncreated, and returns a delegation_returned for each open child that
 	// has ended, in the order they ended.
 	EndedChildren(ctx context.Context, parent runstate.State) ([]*reinv1.Event, error)
+	// PausedChild is an open child of parent paused on the budget lent to
+	// it, if one is (ok): once any raise parent lent it since was given
+	// to it (a crash between the two), which carries it on instead.
+	PausedChild(ctx context.Context, parent runstate.State) (child runstate.State, ok bool, err error)
 	// Logger receives what a step cannot return: a flush that failed, a
 	// tool's schema that does not compile.
 	Logger() *slog.Logger

@@ -2474,7 +2474,11 @@ type BudgetReached struct {
 	// Set when the contract pauses the run on its budget (on_exhausted
 	// PAUSE): when the pause ends the run as expired unless a person raises
 	// the budget first.
-	RaiseBy       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=raise_by,json=raiseBy,proto3" json:"raise_by,omitempty"`
+	RaiseBy *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=raise_by,json=raiseBy,proto3" json:"raise_by,omitempty"`
+	// Set when the run pauses because a child it delegated to paused on the
+	// budget lent to it (a delegation tree's budget is its root's): that
+	// child. limit and detail are the child's.
+	ChildRunId    string `protobuf:"bytes,5,opt,name=child_run_id,json=childRunId,proto3" json:"child_run_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2535,6 +2539,13 @@ func (x *BudgetReached) GetRaiseBy() *timestamppb.Timestamp {
 		return x.RaiseBy
 	}
 	return nil
+}
+
+func (x *BudgetReached) GetChildRunId() string {
+	if x != nil {
+		return x.ChildRunId
+	}
+	return ""
 }
 
 // RetryPastDeadline is a failed model call that rein did not retry because
@@ -2762,7 +2773,10 @@ type BudgetRaised struct {
 	// The person's reason.
 	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Tool calls added to max_tool_calls.
-	AddToolCalls  uint32 `protobuf:"varint,8,opt,name=add_tool_calls,json=addToolCalls,proto3" json:"add_tool_calls,omitempty"`
+	AddToolCalls uint32 `protobuf:"varint,8,opt,name=add_tool_calls,json=addToolCalls,proto3" json:"add_tool_calls,omitempty"`
+	// Set on a parent paused for its child (budget_reached.child_run_id):
+	// the child the raise is lent on to, whose loan grows by what was added.
+	ChildRunId    string `protobuf:"bytes,9,opt,name=child_run_id,json=childRunId,proto3" json:"child_run_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2851,6 +2865,13 @@ func (x *BudgetRaised) GetAddToolCalls() uint32 {
 		return x.AddToolCalls
 	}
 	return 0
+}
+
+func (x *BudgetRaised) GetChildRunId() string {
+	if x != nil {
+		return x.ChildRunId
+	}
+	return ""
 }
 
 // ProposalRevised records a person's revision of a pending proposal's
@@ -3171,12 +3192,14 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x06passed\x18\x02 \x01(\bR\x06passed\x12\x1b\n" +
 	"\texit_code\x18\x03 \x01(\x05R\bexitCode\x12\x1f\n" +
 	"\voutput_tail\x18\x04 \x01(\tR\n" +
-	"outputTail\"\xc0\x01\n" +
+	"outputTail\"\xe2\x01\n" +
 	"\rBudgetReached\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\tR\x05limit\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12J\n" +
 	"\x13retry_past_deadline\x18\x03 \x01(\v2\x1a.rein.v1.RetryPastDeadlineR\x11retryPastDeadline\x125\n" +
-	"\braise_by\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\araiseBy\"l\n" +
+	"\braise_by\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\araiseBy\x12 \n" +
+	"\fchild_run_id\x18\x05 \x01(\tR\n" +
+	"childRunId\"l\n" +
 	"\x11RetryPastDeadline\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12-\n" +
@@ -3191,7 +3214,7 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"RunSteered\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\xcf\x02\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xf1\x02\n" +
 	"\fBudgetRaised\x12\x1b\n" +
 	"\tadd_steps\x18\x01 \x01(\rR\baddSteps\x12\x1d\n" +
 	"\n" +
@@ -3202,7 +3225,9 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x06budget\x18\x05 \x01(\v2\x0f.rein.v1.BudgetR\x06budget\x126\n" +
 	"\bdeadline\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x16\n" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x12$\n" +
-	"\x0eadd_tool_calls\x18\b \x01(\rR\faddToolCalls\"\xa9\x01\n" +
+	"\x0eadd_tool_calls\x18\b \x01(\rR\faddToolCalls\x12 \n" +
+	"\fchild_run_id\x18\t \x01(\tR\n" +
+	"childRunId\"\xa9\x01\n" +
 	"\x0fProposalRevised\x124\n" +
 	"\x16superseded_proposal_id\x18\x01 \x01(\tR\x14supersededProposalId\x12-\n" +
 	"\bproposal\x18\x02 \x01(\v2\x11.rein.v1.ProposalR\bproposal\x121\n" +

@@ -716,7 +716,10 @@ type BudgetPause struct {
 	// A sentence for a person.
 	Detail string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
 	// When the pause ends the run as expired if no one raised the budget.
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// For a run paused because a child paused on the budget lent to it: that
+	// child (a raise of this run is lent on to it).
+	ChildRunId    string `protobuf:"bytes,4,opt,name=child_run_id,json=childRunId,proto3" json:"child_run_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -770,6 +773,13 @@ func (x *BudgetPause) GetExpiresAt() *timestamppb.Timestamp {
 		return x.ExpiresAt
 	}
 	return nil
+}
+
+func (x *BudgetPause) GetChildRunId() string {
+	if x != nil {
+		return x.ChildRunId
+	}
+	return ""
 }
 
 // Proposal is a write that a person must approve before it is committed.
@@ -1380,12 +1390,14 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\bproposal\x18\x01 \x01(\v2\x11.rein.v1.ProposalH\x00R\bproposal\x12/\n" +
 	"\bquestion\x18\x02 \x01(\v2\x11.rein.v1.QuestionH\x00R\bquestion\x12.\n" +
 	"\x06budget\x18\x03 \x01(\v2\x14.rein.v1.BudgetPauseH\x00R\x06budgetB\b\n" +
-	"\x06action\"v\n" +
+	"\x06action\"\x98\x01\n" +
 	"\vBudgetPause\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\tR\x05limit\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x129\n" +
 	"\n" +
-	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x9a\x03\n" +
+	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12 \n" +
+	"\fchild_run_id\x18\x04 \x01(\tR\n" +
+	"childRunId\"\x9a\x03\n" +
 	"\bProposal\x12\x1f\n" +
 	"\vproposal_id\x18\x01 \x01(\tR\n" +
 	"proposalId\x12\x12\n" +
