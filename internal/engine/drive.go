@@ -25,6 +25,9 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 		return nil
 	}
 	st, err := e.cfg.Store.Load(ctx, runID)
+	if err == nil {
+		st, err = e.resumeForChild(ctx, st)
+	}
 	if err != nil || st.Status != reinv1.RunStatus_RUN_STATUS_RUNNING {
 		return err
 	}

@@ -65,9 +65,16 @@ func (e *Engine) Fork(ctx context.Context, req ForkRequest) (runstate.State, boo
 	case at.Status == reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL && at.Pending == nil:
 		return parent, false, &step.FieldError{Field: "at_sequence", Description: fmt.Sprintf("sequence %d is inside a person's decision (approved, its write not yet sent, or settled and the run not yet going on); fork before the decision or after the status change that follows", req.AtSequence)}
 	}
-	// A pending proposal is proposed again: stop before it.
+	// A pending proposal is proposed again: stop before it. A pause on the
+	// budget is met again under the fork's own budget: stop before it.
 	if at.Pending.GetProposal() != nil {
 		for len(evs) > 1 && evs[len(evs)-1].GetApprovalRequested() == nil {
+			evs = evs[:len(evs)-1]
+		}
+		evs = evs[:len(evs)-1]
+	}
+	if at.Pending.GetBudget() != nil {
+		for len(evs) > 1 && evs[len(evs)-1].GetBudgetReached().GetRaiseBy() == nil {
 			evs = evs[:len(evs)-1]
 		}
 		evs = evs[:len(evs)-1]

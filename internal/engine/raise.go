@@ -110,18 +110,41 @@ func (e *Engine) lend(ctx context.Context, st runstate.State, r raise) (runstate
 		return st, err
 	}
 	e.disarm(st.RunID)
+	// Driven again whatever becomes of the child's half: the parent's
+	// driver gives the child what it is owed (pausedChild) if it failed.
+	defer e.schedule(st.RunID)
 	if child != "" {
 		cst, err := e.cfg.Store.Load(ctx, child)
-		if err != nil {
-			return next, err
+		if err == nil && cst.Status == reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET {
+			_, err = e.lend(ctx, cst, raise{add: r.add, extend: r.extend, actor: r.actor, reason: "lent by run " + st.RunID + ": " + r.reason})
 		}
-		if cst.Status == reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET {
-			if _, err := e.lend(ctx, cst, raise{add: r.add, extend: r.extend, actor: r.actor, reason: "lent by run " + st.RunID + ": " + r.reason}); err != nil {
-				return next, err
-			}
+		if err != nil {
+			e.cfg.Logger.Warn("a raise lent to a child was not given to it yet; the parent gives it when it is driven", "run_id", st.RunID, "child_run_id", child, "error", err)
 		}
 	}
-	e.schedule(st.RunID)
+	return next, nil
+}
+
+// resumeForChild carries on a run paused for a child whose pause ended
+// without a raise (the child was cancelled, or its pause expired): it
+// waits for its children again, and the child's end comes back to it as
+// any child's does. Any other run is returned as it is.
+func (e *Engine) resumeForChild(ctx context.Context, st runstate.State) (runstate.State, error) {
+	id := st.Pending.GetBudget().GetChildRunId()
+	if st.Status != reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET || id == "" {
+		return st, nil
+	}
+	child, err := e.cfg.Store.Load(ctx, id)
+	if err != nil || !runstate.Terminal(child.Status) {
+		return st, err
+	}
+	next, err := e.commit(ctx, st, "harness", []*reinv1.Event{{Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
+		From: st.Status, To: reinv1.RunStatus_RUN_STATUS_RUNNING, Reason: "child_ended",
+	}}}})
+	if err != nil {
+		return st, err
+	}
+	e.disarm(st.RunID)
 	return next, nil
 }
 

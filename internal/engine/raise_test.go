@@ -230,3 +230,66 @@ func TestTreeBudgetLoanDeliveredAfterACrash(t *testing.T) {
 		t.Errorf("child %s with budget_raised %v, want the loan given by the harness and the child completed", runstate.StatusName(kid.Status), got)
 	}
 }
+
+// treePaused starts a tree whose one child pauses at the one step lent to
+// it, and returns the root once it paused for the child.
+func treePaused(t *testing.T, e *Engine, w *ended, s Store) runstate.State {
+	t.Helper()
+	ctx := testCtx(t)
+	ask := task("read invoice 42", "search")
+	ask.Budget = &reinv1.DelegatedBudget{MaxSteps: 1}
+	c := delegating([]*reinv1.ScriptedReply{callReply("search", "c1", nil), finalReply("42")}, delegateReply(ask), finalReply("the total is 42"))
+	c.Budget = &reinv1.Budget{MaxSteps: 5, OnExhausted: reinv1.BudgetAction_BUDGET_ACTION_PAUSE}
+	root := startRun(t, e, c)
+	for {
+		st, err := s.Load(ctx, root.RunID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Status == statusNeedsBudget {
+			return st
+		}
+		select {
+		case <-w.ch:
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatal("the root never paused for its child")
+		}
+	}
+}
+
+// A parent paused for a child whose pause ends without a raise (here the
+// child is cancelled) waits for its children again, records the child's
+// end, and goes on.
+func TestTreeBudgetChildEndsWithoutARaise(t *testing.T) {
+	e, w, s := delegSetup(t, Config{Tools: searchTools(t)})
+	root := treePaused(t, e, w, s)
+	kid := root.Pending.GetBudget().GetChildRunId()
+	if _, err := e.Cancel(testCtx(t), kid, "not needed", "principal:carol"); err != nil {
+		t.Fatal(err)
+	}
+	w.wait(t, root.RunID)
+	st, evs := stored(t, s, root.RunID)
+	wantStatus(t, st, evs, reinv1.RunStatus_RUN_STATUS_COMPLETED, "final_answer")
+	if got := ofType(evs, "delegation_returned"); len(got) != 1 || got[0].GetDelegationReturned().GetStatus() != reinv1.RunStatus_RUN_STATUS_CANCELLED {
+		t.Errorf("delegation_returned %v, want the child's cancel", got)
+	}
+}
+
+// A fork at a pause on the budget starts before it, under the fork's own
+// budget: it goes on, where the parent waits for a raise.
+func TestForkAtABudgetPause(t *testing.T) {
+	e, s := setup(t, Config{Tools: searchTools(t)})
+	st, _ := runToRest(t, e, s, pausing(testContract(callReply("search", "c1", nil), finalReply("done"))))
+	fork, _, err := e.Fork(testCtx(t), ForkRequest{RunID: st.RunID, AtSequence: st.Version, RequestID: "fork-1",
+		Budget: &reinv1.Budget{MaxSteps: 3}, Principal: "alice", Tenant: "acme"})
+	if err != nil {
+		t.Fatalf("Fork: %v", err)
+	}
+	waitRun(t, e, fork.RunID)
+	got, evs := stored(t, s, fork.RunID)
+	wantStatus(t, got, evs, reinv1.RunStatus_RUN_STATUS_COMPLETED, "final_answer")
+	if n := len(ofType(evs, "budget_reached")); n != 0 {
+		t.Errorf("the fork carried %d budget_reached, want the pause left behind", n)
+	}
+}

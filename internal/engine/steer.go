@@ -9,12 +9,12 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
 )
 
-// MaxSteers is the most messages one run takes: each is kept in its log,
-// and its request ID in its state.
-const MaxSteers = 1000
+// MaxSteers is the most messages one run takes (step.MaxSteers).
+const MaxSteers = step.MaxSteers
 
 // steerTries bounds the appends of one message that lose to the run's
 // driver committing first (each loss means the driver made progress).
@@ -38,6 +38,10 @@ func (e *Engine) Steer(ctx context.Context, runID, text, requestID, principal st
 		}
 		if err := steerable(st); err != nil {
 			return st, false, err
+		}
+		if e.isHalted(runID) {
+			// Being cancelled here: a message would only race the cancel.
+			return st, false, fmt.Errorf("%w: run %s is being cancelled and takes no message", ErrNotWaiting, runID)
 		}
 		if len(st.Steers) >= MaxSteers {
 			return st, false, fmt.Errorf("%w: run %s has taken %d messages, the most a run takes; cancel it and fork it (rein fork) to go on with more",

@@ -2,7 +2,9 @@ package runstate
 
 import (
 	"fmt"
+	"math"
 	"slices"
+	"time"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 )
@@ -43,8 +45,12 @@ func applyBudgetRaised(s State, ev *reinv1.Event, br *reinv1.BudgetRaised) (Stat
 	if add.IsZero() && br.GetExtendDeadline().AsDuration() <= 0 {
 		return s, fmt.Errorf("%w: budget_raised that adds nothing", ErrInvalidEvent)
 	}
-	if add.CostUSD < 0 {
-		return s, fmt.Errorf("%w: budget_raised with a negative amount", ErrInvalidEvent)
+	if add.CostUSD < 0 || math.IsNaN(add.CostUSD) || math.IsInf(add.CostUSD, 0) {
+		return s, fmt.Errorf("%w: budget_raised with a dollar amount that is not a finite, non-negative number", ErrInvalidEvent)
+	}
+	ext := br.GetExtendDeadline()
+	if ext != nil && (ext.CheckValid() != nil || ext.AsDuration() < 0 || ext.AsDuration() > maxExtend) {
+		return s, fmt.Errorf("%w: budget_raised extends the deadline by %v; at most %v", ErrInvalidEvent, ext.AsDuration(), maxExtend)
 	}
 	if id := br.GetChildRunId(); id != "" || s.Pending.GetBudget().GetChildRunId() != "" {
 		// The raise is lent on to the child the run paused for.
@@ -56,28 +62,52 @@ func applyBudgetRaised(s State, ev *reinv1.Event, br *reinv1.BudgetRaised) (Stat
 		s.Children[i].Lent = s.Children[i].Lent.Add(add)
 		s.Lent = s.Lent.Add(add)
 	}
-	s.Raised = s.Raised.Add(add)
-	if d := br.GetDeadline(); d != nil {
-		s.Deadline = d.AsTime()
+	s.Raised = addSaturating(s.Raised, add)
+	// The deadline moves by the extension, from wherever the run's is: a
+	// fork carries the raise onto its own deadline. (budget_raised.deadline
+	// says where it went, for a person.)
+	if d := ext.AsDuration(); d > 0 && !s.Deadline.IsZero() {
+		s.Deadline = s.Deadline.Add(d)
 	}
 	return s, nil
+}
+
+// maxExtend bounds one raise's extension of a deadline.
+const maxExtend = 366 * 24 * time.Hour
+
+// addSaturating is a + b, each count held at its type's largest value
+// rather than wrapping past it.
+func addSaturating(a, b Spend) Spend {
+	sum := Spend{Steps: a.Steps + b.Steps, Tokens: a.Tokens + b.Tokens, CostUSD: a.CostUSD + b.CostUSD, ToolCalls: a.ToolCalls + b.ToolCalls}
+	if sum.Steps < a.Steps {
+		sum.Steps = math.MaxUint32
+	}
+	if sum.Tokens < a.Tokens {
+		sum.Tokens = math.MaxUint64
+	}
+	if sum.ToolCalls < a.ToolCalls {
+		sum.ToolCalls = math.MaxUint32
+	}
+	return sum
 }
 
 // Limits is the run's budget: the contract's limits plus what people
 // raised them by. A limit the contract leaves at 0 (none) stays 0.
 func (s State) Limits() Spend {
 	l := BudgetSpend(s.Contract.GetBudget())
+	r := addSaturating(l, s.Raised)
+	// A limit the contract leaves unset stays unset.
 	if l.Steps > 0 {
-		l.Steps += s.Raised.Steps
+		l.Steps = r.Steps
 	}
 	if l.Tokens > 0 {
-		l.Tokens += s.Raised.Tokens
+		l.Tokens = r.Tokens
 	}
 	if l.CostUSD > 0 {
-		l.CostUSD += s.Raised.CostUSD
+		l.CostUSD = r.CostUSD
 	}
 	if l.ToolCalls > 0 {
-		l.ToolCalls += s.Raised.ToolCalls
+		l.ToolCalls = r.ToolCalls
 	}
 	return l
 }
@@ -98,8 +128,11 @@ func applyProposalRevised(s State, ev *reinv1.Event, pr *reinv1.ProposalRevised)
 		return s, fmt.Errorf("%w: proposal_revised while the approved write of proposal %q is in flight", ErrIllegalTransition, s.ApprovedWrite.GetProposalId())
 	case next.GetProposalId() == "" || next.GetProposalId() == old.GetProposalId():
 		return s, fmt.Errorf("%w: proposal_revised needs a revised proposal with a new id", ErrInvalidEvent)
-	case next.GetTool() != old.GetTool():
-		return s, fmt.Errorf("%w: proposal_revised changes the tool from %q to %q", ErrInvalidEvent, old.GetTool(), next.GetTool())
+	case next.GetTool() != old.GetTool() || next.GetCallId() != old.GetCallId():
+		return s, fmt.Errorf("%w: proposal_revised changes the call (tool %q, call %q) the proposal answers (tool %q, call %q)",
+			ErrInvalidEvent, next.GetTool(), next.GetCallId(), old.GetTool(), old.GetCallId())
+	case "principal:"+next.GetRevisedBy() != ev.GetActor():
+		return s, fmt.Errorf("%w: proposal_revised by %q says it was revised by %q", ErrInvalidEvent, ev.GetActor(), next.GetRevisedBy())
 	}
 	s.Pending = &reinv1.PendingAction{Action: &reinv1.PendingAction_Proposal{Proposal: next}}
 	return s, nil

@@ -2,6 +2,7 @@ package runstate
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -115,6 +116,21 @@ func TestBudgetRaiseRefused(t *testing.T) {
 	if _, err := Apply(stateAt(t, needsBudget), raised(4, 0, 0, 0)); !errors.Is(err, ErrInvalidEvent) {
 		t.Errorf("raise of nothing: %v, want ErrInvalidEvent", err)
 	}
+	nan := raised(4, 0, math.NaN(), 0)
+	if _, err := Apply(stateAt(t, needsBudget), nan); !errors.Is(err, ErrInvalidEvent) {
+		t.Errorf("a raise of NaN dollars: %v, want ErrInvalidEvent", err)
+	}
+	if _, err := Apply(stateAt(t, needsBudget), raised(4, 0, 0, 2*366*24*time.Hour)); !errors.Is(err, ErrInvalidEvent) {
+		t.Errorf("a raise of two years: %v, want ErrInvalidEvent", err)
+	}
+	// A raise cannot wrap a limit round to 0, which is none.
+	huge := stateAt(t, needsBudget)
+	huge.Contract = &reinv1.TaskContract{Goal: "g", Budget: &reinv1.Budget{MaxSteps: 3, MaxTokens: 1000}}
+	wrap := raised(4, 0, 0, 0)
+	wrap.GetBudgetRaised().AddTokens = math.MaxUint64 - 10
+	if got := mustApply(t, huge, wrap).Limits().Tokens; got != math.MaxUint64 {
+		t.Errorf("tokens limit %d after a raise past the largest, want it held at the largest", got)
+	}
 	s := mustApply(t, stateAt(t, running), budgetReached(2))
 	if _, err := Apply(s, statusChanged(3, running, needsBudget)); !errors.Is(err, ErrIllegalTransition) {
 		t.Errorf("needs_budget after a budget_reached that ends the run: %v, want ErrIllegalTransition", err)
@@ -126,7 +142,7 @@ func revised(seq uint64, superseded, id, tool string) *reinv1.Event {
 	e.Actor = "principal:bob"
 	e.Payload = &reinv1.Event_ProposalRevised{ProposalRevised: &reinv1.ProposalRevised{
 		SupersededProposalId: superseded,
-		Proposal:             &reinv1.Proposal{ProposalId: id, Tool: tool, Hash: "h2", RunVersion: seq - 1},
+		Proposal:             &reinv1.Proposal{ProposalId: id, Tool: tool, Hash: "h2", RunVersion: seq - 1, RevisedBy: "bob"},
 		Changes:              []*reinv1.ArgumentChange{{Path: "/amount", Before: structpb.NewNumberValue(120), After: structpb.NewNumberValue(100)}},
 	}}
 	return e
@@ -145,10 +161,16 @@ func TestProposalRevised(t *testing.T) {
 	if _, err := Apply(s, decided); !errors.Is(err, ErrIllegalTransition) {
 		t.Errorf("approving the superseded proposal: %v, want ErrIllegalTransition", err)
 	}
+	otherCall := revised(5, "p-2", "p-3", "write_file")
+	otherCall.GetProposalRevised().GetProposal().CallId = "c-9"
+	notTheActor := revised(5, "p-2", "p-3", "write_file")
+	notTheActor.GetProposalRevised().GetProposal().RevisedBy = "carol"
 	for name, ev := range map[string]*reinv1.Event{
-		"another proposal": revised(5, "p-1", "p-3", "write_file"),
-		"another tool":     revised(5, "p-2", "p-3", "delete_file"),
-		"same id":          revised(5, "p-2", "p-2", "write_file"),
+		"another proposal":         revised(5, "p-1", "p-3", "write_file"),
+		"another tool":             revised(5, "p-2", "p-3", "delete_file"),
+		"same id":                  revised(5, "p-2", "p-2", "write_file"),
+		"another call":             otherCall,
+		"revised_by not its actor": notTheActor,
 	} {
 		if _, err := Apply(s, ev); err == nil {
 			t.Errorf("%s: applied, want a refusal", name)

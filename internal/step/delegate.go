@@ -371,6 +371,8 @@ func (r *Stepper) pauseFor(ctx context.Context, child runstate.State) error {
 	return r.end(ctx, reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET, "child_budget", &reinv1.StatusChanged{},
 		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_BudgetReached{BudgetReached: &reinv1.BudgetReached{
 			Limit: cp.GetLimit(), Detail: fmt.Sprintf("child run %s: %s", child.RunID, cp.GetDetail()),
-			RaiseBy: timestamppb.New(r.now.AsTime().Add(RaiseTTL(r.st.Contract))), ChildRunId: child.RunID,
+			// The parent's pause ends with its child's: a tree nobody
+			// raises ends together.
+			RaiseBy: cp.GetExpiresAt(), ChildRunId: child.RunID,
 		}}})
 }

@@ -197,9 +197,14 @@ func (r *Stepper) commit(ctx context.Context, evs ...*reinv1.Event) error {
 	return nil
 }
 
+// MaxSteers is the most messages one run takes (engine's Steer refuses
+// the next): each is kept in its log, and its request ID in its state.
+const MaxSteers = 1000
+
 // maxRebases bounds the commits of one step taken again after messages
-// came in (rebase): a stream of messages cannot hold a step forever.
-const maxRebases = 64
+// came in (rebase). Each rebase takes in at least one message, so a run's
+// messages cannot use it up: the driver never gives the run up to them.
+const maxRebases = MaxSteers + 1
 
 // errRestep: messages came in while the step built a model call's
 // context, and the call was not recorded; the step starts over.
