@@ -55,6 +55,10 @@ func (e *Engine) raiseBudget(ctx context.Context, req *reinv1.RaiseBudgetRequest
 			return st, fmt.Errorf("%w: after this raise run %s would still be at a limit (%s): %s; %s",
 				ErrNotWaiting, cur.RunID, limit, detail, raiseHint(limit))
 		}
+		if limit, detail := roomForNextCall(r.applied(cur), pause); limit != "" {
+			return st, fmt.Errorf("%w: after this raise run %s could still not pay for its next model call (%s): %s; %s",
+				ErrNotWaiting, cur.RunID, limit, detail, raiseHint(limit))
+		}
 		if pause.GetChildRunId() == "" {
 			break
 		}
@@ -63,6 +67,19 @@ func (e *Engine) raiseBudget(ctx context.Context, req *reinv1.RaiseBudgetRequest
 		}
 	}
 	return e.lend(ctx, st, r)
+}
+
+// roomForNextCall names the limit that leaves st, raised, too little for
+// the model call it paused before (pause's next_call_*), or "".
+func roomForNextCall(st runstate.State, pause *reinv1.BudgetPause) (limit, detail string) {
+	lim, used := st.Limits(), st.Committed()
+	if need := pause.GetNextCallTokens(); need > 0 && lim.Tokens > 0 && lim.Tokens < used.Tokens+need {
+		return "max_tokens", fmt.Sprintf("the next model call needs about %d tokens and %d of %d would be left", need, lim.Tokens-min(lim.Tokens, used.Tokens), lim.Tokens)
+	}
+	if need := pause.GetNextCallCostUsd(); need > 0 && lim.CostUSD > 0 && lim.CostUSD-used.CostUSD < need {
+		return "max_cost_usd", fmt.Sprintf("the next model call costs about $%.6f and $%.6f of $%.6f would be left", need, max(lim.CostUSD-used.CostUSD, 0), lim.CostUSD)
+	}
+	return "", ""
 }
 
 // raise is what a raise adds, by whom and why.

@@ -293,3 +293,32 @@ func TestForkAtABudgetPause(t *testing.T) {
 		t.Errorf("the fork carried %d budget_reached, want the pause left behind", n)
 	}
 }
+
+// A pause on max_tokens before a model call records what the call needs;
+// a raise that clears what was spent but leaves no room for that call is
+// refused, storing nothing, and one that does carries the run on.
+func TestBudgetRaiseLeavesRoomForTheNextCall(t *testing.T) {
+	e, s := setup(t, Config{Tools: searchTools(t)})
+	ctx := testCtx(t)
+	c := testContract(finalReply("done"))
+	c.Budget = &reinv1.Budget{MaxTokens: 2, OnExhausted: reinv1.BudgetAction_BUDGET_ACTION_PAUSE}
+	st, evs := runToRest(t, e, s, c)
+	wantStatus(t, st, evs, statusNeedsBudget, "max_tokens")
+	need := st.Pending.GetBudget().GetNextCallTokens()
+	if need <= 3 {
+		t.Fatalf("pause %v: want the next call's tokens, over the limit of 2 and a raise of 1", st.Pending.GetBudget())
+	}
+	_, err := e.RaiseBudget(ctx, &reinv1.RaiseBudgetRequest{RunId: st.RunID, AddTokens: 1}, "carol")
+	if !errors.Is(err, ErrNotWaiting) || !strings.Contains(err.Error(), "next model call") {
+		t.Errorf("a raise too small for the next call: %v, want ErrNotWaiting saying so", err)
+	}
+	if now, _ := s.Load(ctx, st.RunID); now.Version != st.Version {
+		t.Errorf("a refused raise changed the run: version %d → %d", st.Version, now.Version)
+	}
+	if _, err := e.RaiseBudget(ctx, &reinv1.RaiseBudgetRequest{RunId: st.RunID, AddTokens: need * 4}, "carol"); err != nil {
+		t.Fatalf("a raise with room: %v", err)
+	}
+	waitRun(t, e, st.RunID)
+	st, evs = stored(t, s, st.RunID)
+	wantStatus(t, st, evs, reinv1.RunStatus_RUN_STATUS_COMPLETED, "final_answer")
+}

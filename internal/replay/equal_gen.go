@@ -28,7 +28,7 @@ var equalShapes = map[string]string{
 	"rein.v1.AskHuman":            "1 question string optional; ",
 	"rein.v1.Budget":              "1 max_steps uint32 optional; 2 max_tokens uint64 optional; 3 timeout message optional presence google.protobuf.Duration; 4 max_tool_calls uint32 optional; 5 max_output_bytes uint64 optional; 6 max_cost_usd double optional; 7 max_context_chars uint64 optional; 8 on_exhausted enum optional; 9 raise_ttl message optional presence google.protobuf.Duration; ",
 	"rein.v1.BudgetRaised":        "1 add_steps uint32 optional; 2 add_tokens uint64 optional; 3 add_cost_usd double optional; 4 extend_deadline message optional presence google.protobuf.Duration; 5 budget message optional presence rein.v1.Budget; 6 deadline message optional presence google.protobuf.Timestamp; 7 reason string optional; 8 add_tool_calls uint32 optional; 9 child_run_id string optional; ",
-	"rein.v1.BudgetReached":       "1 limit string optional; 2 detail string optional; 3 retry_past_deadline message optional presence rein.v1.RetryPastDeadline; 4 raise_by message optional presence google.protobuf.Timestamp; 5 child_run_id string optional; ",
+	"rein.v1.BudgetReached":       "1 limit string optional; 2 detail string optional; 3 retry_past_deadline message optional presence rein.v1.RetryPastDeadline; 4 raise_by message optional presence google.protobuf.Timestamp; 5 child_run_id string optional; 6 next_call_tokens uint64 optional; 7 next_call_cost_usd double optional; ",
 	"rein.v1.Check":               "1 name string optional; 2 argv string repeated; 3 dir string optional; 4 timeout message optional presence google.protobuf.Duration; 5 env string repeated; ",
 	"rein.v1.CheckResult":         "1 name string optional; 2 passed bool optional; 3 exit_code int32 optional; 4 output_tail string optional; ",
 	"rein.v1.ChecksCompleted":     "1 results message repeated rein.v1.CheckResult; 2 workspace_hash string optional; 3 duration message optional presence google.protobuf.Duration; ",
@@ -621,6 +621,12 @@ func eqBudgetReached(x, y *reinv1.BudgetReached) bool {
 		return false
 	}
 	if !(x.GetChildRunId() == y.GetChildRunId()) {
+		return false
+	}
+	if !(x.GetNextCallTokens() == y.GetNextCallTokens()) {
+		return false
+	}
+	if !(math.Float64bits(x.GetNextCallCostUsd()) == math.Float64bits(y.GetNextCallCostUsd())) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())

@@ -260,6 +260,7 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 			}
 			s.Pending = &reinv1.PendingAction{Action: &reinv1.PendingAction_Budget{Budget: &reinv1.BudgetPause{
 				Limit: br.GetLimit(), Detail: br.GetDetail(), ExpiresAt: br.GetRaiseBy(), ChildRunId: br.GetChildRunId(),
+				NextCallTokens: br.GetNextCallTokens(), NextCallCostUsd: br.GetNextCallCostUsd(),
 			}}}
 		}
 	case *reinv1.Event_RunSteered:

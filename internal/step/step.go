@@ -81,8 +81,9 @@ func (r *Stepper) Step(ctx context.Context) error {
 		// Its own spend, its children's, and what it lent to open ones.
 		used := r.st.Committed().Tokens
 		if used+input >= max {
-			return r.exhaust(ctx, "max_tokens", fmt.Sprintf(
-				"the next model call needs about %d input tokens and %d of the run's %d tokens are left", input, max-used, max))
+			return r.exhaustBefore(ctx, "max_tokens", fmt.Sprintf(
+				"the next model call needs about %d input tokens and %d of the run's %d tokens are left", input, max-used, max),
+				&reinv1.BudgetReached{NextCallTokens: input + 1})
 		}
 		req.MaxOutputTokens = max - used - input
 	}
@@ -91,7 +92,8 @@ func (r *Stepper) Step(ctx context.Context) error {
 	}
 	maxCost, limit, detail := r.capCost(req, input)
 	if limit != "" {
-		return r.exhaust(ctx, limit, detail)
+		p, _ := r.price()
+		return r.exhaustBefore(ctx, limit, detail, &reinv1.BudgetReached{NextCallCostUsd: p.Cost(input, 1)})
 	}
 
 	// 3. Call the model, recorded durably before it is sent.
@@ -367,12 +369,21 @@ func (r *Stepper) ask(ctx context.Context, q *reinv1.Question, returned *reinv1.
 // limit, pauses it as needs_budget until a person raises it or the pause's
 // raise_ttl runs out.
 func (r *Stepper) exhaust(ctx context.Context, limit, detail string) error {
-	br := &reinv1.BudgetReached{Limit: limit, Detail: detail}
+	return r.exhaustBefore(ctx, limit, detail, &reinv1.BudgetReached{})
+}
+
+// exhaustBefore is exhaust for a limit the next model call would pass:
+// br says what that call needs (next_call_tokens, next_call_cost_usd), so
+// a raise leaves room for it.
+func (r *Stepper) exhaustBefore(ctx context.Context, limit, detail string, br *reinv1.BudgetReached) error {
+	br.Limit, br.Detail = limit, detail
 	if r.pausesAt(limit) {
 		br.RaiseBy = timestamppb.New(r.now.AsTime().Add(RaiseTTL(r.st.Contract)))
 		return r.end(ctx, reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET, limit, &reinv1.StatusChanged{},
 			&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_BudgetReached{BudgetReached: br}})
 	}
+	// Ending, the run needs no room for a call: recorded as it always was.
+	br.NextCallTokens, br.NextCallCostUsd = 0, 0
 	return r.end(ctx, reinv1.RunStatus_RUN_STATUS_BUDGET_EXHAUSTED, limit, &reinv1.StatusChanged{},
 		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_BudgetReached{BudgetReached: br}})
 }

@@ -2478,9 +2478,16 @@ type BudgetReached struct {
 	// Set when the run pauses because a child it delegated to paused on the
 	// budget lent to it (a delegation tree's budget is its root's): that
 	// child. limit and detail are the child's.
-	ChildRunId    string `protobuf:"bytes,5,opt,name=child_run_id,json=childRunId,proto3" json:"child_run_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ChildRunId string `protobuf:"bytes,5,opt,name=child_run_id,json=childRunId,proto3" json:"child_run_id,omitempty"`
+	// For a pause (raise_by set) on max_tokens or max_cost_usd before a
+	// model call: what
+	// that call needs beyond what was spent (its input and one output
+	// token, in tokens, or their price); a raise must leave room for it.
+	NextCallTokens uint64 `protobuf:"varint,6,opt,name=next_call_tokens,json=nextCallTokens,proto3" json:"next_call_tokens,omitempty"`
+	// See next_call_tokens.
+	NextCallCostUsd float64 `protobuf:"fixed64,7,opt,name=next_call_cost_usd,json=nextCallCostUsd,proto3" json:"next_call_cost_usd,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *BudgetReached) Reset() {
@@ -2546,6 +2553,20 @@ func (x *BudgetReached) GetChildRunId() string {
 		return x.ChildRunId
 	}
 	return ""
+}
+
+func (x *BudgetReached) GetNextCallTokens() uint64 {
+	if x != nil {
+		return x.NextCallTokens
+	}
+	return 0
+}
+
+func (x *BudgetReached) GetNextCallCostUsd() float64 {
+	if x != nil {
+		return x.NextCallCostUsd
+	}
+	return 0
 }
 
 // RetryPastDeadline is a failed model call that rein did not retry because
@@ -3192,14 +3213,16 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x06passed\x18\x02 \x01(\bR\x06passed\x12\x1b\n" +
 	"\texit_code\x18\x03 \x01(\x05R\bexitCode\x12\x1f\n" +
 	"\voutput_tail\x18\x04 \x01(\tR\n" +
-	"outputTail\"\xe2\x01\n" +
+	"outputTail\"\xb9\x02\n" +
 	"\rBudgetReached\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\tR\x05limit\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12J\n" +
 	"\x13retry_past_deadline\x18\x03 \x01(\v2\x1a.rein.v1.RetryPastDeadlineR\x11retryPastDeadline\x125\n" +
 	"\braise_by\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\araiseBy\x12 \n" +
 	"\fchild_run_id\x18\x05 \x01(\tR\n" +
-	"childRunId\"l\n" +
+	"childRunId\x12(\n" +
+	"\x10next_call_tokens\x18\x06 \x01(\x04R\x0enextCallTokens\x12+\n" +
+	"\x12next_call_cost_usd\x18\a \x01(\x01R\x0fnextCallCostUsd\"l\n" +
 	"\x11RetryPastDeadline\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12-\n" +

@@ -719,9 +719,14 @@ type BudgetPause struct {
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// For a run paused because a child paused on the budget lent to it: that
 	// child (a raise of this run is lent on to it).
-	ChildRunId    string `protobuf:"bytes,4,opt,name=child_run_id,json=childRunId,proto3" json:"child_run_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ChildRunId string `protobuf:"bytes,4,opt,name=child_run_id,json=childRunId,proto3" json:"child_run_id,omitempty"`
+	// What the next model call needs beyond what was spent
+	// (budget_reached.next_call_tokens): a raise must leave room for it.
+	NextCallTokens uint64 `protobuf:"varint,5,opt,name=next_call_tokens,json=nextCallTokens,proto3" json:"next_call_tokens,omitempty"`
+	// See next_call_tokens.
+	NextCallCostUsd float64 `protobuf:"fixed64,6,opt,name=next_call_cost_usd,json=nextCallCostUsd,proto3" json:"next_call_cost_usd,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *BudgetPause) Reset() {
@@ -780,6 +785,20 @@ func (x *BudgetPause) GetChildRunId() string {
 		return x.ChildRunId
 	}
 	return ""
+}
+
+func (x *BudgetPause) GetNextCallTokens() uint64 {
+	if x != nil {
+		return x.NextCallTokens
+	}
+	return 0
+}
+
+func (x *BudgetPause) GetNextCallCostUsd() float64 {
+	if x != nil {
+		return x.NextCallCostUsd
+	}
+	return 0
 }
 
 // Proposal is a write that a person must approve before it is committed.
@@ -1390,14 +1409,16 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\bproposal\x18\x01 \x01(\v2\x11.rein.v1.ProposalH\x00R\bproposal\x12/\n" +
 	"\bquestion\x18\x02 \x01(\v2\x11.rein.v1.QuestionH\x00R\bquestion\x12.\n" +
 	"\x06budget\x18\x03 \x01(\v2\x14.rein.v1.BudgetPauseH\x00R\x06budgetB\b\n" +
-	"\x06action\"\x98\x01\n" +
+	"\x06action\"\xef\x01\n" +
 	"\vBudgetPause\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\tR\x05limit\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x129\n" +
 	"\n" +
 	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12 \n" +
 	"\fchild_run_id\x18\x04 \x01(\tR\n" +
-	"childRunId\"\x9a\x03\n" +
+	"childRunId\x12(\n" +
+	"\x10next_call_tokens\x18\x05 \x01(\x04R\x0enextCallTokens\x12+\n" +
+	"\x12next_call_cost_usd\x18\x06 \x01(\x01R\x0fnextCallCostUsd\"\x9a\x03\n" +
 	"\bProposal\x12\x1f\n" +
 	"\vproposal_id\x18\x01 \x01(\tR\n" +
 	"proposalId\x12\x12\n" +
