@@ -130,41 +130,12 @@ func TestBudgetPauseExpires(t *testing.T) {
 func TestTreeBudgetPausesTheRoot(t *testing.T) {
 	e, w, s := delegSetup(t, Config{Tools: searchTools(t)})
 	ctx := testCtx(t)
-	child := []*reinv1.ScriptedReply{callReply("search", "c1", nil), finalReply("42")}
-	ask := task("read invoice 42", "search")
-	ask.Budget = &reinv1.DelegatedBudget{MaxSteps: 1}
-	c := delegating(child, delegateReply(ask), finalReply("the total is 42"))
-	c.Budget = &reinv1.Budget{MaxSteps: 5, OnExhausted: reinv1.BudgetAction_BUDGET_ACTION_PAUSE}
-	root := startRun(t, e, c)
-
-	var kid runstate.State
-	pollPaused := func(runID string) runstate.State {
-		t.Helper()
-		for {
-			st, err := s.Load(ctx, runID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.Status == statusNeedsBudget {
-				return st
-			}
-			if runstate.Terminal(st.Status) {
-				t.Fatalf("run %s ended %s, want it paused on its budget", runID, runstate.StatusName(st.Status))
-			}
-			select {
-			case <-w.ch:
-			case <-time.After(10 * time.Millisecond):
-			case <-ctx.Done():
-				t.Fatalf("run %s never paused on its budget", runID)
-			}
-		}
-	}
-	paused := pollPaused(root.RunID)
-	pause := paused.Pending.GetBudget()
+	root := treePaused(t, e, w, s)
+	pause := root.Pending.GetBudget()
 	if pause.GetChildRunId() == "" || pause.GetLimit() != "max_steps" || !strings.Contains(pause.GetDetail(), "child run") {
 		t.Fatalf("root's pause %v, want one for its child at max_steps", pause)
 	}
-	kid = pollPaused(pause.GetChildRunId())
+	kid := pausedOnBudget(t, w, s, pause.GetChildRunId())
 	_, err := e.RaiseBudget(ctx, &reinv1.RaiseBudgetRequest{RunId: kid.RunID, AddSteps: 1}, "carol")
 	if !errors.Is(err, ErrNotWaiting) || !strings.Contains(err.Error(), root.RunID) {
 		t.Errorf("a raise of the child: %v, want ErrNotWaiting naming the root", err)
@@ -197,21 +168,8 @@ func TestTreeBudgetPausesTheRoot(t *testing.T) {
 func TestTreeBudgetLoanDeliveredAfterACrash(t *testing.T) {
 	e, w, s := delegSetup(t, Config{Tools: searchTools(t)})
 	ctx := testCtx(t)
-	ask := task("read invoice 42", "search")
-	ask.Budget = &reinv1.DelegatedBudget{MaxSteps: 1}
-	c := delegating([]*reinv1.ScriptedReply{callReply("search", "c1", nil), finalReply("42")}, delegateReply(ask), finalReply("the total is 42"))
-	c.Budget = &reinv1.Budget{MaxSteps: 5, OnExhausted: reinv1.BudgetAction_BUDGET_ACTION_PAUSE}
-	root := startRun(t, e, c)
-	var paused runstate.State
-	for paused.Status != statusNeedsBudget {
-		select {
-		case <-w.ch:
-		case <-time.After(10 * time.Millisecond):
-		case <-ctx.Done():
-			t.Fatal("the root never paused")
-		}
-		paused, _ = s.Load(ctx, root.RunID)
-	}
+	paused := treePaused(t, e, w, s)
+	root := paused
 	// The root's half of a raise, as a crash would leave it.
 	kidID := paused.Pending.GetBudget().GetChildRunId()
 	if _, err := s.Append(ctx, root.RunID, paused.Version, []*reinv1.Event{
@@ -235,25 +193,36 @@ func TestTreeBudgetLoanDeliveredAfterACrash(t *testing.T) {
 // it, and returns the root once it paused for the child.
 func treePaused(t *testing.T, e *Engine, w *ended, s Store) runstate.State {
 	t.Helper()
-	ctx := testCtx(t)
 	ask := task("read invoice 42", "search")
 	ask.Budget = &reinv1.DelegatedBudget{MaxSteps: 1}
 	c := delegating([]*reinv1.ScriptedReply{callReply("search", "c1", nil), finalReply("42")}, delegateReply(ask), finalReply("the total is 42"))
 	c.Budget = &reinv1.Budget{MaxSteps: 5, OnExhausted: reinv1.BudgetAction_BUDGET_ACTION_PAUSE}
-	root := startRun(t, e, c)
+	return pausedOnBudget(t, w, s, startRun(t, e, c).RunID)
+}
+
+// pausedOnBudget waits until runID pauses on its budget and returns it;
+// it fails if the run ends instead.
+func pausedOnBudget(t *testing.T, w *ended, s Store, runID string) runstate.State {
+	t.Helper()
+	ctx := testCtx(t)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	for {
-		st, err := s.Load(ctx, root.RunID)
+		st, err := s.Load(ctx, runID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if st.Status == statusNeedsBudget {
 			return st
 		}
+		if runstate.Terminal(st.Status) {
+			t.Fatalf("run %s ended %s, want it paused on its budget", runID, runstate.StatusName(st.Status))
+		}
 		select {
 		case <-w.ch:
-		case <-time.After(10 * time.Millisecond):
+		case <-tick.C:
 		case <-ctx.Done():
-			t.Fatal("the root never paused for its child")
+			t.Fatalf("run %s never paused on its budget", runID)
 		}
 	}
 }

@@ -191,6 +191,8 @@ func (r *replica) waitServing(t *testing.T) {
 	defer conn.Close()
 	health := healthpb.NewHealthClient(conn)
 	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		res, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
@@ -204,7 +206,7 @@ func (r *replica) waitServing(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s did not serve within 30s: %v", r.name, err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		<-tick.C
 	}
 }
 

@@ -99,6 +99,8 @@ func TestConnectionsPerClientAreCapped(t *testing.T) {
 	}
 	held[0].Close()
 	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		c := dial(t, srv.web)
 		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err == nil {
@@ -111,6 +113,6 @@ func TestConnectionsPerClientAreCapped(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("after one of four connections closed, a new one was still refused")
 		}
-		time.Sleep(100 * time.Millisecond)
+		<-tick.C
 	}
 }

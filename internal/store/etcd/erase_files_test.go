@@ -100,14 +100,17 @@ func TestErasedRunLeavesTheMembersDatabase(t *testing.T) {
 // eventually polls cond every 50 ms for up to 10 s until it returns want,
 // and reports whether it did.
 func eventually(cond func() bool, want bool) bool {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		if cond() == want {
 			return true
 		}
-		if time.Now().After(deadline) {
-			return false
+		select {
+		case <-tick.C:
+		case <-deadline:
+			return cond() == want
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
