@@ -4,7 +4,8 @@
 #   go test -race
 #   (and the failpoint package again with -tags failpoints), the web console's
 #   generated client and built assets up to date, its unit tests (npm test)
-#   and browser tests.
+#   and browser tests, and the TypeScript client's generated code and its
+#   tests against rein serve.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,6 +61,18 @@ fi
 step "web console: its event lines are in step with the kinds rein declares"
 # internal/eventkind's test writes and checks the fixture this reads.
 (cd web && npm test --silent)
+
+step "TypeScript client: clients/typescript/src/gen is generated from proto/"
+(cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error)
+.bin/buf generate --template buf.gen.typescript.yaml
+stale=$(git status --porcelain -- clients/typescript/src/gen)
+if [ -n "$stale" ]; then
+  echo "the TypeScript client's generated code differs from what is committed:"; echo "$stale"
+  echo "run '(cd clients/typescript && npm ci) && .bin/buf generate --template buf.gen.typescript.yaml' and commit the result"; exit 1
+fi
+
+step "TypeScript client: its tests against rein serve"
+REIN_BIN="$PWD/.bin/rein" bash clients/typescript/test.sh
 
 step "buf breaking (against the previous commit)"
 if git rev-parse -q --verify HEAD~1 >/dev/null 2>&1 && [ "$(git rev-parse --is-shallow-repository)" = false ] \

@@ -1,0 +1,43 @@
+// @reinhq/rein-client: the TypeScript client of rein's RunService.
+export {
+  connect,
+  pendingProposal,
+  ReinClient,
+  DEFAULT_BACKOFF_MAX_MS,
+  DEFAULT_BACKOFF_MIN_MS,
+  MAX_RETRY_INFO_ATTEMPTS,
+  MAX_STUCK_RETRIES,
+  type BackoffOptions,
+  type CallOptions,
+  type ConnectOptions,
+  type ProposalRef,
+  type RaiseBudgetInit,
+  type StartRunInit,
+  type StartRunResult,
+  type TlsOptions,
+  type WatchRunOptions,
+  type WatchRunsOptions,
+} from "./client.js";
+export {
+  Code,
+  ConflictError,
+  FailedPreconditionError,
+  InvalidArgumentError,
+  NotFoundError,
+  OutOfRangeError,
+  PermissionDeniedError,
+  ReinError,
+  ResourceExhaustedError,
+  UnauthenticatedError,
+  UnavailableError,
+  retryDelayMs,
+  toReinError,
+  type FieldViolation,
+} from "./errors.js";
+// The generated messages and the service, as protoc-gen-es makes them.
+export * from "./gen/rein/v1/contract_pb.js";
+export * from "./gen/rein/v1/decision_pb.js";
+export * from "./gen/rein/v1/event_pb.js";
+export * from "./gen/rein/v1/export_pb.js";
+export * from "./gen/rein/v1/run_pb.js";
+export * from "./gen/rein/v1/run_service_pb.js";
