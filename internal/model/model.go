@@ -45,6 +45,12 @@ type Request struct {
 	// Delegate says the contract allows delegation: the provider offers
 	// the delegate tool (DelegateTool).
 	Delegate bool
+	// Output, when set, asks the provider to stream: it is given the
+	// reply's text as the model writes it, in order, each piece once (the
+	// text of a tool call is its arguments' JSON), on Next's goroutine and
+	// before Next returns. What Next returns is the same reply as without
+	// it. Nil means the call does not stream.
+	Output func(text string)
 }
 
 // Turn is one entry of the transcript: a decision the model made or an

@@ -77,6 +77,11 @@ func (s *Script) Next(ctx context.Context, req *Request) (*Reply, error) {
 	} else if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if req.Output != nil {
+		if err := s.stream(ctx, r.GetChunks(), req.Output); err != nil {
+			return nil, err
+		}
+	}
 	usage := &reinv1.Usage{InputTokens: r.GetUsage().GetInputTokens(), OutputTokens: r.GetUsage().GetOutputTokens()}
 	if req.MaxOutputTokens > 0 && usage.OutputTokens > req.MaxOutputTokens {
 		usage.OutputTokens = req.MaxOutputTokens
@@ -90,4 +95,21 @@ func (s *Script) Next(ctx context.Context, req *Request) (*Reply, error) {
 		return nil, errors.New(x.Error)
 	}
 	return nil, fmt.Errorf("script reply %d has no decision, raw or error", req.Step)
+}
+
+// stream writes a reply's chunks to out, each after its delay.
+func (s *Script) stream(ctx context.Context, chunks []*reinv1.ScriptedChunk, out func(string)) error {
+	for _, c := range chunks {
+		if d := time.Duration(c.GetDelayMs()) * time.Millisecond; d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			}
+		}
+		out(c.GetText())
+	}
+	return ctx.Err()
 }

@@ -738,7 +738,11 @@ type ScriptedReply struct {
 	// them answers as above. It tests rein's one retry offline.
 	FailAttempts uint32 `protobuf:"varint,6,opt,name=fail_attempts,json=failAttempts,proto3" json:"fail_attempts,omitempty"`
 	// The wait a failed attempt asks for, in milliseconds; 0 names none.
-	RetryAfterMs  uint32 `protobuf:"varint,7,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	RetryAfterMs uint32 `protobuf:"varint,7,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	// The text the call writes as it goes, when the server streams model
+	// output (after delay_ms): each chunk after its own delay. The reply
+	// above is still what the call returns.
+	Chunks        []*ScriptedChunk `protobuf:"bytes,8,rep,name=chunks,proto3" json:"chunks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -835,6 +839,13 @@ func (x *ScriptedReply) GetRetryAfterMs() uint32 {
 	return 0
 }
 
+func (x *ScriptedReply) GetChunks() []*ScriptedChunk {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
 type isScriptedReply_Reply interface {
 	isScriptedReply_Reply()
 }
@@ -860,6 +871,61 @@ func (*ScriptedReply_Raw) isScriptedReply_Reply() {}
 
 func (*ScriptedReply_Error) isScriptedReply_Reply() {}
 
+// ScriptedChunk is a piece of a scripted call's streamed text.
+type ScriptedChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The text written.
+	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// How long the model takes to write it, in milliseconds.
+	DelayMs       uint32 `protobuf:"varint,2,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScriptedChunk) Reset() {
+	*x = ScriptedChunk{}
+	mi := &file_rein_v1_contract_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScriptedChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScriptedChunk) ProtoMessage() {}
+
+func (x *ScriptedChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_contract_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScriptedChunk.ProtoReflect.Descriptor instead.
+func (*ScriptedChunk) Descriptor() ([]byte, []int) {
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ScriptedChunk) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *ScriptedChunk) GetDelayMs() uint32 {
+	if x != nil {
+		return x.DelayMs
+	}
+	return 0
+}
+
 // Usage counts tokens.
 type Usage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -873,7 +939,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_rein_v1_contract_proto_msgTypes[7]
+	mi := &file_rein_v1_contract_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +951,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_contract_proto_msgTypes[7]
+	mi := &file_rein_v1_contract_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +964,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_rein_v1_contract_proto_rawDescGZIP(), []int{7}
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Usage) GetInputTokens() uint64 {
@@ -928,7 +994,7 @@ type ApprovalPolicy struct {
 
 func (x *ApprovalPolicy) Reset() {
 	*x = ApprovalPolicy{}
-	mi := &file_rein_v1_contract_proto_msgTypes[8]
+	mi := &file_rein_v1_contract_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1006,7 @@ func (x *ApprovalPolicy) String() string {
 func (*ApprovalPolicy) ProtoMessage() {}
 
 func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_contract_proto_msgTypes[8]
+	mi := &file_rein_v1_contract_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1019,7 @@ func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicy.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicy) Descriptor() ([]byte, []int) {
-	return file_rein_v1_contract_proto_rawDescGZIP(), []int{8}
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ApprovalPolicy) GetProposalTtl() *durationpb.Duration {
@@ -1027,7 +1093,7 @@ const file_rein_v1_contract_proto_rawDesc = "" +
 	"\x11max_output_tokens\x18\x04 \x01(\rR\x0fmaxOutputTokens\x12%\n" +
 	"\vtemperature\x18\x05 \x01(\x01H\x00R\vtemperature\x88\x01\x01\x12.\n" +
 	"\x06script\x18\x06 \x03(\v2\x16.rein.v1.ScriptedReplyR\x06scriptB\x0e\n" +
-	"\f_temperature\"\x81\x02\n" +
+	"\f_temperature\"\xbc\x02\n" +
 	"\rScriptedReply\x12/\n" +
 	"\bdecision\x18\x01 \x01(\v2\x11.rein.v1.DecisionH\x00R\bdecision\x12\x12\n" +
 	"\x03raw\x18\x02 \x01(\tH\x00R\x03raw\x12\x16\n" +
@@ -1035,8 +1101,12 @@ const file_rein_v1_contract_proto_rawDesc = "" +
 	"\x05usage\x18\x04 \x01(\v2\x0e.rein.v1.UsageR\x05usage\x12\x19\n" +
 	"\bdelay_ms\x18\x05 \x01(\rR\adelayMs\x12#\n" +
 	"\rfail_attempts\x18\x06 \x01(\rR\ffailAttempts\x12$\n" +
-	"\x0eretry_after_ms\x18\a \x01(\rR\fretryAfterMsB\a\n" +
-	"\x05reply\"O\n" +
+	"\x0eretry_after_ms\x18\a \x01(\rR\fretryAfterMs\x129\n" +
+	"\x06chunks\x18\b \x03(\v2\x16.rein.v1.ScriptedChunkB\t\xbaH\x06\x92\x01\x03\x10\x90NR\x06chunksB\a\n" +
+	"\x05reply\"T\n" +
+	"\rScriptedChunk\x12\x1d\n" +
+	"\x04text\x18\x01 \x01(\tB\t\xbaH\x06r\x04(\x80\x80\x04R\x04text\x12$\n" +
+	"\bdelay_ms\x18\x02 \x01(\rB\t\xbaH\x06*\x04\x18\xe0\xd4\x03R\adelayMs\"O\n" +
 	"\x05Usage\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x04R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x02 \x01(\x04R\foutputTokens\"\x80\x01\n" +
@@ -1067,7 +1137,7 @@ func file_rein_v1_contract_proto_rawDescGZIP() []byte {
 }
 
 var file_rein_v1_contract_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_rein_v1_contract_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_rein_v1_contract_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_rein_v1_contract_proto_goTypes = []any{
 	(ToolTier)(0),               // 0: rein.v1.ToolTier
 	(BudgetAction)(0),           // 1: rein.v1.BudgetAction
@@ -1078,38 +1148,40 @@ var file_rein_v1_contract_proto_goTypes = []any{
 	(*Check)(nil),               // 6: rein.v1.Check
 	(*ModelSpec)(nil),           // 7: rein.v1.ModelSpec
 	(*ScriptedReply)(nil),       // 8: rein.v1.ScriptedReply
-	(*Usage)(nil),               // 9: rein.v1.Usage
-	(*ApprovalPolicy)(nil),      // 10: rein.v1.ApprovalPolicy
-	nil,                         // 11: rein.v1.TaskContract.LabelsEntry
-	(*structpb.Struct)(nil),     // 12: google.protobuf.Struct
-	(*durationpb.Duration)(nil), // 13: google.protobuf.Duration
-	(*Decision)(nil),            // 14: rein.v1.Decision
+	(*ScriptedChunk)(nil),       // 9: rein.v1.ScriptedChunk
+	(*Usage)(nil),               // 10: rein.v1.Usage
+	(*ApprovalPolicy)(nil),      // 11: rein.v1.ApprovalPolicy
+	nil,                         // 12: rein.v1.TaskContract.LabelsEntry
+	(*structpb.Struct)(nil),     // 13: google.protobuf.Struct
+	(*durationpb.Duration)(nil), // 14: google.protobuf.Duration
+	(*Decision)(nil),            // 15: rein.v1.Decision
 }
 var file_rein_v1_contract_proto_depIdxs = []int32{
-	12, // 0: rein.v1.TaskContract.inputs:type_name -> google.protobuf.Struct
+	13, // 0: rein.v1.TaskContract.inputs:type_name -> google.protobuf.Struct
 	4,  // 1: rein.v1.TaskContract.tools:type_name -> rein.v1.ToolGrant
 	5,  // 2: rein.v1.TaskContract.budget:type_name -> rein.v1.Budget
 	6,  // 3: rein.v1.TaskContract.checks:type_name -> rein.v1.Check
 	7,  // 4: rein.v1.TaskContract.model:type_name -> rein.v1.ModelSpec
-	10, // 5: rein.v1.TaskContract.approval:type_name -> rein.v1.ApprovalPolicy
-	11, // 6: rein.v1.TaskContract.labels:type_name -> rein.v1.TaskContract.LabelsEntry
+	11, // 5: rein.v1.TaskContract.approval:type_name -> rein.v1.ApprovalPolicy
+	12, // 6: rein.v1.TaskContract.labels:type_name -> rein.v1.TaskContract.LabelsEntry
 	3,  // 7: rein.v1.TaskContract.delegation:type_name -> rein.v1.DelegationPolicy
 	7,  // 8: rein.v1.DelegationPolicy.child_models:type_name -> rein.v1.ModelSpec
-	12, // 9: rein.v1.ToolGrant.input_schema:type_name -> google.protobuf.Struct
+	13, // 9: rein.v1.ToolGrant.input_schema:type_name -> google.protobuf.Struct
 	0,  // 10: rein.v1.ToolGrant.tier:type_name -> rein.v1.ToolTier
-	13, // 11: rein.v1.Budget.timeout:type_name -> google.protobuf.Duration
+	14, // 11: rein.v1.Budget.timeout:type_name -> google.protobuf.Duration
 	1,  // 12: rein.v1.Budget.on_exhausted:type_name -> rein.v1.BudgetAction
-	13, // 13: rein.v1.Budget.raise_ttl:type_name -> google.protobuf.Duration
-	13, // 14: rein.v1.Check.timeout:type_name -> google.protobuf.Duration
+	14, // 13: rein.v1.Budget.raise_ttl:type_name -> google.protobuf.Duration
+	14, // 14: rein.v1.Check.timeout:type_name -> google.protobuf.Duration
 	8,  // 15: rein.v1.ModelSpec.script:type_name -> rein.v1.ScriptedReply
-	14, // 16: rein.v1.ScriptedReply.decision:type_name -> rein.v1.Decision
-	9,  // 17: rein.v1.ScriptedReply.usage:type_name -> rein.v1.Usage
-	13, // 18: rein.v1.ApprovalPolicy.proposal_ttl:type_name -> google.protobuf.Duration
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	15, // 16: rein.v1.ScriptedReply.decision:type_name -> rein.v1.Decision
+	10, // 17: rein.v1.ScriptedReply.usage:type_name -> rein.v1.Usage
+	9,  // 18: rein.v1.ScriptedReply.chunks:type_name -> rein.v1.ScriptedChunk
+	14, // 19: rein.v1.ApprovalPolicy.proposal_ttl:type_name -> google.protobuf.Duration
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_contract_proto_init() }
@@ -1130,7 +1202,7 @@ func file_rein_v1_contract_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_contract_proto_rawDesc), len(file_rein_v1_contract_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

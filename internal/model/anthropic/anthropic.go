@@ -87,7 +87,8 @@ func New(spec *reinv1.ModelSpec, apiKey string, opts ...option.RequestOption) (*
 	return m, nil
 }
 
-// Next implements model.Model: one message, one decision.
+// Next implements model.Model: one message, one decision; streamed when
+// req.Output is set (see stream).
 func (m *Model) Next(ctx context.Context, req *model.Request) (*model.Reply, error) {
 	p, err := newPrompt(req)
 	if err != nil {
@@ -109,6 +110,9 @@ func (m *Model) Next(ctx context.Context, req *model.Request) (*model.Reply, err
 		// answers 400 to a request that sets one. A compatible server
 		// (base_url) may still take it, so it is sent as the spec sets it.
 		call = append(call, option.WithJSONSet("temperature", *m.temperature))
+	}
+	if req.Output != nil {
+		return m.stream(ctx, params, call, p.names, maxTokens, req.Output)
 	}
 	msg, err := m.client.Messages.New(ctx, params, call...)
 	if err != nil {

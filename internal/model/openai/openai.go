@@ -73,11 +73,15 @@ func New(spec *reinv1.ModelSpec, apiKey string, opts ...option.RequestOption) (*
 	return m, nil
 }
 
-// Next implements model.Model: one chat completion, one decision.
+// Next implements model.Model: one chat completion, one decision; streamed
+// when req.Output is set (see stream).
 func (m *Model) Next(ctx context.Context, req *model.Request) (*model.Reply, error) {
 	params, names, err := m.params(req)
 	if err != nil {
 		return nil, err
+	}
+	if req.Output != nil {
+		return m.stream(ctx, params, names, req.Output)
 	}
 	resp, err := m.client.Chat.Completions.New(ctx, params)
 	if err != nil {

@@ -15,7 +15,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file rein/v1/contract.proto.
  */
 export const file_rein_v1_contract: GenFile = /*@__PURE__*/
-  fileDesc("ChZyZWluL3YxL2NvbnRyYWN0LnByb3RvEgdyZWluLnYxIqADCgxUYXNrQ29udHJhY3QSGQoEZ29hbBgBIAEoCUILukgIcgYQARiAgAQSJwoGaW5wdXRzGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIsCgV0b29scxgDIAMoCzISLnJlaW4udjEuVG9vbEdyYW50Qgm6SAaSAQMQgAISHwoGYnVkZ2V0GAQgASgLMg8ucmVpbi52MS5CdWRnZXQSHgoGY2hlY2tzGAUgAygLMg4ucmVpbi52MS5DaGVjaxIhCgVtb2RlbBgGIAEoCzISLnJlaW4udjEuTW9kZWxTcGVjEikKCGFwcHJvdmFsGAcgASgLMhcucmVpbi52MS5BcHByb3ZhbFBvbGljeRIxCgZsYWJlbHMYCCADKAsyIS5yZWluLnYxLlRhc2tDb250cmFjdC5MYWJlbHNFbnRyeRItCgpkZWxlZ2F0aW9uGAkgASgLMhkucmVpbi52MS5EZWxlZ2F0aW9uUG9saWN5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEioAEKEERlbGVnYXRpb25Qb2xpY3kSFAoMbWF4X2NoaWxkcmVuGAEgASgNEhEKCW1heF9kZXB0aBgCIAEoDRINCgV0b29scxgDIAMoCRIqCgltYXhfc2hhcmUYBCABKAFCF7pIFBISGQAAAAAAAPA/KQAAAAAAAAAAEigKDGNoaWxkX21vZGVscxgFIAMoCzISLnJlaW4udjEuTW9kZWxTcGVjIqkBCglUb29sR3JhbnQSKwoEbmFtZRgBIAEoCUIdukgachgyFl5bQS1aYS16MC05Xy4tXXsxLDY0fSQSEwoLZGVzY3JpcHRpb24YAiABKAkSLQoMaW5wdXRfc2NoZW1hGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIrCgR0aWVyGAQgASgOMhEucmVpbi52MS5Ub29sVGllckIKukgHggEEEAEgACK1AgoGQnVkZ2V0EhEKCW1heF9zdGVwcxgBIAEoDRISCgptYXhfdG9rZW5zGAIgASgEEioKB3RpbWVvdXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoObWF4X3Rvb2xfY2FsbHMYBCABKA0SGAoQbWF4X291dHB1dF9ieXRlcxgFIAEoBBImCgxtYXhfY29zdF91c2QYBiABKAFCELpIDRILQAEpAAAAAAAAAAASGQoRbWF4X2NvbnRleHRfY2hhcnMYByABKAQSNQoMb25fZXhoYXVzdGVkGAggASgOMhUucmVpbi52MS5CdWRnZXRBY3Rpb25CCLpIBYIBAhABEiwKCXJhaXNlX3R0bBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJpCgVDaGVjaxIMCgRuYW1lGAEgASgJEgwKBGFyZ3YYAiADKAkSCwoDZGlyGAMgASgJEioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SCwoDZW52GAUgAygJIqoBCglNb2RlbFNwZWMSEAoIcHJvdmlkZXIYASABKAkSDAoEbmFtZRgCIAEoCRIQCghiYXNlX3VybBgDIAEoCRIZChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoDRIYCgt0ZW1wZXJhdHVyZRgFIAEoAUgAiAEBEiYKBnNjcmlwdBgGIAMoCzIWLnJlaW4udjEuU2NyaXB0ZWRSZXBseUIOCgxfdGVtcGVyYXR1cmUivwEKDVNjcmlwdGVkUmVwbHkSJQoIZGVjaXNpb24YASABKAsyES5yZWluLnYxLkRlY2lzaW9uSAASDQoDcmF3GAIgASgJSAASDwoFZXJyb3IYAyABKAlIABIdCgV1c2FnZRgEIAEoCzIOLnJlaW4udjEuVXNhZ2USEAoIZGVsYXlfbXMYBSABKA0SFQoNZmFpbF9hdHRlbXB0cxgGIAEoDRIWCg5yZXRyeV9hZnRlcl9tcxgHIAEoDUIHCgVyZXBseSI0CgVVc2FnZRIUCgxpbnB1dF90b2tlbnMYASABKAQSFQoNb3V0cHV0X3Rva2VucxgCIAEoBCJfCg5BcHByb3ZhbFBvbGljeRIvCgxwcm9wb3NhbF90dGwYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SHAoUZm9yYmlkX3NlbGZfYXBwcm92YWwYAiABKAgqZwoIVG9vbFRpZXISGQoVVE9PTF9USUVSX1VOU1BFQ0lGSUVEEAASEgoOVE9PTF9USUVSX1JFQUQQARITCg9UT09MX1RJRVJfV1JJVEUQAhIXChNUT09MX1RJRVJfQVNLX0hVTUFOEAMqXQoMQnVkZ2V0QWN0aW9uEh0KGUJVREdFVF9BQ1RJT05fVU5TUEVDSUZJRUQQABIVChFCVURHRVRfQUNUSU9OX0VORBABEhcKE0JVREdFVF9BQ1RJT05fUEFVU0UQAmIGcHJvdG8z", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_struct, file_rein_v1_decision]);
+  fileDesc("ChZyZWluL3YxL2NvbnRyYWN0LnByb3RvEgdyZWluLnYxIqADCgxUYXNrQ29udHJhY3QSGQoEZ29hbBgBIAEoCUILukgIcgYQARiAgAQSJwoGaW5wdXRzGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIsCgV0b29scxgDIAMoCzISLnJlaW4udjEuVG9vbEdyYW50Qgm6SAaSAQMQgAISHwoGYnVkZ2V0GAQgASgLMg8ucmVpbi52MS5CdWRnZXQSHgoGY2hlY2tzGAUgAygLMg4ucmVpbi52MS5DaGVjaxIhCgVtb2RlbBgGIAEoCzISLnJlaW4udjEuTW9kZWxTcGVjEikKCGFwcHJvdmFsGAcgASgLMhcucmVpbi52MS5BcHByb3ZhbFBvbGljeRIxCgZsYWJlbHMYCCADKAsyIS5yZWluLnYxLlRhc2tDb250cmFjdC5MYWJlbHNFbnRyeRItCgpkZWxlZ2F0aW9uGAkgASgLMhkucmVpbi52MS5EZWxlZ2F0aW9uUG9saWN5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEioAEKEERlbGVnYXRpb25Qb2xpY3kSFAoMbWF4X2NoaWxkcmVuGAEgASgNEhEKCW1heF9kZXB0aBgCIAEoDRINCgV0b29scxgDIAMoCRIqCgltYXhfc2hhcmUYBCABKAFCF7pIFBISGQAAAAAAAPA/KQAAAAAAAAAAEigKDGNoaWxkX21vZGVscxgFIAMoCzISLnJlaW4udjEuTW9kZWxTcGVjIqkBCglUb29sR3JhbnQSKwoEbmFtZRgBIAEoCUIdukgachgyFl5bQS1aYS16MC05Xy4tXXsxLDY0fSQSEwoLZGVzY3JpcHRpb24YAiABKAkSLQoMaW5wdXRfc2NoZW1hGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIrCgR0aWVyGAQgASgOMhEucmVpbi52MS5Ub29sVGllckIKukgHggEEEAEgACK1AgoGQnVkZ2V0EhEKCW1heF9zdGVwcxgBIAEoDRISCgptYXhfdG9rZW5zGAIgASgEEioKB3RpbWVvdXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoObWF4X3Rvb2xfY2FsbHMYBCABKA0SGAoQbWF4X291dHB1dF9ieXRlcxgFIAEoBBImCgxtYXhfY29zdF91c2QYBiABKAFCELpIDRILQAEpAAAAAAAAAAASGQoRbWF4X2NvbnRleHRfY2hhcnMYByABKAQSNQoMb25fZXhoYXVzdGVkGAggASgOMhUucmVpbi52MS5CdWRnZXRBY3Rpb25CCLpIBYIBAhABEiwKCXJhaXNlX3R0bBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJpCgVDaGVjaxIMCgRuYW1lGAEgASgJEgwKBGFyZ3YYAiADKAkSCwoDZGlyGAMgASgJEioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SCwoDZW52GAUgAygJIqoBCglNb2RlbFNwZWMSEAoIcHJvdmlkZXIYASABKAkSDAoEbmFtZRgCIAEoCRIQCghiYXNlX3VybBgDIAEoCRIZChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoDRIYCgt0ZW1wZXJhdHVyZRgFIAEoAUgAiAEBEiYKBnNjcmlwdBgGIAMoCzIWLnJlaW4udjEuU2NyaXB0ZWRSZXBseUIOCgxfdGVtcGVyYXR1cmUi8gEKDVNjcmlwdGVkUmVwbHkSJQoIZGVjaXNpb24YASABKAsyES5yZWluLnYxLkRlY2lzaW9uSAASDQoDcmF3GAIgASgJSAASDwoFZXJyb3IYAyABKAlIABIdCgV1c2FnZRgEIAEoCzIOLnJlaW4udjEuVXNhZ2USEAoIZGVsYXlfbXMYBSABKA0SFQoNZmFpbF9hdHRlbXB0cxgGIAEoDRIWCg5yZXRyeV9hZnRlcl9tcxgHIAEoDRIxCgZjaHVua3MYCCADKAsyFi5yZWluLnYxLlNjcmlwdGVkQ2h1bmtCCbpIBpIBAxCQTkIHCgVyZXBseSJFCg1TY3JpcHRlZENodW5rEhcKBHRleHQYASABKAlCCbpIBnIEKICABBIbCghkZWxheV9tcxgCIAEoDUIJukgGKgQY4NQDIjQKBVVzYWdlEhQKDGlucHV0X3Rva2VucxgBIAEoBBIVCg1vdXRwdXRfdG9rZW5zGAIgASgEIl8KDkFwcHJvdmFsUG9saWN5Ei8KDHByb3Bvc2FsX3R0bBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIcChRmb3JiaWRfc2VsZl9hcHByb3ZhbBgCIAEoCCpnCghUb29sVGllchIZChVUT09MX1RJRVJfVU5TUEVDSUZJRUQQABISCg5UT09MX1RJRVJfUkVBRBABEhMKD1RPT0xfVElFUl9XUklURRACEhcKE1RPT0xfVElFUl9BU0tfSFVNQU4QAypdCgxCdWRnZXRBY3Rpb24SHQoZQlVER0VUX0FDVElPTl9VTlNQRUNJRklFRBAAEhUKEUJVREdFVF9BQ1RJT05fRU5EEAESFwoTQlVER0VUX0FDVElPTl9QQVVTRRACYgZwcm90bzM", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_struct, file_rein_v1_decision]);
 
 /**
  * TaskContract is everything a run may do: its goal and inputs, the tools it
@@ -452,6 +452,15 @@ export type ScriptedReply = Message<"rein.v1.ScriptedReply"> & {
    * @generated from field: uint32 retry_after_ms = 7;
    */
   retryAfterMs: number;
+
+  /**
+   * The text the call writes as it goes, when the server streams model
+   * output (after delay_ms): each chunk after its own delay. The reply
+   * above is still what the call returns.
+   *
+   * @generated from field: repeated rein.v1.ScriptedChunk chunks = 8;
+   */
+  chunks: ScriptedChunk[];
 };
 
 /**
@@ -460,6 +469,34 @@ export type ScriptedReply = Message<"rein.v1.ScriptedReply"> & {
  */
 export const ScriptedReplySchema: GenMessage<ScriptedReply> = /*@__PURE__*/
   messageDesc(file_rein_v1_contract, 6);
+
+/**
+ * ScriptedChunk is a piece of a scripted call's streamed text.
+ *
+ * @generated from message rein.v1.ScriptedChunk
+ */
+export type ScriptedChunk = Message<"rein.v1.ScriptedChunk"> & {
+  /**
+   * The text written.
+   *
+   * @generated from field: string text = 1;
+   */
+  text: string;
+
+  /**
+   * How long the model takes to write it, in milliseconds.
+   *
+   * @generated from field: uint32 delay_ms = 2;
+   */
+  delayMs: number;
+};
+
+/**
+ * Describes the message rein.v1.ScriptedChunk.
+ * Use `create(ScriptedChunkSchema)` to create a new message.
+ */
+export const ScriptedChunkSchema: GenMessage<ScriptedChunk> = /*@__PURE__*/
+  messageDesc(file_rein_v1_contract, 7);
 
 /**
  * Usage counts tokens.
@@ -487,7 +524,7 @@ export type Usage = Message<"rein.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_rein_v1_contract, 7);
+  messageDesc(file_rein_v1_contract, 8);
 
 /**
  * ApprovalPolicy governs how writes are approved.
@@ -515,7 +552,7 @@ export type ApprovalPolicy = Message<"rein.v1.ApprovalPolicy"> & {
  * Use `create(ApprovalPolicySchema)` to create a new message.
  */
 export const ApprovalPolicySchema: GenMessage<ApprovalPolicy> = /*@__PURE__*/
-  messageDesc(file_rein_v1_contract, 8);
+  messageDesc(file_rein_v1_contract, 9);
 
 /**
  * ToolTier decides how a call is routed.
