@@ -27,6 +27,9 @@ type Hub struct {
 	// tails are the last committed events of watched runs, gap-free and in
 	// order; a run without watchers has none.
 	tails map[string][]*reinv1.Event
+	// calls are the runs' model calls in flight, with their text so far
+	// (output.go).
+	calls map[string]*liveCall
 }
 
 // Subscription is one watcher's wake-up channel.
@@ -37,11 +40,22 @@ type Subscription struct {
 	// C receives a value when the run may have new events. Capacity 1:
 	// wake-ups coalesce.
 	C chan struct{}
+	// O, for a watcher of the run's model output (SubscribeOutput),
+	// receives a value when the run's call in flight may have new text;
+	// nil otherwise. Capacity 1.
+	O chan struct{}
+	// call is the model call whose text the watcher is sending, off how
+	// much of it it sent, and told whether it sent a first piece of it
+	// (and with what truncated): guarded by the hub's lock (output.go).
+	call                *liveCall
+	off                 int
+	told, toldTruncated bool
 }
 
 // NewHub returns an empty hub.
 func NewHub() *Hub {
-	return &Hub{subs: map[string]map[*Subscription]struct{}{}, all: map[*Subscription]struct{}{}, tails: map[string][]*reinv1.Event{}}
+	return &Hub{subs: map[string]map[*Subscription]struct{}{}, all: map[*Subscription]struct{}{}, tails: map[string][]*reinv1.Event{},
+		calls: map[string]*liveCall{}}
 }
 
 // Published is the engine's hook for each durable append: it keeps the
@@ -121,7 +135,17 @@ func (h *Hub) SubscribeAll() *Subscription {
 
 // Subscribe registers a watcher of runID. Call Close when done.
 func (h *Hub) Subscribe(runID string) *Subscription {
-	s := &Subscription{hub: h, runID: runID, C: make(chan struct{}, 1)}
+	return h.subscribe(&Subscription{hub: h, runID: runID, C: make(chan struct{}, 1)})
+}
+
+// SubscribeOutput registers a watcher of runID and of the text of its
+// model calls in flight (Output). Call Close when done.
+func (h *Hub) SubscribeOutput(runID string) *Subscription {
+	return h.subscribe(&Subscription{hub: h, runID: runID, C: make(chan struct{}, 1), O: make(chan struct{}, 1)})
+}
+
+func (h *Hub) subscribe(s *Subscription) *Subscription {
+	runID := s.runID
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.subs[runID] == nil {
@@ -140,6 +164,7 @@ func (s *Subscription) Close() {
 		delete(h.all, s)
 		return
 	}
+	s.releaseLocked()
 	delete(h.subs[s.runID], s)
 	if len(h.subs[s.runID]) == 0 {
 		delete(h.subs, s.runID)

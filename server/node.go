@@ -194,7 +194,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	eng := engine.New(engine.Config{
 		Store: st, Models: cfg.Models, Tools: cfg.Tools, Workspace: cfg.Workspace, Prices: cfg.Prices, Clock: cfg.Clock,
-		Published: published, Logger: cfg.Logger, Replica: cfg.Replica, Owner: cfg.Owner, MaxDriven: cfg.MaxDriven,
+		Published: published, Output: hub, Logger: cfg.Logger, Replica: cfg.Replica, Owner: cfg.Owner, MaxDriven: cfg.MaxDriven,
 		ApprovalsNeedTwo: cfg.ApprovalsNeedTwo, TookOver: func(runstate.State, uint64) { cfg.Metrics.TookOver() }, Secrets: cfg.Secrets,
 	})
 	authn := &authenticator{dir: cfg.Directory}

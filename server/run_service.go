@@ -201,67 +201,6 @@ func (s *runService) ListEvents(ctx context.Context, req *reinv1.ListEventsReque
 	return resp, nil
 }
 
-// WatchRun streams history from the store, then live events as the hub says
-// the log grew (subscribe first, then read, so no wake-up is lost). It ends
-// OK once the run is terminal and every event was sent.
-func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStreamingServer[reinv1.WatchRunResponse]) error {
-	ctx := stream.Context()
-	defer s.metrics.WatchOpened("run")()
-	sub := s.hub.Subscribe(req.GetRunId())
-	defer sub.Close()
-	st, err := s.load(ctx, req.GetRunId())
-	if err != nil {
-		return toStatus(s.log, "WatchRun", err)
-	}
-	cursor := req.GetAfterSequence()
-	if cursor > st.Version {
-		return status.Errorf(codes.OutOfRange, "after_sequence %d is beyond the run's last event %d; watch from %d or less", cursor, st.Version, st.Version)
-	}
-	// A terminal status_changed is always a run's last event: the stream
-	// ends once it was sent (or, for a terminal run, once the cursor is at
-	// the head).
-	if runstate.Terminal(st.Status) && cursor == st.Version {
-		return nil
-	}
-	fromStore := true // the first read is always from the store
-	for {
-		var evs []*reinv1.Event
-		if !fromStore {
-			evs, fromStore = s.hub.Tail(req.GetRunId(), cursor)
-			if fromStore = !fromStore; fromStore {
-				s.metrics.WatchLagged("run") // the tail no longer reaches back to its cursor
-			}
-		}
-		if fromStore {
-			if evs, err = s.store.Events(ctx, req.GetRunId(), cursor, defaultEventPage); err != nil {
-				return toStatus(s.log, "WatchRun", err)
-			}
-		}
-		for _, ev := range evs {
-			if err := stream.Send(&reinv1.WatchRunResponse{Event: ev}); err != nil {
-				return err
-			}
-			cursor = ev.GetSequence()
-			if sc := ev.GetStatusChanged(); sc != nil && runstate.Terminal(sc.GetTo()) {
-				return nil
-			}
-		}
-		if fromStore && len(evs) == defaultEventPage {
-			continue // a full page: read on until caught up
-		}
-		// Caught up. Any commit after the read woke the subscription, which
-		// was made before the first read: wait for it.
-		fromStore = false
-		select {
-		case <-sub.C:
-		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
-		case <-s.done:
-			return status.Errorf(codes.Unavailable, "the server is shutting down; resume the watch with after_sequence=%d", cursor)
-		}
-	}
-}
-
 func (s *runService) CancelRun(ctx context.Context, req *reinv1.CancelRunRequest) (*reinv1.CancelRunResponse, error) {
 	if _, err := s.load(ctx, req.GetRunId()); err != nil {
 		return nil, toStatus(s.log, "CancelRun", err)

@@ -69,6 +69,11 @@ type Config struct {
 	// the run's watchers; metrics and the run's lifecycle log read them).
 	// It must not block, nor modify the events or the state.
 	Published func(st runstate.State, events []*reinv1.Event)
+	// Output, when set, is given the text of each model call as the model
+	// writes it, and the calls stream (the watch hub streams it to the
+	// runs' watchers); nil means calls do not stream. Like Published, it
+	// must not block.
+	Output step.Output
 	// Logger receives what the engine cannot return to a caller.
 	Logger *slog.Logger
 	// Owner names this engine in the runs' leases; "" means a random name.
@@ -212,6 +217,7 @@ func New(cfg Config) *Engine {
 		ToolTimeout: cfg.ToolTimeout, Prices: cfg.Prices,
 		Wait: cfg.Wait, RetryWait: cfg.RetryWait, MaxRetryWait: cfg.MaxRetryWait,
 		Workspace: cfg.Workspace, NoProgressSteps: cfg.NoProgressSteps, Secrets: cfg.Secrets,
+		Output: cfg.Output,
 	}
 	return e
 }

@@ -48,6 +48,15 @@ type redactedModel struct {
 }
 
 func (m redactedModel) Next(ctx context.Context, req *model.Request) (*model.Reply, error) {
+	if req.Output != nil {
+		// The text streamed is redacted as the reply is: a value cut across
+		// two pieces too.
+		out := m.r.Stream(req.Output)
+		c := *req
+		c.Output = out.Write
+		req = &c
+		defer out.Flush()
+	}
 	rep, err := m.m.Next(ctx, req)
 	if rep != nil {
 		c := *rep

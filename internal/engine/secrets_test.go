@@ -196,3 +196,33 @@ func TestRedactedWrappersKeepWhatTheyWrap(t *testing.T) {
 		t.Errorf("Lookup on an executor without one: %v, want ErrNoLookup", err)
 	}
 }
+
+// TestRedactedModelStreams: the text a call streams is redacted as its
+// reply is, a key cut across two pieces too, and all of it is passed on
+// before Next returns; without secrets it passes as written.
+func TestRedactedModelStreams(t *testing.T) {
+	half := len(testKey) / 2
+	reply := finalReply("done")
+	reply.Chunks = []*reinv1.ScriptedChunk{{Text: "the key is " + testKey[:half]}, {Text: testKey[half:] + ", done"}}
+	spec := &reinv1.ModelSpec{Provider: "script", Script: []*reinv1.ScriptedReply{reply}}
+	for _, tc := range []struct {
+		name    string
+		secrets *secret.Redactor
+		want    string
+	}{
+		{"with secrets", testSecrets, "the key is [secret OPENAI_API_KEY], done"},
+		{"without", nil, "the key is " + testKey + ", done"},
+	} {
+		m, err := redactModels(model.New, tc.secrets)(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		if _, err := m.Next(testCtx(t), &model.Request{Step: 1, Output: func(s string) { got = append(got, s) }}); err != nil {
+			t.Fatal(err)
+		}
+		if joined := strings.Join(got, ""); joined != tc.want {
+			t.Errorf("%s: streamed %q, want %q", tc.name, joined, tc.want)
+		}
+	}
+}

@@ -66,7 +66,7 @@ const (
 // (or Config.RetryWait), if that wait ends before the run's deadline. now is
 // the step's clock reading; mctx carries the run's deadline.
 func (r *Stepper) callModel(ctx, mctx context.Context, req *model.Request, now time.Time) (*model.Reply, time.Duration, callOutcome, error) {
-	reply, took, err := r.timedNext(mctx, req)
+	reply, took, err := r.timedNext(mctx, req, 1)
 	if err == nil {
 		return reply, took, 0, nil
 	}
@@ -74,7 +74,7 @@ func (r *Stepper) callModel(ctx, mctx context.Context, req *model.Request, now t
 	if err != nil {
 		return nil, 0, out, err
 	}
-	reply, took, err = r.timedNext(mctx, req)
+	reply, took, err = r.timedNext(mctx, req, 2)
 	if err == nil {
 		return reply, took, 0, nil
 	}
@@ -85,8 +85,16 @@ func (r *Stepper) callModel(ctx, mctx context.Context, req *model.Request, now t
 }
 
 // timedNext is one attempt of the model call, timed on the monotonic clock
-// (the run's clock stays one reading per step).
-func (r *Stepper) timedNext(ctx context.Context, req *model.Request) (*model.Reply, time.Duration, error) {
+// (the run's clock stays one reading per step). With an Output, the call
+// streams its text there, as the call r.call names.
+func (r *Stepper) timedNext(ctx context.Context, req *model.Request, attempt uint32) (*model.Reply, time.Duration, error) {
+	if out := r.cfg.Output; out != nil {
+		runID, call := r.st.RunID, r.call
+		call.Attempt = attempt
+		out.Begin(runID, call)
+		defer out.End(runID)
+		req.Output = func(text string) { out.Write(runID, text) }
+	}
 	start := time.Now()
 	reply, err := r.model.Next(ctx, req)
 	return reply, time.Since(start), err

@@ -90,4 +90,7 @@ type Config struct {
 	// Secrets are redacted from the completion checks' output; nil
 	// redacts nothing.
 	Secrets *secret.Redactor
+	// Output, when set, is given the text of each model call as the model
+	// writes it (the call streams); nil means calls do not stream.
+	Output Output
 }

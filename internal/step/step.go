@@ -117,6 +117,7 @@ func (r *Stepper) Step(ctx context.Context) error {
 		}
 		return err
 	}
+	r.call = OutputCall{Requested: r.st.Version, Step: req.Step, Resumed: resumed}
 	mctx := ctx
 	if !r.st.Deadline.IsZero() {
 		// The deadline is on the run's clock, which may not be the wall

@@ -54,6 +54,9 @@ type Stepper struct {
 	now *timestamppb.Timestamp
 	// rebases counts the commits taken again in a row (rebase).
 	rebases int
+	// call is the model call the step sends, once its model_requested is
+	// committed (its text goes to Config.Output).
+	call OutputCall
 }
 
 var (

@@ -669,6 +669,10 @@ type WatchRunRequest struct {
 	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// Stream events with a greater sequence; 0 streams from the first.
 	AfterSequence uint64 `protobuf:"varint,2,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
+	// Also stream the text of the run's model call in flight as the model
+	// writes it (WatchRunResponse.output). Off by default: a watcher that
+	// reads only events gets only events.
+	ModelOutput   bool `protobuf:"varint,3,opt,name=model_output,json=modelOutput,proto3" json:"model_output,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -717,11 +721,22 @@ func (x *WatchRunRequest) GetAfterSequence() uint64 {
 	return 0
 }
 
-// WatchRunResponse carries one event.
+func (x *WatchRunRequest) GetModelOutput() bool {
+	if x != nil {
+		return x.ModelOutput
+	}
+	return false
+}
+
+// WatchRunResponse carries one event, or a piece of the text of the model
+// call in flight (only when the request asked for model_output).
 type WatchRunResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The event.
-	Event         *Event `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	Event *Event `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// Text the model wrote in the call in flight. Not an event: nothing of
+	// it is stored, and the call's model_returned records the reply.
+	Output        *ModelOutput `protobuf:"bytes,2,opt,name=output,proto3" json:"output,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -763,6 +778,129 @@ func (x *WatchRunResponse) GetEvent() *Event {
 	return nil
 }
 
+func (x *WatchRunResponse) GetOutput() *ModelOutput {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+// ModelOutput is text of a model call in flight, as the model writes it.
+// The server sends the text of a call once, in order, coalesced to at most
+// one message per 100 ms per watcher, and the rest of it (done) before the
+// events that follow the call. A watcher that joins mid-call gets the text
+// so far in its first message. A call sent again (a retry, or a call
+// resumed after a crash) starts over at offset 0 with its attempt or
+// resumed set.
+type ModelOutput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sequence of the call's model_requested event.
+	Requested uint64 `protobuf:"varint,1,opt,name=requested,proto3" json:"requested,omitempty"`
+	// The call's step.
+	Step uint32 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	// 1 for the call's first attempt, 2 for its one retry.
+	Attempt uint32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The call repeats one whose reply a crash lost: the text starts over.
+	Resumed bool `protobuf:"varint,4,opt,name=resumed,proto3" json:"resumed,omitempty"`
+	// Where text starts in the call's text, in bytes.
+	Offset uint64 `protobuf:"varint,5,opt,name=offset,proto3" json:"offset,omitempty"`
+	// The text written since offset.
+	Text string `protobuf:"bytes,6,opt,name=text,proto3" json:"text,omitempty"`
+	// The call has returned: no more text follows for it.
+	Done bool `protobuf:"varint,7,opt,name=done,proto3" json:"done,omitempty"`
+	// The call wrote more than the server keeps of one call's text (1 MiB):
+	// the rest is not streamed; the reply is recorded whole as ever.
+	Truncated     bool `protobuf:"varint,8,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelOutput) Reset() {
+	*x = ModelOutput{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelOutput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelOutput) ProtoMessage() {}
+
+func (x *ModelOutput) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelOutput.ProtoReflect.Descriptor instead.
+func (*ModelOutput) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ModelOutput) GetRequested() uint64 {
+	if x != nil {
+		return x.Requested
+	}
+	return 0
+}
+
+func (x *ModelOutput) GetStep() uint32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *ModelOutput) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ModelOutput) GetResumed() bool {
+	if x != nil {
+		return x.Resumed
+	}
+	return false
+}
+
+func (x *ModelOutput) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ModelOutput) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *ModelOutput) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *ModelOutput) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 // WatchRunsRequest filters the status changes to stream and says where to
 // resume.
 type WatchRunsRequest struct {
@@ -779,7 +917,7 @@ type WatchRunsRequest struct {
 
 func (x *WatchRunsRequest) Reset() {
 	*x = WatchRunsRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[12]
+	mi := &file_rein_v1_run_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -791,7 +929,7 @@ func (x *WatchRunsRequest) String() string {
 func (*WatchRunsRequest) ProtoMessage() {}
 
 func (x *WatchRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[12]
+	mi := &file_rein_v1_run_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -804,7 +942,7 @@ func (x *WatchRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunsRequest.ProtoReflect.Descriptor instead.
 func (*WatchRunsRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{12}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchRunsRequest) GetStatuses() []RunStatus {
@@ -839,7 +977,7 @@ type WatchRunsResponse struct {
 
 func (x *WatchRunsResponse) Reset() {
 	*x = WatchRunsResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[13]
+	mi := &file_rein_v1_run_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +989,7 @@ func (x *WatchRunsResponse) String() string {
 func (*WatchRunsResponse) ProtoMessage() {}
 
 func (x *WatchRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[13]
+	mi := &file_rein_v1_run_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +1002,7 @@ func (x *WatchRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunsResponse.ProtoReflect.Descriptor instead.
 func (*WatchRunsResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{13}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchRunsResponse) GetChange() *RunChange {
@@ -898,7 +1036,7 @@ type RunChange struct {
 
 func (x *RunChange) Reset() {
 	*x = RunChange{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[14]
+	mi := &file_rein_v1_run_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +1048,7 @@ func (x *RunChange) String() string {
 func (*RunChange) ProtoMessage() {}
 
 func (x *RunChange) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[14]
+	mi := &file_rein_v1_run_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +1061,7 @@ func (x *RunChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunChange.ProtoReflect.Descriptor instead.
 func (*RunChange) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{14}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RunChange) GetCursor() uint64 {
@@ -988,7 +1126,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[15]
+	mi := &file_rein_v1_run_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1138,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[15]
+	mi := &file_rein_v1_run_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1151,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{15}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelRunRequest) GetRunId() string {
@@ -1041,7 +1179,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[16]
+	mi := &file_rein_v1_run_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1191,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[16]
+	mi := &file_rein_v1_run_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1204,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{16}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -1091,7 +1229,7 @@ type DeleteRunRequest struct {
 
 func (x *DeleteRunRequest) Reset() {
 	*x = DeleteRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[17]
+	mi := &file_rein_v1_run_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1241,7 @@ func (x *DeleteRunRequest) String() string {
 func (*DeleteRunRequest) ProtoMessage() {}
 
 func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[17]
+	mi := &file_rein_v1_run_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1254,7 @@ func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{17}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeleteRunRequest) GetRunId() string {
@@ -1152,7 +1290,7 @@ type DeleteRunResponse struct {
 
 func (x *DeleteRunResponse) Reset() {
 	*x = DeleteRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[18]
+	mi := &file_rein_v1_run_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1302,7 @@ func (x *DeleteRunResponse) String() string {
 func (*DeleteRunResponse) ProtoMessage() {}
 
 func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[18]
+	mi := &file_rein_v1_run_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1315,7 @@ func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{18}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteRunResponse) GetDeletions() []*RunDeletion {
@@ -1210,7 +1348,7 @@ type RunDeletion struct {
 
 func (x *RunDeletion) Reset() {
 	*x = RunDeletion{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[19]
+	mi := &file_rein_v1_run_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1360,7 @@ func (x *RunDeletion) String() string {
 func (*RunDeletion) ProtoMessage() {}
 
 func (x *RunDeletion) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[19]
+	mi := &file_rein_v1_run_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1373,7 @@ func (x *RunDeletion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunDeletion.ProtoReflect.Descriptor instead.
 func (*RunDeletion) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{19}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RunDeletion) GetRunId() string {
@@ -1302,7 +1440,7 @@ type ListDeletionsRequest struct {
 
 func (x *ListDeletionsRequest) Reset() {
 	*x = ListDeletionsRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[20]
+	mi := &file_rein_v1_run_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1452,7 @@ func (x *ListDeletionsRequest) String() string {
 func (*ListDeletionsRequest) ProtoMessage() {}
 
 func (x *ListDeletionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[20]
+	mi := &file_rein_v1_run_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1465,7 @@ func (x *ListDeletionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeletionsRequest.ProtoReflect.Descriptor instead.
 func (*ListDeletionsRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{20}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListDeletionsRequest) GetPageSize() int32 {
@@ -1364,7 +1502,7 @@ type ListDeletionsResponse struct {
 
 func (x *ListDeletionsResponse) Reset() {
 	*x = ListDeletionsResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[21]
+	mi := &file_rein_v1_run_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1376,7 +1514,7 @@ func (x *ListDeletionsResponse) String() string {
 func (*ListDeletionsResponse) ProtoMessage() {}
 
 func (x *ListDeletionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[21]
+	mi := &file_rein_v1_run_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1389,7 +1527,7 @@ func (x *ListDeletionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeletionsResponse.ProtoReflect.Descriptor instead.
 func (*ListDeletionsResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{21}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListDeletionsResponse) GetDeletions() []*RunDeletion {
@@ -1423,7 +1561,7 @@ type ForkRunRequest struct {
 
 func (x *ForkRunRequest) Reset() {
 	*x = ForkRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[22]
+	mi := &file_rein_v1_run_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1573,7 @@ func (x *ForkRunRequest) String() string {
 func (*ForkRunRequest) ProtoMessage() {}
 
 func (x *ForkRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[22]
+	mi := &file_rein_v1_run_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1586,7 @@ func (x *ForkRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRunRequest.ProtoReflect.Descriptor instead.
 func (*ForkRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{22}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ForkRunRequest) GetRunId() string {
@@ -1492,7 +1630,7 @@ type ForkRunResponse struct {
 
 func (x *ForkRunResponse) Reset() {
 	*x = ForkRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[23]
+	mi := &file_rein_v1_run_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +1642,7 @@ func (x *ForkRunResponse) String() string {
 func (*ForkRunResponse) ProtoMessage() {}
 
 func (x *ForkRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[23]
+	mi := &file_rein_v1_run_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +1655,7 @@ func (x *ForkRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRunResponse.ProtoReflect.Descriptor instead.
 func (*ForkRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{23}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ForkRunResponse) GetRun() *Run {
@@ -1547,7 +1685,7 @@ type ProvideInputRequest struct {
 
 func (x *ProvideInputRequest) Reset() {
 	*x = ProvideInputRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[24]
+	mi := &file_rein_v1_run_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +1697,7 @@ func (x *ProvideInputRequest) String() string {
 func (*ProvideInputRequest) ProtoMessage() {}
 
 func (x *ProvideInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[24]
+	mi := &file_rein_v1_run_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +1710,7 @@ func (x *ProvideInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvideInputRequest.ProtoReflect.Descriptor instead.
 func (*ProvideInputRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{24}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ProvideInputRequest) GetRunId() string {
@@ -1600,7 +1738,7 @@ type ProvideInputResponse struct {
 
 func (x *ProvideInputResponse) Reset() {
 	*x = ProvideInputResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[25]
+	mi := &file_rein_v1_run_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1750,7 @@ func (x *ProvideInputResponse) String() string {
 func (*ProvideInputResponse) ProtoMessage() {}
 
 func (x *ProvideInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[25]
+	mi := &file_rein_v1_run_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1763,7 @@ func (x *ProvideInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvideInputResponse.ProtoReflect.Descriptor instead.
 func (*ProvideInputResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{25}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ProvideInputResponse) GetRun() *Run {
@@ -1660,7 +1798,7 @@ type DecideApprovalRequest struct {
 
 func (x *DecideApprovalRequest) Reset() {
 	*x = DecideApprovalRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[26]
+	mi := &file_rein_v1_run_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +1810,7 @@ func (x *DecideApprovalRequest) String() string {
 func (*DecideApprovalRequest) ProtoMessage() {}
 
 func (x *DecideApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[26]
+	mi := &file_rein_v1_run_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +1823,7 @@ func (x *DecideApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalRequest.ProtoReflect.Descriptor instead.
 func (*DecideApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{26}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DecideApprovalRequest) GetRunId() string {
@@ -1748,7 +1886,7 @@ type DecideApprovalResponse struct {
 
 func (x *DecideApprovalResponse) Reset() {
 	*x = DecideApprovalResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[27]
+	mi := &file_rein_v1_run_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +1898,7 @@ func (x *DecideApprovalResponse) String() string {
 func (*DecideApprovalResponse) ProtoMessage() {}
 
 func (x *DecideApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[27]
+	mi := &file_rein_v1_run_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +1911,7 @@ func (x *DecideApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalResponse.ProtoReflect.Descriptor instead.
 func (*DecideApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{27}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DecideApprovalResponse) GetRun() *Run {
@@ -1798,7 +1936,7 @@ type SteerRunRequest struct {
 
 func (x *SteerRunRequest) Reset() {
 	*x = SteerRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[28]
+	mi := &file_rein_v1_run_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +1948,7 @@ func (x *SteerRunRequest) String() string {
 func (*SteerRunRequest) ProtoMessage() {}
 
 func (x *SteerRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[28]
+	mi := &file_rein_v1_run_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +1961,7 @@ func (x *SteerRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteerRunRequest.ProtoReflect.Descriptor instead.
 func (*SteerRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{28}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SteerRunRequest) GetRunId() string {
@@ -1860,7 +1998,7 @@ type SteerRunResponse struct {
 
 func (x *SteerRunResponse) Reset() {
 	*x = SteerRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[29]
+	mi := &file_rein_v1_run_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +2010,7 @@ func (x *SteerRunResponse) String() string {
 func (*SteerRunResponse) ProtoMessage() {}
 
 func (x *SteerRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[29]
+	mi := &file_rein_v1_run_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +2023,7 @@ func (x *SteerRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteerRunResponse.ProtoReflect.Descriptor instead.
 func (*SteerRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{29}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SteerRunResponse) GetRun() *Run {
@@ -1928,7 +2066,7 @@ type RaiseBudgetRequest struct {
 
 func (x *RaiseBudgetRequest) Reset() {
 	*x = RaiseBudgetRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[30]
+	mi := &file_rein_v1_run_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1940,7 +2078,7 @@ func (x *RaiseBudgetRequest) String() string {
 func (*RaiseBudgetRequest) ProtoMessage() {}
 
 func (x *RaiseBudgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[30]
+	mi := &file_rein_v1_run_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1953,7 +2091,7 @@ func (x *RaiseBudgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaiseBudgetRequest.ProtoReflect.Descriptor instead.
 func (*RaiseBudgetRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{30}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RaiseBudgetRequest) GetRunId() string {
@@ -2016,7 +2154,7 @@ type RaiseBudgetResponse struct {
 
 func (x *RaiseBudgetResponse) Reset() {
 	*x = RaiseBudgetResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[31]
+	mi := &file_rein_v1_run_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2166,7 @@ func (x *RaiseBudgetResponse) String() string {
 func (*RaiseBudgetResponse) ProtoMessage() {}
 
 func (x *RaiseBudgetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[31]
+	mi := &file_rein_v1_run_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2179,7 @@ func (x *RaiseBudgetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaiseBudgetResponse.ProtoReflect.Descriptor instead.
 func (*RaiseBudgetResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{31}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RaiseBudgetResponse) GetRun() *Run {
@@ -2063,7 +2201,7 @@ type ImportRunRequest struct {
 
 func (x *ImportRunRequest) Reset() {
 	*x = ImportRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[32]
+	mi := &file_rein_v1_run_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2213,7 @@ func (x *ImportRunRequest) String() string {
 func (*ImportRunRequest) ProtoMessage() {}
 
 func (x *ImportRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[32]
+	mi := &file_rein_v1_run_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2226,7 @@ func (x *ImportRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportRunRequest.ProtoReflect.Descriptor instead.
 func (*ImportRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{32}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ImportRunRequest) GetExport() *RunExport {
@@ -2109,7 +2247,7 @@ type ImportRunResponse struct {
 
 func (x *ImportRunResponse) Reset() {
 	*x = ImportRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[33]
+	mi := &file_rein_v1_run_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2121,7 +2259,7 @@ func (x *ImportRunResponse) String() string {
 func (*ImportRunResponse) ProtoMessage() {}
 
 func (x *ImportRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[33]
+	mi := &file_rein_v1_run_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2134,7 +2272,7 @@ func (x *ImportRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportRunResponse.ProtoReflect.Descriptor instead.
 func (*ImportRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{33}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ImportRunResponse) GetRun() *Run {
@@ -2153,7 +2291,7 @@ type GetServerInfoRequest struct {
 
 func (x *GetServerInfoRequest) Reset() {
 	*x = GetServerInfoRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[34]
+	mi := &file_rein_v1_run_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2165,7 +2303,7 @@ func (x *GetServerInfoRequest) String() string {
 func (*GetServerInfoRequest) ProtoMessage() {}
 
 func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[34]
+	mi := &file_rein_v1_run_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2178,7 +2316,7 @@ func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{34}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{35}
 }
 
 // GetServerInfoResponse holds the server's build and who asked.
@@ -2195,7 +2333,7 @@ type GetServerInfoResponse struct {
 
 func (x *GetServerInfoResponse) Reset() {
 	*x = GetServerInfoResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[35]
+	mi := &file_rein_v1_run_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2345,7 @@ func (x *GetServerInfoResponse) String() string {
 func (*GetServerInfoResponse) ProtoMessage() {}
 
 func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[35]
+	mi := &file_rein_v1_run_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2358,7 @@ func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{35}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetServerInfoResponse) GetBuild() *BuildInfo {
@@ -2252,7 +2390,7 @@ type Caller struct {
 
 func (x *Caller) Reset() {
 	*x = Caller{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[36]
+	mi := &file_rein_v1_run_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2402,7 @@ func (x *Caller) String() string {
 func (*Caller) ProtoMessage() {}
 
 func (x *Caller) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[36]
+	mi := &file_rein_v1_run_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2415,7 @@ func (x *Caller) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Caller.ProtoReflect.Descriptor instead.
 func (*Caller) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{36}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Caller) GetPrincipal() string {
@@ -2324,7 +2462,7 @@ type BuildInfo struct {
 
 func (x *BuildInfo) Reset() {
 	*x = BuildInfo{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[37]
+	mi := &file_rein_v1_run_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2474,7 @@ func (x *BuildInfo) String() string {
 func (*BuildInfo) ProtoMessage() {}
 
 func (x *BuildInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[37]
+	mi := &file_rein_v1_run_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2487,7 @@ func (x *BuildInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
 func (*BuildInfo) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{37}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *BuildInfo) GetVersion() string {
@@ -2445,13 +2583,24 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\n" +
 	"BlobsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"[\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"~\n" +
 	"\x0fWatchRunRequest\x12!\n" +
 	"\x06run_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\x12%\n" +
-	"\x0eafter_sequence\x18\x02 \x01(\x04R\rafterSequence\"8\n" +
+	"\x0eafter_sequence\x18\x02 \x01(\x04R\rafterSequence\x12!\n" +
+	"\fmodel_output\x18\x03 \x01(\bR\vmodelOutput\"f\n" +
 	"\x10WatchRunResponse\x12$\n" +
-	"\x05event\x18\x01 \x01(\v2\x0e.rein.v1.EventR\x05event\"\xf0\x01\n" +
+	"\x05event\x18\x01 \x01(\v2\x0e.rein.v1.EventR\x05event\x12,\n" +
+	"\x06output\x18\x02 \x01(\v2\x14.rein.v1.ModelOutputR\x06output\"\xd1\x01\n" +
+	"\vModelOutput\x12\x1c\n" +
+	"\trequested\x18\x01 \x01(\x04R\trequested\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\rR\x04step\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\rR\aattempt\x12\x18\n" +
+	"\aresumed\x18\x04 \x01(\bR\aresumed\x12\x16\n" +
+	"\x06offset\x18\x05 \x01(\x04R\x06offset\x12\x12\n" +
+	"\x04text\x18\x06 \x01(\tR\x04text\x12\x12\n" +
+	"\x04done\x18\a \x01(\bR\x04done\x12\x1c\n" +
+	"\ttruncated\x18\b \x01(\bR\ttruncated\"\xf0\x01\n" +
 	"\x10WatchRunsRequest\x12?\n" +
 	"\bstatuses\x18\x01 \x03(\x0e2\x12.rein.v1.RunStatusB\x0f\xbaH\f\x92\x01\t\"\a\x82\x01\x04\x10\x01 \x00R\bstatuses\x12=\n" +
 	"\x06labels\x18\x02 \x03(\v2%.rein.v1.WatchRunsRequest.LabelsEntryR\x06labels\x12!\n" +
@@ -2617,7 +2766,7 @@ func file_rein_v1_run_service_proto_rawDescGZIP() []byte {
 }
 
 var file_rein_v1_run_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_rein_v1_run_service_proto_goTypes = []any{
 	(ApprovalVerdict)(0),           // 0: rein.v1.ApprovalVerdict
 	(*StartRunRequest)(nil),        // 1: rein.v1.StartRunRequest
@@ -2632,119 +2781,121 @@ var file_rein_v1_run_service_proto_goTypes = []any{
 	(*GetBlobsResponse)(nil),       // 10: rein.v1.GetBlobsResponse
 	(*WatchRunRequest)(nil),        // 11: rein.v1.WatchRunRequest
 	(*WatchRunResponse)(nil),       // 12: rein.v1.WatchRunResponse
-	(*WatchRunsRequest)(nil),       // 13: rein.v1.WatchRunsRequest
-	(*WatchRunsResponse)(nil),      // 14: rein.v1.WatchRunsResponse
-	(*RunChange)(nil),              // 15: rein.v1.RunChange
-	(*CancelRunRequest)(nil),       // 16: rein.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),      // 17: rein.v1.CancelRunResponse
-	(*DeleteRunRequest)(nil),       // 18: rein.v1.DeleteRunRequest
-	(*DeleteRunResponse)(nil),      // 19: rein.v1.DeleteRunResponse
-	(*RunDeletion)(nil),            // 20: rein.v1.RunDeletion
-	(*ListDeletionsRequest)(nil),   // 21: rein.v1.ListDeletionsRequest
-	(*ListDeletionsResponse)(nil),  // 22: rein.v1.ListDeletionsResponse
-	(*ForkRunRequest)(nil),         // 23: rein.v1.ForkRunRequest
-	(*ForkRunResponse)(nil),        // 24: rein.v1.ForkRunResponse
-	(*ProvideInputRequest)(nil),    // 25: rein.v1.ProvideInputRequest
-	(*ProvideInputResponse)(nil),   // 26: rein.v1.ProvideInputResponse
-	(*DecideApprovalRequest)(nil),  // 27: rein.v1.DecideApprovalRequest
-	(*DecideApprovalResponse)(nil), // 28: rein.v1.DecideApprovalResponse
-	(*SteerRunRequest)(nil),        // 29: rein.v1.SteerRunRequest
-	(*SteerRunResponse)(nil),       // 30: rein.v1.SteerRunResponse
-	(*RaiseBudgetRequest)(nil),     // 31: rein.v1.RaiseBudgetRequest
-	(*RaiseBudgetResponse)(nil),    // 32: rein.v1.RaiseBudgetResponse
-	(*ImportRunRequest)(nil),       // 33: rein.v1.ImportRunRequest
-	(*ImportRunResponse)(nil),      // 34: rein.v1.ImportRunResponse
-	(*GetServerInfoRequest)(nil),   // 35: rein.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil),  // 36: rein.v1.GetServerInfoResponse
-	(*Caller)(nil),                 // 37: rein.v1.Caller
-	(*BuildInfo)(nil),              // 38: rein.v1.BuildInfo
-	nil,                            // 39: rein.v1.ListRunsRequest.LabelsEntry
-	nil,                            // 40: rein.v1.GetBlobsResponse.BlobsEntry
-	nil,                            // 41: rein.v1.WatchRunsRequest.LabelsEntry
-	(*TaskContract)(nil),           // 42: rein.v1.TaskContract
-	(*Run)(nil),                    // 43: rein.v1.Run
-	(RunStatus)(0),                 // 44: rein.v1.RunStatus
-	(*Event)(nil),                  // 45: rein.v1.Event
-	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
-	(*Budget)(nil),                 // 47: rein.v1.Budget
-	(*structpb.Struct)(nil),        // 48: google.protobuf.Struct
-	(*durationpb.Duration)(nil),    // 49: google.protobuf.Duration
-	(*RunExport)(nil),              // 50: rein.v1.RunExport
+	(*ModelOutput)(nil),            // 13: rein.v1.ModelOutput
+	(*WatchRunsRequest)(nil),       // 14: rein.v1.WatchRunsRequest
+	(*WatchRunsResponse)(nil),      // 15: rein.v1.WatchRunsResponse
+	(*RunChange)(nil),              // 16: rein.v1.RunChange
+	(*CancelRunRequest)(nil),       // 17: rein.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),      // 18: rein.v1.CancelRunResponse
+	(*DeleteRunRequest)(nil),       // 19: rein.v1.DeleteRunRequest
+	(*DeleteRunResponse)(nil),      // 20: rein.v1.DeleteRunResponse
+	(*RunDeletion)(nil),            // 21: rein.v1.RunDeletion
+	(*ListDeletionsRequest)(nil),   // 22: rein.v1.ListDeletionsRequest
+	(*ListDeletionsResponse)(nil),  // 23: rein.v1.ListDeletionsResponse
+	(*ForkRunRequest)(nil),         // 24: rein.v1.ForkRunRequest
+	(*ForkRunResponse)(nil),        // 25: rein.v1.ForkRunResponse
+	(*ProvideInputRequest)(nil),    // 26: rein.v1.ProvideInputRequest
+	(*ProvideInputResponse)(nil),   // 27: rein.v1.ProvideInputResponse
+	(*DecideApprovalRequest)(nil),  // 28: rein.v1.DecideApprovalRequest
+	(*DecideApprovalResponse)(nil), // 29: rein.v1.DecideApprovalResponse
+	(*SteerRunRequest)(nil),        // 30: rein.v1.SteerRunRequest
+	(*SteerRunResponse)(nil),       // 31: rein.v1.SteerRunResponse
+	(*RaiseBudgetRequest)(nil),     // 32: rein.v1.RaiseBudgetRequest
+	(*RaiseBudgetResponse)(nil),    // 33: rein.v1.RaiseBudgetResponse
+	(*ImportRunRequest)(nil),       // 34: rein.v1.ImportRunRequest
+	(*ImportRunResponse)(nil),      // 35: rein.v1.ImportRunResponse
+	(*GetServerInfoRequest)(nil),   // 36: rein.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil),  // 37: rein.v1.GetServerInfoResponse
+	(*Caller)(nil),                 // 38: rein.v1.Caller
+	(*BuildInfo)(nil),              // 39: rein.v1.BuildInfo
+	nil,                            // 40: rein.v1.ListRunsRequest.LabelsEntry
+	nil,                            // 41: rein.v1.GetBlobsResponse.BlobsEntry
+	nil,                            // 42: rein.v1.WatchRunsRequest.LabelsEntry
+	(*TaskContract)(nil),           // 43: rein.v1.TaskContract
+	(*Run)(nil),                    // 44: rein.v1.Run
+	(RunStatus)(0),                 // 45: rein.v1.RunStatus
+	(*Event)(nil),                  // 46: rein.v1.Event
+	(*timestamppb.Timestamp)(nil),  // 47: google.protobuf.Timestamp
+	(*Budget)(nil),                 // 48: rein.v1.Budget
+	(*structpb.Struct)(nil),        // 49: google.protobuf.Struct
+	(*durationpb.Duration)(nil),    // 50: google.protobuf.Duration
+	(*RunExport)(nil),              // 51: rein.v1.RunExport
 }
 var file_rein_v1_run_service_proto_depIdxs = []int32{
-	42, // 0: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
-	43, // 1: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
-	43, // 2: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
-	44, // 3: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	39, // 4: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
-	43, // 5: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
-	45, // 6: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
-	40, // 7: rein.v1.GetBlobsResponse.blobs:type_name -> rein.v1.GetBlobsResponse.BlobsEntry
-	45, // 8: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
-	44, // 9: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	41, // 10: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
-	15, // 11: rein.v1.WatchRunsResponse.change:type_name -> rein.v1.RunChange
-	44, // 12: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
-	44, // 13: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
-	46, // 14: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
-	43, // 15: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
-	20, // 16: rein.v1.DeleteRunResponse.deletions:type_name -> rein.v1.RunDeletion
-	46, // 17: rein.v1.RunDeletion.deleted_at:type_name -> google.protobuf.Timestamp
-	44, // 18: rein.v1.RunDeletion.status:type_name -> rein.v1.RunStatus
-	20, // 19: rein.v1.ListDeletionsResponse.deletions:type_name -> rein.v1.RunDeletion
-	47, // 20: rein.v1.ForkRunRequest.budget:type_name -> rein.v1.Budget
-	43, // 21: rein.v1.ForkRunResponse.run:type_name -> rein.v1.Run
-	43, // 22: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
-	0,  // 23: rein.v1.DecideApprovalRequest.verdict:type_name -> rein.v1.ApprovalVerdict
-	48, // 24: rein.v1.DecideApprovalRequest.arguments:type_name -> google.protobuf.Struct
-	43, // 25: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
-	43, // 26: rein.v1.SteerRunResponse.run:type_name -> rein.v1.Run
-	49, // 27: rein.v1.RaiseBudgetRequest.extend_deadline:type_name -> google.protobuf.Duration
-	43, // 28: rein.v1.RaiseBudgetResponse.run:type_name -> rein.v1.Run
-	50, // 29: rein.v1.ImportRunRequest.export:type_name -> rein.v1.RunExport
-	43, // 30: rein.v1.ImportRunResponse.run:type_name -> rein.v1.Run
-	38, // 31: rein.v1.GetServerInfoResponse.build:type_name -> rein.v1.BuildInfo
-	37, // 32: rein.v1.GetServerInfoResponse.caller:type_name -> rein.v1.Caller
-	46, // 33: rein.v1.BuildInfo.revision_time:type_name -> google.protobuf.Timestamp
-	1,  // 34: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
-	3,  // 35: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
-	5,  // 36: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
-	7,  // 37: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
-	9,  // 38: rein.v1.RunService.GetBlobs:input_type -> rein.v1.GetBlobsRequest
-	11, // 39: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
-	13, // 40: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
-	16, // 41: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
-	23, // 42: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
-	25, // 43: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
-	27, // 44: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
-	29, // 45: rein.v1.RunService.SteerRun:input_type -> rein.v1.SteerRunRequest
-	31, // 46: rein.v1.RunService.RaiseBudget:input_type -> rein.v1.RaiseBudgetRequest
-	33, // 47: rein.v1.RunService.ImportRun:input_type -> rein.v1.ImportRunRequest
-	18, // 48: rein.v1.RunService.DeleteRun:input_type -> rein.v1.DeleteRunRequest
-	21, // 49: rein.v1.RunService.ListDeletions:input_type -> rein.v1.ListDeletionsRequest
-	35, // 50: rein.v1.RunService.GetServerInfo:input_type -> rein.v1.GetServerInfoRequest
-	2,  // 51: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
-	4,  // 52: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
-	6,  // 53: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
-	8,  // 54: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
-	10, // 55: rein.v1.RunService.GetBlobs:output_type -> rein.v1.GetBlobsResponse
-	12, // 56: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
-	14, // 57: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
-	17, // 58: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
-	24, // 59: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
-	26, // 60: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
-	28, // 61: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
-	30, // 62: rein.v1.RunService.SteerRun:output_type -> rein.v1.SteerRunResponse
-	32, // 63: rein.v1.RunService.RaiseBudget:output_type -> rein.v1.RaiseBudgetResponse
-	34, // 64: rein.v1.RunService.ImportRun:output_type -> rein.v1.ImportRunResponse
-	19, // 65: rein.v1.RunService.DeleteRun:output_type -> rein.v1.DeleteRunResponse
-	22, // 66: rein.v1.RunService.ListDeletions:output_type -> rein.v1.ListDeletionsResponse
-	36, // 67: rein.v1.RunService.GetServerInfo:output_type -> rein.v1.GetServerInfoResponse
-	51, // [51:68] is the sub-list for method output_type
-	34, // [34:51] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	43, // 0: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
+	44, // 1: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
+	44, // 2: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
+	45, // 3: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	40, // 4: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
+	44, // 5: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
+	46, // 6: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
+	41, // 7: rein.v1.GetBlobsResponse.blobs:type_name -> rein.v1.GetBlobsResponse.BlobsEntry
+	46, // 8: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
+	13, // 9: rein.v1.WatchRunResponse.output:type_name -> rein.v1.ModelOutput
+	45, // 10: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	42, // 11: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
+	16, // 12: rein.v1.WatchRunsResponse.change:type_name -> rein.v1.RunChange
+	45, // 13: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
+	45, // 14: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
+	47, // 15: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
+	44, // 16: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
+	21, // 17: rein.v1.DeleteRunResponse.deletions:type_name -> rein.v1.RunDeletion
+	47, // 18: rein.v1.RunDeletion.deleted_at:type_name -> google.protobuf.Timestamp
+	45, // 19: rein.v1.RunDeletion.status:type_name -> rein.v1.RunStatus
+	21, // 20: rein.v1.ListDeletionsResponse.deletions:type_name -> rein.v1.RunDeletion
+	48, // 21: rein.v1.ForkRunRequest.budget:type_name -> rein.v1.Budget
+	44, // 22: rein.v1.ForkRunResponse.run:type_name -> rein.v1.Run
+	44, // 23: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
+	0,  // 24: rein.v1.DecideApprovalRequest.verdict:type_name -> rein.v1.ApprovalVerdict
+	49, // 25: rein.v1.DecideApprovalRequest.arguments:type_name -> google.protobuf.Struct
+	44, // 26: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
+	44, // 27: rein.v1.SteerRunResponse.run:type_name -> rein.v1.Run
+	50, // 28: rein.v1.RaiseBudgetRequest.extend_deadline:type_name -> google.protobuf.Duration
+	44, // 29: rein.v1.RaiseBudgetResponse.run:type_name -> rein.v1.Run
+	51, // 30: rein.v1.ImportRunRequest.export:type_name -> rein.v1.RunExport
+	44, // 31: rein.v1.ImportRunResponse.run:type_name -> rein.v1.Run
+	39, // 32: rein.v1.GetServerInfoResponse.build:type_name -> rein.v1.BuildInfo
+	38, // 33: rein.v1.GetServerInfoResponse.caller:type_name -> rein.v1.Caller
+	47, // 34: rein.v1.BuildInfo.revision_time:type_name -> google.protobuf.Timestamp
+	1,  // 35: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
+	3,  // 36: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
+	5,  // 37: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
+	7,  // 38: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
+	9,  // 39: rein.v1.RunService.GetBlobs:input_type -> rein.v1.GetBlobsRequest
+	11, // 40: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
+	14, // 41: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
+	17, // 42: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
+	24, // 43: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
+	26, // 44: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
+	28, // 45: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
+	30, // 46: rein.v1.RunService.SteerRun:input_type -> rein.v1.SteerRunRequest
+	32, // 47: rein.v1.RunService.RaiseBudget:input_type -> rein.v1.RaiseBudgetRequest
+	34, // 48: rein.v1.RunService.ImportRun:input_type -> rein.v1.ImportRunRequest
+	19, // 49: rein.v1.RunService.DeleteRun:input_type -> rein.v1.DeleteRunRequest
+	22, // 50: rein.v1.RunService.ListDeletions:input_type -> rein.v1.ListDeletionsRequest
+	36, // 51: rein.v1.RunService.GetServerInfo:input_type -> rein.v1.GetServerInfoRequest
+	2,  // 52: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
+	4,  // 53: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
+	6,  // 54: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
+	8,  // 55: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
+	10, // 56: rein.v1.RunService.GetBlobs:output_type -> rein.v1.GetBlobsResponse
+	12, // 57: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
+	15, // 58: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
+	18, // 59: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
+	25, // 60: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
+	27, // 61: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
+	29, // 62: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
+	31, // 63: rein.v1.RunService.SteerRun:output_type -> rein.v1.SteerRunResponse
+	33, // 64: rein.v1.RunService.RaiseBudget:output_type -> rein.v1.RaiseBudgetResponse
+	35, // 65: rein.v1.RunService.ImportRun:output_type -> rein.v1.ImportRunResponse
+	20, // 66: rein.v1.RunService.DeleteRun:output_type -> rein.v1.DeleteRunResponse
+	23, // 67: rein.v1.RunService.ListDeletions:output_type -> rein.v1.ListDeletionsResponse
+	37, // 68: rein.v1.RunService.GetServerInfo:output_type -> rein.v1.GetServerInfoResponse
+	52, // [52:69] is the sub-list for method output_type
+	35, // [35:52] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_service_proto_init() }
@@ -2762,7 +2913,7 @@ func file_rein_v1_run_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_run_service_proto_rawDesc), len(file_rein_v1_run_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

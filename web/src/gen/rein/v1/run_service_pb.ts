@@ -21,7 +21,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file rein/v1/run_service.proto.
  */
 export const file_rein_v1_run_service: GenFile = /*@__PURE__*/
-  fileDesc("ChlyZWluL3YxL3J1bl9zZXJ2aWNlLnByb3RvEgdyZWluLnYxImIKD1N0YXJ0UnVuUmVxdWVzdBIeCgpyZXF1ZXN0X2lkGAEgASgJQgq6SAdyBRABGIACEi8KCGNvbnRyYWN0GAIgASgLMhUucmVpbi52MS5UYXNrQ29udHJhY3RCBrpIA8gBASI+ChBTdGFydFJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuEg8KB2NyZWF0ZWQYAiABKAgiKwoNR2V0UnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAEiKwoOR2V0UnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iqgIKD0xpc3RSdW5zUmVxdWVzdBI1CghzdGF0dXNlcxgBIAMoDjISLnJlaW4udjEuUnVuU3RhdHVzQg+6SAySAQkiB4IBBBABIAASNAoGbGFiZWxzGAIgAygLMiQucmVpbi52MS5MaXN0UnVuc1JlcXVlc3QuTGFiZWxzRW50cnkSGgoJcGFnZV9zaXplGAMgASgFQge6SAQaAigAEhIKCnBhZ2VfdG9rZW4YBCABKAkSKgoIdHJhY2VfaWQYBSABKAlCGLpIFXITMhFeKFswLTlhLWZdezMyfSk/JBIfCg1wYXJlbnRfcnVuX2lkGAYgASgJQgi6SAVyAxiAARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkcKEExpc3RSdW5zUmVzcG9uc2USGgoEcnVucxgBIAMoCzIMLnJlaW4udjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJ3ChFMaXN0RXZlbnRzUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESFgoOYWZ0ZXJfc2VxdWVuY2UYAiABKAQSGgoJcGFnZV9zaXplGAMgASgFQge6SAQaAigAEhIKCnBhZ2VfdG9rZW4YBCABKAkiTQoSTGlzdEV2ZW50c1Jlc3BvbnNlEh4KBmV2ZW50cxgBIAMoCzIOLnJlaW4udjEuRXZlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIl4KD0dldEJsb2JzUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESLwoGaGFzaGVzGAIgAygJQh+6SBySARkIARDoByISchAyDl5bMC05YS1mXXs2NH0kInUKEEdldEJsb2JzUmVzcG9uc2USMwoFYmxvYnMYASADKAsyJC5yZWluLnYxLkdldEJsb2JzUmVzcG9uc2UuQmxvYnNFbnRyeRosCgpCbG9ic0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDDoCOAEiRQoPV2F0Y2hSdW5SZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIWCg5hZnRlcl9zZXF1ZW5jZRgCIAEoBCIxChBXYXRjaFJ1blJlc3BvbnNlEh0KBWV2ZW50GAEgASgLMg4ucmVpbi52MS5FdmVudCLFAQoQV2F0Y2hSdW5zUmVxdWVzdBI1CghzdGF0dXNlcxgBIAMoDjISLnJlaW4udjEuUnVuU3RhdHVzQg+6SAySAQkiB4IBBBABIAASNQoGbGFiZWxzGAIgAygLMiUucmVpbi52MS5XYXRjaFJ1bnNSZXF1ZXN0LkxhYmVsc0VudHJ5EhQKDGFmdGVyX2N1cnNvchgDIAEoBBotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIjcKEVdhdGNoUnVuc1Jlc3BvbnNlEiIKBmNoYW5nZRgBIAEoCzISLnJlaW4udjEuUnVuQ2hhbmdlIsYBCglSdW5DaGFuZ2USDgoGY3Vyc29yGAEgASgEEg4KBnJ1bl9pZBgCIAEoCRIkCghwcmV2aW91cxgDIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEiIKBnN0YXR1cxgEIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEg8KB3ZlcnNpb24YBSABKAQSDgoGcmVhc29uGAYgASgJEi4KCmNoYW5nZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkgKEENhbmNlbFJ1blJlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABEhgKBnJlYXNvbhgCIAEoCUIIukgFcgMYgAgiLgoRQ2FuY2VsUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iWAoQRGVsZXRlUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESGgoGcmVhc29uGAIgASgJQgq6SAdyBRABGIAIEgwKBHRyZWUYAyABKAgiPAoRRGVsZXRlUnVuUmVzcG9uc2USJwoJZGVsZXRpb25zGAEgAygLMhQucmVpbi52MS5SdW5EZWxldGlvbiK3AQoLUnVuRGVsZXRpb24SDgoGcnVuX2lkGAEgASgJEg4KBnRlbmFudBgCIAEoCRISCgpkZWxldGVkX2J5GAMgASgJEi4KCmRlbGV0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgFIAEoCRIiCgZzdGF0dXMYBiABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxIQCghhcmNoaXZlZBgHIAEoCCJWChRMaXN0RGVsZXRpb25zUmVxdWVzdBIaCglwYWdlX3NpemUYASABKAVCB7pIBBoCKAASEgoKcGFnZV90b2tlbhgCIAEoCRIOCgZ0ZW5hbnQYAyABKAkiWQoVTGlzdERlbGV0aW9uc1Jlc3BvbnNlEicKCWRlbGV0aW9ucxgBIAMoCzIULnJlaW4udjEuUnVuRGVsZXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIosBCg5Gb3JrUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESHAoLYXRfc2VxdWVuY2UYAiABKARCB7pIBDICKAESHgoKcmVxdWVzdF9pZBgDIAEoCUIKukgHcgUQARiAAhIfCgZidWRnZXQYBCABKAsyDy5yZWluLnYxLkJ1ZGdldCI9Cg9Gb3JrUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCJMChNQcm92aWRlSW5wdXRSZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIZCgR0ZXh0GAIgASgJQgu6SAhyBhABGICABCIxChRQcm92aWRlSW5wdXRSZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biL/AQoVRGVjaWRlQXBwcm92YWxSZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIcCgtwcm9wb3NhbF9pZBgCIAEoCUIHukgEcgIQARIeCg1wcm9wb3NhbF9oYXNoGAMgASgJQge6SARyAhABEjUKB3ZlcmRpY3QYBCABKA4yGC5yZWluLnYxLkFwcHJvdmFsVmVyZGljdEIKukgHggEEEAEgABIYCgZyZWFzb24YBSABKAlCCLpIBXIDGIAgEg8KB2VuZF9ydW4YBiABKAgSKgoJYXJndW1lbnRzGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCIzChZEZWNpZGVBcHByb3ZhbFJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuImgKD1N0ZWVyUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESGQoEdGV4dBgCIAEoCUILukgIcgYQARiAgAQSHgoKcmVxdWVzdF9pZBgDIAEoCUIKukgHcgUQARiAAiI+ChBTdGVlclJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuEg8KB2NyZWF0ZWQYAiABKAgiowIKElJhaXNlQnVkZ2V0UmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESHAoJYWRkX3N0ZXBzGAIgASgNQgm6SAYqBBigjQYSIAoKYWRkX3Rva2VucxgDIAEoBEIMukgJMgcYgKCUpY0dEi8KDGFkZF9jb3N0X3VzZBgEIAEoAUIZukgWEhRAARkAAAAAgIQuQSkAAAAAAAAAABJDCg9leHRlbmRfZGVhZGxpbmUYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CD7pIDKoBCSIFCIDnhA8yABIYCgZyZWFzb24YBiABKAlCCLpIBXIDGIAIEiEKDmFkZF90b29sX2NhbGxzGAcgASgNQgm6SAYqBBigjQYiMAoTUmFpc2VCdWRnZXRSZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biI+ChBJbXBvcnRSdW5SZXF1ZXN0EioKBmV4cG9ydBgBIAEoCzISLnJlaW4udjEuUnVuRXhwb3J0Qga6SAPIAQEiLgoRSW1wb3J0UnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iFgoUR2V0U2VydmVySW5mb1JlcXVlc3QiWwoVR2V0U2VydmVySW5mb1Jlc3BvbnNlEiEKBWJ1aWxkGAEgASgLMhIucmVpbi52MS5CdWlsZEluZm8SHwoGY2FsbGVyGAIgASgLMg8ucmVpbi52MS5DYWxsZXIiOgoGQ2FsbGVyEhEKCXByaW5jaXBhbBgBIAEoCRIOCgZ0ZW5hbnQYAiABKAkSDQoFcm9sZXMYAyADKAkinAEKCUJ1aWxkSW5mbxIPCgd2ZXJzaW9uGAEgASgJEhAKCHJldmlzaW9uGAIgASgJEjEKDXJldmlzaW9uX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCG1vZGlmaWVkGAQgASgIEhIKCmdvX3ZlcnNpb24YBSABKAkSEwoLYXBpX3ZlcnNpb24YBiABKAkqiwEKD0FwcHJvdmFsVmVyZGljdBIgChxBUFBST1ZBTF9WRVJESUNUX1VOU1BFQ0lGSUVEEAASHAoYQVBQUk9WQUxfVkVSRElDVF9BUFBST1ZFEAESGwoXQVBQUk9WQUxfVkVSRElDVF9SRUpFQ1QQAhIbChdBUFBST1ZBTF9WRVJESUNUX1JFVklTRRADMq8JCgpSdW5TZXJ2aWNlEj8KCFN0YXJ0UnVuEhgucmVpbi52MS5TdGFydFJ1blJlcXVlc3QaGS5yZWluLnYxLlN0YXJ0UnVuUmVzcG9uc2USOQoGR2V0UnVuEhYucmVpbi52MS5HZXRSdW5SZXF1ZXN0GhcucmVpbi52MS5HZXRSdW5SZXNwb25zZRI/CghMaXN0UnVucxIYLnJlaW4udjEuTGlzdFJ1bnNSZXF1ZXN0GhkucmVpbi52MS5MaXN0UnVuc1Jlc3BvbnNlEkUKCkxpc3RFdmVudHMSGi5yZWluLnYxLkxpc3RFdmVudHNSZXF1ZXN0GhsucmVpbi52MS5MaXN0RXZlbnRzUmVzcG9uc2USPwoIR2V0QmxvYnMSGC5yZWluLnYxLkdldEJsb2JzUmVxdWVzdBoZLnJlaW4udjEuR2V0QmxvYnNSZXNwb25zZRJBCghXYXRjaFJ1bhIYLnJlaW4udjEuV2F0Y2hSdW5SZXF1ZXN0GhkucmVpbi52MS5XYXRjaFJ1blJlc3BvbnNlMAESRAoJV2F0Y2hSdW5zEhkucmVpbi52MS5XYXRjaFJ1bnNSZXF1ZXN0GhoucmVpbi52MS5XYXRjaFJ1bnNSZXNwb25zZTABEkIKCUNhbmNlbFJ1bhIZLnJlaW4udjEuQ2FuY2VsUnVuUmVxdWVzdBoaLnJlaW4udjEuQ2FuY2VsUnVuUmVzcG9uc2USPAoHRm9ya1J1bhIXLnJlaW4udjEuRm9ya1J1blJlcXVlc3QaGC5yZWluLnYxLkZvcmtSdW5SZXNwb25zZRJLCgxQcm92aWRlSW5wdXQSHC5yZWluLnYxLlByb3ZpZGVJbnB1dFJlcXVlc3QaHS5yZWluLnYxLlByb3ZpZGVJbnB1dFJlc3BvbnNlElEKDkRlY2lkZUFwcHJvdmFsEh4ucmVpbi52MS5EZWNpZGVBcHByb3ZhbFJlcXVlc3QaHy5yZWluLnYxLkRlY2lkZUFwcHJvdmFsUmVzcG9uc2USPwoIU3RlZXJSdW4SGC5yZWluLnYxLlN0ZWVyUnVuUmVxdWVzdBoZLnJlaW4udjEuU3RlZXJSdW5SZXNwb25zZRJICgtSYWlzZUJ1ZGdldBIbLnJlaW4udjEuUmFpc2VCdWRnZXRSZXF1ZXN0GhwucmVpbi52MS5SYWlzZUJ1ZGdldFJlc3BvbnNlEkIKCUltcG9ydFJ1bhIZLnJlaW4udjEuSW1wb3J0UnVuUmVxdWVzdBoaLnJlaW4udjEuSW1wb3J0UnVuUmVzcG9uc2USQgoJRGVsZXRlUnVuEhkucmVpbi52MS5EZWxldGVSdW5SZXF1ZXN0GhoucmVpbi52MS5EZWxldGVSdW5SZXNwb25zZRJOCg1MaXN0RGVsZXRpb25zEh0ucmVpbi52MS5MaXN0RGVsZXRpb25zUmVxdWVzdBoeLnJlaW4udjEuTGlzdERlbGV0aW9uc1Jlc3BvbnNlEk4KDUdldFNlcnZlckluZm8SHS5yZWluLnYxLkdldFNlcnZlckluZm9SZXF1ZXN0Gh4ucmVpbi52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2ViBnByb3RvMw", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_event, file_rein_v1_export, file_rein_v1_run]);
+  fileDesc("ChlyZWluL3YxL3J1bl9zZXJ2aWNlLnByb3RvEgdyZWluLnYxImIKD1N0YXJ0UnVuUmVxdWVzdBIeCgpyZXF1ZXN0X2lkGAEgASgJQgq6SAdyBRABGIACEi8KCGNvbnRyYWN0GAIgASgLMhUucmVpbi52MS5UYXNrQ29udHJhY3RCBrpIA8gBASI+ChBTdGFydFJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuEg8KB2NyZWF0ZWQYAiABKAgiKwoNR2V0UnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAEiKwoOR2V0UnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iqgIKD0xpc3RSdW5zUmVxdWVzdBI1CghzdGF0dXNlcxgBIAMoDjISLnJlaW4udjEuUnVuU3RhdHVzQg+6SAySAQkiB4IBBBABIAASNAoGbGFiZWxzGAIgAygLMiQucmVpbi52MS5MaXN0UnVuc1JlcXVlc3QuTGFiZWxzRW50cnkSGgoJcGFnZV9zaXplGAMgASgFQge6SAQaAigAEhIKCnBhZ2VfdG9rZW4YBCABKAkSKgoIdHJhY2VfaWQYBSABKAlCGLpIFXITMhFeKFswLTlhLWZdezMyfSk/JBIfCg1wYXJlbnRfcnVuX2lkGAYgASgJQgi6SAVyAxiAARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkcKEExpc3RSdW5zUmVzcG9uc2USGgoEcnVucxgBIAMoCzIMLnJlaW4udjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJ3ChFMaXN0RXZlbnRzUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESFgoOYWZ0ZXJfc2VxdWVuY2UYAiABKAQSGgoJcGFnZV9zaXplGAMgASgFQge6SAQaAigAEhIKCnBhZ2VfdG9rZW4YBCABKAkiTQoSTGlzdEV2ZW50c1Jlc3BvbnNlEh4KBmV2ZW50cxgBIAMoCzIOLnJlaW4udjEuRXZlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIl4KD0dldEJsb2JzUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESLwoGaGFzaGVzGAIgAygJQh+6SBySARkIARDoByISchAyDl5bMC05YS1mXXs2NH0kInUKEEdldEJsb2JzUmVzcG9uc2USMwoFYmxvYnMYASADKAsyJC5yZWluLnYxLkdldEJsb2JzUmVzcG9uc2UuQmxvYnNFbnRyeRosCgpCbG9ic0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDDoCOAEiWwoPV2F0Y2hSdW5SZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIWCg5hZnRlcl9zZXF1ZW5jZRgCIAEoBBIUCgxtb2RlbF9vdXRwdXQYAyABKAgiVwoQV2F0Y2hSdW5SZXNwb25zZRIdCgVldmVudBgBIAEoCzIOLnJlaW4udjEuRXZlbnQSJAoGb3V0cHV0GAIgASgLMhQucmVpbi52MS5Nb2RlbE91dHB1dCKPAQoLTW9kZWxPdXRwdXQSEQoJcmVxdWVzdGVkGAEgASgEEgwKBHN0ZXAYAiABKA0SDwoHYXR0ZW1wdBgDIAEoDRIPCgdyZXN1bWVkGAQgASgIEg4KBm9mZnNldBgFIAEoBBIMCgR0ZXh0GAYgASgJEgwKBGRvbmUYByABKAgSEQoJdHJ1bmNhdGVkGAggASgIIsUBChBXYXRjaFJ1bnNSZXF1ZXN0EjUKCHN0YXR1c2VzGAEgAygOMhIucmVpbi52MS5SdW5TdGF0dXNCD7pIDJIBCSIHggEEEAEgABI1CgZsYWJlbHMYAiADKAsyJS5yZWluLnYxLldhdGNoUnVuc1JlcXVlc3QuTGFiZWxzRW50cnkSFAoMYWZ0ZXJfY3Vyc29yGAMgASgEGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiNwoRV2F0Y2hSdW5zUmVzcG9uc2USIgoGY2hhbmdlGAEgASgLMhIucmVpbi52MS5SdW5DaGFuZ2UixgEKCVJ1bkNoYW5nZRIOCgZjdXJzb3IYASABKAQSDgoGcnVuX2lkGAIgASgJEiQKCHByZXZpb3VzGAMgASgOMhIucmVpbi52MS5SdW5TdGF0dXMSIgoGc3RhdHVzGAQgASgOMhIucmVpbi52MS5SdW5TdGF0dXMSDwoHdmVyc2lvbhgFIAEoBBIOCgZyZWFzb24YBiABKAkSLgoKY2hhbmdlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiSAoQQ2FuY2VsUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESGAoGcmVhc29uGAIgASgJQgi6SAVyAxiACCIuChFDYW5jZWxSdW5SZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biJYChBEZWxldGVSdW5SZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIaCgZyZWFzb24YAiABKAlCCrpIB3IFEAEYgAgSDAoEdHJlZRgDIAEoCCI8ChFEZWxldGVSdW5SZXNwb25zZRInCglkZWxldGlvbnMYASADKAsyFC5yZWluLnYxLlJ1bkRlbGV0aW9uIrcBCgtSdW5EZWxldGlvbhIOCgZydW5faWQYASABKAkSDgoGdGVuYW50GAIgASgJEhIKCmRlbGV0ZWRfYnkYAyABKAkSLgoKZGVsZXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAUgASgJEiIKBnN0YXR1cxgGIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEhAKCGFyY2hpdmVkGAcgASgIIlYKFExpc3REZWxldGlvbnNSZXF1ZXN0EhoKCXBhZ2Vfc2l6ZRgBIAEoBUIHukgEGgIoABISCgpwYWdlX3Rva2VuGAIgASgJEg4KBnRlbmFudBgDIAEoCSJZChVMaXN0RGVsZXRpb25zUmVzcG9uc2USJwoJZGVsZXRpb25zGAEgAygLMhQucmVpbi52MS5SdW5EZWxldGlvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiiwEKDkZvcmtSdW5SZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIcCgthdF9zZXF1ZW5jZRgCIAEoBEIHukgEMgIoARIeCgpyZXF1ZXN0X2lkGAMgASgJQgq6SAdyBRABGIACEh8KBmJ1ZGdldBgEIAEoCzIPLnJlaW4udjEuQnVkZ2V0Ij0KD0ZvcmtSdW5SZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1bhIPCgdjcmVhdGVkGAIgASgIIkwKE1Byb3ZpZGVJbnB1dFJlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABEhkKBHRleHQYAiABKAlCC7pICHIGEAEYgIAEIjEKFFByb3ZpZGVJbnB1dFJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuIv8BChVEZWNpZGVBcHByb3ZhbFJlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABEhwKC3Byb3Bvc2FsX2lkGAIgASgJQge6SARyAhABEh4KDXByb3Bvc2FsX2hhc2gYAyABKAlCB7pIBHICEAESNQoHdmVyZGljdBgEIAEoDjIYLnJlaW4udjEuQXBwcm92YWxWZXJkaWN0Qgq6SAeCAQQQASAAEhgKBnJlYXNvbhgFIAEoCUIIukgFcgMYgCASDwoHZW5kX3J1bhgGIAEoCBIqCglhcmd1bWVudHMYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IjMKFkRlY2lkZUFwcHJvdmFsUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iaAoPU3RlZXJSdW5SZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIZCgR0ZXh0GAIgASgJQgu6SAhyBhABGICABBIeCgpyZXF1ZXN0X2lkGAMgASgJQgq6SAdyBRABGIACIj4KEFN0ZWVyUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCKjAgoSUmFpc2VCdWRnZXRSZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIcCglhZGRfc3RlcHMYAiABKA1CCbpIBioEGKCNBhIgCgphZGRfdG9rZW5zGAMgASgEQgy6SAkyBxiAoJSljR0SLwoMYWRkX2Nvc3RfdXNkGAQgASgBQhm6SBYSFEABGQAAAACAhC5BKQAAAAAAAAAAEkMKD2V4dGVuZF9kZWFkbGluZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIPukgMqgEJIgUIgOeEDzIAEhgKBnJlYXNvbhgGIAEoCUIIukgFcgMYgAgSIQoOYWRkX3Rvb2xfY2FsbHMYByABKA1CCbpIBioEGKCNBiIwChNSYWlzZUJ1ZGdldFJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuIj4KEEltcG9ydFJ1blJlcXVlc3QSKgoGZXhwb3J0GAEgASgLMhIucmVpbi52MS5SdW5FeHBvcnRCBrpIA8gBASIuChFJbXBvcnRSdW5SZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biIWChRHZXRTZXJ2ZXJJbmZvUmVxdWVzdCJbChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USIQoFYnVpbGQYASABKAsyEi5yZWluLnYxLkJ1aWxkSW5mbxIfCgZjYWxsZXIYAiABKAsyDy5yZWluLnYxLkNhbGxlciI6CgZDYWxsZXISEQoJcHJpbmNpcGFsGAEgASgJEg4KBnRlbmFudBgCIAEoCRINCgVyb2xlcxgDIAMoCSKcAQoJQnVpbGRJbmZvEg8KB3ZlcnNpb24YASABKAkSEAoIcmV2aXNpb24YAiABKAkSMQoNcmV2aXNpb25fdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIbW9kaWZpZWQYBCABKAgSEgoKZ29fdmVyc2lvbhgFIAEoCRITCgthcGlfdmVyc2lvbhgGIAEoCSqLAQoPQXBwcm92YWxWZXJkaWN0EiAKHEFQUFJPVkFMX1ZFUkRJQ1RfVU5TUEVDSUZJRUQQABIcChhBUFBST1ZBTF9WRVJESUNUX0FQUFJPVkUQARIbChdBUFBST1ZBTF9WRVJESUNUX1JFSkVDVBACEhsKF0FQUFJPVkFMX1ZFUkRJQ1RfUkVWSVNFEAMyrwkKClJ1blNlcnZpY2USPwoIU3RhcnRSdW4SGC5yZWluLnYxLlN0YXJ0UnVuUmVxdWVzdBoZLnJlaW4udjEuU3RhcnRSdW5SZXNwb25zZRI5CgZHZXRSdW4SFi5yZWluLnYxLkdldFJ1blJlcXVlc3QaFy5yZWluLnYxLkdldFJ1blJlc3BvbnNlEj8KCExpc3RSdW5zEhgucmVpbi52MS5MaXN0UnVuc1JlcXVlc3QaGS5yZWluLnYxLkxpc3RSdW5zUmVzcG9uc2USRQoKTGlzdEV2ZW50cxIaLnJlaW4udjEuTGlzdEV2ZW50c1JlcXVlc3QaGy5yZWluLnYxLkxpc3RFdmVudHNSZXNwb25zZRI/CghHZXRCbG9icxIYLnJlaW4udjEuR2V0QmxvYnNSZXF1ZXN0GhkucmVpbi52MS5HZXRCbG9ic1Jlc3BvbnNlEkEKCFdhdGNoUnVuEhgucmVpbi52MS5XYXRjaFJ1blJlcXVlc3QaGS5yZWluLnYxLldhdGNoUnVuUmVzcG9uc2UwARJECglXYXRjaFJ1bnMSGS5yZWluLnYxLldhdGNoUnVuc1JlcXVlc3QaGi5yZWluLnYxLldhdGNoUnVuc1Jlc3BvbnNlMAESQgoJQ2FuY2VsUnVuEhkucmVpbi52MS5DYW5jZWxSdW5SZXF1ZXN0GhoucmVpbi52MS5DYW5jZWxSdW5SZXNwb25zZRI8CgdGb3JrUnVuEhcucmVpbi52MS5Gb3JrUnVuUmVxdWVzdBoYLnJlaW4udjEuRm9ya1J1blJlc3BvbnNlEksKDFByb3ZpZGVJbnB1dBIcLnJlaW4udjEuUHJvdmlkZUlucHV0UmVxdWVzdBodLnJlaW4udjEuUHJvdmlkZUlucHV0UmVzcG9uc2USUQoORGVjaWRlQXBwcm92YWwSHi5yZWluLnYxLkRlY2lkZUFwcHJvdmFsUmVxdWVzdBofLnJlaW4udjEuRGVjaWRlQXBwcm92YWxSZXNwb25zZRI/CghTdGVlclJ1bhIYLnJlaW4udjEuU3RlZXJSdW5SZXF1ZXN0GhkucmVpbi52MS5TdGVlclJ1blJlc3BvbnNlEkgKC1JhaXNlQnVkZ2V0EhsucmVpbi52MS5SYWlzZUJ1ZGdldFJlcXVlc3QaHC5yZWluLnYxLlJhaXNlQnVkZ2V0UmVzcG9uc2USQgoJSW1wb3J0UnVuEhkucmVpbi52MS5JbXBvcnRSdW5SZXF1ZXN0GhoucmVpbi52MS5JbXBvcnRSdW5SZXNwb25zZRJCCglEZWxldGVSdW4SGS5yZWluLnYxLkRlbGV0ZVJ1blJlcXVlc3QaGi5yZWluLnYxLkRlbGV0ZVJ1blJlc3BvbnNlEk4KDUxpc3REZWxldGlvbnMSHS5yZWluLnYxLkxpc3REZWxldGlvbnNSZXF1ZXN0Gh4ucmVpbi52MS5MaXN0RGVsZXRpb25zUmVzcG9uc2USTgoNR2V0U2VydmVySW5mbxIdLnJlaW4udjEuR2V0U2VydmVySW5mb1JlcXVlc3QaHi5yZWluLnYxLkdldFNlcnZlckluZm9SZXNwb25zZWIGcHJvdG8z", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_event, file_rein_v1_export, file_rein_v1_run]);
 
 /**
  * StartRunRequest starts a run.
@@ -345,6 +345,15 @@ export type WatchRunRequest = Message<"rein.v1.WatchRunRequest"> & {
    * @generated from field: uint64 after_sequence = 2;
    */
   afterSequence: bigint;
+
+  /**
+   * Also stream the text of the run's model call in flight as the model
+   * writes it (WatchRunResponse.output). Off by default: a watcher that
+   * reads only events gets only events.
+   *
+   * @generated from field: bool model_output = 3;
+   */
+  modelOutput: boolean;
 };
 
 /**
@@ -355,7 +364,8 @@ export const WatchRunRequestSchema: GenMessage<WatchRunRequest> = /*@__PURE__*/
   messageDesc(file_rein_v1_run_service, 10);
 
 /**
- * WatchRunResponse carries one event.
+ * WatchRunResponse carries one event, or a piece of the text of the model
+ * call in flight (only when the request asked for model_output).
  *
  * @generated from message rein.v1.WatchRunResponse
  */
@@ -366,6 +376,14 @@ export type WatchRunResponse = Message<"rein.v1.WatchRunResponse"> & {
    * @generated from field: rein.v1.Event event = 1;
    */
   event?: Event | undefined;
+
+  /**
+   * Text the model wrote in the call in flight. Not an event: nothing of
+   * it is stored, and the call's model_returned records the reply.
+   *
+   * @generated from field: rein.v1.ModelOutput output = 2;
+   */
+  output?: ModelOutput | undefined;
 };
 
 /**
@@ -374,6 +392,83 @@ export type WatchRunResponse = Message<"rein.v1.WatchRunResponse"> & {
  */
 export const WatchRunResponseSchema: GenMessage<WatchRunResponse> = /*@__PURE__*/
   messageDesc(file_rein_v1_run_service, 11);
+
+/**
+ * ModelOutput is text of a model call in flight, as the model writes it.
+ * The server sends the text of a call once, in order, coalesced to at most
+ * one message per 100 ms per watcher, and the rest of it (done) before the
+ * events that follow the call. A watcher that joins mid-call gets the text
+ * so far in its first message. A call sent again (a retry, or a call
+ * resumed after a crash) starts over at offset 0 with its attempt or
+ * resumed set.
+ *
+ * @generated from message rein.v1.ModelOutput
+ */
+export type ModelOutput = Message<"rein.v1.ModelOutput"> & {
+  /**
+   * The sequence of the call's model_requested event.
+   *
+   * @generated from field: uint64 requested = 1;
+   */
+  requested: bigint;
+
+  /**
+   * The call's step.
+   *
+   * @generated from field: uint32 step = 2;
+   */
+  step: number;
+
+  /**
+   * 1 for the call's first attempt, 2 for its one retry.
+   *
+   * @generated from field: uint32 attempt = 3;
+   */
+  attempt: number;
+
+  /**
+   * The call repeats one whose reply a crash lost: the text starts over.
+   *
+   * @generated from field: bool resumed = 4;
+   */
+  resumed: boolean;
+
+  /**
+   * Where text starts in the call's text, in bytes.
+   *
+   * @generated from field: uint64 offset = 5;
+   */
+  offset: bigint;
+
+  /**
+   * The text written since offset.
+   *
+   * @generated from field: string text = 6;
+   */
+  text: string;
+
+  /**
+   * The call has returned: no more text follows for it.
+   *
+   * @generated from field: bool done = 7;
+   */
+  done: boolean;
+
+  /**
+   * The call wrote more than the server keeps of one call's text (1 MiB):
+   * the rest is not streamed; the reply is recorded whole as ever.
+   *
+   * @generated from field: bool truncated = 8;
+   */
+  truncated: boolean;
+};
+
+/**
+ * Describes the message rein.v1.ModelOutput.
+ * Use `create(ModelOutputSchema)` to create a new message.
+ */
+export const ModelOutputSchema: GenMessage<ModelOutput> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 12);
 
 /**
  * WatchRunsRequest filters the status changes to stream and says where to
@@ -409,7 +504,7 @@ export type WatchRunsRequest = Message<"rein.v1.WatchRunsRequest"> & {
  * Use `create(WatchRunsRequestSchema)` to create a new message.
  */
 export const WatchRunsRequestSchema: GenMessage<WatchRunsRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 12);
+  messageDesc(file_rein_v1_run_service, 13);
 
 /**
  * WatchRunsResponse carries one status change.
@@ -430,7 +525,7 @@ export type WatchRunsResponse = Message<"rein.v1.WatchRunsResponse"> & {
  * Use `create(WatchRunsResponseSchema)` to create a new message.
  */
 export const WatchRunsResponseSchema: GenMessage<WatchRunsResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 13);
+  messageDesc(file_rein_v1_run_service, 14);
 
 /**
  * RunChange is one run's status change.
@@ -494,7 +589,7 @@ export type RunChange = Message<"rein.v1.RunChange"> & {
  * Use `create(RunChangeSchema)` to create a new message.
  */
 export const RunChangeSchema: GenMessage<RunChange> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 14);
+  messageDesc(file_rein_v1_run_service, 15);
 
 /**
  * CancelRunRequest cancels a run.
@@ -522,7 +617,7 @@ export type CancelRunRequest = Message<"rein.v1.CancelRunRequest"> & {
  * Use `create(CancelRunRequestSchema)` to create a new message.
  */
 export const CancelRunRequestSchema: GenMessage<CancelRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 15);
+  messageDesc(file_rein_v1_run_service, 16);
 
 /**
  * CancelRunResponse holds the cancelled run.
@@ -543,7 +638,7 @@ export type CancelRunResponse = Message<"rein.v1.CancelRunResponse"> & {
  * Use `create(CancelRunResponseSchema)` to create a new message.
  */
 export const CancelRunResponseSchema: GenMessage<CancelRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 16);
+  messageDesc(file_rein_v1_run_service, 17);
 
 /**
  * DeleteRunRequest names the run to erase and why.
@@ -578,7 +673,7 @@ export type DeleteRunRequest = Message<"rein.v1.DeleteRunRequest"> & {
  * Use `create(DeleteRunRequestSchema)` to create a new message.
  */
 export const DeleteRunRequestSchema: GenMessage<DeleteRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 17);
+  messageDesc(file_rein_v1_run_service, 18);
 
 /**
  * DeleteRunResponse holds the deletion records, one a run deleted (the
@@ -600,7 +695,7 @@ export type DeleteRunResponse = Message<"rein.v1.DeleteRunResponse"> & {
  * Use `create(DeleteRunResponseSchema)` to create a new message.
  */
 export const DeleteRunResponseSchema: GenMessage<DeleteRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 18);
+  messageDesc(file_rein_v1_run_service, 19);
 
 /**
  * RunDeletion records that a run was erased. It holds no content of the run.
@@ -663,7 +758,7 @@ export type RunDeletion = Message<"rein.v1.RunDeletion"> & {
  * Use `create(RunDeletionSchema)` to create a new message.
  */
 export const RunDeletionSchema: GenMessage<RunDeletion> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 19);
+  messageDesc(file_rein_v1_run_service, 20);
 
 /**
  * ListDeletionsRequest pages through the deletion records.
@@ -698,7 +793,7 @@ export type ListDeletionsRequest = Message<"rein.v1.ListDeletionsRequest"> & {
  * Use `create(ListDeletionsRequestSchema)` to create a new message.
  */
 export const ListDeletionsRequestSchema: GenMessage<ListDeletionsRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 20);
+  messageDesc(file_rein_v1_run_service, 21);
 
 /**
  * ListDeletionsResponse holds one page of deletion records.
@@ -726,7 +821,7 @@ export type ListDeletionsResponse = Message<"rein.v1.ListDeletionsResponse"> & {
  * Use `create(ListDeletionsResponseSchema)` to create a new message.
  */
 export const ListDeletionsResponseSchema: GenMessage<ListDeletionsResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 21);
+  messageDesc(file_rein_v1_run_service, 22);
 
 /**
  * ForkRunRequest names the run and the sequence to fork at.
@@ -768,7 +863,7 @@ export type ForkRunRequest = Message<"rein.v1.ForkRunRequest"> & {
  * Use `create(ForkRunRequestSchema)` to create a new message.
  */
 export const ForkRunRequestSchema: GenMessage<ForkRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 22);
+  messageDesc(file_rein_v1_run_service, 23);
 
 /**
  * ForkRunResponse holds the new run.
@@ -796,7 +891,7 @@ export type ForkRunResponse = Message<"rein.v1.ForkRunResponse"> & {
  * Use `create(ForkRunResponseSchema)` to create a new message.
  */
 export const ForkRunResponseSchema: GenMessage<ForkRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 23);
+  messageDesc(file_rein_v1_run_service, 24);
 
 /**
  * ProvideInputRequest answers a run's question.
@@ -824,7 +919,7 @@ export type ProvideInputRequest = Message<"rein.v1.ProvideInputRequest"> & {
  * Use `create(ProvideInputRequestSchema)` to create a new message.
  */
 export const ProvideInputRequestSchema: GenMessage<ProvideInputRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 24);
+  messageDesc(file_rein_v1_run_service, 25);
 
 /**
  * ProvideInputResponse holds the run.
@@ -845,7 +940,7 @@ export type ProvideInputResponse = Message<"rein.v1.ProvideInputResponse"> & {
  * Use `create(ProvideInputResponseSchema)` to create a new message.
  */
 export const ProvideInputResponseSchema: GenMessage<ProvideInputResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 25);
+  messageDesc(file_rein_v1_run_service, 26);
 
 /**
  * DecideApprovalRequest decides on a proposal.
@@ -910,7 +1005,7 @@ export type DecideApprovalRequest = Message<"rein.v1.DecideApprovalRequest"> & {
  * Use `create(DecideApprovalRequestSchema)` to create a new message.
  */
 export const DecideApprovalRequestSchema: GenMessage<DecideApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 26);
+  messageDesc(file_rein_v1_run_service, 27);
 
 /**
  * DecideApprovalResponse holds the run.
@@ -931,7 +1026,7 @@ export type DecideApprovalResponse = Message<"rein.v1.DecideApprovalResponse"> &
  * Use `create(DecideApprovalResponseSchema)` to create a new message.
  */
 export const DecideApprovalResponseSchema: GenMessage<DecideApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 27);
+  messageDesc(file_rein_v1_run_service, 28);
 
 /**
  * SteerRunRequest is a person's message to a running run.
@@ -966,7 +1061,7 @@ export type SteerRunRequest = Message<"rein.v1.SteerRunRequest"> & {
  * Use `create(SteerRunRequestSchema)` to create a new message.
  */
 export const SteerRunRequestSchema: GenMessage<SteerRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 28);
+  messageDesc(file_rein_v1_run_service, 29);
 
 /**
  * SteerRunResponse holds the run.
@@ -994,7 +1089,7 @@ export type SteerRunResponse = Message<"rein.v1.SteerRunResponse"> & {
  * Use `create(SteerRunResponseSchema)` to create a new message.
  */
 export const SteerRunResponseSchema: GenMessage<SteerRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 29);
+  messageDesc(file_rein_v1_run_service, 30);
 
 /**
  * RaiseBudgetRequest raises the budget of a run paused on it. Each
@@ -1060,7 +1155,7 @@ export type RaiseBudgetRequest = Message<"rein.v1.RaiseBudgetRequest"> & {
  * Use `create(RaiseBudgetRequestSchema)` to create a new message.
  */
 export const RaiseBudgetRequestSchema: GenMessage<RaiseBudgetRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 30);
+  messageDesc(file_rein_v1_run_service, 31);
 
 /**
  * RaiseBudgetResponse holds the run.
@@ -1081,7 +1176,7 @@ export type RaiseBudgetResponse = Message<"rein.v1.RaiseBudgetResponse"> & {
  * Use `create(RaiseBudgetResponseSchema)` to create a new message.
  */
 export const RaiseBudgetResponseSchema: GenMessage<RaiseBudgetResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 31);
+  messageDesc(file_rein_v1_run_service, 32);
 
 /**
  * ImportRunRequest carries the run to import.
@@ -1103,7 +1198,7 @@ export type ImportRunRequest = Message<"rein.v1.ImportRunRequest"> & {
  * Use `create(ImportRunRequestSchema)` to create a new message.
  */
 export const ImportRunRequestSchema: GenMessage<ImportRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 32);
+  messageDesc(file_rein_v1_run_service, 33);
 
 /**
  * ImportRunResponse holds the imported run.
@@ -1124,7 +1219,7 @@ export type ImportRunResponse = Message<"rein.v1.ImportRunResponse"> & {
  * Use `create(ImportRunResponseSchema)` to create a new message.
  */
 export const ImportRunResponseSchema: GenMessage<ImportRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 33);
+  messageDesc(file_rein_v1_run_service, 34);
 
 /**
  * GetServerInfoRequest asks for the server's build.
@@ -1139,7 +1234,7 @@ export type GetServerInfoRequest = Message<"rein.v1.GetServerInfoRequest"> & {
  * Use `create(GetServerInfoRequestSchema)` to create a new message.
  */
 export const GetServerInfoRequestSchema: GenMessage<GetServerInfoRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 34);
+  messageDesc(file_rein_v1_run_service, 35);
 
 /**
  * GetServerInfoResponse holds the server's build and who asked.
@@ -1168,7 +1263,7 @@ export type GetServerInfoResponse = Message<"rein.v1.GetServerInfoResponse"> & {
  * Use `create(GetServerInfoResponseSchema)` to create a new message.
  */
 export const GetServerInfoResponseSchema: GenMessage<GetServerInfoResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 35);
+  messageDesc(file_rein_v1_run_service, 36);
 
 /**
  * Caller is the principal a call was made as.
@@ -1203,7 +1298,7 @@ export type Caller = Message<"rein.v1.Caller"> & {
  * Use `create(CallerSchema)` to create a new message.
  */
 export const CallerSchema: GenMessage<Caller> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 36);
+  messageDesc(file_rein_v1_run_service, 37);
 
 /**
  * BuildInfo says what a rein binary was built from.
@@ -1261,7 +1356,7 @@ export type BuildInfo = Message<"rein.v1.BuildInfo"> & {
  * Use `create(BuildInfoSchema)` to create a new message.
  */
 export const BuildInfoSchema: GenMessage<BuildInfo> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 37);
+  messageDesc(file_rein_v1_run_service, 38);
 
 /**
  * ApprovalVerdict is a reviewer's verdict on a proposal.

@@ -1,0 +1,183 @@
+package server
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/reinhq/rein/internal/step"
+)
+
+// outputs drains what sub has of the model output after cursor.
+func drainOutput(sub *Subscription, cursor uint64) (text string, done bool, n int) {
+	for m := sub.Output(cursor); m != nil; m = sub.Output(cursor) {
+		text += m.GetText()
+		done = done || m.GetDone()
+		n++
+	}
+	return text, done, n
+}
+
+// TestHubOutputFollowsACall: a watcher that sent the call's model_requested
+// follows it from its start; each piece is sent once, in order, and the
+// one after End says done. A watcher behind the call (its cursor before
+// the model_requested) is sent nothing of it.
+func TestHubOutputFollowsACall(t *testing.T) {
+	h := NewHub()
+	sub := h.SubscribeOutput("r")
+	defer sub.Close()
+	behind := h.SubscribeOutput("r")
+	defer behind.Close()
+	h.Begin("r", step.OutputCall{Requested: 5, Step: 2, Attempt: 1})
+	select {
+	case <-sub.O:
+	default:
+		t.Fatal("Begin did not wake the output watcher")
+	}
+	if m := sub.Output(5); m == nil || m.GetOffset() != 0 || m.GetText() != "" || m.GetRequested() != 5 || m.GetStep() != 2 {
+		t.Fatalf("first message %v; want the call's start, empty, at offset 0", m)
+	}
+	h.Write("r", "Hello, ")
+	h.Write("r", "world")
+	if m := sub.Output(5); m.GetText() != "Hello, world" || m.GetOffset() != 0 || m.GetDone() {
+		t.Fatalf("got %v; want the text so far from offset 0", m)
+	}
+	if m := sub.Output(5); m != nil {
+		t.Fatalf("got %v with nothing new; want nil", m)
+	}
+	h.Write("r", "!")
+	h.End("r")
+	if m := sub.Output(5); m.GetText() != "!" || m.GetOffset() != 12 || !m.GetDone() {
+		t.Fatalf("got %v; want the rest at offset 12, done", m)
+	}
+	if text, _, n := drainOutput(behind, 4); n != 0 || text != "" {
+		t.Fatalf("a watcher before the call's model_requested was sent %d messages (%q)", n, text)
+	}
+	// Once it caught up, it is sent the whole call, which it followed from
+	// its start though the call returned before it looked.
+	if text, done, _ := drainOutput(behind, 5); text != "Hello, world!" || !done {
+		t.Fatalf("the watcher that caught up was sent %q (done %v)", text, done)
+	}
+	if len(h.calls) != 0 {
+		t.Fatalf("the hub keeps %d calls after the call returned and its watcher sent its end", len(h.calls))
+	}
+}
+
+// TestHubOutputJoinerAndDoneCalls: a watcher that joins mid-call gets the
+// text so far; one that looks after the call returned gets none of it; a
+// returned call is kept only while a watcher is still to send its end.
+func TestHubOutputJoinerAndDoneCalls(t *testing.T) {
+	h := NewHub()
+	h.Begin("r", step.OutputCall{Requested: 3, Step: 1, Attempt: 1})
+	h.Write("r", "so far")
+	joiner := h.SubscribeOutput("r")
+	defer joiner.Close()
+	if m := joiner.Output(3); m.GetText() != "so far" || m.GetOffset() != 0 {
+		t.Fatalf("a joiner got %v; want the text so far at offset 0", m)
+	}
+	h.Write("r", " and more")
+	h.End("r")
+	if len(h.calls) != 1 {
+		t.Fatal("a returned call was dropped before its follower sent its end")
+	}
+	late := h.SubscribeOutput("r")
+	defer late.Close()
+	if _, _, n := drainOutput(late, 3); n != 0 {
+		t.Fatalf("a watcher that looked after the call returned was sent %d messages", n)
+	}
+	if text, done, _ := drainOutput(joiner, 3); text != " and more" || !done {
+		t.Fatalf("the joiner's rest: %q done %v", text, done)
+	}
+	if len(h.calls) != 0 {
+		t.Fatal("the returned call is kept after its follower sent its end")
+	}
+	// A call nobody follows is dropped when it returns.
+	joiner.Close()
+	late.Close()
+	h.Begin("r", step.OutputCall{Requested: 9, Step: 2, Attempt: 1})
+	h.Write("r", "x")
+	h.End("r")
+	if len(h.calls) != 0 {
+		t.Fatal("a returned call nobody followed is kept")
+	}
+}
+
+// TestHubOutputFollowerLeaves: a watcher that leaves mid-call no longer
+// holds the call once it returns.
+func TestHubOutputFollowerLeaves(t *testing.T) {
+	h := NewHub()
+	sub := h.SubscribeOutput("r")
+	h.Begin("r", step.OutputCall{Requested: 1, Attempt: 1})
+	h.Write("r", "a")
+	if m := sub.Output(1); m.GetText() != "a" {
+		t.Fatalf("got %v", m)
+	}
+	sub.Close()
+	h.End("r")
+	if len(h.calls) != 0 {
+		t.Fatal("a call whose only follower left is kept after it returned")
+	}
+}
+
+// TestHubOutputStartsOver: a retry (attempt 2) starts over at offset 0,
+// after the first attempt's end was sent.
+func TestHubOutputStartsOver(t *testing.T) {
+	h := NewHub()
+	sub := h.SubscribeOutput("r")
+	defer sub.Close()
+	h.Begin("r", step.OutputCall{Requested: 4, Attempt: 1})
+	h.Write("r", "first try")
+	sub.Output(4)
+	h.End("r")
+	h.Begin("r", step.OutputCall{Requested: 4, Attempt: 2})
+	h.Write("r", "second")
+	m1, m2 := sub.Output(4), sub.Output(4)
+	if !m1.GetDone() || m1.GetAttempt() != 1 {
+		t.Fatalf("first %v; want attempt 1's end", m1)
+	}
+	if m2.GetAttempt() != 2 || m2.GetOffset() != 0 || m2.GetText() != "second" {
+		t.Fatalf("then %v; want attempt 2 from offset 0", m2)
+	}
+}
+
+// TestHubOutputTruncates: a call's text past maxCallText is not kept; the
+// watcher is told once.
+func TestHubOutputTruncates(t *testing.T) {
+	h := NewHub()
+	sub := h.SubscribeOutput("r")
+	defer sub.Close()
+	h.Begin("r", step.OutputCall{Requested: 1, Attempt: 1})
+	piece := strings.Repeat("x", 64<<10)
+	for range maxCallText/len(piece) + 3 {
+		h.Write("r", piece)
+	}
+	m := sub.Output(1)
+	if len(m.GetText()) != maxCallText || !m.GetTruncated() {
+		t.Fatalf("got %d bytes, truncated %v; want %d, truncated", len(m.GetText()), m.GetTruncated(), maxCallText)
+	}
+	h.Write("r", "more")
+	if m := sub.Output(1); m != nil {
+		t.Fatalf("after truncation, got %v; want nothing until the call ends", m)
+	}
+	h.End("r")
+	if m := sub.Output(1); !m.GetDone() || m.GetText() != "" {
+		t.Fatalf("got %v; want the end, with no text", m)
+	}
+}
+
+// TestHubOutputBadUTF8: bytes that are not UTF-8 are replaced, so that
+// the message carrying them can be sent.
+func TestHubOutputBadUTF8(t *testing.T) {
+	h := NewHub()
+	sub := h.SubscribeOutput("r")
+	defer sub.Close()
+	h.Begin("r", step.OutputCall{Requested: 1, Attempt: 1})
+	h.Write("r", "ok \xff")
+	if m := sub.Output(1); m.GetText() != "ok \uFFFD" {
+		t.Fatalf("got %q", m.GetText())
+	}
+	// Write to a run with no call in flight keeps nothing.
+	h.Write("other", "x")
+	if len(h.calls) != 1 {
+		t.Fatal("a write with no call in flight made one")
+	}
+}
