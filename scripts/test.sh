@@ -4,8 +4,8 @@
 #   go test -race
 #   (and the failpoint package again with -tags failpoints), the web console's
 #   generated client and built assets up to date, its unit tests (npm test)
-#   and browser tests, and the TypeScript client's generated code and its
-#   tests against rein serve.
+#   and browser tests, and the TypeScript and Python clients' generated code
+#   and their tests against rein serve.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -73,6 +73,9 @@ fi
 
 step "TypeScript client: its tests against rein serve"
 REIN_BIN="$PWD/.bin/rein" bash clients/typescript/test.sh
+
+step "Python client: generated code up to date, offline install into a venv, its tests against rein serve"
+REIN_BIN="$PWD/.bin/rein" bash clients/python/test.sh
 
 step "buf breaking (against the previous commit)"
 if git rev-parse -q --verify HEAD~1 >/dev/null 2>&1 && [ "$(git rev-parse --is-shallow-repository)" = false ] \

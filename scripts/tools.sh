@@ -41,3 +41,20 @@ for pkg in node:nodejs npm:npm chromium:chromium; do
     fi
   fi
 done
+
+# The Python client (clients/python): Debian's grpcio and protobuf for
+# /usr/bin/python3, protoc and its gRPC plugin (generate.sh), venv, and the
+# setuptools and wheel wheels pip builds the package with, offline.
+pydebs=(python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc python3-venv python3-setuptools-whl python3-wheel-whl)
+pymissing=()
+for deb in "${pydebs[@]}"; do
+  dpkg-query -W -f='${Status}' "$deb" 2>/dev/null | grep -q 'install ok installed' || pymissing+=("$deb")
+done
+if [ ${#pymissing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    [ -n "${apt_updated:-}" ] || { apt-get update -qq; apt_updated=1; }
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pymissing[@]}"
+  else
+    echo "tools.sh: install Debian's ${pymissing[*]} for the Python client" >&2
+  fi
+fi

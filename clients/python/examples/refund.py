@@ -1,0 +1,25 @@
+"""The refund example through the client: start it, watch it, approve its
+proposal. From the repository root, against a server with the refund
+example's tools (rein serve --tools fixture:examples/refund/tools.json):
+    python3 clients/python/examples/refund.py
+REIN_SERVER (host:port[,host:port…]) and REIN_TOKEN say where and as whom."""
+import json
+import os
+
+from google.protobuf import json_format
+from rein_client import connect, v1
+
+task = json.load(open("examples/refund/task.json"))
+script = [json.loads(line) for line in open("examples/refund/model.jsonl") if line.strip()]
+task["model"] = {"provider": "script", "script": script}  # the scripted model: offline, deterministic
+
+with connect(os.environ.get("REIN_SERVER", "127.0.0.1:7233"), token=os.environ.get("REIN_TOKEN") or None) as rein:
+    run = rein.start_run(json_format.ParseDict(task, v1.TaskContract())).run  # a request ID is generated
+    for ev in rein.watch_run(run.run_id):  # each event once, in order, across reconnections
+        print(ev.sequence, ev.WhichOneof("payload"))
+        if ev.HasField("approval_requested"):
+            proposal = ev.approval_requested.proposal  # tool, arguments, preview, hash
+        if ev.HasField("status_changed") and ev.status_changed.to == v1.RUN_STATUS_NEEDS_APPROVAL:
+            rein.approve(run.run_id, proposal, reason="duplicate charge")
+    done = rein.get_run(run.run_id)
+    print(f"{done.run_id} {v1.RunStatus.Name(done.status)}: {done.result.text or done.last_error}")

@@ -1,0 +1,605 @@
+"""The client of a rein server, as thin as the Go client (client/client.go,
+client/retry.go): the generated RunService stub over gRPC, a bearer token,
+TLS and mTLS, several servers tried in order, typed errors, the server's
+RetryInfo honoured, and watches that survive dropped connections and server
+restarts."""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import ipaddress
+import random
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, TypeVar, Union
+
+import grpc
+from google.protobuf import duration_pb2, struct_pb2
+
+from . import v1
+from .watch import MAX_STUCK_RETRIES, RunsWatch, RunWatch, _jitter
+from .errors import (
+    InternalError,
+    PlaintextTokenError,
+    ReinError,
+    ResourceExhaustedError,
+    UnavailableError,
+    from_rpc_error,
+)
+
+__all__ = [
+    "Backoff",
+    "Client",
+    "RunWatch",
+    "RunsWatch",
+    "StartRunResult",
+    "SteerResult",
+    "connect",
+    "pending_proposal",
+    "DEFAULT_BACKOFF_MIN",
+    "DEFAULT_BACKOFF_MAX",
+    "MAX_RETRY_INFO_ATTEMPTS",
+    "MAX_STUCK_RETRIES",
+]
+
+T = TypeVar("T")
+
+#: The default Backoff bounds, in seconds (client.DefaultBackoffMin/Max).
+DEFAULT_BACKOFF_MIN = 0.05
+DEFAULT_BACKOFF_MAX = 5.0
+
+#: How many times a unary call is sent while the server keeps answering
+#: RESOURCE_EXHAUSTED with a RetryInfo (client.MaxRetryInfoAttempts).
+MAX_RETRY_INFO_ATTEMPTS = 4
+
+
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """The waits between a watch's reconnections and retry()'s tries, in
+    seconds: the first is about ``min``, each next one doubles (with jitter)
+    up to ``max``. ``patience``, when set, is how long a watch reconnecting
+    with no event handed over, and retry() trying servers that are
+    unavailable, go on before they raise the last error; None: for ever (a
+    watch until it is cancelled)."""
+
+    min: float = DEFAULT_BACKOFF_MIN
+    max: float = DEFAULT_BACKOFF_MAX
+    patience: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class StartRunResult:
+    """start_run's answer."""
+
+    #: The run as it stands after the call.
+    run: v1.Run
+    #: False when request_id named a run that already existed.
+    created: bool
+    #: The request ID the run was started with: send it again to retry.
+    request_id: str
+
+
+@dataclass(frozen=True)
+class SteerResult:
+    """steer's answer."""
+
+    run: v1.Run
+    #: False when request_id was already recorded: nothing was added.
+    created: bool
+    request_id: str
+
+
+ProposalRef = Any  # anything with .proposal_id and .hash: a v1.Proposal
+
+
+def pending_proposal(run: Optional[v1.Run]) -> Optional[v1.Proposal]:
+    """The proposal a run waits on, or None."""
+    if run is None or run.pending.WhichOneof("action") != "proposal":
+        return None
+    return run.pending.proposal
+
+
+def connect(
+    servers: Union[str, Sequence[str]],
+    *,
+    token: Optional[str] = None,
+    ca_file: Optional[str] = None,
+    cert_file: Optional[str] = None,
+    key_file: Optional[str] = None,
+    system_roots: bool = False,
+    server_name: Optional[str] = None,
+    insecure_token: bool = False,
+    backoff: Optional[Backoff] = None,
+    on_reconnect: Optional[Callable[[ReinError, float], None]] = None,
+    options: Sequence[tuple] = (),
+) -> "Client":
+    """A client of the rein servers ``servers`` ("host:port", a list of them,
+    or "host:port,host:port"), sharing one store: a call goes to the one that
+    answered last and, while it is UNAVAILABLE, to the next ones in order. No
+    connection is made until the first call.
+
+    ``token`` is sent as "authorization: Bearer TOKEN" on every call; without
+    TLS it goes only to loopback addresses unless ``insecure_token`` is set
+    (else :class:`PlaintextTokenError`). ``ca_file`` (PEM) verifies the
+    servers' certificates and turns TLS on, as does ``system_roots`` (gRPC's
+    default roots); ``cert_file`` and ``key_file`` are the client's
+    certificate for mTLS (``rein serve --client-ca``); ``server_name``
+    overrides the name the certificates are verified under. ``backoff`` bounds
+    the waits of watches and retry(); ``on_reconnect(err, wait)`` is told each
+    time a watch lost its stream and will open it again after ``wait``
+    seconds. ``options`` are added to each gRPC channel's."""
+    return Client(
+        servers,
+        token=token,
+        ca_file=ca_file,
+        cert_file=cert_file,
+        key_file=key_file,
+        system_roots=system_roots,
+        server_name=server_name,
+        insecure_token=insecure_token,
+        backoff=backoff,
+        on_reconnect=on_reconnect,
+        options=options,
+    )
+
+
+class _Conn:
+    """One server: its channel and stub."""
+
+    def __init__(self, address: str, channel: grpc.Channel) -> None:
+        self.address = address
+        self.channel = channel
+        self.stub = v1.RunServiceStub(channel)
+
+
+class Client:
+    """A client of one or several rein servers; see :func:`connect`. Safe to
+    use from several threads."""
+
+    def __init__(
+        self,
+        servers: Union[str, Sequence[str]],
+        *,
+        token: Optional[str] = None,
+        ca_file: Optional[str] = None,
+        cert_file: Optional[str] = None,
+        key_file: Optional[str] = None,
+        system_roots: bool = False,
+        server_name: Optional[str] = None,
+        insecure_token: bool = False,
+        backoff: Optional[Backoff] = None,
+        on_reconnect: Optional[Callable[[ReinError, float], None]] = None,
+        options: Sequence[tuple] = (),
+    ) -> None:
+        addrs = [s.strip() for s in (servers.split(",") if isinstance(servers, str) else servers)]
+        if not addrs:
+            raise ValueError("connect: no servers; give 'host:port' or a list of them")
+        for a in addrs:
+            if not a:
+                raise ValueError(f"connect: an empty address in {servers!r}; give host:port[,host:port…]")
+            if a.startswith(("http://", "https://")):
+                raise ValueError(f"connect: server {a!r}: give host:port (gRPC), not a URL")
+        tls = bool(ca_file or cert_file or key_file or system_roots)
+        if bool(cert_file) != bool(key_file):
+            raise ValueError("connect: give both cert_file and key_file for mTLS, or neither")
+        if token and not tls and not insecure_token:
+            for a in addrs:
+                if not _loopback(a):
+                    raise PlaintextTokenError(
+                        f"refusing to send the bearer token in plaintext to {a}, which is not a loopback "
+                        "address: use TLS (ca_file or system_roots), or set insecure_token on a network you trust"
+                    )
+        b = backoff or Backoff()
+        self._backoff = Backoff(
+            min=b.min if b.min and b.min > 0 else DEFAULT_BACKOFF_MIN,
+            max=b.max if b.max and b.max > 0 else DEFAULT_BACKOFF_MAX,
+            patience=b.patience if b.patience and b.patience > 0 else None,
+        )
+        self._on_reconnect = on_reconnect
+        creds = None
+        if tls:
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=_read(ca_file),
+                private_key=_read(key_file),
+                certificate_chain=_read(cert_file),
+            )
+        min_ms = max(1, int(self._backoff.min * 1000))
+        opts = [
+            # Reconnect to a server that came back as soon as the watch's own
+            # backoff would. gRPC's defaults wait 1 s growing to 120 s between
+            # connection attempts, and resolve a name again at most every
+            # 30 s; with them (grpcio 1.51) a channel found a server that was
+            # restarted within a second only 5 to 10 s later, and with the
+            # reconnection waits alone shortened no sooner; with the name
+            # resolved again as often as the watch retries, at once.
+            ("grpc.initial_reconnect_backoff_ms", min_ms),
+            ("grpc.max_reconnect_backoff_ms", max(1, int(self._backoff.max * 1000))),
+            ("grpc.dns_min_time_between_resolutions_ms", min_ms),
+            # Pings find a server gone silent under an open watch; rein's
+            # keepalive policy allows one every 10 s.
+            ("grpc.keepalive_time_ms", 30_000),
+            ("grpc.keepalive_timeout_ms", 15_000),
+            ("grpc.http2.max_pings_without_data", 0),
+        ]
+        if server_name:
+            opts.append(("grpc.ssl_target_name_override", server_name))
+        opts.extend(options)
+        interceptors = [_Bearer("Bearer " + token)] if token else []
+        self._conns: List[_Conn] = []
+        for a in addrs:
+            ch = grpc.secure_channel(a, creds, options=opts) if creds else grpc.insecure_channel(a, options=opts)
+            if interceptors:
+                ch = grpc.intercept_channel(ch, *interceptors)
+            self._conns.append(_Conn(a, ch))
+        # The server that answered last, as an index of _conns.
+        self._current = 0
+
+    # -- the connection ---------------------------------------------------
+
+    @property
+    def servers(self) -> tuple:
+        """The servers, in the order they are tried."""
+        return tuple(c.address for c in self._conns)
+
+    @property
+    def backoff(self) -> Backoff:
+        """The client's Backoff, its defaults filled in."""
+        return self._backoff
+
+    @property
+    def runs(self) -> v1.RunServiceStub:
+        """The generated RunService stub of the server that answered last, for
+        the RPCs not wrapped here (ListEvents, ForkRun, GetBlobs, ImportRun,
+        GetServerInfo, …); it carries the token, fails over to no other
+        server, and raises grpc.RpcError (errors.from_rpc_error types it)."""
+        return self._conns[self._current].stub
+
+    def close(self) -> None:
+        """Closes every connection; calls in flight end."""
+        for c in self._conns:
+            c.channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- runs -------------------------------------------------------------
+
+    def start_run(
+        self, contract: v1.TaskContract, *, request_id: Optional[str] = None, timeout: Optional[float] = None
+    ) -> StartRunResult:
+        """Starts a run from a contract under a request ID (generated when
+        absent): the same request ID returns the same run (created False),
+        never a second, so a start is safe to send again."""
+        rid = request_id or f"py-{uuid.uuid4()}"
+        resp = self._unary("StartRun", v1.StartRunRequest(request_id=rid, contract=contract), timeout)
+        return StartRunResult(_must_run(resp), resp.created, rid)
+
+    def get_run(self, run_id: str, *, timeout: Optional[float] = None) -> v1.Run:
+        """A run's current state."""
+        return _must_run(self._unary("GetRun", v1.GetRunRequest(run_id=run_id), timeout))
+
+    def list_runs(
+        self,
+        *,
+        statuses: Iterable[int] = (),
+        labels: Optional[Mapping[str, str]] = None,
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: Optional[float] = None,
+        **fields: Any,
+    ) -> v1.ListRunsResponse:
+        """One page of runs, newest first (more ListRunsRequest fields by
+        keyword: trace_id, parent_run_id); pass next_page_token as page_token
+        for the next."""
+        req = v1.ListRunsRequest(
+            statuses=list(statuses), labels=dict(labels or {}), page_size=page_size, page_token=page_token, **fields
+        )
+        return self._unary("ListRuns", req, timeout)
+
+    def approve(
+        self, run_id: str, proposal: ProposalRef, *, reason: str = "", timeout: Optional[float] = None
+    ) -> v1.Run:
+        """Approves the pending proposal (its ID and the hash the reviewer
+        saw: a v1.Proposal is one): the write is committed once and the run
+        goes on."""
+        return self._decide(run_id, proposal, v1.APPROVAL_VERDICT_APPROVE, reason, False, None, timeout)
+
+    def deny(
+        self,
+        run_id: str,
+        proposal: ProposalRef,
+        *,
+        reason: str = "",
+        end_run: bool = False,
+        timeout: Optional[float] = None,
+    ) -> v1.Run:
+        """Rejects the pending proposal: the reason goes to the model, or,
+        with end_run, the run ends as denied."""
+        return self._decide(run_id, proposal, v1.APPROVAL_VERDICT_REJECT, reason, end_run, None, timeout)
+
+    def revise(
+        self,
+        run_id: str,
+        proposal: ProposalRef,
+        arguments: Union[Mapping[str, Any], struct_pb2.Struct],
+        *,
+        reason: str = "",
+        timeout: Optional[float] = None,
+    ) -> v1.Run:
+        """Replaces the pending proposal's arguments (in full): approval with
+        edited arguments. The tool previews the revised write, which waits
+        for approval under a new proposal ID and hash
+        (pending_proposal(run))."""
+        args = arguments
+        if not isinstance(args, struct_pb2.Struct):
+            args = struct_pb2.Struct()
+            args.update(arguments)
+        return self._decide(run_id, proposal, v1.APPROVAL_VERDICT_REVISE, reason, False, args, timeout)
+
+    def _decide(self, run_id, proposal, verdict, reason, end_run, args, timeout) -> v1.Run:
+        req = v1.DecideApprovalRequest(
+            run_id=run_id,
+            proposal_id=proposal.proposal_id,
+            proposal_hash=proposal.hash,
+            verdict=verdict,
+            reason=reason,
+            end_run=end_run,
+        )
+        if args is not None:
+            req.arguments.CopyFrom(args)
+        return _must_run(self._unary("DecideApproval", req, timeout))
+
+    def input(self, run_id: str, text: str, *, timeout: Optional[float] = None) -> v1.Run:
+        """Answers a run's question (needs_input); the run goes on."""
+        return _must_run(self._unary("ProvideInput", v1.ProvideInputRequest(run_id=run_id, text=text), timeout))
+
+    def cancel(self, run_id: str, *, reason: str = "", timeout: Optional[float] = None) -> v1.Run:
+        """Cancels a running or paused run."""
+        return _must_run(self._unary("CancelRun", v1.CancelRunRequest(run_id=run_id, reason=reason), timeout))
+
+    def steer(
+        self, run_id: str, text: str, *, request_id: Optional[str] = None, timeout: Optional[float] = None
+    ) -> SteerResult:
+        """Sends a running run a message, which its model reads with its next
+        call; the same request_id (generated when absent) records nothing
+        again (created False). A paused run is FailedPrecondition naming the
+        call that answers it."""
+        rid = request_id or f"py-{uuid.uuid4()}"
+        resp = self._unary("SteerRun", v1.SteerRunRequest(run_id=run_id, text=text, request_id=rid), timeout)
+        return SteerResult(_must_run(resp), resp.created, rid)
+
+    def raise_budget(
+        self,
+        run_id: str,
+        *,
+        add_steps: int = 0,
+        add_tokens: int = 0,
+        add_tool_calls: int = 0,
+        add_cost_usd: float = 0.0,
+        extend_deadline: Union[None, float, datetime.timedelta, duration_pb2.Duration] = None,
+        reason: str = "",
+        timeout: Optional[float] = None,
+    ) -> v1.Run:
+        """Raises the budget of a run paused on it (needs_budget) and carries
+        it on; extend_deadline in seconds, a timedelta or a Duration. A raise
+        that leaves the limit reached is FailedPrecondition."""
+        req = v1.RaiseBudgetRequest(
+            run_id=run_id,
+            add_steps=add_steps,
+            add_tokens=add_tokens,
+            add_tool_calls=add_tool_calls,
+            add_cost_usd=add_cost_usd,
+            reason=reason,
+        )
+        if isinstance(extend_deadline, duration_pb2.Duration):
+            req.extend_deadline.CopyFrom(extend_deadline)
+        elif isinstance(extend_deadline, datetime.timedelta):
+            req.extend_deadline.FromTimedelta(extend_deadline)
+        elif extend_deadline is not None:
+            req.extend_deadline.FromNanoseconds(int(extend_deadline * 1e9))
+        return _must_run(self._unary("RaiseBudget", req, timeout))
+
+    # -- watches ----------------------------------------------------------
+
+    def watch_run(
+        self, run_id: str, *, from_seq: Optional[int] = None, after_sequence: Optional[int] = None
+    ) -> "RunWatch":
+        """An iterator of a run's events, each exactly once, in order
+        (1, 2, 3, … from ``from_seq``, default 1, or after
+        ``after_sequence``), history then live; it ends when the run is
+        terminal and every event was yielded. When its stream breaks (a
+        dropped connection, a server killed or restarted) it opens a new one
+        after the last sequence it yielded, on the next server of the list,
+        with backoff: no gap, no duplicate. See :class:`RunWatch`."""
+        if from_seq is not None and after_sequence is not None:
+            raise ValueError("watch_run: give from_seq or after_sequence, not both")
+        after = after_sequence if after_sequence is not None else (from_seq - 1 if from_seq is not None else 0)
+        return RunWatch(self, run_id, max(after, 0))
+
+    def watch_runs(
+        self,
+        *,
+        statuses: Iterable[int] = (),
+        labels: Optional[Mapping[str, str]] = None,
+        after_cursor: int = 0,
+    ) -> "RunsWatch":
+        """An iterator of status changes (v1.RunChange) across the caller's
+        runs, each once, in commit order, after ``after_cursor``; it resumes
+        from its cursor like watch_run and never ends by itself: break out of
+        the loop, or cancel() it. See :class:`RunsWatch`."""
+        req = v1.WatchRunsRequest(statuses=list(statuses), labels=dict(labels or {}), after_cursor=after_cursor)
+        return RunsWatch(self, req)
+
+    # -- retries ----------------------------------------------------------
+
+    def retry(self, fn: Callable[[], T], *, cancel: Optional[threading.Event] = None) -> T:
+        """Calls fn until it returns or raises anything but UNAVAILABLE,
+        waiting between tries as the Backoff says (doubling, with jitter, at
+        least a RetryInfo's delay), for as long as ``backoff.patience``
+        (counted from the first UNAVAILABLE) and ``cancel`` allow; given up,
+        it raises the last UnavailableError. fn must be safe to repeat: a call
+        whose answer was lost may have been applied (a start_run with its
+        request_id, a read)."""
+        wait = self._backoff.min
+        since: Optional[float] = None
+        stop = cancel or threading.Event()
+        while True:
+            try:
+                return fn()
+            except grpc.RpcError as e:
+                err = from_rpc_error(e)
+            except UnavailableError as e:
+                err = e
+            if not isinstance(err, UnavailableError):
+                raise err
+            if since is None:
+                since = time.monotonic()
+            pause = _jitter(wait)
+            if err.retry_delay is not None:
+                pause = max(pause, err.retry_delay)
+            p = self._backoff.patience
+            if p is not None and time.monotonic() - since + pause > p:
+                raise err
+            if stop.wait(pause):
+                raise err
+            wait = min(2 * wait, self._backoff.max)
+
+    # -- the machinery ----------------------------------------------------
+
+    def _unary(self, method: str, request: Any, timeout: Optional[float]) -> Any:
+        """Sends a unary call to the server that answered last, and on to the
+        next ones, in order, while they are UNAVAILABLE; a RESOURCE_EXHAUSTED
+        with a RetryInfo is sent again after its delay (plus up to 10%),
+        MAX_RETRY_INFO_ATTEMPTS times at most, never past the timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self._failover(method, request, deadline)
+            except ResourceExhaustedError as err:
+                delay = err.retry_delay
+                if attempt >= MAX_RETRY_INFO_ATTEMPTS or delay is None:
+                    raise
+                delay += random.uniform(0, delay / 10)
+                if deadline is not None and deadline - time.monotonic() < delay:
+                    raise
+            time.sleep(delay)  # the server's delay
+
+    def _failover(self, method: str, request: Any, deadline: Optional[float]) -> Any:
+        """The answer of the first server that is not UNAVAILABLE, from the
+        one that answered last; else the last UnavailableError."""
+        n = len(self._conns)
+        start = self._current
+        last: Optional[ReinError] = None
+        for i in range(n):
+            at = (start + i) % n
+            conn = self._conns[at]
+            timeout = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            try:
+                resp = getattr(conn.stub, method)(request, timeout=timeout)
+            except grpc.RpcError as e:
+                err = from_rpc_error(e, conn.address)
+                if not isinstance(err, UnavailableError):
+                    raise err from e
+                last = err
+                continue
+            self._current = at
+            return resp
+        assert last is not None
+        raise last
+
+    def _fail(self, at: int, e: grpc.RpcError) -> ReinError:
+        """The ReinError of a stream that ended on server at; moves on to the
+        next server when that one is UNAVAILABLE."""
+        err = from_rpc_error(e, self._conns[at].address)
+        if isinstance(err, UnavailableError) and self._current == at:
+            self._current = (at + 1) % len(self._conns)
+        return err
+
+
+_CallDetails = collections.namedtuple(
+    "_CallDetails", ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression")
+)
+
+
+class _ClientCallDetails(_CallDetails, grpc.ClientCallDetails):
+    pass
+
+
+class _Bearer(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
+    """Adds "authorization: Bearer TOKEN" to every call. (gRPC's call
+    credentials would need TLS; a token also goes to loopback in plaintext,
+    as the Go client's does.)"""
+
+    def __init__(self, value: str) -> None:
+        self._md = ("authorization", value)
+
+    def _details(self, d: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
+        md = [m for m in (d.metadata or ()) if m[0] != "authorization"]
+        md.append(self._md)
+        return _ClientCallDetails(
+            d.method,
+            d.timeout,
+            md,
+            d.credentials,
+            getattr(d, "wait_for_ready", None),
+            getattr(d, "compression", None),
+        )
+
+    def intercept_unary_unary(self, continuation, client_call_details, request):
+        return continuation(self._details(client_call_details), request)
+
+    def intercept_unary_stream(self, continuation, client_call_details, request):
+        return continuation(self._details(client_call_details), request)
+
+    def intercept_stream_unary(self, continuation, client_call_details, request_iterator):
+        return continuation(self._details(client_call_details), request_iterator)
+
+    def intercept_stream_stream(self, continuation, client_call_details, request_iterator):
+        return continuation(self._details(client_call_details), request_iterator)
+
+
+def _must_run(resp: Any) -> v1.Run:
+    if not resp.HasField("run"):
+        raise InternalError("the server answered without the run", grpc.StatusCode.INTERNAL)
+    return resp.run
+
+
+
+def _read(path: Optional[str]) -> Optional[bytes]:
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _loopback(address: str) -> bool:
+    """Whether host:port is this machine: "localhost" or a loopback IP.
+    Names are not resolved."""
+    for scheme in ("dns:///", "passthrough:///", "ipv4:", "ipv6:"):
+        if address.startswith(scheme):
+            address = address[len(scheme) :]
+    if address.startswith("unix:") or address.startswith("unix-abstract:"):
+        return True
+    host = address.rpartition(":")[0] or address
+    host = host.strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
