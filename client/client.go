@@ -234,13 +234,36 @@ func (bearer) RequireTransportSecurity() bool { return false }
 // Internal, …: only Unavailable is retried for as long as ctx, and
 // Backoff.Patience if set, allow).
 func (c *Client) Watch(ctx context.Context, runID string, after uint64, fn func(*reinv1.Event) error) error {
+	return c.watch(ctx, runID, after, fn, nil)
+}
+
+// WatchOutput is Watch that also hands out the text of the run's model
+// calls in flight as the server sends it (WatchRunRequest.model_output),
+// in order with the events. The text is not events: after a reconnection
+// the call in flight is sent again from its start (a ModelOutput at offset
+// 0), so out must start the call's text over at offset 0.
+func (c *Client) WatchOutput(ctx context.Context, runID string, after uint64, fn func(*reinv1.Event) error, out func(*reinv1.ModelOutput) error) error {
+	return c.watch(ctx, runID, after, fn, out)
+}
+
+func (c *Client) watch(ctx context.Context, runID string, after uint64, fn func(*reinv1.Event) error, out func(*reinv1.ModelOutput) error) error {
 	r := c.reconnector()
 	for {
-		stream, err := c.Runs.WatchRun(ctx, &reinv1.WatchRunRequest{RunId: runID, AfterSequence: after})
+		stream, err := c.Runs.WatchRun(ctx, &reinv1.WatchRunRequest{RunId: runID, AfterSequence: after, ModelOutput: out != nil})
 		for err == nil {
 			var resp *reinv1.WatchRunResponse
 			if resp, err = stream.Recv(); err != nil {
 				break
+			}
+			if o := resp.GetOutput(); o != nil {
+				if out == nil {
+					continue // not asked for
+				}
+				if err := out(o); err != nil {
+					return err
+				}
+				r.progress()
+				continue
 			}
 			ev := resp.GetEvent()
 			if ev.GetSequence() <= after {

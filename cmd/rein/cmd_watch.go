@@ -20,6 +20,9 @@ type watchOptions struct {
 	all      bool
 	tree     bool
 	statuses []string
+	// output asks for the text of the run's model calls as it is written
+	// (--model-output: on for lines, off for --json unless given).
+	output bool
 }
 
 func newWatchCmd(e *env) *cobra.Command {
@@ -36,6 +39,12 @@ and exits with the run's code (0 completed, 11 budget exhausted, …); on the
 embedded server nothing can resume a paused run, so it stops at a pause (10).
 A dropped connection is resumed from the last event seen: nothing is lost or
 repeated.
+
+On a server it also shows the text of the run's model call in flight as the
+model writes it, each line under the call's model_requested after "┊", at most
+ten updates a second; --model-output=false leaves it out. With --json it is left
+out unless --model-output is given, and then comes as lines of "type":
+"model_output" (no sequence: it is not an event, and nothing of it is stored).
 
 With --tree it follows the run and every run it delegates to, each line prefixed
 with its run, until all have ended; the client composes the tree (WatchRun
@@ -55,6 +64,10 @@ With --all it follows status changes across your runs until interrupted.`,
 			if o.tree {
 				return o.watchTree(cmd.Context(), e, args[0])
 			}
+			if cmd.Flags().Changed("model-output") || !e.json {
+				on, _ := cmd.Flags().GetBool("model-output")
+				o.output = on
+			}
 			return o.watchRun(cmd.Context(), e, args[0])
 		},
 	}
@@ -62,6 +75,7 @@ With --all it follows status changes across your runs until interrupted.`,
 	cmd.Flags().BoolVar(&o.all, "all", false, "follow status changes across runs")
 	cmd.Flags().BoolVar(&o.tree, "tree", false, "follow the run and the runs it delegates to, each line prefixed with its run")
 	cmd.Flags().StringSliceVar(&o.statuses, "status", nil, "with --all: only changes to these statuses")
+	cmd.Flags().Bool("model-output", true, "show the text of the model call in flight as it is written (default: on, off with --json)")
 	return cmd
 }
 
@@ -74,7 +88,11 @@ func (o *watchOptions) watchRun(ctx context.Context, e *env, runID string) error
 	}
 	defer cn.close()
 	paint := painter(e.stdout)
-	err = cn.Watch(ctx, runID, o.after, func(ev *reinv1.Event) error {
+	text := &outputPrinter{w: e.stdout}
+	onEvent := func(ev *reinv1.Event) error {
+		if err := text.end(); err != nil {
+			return err
+		}
 		var err error
 		if e.json {
 			err = writeJSON(e.stdout, eventJSON(ev), false)
@@ -88,7 +106,17 @@ func (o *watchOptions) watchRun(ctx context.Context, e *env, runID string) error
 			return errPaused
 		}
 		return nil
-	})
+	}
+	if o.output {
+		err = cn.WatchOutput(ctx, runID, o.after, onEvent, func(m *reinv1.ModelOutput) error {
+			if e.json {
+				return writeJSON(e.stdout, outputJSON(m), false)
+			}
+			return text.print(m)
+		})
+	} else {
+		err = cn.Watch(ctx, runID, o.after, onEvent)
+	}
 	if ctx.Err() != nil {
 		return &exitErr{code: exitCancelled}
 	}
