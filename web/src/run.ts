@@ -2,13 +2,15 @@
 // a message to the run while it runs, its actions (cancel, fork at an
 // event, download the export file), and its timeline, live, resuming
 // after a dropped connection from the last event it showed, so no event
-// is missed or shown twice.
+// is missed or shown twice; under it, the text of the model call in
+// flight as the model writes it.
 import { create, toJsonString } from "@bufbuild/protobuf";
 import { api, explain, may } from "./api";
 import { button, cut, h, outcome } from "./dom";
 import { statusName, summary, terminal, time, usage } from "./format";
 import { debounce, sleep } from "./live";
 import { pendingCard, pendingKey } from "./proposal";
+import { writingPanel } from "./writing";
 import type { Event } from "./gen/rein/v1/event_pb";
 import { RunExportSchema } from "./gen/rein/v1/export_pb";
 import { RunStatus, type Run } from "./gen/rein/v1/run_pb";
@@ -25,6 +27,7 @@ export function runPage(root: HTMLElement, runId: string, signal: AbortSignal): 
   const table = h("table", { class: "timeline", "data-last": "0", "data-reconnects": "0", "data-gaps": "0" },
     h("thead", {}, h("tr", {}, ...["#", "time", "actor", "event", "summary", ""].map((c) => h("th", {}, c)))),
     timeline);
+  const writing = writingPanel();
   let current: Run | undefined;
   const reason = h("input", { type: "text", class: "cancel-reason", placeholder: "why cancel" });
   const cancelBox = h("span", {}, reason, " ", button("Cancel run", async () => {
@@ -107,11 +110,15 @@ export function runPage(root: HTMLElement, runId: string, signal: AbortSignal): 
       try {
         live.textContent = "live";
         live.className = "live live";
-        for await (const r of api.watchRun({ runId, afterSequence: last }, { signal })) {
+        // The model's text is not an event: the cursor stays the last
+        // event's sequence.
+        for await (const r of api.watchRun({ runId, afterSequence: last, modelOutput: true }, { signal })) {
+          if (r.output) writing.output(r.output);
           const ev = r.event;
           if (!ev || ev.sequence <= last) continue;
           if (ev.sequence !== last + 1n) gaps++;
           row(ev);
+          writing.event(ev);
           last = ev.sequence;
           table.dataset.last = String(last);
           table.dataset.gaps = String(gaps);
@@ -126,6 +133,7 @@ export function runPage(root: HTMLElement, runId: string, signal: AbortSignal): 
       if (ended && current && terminal(current.status)) {
         await loadRun();
         if (current && terminal(current.status)) {
+          writing.clear();
           live.textContent = "ended";
           live.className = "live ended";
           return;
@@ -167,7 +175,7 @@ export function runPage(root: HTMLElement, runId: string, signal: AbortSignal): 
     }
   };
 
-  root.replaceChildren(head, pending, steer, actions, answer, h("h3", {}, "Timeline"), table);
+  root.replaceChildren(head, pending, steer, actions, answer, h("h3", {}, "Timeline"), table, writing.el);
   void loadRun();
   void follow();
 }

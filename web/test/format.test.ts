@@ -9,8 +9,10 @@ import { readFileSync } from "node:fs";
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { EventSchema } from "../src/gen/rein/v1/event_pb";
 import { summary } from "../src/format";
-// npm test bundles this file only: the parsers' tests come with it.
+// npm test bundles this file only: the parsers' tests, and those of the
+// model output's text, come with it.
 import "./parse.test";
+import "./output.test";
 
 type Case = { kind: string; event: JsonValue; summary: string };
 
