@@ -27,6 +27,7 @@ import (
 	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/secret"
+	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/telemetry"
 	"github.com/reinhq/rein/internal/tools"
@@ -82,6 +83,10 @@ type Config struct {
 	// node feeds its watch hub from it, so that a run driven by another
 	// server streams here live.
 	Commits func(ctx context.Context, grew func(runID string, version uint64), missed func())
+	// Relay, when set, carries the model output of runs between the
+	// servers sharing the store (relay.go): a watcher here sees the output
+	// of a run another server drives. Owner names this server in it.
+	Relay OutputRelay
 	// Replica says the store is shared with other servers that hold their
 	// runs under live leases (engine.Config.Replica).
 	Replica bool
@@ -192,9 +197,15 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		m.Registry.MustRegister(calls)
 		opts = append(opts, grpc.ChainUnaryInterceptor(calls.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(calls.StreamServerInterceptor()))
 	}
+	var output step.Output = hub
+	var follows *relayFollows
+	if cfg.Relay != nil {
+		output = newRelayOutput(hub, cfg.Relay, cfg.Owner, cfg.Logger)
+		follows = newRelayFollows(hub, cfg.Relay, cfg.Owner, cfg.Logger)
+	}
 	eng := engine.New(engine.Config{
 		Store: st, Models: cfg.Models, Tools: cfg.Tools, Workspace: cfg.Workspace, Prices: cfg.Prices, Clock: cfg.Clock,
-		Published: published, Output: hub, Logger: cfg.Logger, Replica: cfg.Replica, Owner: cfg.Owner, MaxDriven: cfg.MaxDriven,
+		Published: published, Output: output, Logger: cfg.Logger, Replica: cfg.Replica, Owner: cfg.Owner, MaxDriven: cfg.MaxDriven,
 		ApprovalsNeedTwo: cfg.ApprovalsNeedTwo, TookOver: func(runstate.State, uint64) { cfg.Metrics.TookOver() }, Secrets: cfg.Secrets,
 	})
 	authn := &authenticator{dir: cfg.Directory}
@@ -214,7 +225,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		leased: cfg.Leased,
 		Keeper: keeper,
 	}
-	reinv1.RegisterRunServiceServer(n.GRPC, &runService{engine: eng, store: st, hub: hub, log: cfg.Logger, done: n.done, resume: cfg.Resume, metrics: cfg.Metrics, keeper: keeper})
+	reinv1.RegisterRunServiceServer(n.GRPC, &runService{engine: eng, store: st, hub: hub, log: cfg.Logger, done: n.done, resume: cfg.Resume, metrics: cfg.Metrics, keeper: keeper, follows: follows})
 	healthpb.RegisterHealthServer(n.GRPC, n.health)
 	n.health.SetServingStatus(reinv1.RunService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if cfg.Reflection {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"strings"
+	"unicode/utf8"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/step"
@@ -22,6 +23,9 @@ type liveCall struct {
 	// followers are the watchers that sent some of its text and have not
 	// yet sent its end: a call that returned is kept until they have.
 	followers int
+	// remote: another server drives the run; the text came through the
+	// relay (relay.go).
+	remote bool
 }
 
 var _ step.Output = (*Hub)(nil)
@@ -31,7 +35,10 @@ var _ step.Output = (*Hub)(nil)
 func (h *Hub) Begin(runID string, call step.OutputCall) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	c := &liveCall{call: call}
+	h.beginLocked(runID, &liveCall{call: call})
+}
+
+func (h *Hub) beginLocked(runID string, c *liveCall) {
 	h.calls[runID] = c
 	// The run's output watchers that follow no call follow this one from
 	// its start, so that they are sent it even if it returns before they
@@ -69,13 +76,71 @@ func (h *Hub) Write(runID, text string) {
 func (h *Hub) End(runID string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if c := h.calls[runID]; c != nil {
+		h.endLocked(runID, c)
+	}
+}
+
+func (h *Hub) endLocked(runID string, c *liveCall) {
+	c.done = true
+	if c.followers == 0 && h.calls[runID] == c {
+		delete(h.calls, runID)
+	}
+	h.wakeOutputLocked(runID)
+}
+
+// snapshot is runID's call in flight with its text so far (at most
+// maxRelayText), or nil.
+func (h *Hub) snapshot(runID string) *reinv1.ModelOutput {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	c := h.calls[runID]
-	if c == nil {
+	if c == nil || c.remote {
+		return nil
+	}
+	text, truncated := c.text, c.truncated
+	if len(text) > maxRelayText {
+		text, truncated = text[:maxRelayText], true
+		for !utf8.Valid(text) { // cut at a rune's start
+			text = text[:len(text)-1]
+		}
+	}
+	return &reinv1.ModelOutput{Requested: c.call.Requested, Step: c.call.Step, Attempt: c.call.Attempt, Resumed: c.call.Resumed,
+		Text: string(text), Truncated: truncated}
+}
+
+// relayed takes runID's call as the relay holds it (another server drives
+// the run), nil for none, unless a call of the run is in flight here.
+func (h *Hub) relayed(runID string, o *reinv1.ModelOutput) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.calls[runID]
+	if c != nil && !c.remote {
+		return // driven here
+	}
+	same := c != nil && o != nil && c.call.Requested == o.GetRequested() && c.call.Attempt == o.GetAttempt() && c.call.Resumed == o.GetResumed()
+	if c != nil && !same && !c.done {
+		h.endLocked(runID, c)
+	}
+	if o == nil {
 		return
 	}
-	c.done = true
-	if c.followers == 0 {
-		delete(h.calls, runID)
+	if !same {
+		if o.GetDone() {
+			return // a call that returned before it was followed here
+		}
+		c = &liveCall{call: step.OutputCall{Requested: o.GetRequested(), Step: o.GetStep(), Attempt: o.GetAttempt(), Resumed: o.GetResumed()}, remote: true}
+		h.beginLocked(runID, c)
+	} else if c.done {
+		return
+	}
+	if text := o.GetText(); len(text) > len(c.text) {
+		c.text = append(c.text, text[len(c.text):]...)
+	}
+	c.truncated = c.truncated || o.GetTruncated()
+	if o.GetDone() {
+		h.endLocked(runID, c)
+		return
 	}
 	h.wakeOutputLocked(runID)
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/step"
 )
 
@@ -179,5 +180,36 @@ func TestHubOutputBadUTF8(t *testing.T) {
 	h.Write("other", "x")
 	if len(h.calls) != 1 {
 		t.Fatal("a write with no call in flight made one")
+	}
+}
+
+// TestHubRelayedCalls: a call another server drives comes in through the
+// relay as its text so far: the hub sends each piece once, and nil ends
+// it; a call in flight here wins over what the relay says of the run.
+func TestHubRelayedCalls(t *testing.T) {
+	h := NewHub()
+	sub := h.SubscribeOutput("r")
+	defer sub.Close()
+	call := func(text string, done bool) *reinv1.ModelOutput {
+		return &reinv1.ModelOutput{Requested: 3, Step: 1, Attempt: 1, Text: text, Done: done}
+	}
+	h.relayed("r", call("Hel", false))
+	h.relayed("r", call("Hello", false))
+	if text, done, _ := drainOutput(sub, 3); text != "Hello" || done {
+		t.Fatalf("relayed so far: %q done %v", text, done)
+	}
+	h.relayed("r", nil) // the call's key was deleted: its server's lease ended
+	if _, done, _ := drainOutput(sub, 3); !done {
+		t.Fatal("a relayed call whose key went was not ended")
+	}
+	h.relayed("r", call("late", true))
+	if _, _, n := drainOutput(sub, 3); n != 0 || len(h.calls) != 0 {
+		t.Fatalf("a relayed call that had returned before it was followed was sent (%d messages)", n)
+	}
+	h.Begin("r", step.OutputCall{Requested: 7, Step: 2, Attempt: 1})
+	h.Write("r", "mine")
+	h.relayed("r", &reinv1.ModelOutput{Requested: 7, Step: 2, Attempt: 1, Text: "theirs"})
+	if text, _, _ := drainOutput(sub, 7); text != "mine" {
+		t.Fatalf("with a call in flight here, the watcher was sent %q", text)
 	}
 }

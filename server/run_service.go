@@ -71,6 +71,9 @@ type runService struct {
 	done <-chan struct{}
 	// metrics counts the watch streams; nil counts nothing.
 	metrics *metrics.Metrics
+	// follows brings the model output of runs other servers drive into
+	// the hub (Config.Relay); nil on a server of its own.
+	follows *relayFollows
 	// keeper deletes runs (DeleteRun); nil for a store without a lifecycle.
 	keeper *lifecycle.Keeper
 }

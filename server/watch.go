@@ -23,10 +23,11 @@ const outputEvery = 100 * time.Millisecond
 func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStreamingServer[reinv1.WatchRunResponse]) error {
 	ctx := stream.Context()
 	defer s.metrics.WatchOpened("run")()
-	sub := s.hub.Subscribe(req.GetRunId())
+	subscribe := s.hub.Subscribe
 	if req.GetModelOutput() {
-		sub = s.hub.SubscribeOutput(req.GetRunId())
+		subscribe = s.hub.SubscribeOutput
 	}
+	sub := subscribe(req.GetRunId())
 	defer sub.Close()
 	st, err := s.load(ctx, req.GetRunId())
 	if err != nil {
@@ -41,6 +42,11 @@ func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStr
 	// the head).
 	if runstate.Terminal(st.Status) && cursor == st.Version {
 		return nil
+	}
+	if req.GetModelOutput() && s.follows != nil {
+		// The run may be driven by another server: follow its output
+		// through the relay too.
+		defer s.follows.join(ctx, req.GetRunId())()
 	}
 	out := outputs{sub: sub, stream: stream}
 	fromStore := true // the first read is always from the store

@@ -224,7 +224,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 			return &exitErr{code: code, err: err}
 		}
 		cfg.Store, cfg.Replica, cfg.Owner, cfg.MaxDriven = st, true, o.name, o.maxRuns
-		cfg.Commits, cfg.Leased = st.WatchCommits, rep.Holding
+		cfg.Commits, cfg.Leased, cfg.Relay = st.WatchCommits, rep.Holding, st
 		storeName = "etcd " + o.etcd.Endpoints + " " + o.etcd.Prefix
 	} else if cfg.Store, err = openStore(e.db); err != nil {
 		return err

@@ -25,6 +25,17 @@ func (k keys) changes() string             { return k.p + "change/" }
 func (k keys) change(cursor uint64) string { return hex16(k.changes(), cursor) }
 func (k keys) replica(name string) string  { return k.p + "replica/" + url.PathEscape(name) }
 
+// The model output of runs' calls in flight, relayed between replicas
+// (output.go): the call's text so far, and which replicas want it.
+func (k keys) outputs(id string) string    { return k.p + "output/" + id + "/" }
+func (k keys) outputCall(id string) string { return k.outputs(id) + "call" }
+func (k keys) outputWants(id string) string {
+	return k.p + "output-wanted/" + id + "/"
+}
+func (k keys) outputWant(id, replica string) string {
+	return k.outputWants(id) + url.PathEscape(replica)
+}
+
 func (k keys) event(id string, seq uint64) string {
 	return hex16(k.events(id), seq)
 }

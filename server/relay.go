@@ -1,0 +1,217 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/step"
+)
+
+// OutputRelay carries the text of model calls in flight between the
+// servers that share a store (internal/store/etcd's output.go): a watcher
+// connected to one replica sees the output of a run another drives. The
+// driving server writes a run's call to the relay only while another
+// replica wants it, so a run nobody watches from elsewhere costs no write.
+type OutputRelay interface {
+	// WantOutput records that the replica named replica has watchers of
+	// the run's output, until the func it returns is called.
+	WantOutput(ctx context.Context, runID, replica string) (func(), error)
+	// OutputWanted says whether a replica other than replica wants it.
+	OutputWanted(ctx context.Context, runID, replica string) (bool, error)
+	// PutOutput puts the run's call in flight with its text so far;
+	// DeleteOutput says it returned.
+	PutOutput(ctx context.Context, runID string, o *reinv1.ModelOutput) error
+	DeleteOutput(ctx context.Context, runID string) error
+	// FollowOutput calls fn with the run's call as the relay holds it, now
+	// and at each change (nil: none), until ctx ends.
+	FollowOutput(ctx context.Context, runID string, fn func(*reinv1.ModelOutput))
+}
+
+const (
+	// relayEvery is how often the driving server writes a call's text
+	// to the relay while another replica wants it, and relayLook how often
+	// it looks whether one does.
+	relayEvery = 250 * time.Millisecond
+	relayLook  = time.Second
+	// maxRelayText bounds the text of one call written to the relay (a
+	// request to etcd is at most 1.5 MiB by default): past it, the other
+	// replicas' watchers are told it was truncated.
+	maxRelayText = 512 << 10
+	// relayEndWait bounds how long a call's end waits for its last text
+	// to reach the relay, before the step commits the call's reply.
+	relayEndWait = 2 * time.Second
+)
+
+// relayOutput is the step.Output of a replica: the hub, and the relay for
+// the calls another replica wants.
+type relayOutput struct {
+	hub   *Hub
+	relay OutputRelay
+	name  string
+	log   *slog.Logger
+
+	mu    sync.Mutex
+	calls map[string]*relayCall
+}
+
+// relayCall is a call being written to the relay: end takes its last
+// state, finished is closed once that was written.
+type relayCall struct {
+	end      chan *reinv1.ModelOutput
+	finished chan struct{}
+}
+
+var _ step.Output = (*relayOutput)(nil)
+
+func newRelayOutput(hub *Hub, relay OutputRelay, name string, log *slog.Logger) *relayOutput {
+	return &relayOutput{hub: hub, relay: relay, name: name, log: log, calls: map[string]*relayCall{}}
+}
+
+func (r *relayOutput) Begin(runID string, call step.OutputCall) {
+	r.hub.Begin(runID, call)
+	rc := &relayCall{end: make(chan *reinv1.ModelOutput, 1), finished: make(chan struct{})}
+	r.mu.Lock()
+	r.calls[runID] = rc
+	r.mu.Unlock()
+	go r.write(runID, rc)
+}
+
+func (r *relayOutput) Write(runID, text string) { r.hub.Write(runID, text) }
+
+// End hands the call's last state to its writer and waits (a little) for
+// it to reach the relay, so that a watcher elsewhere has the whole text
+// about when the call's reply is committed.
+func (r *relayOutput) End(runID string) {
+	r.mu.Lock()
+	rc := r.calls[runID]
+	delete(r.calls, runID)
+	r.mu.Unlock()
+	if rc != nil {
+		last := r.hub.snapshot(runID)
+		if last != nil {
+			last.Done = true
+		}
+		rc.end <- last
+		t := time.NewTimer(relayEndWait)
+		select {
+		case <-rc.finished:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	r.hub.End(runID)
+}
+
+// write writes the call's text to the relay while another replica wants
+// it: every relayEvery if it grew, and its end.
+func (r *relayOutput) write(runID string, rc *relayCall) {
+	defer close(rc.finished)
+	ctx := context.Background()
+	wanted := func() bool {
+		ok, err := r.relay.OutputWanted(ctx, runID, r.name)
+		return ok && err == nil
+	}
+	want, looked := wanted(), time.Now()
+	put := func(o *reinv1.ModelOutput) bool {
+		if err := r.relay.PutOutput(ctx, runID, o); err != nil {
+			r.log.Debug("model output not relayed", "run_id", runID, "err", err)
+			return false
+		}
+		return true
+	}
+	tick := time.NewTicker(relayEvery)
+	defer tick.Stop()
+	sent, wrote := -1, false
+	for {
+		select {
+		case last := <-rc.end:
+			if !want && !wrote {
+				want = wanted()
+			}
+			if last != nil && want {
+				put(last)
+				wrote = true
+			}
+			if wrote {
+				_ = r.relay.DeleteOutput(ctx, runID)
+			}
+			return
+		case <-tick.C:
+			if time.Since(looked) >= relayLook {
+				want, looked = wanted(), time.Now()
+			}
+			if !want {
+				continue
+			}
+			o := r.hub.snapshot(runID)
+			if o == nil || len(o.GetText()) == sent {
+				continue
+			}
+			if put(o) {
+				sent, wrote = len(o.GetText()), true
+			}
+		}
+	}
+}
+
+// relayFollows follows, for the runs this replica's watchers want the
+// output of, what the relay holds, into the hub: one follow per run,
+// shared by its watchers.
+type relayFollows struct {
+	hub   *Hub
+	relay OutputRelay
+	name  string
+	log   *slog.Logger
+
+	mu   sync.Mutex
+	runs map[string]*relayFollow
+}
+
+type relayFollow struct {
+	watchers int
+	stop     func()
+}
+
+func newRelayFollows(hub *Hub, relay OutputRelay, name string, log *slog.Logger) *relayFollows {
+	return &relayFollows{hub: hub, relay: relay, name: name, log: log, runs: map[string]*relayFollow{}}
+}
+
+// join follows the run's output for a watcher until the func it returns
+// is called. A relay that cannot be told costs the watcher the output of
+// runs driven elsewhere, never its events.
+func (f *relayFollows) join(ctx context.Context, runID string) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fl := f.runs[runID]
+	if fl == nil {
+		fctx, cancel := context.WithCancel(context.Background())
+		unwant, err := f.relay.WantOutput(ctx, runID, f.name)
+		if err != nil {
+			f.log.Warn("watchers here will not see the model output of the run if another server drives it", "run_id", runID, "err", err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			f.relay.FollowOutput(fctx, runID, func(o *reinv1.ModelOutput) { f.hub.relayed(runID, o) })
+		}()
+		fl = &relayFollow{stop: func() {
+			cancel()
+			<-done
+			unwant()
+			f.hub.relayed(runID, nil)
+		}}
+		f.runs[runID] = fl
+	}
+	fl.watchers++
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if fl.watchers--; fl.watchers == 0 {
+			delete(f.runs, runID)
+			fl.stop()
+		}
+	}
+}
