@@ -34,6 +34,8 @@ func serve(t *testing.T, opts ...grpc.ServerOption) (*server.Node, string) {
 		Store:         boltStore(t),
 		Tools:         tools.NewFixtures(map[string][]tools.FixtureResult{"lookup": {{Output: structpb.NewStringValue("found")}}}),
 		ServerOptions: opts,
+		// As rein serve: every model call streams (WatchOutput's tests).
+		StreamModelCalls: true,
 	})
 	if err != nil {
 		t.Fatal(err)

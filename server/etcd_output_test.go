@@ -38,7 +38,7 @@ func relayServer(t *testing.T, c *etcdtest.Cluster, name string, models map[stri
 		t.Fatal(err)
 	}
 	relay := &countedRelay{Store: st}
-	cfg := Config{Store: st, Tools: fixtures(), Relay: relay, Owner: name}
+	cfg := Config{Store: st, Tools: fixtures(), Relay: relay, Owner: name, StreamModelCalls: true}
 	if models != nil {
 		cfg.Models = func(spec *reinv1.ModelSpec) (model.Model, error) { return models[spec.GetName()], nil }
 	}

@@ -30,6 +30,9 @@ type Hub struct {
 	// calls are the runs' model calls in flight, with their text so far
 	// (output.go).
 	calls map[string]*liveCall
+	// streamAll: every run's calls stream (Config.StreamModelCalls), not
+	// only those of runs with output watchers. Set before use.
+	streamAll bool
 }
 
 // Subscription is one watcher's wake-up channel.

@@ -83,6 +83,10 @@ type Config struct {
 	// node feeds its watch hub from it, so that a run driven by another
 	// server streams here live.
 	Commits func(ctx context.Context, grew func(runID string, version uint64), missed func())
+	// StreamModelCalls streams every model call (rein serve), so that a
+	// watcher that joins mid-call gets the text so far; false streams a
+	// call only when its run has a watcher of its output as it starts.
+	StreamModelCalls bool
 	// Relay, when set, carries the model output of runs between the
 	// servers sharing the store (relay.go): a watcher here sees the output
 	// of a run another server drives. Owner names this server in it.
@@ -168,6 +172,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	st := cfg.Metrics.Store(cfg.Store)
 	hub := NewHub()
+	hub.streamAll = cfg.StreamModelCalls
 	var tracer *telemetry.Tracer
 	var opts []grpc.ServerOption
 	if cfg.Traces != nil {

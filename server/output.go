@@ -30,6 +30,23 @@ type liveCall struct {
 
 var _ step.Output = (*Hub)(nil)
 
+// Streams implements step.Output: every call streams on a hub that
+// streams all; otherwise a run's call streams while the run has a watcher
+// of its output here.
+func (h *Hub) Streams(runID string) bool {
+	if h.streamAll {
+		return true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs[runID] {
+		if s.O != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // Begin implements step.Output: runID's call starts (over), and the run's
 // output watchers are woken.
 func (h *Hub) Begin(runID string, call step.OutputCall) {

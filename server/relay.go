@@ -70,6 +70,16 @@ func newRelayOutput(hub *Hub, relay OutputRelay, name string, log *slog.Logger) 
 	return &relayOutput{hub: hub, relay: relay, name: name, log: log, calls: map[string]*relayCall{}}
 }
 
+// Streams: a run's call streams while it has a watcher of its output
+// here, or another replica wants it.
+func (r *relayOutput) Streams(runID string) bool {
+	if r.hub.Streams(runID) {
+		return true
+	}
+	ok, err := r.relay.OutputWanted(context.Background(), runID, r.name)
+	return ok && err == nil
+}
+
 func (r *relayOutput) Begin(runID string, call step.OutputCall) {
 	r.hub.Begin(runID, call)
 	rc := &relayCall{end: make(chan *reinv1.ModelOutput, 1), finished: make(chan struct{})}

@@ -52,7 +52,7 @@ func (m *writingModel) Next(ctx context.Context, req *model.Request) (*model.Rep
 }
 
 func writingServer(t *testing.T, m *writingModel) *tcpServer {
-	return newTCPServer(t, Config{Models: func(*reinv1.ModelSpec) (model.Model, error) { return m, nil }})
+	return newTCPServer(t, Config{StreamModelCalls: true, Models: func(*reinv1.ModelSpec) (model.Model, error) { return m, nil }})
 }
 
 // watched is what one watcher was sent, in order.
@@ -257,4 +257,45 @@ func TestWatchRunOutputOfARetry(t *testing.T) {
 		t.Fatalf("output of attempts %v with %d ends; want attempt 1 then 2, each ended", attempts, dones)
 	}
 	w.outputBeforeReturned(t, "draft final")
+}
+
+// streamNoted answers each call with the next reply of its script, noting
+// whether the call streamed.
+type streamNoted struct {
+	script   *model.Script
+	streamed chan bool
+}
+
+func (m *streamNoted) Next(ctx context.Context, req *model.Request) (*model.Reply, error) {
+	m.streamed <- req.Output != nil
+	return m.script.Next(ctx, req)
+}
+
+// TestModelCallsStreamWhenWatched: on a server that does not stream every
+// call, a call streams only when its run has a watcher of its output as
+// the call starts; one nobody watches is the provider's plain call.
+func TestModelCallsStreamWhenWatched(t *testing.T) {
+	m := &streamNoted{script: model.NewScript([]*reinv1.ScriptedReply{ask("which ledger?"), final("done")}), streamed: make(chan bool, 2)}
+	s := newTCPServer(t, Config{Models: func(*reinv1.ModelSpec) (model.Model, error) { return m, nil }})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := s.client.StartRun(ctx, &reinv1.StartRunRequest{RequestId: "noted", Contract: contract(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runID := resp.GetRun().GetRunId()
+	if <-m.streamed {
+		t.Fatal("a call of a run nobody watched streamed")
+	}
+	w := watchOutput(t, ctx, s, runID, 0, true)
+	w.until(t, func(r *reinv1.WatchRunResponse) bool {
+		return r.GetEvent().GetStatusChanged().GetTo() == reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT
+	})
+	if _, err := s.client.ProvideInput(ctx, &reinv1.ProvideInputRequest{RunId: runID, Text: "EUR"}); err != nil {
+		t.Fatal(err)
+	}
+	if !<-m.streamed {
+		t.Fatal("a call of a run with an output watcher did not stream")
+	}
+	w.toEnd(t)
 }

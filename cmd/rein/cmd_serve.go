@@ -53,6 +53,7 @@ type serveOptions struct {
 	leaseTTL        time.Duration
 	maxRuns         int
 	needTwo         bool
+	stream bool
 	name            string
 	lifecycle       lifecycleFlags
 	flags           *pflag.FlagSet
@@ -105,6 +106,7 @@ one that receives it takes the run and carries it on.`,
 	o.http.register(f)
 	o.lifecycle.register(f)
 	o.tenants.register(f)
+	f.BoolVar(&o.stream, "stream-model-calls", true, "stream every model call, so that a watcher sees the text as it is written, also one that joins mid-call; false streams a call only when its run has an output watcher here as it starts (for a model server that cannot stream)")
 	f.BoolVar(&o.needTwo, "approvals-need-two", false, "a person who revised a proposal's arguments may not approve the revision: another approver must (default: the reviser may)")
 	f.BoolVar(&o.pprof, "pprof", false, "with --admin-listen, also serve Go's profiles at /debug/pprof/")
 	f.StringVar(&o.logFormat, "log-format", "text", "log lines on stderr as text (key=value) or json (one object a line)")
@@ -124,7 +126,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		return err
 	}
 	cfg := server.Config{
-		Models: models, Reflection: o.reflection, Resume: true, Logger: log, ApprovalsNeedTwo: o.needTwo,
+		Models: models, Reflection: o.reflection, Resume: true, Logger: log, ApprovalsNeedTwo: o.needTwo, StreamModelCalls: o.stream,
 		RatePerSecond: o.rate, RateBurst: o.burst, MaxRecvBytes: o.maxMsgBytes, MaxStreams: o.maxStreams,
 	}
 	if o.tokens != "" {

@@ -85,10 +85,11 @@ func (r *Stepper) callModel(ctx, mctx context.Context, req *model.Request, now t
 }
 
 // timedNext is one attempt of the model call, timed on the monotonic clock
-// (the run's clock stays one reading per step). With an Output, the call
-// streams its text there, as the call r.call names.
+// (the run's clock stays one reading per step). With an Output that
+// someone reads for the run, the call streams its text there, as the call
+// r.call names.
 func (r *Stepper) timedNext(ctx context.Context, req *model.Request, attempt uint32) (*model.Reply, time.Duration, error) {
-	if out := r.cfg.Output; out != nil {
+	if out := r.cfg.Output; out != nil && out.Streams(r.st.RunID) {
 		runID, call := r.st.RunID, r.call
 		call.Attempt = attempt
 		out.Begin(runID, call)

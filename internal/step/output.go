@@ -5,6 +5,10 @@ package step
 // not an event: nothing of it is stored, and a fold or a replay never sees
 // it. Its methods are called on the step's goroutine and must not block.
 type Output interface {
+	// Streams says whether runID's next model call is to stream: someone
+	// watches the run's output. A call nobody watches is sent without
+	// streaming, as the provider's plain call.
+	Streams(runID string) bool
 	// Begin says an attempt of a model call of run runID is sent: its text
 	// starts over.
 	Begin(runID string, call OutputCall)
