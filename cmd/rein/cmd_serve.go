@@ -53,7 +53,7 @@ type serveOptions struct {
 	leaseTTL        time.Duration
 	maxRuns         int
 	needTwo         bool
-	stream bool
+	stream          bool
 	name            string
 	lifecycle       lifecycleFlags
 	flags           *pflag.FlagSet
