@@ -106,20 +106,20 @@ straight bbolt Updates; for watch, plain gRPC streaming from memory), then
 prints one line: the figure, the baseline, their ratio and the ratio it must
 reach. With --json the line is a JSON object.
 
-Scenarios (steps runs steps and steps-runs):
-%s  all        every scenario, in that order
-  failover   three rein serve --etcd replicas of --rein (lease TTL 2s):
-             the time from killing one (SIGKILL, 10 times) to its runs carried
-             on by the others, and runs/s with 1, 2 and 3 replicas; on the
-             bench's etcd (--etcd, or one it starts); not part of all
-  lifecycle  finished runs archived by the keeper (runs/s, the median of
-             --rounds) against raw puts of the same exports to the same
-             archive, rounds alternating; GetRun and ListEvents
-             p50/p99 of an archived run (its cache cold and warm) against a
-             live one through the gRPC server; the live store's size over a
-             steady workload with and without archiving and retention (--svg
-             plots it); on --archive (default: a temporary directory; the
-             objects it writes are deleted); bolt only; not part of all
+Scenarios (steps runs steps, steps-runs and steps-stream):
+%s  all          every scenario, in that order
+  failover     three rein serve --etcd replicas of --rein (lease TTL 2s):
+               the time from killing one (SIGKILL, 10 times) to its runs carried
+               on by the others, and runs/s with 1, 2 and 3 replicas; on the
+               bench's etcd (--etcd, or one it starts); not part of all
+  lifecycle    finished runs archived by the keeper (runs/s, the median of
+               --rounds) against raw puts of the same exports to the same
+               archive, rounds alternating; GetRun and ListEvents
+               p50/p99 of an archived run (its cache cold and warm) against a
+               live one through the gRPC server; the live store's size over a
+               steady workload with and without archiving and retention (--svg
+               plots it); on --archive (default: a temporary directory; the
+               objects it writes are deleted); bolt only; not part of all
 
 Files go in a temporary directory that is removed; --db is not used. The
 watch scenario also starts rein serve (the rein binary of --rein) on a
@@ -127,7 +127,8 @@ temporary store, to measure the server's memory with every stream open and
 idle.
 
 With --store etcd the scenarios whose baseline is the backend's ceiling run
-(append, steps, steps-runs, fold; all means those), against raw etcd
+(append, steps, steps-runs, fold; all means those, steps
+steps and steps-runs), against raw etcd
 transactions from the same client: for steps and steps-runs, putting the
 same bytes as the store's appends (each commit's events, the run's snapshot
 and the blobs of the model call's input; the ratio to the events alone is
@@ -185,7 +186,7 @@ func newRootCmd(e *env) *cobra.Command {
 func scenarioHelp() string {
 	var b strings.Builder
 	for _, s := range bench.Scenarios() {
-		fmt.Fprintf(&b, "  %-10s %s\n", s.Name, s.Doc)
+		fmt.Fprintf(&b, "  %-12s %s\n", s.Name, s.Doc)
 	}
 	return b.String()
 }
@@ -294,6 +295,10 @@ func benchDetail(r bench.Result) string {
 			s += fmt.Sprintf("; traced: %.0f spans built", n)
 		}
 		return s
+	case "steps-stream":
+		return fmt.Sprintf("; streaming %.0f chunks of %.0f bytes a step against none, one watcher each (it took %.0f pieces of output, %.0f bytes); CPU per step %.0f µs vs %.0f µs (ratio %.2f); written per step %s vs %s, %.2f vs %.2f commits a step; median of the rounds' ratios %.2f",
+			x["chunks_per_step"], x["chunk_bytes"], x["outputs"], x["output_bytes"], x["cpu_us_per_step"], x["baseline_cpu_us_per_step"], x["cpu_ratio"],
+			kib(x["bytes_written_per_step"]), kib(x["baseline_bytes_written_per_step"]), x["commits_per_step"], x["baseline_commits_per_step"], x["ratio_median"])
 	case "delegate":
 		return fmt.Sprintf("; overhead per delegation of %.0f children: fan-out (delegate reply → last child's first model call) p50 %.2f ms, max %.2f ms; fan-in (last child's end → parent's next model call) p50 %.2f ms, max %.2f ms",
 			x["children_per_tree"], x["fanout_ms_p50"], x["fanout_ms_max"], x["fanin_ms_p50"], x["fanin_ms_max"])

@@ -58,7 +58,7 @@ func TestBenchUnknownScenario(t *testing.T) {
 	if out != "" {
 		t.Errorf("stdout %q, want nothing", out)
 	}
-	for _, name := range []string{`"nope"`, "append", "steps", "steps-runs", "fold", "replay", "watch", "delegate", "recovery", "all"} {
+	for _, name := range []string{`"nope"`, "append", "steps", "steps-runs", "steps-stream", "fold", "replay", "watch", "delegate", "recovery", "all"} {
 		if !strings.Contains(errs, name) {
 			t.Errorf("stderr %q does not name %s", errs, name)
 		}
@@ -69,6 +69,7 @@ func TestBenchBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{}, {"append", "--scale", "0"}, {"append", "--rounds", "-1"}, {"append", "steps"},
 		{"steps", "--runs", "0"}, {"steps", "--runs", "-3"}, {"fold", "--store", "nope"},
+		{"steps-stream", "--scale", "-1"}, {"steps-stream", "--rounds", "0"}, {"steps-stream", "--store", "nope"},
 	} {
 		if code, out, _ := runBench(t, args...); code != exitUsage || out != "" {
 			t.Errorf("bench %v: exit %d, stdout %q; want %d and nothing", args, code, out, exitUsage)
@@ -88,23 +89,28 @@ func TestBenchUnknownStore(t *testing.T) {
 	}
 }
 
-// TestBenchStepsRuns runs steps (which is steps and steps-runs) small with
-// --store bolt --runs 3: two lines, the second of 3 runs, each with its CPU
-// and bytes per step.
+// TestBenchStepsRuns runs steps (which is steps, steps-runs and
+// steps-stream) small with --store bolt --runs 3: three lines, the second
+// of 3 runs, each with its CPU and bytes per step.
 func TestBenchStepsRuns(t *testing.T) {
 	code, out, errs := runBench(t, "steps", "--store", "bolt", "--runs", "3", "--scale", "0.002", "--rounds", "1", "--dir", t.TempDir())
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "steps ") || !strings.HasPrefix(lines[1], "steps-runs ") {
-		t.Fatalf("output %q, want a line for steps, then one for steps-runs", out)
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "steps ") || !strings.HasPrefix(lines[1], "steps-runs ") ||
+		!strings.HasPrefix(lines[2], "steps-stream ") {
+		t.Fatalf("output %q, want a line for steps, one for steps-runs, then one for steps-stream", out)
 	}
-	if !strings.Contains(lines[1], " 3 runs") {
-		t.Errorf("steps-runs line %q, want 3 runs", lines[1])
+	if !strings.Contains(lines[1], " 3 runs") || !strings.Contains(lines[2], " 1 runs") {
+		t.Errorf("steps-runs line %q, want 3 runs; steps-stream line %q, want 1", lines[1], lines[2])
 	}
-	for _, line := range lines {
-		for _, want := range []string{"CPU per step", "written per step", "per commit"} {
+	for i, line := range lines {
+		want := []string{"CPU per step", "written per step", "per commit"}
+		if i == 2 {
+			want = []string{"CPU per step", "written per step", "commits a step", "streaming 8 chunks of 36 bytes a step", "target ≥ 0.90"}
+		}
+		for _, want := range want {
 			if !strings.Contains(line, want) {
 				t.Errorf("line %q has no %q", line, want)
 			}
@@ -118,7 +124,7 @@ func TestBenchAllJSON(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	want := []string{"append", "steps", "steps-runs", "fold", "replay", "watch", "delegate", "recovery"}
+	want := []string{"append", "steps", "steps-runs", "steps-stream", "fold", "replay", "watch", "delegate", "recovery"}
 	if len(lines) != len(want) {
 		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), out)
 	}
@@ -207,5 +213,46 @@ func TestBenchReinBinary(t *testing.T) {
 		if code != exitUsage || out != "" || !strings.Contains(errs, "--rein "+bad) {
 			t.Errorf("watch with --rein %s: exit %d, stdout %q, stderr %q; want a usage error naming it", bad, code, out, errs)
 		}
+	}
+}
+
+// TestBenchStepsStreamJSON runs steps-stream small with --json: one line,
+// the ratio of streaming to not against 0.9, and each side's CPU, commits
+// and bytes per step, the chunks given the hub and the output watched.
+func TestBenchStepsStreamJSON(t *testing.T) {
+	code, out, errs := runBench(t, "steps-stream", "--json", "--scale", "0.002", "--rounds", "2", "--dir", t.TempDir())
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("%d lines, want 1:\n%s", len(lines), out)
+	}
+	var r struct {
+		Scenario                string
+		Figure, Baseline, Ratio float64
+		Target                  float64
+		Met                     bool
+		Runs, Rounds            int
+		Ratios                  []float64
+		Extra                   map[string]float64
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &r); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, lines[0])
+	}
+	if r.Scenario != "steps-stream" || r.Target != 0.9 || r.Runs != 1 || r.Rounds != 2 || len(r.Ratios) != 2 {
+		t.Errorf("scenario %q, target %v, runs %d, rounds %d, ratios %v; want steps-stream, 0.9, 1, 2, two", r.Scenario, r.Target, r.Runs, r.Rounds, r.Ratios)
+	}
+	if r.Figure <= 0 || r.Baseline <= 0 || r.Ratio != r.Figure/r.Baseline || r.Met != (r.Ratio >= r.Target) {
+		t.Errorf("figure %v, baseline %v, ratio %v, met %v", r.Figure, r.Baseline, r.Ratio, r.Met)
+	}
+	for _, k := range []string{"cpu_us_per_step", "baseline_cpu_us_per_step", "cpu_ratio", "commits_per_step", "baseline_commits_per_step",
+		"bytes_written_per_step", "baseline_bytes_written_per_step", "chunks_per_step", "outputs", "ratio_median"} {
+		if !(r.Extra[k] > 0) {
+			t.Errorf("extra %s = %v, want > 0", k, r.Extra[k])
+		}
+	}
+	if r.Extra["chunks_per_step"] != 8 || r.Extra["baseline_chunks_per_step"] != 0 {
+		t.Errorf("chunks per step %v, baseline %v; want 8 and 0", r.Extra["chunks_per_step"], r.Extra["baseline_chunks_per_step"])
 	}
 }

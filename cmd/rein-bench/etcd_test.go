@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/reinhq/rein/internal/bench"
 	"github.com/reinhq/rein/internal/etcdtest"
 )
 
@@ -99,6 +100,7 @@ func TestBenchEtcdRefused(t *testing.T) {
 		{[]string{"append", "--etcd-bin", "/bin/true"}, exitUsage, "--etcd-bin needs --store etcd"},
 		{[]string{"append", "--store", "etcd", "--etcd", "127.0.0.1:1", "--etcd-bin", "/bin/true"}, exitUsage, "one or the other"},
 		{[]string{"watch", "--store", "etcd", "--etcd", "127.0.0.1:1"}, exitUsage, "bolt only"},
+		{[]string{"steps-stream", "--store", "etcd", "--etcd", "127.0.0.1:1"}, exitUsage, "bench steps-stream runs on --store bolt only"},
 		{[]string{"append", "--store", "etcd", "--etcd-prefix", "/x"}, exitUsage, "--etcd-prefix needs --etcd"},
 		{[]string{"append", "--store", "etcd", "--etcd-bin", filepath.Join(dir, "no-etcd")}, exitUnavailable, "no-etcd"},
 		{[]string{"append", "--store", "etcd", "--etcd", "127.0.0.1:1", "--etcd-timeout", "500ms"}, exitUnavailable, "did not answer"},
@@ -138,5 +140,19 @@ func TestBenchFailover(t *testing.T) {
 	code, _, errs = runBench(t, "failover", "--etcd", "127.0.0.1:1", "--etcd-timeout", "1s", "--dir", t.TempDir())
 	if code == exitOK || !strings.Contains(errs, "etcd") {
 		t.Fatalf("bench failover on no cluster: exit %d, %s", code, errs)
+	}
+}
+
+// TestEtcdScenariosOfAGroup: on etcd, steps (a group) runs the members etcd
+// has and leaves steps-stream out; steps-stream by its name is refused.
+func TestEtcdScenariosOfAGroup(t *testing.T) {
+	todo, _ := bench.Lookup("steps")
+	got, err := etcdScenarios("steps", todo)
+	if err != nil || len(got) != 2 || got[0].Name != "steps" || got[1].Name != "steps-runs" {
+		t.Errorf("etcdScenarios(steps) = %v, %v; want steps and steps-runs", got, err)
+	}
+	todo, _ = bench.Lookup("steps-stream")
+	if got, err := etcdScenarios("steps-stream", todo); err == nil || !strings.Contains(err.Error(), "bolt only") {
+		t.Errorf("etcdScenarios(steps-stream) = %v, %v; want it refused", got, err)
 	}
 }

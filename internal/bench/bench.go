@@ -136,6 +136,7 @@ func Scenarios() []Scenario {
 		{Name: "append", Doc: "64 concurrent runs appending 3-event steps of ~300-byte events, durable, through the store", Run: Append},
 		{Name: "steps", Doc: "one run of 5,000 scripted tool-call steps through the engine, durable", Run: Steps},
 		{Name: "steps-runs", Group: "steps", Doc: "16 concurrent runs (--runs) of 500 scripted tool-call steps each, every run reading files of its own, through the engine, durable", Run: StepsRuns},
+		{Name: "steps-stream", Group: "steps", Doc: "steps' one run of 5,000 steps, watched through the server's hub, with every model reply streamed in 8 chunks of 36 bytes to a watcher of its output, against the same without streaming", Run: StepsStream},
 		{Name: "fold", Doc: "rebuild a 1,000,000-event run from the store: scan, decode, fold", Run: Fold},
 		{Name: "replay", Doc: "read and replay a directory of 1,000 recorded runs of 100 steps through the harness, against reading and folding them", Run: Replay},
 		{Name: "watch", Doc: "1,000 WatchRun streams over loopback TCP following 64 runs that append, against plain gRPC streaming", Run: Watch},
@@ -186,21 +187,45 @@ func (m measure) rate() float64 {
 // alternate runs figure and baseline rounds times each, alternating, and
 // fills r's rates with the best of each.
 func alternate(ctx context.Context, r *Result, rounds int, figure, baseline func(round int) (measure, error)) error {
+	return alternateOrder(ctx, r, rounds, false, figure, baseline)
+}
+
+// alternateOrder is alternate; with swap, every other round (the second,
+// the fourth…) runs the baseline first, so that neither side always runs
+// right after the other.
+func alternateOrder(ctx context.Context, r *Result, rounds int, swap bool, figure, baseline func(round int) (measure, error)) error {
 	var bestF, bestB measure
 	for i := 0; i < rounds; i++ {
-		if err := ctx.Err(); err != nil {
+		var f, b measure
+		runF := func() error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var err error
+			if f, err = figure(i); err != nil {
+				return fmt.Errorf("%s: figure, round %d: %w", r.Scenario, i+1, err)
+			}
+			return nil
+		}
+		runB := func() error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var err error
+			if b, err = baseline(i); err != nil {
+				return fmt.Errorf("%s: baseline, round %d: %w", r.Scenario, i+1, err)
+			}
+			return nil
+		}
+		first, second := runF, runB
+		if swap && i%2 == 1 {
+			first, second = runB, runF
+		}
+		if err := first(); err != nil {
 			return err
 		}
-		f, err := figure(i)
-		if err != nil {
-			return fmt.Errorf("%s: figure, round %d: %w", r.Scenario, i+1, err)
-		}
-		if err := ctx.Err(); err != nil {
+		if err := second(); err != nil {
 			return err
-		}
-		b, err := baseline(i)
-		if err != nil {
-			return fmt.Errorf("%s: baseline, round %d: %w", r.Scenario, i+1, err)
 		}
 		r.Figures = append(r.Figures, f.rate())
 		r.Baselines = append(r.Baselines, b.rate())

@@ -93,8 +93,8 @@ func TestLookup(t *testing.T) {
 			t.Errorf("Lookup(%q) = %v, %v", n, scs, ok)
 		}
 	}
-	if scs, _ := Lookup("steps"); len(scs) != 2 || scs[0].Name != "steps" || scs[1].Name != "steps-runs" {
-		t.Errorf("Lookup(steps) = %v, want steps and steps-runs", scs)
+	if scs, _ := Lookup("steps"); len(scs) != 3 || scs[0].Name != "steps" || scs[1].Name != "steps-runs" || scs[2].Name != "steps-stream" {
+		t.Errorf("Lookup(steps) = %v, want steps, steps-runs and steps-stream", scs)
 	}
 	if scs, _ := Lookup("all"); len(scs) != len(Scenarios()) {
 		t.Errorf("Lookup(all) has %d scenarios, want %d", len(scs), len(Scenarios()))
