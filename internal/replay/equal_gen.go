@@ -61,7 +61,8 @@ var equalShapes = map[string]string{
 	"rein.v1.RunStarted":          "1 contract message optional presence rein.v1.TaskContract; 2 principal string optional; 3 tenant string optional; 4 request_id string optional; 5 deadline message optional presence google.protobuf.Timestamp; 6 parent_run_id string optional; 7 parent_sequence uint64 optional; 8 trace_id string optional; 9 trace_parent_span_id string optional; 10 delegated_by message optional presence rein.v1.DelegatedBy; ",
 	"rein.v1.RunSteered":          "1 text string optional; 2 request_id string optional; ",
 	"rein.v1.RunTaken":            "1 owner string optional; 2 epoch uint64 optional; 3 trace_id string optional; ",
-	"rein.v1.ScriptedReply":       "1 decision message optional presence oneof reply rein.v1.Decision; 2 raw string optional presence oneof reply; 3 error string optional presence oneof reply; 4 usage message optional presence rein.v1.Usage; 5 delay_ms uint32 optional; 6 fail_attempts uint32 optional; 7 retry_after_ms uint32 optional; ",
+	"rein.v1.ScriptedChunk":       "1 text string optional; 2 delay_ms uint32 optional; ",
+	"rein.v1.ScriptedReply":       "1 decision message optional presence oneof reply rein.v1.Decision; 2 raw string optional presence oneof reply; 3 error string optional presence oneof reply; 4 usage message optional presence rein.v1.Usage; 5 delay_ms uint32 optional; 6 fail_attempts uint32 optional; 7 retry_after_ms uint32 optional; 8 chunks message repeated rein.v1.ScriptedChunk; ",
 	"rein.v1.StatusChanged":       "1 from enum optional; 2 to enum optional; 3 reason string optional; 4 result message optional presence rein.v1.FinalAnswer; 5 error string optional; ",
 	"rein.v1.TaskContract":        "1 goal string optional; 2 inputs message optional presence google.protobuf.Struct; 3 tools message repeated rein.v1.ToolGrant; 4 budget message optional presence rein.v1.Budget; 5 checks message repeated rein.v1.Check; 6 model message optional presence rein.v1.ModelSpec; 7 approval message optional presence rein.v1.ApprovalPolicy; 8 labels message repeated map string string; 9 delegation message optional presence rein.v1.DelegationPolicy; ",
 	"rein.v1.ToolCall":            "1 tool string optional; 2 arguments message optional presence google.protobuf.Struct; 3 call_id string optional; ",
@@ -1563,6 +1564,14 @@ func eqScriptedReply(x, y *reinv1.ScriptedReply) bool {
 	if !(x.GetRetryAfterMs() == y.GetRetryAfterMs()) {
 		return false
 	}
+	if len(x.GetChunks()) != len(y.GetChunks()) {
+		return false
+	}
+	for i, vx := range x.GetChunks() {
+		if !(eqScriptedChunk(vx, y.GetChunks()[i])) {
+			return false
+		}
+	}
 	switch ox := x.GetReply().(type) {
 	case nil:
 		if y.GetReply() != nil {
@@ -1625,6 +1634,22 @@ func eqDelegatedTask(x, y *reinv1.DelegatedTask) bool {
 		return false
 	}
 	if !(eqDelegatedBudget(x.GetBudget(), y.GetBudget())) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqScriptedChunk(x, y *reinv1.ScriptedChunk) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetText() == y.GetText()) {
+		return false
+	}
+	if !(x.GetDelayMs() == y.GetDelayMs()) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
