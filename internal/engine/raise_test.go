@@ -4,8 +4,10 @@ package engine
 // and of people raising it (RaiseBudget).
 
 import (
+	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/step"
 )
@@ -290,4 +293,52 @@ func TestBudgetRaiseLeavesRoomForTheNextCall(t *testing.T) {
 	waitRun(t, e, st.RunID)
 	st, evs = stored(t, s, st.RunID)
 	wantStatus(t, st, evs, reinv1.RunStatus_RUN_STATUS_COMPLETED, "final_answer")
+}
+
+// cutOnce blocks its first call until the call's context ends (the run's
+// deadline cuts it), then answers each call with a final answer.
+type cutOnce struct{ calls atomic.Int32 }
+
+func (m *cutOnce) Next(ctx context.Context, req *model.Request) (*model.Reply, error) {
+	if m.calls.Add(1) == 1 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return &model.Reply{Decision: &reinv1.Decision{Action: &reinv1.Decision_FinalAnswer{FinalAnswer: &reinv1.FinalAnswer{Text: "done"}}}, Usage: &reinv1.Usage{}}, nil
+}
+
+// A model call the run's deadline cuts pauses a run whose contract pauses
+// on its budget, with the call in flight; a raise of the deadline sends
+// the call again, marked resumed, and the run goes on. The twin: by
+// default the cut call ends the run budget_exhausted.
+func TestDeadlineCutCallPauses(t *testing.T) {
+	for _, pause := range []bool{true, false} {
+		m := &cutOnce{}
+		e, s := setup(t, Config{Tools: searchTools(t), Clock: time.Now, Models: func(*reinv1.ModelSpec) (model.Model, error) { return m, nil }})
+		c := testContract(finalReply("done"))
+		c.Budget = &reinv1.Budget{Timeout: durationpb.New(300 * time.Millisecond)}
+		if pause {
+			c.Budget.OnExhausted = reinv1.BudgetAction_BUDGET_ACTION_PAUSE
+		}
+		st, evs := runToRest(t, e, s, c)
+		if !pause {
+			wantStatus(t, st, evs, reinv1.RunStatus_RUN_STATUS_BUDGET_EXHAUSTED, "deadline")
+			continue
+		}
+		wantStatus(t, st, evs, statusNeedsBudget, "deadline")
+		if !st.ModelInFlight || st.Pending.GetBudget().GetLimit() != "deadline" {
+			t.Fatalf("paused with call in flight %v, pending %v; want the cut call in flight, paused on the deadline", st.ModelInFlight, st.Pending)
+		}
+		if _, err := e.RaiseBudget(testCtx(t), &reinv1.RaiseBudgetRequest{RunId: st.RunID, ExtendDeadline: durationpb.New(time.Minute)}, "carol"); err != nil {
+			t.Fatalf("RaiseBudget: %v", err)
+		}
+		waitRun(t, e, st.RunID)
+		st, evs = stored(t, s, st.RunID)
+		wantStatus(t, st, evs, reinv1.RunStatus_RUN_STATUS_COMPLETED, "final_answer")
+		requested := ofType(evs, "model_requested")
+		if len(requested) != 2 || requested[0].GetModelRequested().GetResumed() || !requested[1].GetModelRequested().GetResumed() ||
+			requested[1].GetModelRequested().GetStep() != requested[0].GetModelRequested().GetStep() {
+			t.Fatalf("model calls %v; want the cut call, then the same step sent again marked resumed", requested)
+		}
+	}
 }

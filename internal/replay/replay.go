@@ -246,8 +246,9 @@ type recording struct {
 	// version is the replayed log's version, as the engine notified it
 	// (the engine is synchronous: one goroutine reads and writes it).
 	version uint64
-	// attempts counts the calls made for each step, for recorded retries.
-	attempts map[uint32]int
+	// attempts counts the calls made for each recorded model_requested
+	// (by its index), for recorded retries.
+	attempts map[int]int
 	// refusals are the recorded reasons of refused writes, by proposal id.
 	refusals map[string]string
 }
@@ -256,7 +257,7 @@ func newRecording(ctx context.Context, events []*reinv1.Event, blobs *runLog) (*
 	r := &recording{
 		runID: events[0].GetRunId(), events: events, steps: map[uint32]int{},
 		reads: map[string][]*reinv1.ToolReturned{}, previews: map[string][]*reinv1.Proposal{}, revisions: map[string]*reinv1.Proposal{},
-		receipts: map[string]*structpb.Value{}, attempts: map[uint32]int{}, refusals: map[string]string{},
+		receipts: map[string]*structpb.Value{}, attempts: map[int]int{}, refusals: map[string]string{},
 	}
 	r.runIDs = []string{r.runID}
 	for i, ev := range events {
@@ -302,11 +303,28 @@ func newRecording(ctx context.Context, events []*reinv1.Event, blobs *runLog) (*
 	return r, nil
 }
 
+// raisedAfterCut says the resumed model call at seq follows a raise of a
+// pause on the run's deadline, which cut the call it repeats: a person
+// carried the run on, not a restart.
+func (r *recording) raisedAfterCut(seq uint64) bool {
+	for i := int(seq) - 2; i >= 0; i-- {
+		switch ev := r.events[i]; {
+		case ev.GetBudgetRaised() != nil, ev.GetStatusChanged() != nil:
+			continue
+		case ev.GetBudgetReached().GetLimit() == "deadline":
+			return true
+		default:
+			return false
+		}
+	}
+	return false
+}
+
 // check refuses recordings replay cannot drive.
 func (r *recording) check() error {
 	for _, ev := range r.events {
 		switch {
-		case ev.GetModelRequested().GetResumed():
+		case ev.GetModelRequested().GetResumed() && !r.raisedAfterCut(ev.GetSequence()):
 			return fmt.Errorf("%w: run %s was cut by a crash (sequence %d resends a lost model call)", ErrUnsupported, r.runID, ev.GetSequence())
 		case ev.GetRunTaken() != nil:
 			return fmt.Errorf("%w: run %s was carried on after a restart or by another server (sequence %d)", ErrUnsupported, r.runID, ev.GetSequence())
@@ -404,12 +422,12 @@ func (e *refusedError) Unwrap() error { return tools.ErrRefused }
 // A call the recording retried fails first as it did (model_retried), then
 // answers.
 func (r *recording) Next(ctx context.Context, req *model.Request) (*model.Reply, error) {
-	i, ok := r.steps[req.Step]
+	i, ok := r.request(req.Step)
 	if !ok || i+1 >= len(r.events) {
 		return nil, fmt.Errorf("the recording has no reply for model call %d", req.Step)
 	}
-	attempt := r.attempts[req.Step]
-	r.attempts[req.Step]++
+	attempt := r.attempts[i]
+	r.attempts[i]++
 	if mr := r.events[i+1].GetModelRetried(); mr != nil {
 		if attempt == 0 {
 			return nil, &retryError{text: mr.GetError(), wait: mr.GetWait().AsDuration(), reason: mr.GetReason()}
@@ -441,6 +459,25 @@ func (r *recording) Next(ctx context.Context, req *model.Request) (*model.Reply,
 		return nil, ctx.Err()
 	}
 	return nil, fmt.Errorf("the recording's model call %d has no reply", req.Step)
+}
+
+// request is the index of the recorded model_requested that the call
+// being sent follows: the one the replay committed last, if it is the
+// step's (a call the deadline cut is sent again, resumed, after a raise:
+// one step, two requests), else the step's last.
+func (r *recording) request(step uint32) (int, bool) {
+	if i := int(r.version) - 1; i >= 0 && i < len(r.events) {
+		for ; i >= 0; i-- {
+			if mr := r.events[i].GetModelRequested(); mr != nil {
+				if mr.GetStep() == step {
+					return i, true
+				}
+				break
+			}
+		}
+	}
+	i, ok := r.steps[step]
+	return i, ok
 }
 
 // CountTokens implements model.TokenCounter with the recorded count. For a

@@ -218,6 +218,14 @@ func record(t *testing.T) {
 		_, err := e.RaiseBudget(ctx, &reinv1.RaiseBudgetRequest{RunId: st.RunID, AddSteps: 2, Reason: "worth it"}, "bob")
 		return err
 	}
+	extend := func(ctx context.Context, e *engine.Engine, _ *fakeClock, st runstate.State) error {
+		_, err := e.RaiseBudget(ctx, &reinv1.RaiseBudgetRequest{RunId: st.RunID, ExtendDeadline: durationpb.New(time.Minute)}, "bob")
+		return err
+	}
+	// slowFinal answers after 1.5 s of real time: a deadline 1 s after the
+	// step's clock reading (the test clock ticks 1 s a reading) cuts it.
+	slowFinal := final("done")
+	slowFinal.DelayMs = 1500
 	revise := func(ctx context.Context, e *engine.Engine, _ *fakeClock, st runstate.State) error {
 		p := st.Pending.GetProposal()
 		args, _ := structpb.NewStruct(map[string]any{"amount": 1000})
@@ -261,6 +269,8 @@ func record(t *testing.T) {
 		{"steered", contract(nil, get("c1"), get("c2"), final("done")), nil},
 		{"budget_raised", contract(pausing, get("c1"), final("done")), []person{raise}},
 		{"paused_budget", contract(pausing, get("c1"), final("done")), nil},
+		// The deadline cuts the call; the raise sends it again, resumed.
+		{"deadline_cut_raised", contract(&reinv1.Budget{Timeout: durationpb.New(2 * time.Second), OnExhausted: reinv1.BudgetAction_BUDGET_ACTION_PAUSE}, slowFinal), []person{extend}},
 		{"revised", contract(nil, refund, final("refunded 1000")), []person{revise, approve(true, false)}},
 	}
 	if err := os.MkdirAll(recordings, 0o755); err != nil {

@@ -333,7 +333,7 @@ func changed(s State, sc *reinv1.StatusChanged) (State, error) {
 		return s, fmt.Errorf("%w: %s while the write of operation %q is in flight; its outcome must be recorded first, try again in a moment",
 			ErrIllegalTransition, StatusName(to), s.WriteOperationID)
 	}
-	if Paused(to) && s.ModelInFlight {
+	if Paused(to) && s.ModelInFlight && !cutByDeadline(s, to) {
 		return s, fmt.Errorf("%w: %s while a model call is in flight; record model_returned first", ErrIllegalTransition, StatusName(to))
 	}
 	switch to {
@@ -411,4 +411,11 @@ func ChecksHash(cc *reinv1.ChecksCompleted) string {
 	}
 	sum := sha256.Sum256([]byte(b.String()))
 	return hex.EncodeToString(sum[:])
+}
+
+// cutByDeadline says a pause is on the run's deadline, which cut the model
+// call in flight: the only pause with a call in flight. The call is sent
+// again, marked resumed, once a raise lets the run go on.
+func cutByDeadline(s State, to reinv1.RunStatus) bool {
+	return to == reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET && s.Pending.GetBudget().GetLimit() == "deadline"
 }

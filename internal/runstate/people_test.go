@@ -219,3 +219,27 @@ func TestBudgetRaiseLentToAChild(t *testing.T) {
 		t.Errorf("after the raise: %s, waiting %v; want running, waiting for its children", StatusName(s.Status), s.Waiting())
 	}
 }
+
+// A run pauses on its budget with a model call in flight only when the
+// run's deadline cut the call; the call stays in flight through the pause
+// and its raise, to be sent again marked resumed. Any other pause with a
+// call in flight is refused.
+func TestDeadlinePauseWithACallInFlight(t *testing.T) {
+	cut := budgetPaused(3)
+	cut.GetBudgetReached().Limit = "deadline"
+	s := mustApply(t, mustApply(t, State{}, runStarted(1)), modelRequested(2), cut, statusChanged(4, running, needsBudget))
+	if !s.ModelInFlight || s.Status != needsBudget {
+		t.Fatalf("in flight %v, status %s; want the cut call in flight, paused", s.ModelInFlight, StatusName(s.Status))
+	}
+	resumed := modelRequested(7)
+	resumed.GetModelRequested().Resumed = true
+	s = mustApply(t, s, raised(5, 0, 0, time.Hour), statusChanged(6, needsBudget, running), resumed)
+	if !s.ModelInFlight || s.Steps != 1 {
+		t.Fatalf("after the raise and the resent call: in flight %v, steps %d; want 1 step in flight", s.ModelInFlight, s.Steps)
+	}
+
+	other := mustApply(t, mustApply(t, State{}, runStarted(1)), modelRequested(2), budgetPaused(3))
+	if _, err := Apply(other, statusChanged(4, running, needsBudget)); !errors.Is(err, ErrIllegalTransition) {
+		t.Fatalf("a pause on max_steps with a call in flight: %v, want ErrIllegalTransition", err)
+	}
+}

@@ -150,13 +150,20 @@ func (e *lateRetryError) Error() string {
 
 func (e *lateRetryError) Unwrap() error { return e.err }
 
-// exhaustDeadline ends the run at the deadline that cut its model call;
-// detail says so. A retry the deadline left out is recorded as data
+// exhaustDeadline ends the run at the deadline that cut its model call,
+// or pauses it there when its contract pauses on its budget (the call
+// stays in flight, to be sent again resumed after a raise); detail says
+// so. A retry the deadline left out is recorded as data
 // (BudgetReached.retry_past_deadline), which replay reads.
 func (r *Stepper) exhaustDeadline(ctx context.Context, detail string, err error) error {
 	reached := &reinv1.BudgetReached{Limit: "deadline", Detail: detail}
 	if late := (*lateRetryError)(nil); errors.As(err, &late) {
 		reached.RetryPastDeadline = &reinv1.RetryPastDeadline{Step: late.step, Error: late.err.Error(), Wait: durationpb.New(late.wait)}
+	}
+	if r.pausesAt("deadline") {
+		// The call is in flight still: after a raise it is sent again,
+		// marked resumed.
+		return r.exhaustBefore(ctx, "deadline", detail, reached)
 	}
 	return r.end(ctx, reinv1.RunStatus_RUN_STATUS_BUDGET_EXHAUSTED, "deadline", &reinv1.StatusChanged{},
 		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_BudgetReached{BudgetReached: reached}})
