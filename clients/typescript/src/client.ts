@@ -1,61 +1,30 @@
 // The client of a rein server, as thin as the Go client (client/client.go,
 // client/retry.go): the generated RunService over gRPC (or Connect), a
-// bearer token, TLS and mTLS, several servers tried in order, and watches
-// that survive dropped connections and server restarts.
+// bearer token, TLS and mTLS, several servers tried in order (transport.ts),
+// and watches that survive dropped connections and server restarts
+// (watch.ts).
 import { randomUUID } from "node:crypto";
-import { isIP } from "node:net";
 import { create, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient, type CallOptions as ConnectCallOptions, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { Code, ConnectError, type CallOptions as ConnectCallOptions, type Interceptor } from "@connectrpc/connect";
 
 import type { Event } from "./gen/rein/v1/event_pb.js";
 import type { TaskContractSchema } from "./gen/rein/v1/contract_pb.js";
-import type { PendingAction, Proposal, Run, RunStatus } from "./gen/rein/v1/run_pb.js";
+import type { PendingAction, Proposal, Run } from "./gen/rein/v1/run_pb.js";
 import {
   ApprovalVerdict,
   RaiseBudgetRequestSchema,
-  RunService,
-  WatchRunsRequestSchema,
   type ListRunsRequestSchema,
   type ListRunsResponse,
   type RunChange,
 } from "./gen/rein/v1/run_service_pb.js";
 import { ReinError, toReinError } from "./errors.js";
-
-// The PEM contents (not file names) of the TLS material, as Node's tls
-// options take them: read files with fs.readFileSync.
-export interface TlsOptions {
-  // The CA that signs the servers' certificates; unset: the system's roots.
-  ca?: string | Buffer | Array<string | Buffer>;
-  // The client's certificate and key, for mTLS (rein serve --client-ca).
-  cert?: string | Buffer;
-  key?: string | Buffer;
-  // The name the servers' certificates are verified against, when it is
-  // not each address's host.
-  serverName?: string;
-}
-
-// How long a watch and retry() wait between tries: the first wait is
-// minMs, each next one doubles (with jitter) up to maxMs. patienceMs, when
-// set, is how long they go on trying a server that stays unavailable with
-// no progress before they throw the last error; unset: for as long as the
-// caller's signal allows.
-export interface BackoffOptions {
-  minMs?: number;
-  maxMs?: number;
-  patienceMs?: number;
-}
-
-export const DEFAULT_BACKOFF_MIN_MS = 50;
-export const DEFAULT_BACKOFF_MAX_MS = 5000;
+import { jitter, resolveBackoff, sleep, type Backoff, type BackoffOptions } from "./backoff.js";
+import { Pool, type ServiceClient, type TlsOptions } from "./transport.js";
+import { watchChanges, watchEvents, type WatchRunOptions, type WatchRunsOptions } from "./watch.js";
 
 // How many times a unary call is sent while the server keeps answering
 // ResourceExhausted with a RetryInfo (client.MaxRetryInfoAttempts).
 export const MAX_RETRY_INFO_ATTEMPTS = 4;
-
-// How many times in a row a watch tries again after an error other than
-// Unavailable with no event handed over in between (maxStuckRetries).
-export const MAX_STUCK_RETRIES = 5;
 
 export interface ConnectOptions {
   // The servers, "host:port" (or "http://host:port", "https://host:port"),
@@ -114,35 +83,7 @@ export interface StartRunResult {
   requestId: string;
 }
 
-export interface WatchRunOptions {
-  // The first sequence wanted (1, the default: from the run's first event).
-  fromSeq?: number | bigint;
-  // Or: only events with a greater sequence (the API's after_sequence).
-  afterSequence?: number | bigint;
-  // Ends the watch when aborted.
-  signal?: AbortSignal;
-}
-
-export interface WatchRunsOptions {
-  // Only changes to one of these statuses; empty: all.
-  statuses?: RunStatus[];
-  // Only runs carrying every one of these labels.
-  labels?: Record<string, string>;
-  // Only changes with a greater cursor; 0: from the first.
-  afterCursor?: number | bigint;
-  // Ends the watch when aborted.
-  signal?: AbortSignal;
-}
-
 export type RaiseBudgetInit = Omit<MessageInitShape<typeof RaiseBudgetRequestSchema>, "runId" | "$typeName">;
-
-type ServiceClient = Client<typeof RunService>;
-
-interface Server {
-  address: string;
-  runs: ServiceClient;
-  close: () => void;
-}
 
 // connect makes a client of the servers. No connection is made until the
 // first call.
@@ -153,32 +94,14 @@ export function connect(opts: ConnectOptions): ReinClient {
 export class ReinClient {
   // The servers, in the order they are tried.
   readonly servers: readonly string[];
-  // The server that answered last, as an index of servers.
-  private current = 0;
-  private readonly conns: Server[];
-  private readonly backoff: Required<Pick<BackoffOptions, "minMs" | "maxMs">> & BackoffOptions;
+  private readonly pool: Pool;
+  private readonly backoff: Backoff;
   private readonly onReconnect: ((err: ReinError, waitMs: number) => void) | undefined;
 
   constructor(opts: ConnectOptions) {
-    if (!opts.servers || opts.servers.length === 0) {
-      throw new Error("connect: no servers; give servers: ['host:port', …]");
-    }
-    const interceptors: Interceptor[] = [];
-    if (opts.token) {
-      const header = "Bearer " + opts.token;
-      interceptors.push((next) => (req) => {
-        req.header.set("authorization", header);
-        return next(req);
-      });
-    }
-    interceptors.push(...(opts.interceptors ?? []));
-    this.conns = opts.servers.map((s) => dial(s, opts, interceptors));
-    this.servers = this.conns.map((c) => c.address);
-    this.backoff = {
-      ...opts.backoff,
-      minMs: opts.backoff?.minMs && opts.backoff.minMs > 0 ? opts.backoff.minMs : DEFAULT_BACKOFF_MIN_MS,
-      maxMs: opts.backoff?.maxMs && opts.backoff.maxMs > 0 ? opts.backoff.maxMs : DEFAULT_BACKOFF_MAX_MS,
-    };
+    this.pool = new Pool(opts);
+    this.servers = this.pool.servers.map((s) => s.address);
+    this.backoff = resolveBackoff(opts.backoff);
     this.onReconnect = opts.onReconnect;
   }
 
@@ -187,12 +110,12 @@ export class ReinClient {
   // fail over to no other server and throw Connect's errors: pass them to
   // toReinError.
   get runs(): ServiceClient {
-    return this.conns[this.current]!.runs;
+    return this.pool.servers[this.pool.current]!.runs;
   }
 
   // Closes every connection; calls in flight end.
   close(): void {
-    for (const c of this.conns) c.close();
+    this.pool.close();
   }
 
   // startRun starts a run from a contract under a request ID (generated
@@ -282,75 +205,15 @@ export class ReinClient {
   // Unavailable that persisted MAX_STUCK_RETRIES times in a row, the last
   // Unavailable once backoff.patienceMs ran out, and Canceled when signal
   // is aborted. Breaking out of the loop closes the stream.
-  async *watchRun(runId: string, opts: WatchRunOptions = {}): AsyncGenerator<Event, void, undefined> {
-    if (opts.fromSeq !== undefined && opts.afterSequence !== undefined) {
-      throw new Error("watchRun: give fromSeq or afterSequence, not both");
-    }
-    let after = opts.afterSequence !== undefined ? BigInt(opts.afterSequence) : opts.fromSeq !== undefined ? BigInt(opts.fromSeq) - 1n : 0n;
-    if (after < 0n) after = 0n;
-    const r = this.reconnector();
-    const ac = linked(opts.signal);
-    try {
-      for (;;) {
-        const at = this.current;
-        let failure: unknown;
-        try {
-          for await (const resp of this.conns[at]!.runs.watchRun({ runId, afterSequence: after }, { signal: ac.signal })) {
-            const ev = resp.event;
-            if (!ev || ev.sequence <= after) continue; // never twice
-            if (ev.sequence !== after + 1n) {
-              throw new WatchGap(`watch run ${runId}: got sequence ${ev.sequence} after ${after}: the server skipped events`);
-            }
-            yield ev;
-            after = ev.sequence;
-            r.progress();
-          }
-          this.current = at;
-          return;
-        } catch (e) {
-          if (e instanceof WatchGap) throw new ReinError(new ConnectError(e.message, Code.DataLoss));
-          failure = e;
-        }
-        await r.reconnect(this.fail(at, failure, opts.signal), opts.signal);
-      }
-    } finally {
-      ac.done();
-    }
+  watchRun(runId: string, opts: WatchRunOptions = {}): AsyncGenerator<Event, void, undefined> {
+    return watchEvents({ pool: this.pool, backoff: this.backoff, onReconnect: this.onReconnect }, runId, opts);
   }
 
   // watchRuns yields status changes across the caller's runs after a
   // cursor, each once, reconnecting like watchRun. It ends only when signal
   // is aborted or the loop breaks, or with an error retrying cannot fix.
-  async *watchRuns(opts: WatchRunsOptions = {}): AsyncGenerator<RunChange, void, undefined> {
-    const req = create(WatchRunsRequestSchema, {
-      statuses: opts.statuses ?? [],
-      labels: opts.labels ?? {},
-      afterCursor: BigInt(opts.afterCursor ?? 0),
-    });
-    const r = this.reconnector();
-    const ac = linked(opts.signal);
-    try {
-      for (;;) {
-        const at = this.current;
-        let failure: unknown;
-        try {
-          for await (const resp of this.conns[at]!.runs.watchRuns(req, { signal: ac.signal })) {
-            const ch = resp.change;
-            if (!ch || ch.cursor <= req.afterCursor) continue;
-            yield ch;
-            req.afterCursor = ch.cursor;
-            r.progress();
-          }
-          // WatchRuns never ends by itself: a stream that ended OK was cut.
-          failure = new ConnectError("the server ended the WatchRuns stream", Code.Unavailable);
-        } catch (e) {
-          failure = e;
-        }
-        await r.reconnect(this.fail(at, failure, opts.signal), opts.signal);
-      }
-    } finally {
-      ac.done();
-    }
+  watchRuns(opts: WatchRunsOptions = {}): AsyncGenerator<RunChange, void, undefined> {
+    return watchChanges({ pool: this.pool, backoff: this.backoff, onReconnect: this.onReconnect }, opts);
   }
 
   // retry calls fn until it returns or throws anything but Unavailable,
@@ -386,19 +249,6 @@ export class ReinClient {
     }
   }
 
-  // fail is the ReinError of a stream that ended on server at, and moves
-  // on to the next server when that one is Unavailable.
-  private fail(at: number, e: unknown, signal: AbortSignal | undefined): ReinError {
-    const err = toReinError(e, signal?.aborted);
-    err.server ??= this.conns[at]!.address;
-    if (err.code === Code.Unavailable && this.current === at) this.current = (at + 1) % this.conns.length;
-    return err;
-  }
-
-  private reconnector(): Reconnector {
-    return new Reconnector(this.backoff, this.conns.length, this.onReconnect);
-  }
-
   // unary sends a call to the server that answered last, and on to the
   // next ones, in order, while they are Unavailable; a ResourceExhausted
   // with a RetryInfo is sent again after its delay (plus up to 10%),
@@ -420,20 +270,20 @@ export class ReinClient {
   }
 
   private async failover<T>(call: (c: ServiceClient, o: CallOptions) => Promise<T>, opts: CallOptions, deadline: number | undefined): Promise<T> {
-    const n = this.conns.length;
-    const start = this.current;
+    const n = this.pool.servers.length;
+    const start = this.pool.current;
     let last: ReinError | undefined;
     for (let i = 0; i < n; i++) {
       const at = (start + i) % n;
       const o: CallOptions = { signal: opts.signal, headers: opts.headers };
       if (deadline !== undefined) o.timeoutMs = Math.max(1, deadline - Date.now());
       try {
-        const resp = await call(this.conns[at]!.runs, o);
-        this.current = at;
+        const resp = await call(this.pool.servers[at]!.runs, o);
+        this.pool.current = at;
         return resp;
       } catch (e) {
         const err = toReinError(e, opts.signal?.aborted);
-        err.server ??= this.conns[at]!.address;
+        err.server ??= this.pool.servers[at]!.address;
         if (err.code !== Code.Unavailable || opts.signal?.aborted) throw err;
         last = err;
       }
@@ -448,163 +298,7 @@ export function pendingProposal(run: Run | undefined): Proposal | undefined {
   return a?.case === "proposal" ? a.value : undefined;
 }
 
-class WatchGap extends Error {}
-
-// Reconnector is a watch's state between reconnections: the next wait,
-// the servers tried since the last wait, the tries in a row with no
-// progress, and since when (client.go, reconnector).
-class Reconnector {
-  private wait: number;
-  private stuck = 0;
-  private hops = 0;
-  private since = 0;
-
-  constructor(
-    private readonly b: Required<Pick<BackoffOptions, "minMs" | "maxMs">> & BackoffOptions,
-    private readonly servers: number,
-    private readonly told: ((err: ReinError, waitMs: number) => void) | undefined,
-  ) {
-    this.wait = b.minMs;
-  }
-
-  // progress records an event handed over: the next failure starts afresh.
-  progress(): void {
-    this.wait = this.b.minMs;
-    this.stuck = 0;
-    this.hops = 0;
-    this.since = 0;
-  }
-
-  // reconnect returns when the watch should open its stream again, at once
-  // (an Unavailable, with servers of the list not yet tried), or after a
-  // jittered pause that doubles up to maxMs (at least a RetryInfo's delay);
-  // it throws err when retrying cannot fix it, when it persisted past
-  // MAX_STUCK_RETRIES tries in a row or past patienceMs with no progress,
-  // and Canceled when signal is aborted.
-  async reconnect(err: ReinError, signal: AbortSignal | undefined): Promise<void> {
-    if (signal?.aborted) throw toReinError(signal.reason ?? err);
-    if (!retryable(err.code)) throw err;
-    if (err.code !== Code.Unavailable) {
-      if (++this.stuck > MAX_STUCK_RETRIES) throw err;
-    }
-    if (this.since === 0) this.since = Date.now();
-    if (err.code === Code.Unavailable && ++this.hops < this.servers && err.retryDelayMs === undefined) {
-      return; // the next server, at once, as gRPC's pick_first tries each
-    }
-    this.hops = 0;
-    let pause = jitter(this.wait);
-    if (err.retryDelayMs !== undefined) pause = Math.max(pause, err.retryDelayMs);
-    const p = this.b.patienceMs;
-    if (p && p > 0 && Date.now() - this.since + pause > p) throw err;
-    this.told?.(err, pause);
-    if (!(await sleep(pause, signal))) throw toReinError(signal?.reason ?? err);
-    this.wait = Math.min(2 * this.wait, this.b.maxMs);
-  }
-}
-
-// retryable reports whether a watch error may go away by reconnecting (all
-// but Unavailable only MAX_STUCK_RETRIES times in a row).
-function retryable(code: Code): boolean {
-  switch (code) {
-    case Code.Unavailable:
-    case Code.Internal:
-    case Code.Aborted:
-    case Code.ResourceExhausted:
-    case Code.Unknown:
-    case Code.DeadlineExceeded:
-      return true;
-  }
-  return false;
-}
-
-// jitter is a pause in [wait/2, wait].
-function jitter(wait: number): number {
-  return Math.floor(wait / 2 + Math.random() * (wait / 2 + 1));
-}
-
-// sleep waits ms, or until signal aborts (then it resolves false).
-function sleep(ms: number, signal: AbortSignal | undefined): Promise<boolean> {
-  if (signal?.aborted) return Promise.resolve(false);
-  return new Promise((resolve) => {
-    const done = (ok: boolean) => {
-      clearTimeout(t);
-      signal?.removeEventListener("abort", onAbort);
-      resolve(ok);
-    };
-    const onAbort = () => done(false);
-    const t = setTimeout(() => done(true), ms);
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
-}
-
-// linked is an AbortController aborted with parent, and by its owner's
-// done(), which also stops listening to parent.
-function linked(parent: AbortSignal | undefined): { signal: AbortSignal; done: () => void } {
-  const ac = new AbortController();
-  const onAbort = () => ac.abort(parent?.reason);
-  if (parent?.aborted) onAbort();
-  else parent?.addEventListener("abort", onAbort, { once: true });
-  return {
-    signal: ac.signal,
-    done: () => {
-      parent?.removeEventListener("abort", onAbort);
-      ac.abort();
-    },
-  };
-}
-
 function mustRun(run: Run | undefined): Run {
   if (!run) throw new ReinError(new ConnectError("the server answered without the run", Code.Internal));
   return run;
-}
-
-// dial makes one server's transport; no connection is made yet.
-function dial(server: string, opts: ConnectOptions, interceptors: Interceptor[]): Server {
-  const s = server.trim();
-  if (s === "") throw new Error("connect: an empty address in servers; give host:port");
-  let url: URL;
-  try {
-    url = new URL(/^[a-z][a-z0-9+.-]*:\/\//i.test(s) ? s : `${opts.tls ? "https" : "http"}://${s}`);
-  } catch {
-    throw new Error(`connect: server ${JSON.stringify(s)} is not host:port`);
-  }
-  if (url.protocol !== "http:" && url.protocol !== "https:") {
-    throw new Error(`connect: server ${s}: the scheme must be http or https`);
-  }
-  if (url.protocol === "http:" && opts.tls) {
-    throw new Error(`connect: server ${s} is http://, but tls is set: give host:port or https://`);
-  }
-  if (!url.port) throw new Error(`connect: server ${s} has no port; give host:port`);
-  const secure = url.protocol === "https:";
-  if (opts.token && !secure && !opts.insecureToken && !loopback(url.hostname)) {
-    throw new Error(
-      `connect: refusing to send the bearer token in plaintext to ${s}, which is not a loopback address: ` +
-        "use TLS (tls), or set insecureToken on a network you trust",
-    );
-  }
-  const baseUrl = `${url.protocol}//${url.host}`;
-  const nodeOptions = secure
-    ? {
-        ...(opts.tls?.ca !== undefined ? { ca: opts.tls.ca } : {}),
-        ...(opts.tls?.cert !== undefined ? { cert: opts.tls.cert } : {}),
-        ...(opts.tls?.key !== undefined ? { key: opts.tls.key } : {}),
-        ...(opts.tls?.serverName !== undefined ? { servername: opts.tls.serverName } : {}),
-      }
-    : {};
-  // Pings find a server gone silent under an open watch; rein's keepalive
-  // policy allows one every 10 s.
-  const sessionManager = new Http2SessionManager(baseUrl, { pingIntervalMs: 30_000, pingTimeoutMs: 15_000, connectTimeoutMs: 10_000 }, nodeOptions);
-  const common = { baseUrl, httpVersion: "2" as const, sessionManager, interceptors, useBinaryFormat: true };
-  const transport: Transport = opts.protocol === "connect" ? createConnectTransport(common) : createGrpcTransport(common);
-  return { address: s, runs: createClient(RunService, transport), close: () => sessionManager.abort() };
-}
-
-// loopback reports whether host is this machine: "localhost" or a loopback
-// IP. Names are not resolved.
-function loopback(host: string): boolean {
-  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
-  if (h === "localhost") return true;
-  if (isIP(h) === 4) return h.startsWith("127.");
-  if (isIP(h) === 6) return h === "::1" || /^::ffff:127\./.test(h) || h === "0:0:0:0:0:0:0:1";
-  return false;
 }

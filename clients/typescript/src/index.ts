@@ -3,21 +3,17 @@ export {
   connect,
   pendingProposal,
   ReinClient,
-  DEFAULT_BACKOFF_MAX_MS,
-  DEFAULT_BACKOFF_MIN_MS,
   MAX_RETRY_INFO_ATTEMPTS,
-  MAX_STUCK_RETRIES,
-  type BackoffOptions,
   type CallOptions,
   type ConnectOptions,
   type ProposalRef,
   type RaiseBudgetInit,
   type StartRunInit,
   type StartRunResult,
-  type TlsOptions,
-  type WatchRunOptions,
-  type WatchRunsOptions,
 } from "./client.js";
+export { DEFAULT_BACKOFF_MAX_MS, DEFAULT_BACKOFF_MIN_MS, type BackoffOptions } from "./backoff.js";
+export { type TlsOptions } from "./transport.js";
+export { MAX_STUCK_RETRIES, type WatchRunOptions, type WatchRunsOptions } from "./watch.js";
 export {
   Code,
   ConflictError,

@@ -1,0 +1,200 @@
+// Watching runs: the loops of ReinClient.watchRun and watchRuns, which open
+// their stream again after any break, from where they were, on the next
+// server, with backoff (client.go's Watch and WatchRuns).
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+
+import type { Event } from "./gen/rein/v1/event_pb.js";
+import type { RunStatus } from "./gen/rein/v1/run_pb.js";
+import { WatchRunsRequestSchema, type RunChange } from "./gen/rein/v1/run_service_pb.js";
+import { ReinError, toReinError } from "./errors.js";
+import { jitter, sleep, type Backoff } from "./backoff.js";
+import type { Pool } from "./transport.js";
+
+// How many times in a row a watch tries again after an error other than
+// Unavailable with no event handed over in between (maxStuckRetries).
+export const MAX_STUCK_RETRIES = 5;
+
+export interface WatchRunOptions {
+  // The first sequence wanted (1, the default: from the run's first event).
+  fromSeq?: number | bigint;
+  // Or: only events with a greater sequence (the API's after_sequence).
+  afterSequence?: number | bigint;
+  // Ends the watch when aborted.
+  signal?: AbortSignal;
+}
+
+export interface WatchRunsOptions {
+  // Only changes to one of these statuses; empty: all.
+  statuses?: RunStatus[];
+  // Only runs carrying every one of these labels.
+  labels?: Record<string, string>;
+  // Only changes with a greater cursor; 0: from the first.
+  afterCursor?: number | bigint;
+  // Ends the watch when aborted.
+  signal?: AbortSignal;
+}
+
+// What a watch takes of its client.
+export interface Watcher {
+  pool: Pool;
+  backoff: Backoff;
+  onReconnect: ((err: ReinError, waitMs: number) => void) | undefined;
+}
+
+// watchEvents is ReinClient.watchRun: a run's events, in order, each once,
+// across reconnections.
+export async function* watchEvents(w: Watcher, runId: string, opts: WatchRunOptions): AsyncGenerator<Event, void, undefined> {
+  if (opts.fromSeq !== undefined && opts.afterSequence !== undefined) {
+    throw new Error("watchRun: give fromSeq or afterSequence, not both");
+  }
+  let after = opts.afterSequence !== undefined ? BigInt(opts.afterSequence) : opts.fromSeq !== undefined ? BigInt(opts.fromSeq) - 1n : 0n;
+  if (after < 0n) after = 0n;
+  const r = new Reconnector(w.backoff, w.pool.servers.length, w.onReconnect);
+  const ac = linked(opts.signal);
+  try {
+    for (;;) {
+      const at = w.pool.current;
+      let failure: unknown;
+      try {
+        for await (const resp of w.pool.servers[at]!.runs.watchRun({ runId, afterSequence: after }, { signal: ac.signal })) {
+          const ev = resp.event;
+          if (!ev || ev.sequence <= after) continue; // never twice
+          if (ev.sequence !== after + 1n) {
+            throw new WatchGap(`watch run ${runId}: got sequence ${ev.sequence} after ${after}: the server skipped events`);
+          }
+          yield ev;
+          after = ev.sequence;
+          r.progress();
+        }
+        w.pool.current = at;
+        return;
+      } catch (e) {
+        if (e instanceof WatchGap) throw new ReinError(new ConnectError(e.message, Code.DataLoss));
+        failure = e;
+      }
+      await r.reconnect(w.pool.fail(at, failure, opts.signal), opts.signal);
+    }
+  } finally {
+    ac.done();
+  }
+}
+
+// watchChanges is ReinClient.watchRuns: status changes across the caller's
+// runs after a cursor, each once, across reconnections.
+export async function* watchChanges(w: Watcher, opts: WatchRunsOptions): AsyncGenerator<RunChange, void, undefined> {
+  const req = create(WatchRunsRequestSchema, {
+    statuses: opts.statuses ?? [],
+    labels: opts.labels ?? {},
+    afterCursor: BigInt(opts.afterCursor ?? 0),
+  });
+  const r = new Reconnector(w.backoff, w.pool.servers.length, w.onReconnect);
+  const ac = linked(opts.signal);
+  try {
+    for (;;) {
+      const at = w.pool.current;
+      let failure: unknown;
+      try {
+        for await (const resp of w.pool.servers[at]!.runs.watchRuns(req, { signal: ac.signal })) {
+          const ch = resp.change;
+          if (!ch || ch.cursor <= req.afterCursor) continue;
+          yield ch;
+          req.afterCursor = ch.cursor;
+          r.progress();
+        }
+        // WatchRuns never ends by itself: a stream that ended OK was cut.
+        failure = new ConnectError("the server ended the WatchRuns stream", Code.Unavailable);
+      } catch (e) {
+        failure = e;
+      }
+      await r.reconnect(w.pool.fail(at, failure, opts.signal), opts.signal);
+    }
+  } finally {
+    ac.done();
+  }
+}
+
+class WatchGap extends Error {}
+
+// Reconnector is a watch's state between reconnections: the next wait,
+// the servers tried since the last wait, the tries in a row with no
+// progress, and since when (client.go, reconnector).
+class Reconnector {
+  private wait: number;
+  private stuck = 0;
+  private hops = 0;
+  private since = 0;
+
+  constructor(
+    private readonly b: Backoff,
+    private readonly servers: number,
+    private readonly told: ((err: ReinError, waitMs: number) => void) | undefined,
+  ) {
+    this.wait = b.minMs;
+  }
+
+  // progress records an event handed over: the next failure starts afresh.
+  progress(): void {
+    this.wait = this.b.minMs;
+    this.stuck = 0;
+    this.hops = 0;
+    this.since = 0;
+  }
+
+  // reconnect returns when the watch should open its stream again, at once
+  // (an Unavailable, with servers of the list not yet tried), or after a
+  // jittered pause that doubles up to maxMs (at least a RetryInfo's delay);
+  // it throws err when retrying cannot fix it, when it persisted past
+  // MAX_STUCK_RETRIES tries in a row or past patienceMs with no progress,
+  // and Canceled when signal is aborted.
+  async reconnect(err: ReinError, signal: AbortSignal | undefined): Promise<void> {
+    if (signal?.aborted) throw toReinError(signal.reason ?? err);
+    if (!retryable(err.code)) throw err;
+    if (err.code !== Code.Unavailable) {
+      if (++this.stuck > MAX_STUCK_RETRIES) throw err;
+    }
+    if (this.since === 0) this.since = Date.now();
+    if (err.code === Code.Unavailable && ++this.hops < this.servers && err.retryDelayMs === undefined) {
+      return; // the next server, at once, as gRPC's pick_first tries each
+    }
+    this.hops = 0;
+    let pause = jitter(this.wait);
+    if (err.retryDelayMs !== undefined) pause = Math.max(pause, err.retryDelayMs);
+    const p = this.b.patienceMs;
+    if (p && p > 0 && Date.now() - this.since + pause > p) throw err;
+    this.told?.(err, pause);
+    if (!(await sleep(pause, signal))) throw toReinError(signal?.reason ?? err);
+    this.wait = Math.min(2 * this.wait, this.b.maxMs);
+  }
+}
+
+// retryable reports whether a watch error may go away by reconnecting (all
+// but Unavailable only MAX_STUCK_RETRIES times in a row).
+function retryable(code: Code): boolean {
+  switch (code) {
+    case Code.Unavailable:
+    case Code.Internal:
+    case Code.Aborted:
+    case Code.ResourceExhausted:
+    case Code.Unknown:
+    case Code.DeadlineExceeded:
+      return true;
+  }
+  return false;
+}
+
+// linked is an AbortController aborted with parent, and by its owner's
+// done(), which also stops listening to parent.
+function linked(parent: AbortSignal | undefined): { signal: AbortSignal; done: () => void } {
+  const ac = new AbortController();
+  const onAbort = () => ac.abort(parent?.reason);
+  if (parent?.aborted) onAbort();
+  else parent?.addEventListener("abort", onAbort, { once: true });
+  return {
+    signal: ac.signal,
+    done: () => {
+      parent?.removeEventListener("abort", onAbort);
+      ac.abort();
+    },
+  };
+}
