@@ -234,3 +234,23 @@ func raiseHint(limit string) string {
 	}
 	return "raise it further"
 }
+
+// GiveLentRaise records on runID, a run delegated to and paused on its
+// budget, a raise its parent lent it, as the parent's raise does after its
+// own record (lend): budget_raised by actor, with reason, and the run
+// carried on. Replay gives a recorded child its lent raise this way; a
+// person raises a tree at its root (RaiseBudget).
+func (e *Engine) GiveLentRaise(ctx context.Context, runID string, req *reinv1.RaiseBudgetRequest, actor string) (runstate.State, error) {
+	st, err := e.cfg.Store.Load(ctx, runID)
+	if err != nil {
+		return st, err
+	}
+	if st.DelegatedBy == nil || st.Status != reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET {
+		return st, fmt.Errorf("%w: run %s is %s and not a run delegated to: only a child paused on its budget is given a raise its parent lent",
+			ErrNotWaiting, runID, runstate.StatusName(st.Status))
+	}
+	return e.lend(ctx, st, raise{
+		add:    runstate.Spend{Steps: req.GetAddSteps(), Tokens: req.GetAddTokens(), CostUSD: req.GetAddCostUsd(), ToolCalls: req.GetAddToolCalls()},
+		extend: req.GetExtendDeadline().AsDuration(), actor: actor, reason: req.GetReason(),
+	})
+}

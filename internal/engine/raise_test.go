@@ -342,3 +342,23 @@ func TestDeadlineCutCallPauses(t *testing.T) {
 		}
 	}
 }
+
+// GiveLentRaise gives a raise only to a child paused on its budget: a
+// root, or a run not paused, is refused and nothing is stored.
+func TestGiveLentRaiseRefused(t *testing.T) {
+	e, w, s := delegSetup(t, Config{Tools: searchTools(t)})
+	ctx := testCtx(t)
+	root := treePaused(t, e, w, s)
+	req := &reinv1.RaiseBudgetRequest{AddSteps: 1}
+	if _, err := e.GiveLentRaise(ctx, root.RunID, req, "principal:carol"); !errors.Is(err, ErrNotWaiting) {
+		t.Errorf("a lent raise given to the root: %v, want ErrNotWaiting", err)
+	}
+	if now, _ := s.Load(ctx, root.RunID); now.Version != root.Version {
+		t.Errorf("a refused lent raise changed the root: version %d → %d", root.Version, now.Version)
+	}
+	kid := pausedOnBudget(t, w, s, root.Pending.GetBudget().GetChildRunId())
+	next, err := e.GiveLentRaise(ctx, kid.RunID, req, "principal:carol")
+	if err != nil || next.Status != reinv1.RunStatus_RUN_STATUS_RUNNING {
+		t.Fatalf("a lent raise given to the paused child: %v, %s; want it running", err, runstate.StatusName(next.Status))
+	}
+}

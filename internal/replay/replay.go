@@ -201,10 +201,16 @@ func act(ctx context.Context, eng *engine.Engine, cur runstate.State, next *rein
 		})
 	case *reinv1.Event_BudgetRaised:
 		br := p.BudgetRaised
-		_, err = eng.RaiseBudget(ctx, &reinv1.RaiseBudgetRequest{
+		req := &reinv1.RaiseBudgetRequest{
 			RunId: cur.RunID, AddSteps: br.GetAddSteps(), AddTokens: br.GetAddTokens(), AddCostUsd: br.GetAddCostUsd(),
 			AddToolCalls: br.GetAddToolCalls(), ExtendDeadline: br.GetExtendDeadline(), Reason: br.GetReason(),
-		}, who)
+		}
+		if cur.DelegatedBy != nil {
+			// A child's raise is lent by its parent, raised at the root.
+			_, err = eng.GiveLentRaise(ctx, cur.RunID, req, next.GetActor())
+		} else {
+			_, err = eng.RaiseBudget(ctx, req, who)
+		}
 	case *reinv1.Event_RunSteered:
 		_, _, err = eng.Steer(ctx, cur.RunID, p.RunSteered.GetText(), p.RunSteered.GetRequestId(), who)
 	case *reinv1.Event_StatusChanged:
@@ -289,11 +295,6 @@ func newRecording(ctx context.Context, events []*reinv1.Event, blobs *runLog) (*
 			r.previews[pr.GetTool()] = append(r.previews[pr.GetTool()], pr)
 			r.ids = append(r.ids, pr.GetProposalId())
 			r.revisions[pr.GetProposalId()] = pr
-		case *reinv1.Event_BudgetReached:
-			if p.BudgetReached.GetChildRunId() != "" {
-				return nil, fmt.Errorf("%w: sequence %d: the run paused for a child on its budget; replay does not pause a recorded tree for its children yet",
-					ErrUnsupported, ev.GetSequence())
-			}
 		case *reinv1.Event_WriteCommitted:
 			r.receipts[p.WriteCommitted.GetProposalId()] = p.WriteCommitted.GetReceipt()
 		case *reinv1.Event_WriteRefused:

@@ -31,21 +31,45 @@ type runLog struct {
 	// diverged is the first event where the logs part, nil while they match.
 	diverged *Divergence
 	// children are the recorded logs of the runs it delegated to and
-	// their states: read, never written.
+	// their states: read, never written. A child's state is its log's
+	// fold up to the raise it was lent next (childView): a child paused
+	// on its budget stays paused until the replay lends it the raise the
+	// recording did.
 	children    map[string][]*reinv1.Event
 	childStates map[string]runstate.State
+	// lent counts the raises the replayed log lent each child.
+	lent map[string]int
 }
 
 // addChildren gives the log its children's recorded logs, each folded.
 func (l *runLog) addChildren(children map[string][]*reinv1.Event) error {
-	l.children, l.childStates = children, map[string]runstate.State{}
-	for id, evs := range children {
-		st, err := runstate.ApplyAll(runstate.State{}, evs)
-		if err != nil {
-			return fmt.Errorf("%w: child run %s's recorded log does not fold: %v", ErrUnsupported, id, err)
+	l.children, l.childStates, l.lent = children, map[string]runstate.State{}, map[string]int{}
+	for id := range children {
+		if err := l.childView(id); err != nil {
+			return err
 		}
-		l.childStates[id] = st
 	}
+	return nil
+}
+
+// childView folds child id's recorded log up to the raise it was lent
+// next, or whole when the replay lent it every raise it was given.
+func (l *runLog) childView(id string) error {
+	evs, raises := l.children[id], 0
+	for i, ev := range evs {
+		if ev.GetBudgetRaised() != nil {
+			if raises == l.lent[id] {
+				evs = evs[:i]
+				break
+			}
+			raises++
+		}
+	}
+	st, err := runstate.ApplyAll(runstate.State{}, evs)
+	if err != nil {
+		return fmt.Errorf("%w: child run %s's recorded log does not fold: %v", ErrUnsupported, id, err)
+	}
+	l.childStates[id] = st
 	return nil
 }
 
@@ -109,6 +133,13 @@ func (l *runLog) Append(_ context.Context, runID string, expected uint64, events
 	}
 	for _, ev := range events {
 		l.keep(ev)
+		if id := ev.GetBudgetRaised().GetChildRunId(); id != "" && l.children[id] != nil {
+			// The child has the raise now, as it had when recorded.
+			l.lent[id]++
+			if err := l.childView(id); err != nil {
+				return runstate.State{}, err
+			}
+		}
 	}
 	for h, b := range o.Blobs {
 		l.blobs[h] = b

@@ -23,35 +23,61 @@ import (
 // two reads, then answers from the reports.
 const treeRecording = "delegate_tree.rein"
 
-// recordTree records the tree under testdata/recordings, with its
-// children's logs in the export's children.
+// treeRaisedRecording is a tree whose child reaches the budget lent to
+// it: the child pauses, the root pauses for it, and a person raises the
+// root, which lends the raise on.
+const treeRaisedRecording = "delegate_tree_raised.rein"
+
+// recordTree records the trees under testdata/recordings, with their
+// children's logs in the exports' children.
 func recordTree(t *testing.T) {
 	t.Helper()
-	ctx := context.Background()
-	fixtures := tools.NewFixtures(map[string][]tools.FixtureResult{"get": {{Output: structpb.NewStringValue("invoice INV-42: open, 1200 EUR")}}})
 	task := func(q string) *reinv1.DelegatedTask {
 		return &reinv1.DelegatedTask{Question: q, Tools: []*reinv1.DelegatedTool{{Name: "get"}}, Evidence: "the invoice"}
 	}
+	childScript := []*reinv1.ScriptedReply{call("get", "c1", map[string]any{"id": "INV-42"}), final("open, 1200 EUR")}
 	c := contract(nil, reply(&reinv1.Decision{Action: &reinv1.Decision_Delegate{Delegate: &reinv1.Delegate{Tasks: []*reinv1.DelegatedTask{
 		task("is INV-42 open?"), task("what does INV-42 cost?"),
 	}}}}), final("INV-42 is open, 1200 EUR"))
 	c.Tools = c.Tools[:1] // get
-	c.Delegation = &reinv1.DelegationPolicy{MaxChildren: 2, ChildModels: []*reinv1.ModelSpec{{Provider: "script", Name: "test", Script: []*reinv1.ScriptedReply{
-		call("get", "c1", map[string]any{"id": "INV-42"}), final("open, 1200 EUR"),
-	}}}}
+	c.Delegation = &reinv1.DelegationPolicy{MaxChildren: 2, ChildModels: []*reinv1.ModelSpec{{Provider: "script", Name: "test", Script: childScript}}}
+	recordTreeAs(t, treeRecording, c, nil)
+
+	// One step lent to the child, which needs two.
+	small := task("is INV-42 open?")
+	small.Budget = &reinv1.DelegatedBudget{MaxSteps: 1}
+	c = contract(&reinv1.Budget{MaxSteps: 5, OnExhausted: reinv1.BudgetAction_BUDGET_ACTION_PAUSE},
+		reply(&reinv1.Decision{Action: &reinv1.Decision_Delegate{Delegate: &reinv1.Delegate{Tasks: []*reinv1.DelegatedTask{small}}}}), final("INV-42 is open"))
+	c.Tools = c.Tools[:1]
+	c.Delegation = &reinv1.DelegationPolicy{MaxChildren: 1, ChildModels: []*reinv1.ModelSpec{{Provider: "script", Name: "test", Script: childScript}}}
+	recordTreeAs(t, treeRaisedRecording, c, func(ctx context.Context, e *engine.Engine, rootID string) error {
+		_, err := e.RaiseBudget(ctx, &reinv1.RaiseBudgetRequest{RunId: rootID, AddSteps: 1, Reason: "finish it"}, "bob")
+		return err
+	})
+}
+
+// recordTreeAs records the tree c starts as name; raise, when set, is
+// what a person does each time the root pauses on its budget.
+func recordTreeAs(t *testing.T, name string, c *reinv1.TaskContract, raise func(context.Context, *engine.Engine, string) error) {
+	t.Helper()
+	ctx := context.Background()
+	fixtures := tools.NewFixtures(map[string][]tools.FixtureResult{"get": {{Output: structpb.NewStringValue("invoice INV-42: open, 1200 EUR")}}})
 	clock := &fakeClock{now: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}
 	st := mem.New()
 	var mu sync.Mutex
-	ended := map[string]bool{}
+	rested := map[string]bool{}
 	done := make(chan struct{}, 16)
-	e := engine.New(engine.Config{Store: st, Tools: fixtures, Clock: clock.Now, NoTimers: true, Workers: 1, NewID: seededIDs(treeRecording),
+	e := engine.New(engine.Config{Store: st, Tools: fixtures, Clock: clock.Now, NoTimers: true, Workers: 1, NewID: seededIDs(name),
 		Prices: pricing.New(map[string]pricing.Price{"script/*": {InputPerMTok: 1, OutputPerMTok: 2}}),
 		Published: func(s runstate.State, _ []*reinv1.Event) {
-			if runstate.Terminal(s.Status) {
+			if runstate.Terminal(s.Status) || s.Status == reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET {
 				mu.Lock()
-				ended[s.RunID] = true
+				rested[s.RunID] = true
 				mu.Unlock()
-				done <- struct{}{}
+				select {
+				case done <- struct{}{}:
+				default:
+				}
 			}
 		}})
 	defer e.Close()
@@ -59,17 +85,26 @@ func recordTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
 	for {
-		mu.Lock()
-		ok := ended[run.RunID]
-		mu.Unlock()
-		if ok {
+		cur, err := st.Load(ctx, run.RunID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if runstate.Terminal(cur.Status) {
 			break
+		}
+		if cur.Status == reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET && raise != nil {
+			if err := raise(ctx, e, run.RunID); err != nil {
+				t.Fatalf("%s: raise: %v", name, err)
+			}
+			continue
 		}
 		select {
 		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Fatal("the tree did not end")
+		case <-deadline.C:
+			t.Fatalf("%s: the tree did not end", name)
 		}
 	}
 	exportOf := func(id string) *reinv1.RunExport {
@@ -93,7 +128,7 @@ func recordTree(t *testing.T) {
 	if err := export.Check(x); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Create(filepath.Join(recordings, treeRecording))
+	f, err := os.Create(filepath.Join(recordings, name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,23 +138,28 @@ func recordTree(t *testing.T) {
 	}
 }
 
-// TestReplayTree replays the recorded tree: the parent with its children's
-// recorded results, and each child on its own.
+// TestReplayTree replays the recorded trees: each parent with its
+// children's recorded results, and each child on its own; in the second,
+// the child pauses on the budget lent to it, the root pauses for it and a
+// raise of the root is lent on.
 func TestReplayTree(t *testing.T) {
-	x := readExport(t, filepath.Join(recordings, treeRecording))
-	if len(x.GetChildren()) != 2 {
-		t.Fatalf("%s has %d children, want 2", treeRecording, len(x.GetChildren()))
-	}
-	res, err := Run(context.Background(), x.GetEvents(), Options{Blobs: x.GetBlobs(), Children: TreeChildren(x)})
-	if err != nil || res.Divergence != nil {
-		t.Fatalf("parent: %v %v", err, res.Divergence)
-	}
-	for _, c := range x.GetChildren() {
-		res, err := Run(context.Background(), c.GetEvents(), Options{Blobs: c.GetBlobs()})
+	for name, children := range map[string]int{treeRecording: 2, treeRaisedRecording: 1} {
+		x := readExport(t, filepath.Join(recordings, name))
+		if len(x.GetChildren()) != children {
+			t.Fatalf("%s has %d children, want %d", name, len(x.GetChildren()), children)
+		}
+		res, err := Run(context.Background(), x.GetEvents(), Options{Blobs: x.GetBlobs(), Children: TreeChildren(x)})
 		if err != nil || res.Divergence != nil {
-			t.Fatalf("child %s: %v %v", c.GetRunId(), err, res.Divergence)
+			t.Fatalf("%s: parent: %v %v", name, err, res.Divergence)
+		}
+		for _, c := range x.GetChildren() {
+			res, err := Run(context.Background(), c.GetEvents(), Options{Blobs: c.GetBlobs()})
+			if err != nil || res.Divergence != nil {
+				t.Fatalf("%s: child %s: %v %v", name, c.GetRunId(), err, res.Divergence)
+			}
 		}
 	}
+	x := readExport(t, filepath.Join(recordings, treeRecording))
 	// Without its children's recordings the parent cannot be replayed.
 	if _, err := Run(context.Background(), x.GetEvents(), Options{Blobs: x.GetBlobs()}); err == nil {
 		t.Fatal("a delegating run replayed without its children's recordings")
@@ -149,5 +189,23 @@ func TestReplayTreeCatchesChangedChild(t *testing.T) {
 	}
 	if d := res.Divergence; d == nil || d.Sequence != want || d.Field != "delegation_returned.answer.text" {
 		t.Fatalf("divergence %v, want one at sequence %d on delegation_returned.answer.text", d, want)
+	}
+}
+
+// TestReplayTreeRaisedNeedsTheChildsRaise is the twin of the raised tree:
+// a child's recording that stops at its pause, without the raise its
+// parent lent it, does not replay the parent as recorded.
+func TestReplayTreeRaisedNeedsTheChildsRaise(t *testing.T) {
+	x := readExport(t, filepath.Join(recordings, treeRaisedRecording))
+	child := x.GetChildren()[0]
+	for i, ev := range child.GetEvents() {
+		if ev.GetBudgetRaised() != nil {
+			child.Events = child.GetEvents()[:i]
+			break
+		}
+	}
+	res, err := Run(context.Background(), x.GetEvents(), Options{Blobs: x.GetBlobs(), Children: TreeChildren(x)})
+	if err == nil && res.Divergence == nil {
+		t.Fatal("the parent replayed as recorded with a child that was never given its raise")
 	}
 }
