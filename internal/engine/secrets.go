@@ -47,7 +47,7 @@ type redactedModel struct {
 	r *secret.Redactor
 }
 
-func (m redactedModel) Next(ctx context.Context, req *model.Request) (*model.Reply, error) {
+func (m redactedModel) Next(ctx context.Context, req *model.Request) (rep *model.Reply, err error) {
 	if req.Output != nil {
 		// The text streamed is redacted as the reply is: a value cut across
 		// two pieces too.
@@ -55,9 +55,13 @@ func (m redactedModel) Next(ctx context.Context, req *model.Request) (*model.Rep
 		c := *req
 		c.Output = out.Write
 		req = &c
-		defer out.Flush()
+		defer func() {
+			if err == nil {
+				out.Flush() // a call cut short may have held a key's start
+			}
+		}()
 	}
-	rep, err := m.m.Next(ctx, req)
+	rep, err = m.m.Next(ctx, req)
 	if rep != nil {
 		c := *rep
 		c.Decision = secret.Message(m.r, rep.Decision)

@@ -226,3 +226,22 @@ func TestRedactedModelStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestRedactedModelCutStreamsNoKeyStart is the twin: a call that fails
+// after writing the start of a key passes none of it on.
+func TestRedactedModelCutStreamsNoKeyStart(t *testing.T) {
+	half := len(testKey) / 2
+	reply := &reinv1.ScriptedReply{Reply: &reinv1.ScriptedReply_Error{Error: "upstream 503"},
+		Chunks: []*reinv1.ScriptedChunk{{Text: "the key is " + testKey[:half]}}}
+	m, err := redactModels(model.New, testSecrets)(&reinv1.ModelSpec{Provider: "script", Script: []*reinv1.ScriptedReply{reply}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	if _, err := m.Next(testCtx(t), &model.Request{Step: 1, Output: func(s string) { got = append(got, s) }}); err == nil {
+		t.Fatal("the call did not fail")
+	}
+	if joined := strings.Join(got, ""); strings.Contains(joined, testKey[:half]) {
+		t.Fatalf("a cut call streamed the start of the key: %q", joined)
+	}
+}

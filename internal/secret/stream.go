@@ -1,6 +1,9 @@
 package secret
 
-import "strings"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // Stream redacts text that arrives in pieces (a model's output as it is
 // written) before passing it on: a secret's value cut across two pieces is
@@ -32,6 +35,9 @@ func (s *Stream) Write(text string) {
 		return
 	}
 	cut = s.r.before(s.held, cut)
+	for cut > 0 && !utf8.RuneStart(s.held[cut]) {
+		cut-- // a character is passed on whole
+	}
 	if cut == 0 {
 		return
 	}
@@ -39,7 +45,9 @@ func (s *Stream) Write(text string) {
 	s.held = s.held[cut:]
 }
 
-// Flush passes on what is held: the text has ended.
+// Flush passes on what is held: the text has ended whole. A text cut
+// short (the call failed) is not flushed: what is held may be the start
+// of a secret's value.
 func (s *Stream) Flush() {
 	if s.held != "" {
 		s.out(s.r.Redact(s.held))

@@ -3,6 +3,7 @@ package secret
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestStreamRedactsAcrossPieces: a value cut anywhere across the pieces
@@ -59,5 +60,28 @@ func TestStreamWithoutSecrets(t *testing.T) {
 	s.Flush()
 	if len(got) != 2 || got[1] != "sk-0123456789" {
 		t.Fatalf("got %q, want the pieces unchanged", got)
+	}
+}
+
+// TestStreamPassesCharactersWhole: a piece passed on never ends inside a
+// multi-byte character, so the text stays valid UTF-8 piece by piece.
+func TestStreamPassesCharactersWhole(t *testing.T) {
+	r := New(map[string]string{"KEY": "sk-0123456789"})
+	text := strings.Repeat("こんにちは、世界 ", 20)
+	for size := 1; size <= 7; size++ {
+		var got []string
+		s := r.Stream(func(p string) { got = append(got, p) })
+		for i := 0; i < len(text); i += size {
+			s.Write(text[i:min(i+size, len(text))])
+		}
+		s.Flush()
+		for _, p := range got {
+			if !utf8.ValidString(p) {
+				t.Fatalf("pieces of %d bytes: %q passed on, not whole characters", size, p)
+			}
+		}
+		if strings.Join(got, "") != text {
+			t.Fatalf("pieces of %d bytes: joined text differs", size)
+		}
 	}
 }
