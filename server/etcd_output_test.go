@@ -23,9 +23,9 @@ type countedRelay struct {
 	puts atomic.Int32
 }
 
-func (r *countedRelay) PutOutput(ctx context.Context, runID string, o *reinv1.ModelOutput) error {
+func (r *countedRelay) PutOutput(ctx context.Context, runID, writer string, o *reinv1.ModelOutput) error {
 	r.puts.Add(1)
-	return r.Store.PutOutput(ctx, runID, o)
+	return r.Store.PutOutput(ctx, runID, writer, o)
 }
 
 // relayServer is a node named name on c's store under prefix, relaying

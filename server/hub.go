@@ -49,8 +49,10 @@ type Subscription struct {
 	O chan struct{}
 	// call is the model call whose text the watcher is sending, off how
 	// much of it it sent, and told whether it sent a first piece of it
-	// (and with what truncated): guarded by the hub's lock (output.go).
+	// (and with what truncated); next, a call that began before it sent
+	// the end of that one: guarded by the hub's lock (output.go).
 	call                *liveCall
+	next                *liveCall
 	off                 int
 	told, toldTruncated bool
 }
@@ -167,7 +169,7 @@ func (s *Subscription) Close() {
 		delete(h.all, s)
 		return
 	}
-	s.releaseLocked()
+	s.leaveLocked()
 	delete(h.subs[s.runID], s)
 	if len(h.subs[s.runID]) == 0 {
 		delete(h.subs, s.runID)

@@ -23,9 +23,10 @@ type liveCall struct {
 	// followers are the watchers that sent some of its text and have not
 	// yet sent its end: a call that returned is kept until they have.
 	followers int
-	// remote: another server drives the run; the text came through the
-	// relay (relay.go).
+	// remote: another server, writer, drives the run; the text came
+	// through the relay (relay.go).
 	remote bool
+	writer string
 }
 
 var _ step.Output = (*Hub)(nil)
@@ -56,17 +57,39 @@ func (h *Hub) Begin(runID string, call step.OutputCall) {
 }
 
 func (h *Hub) beginLocked(runID string, c *liveCall) {
+	if old := h.calls[runID]; old != nil && !old.done {
+		// A call that never ended here (one relayed from a server whose
+		// run this one took over) ends now.
+		h.endLocked(runID, old)
+	}
 	h.calls[runID] = c
-	// The run's output watchers that follow no call follow this one from
-	// its start, so that they are sent it even if it returns before they
-	// look.
+	// The run's output watchers follow this call from its start, so that
+	// they are sent it even if it returns before they look: at once, or
+	// next, once they sent the end of the call they follow.
 	for s := range h.subs[runID] {
-		if s.O != nil && s.call == nil {
+		switch {
+		case s.O == nil:
+		case s.call == nil:
 			s.call, s.off, s.told = c, 0, false
+			c.followers++
+		default:
+			if s.next != nil {
+				h.unfollowLocked(runID, s.next) // two calls behind: the older is skipped
+			}
+			s.next = c
 			c.followers++
 		}
 	}
 	h.wakeOutputLocked(runID)
+}
+
+// unfollowLocked is a watcher leaving c: a call that returned is dropped
+// once no watcher is still to send its end.
+func (h *Hub) unfollowLocked(runID string, c *liveCall) {
+	c.followers--
+	if c.done && c.followers == 0 && h.calls[runID] == c {
+		delete(h.calls, runID)
+	}
 }
 
 // Write implements step.Output: text is added to runID's call in flight,
@@ -126,27 +149,37 @@ func (h *Hub) snapshot(runID string) *reinv1.ModelOutput {
 		Text: string(text), Truncated: truncated}
 }
 
-// relayed takes runID's call as the relay holds it (another server drives
-// the run), nil for none, unless a call of the run is in flight here.
-func (h *Hub) relayed(runID string, o *reinv1.ModelOutput) {
+// relayed takes runID's call as writer's relay key holds it (another
+// server drives the run), nil for none, unless a call of the run is in
+// flight here.
+func (h *Hub) relayed(runID, writer string, o *reinv1.ModelOutput) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c := h.calls[runID]
 	if c != nil && !c.remote {
 		return // driven here
 	}
-	same := c != nil && o != nil && c.call.Requested == o.GetRequested() && c.call.Attempt == o.GetAttempt() && c.call.Resumed == o.GetResumed()
-	if c != nil && !same && !c.done {
-		h.endLocked(runID, c)
-	}
 	if o == nil {
+		// The writer's call returned, or its server's lease ended; nil
+		// from the follow's end (writer "") ends any call.
+		if c != nil && !c.done && (writer == "" || c.writer == writer) {
+			h.endLocked(runID, c)
+		}
 		return
 	}
+	if c != nil && c.writer != writer && o.GetRequested() < c.call.Requested {
+		return // an older call of a server that no longer drives the run
+	}
+	same := c != nil && c.writer == writer && c.call.Requested == o.GetRequested() && c.call.Attempt == o.GetAttempt() && c.call.Resumed == o.GetResumed()
 	if !same {
 		if o.GetDone() {
+			if c != nil && !c.done {
+				h.endLocked(runID, c)
+			}
 			return // a call that returned before it was followed here
 		}
-		c = &liveCall{call: step.OutputCall{Requested: o.GetRequested(), Step: o.GetStep(), Attempt: o.GetAttempt(), Resumed: o.GetResumed()}, remote: true}
+		c = &liveCall{call: step.OutputCall{Requested: o.GetRequested(), Step: o.GetStep(), Attempt: o.GetAttempt(), Resumed: o.GetResumed()},
+			remote: true, writer: writer}
 		h.beginLocked(runID, c)
 	} else if c.done {
 		return
@@ -209,16 +242,19 @@ func (s *Subscription) Output(cursor uint64) *reinv1.ModelOutput {
 	return out
 }
 
-// releaseLocked stops following the call: one that returned is dropped
-// once no watcher is still to send its end.
+// releaseLocked stops following the call, and follows the next one, if
+// one began meanwhile.
 func (s *Subscription) releaseLocked() {
-	c := s.call
-	if c == nil {
+	if s.call == nil {
 		return
 	}
-	s.call = nil
-	c.followers--
-	if c.done && c.followers == 0 && s.hub.calls[s.runID] == c {
-		delete(s.hub.calls, s.runID)
-	}
+	s.hub.unfollowLocked(s.runID, s.call)
+	s.call, s.next = s.next, nil
+	s.off, s.told = 0, false
+}
+
+// leaveLocked stops following any call: the watcher leaves.
+func (s *Subscription) leaveLocked() {
+	s.releaseLocked()
+	s.releaseLocked()
 }

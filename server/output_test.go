@@ -193,23 +193,85 @@ func TestHubRelayedCalls(t *testing.T) {
 	call := func(text string, done bool) *reinv1.ModelOutput {
 		return &reinv1.ModelOutput{Requested: 3, Step: 1, Attempt: 1, Text: text, Done: done}
 	}
-	h.relayed("r", call("Hel", false))
-	h.relayed("r", call("Hello", false))
+	h.relayed("r", "b", call("Hel", false))
+	h.relayed("r", "b", call("Hello", false))
 	if text, done, _ := drainOutput(sub, 3); text != "Hello" || done {
 		t.Fatalf("relayed so far: %q done %v", text, done)
 	}
-	h.relayed("r", nil) // the call's key was deleted: its server's lease ended
+	h.relayed("r", "b", nil) // the call's key was deleted: its server's lease ended
 	if _, done, _ := drainOutput(sub, 3); !done {
 		t.Fatal("a relayed call whose key went was not ended")
 	}
-	h.relayed("r", call("late", true))
+	h.relayed("r", "b", call("late", true))
 	if _, _, n := drainOutput(sub, 3); n != 0 || len(h.calls) != 0 {
 		t.Fatalf("a relayed call that had returned before it was followed was sent (%d messages)", n)
 	}
 	h.Begin("r", step.OutputCall{Requested: 7, Step: 2, Attempt: 1})
 	h.Write("r", "mine")
-	h.relayed("r", &reinv1.ModelOutput{Requested: 7, Step: 2, Attempt: 1, Text: "theirs"})
+	h.relayed("r", "b", &reinv1.ModelOutput{Requested: 7, Step: 2, Attempt: 1, Text: "theirs"})
 	if text, _, _ := drainOutput(sub, 7); text != "mine" {
 		t.Fatalf("with a call in flight here, the watcher was sent %q", text)
+	}
+}
+
+// TestHubOutputNextCall: a watcher still to send the end of one call when
+// the next begins follows that one next, from its start, though it
+// returned before the watcher got to it; a call relayed from another
+// server that never ended here is ended when a call begins here.
+func TestHubOutputNextCall(t *testing.T) {
+	h := NewHub()
+	sub := h.SubscribeOutput("r")
+	defer sub.Close()
+	h.Begin("r", step.OutputCall{Requested: 3, Step: 1, Attempt: 1})
+	h.Write("r", "first")
+	h.End("r")
+	h.Begin("r", step.OutputCall{Requested: 6, Step: 2, Attempt: 1})
+	h.Write("r", "second")
+	h.End("r")
+	if text, done, _ := drainOutput(sub, 3); text != "first" || !done {
+		t.Fatalf("the first call: %q done %v", text, done)
+	}
+	if text, done, _ := drainOutput(sub, 6); text != "second" || !done {
+		t.Fatalf("the next call, begun and returned while the watcher was behind: %q done %v", text, done)
+	}
+	if len(h.calls) != 0 {
+		t.Fatal("calls are kept after the watcher sent their ends")
+	}
+
+	h.relayed("r", "b", &reinv1.ModelOutput{Requested: 8, Step: 3, Attempt: 1, Text: "theirs"})
+	drainOutput(sub, 8)
+	h.Begin("r", step.OutputCall{Requested: 8, Step: 3, Attempt: 1, Resumed: true}) // this server took the run over
+	h.Write("r", "mine")
+	first := sub.Output(8)
+	if !first.GetDone() || first.GetResumed() {
+		t.Fatalf("got %v; want the relayed call ended", first)
+	}
+	if m := sub.Output(8); !m.GetResumed() || m.GetText() != "mine" || m.GetOffset() != 0 {
+		t.Fatalf("then %v; want the call begun here, from its start", m)
+	}
+}
+
+// TestHubRelayedWriters: after a takeover, the old server's key going
+// (its lease ended) does not end the new server's call, and the old
+// server's older call is not taken for a new one.
+func TestHubRelayedWriters(t *testing.T) {
+	h := NewHub()
+	sub := h.SubscribeOutput("r")
+	defer sub.Close()
+	h.relayed("r", "old", &reinv1.ModelOutput{Requested: 3, Step: 1, Attempt: 1, Text: "cut"})
+	h.relayed("r", "new", &reinv1.ModelOutput{Requested: 3, Step: 1, Attempt: 1, Resumed: true, Text: "again"})
+	h.relayed("r", "old", nil)
+	h.relayed("r", "old", &reinv1.ModelOutput{Requested: 2, Step: 1, Attempt: 1, Text: "stale"})
+	var texts []string
+	var ended []bool
+	for m := sub.Output(3); m != nil; m = sub.Output(3) {
+		if m.GetOffset() == 0 {
+			texts, ended = append(texts, ""), append(ended, false)
+		}
+		texts[len(texts)-1] += m.GetText()
+		ended[len(ended)-1] = m.GetDone()
+	}
+	if len(texts) != 2 || texts[0] != "cut" || !ended[0] || texts[1] != "again" || ended[1] {
+		t.Fatalf("calls %q ended %v; want the old server's ended, the new server's going on", texts, ended)
 	}
 }

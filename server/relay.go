@@ -21,20 +21,21 @@ type OutputRelay interface {
 	WantOutput(ctx context.Context, runID, replica string) (func(), error)
 	// OutputWanted says whether a replica other than replica wants it.
 	OutputWanted(ctx context.Context, runID, replica string) (bool, error)
-	// PutOutput puts the run's call in flight with its text so far;
-	// DeleteOutput says it returned.
-	PutOutput(ctx context.Context, runID string, o *reinv1.ModelOutput) error
-	DeleteOutput(ctx context.Context, runID string) error
-	// FollowOutput calls fn with the run's call as the relay holds it, now
-	// and at each change (nil: none), until ctx ends.
-	FollowOutput(ctx context.Context, runID string, fn func(*reinv1.ModelOutput))
+	// PutOutput puts the run's call in flight on the server named writer
+	// with its text so far; DeleteOutput says it returned.
+	PutOutput(ctx context.Context, runID, writer string, o *reinv1.ModelOutput) error
+	DeleteOutput(ctx context.Context, runID, writer string) error
+	// FollowOutput calls fn with each writer's call of the run as the
+	// relay holds it, now and at each change (nil: none), until ctx ends.
+	FollowOutput(ctx context.Context, runID string, fn func(writer string, o *reinv1.ModelOutput))
 }
 
 const (
 	// relayEvery is how often the driving server writes a call's text
-	// to the relay while another replica wants it, and relayLook how often
-	// it looks whether one does.
-	relayEvery = 250 * time.Millisecond
+	// to the relay while another replica wants it (each write is the
+	// whole text so far: etcd keeps each in its history until compacted),
+	// and relayLook how often it looks whether one does.
+	relayEvery = 500 * time.Millisecond
 	relayLook  = time.Second
 	// maxRelayText bounds the text of one call written to the relay (a
 	// request to etcd is at most 1.5 MiB by default): past it, the other
@@ -126,7 +127,7 @@ func (r *relayOutput) write(runID string, rc *relayCall) {
 	}
 	want, looked := wanted(), time.Now()
 	put := func(o *reinv1.ModelOutput) bool {
-		if err := r.relay.PutOutput(ctx, runID, o); err != nil {
+		if err := r.relay.PutOutput(ctx, runID, r.name, o); err != nil {
 			r.log.Debug("model output not relayed", "run_id", runID, "err", err)
 			return false
 		}
@@ -138,15 +139,14 @@ func (r *relayOutput) write(runID string, rc *relayCall) {
 	for {
 		select {
 		case last := <-rc.end:
-			if !want && !wrote {
-				want = wanted()
-			}
+			// Ended: its last text, if someone elsewhere wants it (not
+			// looked for again: a call's end waits on no read).
 			if last != nil && want {
 				put(last)
 				wrote = true
 			}
 			if wrote {
-				_ = r.relay.DeleteOutput(ctx, runID)
+				_ = r.relay.DeleteOutput(ctx, runID, r.name)
 			}
 			return
 		case <-tick.C:
@@ -169,7 +169,7 @@ func (r *relayOutput) write(runID string, rc *relayCall) {
 
 // relayFollows follows, for the runs this replica's watchers want the
 // output of, what the relay holds, into the hub: one follow per run,
-// shared by its watchers.
+// shared by its watchers. No lock is held while the relay is asked.
 type relayFollows struct {
 	hub   *Hub
 	relay OutputRelay
@@ -182,8 +182,12 @@ type relayFollows struct {
 
 type relayFollow struct {
 	watchers int
-	stop     func()
+	stop     context.CancelFunc
 }
+
+// relayWantTimeout bounds the write that says a replica wants a run's
+// output.
+const relayWantTimeout = 5 * time.Second
 
 func newRelayFollows(hub *Hub, relay OutputRelay, name string, log *slog.Logger) *relayFollows {
 	return &relayFollows{hub: hub, relay: relay, name: name, log: log, runs: map[string]*relayFollow{}}
@@ -192,28 +196,15 @@ func newRelayFollows(hub *Hub, relay OutputRelay, name string, log *slog.Logger)
 // join follows the run's output for a watcher until the func it returns
 // is called. A relay that cannot be told costs the watcher the output of
 // runs driven elsewhere, never its events.
-func (f *relayFollows) join(ctx context.Context, runID string) func() {
+func (f *relayFollows) join(runID string) func() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fl := f.runs[runID]
 	if fl == nil {
-		fctx, cancel := context.WithCancel(context.Background())
-		unwant, err := f.relay.WantOutput(ctx, runID, f.name)
-		if err != nil {
-			f.log.Warn("watchers here will not see the model output of the run if another server drives it", "run_id", runID, "err", err)
-		}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			f.relay.FollowOutput(fctx, runID, func(o *reinv1.ModelOutput) { f.hub.relayed(runID, o) })
-		}()
-		fl = &relayFollow{stop: func() {
-			cancel()
-			<-done
-			unwant()
-			f.hub.relayed(runID, nil)
-		}}
+		ctx, cancel := context.WithCancel(context.Background())
+		fl = &relayFollow{stop: cancel}
 		f.runs[runID] = fl
+		go f.follow(ctx, runID)
 	}
 	fl.watchers++
 	return func() {
@@ -223,5 +214,29 @@ func (f *relayFollows) join(ctx context.Context, runID string) func() {
 			delete(f.runs, runID)
 			fl.stop()
 		}
+	}
+}
+
+// follow says this replica wants the run's output, and takes what other
+// servers write of it into the hub until ctx ends; then it takes the want
+// back and, unless a new follow of the run began, ends the call it
+// followed.
+func (f *relayFollows) follow(ctx context.Context, runID string) {
+	wctx, cancel := context.WithTimeout(ctx, relayWantTimeout)
+	unwant, err := f.relay.WantOutput(wctx, runID, f.name)
+	cancel()
+	if err != nil && ctx.Err() == nil {
+		f.log.Warn("watchers here will not see the model output of the run if another server drives it", "run_id", runID, "err", err)
+	}
+	f.relay.FollowOutput(ctx, runID, func(writer string, o *reinv1.ModelOutput) {
+		if writer != f.name { // this server's own writes: its hub has the call
+			f.hub.relayed(runID, writer, o)
+		}
+	})
+	unwant()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.runs[runID] == nil {
+		f.hub.relayed(runID, "", nil)
 	}
 }

@@ -46,7 +46,7 @@ func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStr
 	if req.GetModelOutput() && s.follows != nil {
 		// The run may be driven by another server: follow its output
 		// through the relay too.
-		defer s.follows.join(ctx, req.GetRunId())()
+		defer s.follows.join(req.GetRunId())()
 	}
 	out := outputs{sub: sub, stream: stream}
 	fromStore := true // the first read is always from the store
@@ -63,14 +63,13 @@ func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStr
 				return toStatus(s.log, "WatchRun", err)
 			}
 		}
-		if len(evs) > 0 {
-			// The rest of the call the watcher follows goes before the
-			// events that follow it.
+		for _, ev := range evs {
+			// The rest of a call the watcher follows goes before the
+			// events after its model_requested: a watcher behind sends
+			// each call's text in its place.
 			if err := out.flush(cursor); err != nil {
 				return err
 			}
-		}
-		for _, ev := range evs {
 			if err := stream.Send(&reinv1.WatchRunResponse{Event: ev}); err != nil {
 				return err
 			}
@@ -88,9 +87,13 @@ func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStr
 		if err := out.send(cursor); err != nil {
 			return err
 		}
+		woken := sub.O // nil unless the watcher asked for model output
+		if out.due != nil {
+			woken = nil // the output waits for due anyway
+		}
 		select {
 		case <-sub.C:
-		case <-sub.O: // nil unless the watcher asked for model output
+		case <-woken:
 		case <-out.due:
 			out.due = nil
 		case <-ctx.Done():

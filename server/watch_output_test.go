@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -298,4 +299,73 @@ func TestModelCallsStreamWhenWatched(t *testing.T) {
 		t.Fatal("a call of a run with an output watcher did not stream")
 	}
 	w.toEnd(t)
+}
+
+// heldSend holds the send of an input_provided event until gate closes:
+// a watcher that falls behind while the run goes on.
+type heldSend struct {
+	grpc.ServerStream
+	gate <-chan struct{}
+}
+
+func (s *heldSend) SendMsg(m any) error {
+	if r, ok := m.(*reinv1.WatchRunResponse); ok && r.GetEvent().GetInputProvided() != nil {
+		<-s.gate
+	}
+	return s.ServerStream.SendMsg(m)
+}
+
+// TestWatchRunOutputOfAWatcherBehind: a watcher held back while two
+// calls stream and return is sent each call's whole text, ended, in its
+// place: before the call's model_returned.
+func TestWatchRunOutputOfAWatcherBehind(t *testing.T) {
+	gate := make(chan struct{})
+	streamed := func(r *reinv1.ScriptedReply, pieces ...string) *reinv1.ScriptedReply {
+		for _, p := range pieces {
+			r.Chunks = append(r.Chunks, &reinv1.ScriptedChunk{Text: p})
+		}
+		return r
+	}
+	s := newTCPServer(t, Config{StreamModelCalls: true,
+		Models: scriptedModels(ask("which?"), streamed(readCall("lookup"), "looking ", "it up"), streamed(final("42"), "the answer ", "is 42")),
+		ServerOptions: []grpc.ServerOption{grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			return h(srv, &heldSend{ServerStream: ss, gate: gate})
+		})}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := s.client.StartRun(ctx, &reinv1.StartRunRequest{RequestId: "behind", Contract: contract(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runID := resp.GetRun().GetRunId()
+	w := watchOutput(t, ctx, s, runID, 0, true)
+	w.until(t, func(r *reinv1.WatchRunResponse) bool {
+		return r.GetEvent().GetStatusChanged().GetTo() == reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT
+	})
+	if _, err := s.client.ProvideInput(ctx, &reinv1.ProvideInputRequest{RunId: runID, Text: "INV-42"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.node.Engine.Wait(ctx, runID); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	w.toEnd(t)
+	var texts []string
+	answered := false // the first call, made before the watcher came, streamed nothing to it
+	for _, m := range w.msgs {
+		answered = answered || m.GetEvent().GetInputProvided() != nil
+		if o := m.GetOutput(); o != nil {
+			if o.GetOffset() == 0 {
+				texts = append(texts, "")
+			}
+			texts[len(texts)-1] += o.GetText()
+		}
+		if answered && m.GetEvent().GetModelReturned() != nil &&
+			(len(texts) == 0 || !strings.HasSuffix(texts[len(texts)-1], map[int]string{1: "it up", 2: "is 42"}[len(texts)])) {
+			t.Fatalf("a model_returned came before its call's whole text (texts so far %q)", texts)
+		}
+	}
+	if len(texts) != 2 || texts[0] != "looking it up" || texts[1] != "the answer is 42" {
+		t.Fatalf("the watcher behind was sent the calls' texts %q, want both, whole", texts)
+	}
 }

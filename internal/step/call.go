@@ -89,6 +89,7 @@ func (r *Stepper) callModel(ctx, mctx context.Context, req *model.Request, now t
 // someone reads for the run, the call streams its text there, as the call
 // r.call names.
 func (r *Stepper) timedNext(ctx context.Context, req *model.Request, attempt uint32) (*model.Reply, time.Duration, error) {
+	req.Output = nil
 	if out := r.cfg.Output; out != nil && out.Streams(r.st.RunID) {
 		runID, call := r.st.RunID, r.call
 		call.Attempt = attempt

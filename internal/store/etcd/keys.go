@@ -26,14 +26,15 @@ func (k keys) change(cursor uint64) string { return hex16(k.changes(), cursor) }
 func (k keys) replica(name string) string  { return k.p + "replica/" + url.PathEscape(name) }
 
 // The model output of runs' calls in flight, relayed between replicas
-// (output.go): the call's text so far, and which replicas want it.
-func (k keys) outputs(id string) string    { return k.p + "output/" + id + "/" }
-func (k keys) outputCall(id string) string { return k.outputs(id) + "call" }
-func (k keys) outputWants(id string) string {
-	return k.p + "output-wanted/" + id + "/"
+// (output.go): each writer's call's text so far, and the replicas that
+// want it (a key per follow).
+func (k keys) outputs(id string) string { return k.p + "output/" + id + "/" }
+func (k keys) outputCall(id, writer string) string {
+	return k.outputs(id) + url.PathEscape(writer)
 }
-func (k keys) outputWant(id, replica string) string {
-	return k.outputWants(id) + url.PathEscape(replica)
+func (k keys) outputWants(id string) string { return k.p + "output-wanted/" + id + "/" }
+func (k keys) outputWanter(id, replica string) string {
+	return k.outputWants(id) + url.PathEscape(replica) + "/"
 }
 
 func (k keys) event(id string, seq uint64) string {
