@@ -316,7 +316,9 @@ func TestDeadlineCutCallPauses(t *testing.T) {
 		m := &cutOnce{}
 		e, s := setup(t, Config{Tools: searchTools(t), Clock: time.Now, Models: func(*reinv1.ModelSpec) (model.Model, error) { return m, nil }})
 		c := testContract(finalReply("done"))
-		c.Budget = &reinv1.Budget{Timeout: durationpb.New(300 * time.Millisecond)}
+		// The cut call is the last the run may make: it is counted, and
+		// sent again without a step added.
+		c.Budget = &reinv1.Budget{Timeout: durationpb.New(300 * time.Millisecond), MaxSteps: 1}
 		if pause {
 			c.Budget.OnExhausted = reinv1.BudgetAction_BUDGET_ACTION_PAUSE
 		}

@@ -310,7 +310,7 @@ func newRecording(ctx context.Context, events []*reinv1.Event, blobs *runLog) (*
 func (r *recording) raisedAfterCut(seq uint64) bool {
 	for i := int(seq) - 2; i >= 0; i-- {
 		switch ev := r.events[i]; {
-		case ev.GetBudgetRaised() != nil, ev.GetStatusChanged() != nil:
+		case ev.GetBudgetRaised() != nil, ev.GetStatusChanged() != nil, ev.GetRunSteered() != nil:
 			continue
 		case ev.GetBudgetReached().GetLimit() == "deadline":
 			return true

@@ -190,11 +190,17 @@ func (r *Stepper) budgetHit(now time.Time) (limit, detail string) { return Limit
 
 // LimitReached names the first limit of its budget a run has reached at
 // now, with a sentence for a person, or "": its limits are the contract's
-// plus what people raised them by (runstate.State.Limits).
+// plus what people raised them by (runstate.State.Limits). A model call in
+// flight (one a crash or the deadline cut, to be sent again) is counted
+// in the steps made but is not one more to make.
 func LimitReached(st runstate.State, now time.Time) (limit, detail string) {
 	lim, used := st.Limits(), st.Committed()
+	steps := used.Steps
+	if st.ModelInFlight && steps > 0 {
+		steps--
+	}
 	switch {
-	case used.Steps >= lim.Steps:
+	case steps >= lim.Steps:
 		return "max_steps", fmt.Sprintf("the run made %d of its %d model calls", used.Steps, lim.Steps)
 	case lim.ToolCalls > 0 && used.ToolCalls >= lim.ToolCalls:
 		return "max_tool_calls", fmt.Sprintf("the run made %d of its %d tool calls", used.ToolCalls, lim.ToolCalls)
