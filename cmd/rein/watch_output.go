@@ -14,8 +14,8 @@ const outputPrefix = "  ┊ "
 // outputPrinter prints the text of a run's model calls in flight as the
 // server sends it, between the call's model_requested and model_returned
 // lines: each line of it after outputPrefix, with a note when the text
-// starts over (a retry, a call sent again after a restart, or a
-// reconnection that sends the call from its start).
+// starts over (a retry, a call sent again after a crash or the deadline
+// cut it, or a reconnection that sends the call from its start).
 type outputPrinter struct {
 	w io.Writer
 	// open says a line of text is being written; shown says some text of
@@ -49,7 +49,7 @@ func (p *outputPrinter) print(o *reinv1.ModelOutput) error {
 			case o.GetOffset() == 0 && same:
 				b.WriteString("(again from the start) ")
 			case o.GetOffset() == 0 && o.GetResumed():
-				b.WriteString("(sent again after a restart) ")
+				b.WriteString("(sent again: the call before it was cut) ")
 			case o.GetOffset() == 0 && o.GetAttempt() > 1:
 				b.WriteString("(retry) ")
 			}

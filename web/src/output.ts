@@ -76,5 +76,5 @@ export function afterEvent(w: Writing | undefined, ev: Event): Writing | undefin
 
 // writingTitle is the panel's heading for w.
 export function writingTitle(w: Writing): string {
-  return `The model is writing… step ${w.step}` + (w.attempt > 1 ? " (retry)" : "") + (w.resumed ? " (resumed after a restart)" : "");
+  return `The model is writing… step ${w.step}` + (w.attempt > 1 ? " (retry)" : "") + (w.resumed ? " (sent again: the call before it was cut)" : "");
 }

@@ -43,7 +43,7 @@ test("offset 0 starts over: a retry, a resumed call, a watch that joined mid-cal
   assert.equal(writingTitle(retry!), "The model is writing… step 2 (retry)");
   const resumed = applyOutput(w, out({ resumed: true, text: "again" }));
   assert.deepEqual([resumed?.text, resumed?.resumed], ["again", true]);
-  assert.equal(writingTitle(resumed!), "The model is writing… step 2 (resumed after a restart)");
+  assert.equal(writingTitle(resumed!), "The model is writing… step 2 (sent again: the call before it was cut)");
   // The text so far, sent again to a watch that resumed.
   assert.equal(applyOutput(w, out({ text: "first try, more" }))?.text, "first try, more");
   assert.equal(writingTitle(w!), "The model is writing… step 2");

@@ -800,7 +800,8 @@ type ModelOutput struct {
 	Step uint32 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
 	// 1 for the call's first attempt, 2 for its one retry.
 	Attempt uint32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// The call repeats one whose reply a crash lost: the text starts over.
+	// The call repeats one whose reply was lost (a crash, or the run's
+	// deadline before a raise, cut it): the text starts over.
 	Resumed bool `protobuf:"varint,4,opt,name=resumed,proto3" json:"resumed,omitempty"`
 	// Where text starts in the call's text, in bytes.
 	Offset uint64 `protobuf:"varint,5,opt,name=offset,proto3" json:"offset,omitempty"`

@@ -427,7 +427,8 @@ export type ModelOutput = Message<"rein.v1.ModelOutput"> & {
   attempt: number;
 
   /**
-   * The call repeats one whose reply a crash lost: the text starts over.
+   * The call repeats one whose reply was lost (a crash, or the run's
+   * deadline before a raise, cut it): the text starts over.
    *
    * @generated from field: bool resumed = 4;
    */
