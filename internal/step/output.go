@@ -24,6 +24,7 @@ type OutputCall struct {
 	Requested uint64
 	// Step is the call's step; Attempt is 1, or 2 for its one retry.
 	Step, Attempt uint32
-	// Resumed says the call repeats one whose reply a crash lost.
+	// Resumed says the call repeats one whose reply was lost: a crash, or
+	// the run's deadline, cut it.
 	Resumed bool
 }
