@@ -74,6 +74,12 @@ type tcpServer struct {
 func newTCPServer(t *testing.T, cfg Config) *tcpServer {
 	t.Helper()
 	cfg.Store = tempBolt(t)
+	return serveTCP(t, cfg)
+}
+
+// serveTCP opens a node on cfg's store and serves it as newTCPServer does.
+func serveTCP(t *testing.T, cfg Config) *tcpServer {
+	t.Helper()
 	if cfg.Tools == nil {
 		cfg.Tools = fixtures() // the tool contract grants: a server refuses a grant it has no tool for
 	}

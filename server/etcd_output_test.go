@@ -3,13 +3,9 @@ package server
 import (
 	"context"
 	"crypto/rand"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/etcdtest"
@@ -42,31 +38,7 @@ func relayServer(t *testing.T, c *etcdtest.Cluster, name string, models map[stri
 	if models != nil {
 		cfg.Models = func(spec *reinv1.ModelSpec) (model.Model, error) { return models[spec.GetName()], nil }
 	}
-	node, err := Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		node.Close()
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = node.GRPC.Serve(lis)
-	}()
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		node.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cc.Close()
-		node.Close()
-		<-served
-	})
-	return &tcpServer{node: node, conn: cc, client: reinv1.NewRunServiceClient(cc)}, relay
+	return serveTCP(t, cfg), relay
 }
 
 // TestModelOutputOnAnotherServer: two servers share one etcd store; a

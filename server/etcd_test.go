@@ -8,14 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/etcdtest"
@@ -31,31 +28,7 @@ func etcdServer(t *testing.T, c *etcdtest.Cluster, prefix string, opts etcdstore
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, err := Open(context.Background(), Config{Store: st, Tools: fixtures(), Directory: testDirectory(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		node.Close()
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = node.GRPC.Serve(lis)
-	}()
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		node.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cc.Close()
-		node.Close()
-		<-served
-	})
-	return &tcpServer{node: node, conn: cc, client: reinv1.NewRunServiceClient(cc)}
+	return serveTCP(t, Config{Store: st, Tools: fixtures(), Directory: testDirectory(t)})
 }
 
 // TestEtcdUnavailable: a node on etcd serves runs; with etcd gone, reads
