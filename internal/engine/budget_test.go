@@ -234,3 +234,33 @@ func TestDeadlineFollowsInjectedClock(t *testing.T) {
 	// One second of the run's hour has passed on its clock.
 	wantStatus(t, st, evs, statusCompleted, "final_answer")
 }
+
+// noUsage answers with a final answer and reports no usage.
+type noUsage struct{ usage *reinv1.Usage }
+
+func (m noUsage) Next(context.Context, *model.Request) (*model.Reply, error) {
+	return &model.Reply{Decision: &reinv1.Decision{Action: &reinv1.Decision_FinalAnswer{FinalAnswer: &reinv1.FinalAnswer{Text: "done"}}}, Usage: m.usage}, nil
+}
+
+// A call whose provider reports no usage is counted at rein's estimate
+// (its model_requested's input tokens, and its reply's bytes), never as
+// free; one that reports usage is counted as reported.
+func TestUsageNotReportedIsEstimated(t *testing.T) {
+	for _, reported := range []*reinv1.Usage{nil, {InputTokens: 7, OutputTokens: 3}} {
+		e, s := setup(t, Config{Tools: searchTools(t), Models: func(*reinv1.ModelSpec) (model.Model, error) { return noUsage{reported}, nil }})
+		c := testContract(finalReply("done"))
+		c.Budget = &reinv1.Budget{MaxTokens: 100000}
+		st, evs := runToRest(t, e, s, c)
+		got := ofType(evs, "model_returned")[0].GetModelReturned().GetUsage()
+		if reported != nil {
+			if got.GetInputTokens() != 7 || got.GetOutputTokens() != 3 || st.Committed().Tokens != 10 {
+				t.Errorf("reported usage recorded as %v, counted %d; want 7+3", got, st.Committed().Tokens)
+			}
+			continue
+		}
+		in := ofType(evs, "model_requested")[0].GetModelRequested().GetInputTokens()
+		if got.GetInputTokens() != in || got.GetOutputTokens() == 0 || st.Committed().Tokens == 0 {
+			t.Errorf("no usage reported: recorded %v (the estimate was %d input tokens), counted %d; want the estimate", got, in, st.Committed().Tokens)
+		}
+	}
+}

@@ -74,7 +74,9 @@ type Observation struct {
 type Reply struct {
 	Decision *reinv1.Decision
 	// Raw is the reply's text when it did not parse as a decision.
-	Raw   string
+	Raw string
+	// Usage is the tokens the provider reported for the call; nil when it
+	// reported none, and the harness counts the call at its estimate.
 	Usage *reinv1.Usage
 	// ResponseID is the provider's ID for the response, and FinishReason
 	// why the model stopped, in the provider's words; either is "" when the

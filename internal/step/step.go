@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -143,7 +144,10 @@ func (r *Stepper) Step(ctx context.Context) error {
 	}
 	usage := reply.Usage
 	if usage == nil {
-		usage = &reinv1.Usage{}
+		// The provider reported no usage (a compatible server that
+		// streams without it): the call is counted at rein's estimate, so
+		// that no limit is passed unseen.
+		usage = &reinv1.Usage{InputTokens: input, OutputTokens: estimateOutput(reply)}
 	}
 	price, _ := r.price()
 	returned := &reinv1.Event{Actor: "model", Payload: &reinv1.Event_ModelReturned{ModelReturned: &reinv1.ModelReturned{
@@ -495,4 +499,10 @@ func questionText(args *structpb.Struct) string {
 	}
 	b, _ := json.Marshal(args.AsMap())
 	return string(b)
+}
+
+// estimateOutput is the tokens of a reply whose provider reported none,
+// estimated as the transcript's tokens are: four bytes a token.
+func estimateOutput(reply *model.Reply) uint64 {
+	return bytesTokens(len(reply.Raw) + proto.Size(reply.Decision))
 }

@@ -351,3 +351,27 @@ func TestStreamCancelled(t *testing.T) {
 	}
 	<-done
 }
+
+// TestStreamWithoutUsage: a compatible server that ignores include_usage
+// reports no usage, and the reply says so (Usage nil: the harness counts
+// the call at its estimate) rather than that the call cost nothing; one
+// that reports it is taken at its word.
+func TestStreamWithoutUsage(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		events []string
+		want   *reinv1.Usage
+	}{
+		{"no usage", []string{roleChunk, content("done"), finish("stop")}, nil},
+		{"usage", []string{roleChunk, content("done"), finish("stop"), usageChunk}, &reinv1.Usage{InputTokens: 120, OutputTokens: 30}},
+	} {
+		m := serveStream(t, &streamer{events: tc.events})
+		r, _, err := streamed(context.Background(), m, &model.Request{Step: 1, Goal: "g"})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if (r.Usage == nil) != (tc.want == nil) || (tc.want != nil && (r.Usage.GetInputTokens() != tc.want.GetInputTokens() || r.Usage.GetOutputTokens() != tc.want.GetOutputTokens())) {
+			t.Errorf("%s: usage %v, want %v", tc.name, r.Usage, tc.want)
+		}
+	}
+}
