@@ -186,8 +186,28 @@ type relayFollow struct {
 }
 
 // relayWantTimeout bounds the write that says a replica wants a run's
-// output.
-const relayWantTimeout = 5 * time.Second
+// output, and relayWantEvery is how often it is written again.
+const (
+	relayWantTimeout = 5 * time.Second
+	relayWantEvery   = 10 * time.Second
+)
+
+// want says again that this replica wants the run's output, then takes
+// back what said it before (prev), and returns what takes this back; if
+// the relay cannot be told, prev stays.
+func (f *relayFollows) want(ctx context.Context, runID string, prev func()) func() {
+	wctx, cancel := context.WithTimeout(ctx, relayWantTimeout)
+	defer cancel()
+	unwant, err := f.relay.WantOutput(wctx, runID, f.name)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.log.Warn("watchers here may not see the model output of the run if another server drives it", "run_id", runID, "err", err)
+		}
+		return prev
+	}
+	prev()
+	return unwant
+}
 
 func newRelayFollows(hub *Hub, relay OutputRelay, name string, log *slog.Logger) *relayFollows {
 	return &relayFollows{hub: hub, relay: relay, name: name, log: log, runs: map[string]*relayFollow{}}
@@ -222,17 +242,29 @@ func (f *relayFollows) join(runID string) func() {
 // back and, unless a new follow of the run began, ends the call it
 // followed.
 func (f *relayFollows) follow(ctx context.Context, runID string) {
-	wctx, cancel := context.WithTimeout(ctx, relayWantTimeout)
-	unwant, err := f.relay.WantOutput(wctx, runID, f.name)
-	cancel()
-	if err != nil && ctx.Err() == nil {
-		f.log.Warn("watchers here will not see the model output of the run if another server drives it", "run_id", runID, "err", err)
-	}
-	f.relay.FollowOutput(ctx, runID, func(writer string, o *reinv1.ModelOutput) {
-		if writer != f.name { // this server's own writes: its hub has the call
-			f.hub.relayed(runID, writer, o)
+	followed := make(chan struct{})
+	go func() {
+		defer close(followed)
+		f.relay.FollowOutput(ctx, runID, func(writer string, o *reinv1.ModelOutput) {
+			if writer != f.name { // this server's own writes: its hub has the call
+				f.hub.relayed(runID, writer, o)
+			}
+		})
+	}()
+	// The want is put again now and then: its key ends with this server's
+	// lease, and a server that lost its lease is granted a new one.
+	unwant := f.want(ctx, runID, func() {})
+	tick := time.NewTicker(relayWantEvery)
+	defer tick.Stop()
+	for done := false; !done; {
+		select {
+		case <-tick.C:
+			unwant = f.want(ctx, runID, unwant)
+		case <-ctx.Done():
+			done = true
 		}
-	})
+	}
+	<-followed
 	unwant()
 	f.mu.Lock()
 	defer f.mu.Unlock()
