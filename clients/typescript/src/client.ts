@@ -20,7 +20,7 @@ import {
 import { ReinError, toReinError } from "./errors.js";
 import { jitter, resolveBackoff, sleep, type Backoff, type BackoffOptions } from "./backoff.js";
 import { Pool, type ServiceClient, type TlsOptions } from "./transport.js";
-import { watchChanges, watchEvents, type WatchRunOptions, type WatchRunsOptions } from "./watch.js";
+import { watchChanges, watchEvents, watchOutput, type WatchRunItem, type WatchRunOptions, type WatchRunsOptions } from "./watch.js";
 
 // How many times a unary call is sent while the server keeps answering
 // ResourceExhausted with a RetryInfo (client.MaxRetryInfoAttempts).
@@ -207,6 +207,17 @@ export class ReinClient {
   // is aborted. Breaking out of the loop closes the stream.
   watchRun(runId: string, opts: WatchRunOptions = {}): AsyncGenerator<Event, void, undefined> {
     return watchEvents({ pool: this.pool, backoff: this.backoff, onReconnect: this.onReconnect }, runId, opts);
+  }
+
+  // watchRunOutput is watchRun that also yields the text of the run's model
+  // calls as the model writes it (WatchRunRequest.model_output): items
+  // {event} and {output}, in the order the server sends them. An output is
+  // not an event: it has no sequence and does not move the resume cursor;
+  // after a reconnection the call in flight is sent again from offset 0, so
+  // start a call's text (output.requested, output.attempt) over at every
+  // output.offset of 0.
+  watchRunOutput(runId: string, opts: WatchRunOptions = {}): AsyncGenerator<WatchRunItem, void, undefined> {
+    return watchOutput({ pool: this.pool, backoff: this.backoff, onReconnect: this.onReconnect }, runId, opts);
   }
 
   // watchRuns yields status changes across the caller's runs after a

@@ -13,7 +13,7 @@ export {
 } from "./client.js";
 export { DEFAULT_BACKOFF_MAX_MS, DEFAULT_BACKOFF_MIN_MS, type BackoffOptions } from "./backoff.js";
 export { type TlsOptions } from "./transport.js";
-export { MAX_STUCK_RETRIES, type WatchRunOptions, type WatchRunsOptions } from "./watch.js";
+export { MAX_STUCK_RETRIES, type WatchRunItem, type WatchRunOptions, type WatchRunsOptions } from "./watch.js";
 export {
   Code,
   ConflictError,

@@ -6,7 +6,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 
 import type { Event } from "./gen/rein/v1/event_pb.js";
 import type { RunStatus } from "./gen/rein/v1/run_pb.js";
-import { WatchRunsRequestSchema, type RunChange } from "./gen/rein/v1/run_service_pb.js";
+import { WatchRunsRequestSchema, type ModelOutput, type RunChange } from "./gen/rein/v1/run_service_pb.js";
 import { ReinError, toReinError } from "./errors.js";
 import { jitter, sleep, type Backoff } from "./backoff.js";
 import type { Pool } from "./transport.js";
@@ -42,9 +42,30 @@ export interface Watcher {
   onReconnect: ((err: ReinError, waitMs: number) => void) | undefined;
 }
 
+// WatchRunItem is what ReinClient.watchRunOutput yields: an event, or a
+// piece of the text of the run's model call in flight (not an event: no
+// sequence, not stored, sent again from offset 0 after a reconnection).
+export type WatchRunItem = { event: Event; output?: undefined } | { output: ModelOutput; event?: undefined };
+
 // watchEvents is ReinClient.watchRun: a run's events, in order, each once,
 // across reconnections.
 export async function* watchEvents(w: Watcher, runId: string, opts: WatchRunOptions): AsyncGenerator<Event, void, undefined> {
+  for await (const it of watchRunLoop(w, runId, opts, false)) {
+    if (it.event) yield it.event;
+  }
+}
+
+// watchOutput is ReinClient.watchRunOutput: watchEvents that also yields
+// the model's text as the server sends it, in order with the events
+// (client.go's WatchOutput).
+export function watchOutput(w: Watcher, runId: string, opts: WatchRunOptions): AsyncGenerator<WatchRunItem, void, undefined> {
+  return watchRunLoop(w, runId, opts, true);
+}
+
+// watchRunLoop is the loop of both (client.go's watch): the resume cursor
+// is the last event's sequence; an output passes through without moving it
+// and, like an event, counts as progress for the backoff.
+async function* watchRunLoop(w: Watcher, runId: string, opts: WatchRunOptions, modelOutput: boolean): AsyncGenerator<WatchRunItem, void, undefined> {
   if (opts.fromSeq !== undefined && opts.afterSequence !== undefined) {
     throw new Error("watchRun: give fromSeq or afterSequence, not both");
   }
@@ -57,13 +78,19 @@ export async function* watchEvents(w: Watcher, runId: string, opts: WatchRunOpti
       const at = w.pool.current;
       let failure: unknown;
       try {
-        for await (const resp of w.pool.servers[at]!.runs.watchRun({ runId, afterSequence: after }, { signal: ac.signal })) {
+        for await (const resp of w.pool.servers[at]!.runs.watchRun({ runId, afterSequence: after, modelOutput }, { signal: ac.signal })) {
+          if (resp.output) {
+            if (!modelOutput) continue; // not asked for
+            yield { output: resp.output };
+            r.progress();
+            continue;
+          }
           const ev = resp.event;
           if (!ev || ev.sequence <= after) continue; // never twice
           if (ev.sequence !== after + 1n) {
             throw new WatchGap(`watch run ${runId}: got sequence ${ev.sequence} after ${after}: the server skipped events`);
           }
-          yield ev;
+          yield { event: ev };
           after = ev.sequence;
           r.progress();
         }
@@ -133,7 +160,8 @@ class Reconnector {
     this.wait = b.minMs;
   }
 
-  // progress records an event handed over: the next failure starts afresh.
+  // progress records an event (or a model output) handed over: the next
+  // failure starts afresh.
   progress(): void {
     this.wait = this.b.minMs;
     this.stuck = 0;
