@@ -356,7 +356,12 @@ class Client:
     # -- watches ----------------------------------------------------------
 
     def watch_run(
-        self, run_id: str, *, from_seq: Optional[int] = None, after_sequence: Optional[int] = None
+        self,
+        run_id: str,
+        *,
+        from_seq: Optional[int] = None,
+        after_sequence: Optional[int] = None,
+        model_output: bool = False,
     ) -> "RunWatch":
         """An iterator of a run's events, each exactly once, in order
         (1, 2, 3, … from ``from_seq``, default 1, or after
@@ -364,11 +369,14 @@ class Client:
         terminal and every event was yielded. When its stream breaks (a
         dropped connection, a server killed or restarted) it opens a new one
         after the last sequence it yielded, on the next server of the list,
-        with backoff: no gap, no duplicate. See :class:`RunWatch`."""
+        with backoff: no gap, no duplicate. With ``model_output`` it yields
+        both v1.Event and v1.ModelOutput (the text of the model call in
+        flight, as it is written), in the order the server sent them;
+        without it, v1.Event only. See :class:`RunWatch`."""
         if from_seq is not None and after_sequence is not None:
             raise ValueError("watch_run: give from_seq or after_sequence, not both")
         after = after_sequence if after_sequence is not None else (from_seq - 1 if from_seq is not None else 0)
-        return RunWatch(self, run_id, max(after, 0))
+        return RunWatch(self, run_id, max(after, 0), model_output)
 
     def watch_runs(
         self,

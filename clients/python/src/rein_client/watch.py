@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Union
 
 import grpc
 
@@ -123,14 +123,26 @@ class RunWatch(_Watch):
     INTERNAL, ABORTED, RESOURCE_EXHAUSTED, UNKNOWN, DEADLINE_EXCEEDED once
     they persist past MAX_STUCK_RETRIES retries in a row with no event in
     between; UNAVAILABLE only once ``backoff.patience`` ran out, if set; and
-    CancelledError after cancel()."""
+    CancelledError after cancel().
 
-    def __init__(self, client: Client, run_id: str, after: int) -> None:
+    With ``model_output`` it also yields, between the events, the text of
+    the run's model call in flight as the model writes it (v1.ModelOutput:
+    ``requested``, the sequence of the call's model_requested event, then
+    ``offset`` and ``text``, ``done`` once the call returned, before its
+    model_returned event). A ModelOutput is not an event: it has no
+    sequence and does not move ``after``. After a reconnection, or for a
+    retried (``attempt`` 2) or ``resumed`` call, the server sends the call's
+    text again from offset 0: start the call's text over at every offset 0.
+    Without ``model_output`` it yields events only."""
+
+    def __init__(self, client: Client, run_id: str, after: int, model_output: bool = False) -> None:
         super().__init__()
         #: The run watched.
         self.run_id = run_id
+        #: Whether the watch yields v1.ModelOutput too.
+        self.model_output = model_output
         self._pos = [after]
-        self._gen = _watch_run(client, self._stream, run_id, self._pos)
+        self._gen = _watch_run(client, self._stream, run_id, self._pos, model_output)
 
     @property
     def after(self) -> int:
@@ -139,18 +151,29 @@ class RunWatch(_Watch):
         return self._pos[0]
 
 
-def _watch_run(c: Client, s: _Stream, run_id: str, pos: List[int]) -> Iterator[v1.Event]:
+def _watch_run(
+    c: Client, s: _Stream, run_id: str, pos: List[int], model_output: bool
+) -> Iterator[Union[v1.Event, v1.ModelOutput]]:
     r = _Reconnector(c)
     while True:
         s.check()
         at = c._current
         call = None
         try:
-            call = c._conns[at].stub.WatchRun(v1.WatchRunRequest(run_id=run_id, after_sequence=pos[0]))
+            call = c._conns[at].stub.WatchRun(
+                v1.WatchRunRequest(run_id=run_id, after_sequence=pos[0], model_output=model_output)
+            )
             s.open(call)
             for resp in call:
+                if resp.HasField("output"):
+                    if not model_output:
+                        continue  # not asked for
+                    # Not an event: no sequence, the cursor stays put.
+                    r.progress()
+                    yield resp.output
+                    continue
                 if not resp.HasField("event"):
-                    continue  # model output, which this watch did not ask for
+                    continue  # a message this client does not know
                 ev = resp.event
                 if ev.sequence <= pos[0]:
                     continue  # never twice
