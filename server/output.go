@@ -140,10 +140,11 @@ func (h *Hub) snapshot(runID string) *reinv1.ModelOutput {
 	}
 	text, truncated := c.text, c.truncated
 	if len(text) > maxRelayText {
-		text, truncated = text[:maxRelayText], true
-		for !utf8.Valid(text) { // cut at a rune's start
-			text = text[:len(text)-1]
+		cut := maxRelayText
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut-- // at a character's start
 		}
+		text, truncated = text[:cut], true
 	}
 	return &reinv1.ModelOutput{Requested: c.call.Requested, Step: c.call.Step, Attempt: c.call.Attempt, Resumed: c.call.Resumed,
 		Text: string(text), Truncated: truncated}

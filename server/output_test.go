@@ -3,6 +3,7 @@ package server
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/step"
@@ -273,5 +274,23 @@ func TestHubRelayedWriters(t *testing.T) {
 	}
 	if len(texts) != 2 || texts[0] != "cut" || !ended[0] || texts[1] != "again" || ended[1] {
 		t.Fatalf("calls %q ended %v; want the old server's ended, the new server's going on", texts, ended)
+	}
+}
+
+// TestHubSnapshotCutsCharactersWhole: the text put in the relay is cut
+// at maxRelayText, at a character's start, and says it was cut; a call
+// under it is put whole.
+func TestHubSnapshotCutsCharactersWhole(t *testing.T) {
+	h := NewHub()
+	h.Begin("r", step.OutputCall{Requested: 1, Attempt: 1})
+	h.Write("r", "日本")
+	if o := h.snapshot("r"); o.GetText() != "日本" || o.GetTruncated() {
+		t.Fatalf("a short call's snapshot: %q truncated %v", o.GetText(), o.GetTruncated())
+	}
+	h.Write("r", strings.Repeat("日", maxRelayText/3+10))
+	o := h.snapshot("r")
+	if !o.GetTruncated() || len(o.GetText()) > maxRelayText || len(o.GetText()) < maxRelayText-3 || !utf8.ValidString(o.GetText()) {
+		t.Fatalf("a long call's snapshot: %d bytes, valid %v, truncated %v; want at most %d whole characters, truncated",
+			len(o.GetText()), utf8.ValidString(o.GetText()), o.GetTruncated(), maxRelayText)
 	}
 }

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"time"
 
 	"google.golang.org/grpc"
@@ -48,19 +50,62 @@ func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStr
 		// through the relay too.
 		defer s.follows.join(req.GetRunId())()
 	}
-	out := outputs{sub: sub, stream: stream}
+	cursor, err = FollowRun(ctx, s.store, sub, cursor, s.done, stream.Send, func() {
+		s.metrics.WatchLagged("run") // the tail no longer reaches back to its cursor
+	})
+	var read *readError
+	switch {
+	case errors.As(err, &read):
+		return toStatus(s.log, "WatchRun", read.err)
+	case errors.Is(err, errShutdown):
+		return status.Errorf(codes.Unavailable, "the server is shutting down; resume the watch with after_sequence=%d", cursor)
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return err
+}
+
+// RunEvents reads a page of a run's log (store.Store's Events).
+type RunEvents interface {
+	Events(ctx context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error)
+}
+
+// errShutdown is FollowRun's error when done closes.
+var errShutdown = errors.New("the server is shutting down")
+
+// readError is FollowRun's error when the store could not be read.
+type readError struct{ err error }
+
+func (e *readError) Error() string { return e.err.Error() }
+func (e *readError) Unwrap() error { return e.err }
+
+// FollowRun is WatchRun's loop: it hands send the events of sub's run
+// after cursor, history from the store, then live ones as the hub says
+// the log grew (from its tail, or the store again when the tail no longer
+// reaches back to the cursor: lagged, if set, is told), and with an output
+// subscription (SubscribeOutput) the text of the run's model call in
+// flight: at most one message per outputEvery, and the rest of a call
+// before the events after its model_requested. sub must have been made
+// before the run was read, so that no wake-up is lost. It returns the last
+// event's sequence handed over, and nil once it handed over the run's
+// terminal event; else send's error, ctx's, errShutdown when done closes,
+// or a *readError.
+func FollowRun(ctx context.Context, store RunEvents, sub *Subscription, cursor uint64, done <-chan struct{},
+	send func(*reinv1.WatchRunResponse) error, lagged func()) (uint64, error) {
+	out := outputs{sub: sub, to: send}
 	fromStore := true // the first read is always from the store
 	for {
 		var evs []*reinv1.Event
 		if !fromStore {
-			evs, fromStore = s.hub.Tail(req.GetRunId(), cursor)
-			if fromStore = !fromStore; fromStore {
-				s.metrics.WatchLagged("run") // the tail no longer reaches back to its cursor
+			evs, fromStore = sub.hub.Tail(sub.runID, cursor)
+			if fromStore = !fromStore; fromStore && lagged != nil {
+				lagged()
 			}
 		}
 		if fromStore {
-			if evs, err = s.store.Events(ctx, req.GetRunId(), cursor, defaultEventPage); err != nil {
-				return toStatus(s.log, "WatchRun", err)
+			var err error
+			if evs, err = store.Events(ctx, sub.runID, cursor, defaultEventPage); err != nil {
+				return cursor, &readError{err}
 			}
 		}
 		for _, ev := range evs {
@@ -68,14 +113,14 @@ func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStr
 			// events after its model_requested: a watcher behind sends
 			// each call's text in its place.
 			if err := out.flush(cursor); err != nil {
-				return err
+				return cursor, err
 			}
-			if err := stream.Send(&reinv1.WatchRunResponse{Event: ev}); err != nil {
-				return err
+			if err := send(&reinv1.WatchRunResponse{Event: ev}); err != nil {
+				return cursor, err
 			}
 			cursor = ev.GetSequence()
 			if sc := ev.GetStatusChanged(); sc != nil && runstate.Terminal(sc.GetTo()) {
-				return nil
+				return cursor, nil
 			}
 		}
 		if fromStore && len(evs) == defaultEventPage {
@@ -85,7 +130,7 @@ func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStr
 		// was made before the first read: wait for it.
 		fromStore = false
 		if err := out.send(cursor); err != nil {
-			return err
+			return cursor, err
 		}
 		woken := sub.O // nil unless the watcher asked for model output
 		if out.due != nil {
@@ -97,9 +142,9 @@ func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStr
 		case <-out.due:
 			out.due = nil
 		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
-		case <-s.done:
-			return status.Errorf(codes.Unavailable, "the server is shutting down; resume the watch with after_sequence=%d", cursor)
+			return cursor, ctx.Err()
+		case <-done:
+			return cursor, errShutdown
 		}
 	}
 }
@@ -107,8 +152,8 @@ func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStr
 // outputs sends a watcher the text of the run's model calls in flight, at
 // most one message per outputEvery.
 type outputs struct {
-	sub    *Subscription
-	stream grpc.ServerStreamingServer[reinv1.WatchRunResponse]
+	sub *Subscription
+	to  func(*reinv1.WatchRunResponse) error
 	// last is when the last message was sent; due fires when the next may
 	// be (nil when no send waits).
 	last time.Time
@@ -138,7 +183,7 @@ func (o *outputs) flush(cursor uint64) error {
 		if m == nil {
 			return nil
 		}
-		if err := o.stream.Send(&reinv1.WatchRunResponse{Output: m}); err != nil {
+		if err := o.to(&reinv1.WatchRunResponse{Output: m}); err != nil {
 			return err
 		}
 		o.last = time.Now()

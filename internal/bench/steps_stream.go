@@ -34,13 +34,6 @@ const (
 	stepsStreamTarget = 0.9
 )
 
-// The watcher's pacing and page, as the server's WatchRun (server/watch.go's
-// outputEvery, server/run_service.go's defaultEventPage).
-const (
-	streamOutputEvery = 100 * time.Millisecond
-	streamEventPage   = 500
-)
-
 // StepsStream measures what streaming a model call's text costs a step.
 // Both sides run the steps scenario's workload (one run, a zero-latency
 // scripted model asking for a fixture read stepsToolCalls times, then
@@ -128,7 +121,6 @@ func StepsStream(ctx context.Context, o Options) (Result, error) {
 		x[prefix+"watcher_store_reads"] = meanOf(each(rounds, func(sr streamRound) float64 { return float64(sr.watch.storeReads) }))
 		x[prefix+"outputs"] = meanOf(each(rounds, func(sr streamRound) float64 { return float64(sr.watch.outputs) }))
 		x[prefix+"output_bytes"] = meanOf(each(rounds, func(sr streamRound) float64 { return float64(sr.watch.outputBytes) }))
-		x[prefix+"watcher_wakeups_per_step"] = meanOf(each(rounds, func(sr streamRound) float64 { return float64(sr.watch.wakeups) / sr.m.units }))
 	}
 	if b := x["baseline_cpu_us_per_step"]; b > 0 {
 		x["cpu_ratio"] = x["cpu_us_per_step"] / b
@@ -231,7 +223,7 @@ func stepsStreamRound(ctx context.Context, be Backend, path string, contract *re
 	}
 	done := make(chan watchEnd, 1)
 	go func() {
-		w, err := watchRun(wctx, s, hub, sub, runID)
+		w, err := watchRun(wctx, s, sub)
 		done <- watchEnd{w, err}
 	}()
 	var end watchEnd
@@ -291,83 +283,26 @@ type watched struct {
 	events     int
 	storeReads int
 	// outputs are the pieces of model output it took, outputBytes their
-	// text; wakeups how many times it woke (on a commit, on text, or when
-	// output was due).
+	// text.
 	outputs, outputBytes int
-	wakeups              int
 }
 
-// watchRun follows runID as the server's WatchRun does, up to the run's
-// terminal event, with what it would send counted rather than sent: the
-// run's events from the store, then from the hub's tail on each wake-up
-// (from the store again when the tail no longer reaches back to its
-// cursor); with an output subscription, the text of the model call in
-// flight, a piece at most every streamOutputEvery and the rest of a call
-// before the events that follow it.
-func watchRun(ctx context.Context, s Store, hub *server.Hub, sub *server.Subscription, runID string) (watched, error) {
-	var w watched
-	var last time.Time
-	var due <-chan time.Time
-	flush := func() {
-		if sub.O == nil {
-			return
-		}
-		for {
-			m := sub.Output(w.cursor)
-			if m == nil {
-				return
-			}
+// watchRun follows runID with the server's own WatchRun loop
+// (server.FollowRun), up to the run's terminal event, with what it would
+// send counted rather than sent.
+func watchRun(ctx context.Context, s Store, sub *server.Subscription) (watched, error) {
+	w := watched{storeReads: 1}
+	var err error
+	w.cursor, err = server.FollowRun(ctx, s, sub, 0, nil, func(r *reinv1.WatchRunResponse) error {
+		if o := r.GetOutput(); o != nil {
 			w.outputs++
-			w.outputBytes += len(m.GetText())
-			last = time.Now()
-		}
-	}
-	fromStore := true
-	for {
-		var evs []*reinv1.Event
-		if !fromStore {
-			var ok bool
-			evs, ok = hub.Tail(runID, w.cursor)
-			fromStore = !ok
-		}
-		if fromStore {
-			var err error
-			if evs, err = s.Events(ctx, runID, w.cursor, streamEventPage); err != nil {
-				return w, err
-			}
-			w.storeReads++
-		}
-		if len(evs) > 0 {
-			flush()
-		}
-		for _, ev := range evs {
-			w.cursor = ev.GetSequence()
+			w.outputBytes += len(o.GetText())
+		} else {
 			w.events++
-			if sc := ev.GetStatusChanged(); sc != nil && runstate.Terminal(sc.GetTo()) {
-				return w, nil
-			}
 		}
-		if fromStore && len(evs) == streamEventPage {
-			continue
-		}
-		fromStore = false
-		if sub.O != nil && due == nil {
-			if wait := streamOutputEvery - time.Since(last); wait > 0 {
-				due = time.After(wait)
-			} else {
-				flush()
-			}
-		}
-		select {
-		case <-sub.C:
-		case <-sub.O:
-		case <-due:
-			due = nil
-		case <-ctx.Done():
-			return w, ctx.Err()
-		}
-		w.wakeups++
-	}
+		return nil
+	}, func() { w.storeReads++ })
+	return w, err
 }
 
 // medianOf is the median of vs, or 0 for none.
