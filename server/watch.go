@@ -31,19 +31,9 @@ func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStr
 	}
 	sub := subscribe(req.GetRunId())
 	defer sub.Close()
-	st, err := s.load(ctx, req.GetRunId())
-	if err != nil {
-		return toStatus(s.log, "WatchRun", err)
-	}
-	cursor := req.GetAfterSequence()
-	if cursor > st.Version {
-		return status.Errorf(codes.OutOfRange, "after_sequence %d is beyond the run's last event %d; watch from %d or less", cursor, st.Version, st.Version)
-	}
-	// A terminal status_changed is always a run's last event: the stream
-	// ends once it was sent (or, for a terminal run, once the cursor is at
-	// the head).
-	if runstate.Terminal(st.Status) && cursor == st.Version {
-		return nil
+	cursor, ended, err := s.watchFrom(ctx, req)
+	if err != nil || ended {
+		return err
 	}
 	if req.GetModelOutput() && s.follows != nil {
 		// The run may be driven by another server: follow its output
@@ -63,6 +53,25 @@ func (s *runService) WatchRun(req *reinv1.WatchRunRequest, stream grpc.ServerStr
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	return err
+}
+
+// watchFrom checks where a watch of the run starts: ended says the run
+// ended and the cursor is at its last event, so there is nothing to send.
+// (Apart from WatchRun, so that the run's state is off the stack of the
+// stream's goroutine while it waits.)
+func (s *runService) watchFrom(ctx context.Context, req *reinv1.WatchRunRequest) (cursor uint64, ended bool, err error) {
+	st, err := s.load(ctx, req.GetRunId())
+	if err != nil {
+		return 0, false, toStatus(s.log, "WatchRun", err)
+	}
+	cursor = req.GetAfterSequence()
+	if cursor > st.Version {
+		return 0, false, status.Errorf(codes.OutOfRange, "after_sequence %d is beyond the run's last event %d; watch from %d or less", cursor, st.Version, st.Version)
+	}
+	// A terminal status_changed is always a run's last event: the stream
+	// ends once it was sent (or, for a terminal run, once the cursor is at
+	// the head).
+	return cursor, runstate.Terminal(st.Status) && cursor == st.Version, nil
 }
 
 // RunEvents reads a page of a run's log (store.Store's Events).
