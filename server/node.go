@@ -24,6 +24,7 @@ import (
 	"github.com/reinhq/rein/internal/lifecycle"
 	"github.com/reinhq/rein/internal/metrics"
 	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/policy"
 	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/secret"
@@ -102,6 +103,9 @@ type Config struct {
 	// ApprovalsNeedTwo has another approver approve a proposal its reviser
 	// revised (engine.Config).
 	ApprovalsNeedTwo bool
+	// ToolPolicy decides tool calls by the server's rules and policy
+	// services (engine.Config.Policy); nil has only each contract's rules.
+	ToolPolicy *policy.Checker
 	// Leased, when set, says whether the server holds its etcd lease (a
 	// replica): /readyz needs it.
 	Leased func() bool
@@ -212,6 +216,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		Store: st, Models: cfg.Models, Tools: cfg.Tools, Workspace: cfg.Workspace, Prices: cfg.Prices, Clock: cfg.Clock,
 		Published: published, Output: output, Logger: cfg.Logger, Replica: cfg.Replica, Owner: cfg.Owner, MaxDriven: cfg.MaxDriven,
 		ApprovalsNeedTwo: cfg.ApprovalsNeedTwo, TookOver: func(runstate.State, uint64) { cfg.Metrics.TookOver() }, Secrets: cfg.Secrets,
+		Policy: cfg.ToolPolicy,
 	})
 	authn := &authenticator{dir: cfg.Directory}
 	opts = append(append(opts, chain(cfg.Logger, authn, newLimiter(cfg.RatePerSecond, cfg.RateBurst))...),

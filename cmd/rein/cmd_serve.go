@@ -45,6 +45,7 @@ type serveOptions struct {
 	adminListen     string
 	http            httpFlags
 	tenants         tenantsFlags
+	policy          policyFlags
 	pprof           bool
 	logFormat       string
 	logLevel        string
@@ -106,6 +107,7 @@ one that receives it takes the run and carries it on.`,
 	o.http.register(f)
 	o.lifecycle.register(f)
 	o.tenants.register(f)
+	o.policy.register(f)
 	f.BoolVar(&o.stream, "stream-model-calls", true, "stream every model call, so that a watcher sees the text as it is written, also one that joins mid-call; false streams a call only when its run has an output watcher here as it starts (for a model server that cannot stream)")
 	f.BoolVar(&o.needTwo, "approvals-need-two", false, "a person who revised a proposal's arguments may not approve the revision: another approver must (default: the reviser may)")
 	f.BoolVar(&o.pprof, "pprof", false, "with --admin-listen, also serve Go's profiles at /debug/pprof/")
@@ -143,6 +145,12 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer stopTenants()
+	checker, stopPolicy, err := o.policy.load(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer stopPolicy()
+	cfg.ToolPolicy = checker
 	s, err := o.host.open(ctx, o.ledger)
 	if err != nil {
 		return err

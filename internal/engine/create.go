@@ -46,6 +46,10 @@ func (e *Engine) createAs(ctx context.Context, runID string, c *reinv1.TaskContr
 	if err := step.CheckWorkspace(e.cfg.Workspace, c.GetChecks()); err != nil {
 		return runstate.State{}, false, err
 	}
+	if err := e.cfg.Policy.CheckGrants(c.GetTools()); err != nil {
+		field, desc, _ := strings.Cut(err.Error(), ": ")
+		return runstate.State{}, false, &step.FieldError{Field: field, Description: desc}
+	}
 	if _, err := e.cfg.Models(c.GetModel()); err != nil {
 		return runstate.State{}, false, &step.FieldError{Field: "contract.model.provider", Description: err.Error()}
 	}

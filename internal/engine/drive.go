@@ -93,6 +93,13 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 			return err
 		}
 	}
+	if st := s.State(); st.WriteInFlight() {
+		// A policy approved the step's write and it was dispatched: the
+		// driver commits it, as a person's approval would (the run is
+		// driven once more after, when it goes on).
+		_, err := e.commitWrite(ctx, st, nil)
+		return err
+	}
 	return nil
 }
 

@@ -25,6 +25,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/policy"
 	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/secret"
@@ -74,6 +75,9 @@ type Config struct {
 	// runs' watchers); nil means calls do not stream. Like Published, it
 	// must not block.
 	Output step.Output
+	// Policy decides tool calls by the server's rules and policy services,
+	// with each contract's rules; nil has only the contracts'.
+	Policy *policy.Checker
 	// Logger receives what the engine cannot return to a caller.
 	Logger *slog.Logger
 	// Owner names this engine in the runs' leases; "" means a random name.
@@ -217,7 +221,7 @@ func New(cfg Config) *Engine {
 		ToolTimeout: cfg.ToolTimeout, Prices: cfg.Prices,
 		Wait: cfg.Wait, RetryWait: cfg.RetryWait, MaxRetryWait: cfg.MaxRetryWait,
 		Workspace: cfg.Workspace, NoProgressSteps: cfg.NoProgressSteps, Secrets: cfg.Secrets,
-		Output: cfg.Output,
+		Output: cfg.Output, Policy: cfg.Policy,
 	}
 	return e
 }

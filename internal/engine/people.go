@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -123,6 +124,13 @@ func (e *Engine) decideApproval(ctx context.Context, v Verdict) (runstate.State,
 	if !v.Approve {
 		return e.reject(ctx, st, v)
 	}
+	if runstate.Needed(st.Pending.GetProposal()) > 1 {
+		next, counted, err := e.giveApproval(ctx, st, v)
+		if counted || err != nil {
+			return next, err
+		}
+		st = next
+	}
 	if err := e.checkProvided(ctx, st); err != nil {
 		return st, err
 	}
@@ -140,6 +148,9 @@ func (e *Engine) decideApproval(ctx context.Context, v Verdict) (runstate.State,
 		}
 		if err := e.checkVerdict(st, v); err != nil {
 			return st, err
+		}
+		if slices.Contains(st.Pending.GetProposal().GetApprovedBy(), v.Principal) {
+			return st, nil // approved already, by an approval that raced this one: counted once
 		}
 		return e.approve(ctx, st, v)
 	})
@@ -160,11 +171,48 @@ func (e *Engine) checkVerdict(st runstate.State, v Verdict) error {
 		return fmt.Errorf("%w: proposal %s expired at %s", ErrNotWaiting, v.ProposalID, p.GetExpiresAt().AsTime().Format(time.RFC3339))
 	case v.Approve && v.Arguments == nil && st.Contract.GetApproval().GetForbidSelfApproval() && v.Principal == st.Principal:
 		return fmt.Errorf("%w: run %s forbids approving a write of a run one started; ask another approver", ErrForbidden, v.RunID)
+	case v.Approve && v.Arguments == nil && runstate.Needed(p) > 1 && v.Principal == st.Principal:
+		return fmt.Errorf("%w: proposal %s needs %d approvers, and the run's starter is never one of them; ask another approver", ErrForbidden, v.ProposalID, runstate.Needed(p))
 	case v.Approve && v.Arguments == nil && e.cfg.ApprovalsNeedTwo && p.GetRevisedBy() != "" && p.GetRevisedBy() == v.Principal:
 		return fmt.Errorf("%w: you revised proposal %s, and this server has another approver approve a revision (--approvals-need-two); ask another approver", ErrForbidden, v.ProposalID)
 	}
 	return e.beforeDeadline(st)
 }
+
+// giveApproval records v, an approval of a proposal that needs several,
+// unless it is the last one the proposal needs (counted is false: the
+// caller approves, with the state as it is now) or its principal approved
+// already (counted once, and nothing is recorded). Approvals given at
+// once by several people are recorded one after the other: an append
+// that lost the race to another is tried again on the state it left.
+func (e *Engine) giveApproval(ctx context.Context, st runstate.State, v Verdict) (next runstate.State, counted bool, err error) {
+	for attempt := 0; ; attempt++ {
+		p := st.Pending.GetProposal()
+		switch {
+		case slices.Contains(p.GetApprovedBy(), v.Principal):
+			return st, true, nil
+		case len(p.GetApprovedBy())+1 >= runstate.Needed(p):
+			return st, false, nil
+		}
+		next, err := e.commit(ctx, st, "principal:"+v.Principal, []*reinv1.Event{{Payload: &reinv1.Event_ApprovalGiven{ApprovalGiven: &reinv1.ApprovalGiven{
+			ProposalId: p.GetProposalId(), Given: uint32(len(p.GetApprovedBy()) + 1), Needed: uint32(runstate.Needed(p)),
+		}}}})
+		if !errors.Is(err, store.ErrConflict) || attempt >= maxApprovalRaces {
+			return next, true, err
+		}
+		if st, err = e.cfg.Store.Load(ctx, v.RunID); err != nil {
+			return st, true, err
+		}
+		if err := e.checkVerdict(st, v); err != nil {
+			return st, true, err
+		}
+	}
+}
+
+// maxApprovalRaces bounds how often one approval is tried again after
+// losing a race to another (giveApproval): each loss means another
+// approval was recorded, and a proposal needs at most 16.
+const maxApprovalRaces = 64
 
 // checkProvided refuses, before anything is stored, an approval whose write
 // no executor of this engine provides (a server started without the flags
@@ -261,6 +309,9 @@ func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error
 		Preview: whole.GetPreview()}
 	actor := "tool:" + p.GetTool()
 	wctx := context.WithoutCancel(ctx)
+	if p.GetTier() == reinv1.ToolTier_TOOL_TIER_READ {
+		return e.approvedRead(wctx, st, actor, call)
+	}
 	if cause == nil {
 		failpoint.Inject(failpoint.WriteAfterDispatch)
 		start := time.Now()
@@ -306,6 +357,20 @@ func (e *Engine) commitWrite(ctx context.Context, st runstate.State, cause error
 	}
 	failpoint.Inject(failpoint.WriteAfterCommit)
 	return e.writeCommitted(ctx, st, actor, receipt, time.Since(start))
+}
+
+// approvedRead runs a read a policy paused, once approved: a read has no
+// side effects, so one a crash cut is simply run again. Its output is the
+// receipt the model reads; an error is an observation too.
+func (e *Engine) approvedRead(ctx context.Context, st runstate.State, actor string, call tools.Call) (runstate.State, error) {
+	rctx, cancel := context.WithTimeoutCause(ctx, e.cfg.ToolTimeout, e.toolTimedOut("read"))
+	defer cancel()
+	start := time.Now()
+	out, err := step.Await(rctx, e.stepped, func(ctx context.Context) (*structpb.Value, error) { return e.executor().Read(ctx, call) })
+	if err != nil {
+		return e.writeRefused(ctx, st, actor, fmt.Errorf("the approved read failed: %w", err))
+	}
+	return e.writeCommitted(ctx, st, actor, out, time.Since(start))
 }
 
 // lookup asks the tool whether the write with key opID was applied;

@@ -42,11 +42,24 @@ func (e *Engine) revise(ctx context.Context, st runstate.State, v Verdict) (runs
 	}
 	call := tools.Call{RunID: st.RunID, CallID: old.GetCallId(), Tool: old.GetTool(), Args: v.Arguments,
 		Index: int(st.CallsByTool[old.GetTool()]) - 1}
-	pctx, cancel := context.WithTimeoutCause(ctx, e.cfg.ToolTimeout, e.toolTimedOut("preview"))
-	defer cancel()
-	preview, err := step.Await(pctx, e.stepped, func(ctx context.Context) (*structpb.Value, error) { return e.executor().Propose(ctx, call) })
-	if err != nil {
-		return st, fmt.Errorf("%w: tool %s could not preview the revised write, and nothing was recorded: %v", ErrNotWaiting, old.GetTool(), err)
+	// The policies decide the revised call as they would the model's: one
+	// they deny is refused, and it needs as many approvals as either asks.
+	approvals := old.GetApprovals()
+	if pd := step.Revised(ctx, &e.steps, st, old, v.Arguments); pd != nil {
+		if pd.GetEffect() == reinv1.PolicyEffect_POLICY_EFFECT_DENY {
+			return st, fmt.Errorf("%w: the revised arguments are denied by %s %q (%s), and nothing was recorded; revise them otherwise, or reject the proposal",
+				ErrForbidden, step.PolicySourceName(pd.GetSource()), pd.GetRule(), pd.GetMessage())
+		}
+		approvals = max(approvals, pd.GetApprovals())
+	}
+	preview := old.GetPreview()
+	if old.GetTier() != reinv1.ToolTier_TOOL_TIER_READ {
+		pctx, cancel := context.WithTimeoutCause(ctx, e.cfg.ToolTimeout, e.toolTimedOut("preview"))
+		defer cancel()
+		preview, err = step.Await(pctx, e.stepped, func(ctx context.Context) (*structpb.Value, error) { return e.executor().Propose(ctx, call) })
+		if err != nil {
+			return st, fmt.Errorf("%w: tool %s could not preview the revised write, and nothing was recorded: %v", ErrNotWaiting, old.GetTool(), err)
+		}
 	}
 	now := e.cfg.Clock()
 	p := &reinv1.Proposal{
@@ -58,6 +71,9 @@ func (e *Engine) revise(ctx context.Context, st runstate.State, v Verdict) (runs
 		RunVersion: st.Version,
 		CallId:     old.GetCallId(),
 		RevisedBy:  v.Principal,
+		Approvals:  approvals,
+		Tier:       old.GetTier(),
+		PolicyRule: old.GetPolicyRule(), PolicyMessage: old.GetPolicyMessage(),
 	}
 	changes := step.ArgumentChanges(whole.GetArguments(), v.Arguments)
 	blobs := step.InlineProposal(p)

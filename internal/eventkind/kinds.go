@@ -454,6 +454,75 @@ var kinds = [...]Kind{
 				pr.GetProposal().GetTool(), changesText(pr.GetChanges()))}
 		}),
 	},
+	{
+		Name:    "policy_decided",
+		Summary: func(ev *reinv1.Event) string { return PolicyText(ev.GetPolicyDecided()) },
+		Tone: func(ev *reinv1.Event) Tone {
+			if ev.GetPolicyDecided().GetEffect() == reinv1.PolicyEffect_POLICY_EFFECT_DENY || ev.GetPolicyDecided().GetError() != "" {
+				return Alert
+			}
+			return Plain
+		},
+		Span: Span{Call: NoCall, Event: "rein.policy_decided", Attributes: func(ev *reinv1.Event) []attribute.KeyValue {
+			pd := ev.GetPolicyDecided()
+			return []attribute.KeyValue{attribute.String("gen_ai.tool.name", pd.GetTool()), attribute.String("gen_ai.tool.call.id", pd.GetCallId()),
+				attribute.String("rein.policy.effect", EffectName(pd.GetEffect())), attribute.String("rein.policy.source", SourceName(pd.GetSource())),
+				attribute.String("rein.policy.rule", pd.GetRule())}
+		}},
+		Metric:     Metric{Counts: Uncounted},
+		Transcript: unread,
+	},
+	{
+		Name: "approval_given",
+		Summary: func(ev *reinv1.Event) string {
+			ag := ev.GetApprovalGiven()
+			return fmt.Sprintf("%s approved by %s (%d of %d)", ag.GetProposalId(), ev.GetActor(), ag.GetGiven(), ag.GetNeeded())
+		},
+		Tone: tone(Waiting),
+		Span: Span{Call: NoCall, Event: "rein.approval_given", Attributes: func(ev *reinv1.Event) []attribute.KeyValue {
+			ag := ev.GetApprovalGiven()
+			return []attribute.KeyValue{attribute.String("rein.proposal.id", ag.GetProposalId()), attribute.String("rein.actor", ev.GetActor()),
+				attribute.Int("rein.approvals.given", int(ag.GetGiven())), attribute.Int("rein.approvals.needed", int(ag.GetNeeded()))}
+		}},
+		Metric:     Metric{Counts: Uncounted},
+		Transcript: unread,
+	},
+}
+
+// EffectName is a policy effect as rein prints it: allow, ask or deny.
+func EffectName(e reinv1.PolicyEffect) string {
+	return strings.ToLower(strings.TrimPrefix(e.String(), "POLICY_EFFECT_"))
+}
+
+// SourceName is where a policy decision came from: contract, server or
+// service.
+func SourceName(s reinv1.PolicySource) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "POLICY_SOURCE_"))
+}
+
+// PolicyText is a policy decision in one line: what it decided, by which
+// rule of which source, and why.
+func PolicyText(pd *reinv1.PolicyDecided) string {
+	text := fmt.Sprintf("%s %s by %s rule %q", pd.GetTool(), EffectName(pd.GetEffect()), SourceName(pd.GetSource()), pd.GetRule())
+	if pd.GetSource() == reinv1.PolicySource_POLICY_SOURCE_SERVICE {
+		text = fmt.Sprintf("%s %s by policy service %q", pd.GetTool(), EffectName(pd.GetEffect()), pd.GetRule())
+		if d := TookText(pd.GetLatency()); d != "" {
+			text += " in " + d
+		}
+	}
+	if n := pd.GetApprovals(); n > 1 {
+		text += fmt.Sprintf(", %d approvals", n)
+	}
+	if w := pd.GetWhen(); w != "" {
+		text += fmt.Sprintf(" (when %s)", w)
+	}
+	if m := pd.GetMessage(); m != "" {
+		text += ": " + m
+	}
+	if e := pd.GetError(); e != "" {
+		text += " [failed closed: " + e + "]"
+	}
+	return text
 }
 
 // observed is the Transcript of a kind the model reads as an observation.

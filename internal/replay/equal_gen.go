@@ -22,6 +22,7 @@ var equalShapes = map[string]string{
 	"google.protobuf.Timestamp":   "1 seconds int64 optional; 2 nanos int32 optional; ",
 	"google.protobuf.Value":       "1 null_value enum optional presence oneof kind; 2 number_value double optional presence oneof kind; 3 string_value string optional presence oneof kind; 4 bool_value bool optional presence oneof kind; 5 struct_value message optional presence oneof kind google.protobuf.Struct; 6 list_value message optional presence oneof kind google.protobuf.ListValue; ",
 	"rein.v1.ApprovalDecided":     "1 proposal_id string optional; 2 approved bool optional; 3 reason string optional; 4 end_run bool optional; ",
+	"rein.v1.ApprovalGiven":       "1 proposal_id string optional; 2 given uint32 optional; 3 needed uint32 optional; ",
 	"rein.v1.ApprovalPolicy":      "1 proposal_ttl message optional presence google.protobuf.Duration; 2 forbid_self_approval bool optional; ",
 	"rein.v1.ApprovalRequested":   "1 proposal message optional presence rein.v1.Proposal; ",
 	"rein.v1.ArgumentChange":      "1 path string optional; 2 before message optional presence google.protobuf.Value; 3 after message optional presence google.protobuf.Value; ",
@@ -45,7 +46,7 @@ var equalShapes = map[string]string{
 	"rein.v1.DelegationPolicy":    "1 max_children uint32 optional; 2 max_depth uint32 optional; 3 tools string repeated; 4 max_share double optional; 5 child_models message repeated rein.v1.ModelSpec; ",
 	"rein.v1.DelegationReturned":  "1 run_id string optional; 2 status enum optional; 3 reason string optional; 4 answer message optional presence rein.v1.FinalAnswer; 5 evidence string repeated; 6 usage message optional presence rein.v1.Usage; 7 cost_usd double optional; 8 steps uint32 optional; 9 tool_calls uint32 optional; ",
 	"rein.v1.DelegationStarted":   "1 call_id string optional; 2 children message repeated rein.v1.DelegatedChild; ",
-	"rein.v1.Event":               "1 run_id string optional; 2 sequence uint64 optional; 3 recorded_at message optional presence google.protobuf.Timestamp; 4 actor string optional; 10 run_started message optional presence oneof payload rein.v1.RunStarted; 11 model_requested message optional presence oneof payload rein.v1.ModelRequested; 12 model_returned message optional presence oneof payload rein.v1.ModelReturned; 13 decision_rejected message optional presence oneof payload rein.v1.DecisionRejected; 14 tool_requested message optional presence oneof payload rein.v1.ToolRequested; 15 tool_refused message optional presence oneof payload rein.v1.ToolRefused; 16 tool_returned message optional presence oneof payload rein.v1.ToolReturned; 17 approval_requested message optional presence oneof payload rein.v1.ApprovalRequested; 18 approval_decided message optional presence oneof payload rein.v1.ApprovalDecided; 19 input_requested message optional presence oneof payload rein.v1.InputRequested; 20 input_provided message optional presence oneof payload rein.v1.InputProvided; 21 write_dispatched message optional presence oneof payload rein.v1.WriteDispatched; 22 write_committed message optional presence oneof payload rein.v1.WriteCommitted; 23 write_outcome_unknown message optional presence oneof payload rein.v1.WriteOutcomeUnknown; 24 checks_completed message optional presence oneof payload rein.v1.ChecksCompleted; 25 budget_reached message optional presence oneof payload rein.v1.BudgetReached; 26 status_changed message optional presence oneof payload rein.v1.StatusChanged; 27 model_retried message optional presence oneof payload rein.v1.ModelRetried; 28 context_compacted message optional presence oneof payload rein.v1.ContextCompacted; 29 write_refused message optional presence oneof payload rein.v1.WriteRefused; 30 delegation_started message optional presence oneof payload rein.v1.DelegationStarted; 31 delegation_returned message optional presence oneof payload rein.v1.DelegationReturned; 32 run_steered message optional presence oneof payload rein.v1.RunSteered; 33 budget_raised message optional presence oneof payload rein.v1.BudgetRaised; 34 proposal_revised message optional presence oneof payload rein.v1.ProposalRevised; 40 run_taken message optional presence oneof payload rein.v1.RunTaken; ",
+	"rein.v1.Event":               "1 run_id string optional; 2 sequence uint64 optional; 3 recorded_at message optional presence google.protobuf.Timestamp; 4 actor string optional; 10 run_started message optional presence oneof payload rein.v1.RunStarted; 11 model_requested message optional presence oneof payload rein.v1.ModelRequested; 12 model_returned message optional presence oneof payload rein.v1.ModelReturned; 13 decision_rejected message optional presence oneof payload rein.v1.DecisionRejected; 14 tool_requested message optional presence oneof payload rein.v1.ToolRequested; 15 tool_refused message optional presence oneof payload rein.v1.ToolRefused; 16 tool_returned message optional presence oneof payload rein.v1.ToolReturned; 17 approval_requested message optional presence oneof payload rein.v1.ApprovalRequested; 18 approval_decided message optional presence oneof payload rein.v1.ApprovalDecided; 19 input_requested message optional presence oneof payload rein.v1.InputRequested; 20 input_provided message optional presence oneof payload rein.v1.InputProvided; 21 write_dispatched message optional presence oneof payload rein.v1.WriteDispatched; 22 write_committed message optional presence oneof payload rein.v1.WriteCommitted; 23 write_outcome_unknown message optional presence oneof payload rein.v1.WriteOutcomeUnknown; 24 checks_completed message optional presence oneof payload rein.v1.ChecksCompleted; 25 budget_reached message optional presence oneof payload rein.v1.BudgetReached; 26 status_changed message optional presence oneof payload rein.v1.StatusChanged; 27 model_retried message optional presence oneof payload rein.v1.ModelRetried; 28 context_compacted message optional presence oneof payload rein.v1.ContextCompacted; 29 write_refused message optional presence oneof payload rein.v1.WriteRefused; 30 delegation_started message optional presence oneof payload rein.v1.DelegationStarted; 31 delegation_returned message optional presence oneof payload rein.v1.DelegationReturned; 32 run_steered message optional presence oneof payload rein.v1.RunSteered; 33 budget_raised message optional presence oneof payload rein.v1.BudgetRaised; 34 proposal_revised message optional presence oneof payload rein.v1.ProposalRevised; 35 policy_decided message optional presence oneof payload rein.v1.PolicyDecided; 36 approval_given message optional presence oneof payload rein.v1.ApprovalGiven; 40 run_taken message optional presence oneof payload rein.v1.RunTaken; ",
 	"rein.v1.FinalAnswer":         "1 text string optional; 2 data message optional presence google.protobuf.Value; ",
 	"rein.v1.InputProvided":       "1 text string optional; ",
 	"rein.v1.InputRequested":      "1 question message optional presence rein.v1.Question; ",
@@ -54,7 +55,9 @@ var equalShapes = map[string]string{
 	"rein.v1.ModelRetried":        "1 step uint32 optional; 2 error string optional; 3 wait message optional presence google.protobuf.Duration; 4 reason string optional; ",
 	"rein.v1.ModelReturned":       "1 decision message optional presence rein.v1.Decision; 2 usage message optional presence rein.v1.Usage; 3 cost_usd double optional; 4 duration message optional presence google.protobuf.Duration; 5 response_id string optional; 6 finish_reason string optional; ",
 	"rein.v1.ModelSpec":           "1 provider string optional; 2 name string optional; 3 base_url string optional; 4 max_output_tokens uint32 optional; 5 temperature double optional presence; 6 script message repeated rein.v1.ScriptedReply; ",
-	"rein.v1.Proposal":            "1 proposal_id string optional; 2 tool string optional; 3 arguments message optional presence google.protobuf.Struct; 4 preview message optional presence google.protobuf.Value; 5 hash string optional; 6 expires_at message optional presence google.protobuf.Timestamp; 7 run_version uint64 optional; 8 call_id string optional; 9 preview_blob string optional; 10 arguments_blob string optional; 11 revised_by string optional; ",
+	"rein.v1.PolicyDecided":       "1 call_id string optional; 2 tool string optional; 3 effect enum optional; 4 source enum optional; 5 rule string optional; 6 when string optional; 7 message string optional; 8 approvals uint32 optional; 9 latency message optional presence google.protobuf.Duration; 10 error string optional; ",
+	"rein.v1.PolicyRule":          "1 name string optional; 2 effect enum optional; 3 when string optional; 4 message string optional; 5 approvals uint32 optional; ",
+	"rein.v1.Proposal":            "1 proposal_id string optional; 2 tool string optional; 3 arguments message optional presence google.protobuf.Struct; 4 preview message optional presence google.protobuf.Value; 5 hash string optional; 6 expires_at message optional presence google.protobuf.Timestamp; 7 run_version uint64 optional; 8 call_id string optional; 9 preview_blob string optional; 10 arguments_blob string optional; 11 revised_by string optional; 12 approvals uint32 optional; 13 approved_by string repeated; 14 tier enum optional; 15 policy_rule string optional; 16 policy_message string optional; ",
 	"rein.v1.ProposalRevised":     "1 superseded_proposal_id string optional; 2 proposal message optional presence rein.v1.Proposal; 3 changes message repeated rein.v1.ArgumentChange; ",
 	"rein.v1.Question":            "1 text string optional; 2 call_id string optional; ",
 	"rein.v1.RetryPastDeadline":   "1 step uint32 optional; 2 error string optional; 3 wait message optional presence google.protobuf.Duration; ",
@@ -66,7 +69,7 @@ var equalShapes = map[string]string{
 	"rein.v1.StatusChanged":       "1 from enum optional; 2 to enum optional; 3 reason string optional; 4 result message optional presence rein.v1.FinalAnswer; 5 error string optional; ",
 	"rein.v1.TaskContract":        "1 goal string optional; 2 inputs message optional presence google.protobuf.Struct; 3 tools message repeated rein.v1.ToolGrant; 4 budget message optional presence rein.v1.Budget; 5 checks message repeated rein.v1.Check; 6 model message optional presence rein.v1.ModelSpec; 7 approval message optional presence rein.v1.ApprovalPolicy; 8 labels message repeated map string string; 9 delegation message optional presence rein.v1.DelegationPolicy; ",
 	"rein.v1.ToolCall":            "1 tool string optional; 2 arguments message optional presence google.protobuf.Struct; 3 call_id string optional; ",
-	"rein.v1.ToolGrant":           "1 name string optional; 2 description string optional; 3 input_schema message optional presence google.protobuf.Struct; 4 tier enum optional; ",
+	"rein.v1.ToolGrant":           "1 name string optional; 2 description string optional; 3 input_schema message optional presence google.protobuf.Struct; 4 tier enum optional; 5 rules message repeated rein.v1.PolicyRule; 6 approvals uint32 optional; 7 policy_service string optional; ",
 	"rein.v1.ToolRefused":         "1 call_id string optional; 2 tool string optional; 3 reason string optional; ",
 	"rein.v1.ToolRequested":       "1 call_id string optional; 2 tool string optional; 3 arguments message optional presence google.protobuf.Struct; 4 tier enum optional; ",
 	"rein.v1.ToolReturned":        "1 call_id string optional; 2 tool string optional; 3 output message optional presence google.protobuf.Value; 4 error string optional; 5 truncated bool optional; 6 output_bytes uint64 optional; 7 duration message optional presence google.protobuf.Duration; ",
@@ -224,6 +227,16 @@ func eqEvent(x, y *reinv1.Event) bool {
 	case *reinv1.Event_ProposalRevised:
 		oy, ok := y.GetPayload().(*reinv1.Event_ProposalRevised)
 		if !ok || !(eqProposalRevised(ox.ProposalRevised, oy.ProposalRevised)) {
+			return false
+		}
+	case *reinv1.Event_PolicyDecided:
+		oy, ok := y.GetPayload().(*reinv1.Event_PolicyDecided)
+		if !ok || !(eqPolicyDecided(ox.PolicyDecided, oy.PolicyDecided)) {
+			return false
+		}
+	case *reinv1.Event_ApprovalGiven:
+		oy, ok := y.GetPayload().(*reinv1.Event_ApprovalGiven)
+		if !ok || !(eqApprovalGiven(ox.ApprovalGiven, oy.ApprovalGiven)) {
 			return false
 		}
 	case *reinv1.Event_RunTaken:
@@ -869,6 +882,65 @@ func eqProposalRevised(x, y *reinv1.ProposalRevised) bool {
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }
 
+func eqPolicyDecided(x, y *reinv1.PolicyDecided) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetCallId() == y.GetCallId()) {
+		return false
+	}
+	if !(x.GetTool() == y.GetTool()) {
+		return false
+	}
+	if !(x.GetEffect() == y.GetEffect()) {
+		return false
+	}
+	if !(x.GetSource() == y.GetSource()) {
+		return false
+	}
+	if !(x.GetRule() == y.GetRule()) {
+		return false
+	}
+	if !(x.GetWhen() == y.GetWhen()) {
+		return false
+	}
+	if !(x.GetMessage() == y.GetMessage()) {
+		return false
+	}
+	if !(x.GetApprovals() == y.GetApprovals()) {
+		return false
+	}
+	if !(eqDuration(x.GetLatency(), y.GetLatency())) {
+		return false
+	}
+	if !(x.GetError() == y.GetError()) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqApprovalGiven(x, y *reinv1.ApprovalGiven) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetProposalId() == y.GetProposalId()) {
+		return false
+	}
+	if !(x.GetGiven() == y.GetGiven()) {
+		return false
+	}
+	if !(x.GetNeeded() == y.GetNeeded()) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
 func eqRunTaken(x, y *reinv1.RunTaken) bool {
 	if x == y {
 		return true
@@ -1157,6 +1229,26 @@ func eqProposal(x, y *reinv1.Proposal) bool {
 	if !(x.GetRevisedBy() == y.GetRevisedBy()) {
 		return false
 	}
+	if !(x.GetApprovals() == y.GetApprovals()) {
+		return false
+	}
+	if len(x.GetApprovedBy()) != len(y.GetApprovedBy()) {
+		return false
+	}
+	for i, vx := range x.GetApprovedBy() {
+		if !(vx == y.GetApprovedBy()[i]) {
+			return false
+		}
+	}
+	if !(x.GetTier() == y.GetTier()) {
+		return false
+	}
+	if !(x.GetPolicyRule() == y.GetPolicyRule()) {
+		return false
+	}
+	if !(x.GetPolicyMessage() == y.GetPolicyMessage()) {
+		return false
+	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }
 
@@ -1355,6 +1447,20 @@ func eqToolGrant(x, y *reinv1.ToolGrant) bool {
 	if !(x.GetTier() == y.GetTier()) {
 		return false
 	}
+	if len(x.GetRules()) != len(y.GetRules()) {
+		return false
+	}
+	for i, vx := range x.GetRules() {
+		if !(eqPolicyRule(vx, y.GetRules()[i])) {
+			return false
+		}
+	}
+	if !(x.GetApprovals() == y.GetApprovals()) {
+		return false
+	}
+	if !(x.GetPolicyService() == y.GetPolicyService()) {
+		return false
+	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }
 
@@ -1541,6 +1647,31 @@ func eqListValue(x, y *structpb.ListValue) bool {
 		if !(eqValue(vx, y.GetValues()[i])) {
 			return false
 		}
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqPolicyRule(x, y *reinv1.PolicyRule) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetName() == y.GetName()) {
+		return false
+	}
+	if !(x.GetEffect() == y.GetEffect()) {
+		return false
+	}
+	if !(x.GetWhen() == y.GetWhen()) {
+		return false
+	}
+	if !(x.GetMessage() == y.GetMessage()) {
+		return false
+	}
+	if !(x.GetApprovals() == y.GetApprovals()) {
+		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }

@@ -110,6 +110,7 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 			s.Steps++
 		}
 		s.ModelInFlight = true
+		s.Policy = nil
 		// The messages people sent are in this call's context.
 		s.SteersWaiting = 0
 		if pr := p.ModelRequested.GetPrice(); pr != nil {
@@ -192,6 +193,11 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 			return s, fmt.Errorf("%w: approval_decided for proposal %q, but the pending proposal is %q",
 				ErrIllegalTransition, id, s.Pending.GetProposal().GetProposalId())
 		}
+		if p.ApprovalDecided.GetApproved() {
+			if err := s.checkApprover(ev, s.Pending.GetProposal(), true); err != nil {
+				return s, err
+			}
+		}
 		// A decided proposal is no longer pending: a second decision on it
 		// is refused.
 		if p.ApprovalDecided.GetApproved() {
@@ -233,9 +239,14 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 			// Known not to be applied.
 			s.ApprovedWrite, s.WriteOperationID = nil, ""
 		default:
-			// Unknown: the proposal waits for a person again.
-			s.Pending = &reinv1.PendingAction{Action: &reinv1.PendingAction_Proposal{Proposal: s.ApprovedWrite}}
+			// Unknown: the proposal waits for a person again, and for as
+			// many approvals as before.
+			s.Pending = &reinv1.PendingAction{Action: &reinv1.PendingAction_Proposal{Proposal: withoutApprovers(s.ApprovedWrite)}}
 		}
+	case *reinv1.Event_PolicyDecided:
+		return applyPolicyDecided(s, ev, p.PolicyDecided)
+	case *reinv1.Event_ApprovalGiven:
+		return applyApprovalGiven(s, ev, p.ApprovalGiven)
 	case *reinv1.Event_InputRequested:
 		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
 			return s, err

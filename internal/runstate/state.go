@@ -44,8 +44,11 @@ type State struct {
 	ApprovedWrite    *reinv1.Proposal
 	WriteOperationID string
 	Pending          *reinv1.PendingAction
-	Result           *reinv1.FinalAnswer
-	LastError        string
+	// Policy is the policy decision of the step's tool call (policy_decided),
+	// until the next model call; nil when no policy decided it.
+	Policy    *reinv1.PolicyDecided
+	Result    *reinv1.FinalAnswer
+	LastError string
 
 	// What the step loop derives from the log (the API's RunProgress).
 	// OpenCall is the tool call whose tool_requested is stored with no
@@ -187,6 +190,7 @@ func FromProto(r *reinv1.Run, contract *reinv1.TaskContract) State {
 		s.OpenCall, s.OpenCallTier = p.GetOpenCall(), p.GetOpenCallTier()
 		s.CallsByTool = p.GetToolCallsByTool()
 		s.FailingChecks, s.FailingChecksRepeated = p.GetFailingChecksHash(), p.GetFailingChecksRepeated()
+		s.Policy = p.GetPolicy()
 		if pr := p.GetPrice(); pr != nil {
 			s.Price = &reinv1.ModelPrice{InputPerMtok: pr.GetInputPerMtok(), OutputPerMtok: pr.GetOutputPerMtok()}
 		}
@@ -205,13 +209,13 @@ func FromProto(r *reinv1.Run, contract *reinv1.TaskContract) State {
 
 // progress is the API form of the loop's view; nil when it is empty.
 func (s State) progress() *reinv1.RunProgress {
-	if s.OpenCall == nil && len(s.CallsByTool) == 0 && s.FailingChecks == "" && s.Price == nil && len(s.Steers) == 0 {
+	if s.OpenCall == nil && len(s.CallsByTool) == 0 && s.FailingChecks == "" && s.Price == nil && len(s.Steers) == 0 && s.Policy == nil {
 		return nil
 	}
 	p := &reinv1.RunProgress{
 		OpenCall: s.OpenCall, OpenCallTier: s.OpenCallTier, ToolCallsByTool: s.CallsByTool,
 		FailingChecksHash: s.FailingChecks, FailingChecksRepeated: s.FailingChecksRepeated,
-		SteerRequestIds: s.Steers, SteersWaiting: s.SteersWaiting,
+		SteerRequestIds: s.Steers, SteersWaiting: s.SteersWaiting, Policy: s.Policy,
 	}
 	if s.Price != nil {
 		p.Price = &reinv1.RunProgress_Price{InputPerMtok: s.Price.GetInputPerMtok(), OutputPerMtok: s.Price.GetOutputPerMtok()}

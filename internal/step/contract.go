@@ -69,6 +69,9 @@ func ValidateContract(c *reinv1.TaskContract) error {
 		if _, ok := reinv1.ToolTier_name[int32(t.GetTier())]; !ok {
 			return &FieldError{f + ".tier", fmt.Sprintf("unknown tier %d", t.GetTier())}
 		}
+		if err := checkRules(f, t); err != nil {
+			return err
+		}
 		seen[t.GetName()] = true
 	}
 	if err := checkSchemas(c.GetTools()); err != nil {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/policy"
 	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/secret"
@@ -90,6 +91,9 @@ type Config struct {
 	// Secrets are redacted from the completion checks' output; nil
 	// redacts nothing.
 	Secrets *secret.Redactor
+	// Policy decides tool calls by the server's rules and policy services
+	// with the contract's rules; nil has only the contract's.
+	Policy *policy.Checker
 	// Output, when set, is given the text of each model call as the model
 	// writes it (the call streams); nil means calls do not stream.
 	Output Output

@@ -189,6 +189,9 @@ func CutText(s string, n int) string {
 // summary; a proposal with neither hashes as it always did.
 func ProposalHash(p *reinv1.Proposal) string {
 	m := map[string]any{"tool": p.GetTool()}
+	if p.GetTier() == reinv1.ToolTier_TOOL_TIER_READ {
+		m["tier"] = "read" // a read a policy paused: not a write
+	}
 	if h := p.GetArgumentsBlob(); h != "" {
 		m["arguments_blob"] = h
 	} else {

@@ -263,10 +263,21 @@ func (r *Stepper) route(ctx context.Context, call *reinv1.ToolCall, returned *re
 	if tier == reinv1.ToolTier_TOOL_TIER_ASK_HUMAN {
 		return r.ask(ctx, &reinv1.Question{Text: questionText(call.GetArguments()), CallId: call.GetCallId()}, returned)
 	}
-	requested := &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ToolRequested{ToolRequested: &reinv1.ToolRequested{
+	// The policies decide before the call is routed; what they decided is
+	// recorded with the call, so a resumed call is routed the same way.
+	evs := []*reinv1.Event{returned}
+	if pd := r.decidePolicy(ctx, grant, call); pd != nil {
+		evs = append(evs, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_PolicyDecided{PolicyDecided: pd}})
+		if pd.GetEffect() == reinv1.PolicyEffect_POLICY_EFFECT_DENY {
+			return r.commit(ctx, append(evs, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ToolRefused{ToolRefused: &reinv1.ToolRefused{
+				CallId: call.GetCallId(), Tool: call.GetTool(), Reason: denied(pd),
+			}}})...)
+		}
+	}
+	evs = append(evs, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ToolRequested{ToolRequested: &reinv1.ToolRequested{
 		CallId: call.GetCallId(), Tool: call.GetTool(), Arguments: call.GetArguments(), Tier: tier,
-	}}}
-	if err := r.commit(ctx, returned, requested); err != nil {
+	}}})
+	if err := r.commit(ctx, evs...); err != nil {
 		return err
 	}
 	return r.runCall(ctx, call, tier)
@@ -292,6 +303,11 @@ func (r *Stepper) runCall(ctx context.Context, call *reinv1.ToolCall, tier reinv
 	// its context holds nothing up.
 	tctx, cancel := context.WithTimeoutCause(ctx, timeout, cause)
 	defer cancel()
+	pd := r.policyOf(call)
+	if tier != reinv1.ToolTier_TOOL_TIER_WRITE && pd.GetEffect() == reinv1.PolicyEffect_POLICY_EFFECT_ASK {
+		// A read a policy paused runs only once approved.
+		return r.propose(ctx, call, askPreview(call), reinv1.ToolTier_TOOL_TIER_READ, pd)
+	}
 	if tier == reinv1.ToolTier_TOOL_TIER_WRITE {
 		start := time.Now()
 		preview, err := Await(tctx, r.cfg.Sync, func(ctx context.Context) (*structpb.Value, error) { return r.h.Tools().Propose(ctx, tc) })
@@ -303,7 +319,7 @@ func (r *Stepper) runCall(ctx context.Context, call *reinv1.ToolCall, tier reinv
 			r.later(r.toolResult(call, nil, fmt.Errorf("the write could not be proposed, and nothing was written: %w", err), time.Since(start)))
 			return nil
 		}
-		return r.propose(ctx, call, preview)
+		return r.propose(ctx, call, preview, 0, pd)
 	}
 	start := time.Now()
 	out, err := Await(tctx, r.cfg.Sync, func(ctx context.Context) (*structpb.Value, error) { return r.h.Tools().Read(ctx, tc) })
@@ -350,8 +366,12 @@ func Await[T any](ctx context.Context, inline bool, call func(context.Context) (
 	}
 }
 
-// propose stores a write's proposal and pauses the run for approval.
-func (r *Stepper) propose(ctx context.Context, call *reinv1.ToolCall, preview *structpb.Value) error {
+// propose stores a write's proposal (or, with tier read, a read's a
+// policy paused) and pauses the run for approval; or, when the step's
+// policy decision pd allows the write, approves it in the same commit and
+// dispatches it, for the engine to commit.
+func (r *Stepper) propose(ctx context.Context, call *reinv1.ToolCall, preview *structpb.Value, tier reinv1.ToolTier, pd *reinv1.PolicyDecided) error {
+	allowed := pd.GetEffect() == reinv1.PolicyEffect_POLICY_EFFECT_ALLOW
 	p := &reinv1.Proposal{
 		ProposalId: r.h.NewID("prop_", r.now.AsTime()),
 		Tool:       call.GetTool(),
@@ -360,11 +380,26 @@ func (r *Stepper) propose(ctx context.Context, call *reinv1.ToolCall, preview *s
 		ExpiresAt:  timestamppb.New(r.now.AsTime().Add(r.st.Contract.GetApproval().GetProposalTtl().AsDuration())),
 		RunVersion: r.st.Version,
 		CallId:     call.GetCallId(),
+		Tier:       tier,
+	}
+	if !allowed {
+		p.Approvals = approvalsFor(r.grant(call.GetTool()), pd)
+	}
+	if pd != nil {
+		p.PolicyRule, p.PolicyMessage = pd.GetRule(), pd.GetMessage()
 	}
 	// A preview or arguments too large to carry inline go to blobs stored
 	// with the approval_requested; the hash binds them by their blob hash.
 	r.blobs = InlineProposal(p)
 	p.Hash = ProposalHash(p)
+	if allowed {
+		return r.commit(ctx, append([]*reinv1.Event{
+			{Actor: "harness", Payload: &reinv1.Event_ApprovalRequested{ApprovalRequested: &reinv1.ApprovalRequested{Proposal: p}}},
+			{Actor: "harness", Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
+				From: r.st.Status, To: reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, Reason: "write_proposed",
+			}}},
+		}, policyApproval(p, pd)...)...)
+	}
 	return r.end(ctx, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, "write_proposed", &reinv1.StatusChanged{},
 		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ApprovalRequested{ApprovalRequested: &reinv1.ApprovalRequested{Proposal: p}}})
 }

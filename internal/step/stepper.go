@@ -11,6 +11,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/policy"
 	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
@@ -54,6 +55,10 @@ type Stepper struct {
 	now *timestamppb.Timestamp
 	// rebases counts the commits taken again in a row (rebase).
 	rebases int
+	// rules are the grants' compiled policy rules, by tool name, and
+	// badRules the grants whose rules no longer compile (compileRules).
+	rules    map[string]policy.Rules
+	badRules map[string]error
 	// call is the model call the step sends, once its model_requested is
 	// committed (its text goes to Config.Output).
 	call OutputCall
@@ -78,6 +83,7 @@ func New(ctx context.Context, h Host, cfg *Config, st runstate.State) (*Stepper,
 	r := &Stepper{h: h, cfg: cfg, st: st, toolHash: toolSetHash(st.Contract.GetTools()), modelName: m.GetProvider() + "/" + m.GetName(),
 		toolTimedOut: fmt.Errorf("the tool did not answer within its timeout of %s", cfg.ToolTimeout)}
 	r.tablePrice, r.inTable = cfg.Prices.Lookup(m.GetProvider(), m.GetName())
+	r.rules, r.badRules = compileRules(st.Contract.GetTools())
 	r.transcript.init(st.Contract)
 	for after := uint64(0); after < st.Version; {
 		evs, err := h.Events(ctx, st.RunID, after)
@@ -122,6 +128,9 @@ func (r *Stepper) Begin(ctx context.Context, m model.Model) error {
 	r.now = timestamppb.New(r.h.Clock())
 	return r.runCall(ctx, call, r.st.OpenCallTier)
 }
+
+// State is the run's state as the last commit left it.
+func (r *Stepper) State() runstate.State { return r.st }
 
 // Running reports whether the run is still running, as the last commit
 // left it.

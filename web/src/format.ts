@@ -155,6 +155,18 @@ export function summary(ev: Event): { kind: string; text: string } {
       const changes = r.changes.map((c) => `${c.path} ${c.before ? json(c.before) : "(none)"} → ${c.after ? json(c.after) : "(none)"}`);
       return { kind: "proposal_revised", text: `${ev.actor} revised ${r.supersededProposalId} into ${r.proposal?.proposalId ?? ""}: ${changes.join(", ")}` };
     }
+    case "policyDecided": {
+      const d = p.value;
+      const effect = (["", "allow", "ask", "deny"][d.effect] ?? "decided");
+      const source = (["", "contract", "server", "service"][d.source] ?? "");
+      const by = d.source === 3 ? `policy service "${d.rule}"` + (d.latency ? ` in ${seconds(d.latency)}` : "") : `${source} rule "${d.rule}"`;
+      return {
+        kind: "policy_decided",
+        text: `${d.tool} ${effect} by ${by}` + (d.approvals > 1 ? `, ${d.approvals} approvals` : "") + (d.when ? ` (when ${d.when})` : "") + (d.message ? `: ${d.message}` : "") + (d.error ? ` [failed closed: ${d.error}]` : ""),
+      };
+    }
+    case "approvalGiven":
+      return { kind: "approval_given", text: `${p.value.proposalId} approved by ${ev.actor} (${p.value.given} of ${p.value.needed})` };
     case "runTaken":
       return { kind: "run_taken", text: `carried on by ${p.value.owner} (lease epoch ${p.value.epoch})` };
     case "delegationStarted":

@@ -50,6 +50,11 @@ const lines: Record<string, [cli: string, console: string]> = {
   run_taken: ["carried on by owner (lease epoch 2)", "carried on by owner (lease epoch 2)"],
   run_steered: ['"text" by principal:ana', "principal:ana: text"],
   budget_raised: ["+1 steps, +2 tokens, +$0.38, +8 tool calls, deadline +1.25s by principal:ana", "principal:ana raised the budget: +1 steps, +2 tokens, +$0.38, +8 tool calls, deadline +1.25s (reason)"],
+  policy_decided: [
+    'tool allow by server rule "rule", 8 approvals (when when): message [failed closed: error]',
+    'tool allow by server rule "rule", 8 approvals (when when): message [failed closed: error]',
+  ],
+  approval_given: ["proposal-id approved by principal:ana (2 of 3)", "proposal-id approved by principal:ana (2 of 3)"],
   proposal_revised: ['superseded-proposal-id → proposal-id by principal:ana: path "value" → "value"', 'principal:ana revised superseded-proposal-id into proposal-id: path "value" → "value"'],
 };
 

@@ -24,6 +24,63 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// PolicyEffect is what a policy does to a tool call.
+type PolicyEffect int32
+
+const (
+	// Not set: a rule without an effect is refused.
+	PolicyEffect_POLICY_EFFECT_UNSPECIFIED PolicyEffect = 0
+	// The call runs with no person: a write is approved by the rule.
+	PolicyEffect_POLICY_EFFECT_ALLOW PolicyEffect = 1
+	// The call waits for a person's approval, even a read.
+	PolicyEffect_POLICY_EFFECT_ASK PolicyEffect = 2
+	// The call never runs; the model is shown the rule's message.
+	PolicyEffect_POLICY_EFFECT_DENY PolicyEffect = 3
+)
+
+// Enum value maps for PolicyEffect.
+var (
+	PolicyEffect_name = map[int32]string{
+		0: "POLICY_EFFECT_UNSPECIFIED",
+		1: "POLICY_EFFECT_ALLOW",
+		2: "POLICY_EFFECT_ASK",
+		3: "POLICY_EFFECT_DENY",
+	}
+	PolicyEffect_value = map[string]int32{
+		"POLICY_EFFECT_UNSPECIFIED": 0,
+		"POLICY_EFFECT_ALLOW":       1,
+		"POLICY_EFFECT_ASK":         2,
+		"POLICY_EFFECT_DENY":        3,
+	}
+)
+
+func (x PolicyEffect) Enum() *PolicyEffect {
+	p := new(PolicyEffect)
+	*p = x
+	return p
+}
+
+func (x PolicyEffect) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PolicyEffect) Descriptor() protoreflect.EnumDescriptor {
+	return file_rein_v1_contract_proto_enumTypes[0].Descriptor()
+}
+
+func (PolicyEffect) Type() protoreflect.EnumType {
+	return &file_rein_v1_contract_proto_enumTypes[0]
+}
+
+func (x PolicyEffect) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PolicyEffect.Descriptor instead.
+func (PolicyEffect) EnumDescriptor() ([]byte, []int) {
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{0}
+}
+
 // ToolTier decides how a call is routed.
 type ToolTier int32
 
@@ -65,11 +122,11 @@ func (x ToolTier) String() string {
 }
 
 func (ToolTier) Descriptor() protoreflect.EnumDescriptor {
-	return file_rein_v1_contract_proto_enumTypes[0].Descriptor()
+	return file_rein_v1_contract_proto_enumTypes[1].Descriptor()
 }
 
 func (ToolTier) Type() protoreflect.EnumType {
-	return &file_rein_v1_contract_proto_enumTypes[0]
+	return &file_rein_v1_contract_proto_enumTypes[1]
 }
 
 func (x ToolTier) Number() protoreflect.EnumNumber {
@@ -78,7 +135,7 @@ func (x ToolTier) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolTier.Descriptor instead.
 func (ToolTier) EnumDescriptor() ([]byte, []int) {
-	return file_rein_v1_contract_proto_rawDescGZIP(), []int{0}
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{1}
 }
 
 // BudgetAction is what a run does when a budget limit is reached.
@@ -119,11 +176,11 @@ func (x BudgetAction) String() string {
 }
 
 func (BudgetAction) Descriptor() protoreflect.EnumDescriptor {
-	return file_rein_v1_contract_proto_enumTypes[1].Descriptor()
+	return file_rein_v1_contract_proto_enumTypes[2].Descriptor()
 }
 
 func (BudgetAction) Type() protoreflect.EnumType {
-	return &file_rein_v1_contract_proto_enumTypes[1]
+	return &file_rein_v1_contract_proto_enumTypes[2]
 }
 
 func (x BudgetAction) Number() protoreflect.EnumNumber {
@@ -132,7 +189,7 @@ func (x BudgetAction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BudgetAction.Descriptor instead.
 func (BudgetAction) EnumDescriptor() ([]byte, []int) {
-	return file_rein_v1_contract_proto_rawDescGZIP(), []int{1}
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{2}
 }
 
 // TaskContract is everything a run may do: its goal and inputs, the tools it
@@ -356,7 +413,20 @@ type ToolGrant struct {
 	// A JSON Schema for the tool's arguments.
 	InputSchema *structpb.Struct `protobuf:"bytes,3,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
 	// How a call to this tool is routed. Required.
-	Tier          ToolTier `protobuf:"varint,4,opt,name=tier,proto3,enum=rein.v1.ToolTier" json:"tier,omitempty"`
+	Tier ToolTier `protobuf:"varint,4,opt,name=tier,proto3,enum=rein.v1.ToolTier" json:"tier,omitempty"`
+	// Rules over each call's arguments and the run, in order: the first whose
+	// condition holds decides the call (allow, ask or deny). A call no rule
+	// matches is routed by its tier. The server's rules (rein serve
+	// --policy) come first, and a contract's rule can only tighten them.
+	Rules []*PolicyRule `protobuf:"bytes,5,rep,name=rules,proto3" json:"rules,omitempty"`
+	// How many distinct people must approve a write (or a call an ask rule
+	// paused) before it runs. 0 and 1 mean one. With 2 or more, the run's
+	// starter is never one of them.
+	Approvals uint32 `protobuf:"varint,6,opt,name=approvals,proto3" json:"approvals,omitempty"`
+	// A policy service (rein serve --policy-service NAME=ADDR) asked about
+	// every call to this tool, after the rules; its answer counts like a
+	// rule's. Empty: none is asked.
+	PolicyService string `protobuf:"bytes,7,opt,name=policy_service,json=policyService,proto3" json:"policy_service,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -419,6 +489,113 @@ func (x *ToolGrant) GetTier() ToolTier {
 	return ToolTier_TOOL_TIER_UNSPECIFIED
 }
 
+func (x *ToolGrant) GetRules() []*PolicyRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *ToolGrant) GetApprovals() uint32 {
+	if x != nil {
+		return x.Approvals
+	}
+	return 0
+}
+
+func (x *ToolGrant) GetPolicyService() string {
+	if x != nil {
+		return x.PolicyService
+	}
+	return ""
+}
+
+// PolicyRule decides a tool call when its condition holds.
+type PolicyRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rule's name, as policy events and approvals name it.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// What the rule does to a call it matches. Required.
+	Effect PolicyEffect `protobuf:"varint,2,opt,name=effect,proto3,enum=rein.v1.PolicyEffect" json:"effect,omitempty"`
+	// The condition, in CEL, over args (the call's arguments), tool (name,
+	// tier) and run (spent_usd, step, tokens, principal, tenant, labels,
+	// parent). It must be a boolean; it is compiled when the run starts.
+	When string `protobuf:"bytes,3,opt,name=when,proto3" json:"when,omitempty"`
+	// What the model is shown when the rule denies a call, and people when it
+	// asks.
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// For an ask rule: how many distinct people must approve. 0 means the
+	// grant's approvals.
+	Approvals     uint32 `protobuf:"varint,5,opt,name=approvals,proto3" json:"approvals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyRule) Reset() {
+	*x = PolicyRule{}
+	mi := &file_rein_v1_contract_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyRule) ProtoMessage() {}
+
+func (x *PolicyRule) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_contract_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyRule.ProtoReflect.Descriptor instead.
+func (*PolicyRule) Descriptor() ([]byte, []int) {
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PolicyRule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PolicyRule) GetEffect() PolicyEffect {
+	if x != nil {
+		return x.Effect
+	}
+	return PolicyEffect_POLICY_EFFECT_UNSPECIFIED
+}
+
+func (x *PolicyRule) GetWhen() string {
+	if x != nil {
+		return x.When
+	}
+	return ""
+}
+
+func (x *PolicyRule) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *PolicyRule) GetApprovals() uint32 {
+	if x != nil {
+		return x.Approvals
+	}
+	return 0
+}
+
 // Budget holds the run's limits. A zero field takes the default documented on
 // it.
 type Budget struct {
@@ -454,7 +631,7 @@ type Budget struct {
 
 func (x *Budget) Reset() {
 	*x = Budget{}
-	mi := &file_rein_v1_contract_proto_msgTypes[3]
+	mi := &file_rein_v1_contract_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -466,7 +643,7 @@ func (x *Budget) String() string {
 func (*Budget) ProtoMessage() {}
 
 func (x *Budget) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_contract_proto_msgTypes[3]
+	mi := &file_rein_v1_contract_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -479,7 +656,7 @@ func (x *Budget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Budget.ProtoReflect.Descriptor instead.
 func (*Budget) Descriptor() ([]byte, []int) {
-	return file_rein_v1_contract_proto_rawDescGZIP(), []int{3}
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Budget) GetMaxSteps() uint32 {
@@ -564,7 +741,7 @@ type Check struct {
 
 func (x *Check) Reset() {
 	*x = Check{}
-	mi := &file_rein_v1_contract_proto_msgTypes[4]
+	mi := &file_rein_v1_contract_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +753,7 @@ func (x *Check) String() string {
 func (*Check) ProtoMessage() {}
 
 func (x *Check) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_contract_proto_msgTypes[4]
+	mi := &file_rein_v1_contract_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +766,7 @@ func (x *Check) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Check.ProtoReflect.Descriptor instead.
 func (*Check) Descriptor() ([]byte, []int) {
-	return file_rein_v1_contract_proto_rawDescGZIP(), []int{4}
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Check) GetName() string {
@@ -648,7 +825,7 @@ type ModelSpec struct {
 
 func (x *ModelSpec) Reset() {
 	*x = ModelSpec{}
-	mi := &file_rein_v1_contract_proto_msgTypes[5]
+	mi := &file_rein_v1_contract_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -660,7 +837,7 @@ func (x *ModelSpec) String() string {
 func (*ModelSpec) ProtoMessage() {}
 
 func (x *ModelSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_contract_proto_msgTypes[5]
+	mi := &file_rein_v1_contract_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -673,7 +850,7 @@ func (x *ModelSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelSpec.ProtoReflect.Descriptor instead.
 func (*ModelSpec) Descriptor() ([]byte, []int) {
-	return file_rein_v1_contract_proto_rawDescGZIP(), []int{5}
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ModelSpec) GetProvider() string {
@@ -749,7 +926,7 @@ type ScriptedReply struct {
 
 func (x *ScriptedReply) Reset() {
 	*x = ScriptedReply{}
-	mi := &file_rein_v1_contract_proto_msgTypes[6]
+	mi := &file_rein_v1_contract_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -761,7 +938,7 @@ func (x *ScriptedReply) String() string {
 func (*ScriptedReply) ProtoMessage() {}
 
 func (x *ScriptedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_contract_proto_msgTypes[6]
+	mi := &file_rein_v1_contract_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -774,7 +951,7 @@ func (x *ScriptedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScriptedReply.ProtoReflect.Descriptor instead.
 func (*ScriptedReply) Descriptor() ([]byte, []int) {
-	return file_rein_v1_contract_proto_rawDescGZIP(), []int{6}
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ScriptedReply) GetReply() isScriptedReply_Reply {
@@ -884,7 +1061,7 @@ type ScriptedChunk struct {
 
 func (x *ScriptedChunk) Reset() {
 	*x = ScriptedChunk{}
-	mi := &file_rein_v1_contract_proto_msgTypes[7]
+	mi := &file_rein_v1_contract_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +1073,7 @@ func (x *ScriptedChunk) String() string {
 func (*ScriptedChunk) ProtoMessage() {}
 
 func (x *ScriptedChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_contract_proto_msgTypes[7]
+	mi := &file_rein_v1_contract_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1086,7 @@ func (x *ScriptedChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScriptedChunk.ProtoReflect.Descriptor instead.
 func (*ScriptedChunk) Descriptor() ([]byte, []int) {
-	return file_rein_v1_contract_proto_rawDescGZIP(), []int{7}
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ScriptedChunk) GetText() string {
@@ -939,7 +1116,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_rein_v1_contract_proto_msgTypes[8]
+	mi := &file_rein_v1_contract_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1128,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_contract_proto_msgTypes[8]
+	mi := &file_rein_v1_contract_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1141,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_rein_v1_contract_proto_rawDescGZIP(), []int{8}
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Usage) GetInputTokens() uint64 {
@@ -994,7 +1171,7 @@ type ApprovalPolicy struct {
 
 func (x *ApprovalPolicy) Reset() {
 	*x = ApprovalPolicy{}
-	mi := &file_rein_v1_contract_proto_msgTypes[9]
+	mi := &file_rein_v1_contract_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1183,7 @@ func (x *ApprovalPolicy) String() string {
 func (*ApprovalPolicy) ProtoMessage() {}
 
 func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_contract_proto_msgTypes[9]
+	mi := &file_rein_v1_contract_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1196,7 @@ func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicy.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicy) Descriptor() ([]byte, []int) {
-	return file_rein_v1_contract_proto_rawDescGZIP(), []int{9}
+	return file_rein_v1_contract_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ApprovalPolicy) GetProposalTtl() *durationpb.Duration {
@@ -1061,13 +1238,25 @@ const file_rein_v1_contract_proto_rawDesc = "" +
 	"\tmax_depth\x18\x02 \x01(\rR\bmaxDepth\x12\x14\n" +
 	"\x05tools\x18\x03 \x03(\tR\x05tools\x124\n" +
 	"\tmax_share\x18\x04 \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x00\x00\xf0?)\x00\x00\x00\x00\x00\x00\x00\x00R\bmaxShare\x125\n" +
-	"\fchild_models\x18\x05 \x03(\v2\x12.rein.v1.ModelSpecR\vchildModels\"\xcf\x01\n" +
+	"\fchild_models\x18\x05 \x03(\v2\x12.rein.v1.ModelSpecR\vchildModels\"\xdb\x02\n" +
 	"\tToolGrant\x121\n" +
 	"\x04name\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x182\x16^[A-Za-z0-9_.-]{1,64}$R\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
 	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\x121\n" +
 	"\x04tier\x18\x04 \x01(\x0e2\x11.rein.v1.ToolTierB\n" +
-	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x04tier\"\xa5\x03\n" +
+	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x04tier\x123\n" +
+	"\x05rules\x18\x05 \x03(\v2\x13.rein.v1.PolicyRuleB\b\xbaH\x05\x92\x01\x02\x10@R\x05rules\x12%\n" +
+	"\tapprovals\x18\x06 \x01(\rB\a\xbaH\x04*\x02\x18\x10R\tapprovals\x12.\n" +
+	"\x0epolicy_service\x18\a \x01(\tB\a\xbaH\x04r\x02\x18@R\rpolicyService\"\xe5\x01\n" +
+	"\n" +
+	"PolicyRule\x121\n" +
+	"\x04name\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x182\x16^[A-Za-z0-9_.-]{1,64}$R\x04name\x129\n" +
+	"\x06effect\x18\x02 \x01(\x0e2\x15.rein.v1.PolicyEffectB\n" +
+	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x06effect\x12\x1e\n" +
+	"\x04when\x18\x03 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80 R\x04when\x12\"\n" +
+	"\amessage\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\amessage\x12%\n" +
+	"\tapprovals\x18\x05 \x01(\rB\a\xbaH\x04*\x02\x18\x10R\tapprovals\"\xa5\x03\n" +
 	"\x06Budget\x12\x1b\n" +
 	"\tmax_steps\x18\x01 \x01(\rR\bmaxSteps\x12\x1d\n" +
 	"\n" +
@@ -1112,7 +1301,12 @@ const file_rein_v1_contract_proto_rawDesc = "" +
 	"\routput_tokens\x18\x02 \x01(\x04R\foutputTokens\"\x80\x01\n" +
 	"\x0eApprovalPolicy\x12<\n" +
 	"\fproposal_ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\vproposalTtl\x120\n" +
-	"\x14forbid_self_approval\x18\x02 \x01(\bR\x12forbidSelfApproval*g\n" +
+	"\x14forbid_self_approval\x18\x02 \x01(\bR\x12forbidSelfApproval*u\n" +
+	"\fPolicyEffect\x12\x1d\n" +
+	"\x19POLICY_EFFECT_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13POLICY_EFFECT_ALLOW\x10\x01\x12\x15\n" +
+	"\x11POLICY_EFFECT_ASK\x10\x02\x12\x16\n" +
+	"\x12POLICY_EFFECT_DENY\x10\x03*g\n" +
 	"\bToolTier\x12\x19\n" +
 	"\x15TOOL_TIER_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eTOOL_TIER_READ\x10\x01\x12\x13\n" +
@@ -1136,52 +1330,56 @@ func file_rein_v1_contract_proto_rawDescGZIP() []byte {
 	return file_rein_v1_contract_proto_rawDescData
 }
 
-var file_rein_v1_contract_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_rein_v1_contract_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_rein_v1_contract_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_rein_v1_contract_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_rein_v1_contract_proto_goTypes = []any{
-	(ToolTier)(0),               // 0: rein.v1.ToolTier
-	(BudgetAction)(0),           // 1: rein.v1.BudgetAction
-	(*TaskContract)(nil),        // 2: rein.v1.TaskContract
-	(*DelegationPolicy)(nil),    // 3: rein.v1.DelegationPolicy
-	(*ToolGrant)(nil),           // 4: rein.v1.ToolGrant
-	(*Budget)(nil),              // 5: rein.v1.Budget
-	(*Check)(nil),               // 6: rein.v1.Check
-	(*ModelSpec)(nil),           // 7: rein.v1.ModelSpec
-	(*ScriptedReply)(nil),       // 8: rein.v1.ScriptedReply
-	(*ScriptedChunk)(nil),       // 9: rein.v1.ScriptedChunk
-	(*Usage)(nil),               // 10: rein.v1.Usage
-	(*ApprovalPolicy)(nil),      // 11: rein.v1.ApprovalPolicy
-	nil,                         // 12: rein.v1.TaskContract.LabelsEntry
-	(*structpb.Struct)(nil),     // 13: google.protobuf.Struct
-	(*durationpb.Duration)(nil), // 14: google.protobuf.Duration
-	(*Decision)(nil),            // 15: rein.v1.Decision
+	(PolicyEffect)(0),           // 0: rein.v1.PolicyEffect
+	(ToolTier)(0),               // 1: rein.v1.ToolTier
+	(BudgetAction)(0),           // 2: rein.v1.BudgetAction
+	(*TaskContract)(nil),        // 3: rein.v1.TaskContract
+	(*DelegationPolicy)(nil),    // 4: rein.v1.DelegationPolicy
+	(*ToolGrant)(nil),           // 5: rein.v1.ToolGrant
+	(*PolicyRule)(nil),          // 6: rein.v1.PolicyRule
+	(*Budget)(nil),              // 7: rein.v1.Budget
+	(*Check)(nil),               // 8: rein.v1.Check
+	(*ModelSpec)(nil),           // 9: rein.v1.ModelSpec
+	(*ScriptedReply)(nil),       // 10: rein.v1.ScriptedReply
+	(*ScriptedChunk)(nil),       // 11: rein.v1.ScriptedChunk
+	(*Usage)(nil),               // 12: rein.v1.Usage
+	(*ApprovalPolicy)(nil),      // 13: rein.v1.ApprovalPolicy
+	nil,                         // 14: rein.v1.TaskContract.LabelsEntry
+	(*structpb.Struct)(nil),     // 15: google.protobuf.Struct
+	(*durationpb.Duration)(nil), // 16: google.protobuf.Duration
+	(*Decision)(nil),            // 17: rein.v1.Decision
 }
 var file_rein_v1_contract_proto_depIdxs = []int32{
-	13, // 0: rein.v1.TaskContract.inputs:type_name -> google.protobuf.Struct
-	4,  // 1: rein.v1.TaskContract.tools:type_name -> rein.v1.ToolGrant
-	5,  // 2: rein.v1.TaskContract.budget:type_name -> rein.v1.Budget
-	6,  // 3: rein.v1.TaskContract.checks:type_name -> rein.v1.Check
-	7,  // 4: rein.v1.TaskContract.model:type_name -> rein.v1.ModelSpec
-	11, // 5: rein.v1.TaskContract.approval:type_name -> rein.v1.ApprovalPolicy
-	12, // 6: rein.v1.TaskContract.labels:type_name -> rein.v1.TaskContract.LabelsEntry
-	3,  // 7: rein.v1.TaskContract.delegation:type_name -> rein.v1.DelegationPolicy
-	7,  // 8: rein.v1.DelegationPolicy.child_models:type_name -> rein.v1.ModelSpec
-	13, // 9: rein.v1.ToolGrant.input_schema:type_name -> google.protobuf.Struct
-	0,  // 10: rein.v1.ToolGrant.tier:type_name -> rein.v1.ToolTier
-	14, // 11: rein.v1.Budget.timeout:type_name -> google.protobuf.Duration
-	1,  // 12: rein.v1.Budget.on_exhausted:type_name -> rein.v1.BudgetAction
-	14, // 13: rein.v1.Budget.raise_ttl:type_name -> google.protobuf.Duration
-	14, // 14: rein.v1.Check.timeout:type_name -> google.protobuf.Duration
-	8,  // 15: rein.v1.ModelSpec.script:type_name -> rein.v1.ScriptedReply
-	15, // 16: rein.v1.ScriptedReply.decision:type_name -> rein.v1.Decision
-	10, // 17: rein.v1.ScriptedReply.usage:type_name -> rein.v1.Usage
-	9,  // 18: rein.v1.ScriptedReply.chunks:type_name -> rein.v1.ScriptedChunk
-	14, // 19: rein.v1.ApprovalPolicy.proposal_ttl:type_name -> google.protobuf.Duration
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	15, // 0: rein.v1.TaskContract.inputs:type_name -> google.protobuf.Struct
+	5,  // 1: rein.v1.TaskContract.tools:type_name -> rein.v1.ToolGrant
+	7,  // 2: rein.v1.TaskContract.budget:type_name -> rein.v1.Budget
+	8,  // 3: rein.v1.TaskContract.checks:type_name -> rein.v1.Check
+	9,  // 4: rein.v1.TaskContract.model:type_name -> rein.v1.ModelSpec
+	13, // 5: rein.v1.TaskContract.approval:type_name -> rein.v1.ApprovalPolicy
+	14, // 6: rein.v1.TaskContract.labels:type_name -> rein.v1.TaskContract.LabelsEntry
+	4,  // 7: rein.v1.TaskContract.delegation:type_name -> rein.v1.DelegationPolicy
+	9,  // 8: rein.v1.DelegationPolicy.child_models:type_name -> rein.v1.ModelSpec
+	15, // 9: rein.v1.ToolGrant.input_schema:type_name -> google.protobuf.Struct
+	1,  // 10: rein.v1.ToolGrant.tier:type_name -> rein.v1.ToolTier
+	6,  // 11: rein.v1.ToolGrant.rules:type_name -> rein.v1.PolicyRule
+	0,  // 12: rein.v1.PolicyRule.effect:type_name -> rein.v1.PolicyEffect
+	16, // 13: rein.v1.Budget.timeout:type_name -> google.protobuf.Duration
+	2,  // 14: rein.v1.Budget.on_exhausted:type_name -> rein.v1.BudgetAction
+	16, // 15: rein.v1.Budget.raise_ttl:type_name -> google.protobuf.Duration
+	16, // 16: rein.v1.Check.timeout:type_name -> google.protobuf.Duration
+	10, // 17: rein.v1.ModelSpec.script:type_name -> rein.v1.ScriptedReply
+	17, // 18: rein.v1.ScriptedReply.decision:type_name -> rein.v1.Decision
+	12, // 19: rein.v1.ScriptedReply.usage:type_name -> rein.v1.Usage
+	11, // 20: rein.v1.ScriptedReply.chunks:type_name -> rein.v1.ScriptedChunk
+	16, // 21: rein.v1.ApprovalPolicy.proposal_ttl:type_name -> google.protobuf.Duration
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_contract_proto_init() }
@@ -1190,8 +1388,8 @@ func file_rein_v1_contract_proto_init() {
 		return
 	}
 	file_rein_v1_decision_proto_init()
-	file_rein_v1_contract_proto_msgTypes[5].OneofWrappers = []any{}
-	file_rein_v1_contract_proto_msgTypes[6].OneofWrappers = []any{
+	file_rein_v1_contract_proto_msgTypes[6].OneofWrappers = []any{}
+	file_rein_v1_contract_proto_msgTypes[7].OneofWrappers = []any{
 		(*ScriptedReply_Decision)(nil),
 		(*ScriptedReply_Raw)(nil),
 		(*ScriptedReply_Error)(nil),
@@ -1201,8 +1399,8 @@ func file_rein_v1_contract_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_contract_proto_rawDesc), len(file_rein_v1_contract_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   11,
+			NumEnums:      3,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

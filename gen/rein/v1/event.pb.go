@@ -65,6 +65,8 @@ type Event struct {
 	//	*Event_RunSteered
 	//	*Event_BudgetRaised
 	//	*Event_ProposalRevised
+	//	*Event_PolicyDecided
+	//	*Event_ApprovalGiven
 	//	*Event_RunTaken
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
@@ -361,6 +363,24 @@ func (x *Event) GetProposalRevised() *ProposalRevised {
 	return nil
 }
 
+func (x *Event) GetPolicyDecided() *PolicyDecided {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_PolicyDecided); ok {
+			return x.PolicyDecided
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetApprovalGiven() *ApprovalGiven {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_ApprovalGiven); ok {
+			return x.ApprovalGiven
+		}
+	}
+	return nil
+}
+
 func (x *Event) GetRunTaken() *RunTaken {
 	if x != nil {
 		if x, ok := x.Payload.(*Event_RunTaken); ok {
@@ -501,6 +521,18 @@ type Event_ProposalRevised struct {
 	ProposalRevised *ProposalRevised `protobuf:"bytes,34,opt,name=proposal_revised,json=proposalRevised,proto3,oneof"`
 }
 
+type Event_PolicyDecided struct {
+	// A policy (a rule or a policy service) decided a tool call before it
+	// was routed.
+	PolicyDecided *PolicyDecided `protobuf:"bytes,35,opt,name=policy_decided,json=policyDecided,proto3,oneof"`
+}
+
+type Event_ApprovalGiven struct {
+	// A person approved a proposal that needs more approvals than one; the
+	// last approval is approval_decided.
+	ApprovalGiven *ApprovalGiven `protobuf:"bytes,36,opt,name=approval_given,json=approvalGiven,proto3,oneof"`
+}
+
 type Event_RunTaken struct {
 	// A server took the running run's lease to carry it on: after a
 	// restart, or from a server whose lease ended.
@@ -556,6 +588,10 @@ func (*Event_RunSteered) isEvent_Payload() {}
 func (*Event_BudgetRaised) isEvent_Payload() {}
 
 func (*Event_ProposalRevised) isEvent_Payload() {}
+
+func (*Event_PolicyDecided) isEvent_Payload() {}
+
+func (*Event_ApprovalGiven) isEvent_Payload() {}
 
 func (*Event_RunTaken) isEvent_Payload() {}
 
@@ -3026,11 +3062,76 @@ func (x *ArgumentChange) GetAfter() *structpb.Value {
 	return nil
 }
 
+// ApprovalGiven is one person's approval of a proposal that needs several.
+// The actor is the approver; the proposal stays pending until the last.
+type ApprovalGiven struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The proposal approved.
+	ProposalId string `protobuf:"bytes,1,opt,name=proposal_id,json=proposalId,proto3" json:"proposal_id,omitempty"`
+	// How many distinct approvals the proposal has now, this one included.
+	Given uint32 `protobuf:"varint,2,opt,name=given,proto3" json:"given,omitempty"`
+	// How many it needs.
+	Needed        uint32 `protobuf:"varint,3,opt,name=needed,proto3" json:"needed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApprovalGiven) Reset() {
+	*x = ApprovalGiven{}
+	mi := &file_rein_v1_event_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApprovalGiven) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApprovalGiven) ProtoMessage() {}
+
+func (x *ApprovalGiven) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_event_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApprovalGiven.ProtoReflect.Descriptor instead.
+func (*ApprovalGiven) Descriptor() ([]byte, []int) {
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ApprovalGiven) GetProposalId() string {
+	if x != nil {
+		return x.ProposalId
+	}
+	return ""
+}
+
+func (x *ApprovalGiven) GetGiven() uint32 {
+	if x != nil {
+		return x.Given
+	}
+	return 0
+}
+
+func (x *ApprovalGiven) GetNeeded() uint32 {
+	if x != nil {
+		return x.Needed
+	}
+	return 0
+}
+
 var File_rein_v1_event_proto protoreflect.FileDescriptor
 
 const file_rein_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x13rein/v1/event.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\x1a\x11rein/v1/run.proto\"\xec\x0e\n" +
+	"\x13rein/v1/event.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\x1a\x11rein/v1/run.proto\"\xee\x0f\n" +
 	"\x05Event\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12;\n" +
@@ -3064,7 +3165,9 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\vrun_steered\x18  \x01(\v2\x13.rein.v1.RunSteeredH\x00R\n" +
 	"runSteered\x12<\n" +
 	"\rbudget_raised\x18! \x01(\v2\x15.rein.v1.BudgetRaisedH\x00R\fbudgetRaised\x12E\n" +
-	"\x10proposal_revised\x18\" \x01(\v2\x18.rein.v1.ProposalRevisedH\x00R\x0fproposalRevised\x120\n" +
+	"\x10proposal_revised\x18\" \x01(\v2\x18.rein.v1.ProposalRevisedH\x00R\x0fproposalRevised\x12?\n" +
+	"\x0epolicy_decided\x18# \x01(\v2\x16.rein.v1.PolicyDecidedH\x00R\rpolicyDecided\x12?\n" +
+	"\x0eapproval_given\x18$ \x01(\v2\x16.rein.v1.ApprovalGivenH\x00R\rapprovalGiven\x120\n" +
 	"\trun_taken\x18( \x01(\v2\x11.rein.v1.RunTakenH\x00R\brunTakenB\t\n" +
 	"\apayload\"\x9e\x03\n" +
 	"\n" +
@@ -3258,7 +3361,12 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x0eArgumentChange\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12.\n" +
 	"\x06before\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x06before\x12,\n" +
-	"\x05after\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x05afterB\x81\x01\n" +
+	"\x05after\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x05after\"^\n" +
+	"\rApprovalGiven\x12\x1f\n" +
+	"\vproposal_id\x18\x01 \x01(\tR\n" +
+	"proposalId\x12\x14\n" +
+	"\x05given\x18\x02 \x01(\rR\x05given\x12\x16\n" +
+	"\x06needed\x18\x03 \x01(\rR\x06neededB\x81\x01\n" +
 	"\vcom.rein.v1B\n" +
 	"EventProtoP\x01Z)github.com/reinhq/rein/gen/rein/v1;reinv1\xa2\x02\x03RXX\xaa\x02\aRein.V1\xca\x02\aRein\\V1\xe2\x02\x13Rein\\V1\\GPBMetadata\xea\x02\bRein::V1b\x06proto3"
 
@@ -3274,7 +3382,7 @@ func file_rein_v1_event_proto_rawDescGZIP() []byte {
 	return file_rein_v1_event_proto_rawDescData
 }
 
-var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_rein_v1_event_proto_goTypes = []any{
 	(*Event)(nil),                 // 0: rein.v1.Event
 	(*RunStarted)(nil),            // 1: rein.v1.RunStarted
@@ -3309,23 +3417,25 @@ var file_rein_v1_event_proto_goTypes = []any{
 	(*BudgetRaised)(nil),          // 30: rein.v1.BudgetRaised
 	(*ProposalRevised)(nil),       // 31: rein.v1.ProposalRevised
 	(*ArgumentChange)(nil),        // 32: rein.v1.ArgumentChange
-	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
-	(*TaskContract)(nil),          // 34: rein.v1.TaskContract
-	(*DelegatedBy)(nil),           // 35: rein.v1.DelegatedBy
-	(*Budget)(nil),                // 36: rein.v1.Budget
-	(RunStatus)(0),                // 37: rein.v1.RunStatus
-	(*FinalAnswer)(nil),           // 38: rein.v1.FinalAnswer
-	(*Usage)(nil),                 // 39: rein.v1.Usage
-	(*Decision)(nil),              // 40: rein.v1.Decision
-	(*durationpb.Duration)(nil),   // 41: google.protobuf.Duration
-	(*structpb.Struct)(nil),       // 42: google.protobuf.Struct
-	(ToolTier)(0),                 // 43: rein.v1.ToolTier
-	(*structpb.Value)(nil),        // 44: google.protobuf.Value
-	(*Proposal)(nil),              // 45: rein.v1.Proposal
-	(*Question)(nil),              // 46: rein.v1.Question
+	(*ApprovalGiven)(nil),         // 33: rein.v1.ApprovalGiven
+	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
+	(*PolicyDecided)(nil),         // 35: rein.v1.PolicyDecided
+	(*TaskContract)(nil),          // 36: rein.v1.TaskContract
+	(*DelegatedBy)(nil),           // 37: rein.v1.DelegatedBy
+	(*Budget)(nil),                // 38: rein.v1.Budget
+	(RunStatus)(0),                // 39: rein.v1.RunStatus
+	(*FinalAnswer)(nil),           // 40: rein.v1.FinalAnswer
+	(*Usage)(nil),                 // 41: rein.v1.Usage
+	(*Decision)(nil),              // 42: rein.v1.Decision
+	(*durationpb.Duration)(nil),   // 43: google.protobuf.Duration
+	(*structpb.Struct)(nil),       // 44: google.protobuf.Struct
+	(ToolTier)(0),                 // 45: rein.v1.ToolTier
+	(*structpb.Value)(nil),        // 46: google.protobuf.Value
+	(*Proposal)(nil),              // 47: rein.v1.Proposal
+	(*Question)(nil),              // 48: rein.v1.Question
 }
 var file_rein_v1_event_proto_depIdxs = []int32{
-	33, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
+	34, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
 	1,  // 1: rein.v1.Event.run_started:type_name -> rein.v1.RunStarted
 	5,  // 2: rein.v1.Event.model_requested:type_name -> rein.v1.ModelRequested
 	7,  // 3: rein.v1.Event.model_returned:type_name -> rein.v1.ModelReturned
@@ -3351,50 +3461,52 @@ var file_rein_v1_event_proto_depIdxs = []int32{
 	29, // 23: rein.v1.Event.run_steered:type_name -> rein.v1.RunSteered
 	30, // 24: rein.v1.Event.budget_raised:type_name -> rein.v1.BudgetRaised
 	31, // 25: rein.v1.Event.proposal_revised:type_name -> rein.v1.ProposalRevised
-	22, // 26: rein.v1.Event.run_taken:type_name -> rein.v1.RunTaken
-	34, // 27: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
-	33, // 28: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
-	35, // 29: rein.v1.RunStarted.delegated_by:type_name -> rein.v1.DelegatedBy
-	3,  // 30: rein.v1.DelegationStarted.children:type_name -> rein.v1.DelegatedChild
-	36, // 31: rein.v1.DelegatedChild.budget:type_name -> rein.v1.Budget
-	34, // 32: rein.v1.DelegatedChild.contract:type_name -> rein.v1.TaskContract
-	37, // 33: rein.v1.DelegationReturned.status:type_name -> rein.v1.RunStatus
-	38, // 34: rein.v1.DelegationReturned.answer:type_name -> rein.v1.FinalAnswer
-	39, // 35: rein.v1.DelegationReturned.usage:type_name -> rein.v1.Usage
-	6,  // 36: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
-	40, // 37: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
-	39, // 38: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
-	41, // 39: rein.v1.ModelReturned.duration:type_name -> google.protobuf.Duration
-	41, // 40: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
-	10, // 41: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
-	42, // 42: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
-	43, // 43: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
-	44, // 44: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
-	41, // 45: rein.v1.ToolReturned.duration:type_name -> google.protobuf.Duration
-	45, // 46: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
-	46, // 47: rein.v1.InputRequested.question:type_name -> rein.v1.Question
-	44, // 48: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
-	41, // 49: rein.v1.WriteCommitted.duration:type_name -> google.protobuf.Duration
-	25, // 50: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
-	41, // 51: rein.v1.ChecksCompleted.duration:type_name -> google.protobuf.Duration
-	27, // 52: rein.v1.BudgetReached.retry_past_deadline:type_name -> rein.v1.RetryPastDeadline
-	33, // 53: rein.v1.BudgetReached.raise_by:type_name -> google.protobuf.Timestamp
-	41, // 54: rein.v1.RetryPastDeadline.wait:type_name -> google.protobuf.Duration
-	37, // 55: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
-	37, // 56: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
-	38, // 57: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
-	41, // 58: rein.v1.BudgetRaised.extend_deadline:type_name -> google.protobuf.Duration
-	36, // 59: rein.v1.BudgetRaised.budget:type_name -> rein.v1.Budget
-	33, // 60: rein.v1.BudgetRaised.deadline:type_name -> google.protobuf.Timestamp
-	45, // 61: rein.v1.ProposalRevised.proposal:type_name -> rein.v1.Proposal
-	32, // 62: rein.v1.ProposalRevised.changes:type_name -> rein.v1.ArgumentChange
-	44, // 63: rein.v1.ArgumentChange.before:type_name -> google.protobuf.Value
-	44, // 64: rein.v1.ArgumentChange.after:type_name -> google.protobuf.Value
-	65, // [65:65] is the sub-list for method output_type
-	65, // [65:65] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	35, // 26: rein.v1.Event.policy_decided:type_name -> rein.v1.PolicyDecided
+	33, // 27: rein.v1.Event.approval_given:type_name -> rein.v1.ApprovalGiven
+	22, // 28: rein.v1.Event.run_taken:type_name -> rein.v1.RunTaken
+	36, // 29: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
+	34, // 30: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
+	37, // 31: rein.v1.RunStarted.delegated_by:type_name -> rein.v1.DelegatedBy
+	3,  // 32: rein.v1.DelegationStarted.children:type_name -> rein.v1.DelegatedChild
+	38, // 33: rein.v1.DelegatedChild.budget:type_name -> rein.v1.Budget
+	36, // 34: rein.v1.DelegatedChild.contract:type_name -> rein.v1.TaskContract
+	39, // 35: rein.v1.DelegationReturned.status:type_name -> rein.v1.RunStatus
+	40, // 36: rein.v1.DelegationReturned.answer:type_name -> rein.v1.FinalAnswer
+	41, // 37: rein.v1.DelegationReturned.usage:type_name -> rein.v1.Usage
+	6,  // 38: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
+	42, // 39: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
+	41, // 40: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
+	43, // 41: rein.v1.ModelReturned.duration:type_name -> google.protobuf.Duration
+	43, // 42: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
+	10, // 43: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
+	44, // 44: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
+	45, // 45: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
+	46, // 46: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
+	43, // 47: rein.v1.ToolReturned.duration:type_name -> google.protobuf.Duration
+	47, // 48: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
+	48, // 49: rein.v1.InputRequested.question:type_name -> rein.v1.Question
+	46, // 50: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
+	43, // 51: rein.v1.WriteCommitted.duration:type_name -> google.protobuf.Duration
+	25, // 52: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
+	43, // 53: rein.v1.ChecksCompleted.duration:type_name -> google.protobuf.Duration
+	27, // 54: rein.v1.BudgetReached.retry_past_deadline:type_name -> rein.v1.RetryPastDeadline
+	34, // 55: rein.v1.BudgetReached.raise_by:type_name -> google.protobuf.Timestamp
+	43, // 56: rein.v1.RetryPastDeadline.wait:type_name -> google.protobuf.Duration
+	39, // 57: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
+	39, // 58: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
+	40, // 59: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
+	43, // 60: rein.v1.BudgetRaised.extend_deadline:type_name -> google.protobuf.Duration
+	38, // 61: rein.v1.BudgetRaised.budget:type_name -> rein.v1.Budget
+	34, // 62: rein.v1.BudgetRaised.deadline:type_name -> google.protobuf.Timestamp
+	47, // 63: rein.v1.ProposalRevised.proposal:type_name -> rein.v1.Proposal
+	32, // 64: rein.v1.ProposalRevised.changes:type_name -> rein.v1.ArgumentChange
+	46, // 65: rein.v1.ArgumentChange.before:type_name -> google.protobuf.Value
+	46, // 66: rein.v1.ArgumentChange.after:type_name -> google.protobuf.Value
+	67, // [67:67] is the sub-list for method output_type
+	67, // [67:67] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_event_proto_init() }
@@ -3431,6 +3543,8 @@ func file_rein_v1_event_proto_init() {
 		(*Event_RunSteered)(nil),
 		(*Event_BudgetRaised)(nil),
 		(*Event_ProposalRevised)(nil),
+		(*Event_PolicyDecided)(nil),
+		(*Event_ApprovalGiven)(nil),
 		(*Event_RunTaken)(nil),
 	}
 	type x struct{}
@@ -3439,7 +3553,7 @@ func file_rein_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_event_proto_rawDesc), len(file_rein_v1_event_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -9,6 +9,7 @@ package reinv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -108,6 +109,63 @@ func (x RunStatus) Number() protoreflect.EnumNumber {
 // Deprecated: Use RunStatus.Descriptor instead.
 func (RunStatus) EnumDescriptor() ([]byte, []int) {
 	return file_rein_v1_run_proto_rawDescGZIP(), []int{0}
+}
+
+// PolicySource is where a policy decision came from.
+type PolicySource int32
+
+const (
+	// Not set.
+	PolicySource_POLICY_SOURCE_UNSPECIFIED PolicySource = 0
+	// A rule of the run's contract (its tool grant).
+	PolicySource_POLICY_SOURCE_CONTRACT PolicySource = 1
+	// A rule of the server's policy file (rein serve --policy).
+	PolicySource_POLICY_SOURCE_SERVER PolicySource = 2
+	// A policy service (rein serve --policy-service).
+	PolicySource_POLICY_SOURCE_SERVICE PolicySource = 3
+)
+
+// Enum value maps for PolicySource.
+var (
+	PolicySource_name = map[int32]string{
+		0: "POLICY_SOURCE_UNSPECIFIED",
+		1: "POLICY_SOURCE_CONTRACT",
+		2: "POLICY_SOURCE_SERVER",
+		3: "POLICY_SOURCE_SERVICE",
+	}
+	PolicySource_value = map[string]int32{
+		"POLICY_SOURCE_UNSPECIFIED": 0,
+		"POLICY_SOURCE_CONTRACT":    1,
+		"POLICY_SOURCE_SERVER":      2,
+		"POLICY_SOURCE_SERVICE":     3,
+	}
+)
+
+func (x PolicySource) Enum() *PolicySource {
+	p := new(PolicySource)
+	*p = x
+	return p
+}
+
+func (x PolicySource) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PolicySource) Descriptor() protoreflect.EnumDescriptor {
+	return file_rein_v1_run_proto_enumTypes[1].Descriptor()
+}
+
+func (PolicySource) Type() protoreflect.EnumType {
+	return &file_rein_v1_run_proto_enumTypes[1]
+}
+
+func (x PolicySource) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PolicySource.Descriptor instead.
+func (PolicySource) EnumDescriptor() ([]byte, []int) {
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{1}
 }
 
 // Run is a run's state: the fold of its events.
@@ -513,6 +571,9 @@ type RunProgress struct {
 	SteerRequestIds []string `protobuf:"bytes,7,rep,name=steer_request_ids,json=steerRequestIds,proto3" json:"steer_request_ids,omitempty"`
 	// How many of those messages wait for the next model call.
 	SteersWaiting uint32 `protobuf:"varint,8,opt,name=steers_waiting,json=steersWaiting,proto3" json:"steers_waiting,omitempty"`
+	// The policy decision of the step's tool call, until the next model
+	// call; unset when no policy decided it.
+	Policy        *PolicyDecided `protobuf:"bytes,9,opt,name=policy,proto3" json:"policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -601,6 +662,13 @@ func (x *RunProgress) GetSteersWaiting() uint32 {
 		return x.SteersWaiting
 	}
 	return 0
+}
+
+func (x *RunProgress) GetPolicy() *PolicyDecided {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
 }
 
 // PendingAction is what a paused run waits for.
@@ -834,7 +902,20 @@ type Proposal struct {
 	ArgumentsBlob string `protobuf:"bytes,10,opt,name=arguments_blob,json=argumentsBlob,proto3" json:"arguments_blob,omitempty"`
 	// For a revised proposal: the principal who revised its arguments
 	// (proposal_revised); not part of the hash.
-	RevisedBy     string `protobuf:"bytes,11,opt,name=revised_by,json=revisedBy,proto3" json:"revised_by,omitempty"`
+	RevisedBy string `protobuf:"bytes,11,opt,name=revised_by,json=revisedBy,proto3" json:"revised_by,omitempty"`
+	// How many distinct people must approve it; 0 and 1 mean one.
+	Approvals uint32 `protobuf:"varint,12,opt,name=approvals,proto3" json:"approvals,omitempty"`
+	// The principals that approved it so far (approval_given), when it needs
+	// more than one; not part of the hash.
+	ApprovedBy []string `protobuf:"bytes,13,rep,name=approved_by,json=approvedBy,proto3" json:"approved_by,omitempty"`
+	// TOOL_TIER_READ for a read that a policy's ask paused: approved, it
+	// runs as a read and its output is the receipt. Unset for a write.
+	Tier ToolTier `protobuf:"varint,14,opt,name=tier,proto3,enum=rein.v1.ToolTier" json:"tier,omitempty"`
+	// The policy that decided the proposal's call, when one did: its rule's
+	// or service's name, and its message.
+	PolicyRule string `protobuf:"bytes,15,opt,name=policy_rule,json=policyRule,proto3" json:"policy_rule,omitempty"`
+	// The policy's message for the approver.
+	PolicyMessage string `protobuf:"bytes,16,opt,name=policy_message,json=policyMessage,proto3" json:"policy_message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -942,6 +1023,41 @@ func (x *Proposal) GetArgumentsBlob() string {
 func (x *Proposal) GetRevisedBy() string {
 	if x != nil {
 		return x.RevisedBy
+	}
+	return ""
+}
+
+func (x *Proposal) GetApprovals() uint32 {
+	if x != nil {
+		return x.Approvals
+	}
+	return 0
+}
+
+func (x *Proposal) GetApprovedBy() []string {
+	if x != nil {
+		return x.ApprovedBy
+	}
+	return nil
+}
+
+func (x *Proposal) GetTier() ToolTier {
+	if x != nil {
+		return x.Tier
+	}
+	return ToolTier_TOOL_TIER_UNSPECIFIED
+}
+
+func (x *Proposal) GetPolicyRule() string {
+	if x != nil {
+		return x.PolicyRule
+	}
+	return ""
+}
+
+func (x *Proposal) GetPolicyMessage() string {
+	if x != nil {
+		return x.PolicyMessage
 	}
 	return ""
 }
@@ -1284,6 +1400,137 @@ func (x *ChildLoan) GetLent() *Spend {
 	return nil
 }
 
+// PolicyDecided records which policy decided a tool call, and how. It is
+// recorded only when a rule matched or a policy service was asked; a call
+// no policy decides is routed by its tier as before.
+type PolicyDecided struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model's ID for the call.
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The tool.
+	Tool string `protobuf:"bytes,2,opt,name=tool,proto3" json:"tool,omitempty"`
+	// What the policy decided.
+	Effect PolicyEffect `protobuf:"varint,3,opt,name=effect,proto3,enum=rein.v1.PolicyEffect" json:"effect,omitempty"`
+	// Where the deciding rule came from.
+	Source PolicySource `protobuf:"varint,4,opt,name=source,proto3,enum=rein.v1.PolicySource" json:"source,omitempty"`
+	// The rule's name, or the policy service's.
+	Rule string `protobuf:"bytes,5,opt,name=rule,proto3" json:"rule,omitempty"`
+	// The rule's condition, as written.
+	When string `protobuf:"bytes,6,opt,name=when,proto3" json:"when,omitempty"`
+	// The rule's message, or the service's reason.
+	Message string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	// How many distinct people must approve the call (ask); 0 means one.
+	Approvals uint32 `protobuf:"varint,8,opt,name=approvals,proto3" json:"approvals,omitempty"`
+	// How long the policy service took to answer.
+	Latency *durationpb.Duration `protobuf:"bytes,9,opt,name=latency,proto3" json:"latency,omitempty"`
+	// Why the policy could not decide as written (a rule that failed to
+	// evaluate, a service that failed or timed out); the decision then fails
+	// closed, never to allow.
+	Error         string `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyDecided) Reset() {
+	*x = PolicyDecided{}
+	mi := &file_rein_v1_run_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyDecided) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyDecided) ProtoMessage() {}
+
+func (x *PolicyDecided) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyDecided.ProtoReflect.Descriptor instead.
+func (*PolicyDecided) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *PolicyDecided) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *PolicyDecided) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *PolicyDecided) GetEffect() PolicyEffect {
+	if x != nil {
+		return x.Effect
+	}
+	return PolicyEffect_POLICY_EFFECT_UNSPECIFIED
+}
+
+func (x *PolicyDecided) GetSource() PolicySource {
+	if x != nil {
+		return x.Source
+	}
+	return PolicySource_POLICY_SOURCE_UNSPECIFIED
+}
+
+func (x *PolicyDecided) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *PolicyDecided) GetWhen() string {
+	if x != nil {
+		return x.When
+	}
+	return ""
+}
+
+func (x *PolicyDecided) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *PolicyDecided) GetApprovals() uint32 {
+	if x != nil {
+		return x.Approvals
+	}
+	return 0
+}
+
+func (x *PolicyDecided) GetLatency() *durationpb.Duration {
+	if x != nil {
+		return x.Latency
+	}
+	return nil
+}
+
+func (x *PolicyDecided) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // A price, in US dollars per million tokens (event.proto's ModelPrice,
 // which this file cannot import).
 type RunProgress_Price struct {
@@ -1298,7 +1545,7 @@ type RunProgress_Price struct {
 
 func (x *RunProgress_Price) Reset() {
 	*x = RunProgress_Price{}
-	mi := &file_rein_v1_run_proto_msgTypes[11]
+	mi := &file_rein_v1_run_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1557,7 @@ func (x *RunProgress_Price) String() string {
 func (*RunProgress_Price) ProtoMessage() {}
 
 func (x *RunProgress_Price) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[11]
+	mi := &file_rein_v1_run_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1591,7 @@ var File_rein_v1_run_proto protoreflect.FileDescriptor
 
 const file_rein_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\x95\t\n" +
+	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\x95\t\n" +
 	"\x03Run\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12*\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x12.rein.v1.RunStatusR\x06status\x121\n" +
@@ -1389,7 +1636,7 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\x12;\n" +
 	"\varchived_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"archivedAt\"\xd6\x04\n" +
+	"archivedAt\"\x86\x05\n" +
 	"\vRunProgress\x12.\n" +
 	"\topen_call\x18\x01 \x01(\v2\x11.rein.v1.ToolCallR\bopenCall\x127\n" +
 	"\x0eopen_call_tier\x18\x02 \x01(\x0e2\x11.rein.v1.ToolTierR\fopenCallTier\x12V\n" +
@@ -1398,7 +1645,8 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\x17failing_checks_repeated\x18\x05 \x01(\rR\x15failingChecksRepeated\x120\n" +
 	"\x05price\x18\x06 \x01(\v2\x1a.rein.v1.RunProgress.PriceR\x05price\x12*\n" +
 	"\x11steer_request_ids\x18\a \x03(\tR\x0fsteerRequestIds\x12%\n" +
-	"\x0esteers_waiting\x18\b \x01(\rR\rsteersWaiting\x1aU\n" +
+	"\x0esteers_waiting\x18\b \x01(\rR\rsteersWaiting\x12.\n" +
+	"\x06policy\x18\t \x01(\v2\x16.rein.v1.PolicyDecidedR\x06policy\x1aU\n" +
 	"\x05Price\x12$\n" +
 	"\x0einput_per_mtok\x18\x01 \x01(\x01R\finputPerMtok\x12&\n" +
 	"\x0foutput_per_mtok\x18\x02 \x01(\x01R\routputPerMtok\x1aB\n" +
@@ -1418,7 +1666,7 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\fchild_run_id\x18\x04 \x01(\tR\n" +
 	"childRunId\x12(\n" +
 	"\x10next_call_tokens\x18\x05 \x01(\x04R\x0enextCallTokens\x12+\n" +
-	"\x12next_call_cost_usd\x18\x06 \x01(\x01R\x0fnextCallCostUsd\"\x9a\x03\n" +
+	"\x12next_call_cost_usd\x18\x06 \x01(\x01R\x0fnextCallCostUsd\"\xc8\x04\n" +
 	"\bProposal\x12\x1f\n" +
 	"\vproposal_id\x18\x01 \x01(\tR\n" +
 	"proposalId\x12\x12\n" +
@@ -1435,7 +1683,14 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\x0earguments_blob\x18\n" +
 	" \x01(\tR\rargumentsBlob\x12\x1d\n" +
 	"\n" +
-	"revised_by\x18\v \x01(\tR\trevisedBy\"7\n" +
+	"revised_by\x18\v \x01(\tR\trevisedBy\x12\x1c\n" +
+	"\tapprovals\x18\f \x01(\rR\tapprovals\x12\x1f\n" +
+	"\vapproved_by\x18\r \x03(\tR\n" +
+	"approvedBy\x12%\n" +
+	"\x04tier\x18\x0e \x01(\x0e2\x11.rein.v1.ToolTierR\x04tier\x12\x1f\n" +
+	"\vpolicy_rule\x18\x0f \x01(\tR\n" +
+	"policyRule\x12%\n" +
+	"\x0epolicy_message\x18\x10 \x01(\tR\rpolicyMessage\"7\n" +
 	"\bQuestion\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\"\xa2\x01\n" +
@@ -1459,7 +1714,19 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"tool_calls\x18\x04 \x01(\rR\ttoolCalls\"F\n" +
 	"\tChildLoan\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\"\n" +
-	"\x04lent\x18\x02 \x01(\v2\x0e.rein.v1.SpendR\x04lent*\xb2\x02\n" +
+	"\x04lent\x18\x02 \x01(\v2\x0e.rein.v1.SpendR\x04lent\"\xc5\x02\n" +
+	"\rPolicyDecided\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04tool\x18\x02 \x01(\tR\x04tool\x12-\n" +
+	"\x06effect\x18\x03 \x01(\x0e2\x15.rein.v1.PolicyEffectR\x06effect\x12-\n" +
+	"\x06source\x18\x04 \x01(\x0e2\x15.rein.v1.PolicySourceR\x06source\x12\x12\n" +
+	"\x04rule\x18\x05 \x01(\tR\x04rule\x12\x12\n" +
+	"\x04when\x18\x06 \x01(\tR\x04when\x12\x18\n" +
+	"\amessage\x18\a \x01(\tR\amessage\x12\x1c\n" +
+	"\tapprovals\x18\b \x01(\rR\tapprovals\x123\n" +
+	"\alatency\x18\t \x01(\v2\x19.google.protobuf.DurationR\alatency\x12\x14\n" +
+	"\x05error\x18\n" +
+	" \x01(\tR\x05error*\xb2\x02\n" +
 	"\tRunStatus\x12\x1a\n" +
 	"\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12RUN_STATUS_RUNNING\x10\x01\x12\x1a\n" +
@@ -1472,7 +1739,12 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\x12RUN_STATUS_EXPIRED\x10\b\x12\x18\n" +
 	"\x14RUN_STATUS_CANCELLED\x10\t\x12\x1b\n" +
 	"\x17RUN_STATUS_NEEDS_BUDGET\x10\n" +
-	"B\x7f\n" +
+	"*~\n" +
+	"\fPolicySource\x12\x1d\n" +
+	"\x19POLICY_SOURCE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16POLICY_SOURCE_CONTRACT\x10\x01\x12\x18\n" +
+	"\x14POLICY_SOURCE_SERVER\x10\x02\x12\x19\n" +
+	"\x15POLICY_SOURCE_SERVICE\x10\x03B\x7f\n" +
 	"\vcom.rein.v1B\bRunProtoP\x01Z)github.com/reinhq/rein/gen/rein/v1;reinv1\xa2\x02\x03RXX\xaa\x02\aRein.V1\xca\x02\aRein\\V1\xe2\x02\x13Rein\\V1\\GPBMetadata\xea\x02\bRein::V1b\x06proto3"
 
 var (
@@ -1487,68 +1759,77 @@ func file_rein_v1_run_proto_rawDescGZIP() []byte {
 	return file_rein_v1_run_proto_rawDescData
 }
 
-var file_rein_v1_run_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rein_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_rein_v1_run_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_rein_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_rein_v1_run_proto_goTypes = []any{
 	(RunStatus)(0),                // 0: rein.v1.RunStatus
-	(*Run)(nil),                   // 1: rein.v1.Run
-	(*RunArchive)(nil),            // 2: rein.v1.RunArchive
-	(*RunProgress)(nil),           // 3: rein.v1.RunProgress
-	(*PendingAction)(nil),         // 4: rein.v1.PendingAction
-	(*BudgetPause)(nil),           // 5: rein.v1.BudgetPause
-	(*Proposal)(nil),              // 6: rein.v1.Proposal
-	(*Question)(nil),              // 7: rein.v1.Question
-	(*DelegatedBy)(nil),           // 8: rein.v1.DelegatedBy
-	(*RunDelegation)(nil),         // 9: rein.v1.RunDelegation
-	(*Spend)(nil),                 // 10: rein.v1.Spend
-	(*ChildLoan)(nil),             // 11: rein.v1.ChildLoan
-	(*RunProgress_Price)(nil),     // 12: rein.v1.RunProgress.Price
-	nil,                           // 13: rein.v1.RunProgress.ToolCallsByToolEntry
-	(*TaskContract)(nil),          // 14: rein.v1.TaskContract
-	(*Usage)(nil),                 // 15: rein.v1.Usage
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
-	(*FinalAnswer)(nil),           // 17: rein.v1.FinalAnswer
-	(*ToolCall)(nil),              // 18: rein.v1.ToolCall
-	(ToolTier)(0),                 // 19: rein.v1.ToolTier
-	(*structpb.Struct)(nil),       // 20: google.protobuf.Struct
-	(*structpb.Value)(nil),        // 21: google.protobuf.Value
+	(PolicySource)(0),             // 1: rein.v1.PolicySource
+	(*Run)(nil),                   // 2: rein.v1.Run
+	(*RunArchive)(nil),            // 3: rein.v1.RunArchive
+	(*RunProgress)(nil),           // 4: rein.v1.RunProgress
+	(*PendingAction)(nil),         // 5: rein.v1.PendingAction
+	(*BudgetPause)(nil),           // 6: rein.v1.BudgetPause
+	(*Proposal)(nil),              // 7: rein.v1.Proposal
+	(*Question)(nil),              // 8: rein.v1.Question
+	(*DelegatedBy)(nil),           // 9: rein.v1.DelegatedBy
+	(*RunDelegation)(nil),         // 10: rein.v1.RunDelegation
+	(*Spend)(nil),                 // 11: rein.v1.Spend
+	(*ChildLoan)(nil),             // 12: rein.v1.ChildLoan
+	(*PolicyDecided)(nil),         // 13: rein.v1.PolicyDecided
+	(*RunProgress_Price)(nil),     // 14: rein.v1.RunProgress.Price
+	nil,                           // 15: rein.v1.RunProgress.ToolCallsByToolEntry
+	(*TaskContract)(nil),          // 16: rein.v1.TaskContract
+	(*Usage)(nil),                 // 17: rein.v1.Usage
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*FinalAnswer)(nil),           // 19: rein.v1.FinalAnswer
+	(*ToolCall)(nil),              // 20: rein.v1.ToolCall
+	(ToolTier)(0),                 // 21: rein.v1.ToolTier
+	(*structpb.Struct)(nil),       // 22: google.protobuf.Struct
+	(*structpb.Value)(nil),        // 23: google.protobuf.Value
+	(PolicyEffect)(0),             // 24: rein.v1.PolicyEffect
+	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
 }
 var file_rein_v1_run_proto_depIdxs = []int32{
 	0,  // 0: rein.v1.Run.status:type_name -> rein.v1.RunStatus
-	14, // 1: rein.v1.Run.contract:type_name -> rein.v1.TaskContract
-	15, // 2: rein.v1.Run.usage:type_name -> rein.v1.Usage
-	16, // 3: rein.v1.Run.deadline:type_name -> google.protobuf.Timestamp
-	4,  // 4: rein.v1.Run.pending:type_name -> rein.v1.PendingAction
-	17, // 5: rein.v1.Run.result:type_name -> rein.v1.FinalAnswer
-	16, // 6: rein.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	16, // 7: rein.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
-	6,  // 8: rein.v1.Run.approved_write:type_name -> rein.v1.Proposal
-	3,  // 9: rein.v1.Run.progress:type_name -> rein.v1.RunProgress
-	8,  // 10: rein.v1.Run.delegated_by:type_name -> rein.v1.DelegatedBy
-	9,  // 11: rein.v1.Run.delegation:type_name -> rein.v1.RunDelegation
-	2,  // 12: rein.v1.Run.archive:type_name -> rein.v1.RunArchive
-	10, // 13: rein.v1.Run.budget_raised:type_name -> rein.v1.Spend
-	16, // 14: rein.v1.RunArchive.archived_at:type_name -> google.protobuf.Timestamp
-	18, // 15: rein.v1.RunProgress.open_call:type_name -> rein.v1.ToolCall
-	19, // 16: rein.v1.RunProgress.open_call_tier:type_name -> rein.v1.ToolTier
-	13, // 17: rein.v1.RunProgress.tool_calls_by_tool:type_name -> rein.v1.RunProgress.ToolCallsByToolEntry
-	12, // 18: rein.v1.RunProgress.price:type_name -> rein.v1.RunProgress.Price
-	6,  // 19: rein.v1.PendingAction.proposal:type_name -> rein.v1.Proposal
-	7,  // 20: rein.v1.PendingAction.question:type_name -> rein.v1.Question
-	5,  // 21: rein.v1.PendingAction.budget:type_name -> rein.v1.BudgetPause
-	16, // 22: rein.v1.BudgetPause.expires_at:type_name -> google.protobuf.Timestamp
-	20, // 23: rein.v1.Proposal.arguments:type_name -> google.protobuf.Struct
-	21, // 24: rein.v1.Proposal.preview:type_name -> google.protobuf.Value
-	16, // 25: rein.v1.Proposal.expires_at:type_name -> google.protobuf.Timestamp
-	11, // 26: rein.v1.RunDelegation.open_children:type_name -> rein.v1.ChildLoan
-	10, // 27: rein.v1.RunDelegation.lent:type_name -> rein.v1.Spend
-	10, // 28: rein.v1.RunDelegation.returned:type_name -> rein.v1.Spend
-	10, // 29: rein.v1.ChildLoan.lent:type_name -> rein.v1.Spend
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	16, // 1: rein.v1.Run.contract:type_name -> rein.v1.TaskContract
+	17, // 2: rein.v1.Run.usage:type_name -> rein.v1.Usage
+	18, // 3: rein.v1.Run.deadline:type_name -> google.protobuf.Timestamp
+	5,  // 4: rein.v1.Run.pending:type_name -> rein.v1.PendingAction
+	19, // 5: rein.v1.Run.result:type_name -> rein.v1.FinalAnswer
+	18, // 6: rein.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	18, // 7: rein.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
+	7,  // 8: rein.v1.Run.approved_write:type_name -> rein.v1.Proposal
+	4,  // 9: rein.v1.Run.progress:type_name -> rein.v1.RunProgress
+	9,  // 10: rein.v1.Run.delegated_by:type_name -> rein.v1.DelegatedBy
+	10, // 11: rein.v1.Run.delegation:type_name -> rein.v1.RunDelegation
+	3,  // 12: rein.v1.Run.archive:type_name -> rein.v1.RunArchive
+	11, // 13: rein.v1.Run.budget_raised:type_name -> rein.v1.Spend
+	18, // 14: rein.v1.RunArchive.archived_at:type_name -> google.protobuf.Timestamp
+	20, // 15: rein.v1.RunProgress.open_call:type_name -> rein.v1.ToolCall
+	21, // 16: rein.v1.RunProgress.open_call_tier:type_name -> rein.v1.ToolTier
+	15, // 17: rein.v1.RunProgress.tool_calls_by_tool:type_name -> rein.v1.RunProgress.ToolCallsByToolEntry
+	14, // 18: rein.v1.RunProgress.price:type_name -> rein.v1.RunProgress.Price
+	13, // 19: rein.v1.RunProgress.policy:type_name -> rein.v1.PolicyDecided
+	7,  // 20: rein.v1.PendingAction.proposal:type_name -> rein.v1.Proposal
+	8,  // 21: rein.v1.PendingAction.question:type_name -> rein.v1.Question
+	6,  // 22: rein.v1.PendingAction.budget:type_name -> rein.v1.BudgetPause
+	18, // 23: rein.v1.BudgetPause.expires_at:type_name -> google.protobuf.Timestamp
+	22, // 24: rein.v1.Proposal.arguments:type_name -> google.protobuf.Struct
+	23, // 25: rein.v1.Proposal.preview:type_name -> google.protobuf.Value
+	18, // 26: rein.v1.Proposal.expires_at:type_name -> google.protobuf.Timestamp
+	21, // 27: rein.v1.Proposal.tier:type_name -> rein.v1.ToolTier
+	12, // 28: rein.v1.RunDelegation.open_children:type_name -> rein.v1.ChildLoan
+	11, // 29: rein.v1.RunDelegation.lent:type_name -> rein.v1.Spend
+	11, // 30: rein.v1.RunDelegation.returned:type_name -> rein.v1.Spend
+	11, // 31: rein.v1.ChildLoan.lent:type_name -> rein.v1.Spend
+	24, // 32: rein.v1.PolicyDecided.effect:type_name -> rein.v1.PolicyEffect
+	1,  // 33: rein.v1.PolicyDecided.source:type_name -> rein.v1.PolicySource
+	25, // 34: rein.v1.PolicyDecided.latency:type_name -> google.protobuf.Duration
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_proto_init() }
@@ -1568,8 +1849,8 @@ func file_rein_v1_run_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_run_proto_rawDesc), len(file_rein_v1_run_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   13,
+			NumEnums:      2,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -15,7 +15,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file rein/v1/contract.proto.
  */
 export const file_rein_v1_contract: GenFile = /*@__PURE__*/
-  fileDesc("ChZyZWluL3YxL2NvbnRyYWN0LnByb3RvEgdyZWluLnYxIqADCgxUYXNrQ29udHJhY3QSGQoEZ29hbBgBIAEoCUILukgIcgYQARiAgAQSJwoGaW5wdXRzGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIsCgV0b29scxgDIAMoCzISLnJlaW4udjEuVG9vbEdyYW50Qgm6SAaSAQMQgAISHwoGYnVkZ2V0GAQgASgLMg8ucmVpbi52MS5CdWRnZXQSHgoGY2hlY2tzGAUgAygLMg4ucmVpbi52MS5DaGVjaxIhCgVtb2RlbBgGIAEoCzISLnJlaW4udjEuTW9kZWxTcGVjEikKCGFwcHJvdmFsGAcgASgLMhcucmVpbi52MS5BcHByb3ZhbFBvbGljeRIxCgZsYWJlbHMYCCADKAsyIS5yZWluLnYxLlRhc2tDb250cmFjdC5MYWJlbHNFbnRyeRItCgpkZWxlZ2F0aW9uGAkgASgLMhkucmVpbi52MS5EZWxlZ2F0aW9uUG9saWN5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEioAEKEERlbGVnYXRpb25Qb2xpY3kSFAoMbWF4X2NoaWxkcmVuGAEgASgNEhEKCW1heF9kZXB0aBgCIAEoDRINCgV0b29scxgDIAMoCRIqCgltYXhfc2hhcmUYBCABKAFCF7pIFBISGQAAAAAAAPA/KQAAAAAAAAAAEigKDGNoaWxkX21vZGVscxgFIAMoCzISLnJlaW4udjEuTW9kZWxTcGVjIqkBCglUb29sR3JhbnQSKwoEbmFtZRgBIAEoCUIdukgachgyFl5bQS1aYS16MC05Xy4tXXsxLDY0fSQSEwoLZGVzY3JpcHRpb24YAiABKAkSLQoMaW5wdXRfc2NoZW1hGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIrCgR0aWVyGAQgASgOMhEucmVpbi52MS5Ub29sVGllckIKukgHggEEEAEgACK1AgoGQnVkZ2V0EhEKCW1heF9zdGVwcxgBIAEoDRISCgptYXhfdG9rZW5zGAIgASgEEioKB3RpbWVvdXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoObWF4X3Rvb2xfY2FsbHMYBCABKA0SGAoQbWF4X291dHB1dF9ieXRlcxgFIAEoBBImCgxtYXhfY29zdF91c2QYBiABKAFCELpIDRILQAEpAAAAAAAAAAASGQoRbWF4X2NvbnRleHRfY2hhcnMYByABKAQSNQoMb25fZXhoYXVzdGVkGAggASgOMhUucmVpbi52MS5CdWRnZXRBY3Rpb25CCLpIBYIBAhABEiwKCXJhaXNlX3R0bBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJpCgVDaGVjaxIMCgRuYW1lGAEgASgJEgwKBGFyZ3YYAiADKAkSCwoDZGlyGAMgASgJEioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SCwoDZW52GAUgAygJIqoBCglNb2RlbFNwZWMSEAoIcHJvdmlkZXIYASABKAkSDAoEbmFtZRgCIAEoCRIQCghiYXNlX3VybBgDIAEoCRIZChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoDRIYCgt0ZW1wZXJhdHVyZRgFIAEoAUgAiAEBEiYKBnNjcmlwdBgGIAMoCzIWLnJlaW4udjEuU2NyaXB0ZWRSZXBseUIOCgxfdGVtcGVyYXR1cmUi8gEKDVNjcmlwdGVkUmVwbHkSJQoIZGVjaXNpb24YASABKAsyES5yZWluLnYxLkRlY2lzaW9uSAASDQoDcmF3GAIgASgJSAASDwoFZXJyb3IYAyABKAlIABIdCgV1c2FnZRgEIAEoCzIOLnJlaW4udjEuVXNhZ2USEAoIZGVsYXlfbXMYBSABKA0SFQoNZmFpbF9hdHRlbXB0cxgGIAEoDRIWCg5yZXRyeV9hZnRlcl9tcxgHIAEoDRIxCgZjaHVua3MYCCADKAsyFi5yZWluLnYxLlNjcmlwdGVkQ2h1bmtCCbpIBpIBAxCQTkIHCgVyZXBseSJFCg1TY3JpcHRlZENodW5rEhcKBHRleHQYASABKAlCCbpIBnIEKICABBIbCghkZWxheV9tcxgCIAEoDUIJukgGKgQY4NQDIjQKBVVzYWdlEhQKDGlucHV0X3Rva2VucxgBIAEoBBIVCg1vdXRwdXRfdG9rZW5zGAIgASgEIl8KDkFwcHJvdmFsUG9saWN5Ei8KDHByb3Bvc2FsX3R0bBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIcChRmb3JiaWRfc2VsZl9hcHByb3ZhbBgCIAEoCCpnCghUb29sVGllchIZChVUT09MX1RJRVJfVU5TUEVDSUZJRUQQABISCg5UT09MX1RJRVJfUkVBRBABEhMKD1RPT0xfVElFUl9XUklURRACEhcKE1RPT0xfVElFUl9BU0tfSFVNQU4QAypdCgxCdWRnZXRBY3Rpb24SHQoZQlVER0VUX0FDVElPTl9VTlNQRUNJRklFRBAAEhUKEUJVREdFVF9BQ1RJT05fRU5EEAESFwoTQlVER0VUX0FDVElPTl9QQVVTRRACYgZwcm90bzM", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_struct, file_rein_v1_decision]);
+  fileDesc("ChZyZWluL3YxL2NvbnRyYWN0LnByb3RvEgdyZWluLnYxIqADCgxUYXNrQ29udHJhY3QSGQoEZ29hbBgBIAEoCUILukgIcgYQARiAgAQSJwoGaW5wdXRzGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIsCgV0b29scxgDIAMoCzISLnJlaW4udjEuVG9vbEdyYW50Qgm6SAaSAQMQgAISHwoGYnVkZ2V0GAQgASgLMg8ucmVpbi52MS5CdWRnZXQSHgoGY2hlY2tzGAUgAygLMg4ucmVpbi52MS5DaGVjaxIhCgVtb2RlbBgGIAEoCzISLnJlaW4udjEuTW9kZWxTcGVjEikKCGFwcHJvdmFsGAcgASgLMhcucmVpbi52MS5BcHByb3ZhbFBvbGljeRIxCgZsYWJlbHMYCCADKAsyIS5yZWluLnYxLlRhc2tDb250cmFjdC5MYWJlbHNFbnRyeRItCgpkZWxlZ2F0aW9uGAkgASgLMhkucmVpbi52MS5EZWxlZ2F0aW9uUG9saWN5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEioAEKEERlbGVnYXRpb25Qb2xpY3kSFAoMbWF4X2NoaWxkcmVuGAEgASgNEhEKCW1heF9kZXB0aBgCIAEoDRINCgV0b29scxgDIAMoCRIqCgltYXhfc2hhcmUYBCABKAFCF7pIFBISGQAAAAAAAPA/KQAAAAAAAAAAEigKDGNoaWxkX21vZGVscxgFIAMoCzISLnJlaW4udjEuTW9kZWxTcGVjIpQCCglUb29sR3JhbnQSKwoEbmFtZRgBIAEoCUIdukgachgyFl5bQS1aYS16MC05Xy4tXXsxLDY0fSQSEwoLZGVzY3JpcHRpb24YAiABKAkSLQoMaW5wdXRfc2NoZW1hGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIrCgR0aWVyGAQgASgOMhEucmVpbi52MS5Ub29sVGllckIKukgHggEEEAEgABIsCgVydWxlcxgFIAMoCzITLnJlaW4udjEuUG9saWN5UnVsZUIIukgFkgECEEASGgoJYXBwcm92YWxzGAYgASgNQge6SAQqAhgQEh8KDnBvbGljeV9zZXJ2aWNlGAcgASgJQge6SARyAhhAIr0BCgpQb2xpY3lSdWxlEisKBG5hbWUYASABKAlCHbpIGnIYMhZeW0EtWmEtejAtOV8uLV17MSw2NH0kEjEKBmVmZmVjdBgCIAEoDjIVLnJlaW4udjEuUG9saWN5RWZmZWN0Qgq6SAeCAQQQASAAEhgKBHdoZW4YAyABKAlCCrpIB3IFEAEYgCASGQoHbWVzc2FnZRgEIAEoCUIIukgFcgMYgCASGgoJYXBwcm92YWxzGAUgASgNQge6SAQqAhgQIrUCCgZCdWRnZXQSEQoJbWF4X3N0ZXBzGAEgASgNEhIKCm1heF90b2tlbnMYAiABKAQSKgoHdGltZW91dBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5tYXhfdG9vbF9jYWxscxgEIAEoDRIYChBtYXhfb3V0cHV0X2J5dGVzGAUgASgEEiYKDG1heF9jb3N0X3VzZBgGIAEoAUIQukgNEgtAASkAAAAAAAAAABIZChFtYXhfY29udGV4dF9jaGFycxgHIAEoBBI1Cgxvbl9leGhhdXN0ZWQYCCABKA4yFS5yZWluLnYxLkJ1ZGdldEFjdGlvbkIIukgFggECEAESLAoJcmFpc2VfdHRsGAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImkKBUNoZWNrEgwKBG5hbWUYASABKAkSDAoEYXJndhgCIAMoCRILCgNkaXIYAyABKAkSKgoHdGltZW91dBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhILCgNlbnYYBSADKAkiqgEKCU1vZGVsU3BlYxIQCghwcm92aWRlchgBIAEoCRIMCgRuYW1lGAIgASgJEhAKCGJhc2VfdXJsGAMgASgJEhkKEW1heF9vdXRwdXRfdG9rZW5zGAQgASgNEhgKC3RlbXBlcmF0dXJlGAUgASgBSACIAQESJgoGc2NyaXB0GAYgAygLMhYucmVpbi52MS5TY3JpcHRlZFJlcGx5Qg4KDF90ZW1wZXJhdHVyZSLyAQoNU2NyaXB0ZWRSZXBseRIlCghkZWNpc2lvbhgBIAEoCzIRLnJlaW4udjEuRGVjaXNpb25IABINCgNyYXcYAiABKAlIABIPCgVlcnJvchgDIAEoCUgAEh0KBXVzYWdlGAQgASgLMg4ucmVpbi52MS5Vc2FnZRIQCghkZWxheV9tcxgFIAEoDRIVCg1mYWlsX2F0dGVtcHRzGAYgASgNEhYKDnJldHJ5X2FmdGVyX21zGAcgASgNEjEKBmNodW5rcxgIIAMoCzIWLnJlaW4udjEuU2NyaXB0ZWRDaHVua0IJukgGkgEDEJBOQgcKBXJlcGx5IkUKDVNjcmlwdGVkQ2h1bmsSFwoEdGV4dBgBIAEoCUIJukgGcgQogIAEEhsKCGRlbGF5X21zGAIgASgNQgm6SAYqBBjg1AMiNAoFVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgEEhUKDW91dHB1dF90b2tlbnMYAiABKAQiXwoOQXBwcm92YWxQb2xpY3kSLwoMcHJvcG9zYWxfdHRsGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhwKFGZvcmJpZF9zZWxmX2FwcHJvdmFsGAIgASgIKnUKDFBvbGljeUVmZmVjdBIdChlQT0xJQ1lfRUZGRUNUX1VOU1BFQ0lGSUVEEAASFwoTUE9MSUNZX0VGRkVDVF9BTExPVxABEhUKEVBPTElDWV9FRkZFQ1RfQVNLEAISFgoSUE9MSUNZX0VGRkVDVF9ERU5ZEAMqZwoIVG9vbFRpZXISGQoVVE9PTF9USUVSX1VOU1BFQ0lGSUVEEAASEgoOVE9PTF9USUVSX1JFQUQQARITCg9UT09MX1RJRVJfV1JJVEUQAhIXChNUT09MX1RJRVJfQVNLX0hVTUFOEAMqXQoMQnVkZ2V0QWN0aW9uEh0KGUJVREdFVF9BQ1RJT05fVU5TUEVDSUZJRUQQABIVChFCVURHRVRfQUNUSU9OX0VORBABEhcKE0JVREdFVF9BQ1RJT05fUEFVU0UQAmIGcHJvdG8z", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_struct, file_rein_v1_decision]);
 
 /**
  * TaskContract is everything a run may do: its goal and inputs, the tools it
@@ -187,6 +187,34 @@ export type ToolGrant = Message<"rein.v1.ToolGrant"> & {
    * @generated from field: rein.v1.ToolTier tier = 4;
    */
   tier: ToolTier;
+
+  /**
+   * Rules over each call's arguments and the run, in order: the first whose
+   * condition holds decides the call (allow, ask or deny). A call no rule
+   * matches is routed by its tier. The server's rules (rein serve
+   * --policy) come first, and a contract's rule can only tighten them.
+   *
+   * @generated from field: repeated rein.v1.PolicyRule rules = 5;
+   */
+  rules: PolicyRule[];
+
+  /**
+   * How many distinct people must approve a write (or a call an ask rule
+   * paused) before it runs. 0 and 1 mean one. With 2 or more, the run's
+   * starter is never one of them.
+   *
+   * @generated from field: uint32 approvals = 6;
+   */
+  approvals: number;
+
+  /**
+   * A policy service (rein serve --policy-service NAME=ADDR) asked about
+   * every call to this tool, after the rules; its answer counts like a
+   * rule's. Empty: none is asked.
+   *
+   * @generated from field: string policy_service = 7;
+   */
+  policyService: string;
 };
 
 /**
@@ -195,6 +223,59 @@ export type ToolGrant = Message<"rein.v1.ToolGrant"> & {
  */
 export const ToolGrantSchema: GenMessage<ToolGrant> = /*@__PURE__*/
   messageDesc(file_rein_v1_contract, 2);
+
+/**
+ * PolicyRule decides a tool call when its condition holds.
+ *
+ * @generated from message rein.v1.PolicyRule
+ */
+export type PolicyRule = Message<"rein.v1.PolicyRule"> & {
+  /**
+   * The rule's name, as policy events and approvals name it.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * What the rule does to a call it matches. Required.
+   *
+   * @generated from field: rein.v1.PolicyEffect effect = 2;
+   */
+  effect: PolicyEffect;
+
+  /**
+   * The condition, in CEL, over args (the call's arguments), tool (name,
+   * tier) and run (spent_usd, step, tokens, principal, tenant, labels,
+   * parent). It must be a boolean; it is compiled when the run starts.
+   *
+   * @generated from field: string when = 3;
+   */
+  when: string;
+
+  /**
+   * What the model is shown when the rule denies a call, and people when it
+   * asks.
+   *
+   * @generated from field: string message = 4;
+   */
+  message: string;
+
+  /**
+   * For an ask rule: how many distinct people must approve. 0 means the
+   * grant's approvals.
+   *
+   * @generated from field: uint32 approvals = 5;
+   */
+  approvals: number;
+};
+
+/**
+ * Describes the message rein.v1.PolicyRule.
+ * Use `create(PolicyRuleSchema)` to create a new message.
+ */
+export const PolicyRuleSchema: GenMessage<PolicyRule> = /*@__PURE__*/
+  messageDesc(file_rein_v1_contract, 3);
 
 /**
  * Budget holds the run's limits. A zero field takes the default documented on
@@ -279,7 +360,7 @@ export type Budget = Message<"rein.v1.Budget"> & {
  * Use `create(BudgetSchema)` to create a new message.
  */
 export const BudgetSchema: GenMessage<Budget> = /*@__PURE__*/
-  messageDesc(file_rein_v1_contract, 3);
+  messageDesc(file_rein_v1_contract, 4);
 
 /**
  * Check is a completion check: a named command run on a final answer.
@@ -328,7 +409,7 @@ export type Check = Message<"rein.v1.Check"> & {
  * Use `create(CheckSchema)` to create a new message.
  */
 export const CheckSchema: GenMessage<Check> = /*@__PURE__*/
-  messageDesc(file_rein_v1_contract, 4);
+  messageDesc(file_rein_v1_contract, 5);
 
 /**
  * ModelSpec names the model that drives a run.
@@ -384,7 +465,7 @@ export type ModelSpec = Message<"rein.v1.ModelSpec"> & {
  * Use `create(ModelSpecSchema)` to create a new message.
  */
 export const ModelSpecSchema: GenMessage<ModelSpec> = /*@__PURE__*/
-  messageDesc(file_rein_v1_contract, 5);
+  messageDesc(file_rein_v1_contract, 6);
 
 /**
  * ScriptedReply is one reply of the scripted model.
@@ -468,7 +549,7 @@ export type ScriptedReply = Message<"rein.v1.ScriptedReply"> & {
  * Use `create(ScriptedReplySchema)` to create a new message.
  */
 export const ScriptedReplySchema: GenMessage<ScriptedReply> = /*@__PURE__*/
-  messageDesc(file_rein_v1_contract, 6);
+  messageDesc(file_rein_v1_contract, 7);
 
 /**
  * ScriptedChunk is a piece of a scripted call's streamed text.
@@ -496,7 +577,7 @@ export type ScriptedChunk = Message<"rein.v1.ScriptedChunk"> & {
  * Use `create(ScriptedChunkSchema)` to create a new message.
  */
 export const ScriptedChunkSchema: GenMessage<ScriptedChunk> = /*@__PURE__*/
-  messageDesc(file_rein_v1_contract, 7);
+  messageDesc(file_rein_v1_contract, 8);
 
 /**
  * Usage counts tokens.
@@ -524,7 +605,7 @@ export type Usage = Message<"rein.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_rein_v1_contract, 8);
+  messageDesc(file_rein_v1_contract, 9);
 
 /**
  * ApprovalPolicy governs how writes are approved.
@@ -552,7 +633,48 @@ export type ApprovalPolicy = Message<"rein.v1.ApprovalPolicy"> & {
  * Use `create(ApprovalPolicySchema)` to create a new message.
  */
 export const ApprovalPolicySchema: GenMessage<ApprovalPolicy> = /*@__PURE__*/
-  messageDesc(file_rein_v1_contract, 9);
+  messageDesc(file_rein_v1_contract, 10);
+
+/**
+ * PolicyEffect is what a policy does to a tool call.
+ *
+ * @generated from enum rein.v1.PolicyEffect
+ */
+export enum PolicyEffect {
+  /**
+   * Not set: a rule without an effect is refused.
+   *
+   * @generated from enum value: POLICY_EFFECT_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The call runs with no person: a write is approved by the rule.
+   *
+   * @generated from enum value: POLICY_EFFECT_ALLOW = 1;
+   */
+  ALLOW = 1,
+
+  /**
+   * The call waits for a person's approval, even a read.
+   *
+   * @generated from enum value: POLICY_EFFECT_ASK = 2;
+   */
+  ASK = 2,
+
+  /**
+   * The call never runs; the model is shown the rule's message.
+   *
+   * @generated from enum value: POLICY_EFFECT_DENY = 3;
+   */
+  DENY = 3,
+}
+
+/**
+ * Describes the enum rein.v1.PolicyEffect.
+ */
+export const PolicyEffectSchema: GenEnum<PolicyEffect> = /*@__PURE__*/
+  enumDesc(file_rein_v1_contract, 0);
 
 /**
  * ToolTier decides how a call is routed.
@@ -593,7 +715,7 @@ export enum ToolTier {
  * Describes the enum rein.v1.ToolTier.
  */
 export const ToolTierSchema: GenEnum<ToolTier> = /*@__PURE__*/
-  enumDesc(file_rein_v1_contract, 0);
+  enumDesc(file_rein_v1_contract, 1);
 
 /**
  * BudgetAction is what a run does when a budget limit is reached.
@@ -628,5 +750,5 @@ export enum BudgetAction {
  * Describes the enum rein.v1.BudgetAction.
  */
 export const BudgetActionSchema: GenEnum<BudgetAction> = /*@__PURE__*/
-  enumDesc(file_rein_v1_contract, 1);
+  enumDesc(file_rein_v1_contract, 2);
 

@@ -4,9 +4,9 @@
 
 import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Timestamp, Value } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
-import type { TaskContract, ToolTier, Usage } from "./contract_pb";
+import type { Duration, Timestamp, Value } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { PolicyEffect, TaskContract, ToolTier, Usage } from "./contract_pb";
 import { file_rein_v1_contract } from "./contract_pb";
 import type { FinalAnswer, ToolCall } from "./decision_pb";
 import { file_rein_v1_decision } from "./decision_pb";
@@ -16,7 +16,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file rein/v1/run.proto.
  */
 export const file_rein_v1_run: GenFile = /*@__PURE__*/
-  fileDesc("ChFyZWluL3YxL3J1bi5wcm90bxIHcmVpbi52MSLjBgoDUnVuEg4KBnJ1bl9pZBgBIAEoCRIiCgZzdGF0dXMYAiABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxInCghjb250cmFjdBgDIAEoCzIVLnJlaW4udjEuVGFza0NvbnRyYWN0EhEKCXByaW5jaXBhbBgEIAEoCRIOCgZ0ZW5hbnQYBSABKAkSDwoHdmVyc2lvbhgGIAEoBBINCgVzdGVwcxgHIAEoDRIdCgV1c2FnZRgIIAEoCzIOLnJlaW4udjEuVXNhZ2USEgoKdG9vbF9jYWxscxgJIAEoDRIsCghkZWFkbGluZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJwoHcGVuZGluZxgLIAEoCzIWLnJlaW4udjEuUGVuZGluZ0FjdGlvbhIkCgZyZXN1bHQYDCABKAsyFC5yZWluLnYxLkZpbmFsQW5zd2VyEhIKCmxhc3RfZXJyb3IYDSABKAkSLgoKY3JlYXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKcmVxdWVzdF9pZBgQIAEoCRIVCg1zdGF0dXNfcmVhc29uGBEgASgJEhcKD21vZGVsX2luX2ZsaWdodBgSIAEoCBIpCg5hcHByb3ZlZF93cml0ZRgTIAEoCzIRLnJlaW4udjEuUHJvcG9zYWwSGgoSd3JpdGVfb3BlcmF0aW9uX2lkGBQgASgJEhAKCGNvc3RfdXNkGBUgASgBEiYKCHByb2dyZXNzGBYgASgLMhQucmVpbi52MS5SdW5Qcm9ncmVzcxIQCgh0cmFjZV9pZBgXIAEoCRIcChR0cmFjZV9wYXJlbnRfc3Bhbl9pZBgYIAEoCRIqCgxkZWxlZ2F0ZWRfYnkYGSABKAsyFC5yZWluLnYxLkRlbGVnYXRlZEJ5EioKCmRlbGVnYXRpb24YGiABKAsyFi5yZWluLnYxLlJ1bkRlbGVnYXRpb24SJAoHYXJjaGl2ZRgbIAEoCzITLnJlaW4udjEuUnVuQXJjaGl2ZRIlCg1idWRnZXRfcmFpc2VkGBwgASgLMg4ucmVpbi52MS5TcGVuZCJuCgpSdW5BcmNoaXZlEgsKA2tleRgBIAEoCRIOCgZzaGEyNTYYAiABKAkSEgoKc2l6ZV9ieXRlcxgDIAEoBBIvCgthcmNoaXZlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiswMKC1J1blByb2dyZXNzEiQKCW9wZW5fY2FsbBgBIAEoCzIRLnJlaW4udjEuVG9vbENhbGwSKQoOb3Blbl9jYWxsX3RpZXIYAiABKA4yES5yZWluLnYxLlRvb2xUaWVyEkUKEnRvb2xfY2FsbHNfYnlfdG9vbBgDIAMoCzIpLnJlaW4udjEuUnVuUHJvZ3Jlc3MuVG9vbENhbGxzQnlUb29sRW50cnkSGwoTZmFpbGluZ19jaGVja3NfaGFzaBgEIAEoCRIfChdmYWlsaW5nX2NoZWNrc19yZXBlYXRlZBgFIAEoDRIpCgVwcmljZRgGIAEoCzIaLnJlaW4udjEuUnVuUHJvZ3Jlc3MuUHJpY2USGQoRc3RlZXJfcmVxdWVzdF9pZHMYByADKAkSFgoOc3RlZXJzX3dhaXRpbmcYCCABKA0aOAoFUHJpY2USFgoOaW5wdXRfcGVyX210b2sYASABKAESFwoPb3V0cHV0X3Blcl9tdG9rGAIgASgBGjYKFFRvb2xDYWxsc0J5VG9vbEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDToCOAEijwEKDVBlbmRpbmdBY3Rpb24SJQoIcHJvcG9zYWwYASABKAsyES5yZWluLnYxLlByb3Bvc2FsSAASJQoIcXVlc3Rpb24YAiABKAsyES5yZWluLnYxLlF1ZXN0aW9uSAASJgoGYnVkZ2V0GAMgASgLMhQucmVpbi52MS5CdWRnZXRQYXVzZUgAQggKBmFjdGlvbiKoAQoLQnVkZ2V0UGF1c2USDQoFbGltaXQYASABKAkSDgoGZGV0YWlsGAIgASgJEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDGNoaWxkX3J1bl9pZBgEIAEoCRIYChBuZXh0X2NhbGxfdG9rZW5zGAUgASgEEhoKEm5leHRfY2FsbF9jb3N0X3VzZBgGIAEoASKoAgoIUHJvcG9zYWwSEwoLcHJvcG9zYWxfaWQYASABKAkSDAoEdG9vbBgCIAEoCRIqCglhcmd1bWVudHMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EicKB3ByZXZpZXcYBCABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSDAoEaGFzaBgFIAEoCRIuCgpleHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtydW5fdmVyc2lvbhgHIAEoBBIPCgdjYWxsX2lkGAggASgJEhQKDHByZXZpZXdfYmxvYhgJIAEoCRIWCg5hcmd1bWVudHNfYmxvYhgKIAEoCRISCgpyZXZpc2VkX2J5GAsgASgJIikKCFF1ZXN0aW9uEgwKBHRleHQYASABKAkSDwoHY2FsbF9pZBgCIAEoCSJuCgtEZWxlZ2F0ZWRCeRIVCg1wYXJlbnRfcnVuX2lkGAEgASgJEhAKCHNlcXVlbmNlGAIgASgEEhIKCnRhc2tfaW5kZXgYAyABKA0SEwoLcm9vdF9ydW5faWQYBCABKAkSDQoFZGVwdGgYBSABKA0ilAEKDVJ1bkRlbGVnYXRpb24SGAoQY2hpbGRyZW5fc3RhcnRlZBgBIAEoDRIpCg1vcGVuX2NoaWxkcmVuGAIgAygLMhIucmVpbi52MS5DaGlsZExvYW4SHAoEbGVudBgDIAEoCzIOLnJlaW4udjEuU3BlbmQSIAoIcmV0dXJuZWQYBCABKAsyDi5yZWluLnYxLlNwZW5kIkwKBVNwZW5kEg0KBXN0ZXBzGAEgASgNEg4KBnRva2VucxgCIAEoBBIQCghjb3N0X3VzZBgDIAEoARISCgp0b29sX2NhbGxzGAQgASgNIjkKCUNoaWxkTG9hbhIOCgZydW5faWQYASABKAkSHAoEbGVudBgCIAEoCzIOLnJlaW4udjEuU3BlbmQqsgIKCVJ1blN0YXR1cxIaChZSVU5fU1RBVFVTX1VOU1BFQ0lGSUVEEAASFgoSUlVOX1NUQVRVU19SVU5OSU5HEAESGgoWUlVOX1NUQVRVU19ORUVEU19JTlBVVBACEh0KGVJVTl9TVEFUVVNfTkVFRFNfQVBQUk9WQUwQAxIYChRSVU5fU1RBVFVTX0NPTVBMRVRFRBAEEh8KG1JVTl9TVEFUVVNfQlVER0VUX0VYSEFVU1RFRBAFEhUKEVJVTl9TVEFUVVNfRkFJTEVEEAYSFQoRUlVOX1NUQVRVU19ERU5JRUQQBxIWChJSVU5fU1RBVFVTX0VYUElSRUQQCBIYChRSVU5fU1RBVFVTX0NBTkNFTExFRBAJEhsKF1JVTl9TVEFUVVNfTkVFRFNfQlVER0VUEApiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_decision]);
+  fileDesc("ChFyZWluL3YxL3J1bi5wcm90bxIHcmVpbi52MSLjBgoDUnVuEg4KBnJ1bl9pZBgBIAEoCRIiCgZzdGF0dXMYAiABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxInCghjb250cmFjdBgDIAEoCzIVLnJlaW4udjEuVGFza0NvbnRyYWN0EhEKCXByaW5jaXBhbBgEIAEoCRIOCgZ0ZW5hbnQYBSABKAkSDwoHdmVyc2lvbhgGIAEoBBINCgVzdGVwcxgHIAEoDRIdCgV1c2FnZRgIIAEoCzIOLnJlaW4udjEuVXNhZ2USEgoKdG9vbF9jYWxscxgJIAEoDRIsCghkZWFkbGluZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJwoHcGVuZGluZxgLIAEoCzIWLnJlaW4udjEuUGVuZGluZ0FjdGlvbhIkCgZyZXN1bHQYDCABKAsyFC5yZWluLnYxLkZpbmFsQW5zd2VyEhIKCmxhc3RfZXJyb3IYDSABKAkSLgoKY3JlYXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKcmVxdWVzdF9pZBgQIAEoCRIVCg1zdGF0dXNfcmVhc29uGBEgASgJEhcKD21vZGVsX2luX2ZsaWdodBgSIAEoCBIpCg5hcHByb3ZlZF93cml0ZRgTIAEoCzIRLnJlaW4udjEuUHJvcG9zYWwSGgoSd3JpdGVfb3BlcmF0aW9uX2lkGBQgASgJEhAKCGNvc3RfdXNkGBUgASgBEiYKCHByb2dyZXNzGBYgASgLMhQucmVpbi52MS5SdW5Qcm9ncmVzcxIQCgh0cmFjZV9pZBgXIAEoCRIcChR0cmFjZV9wYXJlbnRfc3Bhbl9pZBgYIAEoCRIqCgxkZWxlZ2F0ZWRfYnkYGSABKAsyFC5yZWluLnYxLkRlbGVnYXRlZEJ5EioKCmRlbGVnYXRpb24YGiABKAsyFi5yZWluLnYxLlJ1bkRlbGVnYXRpb24SJAoHYXJjaGl2ZRgbIAEoCzITLnJlaW4udjEuUnVuQXJjaGl2ZRIlCg1idWRnZXRfcmFpc2VkGBwgASgLMg4ucmVpbi52MS5TcGVuZCJuCgpSdW5BcmNoaXZlEgsKA2tleRgBIAEoCRIOCgZzaGEyNTYYAiABKAkSEgoKc2l6ZV9ieXRlcxgDIAEoBBIvCgthcmNoaXZlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi2wMKC1J1blByb2dyZXNzEiQKCW9wZW5fY2FsbBgBIAEoCzIRLnJlaW4udjEuVG9vbENhbGwSKQoOb3Blbl9jYWxsX3RpZXIYAiABKA4yES5yZWluLnYxLlRvb2xUaWVyEkUKEnRvb2xfY2FsbHNfYnlfdG9vbBgDIAMoCzIpLnJlaW4udjEuUnVuUHJvZ3Jlc3MuVG9vbENhbGxzQnlUb29sRW50cnkSGwoTZmFpbGluZ19jaGVja3NfaGFzaBgEIAEoCRIfChdmYWlsaW5nX2NoZWNrc19yZXBlYXRlZBgFIAEoDRIpCgVwcmljZRgGIAEoCzIaLnJlaW4udjEuUnVuUHJvZ3Jlc3MuUHJpY2USGQoRc3RlZXJfcmVxdWVzdF9pZHMYByADKAkSFgoOc3RlZXJzX3dhaXRpbmcYCCABKA0SJgoGcG9saWN5GAkgASgLMhYucmVpbi52MS5Qb2xpY3lEZWNpZGVkGjgKBVByaWNlEhYKDmlucHV0X3Blcl9tdG9rGAEgASgBEhcKD291dHB1dF9wZXJfbXRvaxgCIAEoARo2ChRUb29sQ2FsbHNCeVRvb2xFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKA06AjgBIo8BCg1QZW5kaW5nQWN0aW9uEiUKCHByb3Bvc2FsGAEgASgLMhEucmVpbi52MS5Qcm9wb3NhbEgAEiUKCHF1ZXN0aW9uGAIgASgLMhEucmVpbi52MS5RdWVzdGlvbkgAEiYKBmJ1ZGdldBgDIAEoCzIULnJlaW4udjEuQnVkZ2V0UGF1c2VIAEIICgZhY3Rpb24iqAEKC0J1ZGdldFBhdXNlEg0KBWxpbWl0GAEgASgJEg4KBmRldGFpbBgCIAEoCRIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxjaGlsZF9ydW5faWQYBCABKAkSGAoQbmV4dF9jYWxsX3Rva2VucxgFIAEoBBIaChJuZXh0X2NhbGxfY29zdF91c2QYBiABKAEingMKCFByb3Bvc2FsEhMKC3Byb3Bvc2FsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSKgoJYXJndW1lbnRzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBInCgdwcmV2aWV3GAQgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEgwKBGhhc2gYBSABKAkSLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLcnVuX3ZlcnNpb24YByABKAQSDwoHY2FsbF9pZBgIIAEoCRIUCgxwcmV2aWV3X2Jsb2IYCSABKAkSFgoOYXJndW1lbnRzX2Jsb2IYCiABKAkSEgoKcmV2aXNlZF9ieRgLIAEoCRIRCglhcHByb3ZhbHMYDCABKA0SEwoLYXBwcm92ZWRfYnkYDSADKAkSHwoEdGllchgOIAEoDjIRLnJlaW4udjEuVG9vbFRpZXISEwoLcG9saWN5X3J1bGUYDyABKAkSFgoOcG9saWN5X21lc3NhZ2UYECABKAkiKQoIUXVlc3Rpb24SDAoEdGV4dBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJIm4KC0RlbGVnYXRlZEJ5EhUKDXBhcmVudF9ydW5faWQYASABKAkSEAoIc2VxdWVuY2UYAiABKAQSEgoKdGFza19pbmRleBgDIAEoDRITCgtyb290X3J1bl9pZBgEIAEoCRINCgVkZXB0aBgFIAEoDSKUAQoNUnVuRGVsZWdhdGlvbhIYChBjaGlsZHJlbl9zdGFydGVkGAEgASgNEikKDW9wZW5fY2hpbGRyZW4YAiADKAsyEi5yZWluLnYxLkNoaWxkTG9hbhIcCgRsZW50GAMgASgLMg4ucmVpbi52MS5TcGVuZBIgCghyZXR1cm5lZBgEIAEoCzIOLnJlaW4udjEuU3BlbmQiTAoFU3BlbmQSDQoFc3RlcHMYASABKA0SDgoGdG9rZW5zGAIgASgEEhAKCGNvc3RfdXNkGAMgASgBEhIKCnRvb2xfY2FsbHMYBCABKA0iOQoJQ2hpbGRMb2FuEg4KBnJ1bl9pZBgBIAEoCRIcCgRsZW50GAIgASgLMg4ucmVpbi52MS5TcGVuZCL3AQoNUG9saWN5RGVjaWRlZBIPCgdjYWxsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSJQoGZWZmZWN0GAMgASgOMhUucmVpbi52MS5Qb2xpY3lFZmZlY3QSJQoGc291cmNlGAQgASgOMhUucmVpbi52MS5Qb2xpY3lTb3VyY2USDAoEcnVsZRgFIAEoCRIMCgR3aGVuGAYgASgJEg8KB21lc3NhZ2UYByABKAkSEQoJYXBwcm92YWxzGAggASgNEioKB2xhdGVuY3kYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDQoFZXJyb3IYCiABKAkqsgIKCVJ1blN0YXR1cxIaChZSVU5fU1RBVFVTX1VOU1BFQ0lGSUVEEAASFgoSUlVOX1NUQVRVU19SVU5OSU5HEAESGgoWUlVOX1NUQVRVU19ORUVEU19JTlBVVBACEh0KGVJVTl9TVEFUVVNfTkVFRFNfQVBQUk9WQUwQAxIYChRSVU5fU1RBVFVTX0NPTVBMRVRFRBAEEh8KG1JVTl9TVEFUVVNfQlVER0VUX0VYSEFVU1RFRBAFEhUKEVJVTl9TVEFUVVNfRkFJTEVEEAYSFQoRUlVOX1NUQVRVU19ERU5JRUQQBxIWChJSVU5fU1RBVFVTX0VYUElSRUQQCBIYChRSVU5fU1RBVFVTX0NBTkNFTExFRBAJEhsKF1JVTl9TVEFUVVNfTkVFRFNfQlVER0VUEAoqfgoMUG9saWN5U291cmNlEh0KGVBPTElDWV9TT1VSQ0VfVU5TUEVDSUZJRUQQABIaChZQT0xJQ1lfU09VUkNFX0NPTlRSQUNUEAESGAoUUE9MSUNZX1NPVVJDRV9TRVJWRVIQAhIZChVQT0xJQ1lfU09VUkNFX1NFUlZJQ0UQA2IGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_decision]);
 
 /**
  * Run is a run's state: the fold of its events.
@@ -353,6 +353,14 @@ export type RunProgress = Message<"rein.v1.RunProgress"> & {
    * @generated from field: uint32 steers_waiting = 8;
    */
   steersWaiting: number;
+
+  /**
+   * The policy decision of the step's tool call, until the next model
+   * call; unset when no policy decided it.
+   *
+   * @generated from field: rein.v1.PolicyDecided policy = 9;
+   */
+  policy?: PolicyDecided | undefined;
 };
 
 /**
@@ -586,6 +594,44 @@ export type Proposal = Message<"rein.v1.Proposal"> & {
    * @generated from field: string revised_by = 11;
    */
   revisedBy: string;
+
+  /**
+   * How many distinct people must approve it; 0 and 1 mean one.
+   *
+   * @generated from field: uint32 approvals = 12;
+   */
+  approvals: number;
+
+  /**
+   * The principals that approved it so far (approval_given), when it needs
+   * more than one; not part of the hash.
+   *
+   * @generated from field: repeated string approved_by = 13;
+   */
+  approvedBy: string[];
+
+  /**
+   * TOOL_TIER_READ for a read that a policy's ask paused: approved, it
+   * runs as a read and its output is the receipt. Unset for a write.
+   *
+   * @generated from field: rein.v1.ToolTier tier = 14;
+   */
+  tier: ToolTier;
+
+  /**
+   * The policy that decided the proposal's call, when one did: its rule's
+   * or service's name, and its message.
+   *
+   * @generated from field: string policy_rule = 15;
+   */
+  policyRule: string;
+
+  /**
+   * The policy's message for the approver.
+   *
+   * @generated from field: string policy_message = 16;
+   */
+  policyMessage: string;
 };
 
 /**
@@ -785,6 +831,94 @@ export const ChildLoanSchema: GenMessage<ChildLoan> = /*@__PURE__*/
   messageDesc(file_rein_v1_run, 10);
 
 /**
+ * PolicyDecided records which policy decided a tool call, and how. It is
+ * recorded only when a rule matched or a policy service was asked; a call
+ * no policy decides is routed by its tier as before.
+ *
+ * @generated from message rein.v1.PolicyDecided
+ */
+export type PolicyDecided = Message<"rein.v1.PolicyDecided"> & {
+  /**
+   * The model's ID for the call.
+   *
+   * @generated from field: string call_id = 1;
+   */
+  callId: string;
+
+  /**
+   * The tool.
+   *
+   * @generated from field: string tool = 2;
+   */
+  tool: string;
+
+  /**
+   * What the policy decided.
+   *
+   * @generated from field: rein.v1.PolicyEffect effect = 3;
+   */
+  effect: PolicyEffect;
+
+  /**
+   * Where the deciding rule came from.
+   *
+   * @generated from field: rein.v1.PolicySource source = 4;
+   */
+  source: PolicySource;
+
+  /**
+   * The rule's name, or the policy service's.
+   *
+   * @generated from field: string rule = 5;
+   */
+  rule: string;
+
+  /**
+   * The rule's condition, as written.
+   *
+   * @generated from field: string when = 6;
+   */
+  when: string;
+
+  /**
+   * The rule's message, or the service's reason.
+   *
+   * @generated from field: string message = 7;
+   */
+  message: string;
+
+  /**
+   * How many distinct people must approve the call (ask); 0 means one.
+   *
+   * @generated from field: uint32 approvals = 8;
+   */
+  approvals: number;
+
+  /**
+   * How long the policy service took to answer.
+   *
+   * @generated from field: google.protobuf.Duration latency = 9;
+   */
+  latency?: Duration | undefined;
+
+  /**
+   * Why the policy could not decide as written (a rule that failed to
+   * evaluate, a service that failed or timed out); the decision then fails
+   * closed, never to allow.
+   *
+   * @generated from field: string error = 10;
+   */
+  error: string;
+};
+
+/**
+ * Describes the message rein.v1.PolicyDecided.
+ * Use `create(PolicyDecidedSchema)` to create a new message.
+ */
+export const PolicyDecidedSchema: GenMessage<PolicyDecided> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run, 11);
+
+/**
  * RunStatus is where a run stands. completed, budget_exhausted, failed,
  * denied, expired and cancelled are terminal.
  *
@@ -875,4 +1009,45 @@ export enum RunStatus {
  */
 export const RunStatusSchema: GenEnum<RunStatus> = /*@__PURE__*/
   enumDesc(file_rein_v1_run, 0);
+
+/**
+ * PolicySource is where a policy decision came from.
+ *
+ * @generated from enum rein.v1.PolicySource
+ */
+export enum PolicySource {
+  /**
+   * Not set.
+   *
+   * @generated from enum value: POLICY_SOURCE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A rule of the run's contract (its tool grant).
+   *
+   * @generated from enum value: POLICY_SOURCE_CONTRACT = 1;
+   */
+  CONTRACT = 1,
+
+  /**
+   * A rule of the server's policy file (rein serve --policy).
+   *
+   * @generated from enum value: POLICY_SOURCE_SERVER = 2;
+   */
+  SERVER = 2,
+
+  /**
+   * A policy service (rein serve --policy-service).
+   *
+   * @generated from enum value: POLICY_SOURCE_SERVICE = 3;
+   */
+  SERVICE = 3,
+}
+
+/**
+ * Describes the enum rein.v1.PolicySource.
+ */
+export const PolicySourceSchema: GenEnum<PolicySource> = /*@__PURE__*/
+  enumDesc(file_rein_v1_run, 1);
 

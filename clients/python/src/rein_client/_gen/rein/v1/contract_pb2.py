@@ -17,7 +17,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from rein_client._gen.rein.v1 import decision_pb2 as rein_dot_v1_dot_decision__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16rein/v1/contract.proto\x12\x07rein.v1\x1a\x1b\x62uf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16rein/v1/decision.proto\"\xa0\x03\n\x0cTaskContract\x12\x19\n\x04goal\x18\x01 \x01(\tB\x0b\xbaH\x08r\x06\x10\x01\x18\x80\x80\x04\x12\'\n\x06inputs\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12,\n\x05tools\x18\x03 \x03(\x0b\x32\x12.rein.v1.ToolGrantB\t\xbaH\x06\x92\x01\x03\x10\x80\x02\x12\x1f\n\x06\x62udget\x18\x04 \x01(\x0b\x32\x0f.rein.v1.Budget\x12\x1e\n\x06\x63hecks\x18\x05 \x03(\x0b\x32\x0e.rein.v1.Check\x12!\n\x05model\x18\x06 \x01(\x0b\x32\x12.rein.v1.ModelSpec\x12)\n\x08\x61pproval\x18\x07 \x01(\x0b\x32\x17.rein.v1.ApprovalPolicy\x12\x31\n\x06labels\x18\x08 \x03(\x0b\x32!.rein.v1.TaskContract.LabelsEntry\x12-\n\ndelegation\x18\t \x01(\x0b\x32\x19.rein.v1.DelegationPolicy\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa0\x01\n\x10\x44\x65legationPolicy\x12\x14\n\x0cmax_children\x18\x01 \x01(\r\x12\x11\n\tmax_depth\x18\x02 \x01(\r\x12\r\n\x05tools\x18\x03 \x03(\t\x12*\n\tmax_share\x18\x04 \x01(\x01\x42\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x00\x00\xf0?)\x00\x00\x00\x00\x00\x00\x00\x00\x12(\n\x0c\x63hild_models\x18\x05 \x03(\x0b\x32\x12.rein.v1.ModelSpec\"\xa9\x01\n\tToolGrant\x12+\n\x04name\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x18\x32\x16^[A-Za-z0-9_.-]{1,64}$\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12-\n\x0cinput_schema\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12+\n\x04tier\x18\x04 \x01(\x0e\x32\x11.rein.v1.ToolTierB\n\xbaH\x07\x82\x01\x04\x10\x01 \x00\"\xb5\x02\n\x06\x42udget\x12\x11\n\tmax_steps\x18\x01 \x01(\r\x12\x12\n\nmax_tokens\x18\x02 \x01(\x04\x12*\n\x07timeout\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x16\n\x0emax_tool_calls\x18\x04 \x01(\r\x12\x18\n\x10max_output_bytes\x18\x05 \x01(\x04\x12&\n\x0cmax_cost_usd\x18\x06 \x01(\x01\x42\x10\xbaH\r\x12\x0b)\x00\x00\x00\x00\x00\x00\x00\x00@\x01\x12\x19\n\x11max_context_chars\x18\x07 \x01(\x04\x12\x35\n\x0con_exhausted\x18\x08 \x01(\x0e\x32\x15.rein.v1.BudgetActionB\x08\xbaH\x05\x82\x01\x02\x10\x01\x12,\n\traise_ttl\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\"i\n\x05\x43heck\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x61rgv\x18\x02 \x03(\t\x12\x0b\n\x03\x64ir\x18\x03 \x01(\t\x12*\n\x07timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0b\n\x03\x65nv\x18\x05 \x03(\t\"\xaa\x01\n\tModelSpec\x12\x10\n\x08provider\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08\x62\x61se_url\x18\x03 \x01(\t\x12\x19\n\x11max_output_tokens\x18\x04 \x01(\r\x12\x18\n\x0btemperature\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12&\n\x06script\x18\x06 \x03(\x0b\x32\x16.rein.v1.ScriptedReplyB\x0e\n\x0c_temperature\"\xf2\x01\n\rScriptedReply\x12%\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0b\x32\x11.rein.v1.DecisionH\x00\x12\r\n\x03raw\x18\x02 \x01(\tH\x00\x12\x0f\n\x05\x65rror\x18\x03 \x01(\tH\x00\x12\x1d\n\x05usage\x18\x04 \x01(\x0b\x32\x0e.rein.v1.Usage\x12\x10\n\x08\x64\x65lay_ms\x18\x05 \x01(\r\x12\x15\n\rfail_attempts\x18\x06 \x01(\r\x12\x16\n\x0eretry_after_ms\x18\x07 \x01(\r\x12\x31\n\x06\x63hunks\x18\x08 \x03(\x0b\x32\x16.rein.v1.ScriptedChunkB\t\xbaH\x06\x92\x01\x03\x10\x90NB\x07\n\x05reply\"E\n\rScriptedChunk\x12\x17\n\x04text\x18\x01 \x01(\tB\t\xbaH\x06r\x04(\x80\x80\x04\x12\x1b\n\x08\x64\x65lay_ms\x18\x02 \x01(\rB\t\xbaH\x06*\x04\x18\xe0\xd4\x03\"4\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x04\x12\x15\n\routput_tokens\x18\x02 \x01(\x04\"_\n\x0e\x41pprovalPolicy\x12/\n\x0cproposal_ttl\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1c\n\x14\x66orbid_self_approval\x18\x02 \x01(\x08*g\n\x08ToolTier\x12\x19\n\x15TOOL_TIER_UNSPECIFIED\x10\x00\x12\x12\n\x0eTOOL_TIER_READ\x10\x01\x12\x13\n\x0fTOOL_TIER_WRITE\x10\x02\x12\x17\n\x13TOOL_TIER_ASK_HUMAN\x10\x03*]\n\x0c\x42udgetAction\x12\x1d\n\x19\x42UDGET_ACTION_UNSPECIFIED\x10\x00\x12\x15\n\x11\x42UDGET_ACTION_END\x10\x01\x12\x17\n\x13\x42UDGET_ACTION_PAUSE\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16rein/v1/contract.proto\x12\x07rein.v1\x1a\x1b\x62uf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16rein/v1/decision.proto\"\xa0\x03\n\x0cTaskContract\x12\x19\n\x04goal\x18\x01 \x01(\tB\x0b\xbaH\x08r\x06\x10\x01\x18\x80\x80\x04\x12\'\n\x06inputs\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12,\n\x05tools\x18\x03 \x03(\x0b\x32\x12.rein.v1.ToolGrantB\t\xbaH\x06\x92\x01\x03\x10\x80\x02\x12\x1f\n\x06\x62udget\x18\x04 \x01(\x0b\x32\x0f.rein.v1.Budget\x12\x1e\n\x06\x63hecks\x18\x05 \x03(\x0b\x32\x0e.rein.v1.Check\x12!\n\x05model\x18\x06 \x01(\x0b\x32\x12.rein.v1.ModelSpec\x12)\n\x08\x61pproval\x18\x07 \x01(\x0b\x32\x17.rein.v1.ApprovalPolicy\x12\x31\n\x06labels\x18\x08 \x03(\x0b\x32!.rein.v1.TaskContract.LabelsEntry\x12-\n\ndelegation\x18\t \x01(\x0b\x32\x19.rein.v1.DelegationPolicy\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa0\x01\n\x10\x44\x65legationPolicy\x12\x14\n\x0cmax_children\x18\x01 \x01(\r\x12\x11\n\tmax_depth\x18\x02 \x01(\r\x12\r\n\x05tools\x18\x03 \x03(\t\x12*\n\tmax_share\x18\x04 \x01(\x01\x42\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x00\x00\xf0?)\x00\x00\x00\x00\x00\x00\x00\x00\x12(\n\x0c\x63hild_models\x18\x05 \x03(\x0b\x32\x12.rein.v1.ModelSpec\"\x94\x02\n\tToolGrant\x12+\n\x04name\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x18\x32\x16^[A-Za-z0-9_.-]{1,64}$\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12-\n\x0cinput_schema\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12+\n\x04tier\x18\x04 \x01(\x0e\x32\x11.rein.v1.ToolTierB\n\xbaH\x07\x82\x01\x04\x10\x01 \x00\x12,\n\x05rules\x18\x05 \x03(\x0b\x32\x13.rein.v1.PolicyRuleB\x08\xbaH\x05\x92\x01\x02\x10@\x12\x1a\n\tapprovals\x18\x06 \x01(\rB\x07\xbaH\x04*\x02\x18\x10\x12\x1f\n\x0epolicy_service\x18\x07 \x01(\tB\x07\xbaH\x04r\x02\x18@\"\xbd\x01\n\nPolicyRule\x12+\n\x04name\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x18\x32\x16^[A-Za-z0-9_.-]{1,64}$\x12\x31\n\x06\x65\x66\x66\x65\x63t\x18\x02 \x01(\x0e\x32\x15.rein.v1.PolicyEffectB\n\xbaH\x07\x82\x01\x04\x10\x01 \x00\x12\x18\n\x04when\x18\x03 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80 \x12\x19\n\x07message\x18\x04 \x01(\tB\x08\xbaH\x05r\x03\x18\x80 \x12\x1a\n\tapprovals\x18\x05 \x01(\rB\x07\xbaH\x04*\x02\x18\x10\"\xb5\x02\n\x06\x42udget\x12\x11\n\tmax_steps\x18\x01 \x01(\r\x12\x12\n\nmax_tokens\x18\x02 \x01(\x04\x12*\n\x07timeout\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x16\n\x0emax_tool_calls\x18\x04 \x01(\r\x12\x18\n\x10max_output_bytes\x18\x05 \x01(\x04\x12&\n\x0cmax_cost_usd\x18\x06 \x01(\x01\x42\x10\xbaH\r\x12\x0b)\x00\x00\x00\x00\x00\x00\x00\x00@\x01\x12\x19\n\x11max_context_chars\x18\x07 \x01(\x04\x12\x35\n\x0con_exhausted\x18\x08 \x01(\x0e\x32\x15.rein.v1.BudgetActionB\x08\xbaH\x05\x82\x01\x02\x10\x01\x12,\n\traise_ttl\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\"i\n\x05\x43heck\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x61rgv\x18\x02 \x03(\t\x12\x0b\n\x03\x64ir\x18\x03 \x01(\t\x12*\n\x07timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0b\n\x03\x65nv\x18\x05 \x03(\t\"\xaa\x01\n\tModelSpec\x12\x10\n\x08provider\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08\x62\x61se_url\x18\x03 \x01(\t\x12\x19\n\x11max_output_tokens\x18\x04 \x01(\r\x12\x18\n\x0btemperature\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12&\n\x06script\x18\x06 \x03(\x0b\x32\x16.rein.v1.ScriptedReplyB\x0e\n\x0c_temperature\"\xf2\x01\n\rScriptedReply\x12%\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0b\x32\x11.rein.v1.DecisionH\x00\x12\r\n\x03raw\x18\x02 \x01(\tH\x00\x12\x0f\n\x05\x65rror\x18\x03 \x01(\tH\x00\x12\x1d\n\x05usage\x18\x04 \x01(\x0b\x32\x0e.rein.v1.Usage\x12\x10\n\x08\x64\x65lay_ms\x18\x05 \x01(\r\x12\x15\n\rfail_attempts\x18\x06 \x01(\r\x12\x16\n\x0eretry_after_ms\x18\x07 \x01(\r\x12\x31\n\x06\x63hunks\x18\x08 \x03(\x0b\x32\x16.rein.v1.ScriptedChunkB\t\xbaH\x06\x92\x01\x03\x10\x90NB\x07\n\x05reply\"E\n\rScriptedChunk\x12\x17\n\x04text\x18\x01 \x01(\tB\t\xbaH\x06r\x04(\x80\x80\x04\x12\x1b\n\x08\x64\x65lay_ms\x18\x02 \x01(\rB\t\xbaH\x06*\x04\x18\xe0\xd4\x03\"4\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x04\x12\x15\n\routput_tokens\x18\x02 \x01(\x04\"_\n\x0e\x41pprovalPolicy\x12/\n\x0cproposal_ttl\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1c\n\x14\x66orbid_self_approval\x18\x02 \x01(\x08*u\n\x0cPolicyEffect\x12\x1d\n\x19POLICY_EFFECT_UNSPECIFIED\x10\x00\x12\x17\n\x13POLICY_EFFECT_ALLOW\x10\x01\x12\x15\n\x11POLICY_EFFECT_ASK\x10\x02\x12\x16\n\x12POLICY_EFFECT_DENY\x10\x03*g\n\x08ToolTier\x12\x19\n\x15TOOL_TIER_UNSPECIFIED\x10\x00\x12\x12\n\x0eTOOL_TIER_READ\x10\x01\x12\x13\n\x0fTOOL_TIER_WRITE\x10\x02\x12\x17\n\x13TOOL_TIER_ASK_HUMAN\x10\x03*]\n\x0c\x42udgetAction\x12\x1d\n\x19\x42UDGET_ACTION_UNSPECIFIED\x10\x00\x12\x15\n\x11\x42UDGET_ACTION_END\x10\x01\x12\x17\n\x13\x42UDGET_ACTION_PAUSE\x10\x02\x62\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rein_client._gen.rein.v1.contract_pb2', globals())
@@ -36,6 +36,22 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _TOOLGRANT.fields_by_name['name']._serialized_options = b'\272H\032r\0302\026^[A-Za-z0-9_.-]{1,64}$'
   _TOOLGRANT.fields_by_name['tier']._options = None
   _TOOLGRANT.fields_by_name['tier']._serialized_options = b'\272H\007\202\001\004\020\001 \000'
+  _TOOLGRANT.fields_by_name['rules']._options = None
+  _TOOLGRANT.fields_by_name['rules']._serialized_options = b'\272H\005\222\001\002\020@'
+  _TOOLGRANT.fields_by_name['approvals']._options = None
+  _TOOLGRANT.fields_by_name['approvals']._serialized_options = b'\272H\004*\002\030\020'
+  _TOOLGRANT.fields_by_name['policy_service']._options = None
+  _TOOLGRANT.fields_by_name['policy_service']._serialized_options = b'\272H\004r\002\030@'
+  _POLICYRULE.fields_by_name['name']._options = None
+  _POLICYRULE.fields_by_name['name']._serialized_options = b'\272H\032r\0302\026^[A-Za-z0-9_.-]{1,64}$'
+  _POLICYRULE.fields_by_name['effect']._options = None
+  _POLICYRULE.fields_by_name['effect']._serialized_options = b'\272H\007\202\001\004\020\001 \000'
+  _POLICYRULE.fields_by_name['when']._options = None
+  _POLICYRULE.fields_by_name['when']._serialized_options = b'\272H\007r\005\020\001\030\200 '
+  _POLICYRULE.fields_by_name['message']._options = None
+  _POLICYRULE.fields_by_name['message']._serialized_options = b'\272H\005r\003\030\200 '
+  _POLICYRULE.fields_by_name['approvals']._options = None
+  _POLICYRULE.fields_by_name['approvals']._serialized_options = b'\272H\004*\002\030\020'
   _BUDGET.fields_by_name['max_cost_usd']._options = None
   _BUDGET.fields_by_name['max_cost_usd']._serialized_options = b'\272H\r\022\013)\000\000\000\000\000\000\000\000@\001'
   _BUDGET.fields_by_name['on_exhausted']._options = None
@@ -46,10 +62,12 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _SCRIPTEDCHUNK.fields_by_name['text']._serialized_options = b'\272H\006r\004(\200\200\004'
   _SCRIPTEDCHUNK.fields_by_name['delay_ms']._options = None
   _SCRIPTEDCHUNK.fields_by_name['delay_ms']._serialized_options = b'\272H\006*\004\030\340\324\003'
-  _TOOLTIER._serialized_start=1963
-  _TOOLTIER._serialized_end=2066
-  _BUDGETACTION._serialized_start=2068
-  _BUDGETACTION._serialized_end=2161
+  _POLICYEFFECT._serialized_start=2262
+  _POLICYEFFECT._serialized_end=2379
+  _TOOLTIER._serialized_start=2381
+  _TOOLTIER._serialized_end=2484
+  _BUDGETACTION._serialized_start=2486
+  _BUDGETACTION._serialized_end=2579
   _TASKCONTRACT._serialized_start=151
   _TASKCONTRACT._serialized_end=567
   _TASKCONTRACT_LABELSENTRY._serialized_start=522
@@ -57,19 +75,21 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _DELEGATIONPOLICY._serialized_start=570
   _DELEGATIONPOLICY._serialized_end=730
   _TOOLGRANT._serialized_start=733
-  _TOOLGRANT._serialized_end=902
-  _BUDGET._serialized_start=905
-  _BUDGET._serialized_end=1214
-  _CHECK._serialized_start=1216
-  _CHECK._serialized_end=1321
-  _MODELSPEC._serialized_start=1324
-  _MODELSPEC._serialized_end=1494
-  _SCRIPTEDREPLY._serialized_start=1497
-  _SCRIPTEDREPLY._serialized_end=1739
-  _SCRIPTEDCHUNK._serialized_start=1741
-  _SCRIPTEDCHUNK._serialized_end=1810
-  _USAGE._serialized_start=1812
-  _USAGE._serialized_end=1864
-  _APPROVALPOLICY._serialized_start=1866
-  _APPROVALPOLICY._serialized_end=1961
+  _TOOLGRANT._serialized_end=1009
+  _POLICYRULE._serialized_start=1012
+  _POLICYRULE._serialized_end=1201
+  _BUDGET._serialized_start=1204
+  _BUDGET._serialized_end=1513
+  _CHECK._serialized_start=1515
+  _CHECK._serialized_end=1620
+  _MODELSPEC._serialized_start=1623
+  _MODELSPEC._serialized_end=1793
+  _SCRIPTEDREPLY._serialized_start=1796
+  _SCRIPTEDREPLY._serialized_end=2038
+  _SCRIPTEDCHUNK._serialized_start=2040
+  _SCRIPTEDCHUNK._serialized_end=2109
+  _USAGE._serialized_start=2111
+  _USAGE._serialized_end=2163
+  _APPROVALPOLICY._serialized_start=2165
+  _APPROVALPOLICY._serialized_end=2260
 # @@protoc_insertion_point(module_scope)

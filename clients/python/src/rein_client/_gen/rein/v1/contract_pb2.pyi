@@ -12,6 +12,10 @@ BUDGET_ACTION_END: BudgetAction
 BUDGET_ACTION_PAUSE: BudgetAction
 BUDGET_ACTION_UNSPECIFIED: BudgetAction
 DESCRIPTOR: _descriptor.FileDescriptor
+POLICY_EFFECT_ALLOW: PolicyEffect
+POLICY_EFFECT_ASK: PolicyEffect
+POLICY_EFFECT_DENY: PolicyEffect
+POLICY_EFFECT_UNSPECIFIED: PolicyEffect
 TOOL_TIER_ASK_HUMAN: ToolTier
 TOOL_TIER_READ: ToolTier
 TOOL_TIER_UNSPECIFIED: ToolTier
@@ -91,6 +95,20 @@ class ModelSpec(_message.Message):
     temperature: float
     def __init__(self, provider: _Optional[str] = ..., name: _Optional[str] = ..., base_url: _Optional[str] = ..., max_output_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., script: _Optional[_Iterable[_Union[ScriptedReply, _Mapping]]] = ...) -> None: ...
 
+class PolicyRule(_message.Message):
+    __slots__ = ["approvals", "effect", "message", "name", "when"]
+    APPROVALS_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WHEN_FIELD_NUMBER: _ClassVar[int]
+    approvals: int
+    effect: PolicyEffect
+    message: str
+    name: str
+    when: str
+    def __init__(self, name: _Optional[str] = ..., effect: _Optional[_Union[PolicyEffect, str]] = ..., when: _Optional[str] = ..., message: _Optional[str] = ..., approvals: _Optional[int] = ...) -> None: ...
+
 class ScriptedChunk(_message.Message):
     __slots__ = ["delay_ms", "text"]
     DELAY_MS_FIELD_NUMBER: _ClassVar[int]
@@ -149,16 +167,22 @@ class TaskContract(_message.Message):
     def __init__(self, goal: _Optional[str] = ..., inputs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[ToolGrant, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., checks: _Optional[_Iterable[_Union[Check, _Mapping]]] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., approval: _Optional[_Union[ApprovalPolicy, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., delegation: _Optional[_Union[DelegationPolicy, _Mapping]] = ...) -> None: ...
 
 class ToolGrant(_message.Message):
-    __slots__ = ["description", "input_schema", "name", "tier"]
+    __slots__ = ["approvals", "description", "input_schema", "name", "policy_service", "rules", "tier"]
+    APPROVALS_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     INPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    POLICY_SERVICE_FIELD_NUMBER: _ClassVar[int]
+    RULES_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
+    approvals: int
     description: str
     input_schema: _struct_pb2.Struct
     name: str
+    policy_service: str
+    rules: _containers.RepeatedCompositeFieldContainer[PolicyRule]
     tier: ToolTier
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., tier: _Optional[_Union[ToolTier, str]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., tier: _Optional[_Union[ToolTier, str]] = ..., rules: _Optional[_Iterable[_Union[PolicyRule, _Mapping]]] = ..., approvals: _Optional[int] = ..., policy_service: _Optional[str] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ["input_tokens", "output_tokens"]
@@ -167,6 +191,9 @@ class Usage(_message.Message):
     input_tokens: int
     output_tokens: int
     def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ...) -> None: ...
+
+class PolicyEffect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
 
 class ToolTier(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -11,13 +11,14 @@ from google.protobuf import symbol_database as _symbol_database
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from rein_client._gen.rein.v1 import contract_pb2 as rein_dot_v1_dot_contract__pb2
 from rein_client._gen.rein.v1 import decision_pb2 as rein_dot_v1_dot_decision__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11rein/v1/run.proto\x12\x07rein.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xe3\x06\n\x03Run\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\"\n\x06status\x18\x02 \x01(\x0e\x32\x12.rein.v1.RunStatus\x12\'\n\x08\x63ontract\x18\x03 \x01(\x0b\x32\x15.rein.v1.TaskContract\x12\x11\n\tprincipal\x18\x04 \x01(\t\x12\x0e\n\x06tenant\x18\x05 \x01(\t\x12\x0f\n\x07version\x18\x06 \x01(\x04\x12\r\n\x05steps\x18\x07 \x01(\r\x12\x1d\n\x05usage\x18\x08 \x01(\x0b\x32\x0e.rein.v1.Usage\x12\x12\n\ntool_calls\x18\t \x01(\r\x12,\n\x08\x64\x65\x61\x64line\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x07pending\x18\x0b \x01(\x0b\x32\x16.rein.v1.PendingAction\x12$\n\x06result\x18\x0c \x01(\x0b\x32\x14.rein.v1.FinalAnswer\x12\x12\n\nlast_error\x18\r \x01(\t\x12.\n\ncreated_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nrequest_id\x18\x10 \x01(\t\x12\x15\n\rstatus_reason\x18\x11 \x01(\t\x12\x17\n\x0fmodel_in_flight\x18\x12 \x01(\x08\x12)\n\x0e\x61pproved_write\x18\x13 \x01(\x0b\x32\x11.rein.v1.Proposal\x12\x1a\n\x12write_operation_id\x18\x14 \x01(\t\x12\x10\n\x08\x63ost_usd\x18\x15 \x01(\x01\x12&\n\x08progress\x18\x16 \x01(\x0b\x32\x14.rein.v1.RunProgress\x12\x10\n\x08trace_id\x18\x17 \x01(\t\x12\x1c\n\x14trace_parent_span_id\x18\x18 \x01(\t\x12*\n\x0c\x64\x65legated_by\x18\x19 \x01(\x0b\x32\x14.rein.v1.DelegatedBy\x12*\n\ndelegation\x18\x1a \x01(\x0b\x32\x16.rein.v1.RunDelegation\x12$\n\x07\x61rchive\x18\x1b \x01(\x0b\x32\x13.rein.v1.RunArchive\x12%\n\rbudget_raised\x18\x1c \x01(\x0b\x32\x0e.rein.v1.Spend\"n\n\nRunArchive\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12/\n\x0b\x61rchived_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xb3\x03\n\x0bRunProgress\x12$\n\topen_call\x18\x01 \x01(\x0b\x32\x11.rein.v1.ToolCall\x12)\n\x0eopen_call_tier\x18\x02 \x01(\x0e\x32\x11.rein.v1.ToolTier\x12\x45\n\x12tool_calls_by_tool\x18\x03 \x03(\x0b\x32).rein.v1.RunProgress.ToolCallsByToolEntry\x12\x1b\n\x13\x66\x61iling_checks_hash\x18\x04 \x01(\t\x12\x1f\n\x17\x66\x61iling_checks_repeated\x18\x05 \x01(\r\x12)\n\x05price\x18\x06 \x01(\x0b\x32\x1a.rein.v1.RunProgress.Price\x12\x19\n\x11steer_request_ids\x18\x07 \x03(\t\x12\x16\n\x0esteers_waiting\x18\x08 \x01(\r\x1a\x38\n\x05Price\x12\x16\n\x0einput_per_mtok\x18\x01 \x01(\x01\x12\x17\n\x0foutput_per_mtok\x18\x02 \x01(\x01\x1a\x36\n\x14ToolCallsByToolEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\x8f\x01\n\rPendingAction\x12%\n\x08proposal\x18\x01 \x01(\x0b\x32\x11.rein.v1.ProposalH\x00\x12%\n\x08question\x18\x02 \x01(\x0b\x32\x11.rein.v1.QuestionH\x00\x12&\n\x06\x62udget\x18\x03 \x01(\x0b\x32\x14.rein.v1.BudgetPauseH\x00\x42\x08\n\x06\x61\x63tion\"\xa8\x01\n\x0b\x42udgetPause\x12\r\n\x05limit\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\x12.\n\nexpires_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x63hild_run_id\x18\x04 \x01(\t\x12\x18\n\x10next_call_tokens\x18\x05 \x01(\x04\x12\x1a\n\x12next_call_cost_usd\x18\x06 \x01(\x01\"\xa8\x02\n\x08Proposal\x12\x13\n\x0bproposal_id\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12*\n\targuments\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\'\n\x07preview\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x0c\n\x04hash\x18\x05 \x01(\t\x12.\n\nexpires_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0brun_version\x18\x07 \x01(\x04\x12\x0f\n\x07\x63\x61ll_id\x18\x08 \x01(\t\x12\x14\n\x0cpreview_blob\x18\t \x01(\t\x12\x16\n\x0e\x61rguments_blob\x18\n \x01(\t\x12\x12\n\nrevised_by\x18\x0b \x01(\t\")\n\x08Question\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\"n\n\x0b\x44\x65legatedBy\x12\x15\n\rparent_run_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12\x12\n\ntask_index\x18\x03 \x01(\r\x12\x13\n\x0broot_run_id\x18\x04 \x01(\t\x12\r\n\x05\x64\x65pth\x18\x05 \x01(\r\"\x94\x01\n\rRunDelegation\x12\x18\n\x10\x63hildren_started\x18\x01 \x01(\r\x12)\n\ropen_children\x18\x02 \x03(\x0b\x32\x12.rein.v1.ChildLoan\x12\x1c\n\x04lent\x18\x03 \x01(\x0b\x32\x0e.rein.v1.Spend\x12 \n\x08returned\x18\x04 \x01(\x0b\x32\x0e.rein.v1.Spend\"L\n\x05Spend\x12\r\n\x05steps\x18\x01 \x01(\r\x12\x0e\n\x06tokens\x18\x02 \x01(\x04\x12\x10\n\x08\x63ost_usd\x18\x03 \x01(\x01\x12\x12\n\ntool_calls\x18\x04 \x01(\r\"9\n\tChildLoan\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x1c\n\x04lent\x18\x02 \x01(\x0b\x32\x0e.rein.v1.Spend*\xb2\x02\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12RUN_STATUS_RUNNING\x10\x01\x12\x1a\n\x16RUN_STATUS_NEEDS_INPUT\x10\x02\x12\x1d\n\x19RUN_STATUS_NEEDS_APPROVAL\x10\x03\x12\x18\n\x14RUN_STATUS_COMPLETED\x10\x04\x12\x1f\n\x1bRUN_STATUS_BUDGET_EXHAUSTED\x10\x05\x12\x15\n\x11RUN_STATUS_FAILED\x10\x06\x12\x15\n\x11RUN_STATUS_DENIED\x10\x07\x12\x16\n\x12RUN_STATUS_EXPIRED\x10\x08\x12\x18\n\x14RUN_STATUS_CANCELLED\x10\t\x12\x1b\n\x17RUN_STATUS_NEEDS_BUDGET\x10\nb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11rein/v1/run.proto\x12\x07rein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xe3\x06\n\x03Run\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\"\n\x06status\x18\x02 \x01(\x0e\x32\x12.rein.v1.RunStatus\x12\'\n\x08\x63ontract\x18\x03 \x01(\x0b\x32\x15.rein.v1.TaskContract\x12\x11\n\tprincipal\x18\x04 \x01(\t\x12\x0e\n\x06tenant\x18\x05 \x01(\t\x12\x0f\n\x07version\x18\x06 \x01(\x04\x12\r\n\x05steps\x18\x07 \x01(\r\x12\x1d\n\x05usage\x18\x08 \x01(\x0b\x32\x0e.rein.v1.Usage\x12\x12\n\ntool_calls\x18\t \x01(\r\x12,\n\x08\x64\x65\x61\x64line\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x07pending\x18\x0b \x01(\x0b\x32\x16.rein.v1.PendingAction\x12$\n\x06result\x18\x0c \x01(\x0b\x32\x14.rein.v1.FinalAnswer\x12\x12\n\nlast_error\x18\r \x01(\t\x12.\n\ncreated_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nrequest_id\x18\x10 \x01(\t\x12\x15\n\rstatus_reason\x18\x11 \x01(\t\x12\x17\n\x0fmodel_in_flight\x18\x12 \x01(\x08\x12)\n\x0e\x61pproved_write\x18\x13 \x01(\x0b\x32\x11.rein.v1.Proposal\x12\x1a\n\x12write_operation_id\x18\x14 \x01(\t\x12\x10\n\x08\x63ost_usd\x18\x15 \x01(\x01\x12&\n\x08progress\x18\x16 \x01(\x0b\x32\x14.rein.v1.RunProgress\x12\x10\n\x08trace_id\x18\x17 \x01(\t\x12\x1c\n\x14trace_parent_span_id\x18\x18 \x01(\t\x12*\n\x0c\x64\x65legated_by\x18\x19 \x01(\x0b\x32\x14.rein.v1.DelegatedBy\x12*\n\ndelegation\x18\x1a \x01(\x0b\x32\x16.rein.v1.RunDelegation\x12$\n\x07\x61rchive\x18\x1b \x01(\x0b\x32\x13.rein.v1.RunArchive\x12%\n\rbudget_raised\x18\x1c \x01(\x0b\x32\x0e.rein.v1.Spend\"n\n\nRunArchive\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12/\n\x0b\x61rchived_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xdb\x03\n\x0bRunProgress\x12$\n\topen_call\x18\x01 \x01(\x0b\x32\x11.rein.v1.ToolCall\x12)\n\x0eopen_call_tier\x18\x02 \x01(\x0e\x32\x11.rein.v1.ToolTier\x12\x45\n\x12tool_calls_by_tool\x18\x03 \x03(\x0b\x32).rein.v1.RunProgress.ToolCallsByToolEntry\x12\x1b\n\x13\x66\x61iling_checks_hash\x18\x04 \x01(\t\x12\x1f\n\x17\x66\x61iling_checks_repeated\x18\x05 \x01(\r\x12)\n\x05price\x18\x06 \x01(\x0b\x32\x1a.rein.v1.RunProgress.Price\x12\x19\n\x11steer_request_ids\x18\x07 \x03(\t\x12\x16\n\x0esteers_waiting\x18\x08 \x01(\r\x12&\n\x06policy\x18\t \x01(\x0b\x32\x16.rein.v1.PolicyDecided\x1a\x38\n\x05Price\x12\x16\n\x0einput_per_mtok\x18\x01 \x01(\x01\x12\x17\n\x0foutput_per_mtok\x18\x02 \x01(\x01\x1a\x36\n\x14ToolCallsByToolEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\x8f\x01\n\rPendingAction\x12%\n\x08proposal\x18\x01 \x01(\x0b\x32\x11.rein.v1.ProposalH\x00\x12%\n\x08question\x18\x02 \x01(\x0b\x32\x11.rein.v1.QuestionH\x00\x12&\n\x06\x62udget\x18\x03 \x01(\x0b\x32\x14.rein.v1.BudgetPauseH\x00\x42\x08\n\x06\x61\x63tion\"\xa8\x01\n\x0b\x42udgetPause\x12\r\n\x05limit\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\x12.\n\nexpires_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x63hild_run_id\x18\x04 \x01(\t\x12\x18\n\x10next_call_tokens\x18\x05 \x01(\x04\x12\x1a\n\x12next_call_cost_usd\x18\x06 \x01(\x01\"\x9e\x03\n\x08Proposal\x12\x13\n\x0bproposal_id\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12*\n\targuments\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\'\n\x07preview\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x0c\n\x04hash\x18\x05 \x01(\t\x12.\n\nexpires_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0brun_version\x18\x07 \x01(\x04\x12\x0f\n\x07\x63\x61ll_id\x18\x08 \x01(\t\x12\x14\n\x0cpreview_blob\x18\t \x01(\t\x12\x16\n\x0e\x61rguments_blob\x18\n \x01(\t\x12\x12\n\nrevised_by\x18\x0b \x01(\t\x12\x11\n\tapprovals\x18\x0c \x01(\r\x12\x13\n\x0b\x61pproved_by\x18\r \x03(\t\x12\x1f\n\x04tier\x18\x0e \x01(\x0e\x32\x11.rein.v1.ToolTier\x12\x13\n\x0bpolicy_rule\x18\x0f \x01(\t\x12\x16\n\x0epolicy_message\x18\x10 \x01(\t\")\n\x08Question\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\"n\n\x0b\x44\x65legatedBy\x12\x15\n\rparent_run_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12\x12\n\ntask_index\x18\x03 \x01(\r\x12\x13\n\x0broot_run_id\x18\x04 \x01(\t\x12\r\n\x05\x64\x65pth\x18\x05 \x01(\r\"\x94\x01\n\rRunDelegation\x12\x18\n\x10\x63hildren_started\x18\x01 \x01(\r\x12)\n\ropen_children\x18\x02 \x03(\x0b\x32\x12.rein.v1.ChildLoan\x12\x1c\n\x04lent\x18\x03 \x01(\x0b\x32\x0e.rein.v1.Spend\x12 \n\x08returned\x18\x04 \x01(\x0b\x32\x0e.rein.v1.Spend\"L\n\x05Spend\x12\r\n\x05steps\x18\x01 \x01(\r\x12\x0e\n\x06tokens\x18\x02 \x01(\x04\x12\x10\n\x08\x63ost_usd\x18\x03 \x01(\x01\x12\x12\n\ntool_calls\x18\x04 \x01(\r\"9\n\tChildLoan\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x1c\n\x04lent\x18\x02 \x01(\x0b\x32\x0e.rein.v1.Spend\"\xf7\x01\n\rPolicyDecided\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12%\n\x06\x65\x66\x66\x65\x63t\x18\x03 \x01(\x0e\x32\x15.rein.v1.PolicyEffect\x12%\n\x06source\x18\x04 \x01(\x0e\x32\x15.rein.v1.PolicySource\x12\x0c\n\x04rule\x18\x05 \x01(\t\x12\x0c\n\x04when\x18\x06 \x01(\t\x12\x0f\n\x07message\x18\x07 \x01(\t\x12\x11\n\tapprovals\x18\x08 \x01(\r\x12*\n\x07latency\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05\x65rror\x18\n \x01(\t*\xb2\x02\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12RUN_STATUS_RUNNING\x10\x01\x12\x1a\n\x16RUN_STATUS_NEEDS_INPUT\x10\x02\x12\x1d\n\x19RUN_STATUS_NEEDS_APPROVAL\x10\x03\x12\x18\n\x14RUN_STATUS_COMPLETED\x10\x04\x12\x1f\n\x1bRUN_STATUS_BUDGET_EXHAUSTED\x10\x05\x12\x15\n\x11RUN_STATUS_FAILED\x10\x06\x12\x15\n\x11RUN_STATUS_DENIED\x10\x07\x12\x16\n\x12RUN_STATUS_EXPIRED\x10\x08\x12\x18\n\x14RUN_STATUS_CANCELLED\x10\t\x12\x1b\n\x17RUN_STATUS_NEEDS_BUDGET\x10\n*~\n\x0cPolicySource\x12\x1d\n\x19POLICY_SOURCE_UNSPECIFIED\x10\x00\x12\x1a\n\x16POLICY_SOURCE_CONTRACT\x10\x01\x12\x18\n\x14POLICY_SOURCE_SERVER\x10\x02\x12\x19\n\x15POLICY_SOURCE_SERVICE\x10\x03\x62\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rein_client._gen.rein.v1.run_pb2', globals())
@@ -26,32 +27,36 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   _RUNPROGRESS_TOOLCALLSBYTOOLENTRY._options = None
   _RUNPROGRESS_TOOLCALLSBYTOOLENTRY._serialized_options = b'8\001'
-  _RUNSTATUS._serialized_start=2621
-  _RUNSTATUS._serialized_end=2927
-  _RUN._serialized_start=142
-  _RUN._serialized_end=1009
-  _RUNARCHIVE._serialized_start=1011
-  _RUNARCHIVE._serialized_end=1121
-  _RUNPROGRESS._serialized_start=1124
-  _RUNPROGRESS._serialized_end=1559
-  _RUNPROGRESS_PRICE._serialized_start=1447
-  _RUNPROGRESS_PRICE._serialized_end=1503
-  _RUNPROGRESS_TOOLCALLSBYTOOLENTRY._serialized_start=1505
-  _RUNPROGRESS_TOOLCALLSBYTOOLENTRY._serialized_end=1559
-  _PENDINGACTION._serialized_start=1562
-  _PENDINGACTION._serialized_end=1705
-  _BUDGETPAUSE._serialized_start=1708
-  _BUDGETPAUSE._serialized_end=1876
-  _PROPOSAL._serialized_start=1879
-  _PROPOSAL._serialized_end=2175
-  _QUESTION._serialized_start=2177
-  _QUESTION._serialized_end=2218
-  _DELEGATEDBY._serialized_start=2220
-  _DELEGATEDBY._serialized_end=2330
-  _RUNDELEGATION._serialized_start=2333
-  _RUNDELEGATION._serialized_end=2481
-  _SPEND._serialized_start=2483
-  _SPEND._serialized_end=2559
-  _CHILDLOAN._serialized_start=2561
-  _CHILDLOAN._serialized_end=2618
+  _RUNSTATUS._serialized_start=3061
+  _RUNSTATUS._serialized_end=3367
+  _POLICYSOURCE._serialized_start=3369
+  _POLICYSOURCE._serialized_end=3495
+  _RUN._serialized_start=174
+  _RUN._serialized_end=1041
+  _RUNARCHIVE._serialized_start=1043
+  _RUNARCHIVE._serialized_end=1153
+  _RUNPROGRESS._serialized_start=1156
+  _RUNPROGRESS._serialized_end=1631
+  _RUNPROGRESS_PRICE._serialized_start=1519
+  _RUNPROGRESS_PRICE._serialized_end=1575
+  _RUNPROGRESS_TOOLCALLSBYTOOLENTRY._serialized_start=1577
+  _RUNPROGRESS_TOOLCALLSBYTOOLENTRY._serialized_end=1631
+  _PENDINGACTION._serialized_start=1634
+  _PENDINGACTION._serialized_end=1777
+  _BUDGETPAUSE._serialized_start=1780
+  _BUDGETPAUSE._serialized_end=1948
+  _PROPOSAL._serialized_start=1951
+  _PROPOSAL._serialized_end=2365
+  _QUESTION._serialized_start=2367
+  _QUESTION._serialized_end=2408
+  _DELEGATEDBY._serialized_start=2410
+  _DELEGATEDBY._serialized_end=2520
+  _RUNDELEGATION._serialized_start=2523
+  _RUNDELEGATION._serialized_end=2671
+  _SPEND._serialized_start=2673
+  _SPEND._serialized_end=2749
+  _CHILDLOAN._serialized_start=2751
+  _CHILDLOAN._serialized_end=2808
+  _POLICYDECIDED._serialized_start=2811
+  _POLICYDECIDED._serialized_end=3058
 # @@protoc_insertion_point(module_scope)

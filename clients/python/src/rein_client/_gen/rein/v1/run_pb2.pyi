@@ -1,3 +1,4 @@
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from rein_client._gen.rein.v1 import contract_pb2 as _contract_pb2
@@ -9,6 +10,10 @@ from google.protobuf import message as _message
 from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+POLICY_SOURCE_CONTRACT: PolicySource
+POLICY_SOURCE_SERVER: PolicySource
+POLICY_SOURCE_SERVICE: PolicySource
+POLICY_SOURCE_UNSPECIFIED: PolicySource
 RUN_STATUS_BUDGET_EXHAUSTED: RunStatus
 RUN_STATUS_CANCELLED: RunStatus
 RUN_STATUS_COMPLETED: RunStatus
@@ -69,31 +74,65 @@ class PendingAction(_message.Message):
     question: Question
     def __init__(self, proposal: _Optional[_Union[Proposal, _Mapping]] = ..., question: _Optional[_Union[Question, _Mapping]] = ..., budget: _Optional[_Union[BudgetPause, _Mapping]] = ...) -> None: ...
 
+class PolicyDecided(_message.Message):
+    __slots__ = ["approvals", "call_id", "effect", "error", "latency", "message", "rule", "source", "tool", "when"]
+    APPROVALS_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    WHEN_FIELD_NUMBER: _ClassVar[int]
+    approvals: int
+    call_id: str
+    effect: _contract_pb2.PolicyEffect
+    error: str
+    latency: _duration_pb2.Duration
+    message: str
+    rule: str
+    source: PolicySource
+    tool: str
+    when: str
+    def __init__(self, call_id: _Optional[str] = ..., tool: _Optional[str] = ..., effect: _Optional[_Union[_contract_pb2.PolicyEffect, str]] = ..., source: _Optional[_Union[PolicySource, str]] = ..., rule: _Optional[str] = ..., when: _Optional[str] = ..., message: _Optional[str] = ..., approvals: _Optional[int] = ..., latency: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
+
 class Proposal(_message.Message):
-    __slots__ = ["arguments", "arguments_blob", "call_id", "expires_at", "hash", "preview", "preview_blob", "proposal_id", "revised_by", "run_version", "tool"]
+    __slots__ = ["approvals", "approved_by", "arguments", "arguments_blob", "call_id", "expires_at", "hash", "policy_message", "policy_rule", "preview", "preview_blob", "proposal_id", "revised_by", "run_version", "tier", "tool"]
+    APPROVALS_FIELD_NUMBER: _ClassVar[int]
+    APPROVED_BY_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_BLOB_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     HASH_FIELD_NUMBER: _ClassVar[int]
+    POLICY_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    POLICY_RULE_FIELD_NUMBER: _ClassVar[int]
     PREVIEW_BLOB_FIELD_NUMBER: _ClassVar[int]
     PREVIEW_FIELD_NUMBER: _ClassVar[int]
     PROPOSAL_ID_FIELD_NUMBER: _ClassVar[int]
     REVISED_BY_FIELD_NUMBER: _ClassVar[int]
     RUN_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
+    approvals: int
+    approved_by: _containers.RepeatedScalarFieldContainer[str]
     arguments: _struct_pb2.Struct
     arguments_blob: str
     call_id: str
     expires_at: _timestamp_pb2.Timestamp
     hash: str
+    policy_message: str
+    policy_rule: str
     preview: _struct_pb2.Value
     preview_blob: str
     proposal_id: str
     revised_by: str
     run_version: int
+    tier: _contract_pb2.ToolTier
     tool: str
-    def __init__(self, proposal_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., preview: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., hash: _Optional[str] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., run_version: _Optional[int] = ..., call_id: _Optional[str] = ..., preview_blob: _Optional[str] = ..., arguments_blob: _Optional[str] = ..., revised_by: _Optional[str] = ...) -> None: ...
+    def __init__(self, proposal_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., preview: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., hash: _Optional[str] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., run_version: _Optional[int] = ..., call_id: _Optional[str] = ..., preview_blob: _Optional[str] = ..., arguments_blob: _Optional[str] = ..., revised_by: _Optional[str] = ..., approvals: _Optional[int] = ..., approved_by: _Optional[_Iterable[str]] = ..., tier: _Optional[_Union[_contract_pb2.ToolTier, str]] = ..., policy_rule: _Optional[str] = ..., policy_message: _Optional[str] = ...) -> None: ...
 
 class Question(_message.Message):
     __slots__ = ["call_id", "text"]
@@ -188,7 +227,7 @@ class RunDelegation(_message.Message):
     def __init__(self, children_started: _Optional[int] = ..., open_children: _Optional[_Iterable[_Union[ChildLoan, _Mapping]]] = ..., lent: _Optional[_Union[Spend, _Mapping]] = ..., returned: _Optional[_Union[Spend, _Mapping]] = ...) -> None: ...
 
 class RunProgress(_message.Message):
-    __slots__ = ["failing_checks_hash", "failing_checks_repeated", "open_call", "open_call_tier", "price", "steer_request_ids", "steers_waiting", "tool_calls_by_tool"]
+    __slots__ = ["failing_checks_hash", "failing_checks_repeated", "open_call", "open_call_tier", "policy", "price", "steer_request_ids", "steers_waiting", "tool_calls_by_tool"]
     class Price(_message.Message):
         __slots__ = ["input_per_mtok", "output_per_mtok"]
         INPUT_PER_MTOK_FIELD_NUMBER: _ClassVar[int]
@@ -207,6 +246,7 @@ class RunProgress(_message.Message):
     FAILING_CHECKS_REPEATED_FIELD_NUMBER: _ClassVar[int]
     OPEN_CALL_FIELD_NUMBER: _ClassVar[int]
     OPEN_CALL_TIER_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
     PRICE_FIELD_NUMBER: _ClassVar[int]
     STEERS_WAITING_FIELD_NUMBER: _ClassVar[int]
     STEER_REQUEST_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -215,11 +255,12 @@ class RunProgress(_message.Message):
     failing_checks_repeated: int
     open_call: _decision_pb2.ToolCall
     open_call_tier: _contract_pb2.ToolTier
+    policy: PolicyDecided
     price: RunProgress.Price
     steer_request_ids: _containers.RepeatedScalarFieldContainer[str]
     steers_waiting: int
     tool_calls_by_tool: _containers.ScalarMap[str, int]
-    def __init__(self, open_call: _Optional[_Union[_decision_pb2.ToolCall, _Mapping]] = ..., open_call_tier: _Optional[_Union[_contract_pb2.ToolTier, str]] = ..., tool_calls_by_tool: _Optional[_Mapping[str, int]] = ..., failing_checks_hash: _Optional[str] = ..., failing_checks_repeated: _Optional[int] = ..., price: _Optional[_Union[RunProgress.Price, _Mapping]] = ..., steer_request_ids: _Optional[_Iterable[str]] = ..., steers_waiting: _Optional[int] = ...) -> None: ...
+    def __init__(self, open_call: _Optional[_Union[_decision_pb2.ToolCall, _Mapping]] = ..., open_call_tier: _Optional[_Union[_contract_pb2.ToolTier, str]] = ..., tool_calls_by_tool: _Optional[_Mapping[str, int]] = ..., failing_checks_hash: _Optional[str] = ..., failing_checks_repeated: _Optional[int] = ..., price: _Optional[_Union[RunProgress.Price, _Mapping]] = ..., steer_request_ids: _Optional[_Iterable[str]] = ..., steers_waiting: _Optional[int] = ..., policy: _Optional[_Union[PolicyDecided, _Mapping]] = ...) -> None: ...
 
 class Spend(_message.Message):
     __slots__ = ["cost_usd", "steps", "tokens", "tool_calls"]
@@ -234,4 +275,7 @@ class Spend(_message.Message):
     def __init__(self, steps: _Optional[int] = ..., tokens: _Optional[int] = ..., cost_usd: _Optional[float] = ..., tool_calls: _Optional[int] = ...) -> None: ...
 
 class RunStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class PolicySource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

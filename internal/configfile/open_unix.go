@@ -1,6 +1,6 @@
 //go:build unix
 
-package tenants
+package configfile
 
 import "syscall"
 

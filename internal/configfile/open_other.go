@@ -1,6 +1,6 @@
 //go:build !unix
 
-package tenants
+package configfile
 
 // nonblock is 0 where there are no FIFOs to wait on.
 const nonblock = 0
