@@ -21,7 +21,7 @@ type Checker struct {
 
 // Decide decides call, made by run, to the tool of grant, whose compiled
 // rules are rules. It returns nil when no policy decides the call (its
-// tier does). The order (docs/design.md §6):
+// tier does). The order (docs/design.md §15):
 //
 //  1. The server's rules for the run's tenant and the tool, first match;
 //     a deny ends it there.

@@ -3,7 +3,7 @@
 // policy file (rein serve --policy), or a team's PolicyService. A decision
 // is allow, ask or deny, and names what decided it, so that the engine
 // records it as a policy_decided event and a replay can show where another
-// policy would decide otherwise (docs/design.md §6).
+// policy would decide otherwise (docs/design.md §15).
 package policy
 
 import (
