@@ -9,14 +9,17 @@ import (
 	"github.com/spf13/cobra"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/policy"
 	"github.com/reinhq/rein/internal/replay"
 )
 
 func newReplayCmd(e *env) *cobra.Command {
-	return &cobra.Command{
+	var policyFile string
+	cmd := &cobra.Command{
 		Use: "replay RUN_ID|FILE|DIR",
 		Example: `  rein replay testdata/recordings
-  rein replay run_01M8…`,
+  rein replay run_01M8…
+  rein replay --policy new-policy.toml run_01M8…`,
 		Short: "Replay recorded runs through this rein's harness and report the first divergence",
 		Long: `Feed each recorded run's model replies, tool results and people's decisions, in
 order and on the recorded clock, through this rein's harness into an in-memory
@@ -27,10 +30,22 @@ every *.rein file in DIR. A delegating run is replayed with its children's
 recorded results (a tree, as rein export --tree writes it), and each child on
 its own. Exit 0 when every run matches; 1 at the first
 divergence, printed as the sequence, the first field that differs, the
-expected event and the event the harness made.`,
+expected event and the event the harness made.
+
+With --policy FILE the runs are replayed under that policy file's rules (as
+rein serve --policy reads it) in place of the server's rules they were
+recorded under: the divergence is the first call the new rules decide
+otherwise. A policy service's answers always come from the recording.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			var rules *policy.Holder
+			if policyFile != "" {
+				var err error
+				if rules, err = policy.NewHolder(policyFile); err != nil {
+					return usageError("--policy: %v", err)
+				}
+			}
 			runs, err := replaySources(args[0])
 			if err != nil {
 				return err
@@ -51,7 +66,7 @@ expected event and the event the harness made.`,
 			failed := 0
 			for _, name := range names {
 				x := runs[name]
-				res, err := replay.Run(ctx, x.GetEvents(), replay.Options{Blobs: x.GetBlobs(), Children: replay.TreeChildren(x)})
+				res, err := replay.Run(ctx, x.GetEvents(), replay.Options{Blobs: x.GetBlobs(), Children: replay.TreeChildren(x), Policy: rules})
 				if err != nil {
 					return fmt.Errorf("%s: %w", name, err)
 				}
@@ -85,6 +100,8 @@ expected event and the event the harness made.`,
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&policyFile, "policy", "", "replay under this policy file's server rules (TOML, as rein serve --policy) instead of those recorded")
+	return cmd
 }
 
 // replaySources reads an export file or a directory of them, by file name;

@@ -13,8 +13,9 @@ import (
 // the grant names. Its zero value, or a nil *Checker, has no server rules
 // and no services.
 type Checker struct {
-	// Server holds the server's rules; nil for none.
-	Server *Holder
+	// Server decides by the server's rules (a *Holder, or a replay's
+	// recording); nil for none.
+	Server Decider
 	// Services answer grants that name one; nil for none.
 	Services Asker
 }
@@ -34,8 +35,8 @@ type Checker struct {
 // most approvals any ask, or the grant, asked for.
 func (c *Checker) Decide(ctx context.Context, grant *reinv1.ToolGrant, rules Rules, call Call, run *reinv1.PolicyRun) *reinv1.PolicyDecided {
 	var made []*reinv1.PolicyDecided
-	if c != nil {
-		if d := c.Server.Current().Decide(ctx, call, run); d != nil {
+	if c != nil && c.Server != nil {
+		if d := c.Server.Decide(ctx, call, run); d != nil {
 			if d.GetEffect() == reinv1.PolicyEffect_POLICY_EFFECT_DENY {
 				return d
 			}
@@ -58,6 +59,13 @@ func (c *Checker) Decide(ctx context.Context, grant *reinv1.ToolGrant, rules Rul
 		}
 	}
 	return strictest(made, grant.GetApprovals())
+}
+
+// Decider decides a call by the server's rules.
+type Decider interface {
+	// Decide is the decision on call, made by run, with Source SERVER;
+	// nil when no rule decides it.
+	Decide(ctx context.Context, call Call, run *reinv1.PolicyRun) *reinv1.PolicyDecided
 }
 
 // rank orders effects by strictness.

@@ -229,6 +229,11 @@ func (h *Holder) Current() *Server {
 	return h.cur.Load()
 }
 
+// Decide decides call by the rules in force (Server.Decide).
+func (h *Holder) Decide(ctx context.Context, call Call, run *reinv1.PolicyRun) *reinv1.PolicyDecided {
+	return h.Current().Decide(ctx, call, run)
+}
+
 // Reload reads the file again. When it is refused, the rules in force
 // stay and the error says why; otherwise the new rules are in force when
 // it returns.

@@ -25,6 +25,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/policy"
 	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/step"
@@ -80,6 +81,11 @@ type Options struct {
 	// run read them from the store, and never drives them. Replay each
 	// child on its own to check it.
 	Children map[string][]*reinv1.Event
+	// Policy, when set, are the server's policy rules to replay under
+	// (rein replay --policy FILE), in place of the decisions the server's
+	// rules made when the run was recorded: the first event where they
+	// decide otherwise is the divergence.
+	Policy *policy.Holder
 }
 
 // TreeChildren are the recorded logs of x's children, by run ID, for
@@ -131,6 +137,7 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 			rec.version = evs[len(evs)-1].GetSequence()
 		},
 		NewID:    rec.newID,
+		Policy:   newRecordedPolicy(recorded).checker(o.Policy),
 		NoTimers: true,
 		Owner:    "replay",
 		Prices:   rec.prices(),
@@ -190,6 +197,11 @@ func act(ctx context.Context, eng *engine.Engine, cur runstate.State, next *rein
 		_, err = eng.DecideApproval(ctx, engine.Verdict{
 			RunID: cur.RunID, ProposalID: d.GetProposalId(), ProposalHash: cur.Pending.GetProposal().GetHash(),
 			Approve: d.GetApproved(), Reason: d.GetReason(), EndRun: d.GetEndRun(), Principal: who,
+		})
+	case *reinv1.Event_ApprovalGiven:
+		_, err = eng.DecideApproval(ctx, engine.Verdict{
+			RunID: cur.RunID, ProposalID: p.ApprovalGiven.GetProposalId(), ProposalHash: cur.Pending.GetProposal().GetHash(),
+			Approve: true, Principal: who,
 		})
 	case *reinv1.Event_BudgetReached:
 		eng.Expire(ctx, cur.RunID)
