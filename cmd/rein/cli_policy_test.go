@@ -72,7 +72,9 @@ func TestServePolicyReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rule := func(name string) string { return "[[rules]]\nname = \"" + name + "\"\neffect = \"deny\"\nwhen = \"true\"\n" }
+	rule := func(name string) string {
+		return "[[rules]]\nname = \"" + name + "\"\neffect = \"deny\"\nwhen = \"true\"\n"
+	}
 	file := writeFile(t, "policy.toml", rule("one"))
 	srv := startGrpcurlServer(t, t.TempDir(), exe, []string{"serve", "--listen", "127.0.0.1:0", "--db", newDB(t), "--policy", file})
 	mustContain(t, "the server's log", srv.output(), `msg="policy rules loaded" file=`+file+` rules=1`)
