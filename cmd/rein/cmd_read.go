@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/eventkind"
 	"github.com/reinhq/rein/internal/runstate"
 )
 
@@ -107,9 +108,24 @@ steps, its own spend and its subtree's.`,
 			if id := run.GetTraceId(); id != "" {
 				fmt.Fprintf(w, "trace\t%s\n", id)
 			}
+			// Every decision a policy made, and who approved each write.
+			for _, ev := range evs {
+				if pd := ev.GetPolicyDecided(); pd != nil {
+					fmt.Fprintf(w, "policy	#%d %s\n", ev.GetSequence(), eventkind.PolicyText(pd))
+				}
+				if ad := ev.GetApprovalDecided(); ad != nil && ad.GetApproved() {
+					fmt.Fprintf(w, "approved	#%d %s by %s\n", ev.GetSequence(), ad.GetProposalId(), ev.GetActor())
+				}
+				if ag := ev.GetApprovalGiven(); ag != nil {
+					fmt.Fprintf(w, "approved	#%d %s by %s (%d of %d)\n", ev.GetSequence(), ag.GetProposalId(), ev.GetActor(), ag.GetGiven(), ag.GetNeeded())
+				}
+			}
 			if p := run.GetPending(); p != nil {
 				if pr := p.GetProposal(); pr != nil {
 					fmt.Fprintf(w, "pending\tapproval of %s (proposal %s, hash %s)\n", pr.GetTool(), pr.GetProposalId(), pr.GetHash())
+					if n := runstate.Needed(pr); n > 1 {
+						fmt.Fprintf(w, "approvals\t%d of %d %s\n", len(pr.GetApprovedBy()), n, paren(strings.Join(pr.GetApprovedBy(), ", ")))
+					}
 				} else {
 					fmt.Fprintf(w, "pending\tinput: %q\n", p.GetQuestion().GetText())
 				}

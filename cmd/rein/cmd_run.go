@@ -154,7 +154,7 @@ func follow(ctx context.Context, w io.Writer, c *client.Client, runID string, af
 		for _, ch := range ev.GetDelegationStarted().GetChildren() {
 			kids.follow(wctx, ch.GetRunId())
 		}
-		if sc := ev.GetStatusChanged(); sc != nil && sc.GetTo() != reinv1.RunStatus_RUN_STATUS_RUNNING {
+		if sc := ev.GetStatusChanged(); sc != nil && sc.GetTo() != reinv1.RunStatus_RUN_STATUS_RUNNING && (!runstate.Paused(sc.GetTo()) || runstate.Waits(sc)) {
 			return errFollowed
 		}
 		// A write whose outcome is unknown leaves the run waiting for a

@@ -231,7 +231,7 @@ func (o *watchOptions) watchTree(ctx context.Context, e *env, runID string) erro
 					for _, c := range ev.GetDelegationStarted().GetChildren() {
 						follow(c.GetRunId(), 0)
 					}
-					if sc := ev.GetStatusChanged(); sc != nil && runstate.Paused(sc.GetTo()) && !cn.remote {
+					if sc := ev.GetStatusChanged(); sc != nil && runstate.Waits(sc) && !cn.remote {
 						return errPaused
 					}
 					return nil
@@ -346,7 +346,7 @@ func (k *childWatch) seen(ctx context.Context, runID string, ev *reinv1.Event) e
 		k.follow(ctx, ch.GetRunId())
 	}
 	sc := ev.GetStatusChanged()
-	if sc == nil || !runstate.Paused(sc.GetTo()) {
+	if sc == nil || !runstate.Waits(sc) {
 		return nil
 	}
 	// The history replays old pauses too: only one that holds now stops

@@ -102,7 +102,7 @@ func (o *watchOptions) watchRun(ctx context.Context, e *env, runID string) error
 		if err != nil {
 			return err
 		}
-		if sc := ev.GetStatusChanged(); sc != nil && runstate.Paused(sc.GetTo()) && !cn.remote {
+		if sc := ev.GetStatusChanged(); sc != nil && runstate.Waits(sc) && !cn.remote {
 			return errPaused
 		}
 		return nil

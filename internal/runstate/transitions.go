@@ -64,6 +64,17 @@ func Paused(s reinv1.RunStatus) bool {
 		s == reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET
 }
 
+// ReasonWriteAllowed is the reason of the status change to needs_approval
+// of a write a policy approved in the same commit: the run waits for no
+// one, and its write is committed at once.
+const ReasonWriteAllowed = "write_allowed"
+
+// Waits reports whether the status change sc leaves the run waiting for a
+// person: a pause, but not one a policy approved at once.
+func Waits(sc *reinv1.StatusChanged) bool {
+	return Paused(sc.GetTo()) && sc.GetReason() != ReasonWriteAllowed
+}
+
 // StatusName is a status's lower-case name, as the CLI and logs print it:
 // "needs_approval" for RUN_STATUS_NEEDS_APPROVAL.
 func StatusName(s reinv1.RunStatus) string {

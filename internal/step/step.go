@@ -396,7 +396,7 @@ func (r *Stepper) propose(ctx context.Context, call *reinv1.ToolCall, preview *s
 		return r.commit(ctx, append([]*reinv1.Event{
 			{Actor: "harness", Payload: &reinv1.Event_ApprovalRequested{ApprovalRequested: &reinv1.ApprovalRequested{Proposal: p}}},
 			{Actor: "harness", Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
-				From: r.st.Status, To: reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, Reason: "write_proposed",
+				From: r.st.Status, To: reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, Reason: runstate.ReasonWriteAllowed,
 			}}},
 		}, policyApproval(p, pd)...)...)
 	}
