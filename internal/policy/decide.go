@@ -68,6 +68,22 @@ type Decider interface {
 	Decide(ctx context.Context, call Call, run *reinv1.PolicyRun) *reinv1.PolicyDecided
 }
 
+// Decides reports whether any policy may decide a call to grant, whose
+// compiled rules are rules: when none may, Decide is nil and need not be
+// asked (a step skips building what a policy sees).
+func (c *Checker) Decides(grant *reinv1.ToolGrant, rules Rules) bool {
+	if len(rules) > 0 || grant.GetPolicyService() != "" {
+		return true
+	}
+	if c == nil || c.Server == nil {
+		return false
+	}
+	if h, ok := c.Server.(*Holder); ok {
+		return h.Current().Len() > 0
+	}
+	return true
+}
+
 // rank orders effects by strictness.
 func rank(e reinv1.PolicyEffect) int {
 	switch e {

@@ -80,8 +80,12 @@ func (r *Stepper) decidePolicy(ctx context.Context, grant *reinv1.ToolGrant, cal
 			Source: reinv1.PolicySource_POLICY_SOURCE_CONTRACT, Rule: "contract", Approvals: grant.GetApprovals(),
 			Error: fmt.Sprintf("the grant's rules do not compile: %v", err), Message: "the grant's rules could not be evaluated, so a person decides"}
 	}
+	rules := r.rules[grant.GetName()]
+	if !r.cfg.Policy.Decides(grant, rules) {
+		return nil
+	}
 	c := policy.Call{ID: call.GetCallId(), Tool: call.GetTool(), Tier: grant.GetTier(), Args: call.GetArguments()}
-	return r.cfg.Policy.Decide(ctx, grant, r.rules[grant.GetName()], c, PolicyRun(r.st))
+	return r.cfg.Policy.Decide(ctx, grant, rules, c, PolicyRun(r.st))
 }
 
 // PolicyRun is what a policy sees of the run st.
