@@ -3,11 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
-	"os"
-	"os/signal"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -63,25 +59,13 @@ func (p *policyFlags) load(ctx context.Context, log *slog.Logger) (c *policy.Che
 		return c, func() { services.Close() }, nil
 	}
 	log.Info("policy rules loaded", "file", p.path, "rules", holder.Current().Len())
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		defer signal.Stop(hup)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				s, err := holder.Reload()
-				if err != nil {
-					log.Error("policy rules not reloaded; keeping the previous rules", "file", p.path, "error", err)
-					continue
-				}
-				log.Info("policy rules reloaded", "file", p.path, "rules", s.Len())
-			}
+	stopHangup := onHangup(ctx, func() {
+		s, err := holder.Reload()
+		if err != nil {
+			log.Error("policy rules not reloaded; keeping the previous rules", "file", p.path, "error", err)
+			return
 		}
+		log.Info("policy rules reloaded", "file", p.path, "rules", s.Len())
 	})
-	return c, func() { cancel(); wg.Wait(); services.Close() }, nil
+	return c, func() { stopHangup(); services.Close() }, nil
 }

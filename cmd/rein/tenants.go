@@ -40,6 +40,21 @@ func (t *tenantsFlags) load(ctx context.Context, base tenants.Lifecycle, log *sl
 		return live, func() {}, nil
 	}
 	log.Info("tenant settings loaded", "file", t.path, "tenants", live.Current().Tenants())
+	stop = onHangup(ctx, func() {
+		s, err := live.Reload()
+		if err != nil {
+			log.Error("tenant settings not reloaded; keeping the previous settings", "file", t.path, "error", err)
+			return
+		}
+		log.Info("tenant settings reloaded", "file", t.path, "tenants", s.Tenants())
+	})
+	return live, stop, nil
+}
+
+// onHangup calls reload on each SIGHUP the process gets, one at a time,
+// until ctx ends or stop is called (stop waits for the reload in
+// progress).
+func onHangup(ctx context.Context, reload func()) (stop func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	ctx, cancel := context.WithCancel(ctx)
@@ -51,14 +66,9 @@ func (t *tenantsFlags) load(ctx context.Context, base tenants.Lifecycle, log *sl
 			case <-ctx.Done():
 				return
 			case <-hup:
-				s, err := live.Reload()
-				if err != nil {
-					log.Error("tenant settings not reloaded; keeping the previous settings", "file", t.path, "error", err)
-					continue
-				}
-				log.Info("tenant settings reloaded", "file", t.path, "tenants", s.Tenants())
+				reload()
 			}
 		}
 	})
-	return live, func() { cancel(); wg.Wait() }, nil
+	return func() { cancel(); wg.Wait() }
 }
