@@ -146,6 +146,9 @@ const (
 	// Write is an approved write's outcome, Metric.Outcome
 	// (rein_writes_total).
 	Write
+	// PolicyDecision is a policy's decision on a tool call
+	// (rein_policy_decisions_total, by effect and source).
+	PolicyDecision
 	// StatusChange is a run's status changing (rein_runs,
 	// rein_runs_ended_total, and rein_approvals_waiting when it leaves
 	// needs_approval).

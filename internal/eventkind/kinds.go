@@ -469,7 +469,7 @@ var kinds = [...]Kind{
 				attribute.String("rein.policy.effect", EffectName(pd.GetEffect())), attribute.String("rein.policy.source", SourceName(pd.GetSource())),
 				attribute.String("rein.policy.rule", pd.GetRule())}
 		}},
-		Metric:     Metric{Counts: Uncounted},
+		Metric:     Metric{Counts: PolicyDecision},
 		Transcript: unread,
 	},
 	{

@@ -48,6 +48,7 @@ type Metrics struct {
 	modelCost        *prometheus.CounterVec
 	modelRetries     *prometheus.CounterVec
 	toolCalls        *prometheus.CounterVec
+	policyDecisions  *prometheus.CounterVec
 	toolDuration     *prometheus.HistogramVec
 	approvalsWaiting prometheus.Gauge
 	approvalWait     prometheus.Histogram
@@ -113,13 +114,16 @@ func New() *Metrics {
 		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rein_tool_calls_total",
 			Help: "Tool calls, by tool and outcome: ok, error (an observation for the model), refused (not granted, or its arguments broke its schema)."},
 			[]string{"tool", "outcome"}),
+		policyDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rein_policy_decisions_total",
+			Help: "Tool calls a policy decided (policy_decided), by effect (allow, ask, deny) and source (contract, server, service); failed says the decision failed closed."},
+			[]string{"effect", "source", "failed"}),
 		toolDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rein_tool_call_duration_seconds",
 			Help:    "How long tool calls took (tool_returned.duration), by tool.",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"tool"}),
 		approvalsWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rein_approvals_waiting",
 			Help: "Proposed writes waiting for a person's decision."}),
 		approvalWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rein_approval_decision_seconds",
-			Help:    "Time from a write's proposal to a person's decision (approve or reject).",
+			Help:    "Time from a write's proposal to a person's decision (approve or reject); a policy's approval is not counted.",
 			Buckets: []float64{1, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600, 7 * 24 * 3600}}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rein_writes_total",
 			Help: "Approved writes by outcome: committed, refused (the tool wrote nothing), unknown (left to a person)."}, []string{"outcome"}),
@@ -145,7 +149,7 @@ func New() *Metrics {
 	b := version.Get()
 	build.WithLabelValues(b.GetVersion(), b.GetRevision(), b.GetGoVersion()).Set(1)
 	for _, c := range []prometheus.Collector{m.runsStarted, m.runsEnded, m.runs, m.steps, m.modelCalls, m.modelDuration,
-		m.modelTokens, m.modelCost, m.modelRetries, m.toolCalls, m.toolDuration, m.approvalsWaiting, m.approvalWait,
+		m.modelTokens, m.modelCost, m.modelRetries, m.toolCalls, m.policyDecisions, m.toolDuration, m.approvalsWaiting, m.approvalWait,
 		m.writes, m.appendDuration, m.appendEvents, m.appendErrors, m.watchStreams, m.watchLagging, build} {
 		f(c)
 	}

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -138,7 +139,13 @@ func (m *Metrics) Observe(runID string, evs []*reinv1.Event) {
 			}
 			m.approvalsWaiting.Inc()
 		case eventkind.ApprovalDecided:
-			m.settleApproval(r, ev, true)
+			// A policy's approval is no person's decision: it leaves the
+			// waiting count, and no wait is observed.
+			m.settleApproval(r, ev, !strings.HasPrefix(ev.GetActor(), "policy:"))
+		case eventkind.PolicyDecision:
+			pd := ev.GetPolicyDecided()
+			m.policyDecisions.WithLabelValues(eventkind.EffectName(pd.GetEffect()), eventkind.SourceName(pd.GetSource()),
+				strconv.FormatBool(pd.GetError() != "")).Inc()
 		case eventkind.Write:
 			m.writes.WithLabelValues(metric.Outcome).Inc()
 		case eventkind.StatusChange:
