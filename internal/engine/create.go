@@ -62,7 +62,9 @@ func (e *Engine) createAs(ctx context.Context, runID string, c *reinv1.TaskContr
 	}
 	now := e.cfg.Clock()
 	started.Contract = step.WithDefaults(c)
-	if t := started.Contract.GetBudget().GetTimeout(); t != nil {
+	// A queued run's timeout counts from its start (run_admitted), unless
+	// its contract counts it from the submission.
+	if t := started.Contract.GetBudget().GetTimeout(); t != nil && (!started.GetQueued() || started.Contract.GetBudget().GetTimeoutFromSubmission()) {
 		if d := now.Add(t.AsDuration()); started.Deadline == nil || d.Before(started.Deadline.AsTime()) {
 			started.Deadline = timestamppb.New(d)
 		}

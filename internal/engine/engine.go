@@ -241,6 +241,9 @@ type StartRequest struct {
 	// timeout. A replay of a child sets them as recorded; zero: a root.
 	DelegatedBy *reinv1.DelegatedBy
 	Deadline    time.Time
+	// Queued creates the run queued: it waits for Admit (a root run only;
+	// a child runs in its parent's slot).
+	Queued bool
 }
 
 // Start validates the contract, stores the run and schedules it. A request ID
@@ -254,6 +257,7 @@ func (e *Engine) Start(ctx context.Context, req StartRequest) (runstate.State, b
 	if !req.Deadline.IsZero() {
 		started.Deadline = timestamppb.New(req.Deadline)
 	}
+	started.Queued = req.Queued && req.DelegatedBy == nil
 	return e.create(ctx, req.Contract, started, nil, nil)
 }
 

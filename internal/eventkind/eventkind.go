@@ -146,6 +146,9 @@ const (
 	// Write is an approved write's outcome, Metric.Outcome
 	// (rein_writes_total).
 	Write
+	// Admitted is a queued run that started (rein_queue_wait_seconds, by
+	// tenant).
+	Admitted
 	// PolicyDecision is a policy's decision on a tool call
 	// (rein_policy_decisions_total, by effect and source).
 	PolicyDecision

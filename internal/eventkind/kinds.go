@@ -411,6 +411,26 @@ var kinds = [...]Kind{
 		Transcript: unread,
 	},
 	{
+		Name: "run_admitted",
+		Summary: func(ev *reinv1.Event) string {
+			ra := ev.GetRunAdmitted()
+			text := "started at once"
+			if w := TookText(ra.GetWaited()); w != "" {
+				text = "started after " + w + " in the queue"
+			}
+			if by := ra.GetBy(); by != "" {
+				text += " by " + by
+			}
+			return text
+		},
+		Tone: tone(Plain),
+		Span: Span{Call: NoCall, Event: "rein.run_admitted", Attributes: func(ev *reinv1.Event) []attribute.KeyValue {
+			return []attribute.KeyValue{attribute.Float64("rein.queue.waited_seconds", ev.GetRunAdmitted().GetWaited().AsDuration().Seconds())}
+		}},
+		Metric:     Metric{Counts: Admitted},
+		Transcript: unread,
+	},
+	{
 		Name: "run_steered",
 		Summary: func(ev *reinv1.Event) string {
 			return fmt.Sprintf("%q by %s", ev.GetRunSteered().GetText(), ev.GetActor())

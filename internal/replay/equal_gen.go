@@ -27,7 +27,7 @@ var equalShapes = map[string]string{
 	"rein.v1.ApprovalRequested":   "1 proposal message optional presence rein.v1.Proposal; ",
 	"rein.v1.ArgumentChange":      "1 path string optional; 2 before message optional presence google.protobuf.Value; 3 after message optional presence google.protobuf.Value; ",
 	"rein.v1.AskHuman":            "1 question string optional; ",
-	"rein.v1.Budget":              "1 max_steps uint32 optional; 2 max_tokens uint64 optional; 3 timeout message optional presence google.protobuf.Duration; 4 max_tool_calls uint32 optional; 5 max_output_bytes uint64 optional; 6 max_cost_usd double optional; 7 max_context_chars uint64 optional; 8 on_exhausted enum optional; 9 raise_ttl message optional presence google.protobuf.Duration; ",
+	"rein.v1.Budget":              "1 max_steps uint32 optional; 2 max_tokens uint64 optional; 3 timeout message optional presence google.protobuf.Duration; 4 max_tool_calls uint32 optional; 5 max_output_bytes uint64 optional; 6 max_cost_usd double optional; 7 max_context_chars uint64 optional; 8 on_exhausted enum optional; 9 raise_ttl message optional presence google.protobuf.Duration; 10 timeout_from_submission bool optional; ",
 	"rein.v1.BudgetRaised":        "1 add_steps uint32 optional; 2 add_tokens uint64 optional; 3 add_cost_usd double optional; 4 extend_deadline message optional presence google.protobuf.Duration; 5 budget message optional presence rein.v1.Budget; 6 deadline message optional presence google.protobuf.Timestamp; 7 reason string optional; 8 add_tool_calls uint32 optional; 9 child_run_id string optional; ",
 	"rein.v1.BudgetReached":       "1 limit string optional; 2 detail string optional; 3 retry_past_deadline message optional presence rein.v1.RetryPastDeadline; 4 raise_by message optional presence google.protobuf.Timestamp; 5 child_run_id string optional; 6 next_call_tokens uint64 optional; 7 next_call_cost_usd double optional; ",
 	"rein.v1.Check":               "1 name string optional; 2 argv string repeated; 3 dir string optional; 4 timeout message optional presence google.protobuf.Duration; 5 env string repeated; ",
@@ -46,7 +46,7 @@ var equalShapes = map[string]string{
 	"rein.v1.DelegationPolicy":    "1 max_children uint32 optional; 2 max_depth uint32 optional; 3 tools string repeated; 4 max_share double optional; 5 child_models message repeated rein.v1.ModelSpec; ",
 	"rein.v1.DelegationReturned":  "1 run_id string optional; 2 status enum optional; 3 reason string optional; 4 answer message optional presence rein.v1.FinalAnswer; 5 evidence string repeated; 6 usage message optional presence rein.v1.Usage; 7 cost_usd double optional; 8 steps uint32 optional; 9 tool_calls uint32 optional; ",
 	"rein.v1.DelegationStarted":   "1 call_id string optional; 2 children message repeated rein.v1.DelegatedChild; ",
-	"rein.v1.Event":               "1 run_id string optional; 2 sequence uint64 optional; 3 recorded_at message optional presence google.protobuf.Timestamp; 4 actor string optional; 10 run_started message optional presence oneof payload rein.v1.RunStarted; 11 model_requested message optional presence oneof payload rein.v1.ModelRequested; 12 model_returned message optional presence oneof payload rein.v1.ModelReturned; 13 decision_rejected message optional presence oneof payload rein.v1.DecisionRejected; 14 tool_requested message optional presence oneof payload rein.v1.ToolRequested; 15 tool_refused message optional presence oneof payload rein.v1.ToolRefused; 16 tool_returned message optional presence oneof payload rein.v1.ToolReturned; 17 approval_requested message optional presence oneof payload rein.v1.ApprovalRequested; 18 approval_decided message optional presence oneof payload rein.v1.ApprovalDecided; 19 input_requested message optional presence oneof payload rein.v1.InputRequested; 20 input_provided message optional presence oneof payload rein.v1.InputProvided; 21 write_dispatched message optional presence oneof payload rein.v1.WriteDispatched; 22 write_committed message optional presence oneof payload rein.v1.WriteCommitted; 23 write_outcome_unknown message optional presence oneof payload rein.v1.WriteOutcomeUnknown; 24 checks_completed message optional presence oneof payload rein.v1.ChecksCompleted; 25 budget_reached message optional presence oneof payload rein.v1.BudgetReached; 26 status_changed message optional presence oneof payload rein.v1.StatusChanged; 27 model_retried message optional presence oneof payload rein.v1.ModelRetried; 28 context_compacted message optional presence oneof payload rein.v1.ContextCompacted; 29 write_refused message optional presence oneof payload rein.v1.WriteRefused; 30 delegation_started message optional presence oneof payload rein.v1.DelegationStarted; 31 delegation_returned message optional presence oneof payload rein.v1.DelegationReturned; 32 run_steered message optional presence oneof payload rein.v1.RunSteered; 33 budget_raised message optional presence oneof payload rein.v1.BudgetRaised; 34 proposal_revised message optional presence oneof payload rein.v1.ProposalRevised; 35 policy_decided message optional presence oneof payload rein.v1.PolicyDecided; 36 approval_given message optional presence oneof payload rein.v1.ApprovalGiven; 40 run_taken message optional presence oneof payload rein.v1.RunTaken; ",
+	"rein.v1.Event":               "1 run_id string optional; 2 sequence uint64 optional; 3 recorded_at message optional presence google.protobuf.Timestamp; 4 actor string optional; 10 run_started message optional presence oneof payload rein.v1.RunStarted; 11 model_requested message optional presence oneof payload rein.v1.ModelRequested; 12 model_returned message optional presence oneof payload rein.v1.ModelReturned; 13 decision_rejected message optional presence oneof payload rein.v1.DecisionRejected; 14 tool_requested message optional presence oneof payload rein.v1.ToolRequested; 15 tool_refused message optional presence oneof payload rein.v1.ToolRefused; 16 tool_returned message optional presence oneof payload rein.v1.ToolReturned; 17 approval_requested message optional presence oneof payload rein.v1.ApprovalRequested; 18 approval_decided message optional presence oneof payload rein.v1.ApprovalDecided; 19 input_requested message optional presence oneof payload rein.v1.InputRequested; 20 input_provided message optional presence oneof payload rein.v1.InputProvided; 21 write_dispatched message optional presence oneof payload rein.v1.WriteDispatched; 22 write_committed message optional presence oneof payload rein.v1.WriteCommitted; 23 write_outcome_unknown message optional presence oneof payload rein.v1.WriteOutcomeUnknown; 24 checks_completed message optional presence oneof payload rein.v1.ChecksCompleted; 25 budget_reached message optional presence oneof payload rein.v1.BudgetReached; 26 status_changed message optional presence oneof payload rein.v1.StatusChanged; 27 model_retried message optional presence oneof payload rein.v1.ModelRetried; 28 context_compacted message optional presence oneof payload rein.v1.ContextCompacted; 29 write_refused message optional presence oneof payload rein.v1.WriteRefused; 30 delegation_started message optional presence oneof payload rein.v1.DelegationStarted; 31 delegation_returned message optional presence oneof payload rein.v1.DelegationReturned; 32 run_steered message optional presence oneof payload rein.v1.RunSteered; 33 budget_raised message optional presence oneof payload rein.v1.BudgetRaised; 34 proposal_revised message optional presence oneof payload rein.v1.ProposalRevised; 35 policy_decided message optional presence oneof payload rein.v1.PolicyDecided; 36 approval_given message optional presence oneof payload rein.v1.ApprovalGiven; 37 run_admitted message optional presence oneof payload rein.v1.RunAdmitted; 40 run_taken message optional presence oneof payload rein.v1.RunTaken; ",
 	"rein.v1.FinalAnswer":         "1 text string optional; 2 data message optional presence google.protobuf.Value; ",
 	"rein.v1.InputProvided":       "1 text string optional; ",
 	"rein.v1.InputRequested":      "1 question message optional presence rein.v1.Question; ",
@@ -61,13 +61,14 @@ var equalShapes = map[string]string{
 	"rein.v1.ProposalRevised":     "1 superseded_proposal_id string optional; 2 proposal message optional presence rein.v1.Proposal; 3 changes message repeated rein.v1.ArgumentChange; ",
 	"rein.v1.Question":            "1 text string optional; 2 call_id string optional; ",
 	"rein.v1.RetryPastDeadline":   "1 step uint32 optional; 2 error string optional; 3 wait message optional presence google.protobuf.Duration; ",
-	"rein.v1.RunStarted":          "1 contract message optional presence rein.v1.TaskContract; 2 principal string optional; 3 tenant string optional; 4 request_id string optional; 5 deadline message optional presence google.protobuf.Timestamp; 6 parent_run_id string optional; 7 parent_sequence uint64 optional; 8 trace_id string optional; 9 trace_parent_span_id string optional; 10 delegated_by message optional presence rein.v1.DelegatedBy; ",
+	"rein.v1.RunAdmitted":         "1 waited message optional presence google.protobuf.Duration; 2 deadline message optional presence google.protobuf.Timestamp; 3 by string optional; ",
+	"rein.v1.RunStarted":          "1 contract message optional presence rein.v1.TaskContract; 2 principal string optional; 3 tenant string optional; 4 request_id string optional; 5 deadline message optional presence google.protobuf.Timestamp; 6 parent_run_id string optional; 7 parent_sequence uint64 optional; 8 trace_id string optional; 9 trace_parent_span_id string optional; 10 delegated_by message optional presence rein.v1.DelegatedBy; 11 queued bool optional; ",
 	"rein.v1.RunSteered":          "1 text string optional; 2 request_id string optional; ",
 	"rein.v1.RunTaken":            "1 owner string optional; 2 epoch uint64 optional; 3 trace_id string optional; ",
 	"rein.v1.ScriptedChunk":       "1 text string optional; 2 delay_ms uint32 optional; ",
 	"rein.v1.ScriptedReply":       "1 decision message optional presence oneof reply rein.v1.Decision; 2 raw string optional presence oneof reply; 3 error string optional presence oneof reply; 4 usage message optional presence rein.v1.Usage; 5 delay_ms uint32 optional; 6 fail_attempts uint32 optional; 7 retry_after_ms uint32 optional; 8 chunks message repeated rein.v1.ScriptedChunk; ",
 	"rein.v1.StatusChanged":       "1 from enum optional; 2 to enum optional; 3 reason string optional; 4 result message optional presence rein.v1.FinalAnswer; 5 error string optional; ",
-	"rein.v1.TaskContract":        "1 goal string optional; 2 inputs message optional presence google.protobuf.Struct; 3 tools message repeated rein.v1.ToolGrant; 4 budget message optional presence rein.v1.Budget; 5 checks message repeated rein.v1.Check; 6 model message optional presence rein.v1.ModelSpec; 7 approval message optional presence rein.v1.ApprovalPolicy; 8 labels message repeated map string string; 9 delegation message optional presence rein.v1.DelegationPolicy; ",
+	"rein.v1.TaskContract":        "1 goal string optional; 2 inputs message optional presence google.protobuf.Struct; 3 tools message repeated rein.v1.ToolGrant; 4 budget message optional presence rein.v1.Budget; 5 checks message repeated rein.v1.Check; 6 model message optional presence rein.v1.ModelSpec; 7 approval message optional presence rein.v1.ApprovalPolicy; 8 labels message repeated map string string; 9 delegation message optional presence rein.v1.DelegationPolicy; 10 priority int32 optional; ",
 	"rein.v1.ToolCall":            "1 tool string optional; 2 arguments message optional presence google.protobuf.Struct; 3 call_id string optional; ",
 	"rein.v1.ToolGrant":           "1 name string optional; 2 description string optional; 3 input_schema message optional presence google.protobuf.Struct; 4 tier enum optional; 5 rules message repeated rein.v1.PolicyRule; 6 approvals uint32 optional; 7 policy_service string optional; ",
 	"rein.v1.ToolRefused":         "1 call_id string optional; 2 tool string optional; 3 reason string optional; ",
@@ -239,6 +240,11 @@ func eqEvent(x, y *reinv1.Event) bool {
 		if !ok || !(eqApprovalGiven(ox.ApprovalGiven, oy.ApprovalGiven)) {
 			return false
 		}
+	case *reinv1.Event_RunAdmitted:
+		oy, ok := y.GetPayload().(*reinv1.Event_RunAdmitted)
+		if !ok || !(eqRunAdmitted(ox.RunAdmitted, oy.RunAdmitted)) {
+			return false
+		}
 	case *reinv1.Event_RunTaken:
 		oy, ok := y.GetPayload().(*reinv1.Event_RunTaken)
 		if !ok || !(eqRunTaken(ox.RunTaken, oy.RunTaken)) {
@@ -301,6 +307,9 @@ func eqRunStarted(x, y *reinv1.RunStarted) bool {
 		return false
 	}
 	if !(eqDelegatedBy(x.GetDelegatedBy(), y.GetDelegatedBy())) {
+		return false
+	}
+	if !(x.GetQueued() == y.GetQueued()) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
@@ -941,6 +950,25 @@ func eqApprovalGiven(x, y *reinv1.ApprovalGiven) bool {
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }
 
+func eqRunAdmitted(x, y *reinv1.RunAdmitted) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(eqDuration(x.GetWaited(), y.GetWaited())) {
+		return false
+	}
+	if !(eqTimestamp(x.GetDeadline(), y.GetDeadline())) {
+		return false
+	}
+	if !(x.GetBy() == y.GetBy()) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
 func eqRunTaken(x, y *reinv1.RunTaken) bool {
 	if x == y {
 		return true
@@ -1007,6 +1035,9 @@ func eqTaskContract(x, y *reinv1.TaskContract) bool {
 		}
 	}
 	if !(eqDelegationPolicy(x.GetDelegation(), y.GetDelegation())) {
+		return false
+	}
+	if !(x.GetPriority() == y.GetPriority()) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
@@ -1404,6 +1435,9 @@ func eqBudget(x, y *reinv1.Budget) bool {
 		return false
 	}
 	if !(eqDuration(x.GetRaiseTtl(), y.GetRaiseTtl())) {
+		return false
+	}
+	if !(x.GetTimeoutFromSubmission() == y.GetTimeoutFromSubmission()) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())

@@ -243,6 +243,13 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 			// many approvals as before.
 			s.Pending = &reinv1.PendingAction{Action: &reinv1.PendingAction_Proposal{Proposal: withoutApprovers(s.ApprovedWrite)}}
 		}
+	case *reinv1.Event_RunAdmitted:
+		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_QUEUED); err != nil {
+			return s, err
+		}
+		if d := p.RunAdmitted.GetDeadline(); d != nil {
+			s.Deadline = d.AsTime()
+		}
 	case *reinv1.Event_PolicyDecided:
 		return applyPolicyDecided(s, ev, p.PolicyDecided)
 	case *reinv1.Event_ApprovalGiven:
@@ -324,6 +331,12 @@ func started(ev *reinv1.Event, rs *reinv1.RunStarted) (State, error) {
 	}
 	if d := rs.GetDeadline(); d != nil {
 		s.Deadline = d.AsTime()
+	}
+	if rs.GetQueued() {
+		if rs.GetDelegatedBy() != nil {
+			return State{}, fmt.Errorf("%w: run_started queues a delegated run; a child runs in its parent's slot", ErrInvalidEvent)
+		}
+		s.Status = reinv1.RunStatus_RUN_STATUS_QUEUED
 	}
 	if t := ev.GetRecordedAt(); t != nil {
 		s.CreatedAt = t.AsTime()

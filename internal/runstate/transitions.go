@@ -15,6 +15,11 @@ var transitions = map[reinv1.RunStatus][]reinv1.RunStatus{
 		reinv1.RunStatus_RUN_STATUS_CANCELLED,
 		reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET,
 	},
+	reinv1.RunStatus_RUN_STATUS_QUEUED: {
+		reinv1.RunStatus_RUN_STATUS_RUNNING,
+		reinv1.RunStatus_RUN_STATUS_BUDGET_EXHAUSTED,
+		reinv1.RunStatus_RUN_STATUS_CANCELLED,
+	},
 	reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET: {
 		reinv1.RunStatus_RUN_STATUS_RUNNING,
 		reinv1.RunStatus_RUN_STATUS_EXPIRED,
@@ -106,4 +111,5 @@ var statusNames = map[reinv1.RunStatus]string{
 	reinv1.RunStatus_RUN_STATUS_EXPIRED:          "expired",
 	reinv1.RunStatus_RUN_STATUS_CANCELLED:        "cancelled",
 	reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET:     "needs_budget",
+	reinv1.RunStatus_RUN_STATUS_QUEUED:           "queued",
 }

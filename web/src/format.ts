@@ -6,6 +6,7 @@ import { RunStatus, type Run } from "./gen/rein/v1/run_pb";
 import type { Event } from "./gen/rein/v1/event_pb";
 
 export const statuses: [RunStatus, string][] = [
+  [RunStatus.QUEUED, "queued"],
   [RunStatus.RUNNING, "running"],
   [RunStatus.NEEDS_INPUT, "needs_input"],
   [RunStatus.NEEDS_APPROVAL, "needs_approval"],
@@ -167,6 +168,10 @@ export function summary(ev: Event): { kind: string; text: string } {
     }
     case "approvalGiven":
       return { kind: "approval_given", text: `${p.value.proposalId} approved by ${ev.actor} (${p.value.given} of ${p.value.needed})` };
+    case "runAdmitted": {
+      const w = p.value.waited ? seconds(p.value.waited) : "";
+      return { kind: "run_admitted", text: (w ? `started after ${w} in the queue` : "started at once") + (p.value.by ? ` by ${p.value.by}` : "") };
+    }
     case "runTaken":
       return { kind: "run_taken", text: `carried on by ${p.value.owner} (lease epoch ${p.value.epoch})` };
     case "delegationStarted":

@@ -216,7 +216,10 @@ type TaskContract struct {
 	Labels map[string]string `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Whether and how the run may hand sub-tasks to child runs. Unset: it
 	// may not, and the model is not offered the delegate action.
-	Delegation    *DelegationPolicy `protobuf:"bytes,9,opt,name=delegation,proto3" json:"delegation,omitempty"`
+	Delegation *DelegationPolicy `protobuf:"bytes,9,opt,name=delegation,proto3" json:"delegation,omitempty"`
+	// The run's priority in its tenant's queue, when it waits for a slot:
+	// higher starts first, then earlier submitted. 0 is the default.
+	Priority      int32 `protobuf:"varint,10,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -312,6 +315,13 @@ func (x *TaskContract) GetDelegation() *DelegationPolicy {
 		return x.Delegation
 	}
 	return nil
+}
+
+func (x *TaskContract) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 // DelegationPolicy is what a run may delegate. A child's budget is lent
@@ -624,9 +634,12 @@ type Budget struct {
 	// How long a run paused on its budget waits for a raise before it ends as
 	// expired. Unset means the approval policy's proposal_ttl (24 hours by
 	// default).
-	RaiseTtl      *durationpb.Duration `protobuf:"bytes,9,opt,name=raise_ttl,json=raiseTtl,proto3" json:"raise_ttl,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RaiseTtl *durationpb.Duration `protobuf:"bytes,9,opt,name=raise_ttl,json=raiseTtl,proto3" json:"raise_ttl,omitempty"`
+	// When true, the timeout counts from the run's submission, the time it
+	// waits in a queue included; by default it counts from its start.
+	TimeoutFromSubmission bool `protobuf:"varint,10,opt,name=timeout_from_submission,json=timeoutFromSubmission,proto3" json:"timeout_from_submission,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *Budget) Reset() {
@@ -720,6 +733,13 @@ func (x *Budget) GetRaiseTtl() *durationpb.Duration {
 		return x.RaiseTtl
 	}
 	return nil
+}
+
+func (x *Budget) GetTimeoutFromSubmission() bool {
+	if x != nil {
+		return x.TimeoutFromSubmission
+	}
+	return false
 }
 
 // Check is a completion check: a named command run on a final answer.
@@ -1217,7 +1237,7 @@ var File_rein_v1_contract_proto protoreflect.FileDescriptor
 
 const file_rein_v1_contract_proto_rawDesc = "" +
 	"\n" +
-	"\x16rein/v1/contract.proto\x12\arein.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16rein/v1/decision.proto\"\xf6\x03\n" +
+	"\x16rein/v1/contract.proto\x12\arein.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16rein/v1/decision.proto\"\x92\x04\n" +
 	"\fTaskContract\x12\x1f\n" +
 	"\x04goal\x18\x01 \x01(\tB\v\xbaH\br\x06\x10\x01\x18\x80\x80\x04R\x04goal\x12/\n" +
 	"\x06inputs\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x06inputs\x123\n" +
@@ -1229,7 +1249,9 @@ const file_rein_v1_contract_proto_rawDesc = "" +
 	"\x06labels\x18\b \x03(\v2!.rein.v1.TaskContract.LabelsEntryR\x06labels\x129\n" +
 	"\n" +
 	"delegation\x18\t \x01(\v2\x19.rein.v1.DelegationPolicyR\n" +
-	"delegation\x1a9\n" +
+	"delegation\x12\x1a\n" +
+	"\bpriority\x18\n" +
+	" \x01(\x05R\bpriority\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd5\x01\n" +
@@ -1256,7 +1278,7 @@ const file_rein_v1_contract_proto_rawDesc = "" +
 	"\x04when\x18\x03 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80 R\x04when\x12\"\n" +
 	"\amessage\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\amessage\x12%\n" +
-	"\tapprovals\x18\x05 \x01(\rB\a\xbaH\x04*\x02\x18\x10R\tapprovals\"\xa5\x03\n" +
+	"\tapprovals\x18\x05 \x01(\rB\a\xbaH\x04*\x02\x18\x10R\tapprovals\"\xdd\x03\n" +
 	"\x06Budget\x12\x1b\n" +
 	"\tmax_steps\x18\x01 \x01(\rR\bmaxSteps\x12\x1d\n" +
 	"\n" +
@@ -1268,7 +1290,9 @@ const file_rein_v1_contract_proto_rawDesc = "" +
 	"maxCostUsd\x12*\n" +
 	"\x11max_context_chars\x18\a \x01(\x04R\x0fmaxContextChars\x12B\n" +
 	"\fon_exhausted\x18\b \x01(\x0e2\x15.rein.v1.BudgetActionB\b\xbaH\x05\x82\x01\x02\x10\x01R\vonExhausted\x126\n" +
-	"\traise_ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\braiseTtl\"\x88\x01\n" +
+	"\traise_ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\braiseTtl\x126\n" +
+	"\x17timeout_from_submission\x18\n" +
+	" \x01(\bR\x15timeoutFromSubmission\"\x88\x01\n" +
 	"\x05Check\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x10\n" +

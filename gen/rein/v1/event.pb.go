@@ -67,6 +67,7 @@ type Event struct {
 	//	*Event_ProposalRevised
 	//	*Event_PolicyDecided
 	//	*Event_ApprovalGiven
+	//	*Event_RunAdmitted
 	//	*Event_RunTaken
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
@@ -381,6 +382,15 @@ func (x *Event) GetApprovalGiven() *ApprovalGiven {
 	return nil
 }
 
+func (x *Event) GetRunAdmitted() *RunAdmitted {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_RunAdmitted); ok {
+			return x.RunAdmitted
+		}
+	}
+	return nil
+}
+
 func (x *Event) GetRunTaken() *RunTaken {
 	if x != nil {
 		if x, ok := x.Payload.(*Event_RunTaken); ok {
@@ -533,6 +543,11 @@ type Event_ApprovalGiven struct {
 	ApprovalGiven *ApprovalGiven `protobuf:"bytes,36,opt,name=approval_given,json=approvalGiven,proto3,oneof"`
 }
 
+type Event_RunAdmitted struct {
+	// A queued run got a slot and starts.
+	RunAdmitted *RunAdmitted `protobuf:"bytes,37,opt,name=run_admitted,json=runAdmitted,proto3,oneof"`
+}
+
 type Event_RunTaken struct {
 	// A server took the running run's lease to carry it on: after a
 	// restart, or from a server whose lease ended.
@@ -593,6 +608,8 @@ func (*Event_PolicyDecided) isEvent_Payload() {}
 
 func (*Event_ApprovalGiven) isEvent_Payload() {}
 
+func (*Event_RunAdmitted) isEvent_Payload() {}
+
 func (*Event_RunTaken) isEvent_Payload() {}
 
 // RunStarted is always a run's first event.
@@ -621,7 +638,10 @@ type RunStarted struct {
 	// StartRun carried one.
 	TraceParentSpanId string `protobuf:"bytes,9,opt,name=trace_parent_span_id,json=traceParentSpanId,proto3" json:"trace_parent_span_id,omitempty"`
 	// For a child run: the run that delegated it.
-	DelegatedBy   *DelegatedBy `protobuf:"bytes,10,opt,name=delegated_by,json=delegatedBy,proto3" json:"delegated_by,omitempty"`
+	DelegatedBy *DelegatedBy `protobuf:"bytes,10,opt,name=delegated_by,json=delegatedBy,proto3" json:"delegated_by,omitempty"`
+	// The run waits in its tenant's queue for a slot (status queued) until
+	// run_admitted.
+	Queued        bool `protobuf:"varint,11,opt,name=queued,proto3" json:"queued,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -724,6 +744,13 @@ func (x *RunStarted) GetDelegatedBy() *DelegatedBy {
 		return x.DelegatedBy
 	}
 	return nil
+}
+
+func (x *RunStarted) GetQueued() bool {
+	if x != nil {
+		return x.Queued
+	}
+	return false
 }
 
 // DelegationStarted records a delegation: each task's child run and the
@@ -3127,11 +3154,77 @@ func (x *ApprovalGiven) GetNeeded() uint32 {
 	return 0
 }
 
+// RunAdmitted records that a queued run got a slot: it starts, with a
+// status_changed to running in the same commit.
+type RunAdmitted struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How long it waited in the queue.
+	Waited *durationpb.Duration `protobuf:"bytes,1,opt,name=waited,proto3" json:"waited,omitempty"`
+	// The run's deadline, from its start (its contract's timeout); unset
+	// when it has none, or when it counts from the submission (run_started's).
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// The server that admitted it.
+	By            string `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunAdmitted) Reset() {
+	*x = RunAdmitted{}
+	mi := &file_rein_v1_event_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunAdmitted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunAdmitted) ProtoMessage() {}
+
+func (x *RunAdmitted) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_event_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunAdmitted.ProtoReflect.Descriptor instead.
+func (*RunAdmitted) Descriptor() ([]byte, []int) {
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *RunAdmitted) GetWaited() *durationpb.Duration {
+	if x != nil {
+		return x.Waited
+	}
+	return nil
+}
+
+func (x *RunAdmitted) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *RunAdmitted) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
 var File_rein_v1_event_proto protoreflect.FileDescriptor
 
 const file_rein_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x13rein/v1/event.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\x1a\x11rein/v1/run.proto\"\xee\x0f\n" +
+	"\x13rein/v1/event.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\x1a\x11rein/v1/run.proto\"\xa9\x10\n" +
 	"\x05Event\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12;\n" +
@@ -3167,9 +3260,10 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\rbudget_raised\x18! \x01(\v2\x15.rein.v1.BudgetRaisedH\x00R\fbudgetRaised\x12E\n" +
 	"\x10proposal_revised\x18\" \x01(\v2\x18.rein.v1.ProposalRevisedH\x00R\x0fproposalRevised\x12?\n" +
 	"\x0epolicy_decided\x18# \x01(\v2\x16.rein.v1.PolicyDecidedH\x00R\rpolicyDecided\x12?\n" +
-	"\x0eapproval_given\x18$ \x01(\v2\x16.rein.v1.ApprovalGivenH\x00R\rapprovalGiven\x120\n" +
+	"\x0eapproval_given\x18$ \x01(\v2\x16.rein.v1.ApprovalGivenH\x00R\rapprovalGiven\x129\n" +
+	"\frun_admitted\x18% \x01(\v2\x14.rein.v1.RunAdmittedH\x00R\vrunAdmitted\x120\n" +
 	"\trun_taken\x18( \x01(\v2\x11.rein.v1.RunTakenH\x00R\brunTakenB\t\n" +
-	"\apayload\"\x9e\x03\n" +
+	"\apayload\"\xb6\x03\n" +
 	"\n" +
 	"RunStarted\x121\n" +
 	"\bcontract\x18\x01 \x01(\v2\x15.rein.v1.TaskContractR\bcontract\x12\x1c\n" +
@@ -3183,7 +3277,8 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\btrace_id\x18\b \x01(\tR\atraceId\x12/\n" +
 	"\x14trace_parent_span_id\x18\t \x01(\tR\x11traceParentSpanId\x127\n" +
 	"\fdelegated_by\x18\n" +
-	" \x01(\v2\x14.rein.v1.DelegatedByR\vdelegatedBy\"a\n" +
+	" \x01(\v2\x14.rein.v1.DelegatedByR\vdelegatedBy\x12\x16\n" +
+	"\x06queued\x18\v \x01(\bR\x06queued\"a\n" +
 	"\x11DelegationStarted\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x123\n" +
 	"\bchildren\x18\x02 \x03(\v2\x17.rein.v1.DelegatedChildR\bchildren\"\xa2\x01\n" +
@@ -3366,7 +3461,11 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\vproposal_id\x18\x01 \x01(\tR\n" +
 	"proposalId\x12\x14\n" +
 	"\x05given\x18\x02 \x01(\rR\x05given\x12\x16\n" +
-	"\x06needed\x18\x03 \x01(\rR\x06neededB\x81\x01\n" +
+	"\x06needed\x18\x03 \x01(\rR\x06needed\"\x88\x01\n" +
+	"\vRunAdmitted\x121\n" +
+	"\x06waited\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x06waited\x126\n" +
+	"\bdeadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02byB\x81\x01\n" +
 	"\vcom.rein.v1B\n" +
 	"EventProtoP\x01Z)github.com/reinhq/rein/gen/rein/v1;reinv1\xa2\x02\x03RXX\xaa\x02\aRein.V1\xca\x02\aRein\\V1\xe2\x02\x13Rein\\V1\\GPBMetadata\xea\x02\bRein::V1b\x06proto3"
 
@@ -3382,7 +3481,7 @@ func file_rein_v1_event_proto_rawDescGZIP() []byte {
 	return file_rein_v1_event_proto_rawDescData
 }
 
-var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_rein_v1_event_proto_goTypes = []any{
 	(*Event)(nil),                 // 0: rein.v1.Event
 	(*RunStarted)(nil),            // 1: rein.v1.RunStarted
@@ -3418,24 +3517,25 @@ var file_rein_v1_event_proto_goTypes = []any{
 	(*ProposalRevised)(nil),       // 31: rein.v1.ProposalRevised
 	(*ArgumentChange)(nil),        // 32: rein.v1.ArgumentChange
 	(*ApprovalGiven)(nil),         // 33: rein.v1.ApprovalGiven
-	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
-	(*PolicyDecided)(nil),         // 35: rein.v1.PolicyDecided
-	(*TaskContract)(nil),          // 36: rein.v1.TaskContract
-	(*DelegatedBy)(nil),           // 37: rein.v1.DelegatedBy
-	(*Budget)(nil),                // 38: rein.v1.Budget
-	(RunStatus)(0),                // 39: rein.v1.RunStatus
-	(*FinalAnswer)(nil),           // 40: rein.v1.FinalAnswer
-	(*Usage)(nil),                 // 41: rein.v1.Usage
-	(*Decision)(nil),              // 42: rein.v1.Decision
-	(*durationpb.Duration)(nil),   // 43: google.protobuf.Duration
-	(*structpb.Struct)(nil),       // 44: google.protobuf.Struct
-	(ToolTier)(0),                 // 45: rein.v1.ToolTier
-	(*structpb.Value)(nil),        // 46: google.protobuf.Value
-	(*Proposal)(nil),              // 47: rein.v1.Proposal
-	(*Question)(nil),              // 48: rein.v1.Question
+	(*RunAdmitted)(nil),           // 34: rein.v1.RunAdmitted
+	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
+	(*PolicyDecided)(nil),         // 36: rein.v1.PolicyDecided
+	(*TaskContract)(nil),          // 37: rein.v1.TaskContract
+	(*DelegatedBy)(nil),           // 38: rein.v1.DelegatedBy
+	(*Budget)(nil),                // 39: rein.v1.Budget
+	(RunStatus)(0),                // 40: rein.v1.RunStatus
+	(*FinalAnswer)(nil),           // 41: rein.v1.FinalAnswer
+	(*Usage)(nil),                 // 42: rein.v1.Usage
+	(*Decision)(nil),              // 43: rein.v1.Decision
+	(*durationpb.Duration)(nil),   // 44: google.protobuf.Duration
+	(*structpb.Struct)(nil),       // 45: google.protobuf.Struct
+	(ToolTier)(0),                 // 46: rein.v1.ToolTier
+	(*structpb.Value)(nil),        // 47: google.protobuf.Value
+	(*Proposal)(nil),              // 48: rein.v1.Proposal
+	(*Question)(nil),              // 49: rein.v1.Question
 }
 var file_rein_v1_event_proto_depIdxs = []int32{
-	34, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
+	35, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
 	1,  // 1: rein.v1.Event.run_started:type_name -> rein.v1.RunStarted
 	5,  // 2: rein.v1.Event.model_requested:type_name -> rein.v1.ModelRequested
 	7,  // 3: rein.v1.Event.model_returned:type_name -> rein.v1.ModelReturned
@@ -3461,52 +3561,55 @@ var file_rein_v1_event_proto_depIdxs = []int32{
 	29, // 23: rein.v1.Event.run_steered:type_name -> rein.v1.RunSteered
 	30, // 24: rein.v1.Event.budget_raised:type_name -> rein.v1.BudgetRaised
 	31, // 25: rein.v1.Event.proposal_revised:type_name -> rein.v1.ProposalRevised
-	35, // 26: rein.v1.Event.policy_decided:type_name -> rein.v1.PolicyDecided
+	36, // 26: rein.v1.Event.policy_decided:type_name -> rein.v1.PolicyDecided
 	33, // 27: rein.v1.Event.approval_given:type_name -> rein.v1.ApprovalGiven
-	22, // 28: rein.v1.Event.run_taken:type_name -> rein.v1.RunTaken
-	36, // 29: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
-	34, // 30: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
-	37, // 31: rein.v1.RunStarted.delegated_by:type_name -> rein.v1.DelegatedBy
-	3,  // 32: rein.v1.DelegationStarted.children:type_name -> rein.v1.DelegatedChild
-	38, // 33: rein.v1.DelegatedChild.budget:type_name -> rein.v1.Budget
-	36, // 34: rein.v1.DelegatedChild.contract:type_name -> rein.v1.TaskContract
-	39, // 35: rein.v1.DelegationReturned.status:type_name -> rein.v1.RunStatus
-	40, // 36: rein.v1.DelegationReturned.answer:type_name -> rein.v1.FinalAnswer
-	41, // 37: rein.v1.DelegationReturned.usage:type_name -> rein.v1.Usage
-	6,  // 38: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
-	42, // 39: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
-	41, // 40: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
-	43, // 41: rein.v1.ModelReturned.duration:type_name -> google.protobuf.Duration
-	43, // 42: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
-	10, // 43: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
-	44, // 44: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
-	45, // 45: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
-	46, // 46: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
-	43, // 47: rein.v1.ToolReturned.duration:type_name -> google.protobuf.Duration
-	47, // 48: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
-	48, // 49: rein.v1.InputRequested.question:type_name -> rein.v1.Question
-	46, // 50: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
-	43, // 51: rein.v1.WriteCommitted.duration:type_name -> google.protobuf.Duration
-	25, // 52: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
-	43, // 53: rein.v1.ChecksCompleted.duration:type_name -> google.protobuf.Duration
-	27, // 54: rein.v1.BudgetReached.retry_past_deadline:type_name -> rein.v1.RetryPastDeadline
-	34, // 55: rein.v1.BudgetReached.raise_by:type_name -> google.protobuf.Timestamp
-	43, // 56: rein.v1.RetryPastDeadline.wait:type_name -> google.protobuf.Duration
-	39, // 57: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
-	39, // 58: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
-	40, // 59: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
-	43, // 60: rein.v1.BudgetRaised.extend_deadline:type_name -> google.protobuf.Duration
-	38, // 61: rein.v1.BudgetRaised.budget:type_name -> rein.v1.Budget
-	34, // 62: rein.v1.BudgetRaised.deadline:type_name -> google.protobuf.Timestamp
-	47, // 63: rein.v1.ProposalRevised.proposal:type_name -> rein.v1.Proposal
-	32, // 64: rein.v1.ProposalRevised.changes:type_name -> rein.v1.ArgumentChange
-	46, // 65: rein.v1.ArgumentChange.before:type_name -> google.protobuf.Value
-	46, // 66: rein.v1.ArgumentChange.after:type_name -> google.protobuf.Value
-	67, // [67:67] is the sub-list for method output_type
-	67, // [67:67] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	34, // 28: rein.v1.Event.run_admitted:type_name -> rein.v1.RunAdmitted
+	22, // 29: rein.v1.Event.run_taken:type_name -> rein.v1.RunTaken
+	37, // 30: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
+	35, // 31: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
+	38, // 32: rein.v1.RunStarted.delegated_by:type_name -> rein.v1.DelegatedBy
+	3,  // 33: rein.v1.DelegationStarted.children:type_name -> rein.v1.DelegatedChild
+	39, // 34: rein.v1.DelegatedChild.budget:type_name -> rein.v1.Budget
+	37, // 35: rein.v1.DelegatedChild.contract:type_name -> rein.v1.TaskContract
+	40, // 36: rein.v1.DelegationReturned.status:type_name -> rein.v1.RunStatus
+	41, // 37: rein.v1.DelegationReturned.answer:type_name -> rein.v1.FinalAnswer
+	42, // 38: rein.v1.DelegationReturned.usage:type_name -> rein.v1.Usage
+	6,  // 39: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
+	43, // 40: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
+	42, // 41: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
+	44, // 42: rein.v1.ModelReturned.duration:type_name -> google.protobuf.Duration
+	44, // 43: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
+	10, // 44: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
+	45, // 45: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
+	46, // 46: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
+	47, // 47: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
+	44, // 48: rein.v1.ToolReturned.duration:type_name -> google.protobuf.Duration
+	48, // 49: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
+	49, // 50: rein.v1.InputRequested.question:type_name -> rein.v1.Question
+	47, // 51: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
+	44, // 52: rein.v1.WriteCommitted.duration:type_name -> google.protobuf.Duration
+	25, // 53: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
+	44, // 54: rein.v1.ChecksCompleted.duration:type_name -> google.protobuf.Duration
+	27, // 55: rein.v1.BudgetReached.retry_past_deadline:type_name -> rein.v1.RetryPastDeadline
+	35, // 56: rein.v1.BudgetReached.raise_by:type_name -> google.protobuf.Timestamp
+	44, // 57: rein.v1.RetryPastDeadline.wait:type_name -> google.protobuf.Duration
+	40, // 58: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
+	40, // 59: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
+	41, // 60: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
+	44, // 61: rein.v1.BudgetRaised.extend_deadline:type_name -> google.protobuf.Duration
+	39, // 62: rein.v1.BudgetRaised.budget:type_name -> rein.v1.Budget
+	35, // 63: rein.v1.BudgetRaised.deadline:type_name -> google.protobuf.Timestamp
+	48, // 64: rein.v1.ProposalRevised.proposal:type_name -> rein.v1.Proposal
+	32, // 65: rein.v1.ProposalRevised.changes:type_name -> rein.v1.ArgumentChange
+	47, // 66: rein.v1.ArgumentChange.before:type_name -> google.protobuf.Value
+	47, // 67: rein.v1.ArgumentChange.after:type_name -> google.protobuf.Value
+	44, // 68: rein.v1.RunAdmitted.waited:type_name -> google.protobuf.Duration
+	35, // 69: rein.v1.RunAdmitted.deadline:type_name -> google.protobuf.Timestamp
+	70, // [70:70] is the sub-list for method output_type
+	70, // [70:70] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_event_proto_init() }
@@ -3545,6 +3648,7 @@ func file_rein_v1_event_proto_init() {
 		(*Event_ProposalRevised)(nil),
 		(*Event_PolicyDecided)(nil),
 		(*Event_ApprovalGiven)(nil),
+		(*Event_RunAdmitted)(nil),
 		(*Event_RunTaken)(nil),
 	}
 	type x struct{}
@@ -3553,7 +3657,7 @@ func file_rein_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_event_proto_rawDesc), len(file_rein_v1_event_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -52,6 +52,10 @@ const (
 	// Paused: a budget limit was reached and the contract says to pause
 	// (budget.on_exhausted); a person may raise the budget (RaiseBudget).
 	RunStatus_RUN_STATUS_NEEDS_BUDGET RunStatus = 10
+	// Waiting for a slot: its tenant (or the server) runs as many runs as
+	// its limit allows (rein serve --tenants max_running, --max-running).
+	// It starts, in its turn, when a slot frees.
+	RunStatus_RUN_STATUS_QUEUED RunStatus = 11
 )
 
 // Enum value maps for RunStatus.
@@ -68,6 +72,7 @@ var (
 		8:  "RUN_STATUS_EXPIRED",
 		9:  "RUN_STATUS_CANCELLED",
 		10: "RUN_STATUS_NEEDS_BUDGET",
+		11: "RUN_STATUS_QUEUED",
 	}
 	RunStatus_value = map[string]int32{
 		"RUN_STATUS_UNSPECIFIED":      0,
@@ -81,6 +86,7 @@ var (
 		"RUN_STATUS_EXPIRED":          8,
 		"RUN_STATUS_CANCELLED":        9,
 		"RUN_STATUS_NEEDS_BUDGET":     10,
+		"RUN_STATUS_QUEUED":           11,
 	}
 )
 
@@ -238,7 +244,10 @@ type Run struct {
 	Archive *RunArchive `protobuf:"bytes,27,opt,name=archive,proto3" json:"archive,omitempty"`
 	// What people added to the contract's budget (RaiseBudget); the run's
 	// limits are the contract's plus these. Unset when no one raised it.
-	BudgetRaised  *Spend `protobuf:"bytes,28,opt,name=budget_raised,json=budgetRaised,proto3" json:"budget_raised,omitempty"`
+	BudgetRaised *Spend `protobuf:"bytes,28,opt,name=budget_raised,json=budgetRaised,proto3" json:"budget_raised,omitempty"`
+	// For a queued run: its place in its tenant's queue, 1 for the next to
+	// start. Unset for any other run.
+	QueuePosition uint32 `protobuf:"varint,29,opt,name=queue_position,json=queuePosition,proto3" json:"queue_position,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -467,6 +476,13 @@ func (x *Run) GetBudgetRaised() *Spend {
 		return x.BudgetRaised
 	}
 	return nil
+}
+
+func (x *Run) GetQueuePosition() uint32 {
+	if x != nil {
+		return x.QueuePosition
+	}
+	return 0
 }
 
 // RunArchive says where an archived run's export is kept.
@@ -1591,7 +1607,7 @@ var File_rein_v1_run_proto protoreflect.FileDescriptor
 
 const file_rein_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\x95\t\n" +
+	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xbc\t\n" +
 	"\x03Run\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12*\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x12.rein.v1.RunStatusR\x06status\x121\n" +
@@ -1628,7 +1644,8 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"delegation\x18\x1a \x01(\v2\x16.rein.v1.RunDelegationR\n" +
 	"delegation\x12-\n" +
 	"\aarchive\x18\x1b \x01(\v2\x13.rein.v1.RunArchiveR\aarchive\x123\n" +
-	"\rbudget_raised\x18\x1c \x01(\v2\x0e.rein.v1.SpendR\fbudgetRaised\"\x92\x01\n" +
+	"\rbudget_raised\x18\x1c \x01(\v2\x0e.rein.v1.SpendR\fbudgetRaised\x12%\n" +
+	"\x0equeue_position\x18\x1d \x01(\rR\rqueuePosition\"\x92\x01\n" +
 	"\n" +
 	"RunArchive\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
@@ -1726,7 +1743,7 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\tapprovals\x18\b \x01(\rR\tapprovals\x123\n" +
 	"\alatency\x18\t \x01(\v2\x19.google.protobuf.DurationR\alatency\x12\x14\n" +
 	"\x05error\x18\n" +
-	" \x01(\tR\x05error*\xb2\x02\n" +
+	" \x01(\tR\x05error*\xc9\x02\n" +
 	"\tRunStatus\x12\x1a\n" +
 	"\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12RUN_STATUS_RUNNING\x10\x01\x12\x1a\n" +
@@ -1739,7 +1756,8 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\x12RUN_STATUS_EXPIRED\x10\b\x12\x18\n" +
 	"\x14RUN_STATUS_CANCELLED\x10\t\x12\x1b\n" +
 	"\x17RUN_STATUS_NEEDS_BUDGET\x10\n" +
-	"*~\n" +
+	"\x12\x15\n" +
+	"\x11RUN_STATUS_QUEUED\x10\v*~\n" +
 	"\fPolicySource\x12\x1d\n" +
 	"\x19POLICY_SOURCE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16POLICY_SOURCE_CONTRACT\x10\x01\x12\x18\n" +

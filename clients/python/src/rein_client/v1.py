@@ -75,6 +75,7 @@ from rein_client._gen.rein.v1.event_pb2 import (
     ProposalRevised,
     ArgumentChange,
     ApprovalGiven,
+    RunAdmitted,
 )
 from rein_client._gen.rein.v1.export_pb2 import (
     RunExport,
@@ -114,6 +115,7 @@ from rein_client._gen.rein.v1.run_pb2 import (
     RUN_STATUS_EXPIRED,
     RUN_STATUS_CANCELLED,
     RUN_STATUS_NEEDS_BUDGET,
+    RUN_STATUS_QUEUED,
     POLICY_SOURCE_UNSPECIFIED,
     POLICY_SOURCE_CONTRACT,
     POLICY_SOURCE_SERVER,
@@ -254,6 +256,7 @@ __all__ = [
     "ProposalRevised",
     "ArgumentChange",
     "ApprovalGiven",
+    "RunAdmitted",
     "RunExport",
     "PolicyTool",
     "PolicyRun",
@@ -285,6 +288,7 @@ __all__ = [
     "RUN_STATUS_EXPIRED",
     "RUN_STATUS_CANCELLED",
     "RUN_STATUS_NEEDS_BUDGET",
+    "RUN_STATUS_QUEUED",
     "POLICY_SOURCE_UNSPECIFIED",
     "POLICY_SOURCE_CONTRACT",
     "POLICY_SOURCE_SERVER",

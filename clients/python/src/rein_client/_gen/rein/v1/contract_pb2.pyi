@@ -30,7 +30,7 @@ class ApprovalPolicy(_message.Message):
     def __init__(self, proposal_ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., forbid_self_approval: bool = ...) -> None: ...
 
 class Budget(_message.Message):
-    __slots__ = ["max_context_chars", "max_cost_usd", "max_output_bytes", "max_steps", "max_tokens", "max_tool_calls", "on_exhausted", "raise_ttl", "timeout"]
+    __slots__ = ["max_context_chars", "max_cost_usd", "max_output_bytes", "max_steps", "max_tokens", "max_tool_calls", "on_exhausted", "raise_ttl", "timeout", "timeout_from_submission"]
     MAX_CONTEXT_CHARS_FIELD_NUMBER: _ClassVar[int]
     MAX_COST_USD_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -40,6 +40,7 @@ class Budget(_message.Message):
     ON_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
     RAISE_TTL_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FROM_SUBMISSION_FIELD_NUMBER: _ClassVar[int]
     max_context_chars: int
     max_cost_usd: float
     max_output_bytes: int
@@ -49,7 +50,8 @@ class Budget(_message.Message):
     on_exhausted: BudgetAction
     raise_ttl: _duration_pb2.Duration
     timeout: _duration_pb2.Duration
-    def __init__(self, max_steps: _Optional[int] = ..., max_tokens: _Optional[int] = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., max_tool_calls: _Optional[int] = ..., max_output_bytes: _Optional[int] = ..., max_cost_usd: _Optional[float] = ..., max_context_chars: _Optional[int] = ..., on_exhausted: _Optional[_Union[BudgetAction, str]] = ..., raise_ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    timeout_from_submission: bool
+    def __init__(self, max_steps: _Optional[int] = ..., max_tokens: _Optional[int] = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., max_tool_calls: _Optional[int] = ..., max_output_bytes: _Optional[int] = ..., max_cost_usd: _Optional[float] = ..., max_context_chars: _Optional[int] = ..., on_exhausted: _Optional[_Union[BudgetAction, str]] = ..., raise_ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., timeout_from_submission: bool = ...) -> None: ...
 
 class Check(_message.Message):
     __slots__ = ["argv", "dir", "env", "name", "timeout"]
@@ -138,7 +140,7 @@ class ScriptedReply(_message.Message):
     def __init__(self, decision: _Optional[_Union[_decision_pb2.Decision, _Mapping]] = ..., raw: _Optional[str] = ..., error: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., delay_ms: _Optional[int] = ..., fail_attempts: _Optional[int] = ..., retry_after_ms: _Optional[int] = ..., chunks: _Optional[_Iterable[_Union[ScriptedChunk, _Mapping]]] = ...) -> None: ...
 
 class TaskContract(_message.Message):
-    __slots__ = ["approval", "budget", "checks", "delegation", "goal", "inputs", "labels", "model", "tools"]
+    __slots__ = ["approval", "budget", "checks", "delegation", "goal", "inputs", "labels", "model", "priority", "tools"]
     class LabelsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +156,7 @@ class TaskContract(_message.Message):
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
     approval: ApprovalPolicy
     budget: Budget
@@ -163,8 +166,9 @@ class TaskContract(_message.Message):
     inputs: _struct_pb2.Struct
     labels: _containers.ScalarMap[str, str]
     model: ModelSpec
+    priority: int
     tools: _containers.RepeatedCompositeFieldContainer[ToolGrant]
-    def __init__(self, goal: _Optional[str] = ..., inputs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[ToolGrant, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., checks: _Optional[_Iterable[_Union[Check, _Mapping]]] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., approval: _Optional[_Union[ApprovalPolicy, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., delegation: _Optional[_Union[DelegationPolicy, _Mapping]] = ...) -> None: ...
+    def __init__(self, goal: _Optional[str] = ..., inputs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[ToolGrant, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., checks: _Optional[_Iterable[_Union[Check, _Mapping]]] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., approval: _Optional[_Union[ApprovalPolicy, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., delegation: _Optional[_Union[DelegationPolicy, _Mapping]] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class ToolGrant(_message.Message):
     __slots__ = ["approvals", "description", "input_schema", "name", "policy_service", "rules", "tier"]

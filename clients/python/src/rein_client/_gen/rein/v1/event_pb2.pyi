@@ -190,7 +190,7 @@ class DelegationStarted(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., children: _Optional[_Iterable[_Union[DelegatedChild, _Mapping]]] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ["actor", "approval_decided", "approval_given", "approval_requested", "budget_raised", "budget_reached", "checks_completed", "context_compacted", "decision_rejected", "delegation_returned", "delegation_started", "input_provided", "input_requested", "model_requested", "model_retried", "model_returned", "policy_decided", "proposal_revised", "recorded_at", "run_id", "run_started", "run_steered", "run_taken", "sequence", "status_changed", "tool_refused", "tool_requested", "tool_returned", "write_committed", "write_dispatched", "write_outcome_unknown", "write_refused"]
+    __slots__ = ["actor", "approval_decided", "approval_given", "approval_requested", "budget_raised", "budget_reached", "checks_completed", "context_compacted", "decision_rejected", "delegation_returned", "delegation_started", "input_provided", "input_requested", "model_requested", "model_retried", "model_returned", "policy_decided", "proposal_revised", "recorded_at", "run_admitted", "run_id", "run_started", "run_steered", "run_taken", "sequence", "status_changed", "tool_refused", "tool_requested", "tool_returned", "write_committed", "write_dispatched", "write_outcome_unknown", "write_refused"]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_DECIDED_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_GIVEN_FIELD_NUMBER: _ClassVar[int]
@@ -210,6 +210,7 @@ class Event(_message.Message):
     POLICY_DECIDED_FIELD_NUMBER: _ClassVar[int]
     PROPOSAL_REVISED_FIELD_NUMBER: _ClassVar[int]
     RECORDED_AT_FIELD_NUMBER: _ClassVar[int]
+    RUN_ADMITTED_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_STARTED_FIELD_NUMBER: _ClassVar[int]
     RUN_STEERED_FIELD_NUMBER: _ClassVar[int]
@@ -242,6 +243,7 @@ class Event(_message.Message):
     policy_decided: _run_pb2.PolicyDecided
     proposal_revised: ProposalRevised
     recorded_at: _timestamp_pb2.Timestamp
+    run_admitted: RunAdmitted
     run_id: str
     run_started: RunStarted
     run_steered: RunSteered
@@ -255,7 +257,7 @@ class Event(_message.Message):
     write_dispatched: WriteDispatched
     write_outcome_unknown: WriteOutcomeUnknown
     write_refused: WriteRefused
-    def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., recorded_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[str] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., model_requested: _Optional[_Union[ModelRequested, _Mapping]] = ..., model_returned: _Optional[_Union[ModelReturned, _Mapping]] = ..., decision_rejected: _Optional[_Union[DecisionRejected, _Mapping]] = ..., tool_requested: _Optional[_Union[ToolRequested, _Mapping]] = ..., tool_refused: _Optional[_Union[ToolRefused, _Mapping]] = ..., tool_returned: _Optional[_Union[ToolReturned, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_decided: _Optional[_Union[ApprovalDecided, _Mapping]] = ..., input_requested: _Optional[_Union[InputRequested, _Mapping]] = ..., input_provided: _Optional[_Union[InputProvided, _Mapping]] = ..., write_dispatched: _Optional[_Union[WriteDispatched, _Mapping]] = ..., write_committed: _Optional[_Union[WriteCommitted, _Mapping]] = ..., write_outcome_unknown: _Optional[_Union[WriteOutcomeUnknown, _Mapping]] = ..., checks_completed: _Optional[_Union[ChecksCompleted, _Mapping]] = ..., budget_reached: _Optional[_Union[BudgetReached, _Mapping]] = ..., status_changed: _Optional[_Union[StatusChanged, _Mapping]] = ..., model_retried: _Optional[_Union[ModelRetried, _Mapping]] = ..., context_compacted: _Optional[_Union[ContextCompacted, _Mapping]] = ..., write_refused: _Optional[_Union[WriteRefused, _Mapping]] = ..., delegation_started: _Optional[_Union[DelegationStarted, _Mapping]] = ..., delegation_returned: _Optional[_Union[DelegationReturned, _Mapping]] = ..., run_steered: _Optional[_Union[RunSteered, _Mapping]] = ..., budget_raised: _Optional[_Union[BudgetRaised, _Mapping]] = ..., proposal_revised: _Optional[_Union[ProposalRevised, _Mapping]] = ..., policy_decided: _Optional[_Union[_run_pb2.PolicyDecided, _Mapping]] = ..., approval_given: _Optional[_Union[ApprovalGiven, _Mapping]] = ..., run_taken: _Optional[_Union[RunTaken, _Mapping]] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., recorded_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[str] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., model_requested: _Optional[_Union[ModelRequested, _Mapping]] = ..., model_returned: _Optional[_Union[ModelReturned, _Mapping]] = ..., decision_rejected: _Optional[_Union[DecisionRejected, _Mapping]] = ..., tool_requested: _Optional[_Union[ToolRequested, _Mapping]] = ..., tool_refused: _Optional[_Union[ToolRefused, _Mapping]] = ..., tool_returned: _Optional[_Union[ToolReturned, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_decided: _Optional[_Union[ApprovalDecided, _Mapping]] = ..., input_requested: _Optional[_Union[InputRequested, _Mapping]] = ..., input_provided: _Optional[_Union[InputProvided, _Mapping]] = ..., write_dispatched: _Optional[_Union[WriteDispatched, _Mapping]] = ..., write_committed: _Optional[_Union[WriteCommitted, _Mapping]] = ..., write_outcome_unknown: _Optional[_Union[WriteOutcomeUnknown, _Mapping]] = ..., checks_completed: _Optional[_Union[ChecksCompleted, _Mapping]] = ..., budget_reached: _Optional[_Union[BudgetReached, _Mapping]] = ..., status_changed: _Optional[_Union[StatusChanged, _Mapping]] = ..., model_retried: _Optional[_Union[ModelRetried, _Mapping]] = ..., context_compacted: _Optional[_Union[ContextCompacted, _Mapping]] = ..., write_refused: _Optional[_Union[WriteRefused, _Mapping]] = ..., delegation_started: _Optional[_Union[DelegationStarted, _Mapping]] = ..., delegation_returned: _Optional[_Union[DelegationReturned, _Mapping]] = ..., run_steered: _Optional[_Union[RunSteered, _Mapping]] = ..., budget_raised: _Optional[_Union[BudgetRaised, _Mapping]] = ..., proposal_revised: _Optional[_Union[ProposalRevised, _Mapping]] = ..., policy_decided: _Optional[_Union[_run_pb2.PolicyDecided, _Mapping]] = ..., approval_given: _Optional[_Union[ApprovalGiven, _Mapping]] = ..., run_admitted: _Optional[_Union[RunAdmitted, _Mapping]] = ..., run_taken: _Optional[_Union[RunTaken, _Mapping]] = ...) -> None: ...
 
 class InputProvided(_message.Message):
     __slots__ = ["text"]
@@ -353,14 +355,25 @@ class RetryPastDeadline(_message.Message):
     wait: _duration_pb2.Duration
     def __init__(self, step: _Optional[int] = ..., error: _Optional[str] = ..., wait: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
+class RunAdmitted(_message.Message):
+    __slots__ = ["by", "deadline", "waited"]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    WAITED_FIELD_NUMBER: _ClassVar[int]
+    by: str
+    deadline: _timestamp_pb2.Timestamp
+    waited: _duration_pb2.Duration
+    def __init__(self, waited: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., by: _Optional[str] = ...) -> None: ...
+
 class RunStarted(_message.Message):
-    __slots__ = ["contract", "deadline", "delegated_by", "parent_run_id", "parent_sequence", "principal", "request_id", "tenant", "trace_id", "trace_parent_span_id"]
+    __slots__ = ["contract", "deadline", "delegated_by", "parent_run_id", "parent_sequence", "principal", "queued", "request_id", "tenant", "trace_id", "trace_parent_span_id"]
     CONTRACT_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     DELEGATED_BY_FIELD_NUMBER: _ClassVar[int]
     PARENT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     PARENT_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -371,11 +384,12 @@ class RunStarted(_message.Message):
     parent_run_id: str
     parent_sequence: int
     principal: str
+    queued: bool
     request_id: str
     tenant: str
     trace_id: str
     trace_parent_span_id: str
-    def __init__(self, contract: _Optional[_Union[_contract_pb2.TaskContract, _Mapping]] = ..., principal: _Optional[str] = ..., tenant: _Optional[str] = ..., request_id: _Optional[str] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., parent_run_id: _Optional[str] = ..., parent_sequence: _Optional[int] = ..., trace_id: _Optional[str] = ..., trace_parent_span_id: _Optional[str] = ..., delegated_by: _Optional[_Union[_run_pb2.DelegatedBy, _Mapping]] = ...) -> None: ...
+    def __init__(self, contract: _Optional[_Union[_contract_pb2.TaskContract, _Mapping]] = ..., principal: _Optional[str] = ..., tenant: _Optional[str] = ..., request_id: _Optional[str] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., parent_run_id: _Optional[str] = ..., parent_sequence: _Optional[int] = ..., trace_id: _Optional[str] = ..., trace_parent_span_id: _Optional[str] = ..., delegated_by: _Optional[_Union[_run_pb2.DelegatedBy, _Mapping]] = ..., queued: bool = ...) -> None: ...
 
 class RunSteered(_message.Message):
     __slots__ = ["request_id", "text"]
