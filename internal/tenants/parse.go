@@ -25,6 +25,8 @@ type file struct {
 type table struct {
 	ArchiveAfter *duration `toml:"archive_after"`
 	Retain       *duration `toml:"retain"`
+	MaxRunning   *int64    `toml:"max_running"`
+	Weight       *float64  `toml:"weight"`
 }
 
 // duration is a duration as written: a Go duration string ("90m", "0s").
@@ -92,8 +94,31 @@ func (t table) settings(path []string, probs []problem) (Tenant, []problem) {
 	if out.Lifecycle.Retain, p = t.Retain.check(path, "retain"); p != nil {
 		probs = append(probs, *p)
 	}
+	if n := t.MaxRunning; n != nil {
+		if *n < 0 || *n > MaxMaxRunning {
+			probs = append(probs, problem{path: append(slices.Clone(path), "max_running"),
+				msg: fmt.Sprintf("max_running in %s: %d is out of range; give 0 (no limit) to %d", tableName(path), *n, MaxMaxRunning)})
+		} else {
+			v := int(*n)
+			out.Admission.MaxRunning = &v
+		}
+	}
+	if w := t.Weight; w != nil {
+		if !(*w > 0) || *w > MaxWeight {
+			probs = append(probs, problem{path: append(slices.Clone(path), "weight"),
+				msg: fmt.Sprintf("weight in %s: %v is out of range; give a number above 0 and at most %d (the default is 1)", tableName(path), *w, MaxWeight)})
+		} else {
+			out.Admission.Weight = w
+		}
+	}
 	return out, probs
 }
+
+// The bounds on the admission keys.
+const (
+	MaxMaxRunning = 1_000_000
+	MaxWeight     = 1000
+)
 
 // check parses d, the value of key in the table at path: nil when the key
 // is not set, a problem when it is not a duration of 0 or more.
@@ -156,8 +181,13 @@ func mismatch(key toml.Key, got string) string {
 		where, want = tableName(key), "a table of the tenant's keys"
 	case len(key) > 1:
 		where = fmt.Sprintf("%s in %s", key[len(key)-1], tableName(key[:len(key)-1]))
-		if slices.Contains(durationKeys(), key[len(key)-1]) {
+		switch k := key[len(key)-1]; {
+		case slices.Contains(durationKeys(), k):
 			want = "a duration, " + durationHint
+		case k == "max_running":
+			want = "an integer, such as 4 (0: no limit)"
+		case k == "weight":
+			want = "a number above 0, such as 1 or 2.5"
 		}
 	}
 	return fmt.Sprintf("%s is a TOML %s; want %s", where, got, want)

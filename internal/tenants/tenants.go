@@ -46,6 +46,56 @@ func (l Lifecycle) over(below Lifecycle) Lifecycle {
 // [tenants.NAME].
 type Tenant struct {
 	Lifecycle Lifecycle
+	Admission Admission
+}
+
+// Admission is how many runs a tenant may run at once (MaxRunning; 0 for
+// no limit) and its weight in the fair share of the slots (Weight; 1 by
+// default). A nil field is not set.
+type Admission struct {
+	MaxRunning *int
+	Weight     *float64
+}
+
+// AdmissionOf is tenant's admission settings: each key from its table,
+// else from [defaults]; a key neither sets is 0 (no limit) and weight 1. A
+// nil Settings (no file) has no limits.
+func (s *Settings) AdmissionOf(tenant string) (maxRunning int, weight float64) {
+	weight = 1
+	if s == nil {
+		return 0, weight
+	}
+	t, d := s.tenants[tenant].Admission, s.defaults.Admission
+	switch {
+	case t.MaxRunning != nil:
+		maxRunning = *t.MaxRunning
+	case d.MaxRunning != nil:
+		maxRunning = *d.MaxRunning
+	}
+	switch {
+	case t.Weight != nil:
+		weight = *t.Weight
+	case d.Weight != nil:
+		weight = *d.Weight
+	}
+	return maxRunning, weight
+}
+
+// Limited reports whether any tenant's runs are limited by the file
+// ([defaults] or a tenant's max_running above 0).
+func (s *Settings) Limited() bool {
+	if s == nil {
+		return false
+	}
+	if m := s.defaults.Admission.MaxRunning; m != nil && *m > 0 {
+		return true
+	}
+	for _, t := range s.tenants {
+		if m := t.Admission.MaxRunning; m != nil && *m > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Settings is one parsed tenants file, and the base its lookups fall back

@@ -301,3 +301,37 @@ func TestHolderNoFile(t *testing.T) {
 		t.Error("NewHolder of a bad file: nil error")
 	}
 }
+
+// TestAdmissionKeys: max_running and weight resolve from a tenant's table,
+// else [defaults], else no limit and weight 1; out-of-range values and
+// wrong types are refused with their line.
+func TestAdmissionKeys(t *testing.T) {
+	s, err := Parse("t.toml", []byte("[defaults]\nmax_running = 8\n\n[tenants.acme]\nmax_running = 4\nweight = 2.5\n\n[tenants.beta]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tenant, want := range map[string]struct {
+		max    int
+		weight float64
+	}{"acme": {4, 2.5}, "beta": {8, 1}, "other": {8, 1}} {
+		if m, w := s.AdmissionOf(tenant); m != want.max || w != want.weight {
+			t.Errorf("%s: max_running %d, weight %v; want %d, %v", tenant, m, w, want.max, want.weight)
+		}
+	}
+	if !s.Limited() {
+		t.Error("a file with max_running is not Limited")
+	}
+	var none *Settings
+	if m, w := none.AdmissionOf("acme"); m != 0 || w != 1 || none.Limited() {
+		t.Errorf("no file: max_running %d, weight %v, limited %v; want no limit", m, w, none.Limited())
+	}
+	for _, tc := range []struct{ body, want string }{
+		{"[tenants.acme]\nmax_running = -1\n", "t.toml:2: max_running in [tenants.acme]: -1 is out of range"},
+		{"[tenants.acme]\nweight = 0\n", "t.toml:2: weight in [tenants.acme]: 0 is out of range"},
+		{"[defaults]\nmax_running = \"4\"\n", "t.toml:2: max_running in [defaults] is a TOML string; want an integer"},
+	} {
+		if _, err := Parse("t.toml", []byte(tc.body)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.body, err, tc.want)
+		}
+	}
+}
