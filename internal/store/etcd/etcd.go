@@ -102,6 +102,9 @@ type Store struct {
 	cacheMu sync.Mutex
 	cache   map[string]runAt
 
+	// locks are the locks shared by the Stores on the prefix (Lock).
+	locks locks
+
 	// batchMu guards queue, the appends waiting for a shared Txn
 	// (batch.go); queue[0] leads.
 	batchMu sync.Mutex
@@ -204,6 +207,7 @@ func (s *Store) Close() error {
 		return fmt.Errorf("close etcd store %s: %w", s.keys.p, store.ErrClosed)
 	}
 	s.closed = true
+	s.closeLocks()
 	return nil
 }
 
