@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/admission"
 	"github.com/reinhq/rein/internal/archive"
 	"github.com/reinhq/rein/internal/auth"
 	"github.com/reinhq/rein/internal/engine"
@@ -103,6 +104,10 @@ type Config struct {
 	// ApprovalsNeedTwo has another approver approve a proposal its reviser
 	// revised (engine.Config).
 	ApprovalsNeedTwo bool
+	// Admission, when set, limits the runs running at once: a new root run
+	// whose tenant (or the server) has a limit is created queued, and
+	// started in its turn as slots free (internal/admission).
+	Admission *AdmissionConfig
 	// ToolPolicy decides tool calls by the server's rules and policy
 	// services (engine.Config.Policy); nil has only each contract's rules.
 	ToolPolicy *policy.Checker
@@ -147,6 +152,11 @@ type Node struct {
 	Keeper *lifecycle.Keeper
 	sweep  context.CancelFunc
 	swept  chan struct{}
+	// Admission starts queued runs (nil without Config.Admission); admit
+	// ends its loop, and admitted is closed once it did.
+	Admission *admission.Controller
+	admit     context.CancelFunc
+	admitted  chan struct{}
 }
 
 // Open starts the engine on the store, registers the services with the
@@ -188,7 +198,11 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	// The one publish hook, read by the watch hub, the metrics, the traces
 	// and the lifecycle log.
+	var adm *admission.Controller // set before anything is published
 	published := func(st runstate.State, evs []*reinv1.Event) {
+		if adm != nil && frees(evs) {
+			adm.Kick()
+		}
 		hub.Published(st.RunID, evs)
 		cfg.Metrics.Observe(st.RunID, evs)
 		tracer.Observe(st, evs)
@@ -225,8 +239,14 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
 	)
+	if a := cfg.Admission; a != nil {
+		adm = admission.New(admission.Config{
+			Store: st, Starter: eng, Gone: admissionGone, Tenant: a.Tenant, Limited: a.Limited, MaxRunning: a.MaxRunning,
+			Owner: cfg.Owner, Lock: a.Lock, Every: a.Every, Clock: cfg.Clock, Logger: cfg.Logger,
+		})
+	}
 	n := &Node{
-		Store: st, Engine: eng, Hub: hub,
+		Store: st, Engine: eng, Hub: hub, Admission: adm,
 		GRPC:   grpc.NewServer(append(opts, cfg.ServerOptions...)...),
 		health: health.NewServer(),
 		log:    cfg.Logger,
@@ -235,7 +255,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		leased: cfg.Leased,
 		Keeper: keeper,
 	}
-	reinv1.RegisterRunServiceServer(n.GRPC, &runService{engine: eng, store: st, hub: hub, log: cfg.Logger, done: n.done, resume: cfg.Resume, metrics: cfg.Metrics, keeper: keeper, follows: follows})
+	reinv1.RegisterRunServiceServer(n.GRPC, &runService{engine: eng, store: st, hub: hub, admission: adm, log: cfg.Logger, done: n.done, resume: cfg.Resume, metrics: cfg.Metrics, keeper: keeper, follows: follows})
 	healthpb.RegisterHealthServer(n.GRPC, n.health)
 	n.health.SetServingStatus(reinv1.RunService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if cfg.Reflection {
@@ -272,6 +292,17 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
+	n.admit, n.admitted = func() {}, make(chan struct{})
+	if adm != nil {
+		actx, cancel := context.WithCancel(context.Background())
+		n.admit = cancel
+		go func() {
+			defer close(n.admitted)
+			adm.Run(actx)
+		}()
+	} else {
+		close(n.admitted)
+	}
 	return n, nil
 }
 
@@ -284,6 +315,10 @@ func (n *Node) Shutdown(ctx context.Context) {
 	n.closeOnce.Do(func() {
 		n.health.Shutdown()
 		close(n.done)
+		// No queued run starts once the node stops: another server, or
+		// this one restarted, starts it.
+		n.admit()
+		<-n.admitted
 		// Runs finish their current step while calls drain: a client that
 		// stopped reading must not cost them their graceful stop.
 		drained := make(chan struct{})

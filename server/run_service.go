@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/admission"
 	"github.com/reinhq/rein/internal/auth"
 	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/export"
@@ -62,7 +63,9 @@ type runService struct {
 	engine *engine.Engine
 	store  store.Store
 	hub    *Hub
-	log    *slog.Logger
+	// admission starts queued runs; nil queues none.
+	admission *admission.Controller
+	log       *slog.Logger
 	// resume: the server carries on the runs it stores (rein serve), so an
 	// imported run that has not ended is carried on too.
 	resume bool
@@ -85,13 +88,13 @@ func (s *runService) StartRun(ctx context.Context, req *reinv1.StartRunRequest) 
 	traceID, parent := runTrace(ctx)
 	st, created, err := s.engine.Start(ctx, engine.StartRequest{
 		RequestID: req.GetRequestId(), Contract: req.GetContract(), Principal: id.ID, Tenant: id.Tenant,
-		TraceID: traceID, TraceParent: parent,
+		TraceID: traceID, TraceParent: parent, Queued: s.admission.Queues(id.Tenant),
 	})
 	if err != nil {
 		return nil, toStatus(s.log, "StartRun", err)
 	}
 	callInfoFrom(ctx).set(func(c *callInfo) { c.runID = st.RunID })
-	return &reinv1.StartRunResponse{Run: st.Proto(true), Created: created}, nil
+	return &reinv1.StartRunResponse{Run: s.withPosition(ctx, st), Created: created}, nil
 }
 
 func (s *runService) GetRun(ctx context.Context, req *reinv1.GetRunRequest) (*reinv1.GetRunResponse, error) {
@@ -99,7 +102,19 @@ func (s *runService) GetRun(ctx context.Context, req *reinv1.GetRunRequest) (*re
 	if err != nil {
 		return nil, toStatus(s.log, "GetRun", err)
 	}
-	return &reinv1.GetRunResponse{Run: st.Proto(true)}, nil
+	return &reinv1.GetRunResponse{Run: s.withPosition(ctx, st)}, nil
+}
+
+// withPosition is st as the API gives it, with a queued run's place in
+// its tenant's queue.
+func (s *runService) withPosition(ctx context.Context, st runstate.State) *reinv1.Run {
+	r := st.Proto(true)
+	if st.Status == reinv1.RunStatus_RUN_STATUS_QUEUED && s.admission != nil {
+		if pos, err := s.admission.Position(ctx, st); err == nil {
+			r.QueuePosition = pos
+		}
+	}
+	return r
 }
 
 // identity is the caller, as the auth interceptor found it.

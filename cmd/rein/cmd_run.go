@@ -25,6 +25,7 @@ type runOptions struct {
 	baseURL   string
 	host      host
 	requestID string
+	detach    bool
 }
 
 func newRunCmd(e *env) *cobra.Command {
@@ -38,7 +39,8 @@ func newRunCmd(e *env) *cobra.Command {
 one progress line per event on stderr, then the run's JSON summary on stdout.
 The exit code says how the run stands: 0 completed, 10 paused for a person,
 11 budget exhausted, 12 failed, 13 denied or expired, 130 cancelled (Ctrl+C
-cancels the run and records it).
+cancels the run and records it). With --detach (and --server) it prints the
+run as started, queued or not, and exits 0 without following it.
 
 With --server, a server that is unavailable (restarting, unreachable) is
 tried again for up to --command-timeout, then rein exits 5. The start is
@@ -52,6 +54,7 @@ whose answer was lost is found again, never doubled.`,
 	cmd.Flags().StringVar(&o.model, "model", "", "the model, overriding the task's: script:FILE (JSONL, one reply per line), openai:NAME or anthropic:NAME")
 	cmd.Flags().StringVar(&o.baseURL, "base-url", "", "the model provider's base URL, for OpenAI-compatible servers (vLLM, Ollama, llama.cpp, LM Studio)")
 	o.host.register(cmd.Flags())
+	cmd.Flags().BoolVar(&o.detach, "detach", false, "with --server, start the run, print it and exit 0 without following it (a queued run says its place), for scripts that start many")
 	cmd.Flags().StringVar(&o.requestID, "request-id", "", "idempotency key; the same key returns the same run (default: random, the same for every retry)")
 	e.commandTimeoutFlag(cmd)
 	return cmd
@@ -70,6 +73,9 @@ func (o *runOptions) run(ctx context.Context, e *env, path string) error {
 	}
 	if e.server != "" && o.host.given() {
 		return errServerFlags
+	}
+	if o.detach && e.server == "" {
+		return usageError("--detach needs --server: the embedded server stops when rein run exits, and a detached run would wait for the next command to carry it on")
 	}
 	var s *setup
 	if e.server == "" {
@@ -120,6 +126,9 @@ func (o *runOptions) run(ctx context.Context, e *env, path string) error {
 		where = "server " + e.server
 	}
 	fmt.Fprintf(e.stderr, "rein: run %s started (%s)\n", runID, where)
+	if o.detach {
+		return writeJSON(e.stdout, summarize(resp.GetRun()), !e.json)
+	}
 	run, err := follow(ctx, e.stderr, cn.Client, runID, 0)
 	if err != nil && ctx.Err() != nil {
 		run, err = cancelOnInterrupt(e.stderr, cn.runs, runID)

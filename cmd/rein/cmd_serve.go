@@ -46,6 +46,7 @@ type serveOptions struct {
 	http            httpFlags
 	tenants         tenantsFlags
 	policy          policyFlags
+	maxRunning      int
 	pprof           bool
 	logFormat       string
 	logLevel        string
@@ -108,6 +109,7 @@ one that receives it takes the run and carries it on.`,
 	o.lifecycle.register(f)
 	o.tenants.register(f)
 	o.policy.register(f)
+	f.IntVar(&o.maxRunning, "max-running", 0, "runs of all tenants that may be running at once (0: no limit); a run started over it, or over its tenant's max_running (--tenants), is queued and starts in its turn")
 	f.BoolVar(&o.stream, "stream-model-calls", true, "stream every model call, so that a watcher sees the text as it is written, also one that joins mid-call; false streams a call only when its run has an output watcher here as it starts (for a model server that cannot stream)")
 	f.BoolVar(&o.needTwo, "approvals-need-two", false, "a person who revised a proposal's arguments may not approve the revision: another approver must (default: the reviser may)")
 	f.BoolVar(&o.pprof, "pprof", false, "with --admin-listen, also serve Go's profiles at /debug/pprof/")
@@ -145,6 +147,9 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer stopTenants()
+	if o.maxRunning < 0 {
+		return usageError("--max-running %d: give 0 (no limit) or more", o.maxRunning)
+	}
 	checker, stopPolicy, err := o.policy.load(ctx, log)
 	if err != nil {
 		return err
@@ -208,6 +213,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		return err
 	}
 	var rep *replica.Replica
+	var lock func(context.Context) (func(), error) // the replicas' admission lock
 	storeName := e.db
 	if o.etcd.set() {
 		cli, st, err := o.etcd.open(ctx, etcdstore.Options{})
@@ -236,12 +242,21 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		cfg.Store, cfg.Replica, cfg.Owner, cfg.MaxDriven = st, true, o.name, o.maxRuns
 		cfg.Commits, cfg.Leased, cfg.Relay = st.WatchCommits, rep.Holding, st
 		storeName = "etcd " + o.etcd.Endpoints + " " + o.etcd.Prefix
+		lock = func(ctx context.Context) (func(), error) { return st.Lock(ctx, "admission") }
 	} else if cfg.Store, err = openStore(e.db); err != nil {
 		return err
 	}
 	db := e.db
 	if o.etcd.set() {
 		db = ""
+	}
+	if o.maxRunning > 0 || o.tenants.path != "" {
+		live := o.tenants.live
+		cfg.Admission = &server.AdmissionConfig{
+			Tenant:     func(tenant string) (int, float64) { return live.Current().AdmissionOf(tenant) },
+			Limited:    func() bool { return live.Current().Limited() },
+			MaxRunning: o.maxRunning, Lock: lock,
+		}
 	}
 	closeArchive, err := o.lifecycle.configure(ctx, &cfg, db, tenantPolicy(o.tenants.live), log)
 	if err != nil {

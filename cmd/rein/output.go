@@ -45,27 +45,30 @@ type summary struct {
 	Parents []string `json:"parents,omitempty"`
 	// Archived is the archive's key of a run that left the live store.
 	Archived string `json:"archived,omitempty"`
+	// QueuePosition is a queued run's place in its tenant's queue.
+	QueuePosition uint32 `json:"queue_position,omitempty"`
 }
 
 func summarize(r *reinv1.Run) summary {
 	s := summary{
-		RunID:        r.GetRunId(),
-		Status:       runstate.StatusName(r.GetStatus()),
-		StatusReason: r.GetStatusReason(),
-		Steps:        r.GetSteps(),
-		Tokens:       r.GetUsage().GetInputTokens() + r.GetUsage().GetOutputTokens(),
-		CostUSD:      r.GetCostUsd(),
-		ToolCalls:    r.GetToolCalls(),
-		Version:      r.GetVersion(),
-		Result:       protoJSON(r.GetResult()),
-		Pending:      protoJSON(r.GetPending()),
-		LastError:    r.GetLastError(),
-		Goal:         r.GetContract().GetGoal(),
-		CreatedAt:    timeText(r.GetCreatedAt().AsTime(), r.GetCreatedAt() != nil),
-		UpdatedAt:    timeText(r.GetUpdatedAt().AsTime(), r.GetUpdatedAt() != nil),
-		Deadline:     timeText(r.GetDeadline().AsTime(), r.GetDeadline() != nil),
-		Parent:       r.GetDelegatedBy().GetParentRunId(),
-		Archived:     r.GetArchive().GetKey(),
+		RunID:         r.GetRunId(),
+		Status:        runstate.StatusName(r.GetStatus()),
+		StatusReason:  r.GetStatusReason(),
+		Steps:         r.GetSteps(),
+		Tokens:        r.GetUsage().GetInputTokens() + r.GetUsage().GetOutputTokens(),
+		CostUSD:       r.GetCostUsd(),
+		ToolCalls:     r.GetToolCalls(),
+		Version:       r.GetVersion(),
+		Result:        protoJSON(r.GetResult()),
+		Pending:       protoJSON(r.GetPending()),
+		LastError:     r.GetLastError(),
+		Goal:          r.GetContract().GetGoal(),
+		CreatedAt:     timeText(r.GetCreatedAt().AsTime(), r.GetCreatedAt() != nil),
+		UpdatedAt:     timeText(r.GetUpdatedAt().AsTime(), r.GetUpdatedAt() != nil),
+		Deadline:      timeText(r.GetDeadline().AsTime(), r.GetDeadline() != nil),
+		Parent:        r.GetDelegatedBy().GetParentRunId(),
+		Archived:      r.GetArchive().GetKey(),
+		QueuePosition: r.GetQueuePosition(),
 	}
 	s.Usage.InputTokens = r.GetUsage().GetInputTokens()
 	s.Usage.OutputTokens = r.GetUsage().GetOutputTokens()
