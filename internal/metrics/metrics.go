@@ -49,6 +49,8 @@ type Metrics struct {
 	modelRetries     *prometheus.CounterVec
 	toolCalls        *prometheus.CounterVec
 	policyDecisions  *prometheus.CounterVec
+	queued           *prometheus.GaugeVec
+	queueWait        *prometheus.HistogramVec
 	toolDuration     *prometheus.HistogramVec
 	approvalsWaiting prometheus.Gauge
 	approvalWait     prometheus.Histogram
@@ -66,9 +68,10 @@ type Metrics struct {
 	mu sync.Mutex
 	// live is what Observe needs of each run that has not ended: its
 	// model's labels, its status, and when its pending approval was asked.
-	live   map[string]*liveRun
-	models *labelSet
-	tools  *labelSet
+	live    map[string]*liveRun
+	models  *labelSet
+	tools   *labelSet
+	tenants *labelSet
 	// genAI, once OfferGenAI is called, are the GenAI conventions' client
 	// metrics.
 	genAI *genAI
@@ -77,6 +80,7 @@ type Metrics struct {
 // liveRun is a run that has not ended, as Observe tracks it.
 type liveRun struct {
 	provider, model string
+	tenant          string
 	status          reinv1.RunStatus
 	// asked is when the run's pending approval was requested (unix nanos);
 	// 0 when none is pending.
@@ -139,9 +143,15 @@ func New() *Metrics {
 			Help: "Watch streams open, by kind: run (WatchRun) or runs (WatchRuns)."}, []string{"kind"}),
 		watchLagging: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rein_watch_store_reads_total",
 			Help: "Times a watcher that fell behind the live tail was served from the store, by kind."}, []string{"kind"}),
-		live:   map[string]*liveRun{},
-		models: newLabelSet(maxLabelValues),
-		tools:  newLabelSet(maxLabelValues),
+		live:    map[string]*liveRun{},
+		models:  newLabelSet(maxLabelValues),
+		tools:   newLabelSet(maxLabelValues),
+		tenants: newLabelSet(maxLabelValues),
+		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rein_queued_runs",
+			Help: "Runs waiting in a queue for a slot (status queued), by tenant."}, []string{"tenant"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rein_queue_wait_seconds",
+			Help:    "How long queued runs waited for a slot (run_admitted.waited), by tenant.",
+			Buckets: []float64{.01, .1, .5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600}}, []string{"tenant"}),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rein_build_info",
 		Help: "rein's build: always 1, with the version, VCS revision and Go version as labels."},
@@ -149,7 +159,7 @@ func New() *Metrics {
 	b := version.Get()
 	build.WithLabelValues(b.GetVersion(), b.GetRevision(), b.GetGoVersion()).Set(1)
 	for _, c := range []prometheus.Collector{m.runsStarted, m.runsEnded, m.runs, m.steps, m.modelCalls, m.modelDuration,
-		m.modelTokens, m.modelCost, m.modelRetries, m.toolCalls, m.policyDecisions, m.toolDuration, m.approvalsWaiting, m.approvalWait,
+		m.modelTokens, m.modelCost, m.modelRetries, m.toolCalls, m.policyDecisions, m.queued, m.queueWait, m.toolDuration, m.approvalsWaiting, m.approvalWait,
 		m.writes, m.appendDuration, m.appendEvents, m.appendErrors, m.watchStreams, m.watchLagging, build} {
 		f(c)
 	}

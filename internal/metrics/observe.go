@@ -15,12 +15,16 @@ import (
 // liveStatuses are the statuses of runs that have not ended.
 var liveStatuses = []reinv1.RunStatus{
 	reinv1.RunStatus_RUN_STATUS_RUNNING, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL,
-	reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET,
+	reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET, reinv1.RunStatus_RUN_STATUS_QUEUED,
 }
+
+// tenantLabel is tenant as a label value: the first tenants seen, then
+// "other", so that the label stays bounded. The caller holds m.mu.
+func (m *Metrics) tenantLabel(tenant string) string { return m.tenants.get(tenant) }
 
 // live says whether s is the status of a run that has not ended.
 func live(s reinv1.RunStatus) bool {
-	return s == reinv1.RunStatus_RUN_STATUS_RUNNING || runstate.Paused(s)
+	return s == reinv1.RunStatus_RUN_STATUS_RUNNING || s == reinv1.RunStatus_RUN_STATUS_QUEUED || runstate.Paused(s)
 }
 
 // statusLabel is a status as a label value: "needs_approval".
@@ -45,8 +49,11 @@ func (m *Metrics) Seed(ctx context.Context, s store.Store) error {
 			if _, ok := m.live[st.RunID]; ok {
 				continue
 			}
-			r := &liveRun{status: st.Status}
+			r := &liveRun{status: st.Status, tenant: st.Tenant}
 			r.provider, r.model = m.modelLabels(st.Contract.GetModel())
+			if st.Status == reinv1.RunStatus_RUN_STATUS_QUEUED {
+				m.queued.WithLabelValues(m.tenantLabel(st.Tenant)).Inc()
+			}
 			if st.Pending.GetProposal() != nil {
 				r.asked = st.UpdatedAt.UnixNano()
 				m.approvalsWaiting.Inc()
@@ -89,11 +96,22 @@ func (m *Metrics) Observe(runID string, evs []*reinv1.Event) {
 		metric := eventkind.Of(ev).Metric
 		switch metric.Counts {
 		case eventkind.RunStart:
-			r = &liveRun{status: reinv1.RunStatus_RUN_STATUS_RUNNING}
-			r.provider, r.model = m.modelLabels(ev.GetRunStarted().GetContract().GetModel())
+			rs := ev.GetRunStarted()
+			r = &liveRun{status: reinv1.RunStatus_RUN_STATUS_RUNNING, tenant: rs.GetTenant()}
+			if rs.GetQueued() {
+				r.status = reinv1.RunStatus_RUN_STATUS_QUEUED
+				m.queued.WithLabelValues(m.tenantLabel(r.tenant)).Inc()
+			}
+			r.provider, r.model = m.modelLabels(rs.GetContract().GetModel())
 			m.live[runID] = r
 			m.runsStarted.Inc()
 			m.runs.WithLabelValues(statusLabel(r.status)).Inc()
+		case eventkind.Admitted:
+			tenant := ""
+			if r != nil {
+				tenant = r.tenant
+			}
+			m.queueWait.WithLabelValues(m.tenantLabel(tenant)).Observe(ev.GetRunAdmitted().GetWaited().AsDuration().Seconds())
 		case eventkind.Step:
 			m.steps.Inc()
 		case eventkind.ModelCall:
@@ -156,6 +174,9 @@ func (m *Metrics) Observe(runID string, evs []*reinv1.Event) {
 			}
 			if live(sc.GetFrom()) {
 				m.runs.WithLabelValues(statusLabel(sc.GetFrom())).Dec()
+			}
+			if sc.GetFrom() == reinv1.RunStatus_RUN_STATUS_QUEUED && r != nil {
+				m.queued.WithLabelValues(m.tenantLabel(r.tenant)).Dec()
 			}
 			if runstate.Terminal(sc.GetTo()) {
 				m.runsEnded.WithLabelValues(statusLabel(sc.GetTo())).Inc()
