@@ -22,7 +22,7 @@ import (
 // CostLimit bounds what one rule's evaluation may cost, in CEL's cost
 // units (about one per operation): a rule that would cost more stops with
 // an error, which fails closed, so no rule can hang a run.
-const CostLimit = 1_000_000
+const CostLimit = 100_000
 
 // Call is a tool call a policy decides.
 type Call struct {

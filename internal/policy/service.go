@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -128,7 +130,9 @@ func (s *Services) Ask(ctx context.Context, name string, call Call, run *reinv1.
 	resp, err := c.Check(cctx, &reinv1.CheckRequest{CallId: call.ID, Tool: in.tool, Args: in.args, Run: in.run})
 	d.Latency = durationpb.New(s.now().Sub(start))
 	if err != nil {
-		if cctx.Err() == context.DeadlineExceeded {
+		if cctx.Err() == context.DeadlineExceeded || status.Code(err) == codes.DeadlineExceeded && ctx.Err() == nil {
+			// Either clock may see the deadline first: gRPC's, or the
+			// context's timer.
 			err = fmt.Errorf("policy service %s did not answer within %s", name, timeout)
 		} else {
 			err = fmt.Errorf("policy service %s failed: %v", name, err)
