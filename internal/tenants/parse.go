@@ -27,6 +27,8 @@ type table struct {
 	Retain       *duration `toml:"retain"`
 	MaxRunning   *int64    `toml:"max_running"`
 	Weight       *float64  `toml:"weight"`
+	Requests     *float64  `toml:"requests_per_minute"`
+	Tokens       *float64  `toml:"tokens_per_minute"`
 }
 
 // duration is a duration as written: a Go duration string ("90m", "0s").
@@ -111,8 +113,26 @@ func (t table) settings(path []string, probs []problem) (Tenant, []problem) {
 			out.Admission.Weight = w
 		}
 	}
+	for _, r := range []struct {
+		key string
+		v   *float64
+		to  **float64
+	}{{"requests_per_minute", t.Requests, &out.Admission.RequestsPerMinute}, {"tokens_per_minute", t.Tokens, &out.Admission.TokensPerMinute}} {
+		if r.v == nil {
+			continue
+		}
+		if *r.v < 0 || *r.v > MaxPerMinute {
+			probs = append(probs, problem{path: append(slices.Clone(path), r.key),
+				msg: fmt.Sprintf("%s in %s: %v is out of range; give 0 (no limit) to %d", r.key, tableName(path), *r.v, int64(MaxPerMinute))})
+			continue
+		}
+		*r.to = r.v
+	}
 	return out, probs
 }
+
+// MaxPerMinute bounds the model-rate keys.
+const MaxPerMinute = 1e12
 
 // The bounds on the admission keys.
 const (
@@ -188,6 +208,8 @@ func mismatch(key toml.Key, got string) string {
 			want = "an integer, such as 4 (0: no limit)"
 		case k == "weight":
 			want = "a number above 0, such as 1 or 2.5"
+		case k == "requests_per_minute" || k == "tokens_per_minute":
+			want = "a number, 0 (no limit) or more, such as 600"
 		}
 	}
 	return fmt.Sprintf("%s is a TOML %s; want %s", where, got, want)

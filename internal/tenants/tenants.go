@@ -55,6 +55,28 @@ type Tenant struct {
 type Admission struct {
 	MaxRunning *int
 	Weight     *float64
+	// RequestsPerMinute and TokensPerMinute limit the tenant's model
+	// calls, across models (internal/ratelimit); 0 for no limit.
+	RequestsPerMinute, TokensPerMinute *float64
+}
+
+// RatesOf is tenant's model-rate limits: requests and tokens a minute,
+// from its table, else [defaults]; 0 for no limit.
+func (s *Settings) RatesOf(tenant string) (requests, tokens float64) {
+	if s == nil {
+		return 0, 0
+	}
+	t, d := s.tenants[tenant].Admission, s.defaults.Admission
+	pick := func(a, b *float64) float64 {
+		switch {
+		case a != nil:
+			return *a
+		case b != nil:
+			return *b
+		}
+		return 0
+	}
+	return pick(t.RequestsPerMinute, d.RequestsPerMinute), pick(t.TokensPerMinute, d.TokensPerMinute)
 }
 
 // AdmissionOf is tenant's admission settings: each key from its table,

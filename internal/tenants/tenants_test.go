@@ -335,3 +335,22 @@ func TestAdmissionKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestRateKeys: requests_per_minute and tokens_per_minute resolve from a
+// tenant's table, else [defaults], else 0 (no limit); a negative one is
+// refused with its line.
+func TestRateKeys(t *testing.T) {
+	s, err := Parse("t.toml", []byte("[defaults]\ntokens_per_minute = 90000\n\n[tenants.acme]\nrequests_per_minute = 60\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, k := s.RatesOf("acme"); r != 60 || k != 90000 {
+		t.Errorf("acme: %v requests, %v tokens; want 60 and 90000", r, k)
+	}
+	if r, k := s.RatesOf("beta"); r != 0 || k != 90000 {
+		t.Errorf("beta: %v requests, %v tokens; want 0 and 90000", r, k)
+	}
+	if _, err := Parse("t.toml", []byte("[tenants.acme]\nrequests_per_minute = -5\n")); err == nil || !strings.Contains(err.Error(), "t.toml:2: requests_per_minute in [tenants.acme]: -5 is out of range") {
+		t.Errorf("a negative rate: %v", err)
+	}
+}
