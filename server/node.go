@@ -108,6 +108,9 @@ type Config struct {
 	// whose tenant (or the server) has a limit is created queued, and
 	// started in its turn as slots free (internal/admission).
 	Admission *AdmissionConfig
+	// Rates are the model-rate limits every run shares (internal/
+	// ratelimit); nil for none.
+	Rates step.Rates
 	// ToolPolicy decides tool calls by the server's rules and policy
 	// services (engine.Config.Policy); nil has only each contract's rules.
 	ToolPolicy *policy.Checker
@@ -230,7 +233,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		Store: st, Models: cfg.Models, Tools: cfg.Tools, Workspace: cfg.Workspace, Prices: cfg.Prices, Clock: cfg.Clock,
 		Published: published, Output: output, Logger: cfg.Logger, Replica: cfg.Replica, Owner: cfg.Owner, MaxDriven: cfg.MaxDriven,
 		ApprovalsNeedTwo: cfg.ApprovalsNeedTwo, TookOver: func(runstate.State, uint64) { cfg.Metrics.TookOver() }, Secrets: cfg.Secrets,
-		Policy: cfg.ToolPolicy,
+		Policy: cfg.ToolPolicy, Rates: cfg.Rates,
 	})
 	authn := &authenticator{dir: cfg.Directory}
 	opts = append(append(opts, chain(cfg.Logger, authn, newLimiter(cfg.RatePerSecond, cfg.RateBurst))...),

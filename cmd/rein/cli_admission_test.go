@@ -51,3 +51,24 @@ func TestRunDetachQueued(t *testing.T) {
 	refused.mustExit(t, exitUsage)
 	mustContain(t, "stderr", refused.stderr, "--detach needs --server")
 }
+
+// TestServeModelLimitRefused: a --model-limit or --max-running that
+// cannot be used stops rein serve before anything opens, with exit 2 and
+// the reason. The twin (a good limit serves) is TestRunDetachQueued's
+// server, and TestSharedRateLimit in internal/engine.
+func TestServeModelLimitRefused(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--model-limit", "openai=requests:10"}, "give PROVIDER/MODEL=requests:N,tokens:N"},
+		{[]string{"--model-limit", "openai/gpt-4o=requests:0"}, `"requests:0" is not NAME:N with N above 0`},
+		{[]string{"--max-running", "-1"}, "--max-running -1: give 0 (no limit) or more"},
+	} {
+		db := newDB(t)
+		r := cli(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--db", db}, c.args...)...)
+		r.mustExit(t, exitUsage)
+		mustContain(t, "stderr", r.stderr, c.want)
+		mustNotExist(t, db)
+	}
+}

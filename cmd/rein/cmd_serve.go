@@ -21,6 +21,7 @@ import (
 
 	"github.com/reinhq/rein/internal/auth"
 	"github.com/reinhq/rein/internal/metrics"
+	"github.com/reinhq/rein/internal/ratelimit"
 	"github.com/reinhq/rein/internal/replica"
 	etcdstore "github.com/reinhq/rein/internal/store/etcd"
 	"github.com/reinhq/rein/internal/telemetry"
@@ -47,6 +48,7 @@ type serveOptions struct {
 	tenants         tenantsFlags
 	policy          policyFlags
 	maxRunning      int
+	modelLimits     []string
 	pprof           bool
 	logFormat       string
 	logLevel        string
@@ -109,6 +111,7 @@ one that receives it takes the run and carries it on.`,
 	o.lifecycle.register(f)
 	o.tenants.register(f)
 	o.policy.register(f)
+	f.StringArrayVar(&o.modelLimits, "model-limit", nil, "a model's rate limit that every run (and every replica, on etcd) shares: PROVIDER/MODEL=requests:N,tokens:N a minute (MODEL may be *); a call waits its turn instead of being refused; repeatable")
 	f.IntVar(&o.maxRunning, "max-running", 0, "runs of all tenants that may be running at once (0: no limit); a run started over it, or over its tenant's max_running (--tenants), is queued and starts in its turn")
 	f.BoolVar(&o.stream, "stream-model-calls", true, "stream every model call, so that a watcher sees the text as it is written, also one that joins mid-call; false streams a call only when its run has an output watcher here as it starts (for a model server that cannot stream)")
 	f.BoolVar(&o.needTwo, "approvals-need-two", false, "a person who revised a proposal's arguments may not approve the revision: another approver must (default: the reviser may)")
@@ -149,6 +152,14 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	defer stopTenants()
 	if o.maxRunning < 0 {
 		return usageError("--max-running %d: give 0 (no limit) or more", o.maxRunning)
+	}
+	models := map[string]ratelimit.ModelLimit{}
+	for _, v := range o.modelLimits {
+		k, m, err := ratelimit.ParseModelLimit(v)
+		if err != nil {
+			return usageError("--model-limit %v", err)
+		}
+		models[k] = m
 	}
 	checker, stopPolicy, err := o.policy.load(ctx, log)
 	if err != nil {
@@ -214,6 +225,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	}
 	var rep *replica.Replica
 	var lock func(context.Context) (func(), error) // the replicas' admission lock
+	var shared *etcdstore.Store                    // the replicas' store, for their rate buckets
 	storeName := e.db
 	if o.etcd.set() {
 		cli, st, err := o.etcd.open(ctx, etcdstore.Options{})
@@ -243,12 +255,24 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		cfg.Commits, cfg.Leased, cfg.Relay = st.WatchCommits, rep.Holding, st
 		storeName = "etcd " + o.etcd.Endpoints + " " + o.etcd.Prefix
 		lock = func(ctx context.Context) (func(), error) { return st.Lock(ctx, "admission") }
+		shared = st
 	} else if cfg.Store, err = openStore(e.db); err != nil {
 		return err
 	}
 	db := e.db
 	if o.etcd.set() {
 		db = ""
+	}
+	if len(models) > 0 || o.tenants.path != "" {
+		live := o.tenants.live
+		var cells ratelimit.Cells = &ratelimit.Memory{}
+		if shared != nil {
+			cells = ratelimit.CellsFunc(shared.UpdateRateBucket)
+		}
+		cfg.Rates = ratelimit.New(cells, ratelimit.Limits{Models: models, Tenant: func(tenant string) ratelimit.ModelLimit {
+			r, t := live.Current().RatesOf(tenant)
+			return ratelimit.ModelLimit{RequestsPerMinute: r, TokensPerMinute: t}
+		}}, nil)
 	}
 	if o.maxRunning > 0 || o.tenants.path != "" {
 		live := o.tenants.live

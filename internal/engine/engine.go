@@ -75,6 +75,9 @@ type Config struct {
 	// runs' watchers); nil means calls do not stream. Like Published, it
 	// must not block.
 	Output step.Output
+	// Rates are the model-rate limits every run shares (internal/
+	// ratelimit); nil for none.
+	Rates step.Rates
 	// Policy decides tool calls by the server's rules and policy services,
 	// with each contract's rules; nil has only the contracts'.
 	Policy *policy.Checker
@@ -221,7 +224,7 @@ func New(cfg Config) *Engine {
 		ToolTimeout: cfg.ToolTimeout, Prices: cfg.Prices,
 		Wait: cfg.Wait, RetryWait: cfg.RetryWait, MaxRetryWait: cfg.MaxRetryWait,
 		Workspace: cfg.Workspace, NoProgressSteps: cfg.NoProgressSteps, Secrets: cfg.Secrets,
-		Output: cfg.Output, Policy: cfg.Policy,
+		Output: cfg.Output, Policy: cfg.Policy, Rates: cfg.Rates,
 	}
 	return e
 }

@@ -146,6 +146,9 @@ const (
 	// Write is an approved write's outcome, Metric.Outcome
 	// (rein_writes_total).
 	Write
+	// Throttled is a model call that waited for the shared rate limits
+	// (rein_model_rate_wait_seconds, by the kind of bucket).
+	Throttled
 	// Admitted is a queued run that started (rein_queue_wait_seconds, by
 	// tenant).
 	Admitted

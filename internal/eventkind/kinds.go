@@ -411,6 +411,20 @@ var kinds = [...]Kind{
 		Transcript: unread,
 	},
 	{
+		Name: "model_throttled",
+		Summary: func(ev *reinv1.Event) string {
+			mt := ev.GetModelThrottled()
+			return fmt.Sprintf("step %d waited %s for %s", mt.GetStep(), TookText(mt.GetWait()), mt.GetBucket())
+		},
+		Tone: tone(Waiting),
+		Span: Span{Call: NoCall, Event: "rein.model_throttled", Attributes: func(ev *reinv1.Event) []attribute.KeyValue {
+			mt := ev.GetModelThrottled()
+			return []attribute.KeyValue{attribute.String("rein.rate.bucket", mt.GetBucket()), attribute.Float64("rein.rate.wait_seconds", mt.GetWait().AsDuration().Seconds())}
+		}},
+		Metric:     Metric{Counts: Throttled},
+		Transcript: unread,
+	},
+	{
 		Name: "run_admitted",
 		Summary: func(ev *reinv1.Event) string {
 			ra := ev.GetRunAdmitted()

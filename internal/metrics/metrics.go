@@ -51,6 +51,7 @@ type Metrics struct {
 	policyDecisions  *prometheus.CounterVec
 	queued           *prometheus.GaugeVec
 	queueWait        *prometheus.HistogramVec
+	rateWait         *prometheus.HistogramVec
 	toolDuration     *prometheus.HistogramVec
 	approvalsWaiting prometheus.Gauge
 	approvalWait     prometheus.Histogram
@@ -147,6 +148,9 @@ func New() *Metrics {
 		models:  newLabelSet(maxLabelValues),
 		tools:   newLabelSet(maxLabelValues),
 		tenants: newLabelSet(maxLabelValues),
+		rateWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rein_model_rate_wait_seconds",
+			Help:    "How long model calls waited for the shared rate limits (model_throttled), by the kind of bucket that was empty: requests or tokens, of a model or a tenant.",
+			Buckets: []float64{.01, .1, .5, 1, 2.5, 5, 10, 30, 60, 120}}, []string{"bucket"}),
 		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rein_queued_runs",
 			Help: "Runs waiting in a queue for a slot (status queued), by tenant."}, []string{"tenant"}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rein_queue_wait_seconds",
@@ -159,7 +163,7 @@ func New() *Metrics {
 	b := version.Get()
 	build.WithLabelValues(b.GetVersion(), b.GetRevision(), b.GetGoVersion()).Set(1)
 	for _, c := range []prometheus.Collector{m.runsStarted, m.runsEnded, m.runs, m.steps, m.modelCalls, m.modelDuration,
-		m.modelTokens, m.modelCost, m.modelRetries, m.toolCalls, m.policyDecisions, m.queued, m.queueWait, m.toolDuration, m.approvalsWaiting, m.approvalWait,
+		m.modelTokens, m.modelCost, m.modelRetries, m.toolCalls, m.policyDecisions, m.queued, m.queueWait, m.rateWait, m.toolDuration, m.approvalsWaiting, m.approvalWait,
 		m.writes, m.appendDuration, m.appendEvents, m.appendErrors, m.watchStreams, m.watchLagging, build} {
 		f(c)
 	}

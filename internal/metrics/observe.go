@@ -18,6 +18,18 @@ var liveStatuses = []reinv1.RunStatus{
 	reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET, reinv1.RunStatus_RUN_STATUS_QUEUED,
 }
 
+// bucketKind is a rate bucket's name as a bounded label: its scope and
+// what it counts, "model/requests" for "model/openai/gpt-4o/requests".
+func bucketKind(name string) string {
+	scope, _, _ := strings.Cut(name, "/")
+	what := name[strings.LastIndexByte(name, '/')+1:]
+	switch {
+	case scope != "model" && scope != "tenant", what != "requests" && what != "tokens":
+		return "other"
+	}
+	return scope + "/" + what
+}
+
 // tenantLabel is tenant as a label value: the first tenants seen, then
 // "other", so that the label stays bounded. The caller holds m.mu.
 func (m *Metrics) tenantLabel(tenant string) string { return m.tenants.get(tenant) }
@@ -106,6 +118,9 @@ func (m *Metrics) Observe(runID string, evs []*reinv1.Event) {
 			m.live[runID] = r
 			m.runsStarted.Inc()
 			m.runs.WithLabelValues(statusLabel(r.status)).Inc()
+		case eventkind.Throttled:
+			mt := ev.GetModelThrottled()
+			m.rateWait.WithLabelValues(bucketKind(mt.GetBucket())).Observe(mt.GetWait().AsDuration().Seconds())
 		case eventkind.Admitted:
 			tenant := ""
 			if r != nil {

@@ -46,7 +46,7 @@ var equalShapes = map[string]string{
 	"rein.v1.DelegationPolicy":    "1 max_children uint32 optional; 2 max_depth uint32 optional; 3 tools string repeated; 4 max_share double optional; 5 child_models message repeated rein.v1.ModelSpec; ",
 	"rein.v1.DelegationReturned":  "1 run_id string optional; 2 status enum optional; 3 reason string optional; 4 answer message optional presence rein.v1.FinalAnswer; 5 evidence string repeated; 6 usage message optional presence rein.v1.Usage; 7 cost_usd double optional; 8 steps uint32 optional; 9 tool_calls uint32 optional; ",
 	"rein.v1.DelegationStarted":   "1 call_id string optional; 2 children message repeated rein.v1.DelegatedChild; ",
-	"rein.v1.Event":               "1 run_id string optional; 2 sequence uint64 optional; 3 recorded_at message optional presence google.protobuf.Timestamp; 4 actor string optional; 10 run_started message optional presence oneof payload rein.v1.RunStarted; 11 model_requested message optional presence oneof payload rein.v1.ModelRequested; 12 model_returned message optional presence oneof payload rein.v1.ModelReturned; 13 decision_rejected message optional presence oneof payload rein.v1.DecisionRejected; 14 tool_requested message optional presence oneof payload rein.v1.ToolRequested; 15 tool_refused message optional presence oneof payload rein.v1.ToolRefused; 16 tool_returned message optional presence oneof payload rein.v1.ToolReturned; 17 approval_requested message optional presence oneof payload rein.v1.ApprovalRequested; 18 approval_decided message optional presence oneof payload rein.v1.ApprovalDecided; 19 input_requested message optional presence oneof payload rein.v1.InputRequested; 20 input_provided message optional presence oneof payload rein.v1.InputProvided; 21 write_dispatched message optional presence oneof payload rein.v1.WriteDispatched; 22 write_committed message optional presence oneof payload rein.v1.WriteCommitted; 23 write_outcome_unknown message optional presence oneof payload rein.v1.WriteOutcomeUnknown; 24 checks_completed message optional presence oneof payload rein.v1.ChecksCompleted; 25 budget_reached message optional presence oneof payload rein.v1.BudgetReached; 26 status_changed message optional presence oneof payload rein.v1.StatusChanged; 27 model_retried message optional presence oneof payload rein.v1.ModelRetried; 28 context_compacted message optional presence oneof payload rein.v1.ContextCompacted; 29 write_refused message optional presence oneof payload rein.v1.WriteRefused; 30 delegation_started message optional presence oneof payload rein.v1.DelegationStarted; 31 delegation_returned message optional presence oneof payload rein.v1.DelegationReturned; 32 run_steered message optional presence oneof payload rein.v1.RunSteered; 33 budget_raised message optional presence oneof payload rein.v1.BudgetRaised; 34 proposal_revised message optional presence oneof payload rein.v1.ProposalRevised; 35 policy_decided message optional presence oneof payload rein.v1.PolicyDecided; 36 approval_given message optional presence oneof payload rein.v1.ApprovalGiven; 37 run_admitted message optional presence oneof payload rein.v1.RunAdmitted; 40 run_taken message optional presence oneof payload rein.v1.RunTaken; ",
+	"rein.v1.Event":               "1 run_id string optional; 2 sequence uint64 optional; 3 recorded_at message optional presence google.protobuf.Timestamp; 4 actor string optional; 10 run_started message optional presence oneof payload rein.v1.RunStarted; 11 model_requested message optional presence oneof payload rein.v1.ModelRequested; 12 model_returned message optional presence oneof payload rein.v1.ModelReturned; 13 decision_rejected message optional presence oneof payload rein.v1.DecisionRejected; 14 tool_requested message optional presence oneof payload rein.v1.ToolRequested; 15 tool_refused message optional presence oneof payload rein.v1.ToolRefused; 16 tool_returned message optional presence oneof payload rein.v1.ToolReturned; 17 approval_requested message optional presence oneof payload rein.v1.ApprovalRequested; 18 approval_decided message optional presence oneof payload rein.v1.ApprovalDecided; 19 input_requested message optional presence oneof payload rein.v1.InputRequested; 20 input_provided message optional presence oneof payload rein.v1.InputProvided; 21 write_dispatched message optional presence oneof payload rein.v1.WriteDispatched; 22 write_committed message optional presence oneof payload rein.v1.WriteCommitted; 23 write_outcome_unknown message optional presence oneof payload rein.v1.WriteOutcomeUnknown; 24 checks_completed message optional presence oneof payload rein.v1.ChecksCompleted; 25 budget_reached message optional presence oneof payload rein.v1.BudgetReached; 26 status_changed message optional presence oneof payload rein.v1.StatusChanged; 27 model_retried message optional presence oneof payload rein.v1.ModelRetried; 28 context_compacted message optional presence oneof payload rein.v1.ContextCompacted; 29 write_refused message optional presence oneof payload rein.v1.WriteRefused; 30 delegation_started message optional presence oneof payload rein.v1.DelegationStarted; 31 delegation_returned message optional presence oneof payload rein.v1.DelegationReturned; 32 run_steered message optional presence oneof payload rein.v1.RunSteered; 33 budget_raised message optional presence oneof payload rein.v1.BudgetRaised; 34 proposal_revised message optional presence oneof payload rein.v1.ProposalRevised; 35 policy_decided message optional presence oneof payload rein.v1.PolicyDecided; 36 approval_given message optional presence oneof payload rein.v1.ApprovalGiven; 37 run_admitted message optional presence oneof payload rein.v1.RunAdmitted; 38 model_throttled message optional presence oneof payload rein.v1.ModelThrottled; 40 run_taken message optional presence oneof payload rein.v1.RunTaken; ",
 	"rein.v1.FinalAnswer":         "1 text string optional; 2 data message optional presence google.protobuf.Value; ",
 	"rein.v1.InputProvided":       "1 text string optional; ",
 	"rein.v1.InputRequested":      "1 question message optional presence rein.v1.Question; ",
@@ -55,6 +55,7 @@ var equalShapes = map[string]string{
 	"rein.v1.ModelRetried":        "1 step uint32 optional; 2 error string optional; 3 wait message optional presence google.protobuf.Duration; 4 reason string optional; ",
 	"rein.v1.ModelReturned":       "1 decision message optional presence rein.v1.Decision; 2 usage message optional presence rein.v1.Usage; 3 cost_usd double optional; 4 duration message optional presence google.protobuf.Duration; 5 response_id string optional; 6 finish_reason string optional; ",
 	"rein.v1.ModelSpec":           "1 provider string optional; 2 name string optional; 3 base_url string optional; 4 max_output_tokens uint32 optional; 5 temperature double optional presence; 6 script message repeated rein.v1.ScriptedReply; ",
+	"rein.v1.ModelThrottled":      "1 step uint32 optional; 2 wait message optional presence google.protobuf.Duration; 3 bucket string optional; ",
 	"rein.v1.PolicyDecided":       "1 call_id string optional; 2 tool string optional; 3 effect enum optional; 4 source enum optional; 5 rule string optional; 6 when string optional; 7 message string optional; 8 approvals uint32 optional; 9 latency message optional presence google.protobuf.Duration; 10 error string optional; ",
 	"rein.v1.PolicyRule":          "1 name string optional; 2 effect enum optional; 3 when string optional; 4 message string optional; 5 approvals uint32 optional; ",
 	"rein.v1.Proposal":            "1 proposal_id string optional; 2 tool string optional; 3 arguments message optional presence google.protobuf.Struct; 4 preview message optional presence google.protobuf.Value; 5 hash string optional; 6 expires_at message optional presence google.protobuf.Timestamp; 7 run_version uint64 optional; 8 call_id string optional; 9 preview_blob string optional; 10 arguments_blob string optional; 11 revised_by string optional; 12 approvals uint32 optional; 13 approved_by string repeated; 14 tier enum optional; 15 policy_rule string optional; 16 policy_message string optional; ",
@@ -243,6 +244,11 @@ func eqEvent(x, y *reinv1.Event) bool {
 	case *reinv1.Event_RunAdmitted:
 		oy, ok := y.GetPayload().(*reinv1.Event_RunAdmitted)
 		if !ok || !(eqRunAdmitted(ox.RunAdmitted, oy.RunAdmitted)) {
+			return false
+		}
+	case *reinv1.Event_ModelThrottled:
+		oy, ok := y.GetPayload().(*reinv1.Event_ModelThrottled)
+		if !ok || !(eqModelThrottled(ox.ModelThrottled, oy.ModelThrottled)) {
 			return false
 		}
 	case *reinv1.Event_RunTaken:
@@ -964,6 +970,25 @@ func eqRunAdmitted(x, y *reinv1.RunAdmitted) bool {
 		return false
 	}
 	if !(x.GetBy() == y.GetBy()) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqModelThrottled(x, y *reinv1.ModelThrottled) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetStep() == y.GetStep()) {
+		return false
+	}
+	if !(eqDuration(x.GetWait(), y.GetWait())) {
+		return false
+	}
+	if !(x.GetBucket() == y.GetBucket()) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())

@@ -2,9 +2,11 @@ package replay
 
 import (
 	"context"
+	"time"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/policy"
+	"github.com/reinhq/rein/internal/ratelimit"
 )
 
 // recordedPolicy answers the policies a replay cannot ask from the
@@ -60,3 +62,25 @@ func (r *recordedPolicy) checker(rules *policy.Holder) *policy.Checker {
 	}
 	return c
 }
+
+// Take implements step.Rates with the recording's waits: a call waits as
+// long as its model_throttled says, for the same bucket; one the recording
+// has none for does not wait.
+func (r *recording) Take(context.Context, ratelimit.Key, uint64) (time.Duration, string, error) {
+	for i := int(r.version); i < len(r.events); i++ {
+		ev := r.events[i]
+		if mt := ev.GetModelThrottled(); mt != nil {
+			return mt.GetWait().AsDuration(), mt.GetBucket(), nil
+		}
+		if ev.GetModelRequested() != nil {
+			break
+		}
+	}
+	return 0, "", nil
+}
+
+// Settle implements step.Rates: a replay keeps no buckets.
+func (r *recording) Settle(context.Context, ratelimit.Key, int64, bool) error { return nil }
+
+// Hold implements step.Rates: a replay keeps no buckets.
+func (r *recording) Hold(context.Context, ratelimit.Key, time.Time) error { return nil }

@@ -138,6 +138,7 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 		},
 		NewID:    rec.newID,
 		Policy:   newRecordedPolicy(recorded).checker(o.Policy),
+		Rates:    rec,
 		NoTimers: true,
 		Owner:    "replay",
 		Prices:   rec.prices(),

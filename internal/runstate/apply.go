@@ -243,6 +243,10 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 			// many approvals as before.
 			s.Pending = &reinv1.PendingAction{Action: &reinv1.PendingAction_Proposal{Proposal: withoutApprovers(s.ApprovedWrite)}}
 		}
+	case *reinv1.Event_ModelThrottled:
+		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {
+			return s, err
+		}
 	case *reinv1.Event_RunAdmitted:
 		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_QUEUED); err != nil {
 			return s, err

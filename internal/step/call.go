@@ -113,6 +113,11 @@ func (r *Stepper) retryModel(ctx, mctx context.Context, req *model.Request, now 
 	if !retryable {
 		return callFailed, err
 	}
+	if wait > 0 && model.RetryReason(err) == "rate_limited" {
+		// The provider's limit was reached: every run of the model waits
+		// as this one does, instead of each finding out by a refusal.
+		r.hold(ctx, wait)
+	}
 	if wait <= 0 {
 		wait = r.cfg.RetryWait
 	}

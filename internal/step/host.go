@@ -91,6 +91,8 @@ type Config struct {
 	// Secrets are redacted from the completion checks' output; nil
 	// redacts nothing.
 	Secrets *secret.Redactor
+	// Rates are the model-rate limits every run shares; nil for none.
+	Rates Rates
 	// Policy decides tool calls by the server's rules and policy services
 	// with the contract's rules; nil has only the contract's.
 	Policy *policy.Checker

@@ -97,11 +97,10 @@ func (r *Stepper) Step(ctx context.Context) error {
 		return r.exhaustBefore(ctx, limit, detail, &reinv1.BudgetReached{NextCallCostUsd: p.Cost(input, 1)})
 	}
 
-	// 3. Call the model, recorded durably before it is sent.
-	carried, blobs := r.transcript.newInput()
-	if err := r.commit(ctx, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ModelRequested{ModelRequested: &reinv1.ModelRequested{
+	// 3. Call the model, recorded durably before it is sent, once the
+	// shared rate limits let it go.
+	mr := &reinv1.ModelRequested{
 		Step:            req.Step,
-		InputHash:       r.transcript.inputHash(),
 		InputTokens:     input,
 		MaxOutputTokens: req.MaxOutputTokens,
 		Model:           r.modelName,
@@ -110,9 +109,17 @@ func (r *Stepper) Step(ctx context.Context) error {
 		Resumed:         resumed,
 		MaxCostUsd:      maxCost,
 		Price:           r.modelPrice(),
-		CarriedBlobs:    carried,
-		InputBlobs:      blobs,
-	}}}); err != nil {
+	}
+	reserved, waited, err := r.throttle(ctx, mr, input, req.MaxOutputTokens)
+	if errors.Is(err, errThrottledPastDeadline) {
+		return r.exhaust(ctx, "deadline", fmt.Sprintf("%v (%s)", err, r.st.Deadline.Format(time.RFC3339)))
+	} else if err != nil {
+		return err
+	}
+	mr.CarriedBlobs, mr.InputBlobs = r.transcript.newInput()
+	mr.InputHash = r.transcript.inputHash()
+	if err := r.commit(ctx, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ModelRequested{ModelRequested: mr}}); err != nil {
+		r.settle(ctx, reserved, 0, true)
 		if errors.Is(err, errRestep) {
 			return nil // messages came in: the step starts again with them
 		}
@@ -125,10 +132,13 @@ func (r *Stepper) Step(ctx context.Context) error {
 		// clock (a replay runs on the recorded one): cut the call after the
 		// time left on it.
 		var cancel context.CancelFunc
-		mctx, cancel = context.WithTimeout(ctx, r.st.Deadline.Sub(now))
+		mctx, cancel = context.WithTimeout(ctx, r.st.Deadline.Sub(now.Add(waited)))
 		defer cancel()
 	}
 	reply, took, outcome, err := r.callModel(ctx, mctx, req, now)
+	if reply != nil {
+		r.settle(ctx, reserved, reply.Usage.GetInputTokens()+reply.Usage.GetOutputTokens(), false)
+	}
 	if err != nil {
 		switch outcome {
 		case callStopped:

@@ -168,6 +168,8 @@ export function summary(ev: Event): { kind: string; text: string } {
     }
     case "approvalGiven":
       return { kind: "approval_given", text: `${p.value.proposalId} approved by ${ev.actor} (${p.value.given} of ${p.value.needed})` };
+    case "modelThrottled":
+      return { kind: "model_throttled", text: `step ${p.value.step} waited ${seconds(p.value.wait)} for ${p.value.bucket}` };
     case "runAdmitted": {
       const w = p.value.waited ? seconds(p.value.waited) : "";
       return { kind: "run_admitted", text: (w ? `started after ${w} in the queue` : "started at once") + (p.value.by ? ` by ${p.value.by}` : "") };

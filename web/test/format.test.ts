@@ -54,6 +54,7 @@ const lines: Record<string, [cli: string, console: string]> = {
     'tool allow by server rule "rule", 8 approvals (when when): message [failed closed: error]',
     'tool allow by server rule "rule", 8 approvals (when when): message [failed closed: error]',
   ],
+  model_throttled: ["step 1 waited 1.25s for bucket", "step 1 waited 1.25s for bucket"],
   run_admitted: ["started after 1.25s in the queue by by", "started after 1.25s in the queue by by"],
   approval_given: ["proposal-id approved by principal:ana (2 of 3)", "proposal-id approved by principal:ana (2 of 3)"],
   proposal_revised: ['superseded-proposal-id → proposal-id by principal:ana: path "value" → "value"', 'principal:ana revised superseded-proposal-id into proposal-id: path "value" → "value"'],

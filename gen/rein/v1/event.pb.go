@@ -68,6 +68,7 @@ type Event struct {
 	//	*Event_PolicyDecided
 	//	*Event_ApprovalGiven
 	//	*Event_RunAdmitted
+	//	*Event_ModelThrottled
 	//	*Event_RunTaken
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
@@ -391,6 +392,15 @@ func (x *Event) GetRunAdmitted() *RunAdmitted {
 	return nil
 }
 
+func (x *Event) GetModelThrottled() *ModelThrottled {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_ModelThrottled); ok {
+			return x.ModelThrottled
+		}
+	}
+	return nil
+}
+
 func (x *Event) GetRunTaken() *RunTaken {
 	if x != nil {
 		if x, ok := x.Payload.(*Event_RunTaken); ok {
@@ -548,6 +558,11 @@ type Event_RunAdmitted struct {
 	RunAdmitted *RunAdmitted `protobuf:"bytes,37,opt,name=run_admitted,json=runAdmitted,proto3,oneof"`
 }
 
+type Event_ModelThrottled struct {
+	// A model call waited for the shared rate limits before it was sent.
+	ModelThrottled *ModelThrottled `protobuf:"bytes,38,opt,name=model_throttled,json=modelThrottled,proto3,oneof"`
+}
+
 type Event_RunTaken struct {
 	// A server took the running run's lease to carry it on: after a
 	// restart, or from a server whose lease ended.
@@ -609,6 +624,8 @@ func (*Event_PolicyDecided) isEvent_Payload() {}
 func (*Event_ApprovalGiven) isEvent_Payload() {}
 
 func (*Event_RunAdmitted) isEvent_Payload() {}
+
+func (*Event_ModelThrottled) isEvent_Payload() {}
 
 func (*Event_RunTaken) isEvent_Payload() {}
 
@@ -3220,11 +3237,79 @@ func (x *RunAdmitted) GetBy() string {
 	return ""
 }
 
+// ModelThrottled records that a model call waited for a shared rate limit
+// (rein serve --model-limit, a tenant's requests_per_minute or
+// tokens_per_minute) before it was sent: the bucket that was empty, and
+// how long. It is recorded with the call's model_requested.
+type ModelThrottled struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The step whose call waited.
+	Step uint32 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	// How long it waited.
+	Wait *durationpb.Duration `protobuf:"bytes,2,opt,name=wait,proto3" json:"wait,omitempty"`
+	// The bucket it waited for: "model/PROVIDER/MODEL/requests", ".../tokens",
+	// "tenant/NAME/requests" or "tenant/NAME/tokens".
+	Bucket        string `protobuf:"bytes,3,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelThrottled) Reset() {
+	*x = ModelThrottled{}
+	mi := &file_rein_v1_event_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelThrottled) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelThrottled) ProtoMessage() {}
+
+func (x *ModelThrottled) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_event_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelThrottled.ProtoReflect.Descriptor instead.
+func (*ModelThrottled) Descriptor() ([]byte, []int) {
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ModelThrottled) GetStep() uint32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *ModelThrottled) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+func (x *ModelThrottled) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
 var File_rein_v1_event_proto protoreflect.FileDescriptor
 
 const file_rein_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x13rein/v1/event.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\x1a\x11rein/v1/run.proto\"\xa9\x10\n" +
+	"\x13rein/v1/event.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\x1a\x11rein/v1/run.proto\"\xed\x10\n" +
 	"\x05Event\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12;\n" +
@@ -3261,7 +3346,8 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x10proposal_revised\x18\" \x01(\v2\x18.rein.v1.ProposalRevisedH\x00R\x0fproposalRevised\x12?\n" +
 	"\x0epolicy_decided\x18# \x01(\v2\x16.rein.v1.PolicyDecidedH\x00R\rpolicyDecided\x12?\n" +
 	"\x0eapproval_given\x18$ \x01(\v2\x16.rein.v1.ApprovalGivenH\x00R\rapprovalGiven\x129\n" +
-	"\frun_admitted\x18% \x01(\v2\x14.rein.v1.RunAdmittedH\x00R\vrunAdmitted\x120\n" +
+	"\frun_admitted\x18% \x01(\v2\x14.rein.v1.RunAdmittedH\x00R\vrunAdmitted\x12B\n" +
+	"\x0fmodel_throttled\x18& \x01(\v2\x17.rein.v1.ModelThrottledH\x00R\x0emodelThrottled\x120\n" +
 	"\trun_taken\x18( \x01(\v2\x11.rein.v1.RunTakenH\x00R\brunTakenB\t\n" +
 	"\apayload\"\xb6\x03\n" +
 	"\n" +
@@ -3465,7 +3551,11 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\vRunAdmitted\x121\n" +
 	"\x06waited\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x06waited\x126\n" +
 	"\bdeadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x0e\n" +
-	"\x02by\x18\x03 \x01(\tR\x02byB\x81\x01\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\"k\n" +
+	"\x0eModelThrottled\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\rR\x04step\x12-\n" +
+	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x16\n" +
+	"\x06bucket\x18\x03 \x01(\tR\x06bucketB\x81\x01\n" +
 	"\vcom.rein.v1B\n" +
 	"EventProtoP\x01Z)github.com/reinhq/rein/gen/rein/v1;reinv1\xa2\x02\x03RXX\xaa\x02\aRein.V1\xca\x02\aRein\\V1\xe2\x02\x13Rein\\V1\\GPBMetadata\xea\x02\bRein::V1b\x06proto3"
 
@@ -3481,7 +3571,7 @@ func file_rein_v1_event_proto_rawDescGZIP() []byte {
 	return file_rein_v1_event_proto_rawDescData
 }
 
-var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_rein_v1_event_proto_goTypes = []any{
 	(*Event)(nil),                 // 0: rein.v1.Event
 	(*RunStarted)(nil),            // 1: rein.v1.RunStarted
@@ -3518,24 +3608,25 @@ var file_rein_v1_event_proto_goTypes = []any{
 	(*ArgumentChange)(nil),        // 32: rein.v1.ArgumentChange
 	(*ApprovalGiven)(nil),         // 33: rein.v1.ApprovalGiven
 	(*RunAdmitted)(nil),           // 34: rein.v1.RunAdmitted
-	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
-	(*PolicyDecided)(nil),         // 36: rein.v1.PolicyDecided
-	(*TaskContract)(nil),          // 37: rein.v1.TaskContract
-	(*DelegatedBy)(nil),           // 38: rein.v1.DelegatedBy
-	(*Budget)(nil),                // 39: rein.v1.Budget
-	(RunStatus)(0),                // 40: rein.v1.RunStatus
-	(*FinalAnswer)(nil),           // 41: rein.v1.FinalAnswer
-	(*Usage)(nil),                 // 42: rein.v1.Usage
-	(*Decision)(nil),              // 43: rein.v1.Decision
-	(*durationpb.Duration)(nil),   // 44: google.protobuf.Duration
-	(*structpb.Struct)(nil),       // 45: google.protobuf.Struct
-	(ToolTier)(0),                 // 46: rein.v1.ToolTier
-	(*structpb.Value)(nil),        // 47: google.protobuf.Value
-	(*Proposal)(nil),              // 48: rein.v1.Proposal
-	(*Question)(nil),              // 49: rein.v1.Question
+	(*ModelThrottled)(nil),        // 35: rein.v1.ModelThrottled
+	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
+	(*PolicyDecided)(nil),         // 37: rein.v1.PolicyDecided
+	(*TaskContract)(nil),          // 38: rein.v1.TaskContract
+	(*DelegatedBy)(nil),           // 39: rein.v1.DelegatedBy
+	(*Budget)(nil),                // 40: rein.v1.Budget
+	(RunStatus)(0),                // 41: rein.v1.RunStatus
+	(*FinalAnswer)(nil),           // 42: rein.v1.FinalAnswer
+	(*Usage)(nil),                 // 43: rein.v1.Usage
+	(*Decision)(nil),              // 44: rein.v1.Decision
+	(*durationpb.Duration)(nil),   // 45: google.protobuf.Duration
+	(*structpb.Struct)(nil),       // 46: google.protobuf.Struct
+	(ToolTier)(0),                 // 47: rein.v1.ToolTier
+	(*structpb.Value)(nil),        // 48: google.protobuf.Value
+	(*Proposal)(nil),              // 49: rein.v1.Proposal
+	(*Question)(nil),              // 50: rein.v1.Question
 }
 var file_rein_v1_event_proto_depIdxs = []int32{
-	35, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
+	36, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
 	1,  // 1: rein.v1.Event.run_started:type_name -> rein.v1.RunStarted
 	5,  // 2: rein.v1.Event.model_requested:type_name -> rein.v1.ModelRequested
 	7,  // 3: rein.v1.Event.model_returned:type_name -> rein.v1.ModelReturned
@@ -3561,55 +3652,57 @@ var file_rein_v1_event_proto_depIdxs = []int32{
 	29, // 23: rein.v1.Event.run_steered:type_name -> rein.v1.RunSteered
 	30, // 24: rein.v1.Event.budget_raised:type_name -> rein.v1.BudgetRaised
 	31, // 25: rein.v1.Event.proposal_revised:type_name -> rein.v1.ProposalRevised
-	36, // 26: rein.v1.Event.policy_decided:type_name -> rein.v1.PolicyDecided
+	37, // 26: rein.v1.Event.policy_decided:type_name -> rein.v1.PolicyDecided
 	33, // 27: rein.v1.Event.approval_given:type_name -> rein.v1.ApprovalGiven
 	34, // 28: rein.v1.Event.run_admitted:type_name -> rein.v1.RunAdmitted
-	22, // 29: rein.v1.Event.run_taken:type_name -> rein.v1.RunTaken
-	37, // 30: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
-	35, // 31: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
-	38, // 32: rein.v1.RunStarted.delegated_by:type_name -> rein.v1.DelegatedBy
-	3,  // 33: rein.v1.DelegationStarted.children:type_name -> rein.v1.DelegatedChild
-	39, // 34: rein.v1.DelegatedChild.budget:type_name -> rein.v1.Budget
-	37, // 35: rein.v1.DelegatedChild.contract:type_name -> rein.v1.TaskContract
-	40, // 36: rein.v1.DelegationReturned.status:type_name -> rein.v1.RunStatus
-	41, // 37: rein.v1.DelegationReturned.answer:type_name -> rein.v1.FinalAnswer
-	42, // 38: rein.v1.DelegationReturned.usage:type_name -> rein.v1.Usage
-	6,  // 39: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
-	43, // 40: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
-	42, // 41: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
-	44, // 42: rein.v1.ModelReturned.duration:type_name -> google.protobuf.Duration
-	44, // 43: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
-	10, // 44: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
-	45, // 45: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
-	46, // 46: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
-	47, // 47: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
-	44, // 48: rein.v1.ToolReturned.duration:type_name -> google.protobuf.Duration
-	48, // 49: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
-	49, // 50: rein.v1.InputRequested.question:type_name -> rein.v1.Question
-	47, // 51: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
-	44, // 52: rein.v1.WriteCommitted.duration:type_name -> google.protobuf.Duration
-	25, // 53: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
-	44, // 54: rein.v1.ChecksCompleted.duration:type_name -> google.protobuf.Duration
-	27, // 55: rein.v1.BudgetReached.retry_past_deadline:type_name -> rein.v1.RetryPastDeadline
-	35, // 56: rein.v1.BudgetReached.raise_by:type_name -> google.protobuf.Timestamp
-	44, // 57: rein.v1.RetryPastDeadline.wait:type_name -> google.protobuf.Duration
-	40, // 58: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
-	40, // 59: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
-	41, // 60: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
-	44, // 61: rein.v1.BudgetRaised.extend_deadline:type_name -> google.protobuf.Duration
-	39, // 62: rein.v1.BudgetRaised.budget:type_name -> rein.v1.Budget
-	35, // 63: rein.v1.BudgetRaised.deadline:type_name -> google.protobuf.Timestamp
-	48, // 64: rein.v1.ProposalRevised.proposal:type_name -> rein.v1.Proposal
-	32, // 65: rein.v1.ProposalRevised.changes:type_name -> rein.v1.ArgumentChange
-	47, // 66: rein.v1.ArgumentChange.before:type_name -> google.protobuf.Value
-	47, // 67: rein.v1.ArgumentChange.after:type_name -> google.protobuf.Value
-	44, // 68: rein.v1.RunAdmitted.waited:type_name -> google.protobuf.Duration
-	35, // 69: rein.v1.RunAdmitted.deadline:type_name -> google.protobuf.Timestamp
-	70, // [70:70] is the sub-list for method output_type
-	70, // [70:70] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	35, // 29: rein.v1.Event.model_throttled:type_name -> rein.v1.ModelThrottled
+	22, // 30: rein.v1.Event.run_taken:type_name -> rein.v1.RunTaken
+	38, // 31: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
+	36, // 32: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
+	39, // 33: rein.v1.RunStarted.delegated_by:type_name -> rein.v1.DelegatedBy
+	3,  // 34: rein.v1.DelegationStarted.children:type_name -> rein.v1.DelegatedChild
+	40, // 35: rein.v1.DelegatedChild.budget:type_name -> rein.v1.Budget
+	38, // 36: rein.v1.DelegatedChild.contract:type_name -> rein.v1.TaskContract
+	41, // 37: rein.v1.DelegationReturned.status:type_name -> rein.v1.RunStatus
+	42, // 38: rein.v1.DelegationReturned.answer:type_name -> rein.v1.FinalAnswer
+	43, // 39: rein.v1.DelegationReturned.usage:type_name -> rein.v1.Usage
+	6,  // 40: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
+	44, // 41: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
+	43, // 42: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
+	45, // 43: rein.v1.ModelReturned.duration:type_name -> google.protobuf.Duration
+	45, // 44: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
+	10, // 45: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
+	46, // 46: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
+	47, // 47: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
+	48, // 48: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
+	45, // 49: rein.v1.ToolReturned.duration:type_name -> google.protobuf.Duration
+	49, // 50: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
+	50, // 51: rein.v1.InputRequested.question:type_name -> rein.v1.Question
+	48, // 52: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
+	45, // 53: rein.v1.WriteCommitted.duration:type_name -> google.protobuf.Duration
+	25, // 54: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
+	45, // 55: rein.v1.ChecksCompleted.duration:type_name -> google.protobuf.Duration
+	27, // 56: rein.v1.BudgetReached.retry_past_deadline:type_name -> rein.v1.RetryPastDeadline
+	36, // 57: rein.v1.BudgetReached.raise_by:type_name -> google.protobuf.Timestamp
+	45, // 58: rein.v1.RetryPastDeadline.wait:type_name -> google.protobuf.Duration
+	41, // 59: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
+	41, // 60: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
+	42, // 61: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
+	45, // 62: rein.v1.BudgetRaised.extend_deadline:type_name -> google.protobuf.Duration
+	40, // 63: rein.v1.BudgetRaised.budget:type_name -> rein.v1.Budget
+	36, // 64: rein.v1.BudgetRaised.deadline:type_name -> google.protobuf.Timestamp
+	49, // 65: rein.v1.ProposalRevised.proposal:type_name -> rein.v1.Proposal
+	32, // 66: rein.v1.ProposalRevised.changes:type_name -> rein.v1.ArgumentChange
+	48, // 67: rein.v1.ArgumentChange.before:type_name -> google.protobuf.Value
+	48, // 68: rein.v1.ArgumentChange.after:type_name -> google.protobuf.Value
+	45, // 69: rein.v1.RunAdmitted.waited:type_name -> google.protobuf.Duration
+	36, // 70: rein.v1.RunAdmitted.deadline:type_name -> google.protobuf.Timestamp
+	45, // 71: rein.v1.ModelThrottled.wait:type_name -> google.protobuf.Duration
+	72, // [72:72] is the sub-list for method output_type
+	72, // [72:72] is the sub-list for method input_type
+	72, // [72:72] is the sub-list for extension type_name
+	72, // [72:72] is the sub-list for extension extendee
+	0,  // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_event_proto_init() }
@@ -3649,6 +3742,7 @@ func file_rein_v1_event_proto_init() {
 		(*Event_PolicyDecided)(nil),
 		(*Event_ApprovalGiven)(nil),
 		(*Event_RunAdmitted)(nil),
+		(*Event_ModelThrottled)(nil),
 		(*Event_RunTaken)(nil),
 	}
 	type x struct{}
@@ -3657,7 +3751,7 @@ func file_rein_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_event_proto_rawDesc), len(file_rein_v1_event_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -76,6 +76,7 @@ from rein_client._gen.rein.v1.event_pb2 import (
     ArgumentChange,
     ApprovalGiven,
     RunAdmitted,
+    ModelThrottled,
 )
 from rein_client._gen.rein.v1.export_pb2 import (
     RunExport,
@@ -257,6 +258,7 @@ __all__ = [
     "ArgumentChange",
     "ApprovalGiven",
     "RunAdmitted",
+    "ModelThrottled",
     "RunExport",
     "PolicyTool",
     "PolicyRun",

@@ -190,7 +190,7 @@ class DelegationStarted(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., children: _Optional[_Iterable[_Union[DelegatedChild, _Mapping]]] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ["actor", "approval_decided", "approval_given", "approval_requested", "budget_raised", "budget_reached", "checks_completed", "context_compacted", "decision_rejected", "delegation_returned", "delegation_started", "input_provided", "input_requested", "model_requested", "model_retried", "model_returned", "policy_decided", "proposal_revised", "recorded_at", "run_admitted", "run_id", "run_started", "run_steered", "run_taken", "sequence", "status_changed", "tool_refused", "tool_requested", "tool_returned", "write_committed", "write_dispatched", "write_outcome_unknown", "write_refused"]
+    __slots__ = ["actor", "approval_decided", "approval_given", "approval_requested", "budget_raised", "budget_reached", "checks_completed", "context_compacted", "decision_rejected", "delegation_returned", "delegation_started", "input_provided", "input_requested", "model_requested", "model_retried", "model_returned", "model_throttled", "policy_decided", "proposal_revised", "recorded_at", "run_admitted", "run_id", "run_started", "run_steered", "run_taken", "sequence", "status_changed", "tool_refused", "tool_requested", "tool_returned", "write_committed", "write_dispatched", "write_outcome_unknown", "write_refused"]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_DECIDED_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_GIVEN_FIELD_NUMBER: _ClassVar[int]
@@ -207,6 +207,7 @@ class Event(_message.Message):
     MODEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     MODEL_RETRIED_FIELD_NUMBER: _ClassVar[int]
     MODEL_RETURNED_FIELD_NUMBER: _ClassVar[int]
+    MODEL_THROTTLED_FIELD_NUMBER: _ClassVar[int]
     POLICY_DECIDED_FIELD_NUMBER: _ClassVar[int]
     PROPOSAL_REVISED_FIELD_NUMBER: _ClassVar[int]
     RECORDED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -240,6 +241,7 @@ class Event(_message.Message):
     model_requested: ModelRequested
     model_retried: ModelRetried
     model_returned: ModelReturned
+    model_throttled: ModelThrottled
     policy_decided: _run_pb2.PolicyDecided
     proposal_revised: ProposalRevised
     recorded_at: _timestamp_pb2.Timestamp
@@ -257,7 +259,7 @@ class Event(_message.Message):
     write_dispatched: WriteDispatched
     write_outcome_unknown: WriteOutcomeUnknown
     write_refused: WriteRefused
-    def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., recorded_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[str] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., model_requested: _Optional[_Union[ModelRequested, _Mapping]] = ..., model_returned: _Optional[_Union[ModelReturned, _Mapping]] = ..., decision_rejected: _Optional[_Union[DecisionRejected, _Mapping]] = ..., tool_requested: _Optional[_Union[ToolRequested, _Mapping]] = ..., tool_refused: _Optional[_Union[ToolRefused, _Mapping]] = ..., tool_returned: _Optional[_Union[ToolReturned, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_decided: _Optional[_Union[ApprovalDecided, _Mapping]] = ..., input_requested: _Optional[_Union[InputRequested, _Mapping]] = ..., input_provided: _Optional[_Union[InputProvided, _Mapping]] = ..., write_dispatched: _Optional[_Union[WriteDispatched, _Mapping]] = ..., write_committed: _Optional[_Union[WriteCommitted, _Mapping]] = ..., write_outcome_unknown: _Optional[_Union[WriteOutcomeUnknown, _Mapping]] = ..., checks_completed: _Optional[_Union[ChecksCompleted, _Mapping]] = ..., budget_reached: _Optional[_Union[BudgetReached, _Mapping]] = ..., status_changed: _Optional[_Union[StatusChanged, _Mapping]] = ..., model_retried: _Optional[_Union[ModelRetried, _Mapping]] = ..., context_compacted: _Optional[_Union[ContextCompacted, _Mapping]] = ..., write_refused: _Optional[_Union[WriteRefused, _Mapping]] = ..., delegation_started: _Optional[_Union[DelegationStarted, _Mapping]] = ..., delegation_returned: _Optional[_Union[DelegationReturned, _Mapping]] = ..., run_steered: _Optional[_Union[RunSteered, _Mapping]] = ..., budget_raised: _Optional[_Union[BudgetRaised, _Mapping]] = ..., proposal_revised: _Optional[_Union[ProposalRevised, _Mapping]] = ..., policy_decided: _Optional[_Union[_run_pb2.PolicyDecided, _Mapping]] = ..., approval_given: _Optional[_Union[ApprovalGiven, _Mapping]] = ..., run_admitted: _Optional[_Union[RunAdmitted, _Mapping]] = ..., run_taken: _Optional[_Union[RunTaken, _Mapping]] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., recorded_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[str] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., model_requested: _Optional[_Union[ModelRequested, _Mapping]] = ..., model_returned: _Optional[_Union[ModelReturned, _Mapping]] = ..., decision_rejected: _Optional[_Union[DecisionRejected, _Mapping]] = ..., tool_requested: _Optional[_Union[ToolRequested, _Mapping]] = ..., tool_refused: _Optional[_Union[ToolRefused, _Mapping]] = ..., tool_returned: _Optional[_Union[ToolReturned, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_decided: _Optional[_Union[ApprovalDecided, _Mapping]] = ..., input_requested: _Optional[_Union[InputRequested, _Mapping]] = ..., input_provided: _Optional[_Union[InputProvided, _Mapping]] = ..., write_dispatched: _Optional[_Union[WriteDispatched, _Mapping]] = ..., write_committed: _Optional[_Union[WriteCommitted, _Mapping]] = ..., write_outcome_unknown: _Optional[_Union[WriteOutcomeUnknown, _Mapping]] = ..., checks_completed: _Optional[_Union[ChecksCompleted, _Mapping]] = ..., budget_reached: _Optional[_Union[BudgetReached, _Mapping]] = ..., status_changed: _Optional[_Union[StatusChanged, _Mapping]] = ..., model_retried: _Optional[_Union[ModelRetried, _Mapping]] = ..., context_compacted: _Optional[_Union[ContextCompacted, _Mapping]] = ..., write_refused: _Optional[_Union[WriteRefused, _Mapping]] = ..., delegation_started: _Optional[_Union[DelegationStarted, _Mapping]] = ..., delegation_returned: _Optional[_Union[DelegationReturned, _Mapping]] = ..., run_steered: _Optional[_Union[RunSteered, _Mapping]] = ..., budget_raised: _Optional[_Union[BudgetRaised, _Mapping]] = ..., proposal_revised: _Optional[_Union[ProposalRevised, _Mapping]] = ..., policy_decided: _Optional[_Union[_run_pb2.PolicyDecided, _Mapping]] = ..., approval_given: _Optional[_Union[ApprovalGiven, _Mapping]] = ..., run_admitted: _Optional[_Union[RunAdmitted, _Mapping]] = ..., model_throttled: _Optional[_Union[ModelThrottled, _Mapping]] = ..., run_taken: _Optional[_Union[RunTaken, _Mapping]] = ...) -> None: ...
 
 class InputProvided(_message.Message):
     __slots__ = ["text"]
@@ -334,6 +336,16 @@ class ModelReturned(_message.Message):
     response_id: str
     usage: _contract_pb2.Usage
     def __init__(self, decision: _Optional[_Union[_decision_pb2.Decision, _Mapping]] = ..., usage: _Optional[_Union[_contract_pb2.Usage, _Mapping]] = ..., cost_usd: _Optional[float] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., response_id: _Optional[str] = ..., finish_reason: _Optional[str] = ...) -> None: ...
+
+class ModelThrottled(_message.Message):
+    __slots__ = ["bucket", "step", "wait"]
+    BUCKET_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    bucket: str
+    step: int
+    wait: _duration_pb2.Duration
+    def __init__(self, step: _Optional[int] = ..., wait: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., bucket: _Optional[str] = ...) -> None: ...
 
 class ProposalRevised(_message.Message):
     __slots__ = ["changes", "proposal", "superseded_proposal_id"]

@@ -1,0 +1,49 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// maxRateTries bounds the compare-and-swaps of one UpdateRateBucket that
+// lose to another replica's.
+const maxRateTries = 64
+
+// UpdateRateBucket updates the rate bucket name (under P rate/NAME), shared
+// by every Store on the prefix: it reads the bucket's state, gives it to f
+// (nil for a new bucket) and stores what f returns if no one changed the
+// bucket meanwhile, else tries again on the state as it is now. So replicas
+// draw on one bucket, and none takes what another took.
+func (s *Store) UpdateRateBucket(ctx context.Context, name string, f func(old []byte) ([]byte, error)) error {
+	if err := s.enter("update rate bucket " + name); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	key := s.keys.p + "rate/" + url.PathEscape(name)
+	for range maxRateTries {
+		resp, err := s.cli.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		var old []byte
+		var rev int64
+		if len(resp.Kvs) > 0 {
+			old, rev = resp.Kvs[0].Value, resp.Kvs[0].ModRevision
+		}
+		next, err := f(old)
+		if err != nil {
+			return err
+		}
+		txn, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpPut(key, string(next))).Commit()
+		if err != nil {
+			return err
+		}
+		if txn.Succeeded {
+			return nil
+		}
+	}
+	return fmt.Errorf("rate bucket %s: %d replicas' updates in a row won over this one's; try again", name, maxRateTries)
+}
