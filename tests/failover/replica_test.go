@@ -46,6 +46,8 @@ type group struct {
 	etcd               string
 	ttl                time.Duration
 	log                *serverLog
+	// extra are more flags for every replica.
+	extra []string
 }
 
 func newGroup(t *testing.T, endpoints []string, ttl time.Duration) *group {
@@ -137,6 +139,7 @@ func (r *replica) start(t *testing.T) {
 		"--etcd", r.g.etcd, "--etcd-prefix", prefix, "--lease-ttl", r.g.ttl.String(),
 		"--tools", "fixture:"+r.g.tools, "--fixture-ledger", r.g.ledger,
 		"--rate", "0", "--reflection=false", "--shutdown-timeout", "10s")
+	r.cmd.Args = append(r.cmd.Args, r.g.extra...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "REIN_") {
 			r.cmd.Env = append(r.cmd.Env, kv)
