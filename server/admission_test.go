@@ -11,6 +11,8 @@ import (
 	"time"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 )
@@ -157,5 +159,60 @@ func TestQueuedSurvivesRestart(t *testing.T) {
 		if admitted != want {
 			t.Errorf("run %d was admitted %d times, want %d\n%s", i, admitted, want, logText(evs))
 		}
+	}
+}
+
+// TestQueuedDeadlineAndList: ListRuns gives each queued run its place; a
+// queued run whose timeout counts from its submission ends
+// budget_exhausted when it passes in the queue, while one whose timeout
+// counts from its start (the twin) keeps waiting.
+func TestQueuedDeadlineAndList(t *testing.T) {
+	s := newTCPServer(t, Config{Admission: limits(1)})
+	ctx := context.Background()
+	start := func(id string, c *reinv1.TaskContract) string {
+		resp, err := s.client.StartRun(ctx, &reinv1.StartRunRequest{RequestId: id, Contract: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetRun().GetRunId()
+	}
+	busy := start("busy", slowFinal(time.Minute)) // holds the one slot
+	fromSubmission := slowFinal(0)
+	fromSubmission.Budget = &reinv1.Budget{Timeout: durationpb.New(300 * time.Millisecond), TimeoutFromSubmission: true}
+	fromStart := slowFinal(0)
+	fromStart.Budget = &reinv1.Budget{Timeout: durationpb.New(300 * time.Millisecond)}
+	late := start("late", fromSubmission)
+	waiting := start("waiting", fromStart)
+	list, err := s.client.ListRuns(ctx, &reinv1.ListRunsRequest{Statuses: []reinv1.RunStatus{reinv1.RunStatus_RUN_STATUS_QUEUED}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	places := map[string]uint32{}
+	for _, r := range list.GetRuns() {
+		places[r.GetRunId()] = r.GetQueuePosition()
+	}
+	if places[late] != 1 || places[waiting] != 2 || len(places) != 2 {
+		t.Fatalf("ListRuns places %v, want %s at 1 and %s at 2", places, late, waiting)
+	}
+	waitFor(t, 10*time.Second, "the run whose deadline counts from its submission ends", func() bool {
+		st, err := s.node.Store.Load(ctx, late)
+		return err == nil && st.Status == reinv1.RunStatus_RUN_STATUS_BUDGET_EXHAUSTED
+	})
+	st, err := s.node.Store.Load(ctx, waiting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status != reinv1.RunStatus_RUN_STATUS_QUEUED || !st.Deadline.IsZero() {
+		t.Errorf("the run whose deadline counts from its start is %s with deadline %v; want queued with none yet", runstate.StatusName(st.Status), st.Deadline)
+	}
+	if _, err := s.client.CancelRun(ctx, &reinv1.CancelRunRequest{RunId: busy}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the waiting run starts and ends", func() bool {
+		st, err := s.node.Store.Load(ctx, waiting)
+		return err == nil && runstate.Terminal(st.Status)
+	})
+	if st, _ := s.node.Store.Load(ctx, waiting); st.Status != reinv1.RunStatus_RUN_STATUS_COMPLETED {
+		t.Errorf("the waiting run is %s, want completed within its timeout from its start", runstate.StatusName(st.Status))
 	}
 }

@@ -176,8 +176,18 @@ func (s *runService) ListRuns(ctx context.Context, req *reinv1.ListRunsRequest) 
 		s.log.Warn("ListRuns passed over a run whose stored state is damaged; rein check lists every problem", "error", d)
 	}
 	resp := &reinv1.ListRunsResponse{NextPageToken: encodeToken(page.Next)}
+	var places map[string]uint32 // the queue's order, read once for the page
 	for _, st := range page.Runs {
-		resp.Runs = append(resp.Runs, st.Proto(true))
+		r := st.Proto(true)
+		if st.Status == reinv1.RunStatus_RUN_STATUS_QUEUED && s.admission != nil {
+			if places == nil {
+				if places, err = s.admission.Positions(ctx, st.Tenant); err != nil {
+					places = map[string]uint32{}
+				}
+			}
+			r.QueuePosition = places[st.RunID]
+		}
+		resp.Runs = append(resp.Runs, r)
 	}
 	if n := fitPage(resp.Runs); n < len(resp.Runs) {
 		resp.Runs = resp.Runs[:n]

@@ -228,6 +228,34 @@ func (c *Controller) Position(ctx context.Context, st runstate.State) (uint32, e
 	}
 }
 
+// Positions are the places of tenant's queued runs in its queue, by run
+// ID, from one reading of the queue: for a page of runs.
+func (c *Controller) Positions(ctx context.Context, tenant string) (map[string]uint32, error) {
+	var queue []runstate.State
+	f := store.Filter{Statuses: []reinv1.RunStatus{reinv1.RunStatus_RUN_STATUS_QUEUED}, Tenant: tenant, Limit: listPage}
+	for {
+		page, err := c.cfg.Store.List(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		for _, st := range page.Runs {
+			if st.DelegatedBy == nil {
+				queue = append(queue, st)
+			}
+		}
+		if page.Next == "" {
+			break
+		}
+		f.After = page.Next
+	}
+	slices.SortFunc(queue, order)
+	out := make(map[string]uint32, len(queue))
+	for i, st := range queue {
+		out[st.RunID] = uint32(i + 1)
+	}
+	return out, nil
+}
+
 // before reports whether queued run a starts before b in their tenant's
 // queue: higher priority first, then earlier submitted.
 func before(a, b runstate.State) bool { return order(a, b) < 0 }

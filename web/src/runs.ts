@@ -55,7 +55,7 @@ export function runsPage(root: HTMLElement, signal: AbortSignal): void {
         const u = usage(r);
         return h("tr", { class: "run", "data-run": r.runId, "data-status": statusName(r.status) },
           h("td", {}, h("a", { href: `#/runs/${r.runId}` }, r.runId)),
-          h("td", { class: `status ${statusName(r.status)}` }, statusName(r.status)),
+          h("td", { class: `status ${statusName(r.status)}` }, statusName(r.status) + (r.queuePosition ? ` #${r.queuePosition}` : "")),
           h("td", { class: "goal text" }, r.contract?.goal ?? ""),
           h("td", {}, u.steps), h("td", {}, u.tokens), h("td", {}, u.cost),
           h("td", { title: date(r.createdAt)?.toISOString() ?? "" }, age(date(r.createdAt), now)),
