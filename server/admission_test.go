@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 )
