@@ -77,6 +77,8 @@ type data struct {
 	// deleted run's ID to its record's index there.
 	deletions []*reinv1.RunDeletion
 	deleted   map[string]int
+	// schedules maps store.ScheduleKey to a schedule (schedules.go).
+	schedules map[string]*reinv1.Schedule
 }
 
 type run struct {

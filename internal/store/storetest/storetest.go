@@ -71,6 +71,8 @@ func Run(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 		{"LifecycleDelete", testLifecycleDelete},
 		{"LifecycleDeleteRefused", testLifecycleDeleteRefused},
 		{"LifecycleDeletions", testLifecycleDeletions},
+		{"Schedules", testSchedules},
+		{"SchedulesConcurrentUpdates", testSchedulesConcurrentUpdates},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
