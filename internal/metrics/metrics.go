@@ -52,6 +52,7 @@ type Metrics struct {
 	queued           *prometheus.GaugeVec
 	queueWait        *prometheus.HistogramVec
 	rateWait         *prometheus.HistogramVec
+	scheduleTicks    *prometheus.CounterVec
 	toolDuration     *prometheus.HistogramVec
 	approvalsWaiting prometheus.Gauge
 	approvalWait     prometheus.Histogram
@@ -148,6 +149,9 @@ func New() *Metrics {
 		models:  newLabelSet(maxLabelValues),
 		tools:   newLabelSet(maxLabelValues),
 		tenants: newLabelSet(maxLabelValues),
+		scheduleTicks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rein_schedule_ticks_total",
+			Help: "Schedule ticks, by outcome: started (a run), skipped (the schedule's last run was still going), missed (no server ran the tick on time, and the schedule does not catch up)."},
+			[]string{"outcome"}),
 		rateWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rein_model_rate_wait_seconds",
 			Help:    "How long model calls waited for the shared rate limits (model_throttled), by the kind of bucket that was empty: requests or tokens, of a model or a tenant.",
 			Buckets: []float64{.01, .1, .5, 1, 2.5, 5, 10, 30, 60, 120}}, []string{"bucket"}),
@@ -163,7 +167,7 @@ func New() *Metrics {
 	b := version.Get()
 	build.WithLabelValues(b.GetVersion(), b.GetRevision(), b.GetGoVersion()).Set(1)
 	for _, c := range []prometheus.Collector{m.runsStarted, m.runsEnded, m.runs, m.steps, m.modelCalls, m.modelDuration,
-		m.modelTokens, m.modelCost, m.modelRetries, m.toolCalls, m.policyDecisions, m.queued, m.queueWait, m.rateWait, m.toolDuration, m.approvalsWaiting, m.approvalWait,
+		m.modelTokens, m.modelCost, m.modelRetries, m.toolCalls, m.policyDecisions, m.queued, m.queueWait, m.rateWait, m.scheduleTicks, m.toolDuration, m.approvalsWaiting, m.approvalWait,
 		m.writes, m.appendDuration, m.appendEvents, m.appendErrors, m.watchStreams, m.watchLagging, build} {
 		f(c)
 	}
@@ -186,6 +190,14 @@ func (m *Metrics) WatchOpened(kind string) (closed func()) {
 	g := m.watchStreams.WithLabelValues(kind)
 	g.Inc()
 	return g.Dec
+}
+
+// ScheduleTicked counts n schedule ticks that came to outcome. A nil
+// Metrics counts nothing.
+func (m *Metrics) ScheduleTicked(outcome string, n int) {
+	if m != nil {
+		m.scheduleTicks.WithLabelValues(outcome).Add(float64(n))
+	}
 }
 
 // WatchLagged counts a watcher of kind served from the store because it
