@@ -145,6 +145,31 @@ func (c rpcCase) passed(code codes.Code) bool {
 // rpcCases has a valid request for every RunService RPC. TestAuthMatrix fails
 // for an RPC missing here: add it, and its rule in internal/auth.
 var rpcCases = map[string]rpcCase{
+	"CreateSchedule": {ok: codes.OK, call: func(ctx context.Context, c reinv1.RunServiceClient, _ string, opts ...grpc.CallOption) error {
+		_, err := c.CreateSchedule(ctx, &reinv1.CreateScheduleRequest{Schedule: &reinv1.Schedule{Name: rand.Text(), Cron: "@yearly", Contract: contract(nil, final("done"))}}, opts...)
+		return err
+	}},
+	"ListSchedules": {ok: codes.OK, call: func(ctx context.Context, c reinv1.RunServiceClient, _ string, opts ...grpc.CallOption) error {
+		_, err := c.ListSchedules(ctx, &reinv1.ListSchedulesRequest{}, opts...)
+		return err
+	}},
+	// A schedule that does not exist: NotFound is past auth.
+	"PauseSchedule": {ok: codes.NotFound, call: func(ctx context.Context, c reinv1.RunServiceClient, _ string, opts ...grpc.CallOption) error {
+		_, err := c.PauseSchedule(ctx, &reinv1.PauseScheduleRequest{Name: "none"}, opts...)
+		return err
+	}},
+	"ResumeSchedule": {ok: codes.NotFound, call: func(ctx context.Context, c reinv1.RunServiceClient, _ string, opts ...grpc.CallOption) error {
+		_, err := c.ResumeSchedule(ctx, &reinv1.ResumeScheduleRequest{Name: "none"}, opts...)
+		return err
+	}},
+	"DeleteSchedule": {ok: codes.NotFound, call: func(ctx context.Context, c reinv1.RunServiceClient, _ string, opts ...grpc.CallOption) error {
+		_, err := c.DeleteSchedule(ctx, &reinv1.DeleteScheduleRequest{Name: "none"}, opts...)
+		return err
+	}},
+	"TriggerSchedule": {ok: codes.NotFound, call: func(ctx context.Context, c reinv1.RunServiceClient, _ string, opts ...grpc.CallOption) error {
+		_, err := c.TriggerSchedule(ctx, &reinv1.TriggerScheduleRequest{Name: "none", RequestId: "r"}, opts...)
+		return err
+	}},
 	"StartRun": {ok: codes.OK, call: func(ctx context.Context, c reinv1.RunServiceClient, _ string, opts ...grpc.CallOption) error {
 		_, err := c.StartRun(ctx, &reinv1.StartRunRequest{RequestId: rand.Text(), Contract: contract(nil, final("done"))}, opts...)
 		return err

@@ -28,6 +28,7 @@ import (
 	"github.com/reinhq/rein/internal/policy"
 	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/schedule"
 	"github.com/reinhq/rein/internal/secret"
 	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
@@ -160,6 +161,10 @@ type Node struct {
 	Admission *admission.Controller
 	admit     context.CancelFunc
 	admitted  chan struct{}
+	// scheduled ends the scheduler's loop (a store that keeps schedules);
+	// schedulerDone is closed once it did.
+	scheduled     context.CancelFunc
+	schedulerDone chan struct{}
 }
 
 // Open starts the engine on the store, registers the services with the
@@ -178,6 +183,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("server: Config.Store is required: open a store (internal/store/bolt, say) and pass it")
 	}
+	// The schedules are the store's own, read past the wrappers below.
+	schedules, _ := cfg.Store.(store.Schedules)
 	var keeper *lifecycle.Keeper
 	if b, ok := cfg.Store.(lifecycle.Backend); ok {
 		ls := lifecycle.NewStore(b, cfg.Archive)
@@ -258,7 +265,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		leased: cfg.Leased,
 		Keeper: keeper,
 	}
-	reinv1.RegisterRunServiceServer(n.GRPC, &runService{engine: eng, store: st, hub: hub, admission: adm, log: cfg.Logger, done: n.done, resume: cfg.Resume, metrics: cfg.Metrics, keeper: keeper, follows: follows})
+	rs := &runService{engine: eng, store: st, hub: hub, admission: adm, schedules: schedules, log: cfg.Logger, done: n.done, resume: cfg.Resume, metrics: cfg.Metrics, keeper: keeper, follows: follows}
+	reinv1.RegisterRunServiceServer(n.GRPC, rs)
 	healthpb.RegisterHealthServer(n.GRPC, n.health)
 	n.health.SetServingStatus(reinv1.RunService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if cfg.Reflection {
@@ -295,6 +303,24 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
+	n.scheduled, n.schedulerDone = func() {}, make(chan struct{})
+	if schedules != nil {
+		sch := schedule.New(schedule.Config{
+			Store: schedules, Runs: st, Clock: cfg.Clock, Logger: cfg.Logger, Ticked: cfg.Metrics.ScheduleTicked,
+			Start: func(ctx context.Context, sc *reinv1.Schedule, requestID string, tick time.Time) (string, error) {
+				run, _, err := rs.startScheduled(ctx, sc, requestID, tick)
+				return run.RunID, err
+			},
+		})
+		sctx, cancel := context.WithCancel(context.Background())
+		n.scheduled = cancel
+		go func() {
+			defer close(n.schedulerDone)
+			sch.Run(sctx)
+		}()
+	} else {
+		close(n.schedulerDone)
+	}
 	n.admit, n.admitted = func() {}, make(chan struct{})
 	if adm != nil {
 		actx, cancel := context.WithCancel(context.Background())
@@ -322,6 +348,8 @@ func (n *Node) Shutdown(ctx context.Context) {
 		// this one restarted, starts it.
 		n.admit()
 		<-n.admitted
+		n.scheduled()
+		<-n.schedulerDone
 		// Runs finish their current step while calls drain: a client that
 		// stopped reading must not cost them their graceful stop.
 		drained := make(chan struct{})

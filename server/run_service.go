@@ -65,6 +65,8 @@ type runService struct {
 	hub    *Hub
 	// admission starts queued runs; nil queues none.
 	admission *admission.Controller
+	// schedules are the store's schedules; nil when it keeps none.
+	schedules store.Schedules
 	log       *slog.Logger
 	// resume: the server carries on the runs it stores (rein serve), so an
 	// imported run that has not ended is carried on too.

@@ -209,6 +209,13 @@ var rules = map[string]Role{
 	"/rein.v1.RunService/ListDeletions": Admin,
 	// Which rein answers, for `rein version --server`: any principal.
 	"/rein.v1.RunService/GetServerInfo": Viewer,
+
+	"/rein.v1.RunService/CreateSchedule":  Operator,
+	"/rein.v1.RunService/ListSchedules":   Viewer,
+	"/rein.v1.RunService/PauseSchedule":   Operator,
+	"/rein.v1.RunService/ResumeSchedule":  Operator,
+	"/rein.v1.RunService/DeleteSchedule":  Operator,
+	"/rein.v1.RunService/TriggerSchedule": Operator,
 	// Server reflection, for grpcurl: any principal.
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      Viewer,
 	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": Viewer,

@@ -214,6 +214,12 @@ func TestRequired(t *testing.T) {
 		"/rein.v1.RunService/DeleteRun":                                  auth.Admin,
 		"/rein.v1.RunService/ListDeletions":                              auth.Admin,
 		"/rein.v1.RunService/GetServerInfo":                              auth.Viewer,
+		"/rein.v1.RunService/CreateSchedule":                             auth.Operator,
+		"/rein.v1.RunService/ListSchedules":                              auth.Viewer,
+		"/rein.v1.RunService/PauseSchedule":                              auth.Operator,
+		"/rein.v1.RunService/ResumeSchedule":                             auth.Operator,
+		"/rein.v1.RunService/DeleteSchedule":                             auth.Operator,
+		"/rein.v1.RunService/TriggerSchedule":                            auth.Operator,
 		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      auth.Viewer,
 		"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": auth.Viewer,
 	}

@@ -25,6 +25,112 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ScheduleOverlap is what a tick does while the last run is going on.
+type ScheduleOverlap int32
+
+const (
+	// The default: skip.
+	ScheduleOverlap_SCHEDULE_OVERLAP_UNSPECIFIED ScheduleOverlap = 0
+	// The tick starts no run; it is counted as skipped.
+	ScheduleOverlap_SCHEDULE_OVERLAP_SKIP ScheduleOverlap = 1
+	// The tick starts its run anyway.
+	ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW ScheduleOverlap = 2
+)
+
+// Enum value maps for ScheduleOverlap.
+var (
+	ScheduleOverlap_name = map[int32]string{
+		0: "SCHEDULE_OVERLAP_UNSPECIFIED",
+		1: "SCHEDULE_OVERLAP_SKIP",
+		2: "SCHEDULE_OVERLAP_ALLOW",
+	}
+	ScheduleOverlap_value = map[string]int32{
+		"SCHEDULE_OVERLAP_UNSPECIFIED": 0,
+		"SCHEDULE_OVERLAP_SKIP":        1,
+		"SCHEDULE_OVERLAP_ALLOW":       2,
+	}
+)
+
+func (x ScheduleOverlap) Enum() *ScheduleOverlap {
+	p := new(ScheduleOverlap)
+	*p = x
+	return p
+}
+
+func (x ScheduleOverlap) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ScheduleOverlap) Descriptor() protoreflect.EnumDescriptor {
+	return file_rein_v1_run_service_proto_enumTypes[0].Descriptor()
+}
+
+func (ScheduleOverlap) Type() protoreflect.EnumType {
+	return &file_rein_v1_run_service_proto_enumTypes[0]
+}
+
+func (x ScheduleOverlap) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ScheduleOverlap.Descriptor instead.
+func (ScheduleOverlap) EnumDescriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{0}
+}
+
+// ScheduleCatchUp is what ticks missed (no server ran them on time) come to.
+type ScheduleCatchUp int32
+
+const (
+	// The default: none.
+	ScheduleCatchUp_SCHEDULE_CATCH_UP_UNSPECIFIED ScheduleCatchUp = 0
+	// Missed ticks start nothing; the schedule goes on from the next.
+	ScheduleCatchUp_SCHEDULE_CATCH_UP_NONE ScheduleCatchUp = 1
+	// The latest missed tick starts one run.
+	ScheduleCatchUp_SCHEDULE_CATCH_UP_ONE ScheduleCatchUp = 2
+)
+
+// Enum value maps for ScheduleCatchUp.
+var (
+	ScheduleCatchUp_name = map[int32]string{
+		0: "SCHEDULE_CATCH_UP_UNSPECIFIED",
+		1: "SCHEDULE_CATCH_UP_NONE",
+		2: "SCHEDULE_CATCH_UP_ONE",
+	}
+	ScheduleCatchUp_value = map[string]int32{
+		"SCHEDULE_CATCH_UP_UNSPECIFIED": 0,
+		"SCHEDULE_CATCH_UP_NONE":        1,
+		"SCHEDULE_CATCH_UP_ONE":         2,
+	}
+)
+
+func (x ScheduleCatchUp) Enum() *ScheduleCatchUp {
+	p := new(ScheduleCatchUp)
+	*p = x
+	return p
+}
+
+func (x ScheduleCatchUp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ScheduleCatchUp) Descriptor() protoreflect.EnumDescriptor {
+	return file_rein_v1_run_service_proto_enumTypes[1].Descriptor()
+}
+
+func (ScheduleCatchUp) Type() protoreflect.EnumType {
+	return &file_rein_v1_run_service_proto_enumTypes[1]
+}
+
+func (x ScheduleCatchUp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ScheduleCatchUp.Descriptor instead.
+func (ScheduleCatchUp) EnumDescriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{1}
+}
+
 // ApprovalVerdict is a reviewer's verdict on a proposal.
 type ApprovalVerdict int32
 
@@ -67,11 +173,11 @@ func (x ApprovalVerdict) String() string {
 }
 
 func (ApprovalVerdict) Descriptor() protoreflect.EnumDescriptor {
-	return file_rein_v1_run_service_proto_enumTypes[0].Descriptor()
+	return file_rein_v1_run_service_proto_enumTypes[2].Descriptor()
 }
 
 func (ApprovalVerdict) Type() protoreflect.EnumType {
-	return &file_rein_v1_run_service_proto_enumTypes[0]
+	return &file_rein_v1_run_service_proto_enumTypes[2]
 }
 
 func (x ApprovalVerdict) Number() protoreflect.EnumNumber {
@@ -80,7 +186,707 @@ func (x ApprovalVerdict) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ApprovalVerdict.Descriptor instead.
 func (ApprovalVerdict) EnumDescriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{2}
+}
+
+// Schedule starts a run of its contract at each tick of its cron
+// expression.
+type Schedule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule's name, unique in its tenant.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Its tenant; set by the server.
+	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The cron expression: five fields (minute hour day month weekday), or
+	// a descriptor such as @hourly or @every 30s.
+	Cron string `protobuf:"bytes,3,opt,name=cron,proto3" json:"cron,omitempty"`
+	// The time zone the expression is read in (IANA, "Europe/Berlin");
+	// empty means UTC.
+	TimeZone string `protobuf:"bytes,4,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	// The contract each tick's run starts with.
+	Contract *TaskContract `protobuf:"bytes,5,opt,name=contract,proto3" json:"contract,omitempty"`
+	// What a tick does while the schedule's last run has not ended.
+	Overlap ScheduleOverlap `protobuf:"varint,6,opt,name=overlap,proto3,enum=rein.v1.ScheduleOverlap" json:"overlap,omitempty"`
+	// What the ticks missed while no server ran (or while behind) come to.
+	CatchUp ScheduleCatchUp `protobuf:"varint,7,opt,name=catch_up,json=catchUp,proto3,enum=rein.v1.ScheduleCatchUp" json:"catch_up,omitempty"`
+	// Paused: no tick starts a run.
+	Paused bool `protobuf:"varint,8,opt,name=paused,proto3" json:"paused,omitempty"`
+	// Who created it.
+	CreatedBy string                 `protobuf:"bytes,9,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The last tick the schedule dealt with (a run started, skipped or
+	// missed); unset before the first.
+	LastTick *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=last_tick,json=lastTick,proto3" json:"last_tick,omitempty"`
+	// The run the last started tick started.
+	LastRunId string `protobuf:"bytes,12,opt,name=last_run_id,json=lastRunId,proto3" json:"last_run_id,omitempty"`
+	// The next tick, as the server computes it.
+	NextTick      *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=next_tick,json=nextTick,proto3" json:"next_tick,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Schedule) Reset() {
+	*x = Schedule{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Schedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Schedule) ProtoMessage() {}
+
+func (x *Schedule) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
+func (*Schedule) Descriptor() ([]byte, []int) {
 	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Schedule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Schedule) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Schedule) GetCron() string {
+	if x != nil {
+		return x.Cron
+	}
+	return ""
+}
+
+func (x *Schedule) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
+func (x *Schedule) GetContract() *TaskContract {
+	if x != nil {
+		return x.Contract
+	}
+	return nil
+}
+
+func (x *Schedule) GetOverlap() ScheduleOverlap {
+	if x != nil {
+		return x.Overlap
+	}
+	return ScheduleOverlap_SCHEDULE_OVERLAP_UNSPECIFIED
+}
+
+func (x *Schedule) GetCatchUp() ScheduleCatchUp {
+	if x != nil {
+		return x.CatchUp
+	}
+	return ScheduleCatchUp_SCHEDULE_CATCH_UP_UNSPECIFIED
+}
+
+func (x *Schedule) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *Schedule) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *Schedule) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Schedule) GetLastTick() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastTick
+	}
+	return nil
+}
+
+func (x *Schedule) GetLastRunId() string {
+	if x != nil {
+		return x.LastRunId
+	}
+	return ""
+}
+
+func (x *Schedule) GetNextTick() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextTick
+	}
+	return nil
+}
+
+// CreateScheduleRequest creates a schedule.
+type CreateScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule; its tenant, creator and ticks are the server's to set.
+	Schedule      *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateScheduleRequest) Reset() {
+	*x = CreateScheduleRequest{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateScheduleRequest) ProtoMessage() {}
+
+func (x *CreateScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateScheduleRequest.ProtoReflect.Descriptor instead.
+func (*CreateScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CreateScheduleRequest) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+// CreateScheduleResponse is the schedule as stored.
+type CreateScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule.
+	Schedule      *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateScheduleResponse) Reset() {
+	*x = CreateScheduleResponse{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateScheduleResponse) ProtoMessage() {}
+
+func (x *CreateScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateScheduleResponse.ProtoReflect.Descriptor instead.
+func (*CreateScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CreateScheduleResponse) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+// ListSchedulesRequest lists the caller's tenant's schedules.
+type ListSchedulesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesRequest) Reset() {
+	*x = ListSchedulesRequest{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesRequest) ProtoMessage() {}
+
+func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
+func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{3}
+}
+
+// ListSchedulesResponse holds the schedules, by name.
+type ListSchedulesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedules.
+	Schedules     []*Schedule `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesResponse) Reset() {
+	*x = ListSchedulesResponse{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesResponse) ProtoMessage() {}
+
+func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
+func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
+	if x != nil {
+		return x.Schedules
+	}
+	return nil
+}
+
+// PauseScheduleRequest names the schedule to pause.
+type PauseScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule's name.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseScheduleRequest) Reset() {
+	*x = PauseScheduleRequest{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseScheduleRequest) ProtoMessage() {}
+
+func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseScheduleRequest.ProtoReflect.Descriptor instead.
+func (*PauseScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PauseScheduleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// PauseScheduleResponse is the schedule, paused.
+type PauseScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule.
+	Schedule      *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseScheduleResponse) Reset() {
+	*x = PauseScheduleResponse{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseScheduleResponse) ProtoMessage() {}
+
+func (x *PauseScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseScheduleResponse.ProtoReflect.Descriptor instead.
+func (*PauseScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PauseScheduleResponse) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+// ResumeScheduleRequest names the schedule to resume.
+type ResumeScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule's name.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeScheduleRequest) Reset() {
+	*x = ResumeScheduleRequest{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeScheduleRequest) ProtoMessage() {}
+
+func (x *ResumeScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeScheduleRequest.ProtoReflect.Descriptor instead.
+func (*ResumeScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ResumeScheduleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// ResumeScheduleResponse is the schedule, running again.
+type ResumeScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule.
+	Schedule      *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeScheduleResponse) Reset() {
+	*x = ResumeScheduleResponse{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeScheduleResponse) ProtoMessage() {}
+
+func (x *ResumeScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeScheduleResponse.ProtoReflect.Descriptor instead.
+func (*ResumeScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ResumeScheduleResponse) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+// DeleteScheduleRequest names the schedule to delete.
+type DeleteScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule's name.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScheduleRequest) Reset() {
+	*x = DeleteScheduleRequest{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScheduleRequest) ProtoMessage() {}
+
+func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScheduleRequest.ProtoReflect.Descriptor instead.
+func (*DeleteScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *DeleteScheduleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// DeleteScheduleResponse says the schedule is gone.
+type DeleteScheduleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScheduleResponse) Reset() {
+	*x = DeleteScheduleResponse{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScheduleResponse) ProtoMessage() {}
+
+func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScheduleResponse.ProtoReflect.Descriptor instead.
+func (*DeleteScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{10}
+}
+
+// TriggerScheduleRequest starts a run of a schedule now.
+type TriggerScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The caller's idempotency key. Required.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TriggerScheduleRequest) Reset() {
+	*x = TriggerScheduleRequest{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TriggerScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TriggerScheduleRequest) ProtoMessage() {}
+
+func (x *TriggerScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TriggerScheduleRequest.ProtoReflect.Descriptor instead.
+func (*TriggerScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *TriggerScheduleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TriggerScheduleRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// TriggerScheduleResponse is the run it started.
+type TriggerScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run.
+	Run           *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TriggerScheduleResponse) Reset() {
+	*x = TriggerScheduleResponse{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TriggerScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TriggerScheduleResponse) ProtoMessage() {}
+
+func (x *TriggerScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TriggerScheduleResponse.ProtoReflect.Descriptor instead.
+func (*TriggerScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *TriggerScheduleResponse) GetRun() *Run {
+	if x != nil {
+		return x.Run
+	}
+	return nil
 }
 
 // StartRunRequest starts a run.
@@ -96,7 +902,7 @@ type StartRunRequest struct {
 
 func (x *StartRunRequest) Reset() {
 	*x = StartRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[0]
+	mi := &file_rein_v1_run_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -108,7 +914,7 @@ func (x *StartRunRequest) String() string {
 func (*StartRunRequest) ProtoMessage() {}
 
 func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[0]
+	mi := &file_rein_v1_run_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -121,7 +927,7 @@ func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRunRequest.ProtoReflect.Descriptor instead.
 func (*StartRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{0}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StartRunRequest) GetRequestId() string {
@@ -151,7 +957,7 @@ type StartRunResponse struct {
 
 func (x *StartRunResponse) Reset() {
 	*x = StartRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[1]
+	mi := &file_rein_v1_run_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -163,7 +969,7 @@ func (x *StartRunResponse) String() string {
 func (*StartRunResponse) ProtoMessage() {}
 
 func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[1]
+	mi := &file_rein_v1_run_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -176,7 +982,7 @@ func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRunResponse.ProtoReflect.Descriptor instead.
 func (*StartRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{1}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StartRunResponse) GetRun() *Run {
@@ -204,7 +1010,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[2]
+	mi := &file_rein_v1_run_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -216,7 +1022,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[2]
+	mi := &file_rein_v1_run_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -229,7 +1035,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{2}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetRunRequest) GetRunId() string {
@@ -250,7 +1056,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[3]
+	mi := &file_rein_v1_run_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -262,7 +1068,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[3]
+	mi := &file_rein_v1_run_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -275,7 +1081,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{3}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -307,7 +1113,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[4]
+	mi := &file_rein_v1_run_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -319,7 +1125,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[4]
+	mi := &file_rein_v1_run_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -332,7 +1138,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{4}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListRunsRequest) GetStatuses() []RunStatus {
@@ -390,7 +1196,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[5]
+	mi := &file_rein_v1_run_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +1208,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[5]
+	mi := &file_rein_v1_run_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +1221,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{5}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -449,7 +1255,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[6]
+	mi := &file_rein_v1_run_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -461,7 +1267,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[6]
+	mi := &file_rein_v1_run_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -474,7 +1280,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{6}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListEventsRequest) GetRunId() string {
@@ -518,7 +1324,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[7]
+	mi := &file_rein_v1_run_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +1336,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[7]
+	mi := &file_rein_v1_run_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +1349,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{7}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -574,7 +1380,7 @@ type GetBlobsRequest struct {
 
 func (x *GetBlobsRequest) Reset() {
 	*x = GetBlobsRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[8]
+	mi := &file_rein_v1_run_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +1392,7 @@ func (x *GetBlobsRequest) String() string {
 func (*GetBlobsRequest) ProtoMessage() {}
 
 func (x *GetBlobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[8]
+	mi := &file_rein_v1_run_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +1405,7 @@ func (x *GetBlobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobsRequest.ProtoReflect.Descriptor instead.
 func (*GetBlobsRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{8}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetBlobsRequest) GetRunId() string {
@@ -627,7 +1433,7 @@ type GetBlobsResponse struct {
 
 func (x *GetBlobsResponse) Reset() {
 	*x = GetBlobsResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[9]
+	mi := &file_rein_v1_run_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -639,7 +1445,7 @@ func (x *GetBlobsResponse) String() string {
 func (*GetBlobsResponse) ProtoMessage() {}
 
 func (x *GetBlobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[9]
+	mi := &file_rein_v1_run_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -652,7 +1458,7 @@ func (x *GetBlobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobsResponse.ProtoReflect.Descriptor instead.
 func (*GetBlobsResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{9}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetBlobsResponse) GetBlobs() map[string][]byte {
@@ -679,7 +1485,7 @@ type WatchRunRequest struct {
 
 func (x *WatchRunRequest) Reset() {
 	*x = WatchRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[10]
+	mi := &file_rein_v1_run_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +1497,7 @@ func (x *WatchRunRequest) String() string {
 func (*WatchRunRequest) ProtoMessage() {}
 
 func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[10]
+	mi := &file_rein_v1_run_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +1510,7 @@ func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunRequest.ProtoReflect.Descriptor instead.
 func (*WatchRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{10}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchRunRequest) GetRunId() string {
@@ -743,7 +1549,7 @@ type WatchRunResponse struct {
 
 func (x *WatchRunResponse) Reset() {
 	*x = WatchRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[11]
+	mi := &file_rein_v1_run_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +1561,7 @@ func (x *WatchRunResponse) String() string {
 func (*WatchRunResponse) ProtoMessage() {}
 
 func (x *WatchRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[11]
+	mi := &file_rein_v1_run_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +1574,7 @@ func (x *WatchRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunResponse.ProtoReflect.Descriptor instead.
 func (*WatchRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{11}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchRunResponse) GetEvent() *Event {
@@ -818,7 +1624,7 @@ type ModelOutput struct {
 
 func (x *ModelOutput) Reset() {
 	*x = ModelOutput{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[12]
+	mi := &file_rein_v1_run_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +1636,7 @@ func (x *ModelOutput) String() string {
 func (*ModelOutput) ProtoMessage() {}
 
 func (x *ModelOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[12]
+	mi := &file_rein_v1_run_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +1649,7 @@ func (x *ModelOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelOutput.ProtoReflect.Descriptor instead.
 func (*ModelOutput) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{12}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ModelOutput) GetRequested() uint64 {
@@ -918,7 +1724,7 @@ type WatchRunsRequest struct {
 
 func (x *WatchRunsRequest) Reset() {
 	*x = WatchRunsRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[13]
+	mi := &file_rein_v1_run_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1736,7 @@ func (x *WatchRunsRequest) String() string {
 func (*WatchRunsRequest) ProtoMessage() {}
 
 func (x *WatchRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[13]
+	mi := &file_rein_v1_run_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1749,7 @@ func (x *WatchRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunsRequest.ProtoReflect.Descriptor instead.
 func (*WatchRunsRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{13}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WatchRunsRequest) GetStatuses() []RunStatus {
@@ -978,7 +1784,7 @@ type WatchRunsResponse struct {
 
 func (x *WatchRunsResponse) Reset() {
 	*x = WatchRunsResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[14]
+	mi := &file_rein_v1_run_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -990,7 +1796,7 @@ func (x *WatchRunsResponse) String() string {
 func (*WatchRunsResponse) ProtoMessage() {}
 
 func (x *WatchRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[14]
+	mi := &file_rein_v1_run_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1003,7 +1809,7 @@ func (x *WatchRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunsResponse.ProtoReflect.Descriptor instead.
 func (*WatchRunsResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{14}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WatchRunsResponse) GetChange() *RunChange {
@@ -1037,7 +1843,7 @@ type RunChange struct {
 
 func (x *RunChange) Reset() {
 	*x = RunChange{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[15]
+	mi := &file_rein_v1_run_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1855,7 @@ func (x *RunChange) String() string {
 func (*RunChange) ProtoMessage() {}
 
 func (x *RunChange) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[15]
+	mi := &file_rein_v1_run_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1868,7 @@ func (x *RunChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunChange.ProtoReflect.Descriptor instead.
 func (*RunChange) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{15}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RunChange) GetCursor() uint64 {
@@ -1127,7 +1933,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[16]
+	mi := &file_rein_v1_run_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1945,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[16]
+	mi := &file_rein_v1_run_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1958,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{16}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CancelRunRequest) GetRunId() string {
@@ -1180,7 +1986,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[17]
+	mi := &file_rein_v1_run_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1998,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[17]
+	mi := &file_rein_v1_run_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +2011,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{17}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -1230,7 +2036,7 @@ type DeleteRunRequest struct {
 
 func (x *DeleteRunRequest) Reset() {
 	*x = DeleteRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[18]
+	mi := &file_rein_v1_run_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +2048,7 @@ func (x *DeleteRunRequest) String() string {
 func (*DeleteRunRequest) ProtoMessage() {}
 
 func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[18]
+	mi := &file_rein_v1_run_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +2061,7 @@ func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{18}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteRunRequest) GetRunId() string {
@@ -1291,7 +2097,7 @@ type DeleteRunResponse struct {
 
 func (x *DeleteRunResponse) Reset() {
 	*x = DeleteRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[19]
+	mi := &file_rein_v1_run_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1303,7 +2109,7 @@ func (x *DeleteRunResponse) String() string {
 func (*DeleteRunResponse) ProtoMessage() {}
 
 func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[19]
+	mi := &file_rein_v1_run_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1316,7 +2122,7 @@ func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{19}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteRunResponse) GetDeletions() []*RunDeletion {
@@ -1349,7 +2155,7 @@ type RunDeletion struct {
 
 func (x *RunDeletion) Reset() {
 	*x = RunDeletion{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[20]
+	mi := &file_rein_v1_run_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +2167,7 @@ func (x *RunDeletion) String() string {
 func (*RunDeletion) ProtoMessage() {}
 
 func (x *RunDeletion) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[20]
+	mi := &file_rein_v1_run_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +2180,7 @@ func (x *RunDeletion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunDeletion.ProtoReflect.Descriptor instead.
 func (*RunDeletion) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{20}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RunDeletion) GetRunId() string {
@@ -1441,7 +2247,7 @@ type ListDeletionsRequest struct {
 
 func (x *ListDeletionsRequest) Reset() {
 	*x = ListDeletionsRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[21]
+	mi := &file_rein_v1_run_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +2259,7 @@ func (x *ListDeletionsRequest) String() string {
 func (*ListDeletionsRequest) ProtoMessage() {}
 
 func (x *ListDeletionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[21]
+	mi := &file_rein_v1_run_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +2272,7 @@ func (x *ListDeletionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeletionsRequest.ProtoReflect.Descriptor instead.
 func (*ListDeletionsRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{21}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListDeletionsRequest) GetPageSize() int32 {
@@ -1503,7 +2309,7 @@ type ListDeletionsResponse struct {
 
 func (x *ListDeletionsResponse) Reset() {
 	*x = ListDeletionsResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[22]
+	mi := &file_rein_v1_run_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +2321,7 @@ func (x *ListDeletionsResponse) String() string {
 func (*ListDeletionsResponse) ProtoMessage() {}
 
 func (x *ListDeletionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[22]
+	mi := &file_rein_v1_run_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +2334,7 @@ func (x *ListDeletionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeletionsResponse.ProtoReflect.Descriptor instead.
 func (*ListDeletionsResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{22}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListDeletionsResponse) GetDeletions() []*RunDeletion {
@@ -1562,7 +2368,7 @@ type ForkRunRequest struct {
 
 func (x *ForkRunRequest) Reset() {
 	*x = ForkRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[23]
+	mi := &file_rein_v1_run_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +2380,7 @@ func (x *ForkRunRequest) String() string {
 func (*ForkRunRequest) ProtoMessage() {}
 
 func (x *ForkRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[23]
+	mi := &file_rein_v1_run_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +2393,7 @@ func (x *ForkRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRunRequest.ProtoReflect.Descriptor instead.
 func (*ForkRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{23}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ForkRunRequest) GetRunId() string {
@@ -1631,7 +2437,7 @@ type ForkRunResponse struct {
 
 func (x *ForkRunResponse) Reset() {
 	*x = ForkRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[24]
+	mi := &file_rein_v1_run_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +2449,7 @@ func (x *ForkRunResponse) String() string {
 func (*ForkRunResponse) ProtoMessage() {}
 
 func (x *ForkRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[24]
+	mi := &file_rein_v1_run_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +2462,7 @@ func (x *ForkRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRunResponse.ProtoReflect.Descriptor instead.
 func (*ForkRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{24}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ForkRunResponse) GetRun() *Run {
@@ -1686,7 +2492,7 @@ type ProvideInputRequest struct {
 
 func (x *ProvideInputRequest) Reset() {
 	*x = ProvideInputRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[25]
+	mi := &file_rein_v1_run_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +2504,7 @@ func (x *ProvideInputRequest) String() string {
 func (*ProvideInputRequest) ProtoMessage() {}
 
 func (x *ProvideInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[25]
+	mi := &file_rein_v1_run_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +2517,7 @@ func (x *ProvideInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvideInputRequest.ProtoReflect.Descriptor instead.
 func (*ProvideInputRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{25}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ProvideInputRequest) GetRunId() string {
@@ -1739,7 +2545,7 @@ type ProvideInputResponse struct {
 
 func (x *ProvideInputResponse) Reset() {
 	*x = ProvideInputResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[26]
+	mi := &file_rein_v1_run_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1751,7 +2557,7 @@ func (x *ProvideInputResponse) String() string {
 func (*ProvideInputResponse) ProtoMessage() {}
 
 func (x *ProvideInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[26]
+	mi := &file_rein_v1_run_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1764,7 +2570,7 @@ func (x *ProvideInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvideInputResponse.ProtoReflect.Descriptor instead.
 func (*ProvideInputResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{26}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ProvideInputResponse) GetRun() *Run {
@@ -1799,7 +2605,7 @@ type DecideApprovalRequest struct {
 
 func (x *DecideApprovalRequest) Reset() {
 	*x = DecideApprovalRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[27]
+	mi := &file_rein_v1_run_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +2617,7 @@ func (x *DecideApprovalRequest) String() string {
 func (*DecideApprovalRequest) ProtoMessage() {}
 
 func (x *DecideApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[27]
+	mi := &file_rein_v1_run_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +2630,7 @@ func (x *DecideApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalRequest.ProtoReflect.Descriptor instead.
 func (*DecideApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{27}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DecideApprovalRequest) GetRunId() string {
@@ -1887,7 +2693,7 @@ type DecideApprovalResponse struct {
 
 func (x *DecideApprovalResponse) Reset() {
 	*x = DecideApprovalResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[28]
+	mi := &file_rein_v1_run_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +2705,7 @@ func (x *DecideApprovalResponse) String() string {
 func (*DecideApprovalResponse) ProtoMessage() {}
 
 func (x *DecideApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[28]
+	mi := &file_rein_v1_run_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2718,7 @@ func (x *DecideApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalResponse.ProtoReflect.Descriptor instead.
 func (*DecideApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{28}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DecideApprovalResponse) GetRun() *Run {
@@ -1937,7 +2743,7 @@ type SteerRunRequest struct {
 
 func (x *SteerRunRequest) Reset() {
 	*x = SteerRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[29]
+	mi := &file_rein_v1_run_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2755,7 @@ func (x *SteerRunRequest) String() string {
 func (*SteerRunRequest) ProtoMessage() {}
 
 func (x *SteerRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[29]
+	mi := &file_rein_v1_run_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2768,7 @@ func (x *SteerRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteerRunRequest.ProtoReflect.Descriptor instead.
 func (*SteerRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{29}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SteerRunRequest) GetRunId() string {
@@ -1999,7 +2805,7 @@ type SteerRunResponse struct {
 
 func (x *SteerRunResponse) Reset() {
 	*x = SteerRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[30]
+	mi := &file_rein_v1_run_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2817,7 @@ func (x *SteerRunResponse) String() string {
 func (*SteerRunResponse) ProtoMessage() {}
 
 func (x *SteerRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[30]
+	mi := &file_rein_v1_run_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2830,7 @@ func (x *SteerRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteerRunResponse.ProtoReflect.Descriptor instead.
 func (*SteerRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{30}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SteerRunResponse) GetRun() *Run {
@@ -2067,7 +2873,7 @@ type RaiseBudgetRequest struct {
 
 func (x *RaiseBudgetRequest) Reset() {
 	*x = RaiseBudgetRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[31]
+	mi := &file_rein_v1_run_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2885,7 @@ func (x *RaiseBudgetRequest) String() string {
 func (*RaiseBudgetRequest) ProtoMessage() {}
 
 func (x *RaiseBudgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[31]
+	mi := &file_rein_v1_run_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2898,7 @@ func (x *RaiseBudgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaiseBudgetRequest.ProtoReflect.Descriptor instead.
 func (*RaiseBudgetRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{31}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RaiseBudgetRequest) GetRunId() string {
@@ -2155,7 +2961,7 @@ type RaiseBudgetResponse struct {
 
 func (x *RaiseBudgetResponse) Reset() {
 	*x = RaiseBudgetResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[32]
+	mi := &file_rein_v1_run_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2167,7 +2973,7 @@ func (x *RaiseBudgetResponse) String() string {
 func (*RaiseBudgetResponse) ProtoMessage() {}
 
 func (x *RaiseBudgetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[32]
+	mi := &file_rein_v1_run_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2180,7 +2986,7 @@ func (x *RaiseBudgetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaiseBudgetResponse.ProtoReflect.Descriptor instead.
 func (*RaiseBudgetResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{32}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RaiseBudgetResponse) GetRun() *Run {
@@ -2202,7 +3008,7 @@ type ImportRunRequest struct {
 
 func (x *ImportRunRequest) Reset() {
 	*x = ImportRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[33]
+	mi := &file_rein_v1_run_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2214,7 +3020,7 @@ func (x *ImportRunRequest) String() string {
 func (*ImportRunRequest) ProtoMessage() {}
 
 func (x *ImportRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[33]
+	mi := &file_rein_v1_run_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2227,7 +3033,7 @@ func (x *ImportRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportRunRequest.ProtoReflect.Descriptor instead.
 func (*ImportRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{33}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ImportRunRequest) GetExport() *RunExport {
@@ -2248,7 +3054,7 @@ type ImportRunResponse struct {
 
 func (x *ImportRunResponse) Reset() {
 	*x = ImportRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[34]
+	mi := &file_rein_v1_run_service_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +3066,7 @@ func (x *ImportRunResponse) String() string {
 func (*ImportRunResponse) ProtoMessage() {}
 
 func (x *ImportRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[34]
+	mi := &file_rein_v1_run_service_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +3079,7 @@ func (x *ImportRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportRunResponse.ProtoReflect.Descriptor instead.
 func (*ImportRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{34}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ImportRunResponse) GetRun() *Run {
@@ -2292,7 +3098,7 @@ type GetServerInfoRequest struct {
 
 func (x *GetServerInfoRequest) Reset() {
 	*x = GetServerInfoRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[35]
+	mi := &file_rein_v1_run_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +3110,7 @@ func (x *GetServerInfoRequest) String() string {
 func (*GetServerInfoRequest) ProtoMessage() {}
 
 func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[35]
+	mi := &file_rein_v1_run_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +3123,7 @@ func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{35}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{48}
 }
 
 // GetServerInfoResponse holds the server's build and who asked.
@@ -2334,7 +3140,7 @@ type GetServerInfoResponse struct {
 
 func (x *GetServerInfoResponse) Reset() {
 	*x = GetServerInfoResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[36]
+	mi := &file_rein_v1_run_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +3152,7 @@ func (x *GetServerInfoResponse) String() string {
 func (*GetServerInfoResponse) ProtoMessage() {}
 
 func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[36]
+	mi := &file_rein_v1_run_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +3165,7 @@ func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{36}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetServerInfoResponse) GetBuild() *BuildInfo {
@@ -2391,7 +3197,7 @@ type Caller struct {
 
 func (x *Caller) Reset() {
 	*x = Caller{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[37]
+	mi := &file_rein_v1_run_service_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2403,7 +3209,7 @@ func (x *Caller) String() string {
 func (*Caller) ProtoMessage() {}
 
 func (x *Caller) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[37]
+	mi := &file_rein_v1_run_service_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2416,7 +3222,7 @@ func (x *Caller) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Caller.ProtoReflect.Descriptor instead.
 func (*Caller) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{37}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Caller) GetPrincipal() string {
@@ -2463,7 +3269,7 @@ type BuildInfo struct {
 
 func (x *BuildInfo) Reset() {
 	*x = BuildInfo{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[38]
+	mi := &file_rein_v1_run_service_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2475,7 +3281,7 @@ func (x *BuildInfo) String() string {
 func (*BuildInfo) ProtoMessage() {}
 
 func (x *BuildInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[38]
+	mi := &file_rein_v1_run_service_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +3294,7 @@ func (x *BuildInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
 func (*BuildInfo) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{38}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *BuildInfo) GetVersion() string {
@@ -2537,7 +3343,50 @@ var File_rein_v1_run_service_proto protoreflect.FileDescriptor
 
 const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\n" +
-	"\x19rein/v1/run_service.proto\x12\arein.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x13rein/v1/event.proto\x1a\x14rein/v1/export.proto\x1a\x11rein/v1/run.proto\"w\n" +
+	"\x19rein/v1/run_service.proto\x12\arein.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x13rein/v1/event.proto\x1a\x14rein/v1/export.proto\x1a\x11rein/v1/run.proto\"\xd7\x04\n" +
+	"\bSchedule\x121\n" +
+	"\x04name\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x182\x16^[A-Za-z0-9_.-]{1,64}$R\x04name\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x1e\n" +
+	"\x04cron\x18\x03 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\x04cron\x12$\n" +
+	"\ttime_zone\x18\x04 \x01(\tB\a\xbaH\x04r\x02\x18@R\btimeZone\x129\n" +
+	"\bcontract\x18\x05 \x01(\v2\x15.rein.v1.TaskContractB\x06\xbaH\x03\xc8\x01\x01R\bcontract\x12<\n" +
+	"\aoverlap\x18\x06 \x01(\x0e2\x18.rein.v1.ScheduleOverlapB\b\xbaH\x05\x82\x01\x02\x10\x01R\aoverlap\x12=\n" +
+	"\bcatch_up\x18\a \x01(\x0e2\x18.rein.v1.ScheduleCatchUpB\b\xbaH\x05\x82\x01\x02\x10\x01R\acatchUp\x12\x16\n" +
+	"\x06paused\x18\b \x01(\bR\x06paused\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\t \x01(\tR\tcreatedBy\x129\n" +
+	"\n" +
+	"created_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x127\n" +
+	"\tlast_tick\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\blastTick\x12\x1e\n" +
+	"\vlast_run_id\x18\f \x01(\tR\tlastRunId\x127\n" +
+	"\tnext_tick\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\bnextTick\"N\n" +
+	"\x15CreateScheduleRequest\x125\n" +
+	"\bschedule\x18\x01 \x01(\v2\x11.rein.v1.ScheduleB\x06\xbaH\x03\xc8\x01\x01R\bschedule\"G\n" +
+	"\x16CreateScheduleResponse\x12-\n" +
+	"\bschedule\x18\x01 \x01(\v2\x11.rein.v1.ScheduleR\bschedule\"\x16\n" +
+	"\x14ListSchedulesRequest\"H\n" +
+	"\x15ListSchedulesResponse\x12/\n" +
+	"\tschedules\x18\x01 \x03(\v2\x11.rein.v1.ScheduleR\tschedules\"3\n" +
+	"\x14PauseScheduleRequest\x12\x1b\n" +
+	"\x04name\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x04name\"F\n" +
+	"\x15PauseScheduleResponse\x12-\n" +
+	"\bschedule\x18\x01 \x01(\v2\x11.rein.v1.ScheduleR\bschedule\"4\n" +
+	"\x15ResumeScheduleRequest\x12\x1b\n" +
+	"\x04name\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x04name\"G\n" +
+	"\x16ResumeScheduleResponse\x12-\n" +
+	"\bschedule\x18\x01 \x01(\v2\x11.rein.v1.ScheduleR\bschedule\"4\n" +
+	"\x15DeleteScheduleRequest\x12\x1b\n" +
+	"\x04name\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x04name\"\x18\n" +
+	"\x16DeleteScheduleResponse\"`\n" +
+	"\x16TriggerScheduleRequest\x12\x1b\n" +
+	"\x04name\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x04name\x12)\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\trequestId\"9\n" +
+	"\x17TriggerScheduleResponse\x12\x1e\n" +
+	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"w\n" +
 	"\x0fStartRunRequest\x12)\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tB\n" +
@@ -2726,12 +3575,20 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\n" +
 	"go_version\x18\x05 \x01(\tR\tgoVersion\x12\x1f\n" +
 	"\vapi_version\x18\x06 \x01(\tR\n" +
-	"apiVersion*\x8b\x01\n" +
+	"apiVersion*j\n" +
+	"\x0fScheduleOverlap\x12 \n" +
+	"\x1cSCHEDULE_OVERLAP_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15SCHEDULE_OVERLAP_SKIP\x10\x01\x12\x1a\n" +
+	"\x16SCHEDULE_OVERLAP_ALLOW\x10\x02*k\n" +
+	"\x0fScheduleCatchUp\x12!\n" +
+	"\x1dSCHEDULE_CATCH_UP_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16SCHEDULE_CATCH_UP_NONE\x10\x01\x12\x19\n" +
+	"\x15SCHEDULE_CATCH_UP_ONE\x10\x02*\x8b\x01\n" +
 	"\x0fApprovalVerdict\x12 \n" +
 	"\x1cAPPROVAL_VERDICT_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18APPROVAL_VERDICT_APPROVE\x10\x01\x12\x1b\n" +
 	"\x17APPROVAL_VERDICT_REJECT\x10\x02\x12\x1b\n" +
-	"\x17APPROVAL_VERDICT_REVISE\x10\x032\xaf\t\n" +
+	"\x17APPROVAL_VERDICT_REVISE\x10\x032\x9e\r\n" +
 	"\n" +
 	"RunService\x12?\n" +
 	"\bStartRun\x12\x18.rein.v1.StartRunRequest\x1a\x19.rein.v1.StartRunResponse\x129\n" +
@@ -2751,7 +3608,13 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\tImportRun\x12\x19.rein.v1.ImportRunRequest\x1a\x1a.rein.v1.ImportRunResponse\x12B\n" +
 	"\tDeleteRun\x12\x19.rein.v1.DeleteRunRequest\x1a\x1a.rein.v1.DeleteRunResponse\x12N\n" +
 	"\rListDeletions\x12\x1d.rein.v1.ListDeletionsRequest\x1a\x1e.rein.v1.ListDeletionsResponse\x12N\n" +
-	"\rGetServerInfo\x12\x1d.rein.v1.GetServerInfoRequest\x1a\x1e.rein.v1.GetServerInfoResponseB\x86\x01\n" +
+	"\rGetServerInfo\x12\x1d.rein.v1.GetServerInfoRequest\x1a\x1e.rein.v1.GetServerInfoResponse\x12Q\n" +
+	"\x0eCreateSchedule\x12\x1e.rein.v1.CreateScheduleRequest\x1a\x1f.rein.v1.CreateScheduleResponse\x12N\n" +
+	"\rListSchedules\x12\x1d.rein.v1.ListSchedulesRequest\x1a\x1e.rein.v1.ListSchedulesResponse\x12N\n" +
+	"\rPauseSchedule\x12\x1d.rein.v1.PauseScheduleRequest\x1a\x1e.rein.v1.PauseScheduleResponse\x12Q\n" +
+	"\x0eResumeSchedule\x12\x1e.rein.v1.ResumeScheduleRequest\x1a\x1f.rein.v1.ResumeScheduleResponse\x12Q\n" +
+	"\x0eDeleteSchedule\x12\x1e.rein.v1.DeleteScheduleRequest\x1a\x1f.rein.v1.DeleteScheduleResponse\x12T\n" +
+	"\x0fTriggerSchedule\x12\x1f.rein.v1.TriggerScheduleRequest\x1a .rein.v1.TriggerScheduleResponseB\x86\x01\n" +
 	"\vcom.rein.v1B\x0fRunServiceProtoP\x01Z)github.com/reinhq/rein/gen/rein/v1;reinv1\xa2\x02\x03RXX\xaa\x02\aRein.V1\xca\x02\aRein\\V1\xe2\x02\x13Rein\\V1\\GPBMetadata\xea\x02\bRein::V1b\x06proto3"
 
 var (
@@ -2766,137 +3629,176 @@ func file_rein_v1_run_service_proto_rawDescGZIP() []byte {
 	return file_rein_v1_run_service_proto_rawDescData
 }
 
-var file_rein_v1_run_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_rein_v1_run_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_rein_v1_run_service_proto_goTypes = []any{
-	(ApprovalVerdict)(0),           // 0: rein.v1.ApprovalVerdict
-	(*StartRunRequest)(nil),        // 1: rein.v1.StartRunRequest
-	(*StartRunResponse)(nil),       // 2: rein.v1.StartRunResponse
-	(*GetRunRequest)(nil),          // 3: rein.v1.GetRunRequest
-	(*GetRunResponse)(nil),         // 4: rein.v1.GetRunResponse
-	(*ListRunsRequest)(nil),        // 5: rein.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),       // 6: rein.v1.ListRunsResponse
-	(*ListEventsRequest)(nil),      // 7: rein.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),     // 8: rein.v1.ListEventsResponse
-	(*GetBlobsRequest)(nil),        // 9: rein.v1.GetBlobsRequest
-	(*GetBlobsResponse)(nil),       // 10: rein.v1.GetBlobsResponse
-	(*WatchRunRequest)(nil),        // 11: rein.v1.WatchRunRequest
-	(*WatchRunResponse)(nil),       // 12: rein.v1.WatchRunResponse
-	(*ModelOutput)(nil),            // 13: rein.v1.ModelOutput
-	(*WatchRunsRequest)(nil),       // 14: rein.v1.WatchRunsRequest
-	(*WatchRunsResponse)(nil),      // 15: rein.v1.WatchRunsResponse
-	(*RunChange)(nil),              // 16: rein.v1.RunChange
-	(*CancelRunRequest)(nil),       // 17: rein.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),      // 18: rein.v1.CancelRunResponse
-	(*DeleteRunRequest)(nil),       // 19: rein.v1.DeleteRunRequest
-	(*DeleteRunResponse)(nil),      // 20: rein.v1.DeleteRunResponse
-	(*RunDeletion)(nil),            // 21: rein.v1.RunDeletion
-	(*ListDeletionsRequest)(nil),   // 22: rein.v1.ListDeletionsRequest
-	(*ListDeletionsResponse)(nil),  // 23: rein.v1.ListDeletionsResponse
-	(*ForkRunRequest)(nil),         // 24: rein.v1.ForkRunRequest
-	(*ForkRunResponse)(nil),        // 25: rein.v1.ForkRunResponse
-	(*ProvideInputRequest)(nil),    // 26: rein.v1.ProvideInputRequest
-	(*ProvideInputResponse)(nil),   // 27: rein.v1.ProvideInputResponse
-	(*DecideApprovalRequest)(nil),  // 28: rein.v1.DecideApprovalRequest
-	(*DecideApprovalResponse)(nil), // 29: rein.v1.DecideApprovalResponse
-	(*SteerRunRequest)(nil),        // 30: rein.v1.SteerRunRequest
-	(*SteerRunResponse)(nil),       // 31: rein.v1.SteerRunResponse
-	(*RaiseBudgetRequest)(nil),     // 32: rein.v1.RaiseBudgetRequest
-	(*RaiseBudgetResponse)(nil),    // 33: rein.v1.RaiseBudgetResponse
-	(*ImportRunRequest)(nil),       // 34: rein.v1.ImportRunRequest
-	(*ImportRunResponse)(nil),      // 35: rein.v1.ImportRunResponse
-	(*GetServerInfoRequest)(nil),   // 36: rein.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil),  // 37: rein.v1.GetServerInfoResponse
-	(*Caller)(nil),                 // 38: rein.v1.Caller
-	(*BuildInfo)(nil),              // 39: rein.v1.BuildInfo
-	nil,                            // 40: rein.v1.ListRunsRequest.LabelsEntry
-	nil,                            // 41: rein.v1.GetBlobsResponse.BlobsEntry
-	nil,                            // 42: rein.v1.WatchRunsRequest.LabelsEntry
-	(*TaskContract)(nil),           // 43: rein.v1.TaskContract
-	(*Run)(nil),                    // 44: rein.v1.Run
-	(RunStatus)(0),                 // 45: rein.v1.RunStatus
-	(*Event)(nil),                  // 46: rein.v1.Event
-	(*timestamppb.Timestamp)(nil),  // 47: google.protobuf.Timestamp
-	(*Budget)(nil),                 // 48: rein.v1.Budget
-	(*structpb.Struct)(nil),        // 49: google.protobuf.Struct
-	(*durationpb.Duration)(nil),    // 50: google.protobuf.Duration
-	(*RunExport)(nil),              // 51: rein.v1.RunExport
+	(ScheduleOverlap)(0),            // 0: rein.v1.ScheduleOverlap
+	(ScheduleCatchUp)(0),            // 1: rein.v1.ScheduleCatchUp
+	(ApprovalVerdict)(0),            // 2: rein.v1.ApprovalVerdict
+	(*Schedule)(nil),                // 3: rein.v1.Schedule
+	(*CreateScheduleRequest)(nil),   // 4: rein.v1.CreateScheduleRequest
+	(*CreateScheduleResponse)(nil),  // 5: rein.v1.CreateScheduleResponse
+	(*ListSchedulesRequest)(nil),    // 6: rein.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),   // 7: rein.v1.ListSchedulesResponse
+	(*PauseScheduleRequest)(nil),    // 8: rein.v1.PauseScheduleRequest
+	(*PauseScheduleResponse)(nil),   // 9: rein.v1.PauseScheduleResponse
+	(*ResumeScheduleRequest)(nil),   // 10: rein.v1.ResumeScheduleRequest
+	(*ResumeScheduleResponse)(nil),  // 11: rein.v1.ResumeScheduleResponse
+	(*DeleteScheduleRequest)(nil),   // 12: rein.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),  // 13: rein.v1.DeleteScheduleResponse
+	(*TriggerScheduleRequest)(nil),  // 14: rein.v1.TriggerScheduleRequest
+	(*TriggerScheduleResponse)(nil), // 15: rein.v1.TriggerScheduleResponse
+	(*StartRunRequest)(nil),         // 16: rein.v1.StartRunRequest
+	(*StartRunResponse)(nil),        // 17: rein.v1.StartRunResponse
+	(*GetRunRequest)(nil),           // 18: rein.v1.GetRunRequest
+	(*GetRunResponse)(nil),          // 19: rein.v1.GetRunResponse
+	(*ListRunsRequest)(nil),         // 20: rein.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),        // 21: rein.v1.ListRunsResponse
+	(*ListEventsRequest)(nil),       // 22: rein.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),      // 23: rein.v1.ListEventsResponse
+	(*GetBlobsRequest)(nil),         // 24: rein.v1.GetBlobsRequest
+	(*GetBlobsResponse)(nil),        // 25: rein.v1.GetBlobsResponse
+	(*WatchRunRequest)(nil),         // 26: rein.v1.WatchRunRequest
+	(*WatchRunResponse)(nil),        // 27: rein.v1.WatchRunResponse
+	(*ModelOutput)(nil),             // 28: rein.v1.ModelOutput
+	(*WatchRunsRequest)(nil),        // 29: rein.v1.WatchRunsRequest
+	(*WatchRunsResponse)(nil),       // 30: rein.v1.WatchRunsResponse
+	(*RunChange)(nil),               // 31: rein.v1.RunChange
+	(*CancelRunRequest)(nil),        // 32: rein.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),       // 33: rein.v1.CancelRunResponse
+	(*DeleteRunRequest)(nil),        // 34: rein.v1.DeleteRunRequest
+	(*DeleteRunResponse)(nil),       // 35: rein.v1.DeleteRunResponse
+	(*RunDeletion)(nil),             // 36: rein.v1.RunDeletion
+	(*ListDeletionsRequest)(nil),    // 37: rein.v1.ListDeletionsRequest
+	(*ListDeletionsResponse)(nil),   // 38: rein.v1.ListDeletionsResponse
+	(*ForkRunRequest)(nil),          // 39: rein.v1.ForkRunRequest
+	(*ForkRunResponse)(nil),         // 40: rein.v1.ForkRunResponse
+	(*ProvideInputRequest)(nil),     // 41: rein.v1.ProvideInputRequest
+	(*ProvideInputResponse)(nil),    // 42: rein.v1.ProvideInputResponse
+	(*DecideApprovalRequest)(nil),   // 43: rein.v1.DecideApprovalRequest
+	(*DecideApprovalResponse)(nil),  // 44: rein.v1.DecideApprovalResponse
+	(*SteerRunRequest)(nil),         // 45: rein.v1.SteerRunRequest
+	(*SteerRunResponse)(nil),        // 46: rein.v1.SteerRunResponse
+	(*RaiseBudgetRequest)(nil),      // 47: rein.v1.RaiseBudgetRequest
+	(*RaiseBudgetResponse)(nil),     // 48: rein.v1.RaiseBudgetResponse
+	(*ImportRunRequest)(nil),        // 49: rein.v1.ImportRunRequest
+	(*ImportRunResponse)(nil),       // 50: rein.v1.ImportRunResponse
+	(*GetServerInfoRequest)(nil),    // 51: rein.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil),   // 52: rein.v1.GetServerInfoResponse
+	(*Caller)(nil),                  // 53: rein.v1.Caller
+	(*BuildInfo)(nil),               // 54: rein.v1.BuildInfo
+	nil,                             // 55: rein.v1.ListRunsRequest.LabelsEntry
+	nil,                             // 56: rein.v1.GetBlobsResponse.BlobsEntry
+	nil,                             // 57: rein.v1.WatchRunsRequest.LabelsEntry
+	(*TaskContract)(nil),            // 58: rein.v1.TaskContract
+	(*timestamppb.Timestamp)(nil),   // 59: google.protobuf.Timestamp
+	(*Run)(nil),                     // 60: rein.v1.Run
+	(RunStatus)(0),                  // 61: rein.v1.RunStatus
+	(*Event)(nil),                   // 62: rein.v1.Event
+	(*Budget)(nil),                  // 63: rein.v1.Budget
+	(*structpb.Struct)(nil),         // 64: google.protobuf.Struct
+	(*durationpb.Duration)(nil),     // 65: google.protobuf.Duration
+	(*RunExport)(nil),               // 66: rein.v1.RunExport
 }
 var file_rein_v1_run_service_proto_depIdxs = []int32{
-	43, // 0: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
-	44, // 1: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
-	44, // 2: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
-	45, // 3: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	40, // 4: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
-	44, // 5: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
-	46, // 6: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
-	41, // 7: rein.v1.GetBlobsResponse.blobs:type_name -> rein.v1.GetBlobsResponse.BlobsEntry
-	46, // 8: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
-	13, // 9: rein.v1.WatchRunResponse.output:type_name -> rein.v1.ModelOutput
-	45, // 10: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	42, // 11: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
-	16, // 12: rein.v1.WatchRunsResponse.change:type_name -> rein.v1.RunChange
-	45, // 13: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
-	45, // 14: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
-	47, // 15: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
-	44, // 16: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
-	21, // 17: rein.v1.DeleteRunResponse.deletions:type_name -> rein.v1.RunDeletion
-	47, // 18: rein.v1.RunDeletion.deleted_at:type_name -> google.protobuf.Timestamp
-	45, // 19: rein.v1.RunDeletion.status:type_name -> rein.v1.RunStatus
-	21, // 20: rein.v1.ListDeletionsResponse.deletions:type_name -> rein.v1.RunDeletion
-	48, // 21: rein.v1.ForkRunRequest.budget:type_name -> rein.v1.Budget
-	44, // 22: rein.v1.ForkRunResponse.run:type_name -> rein.v1.Run
-	44, // 23: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
-	0,  // 24: rein.v1.DecideApprovalRequest.verdict:type_name -> rein.v1.ApprovalVerdict
-	49, // 25: rein.v1.DecideApprovalRequest.arguments:type_name -> google.protobuf.Struct
-	44, // 26: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
-	44, // 27: rein.v1.SteerRunResponse.run:type_name -> rein.v1.Run
-	50, // 28: rein.v1.RaiseBudgetRequest.extend_deadline:type_name -> google.protobuf.Duration
-	44, // 29: rein.v1.RaiseBudgetResponse.run:type_name -> rein.v1.Run
-	51, // 30: rein.v1.ImportRunRequest.export:type_name -> rein.v1.RunExport
-	44, // 31: rein.v1.ImportRunResponse.run:type_name -> rein.v1.Run
-	39, // 32: rein.v1.GetServerInfoResponse.build:type_name -> rein.v1.BuildInfo
-	38, // 33: rein.v1.GetServerInfoResponse.caller:type_name -> rein.v1.Caller
-	47, // 34: rein.v1.BuildInfo.revision_time:type_name -> google.protobuf.Timestamp
-	1,  // 35: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
-	3,  // 36: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
-	5,  // 37: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
-	7,  // 38: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
-	9,  // 39: rein.v1.RunService.GetBlobs:input_type -> rein.v1.GetBlobsRequest
-	11, // 40: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
-	14, // 41: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
-	17, // 42: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
-	24, // 43: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
-	26, // 44: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
-	28, // 45: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
-	30, // 46: rein.v1.RunService.SteerRun:input_type -> rein.v1.SteerRunRequest
-	32, // 47: rein.v1.RunService.RaiseBudget:input_type -> rein.v1.RaiseBudgetRequest
-	34, // 48: rein.v1.RunService.ImportRun:input_type -> rein.v1.ImportRunRequest
-	19, // 49: rein.v1.RunService.DeleteRun:input_type -> rein.v1.DeleteRunRequest
-	22, // 50: rein.v1.RunService.ListDeletions:input_type -> rein.v1.ListDeletionsRequest
-	36, // 51: rein.v1.RunService.GetServerInfo:input_type -> rein.v1.GetServerInfoRequest
-	2,  // 52: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
-	4,  // 53: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
-	6,  // 54: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
-	8,  // 55: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
-	10, // 56: rein.v1.RunService.GetBlobs:output_type -> rein.v1.GetBlobsResponse
-	12, // 57: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
-	15, // 58: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
-	18, // 59: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
-	25, // 60: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
-	27, // 61: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
-	29, // 62: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
-	31, // 63: rein.v1.RunService.SteerRun:output_type -> rein.v1.SteerRunResponse
-	33, // 64: rein.v1.RunService.RaiseBudget:output_type -> rein.v1.RaiseBudgetResponse
-	35, // 65: rein.v1.RunService.ImportRun:output_type -> rein.v1.ImportRunResponse
-	20, // 66: rein.v1.RunService.DeleteRun:output_type -> rein.v1.DeleteRunResponse
-	23, // 67: rein.v1.RunService.ListDeletions:output_type -> rein.v1.ListDeletionsResponse
-	37, // 68: rein.v1.RunService.GetServerInfo:output_type -> rein.v1.GetServerInfoResponse
-	52, // [52:69] is the sub-list for method output_type
-	35, // [35:52] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	58, // 0: rein.v1.Schedule.contract:type_name -> rein.v1.TaskContract
+	0,  // 1: rein.v1.Schedule.overlap:type_name -> rein.v1.ScheduleOverlap
+	1,  // 2: rein.v1.Schedule.catch_up:type_name -> rein.v1.ScheduleCatchUp
+	59, // 3: rein.v1.Schedule.created_at:type_name -> google.protobuf.Timestamp
+	59, // 4: rein.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
+	59, // 5: rein.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
+	3,  // 6: rein.v1.CreateScheduleRequest.schedule:type_name -> rein.v1.Schedule
+	3,  // 7: rein.v1.CreateScheduleResponse.schedule:type_name -> rein.v1.Schedule
+	3,  // 8: rein.v1.ListSchedulesResponse.schedules:type_name -> rein.v1.Schedule
+	3,  // 9: rein.v1.PauseScheduleResponse.schedule:type_name -> rein.v1.Schedule
+	3,  // 10: rein.v1.ResumeScheduleResponse.schedule:type_name -> rein.v1.Schedule
+	60, // 11: rein.v1.TriggerScheduleResponse.run:type_name -> rein.v1.Run
+	58, // 12: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
+	60, // 13: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
+	60, // 14: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
+	61, // 15: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	55, // 16: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
+	60, // 17: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
+	62, // 18: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
+	56, // 19: rein.v1.GetBlobsResponse.blobs:type_name -> rein.v1.GetBlobsResponse.BlobsEntry
+	62, // 20: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
+	28, // 21: rein.v1.WatchRunResponse.output:type_name -> rein.v1.ModelOutput
+	61, // 22: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	57, // 23: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
+	31, // 24: rein.v1.WatchRunsResponse.change:type_name -> rein.v1.RunChange
+	61, // 25: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
+	61, // 26: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
+	59, // 27: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
+	60, // 28: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
+	36, // 29: rein.v1.DeleteRunResponse.deletions:type_name -> rein.v1.RunDeletion
+	59, // 30: rein.v1.RunDeletion.deleted_at:type_name -> google.protobuf.Timestamp
+	61, // 31: rein.v1.RunDeletion.status:type_name -> rein.v1.RunStatus
+	36, // 32: rein.v1.ListDeletionsResponse.deletions:type_name -> rein.v1.RunDeletion
+	63, // 33: rein.v1.ForkRunRequest.budget:type_name -> rein.v1.Budget
+	60, // 34: rein.v1.ForkRunResponse.run:type_name -> rein.v1.Run
+	60, // 35: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
+	2,  // 36: rein.v1.DecideApprovalRequest.verdict:type_name -> rein.v1.ApprovalVerdict
+	64, // 37: rein.v1.DecideApprovalRequest.arguments:type_name -> google.protobuf.Struct
+	60, // 38: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
+	60, // 39: rein.v1.SteerRunResponse.run:type_name -> rein.v1.Run
+	65, // 40: rein.v1.RaiseBudgetRequest.extend_deadline:type_name -> google.protobuf.Duration
+	60, // 41: rein.v1.RaiseBudgetResponse.run:type_name -> rein.v1.Run
+	66, // 42: rein.v1.ImportRunRequest.export:type_name -> rein.v1.RunExport
+	60, // 43: rein.v1.ImportRunResponse.run:type_name -> rein.v1.Run
+	54, // 44: rein.v1.GetServerInfoResponse.build:type_name -> rein.v1.BuildInfo
+	53, // 45: rein.v1.GetServerInfoResponse.caller:type_name -> rein.v1.Caller
+	59, // 46: rein.v1.BuildInfo.revision_time:type_name -> google.protobuf.Timestamp
+	16, // 47: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
+	18, // 48: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
+	20, // 49: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
+	22, // 50: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
+	24, // 51: rein.v1.RunService.GetBlobs:input_type -> rein.v1.GetBlobsRequest
+	26, // 52: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
+	29, // 53: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
+	32, // 54: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
+	39, // 55: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
+	41, // 56: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
+	43, // 57: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
+	45, // 58: rein.v1.RunService.SteerRun:input_type -> rein.v1.SteerRunRequest
+	47, // 59: rein.v1.RunService.RaiseBudget:input_type -> rein.v1.RaiseBudgetRequest
+	49, // 60: rein.v1.RunService.ImportRun:input_type -> rein.v1.ImportRunRequest
+	34, // 61: rein.v1.RunService.DeleteRun:input_type -> rein.v1.DeleteRunRequest
+	37, // 62: rein.v1.RunService.ListDeletions:input_type -> rein.v1.ListDeletionsRequest
+	51, // 63: rein.v1.RunService.GetServerInfo:input_type -> rein.v1.GetServerInfoRequest
+	4,  // 64: rein.v1.RunService.CreateSchedule:input_type -> rein.v1.CreateScheduleRequest
+	6,  // 65: rein.v1.RunService.ListSchedules:input_type -> rein.v1.ListSchedulesRequest
+	8,  // 66: rein.v1.RunService.PauseSchedule:input_type -> rein.v1.PauseScheduleRequest
+	10, // 67: rein.v1.RunService.ResumeSchedule:input_type -> rein.v1.ResumeScheduleRequest
+	12, // 68: rein.v1.RunService.DeleteSchedule:input_type -> rein.v1.DeleteScheduleRequest
+	14, // 69: rein.v1.RunService.TriggerSchedule:input_type -> rein.v1.TriggerScheduleRequest
+	17, // 70: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
+	19, // 71: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
+	21, // 72: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
+	23, // 73: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
+	25, // 74: rein.v1.RunService.GetBlobs:output_type -> rein.v1.GetBlobsResponse
+	27, // 75: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
+	30, // 76: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
+	33, // 77: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
+	40, // 78: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
+	42, // 79: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
+	44, // 80: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
+	46, // 81: rein.v1.RunService.SteerRun:output_type -> rein.v1.SteerRunResponse
+	48, // 82: rein.v1.RunService.RaiseBudget:output_type -> rein.v1.RaiseBudgetResponse
+	50, // 83: rein.v1.RunService.ImportRun:output_type -> rein.v1.ImportRunResponse
+	35, // 84: rein.v1.RunService.DeleteRun:output_type -> rein.v1.DeleteRunResponse
+	38, // 85: rein.v1.RunService.ListDeletions:output_type -> rein.v1.ListDeletionsResponse
+	52, // 86: rein.v1.RunService.GetServerInfo:output_type -> rein.v1.GetServerInfoResponse
+	5,  // 87: rein.v1.RunService.CreateSchedule:output_type -> rein.v1.CreateScheduleResponse
+	7,  // 88: rein.v1.RunService.ListSchedules:output_type -> rein.v1.ListSchedulesResponse
+	9,  // 89: rein.v1.RunService.PauseSchedule:output_type -> rein.v1.PauseScheduleResponse
+	11, // 90: rein.v1.RunService.ResumeSchedule:output_type -> rein.v1.ResumeScheduleResponse
+	13, // 91: rein.v1.RunService.DeleteSchedule:output_type -> rein.v1.DeleteScheduleResponse
+	15, // 92: rein.v1.RunService.TriggerSchedule:output_type -> rein.v1.TriggerScheduleResponse
+	70, // [70:93] is the sub-list for method output_type
+	47, // [47:70] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_service_proto_init() }
@@ -2913,8 +3815,8 @@ func file_rein_v1_run_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_run_service_proto_rawDesc), len(file_rein_v1_run_service_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   42,
+			NumEnums:      3,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

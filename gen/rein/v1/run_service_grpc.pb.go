@@ -19,23 +19,29 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RunService_StartRun_FullMethodName       = "/rein.v1.RunService/StartRun"
-	RunService_GetRun_FullMethodName         = "/rein.v1.RunService/GetRun"
-	RunService_ListRuns_FullMethodName       = "/rein.v1.RunService/ListRuns"
-	RunService_ListEvents_FullMethodName     = "/rein.v1.RunService/ListEvents"
-	RunService_GetBlobs_FullMethodName       = "/rein.v1.RunService/GetBlobs"
-	RunService_WatchRun_FullMethodName       = "/rein.v1.RunService/WatchRun"
-	RunService_WatchRuns_FullMethodName      = "/rein.v1.RunService/WatchRuns"
-	RunService_CancelRun_FullMethodName      = "/rein.v1.RunService/CancelRun"
-	RunService_ForkRun_FullMethodName        = "/rein.v1.RunService/ForkRun"
-	RunService_ProvideInput_FullMethodName   = "/rein.v1.RunService/ProvideInput"
-	RunService_DecideApproval_FullMethodName = "/rein.v1.RunService/DecideApproval"
-	RunService_SteerRun_FullMethodName       = "/rein.v1.RunService/SteerRun"
-	RunService_RaiseBudget_FullMethodName    = "/rein.v1.RunService/RaiseBudget"
-	RunService_ImportRun_FullMethodName      = "/rein.v1.RunService/ImportRun"
-	RunService_DeleteRun_FullMethodName      = "/rein.v1.RunService/DeleteRun"
-	RunService_ListDeletions_FullMethodName  = "/rein.v1.RunService/ListDeletions"
-	RunService_GetServerInfo_FullMethodName  = "/rein.v1.RunService/GetServerInfo"
+	RunService_StartRun_FullMethodName        = "/rein.v1.RunService/StartRun"
+	RunService_GetRun_FullMethodName          = "/rein.v1.RunService/GetRun"
+	RunService_ListRuns_FullMethodName        = "/rein.v1.RunService/ListRuns"
+	RunService_ListEvents_FullMethodName      = "/rein.v1.RunService/ListEvents"
+	RunService_GetBlobs_FullMethodName        = "/rein.v1.RunService/GetBlobs"
+	RunService_WatchRun_FullMethodName        = "/rein.v1.RunService/WatchRun"
+	RunService_WatchRuns_FullMethodName       = "/rein.v1.RunService/WatchRuns"
+	RunService_CancelRun_FullMethodName       = "/rein.v1.RunService/CancelRun"
+	RunService_ForkRun_FullMethodName         = "/rein.v1.RunService/ForkRun"
+	RunService_ProvideInput_FullMethodName    = "/rein.v1.RunService/ProvideInput"
+	RunService_DecideApproval_FullMethodName  = "/rein.v1.RunService/DecideApproval"
+	RunService_SteerRun_FullMethodName        = "/rein.v1.RunService/SteerRun"
+	RunService_RaiseBudget_FullMethodName     = "/rein.v1.RunService/RaiseBudget"
+	RunService_ImportRun_FullMethodName       = "/rein.v1.RunService/ImportRun"
+	RunService_DeleteRun_FullMethodName       = "/rein.v1.RunService/DeleteRun"
+	RunService_ListDeletions_FullMethodName   = "/rein.v1.RunService/ListDeletions"
+	RunService_GetServerInfo_FullMethodName   = "/rein.v1.RunService/GetServerInfo"
+	RunService_CreateSchedule_FullMethodName  = "/rein.v1.RunService/CreateSchedule"
+	RunService_ListSchedules_FullMethodName   = "/rein.v1.RunService/ListSchedules"
+	RunService_PauseSchedule_FullMethodName   = "/rein.v1.RunService/PauseSchedule"
+	RunService_ResumeSchedule_FullMethodName  = "/rein.v1.RunService/ResumeSchedule"
+	RunService_DeleteSchedule_FullMethodName  = "/rein.v1.RunService/DeleteSchedule"
+	RunService_TriggerSchedule_FullMethodName = "/rein.v1.RunService/TriggerSchedule"
 )
 
 // RunServiceClient is the client API for RunService service.
@@ -118,6 +124,23 @@ type RunServiceClient interface {
 	// was built from and the API it serves (`rein version --server`), and
 	// whom it took the caller for.
 	GetServerInfo(ctx context.Context, in *GetServerInfoRequest, opts ...grpc.CallOption) (*GetServerInfoResponse, error)
+	// CreateSchedule stores a schedule of the caller's tenant: the server
+	// starts a run of its contract at each tick of its cron expression,
+	// exactly once per tick across replicas and restarts. A name taken is
+	// AlreadyExists.
+	CreateSchedule(ctx context.Context, in *CreateScheduleRequest, opts ...grpc.CallOption) (*CreateScheduleResponse, error)
+	// ListSchedules lists the caller's tenant's schedules, by name.
+	ListSchedules(ctx context.Context, in *ListSchedulesRequest, opts ...grpc.CallOption) (*ListSchedulesResponse, error)
+	// PauseSchedule stops a schedule's ticks until ResumeSchedule.
+	PauseSchedule(ctx context.Context, in *PauseScheduleRequest, opts ...grpc.CallOption) (*PauseScheduleResponse, error)
+	// ResumeSchedule starts a paused schedule's ticks again, from now: the
+	// ticks it missed while paused are not run.
+	ResumeSchedule(ctx context.Context, in *ResumeScheduleRequest, opts ...grpc.CallOption) (*ResumeScheduleResponse, error)
+	// DeleteSchedule removes a schedule; its runs stay.
+	DeleteSchedule(ctx context.Context, in *DeleteScheduleRequest, opts ...grpc.CallOption) (*DeleteScheduleResponse, error)
+	// TriggerSchedule starts a run of the schedule now, outside its ticks;
+	// the same request_id starts it once.
+	TriggerSchedule(ctx context.Context, in *TriggerScheduleRequest, opts ...grpc.CallOption) (*TriggerScheduleResponse, error)
 }
 
 type runServiceClient struct {
@@ -316,6 +339,66 @@ func (c *runServiceClient) GetServerInfo(ctx context.Context, in *GetServerInfoR
 	return out, nil
 }
 
+func (c *runServiceClient) CreateSchedule(ctx context.Context, in *CreateScheduleRequest, opts ...grpc.CallOption) (*CreateScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateScheduleResponse)
+	err := c.cc.Invoke(ctx, RunService_CreateSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runServiceClient) ListSchedules(ctx context.Context, in *ListSchedulesRequest, opts ...grpc.CallOption) (*ListSchedulesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSchedulesResponse)
+	err := c.cc.Invoke(ctx, RunService_ListSchedules_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runServiceClient) PauseSchedule(ctx context.Context, in *PauseScheduleRequest, opts ...grpc.CallOption) (*PauseScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseScheduleResponse)
+	err := c.cc.Invoke(ctx, RunService_PauseSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runServiceClient) ResumeSchedule(ctx context.Context, in *ResumeScheduleRequest, opts ...grpc.CallOption) (*ResumeScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeScheduleResponse)
+	err := c.cc.Invoke(ctx, RunService_ResumeSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runServiceClient) DeleteSchedule(ctx context.Context, in *DeleteScheduleRequest, opts ...grpc.CallOption) (*DeleteScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteScheduleResponse)
+	err := c.cc.Invoke(ctx, RunService_DeleteSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runServiceClient) TriggerSchedule(ctx context.Context, in *TriggerScheduleRequest, opts ...grpc.CallOption) (*TriggerScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TriggerScheduleResponse)
+	err := c.cc.Invoke(ctx, RunService_TriggerSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RunServiceServer is the server API for RunService service.
 // All implementations must embed UnimplementedRunServiceServer
 // for forward compatibility.
@@ -396,6 +479,23 @@ type RunServiceServer interface {
 	// was built from and the API it serves (`rein version --server`), and
 	// whom it took the caller for.
 	GetServerInfo(context.Context, *GetServerInfoRequest) (*GetServerInfoResponse, error)
+	// CreateSchedule stores a schedule of the caller's tenant: the server
+	// starts a run of its contract at each tick of its cron expression,
+	// exactly once per tick across replicas and restarts. A name taken is
+	// AlreadyExists.
+	CreateSchedule(context.Context, *CreateScheduleRequest) (*CreateScheduleResponse, error)
+	// ListSchedules lists the caller's tenant's schedules, by name.
+	ListSchedules(context.Context, *ListSchedulesRequest) (*ListSchedulesResponse, error)
+	// PauseSchedule stops a schedule's ticks until ResumeSchedule.
+	PauseSchedule(context.Context, *PauseScheduleRequest) (*PauseScheduleResponse, error)
+	// ResumeSchedule starts a paused schedule's ticks again, from now: the
+	// ticks it missed while paused are not run.
+	ResumeSchedule(context.Context, *ResumeScheduleRequest) (*ResumeScheduleResponse, error)
+	// DeleteSchedule removes a schedule; its runs stay.
+	DeleteSchedule(context.Context, *DeleteScheduleRequest) (*DeleteScheduleResponse, error)
+	// TriggerSchedule starts a run of the schedule now, outside its ticks;
+	// the same request_id starts it once.
+	TriggerSchedule(context.Context, *TriggerScheduleRequest) (*TriggerScheduleResponse, error)
 	mustEmbedUnimplementedRunServiceServer()
 }
 
@@ -456,6 +556,24 @@ func (UnimplementedRunServiceServer) ListDeletions(context.Context, *ListDeletio
 }
 func (UnimplementedRunServiceServer) GetServerInfo(context.Context, *GetServerInfoRequest) (*GetServerInfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetServerInfo not implemented")
+}
+func (UnimplementedRunServiceServer) CreateSchedule(context.Context, *CreateScheduleRequest) (*CreateScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateSchedule not implemented")
+}
+func (UnimplementedRunServiceServer) ListSchedules(context.Context, *ListSchedulesRequest) (*ListSchedulesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSchedules not implemented")
+}
+func (UnimplementedRunServiceServer) PauseSchedule(context.Context, *PauseScheduleRequest) (*PauseScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseSchedule not implemented")
+}
+func (UnimplementedRunServiceServer) ResumeSchedule(context.Context, *ResumeScheduleRequest) (*ResumeScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeSchedule not implemented")
+}
+func (UnimplementedRunServiceServer) DeleteSchedule(context.Context, *DeleteScheduleRequest) (*DeleteScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSchedule not implemented")
+}
+func (UnimplementedRunServiceServer) TriggerSchedule(context.Context, *TriggerScheduleRequest) (*TriggerScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TriggerSchedule not implemented")
 }
 func (UnimplementedRunServiceServer) mustEmbedUnimplementedRunServiceServer() {}
 func (UnimplementedRunServiceServer) testEmbeddedByValue()                    {}
@@ -770,6 +888,114 @@ func _RunService_GetServerInfo_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RunService_CreateSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunServiceServer).CreateSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunService_CreateSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunServiceServer).CreateSchedule(ctx, req.(*CreateScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RunService_ListSchedules_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSchedulesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunServiceServer).ListSchedules(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunService_ListSchedules_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunServiceServer).ListSchedules(ctx, req.(*ListSchedulesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RunService_PauseSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunServiceServer).PauseSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunService_PauseSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunServiceServer).PauseSchedule(ctx, req.(*PauseScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RunService_ResumeSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunServiceServer).ResumeSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunService_ResumeSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunServiceServer).ResumeSchedule(ctx, req.(*ResumeScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RunService_DeleteSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunServiceServer).DeleteSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunService_DeleteSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunServiceServer).DeleteSchedule(ctx, req.(*DeleteScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RunService_TriggerSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TriggerScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunServiceServer).TriggerSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunService_TriggerSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunServiceServer).TriggerSchedule(ctx, req.(*TriggerScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RunService_ServiceDesc is the grpc.ServiceDesc for RunService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -836,6 +1062,30 @@ var RunService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetServerInfo",
 			Handler:    _RunService_GetServerInfo_Handler,
+		},
+		{
+			MethodName: "CreateSchedule",
+			Handler:    _RunService_CreateSchedule_Handler,
+		},
+		{
+			MethodName: "ListSchedules",
+			Handler:    _RunService_ListSchedules_Handler,
+		},
+		{
+			MethodName: "PauseSchedule",
+			Handler:    _RunService_PauseSchedule_Handler,
+		},
+		{
+			MethodName: "ResumeSchedule",
+			Handler:    _RunService_ResumeSchedule_Handler,
+		},
+		{
+			MethodName: "DeleteSchedule",
+			Handler:    _RunService_DeleteSchedule_Handler,
+		},
+		{
+			MethodName: "TriggerSchedule",
+			Handler:    _RunService_TriggerSchedule_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -21,7 +21,361 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file rein/v1/run_service.proto.
  */
 export const file_rein_v1_run_service: GenFile = /*@__PURE__*/
-  fileDesc("ChlyZWluL3YxL3J1bl9zZXJ2aWNlLnByb3RvEgdyZWluLnYxImIKD1N0YXJ0UnVuUmVxdWVzdBIeCgpyZXF1ZXN0X2lkGAEgASgJQgq6SAdyBRABGIACEi8KCGNvbnRyYWN0GAIgASgLMhUucmVpbi52MS5UYXNrQ29udHJhY3RCBrpIA8gBASI+ChBTdGFydFJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuEg8KB2NyZWF0ZWQYAiABKAgiKwoNR2V0UnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAEiKwoOR2V0UnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iqgIKD0xpc3RSdW5zUmVxdWVzdBI1CghzdGF0dXNlcxgBIAMoDjISLnJlaW4udjEuUnVuU3RhdHVzQg+6SAySAQkiB4IBBBABIAASNAoGbGFiZWxzGAIgAygLMiQucmVpbi52MS5MaXN0UnVuc1JlcXVlc3QuTGFiZWxzRW50cnkSGgoJcGFnZV9zaXplGAMgASgFQge6SAQaAigAEhIKCnBhZ2VfdG9rZW4YBCABKAkSKgoIdHJhY2VfaWQYBSABKAlCGLpIFXITMhFeKFswLTlhLWZdezMyfSk/JBIfCg1wYXJlbnRfcnVuX2lkGAYgASgJQgi6SAVyAxiAARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkcKEExpc3RSdW5zUmVzcG9uc2USGgoEcnVucxgBIAMoCzIMLnJlaW4udjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJ3ChFMaXN0RXZlbnRzUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESFgoOYWZ0ZXJfc2VxdWVuY2UYAiABKAQSGgoJcGFnZV9zaXplGAMgASgFQge6SAQaAigAEhIKCnBhZ2VfdG9rZW4YBCABKAkiTQoSTGlzdEV2ZW50c1Jlc3BvbnNlEh4KBmV2ZW50cxgBIAMoCzIOLnJlaW4udjEuRXZlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIl4KD0dldEJsb2JzUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESLwoGaGFzaGVzGAIgAygJQh+6SBySARkIARDoByISchAyDl5bMC05YS1mXXs2NH0kInUKEEdldEJsb2JzUmVzcG9uc2USMwoFYmxvYnMYASADKAsyJC5yZWluLnYxLkdldEJsb2JzUmVzcG9uc2UuQmxvYnNFbnRyeRosCgpCbG9ic0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDDoCOAEiWwoPV2F0Y2hSdW5SZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIWCg5hZnRlcl9zZXF1ZW5jZRgCIAEoBBIUCgxtb2RlbF9vdXRwdXQYAyABKAgiVwoQV2F0Y2hSdW5SZXNwb25zZRIdCgVldmVudBgBIAEoCzIOLnJlaW4udjEuRXZlbnQSJAoGb3V0cHV0GAIgASgLMhQucmVpbi52MS5Nb2RlbE91dHB1dCKPAQoLTW9kZWxPdXRwdXQSEQoJcmVxdWVzdGVkGAEgASgEEgwKBHN0ZXAYAiABKA0SDwoHYXR0ZW1wdBgDIAEoDRIPCgdyZXN1bWVkGAQgASgIEg4KBm9mZnNldBgFIAEoBBIMCgR0ZXh0GAYgASgJEgwKBGRvbmUYByABKAgSEQoJdHJ1bmNhdGVkGAggASgIIsUBChBXYXRjaFJ1bnNSZXF1ZXN0EjUKCHN0YXR1c2VzGAEgAygOMhIucmVpbi52MS5SdW5TdGF0dXNCD7pIDJIBCSIHggEEEAEgABI1CgZsYWJlbHMYAiADKAsyJS5yZWluLnYxLldhdGNoUnVuc1JlcXVlc3QuTGFiZWxzRW50cnkSFAoMYWZ0ZXJfY3Vyc29yGAMgASgEGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiNwoRV2F0Y2hSdW5zUmVzcG9uc2USIgoGY2hhbmdlGAEgASgLMhIucmVpbi52MS5SdW5DaGFuZ2UixgEKCVJ1bkNoYW5nZRIOCgZjdXJzb3IYASABKAQSDgoGcnVuX2lkGAIgASgJEiQKCHByZXZpb3VzGAMgASgOMhIucmVpbi52MS5SdW5TdGF0dXMSIgoGc3RhdHVzGAQgASgOMhIucmVpbi52MS5SdW5TdGF0dXMSDwoHdmVyc2lvbhgFIAEoBBIOCgZyZWFzb24YBiABKAkSLgoKY2hhbmdlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiSAoQQ2FuY2VsUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESGAoGcmVhc29uGAIgASgJQgi6SAVyAxiACCIuChFDYW5jZWxSdW5SZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biJYChBEZWxldGVSdW5SZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIaCgZyZWFzb24YAiABKAlCCrpIB3IFEAEYgAgSDAoEdHJlZRgDIAEoCCI8ChFEZWxldGVSdW5SZXNwb25zZRInCglkZWxldGlvbnMYASADKAsyFC5yZWluLnYxLlJ1bkRlbGV0aW9uIrcBCgtSdW5EZWxldGlvbhIOCgZydW5faWQYASABKAkSDgoGdGVuYW50GAIgASgJEhIKCmRlbGV0ZWRfYnkYAyABKAkSLgoKZGVsZXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAUgASgJEiIKBnN0YXR1cxgGIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEhAKCGFyY2hpdmVkGAcgASgIIlYKFExpc3REZWxldGlvbnNSZXF1ZXN0EhoKCXBhZ2Vfc2l6ZRgBIAEoBUIHukgEGgIoABISCgpwYWdlX3Rva2VuGAIgASgJEg4KBnRlbmFudBgDIAEoCSJZChVMaXN0RGVsZXRpb25zUmVzcG9uc2USJwoJZGVsZXRpb25zGAEgAygLMhQucmVpbi52MS5SdW5EZWxldGlvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiiwEKDkZvcmtSdW5SZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIcCgthdF9zZXF1ZW5jZRgCIAEoBEIHukgEMgIoARIeCgpyZXF1ZXN0X2lkGAMgASgJQgq6SAdyBRABGIACEh8KBmJ1ZGdldBgEIAEoCzIPLnJlaW4udjEuQnVkZ2V0Ij0KD0ZvcmtSdW5SZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1bhIPCgdjcmVhdGVkGAIgASgIIkwKE1Byb3ZpZGVJbnB1dFJlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABEhkKBHRleHQYAiABKAlCC7pICHIGEAEYgIAEIjEKFFByb3ZpZGVJbnB1dFJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuIv8BChVEZWNpZGVBcHByb3ZhbFJlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABEhwKC3Byb3Bvc2FsX2lkGAIgASgJQge6SARyAhABEh4KDXByb3Bvc2FsX2hhc2gYAyABKAlCB7pIBHICEAESNQoHdmVyZGljdBgEIAEoDjIYLnJlaW4udjEuQXBwcm92YWxWZXJkaWN0Qgq6SAeCAQQQASAAEhgKBnJlYXNvbhgFIAEoCUIIukgFcgMYgCASDwoHZW5kX3J1bhgGIAEoCBIqCglhcmd1bWVudHMYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IjMKFkRlY2lkZUFwcHJvdmFsUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iaAoPU3RlZXJSdW5SZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIZCgR0ZXh0GAIgASgJQgu6SAhyBhABGICABBIeCgpyZXF1ZXN0X2lkGAMgASgJQgq6SAdyBRABGIACIj4KEFN0ZWVyUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCKjAgoSUmFpc2VCdWRnZXRSZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIcCglhZGRfc3RlcHMYAiABKA1CCbpIBioEGKCNBhIgCgphZGRfdG9rZW5zGAMgASgEQgy6SAkyBxiAoJSljR0SLwoMYWRkX2Nvc3RfdXNkGAQgASgBQhm6SBYSFEABGQAAAACAhC5BKQAAAAAAAAAAEkMKD2V4dGVuZF9kZWFkbGluZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIPukgMqgEJIgUIgOeEDzIAEhgKBnJlYXNvbhgGIAEoCUIIukgFcgMYgAgSIQoOYWRkX3Rvb2xfY2FsbHMYByABKA1CCbpIBioEGKCNBiIwChNSYWlzZUJ1ZGdldFJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuIj4KEEltcG9ydFJ1blJlcXVlc3QSKgoGZXhwb3J0GAEgASgLMhIucmVpbi52MS5SdW5FeHBvcnRCBrpIA8gBASIuChFJbXBvcnRSdW5SZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biIWChRHZXRTZXJ2ZXJJbmZvUmVxdWVzdCJbChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USIQoFYnVpbGQYASABKAsyEi5yZWluLnYxLkJ1aWxkSW5mbxIfCgZjYWxsZXIYAiABKAsyDy5yZWluLnYxLkNhbGxlciI6CgZDYWxsZXISEQoJcHJpbmNpcGFsGAEgASgJEg4KBnRlbmFudBgCIAEoCRINCgVyb2xlcxgDIAMoCSKcAQoJQnVpbGRJbmZvEg8KB3ZlcnNpb24YASABKAkSEAoIcmV2aXNpb24YAiABKAkSMQoNcmV2aXNpb25fdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIbW9kaWZpZWQYBCABKAgSEgoKZ29fdmVyc2lvbhgFIAEoCRITCgthcGlfdmVyc2lvbhgGIAEoCSqLAQoPQXBwcm92YWxWZXJkaWN0EiAKHEFQUFJPVkFMX1ZFUkRJQ1RfVU5TUEVDSUZJRUQQABIcChhBUFBST1ZBTF9WRVJESUNUX0FQUFJPVkUQARIbChdBUFBST1ZBTF9WRVJESUNUX1JFSkVDVBACEhsKF0FQUFJPVkFMX1ZFUkRJQ1RfUkVWSVNFEAMyrwkKClJ1blNlcnZpY2USPwoIU3RhcnRSdW4SGC5yZWluLnYxLlN0YXJ0UnVuUmVxdWVzdBoZLnJlaW4udjEuU3RhcnRSdW5SZXNwb25zZRI5CgZHZXRSdW4SFi5yZWluLnYxLkdldFJ1blJlcXVlc3QaFy5yZWluLnYxLkdldFJ1blJlc3BvbnNlEj8KCExpc3RSdW5zEhgucmVpbi52MS5MaXN0UnVuc1JlcXVlc3QaGS5yZWluLnYxLkxpc3RSdW5zUmVzcG9uc2USRQoKTGlzdEV2ZW50cxIaLnJlaW4udjEuTGlzdEV2ZW50c1JlcXVlc3QaGy5yZWluLnYxLkxpc3RFdmVudHNSZXNwb25zZRI/CghHZXRCbG9icxIYLnJlaW4udjEuR2V0QmxvYnNSZXF1ZXN0GhkucmVpbi52MS5HZXRCbG9ic1Jlc3BvbnNlEkEKCFdhdGNoUnVuEhgucmVpbi52MS5XYXRjaFJ1blJlcXVlc3QaGS5yZWluLnYxLldhdGNoUnVuUmVzcG9uc2UwARJECglXYXRjaFJ1bnMSGS5yZWluLnYxLldhdGNoUnVuc1JlcXVlc3QaGi5yZWluLnYxLldhdGNoUnVuc1Jlc3BvbnNlMAESQgoJQ2FuY2VsUnVuEhkucmVpbi52MS5DYW5jZWxSdW5SZXF1ZXN0GhoucmVpbi52MS5DYW5jZWxSdW5SZXNwb25zZRI8CgdGb3JrUnVuEhcucmVpbi52MS5Gb3JrUnVuUmVxdWVzdBoYLnJlaW4udjEuRm9ya1J1blJlc3BvbnNlEksKDFByb3ZpZGVJbnB1dBIcLnJlaW4udjEuUHJvdmlkZUlucHV0UmVxdWVzdBodLnJlaW4udjEuUHJvdmlkZUlucHV0UmVzcG9uc2USUQoORGVjaWRlQXBwcm92YWwSHi5yZWluLnYxLkRlY2lkZUFwcHJvdmFsUmVxdWVzdBofLnJlaW4udjEuRGVjaWRlQXBwcm92YWxSZXNwb25zZRI/CghTdGVlclJ1bhIYLnJlaW4udjEuU3RlZXJSdW5SZXF1ZXN0GhkucmVpbi52MS5TdGVlclJ1blJlc3BvbnNlEkgKC1JhaXNlQnVkZ2V0EhsucmVpbi52MS5SYWlzZUJ1ZGdldFJlcXVlc3QaHC5yZWluLnYxLlJhaXNlQnVkZ2V0UmVzcG9uc2USQgoJSW1wb3J0UnVuEhkucmVpbi52MS5JbXBvcnRSdW5SZXF1ZXN0GhoucmVpbi52MS5JbXBvcnRSdW5SZXNwb25zZRJCCglEZWxldGVSdW4SGS5yZWluLnYxLkRlbGV0ZVJ1blJlcXVlc3QaGi5yZWluLnYxLkRlbGV0ZVJ1blJlc3BvbnNlEk4KDUxpc3REZWxldGlvbnMSHS5yZWluLnYxLkxpc3REZWxldGlvbnNSZXF1ZXN0Gh4ucmVpbi52MS5MaXN0RGVsZXRpb25zUmVzcG9uc2USTgoNR2V0U2VydmVySW5mbxIdLnJlaW4udjEuR2V0U2VydmVySW5mb1JlcXVlc3QaHi5yZWluLnYxLkdldFNlcnZlckluZm9SZXNwb25zZWIGcHJvdG8z", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_event, file_rein_v1_export, file_rein_v1_run]);
+  fileDesc("ChlyZWluL3YxL3J1bl9zZXJ2aWNlLnByb3RvEgdyZWluLnYxIuADCghTY2hlZHVsZRIrCgRuYW1lGAEgASgJQh26SBpyGDIWXltBLVphLXowLTlfLi1dezEsNjR9JBIOCgZ0ZW5hbnQYAiABKAkSGAoEY3JvbhgDIAEoCUIKukgHcgUQARiAAhIaCgl0aW1lX3pvbmUYBCABKAlCB7pIBHICGEASLwoIY29udHJhY3QYBSABKAsyFS5yZWluLnYxLlRhc2tDb250cmFjdEIGukgDyAEBEjMKB292ZXJsYXAYBiABKA4yGC5yZWluLnYxLlNjaGVkdWxlT3ZlcmxhcEIIukgFggECEAESNAoIY2F0Y2hfdXAYByABKA4yGC5yZWluLnYxLlNjaGVkdWxlQ2F0Y2hVcEIIukgFggECEAESDgoGcGF1c2VkGAggASgIEhIKCmNyZWF0ZWRfYnkYCSABKAkSLgoKY3JlYXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoJbGFzdF90aWNrGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtsYXN0X3J1bl9pZBgMIAEoCRItCgluZXh0X3RpY2sYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkQKFUNyZWF0ZVNjaGVkdWxlUmVxdWVzdBIrCghzY2hlZHVsZRgBIAEoCzIRLnJlaW4udjEuU2NoZWR1bGVCBrpIA8gBASI9ChZDcmVhdGVTY2hlZHVsZVJlc3BvbnNlEiMKCHNjaGVkdWxlGAEgASgLMhEucmVpbi52MS5TY2hlZHVsZSIWChRMaXN0U2NoZWR1bGVzUmVxdWVzdCI9ChVMaXN0U2NoZWR1bGVzUmVzcG9uc2USJAoJc2NoZWR1bGVzGAEgAygLMhEucmVpbi52MS5TY2hlZHVsZSItChRQYXVzZVNjaGVkdWxlUmVxdWVzdBIVCgRuYW1lGAEgASgJQge6SARyAhABIjwKFVBhdXNlU2NoZWR1bGVSZXNwb25zZRIjCghzY2hlZHVsZRgBIAEoCzIRLnJlaW4udjEuU2NoZWR1bGUiLgoVUmVzdW1lU2NoZWR1bGVSZXF1ZXN0EhUKBG5hbWUYASABKAlCB7pIBHICEAEiPQoWUmVzdW1lU2NoZWR1bGVSZXNwb25zZRIjCghzY2hlZHVsZRgBIAEoCzIRLnJlaW4udjEuU2NoZWR1bGUiLgoVRGVsZXRlU2NoZWR1bGVSZXF1ZXN0EhUKBG5hbWUYASABKAlCB7pIBHICEAEiGAoWRGVsZXRlU2NoZWR1bGVSZXNwb25zZSJPChZUcmlnZ2VyU2NoZWR1bGVSZXF1ZXN0EhUKBG5hbWUYASABKAlCB7pIBHICEAESHgoKcmVxdWVzdF9pZBgCIAEoCUIKukgHcgUQARiAAiI0ChdUcmlnZ2VyU2NoZWR1bGVSZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biJiCg9TdGFydFJ1blJlcXVlc3QSHgoKcmVxdWVzdF9pZBgBIAEoCUIKukgHcgUQARiAAhIvCghjb250cmFjdBgCIAEoCzIVLnJlaW4udjEuVGFza0NvbnRyYWN0Qga6SAPIAQEiPgoQU3RhcnRSdW5SZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1bhIPCgdjcmVhdGVkGAIgASgIIisKDUdldFJ1blJlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABIisKDkdldFJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuIqoCCg9MaXN0UnVuc1JlcXVlc3QSNQoIc3RhdHVzZXMYASADKA4yEi5yZWluLnYxLlJ1blN0YXR1c0IPukgMkgEJIgeCAQQQASAAEjQKBmxhYmVscxgCIAMoCzIkLnJlaW4udjEuTGlzdFJ1bnNSZXF1ZXN0LkxhYmVsc0VudHJ5EhoKCXBhZ2Vfc2l6ZRgDIAEoBUIHukgEGgIoABISCgpwYWdlX3Rva2VuGAQgASgJEioKCHRyYWNlX2lkGAUgASgJQhi6SBVyEzIRXihbMC05YS1mXXszMn0pPyQSHwoNcGFyZW50X3J1bl9pZBgGIAEoCUIIukgFcgMYgAEaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJHChBMaXN0UnVuc1Jlc3BvbnNlEhoKBHJ1bnMYASADKAsyDC5yZWluLnYxLlJ1bhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkidwoRTGlzdEV2ZW50c1JlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABEhYKDmFmdGVyX3NlcXVlbmNlGAIgASgEEhoKCXBhZ2Vfc2l6ZRgDIAEoBUIHukgEGgIoABISCgpwYWdlX3Rva2VuGAQgASgJIk0KEkxpc3RFdmVudHNSZXNwb25zZRIeCgZldmVudHMYASADKAsyDi5yZWluLnYxLkV2ZW50EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJeCg9HZXRCbG9ic1JlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABEi8KBmhhc2hlcxgCIAMoCUIfukgckgEZCAEQ6AciEnIQMg5eWzAtOWEtZl17NjR9JCJ1ChBHZXRCbG9ic1Jlc3BvbnNlEjMKBWJsb2JzGAEgAygLMiQucmVpbi52MS5HZXRCbG9ic1Jlc3BvbnNlLkJsb2JzRW50cnkaLAoKQmxvYnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAw6AjgBIlsKD1dhdGNoUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESFgoOYWZ0ZXJfc2VxdWVuY2UYAiABKAQSFAoMbW9kZWxfb3V0cHV0GAMgASgIIlcKEFdhdGNoUnVuUmVzcG9uc2USHQoFZXZlbnQYASABKAsyDi5yZWluLnYxLkV2ZW50EiQKBm91dHB1dBgCIAEoCzIULnJlaW4udjEuTW9kZWxPdXRwdXQijwEKC01vZGVsT3V0cHV0EhEKCXJlcXVlc3RlZBgBIAEoBBIMCgRzdGVwGAIgASgNEg8KB2F0dGVtcHQYAyABKA0SDwoHcmVzdW1lZBgEIAEoCBIOCgZvZmZzZXQYBSABKAQSDAoEdGV4dBgGIAEoCRIMCgRkb25lGAcgASgIEhEKCXRydW5jYXRlZBgIIAEoCCLFAQoQV2F0Y2hSdW5zUmVxdWVzdBI1CghzdGF0dXNlcxgBIAMoDjISLnJlaW4udjEuUnVuU3RhdHVzQg+6SAySAQkiB4IBBBABIAASNQoGbGFiZWxzGAIgAygLMiUucmVpbi52MS5XYXRjaFJ1bnNSZXF1ZXN0LkxhYmVsc0VudHJ5EhQKDGFmdGVyX2N1cnNvchgDIAEoBBotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIjcKEVdhdGNoUnVuc1Jlc3BvbnNlEiIKBmNoYW5nZRgBIAEoCzISLnJlaW4udjEuUnVuQ2hhbmdlIsYBCglSdW5DaGFuZ2USDgoGY3Vyc29yGAEgASgEEg4KBnJ1bl9pZBgCIAEoCRIkCghwcmV2aW91cxgDIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEiIKBnN0YXR1cxgEIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEg8KB3ZlcnNpb24YBSABKAQSDgoGcmVhc29uGAYgASgJEi4KCmNoYW5nZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkgKEENhbmNlbFJ1blJlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABEhgKBnJlYXNvbhgCIAEoCUIIukgFcgMYgAgiLgoRQ2FuY2VsUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iWAoQRGVsZXRlUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESGgoGcmVhc29uGAIgASgJQgq6SAdyBRABGIAIEgwKBHRyZWUYAyABKAgiPAoRRGVsZXRlUnVuUmVzcG9uc2USJwoJZGVsZXRpb25zGAEgAygLMhQucmVpbi52MS5SdW5EZWxldGlvbiK3AQoLUnVuRGVsZXRpb24SDgoGcnVuX2lkGAEgASgJEg4KBnRlbmFudBgCIAEoCRISCgpkZWxldGVkX2J5GAMgASgJEi4KCmRlbGV0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgFIAEoCRIiCgZzdGF0dXMYBiABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxIQCghhcmNoaXZlZBgHIAEoCCJWChRMaXN0RGVsZXRpb25zUmVxdWVzdBIaCglwYWdlX3NpemUYASABKAVCB7pIBBoCKAASEgoKcGFnZV90b2tlbhgCIAEoCRIOCgZ0ZW5hbnQYAyABKAkiWQoVTGlzdERlbGV0aW9uc1Jlc3BvbnNlEicKCWRlbGV0aW9ucxgBIAMoCzIULnJlaW4udjEuUnVuRGVsZXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIosBCg5Gb3JrUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESHAoLYXRfc2VxdWVuY2UYAiABKARCB7pIBDICKAESHgoKcmVxdWVzdF9pZBgDIAEoCUIKukgHcgUQARiAAhIfCgZidWRnZXQYBCABKAsyDy5yZWluLnYxLkJ1ZGdldCI9Cg9Gb3JrUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCJMChNQcm92aWRlSW5wdXRSZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIZCgR0ZXh0GAIgASgJQgu6SAhyBhABGICABCIxChRQcm92aWRlSW5wdXRSZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biL/AQoVRGVjaWRlQXBwcm92YWxSZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIcCgtwcm9wb3NhbF9pZBgCIAEoCUIHukgEcgIQARIeCg1wcm9wb3NhbF9oYXNoGAMgASgJQge6SARyAhABEjUKB3ZlcmRpY3QYBCABKA4yGC5yZWluLnYxLkFwcHJvdmFsVmVyZGljdEIKukgHggEEEAEgABIYCgZyZWFzb24YBSABKAlCCLpIBXIDGIAgEg8KB2VuZF9ydW4YBiABKAgSKgoJYXJndW1lbnRzGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCIzChZEZWNpZGVBcHByb3ZhbFJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuImgKD1N0ZWVyUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESGQoEdGV4dBgCIAEoCUILukgIcgYQARiAgAQSHgoKcmVxdWVzdF9pZBgDIAEoCUIKukgHcgUQARiAAiI+ChBTdGVlclJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuEg8KB2NyZWF0ZWQYAiABKAgiowIKElJhaXNlQnVkZ2V0UmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESHAoJYWRkX3N0ZXBzGAIgASgNQgm6SAYqBBigjQYSIAoKYWRkX3Rva2VucxgDIAEoBEIMukgJMgcYgKCUpY0dEi8KDGFkZF9jb3N0X3VzZBgEIAEoAUIZukgWEhRAARkAAAAAgIQuQSkAAAAAAAAAABJDCg9leHRlbmRfZGVhZGxpbmUYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CD7pIDKoBCSIFCIDnhA8yABIYCgZyZWFzb24YBiABKAlCCLpIBXIDGIAIEiEKDmFkZF90b29sX2NhbGxzGAcgASgNQgm6SAYqBBigjQYiMAoTUmFpc2VCdWRnZXRSZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biI+ChBJbXBvcnRSdW5SZXF1ZXN0EioKBmV4cG9ydBgBIAEoCzISLnJlaW4udjEuUnVuRXhwb3J0Qga6SAPIAQEiLgoRSW1wb3J0UnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iFgoUR2V0U2VydmVySW5mb1JlcXVlc3QiWwoVR2V0U2VydmVySW5mb1Jlc3BvbnNlEiEKBWJ1aWxkGAEgASgLMhIucmVpbi52MS5CdWlsZEluZm8SHwoGY2FsbGVyGAIgASgLMg8ucmVpbi52MS5DYWxsZXIiOgoGQ2FsbGVyEhEKCXByaW5jaXBhbBgBIAEoCRIOCgZ0ZW5hbnQYAiABKAkSDQoFcm9sZXMYAyADKAkinAEKCUJ1aWxkSW5mbxIPCgd2ZXJzaW9uGAEgASgJEhAKCHJldmlzaW9uGAIgASgJEjEKDXJldmlzaW9uX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCG1vZGlmaWVkGAQgASgIEhIKCmdvX3ZlcnNpb24YBSABKAkSEwoLYXBpX3ZlcnNpb24YBiABKAkqagoPU2NoZWR1bGVPdmVybGFwEiAKHFNDSEVEVUxFX09WRVJMQVBfVU5TUEVDSUZJRUQQABIZChVTQ0hFRFVMRV9PVkVSTEFQX1NLSVAQARIaChZTQ0hFRFVMRV9PVkVSTEFQX0FMTE9XEAIqawoPU2NoZWR1bGVDYXRjaFVwEiEKHVNDSEVEVUxFX0NBVENIX1VQX1VOU1BFQ0lGSUVEEAASGgoWU0NIRURVTEVfQ0FUQ0hfVVBfTk9ORRABEhkKFVNDSEVEVUxFX0NBVENIX1VQX09ORRACKosBCg9BcHByb3ZhbFZlcmRpY3QSIAocQVBQUk9WQUxfVkVSRElDVF9VTlNQRUNJRklFRBAAEhwKGEFQUFJPVkFMX1ZFUkRJQ1RfQVBQUk9WRRABEhsKF0FQUFJPVkFMX1ZFUkRJQ1RfUkVKRUNUEAISGwoXQVBQUk9WQUxfVkVSRElDVF9SRVZJU0UQAzKeDQoKUnVuU2VydmljZRI/CghTdGFydFJ1bhIYLnJlaW4udjEuU3RhcnRSdW5SZXF1ZXN0GhkucmVpbi52MS5TdGFydFJ1blJlc3BvbnNlEjkKBkdldFJ1bhIWLnJlaW4udjEuR2V0UnVuUmVxdWVzdBoXLnJlaW4udjEuR2V0UnVuUmVzcG9uc2USPwoITGlzdFJ1bnMSGC5yZWluLnYxLkxpc3RSdW5zUmVxdWVzdBoZLnJlaW4udjEuTGlzdFJ1bnNSZXNwb25zZRJFCgpMaXN0RXZlbnRzEhoucmVpbi52MS5MaXN0RXZlbnRzUmVxdWVzdBobLnJlaW4udjEuTGlzdEV2ZW50c1Jlc3BvbnNlEj8KCEdldEJsb2JzEhgucmVpbi52MS5HZXRCbG9ic1JlcXVlc3QaGS5yZWluLnYxLkdldEJsb2JzUmVzcG9uc2USQQoIV2F0Y2hSdW4SGC5yZWluLnYxLldhdGNoUnVuUmVxdWVzdBoZLnJlaW4udjEuV2F0Y2hSdW5SZXNwb25zZTABEkQKCVdhdGNoUnVucxIZLnJlaW4udjEuV2F0Y2hSdW5zUmVxdWVzdBoaLnJlaW4udjEuV2F0Y2hSdW5zUmVzcG9uc2UwARJCCglDYW5jZWxSdW4SGS5yZWluLnYxLkNhbmNlbFJ1blJlcXVlc3QaGi5yZWluLnYxLkNhbmNlbFJ1blJlc3BvbnNlEjwKB0ZvcmtSdW4SFy5yZWluLnYxLkZvcmtSdW5SZXF1ZXN0GhgucmVpbi52MS5Gb3JrUnVuUmVzcG9uc2USSwoMUHJvdmlkZUlucHV0EhwucmVpbi52MS5Qcm92aWRlSW5wdXRSZXF1ZXN0Gh0ucmVpbi52MS5Qcm92aWRlSW5wdXRSZXNwb25zZRJRCg5EZWNpZGVBcHByb3ZhbBIeLnJlaW4udjEuRGVjaWRlQXBwcm92YWxSZXF1ZXN0Gh8ucmVpbi52MS5EZWNpZGVBcHByb3ZhbFJlc3BvbnNlEj8KCFN0ZWVyUnVuEhgucmVpbi52MS5TdGVlclJ1blJlcXVlc3QaGS5yZWluLnYxLlN0ZWVyUnVuUmVzcG9uc2USSAoLUmFpc2VCdWRnZXQSGy5yZWluLnYxLlJhaXNlQnVkZ2V0UmVxdWVzdBocLnJlaW4udjEuUmFpc2VCdWRnZXRSZXNwb25zZRJCCglJbXBvcnRSdW4SGS5yZWluLnYxLkltcG9ydFJ1blJlcXVlc3QaGi5yZWluLnYxLkltcG9ydFJ1blJlc3BvbnNlEkIKCURlbGV0ZVJ1bhIZLnJlaW4udjEuRGVsZXRlUnVuUmVxdWVzdBoaLnJlaW4udjEuRGVsZXRlUnVuUmVzcG9uc2USTgoNTGlzdERlbGV0aW9ucxIdLnJlaW4udjEuTGlzdERlbGV0aW9uc1JlcXVlc3QaHi5yZWluLnYxLkxpc3REZWxldGlvbnNSZXNwb25zZRJOCg1HZXRTZXJ2ZXJJbmZvEh0ucmVpbi52MS5HZXRTZXJ2ZXJJbmZvUmVxdWVzdBoeLnJlaW4udjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlElEKDkNyZWF0ZVNjaGVkdWxlEh4ucmVpbi52MS5DcmVhdGVTY2hlZHVsZVJlcXVlc3QaHy5yZWluLnYxLkNyZWF0ZVNjaGVkdWxlUmVzcG9uc2USTgoNTGlzdFNjaGVkdWxlcxIdLnJlaW4udjEuTGlzdFNjaGVkdWxlc1JlcXVlc3QaHi5yZWluLnYxLkxpc3RTY2hlZHVsZXNSZXNwb25zZRJOCg1QYXVzZVNjaGVkdWxlEh0ucmVpbi52MS5QYXVzZVNjaGVkdWxlUmVxdWVzdBoeLnJlaW4udjEuUGF1c2VTY2hlZHVsZVJlc3BvbnNlElEKDlJlc3VtZVNjaGVkdWxlEh4ucmVpbi52MS5SZXN1bWVTY2hlZHVsZVJlcXVlc3QaHy5yZWluLnYxLlJlc3VtZVNjaGVkdWxlUmVzcG9uc2USUQoORGVsZXRlU2NoZWR1bGUSHi5yZWluLnYxLkRlbGV0ZVNjaGVkdWxlUmVxdWVzdBofLnJlaW4udjEuRGVsZXRlU2NoZWR1bGVSZXNwb25zZRJUCg9UcmlnZ2VyU2NoZWR1bGUSHy5yZWluLnYxLlRyaWdnZXJTY2hlZHVsZVJlcXVlc3QaIC5yZWluLnYxLlRyaWdnZXJTY2hlZHVsZVJlc3BvbnNlYgZwcm90bzM", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_event, file_rein_v1_export, file_rein_v1_run]);
+
+/**
+ * Schedule starts a run of its contract at each tick of its cron
+ * expression.
+ *
+ * @generated from message rein.v1.Schedule
+ */
+export type Schedule = Message<"rein.v1.Schedule"> & {
+  /**
+   * The schedule's name, unique in its tenant.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Its tenant; set by the server.
+   *
+   * @generated from field: string tenant = 2;
+   */
+  tenant: string;
+
+  /**
+   * The cron expression: five fields (minute hour day month weekday), or
+   * a descriptor such as @hourly or @every 30s.
+   *
+   * @generated from field: string cron = 3;
+   */
+  cron: string;
+
+  /**
+   * The time zone the expression is read in (IANA, "Europe/Berlin");
+   * empty means UTC.
+   *
+   * @generated from field: string time_zone = 4;
+   */
+  timeZone: string;
+
+  /**
+   * The contract each tick's run starts with.
+   *
+   * @generated from field: rein.v1.TaskContract contract = 5;
+   */
+  contract?: TaskContract | undefined;
+
+  /**
+   * What a tick does while the schedule's last run has not ended.
+   *
+   * @generated from field: rein.v1.ScheduleOverlap overlap = 6;
+   */
+  overlap: ScheduleOverlap;
+
+  /**
+   * What the ticks missed while no server ran (or while behind) come to.
+   *
+   * @generated from field: rein.v1.ScheduleCatchUp catch_up = 7;
+   */
+  catchUp: ScheduleCatchUp;
+
+  /**
+   * Paused: no tick starts a run.
+   *
+   * @generated from field: bool paused = 8;
+   */
+  paused: boolean;
+
+  /**
+   * Who created it.
+   *
+   * @generated from field: string created_by = 9;
+   */
+  createdBy: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 10;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * The last tick the schedule dealt with (a run started, skipped or
+   * missed); unset before the first.
+   *
+   * @generated from field: google.protobuf.Timestamp last_tick = 11;
+   */
+  lastTick?: Timestamp | undefined;
+
+  /**
+   * The run the last started tick started.
+   *
+   * @generated from field: string last_run_id = 12;
+   */
+  lastRunId: string;
+
+  /**
+   * The next tick, as the server computes it.
+   *
+   * @generated from field: google.protobuf.Timestamp next_tick = 13;
+   */
+  nextTick?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message rein.v1.Schedule.
+ * Use `create(ScheduleSchema)` to create a new message.
+ */
+export const ScheduleSchema: GenMessage<Schedule> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 0);
+
+/**
+ * CreateScheduleRequest creates a schedule.
+ *
+ * @generated from message rein.v1.CreateScheduleRequest
+ */
+export type CreateScheduleRequest = Message<"rein.v1.CreateScheduleRequest"> & {
+  /**
+   * The schedule; its tenant, creator and ticks are the server's to set.
+   *
+   * @generated from field: rein.v1.Schedule schedule = 1;
+   */
+  schedule?: Schedule | undefined;
+};
+
+/**
+ * Describes the message rein.v1.CreateScheduleRequest.
+ * Use `create(CreateScheduleRequestSchema)` to create a new message.
+ */
+export const CreateScheduleRequestSchema: GenMessage<CreateScheduleRequest> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 1);
+
+/**
+ * CreateScheduleResponse is the schedule as stored.
+ *
+ * @generated from message rein.v1.CreateScheduleResponse
+ */
+export type CreateScheduleResponse = Message<"rein.v1.CreateScheduleResponse"> & {
+  /**
+   * The schedule.
+   *
+   * @generated from field: rein.v1.Schedule schedule = 1;
+   */
+  schedule?: Schedule | undefined;
+};
+
+/**
+ * Describes the message rein.v1.CreateScheduleResponse.
+ * Use `create(CreateScheduleResponseSchema)` to create a new message.
+ */
+export const CreateScheduleResponseSchema: GenMessage<CreateScheduleResponse> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 2);
+
+/**
+ * ListSchedulesRequest lists the caller's tenant's schedules.
+ *
+ * @generated from message rein.v1.ListSchedulesRequest
+ */
+export type ListSchedulesRequest = Message<"rein.v1.ListSchedulesRequest"> & {
+};
+
+/**
+ * Describes the message rein.v1.ListSchedulesRequest.
+ * Use `create(ListSchedulesRequestSchema)` to create a new message.
+ */
+export const ListSchedulesRequestSchema: GenMessage<ListSchedulesRequest> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 3);
+
+/**
+ * ListSchedulesResponse holds the schedules, by name.
+ *
+ * @generated from message rein.v1.ListSchedulesResponse
+ */
+export type ListSchedulesResponse = Message<"rein.v1.ListSchedulesResponse"> & {
+  /**
+   * The schedules.
+   *
+   * @generated from field: repeated rein.v1.Schedule schedules = 1;
+   */
+  schedules: Schedule[];
+};
+
+/**
+ * Describes the message rein.v1.ListSchedulesResponse.
+ * Use `create(ListSchedulesResponseSchema)` to create a new message.
+ */
+export const ListSchedulesResponseSchema: GenMessage<ListSchedulesResponse> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 4);
+
+/**
+ * PauseScheduleRequest names the schedule to pause.
+ *
+ * @generated from message rein.v1.PauseScheduleRequest
+ */
+export type PauseScheduleRequest = Message<"rein.v1.PauseScheduleRequest"> & {
+  /**
+   * The schedule's name.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message rein.v1.PauseScheduleRequest.
+ * Use `create(PauseScheduleRequestSchema)` to create a new message.
+ */
+export const PauseScheduleRequestSchema: GenMessage<PauseScheduleRequest> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 5);
+
+/**
+ * PauseScheduleResponse is the schedule, paused.
+ *
+ * @generated from message rein.v1.PauseScheduleResponse
+ */
+export type PauseScheduleResponse = Message<"rein.v1.PauseScheduleResponse"> & {
+  /**
+   * The schedule.
+   *
+   * @generated from field: rein.v1.Schedule schedule = 1;
+   */
+  schedule?: Schedule | undefined;
+};
+
+/**
+ * Describes the message rein.v1.PauseScheduleResponse.
+ * Use `create(PauseScheduleResponseSchema)` to create a new message.
+ */
+export const PauseScheduleResponseSchema: GenMessage<PauseScheduleResponse> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 6);
+
+/**
+ * ResumeScheduleRequest names the schedule to resume.
+ *
+ * @generated from message rein.v1.ResumeScheduleRequest
+ */
+export type ResumeScheduleRequest = Message<"rein.v1.ResumeScheduleRequest"> & {
+  /**
+   * The schedule's name.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message rein.v1.ResumeScheduleRequest.
+ * Use `create(ResumeScheduleRequestSchema)` to create a new message.
+ */
+export const ResumeScheduleRequestSchema: GenMessage<ResumeScheduleRequest> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 7);
+
+/**
+ * ResumeScheduleResponse is the schedule, running again.
+ *
+ * @generated from message rein.v1.ResumeScheduleResponse
+ */
+export type ResumeScheduleResponse = Message<"rein.v1.ResumeScheduleResponse"> & {
+  /**
+   * The schedule.
+   *
+   * @generated from field: rein.v1.Schedule schedule = 1;
+   */
+  schedule?: Schedule | undefined;
+};
+
+/**
+ * Describes the message rein.v1.ResumeScheduleResponse.
+ * Use `create(ResumeScheduleResponseSchema)` to create a new message.
+ */
+export const ResumeScheduleResponseSchema: GenMessage<ResumeScheduleResponse> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 8);
+
+/**
+ * DeleteScheduleRequest names the schedule to delete.
+ *
+ * @generated from message rein.v1.DeleteScheduleRequest
+ */
+export type DeleteScheduleRequest = Message<"rein.v1.DeleteScheduleRequest"> & {
+  /**
+   * The schedule's name.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message rein.v1.DeleteScheduleRequest.
+ * Use `create(DeleteScheduleRequestSchema)` to create a new message.
+ */
+export const DeleteScheduleRequestSchema: GenMessage<DeleteScheduleRequest> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 9);
+
+/**
+ * DeleteScheduleResponse says the schedule is gone.
+ *
+ * @generated from message rein.v1.DeleteScheduleResponse
+ */
+export type DeleteScheduleResponse = Message<"rein.v1.DeleteScheduleResponse"> & {
+};
+
+/**
+ * Describes the message rein.v1.DeleteScheduleResponse.
+ * Use `create(DeleteScheduleResponseSchema)` to create a new message.
+ */
+export const DeleteScheduleResponseSchema: GenMessage<DeleteScheduleResponse> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 10);
+
+/**
+ * TriggerScheduleRequest starts a run of a schedule now.
+ *
+ * @generated from message rein.v1.TriggerScheduleRequest
+ */
+export type TriggerScheduleRequest = Message<"rein.v1.TriggerScheduleRequest"> & {
+  /**
+   * The schedule's name.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * The caller's idempotency key. Required.
+   *
+   * @generated from field: string request_id = 2;
+   */
+  requestId: string;
+};
+
+/**
+ * Describes the message rein.v1.TriggerScheduleRequest.
+ * Use `create(TriggerScheduleRequestSchema)` to create a new message.
+ */
+export const TriggerScheduleRequestSchema: GenMessage<TriggerScheduleRequest> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 11);
+
+/**
+ * TriggerScheduleResponse is the run it started.
+ *
+ * @generated from message rein.v1.TriggerScheduleResponse
+ */
+export type TriggerScheduleResponse = Message<"rein.v1.TriggerScheduleResponse"> & {
+  /**
+   * The run.
+   *
+   * @generated from field: rein.v1.Run run = 1;
+   */
+  run?: Run | undefined;
+};
+
+/**
+ * Describes the message rein.v1.TriggerScheduleResponse.
+ * Use `create(TriggerScheduleResponseSchema)` to create a new message.
+ */
+export const TriggerScheduleResponseSchema: GenMessage<TriggerScheduleResponse> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 12);
 
 /**
  * StartRunRequest starts a run.
@@ -49,7 +403,7 @@ export type StartRunRequest = Message<"rein.v1.StartRunRequest"> & {
  * Use `create(StartRunRequestSchema)` to create a new message.
  */
 export const StartRunRequestSchema: GenMessage<StartRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 0);
+  messageDesc(file_rein_v1_run_service, 13);
 
 /**
  * StartRunResponse holds the run.
@@ -77,7 +431,7 @@ export type StartRunResponse = Message<"rein.v1.StartRunResponse"> & {
  * Use `create(StartRunResponseSchema)` to create a new message.
  */
 export const StartRunResponseSchema: GenMessage<StartRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 1);
+  messageDesc(file_rein_v1_run_service, 14);
 
 /**
  * GetRunRequest names a run.
@@ -98,7 +452,7 @@ export type GetRunRequest = Message<"rein.v1.GetRunRequest"> & {
  * Use `create(GetRunRequestSchema)` to create a new message.
  */
 export const GetRunRequestSchema: GenMessage<GetRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 2);
+  messageDesc(file_rein_v1_run_service, 15);
 
 /**
  * GetRunResponse holds the run.
@@ -119,7 +473,7 @@ export type GetRunResponse = Message<"rein.v1.GetRunResponse"> & {
  * Use `create(GetRunResponseSchema)` to create a new message.
  */
 export const GetRunResponseSchema: GenMessage<GetRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 3);
+  messageDesc(file_rein_v1_run_service, 16);
 
 /**
  * ListRunsRequest filters and pages the run list.
@@ -176,7 +530,7 @@ export type ListRunsRequest = Message<"rein.v1.ListRunsRequest"> & {
  * Use `create(ListRunsRequestSchema)` to create a new message.
  */
 export const ListRunsRequestSchema: GenMessage<ListRunsRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 4);
+  messageDesc(file_rein_v1_run_service, 17);
 
 /**
  * ListRunsResponse holds one page of runs.
@@ -204,7 +558,7 @@ export type ListRunsResponse = Message<"rein.v1.ListRunsResponse"> & {
  * Use `create(ListRunsResponseSchema)` to create a new message.
  */
 export const ListRunsResponseSchema: GenMessage<ListRunsResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 5);
+  messageDesc(file_rein_v1_run_service, 18);
 
 /**
  * ListEventsRequest pages a run's events.
@@ -246,7 +600,7 @@ export type ListEventsRequest = Message<"rein.v1.ListEventsRequest"> & {
  * Use `create(ListEventsRequestSchema)` to create a new message.
  */
 export const ListEventsRequestSchema: GenMessage<ListEventsRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 6);
+  messageDesc(file_rein_v1_run_service, 19);
 
 /**
  * ListEventsResponse holds one page of events.
@@ -274,7 +628,7 @@ export type ListEventsResponse = Message<"rein.v1.ListEventsResponse"> & {
  * Use `create(ListEventsResponseSchema)` to create a new message.
  */
 export const ListEventsResponseSchema: GenMessage<ListEventsResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 7);
+  messageDesc(file_rein_v1_run_service, 20);
 
 /**
  * GetBlobsRequest names a run and blobs its events reference.
@@ -303,7 +657,7 @@ export type GetBlobsRequest = Message<"rein.v1.GetBlobsRequest"> & {
  * Use `create(GetBlobsRequestSchema)` to create a new message.
  */
 export const GetBlobsRequestSchema: GenMessage<GetBlobsRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 8);
+  messageDesc(file_rein_v1_run_service, 21);
 
 /**
  * GetBlobsResponse holds the blobs asked for.
@@ -324,7 +678,7 @@ export type GetBlobsResponse = Message<"rein.v1.GetBlobsResponse"> & {
  * Use `create(GetBlobsResponseSchema)` to create a new message.
  */
 export const GetBlobsResponseSchema: GenMessage<GetBlobsResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 9);
+  messageDesc(file_rein_v1_run_service, 22);
 
 /**
  * WatchRunRequest names a run and where to resume.
@@ -361,7 +715,7 @@ export type WatchRunRequest = Message<"rein.v1.WatchRunRequest"> & {
  * Use `create(WatchRunRequestSchema)` to create a new message.
  */
 export const WatchRunRequestSchema: GenMessage<WatchRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 10);
+  messageDesc(file_rein_v1_run_service, 23);
 
 /**
  * WatchRunResponse carries one event, or a piece of the text of the model
@@ -391,7 +745,7 @@ export type WatchRunResponse = Message<"rein.v1.WatchRunResponse"> & {
  * Use `create(WatchRunResponseSchema)` to create a new message.
  */
 export const WatchRunResponseSchema: GenMessage<WatchRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 11);
+  messageDesc(file_rein_v1_run_service, 24);
 
 /**
  * ModelOutput is text of a model call in flight, as the model writes it.
@@ -469,7 +823,7 @@ export type ModelOutput = Message<"rein.v1.ModelOutput"> & {
  * Use `create(ModelOutputSchema)` to create a new message.
  */
 export const ModelOutputSchema: GenMessage<ModelOutput> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 12);
+  messageDesc(file_rein_v1_run_service, 25);
 
 /**
  * WatchRunsRequest filters the status changes to stream and says where to
@@ -505,7 +859,7 @@ export type WatchRunsRequest = Message<"rein.v1.WatchRunsRequest"> & {
  * Use `create(WatchRunsRequestSchema)` to create a new message.
  */
 export const WatchRunsRequestSchema: GenMessage<WatchRunsRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 13);
+  messageDesc(file_rein_v1_run_service, 26);
 
 /**
  * WatchRunsResponse carries one status change.
@@ -526,7 +880,7 @@ export type WatchRunsResponse = Message<"rein.v1.WatchRunsResponse"> & {
  * Use `create(WatchRunsResponseSchema)` to create a new message.
  */
 export const WatchRunsResponseSchema: GenMessage<WatchRunsResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 14);
+  messageDesc(file_rein_v1_run_service, 27);
 
 /**
  * RunChange is one run's status change.
@@ -590,7 +944,7 @@ export type RunChange = Message<"rein.v1.RunChange"> & {
  * Use `create(RunChangeSchema)` to create a new message.
  */
 export const RunChangeSchema: GenMessage<RunChange> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 15);
+  messageDesc(file_rein_v1_run_service, 28);
 
 /**
  * CancelRunRequest cancels a run.
@@ -618,7 +972,7 @@ export type CancelRunRequest = Message<"rein.v1.CancelRunRequest"> & {
  * Use `create(CancelRunRequestSchema)` to create a new message.
  */
 export const CancelRunRequestSchema: GenMessage<CancelRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 16);
+  messageDesc(file_rein_v1_run_service, 29);
 
 /**
  * CancelRunResponse holds the cancelled run.
@@ -639,7 +993,7 @@ export type CancelRunResponse = Message<"rein.v1.CancelRunResponse"> & {
  * Use `create(CancelRunResponseSchema)` to create a new message.
  */
 export const CancelRunResponseSchema: GenMessage<CancelRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 17);
+  messageDesc(file_rein_v1_run_service, 30);
 
 /**
  * DeleteRunRequest names the run to erase and why.
@@ -674,7 +1028,7 @@ export type DeleteRunRequest = Message<"rein.v1.DeleteRunRequest"> & {
  * Use `create(DeleteRunRequestSchema)` to create a new message.
  */
 export const DeleteRunRequestSchema: GenMessage<DeleteRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 18);
+  messageDesc(file_rein_v1_run_service, 31);
 
 /**
  * DeleteRunResponse holds the deletion records, one a run deleted (the
@@ -696,7 +1050,7 @@ export type DeleteRunResponse = Message<"rein.v1.DeleteRunResponse"> & {
  * Use `create(DeleteRunResponseSchema)` to create a new message.
  */
 export const DeleteRunResponseSchema: GenMessage<DeleteRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 19);
+  messageDesc(file_rein_v1_run_service, 32);
 
 /**
  * RunDeletion records that a run was erased. It holds no content of the run.
@@ -759,7 +1113,7 @@ export type RunDeletion = Message<"rein.v1.RunDeletion"> & {
  * Use `create(RunDeletionSchema)` to create a new message.
  */
 export const RunDeletionSchema: GenMessage<RunDeletion> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 20);
+  messageDesc(file_rein_v1_run_service, 33);
 
 /**
  * ListDeletionsRequest pages through the deletion records.
@@ -794,7 +1148,7 @@ export type ListDeletionsRequest = Message<"rein.v1.ListDeletionsRequest"> & {
  * Use `create(ListDeletionsRequestSchema)` to create a new message.
  */
 export const ListDeletionsRequestSchema: GenMessage<ListDeletionsRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 21);
+  messageDesc(file_rein_v1_run_service, 34);
 
 /**
  * ListDeletionsResponse holds one page of deletion records.
@@ -822,7 +1176,7 @@ export type ListDeletionsResponse = Message<"rein.v1.ListDeletionsResponse"> & {
  * Use `create(ListDeletionsResponseSchema)` to create a new message.
  */
 export const ListDeletionsResponseSchema: GenMessage<ListDeletionsResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 22);
+  messageDesc(file_rein_v1_run_service, 35);
 
 /**
  * ForkRunRequest names the run and the sequence to fork at.
@@ -864,7 +1218,7 @@ export type ForkRunRequest = Message<"rein.v1.ForkRunRequest"> & {
  * Use `create(ForkRunRequestSchema)` to create a new message.
  */
 export const ForkRunRequestSchema: GenMessage<ForkRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 23);
+  messageDesc(file_rein_v1_run_service, 36);
 
 /**
  * ForkRunResponse holds the new run.
@@ -892,7 +1246,7 @@ export type ForkRunResponse = Message<"rein.v1.ForkRunResponse"> & {
  * Use `create(ForkRunResponseSchema)` to create a new message.
  */
 export const ForkRunResponseSchema: GenMessage<ForkRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 24);
+  messageDesc(file_rein_v1_run_service, 37);
 
 /**
  * ProvideInputRequest answers a run's question.
@@ -920,7 +1274,7 @@ export type ProvideInputRequest = Message<"rein.v1.ProvideInputRequest"> & {
  * Use `create(ProvideInputRequestSchema)` to create a new message.
  */
 export const ProvideInputRequestSchema: GenMessage<ProvideInputRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 25);
+  messageDesc(file_rein_v1_run_service, 38);
 
 /**
  * ProvideInputResponse holds the run.
@@ -941,7 +1295,7 @@ export type ProvideInputResponse = Message<"rein.v1.ProvideInputResponse"> & {
  * Use `create(ProvideInputResponseSchema)` to create a new message.
  */
 export const ProvideInputResponseSchema: GenMessage<ProvideInputResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 26);
+  messageDesc(file_rein_v1_run_service, 39);
 
 /**
  * DecideApprovalRequest decides on a proposal.
@@ -1006,7 +1360,7 @@ export type DecideApprovalRequest = Message<"rein.v1.DecideApprovalRequest"> & {
  * Use `create(DecideApprovalRequestSchema)` to create a new message.
  */
 export const DecideApprovalRequestSchema: GenMessage<DecideApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 27);
+  messageDesc(file_rein_v1_run_service, 40);
 
 /**
  * DecideApprovalResponse holds the run.
@@ -1027,7 +1381,7 @@ export type DecideApprovalResponse = Message<"rein.v1.DecideApprovalResponse"> &
  * Use `create(DecideApprovalResponseSchema)` to create a new message.
  */
 export const DecideApprovalResponseSchema: GenMessage<DecideApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 28);
+  messageDesc(file_rein_v1_run_service, 41);
 
 /**
  * SteerRunRequest is a person's message to a running run.
@@ -1062,7 +1416,7 @@ export type SteerRunRequest = Message<"rein.v1.SteerRunRequest"> & {
  * Use `create(SteerRunRequestSchema)` to create a new message.
  */
 export const SteerRunRequestSchema: GenMessage<SteerRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 29);
+  messageDesc(file_rein_v1_run_service, 42);
 
 /**
  * SteerRunResponse holds the run.
@@ -1090,7 +1444,7 @@ export type SteerRunResponse = Message<"rein.v1.SteerRunResponse"> & {
  * Use `create(SteerRunResponseSchema)` to create a new message.
  */
 export const SteerRunResponseSchema: GenMessage<SteerRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 30);
+  messageDesc(file_rein_v1_run_service, 43);
 
 /**
  * RaiseBudgetRequest raises the budget of a run paused on it. Each
@@ -1156,7 +1510,7 @@ export type RaiseBudgetRequest = Message<"rein.v1.RaiseBudgetRequest"> & {
  * Use `create(RaiseBudgetRequestSchema)` to create a new message.
  */
 export const RaiseBudgetRequestSchema: GenMessage<RaiseBudgetRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 31);
+  messageDesc(file_rein_v1_run_service, 44);
 
 /**
  * RaiseBudgetResponse holds the run.
@@ -1177,7 +1531,7 @@ export type RaiseBudgetResponse = Message<"rein.v1.RaiseBudgetResponse"> & {
  * Use `create(RaiseBudgetResponseSchema)` to create a new message.
  */
 export const RaiseBudgetResponseSchema: GenMessage<RaiseBudgetResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 32);
+  messageDesc(file_rein_v1_run_service, 45);
 
 /**
  * ImportRunRequest carries the run to import.
@@ -1199,7 +1553,7 @@ export type ImportRunRequest = Message<"rein.v1.ImportRunRequest"> & {
  * Use `create(ImportRunRequestSchema)` to create a new message.
  */
 export const ImportRunRequestSchema: GenMessage<ImportRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 33);
+  messageDesc(file_rein_v1_run_service, 46);
 
 /**
  * ImportRunResponse holds the imported run.
@@ -1220,7 +1574,7 @@ export type ImportRunResponse = Message<"rein.v1.ImportRunResponse"> & {
  * Use `create(ImportRunResponseSchema)` to create a new message.
  */
 export const ImportRunResponseSchema: GenMessage<ImportRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 34);
+  messageDesc(file_rein_v1_run_service, 47);
 
 /**
  * GetServerInfoRequest asks for the server's build.
@@ -1235,7 +1589,7 @@ export type GetServerInfoRequest = Message<"rein.v1.GetServerInfoRequest"> & {
  * Use `create(GetServerInfoRequestSchema)` to create a new message.
  */
 export const GetServerInfoRequestSchema: GenMessage<GetServerInfoRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 35);
+  messageDesc(file_rein_v1_run_service, 48);
 
 /**
  * GetServerInfoResponse holds the server's build and who asked.
@@ -1264,7 +1618,7 @@ export type GetServerInfoResponse = Message<"rein.v1.GetServerInfoResponse"> & {
  * Use `create(GetServerInfoResponseSchema)` to create a new message.
  */
 export const GetServerInfoResponseSchema: GenMessage<GetServerInfoResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 36);
+  messageDesc(file_rein_v1_run_service, 49);
 
 /**
  * Caller is the principal a call was made as.
@@ -1299,7 +1653,7 @@ export type Caller = Message<"rein.v1.Caller"> & {
  * Use `create(CallerSchema)` to create a new message.
  */
 export const CallerSchema: GenMessage<Caller> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 37);
+  messageDesc(file_rein_v1_run_service, 50);
 
 /**
  * BuildInfo says what a rein binary was built from.
@@ -1357,7 +1711,75 @@ export type BuildInfo = Message<"rein.v1.BuildInfo"> & {
  * Use `create(BuildInfoSchema)` to create a new message.
  */
 export const BuildInfoSchema: GenMessage<BuildInfo> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 38);
+  messageDesc(file_rein_v1_run_service, 51);
+
+/**
+ * ScheduleOverlap is what a tick does while the last run is going on.
+ *
+ * @generated from enum rein.v1.ScheduleOverlap
+ */
+export enum ScheduleOverlap {
+  /**
+   * The default: skip.
+   *
+   * @generated from enum value: SCHEDULE_OVERLAP_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The tick starts no run; it is counted as skipped.
+   *
+   * @generated from enum value: SCHEDULE_OVERLAP_SKIP = 1;
+   */
+  SKIP = 1,
+
+  /**
+   * The tick starts its run anyway.
+   *
+   * @generated from enum value: SCHEDULE_OVERLAP_ALLOW = 2;
+   */
+  ALLOW = 2,
+}
+
+/**
+ * Describes the enum rein.v1.ScheduleOverlap.
+ */
+export const ScheduleOverlapSchema: GenEnum<ScheduleOverlap> = /*@__PURE__*/
+  enumDesc(file_rein_v1_run_service, 0);
+
+/**
+ * ScheduleCatchUp is what ticks missed (no server ran them on time) come to.
+ *
+ * @generated from enum rein.v1.ScheduleCatchUp
+ */
+export enum ScheduleCatchUp {
+  /**
+   * The default: none.
+   *
+   * @generated from enum value: SCHEDULE_CATCH_UP_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Missed ticks start nothing; the schedule goes on from the next.
+   *
+   * @generated from enum value: SCHEDULE_CATCH_UP_NONE = 1;
+   */
+  NONE = 1,
+
+  /**
+   * The latest missed tick starts one run.
+   *
+   * @generated from enum value: SCHEDULE_CATCH_UP_ONE = 2;
+   */
+  ONE = 2,
+}
+
+/**
+ * Describes the enum rein.v1.ScheduleCatchUp.
+ */
+export const ScheduleCatchUpSchema: GenEnum<ScheduleCatchUp> = /*@__PURE__*/
+  enumDesc(file_rein_v1_run_service, 1);
 
 /**
  * ApprovalVerdict is a reviewer's verdict on a proposal.
@@ -1399,7 +1821,7 @@ export enum ApprovalVerdict {
  * Describes the enum rein.v1.ApprovalVerdict.
  */
 export const ApprovalVerdictSchema: GenEnum<ApprovalVerdict> = /*@__PURE__*/
-  enumDesc(file_rein_v1_run_service, 0);
+  enumDesc(file_rein_v1_run_service, 2);
 
 /**
  * RunService starts, reads, watches and steers runs.
@@ -1616,6 +2038,71 @@ export const RunService: GenService<{
     methodKind: "unary";
     input: typeof GetServerInfoRequestSchema;
     output: typeof GetServerInfoResponseSchema;
+  },
+  /**
+   * CreateSchedule stores a schedule of the caller's tenant: the server
+   * starts a run of its contract at each tick of its cron expression,
+   * exactly once per tick across replicas and restarts. A name taken is
+   * AlreadyExists.
+   *
+   * @generated from rpc rein.v1.RunService.CreateSchedule
+   */
+  createSchedule: {
+    methodKind: "unary";
+    input: typeof CreateScheduleRequestSchema;
+    output: typeof CreateScheduleResponseSchema;
+  },
+  /**
+   * ListSchedules lists the caller's tenant's schedules, by name.
+   *
+   * @generated from rpc rein.v1.RunService.ListSchedules
+   */
+  listSchedules: {
+    methodKind: "unary";
+    input: typeof ListSchedulesRequestSchema;
+    output: typeof ListSchedulesResponseSchema;
+  },
+  /**
+   * PauseSchedule stops a schedule's ticks until ResumeSchedule.
+   *
+   * @generated from rpc rein.v1.RunService.PauseSchedule
+   */
+  pauseSchedule: {
+    methodKind: "unary";
+    input: typeof PauseScheduleRequestSchema;
+    output: typeof PauseScheduleResponseSchema;
+  },
+  /**
+   * ResumeSchedule starts a paused schedule's ticks again, from now: the
+   * ticks it missed while paused are not run.
+   *
+   * @generated from rpc rein.v1.RunService.ResumeSchedule
+   */
+  resumeSchedule: {
+    methodKind: "unary";
+    input: typeof ResumeScheduleRequestSchema;
+    output: typeof ResumeScheduleResponseSchema;
+  },
+  /**
+   * DeleteSchedule removes a schedule; its runs stay.
+   *
+   * @generated from rpc rein.v1.RunService.DeleteSchedule
+   */
+  deleteSchedule: {
+    methodKind: "unary";
+    input: typeof DeleteScheduleRequestSchema;
+    output: typeof DeleteScheduleResponseSchema;
+  },
+  /**
+   * TriggerSchedule starts a run of the schedule now, outside its ticks;
+   * the same request_id starts it once.
+   *
+   * @generated from rpc rein.v1.RunService.TriggerSchedule
+   */
+  triggerSchedule: {
+    methodKind: "unary";
+    input: typeof TriggerScheduleRequestSchema;
+    output: typeof TriggerScheduleResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_rein_v1_run_service, 0);

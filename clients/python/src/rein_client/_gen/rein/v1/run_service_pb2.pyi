@@ -17,6 +17,12 @@ APPROVAL_VERDICT_REJECT: ApprovalVerdict
 APPROVAL_VERDICT_REVISE: ApprovalVerdict
 APPROVAL_VERDICT_UNSPECIFIED: ApprovalVerdict
 DESCRIPTOR: _descriptor.FileDescriptor
+SCHEDULE_CATCH_UP_NONE: ScheduleCatchUp
+SCHEDULE_CATCH_UP_ONE: ScheduleCatchUp
+SCHEDULE_CATCH_UP_UNSPECIFIED: ScheduleCatchUp
+SCHEDULE_OVERLAP_ALLOW: ScheduleOverlap
+SCHEDULE_OVERLAP_SKIP: ScheduleOverlap
+SCHEDULE_OVERLAP_UNSPECIFIED: ScheduleOverlap
 
 class BuildInfo(_message.Message):
     __slots__ = ["api_version", "go_version", "modified", "revision", "revision_time", "version"]
@@ -58,6 +64,18 @@ class CancelRunResponse(_message.Message):
     run: _run_pb2.Run
     def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ...) -> None: ...
 
+class CreateScheduleRequest(_message.Message):
+    __slots__ = ["schedule"]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    schedule: Schedule
+    def __init__(self, schedule: _Optional[_Union[Schedule, _Mapping]] = ...) -> None: ...
+
+class CreateScheduleResponse(_message.Message):
+    __slots__ = ["schedule"]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    schedule: Schedule
+    def __init__(self, schedule: _Optional[_Union[Schedule, _Mapping]] = ...) -> None: ...
+
 class DecideApprovalRequest(_message.Message):
     __slots__ = ["arguments", "end_run", "proposal_hash", "proposal_id", "reason", "run_id", "verdict"]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
@@ -97,6 +115,16 @@ class DeleteRunResponse(_message.Message):
     DELETIONS_FIELD_NUMBER: _ClassVar[int]
     deletions: _containers.RepeatedCompositeFieldContainer[RunDeletion]
     def __init__(self, deletions: _Optional[_Iterable[_Union[RunDeletion, _Mapping]]] = ...) -> None: ...
+
+class DeleteScheduleRequest(_message.Message):
+    __slots__ = ["name"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteScheduleResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
 
 class ForkRunRequest(_message.Message):
     __slots__ = ["at_sequence", "budget", "request_id", "run_id"]
@@ -244,6 +272,16 @@ class ListRunsResponse(_message.Message):
     runs: _containers.RepeatedCompositeFieldContainer[_run_pb2.Run]
     def __init__(self, runs: _Optional[_Iterable[_Union[_run_pb2.Run, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
+class ListSchedulesRequest(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class ListSchedulesResponse(_message.Message):
+    __slots__ = ["schedules"]
+    SCHEDULES_FIELD_NUMBER: _ClassVar[int]
+    schedules: _containers.RepeatedCompositeFieldContainer[Schedule]
+    def __init__(self, schedules: _Optional[_Iterable[_Union[Schedule, _Mapping]]] = ...) -> None: ...
+
 class ModelOutput(_message.Message):
     __slots__ = ["attempt", "done", "offset", "requested", "resumed", "step", "text", "truncated"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -263,6 +301,18 @@ class ModelOutput(_message.Message):
     text: str
     truncated: bool
     def __init__(self, requested: _Optional[int] = ..., step: _Optional[int] = ..., attempt: _Optional[int] = ..., resumed: bool = ..., offset: _Optional[int] = ..., text: _Optional[str] = ..., done: bool = ..., truncated: bool = ...) -> None: ...
+
+class PauseScheduleRequest(_message.Message):
+    __slots__ = ["name"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class PauseScheduleResponse(_message.Message):
+    __slots__ = ["schedule"]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    schedule: Schedule
+    def __init__(self, schedule: _Optional[_Union[Schedule, _Mapping]] = ...) -> None: ...
 
 class ProvideInputRequest(_message.Message):
     __slots__ = ["run_id", "text"]
@@ -302,6 +352,18 @@ class RaiseBudgetResponse(_message.Message):
     run: _run_pb2.Run
     def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ...) -> None: ...
 
+class ResumeScheduleRequest(_message.Message):
+    __slots__ = ["name"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ResumeScheduleResponse(_message.Message):
+    __slots__ = ["schedule"]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    schedule: Schedule
+    def __init__(self, schedule: _Optional[_Union[Schedule, _Mapping]] = ...) -> None: ...
+
 class RunChange(_message.Message):
     __slots__ = ["changed_at", "cursor", "previous", "reason", "run_id", "status", "version"]
     CHANGED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -338,6 +400,36 @@ class RunDeletion(_message.Message):
     tenant: str
     def __init__(self, run_id: _Optional[str] = ..., tenant: _Optional[str] = ..., deleted_by: _Optional[str] = ..., deleted_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ..., status: _Optional[_Union[_run_pb2.RunStatus, str]] = ..., archived: bool = ...) -> None: ...
 
+class Schedule(_message.Message):
+    __slots__ = ["catch_up", "contract", "created_at", "created_by", "cron", "last_run_id", "last_tick", "name", "next_tick", "overlap", "paused", "tenant", "time_zone"]
+    CATCH_UP_FIELD_NUMBER: _ClassVar[int]
+    CONTRACT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BY_FIELD_NUMBER: _ClassVar[int]
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    LAST_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_TICK_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NEXT_TICK_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
+    catch_up: ScheduleCatchUp
+    contract: _contract_pb2.TaskContract
+    created_at: _timestamp_pb2.Timestamp
+    created_by: str
+    cron: str
+    last_run_id: str
+    last_tick: _timestamp_pb2.Timestamp
+    name: str
+    next_tick: _timestamp_pb2.Timestamp
+    overlap: ScheduleOverlap
+    paused: bool
+    tenant: str
+    time_zone: str
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., contract: _Optional[_Union[_contract_pb2.TaskContract, _Mapping]] = ..., overlap: _Optional[_Union[ScheduleOverlap, str]] = ..., catch_up: _Optional[_Union[ScheduleCatchUp, str]] = ..., paused: bool = ..., created_by: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_tick: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_run_id: _Optional[str] = ..., next_tick: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
 class StartRunRequest(_message.Message):
     __slots__ = ["contract", "request_id"]
     CONTRACT_FIELD_NUMBER: _ClassVar[int]
@@ -371,6 +463,20 @@ class SteerRunResponse(_message.Message):
     created: bool
     run: _run_pb2.Run
     def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ..., created: bool = ...) -> None: ...
+
+class TriggerScheduleRequest(_message.Message):
+    __slots__ = ["name", "request_id"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    request_id: str
+    def __init__(self, name: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class TriggerScheduleResponse(_message.Message):
+    __slots__ = ["run"]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: _run_pb2.Run
+    def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ...) -> None: ...
 
 class WatchRunRequest(_message.Message):
     __slots__ = ["after_sequence", "model_output", "run_id"]
@@ -412,6 +518,12 @@ class WatchRunsResponse(_message.Message):
     CHANGE_FIELD_NUMBER: _ClassVar[int]
     change: RunChange
     def __init__(self, change: _Optional[_Union[RunChange, _Mapping]] = ...) -> None: ...
+
+class ScheduleOverlap(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class ScheduleCatchUp(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
 
 class ApprovalVerdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -100,6 +100,36 @@ class RunServiceStub(object):
                 request_serializer=rein_dot_v1_dot_run__service__pb2.GetServerInfoRequest.SerializeToString,
                 response_deserializer=rein_dot_v1_dot_run__service__pb2.GetServerInfoResponse.FromString,
                 )
+        self.CreateSchedule = channel.unary_unary(
+                '/rein.v1.RunService/CreateSchedule',
+                request_serializer=rein_dot_v1_dot_run__service__pb2.CreateScheduleRequest.SerializeToString,
+                response_deserializer=rein_dot_v1_dot_run__service__pb2.CreateScheduleResponse.FromString,
+                )
+        self.ListSchedules = channel.unary_unary(
+                '/rein.v1.RunService/ListSchedules',
+                request_serializer=rein_dot_v1_dot_run__service__pb2.ListSchedulesRequest.SerializeToString,
+                response_deserializer=rein_dot_v1_dot_run__service__pb2.ListSchedulesResponse.FromString,
+                )
+        self.PauseSchedule = channel.unary_unary(
+                '/rein.v1.RunService/PauseSchedule',
+                request_serializer=rein_dot_v1_dot_run__service__pb2.PauseScheduleRequest.SerializeToString,
+                response_deserializer=rein_dot_v1_dot_run__service__pb2.PauseScheduleResponse.FromString,
+                )
+        self.ResumeSchedule = channel.unary_unary(
+                '/rein.v1.RunService/ResumeSchedule',
+                request_serializer=rein_dot_v1_dot_run__service__pb2.ResumeScheduleRequest.SerializeToString,
+                response_deserializer=rein_dot_v1_dot_run__service__pb2.ResumeScheduleResponse.FromString,
+                )
+        self.DeleteSchedule = channel.unary_unary(
+                '/rein.v1.RunService/DeleteSchedule',
+                request_serializer=rein_dot_v1_dot_run__service__pb2.DeleteScheduleRequest.SerializeToString,
+                response_deserializer=rein_dot_v1_dot_run__service__pb2.DeleteScheduleResponse.FromString,
+                )
+        self.TriggerSchedule = channel.unary_unary(
+                '/rein.v1.RunService/TriggerSchedule',
+                request_serializer=rein_dot_v1_dot_run__service__pb2.TriggerScheduleRequest.SerializeToString,
+                response_deserializer=rein_dot_v1_dot_run__service__pb2.TriggerScheduleResponse.FromString,
+                )
 
 
 class RunServiceServicer(object):
@@ -265,6 +295,53 @@ class RunServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSchedule(self, request, context):
+        """CreateSchedule stores a schedule of the caller's tenant: the server
+        starts a run of its contract at each tick of its cron expression,
+        exactly once per tick across replicas and restarts. A name taken is
+        AlreadyExists.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchedules(self, request, context):
+        """ListSchedules lists the caller's tenant's schedules, by name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseSchedule(self, request, context):
+        """PauseSchedule stops a schedule's ticks until ResumeSchedule.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeSchedule(self, request, context):
+        """ResumeSchedule starts a paused schedule's ticks again, from now: the
+        ticks it missed while paused are not run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSchedule(self, request, context):
+        """DeleteSchedule removes a schedule; its runs stay.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TriggerSchedule(self, request, context):
+        """TriggerSchedule starts a run of the schedule now, outside its ticks;
+        the same request_id starts it once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -352,6 +429,36 @@ def add_RunServiceServicer_to_server(servicer, server):
                     servicer.GetServerInfo,
                     request_deserializer=rein_dot_v1_dot_run__service__pb2.GetServerInfoRequest.FromString,
                     response_serializer=rein_dot_v1_dot_run__service__pb2.GetServerInfoResponse.SerializeToString,
+            ),
+            'CreateSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSchedule,
+                    request_deserializer=rein_dot_v1_dot_run__service__pb2.CreateScheduleRequest.FromString,
+                    response_serializer=rein_dot_v1_dot_run__service__pb2.CreateScheduleResponse.SerializeToString,
+            ),
+            'ListSchedules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchedules,
+                    request_deserializer=rein_dot_v1_dot_run__service__pb2.ListSchedulesRequest.FromString,
+                    response_serializer=rein_dot_v1_dot_run__service__pb2.ListSchedulesResponse.SerializeToString,
+            ),
+            'PauseSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSchedule,
+                    request_deserializer=rein_dot_v1_dot_run__service__pb2.PauseScheduleRequest.FromString,
+                    response_serializer=rein_dot_v1_dot_run__service__pb2.PauseScheduleResponse.SerializeToString,
+            ),
+            'ResumeSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeSchedule,
+                    request_deserializer=rein_dot_v1_dot_run__service__pb2.ResumeScheduleRequest.FromString,
+                    response_serializer=rein_dot_v1_dot_run__service__pb2.ResumeScheduleResponse.SerializeToString,
+            ),
+            'DeleteSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSchedule,
+                    request_deserializer=rein_dot_v1_dot_run__service__pb2.DeleteScheduleRequest.FromString,
+                    response_serializer=rein_dot_v1_dot_run__service__pb2.DeleteScheduleResponse.SerializeToString,
+            ),
+            'TriggerSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.TriggerSchedule,
+                    request_deserializer=rein_dot_v1_dot_run__service__pb2.TriggerScheduleRequest.FromString,
+                    response_serializer=rein_dot_v1_dot_run__service__pb2.TriggerScheduleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -650,5 +757,107 @@ class RunService(object):
         return grpc.experimental.unary_unary(request, target, '/rein.v1.RunService/GetServerInfo',
             rein_dot_v1_dot_run__service__pb2.GetServerInfoRequest.SerializeToString,
             rein_dot_v1_dot_run__service__pb2.GetServerInfoResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def CreateSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/rein.v1.RunService/CreateSchedule',
+            rein_dot_v1_dot_run__service__pb2.CreateScheduleRequest.SerializeToString,
+            rein_dot_v1_dot_run__service__pb2.CreateScheduleResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListSchedules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/rein.v1.RunService/ListSchedules',
+            rein_dot_v1_dot_run__service__pb2.ListSchedulesRequest.SerializeToString,
+            rein_dot_v1_dot_run__service__pb2.ListSchedulesResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def PauseSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/rein.v1.RunService/PauseSchedule',
+            rein_dot_v1_dot_run__service__pb2.PauseScheduleRequest.SerializeToString,
+            rein_dot_v1_dot_run__service__pb2.PauseScheduleResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ResumeSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/rein.v1.RunService/ResumeSchedule',
+            rein_dot_v1_dot_run__service__pb2.ResumeScheduleRequest.SerializeToString,
+            rein_dot_v1_dot_run__service__pb2.ResumeScheduleResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DeleteSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/rein.v1.RunService/DeleteSchedule',
+            rein_dot_v1_dot_run__service__pb2.DeleteScheduleRequest.SerializeToString,
+            rein_dot_v1_dot_run__service__pb2.DeleteScheduleResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def TriggerSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/rein.v1.RunService/TriggerSchedule',
+            rein_dot_v1_dot_run__service__pb2.TriggerScheduleRequest.SerializeToString,
+            rein_dot_v1_dot_run__service__pb2.TriggerScheduleResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
