@@ -168,6 +168,7 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newDenyCmd(e),
 		newInputCmd(e),
 		newSteerCmd(e),
+		newScheduleCmd(e),
 		newBudgetCmd(e),
 		newCancelCmd(e),
 		newDeleteCmd(e),
