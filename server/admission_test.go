@@ -62,14 +62,14 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// TestNoisyNeighbour: tenant acme queues 200 runs on a server that runs 4
+// TestNoisyNeighbour: tenant acme queues 500 runs on a server that runs 4
 // at once; globex then starts one, which starts at the next slot that
-// frees, not after acme's 200. GetRun says a queued run's place.
+// frees, not after acme's 500. GetRun says a queued run's place.
 func TestNoisyNeighbour(t *testing.T) {
 	s := newTCPServer(t, Config{Directory: testDirectory(t), Admission: limits(4)})
 	ctx := context.Background()
 	var last *reinv1.Run
-	for i := range 200 {
+	for i := range 500 {
 		resp, err := s.client.StartRun(ctx, &reinv1.StartRunRequest{RequestId: fmt.Sprintf("a-%d", i), Contract: slowFinal(time.Second)}, as("a-operator"))
 		if err != nil {
 			t.Fatal(err)
@@ -109,7 +109,7 @@ func TestNoisyNeighbour(t *testing.T) {
 		return true
 	})
 	// At most the slots that freed with its own, in the pass that started
-	// it (acme's runs started together, and end together): not the 196
+	// it (acme's runs started together, and end together): not the 496
 	// queued before it.
 	if aStarted > 4 {
 		t.Errorf("%d of acme's runs started after globex's one was queued and before it started; want it to start at the next slot that freed", aStarted)
