@@ -34,16 +34,7 @@ func TestQueueAcrossReplicaKills(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cluster := etcdtest.Start(t, 3)
-	g := newGroup(t, cluster.Endpoints(), ttl)
-	g.extra = []string{"--max-running", "3"}
-	reps := []*replica{g.replica(t, "replica-0"), g.replica(t, "replica-1"), g.replica(t, "replica-2")}
-	var addrs []string
-	for _, r := range reps {
-		r.start(t)
-		addrs = append(addrs, r.addr)
-	}
-	cl := dial(t, addrs...)
+	reps, addrs, cl := threeReplicas(t, "--max-running", "3")
 	const n = 30
 	ids := make([]string, n)
 	for i := range n {
@@ -116,6 +107,22 @@ func TestQueueAcrossReplicaKills(t *testing.T) {
 	if most > 3 {
 		t.Errorf("%d runs ran at once across the replicas, over --max-running 3", most)
 	}
+}
+
+// threeReplicas starts three replicas, given extra flags, on a cluster of
+// three etcd members, and a client of all three.
+func threeReplicas(t *testing.T, extra ...string) ([]*replica, []string, *client.Client) {
+	t.Helper()
+	cluster := etcdtest.Start(t, 3)
+	g := newGroup(t, cluster.Endpoints(), ttl)
+	g.extra = extra
+	reps := []*replica{g.replica(t, "replica-0"), g.replica(t, "replica-1"), g.replica(t, "replica-2")}
+	var addrs []string
+	for _, r := range reps {
+		r.start(t)
+		addrs = append(addrs, r.addr)
+	}
+	return reps, addrs, dial(t, addrs...)
 }
 
 // waitEnded polls a run until it ends.

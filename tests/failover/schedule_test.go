@@ -6,7 +6,6 @@ import (
 	"time"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/etcdtest"
 )
 
 // TestScheduleAcrossReplicaKills: a schedule every second on three
@@ -19,15 +18,7 @@ func TestScheduleAcrossReplicaKills(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cluster := etcdtest.Start(t, 3)
-	g := newGroup(t, cluster.Endpoints(), ttl)
-	reps := []*replica{g.replica(t, "replica-0"), g.replica(t, "replica-1"), g.replica(t, "replica-2")}
-	var addrs []string
-	for _, r := range reps {
-		r.start(t)
-		addrs = append(addrs, r.addr)
-	}
-	cl := dial(t, addrs...)
+	reps, _, cl := threeReplicas(t)
 	c := readContract(0, 0)
 	if err := retry(ctx, func(ctx context.Context) error {
 		_, err := cl.Runs.CreateSchedule(ctx, &reinv1.CreateScheduleRequest{Schedule: &reinv1.Schedule{
