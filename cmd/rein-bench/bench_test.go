@@ -58,7 +58,7 @@ func TestBenchUnknownScenario(t *testing.T) {
 	if out != "" {
 		t.Errorf("stdout %q, want nothing", out)
 	}
-	for _, name := range []string{`"nope"`, "append", "steps", "steps-runs", "steps-stream", "fold", "replay", "watch", "delegate", "recovery", "all"} {
+	for _, name := range []string{`"nope"`, "append", "steps", "steps-runs", "steps-stream", "fold", "replay", "watch", "delegate", "admission", "recovery", "all"} {
 		if !strings.Contains(errs, name) {
 			t.Errorf("stderr %q does not name %s", errs, name)
 		}
@@ -124,7 +124,7 @@ func TestBenchAllJSON(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	want := []string{"append", "steps", "steps-runs", "steps-stream", "fold", "replay", "watch", "delegate", "recovery"}
+	want := []string{"append", "steps", "steps-runs", "steps-stream", "fold", "replay", "watch", "delegate", "admission", "recovery"}
 	if len(lines) != len(want) {
 		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), out)
 	}

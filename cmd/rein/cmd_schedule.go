@@ -18,7 +18,10 @@ type scheduleOptions struct {
 
 func newScheduleCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "schedule",
+		Use: "schedule",
+		Example: `  rein schedule list --server rein.internal:7233
+  rein schedule pause nightly-report --server rein.internal:7233
+  rein schedule trigger nightly-report --server rein.internal:7233`,
 		Short: "Start runs on a schedule: create, list, pause, resume, delete, trigger",
 		Long: `A schedule starts a run of its task at each tick of its cron expression, in
 rein serve, exactly once per tick across replicas and restarts: each run's
