@@ -40,7 +40,7 @@ func TestRunDetachQueued(t *testing.T) {
 	}
 	list := cli(t, "list", "--server", addr, "--status", "queued")
 	list.mustExit(t, exitOK)
-	if !strings.Contains(list.stdout, runs[2].RunID) || strings.Contains(list.stdout, runs[0].RunID) {
+	if !strings.Contains(list.stdout, runs[2].RunID) || strings.Contains(list.stdout, runs[0].RunID) || !strings.Contains(list.stdout, "queued #") {
 		t.Fatalf("rein list --status queued:\n%s\nwant the queued run %s and not the running %s", list.stdout, runs[2].RunID, runs[0].RunID)
 	}
 	cli(t, "cancel", runs[2].RunID, "--server", addr).mustExit(t, exitOK)

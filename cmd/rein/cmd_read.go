@@ -304,7 +304,11 @@ func newListCmd(e *env) *cobra.Command {
 				if r.Archived != "" {
 					goal = "(archived: rein inspect " + r.RunID + ")"
 				}
-				fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\n", r.RunID, r.Status, r.Steps, r.Tokens, r.UpdatedAt, goal)
+				status := r.Status
+				if r.QueuePosition > 0 {
+					status += fmt.Sprintf(" #%d", r.QueuePosition)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\n", r.RunID, status, r.Steps, r.Tokens, r.UpdatedAt, goal)
 			}
 			return w.Flush()
 		},
