@@ -304,7 +304,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	n.scheduled, n.schedulerDone = func() {}, make(chan struct{})
-	if schedules != nil {
+	if schedules != nil && cfg.Resume {
+		// Only a server that carries runs on (rein serve) runs the
+		// schedules: a command's embedded server stops when it ends.
 		sch := schedule.New(schedule.Config{
 			Store: schedules, Runs: st, Clock: cfg.Clock, Logger: cfg.Logger, Ticked: cfg.Metrics.ScheduleTicked,
 			Start: func(ctx context.Context, sc *reinv1.Schedule, requestID string, tick time.Time) (string, error) {

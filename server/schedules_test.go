@@ -33,7 +33,7 @@ func scheduledRuns(t *testing.T, s *tcpServer, name string) map[string]string {
 // triggered, it starts one now; deleted, it is gone. A bad expression is
 // refused with nothing stored.
 func TestSchedules(t *testing.T) {
-	s := newTCPServer(t, Config{})
+	s := newTCPServer(t, Config{Resume: true})
 	ctx := context.Background()
 	_, err := s.client.CreateSchedule(ctx, &reinv1.CreateScheduleRequest{Schedule: &reinv1.Schedule{Name: "bad", Cron: "every minute", Contract: contract(nil, final("x"))}})
 	wantCode(t, err, codes.InvalidArgument)
@@ -86,4 +86,23 @@ func TestSchedules(t *testing.T) {
 	}
 	_, err = s.client.DeleteSchedule(ctx, &reinv1.DeleteScheduleRequest{Name: "tick"})
 	wantCode(t, err, codes.NotFound)
+}
+
+// TestSchedulesNeedAServer: a node that does not carry runs on (a
+// command's embedded server) keeps schedules but starts none of their
+// runs; the twin is TestSchedules, on a node that does.
+func TestSchedulesNeedAServer(t *testing.T) {
+	s := newTCPServer(t, Config{})
+	ctx := context.Background()
+	if _, err := s.client.CreateSchedule(ctx, &reinv1.CreateScheduleRequest{Schedule: &reinv1.Schedule{
+		Name: "tick", Cron: "@every 1s", Contract: contract(nil, final("ticked")), Overlap: reinv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW,
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	hold := time.NewTimer(2500 * time.Millisecond)
+	defer hold.Stop()
+	<-hold.C
+	if n := len(scheduledRuns(t, s, "tick")); n != 0 {
+		t.Errorf("a node without Resume started %d scheduled runs", n)
+	}
 }
