@@ -64,8 +64,13 @@ func TestStartRunRefusesBadRule(t *testing.T) {
 // service the server does not have is refused; named one it has, it
 // starts.
 func TestStartRunRefusesUnknownPolicyService(t *testing.T) {
+	// A registered service that is down: the runs started ask a person
+	// (it fails closed), which is not what this test looks at.
 	services := policy.NewServices(0, false)
-	services.Add("finance", reinv1.NewPolicyServiceClient(nil))
+	if err := services.Dial("finance", "127.0.0.1:1"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { services.Close() })
 	s := newPeopleServer(t, Config{ToolPolicy: &policy.Checker{Services: services}})
 	ctx := context.Background()
 	c := writeContract(refundCall(), final("refunded"))
