@@ -308,7 +308,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		// Only a server that carries runs on (rein serve) runs the
 		// schedules: a command's embedded server stops when it ends.
 		sch := schedule.New(schedule.Config{
-			Store: schedules, Runs: st, Clock: cfg.Clock, Logger: cfg.Logger, Ticked: cfg.Metrics.ScheduleTicked,
+			Store: schedules, Runs: st, Clock: cfg.Clock, Logger: cfg.Logger, Ticked: cfg.Metrics.ScheduleTicked, Refused: scheduleRefused,
 			Start: func(ctx context.Context, sc *reinv1.Schedule, requestID string, tick time.Time) (string, error) {
 				run, _, err := rs.startScheduled(ctx, sc, requestID, tick)
 				return run.RunID, err

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -23,6 +24,14 @@ func (s *runService) schedulesStore() (store.Schedules, error) {
 		return nil, status.Error(codes.Unimplemented, "this server's store keeps no schedules; serve on the bbolt file or on etcd")
 	}
 	return s.schedules, nil
+}
+
+// scheduleRefused reports whether a schedule's run was refused for what
+// the schedule is (its contract), not for the moment (a store that is
+// down): the tick is then dealt with.
+func scheduleRefused(err error) bool {
+	var fe *step.FieldError
+	return errors.As(err, &fe)
 }
 
 // withNext is sc as the API gives it, with its next tick.

@@ -80,9 +80,14 @@ type Config struct {
 	// gives the same run.
 	Start func(ctx context.Context, sc *reinv1.Schedule, requestID string, tick time.Time) (runID string, err error)
 	// Ticked is told what each tick came to: "started", "skipped" (its
-	// schedule's last run was still going) or "missed" (no server ran it
-	// on time, and the schedule does not catch up); nil tells no one.
+	// schedule's last run was still going), "missed" (no server ran it
+	// on time, and the schedule does not catch up) or "refused" (its run
+	// could not start); nil tells no one.
 	Ticked func(outcome string, n int)
+	// Refused reports whether Start's error means the run cannot start as
+	// the schedule is (its contract refused), so that the tick is dealt
+	// with; any other error leaves it for the next pass. Nil: none is.
+	Refused func(error) bool
 	// Every is how often a pass runs; 0 means a second. A tick later than
 	// Late (0: 5 s) is missed unless its schedule catches up.
 	Every, Late time.Duration
@@ -185,7 +190,15 @@ func (s *Scheduler) tick(ctx context.Context, sc *reinv1.Schedule) error {
 	case sc.GetOverlap() != reinv1.ScheduleOverlap_SCHEDULE_OVERLAP_ALLOW && s.going(ctx, sc):
 		outcome = "skipped"
 	default:
-		if runID, err = s.cfg.Start(ctx, sc, RequestID(sc, latest), latest); err != nil {
+		runID, err = s.cfg.Start(ctx, sc, RequestID(sc, latest), latest)
+		switch {
+		case err != nil && s.cfg.Refused != nil && s.cfg.Refused(err):
+			// The run cannot start as the schedule is (its contract no
+			// longer fits this server): the tick is dealt with, and says
+			// so once, not every second.
+			s.cfg.Logger.Error("a schedule's run was refused; the tick starts nothing", "schedule", sc.GetName(), "tenant", sc.GetTenant(), "tick", latest, "error", err)
+			outcome = "refused"
+		case err != nil:
 			return err
 		}
 	}

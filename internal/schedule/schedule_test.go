@@ -144,3 +144,27 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedRunAdvances: a tick whose run the server refuses (its
+// contract no longer fits) is dealt with once, not tried every pass; a
+// run that fails for the moment (the twin) leaves the tick for the next.
+func TestRefusedRunAdvances(t *testing.T) {
+	for _, refused := range []bool{true, false} {
+		st, c, _, ticked := setup(t, &reinv1.Schedule{Name: "s", Cron: "@every 1s"})
+		var mu sync.Mutex
+		calls := 0
+		sch := New(Config{Store: st, Runs: st, Clock: c.Now, Refused: func(error) bool { return refused },
+			Start: func(context.Context, *reinv1.Schedule, string, time.Time) (string, error) {
+				calls++
+				return "", fmt.Errorf("refused")
+			},
+			Ticked: func(o string, n int) { mu.Lock(); ticked[o] += n; mu.Unlock() }})
+		c.add(time.Second)
+		_ = sch.Pass(context.Background())
+		_ = sch.Pass(context.Background())
+		want := map[bool]int{true: 1, false: 2}[refused]
+		if calls != want || refused && ticked["refused"] != 1 {
+			t.Errorf("refused=%v: %d starts in two passes, ticks %v; want %d", refused, calls, ticked, want)
+		}
+	}
+}
