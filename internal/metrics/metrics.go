@@ -150,7 +150,7 @@ func New() *Metrics {
 		tools:   newLabelSet(maxLabelValues),
 		tenants: newLabelSet(maxLabelValues),
 		scheduleTicks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rein_schedule_ticks_total",
-			Help: "Schedule ticks, by outcome: started (a run), skipped (the schedule's last run was still going), missed (no server ran the tick on time, and the schedule does not catch up)."},
+			Help: "Schedule ticks, by outcome: started (a run), skipped (the schedule's last run was still going), missed (no server ran the tick on time, and the schedule does not catch up), refused (the server refused the run as the schedule is)."},
 			[]string{"outcome"}),
 		rateWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rein_model_rate_wait_seconds",
 			Help:    "How long model calls waited for the shared rate limits (model_throttled), by the kind of bucket that was empty: requests or tokens, of a model or a tenant.",

@@ -95,8 +95,14 @@ func (l *Limiter) models(k Key) (ModelLimit, bool) {
 // once) and the bucket it waits longest for ("" when none). A call that
 // then does not go out gives them back with Settle.
 func (l *Limiter) Take(ctx context.Context, k Key, tokens uint64) (time.Duration, string, error) {
-	var wait time.Duration
+	wait, err := l.held(ctx, k)
+	if err != nil {
+		return 0, "", fmt.Errorf("rate hold of %s/%s: %w", k.Provider, k.Model, err)
+	}
 	var which string
+	if wait > 0 {
+		which = holdName(k)
+	}
 	for _, b := range l.buckets(k, float64(tokens)) {
 		var w time.Duration
 		err := l.cells.Update(ctx, b.name, func(old []byte) ([]byte, error) {
@@ -150,20 +156,36 @@ func (l *Limiter) Settle(ctx context.Context, k Key, delta int64, undo bool) err
 	return nil
 }
 
+// holdName is the cell of k's model's hold, which every call of the
+// model reads, whether or not the model has a limit of its own.
+func holdName(k Key) string {
+	return "model/" + url.PathEscape(k.Provider) + "/" + url.PathEscape(k.Model) + "/hold"
+}
+
+// held is how long a call of k waits for its model's hold.
+func (l *Limiter) held(ctx context.Context, k Key) (time.Duration, error) {
+	var wait time.Duration
+	err := l.cells.Update(ctx, holdName(k), func(old []byte) ([]byte, error) {
+		now := l.clock()
+		s, err := decode(old, unlimited, now)
+		if err != nil {
+			return nil, err
+		}
+		wait = s.Until.Sub(now)
+		return old, nil
+	})
+	return max(wait, 0), err
+}
+
+// unlimited is the hold cell's limit: it only holds.
+var unlimited = Limit{PerMinute: math.MaxFloat32}
+
 // Hold makes every call of k's provider and model wait until until: the
 // provider refused a call and said when to come back (a 429's
 // retry-after).
 func (l *Limiter) Hold(ctx context.Context, k Key, until time.Time) error {
-	m, ok := l.models(k)
-	if !ok || m.RequestsPerMinute <= 0 {
-		// No bucket of its own: hold a requests bucket that limits
-		// nothing else (a minute's worth is never reached by the hold).
-		m.RequestsPerMinute = math.MaxFloat32
-	}
-	name := "model/" + url.PathEscape(k.Provider) + "/" + url.PathEscape(k.Model) + "/requests"
-	limit := Limit{m.RequestsPerMinute}
-	return l.cells.Update(ctx, name, func(old []byte) ([]byte, error) {
-		s, err := decode(old, limit, l.clock())
+	return l.cells.Update(ctx, holdName(k), func(old []byte) ([]byte, error) {
+		s, err := decode(old, unlimited, l.clock())
 		if err != nil {
 			return nil, err
 		}

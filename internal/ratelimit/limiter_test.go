@@ -90,8 +90,16 @@ func TestHold(t *testing.T) {
 	if err := l.Hold(ctx, key, clock.Now().Add(30*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if w, _, _ := l.Take(ctx, key, 0); w != 30*time.Second {
-		t.Fatalf("a held model: wait %v, want 30s", w)
+	if w, b, _ := l.Take(ctx, key, 0); w != 30*time.Second || b != "model/openai/gpt-test/hold" {
+		t.Fatalf("a held model: wait %v for %q, want 30s for its hold", w, b)
+	}
+	// A model with no limit of its own is held too.
+	free, fc := limiter(nil, ModelLimit{})
+	if err := free.Hold(ctx, key, fc.Now().Add(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if w, _, _ := free.Take(ctx, key, 0); w != 10*time.Second {
+		t.Fatalf("a held model with no limit: wait %v, want 10s", w)
 	}
 	if w, _, _ := l.Take(ctx, Key{Provider: "openai", Model: "other"}, 0); w != 0 {
 		t.Errorf("another model: wait %v, want none", w)

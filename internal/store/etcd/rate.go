@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/url"
@@ -36,6 +37,9 @@ func (s *Store) UpdateRateBucket(ctx context.Context, name string, f func(old []
 		next, err := f(old)
 		if err != nil {
 			return err
+		}
+		if bytes.Equal(next, old) {
+			return nil // read, not changed: nothing to write
 		}
 		txn, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpPut(key, string(next))).Commit()
 		if err != nil {
