@@ -78,31 +78,8 @@ func TestServePolicyReload(t *testing.T) {
 	file := writeFile(t, "policy.toml", rule("one"))
 	srv := startGrpcurlServer(t, t.TempDir(), exe, []string{"serve", "--listen", "127.0.0.1:0", "--db", newDB(t), "--policy", file})
 	mustContain(t, "the server's log", srv.output(), `msg="policy rules loaded" file=`+file+` rules=1`)
-	rewrite := func(content string) {
-		t.Helper()
-		if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := srv.cmd.Process.Signal(syscall.SIGHUP); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitLog := func(what, want string) {
-		t.Helper()
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		deadline := time.NewTimer(20 * time.Second)
-		defer deadline.Stop()
-		for !strings.Contains(srv.output(), want) {
-			select {
-			case <-tick.C:
-			case <-srv.exited:
-				t.Fatalf("rein serve exited (%v) before it logged %s:\n%s", srv.err, what, srv.output())
-			case <-deadline.C:
-				t.Fatalf("rein serve did not log %s within 20s:\n%s", what, srv.output())
-			}
-		}
-	}
+	rewrite := func(content string) { srv.rewriteAndHangUp(t, file, content) }
+	waitLog := func(what string, want ...string) { srv.waitLog(t, what, want...) }
 	rewrite(rule("one") + rule("two") + "[[rules]]\nname = \"three\"\neffect = \"deny\"\nwhen = \"args.\"\n")
 	waitLog("the refused reload", "policy rules not reloaded; keeping the previous rules")
 	mustServe(t, srv)

@@ -81,39 +81,8 @@ func TestServeTenantsReload(t *testing.T) {
 	srv := startGrpcurlServer(t, t.TempDir(), exe, []string{"serve", "--listen", "127.0.0.1:0", "--db", newDB(t), "--tenants", file})
 	mustContain(t, "the server's log", srv.output(), `msg="tenant settings loaded" file=`+file+` tenants=[acme]`)
 
-	rewrite := func(content string) {
-		t.Helper()
-		if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := srv.cmd.Process.Signal(syscall.SIGHUP); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitLog := func(what string, want ...string) {
-		t.Helper()
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		deadline := time.NewTimer(20 * time.Second)
-		defer deadline.Stop()
-		for {
-			out := srv.output()
-			all := true
-			for _, w := range want {
-				all = all && strings.Contains(out, w)
-			}
-			if all {
-				return
-			}
-			select {
-			case <-tick.C:
-			case <-srv.exited:
-				t.Fatalf("rein serve exited (%v) before it logged %s:\n%s", srv.err, what, srv.output())
-			case <-deadline.C:
-				t.Fatalf("rein serve did not log %s within 20s:\n%s", what, out)
-			}
-		}
-	}
+	rewrite := func(content string) { srv.rewriteAndHangUp(t, file, content) }
+	waitLog := func(what string, want ...string) { srv.waitLog(t, what, want...) }
 
 	rewrite("[defaults]\nretain = \"720h\"\n\n[tenants.acme]\narchive_aftr = \"1h\"\n[tenants.beta]\n")
 	waitLog("the refused reload", "keeping the previous settings", file+`:5: unknown key \"archive_aftr\" in [tenants.acme]`)
@@ -126,6 +95,45 @@ func TestServeTenantsReload(t *testing.T) {
 	waitLog("the reload", `msg="tenant settings reloaded" file=`+file+` tenants="[acme beta]"`)
 	mustServe(t, srv)
 	srv.stop(t)
+}
+
+// rewriteAndHangUp writes content to the file at path and sends the
+// server SIGHUP, which has it read the file again.
+func (s *grpcurlServer) rewriteAndHangUp(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitLog waits until the server's log holds every one of want, or fails
+// after 20 s or when the server exits; what names it in the failure.
+func (s *grpcurlServer) waitLog(t *testing.T, what string, want ...string) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
+	for {
+		out := s.output()
+		all := true
+		for _, w := range want {
+			all = all && strings.Contains(out, w)
+		}
+		if all {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-s.exited:
+			t.Fatalf("rein serve exited (%v) before it logged %s:\n%s", s.err, what, s.output())
+		case <-deadline.C:
+			t.Fatalf("rein serve did not log %s within 20s:\n%s", what, out)
+		}
+	}
 }
 
 // mustServe fails the test unless srv's health check answers SERVING.

@@ -138,11 +138,11 @@ func (c *Controller) Pass(ctx context.Context) (int, error) {
 		}
 		defer unlock()
 	}
-	queued, err := c.list(ctx, reinv1.RunStatus_RUN_STATUS_QUEUED)
+	queued, err := c.list(ctx, reinv1.RunStatus_RUN_STATUS_QUEUED, "")
 	if err != nil || len(queued) == 0 {
 		return 0, err
 	}
-	running, err := c.list(ctx, reinv1.RunStatus_RUN_STATUS_RUNNING)
+	running, err := c.list(ctx, reinv1.RunStatus_RUN_STATUS_RUNNING, "")
 	if err != nil {
 		return 0, err
 	}
@@ -182,10 +182,10 @@ func (c *Controller) Pass(ctx context.Context) (int, error) {
 
 func (c *Controller) gone(err error) bool { return c.cfg.Gone != nil && c.cfg.Gone(err) }
 
-// list is every root run in status.
-func (c *Controller) list(ctx context.Context, status reinv1.RunStatus) ([]runstate.State, error) {
+// list is every root run in status, of tenant ("" for every tenant).
+func (c *Controller) list(ctx context.Context, status reinv1.RunStatus, tenant string) ([]runstate.State, error) {
 	var out []runstate.State
-	f := store.Filter{Statuses: []reinv1.RunStatus{status}, Limit: listPage}
+	f := store.Filter{Statuses: []reinv1.RunStatus{status}, Tenant: tenant, Limit: listPage}
 	for {
 		page, err := c.cfg.Store.List(ctx, f)
 		if err != nil {
@@ -209,44 +209,16 @@ func (c *Controller) Position(ctx context.Context, st runstate.State) (uint32, e
 	if st.Status != reinv1.RunStatus_RUN_STATUS_QUEUED {
 		return 0, nil
 	}
-	f := store.Filter{Statuses: []reinv1.RunStatus{reinv1.RunStatus_RUN_STATUS_QUEUED}, Tenant: st.Tenant, Limit: listPage}
-	ahead := uint32(1)
-	for {
-		page, err := c.cfg.Store.List(ctx, f)
-		if err != nil {
-			return 0, err
-		}
-		for _, o := range page.Runs {
-			if o.RunID != st.RunID && o.DelegatedBy == nil && before(o, st) {
-				ahead++
-			}
-		}
-		if page.Next == "" {
-			return ahead, nil
-		}
-		f.After = page.Next
-	}
+	places, err := c.Positions(ctx, st.Tenant)
+	return places[st.RunID], err
 }
 
 // Positions are the places of tenant's queued runs in its queue, by run
 // ID, from one reading of the queue: for a page of runs.
 func (c *Controller) Positions(ctx context.Context, tenant string) (map[string]uint32, error) {
-	var queue []runstate.State
-	f := store.Filter{Statuses: []reinv1.RunStatus{reinv1.RunStatus_RUN_STATUS_QUEUED}, Tenant: tenant, Limit: listPage}
-	for {
-		page, err := c.cfg.Store.List(ctx, f)
-		if err != nil {
-			return nil, err
-		}
-		for _, st := range page.Runs {
-			if st.DelegatedBy == nil {
-				queue = append(queue, st)
-			}
-		}
-		if page.Next == "" {
-			break
-		}
-		f.After = page.Next
+	queue, err := c.list(ctx, reinv1.RunStatus_RUN_STATUS_QUEUED, tenant)
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(queue, order)
 	out := make(map[string]uint32, len(queue))
@@ -256,10 +228,8 @@ func (c *Controller) Positions(ctx context.Context, tenant string) (map[string]u
 	return out, nil
 }
 
-// before reports whether queued run a starts before b in their tenant's
-// queue: higher priority first, then earlier submitted.
-func before(a, b runstate.State) bool { return order(a, b) < 0 }
-
+// order is the order of queued runs in their tenant's queue: higher
+// priority first, then earlier submitted.
 func order(a, b runstate.State) int {
 	if c := cmp.Compare(b.Contract.GetPriority(), a.Contract.GetPriority()); c != 0 {
 		return c

@@ -86,3 +86,18 @@ func kind(m fs.FileMode) string {
 	}
 	return "not a regular file"
 }
+
+// Error is a refused file: the file, the line (0 when it is not known)
+// and what is wrong. The tenants and the policy files' parsers return it.
+type Error struct {
+	File string
+	Line int
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", e.File, e.Msg)
+}

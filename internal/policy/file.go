@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,18 +45,7 @@ type fileRule struct {
 
 // FileError is a refused policy file: the file, the line (0 when not
 // known) and what is wrong.
-type FileError struct {
-	File string
-	Line int
-	Msg  string
-}
-
-func (e *FileError) Error() string {
-	if e.Line > 0 {
-		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
-	}
-	return fmt.Sprintf("%s: %s", e.File, e.Msg)
-}
+type FileError = configfile.Error
 
 // Effects are the effects a policy file writes, by name.
 var effects = map[string]reinv1.PolicyEffect{
@@ -155,7 +145,7 @@ func (s *Server) Len() int {
 // applies reports whether r is for tenant and tool: a rule with no tenants
 // is for every tenant, one with no tools for every tool.
 func (r serverRule) applies(tenant, tool string) bool {
-	if len(r.tenants) > 0 && !contains(r.tenants, tenant) {
+	if len(r.tenants) > 0 && !slices.Contains(r.tenants, tenant) {
 		return false
 	}
 	if len(r.tools) == 0 {
@@ -163,15 +153,6 @@ func (r serverRule) applies(tenant, tool string) bool {
 	}
 	for _, pat := range r.tools {
 		if ok, _ := path.Match(pat, tool); ok {
-			return true
-		}
-	}
-	return false
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
 			return true
 		}
 	}

@@ -112,11 +112,8 @@ func denied(pd *reinv1.PolicyDecided) string {
 		why = "the policy does not allow this call"
 	}
 	return fmt.Sprintf("tool %q was not run: %s (denied by %s %q); do not make this call again as it is",
-		pd.GetTool(), why, sourceName(pd.GetSource()), pd.GetRule())
+		pd.GetTool(), why, PolicySourceName(pd.GetSource()), pd.GetRule())
 }
-
-// PolicySourceName names where a policy decision came from, in words.
-func PolicySourceName(s reinv1.PolicySource) string { return sourceName(s) }
 
 // Revised is the policies' decision on a pending proposal old of run st
 // with its arguments revised to args, or nil when none decides it. Only a
@@ -143,8 +140,8 @@ func Revised(ctx context.Context, cfg *Config, st runstate.State, old *reinv1.Pr
 	return pd
 }
 
-// sourceName names where a policy decision came from, in words.
-func sourceName(s reinv1.PolicySource) string {
+// PolicySourceName names where a policy decision came from, in words.
+func PolicySourceName(s reinv1.PolicySource) string {
 	switch s {
 	case reinv1.PolicySource_POLICY_SOURCE_SERVER:
 		return "the server's rule"
@@ -167,7 +164,7 @@ func approvalsFor(grant *reinv1.ToolGrant, pd *reinv1.PolicyDecided) uint32 {
 // as the policy decision pd allows, and dispatch its write: the engine's
 // driver then commits it (as it settles any dispatched write).
 func policyApproval(p *reinv1.Proposal, pd *reinv1.PolicyDecided) []*reinv1.Event {
-	reason := fmt.Sprintf("allowed by %s %q", sourceName(pd.GetSource()), pd.GetRule())
+	reason := fmt.Sprintf("allowed by %s %q", PolicySourceName(pd.GetSource()), pd.GetRule())
 	if pd.GetMessage() != "" {
 		reason += ": " + pd.GetMessage()
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
+
+	"github.com/reinhq/rein/internal/configfile"
 )
 
 // file is the TOML shape of a tenants file.
@@ -41,18 +43,7 @@ const durationHint = `a string such as "90m", "24h" or "0s"`
 
 // Error is a refused tenants file: the file, the line (0 when it is not
 // known) and what is wrong.
-type Error struct {
-	File string
-	Line int
-	Msg  string
-}
-
-func (e *Error) Error() string {
-	if e.Line > 0 {
-		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
-	}
-	return fmt.Sprintf("%s: %s", e.File, e.Msg)
-}
+type Error = configfile.Error
 
 // Parse parses the tenants file data; name is the file's name in errors.
 // Every error is an *Error.

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"testing"
@@ -36,5 +37,13 @@ func TestRateBucketShared(t *testing.T) {
 	}
 	if string(got) != "40" {
 		t.Fatalf("after 40 increments the bucket holds %q, want 40", got)
+	}
+	// The twin: an update whose function fails stores nothing.
+	refused := errors.New("refused")
+	if err := b.UpdateRateBucket(context.Background(), "model/x/requests", func([]byte) ([]byte, error) { return []byte("0"), refused }); !errors.Is(err, refused) {
+		t.Fatalf("a refused update: %v", err)
+	}
+	if err := a.UpdateRateBucket(context.Background(), "model/x/requests", func(old []byte) ([]byte, error) { got = old; return old, nil }); err != nil || string(got) != "40" {
+		t.Fatalf("after a refused update the bucket holds %q (%v), want 40", got, err)
 	}
 }
