@@ -152,10 +152,11 @@ func PolicySourceName(s reinv1.PolicySource) string {
 }
 
 // approvalsFor is how many people must approve a proposal of call to
-// grant's tool: what the policy's ask said, else the grant's.
+// grant's tool: what the policy's ask said (policy.Checker counts the
+// grant's in), else the grant's.
 func approvalsFor(grant *reinv1.ToolGrant, pd *reinv1.PolicyDecided) uint32 {
 	if pd.GetEffect() == reinv1.PolicyEffect_POLICY_EFFECT_ASK {
-		return max(pd.GetApprovals(), grant.GetApprovals())
+		return pd.GetApprovals()
 	}
 	return grant.GetApprovals()
 }
