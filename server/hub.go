@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"sync"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -33,6 +34,27 @@ type Hub struct {
 	// streamAll: every run's calls stream (Config.StreamModelCalls), not
 	// only those of runs with output watchers. Set before use.
 	streamAll bool
+	// commits, when set, is where other servers' commits are followed
+	// from: a run's while it has watchers here (follows), the change feed
+	// while a watcher of every run is here (followAll). Set before use.
+	commits   Commits
+	follows   map[string]context.CancelFunc
+	followAll context.CancelFunc
+	following sync.WaitGroup
+	// stopped: the node stopped following (stopFollowing); no follow
+	// starts again.
+	stopped bool
+}
+
+// Commits follows what the servers sharing a store commit (the etcd
+// store). Each call runs until its ctx ends, calling missed at the start
+// and whenever it may have lost commits (its watch restarted), and never
+// blocks the store on its callbacks.
+type Commits interface {
+	// FollowRun calls grew as the run's log grows.
+	FollowRun(ctx context.Context, runID string, grew func(version uint64), missed func())
+	// FollowChanges calls changed as the change feed grows.
+	FollowChanges(ctx context.Context, changed func(), missed func())
 }
 
 // Subscription is one watcher's wake-up channel.
@@ -60,7 +82,7 @@ type Subscription struct {
 // NewHub returns an empty hub.
 func NewHub() *Hub {
 	return &Hub{subs: map[string]map[*Subscription]struct{}{}, all: map[*Subscription]struct{}{}, tails: map[string][]*reinv1.Event{},
-		calls: map[string]*liveCall{}}
+		calls: map[string]*liveCall{}, follows: map[string]context.CancelFunc{}}
 }
 
 // Published is the engine's hook for each durable append: it keeps the
@@ -82,12 +104,11 @@ func (h *Hub) Notify(runID string) {
 	h.notifyLocked(runID)
 }
 
-// Grew is told by another source of commits (the etcd store's watch of
-// what every server commits) that runID's log now ends at version: a tail
-// that ends before it lacks events this server did not publish, so it is
-// dropped, and the run's watchers read them from the store. It wakes the
-// watchers as Notify does and never blocks.
-func (h *Hub) Grew(runID string, version uint64) {
+// grew is told by the follow of runID's commits (Commits.FollowRun) that
+// its log now ends at version: a tail that ends before it lacks events
+// this server did not publish, so it is dropped, and the run's watchers
+// read them from the store. It wakes the watchers as Notify does.
+func (h *Hub) grew(runID string, version uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if t := h.tails[runID]; len(t) > 0 && t[len(t)-1].GetSequence() < version {
@@ -96,18 +117,21 @@ func (h *Hub) Grew(runID string, version uint64) {
 	h.notifyLocked(runID)
 }
 
-// NotifyAll drops every tail and wakes every watcher: commits may have
-// been missed (the watch of another source restarted), so each reads the
-// store from its cursor. It never blocks.
-func (h *Hub) NotifyAll() {
+// missedRun drops runID's tail and wakes its watchers: the follow of its
+// commits (re)started and may have missed some, so each reads the store
+// from its cursor.
+func (h *Hub) missedRun(runID string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	clear(h.tails)
-	for _, subs := range h.subs {
-		for s := range subs {
-			s.wake()
-		}
-	}
+	delete(h.tails, runID)
+	h.notifyLocked(runID)
+}
+
+// changed wakes the watchers of every run: the change feed grew (or may
+// have, when its follow restarted), and they read it from their cursors.
+func (h *Hub) changed() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	for s := range h.all {
 		s.wake()
 	}
@@ -134,6 +158,11 @@ func (h *Hub) SubscribeAll() *Subscription {
 	s := &Subscription{hub: h, all: true, C: make(chan struct{}, 1)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if len(h.all) == 0 && h.commits != nil && !h.stopped {
+		ctx, cancel := context.WithCancel(context.Background())
+		h.followAll = cancel
+		h.following.Go(func() { h.commits.FollowChanges(ctx, h.changed, h.changed) })
+	}
 	h.all[s] = struct{}{}
 	return s
 }
@@ -155,9 +184,33 @@ func (h *Hub) subscribe(s *Subscription) *Subscription {
 	defer h.mu.Unlock()
 	if h.subs[runID] == nil {
 		h.subs[runID] = map[*Subscription]struct{}{}
+		if h.commits != nil && !h.stopped {
+			ctx, cancel := context.WithCancel(context.Background())
+			h.follows[runID] = cancel
+			h.following.Go(func() {
+				h.commits.FollowRun(ctx, runID, func(v uint64) { h.grew(runID, v) }, func() { h.missedRun(runID) })
+			})
+		}
 	}
 	h.subs[runID][s] = struct{}{}
 	return s
+}
+
+// stopFollowing ends every follow of other servers' commits and waits for
+// them: the node's streams ended, and the store is about to close.
+func (h *Hub) stopFollowing() {
+	h.mu.Lock()
+	h.stopped = true
+	for runID, stop := range h.follows {
+		stop()
+		delete(h.follows, runID)
+	}
+	if h.followAll != nil {
+		h.followAll()
+		h.followAll = nil
+	}
+	h.mu.Unlock()
+	h.following.Wait()
 }
 
 // Close unregisters the watcher.
@@ -167,6 +220,10 @@ func (s *Subscription) Close() {
 	defer h.mu.Unlock()
 	if s.all {
 		delete(h.all, s)
+		if len(h.all) == 0 && h.followAll != nil {
+			h.followAll()
+			h.followAll = nil
+		}
 		return
 	}
 	s.leaveLocked()
@@ -174,6 +231,10 @@ func (s *Subscription) Close() {
 	if len(h.subs[s.runID]) == 0 {
 		delete(h.subs, s.runID)
 		delete(h.tails, s.runID)
+		if stop := h.follows[s.runID]; stop != nil {
+			stop()
+			delete(h.follows, s.runID)
+		}
 	}
 }
 

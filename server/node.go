@@ -80,12 +80,12 @@ type Config struct {
 	// Traces, when set, gets the runs' spans (telemetry.Tracer) and every
 	// gRPC call's (otelgrpc). Nil traces nothing.
 	Traces trace.TracerProvider
-	// Commits, when set, follows what every server sharing the store
-	// commits (the etcd store's WatchCommits) until its ctx ends: grew for
-	// each run whose log grew, missed when some may have been missed. The
-	// node feeds its watch hub from it, so that a run driven by another
-	// server streams here live.
-	Commits func(ctx context.Context, grew func(runID string, version uint64), missed func())
+	// Commits, when set, follows what the servers sharing the store commit
+	// (the etcd store): the watch hub follows a run's commits while it has
+	// watchers here, and the change feed while a watcher of every run is
+	// here, so that a run driven by another server streams here live, and
+	// the runs nobody here watches cost this server nothing.
+	Commits Commits
 	// StreamModelCalls streams every model call (rein serve), so that a
 	// watcher that joins mid-call gets the text so far; false streams a
 	// call only when its run has a watcher of its output as it starts.
@@ -148,9 +148,6 @@ type Node struct {
 	done      chan struct{}
 	closeOnce sync.Once
 	leased    func() bool
-	// follow ends the watch of other servers' commits (Config.Commits).
-	follow   context.CancelFunc
-	followed chan struct{}
 	// Keeper archives and deletes runs (nil for a store without a
 	// lifecycle); sweep ends its loop, and swept is closed once it did.
 	Keeper *lifecycle.Keeper
@@ -197,6 +194,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	st := cfg.Metrics.Store(cfg.Store)
 	hub := NewHub()
 	hub.streamAll = cfg.StreamModelCalls
+	if cfg.Commits != nil {
+		hub.commits = cfg.Commits
+	}
 	var tracer *telemetry.Tracer
 	var opts []grpc.ServerOption
 	if cfg.Traces != nil {
@@ -274,17 +274,6 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if calls != nil {
 		calls.InitializeMetrics(n.GRPC)
-	}
-	n.follow, n.followed = func() {}, make(chan struct{})
-	if cfg.Commits != nil {
-		fctx, cancel := context.WithCancel(context.Background())
-		n.follow = cancel
-		go func() {
-			defer close(n.followed)
-			cfg.Commits(fctx, hub.Grew, hub.NotifyAll)
-		}()
-	} else {
-		close(n.followed)
 	}
 	n.sweep, n.swept = func() {}, make(chan struct{})
 	if keeper != nil && cfg.Policy != nil {
@@ -373,8 +362,7 @@ func (n *Node) Shutdown(ctx context.Context) {
 		<-drained
 		n.sweep()
 		<-n.swept
-		n.follow()
-		<-n.followed
+		n.Hub.stopFollowing()
 		if err := n.Store.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
 			n.log.Error("close store", "error", err)
 		}

@@ -228,7 +228,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	var shared *etcdstore.Store                    // the replicas' store, for their rate buckets
 	storeName := e.db
 	if o.etcd.set() {
-		cli, st, err := o.etcd.open(ctx, etcdstore.Options{})
+		cli, st, err := o.etcd.open(ctx, etcdstore.Options{}, cfg.Metrics.EtcdDialOptions()...)
 		if err != nil {
 			return err
 		}
@@ -252,7 +252,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 			return &exitErr{code: code, err: err}
 		}
 		cfg.Store, cfg.Replica, cfg.Owner, cfg.MaxDriven = st, true, o.name, o.maxRuns
-		cfg.Commits, cfg.Leased, cfg.Relay = st.WatchCommits, rep.Holding, st
+		cfg.Commits, cfg.Leased, cfg.Relay = st, rep.Holding, st
 		storeName = "etcd " + o.etcd.Endpoints + " " + o.etcd.Prefix
 		lock = func(ctx context.Context) (func(), error) { return st.Lock(ctx, "admission") }
 		shared = st

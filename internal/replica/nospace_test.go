@@ -40,7 +40,7 @@ func joinOn(t *testing.T, cli *clientv3.Client, prefix, name string, models func
 		t.Fatal(err)
 	}
 	node, err := server.Open(t.Context(), server.Config{
-		Store: st, Replica: true, Owner: name, Commits: st.WatchCommits, Leased: rep.Holding, Resume: true, Models: models,
+		Store: st, Replica: true, Owner: name, Commits: st, Leased: rep.Holding, Resume: true, Models: models,
 		Tools: tools.NewFixtures(map[string][]tools.FixtureResult{"lookup": {{Output: structpb.NewStringValue("found")}}}),
 	})
 	if err != nil {

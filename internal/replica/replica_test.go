@@ -122,7 +122,7 @@ func joinWith(t *testing.T, prefix, name string, models func(*reinv1.ModelSpec) 
 		t.Fatal(err)
 	}
 	node, err := server.Open(t.Context(), server.Config{
-		Store: st, Replica: true, Owner: name, Commits: st.WatchCommits, Leased: rep.Holding, Resume: true, MaxDriven: maxDriven,
+		Store: st, Replica: true, Owner: name, Commits: st, Leased: rep.Holding, Resume: true, MaxDriven: maxDriven,
 		Models: models, Tools: tools.NewFixtures(map[string][]tools.FixtureResult{"lookup": {{Output: structpb.NewStringValue("found")}}}),
 	})
 	if err != nil {

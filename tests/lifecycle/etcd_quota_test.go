@@ -59,7 +59,7 @@ func startReplica(t *testing.T, c *etcdtest.Cluster, name, archiveURL string) *r
 		t.Fatal(err)
 	}
 	node, err := server.Open(ctx, server.Config{
-		Store: st, Replica: true, Owner: name, Commits: st.WatchCommits, Leased: rep.Holding, Resume: true,
+		Store: st, Replica: true, Owner: name, Commits: st, Leased: rep.Holding, Resume: true,
 		Archive: a, SweepEvery: 200 * time.Millisecond,
 		Policy: func(string) lifecycle.Policy {
 			return lifecycle.Policy{ArchiveOn: true, RetainOn: true, Retain: retain}

@@ -258,7 +258,7 @@ func TestWatchPastCompaction(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				s.WatchCommits(wctx, func(_ string, version uint64) { grew <- version }, func() {
+				s.FollowRun(wctx, "run-1", func(version uint64) { grew <- version }, func() {
 					if misses.Add(1) > 1 {
 						return
 					}

@@ -19,22 +19,34 @@ import (
 // watchRetry is the pause before a watch that failed is started again.
 const watchRetry = 200 * time.Millisecond
 
-// WatchCommits calls grew with the ID of each run whose log grows (its
-// snapshot is rewritten with every append), by any server, from the
-// moment of the call until ctx ends; and missed whenever it may have
-// missed some (at the start, and when its watch had to start again past
-// compacted revisions), so that the caller looks at every run again. The
-// calls come from one goroutine, in commit order; they must not block.
-// It returns when ctx ends.
-func (s *Store) WatchCommits(ctx context.Context, grew func(runID string, version uint64), missed func()) {
-	s.follow(ctx, s.keys.runs(), []clientv3.OpOption{clientv3.WithFilterDelete()}, func(runID string, value []byte) {
+// FollowRun calls grew with the version of run runID each time its log
+// grows (its snapshot is rewritten with every append), by any server, from
+// the moment of the call until ctx ends; and missed whenever it may have
+// missed some (at the start, and when its watch
+// had to start again past compacted revisions), so that the caller reads
+// the run's log again. A server follows a run only while it serves a watch
+// of it: etcd then sends it that run's commits, and no other's. The calls
+// come from one goroutine, in commit order; they must not block. It
+// returns when ctx ends.
+func (s *Store) FollowRun(ctx context.Context, runID string, grew func(version uint64), missed func()) {
+	key := s.keys.run(runID)
+	s.follow(ctx, key, []clientv3.OpOption{clientv3.WithFilterDelete()}, func(_ string, value []byte) {
 		run := &reinv1.Run{}
 		if err := unseal(value, run, "run "+runID+" snapshot"); err != nil {
 			missed() // not rein's: let the caller read what is stored
 			return
 		}
-		grew(runID, run.GetVersion())
+		grew(run.GetVersion())
 	}, missed)
+}
+
+// FollowChanges calls changed each time a run's status changes (a key of
+// the change feed, which WatchRuns reads, is written), by any server, until
+// ctx ends; and missed as FollowRun does. A server follows the feed only
+// while it serves a watch of every run.
+func (s *Store) FollowChanges(ctx context.Context, changed func(), missed func()) {
+	s.follow(ctx, s.keys.changes(), []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete()},
+		func(string, []byte) { changed() }, missed)
 }
 
 // WatchOrphans calls orphaned with the ID of each run whose owner key is
@@ -42,12 +54,14 @@ func (s *Store) WatchCommits(ctx context.Context, grew func(runID string, versio
 // paused past the TTL), or the run ended. missed is called as for
 // WatchCommits, so that the caller looks for orphaned runs itself.
 func (s *Store) WatchOrphans(ctx context.Context, orphaned func(runID string), missed func()) {
-	s.follow(ctx, s.keys.owners(), []clientv3.OpOption{clientv3.WithFilterPut()}, func(runID string, _ []byte) { orphaned(runID) }, missed)
+	s.follow(ctx, s.keys.owners(), []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut()}, func(runID string, _ []byte) { orphaned(runID) }, missed)
 }
 
-// follow watches the keys under prefix with opts from the current
-// revision on, calling fn with each key less the prefix and its value, and missed first
-// and after each restart that may have lost changes, until ctx ends.
+// follow watches key (with clientv3.WithPrefix in opts, the keys under
+// it) from the current revision on, calling fn with each key less key and
+// its value, and missed at the start (the watch then begins at the
+// revision read, so that nothing after it is lost) and after each restart that
+// may have lost changes, until ctx ends.
 func (s *Store) follow(ctx context.Context, prefix string, opts []clientv3.OpOption, fn func(key string, value []byte), missed func()) {
 	var rev int64 // the last revision seen; 0: start from now
 	for ctx.Err() == nil {
@@ -63,7 +77,7 @@ func (s *Store) follow(ctx context.Context, prefix string, opts []clientv3.OpOpt
 			missed()
 		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		ch := s.cli.Watch(wctx, prefix, append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithRev(rev + 1)}, opts...)...)
+		ch := s.cli.Watch(wctx, prefix, append([]clientv3.OpOption{clientv3.WithRev(rev + 1)}, opts...)...)
 		for resp := range ch {
 			if resp.CompactRevision != 0 {
 				rev = 0 // what we needed is gone: read everything again
