@@ -229,6 +229,23 @@ func (e *Engine) Driving() int {
 	return len(e.leases)
 }
 
+// Tending reports whether this engine drives run runID now, or keeps its
+// deadlines (a paused run's timer is armed).
+func (e *Engine) Tending(runID string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.active[runID] != nil || e.timers[runID] != nil
+}
+
+// Load is how many runs this engine drives now, and the most it drives at
+// once (Config.MaxDriven; 0: no cap). A replica takes orphaned runs the
+// slower the more loaded it is (internal/replica).
+func (e *Engine) Load() (driving, limit int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.active), e.cfg.MaxDriven
+}
+
 // retryWaiting drives again, after RetryWait, a parent waiting for its
 // children whose driver stopped on an error (a child it could not create
 // while the store or a tool server was unavailable), so that the tree does

@@ -74,6 +74,16 @@ func (e *Engine) resumeOne(ctx context.Context, st runstate.State) {
 			e.cfg.Logger.Error("settle a dispatched write", "run_id", st.RunID, "error", err)
 		}
 	case runstate.Paused(st.Status):
+		if e.cfg.Replica {
+			// One replica keeps a paused run's deadlines: the one that
+			// holds it. Another's live lease holds it: that one does.
+			if _, err := e.lease(ctx, st.RunID); err != nil {
+				if !errors.Is(err, store.ErrOwned) {
+					e.cfg.Logger.Error("take a paused run to keep its deadlines", "run_id", st.RunID, "error", err)
+				}
+				return
+			}
+		}
 		e.Arm(st)
 	default:
 		e.schedule(st.RunID) // its driver logs "resumed run" once it holds the run

@@ -29,7 +29,7 @@ import (
 )
 
 // joinOn is joinWith on the cluster cli talks to.
-func joinOn(t *testing.T, cli *clientv3.Client, prefix, name string, models func(*reinv1.ModelSpec) (model.Model, error), lookedOver func()) *member {
+func joinOn(t *testing.T, cli *clientv3.Client, prefix, name string, models func(*reinv1.ModelSpec) (model.Model, error), lookedOver func(string, time.Duration)) *member {
 	t.Helper()
 	st, err := etcdstore.Open(t.Context(), cli, prefix, etcdstore.Options{})
 	if err != nil {
@@ -102,7 +102,7 @@ func TestRunCarriesOnWhenSpaceReturns(t *testing.T) {
 	const prefix = "/rein/"
 	g := gated{called: make(chan struct{}, 1), release: make(chan struct{}), calls: &atomic.Int32{}}
 	looked := make(chan struct{}, 1)
-	a := joinOn(t, cli, prefix, "replica-a", func(*reinv1.ModelSpec) (model.Model, error) { return g, nil }, func() {
+	a := joinOn(t, cli, prefix, "replica-a", func(*reinv1.ModelSpec) (model.Model, error) { return g, nil }, func(string, time.Duration) {
 		select {
 		case looked <- struct{}{}:
 		default:

@@ -11,15 +11,26 @@
 // tries to append is refused by the store (store.ErrFenced). It is then
 // granted a new lease and takes runs again like any other replica.
 //
-// Every replica watches the owner keys: when one is deleted (its server's
-// lease ended) the run is taken over, with the same code a server resumes
-// its runs with at start (harness.Engine.Takeover, ResumeAll): a running
-// run's driver takes its lease (the store lets one replica win), a model
-// call that was in flight is sent again marked resumed, and a dispatched
-// write is settled by its tool's lookup, never sent blindly again. Each
-// replica also looks over every run once per TTL, so a run no lease was
-// ever taken on (its server died right after creating it) is carried on
-// too.
+// A replica learns of other replicas' runs only when one of them leaves:
+// every replica watches the replicas' name keys, and when one is deleted
+// (its server's lease ended) it takes over the runs that server held (the
+// store's held index), with the same code a server resumes its runs with
+// at start (engine.Engine.Takeover, ResumeAll): a running run's driver
+// takes its lease (the store lets one replica win), a paused run is taken
+// by one replica, which keeps its deadlines, a model call that was in
+// flight is sent again marked resumed, and a dispatched write is settled
+// by its tool's lookup, never sent blindly again. Once per TTL a replica
+// looks for runs no server took (the store's unowned index: their server
+// died right after creating them, or it drives as many runs as its cap
+// allows), so such a look costs what is orphaned, not what is live; it
+// looks over every live run only at its start, after a new lease, and
+// when its watch may have missed a replica's end.
+//
+// Orphans are spread by load: every replica sees the same ones, and each
+// waits before each take in proportion to how loaded it is (spread), so
+// the least loaded take them first and a replica that starts cold takes
+// its share at once. A replica that leaves ends its lease at once, and
+// the others take its runs without waiting for the TTL.
 //
 // A replica's name (the owner in its runs' owner keys, run_taken events,
 // logs and metrics) is its own on the prefix: with each lease it is
@@ -39,6 +50,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -55,6 +67,11 @@ type Engine interface {
 	ResumeAll(ctx context.Context) error
 	// Takeover carries on one run whose owner's lease ended.
 	Takeover(ctx context.Context, runID string) error
+	// Load is how many runs the engine drives now, and its cap (0: none).
+	Load() (driving, limit int)
+	// Tending reports whether the engine drives the run now, or keeps its
+	// deadlines.
+	Tending(runID string) bool
 	// Abandon stops driving every run, writing nothing.
 	Abandon(ctx context.Context)
 }
@@ -74,9 +91,12 @@ type Config struct {
 	Logger *slog.Logger
 	// LostLease, when set, is called each time the lease is lost.
 	LostLease func()
-	// LookedOver, when set, is called after each look over every run (at
-	// the start, after a new lease, and once per TTL).
-	LookedOver func()
+	// LookedOver, when set, is told of each look for runs to take over,
+	// what it looked at and how long it took: every live run (at the
+	// start, after a new lease, after a watch that may have missed a
+	// replica's end), the runs no server took (once per TTL), the runs of
+	// a replica whose lease ended.
+	LookedOver func(what string, took time.Duration)
 }
 
 // Replica holds a server's etcd lease. Join starts it; Serve attaches the
@@ -335,67 +355,205 @@ func (r *Replica) attached() Engine {
 }
 
 // Serve attaches the server's engine: from now on the replica takes over
-// the runs of servers whose leases end, and looks over every run once per
-// TTL.
+// the runs of servers whose leases end (WatchLeft, Held), and once per
+// TTL the runs no server took (Unowned); it looks over every live run at
+// the start, after a new lease, and when a watch may have missed a
+// replica's end.
 func (r *Replica) Serve(e Engine) {
 	r.mu.Lock()
 	r.engine = e
 	r.mu.Unlock()
-	orphans := make(chan string, 1024)
+	left := make(chan string, 64)
 	r.takers.Add(2)
 	go func() {
 		defer r.takers.Done()
-		r.cfg.Store.WatchOrphans(r.taking, func(runID string) {
-			select {
-			case orphans <- runID:
-			default:
-				// Too many at once: the next look over every run finds it.
-				select {
-				case r.lookNow <- struct{}{}:
-				default:
-				}
+		r.cfg.Store.WatchLeft(r.taking, func(name string) {
+			if name == r.cfg.Name {
+				return // this one's lease ended: hold asks for a new one, then looks over every run
 			}
-		}, func() {
 			select {
-			case r.lookNow <- struct{}{}:
+			case left <- name:
 			default:
+				r.lookAll() // too many at once: look over every run
 			}
-		})
+		}, r.lookAll)
 	}()
 	go func() {
 		defer r.takers.Done()
 		every := time.NewTicker(r.cfg.TTL)
 		defer every.Stop()
+		pending := map[string]bool{} // replicas that left runs no one could take yet
 		for {
 			select {
 			case <-r.taking.Done():
 				return
-			case runID := <-orphans:
-				if !r.Holding() {
-					continue
-				}
-				if err := e.Takeover(r.taking, runID); err != nil && !errors.Is(err, context.Canceled) {
-					r.cfg.Logger.Warn("take over a run whose server's lease ended", "run_id", runID, "error", err)
-				}
+			case name := <-left:
+				pending[name] = true
+				r.takeHeld(e, pending)
 			case <-r.lookNow:
 				r.lookOver(e)
 			case <-every.C:
-				r.lookOver(e)
+				r.tendOwn(e)
+				r.takeHeld(e, pending)
+				r.takeUnowned(e)
 			}
 		}
 	}()
 }
 
-// lookOver carries on every run no live server drives.
+// lookAll asks the takeover loop to look over every live run.
+func (r *Replica) lookAll() {
+	select {
+	case r.lookNow <- struct{}{}:
+	default:
+	}
+}
+
+// lookOver carries on every run no live server drives, looking at every
+// live run.
 func (r *Replica) lookOver(e Engine) {
 	if !r.Holding() {
 		return
 	}
+	start := time.Now()
 	if err := e.ResumeAll(r.taking); err != nil && !errors.Is(err, context.Canceled) {
 		r.cfg.Logger.Warn("look over the runs to take", "error", err)
 	}
+	r.lookedOver("every live run", start)
+}
+
+// tendOwn carries on the runs this replica holds that it neither drives
+// nor keeps the deadlines of: a driver that stopped on an error (etcd
+// full, say) is started again. It reads only this replica's own index,
+// and loads only the runs it does not tend.
+func (r *Replica) tendOwn(e Engine) {
+	if !r.Holding() {
+		return
+	}
+	start := time.Now()
+	for after := ""; ; {
+		page, err := r.cfg.Store.Held(r.taking, r.cfg.Name, after, listPage)
+		if err != nil {
+			if !errors.Is(err, context.Canceled) {
+				r.cfg.Logger.Warn("list the runs this server holds", "error", err)
+			}
+			return
+		}
+		for _, runID := range page {
+			if e.Tending(runID) {
+				continue
+			}
+			if err := e.Takeover(r.taking, runID); err != nil && !errors.Is(err, context.Canceled) {
+				r.cfg.Logger.Warn("carry on a run this server holds", "run_id", runID, "error", err)
+			}
+		}
+		if len(page) < listPage {
+			break
+		}
+		after = page[len(page)-1]
+	}
+	r.lookedOver("runs this server holds", start)
+}
+
+// takeUnowned carries on the runs no server took: their server died right
+// after creating them, or drives as many runs as its cap allows. The
+// index holds only those, so a look costs what is orphaned, not what is
+// live.
+func (r *Replica) takeUnowned(e Engine) {
+	if !r.Holding() {
+		return
+	}
+	start := time.Now()
+	r.takeAll(e, "runs no server took", func(after string) ([]string, error) {
+		return r.cfg.Store.Unowned(r.taking, after, listPage)
+	})
+	r.lookedOver("runs no server took", start)
+}
+
+// takeHeld carries on the runs the replicas in pending drove when their
+// leases ended, and forgets each replica whose runs are all taken (by
+// this replica or others). A replica's runs none could take (every server
+// at its cap) are tried again at the next look.
+func (r *Replica) takeHeld(e Engine, pending map[string]bool) {
+	if !r.Holding() {
+		return
+	}
+	for name := range pending {
+		start := time.Now()
+		left := r.takeAll(e, fmt.Sprintf("runs of server %q, whose lease ended", name), func(after string) ([]string, error) {
+			return r.cfg.Store.Held(r.taking, name, after, listPage)
+		})
+		if left == 0 {
+			delete(pending, name)
+		}
+		r.lookedOver(fmt.Sprintf("runs of server %q", name), start)
+	}
+}
+
+// takeAll takes over, in a random order, each run list pages, pausing
+// before each take by this replica's load (spread); it returns how many
+// runs the index still held after the walk (-1 when it could not be read).
+func (r *Replica) takeAll(e Engine, what string, list func(after string) ([]string, error)) int {
+	var ids []string
+	for after := ""; ; {
+		page, err := list(after)
+		if err != nil {
+			if !errors.Is(err, context.Canceled) {
+				r.cfg.Logger.Warn("list the "+what, "error", err)
+			}
+			return -1
+		}
+		ids = append(ids, page...)
+		if len(page) < listPage {
+			break
+		}
+		after = page[len(page)-1]
+	}
+	rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	for _, runID := range ids {
+		pause(r.taking, r.spread(e))
+		if r.taking.Err() != nil || !r.Holding() {
+			return -1
+		}
+		if err := e.Takeover(r.taking, runID); err != nil && !errors.Is(err, context.Canceled) {
+			r.cfg.Logger.Warn("take over a run", "of", what, "run_id", runID, "error", err)
+		}
+	}
+	rest, err := list("")
+	if err != nil {
+		return -1
+	}
+	return len(rest)
+}
+
+// listPage is how many run IDs one read of an ownership index returns.
+const listPage = 1000
+
+// spreadHalf is how many runs a replica without a cap (--max-runs 0)
+// drives when it counts as half loaded.
+const spreadHalf = 64
+
+// spread is how long this replica waits before it takes an orphaned run:
+// nothing when it drives no run, up to a quarter of the TTL at its cap, in
+// proportion to its load (runs driven against its cap, or against
+// spreadHalf without one). Every replica looks at the same orphans, so
+// the least loaded take them first: a replica that starts cold takes its
+// share at once.
+func (r *Replica) spread(e Engine) time.Duration {
+	driving, limit := e.Load()
+	var load float64
+	if limit > 0 {
+		load = min(float64(driving)/float64(limit), 1)
+	} else {
+		load = float64(driving) / float64(driving+spreadHalf)
+	}
+	return time.Duration(load * float64(r.cfg.TTL/4))
+}
+
+// lookedOver tells Config.LookedOver of a look that began at start.
+func (r *Replica) lookedOver(what string, start time.Time) {
 	if r.cfg.LookedOver != nil {
-		r.cfg.LookedOver()
+		r.cfg.LookedOver(what, time.Since(start))
 	}
 }
 
@@ -407,12 +565,20 @@ func (r *Replica) StopTaking() {
 }
 
 // Leave stops taking runs and ends the lease, so that the other servers
-// take this one's runs at once. Call it after the engine stopped.
+// take this one's runs at once (its name key goes with the lease, and
+// they take what it held: WatchLeft, Held), and logs how many it hands
+// over. Call it after the engine stopped.
 func (r *Replica) Leave(ctx context.Context) {
 	r.StopTaking()
 	r.cancel()
 	r.wg.Wait()
 	if id := r.cfg.Store.Lease(); id != 0 {
+		held, err := r.cfg.Store.HeldCount(ctx, r.cfg.Name)
+		if err != nil {
+			held = -1
+		}
+		r.cfg.Logger.Info("this server leaves: it ends its etcd lease, so the other servers take its runs at once",
+			"name", r.cfg.Name, "runs_handed_over", held)
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		_, _ = r.cfg.Client.Revoke(rctx, id)
 		cancel()

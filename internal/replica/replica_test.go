@@ -111,7 +111,7 @@ func joinCapped(t *testing.T, prefix, name string, models func(*reinv1.ModelSpec
 }
 
 // joinWith is join with a cap and a hook told of each look over the runs.
-func joinWith(t *testing.T, prefix, name string, models func(*reinv1.ModelSpec) (model.Model, error), maxDriven int, lookedOver func()) *member {
+func joinWith(t *testing.T, prefix, name string, models func(*reinv1.ModelSpec) (model.Model, error), maxDriven int, lookedOver func(string, time.Duration)) *member {
 	t.Helper()
 	st, err := etcdstore.Open(t.Context(), shared, prefix, etcdstore.Options{})
 	if err != nil {
@@ -237,7 +237,7 @@ func TestTakeoverWhenAServerDies(t *testing.T) {
 		t.Fatal("A never called the model")
 	}
 	lookedOver := make(chan struct{}, 8)
-	b := joinWith(t, prefix, "replica-b", scripted, 0, func() {
+	b := joinWith(t, prefix, "replica-b", scripted, 0, func(string, time.Duration) {
 		select {
 		case lookedOver <- struct{}{}:
 		default: // the test has counted the ones it waits for

@@ -116,8 +116,9 @@ type Store interface {
 	// Acquire makes owner the run's owner and returns its lease epoch, one
 	// more than the last. Appends made WithEpoch an older epoch are refused
 	// (ErrFenced) in the same transaction that would write them. A store
-	// shared by several servers may refuse with ErrOwned a run another
-	// server's live lease holds while it runs.
+	// shared by several servers refuses with ErrOwned a run another
+	// server's live lease holds, running or paused (that server keeps its
+	// deadlines).
 	Acquire(ctx context.Context, runID, owner string) (epoch uint64, err error)
 	// Load returns a run's current state from its snapshot.
 	Load(ctx context.Context, runID string) (runstate.State, error)

@@ -43,6 +43,15 @@
 //	                        attached to that replica's etcd lease, so the
 //	                        name is free again when the lease ends
 //	                        (ClaimName): one live replica per name
+//	P owner/<run id>        the replica that drives the run, put attached
+//	                        to that replica's etcd lease (owner.go)
+//	P unowned/<run id>      empty: a live run no replica took yet, put at
+//	                        create, deleted when a replica takes it or it
+//	                        ends (owner.go)
+//	P held/<name>/<run id>  empty: a run the replica name (path-escaped)
+//	                        took last, moved when another takes it, deleted
+//	                        when it ends; not leased, so it outlives its
+//	                        replica, whose runs are found by it (owner.go)
 //	P ended/<end>/<run id>  the runs that ended, in the order they did;
 //	P meta/ended, P meta/deletions, P deletions/<newest>, P deleted/<run
 //	                        id>: the lifecycle's keys, written out in

@@ -23,7 +23,15 @@ func (k keys) owner(id string) string      { return k.owners() + id }
 func (k keys) events(id string) string     { return k.p + "event/" + id + "/" }
 func (k keys) changes() string             { return k.p + "change/" }
 func (k keys) change(cursor uint64) string { return hex16(k.changes(), cursor) }
-func (k keys) replica(name string) string  { return k.p + "replica/" + url.PathEscape(name) }
+func (k keys) replicas() string            { return k.p + "replica/" }
+func (k keys) replica(name string) string  { return k.replicas() + url.PathEscape(name) }
+
+// The ownership indexes (owner.go): the live runs no replica has taken,
+// and the runs each replica took, by its name.
+func (k keys) unowneds() string             { return k.p + "unowned/" }
+func (k keys) unowned(id string) string     { return k.unowneds() + id }
+func (k keys) helds(owner string) string    { return k.p + "held/" + url.PathEscape(owner) + "/" }
+func (k keys) held(owner, id string) string { return k.helds(owner) + id }
 
 // The model output of runs' calls in flight, relayed between replicas
 // (output.go): each writer's call's text so far, and the replicas that

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -134,6 +135,21 @@ func (s *Store) mayOwn(what string, cur runAt, next reinv1.RunStatus, o store.Ap
 	return nil
 }
 
+// mayTake is mayOwn for Acquire, which a replica calls to drive a run or
+// carry one on: it is refused, too, a paused run another replica holds
+// under a live lease, whose deadlines that replica keeps. (A person's
+// decision takes a paused run with its append: WithAcquire, mayOwn.)
+func (s *Store) mayTake(what string, cur runAt, o store.AppendOptions) error {
+	if err := s.mayOwn(what, cur, cur.st.Status, o); err != nil {
+		return err
+	}
+	if lease := s.replicaLease.Load(); lease != 0 && cur.own.lease != 0 && cur.own.lease != lease && !runstate.Terminal(cur.st.Status) {
+		return fmt.Errorf("%s: server %q holds it under a live lease: %w; it keeps the run's deadlines, and should it stop, its lease ends within the TTL and another server takes the run",
+			what, cur.own.name, store.ErrOwned)
+	}
+	return nil
+}
+
 // fenceOwner adds to t the compares and puts of mayOwn's rules for a write
 // it allowed, with owner the replica taking the run (WithAcquire, Acquire).
 func (s *Store) fenceOwner(t *txn, runID string, cur runAt, next reinv1.RunStatus, o store.AppendOptions) {
@@ -153,4 +169,106 @@ func (s *Store) fenceOwner(t *txn, runID string, cur runAt, next reinv1.RunStatu
 	case o.Acquire != "":
 		t.putLeased(key, []byte(o.Acquire), clientv3.LeaseID(lease))
 	}
+}
+
+// Finding the runs no live replica drives, at a cost of what is orphaned
+// rather than what is live: two indexes, kept in the Txn of every write
+// that moves a run's ownership (indexOwner), and the replicas' name keys.
+//
+//   - P unowned/<id> is put when a run is created and deleted when a
+//     replica first takes it or it ends: a run whose server died right
+//     after creating it is found there (Unowned).
+//   - P held/<name>/<id> is put when the replica name takes the run, moved
+//     when another takes it, and deleted when the run ends. It is not
+//     leased: when a replica's lease ends its name key P replica/<name> is
+//     deleted (WatchLeft), and the runs it drove are found under its name
+//     (Held).
+
+// indexOwner adds to t the moves of the ownership indexes of a write that
+// takes run runID (o.Acquire) or moves it from cur to next.
+func (s *Store) indexOwner(t *txn, runID string, cur runAt, next reinv1.RunStatus, o store.AppendOptions) {
+	switch {
+	case runstate.Terminal(next) && !runstate.Terminal(cur.st.Status):
+		t.del(s.keys.unowned(runID))
+		if cur.owner != "" {
+			t.del(s.keys.held(cur.owner, runID))
+		}
+	case o.Acquire != "":
+		if cur.owner == "" {
+			t.del(s.keys.unowned(runID)) // taken for the first time
+		}
+		if s.replicaLease.Load() == 0 || cur.owner == o.Acquire {
+			return
+		}
+		if cur.owner != "" {
+			t.del(s.keys.held(cur.owner, runID))
+		}
+		t.put(s.keys.held(o.Acquire, runID), nil)
+	}
+}
+
+// indexPage is how many keys one read of an ownership index returns.
+const indexPage = 1000
+
+// Unowned lists, in ID order after the run ID after, up to limit (0: a
+// page of 1,000) of the live runs no replica has taken yet.
+func (s *Store) Unowned(ctx context.Context, after string, limit int) ([]string, error) {
+	return s.indexed(ctx, "list the runs no server took", s.keys.unowneds(), after, limit)
+}
+
+// Held lists, as Unowned does, the runs the replica named owner took last
+// and that have not ended: those to take over once its lease ended.
+func (s *Store) Held(ctx context.Context, owner, after string, limit int) ([]string, error) {
+	return s.indexed(ctx, fmt.Sprintf("list the runs server %q drove", owner), s.keys.helds(owner), after, limit)
+}
+
+// HeldCount is how many runs the replica named owner holds, running or
+// paused: those it hands over when it leaves.
+func (s *Store) HeldCount(ctx context.Context, owner string) (int64, error) {
+	rctx, cancel := s.readCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, s.keys.helds(owner), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, s.etcdErr(ctx, fmt.Sprintf("count the runs server %q holds", owner), err)
+	}
+	return resp.Count, nil
+}
+
+// indexed lists the run IDs under prefix after the ID after, keys only.
+func (s *Store) indexed(ctx context.Context, what, prefix, after string, limit int) ([]string, error) {
+	if limit <= 0 {
+		limit = indexPage
+	}
+	from := prefix
+	if after != "" {
+		from = prefix + after + "\x00"
+	}
+	rctx, cancel := s.readCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(limit)))
+	if err != nil {
+		return nil, s.etcdErr(ctx, what, err)
+	}
+	ids := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		ids = append(ids, string(kv.Key[len(prefix):]))
+	}
+	return ids, nil
+}
+
+// WatchLeft calls left with the name of each replica whose name key is
+// deleted (its lease ended: it left, died, or was cut off or paused past
+// the TTL), so that the runs it held (Held) are taken over; missed is
+// called as for FollowRun, so that the caller looks for orphaned runs
+// itself. Nothing is sent for a run that ends or starts: a replica learns
+// of other replicas' runs only when one of them leaves.
+func (s *Store) WatchLeft(ctx context.Context, left func(name string), missed func()) {
+	s.follow(ctx, s.keys.replicas(), []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut()}, func(key string, _ []byte) {
+		name, err := url.PathUnescape(key)
+		if err != nil {
+			missed() // not rein's: look over everything
+			return
+		}
+		left(name)
+	}, missed)
 }

@@ -49,14 +49,6 @@ func (s *Store) FollowChanges(ctx context.Context, changed func(), missed func()
 		func(string, []byte) { changed() }, missed)
 }
 
-// WatchOrphans calls orphaned with the ID of each run whose owner key is
-// deleted: its owner's lease ended (the server died, or was cut off or
-// paused past the TTL), or the run ended. missed is called as for
-// WatchCommits, so that the caller looks for orphaned runs itself.
-func (s *Store) WatchOrphans(ctx context.Context, orphaned func(runID string), missed func()) {
-	s.follow(ctx, s.keys.owners(), []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut()}, func(runID string, _ []byte) { orphaned(runID) }, missed)
-}
-
 // follow watches key (with clientv3.WithPrefix in opts, the keys under
 // it) from the current revision on, calling fn with each key less key and
 // its value, and missed at the start (the watch then begins at the

@@ -129,6 +129,9 @@ func (s *Store) create(ctx context.Context, what string, st runstate.State, enco
 			t.put(s.keys.event(st.RunID, uint64(i+1)), data)
 		}
 		t.put(s.keys.run(st.RunID), snap)
+		if !runstate.Terminal(st.Status) {
+			t.put(s.keys.unowned(st.RunID), nil) // owner.go
+		}
 		if err := s.putChange(t, reinv1.RunStatus_RUN_STATUS_UNSPECIFIED, st, head); err != nil { // 2
 			return runstate.State{}, false, fmt.Errorf("%s: %w", what, err)
 		}
@@ -266,6 +269,7 @@ func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next ru
 		t.cmp(modIs(s.keys.lease(runID), cur.leaseRev))
 	}
 	s.fenceOwner(t, runID, *cur, next.Status, o)
+	s.indexOwner(t, runID, *cur, next.Status, o)
 	first := cur.st.Version + 1
 	for i, data := range encoded {
 		t.put(s.keys.event(runID, first+uint64(i)), data)
@@ -370,7 +374,7 @@ func (s *Store) Acquire(ctx context.Context, runID, owner string) (uint64, error
 	o := store.AppendOptions{Acquire: owner}
 	fresh := !ok
 	for range maxAttempts {
-		if err := s.mayOwn(what, cur, cur.st.Status, o); err != nil {
+		if err := s.mayTake(what, cur, o); err != nil {
 			if fresh {
 				return 0, err
 			}
@@ -389,6 +393,7 @@ func (s *Store) Acquire(ctx context.Context, runID, owner string) (uint64, error
 		epoch := cur.epoch + 1
 		t.put(s.keys.lease(runID), encodeLease(epoch, owner))
 		s.fenceOwner(t, runID, cur, cur.st.Status, o)
+		s.indexOwner(t, runID, cur, cur.st.Status, o)
 		resp, err := s.commit(ctx, what, t)
 		if err != nil {
 			s.forget(runID)
