@@ -243,7 +243,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 			host, _ := os.Hostname()
 			o.name = fmt.Sprintf("%s-%d", host, os.Getpid())
 		}
-		if rep, err = replica.Join(ctx, replica.Config{Client: cli, Store: st, Name: o.name, TTL: o.leaseTTL, Logger: log, LostLease: cfg.Metrics.LostLease}); err != nil {
+		if rep, err = replica.Join(ctx, replica.Config{Client: cli, Store: st, Name: o.name, TTL: o.leaseTTL, Logger: log, LostLease: cfg.Metrics.LostLease, LookedOver: cfg.Metrics.LookedOver}); err != nil {
 			_ = st.Close()
 			code := exitUnavailable
 			if errors.Is(err, replica.ErrNameTaken) {
@@ -299,8 +299,8 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		return &exitErr{code: exitUnavailable, err: err}
 	}
 	if rep != nil {
-		rep.Serve(node.Engine)
 		cfg.Metrics.TrackLeases(node.Engine.Driving, rep.Holding)
+		rep.Serve(node.Engine)
 		defer rep.Leave(context.Background())
 	}
 	lis, err := net.Listen("tcp", o.listen)

@@ -62,9 +62,10 @@ type Metrics struct {
 	appendErrors     prometheus.Counter
 	watchStreams     *prometheus.GaugeVec
 	watchLagging     *prometheus.CounterVec
-	// takeovers and leaseLosses exist once TrackLeases is called (a
+	// takeovers, leaseLosses and lookovers exist once TrackLeases is called (a
 	// replica); guarded by mu.
 	takeovers, leaseLosses prometheus.Counter
+	lookovers              *prometheus.HistogramVec
 
 	// mu guards live and the label sets.
 	mu sync.Mutex

@@ -1,6 +1,10 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Replicas: a server sharing an etcd store with others holds an etcd lease
 // and, under it, the leases of the runs it drives; it takes over the runs
@@ -33,7 +37,10 @@ func (m *Metrics) TrackLeases(runs func() int, holding func() bool) {
 			Help: "Runs this server carried on after the server that held them stopped (or, once per run, after a restart)."})
 		m.leaseLosses = prometheus.NewCounter(prometheus.CounterOpts{Name: "rein_lease_losses_total",
 			Help: "Times this server lost its etcd lease and stopped driving its runs."})
-		m.Registry.MustRegister(m.takeovers, m.leaseLosses)
+		m.lookovers = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rein_lookover_seconds",
+			Help:    "Looks for runs to carry on, by kind: every_live_run (at start, after a new lease or a missed watch), unowned (the runs no server took, once per TTL), left (the runs of a server whose lease ended), own (this server's runs it does not tend, once per TTL).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"kind"})
+		m.Registry.MustRegister(m.takeovers, m.leaseLosses, m.lookovers)
 	}
 }
 
@@ -60,5 +67,19 @@ func (m *Metrics) LostLease() {
 	m.mu.Unlock()
 	if c != nil {
 		c.Inc()
+	}
+}
+
+// LookedOver records a look for runs to carry on of kind (internal/
+// replica's Look kinds) that took d.
+func (m *Metrics) LookedOver(kind string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	h := m.lookovers
+	m.mu.Unlock()
+	if h != nil {
+		h.WithLabelValues(kind).Observe(d.Seconds())
 	}
 }

@@ -91,12 +91,9 @@ type Config struct {
 	Logger *slog.Logger
 	// LostLease, when set, is called each time the lease is lost.
 	LostLease func()
-	// LookedOver, when set, is told of each look for runs to take over,
-	// what it looked at and how long it took: every live run (at the
-	// start, after a new lease, after a watch that may have missed a
-	// replica's end), the runs no server took (once per TTL), the runs of
-	// a replica whose lease ended.
-	LookedOver func(what string, took time.Duration)
+	// LookedOver, when set, is told of each look for runs to carry on:
+	// what it looked at (one of the Look kinds) and how long it took.
+	LookedOver func(kind string, took time.Duration)
 }
 
 // Replica holds a server's etcd lease. Join starts it; Serve attaches the
@@ -419,7 +416,7 @@ func (r *Replica) lookOver(e Engine) {
 	if err := e.ResumeAll(r.taking); err != nil && !errors.Is(err, context.Canceled) {
 		r.cfg.Logger.Warn("look over the runs to take", "error", err)
 	}
-	r.lookedOver("every live run", start)
+	r.lookedOver(LookEveryLiveRun, start)
 }
 
 // tendOwn carries on the runs this replica holds that it neither drives
@@ -452,7 +449,7 @@ func (r *Replica) tendOwn(e Engine) {
 		}
 		after = page[len(page)-1]
 	}
-	r.lookedOver("runs this server holds", start)
+	r.lookedOver(LookOwn, start)
 }
 
 // takeUnowned carries on the runs no server took: their server died right
@@ -467,7 +464,7 @@ func (r *Replica) takeUnowned(e Engine) {
 	r.takeAll(e, "runs no server took", func(after string) ([]string, error) {
 		return r.cfg.Store.Unowned(r.taking, after, listPage)
 	})
-	r.lookedOver("runs no server took", start)
+	r.lookedOver(LookUnowned, start)
 }
 
 // takeHeld carries on the runs the replicas in pending drove when their
@@ -486,7 +483,7 @@ func (r *Replica) takeHeld(e Engine, pending map[string]bool) {
 		if left == 0 {
 			delete(pending, name)
 		}
-		r.lookedOver(fmt.Sprintf("runs of server %q", name), start)
+		r.lookedOver(LookLeft, start)
 	}
 }
 
@@ -549,6 +546,20 @@ func (r *Replica) spread(e Engine) time.Duration {
 	}
 	return time.Duration(load * float64(r.cfg.TTL/4))
 }
+
+// The kinds of look for runs to carry on (Config.LookedOver).
+const (
+	// LookEveryLiveRun: every live run, at the start, after a new lease,
+	// and when a watch may have missed a replica's end.
+	LookEveryLiveRun = "every_live_run"
+	// LookUnowned: the runs no server took, once per TTL.
+	LookUnowned = "unowned"
+	// LookLeft: the runs of a replica whose lease ended.
+	LookLeft = "left"
+	// LookOwn: this replica's own runs it neither drives nor keeps the
+	// deadlines of, once per TTL.
+	LookOwn = "own"
+)
 
 // lookedOver tells Config.LookedOver of a look that began at start.
 func (r *Replica) lookedOver(what string, start time.Time) {
