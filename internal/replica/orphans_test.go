@@ -21,7 +21,7 @@ import (
 func TestRunNoServerTookIsFound(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	prefix := "/untaken-" + t.Name() + "/"
+	prefix := fmt.Sprintf("/untaken-%s-%d/", t.Name(), time.Now().UnixNano())
 	b := join(t, prefix, "replica-b", scripted)
 	st, err := etcdstore.Open(ctx, shared, prefix, etcdstore.Options{}) // a server with no lease, gone once it created the run
 	if err != nil {
@@ -60,7 +60,7 @@ func TestRunNoServerTookIsFound(t *testing.T) {
 func TestPausedRunStaysWithItsHolder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	prefix := "/paused-" + t.Name() + "/"
+	prefix := fmt.Sprintf("/paused-%s-%d/", t.Name(), time.Now().UnixNano())
 	asking := func(*reinv1.ModelSpec) (model.Model, error) {
 		return model.NewScript([]*reinv1.ScriptedReply{
 			{Reply: &reinv1.ScriptedReply_Decision{Decision: &reinv1.Decision{Action: &reinv1.Decision_AskHuman{AskHuman: &reinv1.AskHuman{Question: "which quarter?"}}}}, Usage: &reinv1.Usage{InputTokens: 1, OutputTokens: 1}},
