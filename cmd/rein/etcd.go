@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/reinhq/rein/internal/etcdflags"
 	"github.com/reinhq/rein/internal/metrics"
@@ -46,9 +47,10 @@ func (f *etcdFlags) check(fs *pflag.FlagSet) error {
 	return nil
 }
 
-// client connects to the cluster (etcdflags.Flags.Client).
-func (f *etcdFlags) client() (*clientv3.Client, error) {
-	cli, err := f.Client()
+// client connects to the cluster (etcdflags.Flags.Client), with dial
+// added to the client's dial options.
+func (f *etcdFlags) client(dial ...grpc.DialOption) (*clientv3.Client, error) {
+	cli, err := f.Client(dial...)
 	if err != nil {
 		return nil, etcdFlagsError(err)
 	}
@@ -65,10 +67,12 @@ func etcdFlagsError(err error) error {
 	return &exitErr{code: exitUnavailable, err: err}
 }
 
-// open connects and opens the store under the prefix. The caller closes
-// the store, then the client.
-func (f *etcdFlags) open(ctx context.Context, opts etcdstore.Options) (*clientv3.Client, *etcdstore.Store, error) {
-	cli, err := f.client()
+// open connects, with dial added to the client's dial options (rein
+// serve's count the bytes received, metrics.Metrics.EtcdDialOptions), and
+// opens the store under the prefix. The caller closes the store, then the
+// client.
+func (f *etcdFlags) open(ctx context.Context, opts etcdstore.Options, dial ...grpc.DialOption) (*clientv3.Client, *etcdstore.Store, error) {
+	cli, err := f.client(dial...)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	etcdstore "github.com/reinhq/rein/internal/store/etcd"
 )
@@ -91,10 +92,11 @@ func (f *Flags) List() []string {
 	return out
 }
 
-// Client connects to the cluster. etcd's client dials lazily; the first
-// request (the store's open) tells whether the cluster answers. A flag that
-// is wrong is a UsageError.
-func (f *Flags) Client() (*clientv3.Client, error) {
+// Client connects to the cluster, with dial added to the client's dial
+// options (such as a stats handler that counts what it receives). etcd's
+// client dials lazily; the first request (the store's open) tells whether
+// the cluster answers. A flag that is wrong is a UsageError.
+func (f *Flags) Client(dial ...grpc.DialOption) (*clientv3.Client, error) {
 	cfg := clientv3.Config{
 		Endpoints:   f.List(),
 		DialTimeout: f.Timeout,
@@ -104,6 +106,7 @@ func (f *Flags) Client() (*clientv3.Client, error) {
 		// A member that stops answering is noticed and left for another.
 		DialKeepAliveTime:    2 * time.Second,
 		DialKeepAliveTimeout: 2 * time.Second,
+		DialOptions:          dial,
 	}
 	if len(cfg.Endpoints) == 0 {
 		return nil, usage("--etcd %q names no endpoint: give host:port[,host:port…]", f.Endpoints)
