@@ -55,8 +55,8 @@ func (o *benchOptions) benchServe(db string) (*exec.Cmd, error) {
 	return exec.Command(exe, benchServeArgs(db)...), nil
 }
 
-// reinBinary is the rein binary whose `rein serve` the watch and failover
-// scenarios start: --rein, else rein beside this binary, else rein on
+// reinBinary is the rein binary whose `rein serve` the watch, failover and
+// scale scenarios start: --rein, else rein beside this binary, else rein on
 // $PATH.
 func (o *benchOptions) reinBinary() (string, error) {
 	if o.rein != "" {
@@ -91,8 +91,11 @@ type benchOptions struct {
 	dir    string
 	store  string
 	etcd   benchEtcdFlags
-	// rein is the rein binary the watch and failover scenarios start.
+	// rein is the rein binary the watch, failover and scale scenarios
+	// start.
 	rein string
+	// replicas are the replica counts the scale scenario measures.
+	replicas []int
 	// json is --json: a JSON object a line.
 	json bool
 	// archive and svg are the lifecycle scenario's.
@@ -112,6 +115,17 @@ Scenarios (steps runs steps, steps-runs and steps-stream):
                the time from killing one (SIGKILL, 10 times) to its runs carried
                on by the others, and runs/s with 1, 2 and 3 replicas; on the
                bench's etcd (--etcd, or one it starts); not part of all
+  scale        1, 2, 4 and 8 (--replicas) rein serve --etcd replicas of --rein
+               (lease TTL 2s, --max-runs 16) with 1,000 runs paused for
+               approval: 8 clients drive 4,000 steps (4-step runs) through
+               replicas 1..N-1 while replica 0, the observer, gets no request;
+               per replica its CPU (/proc) and the bytes its etcd client
+               received (rein_etcd_received_bytes_total), idle and busy; the
+               observer's CPU and etcd bytes per 1,000 steps driven elsewhere
+               against its idle rate over the same time (target ≤ 1.05), CPU
+               per driven step across N; then its idle cost before and after
+               100,000 finished runs are added (target ≤ 1.05); on the bench's
+               etcd (--etcd, or one it starts); not part of all
   lifecycle    finished runs archived by the keeper (runs/s, the median of
                --rounds) against raw puts of the same exports to the same
                archive, rounds alternating; GetRun and ListEvents
@@ -147,7 +161,8 @@ func newRootCmd(e *env) *cobra.Command {
   rein-bench all --scale 0.1 --json
   rein-bench append --store etcd
   rein-bench fold --store etcd --etcd 127.0.0.1:2379 --scale 0.1
-  rein-bench failover --rein .bin/rein`,
+  rein-bench failover --rein .bin/rein
+  rein-bench scale --rein .bin/rein --scale 0.1 --replicas 1,2,4`,
 		Short: "Measure rein against the disk it runs on (rein-bench --help lists the scenarios)",
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -177,7 +192,8 @@ func newRootCmd(e *env) *cobra.Command {
 	cmd.Flags().StringVar(&o.store, "store", "bolt", "storage backend to run on: "+benchStores)
 	cmd.Flags().StringVar(&o.archive, "archive", "", "lifecycle: the archive to measure, file:///DIR or s3://BUCKET?endpoint=…&region=… (credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); default: a temporary directory")
 	cmd.Flags().StringVar(&o.svg, "svg", "", "lifecycle: write the plot of the live store's size to this SVG file")
-	cmd.Flags().StringVar(&o.rein, "rein", "", "the rein binary whose rein serve watch and failover start (default: rein beside rein-bench, else on $PATH)")
+	cmd.Flags().StringVar(&o.rein, "rein", "", "the rein binary whose rein serve watch, failover and scale start (default: rein beside rein-bench, else on $PATH)")
+	cmd.Flags().IntSliceVar(&o.replicas, "replicas", defaultScaleReplicas, "scale: the replica counts to measure, in order (comma-separated)")
 	cmd.Flags().BoolVar(&o.json, "json", false, "print each scenario's result as a JSON object on a line")
 	o.etcd.register(cmd.Flags())
 	return cmd
@@ -192,12 +208,18 @@ func scenarioHelp() string {
 }
 
 func (o *benchOptions) run(cmd *cobra.Command, e *env, name string) error {
-	if name == "failover" {
+	if cmd.Flags().Changed("replicas") && name != "scale" {
+		return usageError("--replicas is the scale scenario's")
+	}
+	switch name {
+	case "failover":
 		return o.benchFailover(cmd, e)
+	case "scale":
+		return o.benchScale(cmd, e)
 	}
 	todo, ok := bench.Lookup(name)
 	if !ok && name != "lifecycle" {
-		return usageError("unknown scenario %q; choose one of: %s, all", name, strings.Join(bench.Names(), ", "))
+		return usageError("unknown scenario %q; choose one of: %s, all; or, not part of all, failover, lifecycle, scale", name, strings.Join(bench.Names(), ", "))
 	}
 	if o.scale <= 0 {
 		return usageError("--scale must be positive, got %v", o.scale)

@@ -58,7 +58,7 @@ func TestBenchUnknownScenario(t *testing.T) {
 	if out != "" {
 		t.Errorf("stdout %q, want nothing", out)
 	}
-	for _, name := range []string{`"nope"`, "append", "steps", "steps-runs", "steps-stream", "fold", "replay", "watch", "delegate", "admission", "recovery", "all"} {
+	for _, name := range []string{`"nope"`, "append", "steps", "steps-runs", "steps-stream", "fold", "replay", "watch", "delegate", "admission", "recovery", "all", "failover", "lifecycle", "scale"} {
 		if !strings.Contains(errs, name) {
 			t.Errorf("stderr %q does not name %s", errs, name)
 		}
@@ -70,6 +70,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{}, {"append", "--scale", "0"}, {"append", "--rounds", "-1"}, {"append", "steps"},
 		{"steps", "--runs", "0"}, {"steps", "--runs", "-3"}, {"fold", "--store", "nope"},
 		{"steps-stream", "--scale", "-1"}, {"steps-stream", "--rounds", "0"}, {"steps-stream", "--store", "nope"},
+		{"scale", "--replicas", "0"}, {"scale", "--replicas", "1,-2"}, {"scale", "--replicas", "x"}, {"scale", "--scale", "0"},
+		{"append", "--replicas", "2"},
 	} {
 		if code, out, _ := runBench(t, args...); code != exitUsage || out != "" {
 			t.Errorf("bench %v: exit %d, stdout %q; want %d and nothing", args, code, out, exitUsage)

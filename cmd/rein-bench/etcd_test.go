@@ -156,3 +156,52 @@ func TestEtcdScenariosOfAGroup(t *testing.T) {
 		t.Errorf("etcdScenarios(steps-stream) = %v, %v; want it refused", got, err)
 	}
 }
+
+// TestBenchScale: rein-bench scale starts one, then two replicas of this
+// binary on an etcd of its own, seeds runs paused for approval, measures
+// each replica idle and under a workload sent to all but the observer, and
+// the observer before and after finished runs fill the prefix. It asserts
+// what was measured, not how fast: every workload step is counted on the
+// replicas that drove it, none on the observer, which received bytes from
+// etcd idle (rein_etcd_received_bytes_total). The twin: with --etcd naming no
+// cluster it fails, saying etcd is unavailable.
+func TestBenchScale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an etcd and three replicas, for about a minute")
+	}
+	bin := etcdtest.Binary(t)
+	code, out, errs := runBench(t, "scale", "--etcd-bin", bin, "--json", "--scale", "0.01", "--replicas", "1,2", "--dir", t.TempDir())
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var r bench.ScaleResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r.Scenario != "scale" || !(r.Figure > 0) || r.Baseline != 1.05 || len(r.Groups) != 2 || r.LookOver == nil {
+		t.Fatalf("bench scale = %s", out)
+	}
+	for _, g := range r.Groups {
+		if len(g.PerReplica) != g.Replicas || g.Paused != 10 || g.Steps < 40 || !(g.CPUMsPerStep > 0) || !(g.IdleSeconds >= 8) {
+			t.Errorf("%d replicas: %+v", g.Replicas, g)
+		}
+		for i, x := range g.PerReplica {
+			if observer := g.Replicas > 1 && i == 0; x.Observer != observer || observer != (x.Steps == 0) || !(x.IdleEtcdKBPerS > 0) {
+				t.Errorf("%d replicas, %s: observer %v, %v steps, idle %v KB/s from etcd; want only replica-0 of two the observer, driving nothing",
+					g.Replicas, x.Name, x.Observer, x.Steps, x.IdleEtcdKBPerS)
+			}
+		}
+	}
+	// The observer may receive nothing from etcd while others work: that
+	// is what rein aims at (its keep-alives come every third of a TTL).
+	if o := r.Groups[1].Observer; o == nil || o.StepsElsewhere < 40 || !(o.BusyEtcdKB >= 0) || !(o.CPURatio > 0) || r.Groups[0].Observer != nil {
+		t.Errorf("observers %+v and %+v; want the second group's only", r.Groups[0].Observer, o)
+	}
+	if lo := r.LookOver; lo.Replicas != 2 || lo.Finished != 1000 || !(lo.BeforeEtcdKBPerS > 0) || !(lo.CPURatio > 0) {
+		t.Errorf("look-over %+v", lo)
+	}
+	code, _, errs = runBench(t, "scale", "--etcd", "127.0.0.1:1", "--etcd-timeout", "1s", "--dir", t.TempDir())
+	if code == exitOK || !strings.Contains(errs, "etcd") {
+		t.Fatalf("bench scale on no cluster: exit %d, %s", code, errs)
+	}
+}

@@ -16,14 +16,7 @@ import (
 // benchFailover runs `rein-bench failover`: replicas of the rein binary
 // (--rein) over the bench's etcd (the cluster of --etcd, or one it starts).
 func (o *benchOptions) benchFailover(cmd *cobra.Command, e *env) error {
-	exe, err := o.reinBinary()
-	if err != nil {
-		return err
-	}
-	if err := o.etcd.check(cmd.Flags(), "etcd"); err != nil {
-		return err
-	}
-	b, err := openBenchEtcd(cmd.Context(), &o.etcd, o.dir, e.stderr)
+	exe, b, err := o.replicaEtcd(cmd, e)
 	if err != nil {
 		return err
 	}
@@ -52,6 +45,24 @@ func (o *benchOptions) benchFailover(cmd *cobra.Command, e *env) error {
 		r.Figure, x["median_kill_to_resumed_s"], x["kills"], x["lease_ttl_s"], verdict, x["runs_carried_on"], seconds(r.Figures),
 		x["runs_per_s_1"], x["runs_per_s_2"], x["runs_per_s_3"])
 	return nil
+}
+
+// replicaEtcd is what the scenarios of rein serve --etcd replicas need:
+// the rein binary (--rein) and the bench's etcd (the cluster of --etcd, or
+// one it starts), which the caller closes.
+func (o *benchOptions) replicaEtcd(cmd *cobra.Command, e *env) (string, *benchEtcd, error) {
+	exe, err := o.reinBinary()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := o.etcd.check(cmd.Flags(), "etcd"); err != nil {
+		return "", nil, err
+	}
+	b, err := openBenchEtcd(cmd.Context(), &o.etcd, o.dir, e.stderr)
+	if err != nil {
+		return "", nil, err
+	}
+	return exe, b, nil
 }
 
 func seconds(vs []float64) string {

@@ -116,20 +116,33 @@ type replicaGroup struct {
 	reps   []*benchReplica
 	conns  []*grpc.ClientConn
 	runs   []reinv1.RunServiceClient
+	// admin says the replicas serve operators' HTTP (rein serve
+	// --admin-listen): start waits for its address too.
+	admin bool
 }
 
 type benchReplica struct {
 	name, addr string
-	cmd        *exec.Cmd
-	exited     chan struct{}
-	mu         sync.Mutex
-	tail       []string
+	// admin is the address of its operators' HTTP (/metrics), when the
+	// group's replicas serve it.
+	admin  string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	mu     sync.Mutex
+	tail   []string
 }
 
-var replicaServingRe = regexp.MustCompile(`msg="rein serving" addr=(\S+)`)
+var (
+	replicaServingRe = regexp.MustCompile(`msg="rein serving" addr=(\S+)`)
+	replicaAdminRe   = regexp.MustCompile(`msg="serving operators' HTTP" admin_addr=(\S+)`)
+)
 
 func startReplicas(ctx context.Context, f Failover, prefix string, n int, tools, dir string) (*replicaGroup, error) {
-	g := &replicaGroup{f: f, prefix: prefix, tools: tools, dir: dir}
+	return startGroup(ctx, &replicaGroup{f: f, prefix: prefix, tools: tools, dir: dir}, n)
+}
+
+// startGroup starts n replicas of g, with a client of each.
+func startGroup(ctx context.Context, g *replicaGroup, n int) (*replicaGroup, error) {
 	for i := range n {
 		rep := &benchReplica{name: fmt.Sprintf("replica-%d", i)}
 		if err := g.start(ctx, rep, "127.0.0.1:0"); err != nil {
@@ -148,7 +161,8 @@ func startReplicas(ctx context.Context, f Failover, prefix string, n int, tools,
 	return g, nil
 }
 
-// start starts rep on listen and waits until it logs its address.
+// start starts rep on listen and waits until it logs its address (and,
+// with g.admin, its operators' HTTP address).
 func (g *replicaGroup) start(ctx context.Context, rep *benchReplica, listen string) error {
 	rep.cmd = g.f.Replica(listen, rep.name, g.prefix, FailoverTTL, g.tools)
 	rep.cmd.Stdout = io.Discard
@@ -160,7 +174,7 @@ func (g *replicaGroup) start(ctx context.Context, rep *benchReplica, listen stri
 		return fmt.Errorf("start replica %s: %w", rep.name, err)
 	}
 	rep.exited = make(chan struct{})
-	addrc := make(chan string, 1)
+	addrc, adminc := make(chan string, 1), make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -178,21 +192,33 @@ func (g *replicaGroup) start(ctx context.Context, rep *benchReplica, listen stri
 				default:
 				}
 			}
+			if m := replicaAdminRe.FindStringSubmatch(line); m != nil {
+				select {
+				case adminc <- m[1]:
+				default:
+				}
+			}
 		}
 		_, _ = io.Copy(io.Discard, stderr)
 		_ = rep.cmd.Wait()
 		close(rep.exited)
 	}()
-	select {
-	case rep.addr = <-addrc:
-		return nil
-	case <-rep.exited:
-		return fmt.Errorf("replica %s exited before serving:\n%s", rep.name, rep.log())
-	case <-time.After(30 * time.Second):
-		return fmt.Errorf("replica %s did not serve within 30s:\n%s", rep.name, rep.log())
-	case <-ctx.Done():
-		return ctx.Err()
+	timeout := time.After(30 * time.Second)
+	for served, admin := false, !g.admin; !served || !admin; {
+		select {
+		case rep.addr = <-addrc:
+			served = true
+		case rep.admin = <-adminc:
+			admin = true
+		case <-rep.exited:
+			return fmt.Errorf("replica %s exited before serving:\n%s", rep.name, rep.log())
+		case <-timeout:
+			return fmt.Errorf("replica %s did not serve within 30s:\n%s", rep.name, rep.log())
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	return nil
 }
 
 func (rep *benchReplica) log() string {
