@@ -125,8 +125,12 @@ type Config struct {
 	// Policy, when set, is each tenant's lifecycle: the node sweeps the
 	// runs that ended every SweepEvery (0: a second), archiving and
 	// deleting them by it. Nil sweeps nothing; DeleteRun works either way.
-	Policy     func(tenant string) lifecycle.Policy
-	SweepEvery time.Duration
+	Policy func(tenant string) lifecycle.Policy
+	// PolicySoonest, when set, is the least age at which any tenant's
+	// Policy archives or deletes a run, false when none does: a sweep
+	// reads only the runs due (lifecycle.Keeper.Soonest).
+	PolicySoonest func() (time.Duration, bool)
+	SweepEvery    time.Duration
 	// Metrics, when set, is told what the node does: the runs' events as
 	// they are published, the store's appends, the watch streams, and every
 	// gRPC call (go-grpc-middleware's Prometheus provider, registered on
@@ -185,7 +189,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	var keeper *lifecycle.Keeper
 	if b, ok := cfg.Store.(lifecycle.Backend); ok {
 		ls := lifecycle.NewStore(b, cfg.Archive)
-		keeper = &lifecycle.Keeper{Store: ls, Policy: cfg.Policy, Every: cfg.SweepEvery, Clock: cfg.Clock,
+		keeper = &lifecycle.Keeper{Store: ls, Policy: cfg.Policy, Soonest: cfg.PolicySoonest, Every: cfg.SweepEvery, Clock: cfg.Clock,
 			Log: cfg.Logger, Metrics: cfg.Metrics.NewLifecycle()}
 		cfg.Store = ls
 	} else if cfg.Archive != nil || cfg.Policy != nil {

@@ -282,7 +282,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 			MaxRunning: o.maxRunning, Lock: lock,
 		}
 	}
-	closeArchive, err := o.lifecycle.configure(ctx, &cfg, db, tenantPolicy(o.tenants.live), log)
+	closeArchive, err := o.lifecycle.configure(ctx, &cfg, db, o.tenants.live, log)
 	if err != nil {
 		_ = cfg.Store.Close()
 		if rep != nil {

@@ -49,7 +49,8 @@ func fileURL(dir string) string {
 
 // configure sets the node's archive and policy from the flags (and the
 // tenants' settings, read at each sweep). db is the bbolt file, "" on etcd.
-func (l *lifecycleFlags) configure(ctx context.Context, cfg *server.Config, db string, tenants func(tenant string, base lifecycle.Policy) lifecycle.Policy, log *slog.Logger) (closeArchive func(), err error) {
+func (l *lifecycleFlags) configure(ctx context.Context, cfg *server.Config, db string, live *tenants.Holder, log *slog.Logger) (closeArchive func(), err error) {
+	policyOf := tenantPolicy(live)
 	if l.archiveAfter < 0 || l.retain < 0 || l.sweepEvery <= 0 {
 		return nil, usageError("--archive-after and --retain must not be negative, --lifecycle-every must be positive")
 	}
@@ -82,10 +83,17 @@ func (l *lifecycleFlags) configure(ctx context.Context, cfg *server.Config, db s
 	}
 	base := lifecycle.Policy{ArchiveAfter: l.archiveAfter, ArchiveOn: archiveOn, Retain: l.retain, RetainOn: retainOn}
 	cfg.Policy = func(tenant string) lifecycle.Policy {
-		if tenants == nil {
+		if policyOf == nil {
 			return base
 		}
-		return tenants(tenant, base)
+		return policyOf(tenant, base)
+	}
+	cfg.PolicySoonest = func() (time.Duration, bool) {
+		var settings *tenants.Settings // no file: the flags alone
+		if live != nil {
+			settings = live.Current()
+		}
+		return settings.Soonest(lifecycleOf(base))
 	}
 	cfg.SweepEvery = l.sweepEvery
 	log.Info("run lifecycle", "archive", archiveName(cfg.Archive), "archive_after", durationText(archiveOn, l.archiveAfter), "retain", durationText(retainOn, l.retain))
@@ -125,19 +133,25 @@ func embeddedArchive(ctx context.Context, db string) *archive.Archive {
 // tenantPolicy resolves a tenant's lifecycle from the live --tenants
 // settings over the flags' (base), read at each sweep so that a reload
 // applies at the next.
+// lifecycleOf is a policy as the tenants file's keys: a duration not in
+// force is unset.
+func lifecycleOf(p lifecycle.Policy) tenants.Lifecycle {
+	var l tenants.Lifecycle
+	if p.ArchiveOn {
+		l.ArchiveAfter = &p.ArchiveAfter
+	}
+	if p.RetainOn {
+		l.Retain = &p.Retain
+	}
+	return l
+}
+
 func tenantPolicy(h *tenants.Holder) func(tenant string, base lifecycle.Policy) lifecycle.Policy {
 	if h == nil {
 		return nil
 	}
 	return func(tenant string, b lifecycle.Policy) lifecycle.Policy {
-		var base tenants.Lifecycle
-		if b.ArchiveOn {
-			base.ArchiveAfter = &b.ArchiveAfter
-		}
-		if b.RetainOn {
-			base.Retain = &b.Retain
-		}
-		l := h.Current().Resolve(tenant, base)
+		l := h.Current().Resolve(tenant, lifecycleOf(b))
 		var p lifecycle.Policy
 		if l.ArchiveAfter != nil {
 			p.ArchiveAfter, p.ArchiveOn = *l.ArchiveAfter, true

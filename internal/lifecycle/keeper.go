@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,6 +46,13 @@ type Keeper struct {
 	// Policy is a tenant's policy; read at each sweep, so that settings
 	// reloaded take effect at the next.
 	Policy func(tenant string) Policy
+	// Soonest, when set, is the least time after a run's end at which any
+	// tenant's policy archives or deletes it, and false when no policy
+	// does; read at each sweep. A sweep then reads nothing when no policy
+	// acts, and stops at the first run that ended too lately for any, so
+	// the runs that ended cost a sweep what is due, not what is stored.
+	// Nil sweeps every run that ended.
+	Soonest func() (time.Duration, bool)
 	// Every is the time between sweeps; 0 means a second.
 	Every   time.Duration
 	Clock   func() time.Time
@@ -121,11 +129,32 @@ func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 		mu.Unlock()
 	}
 	now := k.now()
+	var last time.Time // no run that ended after it is due; zero: no bound
+	if k.Soonest != nil {
+		least, ok := k.Soonest()
+		if !ok {
+			return done, nil
+		}
+		last = now.Add(-least)
+		// The oldest first, alone: when it is not due, nothing is.
+		first, err := k.Store.Ended(ctx, "", 1)
+		if err != nil || len(first) == 0 || first[0].EndedAt.After(last) {
+			return done, err
+		}
+	}
 	after := ""
 	for {
 		batch, err := k.Store.Ended(ctx, after, sweepBatch)
 		if err != nil {
 			return done, err
+		}
+		full := len(batch) == sweepBatch
+		if !last.IsZero() {
+			// In the order of their end: those past last, and all after
+			// them, are due for no policy yet.
+			if i := slices.IndexFunc(batch, func(e store.Ended) bool { return e.EndedAt.After(last) }); i >= 0 {
+				batch, full = batch[:i], false
+			}
 		}
 		// The trees of a batch go Parallel at a time: their objects are
 		// written side by side, and their stubs are committed once every
@@ -187,7 +216,7 @@ func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 		if err := ctx.Err(); err != nil {
 			return done, err
 		}
-		if len(batch) < sweepBatch {
+		if !full {
 			break
 		}
 		after = batch[len(batch)-1].Cursor

@@ -359,3 +359,42 @@ func TestEraseRefusals(t *testing.T) {
 		t.Fatalf("the running run after the refusals: %v", err)
 	}
 }
+
+// TestSweepStopsAtWhatIsDue: with Soonest, a sweep reads the runs that
+// ended in the order of their end and stops at the first that ended too
+// lately for any policy, so a run that ended 10 minutes ago is not
+// archived under a least age of 30 minutes, even by a policy that would
+// archive it at once; with no policy acting it archives nothing. The
+// twin: without Soonest, the same policy archives both runs.
+func TestSweepStopsAtWhatIsDue(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		soonest func() (time.Duration, bool)
+		want    int
+	}{
+		{"least 30m", func() (time.Duration, bool) { return 30 * time.Minute, true }, 1},
+		{"no policy acts", func() (time.Duration, bool) { return 0, false }, 0},
+		{"no bound", nil, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.run("old", "", true) // ended at t0+2s
+			f.run("new", "", false)
+			done := ev("new", 2)
+			done.RecordedAt = timestamppb.New(t0.Add(50 * time.Minute))
+			done.Payload = &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
+				From: reinv1.RunStatus_RUN_STATUS_RUNNING, To: reinv1.RunStatus_RUN_STATUS_COMPLETED, Reason: "final_answer",
+				Result: &reinv1.FinalAnswer{Text: "late"},
+			}}
+			if _, err := f.db.Append(context.Background(), "new", 1, []*reinv1.Event{done}); err != nil {
+				t.Fatal(err)
+			}
+			f.now = t0.Add(time.Hour)
+			f.policy = lifecycle.Policy{ArchiveOn: true} // at once
+			f.k.Soonest = c.soonest
+			if got := f.sweep(); got.Archived != c.want {
+				t.Fatalf("archived %d runs, want %d", got.Archived, c.want)
+			}
+		})
+	}
+}

@@ -179,6 +179,28 @@ func (s *Settings) Resolve(tenant string, base Lifecycle) Lifecycle {
 	return s.tenants[tenant].Lifecycle.over(s.defaults.Lifecycle.over(base))
 }
 
+// Soonest is the least time after a run's end at which the lifecycle of
+// any tenant, resolved over base, archives or deletes it: a tenant of its
+// own table, or any other ([defaults] over base); false when none does.
+func (s *Settings) Soonest(base Lifecycle) (time.Duration, bool) {
+	var least time.Duration
+	found := false
+	take := func(l Lifecycle) {
+		for _, d := range []*time.Duration{l.ArchiveAfter, l.Retain} {
+			if d != nil && (!found || *d < least) {
+				least, found = *d, true
+			}
+		}
+	}
+	take(s.Resolve("", base))
+	if s != nil {
+		for name := range s.tenants {
+			take(s.Resolve(name, base))
+		}
+	}
+	return least, found
+}
+
 // Lifecycle is tenant's lifecycle resolved over the settings' own base
 // (Resolve), as durations and whether each is in force.
 func (s *Settings) Lifecycle(tenant string) (archiveAfter, retain time.Duration, archiveOn, retainOn bool) {

@@ -354,3 +354,35 @@ func TestRateKeys(t *testing.T) {
 		t.Errorf("a negative rate: %v", err)
 	}
 }
+
+// TestSoonest: the least age at which any tenant's lifecycle acts, over
+// the tenants' tables, [defaults] and the base; none when nothing is set
+// anywhere (the twin), and the base alone with no file.
+func TestSoonest(t *testing.T) {
+	cases := []struct {
+		name, file string
+		base       Lifecycle
+		want       time.Duration
+		ok         bool
+	}{
+		{"a tenant's table", good, Lifecycle{}, 0, true}, // beta archives at once
+		{"defaults over the base", "[defaults]\nretain = \"2h\"\n", Lifecycle{ArchiveAfter: dur(48 * time.Hour)}, 2 * time.Hour, true},
+		{"one tenant's retain", "[tenants.acme]\nretain = \"90m\"\n[tenants.globex]\nmax_running = 3\n", Lifecycle{}, 90 * time.Minute, true},
+		{"nothing set", "[tenants.acme]\nmax_running = 3\n", Lifecycle{}, 0, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := Parse("tenants.toml", []byte(c.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, ok := s.Soonest(c.base); got != c.want || ok != c.ok {
+				t.Fatalf("Soonest = %v, %v; want %v, %v", got, ok, c.want, c.ok)
+			}
+		})
+	}
+	var none *Settings
+	if got, ok := none.Soonest(Lifecycle{Retain: dur(time.Hour)}); got != time.Hour || !ok {
+		t.Fatalf("no file: Soonest = %v, %v; want the base's 1h", got, ok)
+	}
+}
