@@ -48,7 +48,7 @@ func TestRunNoServerTookIsFound(t *testing.T) {
 	if took > ttl+3*time.Second {
 		t.Fatalf("B took %v to carry on the run no server took; want about a TTL (%v)", took, ttl)
 	}
-	if left, err := b.store.Unowned(ctx, "", 0); err != nil || len(left) != 0 {
+	if left, _, err := b.store.Unowned(ctx, 0, "", 0); err != nil || len(left) != 0 {
 		t.Fatalf("the runs no server took, after B carried it on: %v, %v; want none", left, err)
 	}
 }

@@ -19,7 +19,7 @@
 // takes its lease (the store lets one replica win), a paused run is taken
 // by one replica, which keeps its deadlines, a model call that was in
 // flight is sent again marked resumed, and a dispatched write is settled
-// by its tool's lookup, never sent blindly again. Once per TTL a replica
+// by its tool's lookup, never sent blindly again. Twice per TTL a replica
 // looks for runs no server took (the store's unowned index: their server
 // died right after creating them, or it drives as many runs as its cap
 // allows), so such a look costs what is orphaned, not what is live; it

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 )
 
@@ -14,7 +13,7 @@ import (
 
 // Serve attaches the server's engine: from now on the replica takes over
 // the runs of servers whose leases end (WatchLeft, Held), and once per
-// TTL the runs no server took (Unowned); it looks over every live run at
+// TTL the runs no server took (Unowned, twice); it looks over every live run at
 // the start, after a new lease, and when a watch may have missed a
 // replica's end.
 func (r *Replica) Serve(e Engine) {
@@ -40,6 +39,11 @@ func (r *Replica) Serve(e Engine) {
 		defer r.takers.Done()
 		every := time.NewTicker(r.cfg.TTL)
 		defer every.Stop()
+		// The runs no server took are looked for twice a TTL, so that one
+		// is taken within a TTL of its creation (takeUnowned).
+		unowned := time.NewTicker(r.cfg.TTL / 2)
+		defer unowned.Stop()
+		var since int64
 		pending := map[string]bool{} // replicas that left runs no one could take yet
 		for {
 			select {
@@ -50,10 +54,11 @@ func (r *Replica) Serve(e Engine) {
 				r.takeHeld(e, pending)
 			case <-r.lookNow:
 				r.lookOver(e)
+			case <-unowned.C:
+				r.takeUnowned(e, &since)
 			case <-every.C:
 				r.tendOwn(e)
 				r.takeHeld(e, pending)
-				r.takeUnowned(e)
 			}
 		}
 	}()
@@ -116,35 +121,34 @@ func (r *Replica) tendOwn(e Engine) {
 // takeUnowned carries on the runs no server took: their server died right
 // after creating them, or drives as many runs as its cap allows. The
 // index holds only those, so a look costs what is orphaned, not what is
-// live.
-func (r *Replica) takeUnowned(e Engine) {
+// live. A look takes only the runs already in the index at the look
+// before it (since, the revision that one read at, half a TTL ago): a
+// run just created is in the index until its server takes it, a moment
+// later, and is left to it. The first look only reads the revision (the
+// look over every live run at the start covers what came before).
+func (r *Replica) takeUnowned(e Engine, since *int64) {
 	if !r.Holding() {
 		return
 	}
 	start := time.Now()
 	defer r.lookedOver(LookUnowned, start)
-	list := func(after string) ([]string, error) { return r.cfg.Store.Unowned(r.taking, after, listPage) }
-	first, ok := r.listAll("runs no server took", list)
-	if !ok || len(first) == 0 {
-		return
-	}
-	// A run just created is in the index until its server takes it, a
-	// moment later: only what is still there after unownedGrace is taken.
-	pause(r.taking, r.cfg.TTL/unownedGrace)
-	again, ok := r.listAll("runs no server took", list)
+	var next int64
+	ids, ok := r.listAll("runs no server took", func(after string) ([]string, error) {
+		page, rev, err := r.cfg.Store.Unowned(r.taking, max(*since, 1), after, listPage)
+		if next == 0 {
+			next = rev
+		}
+		return page, err
+	})
 	if !ok {
 		return
 	}
-	still := map[string]bool{}
-	for _, id := range again {
-		still[id] = true
+	first := *since == 0
+	*since = next
+	if !first {
+		r.takeIDs(e, "runs no server took", ids)
 	}
-	r.takeIDs(e, "runs no server took", slices.DeleteFunc(first, func(id string) bool { return !still[id] }))
 }
-
-// unownedGrace divides the TTL into how long a run must stay in the
-// unowned index before another replica takes it.
-const unownedGrace = 8
 
 // takeHeld carries on the runs the replicas in pending drove when their
 // leases ended, and forgets each replica whose runs are all taken (by
@@ -250,7 +254,7 @@ const (
 	// LookEveryLiveRun: every live run, at the start, after a new lease,
 	// and when a watch may have missed a replica's end.
 	LookEveryLiveRun = "every_live_run"
-	// LookUnowned: the runs no server took, once per TTL.
+	// LookUnowned: the runs no server took, twice per TTL.
 	LookUnowned = "unowned"
 	// LookLeft: the runs of a replica whose lease ended.
 	LookLeft = "left"

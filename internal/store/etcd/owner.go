@@ -211,15 +211,20 @@ func (s *Store) indexOwner(t *txn, runID string, cur runAt, next reinv1.RunStatu
 const indexPage = 1000
 
 // Unowned lists, in ID order after the run ID after, up to limit (0: a
-// page of 1,000) of the live runs no replica has taken yet.
-func (s *Store) Unowned(ctx context.Context, after string, limit int) ([]string, error) {
-	return s.indexed(ctx, "list the runs no server took", s.keys.unowneds(), after, limit)
+// page of 1,000) of the live runs no replica has taken yet, whose index
+// key was put at or before revision since (0: at any), and returns the
+// revision read at. A look that passes the revision of the look before
+// it sees only runs unowned for that long: not a run its server is about
+// to take a moment after creating it.
+func (s *Store) Unowned(ctx context.Context, since int64, after string, limit int) ([]string, int64, error) {
+	return s.indexed(ctx, "list the runs no server took", s.keys.unowneds(), since, after, limit)
 }
 
 // Held lists, as Unowned does, the runs the replica named owner took last
 // and that have not ended: those to take over once its lease ended.
 func (s *Store) Held(ctx context.Context, owner, after string, limit int) ([]string, error) {
-	return s.indexed(ctx, fmt.Sprintf("list the runs server %q drove", owner), s.keys.helds(owner), after, limit)
+	ids, _, err := s.indexed(ctx, fmt.Sprintf("list the runs server %q drove", owner), s.keys.helds(owner), 0, after, limit)
+	return ids, err
 }
 
 // HeldCount is how many runs the replica named owner holds, running or
@@ -234,8 +239,10 @@ func (s *Store) HeldCount(ctx context.Context, owner string) (int64, error) {
 	return resp.Count, nil
 }
 
-// indexed lists the run IDs under prefix after the ID after, keys only.
-func (s *Store) indexed(ctx context.Context, what, prefix, after string, limit int) ([]string, error) {
+// indexed lists the run IDs under prefix after the ID after, keys only,
+// of the keys put at or before revision since (0: any), and the revision
+// read at.
+func (s *Store) indexed(ctx context.Context, what, prefix string, since int64, after string, limit int) ([]string, int64, error) {
 	if limit <= 0 {
 		limit = indexPage
 	}
@@ -245,15 +252,19 @@ func (s *Store) indexed(ctx context.Context, what, prefix, after string, limit i
 	}
 	rctx, cancel := s.readCtx(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(rctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(limit)))
+	opts := []clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(limit))}
+	if since > 0 {
+		opts = append(opts, clientv3.WithMaxCreateRev(since))
+	}
+	resp, err := s.cli.Get(rctx, from, opts...)
 	if err != nil {
-		return nil, s.etcdErr(ctx, what, err)
+		return nil, 0, s.etcdErr(ctx, what, err)
 	}
 	ids := make([]string, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		ids = append(ids, string(kv.Key[len(prefix):]))
 	}
-	return ids, nil
+	return ids, resp.Header.GetRevision(), nil
 }
 
 // WatchLeft calls left with the name of each replica whose name key is

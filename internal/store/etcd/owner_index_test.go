@@ -18,7 +18,7 @@ import (
 func indexes(t *testing.T, s *Store) (unowned, heldA, heldB []string) {
 	t.Helper()
 	var err error
-	if unowned, err = s.Unowned(t.Context(), "", 0); err != nil {
+	if unowned, _, err = s.Unowned(t.Context(), 0, "", 0); err != nil {
 		t.Fatal(err)
 	}
 	if heldA, err = s.Held(t.Context(), "replica-a", "", 0); err != nil {
@@ -46,8 +46,17 @@ func TestOwnershipIndexes(t *testing.T) {
 	if u, ha, hb := indexes(t, a); !slices.Equal(u, []string{"run-1", "run-2", "run-3"}) || len(ha)+len(hb) != 0 {
 		t.Fatalf("after creating three runs: unowned %v, held by a %v, by b %v; want all three unowned", u, ha, hb)
 	}
-	if page, err := a.Unowned(ctx, "run-1", 1); err != nil || !slices.Equal(page, []string{"run-2"}) {
+	page, rev, err := a.Unowned(ctx, 0, "run-1", 1)
+	if err != nil || !slices.Equal(page, []string{"run-2"}) {
 		t.Fatalf("Unowned after run-1, one: %v, %v; want [run-2]", page, err)
+	}
+	// Since the revision read: a run created after it is not listed.
+	mustCreate(t, a, "run-4")
+	if since, _, err := a.Unowned(ctx, rev, "", 0); err != nil || !slices.Equal(since, []string{"run-1", "run-2", "run-3"}) {
+		t.Fatalf("Unowned since revision %d: %v, %v; want the three runs created before it, not run-4", rev, since, err)
+	}
+	if _, err := a.Append(ctx, "run-4", 1, []*reinv1.Event{finish("run-4", 2, t0.Add(time.Minute))}); err != nil {
+		t.Fatal(err)
 	}
 	ea, err := a.Acquire(ctx, "run-1", "replica-a")
 	if err != nil {
