@@ -40,11 +40,14 @@ const (
 	scaleTarget = 1.05
 	// scalePaused is how many runs wait for a person throughout.
 	scalePaused = 1000
-	// scaleSteps is the workload's steps, scaleStepsPerRun a run's (three
-	// tool reads and a final answer), scaleClients the clients driving it.
-	scaleSteps       = 4000
+	// scaleSteps is the workload's steps for each replica that drives it,
+	// scaleStepsPerRun a run's (three tool reads and a final answer),
+	// scaleClients the clients driving each such replica: every driving
+	// replica has the same work at any N, so that its CPU per step is
+	// comparable across N.
+	scaleSteps       = 2000
 	scaleStepsPerRun = 4
-	scaleClients     = 8
+	scaleClients     = 4
 	// scaleFinished is how many finished runs the look-over phase adds,
 	// scaleFillers at once, for at most scaleFillBudget: the store
 	// serializes creations on its change cursor (one etcd round trip each,
@@ -106,6 +109,14 @@ type ScaleGroup struct {
 	// CPUMsPerStep is the CPU the replicas that drove the workload spent
 	// per step they drove, over them all.
 	CPUMsPerStep float64 `json:"cpu_ms_per_step"`
+	// NoEtcdBytes says the rein binary has no
+	// rein_etcd_received_bytes_total (a build from before it): its etcd
+	// figures read 0.
+	NoEtcdBytes bool `json:"no_etcd_bytes,omitempty"`
+	// EtcdDBBytesPerStep is how much etcd's backend file grew per step of
+	// the workload: what a step stores, with the history etcd keeps until
+	// it is compacted (0 when it could not be read).
+	EtcdDBBytesPerStep float64 `json:"etcd_db_bytes_per_step"`
 	// Observer is replica 0's figures; nil with one replica, which drives
 	// the workload itself.
 	Observer   *ScaleObserver `json:"observer,omitempty"`
@@ -153,6 +164,9 @@ type ScaleLookOver struct {
 	FillSeconds float64 `json:"fill_seconds"`
 	FillCPUMs   float64 `json:"fill_cpu_ms"`
 	FillEtcdKB  float64 `json:"fill_etcd_kb"`
+	// EtcdDBBytesPerRun is how much etcd's backend file grew per finished
+	// run added (0 when it could not be read).
+	EtcdDBBytesPerRun float64 `json:"etcd_db_bytes_per_finished_run"`
 	// Before and After are idle rates (per second).
 	BeforeCPUMsPerS  float64 `json:"before_cpu_ms_per_s"`
 	AfterCPUMsPerS   float64 `json:"after_cpu_ms_per_s"`
@@ -200,7 +214,7 @@ func RunScale(ctx context.Context, o Options, s Scale) (ScaleResult, error) {
 	if slices.Contains(counts, 2) {
 		look = 2
 	}
-	sz := scaleSizes{paused: o.scaled(scalePaused, 10), steps: o.scaled(scaleSteps, 4*scaleStepsPerRun), finished: o.scaled(scaleFinished, 100)}
+	sz := scaleSizes{paused: o.scaled(scalePaused, 10), steps: o.scaled(scaleSteps, 10*scaleStepsPerRun), finished: o.scaled(scaleFinished, 100)}
 	worst := 0.0
 	for _, n := range counts {
 		g, err := startGroup(ctx, &replicaGroup{f: f, prefix: fmt.Sprintf("%sscale-%d/", s.Prefix, n), tools: tools, dir: dir, admin: true}, n)
@@ -240,7 +254,7 @@ func RunScale(ctx context.Context, o Options, s Scale) (ScaleResult, error) {
 	}
 	r.Extra["lease_ttl_s"] = ScaleTTL.Seconds()
 	r.Extra["paused_runs"] = float64(sz.paused)
-	r.Extra["clients"] = scaleClients
+	r.Extra["clients_per_driving_replica"] = scaleClients
 	r.Figure = worst
 	r.Ratio = r.Baseline / worst
 	r.Met = r.Ratio >= r.Target
@@ -282,15 +296,27 @@ func measureScale(ctx context.Context, g *replicaGroup, s Scale, sz scaleSizes, 
 	if err != nil {
 		return sg, nil, err
 	}
-	if err := g.workload(ctx, workers, sz.steps/scaleStepsPerRun); err != nil {
+	db0 := etcdDBSize(ctx, s.Etcd)
+	if err := g.workload(ctx, workers, len(workers)*sz.steps/scaleStepsPerRun); err != nil {
 		return sg, nil, err
 	}
+	db1 := etcdDBSize(ctx, s.Etcd)
 	after, err := g.sample(ctx)
 	if err != nil {
 		return sg, nil, err
 	}
 	busy := diff(before, after)
 	sg.BusySeconds = busy.seconds
+	sg.NoEtcdBytes = before.noEtcdBytes
+	if db0 > 0 && db1 > 0 {
+		var steps float64
+		for _, n := range busy.steps {
+			steps += n
+		}
+		if steps > 0 {
+			sg.EtcdDBBytesPerStep = float64(db1-db0) / steps
+		}
+	}
 	var drivenCPU, driven float64
 	for i, rep := range g.reps {
 		sr := ScaleReplica{Name: rep.name, Observer: n > 1 && i == 0,
@@ -369,6 +395,21 @@ func (g *replicaGroup) idle(ctx context.Context) (scaleDelta, error) {
 	return diff(before, after), nil
 }
 
+// etcdDBSize is the size of etcd's backend file, as the first endpoint
+// reports it; 0 when it cannot be read.
+func etcdDBSize(ctx context.Context, cli *clientv3.Client) int64 {
+	if cli == nil || len(cli.Endpoints()) == 0 {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := cli.Status(ctx, cli.Endpoints()[0])
+	if err != nil {
+		return 0
+	}
+	return st.DbSize
+}
+
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -399,7 +440,11 @@ func (g *replicaGroup) lookOver(ctx context.Context, s Scale, finished int) (*Sc
 		_ = st.Close()
 		return nil, err
 	}
+	db0 := etcdDBSize(ctx, s.Etcd)
 	lo.Finished, err = fillFinished(ctx, st, finished, scaleFillBudget)
+	if db1 := etcdDBSize(ctx, s.Etcd); db0 > 0 && db1 > 0 && lo.Finished > 0 {
+		lo.EtcdDBBytesPerRun = float64(db1-db0) / float64(lo.Finished)
+	}
 	if cerr := st.Close(); err == nil {
 		err = cerr
 	}

@@ -62,7 +62,7 @@ func (g *replicaGroup) seedPaused(ctx context.Context, workers []int, runs int) 
 	defer cancel()
 	var mu sync.Mutex
 	ids := map[int][]string{}
-	err := g.each(ctx, runs, func(ctx context.Context, i int) error {
+	err := g.each(ctx, runs, scaleClients, func(ctx context.Context, i int) error {
 		w := workers[i%len(workers)]
 		c := g.runs[w]
 		resp, err := c.StartRun(ctx, &reinv1.StartRunRequest{RequestId: fmt.Sprintf("paused-%d", i), Contract: pausedContract(i)})
@@ -104,13 +104,13 @@ func (g *replicaGroup) stillPaused(ctx context.Context, workers []int, ids map[i
 }
 
 // workload runs runs workload runs on the workers, round-robin,
-// scaleClients at a time: each client starts a run, follows it with
+// scaleClients for each worker at a time: each client starts a run, follows it with
 // WatchRun on the replica it started it on until the stream ends, and
 // checks that it completed.
 func (g *replicaGroup) workload(ctx context.Context, workers []int, runs int) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	return g.each(ctx, runs, func(ctx context.Context, i int) error {
+	return g.each(ctx, runs, scaleClients*len(workers), func(ctx context.Context, i int) error {
 		w := workers[i%len(workers)]
 		c := g.runs[w]
 		resp, err := c.StartRun(ctx, &reinv1.StartRunRequest{RequestId: fmt.Sprintf("steps-%d", i), Contract: workloadContract(i)})
@@ -129,9 +129,9 @@ func (g *replicaGroup) workload(ctx context.Context, workers []int, runs int) er
 	})
 }
 
-// each calls fn for 0..n-1, scaleClients at a time, and returns the first
+// each calls fn for 0..n-1, clients at a time, and returns the first
 // error (the others stop at their next call).
-func (g *replicaGroup) each(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+func (g *replicaGroup) each(ctx context.Context, n, clients int, fn func(ctx context.Context, i int) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	next := make(chan int, n)
@@ -144,7 +144,7 @@ func (g *replicaGroup) each(ctx context.Context, n int, fn func(ctx context.Cont
 		once  sync.Once
 		first error
 	)
-	for range scaleClients {
+	for range clients {
 		wg.Go(func() {
 			for i := range next {
 				if ctx.Err() != nil {

@@ -33,6 +33,8 @@ type scaleSample struct {
 	at                      time.Time
 	cpuMs, etcdBytes, steps []float64
 	cpuResMs                float64
+	// noEtcdBytes: the rein binary has no rein_etcd_received_bytes_total.
+	noEtcdBytes bool
 }
 
 // scaleDelta is what each replica spent between two samples.
@@ -60,6 +62,13 @@ func (g *replicaGroup) sample(ctx context.Context) (scaleSample, error) {
 	s := scaleSample{at: time.Now()}
 	for i, rep := range g.reps {
 		m, err := scrapeMetrics(ctx, rep.admin, "rein_steps_total", "rein_etcd_received_bytes_total")
+		var missing *missingMetric
+		if errors.As(err, &missing) && missing.name == "rein_etcd_received_bytes_total" {
+			// A rein from before the metric (a baseline build): its etcd
+			// bytes are not measured, and read as none.
+			s.noEtcdBytes = true
+			m, err = scrapeMetrics(ctx, rep.admin, "rein_steps_total")
+		}
 		if err != nil {
 			return s, g.replicaErr(i, err)
 		}
@@ -116,10 +125,17 @@ func scrapeMetrics(ctx context.Context, admin string, names ...string) (map[stri
 	}
 	for _, name := range names {
 		if _, ok := out[name]; !ok {
-			return nil, fmt.Errorf("%s has no %s: is the rein binary older than it?", url, name)
+			return nil, &missingMetric{url: url, name: name}
 		}
 	}
 	return out, nil
+}
+
+// missingMetric is scrapeMetrics' error when a name is not on the page.
+type missingMetric struct{ url, name string }
+
+func (e *missingMetric) Error() string {
+	return fmt.Sprintf("%s has no %s: is the rein binary older than it?", e.url, e.name)
 }
 
 // procCPUMs is the CPU time (in ms) process pid used so far, and its

@@ -18,7 +18,7 @@ func (r ScaleResult) WriteText(w io.Writer) error {
 		return "MISSED"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "scale  the observer's CPU, worst ratio to its idle CPU %.2f (target ≤ %.2f, %s); %.0f paused runs throughout, %d clients, %d-step runs, lease TTL %.0fs; %.1fs\n",
+	fmt.Fprintf(&b, "scale  the observer's CPU, worst ratio to its idle CPU %.2f (target ≤ %.2f, %s); %.0f paused runs throughout, %d clients for each driving replica, %d-step runs, lease TTL %.0fs; %.1fs\n",
 		r.Figure, r.Baseline, verdict(r.Figure), r.Extra["paused_runs"], scaleClients, scaleStepsPerRun, ScaleTTL.Seconds(), r.Seconds)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "N\treplica\trole\tidle CPU ms/s\tidle etcd KB/s\tsteps driven\tbusy CPU ms\tbusy etcd KB\tCPU ms/step\t")
@@ -32,7 +32,7 @@ func (r ScaleResult) WriteText(w io.Writer) error {
 			if x.Steps > 0 {
 				perStep = fmt.Sprintf("%.2f", x.CPUMsPerStep)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t%s\t\n",
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%.1f\t%.2f\t%.0f\t%.0f\t%.1f\t%s\t\n",
 				g.Replicas, x.Name, role, x.IdleCPUMsPerS, x.IdleEtcdKBPerS, x.Steps, x.BusyCPUMs, x.BusyEtcdKB, perStep)
 		}
 	}
@@ -40,10 +40,17 @@ func (r ScaleResult) WriteText(w io.Writer) error {
 		return err
 	}
 	for _, g := range r.Groups {
-		fmt.Fprintf(&b, "  N=%d: %.0f steps in %.1fs (%.0f steps/s), %.2f ms CPU per step driven", g.Replicas, g.Steps, g.BusySeconds, g.Steps/g.BusySeconds, g.CPUMsPerStep)
+		fmt.Fprintf(&b, "  N=%d: %.0f steps in %.1fs (%.0f steps/s), %.2f ms CPU per step driven, etcd's file grew %.0f bytes a step", g.Replicas, g.Steps, g.BusySeconds, g.Steps/g.BusySeconds, g.CPUMsPerStep, g.EtcdDBBytesPerStep)
+		if g.NoEtcdBytes {
+			b.WriteString(" (this rein has no rein_etcd_received_bytes_total: its etcd bytes are not measured)")
+		}
 		if o := g.Observer; o != nil {
-			fmt.Fprintf(&b, "; the observer per 1,000 steps driven elsewhere: CPU %.0f ms busy vs %.0f ms idle (ratio %.2f, %s), etcd %.0f KB vs %.0f KB (ratio %.2f, %s)",
-				o.BusyCPUMs, o.IdleCPUMs, o.CPURatio, verdict(o.CPURatio), o.BusyEtcdKB, o.IdleEtcdKB, o.EtcdRatio, verdict(o.EtcdRatio))
+			etcd := fmt.Sprintf("etcd %.2f KB vs %.2f KB (ratio %.2f, %s)", o.BusyEtcdKB, o.IdleEtcdKB, o.EtcdRatio, verdict(o.EtcdRatio))
+			if g.NoEtcdBytes {
+				etcd = "etcd not measured"
+			}
+			fmt.Fprintf(&b, "; the observer per 1,000 steps driven elsewhere: CPU %.0f ms busy vs %.0f ms idle (ratio %.2f, %s), %s",
+				o.BusyCPUMs, o.IdleCPUMs, o.CPURatio, verdict(o.CPURatio), etcd)
 		}
 		b.WriteString("\n")
 	}
@@ -57,9 +64,12 @@ func (r ScaleResult) WriteText(w io.Writer) error {
 		if lo.Finished < lo.Wanted {
 			added = fmt.Sprintf("%d finished runs of %d added (the fill stopped at its budget, %v)", lo.Finished, lo.Wanted, scaleFillBudget)
 		}
-		fmt.Fprintf(&b, "  look-over (N=%d): %s in %.1fs (the observer meanwhile: %.0f ms CPU, %.0f KB from etcd); its idle CPU %.1f → %.1f ms/s (ratio %.2f, %s), etcd %.2f → %.2f KB/s (ratio %.2f, %s)\n",
-			lo.Replicas, added, lo.FillSeconds, lo.FillCPUMs, lo.FillEtcdKB, lo.BeforeCPUMsPerS, lo.AfterCPUMsPerS, lo.CPURatio, verdict(lo.CPURatio),
-			lo.BeforeEtcdKBPerS, lo.AfterEtcdKBPerS, lo.EtcdRatio, verdict(lo.EtcdRatio))
+		etcd := fmt.Sprintf("etcd %.2f → %.2f KB/s (ratio %.2f, %s)", lo.BeforeEtcdKBPerS, lo.AfterEtcdKBPerS, lo.EtcdRatio, verdict(lo.EtcdRatio))
+		if len(r.Groups) > 0 && r.Groups[0].NoEtcdBytes {
+			etcd = "etcd not measured"
+		}
+		fmt.Fprintf(&b, "  look-over (N=%d): %s in %.1fs (etcd's file grew %.0f bytes a run; the observer meanwhile: %.0f ms CPU, %.0f KB from etcd); its idle CPU %.1f → %.1f ms/s (ratio %.2f, %s), %s\n",
+			lo.Replicas, added, lo.FillSeconds, lo.EtcdDBBytesPerRun, lo.FillCPUMs, lo.FillEtcdKB, lo.BeforeCPUMsPerS, lo.AfterCPUMsPerS, lo.CPURatio, verdict(lo.CPURatio), etcd)
 	}
 	b.WriteString("  (one machine: every replica, etcd and the driver share its cores)\n")
 	_, err := io.WriteString(w, b.String())
