@@ -182,7 +182,7 @@ func TestBenchScale(t *testing.T) {
 		t.Fatalf("bench scale = %s", out)
 	}
 	for _, g := range r.Groups {
-		if len(g.PerReplica) != g.Replicas || g.Paused != 10 || g.Steps < 40 || !(g.CPUMsPerStep > 0) || !(g.IdleSeconds >= 8) {
+		if len(g.PerReplica) != g.Replicas || g.Paused != 10 || g.Steps < 40 || !(g.CPUMsPerStep > 0) || !(g.AloneCPUMsPerStep > 0) || !(g.IdleSeconds >= 8) {
 			t.Errorf("%d replicas: %+v", g.Replicas, g)
 		}
 		for i, x := range g.PerReplica {

@@ -62,6 +62,8 @@ const (
 	// wait before one, for what a phase started to end.
 	scaleIdle   = 8 * time.Second
 	scaleSettle = ScaleTTL
+	// scaleFillSettle is the wait after the fill before the idle measure.
+	scaleFillSettle = 5 * ScaleTTL
 )
 
 // Scale is what the scale scenario needs beyond Options.
@@ -107,8 +109,10 @@ type ScaleGroup struct {
 	BusySeconds float64 `json:"busy_seconds"`
 	Steps       float64 `json:"steps"`
 	// CPUMsPerStep is the CPU the replicas that drove the workload spent
-	// per step they drove, over them all.
-	CPUMsPerStep float64 `json:"cpu_ms_per_step"`
+	// per step they drove, over them all; AloneCPUMsPerStep the CPU per step of
+	// the first of them driving the same work alone, the others idle.
+	CPUMsPerStep      float64 `json:"cpu_ms_per_step"`
+	AloneCPUMsPerStep float64 `json:"alone_cpu_ms_per_step"`
 	// NoEtcdBytes says the rein binary has no
 	// rein_etcd_received_bytes_total (a build from before it): its etcd
 	// figures read 0.
@@ -252,6 +256,15 @@ func RunScale(ctx context.Context, o Options, s Scale) (ScaleResult, error) {
 	if len(perStep) > 0 {
 		r.Extra["cpu_ms_per_step_spread"] = slices.Max(perStep) / slices.Min(perStep)
 	}
+	var alone []float64
+	for _, sg := range r.Groups {
+		if sg.AloneCPUMsPerStep > 0 {
+			alone = append(alone, sg.AloneCPUMsPerStep)
+		}
+	}
+	if len(alone) > 0 {
+		r.Extra["alone_cpu_ms_per_step_spread"] = slices.Max(alone) / slices.Min(alone)
+	}
 	r.Extra["lease_ttl_s"] = ScaleTTL.Seconds()
 	r.Extra["paused_runs"] = float64(sz.paused)
 	r.Extra["clients_per_driving_replica"] = scaleClients
@@ -297,7 +310,7 @@ func measureScale(ctx context.Context, g *replicaGroup, s Scale, sz scaleSizes, 
 		return sg, nil, err
 	}
 	db0 := etcdDBSize(ctx, s.Etcd)
-	if err := g.workload(ctx, workers, len(workers)*sz.steps/scaleStepsPerRun); err != nil {
+	if err := g.workload(ctx, workers, len(workers)*sz.steps/scaleStepsPerRun, "steps"); err != nil {
 		return sg, nil, err
 	}
 	db1 := etcdDBSize(ctx, s.Etcd)
@@ -349,6 +362,24 @@ func measureScale(ctx context.Context, g *replicaGroup, s Scale, sz scaleSizes, 
 		o.EtcdRatio = ratioOver(o.BusyEtcdKB, o.IdleEtcdKB, 0)
 		sg.Observer = o
 	}
+	// The same work driven by one replica alone, the others idle: its CPU
+	// per step, against N, is what the cluster's size costs a replica,
+	// apart from the machine's cores being shared by more work.
+	one, err := g.sample(ctx)
+	if err != nil {
+		return sg, nil, err
+	}
+	if err := g.workload(ctx, workers[:1], sz.steps/scaleStepsPerRun, "alone"); err != nil {
+		return sg, nil, err
+	}
+	two, err := g.sample(ctx)
+	if err != nil {
+		return sg, nil, err
+	}
+	alone := diff(one, two)
+	if w := workers[0]; alone.steps[w] > 0 {
+		sg.AloneCPUMsPerStep = alone.cpuMs[w] / alone.steps[w]
+	}
 	if err := g.stillPaused(ctx, workers, paused); err != nil {
 		return sg, nil, err
 	}
@@ -378,7 +409,12 @@ func ratioOver(a, b, floor float64) float64 {
 
 // idle waits scaleSettle, then samples the replicas over scaleIdle.
 func (g *replicaGroup) idle(ctx context.Context) (scaleDelta, error) {
-	if err := sleepCtx(ctx, scaleSettle); err != nil {
+	return g.idleAfter(ctx, scaleSettle)
+}
+
+// idleAfter is idle with a wait of settle first.
+func (g *replicaGroup) idleAfter(ctx context.Context, settle time.Duration) (scaleDelta, error) {
+	if err := sleepCtx(ctx, settle); err != nil {
 		return scaleDelta{}, err
 	}
 	before, err := g.sample(ctx)
@@ -457,7 +493,9 @@ func (g *replicaGroup) lookOver(ctx context.Context, s Scale, finished int) (*Sc
 	}
 	fill := diff(s0, s1)
 	lo.FillSeconds, lo.FillCPUMs, lo.FillEtcdKB = fill.seconds, fill.cpuMs[0], fill.etcdBytes[0]/1024
-	after, err := g.idle(ctx)
+	// What the fill set going settles first: the servers' first looks
+	// after it, and their collectors.
+	after, err := g.idleAfter(ctx, scaleFillSettle)
 	if err != nil {
 		return nil, err
 	}

@@ -103,17 +103,18 @@ func (g *replicaGroup) stillPaused(ctx context.Context, workers []int, ids map[i
 	return nil
 }
 
-// workload runs runs workload runs on the workers, round-robin,
+// workload runs runs workload runs (request IDs tag-0, tag-1, …) on the
+// workers, round-robin,
 // scaleClients for each worker at a time: each client starts a run, follows it with
 // WatchRun on the replica it started it on until the stream ends, and
 // checks that it completed.
-func (g *replicaGroup) workload(ctx context.Context, workers []int, runs int) error {
+func (g *replicaGroup) workload(ctx context.Context, workers []int, runs int, tag string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	return g.each(ctx, runs, scaleClients*len(workers), func(ctx context.Context, i int) error {
 		w := workers[i%len(workers)]
 		c := g.runs[w]
-		resp, err := c.StartRun(ctx, &reinv1.StartRunRequest{RequestId: fmt.Sprintf("steps-%d", i), Contract: workloadContract(i)})
+		resp, err := c.StartRun(ctx, &reinv1.StartRunRequest{RequestId: fmt.Sprintf("%s-%d", tag, i), Contract: workloadContract(i)})
 		if err != nil {
 			return g.replicaErr(w, fmt.Errorf("start run %d: %w", i, err))
 		}

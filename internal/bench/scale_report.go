@@ -59,6 +59,11 @@ func (r ScaleResult) WriteText(w io.Writer) error {
 		steps = append(steps, fmt.Sprintf("%d: %.2f", g.Replicas, g.CPUMsPerStep))
 	}
 	fmt.Fprintf(&b, "  CPU ms per driven step by replica count: %s (largest/smallest %.2f; flat is 1)\n", strings.Join(steps, ", "), r.Extra["cpu_ms_per_step_spread"])
+	var alone []string
+	for _, g := range r.Groups {
+		alone = append(alone, fmt.Sprintf("%d: %.2f", g.Replicas, g.AloneCPUMsPerStep))
+	}
+	fmt.Fprintf(&b, "  the same work driven by one replica alone, the others idle, CPU ms per step: %s (largest/smallest %.2f; flat is 1)\n", strings.Join(alone, ", "), r.Extra["alone_cpu_ms_per_step_spread"])
 	if lo := r.LookOver; lo != nil {
 		added := fmt.Sprintf("%d finished runs added", lo.Finished)
 		if lo.Finished < lo.Wanted {
