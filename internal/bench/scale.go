@@ -247,24 +247,8 @@ func RunScale(ctx context.Context, o Options, s Scale) (ScaleResult, error) {
 			worst = max(worst, lo.CPURatio)
 		}
 	}
-	var perStep []float64
-	for _, sg := range r.Groups {
-		if sg.CPUMsPerStep > 0 {
-			perStep = append(perStep, sg.CPUMsPerStep)
-		}
-	}
-	if len(perStep) > 0 {
-		r.Extra["cpu_ms_per_step_spread"] = slices.Max(perStep) / slices.Min(perStep)
-	}
-	var alone []float64
-	for _, sg := range r.Groups {
-		if sg.AloneCPUMsPerStep > 0 {
-			alone = append(alone, sg.AloneCPUMsPerStep)
-		}
-	}
-	if len(alone) > 0 {
-		r.Extra["alone_cpu_ms_per_step_spread"] = slices.Max(alone) / slices.Min(alone)
-	}
+	r.spread("cpu_ms_per_step_spread", func(g ScaleGroup) float64 { return g.CPUMsPerStep })
+	r.spread("alone_cpu_ms_per_step_spread", func(g ScaleGroup) float64 { return g.AloneCPUMsPerStep })
 	r.Extra["lease_ttl_s"] = ScaleTTL.Seconds()
 	r.Extra["paused_runs"] = float64(sz.paused)
 	r.Extra["clients_per_driving_replica"] = scaleClients
@@ -446,6 +430,21 @@ func etcdDBSize(ctx context.Context, cli *clientv3.Client) int64 {
 	return st.DbSize
 }
 
+// spread puts in Extra[name] the largest of the groups' figures over the
+// smallest (the figures measured: those above 0).
+func (r *ScaleResult) spread(name string, figure func(ScaleGroup) float64) {
+	var xs []float64
+	for _, g := range r.Groups {
+		if x := figure(g); x > 0 {
+			xs = append(xs, x)
+		}
+	}
+	if len(xs) > 0 {
+		r.Extra[name] = slices.Max(xs) / slices.Min(xs)
+	}
+}
+
+// sleepCtx waits d, or until ctx ends (its error).
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -133,6 +133,12 @@ func (g *replicaGroup) workload(ctx context.Context, workers []int, runs int, ta
 // each calls fn for 0..n-1, clients at a time, and returns the first
 // error (the others stop at their next call).
 func (g *replicaGroup) each(ctx context.Context, n, clients int, fn func(ctx context.Context, i int) error) error {
+	return inParallel(ctx, n, clients, fn)
+}
+
+// inParallel calls fn for 0..n-1, workers at a time, and returns the
+// first error (the others stop at their next call), or ctx's.
+func inParallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	next := make(chan int, n)
@@ -145,7 +151,7 @@ func (g *replicaGroup) each(ctx context.Context, n, clients int, fn func(ctx con
 		once  sync.Once
 		first error
 	)
-	for range clients {
+	for range workers {
 		wg.Go(func() {
 			for i := range next {
 				if ctx.Err() != nil {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -211,8 +210,6 @@ func procStatMs(pid int) (float64, error) {
 // created running and completed by a second append would be, in between,
 // a running run no server holds, which the replicas take over and drive.
 func fillFinished(ctx context.Context, st store.Store, runs int, budget time.Duration) (int, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	stop := time.Now().Add(budget)
 	var stored atomic.Int64
 	base := benchTime().AsTime()
@@ -224,49 +221,30 @@ func fillFinished(ctx context.Context, st store.Store, runs int, budget time.Dur
 			From: reinv1.RunStatus_RUN_STATUS_RUNNING, To: reinv1.RunStatus_RUN_STATUS_COMPLETED, Reason: "final_answer",
 		}}},
 	}
-	next := make(chan int, runs)
-	for i := range runs {
-		next <- i
-	}
-	close(next)
-	var (
-		wg    sync.WaitGroup
-		once  sync.Once
-		first error
-	)
-	for range scaleFillers {
-		wg.Go(func() {
-			for i := range next {
-				if ctx.Err() != nil || time.Now().After(stop) {
-					return
-				}
-				id := fmt.Sprintf("run_f%08d", i)
-				at := timestamppb.New(base.Add(time.Duration(i) * time.Second))
-				started := &reinv1.Event{
-					RunId: id, Sequence: 1, RecordedAt: at, Actor: "principal:bench",
-					Payload: &reinv1.Event_RunStarted{RunStarted: &reinv1.RunStarted{
-						Contract: contract, Principal: server.LocalPrincipal().ID, Tenant: server.LocalPrincipal().Tenant,
-					}},
-				}
-				// Fresh events per run: a store may keep what it was given.
-				evs := []*reinv1.Event{started}
-				for _, ev := range tmpl {
-					ev = proto.CloneOf(ev)
-					ev.RunId, ev.RecordedAt = id, at
-					evs = append(evs, ev)
-				}
-				if _, err := st.Import(ctx, evs, nil); err != nil {
-					once.Do(func() { first = fmt.Errorf("finished run %s: %w", id, err) })
-					cancel()
-					return
-				}
-				stored.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	if first != nil {
-		return int(stored.Load()), first
-	}
-	return int(stored.Load()), ctx.Err()
+	err := inParallel(ctx, runs, scaleFillers, func(ctx context.Context, i int) error {
+		if time.Now().After(stop) {
+			return nil // past the budget: the rest are skipped
+		}
+		id := fmt.Sprintf("run_f%08d", i)
+		at := timestamppb.New(base.Add(time.Duration(i) * time.Second))
+		started := &reinv1.Event{
+			RunId: id, Sequence: 1, RecordedAt: at, Actor: "principal:bench",
+			Payload: &reinv1.Event_RunStarted{RunStarted: &reinv1.RunStarted{
+				Contract: contract, Principal: server.LocalPrincipal().ID, Tenant: server.LocalPrincipal().Tenant,
+			}},
+		}
+		// Fresh events per run: a store may keep what it was given.
+		evs := []*reinv1.Event{started}
+		for _, ev := range tmpl {
+			ev = proto.CloneOf(ev)
+			ev.RunId, ev.RecordedAt = id, at
+			evs = append(evs, ev)
+		}
+		if _, err := st.Import(ctx, evs, nil); err != nil {
+			return fmt.Errorf("finished run %s: %w", id, err)
+		}
+		stored.Add(1)
+		return nil
+	})
+	return int(stored.Load()), err
 }

@@ -1,12 +1,10 @@
 package replica_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,24 +14,6 @@ import (
 	"github.com/reinhq/rein/internal/replica"
 	etcdstore "github.com/reinhq/rein/internal/store/etcd"
 )
-
-// lockedBuffer is a bytes.Buffer a logger and the test share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestLeaveHandsOver: a replica that leaves ends its lease at once: its
 // name key is gone as Leave returns (the others, watching the name keys,
@@ -49,7 +29,7 @@ func TestLeaveHandsOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	var log lockedBuffer
+	var log syncBuffer
 	rep, err := replica.Join(ctx, replica.Config{Client: shared, Store: st, Name: "replica-a", TTL: ttl, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
