@@ -18,9 +18,13 @@ const tailLen = 256
 // not reach back to its cursor, from the store. A watcher that falls behind
 // loses nothing, because the store has every event, and holds at most one
 // pending wake-up, so its memory is bounded; the tail is shared by a run's
-// watchers and dropped when the last one leaves.
+// watchers and dropped when the last one leaves. On a store shared by
+// several servers (commits), what the others commit reaches the hub only
+// for the runs watched here, and the change feed only while a watcher of
+// every run is here: the first watcher starts the follow, the last one
+// ends it.
 type Hub struct {
-	// mu guards subs and all.
+	// mu guards subs, all, tails, calls and the follows.
 	mu   sync.Mutex
 	subs map[string]map[*Subscription]struct{}
 	// all are the watchers of every run (WatchRuns).
