@@ -197,10 +197,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	st := cfg.Metrics.Store(cfg.Store)
 	hub := NewHub()
-	hub.streamAll = cfg.StreamModelCalls
-	if cfg.Commits != nil {
-		hub.commits = cfg.Commits
-	}
+	hub.streamAll, hub.commits = cfg.StreamModelCalls, cfg.Commits
 	var tracer *telemetry.Tracer
 	var opts []grpc.ServerOption
 	if cfg.Traces != nil {
