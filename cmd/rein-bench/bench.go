@@ -38,6 +38,7 @@ func benchBackend(name string) (bench.Backend, error) {
 				}
 				return s, nil
 			},
+			Size:    bolt.Size,
 			Ceiling: bolt.Ceiling{},
 		}, nil
 	}

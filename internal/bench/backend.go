@@ -16,6 +16,9 @@ type Backend struct {
 	// Open opens the store at path, creating it. noSync skips fsync: only
 	// the untimed building of a scenario's fixtures asks for it.
 	Open func(path string, noSync bool) (Store, error)
+	// Size is the bytes the store at path takes on disk (bolt's file and
+	// its log); nil means the file's size.
+	Size func(path string) (int64, error)
 	// MaxAppendEvents is the most events one Append may carry (an etcd
 	// request has a size limit); 0 means no limit. The untimed building of
 	// a scenario's fixtures appends in batches no larger.

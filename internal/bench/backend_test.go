@@ -28,6 +28,7 @@ func boltBackend() Backend {
 		Open: func(path string, noSync bool) (Store, error) {
 			return bolt.Open(path, bolt.Options{NoSync: noSync})
 		},
+		Size:    bolt.Size,
 		Ceiling: bolt.Ceiling{},
 	}
 }

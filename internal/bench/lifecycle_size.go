@@ -129,11 +129,11 @@ func steadyWorkload(ctx context.Context, be Backend, path string, arch *archive.
 		}
 	}()
 	size := func() error {
-		info, err := os.Stat(path)
+		n, err := storeSize(be, path)
 		if err != nil {
 			return fmt.Errorf("the live store's size: %w", err)
 		}
-		out.Bytes = append(out.Bytes, info.Size())
+		out.Bytes = append(out.Bytes, n)
 		return nil
 	}
 	if err := size(); err != nil {
@@ -174,4 +174,16 @@ func steadyWorkload(ctx context.Context, be Backend, path string, arch *archive.
 		out.Archived, out.Deleted = archived, deleted
 	}
 	return out, nil
+}
+
+// storeSize is the bytes the store at path takes on disk.
+func storeSize(be Backend, path string) (int64, error) {
+	if be.Size != nil {
+		return be.Size(path)
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	return info.Size(), nil
 }

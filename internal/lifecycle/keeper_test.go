@@ -136,13 +136,18 @@ func (f *fixture) sweep() lifecycle.Swept {
 	return got
 }
 
+// fileHolds reports whether the store's file or its log holds s.
 func fileHolds(t *testing.T, path, s string) bool {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bytes.Contains(data, []byte(s))
+	log, err := os.ReadFile(bolt.WALPath(path))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return bytes.Contains(data, []byte(s)) || bytes.Contains(log, []byte(s))
 }
 
 func TestArchiveReadsAlike(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,25 @@ type Store struct {
 
 	reqs   chan *writeReq
 	states states
+
+	// The open write transaction and the log (checkpoint.go), the
+	// writer's: txMu guards tx against the reads that go through it.
+	txMu    sync.Mutex
+	tx      *bbolt.Tx
+	wal     *walFile
+	walBuf  []byte
+	storeID []byte
+	applied uint64 // the last log record the file holds
+	logged  uint64 // the last log record written
+	// broken, once set, refuses every write: the log's records could not be
+	// put back after a failed commit.
+	broken error
+	// finished is the writer's last checkpoint's error, for Close.
+	finished error
+	// copied is a read-only store's private copy of its file, with its
+	// log applied (recover.go), removed at Close; "" for none.
+	copied string
+
 	// mu guards closed; the writer goroutine is the only one that writes.
 	mu     sync.RWMutex
 	closed bool
@@ -109,7 +129,14 @@ func (s *Store) Close() error {
 	close(s.reqs)
 	s.mu.Unlock()
 	<-s.done
-	return s.db.Close()
+	err := s.db.Close()
+	if s.copied != "" {
+		_ = os.Remove(s.copied)
+	}
+	if s.finished != nil {
+		return fmt.Errorf("close store %s: %w; its log keeps what the file lacks, and the next open applies it", s.path, s.finished)
+	}
+	return err
 }
 
 // Create implements store.Store.

@@ -85,6 +85,9 @@ func Check(path string, opts Options) ([]Problem, error) {
 		c.add("", 0, "%v", err)
 		return c.problems, nil
 	}
+	if err := checkWAL(path, db); err != nil {
+		c.add("", 0, "%v", err)
+	}
 	if err := guard("the store", func() error { return db.View(c.rein) }); err != nil {
 		c.add("", 0, "%v", err)
 		c.faulted = true

@@ -1,8 +1,11 @@
-// Package bolt is rein's embedded event store on bbolt: one file, every
-// append durable (fsync) before it is acknowledged.
+// Package bolt is rein's embedded event store on bbolt: one file and its
+// write-ahead log beside it (FILE-wal, wal.go), every append durable
+// (fdatasync of the log) before it is acknowledged.
 //
 // Layout (all keys big-endian where they are numbers, so they sort in order):
 //
+//	meta/store-id          8 random bytes, which the store's log names
+//	meta/wal-applied       uint64: the last log record the file holds
 //	meta/format            "rein-store-3" (or "rein-store-1", from before
 //	                       blobs were kept in a run's log, or "rein-store-2",
 //	                       from before their keys were short: the first
@@ -50,8 +53,17 @@
 //   - Transactions are short. Bytes read in a transaction are copied (or
 //     unmarshalled, which copies) before it ends; no nested transactions.
 //   - Every write goes through one writer goroutine that gathers the appends
-//     waiting at that moment into one Update (group commit): appends from
-//     many runs share one fsync, and no append waits on a timer. The writer
+//     waiting at that moment into one batch (group commit): appends from
+//     many runs share one sync, and no append waits on a timer. The batch
+//     is put in a bbolt write transaction the writer keeps open, appended to
+//     the log, and acknowledged once the log is synced: one fdatasync, where
+//     a bbolt commit makes two. The transaction is committed (a checkpoint)
+//     every two seconds of records, before the log passes 16 MiB, before a
+//     lifecycle change, a scrub and the close; reads go through it while it
+//     holds what the file does not, so a read sees every acknowledged
+//     write and nothing that is not yet durable (checkpoint.go). Open
+//     applies the records a crash left in the log in one checkpoint, and a
+//     read-only open applies them to a private copy (recover.go). The writer
 //     is what every run waits on, so what need not be in its transaction is
 //     done by the caller's goroutine before the request is queued: the
 //     events' encoding, the blobs' hashes, and the fold and the snapshot's
@@ -87,7 +99,10 @@
 //     written, not even bbolt's header pages); every write is refused with
 //     store.ErrReadOnly before it reaches the writer.
 //   - A commit that fails with ENOSPC is store.ErrDiskFull; as for any
-//     failed commit, nothing of it was stored and nothing was acknowledged.
+//     failed commit, nothing of it was stored and nothing was acknowledged:
+//     the log is cut back before the failed record, and the transaction is
+//     rolled back and made again from the log's records since the last
+//     checkpoint.
 //
 // Ceiling (ceiling.go) is the raw bbolt work this layout's appends and scans
 // come down to, with none of the store's logic; rein-bench compares the

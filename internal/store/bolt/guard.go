@@ -1,10 +1,8 @@
 package bolt
 
 import (
-	"errors"
 	"fmt"
 	"runtime/debug"
-	"syscall"
 
 	bbolt "go.etcd.io/bbolt"
 
@@ -50,32 +48,12 @@ func (s *Store) view(what string, fn func(tx *bbolt.Tx) error) error {
 	}
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
-	return guard(what, func() error { return s.db.View(fn) })
-}
-
-// update runs fn in a write transaction, guarded, and commits it unless fn
-// failed or wrote nothing: a batch whose every request was refused leaves
-// the file byte for byte as it was (bbolt would write a new meta page and
-// free list for an empty commit). A full disk is ErrDiskFull.
-func (s *Store) update(fn func(tx *bbolt.Tx) error) error {
-	err := guard("commit to "+s.path, func() error {
-		tx, err := s.db.Begin(true)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = tx.Rollback() }() // after a Commit, a no-op
-		if err := fn(tx); err != nil {
-			return err
-		}
-		// bbolt materialises a node for every Put, Delete, CreateBucket and
-		// NextSequence, and for nothing else before the commit.
-		if stats := tx.Stats(); stats.GetNodeCount() == 0 {
-			return nil
-		}
-		return tx.Commit()
-	})
-	if errors.Is(err, syscall.ENOSPC) {
-		err = fmt.Errorf("%w: %w", store.ErrDiskFull, err)
+	s.txMu.Lock()
+	if tx := s.tx; tx != nil {
+		// It holds durable commits the file does not yet (checkpoint.go).
+		defer s.txMu.Unlock()
+		return guard(what, func() error { return fn(tx) })
 	}
-	return err
+	s.txMu.Unlock()
+	return guard(what, func() error { return s.db.View(fn) })
 }

@@ -52,6 +52,10 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("initialise store %s: %w", path, err)
 	}
 	s := &Store{db: db, path: path, noSync: opts.NoSync, reqs: make(chan *writeReq, maxBatch), scrubs: make(chan chan error), done: make(chan struct{})}
+	if err := s.recoverWAL(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	go s.writer()
 	return s, nil
 }
@@ -77,7 +81,24 @@ func openReadOnly(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	s := &Store{db: db, path: path, readOnly: true, reqs: make(chan *writeReq), done: make(chan struct{})}
+	copied, err := pendingCopy(path, db)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if copied != "" {
+		// The file lacks the last commits its log holds: reads go to a
+		// private copy with them applied.
+		_ = db.Close()
+		if err := guard("open store "+path, func() (err error) {
+			db, err = bbolt.Open(copied, 0o400, &bbolt.Options{ReadOnly: true, Timeout: opts.LockTimeout})
+			return err
+		}); err != nil {
+			_ = os.Remove(copied)
+			return nil, openError(path, err)
+		}
+	}
+	s := &Store{db: db, path: path, readOnly: true, copied: copied, reqs: make(chan *writeReq), done: make(chan struct{})}
 	close(s.done) // no writer
 	return s, nil
 }

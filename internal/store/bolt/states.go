@@ -46,6 +46,13 @@ func (c *states) put(runID string, st *runstate.State) {
 	c.m[runID] = st
 }
 
+// clear drops every run's state.
+func (c *states) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m = nil
+}
+
 func (c *states) drop(runID string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -2,8 +2,8 @@ package bolt
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
+	"time"
 
 	bbolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
@@ -63,14 +63,29 @@ func (s *Store) writer() {
 	defer close(s.done)
 	batch := make([]*writeReq, 0, maxBatch)
 	results := make([]writeRes, maxBatch)
+	due := time.NewTimer(checkpointEvery)
+	due.Stop()
+	armed := false
 	for {
 		var r *writeReq
 		select {
 		case done := <-s.scrubs:
-			done <- s.rewrite()
+			err := s.checkpoint()
+			if err == nil {
+				err = s.rewrite()
+			}
+			done <- err
+			continue
+		case <-due.C:
+			// A failed checkpoint leaves the records in the log; the
+			// next batch arms the timer again.
+			armed = false
+			_ = s.checkpoint()
 			continue
 		case next, ok := <-s.reqs:
 			if !ok {
+				due.Stop()
+				s.finished = s.finish()
 				return
 			}
 			r = next
@@ -81,28 +96,12 @@ func (s *Store) writer() {
 		}
 		s.commits.Add(1)
 		failpoint.Inject(failpoint.StoreBeforeCommit)
-		err := s.update(func(tx *bbolt.Tx) error {
-			for i := 0; i < len(batch); i++ {
-				results[i] = s.applyRequest(tx, batch[i])
-				var te errTx
-				if errors.As(results[i].err, &te) {
-					return te.err
-				}
-				if i == len(batch)-1 {
-					// Those that queued meanwhile (runs whose last
-					// commit was answered just before this one began)
-					// would otherwise wait for this commit to sync, then
-					// for their own.
-					batch = s.gather(batch)
-				}
-			}
-			return nil
-		})
+		var err error
+		batch, err = s.commitBatch(batch, results)
 		failpoint.Inject(failpoint.StoreAfterCommit)
-		if err != nil { // what the batch cached was never stored
-			for _, r := range batch {
-				s.states.drop(r.runID)
-			}
+		if !armed && s.logged > s.applied {
+			due.Reset(checkpointEvery)
+			armed = true
 		}
 		for i, r := range batch {
 			res := results[i]

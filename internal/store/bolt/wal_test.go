@@ -1,0 +1,443 @@
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/store/seal"
+)
+
+// walStore opens a store in a new directory with run-a created and appended
+// to up to version v (marked events), and returns it with its path.
+func walStore(t *testing.T, v uint64) (*Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "rein.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if _, _, err := s.Create(t.Context(), startEvent("run-a")); err != nil {
+		t.Fatal(err)
+	}
+	appendTo(t, s, 1, v)
+	return s, path
+}
+
+// appendTo appends run-a's marked events from version from to version to,
+// one append each.
+func appendTo(t *testing.T, s *Store, from, to uint64) {
+	t.Helper()
+	for seq := from + 1; seq <= to; seq++ {
+		if _, err := s.Append(t.Context(), "run-a", seq-1, []*reinv1.Event{markedEvent("run-a", seq)}); err != nil {
+			t.Fatalf("append %d: %v", seq, err)
+		}
+	}
+}
+
+// crashImage copies the store's file and log as a crash of the process
+// would leave them now (what the writer wrote is in the page cache, which
+// the copy reads), into a new directory, and returns the copy's path. It
+// holds the writer's transaction meanwhile, so that no checkpoint runs
+// during the copy.
+func crashImage(t *testing.T, s *Store) string {
+	t.Helper()
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	dst := filepath.Join(t.TempDir(), "rein.db")
+	for _, p := range []string{s.path, WALPath(s.path)} {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		to := dst
+		if p != s.path {
+			to = WALPath(dst)
+		}
+		if err := os.WriteFile(to, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+func sealed(t *testing.T, ev *reinv1.Event) []byte {
+	t.Helper()
+	b, err := seal.Seal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// assertRunA checks run-a's log in the store at path holds exactly the
+// marked events up to version v.
+func assertRunA(t *testing.T, s *Store, v uint64) {
+	t.Helper()
+	st, err := s.Load(t.Context(), "run-a")
+	if err != nil || st.Version != v {
+		t.Fatalf("run-a: version %d, %v; want %d", st.Version, err, v)
+	}
+	evs, err := s.Events(t.Context(), "run-a", 1, 1<<20)
+	if err != nil || uint64(len(evs)) != v-1 {
+		t.Fatalf("run-a: %d events after its start, %v; want %d", len(evs), err, v-1)
+	}
+	for _, ev := range evs {
+		if got, want := markerOf(ev), marker("run-a", ev.GetSequence()); got != want {
+			t.Fatalf("run-a event %d holds %q, want %q", ev.GetSequence(), got, want)
+		}
+	}
+}
+
+// TestAppendIsDurableInTheLog: an acknowledged append is in the log, not
+// yet in the file, and a crash then loses none of it: the next Open applies
+// the log and checkpoints, and so does the Open after the next crash.
+func TestAppendIsDurableInTheLog(t *testing.T) {
+	s, _ := walStore(t, 21)
+	image := crashImage(t, s)
+	if s.logged == 0 {
+		t.Fatal("20 appends wrote no record to the log")
+	}
+	if _, recs, err := readWAL(WALPath(image)); err != nil || len(recs) == 0 {
+		t.Fatalf("the crash image's log: %d records, %v; want the appends", len(recs), err)
+	}
+	c, err := Open(image, Options{})
+	if err != nil {
+		t.Fatalf("open the crash image: %v", err)
+	}
+	assertRunA(t, c, 21)
+	if _, recs, err := readWAL(WALPath(image)); err != nil || len(recs) != 0 {
+		t.Errorf("after Open applied the log, it holds %d records (%v), want none", len(recs), err)
+	}
+	appendTo(t, c, 21, 23) // and it goes on, in the log made anew
+	second := crashImage(t, c)
+	if c2, err := Open(second, Options{}); err != nil {
+		t.Fatalf("open the second crash image: %v", err)
+	} else {
+		assertRunA(t, c2, 23)
+		_ = c2.Close()
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c, err = Open(image, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	assertRunA(t, c, 23)
+}
+
+// TestTornRecordIsNotApplied: a record the crash cut short (its sync never
+// returned, so its append was never acknowledged) is not applied; the ones
+// before it are.
+func TestTornRecordIsNotApplied(t *testing.T) {
+	s, _ := walStore(t, 9)
+	image := crashImage(t, s)
+	log := mustRead(t, WALPath(image))
+	if err := os.WriteFile(WALPath(image), log[:len(log)-5], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(image, Options{})
+	if err != nil {
+		t.Fatalf("open with a torn last record: %v", err)
+	}
+	defer c.Close()
+	assertRunA(t, c, 8)
+}
+
+// TestForeignLogRefused: a log beside a file of another store (a file
+// replaced, or removed and made anew) is refused, with both files left as
+// they were; with no record in it, it is not.
+func TestForeignLogRefused(t *testing.T) {
+	s, _ := walStore(t, 5)
+	image := crashImage(t, s)
+	other, _ := walStore(t, 3)
+	otherImage := crashImage(t, other)
+	// The other store's file, with this one's log beside it.
+	if err := os.WriteFile(WALPath(otherImage), mustRead(t, WALPath(image)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file, log := mustRead(t, otherImage), mustRead(t, WALPath(otherImage))
+	_, err := Open(otherImage, Options{})
+	if !errors.Is(err, store.ErrDataLoss) || !strings.Contains(err.Error(), "another store's") {
+		t.Fatalf("open beside another store's log: %v, want ErrDataLoss naming it", err)
+	}
+	if !bytes.Equal(file, mustRead(t, otherImage)) || !bytes.Equal(log, mustRead(t, WALPath(otherImage))) {
+		t.Fatal("a refused open changed the file or the log")
+	}
+	if _, err := Open(otherImage, Options{ReadOnly: true}); !errors.Is(err, store.ErrDataLoss) {
+		t.Fatalf("open read-only beside another store's log: %v, want ErrDataLoss", err)
+	}
+	// The twin: an empty log of another store is no commit lost.
+	if err := os.WriteFile(WALPath(otherImage), log[:walHeaderLen], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(otherImage, Options{})
+	if err != nil {
+		t.Fatalf("open beside another store's empty log: %v", err)
+	}
+	_ = c.Close()
+}
+
+// TestLogAheadOfFileRefused: a file older than its log (a backup restored
+// beside the log of a later checkpoint) is refused: the records between are
+// missing.
+func TestLogAheadOfFileRefused(t *testing.T) {
+	s, path := walStore(t, 5)
+	if err := s.checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	old := crashImage(t, s)
+	appendTo(t, s, 5, 8)
+	if err := s.checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	appendTo(t, s, 8, 10)
+	if err := os.WriteFile(WALPath(old), mustRead(t, WALPath(path)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(old, Options{})
+	if !errors.Is(err, store.ErrDataLoss) || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("open a file older than its log: %v, want ErrDataLoss saying records are missing", err)
+	}
+	// The twin: the current file with the same log opens with every append.
+	c, err := Open(crashImage(t, s), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	assertRunA(t, c, 10)
+}
+
+// TestRecordThatDoesNotApplyRefused: a log whose record the file refuses (an
+// append at a version the run is not at) is refused at Open, not skipped.
+func TestRecordThatDoesNotApplyRefused(t *testing.T) {
+	s, _ := walStore(t, 3)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(s.path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id []byte
+	var applied uint64
+	_ = c.view("meta", func(tx *bbolt.Tx) error {
+		id = bytes.Clone(tx.Bucket(bucketMeta).Get(keyStoreID))
+		applied = walApplied(tx)
+		return nil
+	})
+	_ = c.Close()
+	wal, err := createWAL(WALPath(s.path), id, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := markedEvent("run-a", 10)
+	req := &writeReq{runID: "run-a", expected: 9, events: []*reinv1.Event{ev}, encoded: [][]byte{sealed(t, ev)}}
+	body, _ := appendBatch(nil, []*writeReq{req}, []writeRes{{}})
+	if err := wal.append(applied+1, body); err != nil {
+		t.Fatal(err)
+	}
+	_ = wal.close()
+	file := mustRead(t, s.path)
+	if _, err := Open(s.path, Options{}); err == nil || !strings.Contains(err.Error(), "does not apply") {
+		t.Fatalf("open with a record that does not apply: %v", err)
+	}
+	if !bytes.Equal(file, mustRead(t, s.path)) {
+		t.Fatal("a refused open changed the file")
+	}
+	// The twin: the record at the run's version applies.
+	req.expected, ev.Sequence = 3, 4
+	req.encoded = [][]byte{sealed(t, ev)}
+	body, _ = appendBatch(nil, []*writeReq{req}, []writeRes{{}})
+	if wal, err = createWAL(WALPath(s.path), id, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := wal.append(applied+1, body); err != nil {
+		t.Fatal(err)
+	}
+	_ = wal.close()
+	c, err = Open(s.path, Options{})
+	if err != nil {
+		t.Fatalf("open with a record that applies: %v", err)
+	}
+	defer c.Close()
+	if st, err := c.Load(t.Context(), "run-a"); err != nil || st.Version != 4 {
+		t.Fatalf("run-a at version %d, %v; want 4", st.Version, err)
+	}
+}
+
+// TestReadOnlyOpenSeesTheLog: a read-only open of a crashed store reads
+// every acknowledged append, from a private copy, and changes neither the
+// file nor its log; the copy is gone at Close.
+func TestReadOnlyOpenSeesTheLog(t *testing.T) {
+	s, _ := walStore(t, 12)
+	image := crashImage(t, s)
+	file, log := mustRead(t, image), mustRead(t, WALPath(image))
+	c, err := Open(image, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertRunA(t, c, 12)
+	if _, err := c.Append(t.Context(), "run-a", 12, []*reinv1.Event{markedEvent("run-a", 13)}); !errors.Is(err, store.ErrReadOnly) {
+		t.Fatalf("append to a read-only store: %v, want ErrReadOnly", err)
+	}
+	copied := c.copied
+	if copied == "" {
+		t.Fatal("the read-only open made no copy, yet the file lacks the log's records")
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(copied); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the copy %s outlived Close (%v)", copied, err)
+	}
+	if !bytes.Equal(file, mustRead(t, image)) || !bytes.Equal(log, mustRead(t, WALPath(image))) {
+		t.Fatal("a read-only open changed the file or its log")
+	}
+	// The twin: a cleanly closed store is read in place.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c, err = Open(s.path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.copied != "" {
+		t.Errorf("a read-only open of a cleanly closed store made a copy")
+	}
+	assertRunA(t, c, 12)
+}
+
+// TestCheckpointEmptiesTheLog: at the checkpoint the file takes what the
+// log held; Close removes the log, and a store that was only read writes
+// neither file.
+func TestCheckpointEmptiesTheLog(t *testing.T) {
+	s, path := walStore(t, 6)
+	before := mustRead(t, path)
+	if err := s.checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if s.applied != s.logged {
+		t.Fatalf("after a checkpoint the file holds records up to %d, the log up to %d", s.applied, s.logged)
+	}
+	if bytes.Equal(before, mustRead(t, path)) {
+		t.Fatal("a checkpoint with records to take left the file as it was")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(WALPath(path)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Close left the log (%v)", err)
+	}
+	file := mustRead(t, path)
+	c, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertRunA(t, c, 6)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(file, mustRead(t, path)) {
+		t.Fatal("opening, reading and closing the store changed the file")
+	}
+}
+
+// TestErasureCutsTheLog: a run's deletion is checkpointed and the log cut,
+// so that no record of the run's events is left in it.
+func TestErasureCutsTheLog(t *testing.T) {
+	s, path := walStore(t, 4)
+	ended := &reinv1.Event{RunId: "run-a", Sequence: 5, RecordedAt: timestamppb.Now(), Actor: "harness",
+		Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
+			From: reinv1.RunStatus_RUN_STATUS_RUNNING, To: reinv1.RunStatus_RUN_STATUS_COMPLETED,
+		}}}
+	if _, err := s.Append(t.Context(), "run-a", 4, []*reinv1.Event{ended}); err != nil {
+		t.Fatal(err)
+	}
+	m := marker("run-a", 3)
+	if !bytes.Contains(mustRead(t, WALPath(path)), []byte(m)) {
+		t.Fatalf("before the deletion the log does not hold %q: the twin cannot fail", m)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, deleted, err := s.Delete(ctx, &reinv1.RunDeletion{RunId: "run-a", DeletedBy: "principal:test", DeletedAt: timestamppb.Now()}); err != nil || !deleted {
+		t.Fatalf("Delete: %v, %v", deleted, err)
+	}
+	if bytes.Contains(mustRead(t, WALPath(path)), []byte(m)) {
+		t.Fatalf("after the run's deletion the log still holds %q", m)
+	}
+	if s.applied != s.logged {
+		t.Fatalf("the deletion was not checkpointed: the file holds records up to %d, the log %d", s.applied, s.logged)
+	}
+}
+
+// TestDecodeBatchRefusesDamage: a batch cut anywhere, or of an unknown
+// kind, is an error, never a panic or a request made up.
+func TestDecodeBatchRefusesDamage(t *testing.T) {
+	ev := markedEvent("run-a", 2)
+	reqs := []*writeReq{
+		{runID: "run-a", expected: 1, events: []*reinv1.Event{ev}, encoded: [][]byte{sealed(t, ev)}, blobs: blobSet([]byte("b1"))},
+		{runID: "run-a", acquire: true, owner: "node-1"},
+	}
+	body, n := appendBatch(nil, reqs, make([]writeRes, 2))
+	if n != 2 {
+		t.Fatalf("encoded %d requests, want 2", n)
+	}
+	got, err := decodeBatch(body)
+	if err != nil || len(got) != 2 || got[0].expected != 1 || len(got[0].blobs) != 1 || !got[1].acquire || got[1].owner != "node-1" {
+		t.Fatalf("decode the whole batch: %v, %+v", err, got)
+	}
+	for i := range body {
+		if _, err := decodeBatch(body[:i]); err == nil {
+			t.Fatalf("a batch cut to %d of %d bytes decoded", i, len(body))
+		}
+	}
+	bad := bytes.Clone(body)
+	bad[1] = 9 // the first request's kind
+	if _, err := decodeBatch(bad); err == nil || !strings.Contains(err.Error(), "kind 9") {
+		t.Fatalf("a batch of kind 9: %v", err)
+	}
+}
+
+// TestCheckReadsTheLog: rein check finds no problem in a crashed store whose
+// log holds commits the file lacks, and reports a log that is another
+// store's.
+func TestCheckReadsTheLog(t *testing.T) {
+	s, _ := walStore(t, 7)
+	image := crashImage(t, s)
+	if problems, err := Check(image, Options{}); err != nil || len(problems) != 0 {
+		t.Fatalf("check a crashed store with its log: %v, %v; want no problem", problems, err)
+	}
+	other, _ := walStore(t, 2)
+	otherImage := crashImage(t, other)
+	if err := os.WriteFile(WALPath(otherImage), mustRead(t, WALPath(image)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	problems, err := Check(otherImage, Options{})
+	if err != nil || len(problems) != 1 || !strings.Contains(problems[0].Text, "another store's") {
+		t.Fatalf("check beside another store's log: %v, %v; want the one problem naming it", problems, err)
+	}
+}
