@@ -74,7 +74,6 @@ type Store struct {
 	txMu    sync.Mutex
 	tx      *bbolt.Tx
 	wal     *walFile
-	walBuf  []byte
 	storeID []byte
 	applied uint64 // the last log record the file holds
 	logged  uint64 // the last log record written

@@ -80,22 +80,34 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 		// are not left in it.
 		return batch, s.checkpointLocked(ops)
 	}
-	body, n := appendBatch(s.walBuf[:0], batch, results)
-	s.walBuf = body[:0]
+	rec, n := appendBatch(s.wal.record(), batch, results)
 	if n == 0 {
+		if s.logged == s.applied {
+			s.rollbackClean()
+		}
 		return batch, nil
 	}
-	if s.wal.off+int64(len(body)) > checkpointBytes {
+	if s.wal.off+int64(len(rec)) > checkpointBytes {
 		// The log stays within its bound: a batch that would take it past
 		// (a large import, say) goes to the file with all before it.
 		return batch, s.checkpointLocked(false)
 	}
-	if err := s.wal.append(s.logged+1, body); err != nil {
+	if err := s.wal.append(s.logged+1, rec); err != nil {
 		s.abandon()
 		return batch, err
 	}
 	s.logged++
 	return batch, nil
+}
+
+// rollbackClean rolls back the open transaction when it wrote nothing (its
+// batches were refused), so that reads go back to read transactions of
+// their own.
+func (s *Store) rollbackClean() {
+	if stats := s.tx.Stats(); stats.GetNodeCount() == 0 {
+		_ = s.tx.Rollback()
+		s.tx = nil
+	}
 }
 
 // checkpoint commits the open transaction, if it holds anything.
@@ -118,9 +130,7 @@ func (s *Store) checkpointLocked(cut bool) error {
 	if s.tx == nil {
 		return nil
 	}
-	if stats := s.tx.Stats(); stats.GetNodeCount() == 0 {
-		_ = s.tx.Rollback()
-		s.tx = nil
+	if s.rollbackClean(); s.tx == nil {
 		return nil
 	}
 	err := guard("checkpoint "+s.path, func() error {

@@ -410,7 +410,19 @@ func TestLegacyValues(t *testing.T) {
 		t.Errorf("Check: %v, %v; want no problem", problems, err)
 	}
 
-	// The twin: a legacy event that no longer decodes.
+	// The twin: a legacy event that no longer decodes. A scrub first, so
+	// that the file holds each value once: unsealAll's rewrite left the
+	// sealed copies on free pages, which the commits since may or may not
+	// have reused.
+	if s, err = Open(path, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Scrub(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
 	data := readFile(t, path)
 	data[offsetOf(t, data, marker("run-m", 7))-2] = 0xff // the string's length varint
 	if err := os.WriteFile(path, data, 0o600); err != nil {

@@ -102,19 +102,25 @@ func createWAL(path string, id []byte, noSync bool) (*walFile, error) {
 	return l, nil
 }
 
-// append writes the record numbered n with body, and syncs it. On an error
-// the log is cut back to where it was, so that no part of the record stays
-// to be read back; the error is the write's.
-func (l *walFile) append(n uint64, body []byte) error {
-	size := walRecordHdr + walNumberLen + len(body)
-	if cap(l.buf) < size {
-		l.buf = make([]byte, size)
+// record is a buffer for the next record: room for its header, to which
+// the caller appends its body.
+func (l *walFile) record() []byte {
+	if cap(l.buf) < walRecordHdr+walNumberLen {
+		l.buf = make([]byte, 0, 64<<10)
 	}
-	b := l.buf[:size]
-	binary.BigEndian.PutUint32(b[0:4], uint32(walNumberLen+len(body)))
+	return l.buf[:walRecordHdr+walNumberLen]
+}
+
+// append writes b, a record() with its body appended, as the record
+// numbered n, and syncs it. On an error the log is cut back to where it
+// was, so that no part of the record stays to be read back; the error is
+// the write's.
+func (l *walFile) append(n uint64, b []byte) error {
+	size := len(b)
+	binary.BigEndian.PutUint32(b[0:4], uint32(size-walRecordHdr))
 	binary.BigEndian.PutUint64(b[8:16], n)
-	copy(b[16:], body)
 	binary.BigEndian.PutUint32(b[4:8], crc32.Checksum(b[8:], walCRC))
+	l.buf = b[:0] // its capacity, for the next record
 	_, err := l.f.WriteAt(b, l.off)
 	if err == nil {
 		err = l.sync()
@@ -128,7 +134,7 @@ func (l *walFile) append(n uint64, body []byte) error {
 		_ = l.sync()
 		return fmt.Errorf("append to the store's log %s: %w", l.path, diskFull(err))
 	}
-	if len(l.buf) > 1<<20 {
+	if cap(l.buf) > 1<<20 {
 		l.buf = nil // one large batch does not keep its buffer
 	}
 	l.off += int64(size)

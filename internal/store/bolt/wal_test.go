@@ -255,8 +255,8 @@ func TestRecordThatDoesNotApplyRefused(t *testing.T) {
 	}
 	ev := markedEvent("run-a", 10)
 	req := &writeReq{runID: "run-a", expected: 9, events: []*reinv1.Event{ev}, encoded: [][]byte{sealed(t, ev)}}
-	body, _ := appendBatch(nil, []*writeReq{req}, []writeRes{{}})
-	if err := wal.append(applied+1, body); err != nil {
+	rec, _ := appendBatch(wal.record(), []*writeReq{req}, []writeRes{{}})
+	if err := wal.append(applied+1, rec); err != nil {
 		t.Fatal(err)
 	}
 	_ = wal.close()
@@ -270,11 +270,11 @@ func TestRecordThatDoesNotApplyRefused(t *testing.T) {
 	// The twin: the record at the run's version applies.
 	req.expected, ev.Sequence = 3, 4
 	req.encoded = [][]byte{sealed(t, ev)}
-	body, _ = appendBatch(nil, []*writeReq{req}, []writeRes{{}})
 	if wal, err = createWAL(WALPath(s.path), id, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := wal.append(applied+1, body); err != nil {
+	rec, _ = appendBatch(wal.record(), []*writeReq{req}, []writeRes{{}})
+	if err := wal.append(applied+1, rec); err != nil {
 		t.Fatal(err)
 	}
 	_ = wal.close()
