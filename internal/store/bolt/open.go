@@ -14,6 +14,13 @@ import (
 	"github.com/reinhq/rein/internal/store"
 )
 
+// initialMmapSize is how much of the file bbolt maps at first: address
+// space, not memory. A commit that grows the file past the mapping remaps
+// it, and first copies every key and value its transaction holds out of the
+// old mapping; a checkpoint's transaction holds two seconds of commits, so
+// the file is mapped with room to grow before the first remap.
+const initialMmapSize = 256 << 20
+
 // defaultLockTimeout is Options.LockTimeout's default.
 const defaultLockTimeout = 100 * time.Millisecond
 
@@ -34,7 +41,7 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	var db *bbolt.DB
 	err := guard("open store "+path, func() (err error) {
-		db, err = bbolt.Open(path, 0o600, &bbolt.Options{Timeout: opts.LockTimeout, NoSync: opts.NoSync})
+		db, err = bbolt.Open(path, 0o600, &bbolt.Options{Timeout: opts.LockTimeout, NoSync: opts.NoSync, InitialMmapSize: initialMmapSize})
 		return err
 	})
 	if err != nil {
