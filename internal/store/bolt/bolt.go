@@ -315,8 +315,8 @@ func decodeEvent(runID string, want uint64, k, v []byte, ev *reinv1.Event) error
 	if seq != want {
 		return damaged(eventName(runID, want), "it is missing: the next stored event is %d", seq)
 	}
-	if err := unseal(v, ev, eventName(runID, seq)); err != nil {
-		return err
+	if problem := unsealed(v, ev); problem != "" {
+		return damaged(eventName(runID, seq), "%s", problem)
 	}
 	if ev.GetSequence() != seq || ev.GetRunId() != runID {
 		return damaged(eventName(runID, seq), "the stored value is run %q event %d", ev.GetRunId(), ev.GetSequence())

@@ -30,21 +30,30 @@ const (
 // value in the error ("run R event 7"). A legacy value (no seal) is decoded
 // unchecked.
 func unseal(v []byte, m proto.Message, what string) error {
+	if problem := unsealed(v, m); problem != "" {
+		return damaged(what, "%s", problem)
+	}
+	return nil
+}
+
+// unsealed is unseal's work: it returns what is wrong with v, or "". The
+// name of what was read is made only when something is: a scan makes none
+// for each of a million events.
+func unsealed(v []byte, m proto.Message) (problem string) {
 	data := v
 	if len(v) > 0 && v[0] == sealMarker {
-		var problem string
 		if data, problem = seal.Open(v); problem != "" {
-			return damaged(what, "%s", problem)
+			return problem
 		}
 	} else if seal.SealedButMarker(v) {
 		// A seal whose marker byte was damaged: without this it would be
 		// read as a legacy value, and might even decode.
-		return damaged(what, "its seal's first byte is %#x, not 0x00", v[0])
+		return fmt.Sprintf("its seal's first byte is %#x, not 0x00", v[0])
 	}
 	if err := proto.Unmarshal(data, m); err != nil {
-		return damaged(what, "it does not decode: %v", err)
+		return fmt.Sprintf("it does not decode: %v", err)
 	}
-	return nil
+	return ""
 }
 
 // damaged is an ErrDataLoss error for the value what names.
