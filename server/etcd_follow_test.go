@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,17 +15,45 @@ import (
 )
 
 // countedCommits is the etcd store's follows of other servers' commits,
-// counting the follows started, those live and the commits they are told.
+// counting the follows started, those live, the commits they are told and
+// the times a run's follow had its watchers read the store.
+//
+// A run's follow has its watchers read the store at its start, once it has
+// read the revision it follows from; here that read waits for the follow's
+// first told commit. The watchers read from their cursors either way, but a
+// read that came late would find every commit of a short run and leave the
+// follow nothing to tell, and the test could not see it follow.
 type countedCommits struct {
 	*etcdstore.Store
-	runs, feeds, live, grew atomic.Int32
+	runs, feeds, live, grew, reads atomic.Int32
 }
 
 func (c *countedCommits) FollowRun(ctx context.Context, runID string, grew func(uint64), missed func()) {
 	c.runs.Add(1)
 	c.live.Add(1)
 	defer c.live.Add(-1)
-	c.Store.FollowRun(ctx, runID, func(v uint64) { c.grew.Add(1); grew(v) }, missed)
+	told := make(chan struct{})
+	var once sync.Once
+	started := false
+	c.Store.FollowRun(ctx, runID, func(v uint64) {
+		c.grew.Add(1)
+		grew(v)
+		once.Do(func() { close(told) })
+	}, func() {
+		c.reads.Add(1)
+		if started {
+			missed()
+			return
+		}
+		started = true
+		go func() {
+			select {
+			case <-told:
+			case <-ctx.Done():
+			}
+			missed()
+		}()
+	})
 }
 
 func (c *countedCommits) FollowChanges(ctx context.Context, changed, missed func()) {
@@ -97,10 +126,13 @@ func TestWatchFollowsOnlyWatchedRuns(t *testing.T) {
 	runID := start()
 	far := watchOutput(t, ctx, other, runID, 0, false)
 	far.until(t, func(r *reinv1.WatchRunResponse) bool { return r.GetEvent().GetModelRequested() != nil })
+	// The run goes on once the follow has read the revision it follows
+	// from: a commit before that would be read from the store, not told.
+	waitFor(t, 30*time.Second, "the follow's start", func() bool { return commits.reads.Load() > 0 })
 	close(m.gate)
 	far.toEnd(t)
 	if r, g := commits.runs.Load(), commits.grew.Load(); r != 1 || g == 0 {
-		t.Fatalf("a run watched on the other server: it started %d follows, told of %d commits; want 1 follow told of its commits", r, g)
+		t.Fatalf("a run watched on the other server: it started %d follows, told of %d commits (its watchers read the store %d times); want 1 follow told of its commits", r, g, commits.reads.Load())
 	}
 	waitNoFollow(t, commits, "the run's watch ended")
 
