@@ -248,7 +248,7 @@ func (s *recoveryServer) checkCompleted(ctx context.Context, addr string, runs i
 		req.PageToken = res.GetNextPageToken()
 	}
 	if n != runs {
-		return fmt.Errorf("%d runs completed, want %d", n, runs)
+		return s.failed(fmt.Errorf("%d runs completed, want %d", n, runs))
 	}
 	return nil
 }

@@ -316,11 +316,14 @@ func (s *Store) Deletions(ctx context.Context, tenant, after string, limit int) 
 			if err != nil {
 				return fmt.Errorf("list deletions: page token %q: %w", after, store.ErrInvalidCursor)
 			}
-			c.Seek(seqKey(seq))
-			k, v = c.Prev()
+			if sk, _ := c.Seek(seqKey(seq)); sk == nil {
+				k, v = c.Last()
+			} else {
+				k, v = prev(c, sk)
+			}
 		}
 		var last uint64
-		for ; k != nil; k, v = c.Prev() {
+		for ; k != nil; k, v = prev(c, k) {
 			r := &reinv1.RunDeletion{}
 			if err := unseal(v, r, fmt.Sprintf("deletion record %x", k)); err != nil {
 				return err

@@ -71,7 +71,7 @@ func descending(tx *bbolt.Tx, f store.Filter) func() []byte {
 				return nil
 			}
 			id := bytes.Clone(k)
-			k, _ = c.Prev()
+			k, _ = prev(c, id)
 			return id
 		}
 	}
@@ -105,7 +105,7 @@ func descending(tx *bbolt.Tx, f store.Filter) func() []byte {
 			return nil
 		}
 		id := bytes.Clone(best.id)
-		if k, _ := best.c.Prev(); k != nil && k[0] == best.p {
+		if k, _ := prev(best.c, append([]byte{best.p}, id...)); k != nil && k[0] == best.p {
 			best.id = k[1:]
 		} else {
 			best.id = nil
@@ -128,7 +128,7 @@ func seekBelow(c *bbolt.Cursor, after, prefix []byte) []byte {
 		if k, _ = c.Seek(target); k == nil {
 			k, _ = c.Last()
 		} else {
-			k, _ = c.Prev()
+			k, _ = prev(c, bytes.Clone(k))
 		}
 	}
 	if k == nil || !bytes.HasPrefix(k, prefix) {

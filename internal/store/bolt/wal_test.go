@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -439,5 +440,85 @@ func TestCheckReadsTheLog(t *testing.T) {
 	problems, err := Check(otherImage, Options{})
 	if err != nil || len(problems) != 1 || !strings.Contains(problems[0].Text, "another store's") {
 		t.Fatalf("check beside another store's log: %v, %v; want the one problem naming it", problems, err)
+	}
+}
+
+// TestCompactKeepsTheLog: a crashed store compacted offline keeps its log,
+// which applies to the compacted file at the next Open as it would have to
+// the old one.
+func TestCompactKeepsTheLog(t *testing.T) {
+	s, _ := walStore(t, 11)
+	image := crashImage(t, s)
+	if _, err := Compact(image, CompactOptions{}); err != nil {
+		t.Fatalf("compact a crashed store: %v", err)
+	}
+	if _, recs, err := readWAL(WALPath(image)); err != nil || len(recs) == 0 {
+		t.Fatalf("after the compaction the log holds %d records (%v), want the crash's", len(recs), err)
+	}
+	c, err := Open(image, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	assertRunA(t, c, 11)
+}
+
+// TestListThroughTheOpenTransaction: a listing newest first, read through
+// the writer's open transaction after ends emptied whole leaves of the
+// status index (bbolt rebalances them only at the commit), lists every run
+// in each status.
+func TestListThroughTheOpenTransaction(t *testing.T) {
+	s, _ := walStore(t, 1)
+	ctx := t.Context()
+	const runs, ended = 3000, 1500
+	id := func(i int) string { return fmt.Sprintf("run-%05d", i) }
+	for i := range runs {
+		ev := startEvent(id(i))
+		ev.GetRunStarted().RequestId = ""
+		if _, _, err := s.Create(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	running := reinv1.RunStatus_RUN_STATUS_RUNNING
+	if st, err := s.Load(ctx, id(0)); err != nil || st.Status != running {
+		t.Fatalf("a created run: %v, %v; want it running", st.Status, err)
+	}
+	// The middle half of the runs ends: whole leaves of the running
+	// index empty, in the transaction that holds the log's records.
+	for i := runs / 4; i < runs/4+ended; i++ {
+		end := &reinv1.Event{RunId: id(i), Sequence: 2, RecordedAt: timestamppb.Now(), Actor: "harness",
+			Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{From: running, To: reinv1.RunStatus_RUN_STATUS_COMPLETED}}}
+		if _, err := s.Append(ctx, id(i), 1, []*reinv1.Event{end}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.tx == nil {
+		t.Fatal("the ends were checkpointed: the listing would not read through the open transaction")
+	}
+	count := func(status reinv1.RunStatus, pageSize int) int {
+		n, after := 0, ""
+		for {
+			page, err := s.List(ctx, store.Filter{Statuses: []reinv1.RunStatus{status}, Limit: pageSize, After: after})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += len(page.Runs)
+			if page.Next == "" {
+				return n
+			}
+			after = page.Next
+		}
+	}
+	for _, size := range []int{1, 7, 1000} {
+		// run-a of walStore is running too.
+		if got := count(running, size); got != runs-ended+1 {
+			t.Errorf("pages of %d: %d running runs listed, want %d", size, got, runs-ended+1)
+		}
+		if got := count(reinv1.RunStatus_RUN_STATUS_COMPLETED, size); got != ended {
+			t.Errorf("pages of %d: %d completed runs listed, want %d", size, got, ended)
+		}
 	}
 }
