@@ -194,19 +194,9 @@ func (s *Store) abandon() {
 		if len(recs) == 0 || recs[len(recs)-1].number < s.logged {
 			return fmt.Errorf("the log ends before record %d", s.logged)
 		}
-		recs = recs[:s.logged-s.applied]
-		return guard("commit to "+s.path, func() (err error) {
-			if s.tx, err = s.db.Begin(true); err != nil {
-				return err
-			}
-			return s.applyRecords(s.tx, recs)
-		})
+		return s.applyInNewTx("commit to "+s.path, recs[:s.logged-s.applied])
 	}()
 	if err != nil {
-		if s.tx != nil {
-			_ = s.tx.Rollback()
-			s.tx = nil
-		}
 		s.broken = fmt.Errorf("write to %s: the store cannot take its log's records %d to %d back after a failed commit (%w); "+
 			"every write is refused until rein is restarted, which applies them", s.path, s.applied+1, s.logged, err)
 	}
@@ -272,6 +262,22 @@ func pendingRecords(recs []walRecord, applied uint64) ([]walRecord, error) {
 		return recs[i:], nil
 	}
 	return nil, nil
+}
+
+// applyInNewTx begins the open transaction and applies recs in it; if that
+// fails, the transaction is rolled back and there is none.
+func (s *Store) applyInNewTx(what string, recs []walRecord) error {
+	err := guard(what, func() (err error) {
+		if s.tx, err = s.db.Begin(true); err != nil {
+			return err
+		}
+		return s.applyRecords(s.tx, recs)
+	})
+	if err != nil && s.tx != nil {
+		_ = s.tx.Rollback()
+		s.tx = nil
+	}
+	return err
 }
 
 // applyRecords applies the requests of recs in tx, as the writer did when

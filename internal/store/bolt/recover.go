@@ -40,17 +40,7 @@ func (s *Store) recoverWAL() error {
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
 	s.logged = recs[len(recs)-1].number
-	err = guard("open store "+s.path, func() (err error) {
-		if s.tx, err = s.db.Begin(true); err != nil {
-			return err
-		}
-		return s.applyRecords(s.tx, recs)
-	})
-	if err != nil {
-		if s.tx != nil {
-			_ = s.tx.Rollback()
-			s.tx = nil
-		}
+	if err := s.applyInNewTx("open store "+s.path, recs); err != nil {
 		return fmt.Errorf("open store %s: apply its log %s: %w", s.path, path, err)
 	}
 	if err := s.checkpointLocked(false); err != nil {

@@ -82,15 +82,6 @@ func sealed(t *testing.T, ev *reinv1.Event) []byte {
 	return b
 }
 
-func mustRead(t *testing.T, path string) []byte {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
-}
-
 // assertRunA checks run-a's log in the store at path holds exactly the
 // marked events up to version v.
 func assertRunA(t *testing.T, s *Store, v uint64) {
@@ -155,7 +146,7 @@ func TestAppendIsDurableInTheLog(t *testing.T) {
 func TestTornRecordIsNotApplied(t *testing.T) {
 	s, _ := walStore(t, 9)
 	image := crashImage(t, s)
-	log := mustRead(t, WALPath(image))
+	log := readFile(t, WALPath(image))
 	if err := os.WriteFile(WALPath(image), log[:len(log)-5], 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -176,15 +167,15 @@ func TestForeignLogRefused(t *testing.T) {
 	other, _ := walStore(t, 3)
 	otherImage := crashImage(t, other)
 	// The other store's file, with this one's log beside it.
-	if err := os.WriteFile(WALPath(otherImage), mustRead(t, WALPath(image)), 0o600); err != nil {
+	if err := os.WriteFile(WALPath(otherImage), readFile(t, WALPath(image)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	file, log := mustRead(t, otherImage), mustRead(t, WALPath(otherImage))
+	file, log := readFile(t, otherImage), readFile(t, WALPath(otherImage))
 	_, err := Open(otherImage, Options{})
 	if !errors.Is(err, store.ErrDataLoss) || !strings.Contains(err.Error(), "another store's") {
 		t.Fatalf("open beside another store's log: %v, want ErrDataLoss naming it", err)
 	}
-	if !bytes.Equal(file, mustRead(t, otherImage)) || !bytes.Equal(log, mustRead(t, WALPath(otherImage))) {
+	if !bytes.Equal(file, readFile(t, otherImage)) || !bytes.Equal(log, readFile(t, WALPath(otherImage))) {
 		t.Fatal("a refused open changed the file or the log")
 	}
 	if _, err := Open(otherImage, Options{ReadOnly: true}); !errors.Is(err, store.ErrDataLoss) {
@@ -215,7 +206,7 @@ func TestLogAheadOfFileRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	appendTo(t, s, 8, 10)
-	if err := os.WriteFile(WALPath(old), mustRead(t, WALPath(path)), 0o600); err != nil {
+	if err := os.WriteFile(WALPath(old), readFile(t, WALPath(path)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, err := Open(old, Options{})
@@ -261,11 +252,11 @@ func TestRecordThatDoesNotApplyRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = wal.close()
-	file := mustRead(t, s.path)
+	file := readFile(t, s.path)
 	if _, err := Open(s.path, Options{}); err == nil || !strings.Contains(err.Error(), "does not apply") {
 		t.Fatalf("open with a record that does not apply: %v", err)
 	}
-	if !bytes.Equal(file, mustRead(t, s.path)) {
+	if !bytes.Equal(file, readFile(t, s.path)) {
 		t.Fatal("a refused open changed the file")
 	}
 	// The twin: the record at the run's version applies.
@@ -295,7 +286,7 @@ func TestRecordThatDoesNotApplyRefused(t *testing.T) {
 func TestReadOnlyOpenSeesTheLog(t *testing.T) {
 	s, _ := walStore(t, 12)
 	image := crashImage(t, s)
-	file, log := mustRead(t, image), mustRead(t, WALPath(image))
+	file, log := readFile(t, image), readFile(t, WALPath(image))
 	c, err := Open(image, Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
@@ -314,7 +305,7 @@ func TestReadOnlyOpenSeesTheLog(t *testing.T) {
 	if _, err := os.Stat(copied); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the copy %s outlived Close (%v)", copied, err)
 	}
-	if !bytes.Equal(file, mustRead(t, image)) || !bytes.Equal(log, mustRead(t, WALPath(image))) {
+	if !bytes.Equal(file, readFile(t, image)) || !bytes.Equal(log, readFile(t, WALPath(image))) {
 		t.Fatal("a read-only open changed the file or its log")
 	}
 	// The twin: a cleanly closed store is read in place.
@@ -337,14 +328,14 @@ func TestReadOnlyOpenSeesTheLog(t *testing.T) {
 // neither file.
 func TestCheckpointEmptiesTheLog(t *testing.T) {
 	s, path := walStore(t, 6)
-	before := mustRead(t, path)
+	before := readFile(t, path)
 	if err := s.checkpoint(); err != nil {
 		t.Fatal(err)
 	}
 	if s.applied != s.logged {
 		t.Fatalf("after a checkpoint the file holds records up to %d, the log up to %d", s.applied, s.logged)
 	}
-	if bytes.Equal(before, mustRead(t, path)) {
+	if bytes.Equal(before, readFile(t, path)) {
 		t.Fatal("a checkpoint with records to take left the file as it was")
 	}
 	if err := s.Close(); err != nil {
@@ -353,7 +344,7 @@ func TestCheckpointEmptiesTheLog(t *testing.T) {
 	if _, err := os.Stat(WALPath(path)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("Close left the log (%v)", err)
 	}
-	file := mustRead(t, path)
+	file := readFile(t, path)
 	c, err := Open(path, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -362,7 +353,7 @@ func TestCheckpointEmptiesTheLog(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(file, mustRead(t, path)) {
+	if !bytes.Equal(file, readFile(t, path)) {
 		t.Fatal("opening, reading and closing the store changed the file")
 	}
 }
@@ -379,7 +370,7 @@ func TestErasureCutsTheLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := marker("run-a", 3)
-	if !bytes.Contains(mustRead(t, WALPath(path)), []byte(m)) {
+	if !bytes.Contains(readFile(t, WALPath(path)), []byte(m)) {
 		t.Fatalf("before the deletion the log does not hold %q: the twin cannot fail", m)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -387,7 +378,7 @@ func TestErasureCutsTheLog(t *testing.T) {
 	if _, deleted, err := s.Delete(ctx, &reinv1.RunDeletion{RunId: "run-a", DeletedBy: "principal:test", DeletedAt: timestamppb.Now()}); err != nil || !deleted {
 		t.Fatalf("Delete: %v, %v", deleted, err)
 	}
-	if bytes.Contains(mustRead(t, WALPath(path)), []byte(m)) {
+	if bytes.Contains(readFile(t, WALPath(path)), []byte(m)) {
 		t.Fatalf("after the run's deletion the log still holds %q", m)
 	}
 	if s.applied != s.logged {
@@ -434,7 +425,7 @@ func TestCheckReadsTheLog(t *testing.T) {
 	}
 	other, _ := walStore(t, 2)
 	otherImage := crashImage(t, other)
-	if err := os.WriteFile(WALPath(otherImage), mustRead(t, WALPath(image)), 0o600); err != nil {
+	if err := os.WriteFile(WALPath(otherImage), readFile(t, WALPath(image)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	problems, err := Check(otherImage, Options{})
