@@ -37,9 +37,11 @@ const (
 	walHeaderLen = 16
 	walRecordHdr = 8
 	walNumberLen = 8
-	// walMaxRecord bounds a record's body as read: a batch of maxBatch
-	// requests, each with blobs, stays far below it.
-	walMaxRecord = 1 << 30
+	// walMaxRead is as much of the log as is read: the writer never takes
+	// it past checkpointBytes (a batch that would is checkpointed instead),
+	// so what lies beyond (a file grown by something else) holds no
+	// record, and is not read into memory.
+	walMaxRead = walHeaderLen + checkpointBytes
 )
 
 // walCRC is the records' checksum, CRC-32C as the seals'.
@@ -186,7 +188,7 @@ func readWAL(path string) (id []byte, recs []walRecord, err error) {
 	id = bytes.Clone(data[len(walMagic):walHeaderLen])
 	for off := walHeaderLen; off+walRecordHdr+walNumberLen <= len(data); {
 		size := int(binary.BigEndian.Uint32(data[off : off+4]))
-		if size < walNumberLen || size > walMaxRecord || off+walRecordHdr+size > len(data) {
+		if size < walNumberLen || off+walRecordHdr+size > len(data) {
 			break
 		}
 		body := data[off+walRecordHdr : off+walRecordHdr+size]
@@ -203,8 +205,8 @@ func readWAL(path string) (id []byte, recs []walRecord, err error) {
 	return id, recs, nil
 }
 
-// readFileBounded reads a regular file whole; anything else at the path (a
-// FIFO, a directory) is refused without blocking on it.
+// readFileBounded reads a regular file, up to walMaxRead bytes; anything
+// else at the path (a FIFO, a directory) is refused without blocking on it.
 func readFileBounded(path string) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
@@ -218,7 +220,7 @@ func readFileBounded(path string) ([]byte, error) {
 	if !info.Mode().IsRegular() {
 		return nil, fmt.Errorf("%w: it is not a regular file (%s)", store.ErrDataLoss, info.Mode().Type())
 	}
-	return io.ReadAll(f)
+	return io.ReadAll(io.LimitReader(f, walMaxRead))
 }
 
 // diskFull marks ENOSPC as store.ErrDiskFull.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -511,5 +512,33 @@ func TestListThroughTheOpenTransaction(t *testing.T) {
 		if got := count(reinv1.RunStatus_RUN_STATUS_COMPLETED, size); got != ended {
 			t.Errorf("pages of %d: %d completed runs listed, want %d", size, got, ended)
 		}
+	}
+}
+
+// TestHostileLog: a log that is a FIFO is refused at Open without blocking
+// on it, and a log grown to 8 GiB (sparse) is read only as far as the
+// writer ever writes: its records apply and the rest is not read.
+func TestHostileLog(t *testing.T) {
+	s, _ := walStore(t, 6)
+	image := crashImage(t, s)
+	if err := os.Truncate(WALPath(image), 8<<30); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(image, Options{})
+	if err != nil {
+		t.Fatalf("open beside an 8 GiB log: %v", err)
+	}
+	assertRunA(t, c, 6)
+	_ = c.Close()
+
+	fifo := crashImage(t, s)
+	if err := os.Remove(WALPath(fifo)); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(WALPath(fifo), 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	if _, err := Open(fifo, Options{}); !errors.Is(err, store.ErrDataLoss) || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("open beside a FIFO for a log: %v, want ErrDataLoss saying it is not a regular file", err)
 	}
 }
