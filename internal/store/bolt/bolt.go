@@ -95,6 +95,9 @@ type Store struct {
 	commits atomic.Uint64
 	// beforeCommit, when set by a test, runs before each write transaction.
 	beforeCommit func(batch int)
+	// afterCheckpoint, when set by a test, runs after a checkpoint's commit,
+	// before the log is written from its start again.
+	afterCheckpoint func()
 }
 
 var _ store.Store = (*Store)(nil)

@@ -153,6 +153,9 @@ func (s *Store) checkpointLocked(cut bool) error {
 	}
 	s.tx = nil
 	s.applied = s.logged
+	if s.afterCheckpoint != nil {
+		s.afterCheckpoint()
+	}
 	if s.wal != nil {
 		if err := s.wal.restart(cut); err != nil {
 			s.broken = fmt.Errorf("the store's log: %w; restart rein", err)

@@ -57,6 +57,12 @@ func crashImage(t *testing.T, s *Store) string {
 	t.Helper()
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
+	return crashImageHeld(t, s)
+}
+
+// crashImageHeld is crashImage for a caller that holds the writer.
+func crashImageHeld(t *testing.T, s *Store) string {
+	t.Helper()
 	dst := filepath.Join(t.TempDir(), "rein.db")
 	for _, p := range []string{s.path, WALPath(s.path)} {
 		data, err := os.ReadFile(p)
@@ -541,4 +547,29 @@ func TestHostileLog(t *testing.T) {
 	if _, err := Open(fifo, Options{}); !errors.Is(err, store.ErrDataLoss) || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("open beside a FIFO for a log: %v, want ErrDataLoss saying it is not a regular file", err)
 	}
+}
+
+// TestCrashAfterCheckpoint: a crash after a checkpoint's commit, before the
+// log is written from its start again, leaves a log whose records the file
+// holds: Open applies none of them again, and the appends after the crash
+// image's go on from the file.
+func TestCrashAfterCheckpoint(t *testing.T) {
+	s, _ := walStore(t, 8)
+	var image string
+	s.afterCheckpoint = func() { image = crashImageHeld(t, s) }
+	if err := s.checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	s.afterCheckpoint = nil
+	if _, recs, err := readWAL(WALPath(image)); err != nil || len(recs) == 0 {
+		t.Fatalf("the image's log holds %d records (%v): the test cannot tell a second apply", len(recs), err)
+	}
+	c, err := Open(image, Options{})
+	if err != nil {
+		t.Fatalf("open a crash after a checkpoint: %v", err)
+	}
+	defer c.Close()
+	assertRunA(t, c, 8) // each append once: a second apply would be refused at Open
+	appendTo(t, c, 8, 10)
+	assertRunA(t, c, 10)
 }
