@@ -24,7 +24,7 @@ import (
 //
 //	header  8 bytes "rein-wal", 8 bytes the store's ID (meta/store-id)
 //	record  4 bytes length of the body, 4 bytes CRC-32C of the body,
-//	        body: 8 bytes the record's number, then the batch (logbatch.go)
+//	        body: 8 bytes the record's number, then the batch (walbatch.go)
 //
 // Records are numbered from 1 without a gap across checkpoints. Each
 // checkpoint writes from just after the header again, over the records it
