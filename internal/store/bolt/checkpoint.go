@@ -2,7 +2,6 @@ package bolt
 
 import (
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -234,18 +233,6 @@ func newStoreID() []byte {
 	id := make([]byte, storeIDLen)
 	_, _ = rand.Read(id)
 	return id
-}
-
-// walApplied is the number of the last log record the file holds.
-func walApplied(tx *bbolt.Tx) uint64 {
-	meta := tx.Bucket(bucketMeta)
-	if meta == nil {
-		return 0
-	}
-	if v := meta.Get(keyWALApplied); len(v) == 8 {
-		return binary.BigEndian.Uint64(v)
-	}
-	return 0
 }
 
 // pendingRecords is the records of a log after the one numbered applied,

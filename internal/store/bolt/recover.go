@@ -2,6 +2,7 @@ package bolt
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -16,21 +17,17 @@ import (
 // which makes the log anew. A log the file holds all of is removed; with
 // none, nothing is written.
 func (s *Store) recoverWAL() error {
-	var id []byte
-	if err := s.view("open store "+s.path, func(tx *bbolt.Tx) error {
-		id = bytes.Clone(tx.Bucket(bucketMeta).Get(keyStoreID))
-		s.applied = walApplied(tx)
-		return nil
-	}); err != nil {
+	id, applied, err := walMeta(s.path, s.db)
+	if err != nil {
 		return err
 	}
-	s.logged = s.applied
+	s.applied, s.logged = applied, applied
 	s.storeID = id
 	if s.storeID == nil {
 		s.storeID = newStoreID()
 	}
 	path := WALPath(s.path)
-	recs, err := s.logFor(id, s.applied)
+	recs, err := s.logFor(id, applied)
 	if err != nil || recs == nil {
 		if err == nil {
 			_ = os.Remove(path) // none, or nothing the file lacks
@@ -112,20 +109,31 @@ func pendingCopy(path string, db *bbolt.DB) (string, error) {
 // pendingOf is the records of the log of the store at path, open as db,
 // that the file lacks (logFor).
 func pendingOf(path string, db *bbolt.DB) ([]walRecord, error) {
-	var id []byte
-	var applied uint64
-	if err := guard("open store "+path, func() error {
-		return db.View(func(tx *bbolt.Tx) error {
-			if meta := tx.Bucket(bucketMeta); meta != nil {
-				id = bytes.Clone(meta.Get(keyStoreID))
-			}
-			applied = walApplied(tx)
-			return nil
-		})
-	}); err != nil {
+	id, applied, err := walMeta(path, db)
+	if err != nil {
 		return nil, err
 	}
 	return (&Store{path: path}).logFor(id, applied)
+}
+
+// walMeta is what the file at path, open as db, says of its log: the
+// store's ID (nil before the first checkpoint) and the number of the last
+// record it holds.
+func walMeta(path string, db *bbolt.DB) (id []byte, applied uint64, err error) {
+	err = guard("open store "+path, func() error {
+		return db.View(func(tx *bbolt.Tx) error {
+			meta := tx.Bucket(bucketMeta)
+			if meta == nil {
+				return nil
+			}
+			id = bytes.Clone(meta.Get(keyStoreID))
+			if v := meta.Get(keyWALApplied); len(v) == 8 {
+				applied = binary.BigEndian.Uint64(v)
+			}
+			return nil
+		})
+	})
+	return id, applied, err
 }
 
 // checkWAL is rein check's look at the store's log, read-only: an error when

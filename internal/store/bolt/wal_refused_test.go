@@ -8,8 +8,6 @@ import (
 	"syscall"
 	"testing"
 
-	bbolt "go.etcd.io/bbolt"
-
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/store"
 )
@@ -92,13 +90,10 @@ func TestRecordThatDoesNotApplyRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var id []byte
-	var applied uint64
-	_ = c.view("meta", func(tx *bbolt.Tx) error {
-		id = bytes.Clone(tx.Bucket(bucketMeta).Get(keyStoreID))
-		applied = walApplied(tx)
-		return nil
-	})
+	id, applied, err := walMeta(s.path, c.db)
+	if err != nil {
+		t.Fatal(err)
+	}
 	_ = c.Close()
 	wal, err := createWAL(WALPath(s.path), id, true)
 	if err != nil {

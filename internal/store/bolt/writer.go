@@ -55,10 +55,12 @@ type errTx struct{ err error }
 func (e errTx) Error() string { return e.err.Error() }
 
 // writer is the only goroutine that writes. It takes every request waiting at
-// that moment (up to maxBatch), applies them in one Update and answers each
-// after the commit's fsync. While one commit syncs, the next batch gathers in
-// the channel, so the batch size follows the load with no timer; requests
-// that queue while a batch is applied join it too, before it commits.
+// that moment (up to maxBatch), puts them in the open transaction and answers
+// each once the batch's record in the log is synced (commitBatch). While one
+// batch syncs, the next gathers in the channel, so the batch size follows
+// the load with no timer; requests that queue while a batch is applied join
+// it too. It also checkpoints: checkpointEvery after the first record since
+// the last, before a scrub, and at the close.
 func (s *Store) writer() {
 	defer close(s.done)
 	batch := make([]*writeReq, 0, maxBatch)
