@@ -445,7 +445,9 @@ func TestChildWriteApprovedOnce(t *testing.T) {
 	var cst runstate.State
 	for {
 		_, evs := stored(t, s, st.RunID)
-		if ids := children(t, s, evs); len(ids) == 1 {
+		// delegation_started is committed before its child is made: until
+		// the child is stored, wait on the parent's driver, which makes it.
+		if ids := children(t, s, evs); len(ids) == 1 && childStored(t, s, ids[0]) {
 			if err := e.Wait(ctx, ids[0]); err != nil {
 				t.Fatal(err)
 			}
@@ -516,4 +518,18 @@ func TestDelegateRetriesAChildItCouldNotCreate(t *testing.T) {
 	if n := len(listRuns(t, s)); n != 3 {
 		t.Fatalf("%d runs, want the parent and 2 children, no duplicate", n)
 	}
+}
+
+// childStored reports whether the run is stored yet; an error other than
+// not found fails the test.
+func childStored(t *testing.T, s Store, runID string) bool {
+	t.Helper()
+	_, err := s.Load(testCtx(t), runID)
+	if errors.Is(err, store.ErrNotFound) {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("Load(%s): %v", runID, err)
+	}
+	return true
 }

@@ -235,16 +235,24 @@ func runToRest(t *testing.T, e *Engine, s Store, c *reinv1.TaskContract) (runsta
 func stored(t *testing.T, s Store, runID string) (runstate.State, []*reinv1.Event) {
 	t.Helper()
 	ctx := testCtx(t)
-	st, err := s.Load(ctx, runID)
-	if err != nil {
-		t.Fatalf("Load(%s): %v", runID, err)
+	for {
+		st, err := s.Load(ctx, runID)
+		if err != nil {
+			t.Fatalf("Load(%s): %v", runID, err)
+		}
+		evs, err := s.Events(ctx, runID, 0, 1<<20)
+		if err != nil {
+			t.Fatalf("Events(%s): %v", runID, err)
+		}
+		// A run still driven may have moved between the two reads: read
+		// again until they are of one version (or the test's time is up,
+		// and the check below says how they differ).
+		if uint64(len(evs)) != st.Version && ctx.Err() == nil {
+			continue
+		}
+		checkLog(t, st, evs)
+		return st, evs
 	}
-	evs, err := s.Events(ctx, runID, 0, 1<<20)
-	if err != nil {
-		t.Fatalf("Events(%s): %v", runID, err)
-	}
-	checkLog(t, st, evs)
-	return st, evs
 }
 
 // checkLog validates a stored history: one run, sequences 1..n with no gap,
