@@ -266,6 +266,11 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		leased: cfg.Leased,
 		Keeper: keeper,
 	}
+	// Every loop Shutdown stops starts out stopped, so that a failure
+	// below can close the node before the loops start.
+	n.sweep, n.swept = stoppedLoop()
+	n.admit, n.admitted = stoppedLoop()
+	n.scheduled, n.schedulerDone = stoppedLoop()
 	rs := &runService{engine: eng, store: st, hub: hub, admission: adm, schedules: schedules, log: cfg.Logger, done: n.done, resume: cfg.Resume, metrics: cfg.Metrics, keeper: keeper, follows: follows}
 	reinv1.RegisterRunServiceServer(n.GRPC, rs)
 	healthpb.RegisterHealthServer(n.GRPC, n.health)
@@ -276,16 +281,13 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if calls != nil {
 		calls.InitializeMetrics(n.GRPC)
 	}
-	n.sweep, n.swept = func() {}, make(chan struct{})
 	if keeper != nil && cfg.Policy != nil {
 		sctx, cancel := context.WithCancel(context.Background())
-		n.sweep = cancel
+		n.sweep, n.swept = cancel, make(chan struct{})
 		go func() {
 			defer close(n.swept)
 			keeper.Run(sctx)
 		}()
-	} else {
-		close(n.swept)
 	}
 	if cfg.Resume {
 		if err := eng.ResumeAll(ctx); err != nil {
@@ -293,7 +295,6 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
-	n.scheduled, n.schedulerDone = func() {}, make(chan struct{})
 	if schedules != nil && cfg.Resume {
 		// Only a server that carries runs on (rein serve) runs the
 		// schedules: a command's embedded server stops when it ends.
@@ -305,24 +306,19 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 			},
 		})
 		sctx, cancel := context.WithCancel(context.Background())
-		n.scheduled = cancel
+		n.scheduled, n.schedulerDone = cancel, make(chan struct{})
 		go func() {
 			defer close(n.schedulerDone)
 			sch.Run(sctx)
 		}()
-	} else {
-		close(n.schedulerDone)
 	}
-	n.admit, n.admitted = func() {}, make(chan struct{})
 	if adm != nil {
 		actx, cancel := context.WithCancel(context.Background())
-		n.admit = cancel
+		n.admit, n.admitted = cancel, make(chan struct{})
 		go func() {
 			defer close(n.admitted)
 			adm.Run(actx)
 		}()
-	} else {
-		close(n.admitted)
 	}
 	return n, nil
 }
@@ -368,6 +364,14 @@ func (n *Node) Shutdown(ctx context.Context) {
 			n.log.Error("close store", "error", err)
 		}
 	})
+}
+
+// stoppedLoop is the stop function and done channel of a loop that never
+// started: stopping it does nothing, and it is done already.
+func stoppedLoop() (context.CancelFunc, chan struct{}) {
+	done := make(chan struct{})
+	close(done)
+	return func() {}, done
 }
 
 // Close stops the node at once: calls and streams are cut, running runs
