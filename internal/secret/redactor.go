@@ -11,6 +11,12 @@
 // masked ("sk-…wxyz") or encoded (JSON-escaped, URL-encoded) is not found.
 // Values shorter than MinLen are not redacted at all, so that a short or
 // empty value cannot turn ordinary words into markers.
+//
+// So a text is redacted whole, before anything cuts it: a cut through a
+// value leaves a piece that no Redactor finds. What rein cuts itself out of
+// a larger text (a slice of a file, a line of it) is cut with Find and
+// Spans.Slice, which replace every piece of a value the cut leaves, and
+// find values whatever the case of their ASCII letters.
 package secret
 
 import (
@@ -27,9 +33,11 @@ const MinLen = 8
 // Redactor replaces the values of a server's secrets in text. It is built
 // once and safe for concurrent use; a nil *Redactor redacts nothing.
 type Redactor struct {
-	// values are the redacted values, longest first.
-	values   []string
-	replacer *strings.Replacer
+	// values are the redacted values, longest first; folded holds them
+	// with ASCII letters in lower case, and labels the names of each, as
+	// the Marker writes them.
+	values, folded, labels []string
+	replacer               *strings.Replacer
 }
 
 // New is the Redactor of the secrets in sets, each a map from a secret's
@@ -62,7 +70,9 @@ func New(sets ...map[string]string) *Redactor {
 	pairs := make([]string, 0, 2*len(r.values))
 	for _, v := range r.values {
 		slices.Sort(names[v])
-		pairs = append(pairs, v, Marker(strings.Join(names[v], ", ")))
+		label := strings.Join(names[v], ", ")
+		r.folded, r.labels = append(r.folded, foldASCII(v)), append(r.labels, label)
+		pairs = append(pairs, v, Marker(label))
 	}
 	r.replacer = strings.NewReplacer(pairs...)
 	return r
