@@ -354,7 +354,7 @@ func workspaceTrial(ctx context.Context, dir string, c evalCase, prices *pricing
 	if err := evaluate.CopyWorkspace(c.workspace, ws); err != nil {
 		return evaluate.Trial{}, err
 	}
-	files, err := workspace.New(ws)
+	files, err := workspace.New(ws, nil) // an evaluation's server holds no secrets
 	if err != nil {
 		return evaluate.Trial{}, err
 	}

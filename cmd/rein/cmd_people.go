@@ -16,6 +16,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/secret"
 	"github.com/reinhq/rein/internal/tools"
 	"github.com/reinhq/rein/internal/tools/workspace"
 )
@@ -394,12 +395,13 @@ func carryOn(ctx context.Context, e *env, cn *conn, runID string, after uint64) 
 	return finish(e, run)
 }
 
-// workspaceFlag opens a --workspace DIR; "" means none (a nil Executor).
-func workspaceFlag(dir string) (tools.Executor, error) {
+// workspaceFlag opens a --workspace DIR, whose tools show no value of
+// secrets (the server's); "" means none (a nil Executor).
+func workspaceFlag(dir string, secrets *secret.Redactor) (tools.Executor, error) {
 	if dir == "" {
 		return nil, nil
 	}
-	ws, err := workspace.New(dir)
+	ws, err := workspace.New(dir, secrets)
 	if err != nil {
 		return nil, usageError("--workspace: %v", err)
 	}

@@ -154,7 +154,7 @@ func (h *host) openTools(ctx context.Context, ledger string, s *setup) error {
 		}
 		executors = append(executors, f)
 	}
-	ws, err := workspaceFlag(h.workspace)
+	ws, err := workspaceFlag(h.workspace, s.secrets)
 	if err != nil {
 		return err
 	}

@@ -245,7 +245,7 @@ func TestErrorsNameNoAbsolutePath(t *testing.T) {
 	if err := os.Mkdir(gone, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	wg, err := New(gone)
+	wg, err := New(gone, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

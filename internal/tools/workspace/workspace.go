@@ -16,6 +16,16 @@
 // linear in its length. Errors are written for the model: they name paths
 // as the model gave them, never the absolute root; a missing path names
 // the nearest existing ones, and cut output says how to read the rest.
+//
+// No tool shows a piece of a value of the server's secrets (New's secrets),
+// though each shows only part of a file: fs.read and fs.search cut what
+// they show with secret.Spans.Slice, over enough of the file around it to
+// find every value that shares a byte with it, so a value cut by the slice
+// or the clipped line is replaced as a whole one is, and fs.search matches
+// its pattern against the lines as shown, so it cannot find a value bit by
+// bit. fs.patch does not edit a file that holds one (its old would be
+// matched against the value), and a write's preview leaves out the diff
+// of a file that does.
 package workspace
 
 import (
@@ -35,6 +45,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/reinhq/rein/internal/secret"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -50,6 +61,9 @@ const (
 // Workspace is a tools.Executor whose tools work on the files under a root.
 type Workspace struct {
 	root string // absolute, with no symbolic links
+	// secrets are the server's, whose values no tool shows; nil shows
+	// every file as it is.
+	secrets *secret.Redactor
 
 	// mu serializes commits and guards committed.
 	mu sync.Mutex
@@ -63,8 +77,9 @@ var (
 	_ tools.Looker   = (*Workspace)(nil)
 )
 
-// New returns a workspace over root, which must be an existing directory.
-func New(root string) (*Workspace, error) {
+// New returns a workspace over root, which must be an existing directory,
+// whose tools show no value of secrets (the server's; nil for none).
+func New(root string, secrets *secret.Redactor) (*Workspace, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, fmt.Errorf("workspace root %s: %w", root, err)
@@ -80,7 +95,7 @@ func New(root string) (*Workspace, error) {
 	if !info.IsDir() {
 		return nil, fmt.Errorf("workspace root %s is not a directory", root)
 	}
-	return &Workspace{root: real, committed: map[string]*structpb.Value{}}, nil
+	return &Workspace{root: real, secrets: secrets, committed: map[string]*structpb.Value{}}, nil
 }
 
 // Root is the workspace's root directory, absolute and without links.
@@ -168,11 +183,17 @@ func (w *Workspace) read(root *os.Root, args map[string]*structpb.Value) (*struc
 	if offset < 0 || offset > size {
 		return nil, fmt.Errorf("offset %d is outside %q, which has %d bytes", offset, rel, size)
 	}
-	buf := make([]byte, min(limit, size-offset))
-	if _, err := f.ReadAt(buf, offset); err != nil && !errors.Is(err, io.EOF) {
+	// The slice is read with the bytes around it where a secret's value
+	// that shares a byte with it may lie (none without secrets).
+	end := offset + min(limit, size-offset)
+	margin := int64(max(w.secrets.MaxLen()-1, 0))
+	from, to := max(offset-margin, 0), min(end+margin, size)
+	around := make([]byte, to-from)
+	if _, err := f.ReadAt(around, from); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("read %q: %w", rel, pathless(err))
 	}
-	cut := offset+int64(len(buf)) < size
+	buf := around[offset-from : end-from]
+	cut := end < size
 	// Do not split a character at the cut.
 	for k := 0; cut && k < utf8.UTFMax-1 && len(buf) > 0 && !utf8.Valid(buf); k++ {
 		buf = buf[:len(buf)-1]
@@ -181,6 +202,13 @@ func (w *Workspace) read(root *os.Root, args map[string]*structpb.Value) (*struc
 		return nil, fmt.Errorf("%q is not UTF-8 text (a binary file?) at bytes %d to %d; fs.read returns text only", rel, offset, offset+int64(len(buf)))
 	}
 	out := map[string]any{"path": rel, "content": string(buf), "size": size}
+	if w.secrets != nil {
+		text, at := string(around), int(offset-from)
+		if in := w.secrets.Find(text).Within(at, at+len(buf)); len(in) > 0 {
+			out["content"] = in.Slice(text, at, at+len(buf))
+			out["redacted"] = readRedacted(in.Names())
+		}
+	}
 	if offset > 0 {
 		out["offset"] = offset
 	}
@@ -260,6 +288,7 @@ func (w *Workspace) search(ctx context.Context, root *os.Root, args map[string]*
 	matches := []any{}
 	truncated := false
 	skipped := 0
+	var held secret.Spans // one for each file that holds a secret's value
 	err = fs.WalkDir(fsys, start, func(p string, d fs.DirEntry, err error) error {
 		// A big tree is walked file by file: a call cut by its context or
 		// the run's deadline stops between two of them.
@@ -286,7 +315,19 @@ func (w *Workspace) search(ctx context.Context, root *os.Root, args map[string]*
 			skipped++
 			return nil
 		}
+		// Each line is matched and shown as it is with its secrets'
+		// values replaced, the pieces of one cut by the line's ends too.
+		spans := w.secrets.Find(data)
+		if len(spans) > 0 {
+			held = append(held, secret.Span{Names: spans.Names()})
+		}
+		at := 0
 		for i, line := range strings.Split(data, "\n") {
+			start := at
+			at += len(line) + 1
+			if in := spans.Within(start, start+len(line)); len(in) > 0 {
+				line = in.Slice(data, start, start+len(line))
+			}
 			if !strings.Contains(line, pattern) {
 				continue
 			}
@@ -309,6 +350,9 @@ func (w *Workspace) search(ctx context.Context, root *os.Root, args map[string]*
 	if skipped > 0 {
 		out["skipped_files"] = skipped
 	}
+	if len(held) > 0 {
+		out["redacted"] = searchRedacted(held.Names())
+	}
 	return structpb.NewValue(out)
 }
 
@@ -329,6 +373,16 @@ func searchable(root *os.Root, p string) (string, bool) {
 		return "", false
 	}
 	return string(data), true
+}
+
+// Why a tool's output shows "[secret NAME]" where a file holds the value of
+// one of the server's secrets, names.
+func readRedacted(names string) string {
+	return fmt.Sprintf("this part of the file holds the value of the server's secret %s, whole or cut, shown as [secret NAME] in its place: rein never shows a secret's value, whole or in part; offset, size and next_offset count the file's own bytes", names)
+}
+
+func searchRedacted(names string) string {
+	return fmt.Sprintf("files searched hold the value of the server's secret %s; their lines show [secret NAME] in its place, whole or cut, and the pattern is matched against the lines as shown, so it never matches a secret's value or a part of it", names)
 }
 
 // clip cuts s to at most n bytes, on a character boundary.

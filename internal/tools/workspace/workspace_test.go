@@ -35,7 +35,7 @@ func setup(t *testing.T) (w *Workspace, root string, check func()) {
 			t.Fatal(err)
 		}
 	}
-	w, err := New(root)
+	w, err := New(root, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,13 +408,13 @@ func TestNewRoot(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(dir); err != nil {
+	if _, err := New(dir, nil); err != nil {
 		t.Errorf("New(dir) = %v", err)
 	}
-	if _, err := New(file); err == nil || !strings.Contains(err.Error(), "not a directory") {
+	if _, err := New(file, nil); err == nil || !strings.Contains(err.Error(), "not a directory") {
 		t.Errorf("New(file) = %v, want not a directory", err)
 	}
-	if _, err := New(filepath.Join(dir, "missing")); err == nil {
+	if _, err := New(filepath.Join(dir, "missing"), nil); err == nil {
 		t.Error("New(missing) succeeded")
 	}
 }

@@ -161,11 +161,29 @@ func (w *Workspace) Propose(ctx context.Context, call tools.Call) (_ *structpb.V
 	if err != nil {
 		return nil, err
 	}
+	// A file that holds a secret's value is not patched: whether old
+	// occurs in it would say, bit by bit, what the value is.
+	held := w.held(c.old)
+	if held != "" && call.Tool == "fs.patch" {
+		return nil, fmt.Errorf("%q holds the value of the server's secret %s, which rein never shows or matches text against, so fs.patch does not edit it; replace the file whole with fs.write, or leave it to a person", c.rel, held)
+	}
 	next, err := apply(call.Tool, c, args)
 	if err != nil {
 		return nil, err
 	}
-	return structpb.NewValue(preview(c, next))
+	if held == "" {
+		held = w.held(next)
+	}
+	return structpb.NewValue(preview(c, next, held))
+}
+
+// held is the names of the server's secrets whose values content holds;
+// "" for none.
+func (w *Workspace) held(content []byte) string {
+	if w.secrets == nil {
+		return ""
+	}
+	return w.secrets.Find(string(content)).Names()
 }
 
 // preview is a write's preview: the unified diff with the hashes of the
@@ -173,8 +191,10 @@ func (w *Workspace) Propose(ctx context.Context, call tools.Call) (_ *structpb.V
 // to diff (maxPreviewFile), or whose diff is over maxDiffBytes, gets a
 // summary instead of the diff: both sizes and both hashes, which bind the
 // write as the diff does (the commit checks them), and why the diff is
-// left out.
-func preview(c change, next []byte) map[string]any {
+// left out. So does a write whose old or new content holds the value of
+// one of the server's secrets, held (the diff would show it, and its
+// lines, cut apart by the diff's marks, would hide it from a redactor).
+func preview(c change, next []byte, held string) map[string]any {
 	target := filepath.ToSlash(c.target)
 	p := map[string]any{
 		"path":      c.rel,
@@ -190,6 +210,9 @@ func preview(c change, next []byte) map[string]any {
 	}
 	if c.unread {
 		return omit(fmt.Sprintf("the file is %d bytes, over the %d a preview diffs: compare the sizes and hashes", c.oldSize, maxPreviewFile))
+	}
+	if held != "" {
+		return omit(fmt.Sprintf("the file's old or new content holds the value of the server's secret %s, which a diff would show: compare the sizes and hashes", held))
 	}
 	if len(next) > maxPreviewFile {
 		return omit(fmt.Sprintf("the new content is %d bytes, over the %d a preview diffs: compare the sizes and hashes", len(next), maxPreviewFile))
