@@ -111,8 +111,9 @@ func (r *Stepper) runChecks(ctx context.Context) (*reinv1.ChecksCompleted, error
 // runCheck runs one check: its argv with no shell, in its directory, with
 // only the allowlisted environment, cut at its timeout. Its output is
 // redacted by secrets before its tail is taken, so that cutting the tail
-// cannot leave part of a value behind: the check may print a key the
-// contract let into its environment, or a file that holds one.
+// cannot leave part of a value behind (and the output held starts a line,
+// where no value was cut): the check may print a key the contract let
+// into its environment, or a file that holds one.
 func runCheck(ctx context.Context, root string, ch *reinv1.Check, secrets *secret.Redactor) *reinv1.CheckResult {
 	res := &reinv1.CheckResult{Name: ch.GetName(), ExitCode: -1}
 	dir, err := checkDir(root, ch.GetDir())
@@ -141,7 +142,7 @@ func runCheck(ctx context.Context, root string, ch *reinv1.Check, secrets *secre
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = checkWaitDelay
 	err = cmd.Run()
-	tail := tail.Lines(secrets.Redact(out.String()), checkTailLines, checkTailBytes)
+	tail := tail.Lines(secrets.Redact(out.WholeLines()), checkTailLines, checkTailBytes)
 	var exit *exec.ExitError
 	switch {
 	case cctx.Err() != nil && ctx.Err() == nil:

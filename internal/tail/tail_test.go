@@ -20,6 +20,41 @@ func TestBufferKeepsTheEnd(t *testing.T) {
 	}
 }
 
+// TestWholeLines: a tail that starts inside a line, the bytes before it
+// dropped, starts at the next line instead, and is empty when it is all
+// one line; a tail that starts a line is kept whole, as is all of a text
+// that was not cut.
+func TestWholeLines(t *testing.T) {
+	const key = "sk-live-7Qx9ZpL2mN4vR8tY1wK6"
+	for _, tc := range []struct {
+		writes []string
+		max    int
+		want   string
+	}{
+		{[]string{"a\ntoken=" + key + "\nb\n"}, 10, "b\n"},
+		{[]string{"token=", key, "\nerror: bad\n"}, 20, "error: bad\n"},
+		// Written in pieces, so that the buffer drops bytes as it goes.
+		{strings.SplitAfter(strings.Repeat("token="+key+"\n", 50), "\n"), 40, "token=" + key + "\n"},
+		{[]string{"one long line without an end"}, 8, ""},
+		// The twins: the tail starts a line, or nothing was cut.
+		{[]string{"first\n", "second\n"}, 7, "second\n"},
+		{[]string{"short\nlines\n"}, 100, "short\nlines\n"},
+		{[]string{"partial"}, 7, "partial"},
+	} {
+		b := &Buffer{Max: tc.max}
+		for _, w := range tc.writes {
+			b.Write([]byte(w))
+		}
+		if got := b.WholeLines(); got != tc.want {
+			t.Errorf("%q, Max %d: WholeLines = %q, want %q", tc.writes, tc.max, got, tc.want)
+		}
+	}
+	var none *Buffer
+	if none.WholeLines() != "" {
+		t.Error("a nil Buffer's WholeLines is not empty")
+	}
+}
+
 func TestLines(t *testing.T) {
 	for _, tc := range []struct {
 		s        string

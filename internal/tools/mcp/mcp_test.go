@@ -15,6 +15,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/reinhq/rein/internal/secret"
 	"github.com/reinhq/rein/internal/tools"
 	reinmcp "github.com/reinhq/rein/internal/tools/mcp"
 )
@@ -490,6 +491,30 @@ func TestOpenBadName(t *testing.T) {
 			c.Close()
 		}
 		ss.Close()
+	}
+}
+
+// leakedKey is a secret that the "leak" test server prints, a line of
+// 71 bytes at a time: the 4 KiB stderr tail starts 16 bytes into it.
+const leakedKey = "sk-leak-0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRST"
+
+// TestStderrTailCutsNoSecret: an error that quotes a server's stderr
+// holds no piece of a key the tail cut at its start, so the redactor the
+// engine passes a tool's errors through, which finds only whole values,
+// leaves none; the whole lines it quotes are redacted.
+func TestStderrTailCutsNoSecret(t *testing.T) {
+	_, err := reinmcp.Open(testCtx(t), "srv", serverCommand(t, "leak"), serverEnvOpt)
+	if err == nil {
+		t.Fatal("Open of a server that exits succeeded")
+	}
+	msg := secret.New(map[string]string{"LEAK_KEY": leakedKey}).Error(err).Error()
+	for i := 0; i+8 <= len(leakedKey); i++ {
+		if strings.Contains(msg, leakedKey[i:i+8]) {
+			t.Fatalf("the error holds %q of the key: %s", leakedKey[i:i+8], msg)
+		}
+	}
+	if !strings.Contains(msg, "token=[secret LEAK_KEY]") {
+		t.Errorf("the error does not quote the stderr's whole lines, redacted: %s", msg)
 	}
 }
 

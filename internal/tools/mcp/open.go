@@ -129,8 +129,11 @@ func describeTarget(target string) string {
 	return fmt.Sprintf("command %q", target)
 }
 
+// stderrNote is what an error says of a stdio server's stderr: its last
+// lines. Not a line cut at its start: the engine redacts the server's
+// secrets from a tool's error, and it finds only whole values.
 func stderrNote(t *tail.Buffer) string {
-	if s := strings.TrimSpace(strings.ToValidUTF8(t.String(), "\uFFFD")); s != "" {
+	if s := strings.TrimSpace(strings.ToValidUTF8(t.WholeLines(), "\uFFFD")); s != "" {
 		return "; its stderr ended with:\n" + s
 	}
 	return ""

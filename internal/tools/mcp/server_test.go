@@ -27,7 +27,8 @@ import (
 
 // serverEnv, set in the environment of the test binary, makes it the test
 // MCP server over stdio instead of running the tests; "crash" makes it write
-// to stderr and exit before the handshake.
+// to stderr and exit before the handshake, and "leak" too, writing
+// leakedKey.
 const serverEnv = "REIN_MCP_TEST_SERVER"
 
 func TestMain(m *testing.M) {
@@ -36,6 +37,13 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	case "crash":
 		fmt.Fprintln(os.Stderr, "testserver: missing configuration file /etc/testserver.conf")
+		os.Exit(3)
+	case "leak":
+		// Print a key, a line at a time, past what the stderr tail keeps,
+		// then stop.
+		for range 100 {
+			fmt.Fprintf(os.Stderr, "token=%s\n", leakedKey)
+		}
 		os.Exit(3)
 	case "env":
 		// Say whether a secret of rein's environment got here, then stop.

@@ -59,7 +59,7 @@ func (c *Client) watch(cs *sdk.ClientSession) *session {
 		c.sessMu.Unlock()
 		if !closed {
 			c.logger.Warn("MCP server session ended; rein reconnects at the next call",
-				"server", c.name, "error", err, "stderr", c.stderr.String())
+				"server", c.name, "error", err, "stderr", c.stderr.WholeLines())
 		}
 	}()
 	return s
