@@ -7,9 +7,14 @@
 // keys are fixed-width lower-case hex, so keys sort in numeric order and a
 // prefix range reads them in order:
 //
-//	P meta/layout           "rein-etcd-1": marks the prefix as rein's. Open
+//	P meta/layout           "rein-etcd-2": marks the prefix as rein's. Open
 //	                        refuses a prefix without it that holds any key,
 //	                        and a layout it does not know, writing nothing.
+//	                        "rein-etcd-1", written before runs kept their
+//	                        blobs under P rblob/, is read and marked
+//	                        "rein-etcd-2" at Open, so that a build that
+//	                        knows only the first refuses the prefix rather
+//	                        than miss the blobs it cannot see.
 //	P meta/changes          the cursor of the last status change (decimal);
 //	                        absent before the first one
 //	P run/<run id>          the run's snapshot (a Run without its contract);

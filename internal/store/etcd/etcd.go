@@ -19,8 +19,16 @@ import (
 	"github.com/reinhq/rein/internal/store"
 )
 
-// layoutV1 is the value of P meta/layout in a prefix this package wrote.
-const layoutV1 = "rein-etcd-1"
+// The values of P meta/layout. layoutV1 marks a prefix written before runs
+// kept their blobs apart (P blob/ only); layoutV2 one whose runs may hold
+// P rblob/ keys, which a build that knows only layoutV1 would not read.
+// This package reads both and marks every prefix it opens layoutV2, so a
+// build that knows only layoutV1 refuses the prefix instead of missing
+// blobs.
+const (
+	layoutV1 = "rein-etcd-1"
+	layoutV2 = "rein-etcd-2"
+)
 
 // ChunkBytes is the most a blob chunk holds.
 const ChunkBytes = 256 << 10
@@ -169,8 +177,19 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string, opts Options
 			return nil, s.etcdErr(ctx, what, err)
 		}
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-			if v := string(kvs[0].Value); v != layoutV1 {
-				return nil, fmt.Errorf("%s: its layout is %q, and this rein knows only %q; run the rein that wrote it, or point this one at another prefix", what, v, layoutV1)
+			switch v := string(kvs[0].Value); v {
+			case layoutV2:
+			case layoutV1:
+				upgraded, err := s.markLayout(ctx, what, clientv3.Compare(clientv3.Value(s.keys.layout()), "=", layoutV1))
+				if err != nil {
+					return nil, err
+				}
+				if !upgraded {
+					continue // another server changed the marker meanwhile: look again
+				}
+			default:
+				return nil, fmt.Errorf("%s: its layout is %q, and this rein knows only %q and %q; run a rein that knows it (a newer build), or point this one at another prefix",
+					what, v, layoutV1, layoutV2)
 			}
 			if err := s.backfillEnded(ctx); err != nil {
 				return nil, err
@@ -182,20 +201,27 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string, opts Options
 				what, r.GetCount(), r.GetKvs()[0].Key, s.keys.layout())
 		}
 		// Empty: mark it, only if it still holds no key at all.
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
-		tr, err := cli.Txn(wctx).
-			If(clientv3.Compare(clientv3.CreateRevision(prefix).WithPrefix(), "=", 0)).
-			Then(clientv3.OpPut(s.keys.layout(), layoutV1), clientv3.OpPut(s.keys.endedMark(), "1")).
-			Commit()
-		cancel()
+		marked, err := s.markLayout(ctx, what, clientv3.Compare(clientv3.CreateRevision(prefix).WithPrefix(), "=", 0), clientv3.OpPut(s.keys.endedMark(), "1"))
 		if err != nil {
-			return nil, s.etcdErr(ctx, what, err)
+			return nil, err
 		}
-		if tr.Succeeded {
+		if marked {
 			return s, nil
 		}
 		// Someone wrote under the prefix meanwhile: look again.
 	}
+}
+
+// markLayout puts layoutV2 as the prefix's layout marker, with also, if
+// cond still holds; it reports whether it did.
+func (s *Store) markLayout(ctx context.Context, what string, cond clientv3.Cmp, also ...clientv3.Op) (bool, error) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
+	defer cancel()
+	tr, err := s.cli.Txn(wctx).If(cond).Then(append([]clientv3.Op{clientv3.OpPut(s.keys.layout(), layoutV2)}, also...)...).Commit()
+	if err != nil {
+		return false, s.etcdErr(ctx, what, err)
+	}
+	return tr.Succeeded, nil
 }
 
 // Close waits for the calls in flight, then refuses every later one. It does

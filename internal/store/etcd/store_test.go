@@ -172,7 +172,7 @@ func TestOpenRefusesForeignPrefix(t *testing.T) {
 
 	empty := base + "empty/"
 	s := openShared(t, empty)
-	if got := dump(t, shared, empty); len(got) != 2 || !strings.Contains(got[empty+"meta/layout"], layoutV1) || got[empty+"meta/ended"] == "" {
+	if got := dump(t, shared, empty); len(got) != 2 || !strings.HasSuffix(got[empty+"meta/layout"], `"`+layoutV2+`"`) || got[empty+"meta/ended"] == "" {
 		t.Fatalf("an empty prefix after Open holds %v, want only its layout marker and the ended index's mark (lifecycle.go)", got)
 	}
 	mustCreate(t, s, "run-1")
@@ -542,5 +542,29 @@ func TestSmallBlobIsOneKey(t *testing.T) {
 	}
 	if got, err := readBlob(ctx, s, "run-1", hash); err != nil || !bytes.Equal(got, small) {
 		t.Fatalf("Blobs of the chunked form = %q, %v; want %q", got, err, small)
+	}
+}
+
+// TestOpenMarksAnOlderLayout: a prefix an older rein marked "rein-etcd-1"
+// opens, keeps its runs, and is marked "rein-etcd-2", so that a build that
+// knows only the first layout (and not the runs' P rblob/ keys) refuses it.
+// The twin, in TestOpenRefusesForeignPrefix: a layout newer than this
+// build's is refused with nothing written.
+func TestOpenMarksAnOlderLayout(t *testing.T) {
+	ctx := t.Context()
+	prefix := prefixOf(t.TempDir())
+	s := openShared(t, prefix)
+	mustCreate(t, s, "run-1")
+	s.Close()
+	if _, err := shared.Put(ctx, prefix+"meta/layout", layoutV1); err != nil {
+		t.Fatal(err)
+	}
+	s = openShared(t, prefix)
+	defer s.Close()
+	if got := dump(t, shared, prefix)[prefix+"meta/layout"]; !strings.HasSuffix(got, `"`+layoutV2+`"`) {
+		t.Fatalf("the layout marker after Open = %s, want %q", got, layoutV2)
+	}
+	if _, err := s.Load(ctx, "run-1"); err != nil {
+		t.Fatalf("Load after the layout's upgrade: %v", err)
 	}
 }
