@@ -411,5 +411,10 @@ func (o *serveOptions) checkReplica() error {
 	if o.maxRuns < 0 {
 		return usageError("--max-runs must be 0 (no cap) or more")
 	}
+	if o.flags.Changed("name") {
+		if err := replica.CheckName(o.name); err != nil {
+			return usageError("--name: %v", err)
+		}
+	}
 	return nil
 }

@@ -58,6 +58,8 @@ func TestServeEtcdRefused(t *testing.T) {
 		{"a prefix without its slash", serve("--etcd", ep, "--etcd-prefix", "/rein"), exitUsage, []string{"--etcd-prefix", "must end in /"}},
 		{"a TTL of part of a second", serve("--etcd", ep, "--lease-ttl", "1500ms"), exitUsage, []string{"--lease-ttl", "whole seconds"}},
 		{"a lease without etcd", serve("--db", t.TempDir()+"/r.db", "--lease-ttl", "5s"), exitUsage, []string{"--lease-ttl", "--etcd"}},
+		{"a name with a trailing space", serve("--etcd", ep, "--name", "r1 "), exitUsage, []string{"--name", `"r1 "`, "no space"}},
+		{"a name with a slash", serve("--etcd", ep, "--name", "eu/r1"), exitUsage, []string{"--name", `'/'`}},
 		{"a half client certificate", serve("--etcd", ep, "--etcd-tls-cert", "c.pem"), exitUsage, []string{"--etcd-tls-key"}},
 		{"another program's keys", serve("--etcd", ep, "--etcd-prefix", "/app/"), exitUnavailable, []string{"/app/"}},
 		{"a layout from a newer rein", serve("--etcd", ep, "--etcd-prefix", "/future/"), exitUnavailable, []string{"rein-etcd-99"}},

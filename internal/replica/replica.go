@@ -54,6 +54,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -125,6 +127,31 @@ type Replica struct {
 // prefix holds.
 var ErrNameTaken = errors.New("replica name taken")
 
+// maxNameBytes bounds a replica's name, which every owner key of its runs
+// and every log line of its server carries.
+const maxNameBytes = 128
+
+// CheckName refuses a replica name that two operators could read as one
+// while etcd holds two ("r1 " and "r1"), or that does not fit in a key
+// and a log line: empty, longer than 128 bytes, or holding a space, a
+// control character, a "/" or bytes that are not UTF-8.
+func CheckName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("the name is empty: each replica on a prefix needs a name of its own")
+	case len(name) > maxNameBytes:
+		return fmt.Errorf("the name is %d bytes long, over %d: choose a shorter one", len(name), maxNameBytes)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("the name %q is not valid UTF-8", name)
+	}
+	for _, r := range name {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || r == '/' {
+			return fmt.Errorf("the name %q holds %q: a name is letters, digits and punctuation other than \"/\", with no space (r1, eu-west-1a.rein-2)", name, r)
+		}
+	}
+	return nil
+}
+
 // Join is granted a lease, claims the replica's name under it, ties the
 // store's runs to it and keeps it alive. It fails when etcd does not grant
 // one within the store's timeout, and with ErrNameTaken when another live
@@ -134,8 +161,8 @@ func Join(ctx context.Context, cfg Config) (*Replica, error) {
 	if cfg.TTL < time.Second {
 		return nil, fmt.Errorf("replica: lease TTL %v is under etcd's least, 1s", cfg.TTL)
 	}
-	if cfg.Name == "" {
-		return nil, errors.New("replica: the name is empty: each replica on a prefix needs a name of its own")
+	if err := CheckName(cfg.Name); err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
