@@ -159,6 +159,7 @@ func (r *Stepper) Step(ctx context.Context) error {
 		// that no limit is passed unseen.
 		usage = &reinv1.Usage{InputTokens: input, OutputTokens: estimateOutput(reply)}
 	}
+	reply.Decision = identify(reply.Decision, r.st.RunID, req.Step, r.transcript.callIDs)
 	price, _ := r.price()
 	returned := &reinv1.Event{Actor: "model", Payload: &reinv1.Event_ModelReturned{ModelReturned: &reinv1.ModelReturned{
 		Decision: reply.Decision, Usage: usage, CostUsd: price.Cost(usage.GetInputTokens(), usage.GetOutputTokens()),

@@ -75,6 +75,9 @@ type transcript struct {
 		cc   *reinv1.ContextCompacted
 		text string
 	}
+	// callIDs are the call IDs of the run's tool calls so far, compacted
+	// or not: a new call goes by one of its own (identify).
+	callIDs map[string]bool
 }
 
 // part is one piece of a model call's input: its bytes and their SHA-256.
@@ -459,6 +462,12 @@ func (t *transcript) observe(ev *reinv1.Event, seq uint64) {
 		t.reported(mr.GetUsage().GetInputTokens())
 		if d := mr.GetDecision(); d != nil && d.GetAction() != nil {
 			t.add(model.Turn{Decision: d}, seq)
+		}
+		if id := mr.GetDecision().GetToolCall().GetCallId(); id != "" {
+			if t.callIDs == nil {
+				t.callIDs = map[string]bool{}
+			}
+			t.callIDs[id] = true
 		}
 	case eventkind.Observed:
 		if o := tr.Observe(ev); o != nil {
