@@ -220,3 +220,43 @@ func TestDuplicateCallID(t *testing.T) {
 		t.Errorf("the contract's script now gives call ID %q, want c1 as written", got)
 	}
 }
+
+// TestForkCallsWithoutID: a fork carries its parent's calls under the IDs
+// they went by, and its own calls without an ID go by IDs derived from the
+// fork's run; a write an ask rule paused in the fork is approved and
+// committed.
+func TestForkCallsWithoutID(t *testing.T) {
+	ex := refundTools(t)
+	e, s := setup(t, Config{Tools: ex})
+	rules := []*reinv1.PolicyRule{{Name: "look", Effect: effectAsk, When: "true"}}
+	c := refundContract(t, "", rules...)
+	c.Tools[1].Rules = []*reinv1.PolicyRule{{Name: "reads", Effect: effectAllow, When: "true"}}
+	c.Model.Script = append([]*reinv1.ScriptedReply{callReply("search", "", nil)}, c.Model.Script...)
+	parent, evs := runToRest(t, e, s, c)
+	wantStatus(t, parent, evs, statusNeedsApproval, "write_proposed")
+	read, write := derivedID(parent.RunID, 1), derivedID(parent.RunID, 2)
+	wantCallIDs(t, evs,
+		"model_returned "+read, "policy_decided "+read, "tool_requested "+read, "tool_returned "+read,
+		"model_returned "+write, "policy_decided "+write, "tool_requested "+write, "approval_requested "+write)
+	at := ofType(evs, "tool_returned")[0].GetSequence()
+	fork, _, err := e.Fork(testCtx(t), ForkRequest{RunID: parent.RunID, AtSequence: at, RequestID: "fork", Principal: "alice", Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRun(t, e, fork.RunID)
+	paused, _ := stored(t, s, fork.RunID)
+	p := paused.Pending.GetProposal()
+	if paused.Status != statusNeedsApproval || p == nil {
+		t.Fatalf("fork is %s, want paused on its refund", runstate.StatusName(paused.Status))
+	}
+	if _, err := e.DecideApproval(testCtx(t), Verdict{RunID: fork.RunID, ProposalID: p.GetProposalId(), ProposalHash: p.GetHash(), Approve: true, Principal: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	waitEnded(t, s, fork.RunID)
+	st, fevs := stored(t, s, fork.RunID)
+	wantStatus(t, st, fevs, statusCompleted, "final_answer")
+	own := derivedID(fork.RunID, 2)
+	wantCallIDs(t, fevs,
+		"model_returned "+read, "policy_decided "+read, "tool_requested "+read, "tool_returned "+read,
+		"model_returned "+own, "policy_decided "+own, "tool_requested "+own, "approval_requested "+own)
+}
