@@ -29,7 +29,7 @@ type httpFlags struct {
 
 func (h *httpFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&h.listen, "http", "", "serve the web console and RunService to browsers (Connect, gRPC-Web) on this address, with the same authentication and roles as gRPC, and TLS when --tls-cert is given; off by default")
-	f.StringSliceVar(&h.hosts, "http-host", nil, "with --http, a host name requests may carry in their Host header, besides IP addresses and localhost (the name the console is reached by); repeatable or comma-separated")
+	f.StringSliceVar(&h.hosts, "http-host", nil, "with --http, a host name requests may carry in their Host header, besides IP addresses, localhost and the host of the --http address (the name the console is reached by); repeatable or comma-separated")
 	f.StringSliceVar(&h.origins, "http-allowed-origins", nil, "with --http, origins (scheme://host[:port]) besides the console's own that browsers may call RunService from; repeatable or comma-separated")
 	f.DurationVar(&h.readHeaderTimeout, "http-read-header-timeout", 10*time.Second, "with --http, how long a request's headers may take to arrive")
 	f.DurationVar(&h.readTimeout, "http-read-timeout", 30*time.Second, "with --http, how long a request's body may take to arrive (a watch stream's response is not bounded by it)")
@@ -73,6 +73,7 @@ func (h *httpFlags) serve(lis net.Listener, node *server.Node, cfg server.Config
 		Authenticate:   node.AuthenticateHTTP,
 		MaxBodyBytes:   cfg.MaxRecvBytes,
 		ReadTimeout:    h.readTimeout,
+		Listen:         h.listen,
 		Hosts:          h.hosts,
 		AllowedOrigins: h.origins,
 	})

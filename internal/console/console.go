@@ -59,8 +59,11 @@ type Options struct {
 	// ReadTimeout bounds how long a request's body may take to arrive; 0
 	// means no bound.
 	ReadTimeout time.Duration
-	// Hosts are the names, besides IP addresses and localhost, that
-	// requests may carry in Host (rein serve --http-host).
+	// Listen is the address the console listens on (rein serve --http);
+	// when its host is a name, requests may carry it in Host.
+	Listen string
+	// Hosts are the names, besides IP addresses, localhost and Listen's,
+	// that requests may carry in Host (rein serve --http-host).
 	Hosts []string
 	// AllowedOrigins are the origins, besides the console's own, that may
 	// call RunService from a browser (rein serve --http-allowed-origins).
@@ -70,7 +73,7 @@ type Options struct {
 // Check says what is wrong with the options' hosts and origins, before a
 // server is started with them.
 func (o Options) Check() error {
-	_, err := newSite(o.Hosts, o.AllowedOrigins)
+	_, err := site(o)
 	return err
 }
 
@@ -82,7 +85,7 @@ func Handler(g *grpc.Server, opts Options) (http.Handler, error) {
 	if limit <= 0 {
 		limit = 4 << 20
 	}
-	at, err := newSite(opts.Hosts, opts.AllowedOrigins)
+	at, err := site(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +124,7 @@ func Handler(g *grpc.Server, opts Options) (http.Handler, error) {
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "no-referrer")
-		if err := at.check(r); err != nil {
+		if err := at.Check(r); err != nil {
 			// 403 whatever the protocol: a page of another site learns
 			// nothing more.
 			closeUnread(w, r)

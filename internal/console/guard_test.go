@@ -1,7 +1,9 @@
 package console
 
 import (
+	"bufio"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -65,6 +67,12 @@ func TestForeignHostsAndOriginsAreRefused(t *testing.T) {
 		"the null Origin":           {"Origin": "null"},
 		"an Origin of other scheme": {"Origin": "https://127.0.0.1" + port},
 		"an allowed origin's http":  {"Origin": "http://ops.example.com"},
+		"a port that is a name":     {"Host": "127.0.0.1" + port + ".evil.example"},
+		"localhost, port a name":    {"Host": "localhost" + port + ".evil.example"},
+		"port 0":                    {"Host": "127.0.0.1:0"},
+		"port 65536":                {"Host": "127.0.0.1:65536"},
+		"an empty port":             {"Host": "127.0.0.1:"},
+		"an unbracketed IPv6":       {"Host": "::1" + port},
 	}
 	for name, h := range refused {
 		code, body := call(t, srv.URL, "GetServerInfo", "{}", connectHeaders(h))
@@ -93,6 +101,8 @@ func TestForeignHostsAndOriginsAreRefused(t *testing.T) {
 		"localhost":                {"Host": "localhost" + port},
 		"an allowed name":          {"Host": "REIN.internal" + port},
 		"another IP address":       {"Host": "[::1]" + port},
+		"an IP address, no port":   {"Host": "127.0.0.1"},
+		"the highest port":         {"Host": "127.0.0.1:65535"},
 		"the console's own origin": {"Origin": srv.URL},
 		"an allowed origin":        {"Origin": "https://ops.example.com"},
 		"an allowed name's origin": {"Host": "rein.internal" + port, "Origin": "http://rein.internal" + port},
@@ -103,6 +113,53 @@ func TestForeignHostsAndOriginsAreRefused(t *testing.T) {
 			t.Errorf("%s: %d %s; want 200", name, code, body)
 		}
 	}
+}
+
+// TestAbsoluteFormIsRefused: a call whose request target is an absolute
+// URI naming the server (POST http://127.0.0.1:PORT/… HTTP/1.1) with a
+// rebound name in its Host header is refused with 403 before it reaches
+// the gRPC server: Go's server would take the URI's authority for Host.
+// The twin: the same call in origin form passes.
+func TestAbsoluteFormIsRefused(t *testing.T) {
+	srv, seen := newConsole(t)
+	addr := srv.Listener.Addr().String()
+	call := func(target, host string) (int, string) {
+		return raw(t, addr, "POST "+target+" HTTP/1.1\r\nHost: "+host+"\r\nContent-Type: application/json\r\n"+
+			"Connect-Protocol-Version: 1\r\nAuthorization: Bearer t0k\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+	}
+	const path = "/rein.v1.RunService/GetServerInfo"
+	for _, host := range []string{"evil.example", addr} {
+		if code, body := call("http://"+addr+path, host); code != http.StatusForbidden || !strings.Contains(body, "not a path") {
+			t.Errorf("absolute form, Host %s: %d %s; want 403 saying the target is not a path", host, code, body)
+		}
+	}
+	if got := seen(); len(got) != 0 {
+		t.Fatalf("refused requests reached the gRPC server: %v", got)
+	}
+	if code, body := call(path, addr); code != http.StatusOK {
+		t.Errorf("origin form: %d %s; want 200", code, body)
+	}
+}
+
+// raw sends request, bytes as they are, to addr and returns the response's
+// status and body.
+func raw(t *testing.T, addr, request string) (int, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, request); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // TestFormsCannotCall: the CSRF defence. What an HTML form can send (its
