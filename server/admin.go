@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/reinhq/rein/internal/hostcheck"
 	"github.com/reinhq/rein/internal/metrics"
 	"github.com/reinhq/rein/internal/store"
 )
@@ -28,8 +29,10 @@ const readyTimeout = 2 * time.Second
 //	/debug/pprof/  Go's profiles, only with withPprof
 //
 // It is meant for an address only operators reach (rein serve
-// --admin-listen): it has no authentication of its own.
-func (n *Node) AdminHandler(m *metrics.Metrics, withPprof bool) http.Handler {
+// --admin-listen): it has no authentication of its own. It answers only to
+// the Host and Origin headers site allows, and refuses the rest with 403,
+// so that a page on a name rebound to this machine reads none of it.
+func (n *Node) AdminHandler(m *metrics.Metrics, withPprof bool, site hostcheck.Rule) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -49,7 +52,7 @@ func (n *Node) AdminHandler(m *metrics.Metrics, withPprof bool) http.Handler {
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	return mux
+	return site.Guard(mux)
 }
 
 // ready says why the node does not take calls, or nil.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/hostcheck"
 	"github.com/reinhq/rein/internal/metrics"
 	"github.com/reinhq/rein/internal/store"
 )
@@ -38,7 +40,7 @@ func adminServer(t *testing.T, st store.Store, withPprof bool) (*Node, reinv1.Ru
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(node.AdminHandler(m, withPprof))
+	hs := httptest.NewServer(node.AdminHandler(m, withPprof, hostcheck.Rule{}))
 	t.Cleanup(func() {
 		hs.Close()
 		_ = cc.Close()
@@ -191,7 +193,7 @@ func TestReadyNeedsTheLease(t *testing.T) {
 	}
 	defer node.Close()
 	m.TrackLeases(func() int { return 3 }, held.Load)
-	hs := httptest.NewServer(node.AdminHandler(m, false))
+	hs := httptest.NewServer(node.AdminHandler(m, false, hostcheck.Rule{}))
 	defer hs.Close()
 	if code, body := get(t, hs.URL+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "etcd lease") {
 		t.Fatalf("/readyz without the lease = %d %q, want 503 naming the lease", code, body)
@@ -209,4 +211,118 @@ func TestReadyNeedsTheLease(t *testing.T) {
 		!strings.Contains(body, "rein_takeovers_total 1") || !strings.Contains(body, "rein_lease_losses_total 1") {
 		t.Fatalf("/metrics with the lease, a takeover and a loss:\n%s", body)
 	}
+}
+
+// TestAdminRefusesForeignHosts: DNS rebinding on the admin port. A page on
+// a name rebound to this machine, or a request with a Host no browser
+// sends, reads no metric and no profile: 403, naming the Host and the flag
+// that allows a name. The twins: the listen address, localhost, [::1] and
+// an allowed name pass, from the port's own origin.
+func TestAdminRefusesForeignHosts(t *testing.T) {
+	m := metrics.New()
+	node, err := Open(context.Background(), Config{Store: tempBolt(t), Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	site, err := hostcheck.New(hostcheck.Options{Hosts: []string{"rein-1.internal"}, HostFlag: "--admin-host"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(node.AdminHandler(m, true, site))
+	defer hs.Close()
+	addr := hs.Listener.Addr().String()
+	_, port, _ := net.SplitHostPort(addr)
+	paths := []string{"/metrics", "/debug/pprof/", "/debug/pprof/goroutine?debug=2", "/healthz", "/readyz"}
+	for _, h := range []map[string]string{
+		{"Host": "evil.example:" + port},
+		{"Host": "evil.example:" + port, "Origin": "http://evil.example:" + port},
+		{"Host": "127.0.0.1:" + port + ".evil.example"},
+		{"Host": "localhost:" + port + ".evil.example"},
+		{"Host": "127.0.0.1:0"},
+		{"Host": "127.0.0.1:65536"},
+		{"Host": "127.0.0.1:x"},
+		{"Host": "127.0.0.1:"},
+		{"Origin": "http://evil.example:" + port},
+	} {
+		for _, path := range paths {
+			code, body := getWith(t, hs.URL+path, h)
+			if code != http.StatusForbidden || strings.Contains(body, "rein_") || strings.Contains(body, "goroutine") {
+				t.Errorf("%s with %v: %d %.80q; want 403", path, h, code, body)
+			}
+			if host, ok := h["Host"]; ok && (!strings.Contains(body, `"`+host+`"`) || !strings.Contains(body, "rein serve --admin-host")) {
+				t.Errorf("%s with %v: %.200q; want the Host and the flag named", path, h, body)
+			} else if !ok && !strings.Contains(body, `"`+h["Origin"]+`"`) {
+				t.Errorf("%s with %v: %.200q; want the Origin named", path, h, body)
+			}
+		}
+	}
+	// The absolute form names the server, and Go would take it for Host.
+	for _, path := range paths {
+		code, body := rawRequest(t, addr, "GET http://"+addr+path+" HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n")
+		if code != http.StatusForbidden || !strings.Contains(body, "not a path") {
+			t.Errorf("GET http://%s%s with Host evil.example: %d %.80q; want 403", addr, path, code, body)
+		}
+	}
+
+	for _, h := range []map[string]string{
+		{},
+		{"Host": "localhost:" + port},
+		{"Host": "[::1]:" + port},
+		{"Host": "rein-1.internal:" + port},
+		{"Origin": "http://" + addr},
+	} {
+		for _, path := range paths {
+			if code, body := getWith(t, hs.URL+path, h); code != http.StatusOK {
+				t.Errorf("%s with %v: %d %.80q; want 200", path, h, code, body)
+			}
+		}
+	}
+	if code, body := rawRequest(t, addr, "GET /metrics HTTP/1.1\r\nHost: "+addr+"\r\nConnection: close\r\n\r\n"); code != http.StatusOK || !strings.Contains(body, "go_goroutines") {
+		t.Errorf("GET /metrics in origin form: %d %.80q; want 200", code, body)
+	}
+}
+
+// getWith GETs url with headers (Host among them).
+func getWith(t *testing.T, url string, headers map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range headers {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// rawRequest sends request, bytes as they are, to addr and returns the
+// response's status and body.
+func rawRequest(t *testing.T, addr, request string) (int, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, request); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

@@ -23,6 +23,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/etcdtest"
+	"github.com/reinhq/rein/internal/hostcheck"
 	"github.com/reinhq/rein/internal/metrics"
 	"github.com/reinhq/rein/internal/store"
 	etcdstore "github.com/reinhq/rein/internal/store/etcd"
@@ -71,7 +72,7 @@ func spaceServer(t *testing.T, st *etcdstore.Store) (*Node, reinv1.RunServiceCli
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(node.AdminHandler(m, false))
+	hs := httptest.NewServer(node.AdminHandler(m, false, hostcheck.Rule{}))
 	t.Cleanup(func() {
 		hs.Close()
 		_ = cc.Close()

@@ -44,6 +44,7 @@ type serveOptions struct {
 	maxStreams      uint32
 	shutdownTimeout time.Duration
 	adminListen     string
+	adminHosts      []string
 	http            httpFlags
 	tenants         tenantsFlags
 	policy          policyFlags
@@ -107,6 +108,7 @@ one that receives it takes the run and carries it on.`,
 	f.Uint32Var(&o.maxStreams, "max-streams", 4096, "concurrent streams per connection")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop may take")
 	f.StringVar(&o.adminListen, "admin-listen", "", "serve HTTP for operators on this address: /metrics (Prometheus), /healthz, /readyz; off by default; no authentication, so keep it on an address only operators reach")
+	f.StringSliceVar(&o.adminHosts, "admin-host", nil, "with --admin-listen, a host name requests may carry in their Host header, besides IP addresses, localhost and the host of the --admin-listen address (the name Prometheus scrapes it by); repeatable or comma-separated")
 	o.http.register(f)
 	o.lifecycle.register(f)
 	o.tenants.register(f)
@@ -182,6 +184,10 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	}
 	if o.pprof && o.adminListen == "" {
 		return usageError("--pprof serves profiles on the --admin-listen address: give one too")
+	}
+	adminSite, err := o.adminSite()
+	if err != nil {
+		return err
 	}
 	var admin net.Listener
 	if o.adminListen != "" {
@@ -315,7 +321,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	log.Info("rein serving", "addr", lis.Addr().String(), "store", storeName, "name", o.name, "tls", cfg.ServerOptions != nil, "reflection", o.reflection,
 		"version", b.GetVersion(), "revision", b.GetRevision(), "modified", b.GetModified(), "go", b.GetGoVersion())
 	if admin != nil {
-		hs := &http.Server{Handler: node.AdminHandler(cfg.Metrics, o.pprof), ReadHeaderTimeout: 10 * time.Second}
+		hs := &http.Server{Handler: node.AdminHandler(cfg.Metrics, o.pprof, adminSite), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := hs.Serve(admin); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("admin HTTP server stopped", "error", err)
