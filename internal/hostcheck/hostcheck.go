@@ -101,11 +101,11 @@ func (r Rule) Check(req *http.Request) error {
 		return fmt.Errorf("the request target %q is not a path: this server is no proxy; send the path alone, with the server's address in Host", t)
 	}
 	if !r.answers(req.Host) {
-		allow := "a name its operator allows with rein serve " + r.hostFlag
-		if r.hostFlag == "" {
-			allow = "no other name"
+		allow := "or localhost"
+		if r.hostFlag != "" {
+			allow = "localhost, or a name its operator allows with rein serve " + r.hostFlag
 		}
-		return fmt.Errorf("this server does not answer to the host %q: use its address (host:port, the port a number), localhost, or %s", req.Host, allow)
+		return fmt.Errorf("this server does not answer to the host %q: use its address (host:port, the port a number from 1 to 65535) %s", req.Host, allow)
 	}
 	origins := req.Header.Values("Origin")
 	switch len(origins) {
@@ -125,11 +125,11 @@ func (r Rule) Check(req *http.Request) error {
 	if origin == scheme+"://"+strings.ToLower(req.Host) || r.origins[origin] {
 		return nil
 	}
-	allow := "or one its operator allows with rein serve " + r.originFlag
-	if r.originFlag == "" {
-		allow = "no other"
+	allow := ""
+	if r.originFlag != "" {
+		allow = ", or one its operator allows with rein serve " + r.originFlag
 	}
-	return fmt.Errorf("requests from the origin %q are refused: only this server's own origin may send them from a browser, %s", origins[0], allow)
+	return fmt.Errorf("requests from the origin %q are refused: only this server's own origin may send them from a browser%s", origins[0], allow)
 }
 
 // Guard serves h to the requests r passes, and refuses the rest with 403
