@@ -107,6 +107,13 @@ func (r Rule) Check(req *http.Request) error {
 		}
 		return fmt.Errorf("this server does not answer to the host %q: use its address (host:port, the port a number from 1 to 65535) %s", req.Host, allow)
 	}
+	// A page on another site reaches a listener at its own Host with a
+	// plain <img> or <script> (no Origin): it cannot read the answer, but
+	// it can start what a GET starts (a CPU profile on the admin port).
+	// Browsers mark such requests; only a person's own navigation passes.
+	if req.Header.Get("Sec-Fetch-Site") == "cross-site" && !(isRead(req.Method) && req.Header.Get("Sec-Fetch-Mode") == "navigate") {
+		return fmt.Errorf("a page on another site may not call this server (Sec-Fetch-Site: cross-site, Sec-Fetch-Mode: %s): open its address in the browser directly", req.Header.Get("Sec-Fetch-Mode"))
+	}
 	origins := req.Header.Values("Origin")
 	switch len(origins) {
 	case 0:
@@ -130,6 +137,11 @@ func (r Rule) Check(req *http.Request) error {
 		allow = ", or one its operator allows with rein serve " + r.originFlag
 	}
 	return fmt.Errorf("requests from the origin %q are refused: only this server's own origin may send them from a browser%s", origins[0], allow)
+}
+
+// isRead reports whether method only reads.
+func isRead(method string) bool {
+	return method == http.MethodGet || method == http.MethodHead
 }
 
 // Guard serves h to the requests r passes, and refuses the rest with 403

@@ -154,3 +154,45 @@ func raw(t *testing.T, addr, request string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// TestCrossSiteFetches: a request a browser marks as sent by a page on
+// another site (an <img> or <script> to the admin port's pprof, with the
+// listener's own Host and no Origin) is refused; the twins, a person's own
+// navigation from a link, a same-origin or same-site fetch, and a request
+// from no browser at all, pass.
+func TestCrossSiteFetches(t *testing.T) {
+	r, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		method, site, mode string
+		refused            bool
+	}{
+		{http.MethodGet, "cross-site", "no-cors", true},
+		{http.MethodGet, "cross-site", "cors", true},
+		{http.MethodPost, "cross-site", "navigate", true},
+		{http.MethodGet, "cross-site", "", true},
+		{http.MethodGet, "cross-site", "navigate", false},
+		{http.MethodGet, "same-origin", "cors", false},
+		{http.MethodGet, "same-site", "no-cors", false},
+		{http.MethodGet, "none", "navigate", false},
+		{http.MethodGet, "", "", false},
+	} {
+		req := httptest.NewRequest(tc.method, "/debug/pprof/profile?seconds=30", nil)
+		req.Host = "127.0.0.1:9090"
+		if tc.site != "" {
+			req.Header.Set("Sec-Fetch-Site", tc.site)
+		}
+		if tc.mode != "" {
+			req.Header.Set("Sec-Fetch-Mode", tc.mode)
+		}
+		err := r.Check(req)
+		if got := err != nil; got != tc.refused {
+			t.Errorf("%s Sec-Fetch-Site %q, Sec-Fetch-Mode %q: refused %v (%v), want %v", tc.method, tc.site, tc.mode, got, err, tc.refused)
+		}
+		if err != nil && !strings.Contains(err.Error(), "another site") {
+			t.Errorf("%s %q %q: %v; want it to say a page on another site may not call", tc.method, tc.site, tc.mode, err)
+		}
+	}
+}
