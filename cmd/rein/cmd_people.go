@@ -41,7 +41,10 @@ func newApproveCmd(e *env) *cobra.Command {
 		Long: `Approve a run's pending proposal. rein records the decision and the write's
 operation ID (its idempotency key) before the write is sent, commits it once,
 records the receipt, and carries the run on until it pauses or ends; the exit
-code is the run's. --hash pins the proposal you reviewed (the hash "rein
+code is the run's. An approval that is not the last the write needs (a grant's
+approvals of 2 or more) leaves the run waiting for another approver: rein
+exits 10 at once and says how many more approvals it needs and who may not
+give them. --hash pins the proposal you reviewed (the hash "rein
 pending" shows); without it, the pending proposal's hash is used. On the
 embedded server, give the same --tools the run was started with: they commit
 the write. With --server, a server that is unavailable is tried again for up

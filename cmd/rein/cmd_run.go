@@ -142,10 +142,15 @@ func (o *runOptions) run(ctx context.Context, e *env, path string) error {
 // errFollowed ends follow's Watch when the run pauses or ends.
 var errFollowed = errors.New("the run paused or ended")
 
-// follow prints each event of the run on w until the run pauses or ends, and
-// returns the run as it then stands. It follows through client.Watch, so a
-// dropped stream is resumed from the last event printed, for as long as the
-// client's Backoff.Patience allows (--command-timeout).
+// follow prints each event of the run after sequence after on w until the
+// run waits for a person or ends, and returns the run as it then stands. A
+// run that waits for a person is a pause whatever put it there: a status
+// change to needs_*, but also one approval of a proposal that needs more
+// (approval_given), a write whose outcome is unknown, or a decision that
+// recorded nothing (an approver's second approval, counted once). It
+// follows through client.Watch, so a dropped stream is resumed from the
+// last event printed, for as long as the client's Backoff.Patience allows
+// (--command-timeout).
 func follow(ctx context.Context, w io.Writer, c *client.Client, runID string, after uint64) (*reinv1.Run, error) {
 	// A run that delegates waits for its children: when one of them (or
 	// theirs) pauses for a person, following stops there too.
@@ -154,6 +159,9 @@ func follow(ctx context.Context, w io.Writer, c *client.Client, runID string, af
 	kids := &childWatch{c: c, w: w, stop: stop}
 	defer kids.wait()
 	if got, err := c.Runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID}); err == nil {
+		if run := got.GetRun(); run.GetVersion() == after && waitsForPerson(run) {
+			return run, nil // nothing to follow: it waits for a person as it stands
+		}
 		for _, ch := range got.GetRun().GetDelegation().GetOpenChildren() {
 			kids.follow(wctx, ch.GetRunId())
 		}
@@ -163,12 +171,17 @@ func follow(ctx context.Context, w io.Writer, c *client.Client, runID string, af
 		for _, ch := range ev.GetDelegationStarted().GetChildren() {
 			kids.follow(wctx, ch.GetRunId())
 		}
-		if sc := ev.GetStatusChanged(); sc != nil && sc.GetTo() != reinv1.RunStatus_RUN_STATUS_RUNNING && (!runstate.Paused(sc.GetTo()) || runstate.Waits(sc)) {
+		if runstate.Terminal(ev.GetStatusChanged().GetTo()) {
 			return errFollowed
 		}
-		// A write whose outcome is unknown leaves the run waiting for a
-		// person again, with no status change.
-		if ev.GetWriteOutcomeUnknown() != nil {
+		if !mayWait(ev) {
+			return nil
+		}
+		_, waits, err := waitsAt(wctx, c, runID, ev.GetSequence())
+		if err != nil {
+			return err
+		}
+		if waits {
 			return errFollowed
 		}
 		return nil
@@ -235,7 +248,7 @@ func nextStep(run *reinv1.Run) string {
 	id := run.GetRunId()
 	switch p := run.GetPending(); {
 	case p.GetProposal() != nil:
-		return fmt.Sprintf("; review the write, then rein approve %s %s (or rein deny)", id, p.GetProposal().GetProposalId())
+		return proposalStep(run, p.GetProposal())
 	case p.GetQuestion() != nil:
 		return fmt.Sprintf("; answer it: rein input %s TEXT", id)
 	case p.GetBudget() != nil:

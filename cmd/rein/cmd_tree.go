@@ -231,10 +231,7 @@ func (o *watchOptions) watchTree(ctx context.Context, e *env, runID string) erro
 					for _, c := range ev.GetDelegationStarted().GetChildren() {
 						follow(c.GetRunId(), 0)
 					}
-					if sc := ev.GetStatusChanged(); sc != nil && runstate.Waits(sc) && !cn.remote {
-						return errPaused
-					}
-					return nil
+					return pausedHere(ctx, cn, id, ev)
 				})
 			})
 			if err != nil && !errors.Is(err, errPaused) && ctx.Err() == nil {
@@ -345,22 +342,18 @@ func (k *childWatch) seen(ctx context.Context, runID string, ev *reinv1.Event) e
 	for _, ch := range ev.GetDelegationStarted().GetChildren() {
 		k.follow(ctx, ch.GetRunId())
 	}
-	sc := ev.GetStatusChanged()
-	if sc == nil || !runstate.Waits(sc) {
+	if !mayWait(ev) {
 		return nil
 	}
 	// The history replays old pauses too: only one that holds now stops
 	// the following.
-	var got *reinv1.GetRunResponse
-	if err := k.c.Retry(ctx, func(ctx context.Context) (err error) {
-		got, err = k.c.Runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID})
-		return err
-	}); err != nil || !runstate.Paused(got.GetRun().GetStatus()) {
+	run, waits, err := waitsAt(ctx, k.c, runID, ev.GetSequence())
+	if err != nil || !waits {
 		return nil
 	}
 	k.mu.Lock()
 	fmt.Fprintf(k.w, "rein: delegated run %s is %s: it waits for a person (rein pending; approve or answer it with its run ID)\n",
-		runID, runstate.StatusName(sc.GetTo()))
+		runID, runstate.StatusName(run.GetStatus()))
 	k.mu.Unlock()
 	k.stop(errChildPaused)
 	return errChildPaused

@@ -12,7 +12,6 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/eventkind"
-	"github.com/reinhq/rein/internal/runstate"
 )
 
 type watchOptions struct {
@@ -102,10 +101,15 @@ func (o *watchOptions) watchRun(ctx context.Context, e *env, runID string) error
 		if err != nil {
 			return err
 		}
-		if sc := ev.GetStatusChanged(); sc != nil && runstate.Waits(sc) && !cn.remote {
-			return errPaused
+		return pausedHere(ctx, cn, runID, ev)
+	}
+	if !cn.remote {
+		// Nothing on the embedded server answers a person's pause: a run
+		// that waits for one, with no event after --after, has nothing to
+		// follow.
+		if _, waits, err := waitsAt(ctx, cn.Client, runID, o.after); err != nil || waits {
+			return watchEnd(ctx, cn, runID, err)
 		}
-		return nil
 	}
 	if o.output {
 		err = cn.WatchOutput(ctx, runID, o.after, onEvent, func(m *reinv1.ModelOutput) error {
@@ -120,7 +124,16 @@ func (o *watchOptions) watchRun(ctx context.Context, e *env, runID string) error
 	if ctx.Err() != nil {
 		return &exitErr{code: exitCancelled}
 	}
-	if err != nil && !errors.Is(err, errPaused) {
+	if errors.Is(err, errPaused) {
+		err = nil
+	}
+	return watchEnd(ctx, cn, runID, err)
+}
+
+// watchEnd ends a watch of one run that stopped with err: err itself, or
+// the run's exit code as it stands.
+func watchEnd(ctx context.Context, cn *conn, runID string, err error) error {
+	if err != nil {
 		return err
 	}
 	got, err := cn.runs.GetRun(context.WithoutCancel(ctx), &reinv1.GetRunRequest{RunId: runID})
@@ -131,6 +144,21 @@ func (o *watchOptions) watchRun(ctx context.Context, e *env, runID string) error
 		return &exitErr{code: code}
 	}
 	return nil
+}
+
+// pausedHere is errPaused when ev leaves the run waiting for a person on
+// the embedded server, where nothing answers it while the watch lasts: a
+// pause that holds now, not one that the log replays (the run went on).
+// On a server the watch follows the run through its pauses.
+func pausedHere(ctx context.Context, cn *conn, runID string, ev *reinv1.Event) error {
+	if cn.remote || !mayWait(ev) {
+		return nil
+	}
+	_, waits, err := waitsAt(ctx, cn.Client, runID, ev.GetSequence())
+	if err == nil && waits {
+		err = errPaused
+	}
+	return err
 }
 
 func (o *watchOptions) watchAll(ctx context.Context, e *env) error {
