@@ -2,7 +2,8 @@
 # The Python client's tests: the Debian packages it needs, the generated code
 # checked against proto/ (generate.sh --check), the package installed offline
 # into a new venv (pip install --no-index), then the tests (unittest) with that
-# venv's Python against real `rein serve` processes started by them.
+# venv's Python against real `rein serve` processes started by them. The
+# install must leave the checkout as it was (git status).
 #   REIN_BIN  the rein binary (default ../../.bin/rein, which scripts/test.sh builds)
 # Everything comes from Debian bookworm's packages, for Debian's own
 # /usr/bin/python3 (not a python3 that happens to be first on PATH).
@@ -35,19 +36,25 @@ fi
 # 2. The generated code is what proto/ generates.
 bash generate.sh --check
 
-# 3. Installed offline into a new venv that sees Debian's grpcio and
-# protobuf; the build's setuptools and wheel come from Debian's wheels.
+# 3. The documented install (README.md, "Install"): offline into a new venv
+# that sees Debian's grpcio and protobuf; the build's setuptools and wheel
+# come from Debian's wheels. It writes nothing into the checkout, not even
+# what .gitignore hides (build/, *.egg-info): the build backend builds a
+# copy of the package in a temporary directory.
 tmp=$(mktemp -d)
-clean() {
-  rm -rf "$tmp" "$pkg/build" "$pkg"/src/*.egg-info
-}
-trap clean EXIT
-rm -rf "$pkg/build" "$pkg"/src/*.egg-info # a stale build/ would go into the wheel
+trap 'rm -rf "$tmp"' EXIT
+checkout() { git status --porcelain --ignored --untracked-files=all -- .; }
+before=$(checkout)
 /usr/bin/python3 -m venv --system-site-packages "$tmp/venv"
 (
   cd ../..
   PIP_DISABLE_PIP_VERSION_CHECK=1 "$tmp/venv/bin/pip" install --quiet --no-index --find-links /usr/share/python-wheels ./clients/python
 )
+if [ "$(checkout)" != "$before" ]; then
+  echo "clients/python/test.sh: installing the package wrote into the checkout (git status before, after):"
+  diff <(echo "$before") <(checkout) || true
+  exit 1
+fi
 # The tests use the installed package, not src/.
 "$tmp/venv/bin/python" -c '
 import sys, rein_client
