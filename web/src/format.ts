@@ -2,7 +2,7 @@
 // readable line per event. Everything returned is plain text.
 import { timestampDate, ValueSchema, type Timestamp, type Duration, type Value } from "@bufbuild/protobuf/wkt";
 import { isMessage, toJson, type JsonValue } from "@bufbuild/protobuf";
-import { RunStatus, type Run } from "./gen/rein/v1/run_pb";
+import { RunStatus, type Proposal, type Run } from "./gen/rein/v1/run_pb";
 import type { Event } from "./gen/rein/v1/event_pb";
 
 export const statuses: [RunStatus, string][] = [
@@ -25,6 +25,30 @@ export function statusName(s: RunStatus): string {
 
 export function terminal(s: RunStatus): boolean {
   return s >= RunStatus.COMPLETED && s <= RunStatus.CANCELLED;
+}
+
+// approvalsWanted says who else must approve a write that needs several
+// people: how many more approvals, and who may not give them (the run's
+// starter, those who approved it). "" for a write that needs one.
+export function approvalsWanted(run: Run, p: Proposal): string {
+  const needed = Math.max(p.approvals, 1);
+  const more = needed - p.approvedBy.length;
+  if (needed < 2 || more <= 0) return "";
+  const not = [`${run.principal}, who started the run`];
+  if (p.approvedBy.length) not.push(`${p.approvedBy.join(", ")}, who approved it`);
+  return `waits for ${more} more approver${more === 1 ? "" : "s"} (${p.approvedBy.length} of ${needed} approvals given): not ${not.join(", nor ")}`;
+}
+
+// decided is what a card says once a person's approval or rejection is in:
+// the run's status, or, when an approval leaves the write waiting for
+// another person, who else must approve it.
+export function decided(approved: boolean, run: Run | undefined, proposalId: string): string {
+  const a = run?.pending?.action;
+  if (approved && run && a?.case === "proposal" && a.value.proposalId === proposalId) {
+    const wanted = approvalsWanted(run, a.value);
+    if (wanted) return `approved: the write ${wanted}`;
+  }
+  return `${approved ? "approved" : "denied"}: the run is ${statusName(run?.status ?? 0)}`;
 }
 
 export function date(t: Timestamp | undefined): Date | undefined {

@@ -4,10 +4,10 @@
 // answer box, or the budget reached (budget.ts) with a raise.
 import { fromBinary, toJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { StructSchema } from "@bufbuild/protobuf/wkt";
-import { api, explain, may } from "./api";
+import { api, caller, explain, may } from "./api";
 import { budgetCard } from "./budget";
 import { button, diff, h, outcome } from "./dom";
-import { plain, pretty, statusName, time } from "./format";
+import { approvalsWanted, decided, plain, pretty, statusName, time } from "./format";
 import { argumentsObject } from "./parse";
 import { refuse, settle } from "./settle";
 import { ApprovalVerdict } from "./gen/rein/v1/run_service_pb";
@@ -24,10 +24,11 @@ function previewDiff(v: JsonValue | undefined): string | undefined {
 }
 
 // pendingKey names what a run waits for: a card drawn for it stays valid,
-// with whatever the person typed, until the key changes.
+// with whatever the person typed, until the key changes (a proposal's with
+// each approval given, so that the card shows who approved it).
 export function pendingKey(run: Run): string {
   const a = run.pending?.action;
-  if (a?.case === "proposal") return `${run.runId}/${a.value.proposalId}/${a.value.hash}`;
+  if (a?.case === "proposal") return `${run.runId}/${a.value.proposalId}/${a.value.hash}/${a.value.approvedBy.length}`;
   if (a?.case === "question") return `${run.runId}/question/${run.version}`;
   if (a?.case === "budget") return `${run.runId}/budget/${run.version}`;
   return "";
@@ -68,12 +69,16 @@ function proposalCard(run: Run, p: Proposal, done: () => void): HTMLElement {
       runId: run.runId, proposalId: p.proposalId, proposalHash: p.hash, verdict,
       reason: reason.value, endRun: verdict === ApprovalVerdict.REJECT && end.checked,
     });
-    return `${verdict === ApprovalVerdict.APPROVE ? "approved" : "denied"}: the run is ${statusName(got.run?.status ?? 0)}`;
+    return decided(verdict === ApprovalVerdict.APPROVE, got.run, p.proposalId);
   }, done);
   const editor = argumentsEditor(run, p, reason, answer, done);
+  // A write that needs several people says who else must approve it; one
+  // who approved it already is not offered Approve again.
+  const wanted = approvalsWanted(run, p);
+  const mine = caller !== undefined && p.approvedBy.includes(caller.principal);
   const controls = may("approver")
     ? h("div", { class: "decide" },
-        button("Approve", decide(ApprovalVerdict.APPROVE), { class: "approve" }), " ",
+        mine ? null : button("Approve", decide(ApprovalVerdict.APPROVE), { class: "approve" }), mine ? null : " ",
         reason, " ", h("label", {}, end, " end the run"), " ",
         button("Deny", decide(ApprovalVerdict.REJECT), { class: "deny" }), " ",
         button("Edit arguments", () => void editor.open(), { class: "edit" }),
@@ -98,7 +103,9 @@ function proposalCard(run: Run, p: Proposal, done: () => void): HTMLElement {
       h("dt", {}, "arguments"), h("dd", {}, h("pre", { class: "arguments" }, pretty(p.arguments))),
     ),
     d !== undefined ? h("div", {}, h("h4", {}, "Diff"), diff(d)) : null,
-    preview, controls, answer);
+    preview,
+    wanted ? h("p", { class: "note waits" }, (mine ? "You approved it; the write " : "The write ") + wanted) : null,
+    controls, answer);
 }
 
 // wholeArguments are a proposal's arguments in full: inline, or read back

@@ -6,9 +6,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import { fromJson, type JsonValue } from "@bufbuild/protobuf";
+import { create, fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { EventSchema } from "../src/gen/rein/v1/event_pb";
-import { summary } from "../src/format";
+import { RunSchema, RunStatus } from "../src/gen/rein/v1/run_pb";
+import { decided, summary } from "../src/format";
 // npm test bundles this file only: the parsers' tests, and those of the
 // model output's text, come with it.
 import "./parse.test";
@@ -93,4 +94,31 @@ test("the console's line for each kind is in step with the CLI's", () => {
     );
     assert.equal(summary(fromJson(EventSchema, c.event)).text, want, `the console's line for ${c.kind}`);
   }
+});
+
+// waitingRun is a run paused on a write that needs approvals approvers, of
+// whom approvedBy approved it.
+function waitingRun(approvals: number, approvedBy: string[]) {
+  return create(RunSchema, {
+    runId: "run_1", principal: "carol", status: RunStatus.NEEDS_APPROVAL,
+    pending: { action: { case: "proposal", value: { proposalId: "prop_1", hash: "h", approvals, approvedBy } } },
+  });
+}
+
+test("an approval that leaves the write waiting says who else must approve it", () => {
+  assert.equal(
+    decided(true, waitingRun(2, ["alice"]), "prop_1"),
+    "approved: the write waits for 1 more approver (1 of 2 approvals given): not carol, who started the run, nor alice, who approved it",
+  );
+  assert.equal(
+    decided(true, waitingRun(3, ["alice"]), "prop_1"),
+    "approved: the write waits for 2 more approvers (1 of 3 approvals given): not carol, who started the run, nor alice, who approved it",
+  );
+});
+
+test("an approval that decides the write says how the run stands", () => {
+  assert.equal(decided(true, create(RunSchema, { runId: "run_1", status: RunStatus.RUNNING }), "prop_1"), "approved: the run is running");
+  // A revision pending now is another proposal: this one was decided.
+  assert.equal(decided(true, waitingRun(2, []), "prop_0"), "approved: the run is needs_approval");
+  assert.equal(decided(false, waitingRun(2, ["alice"]), "prop_1"), "denied: the run is needs_approval");
 });
