@@ -3,6 +3,7 @@ beside the refusal that is its twin."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from helpers import (
     PKG_DIR,
     REIN_BIN,
     REPO_DIR,
+    TOKEN,
     payload,
     refund_contract,
     start_server,
@@ -32,9 +34,11 @@ from rein_client import (
     OutOfRangeError,
     ReinError,
     connect,
+    approvals_wanted,
     from_rpc_error,
     pending_proposal,
     v1,
+    waits_for_person,
 )
 
 
@@ -48,6 +52,58 @@ class RunTest(unittest.TestCase):
         c = connect(srv.address, **kw)
         self.addCleanup(c.close)
         return c
+
+    def approvers(self, n: int):
+        """A server whose tokens file has two more approvers, alice and bob,
+        and a run as TOKEN's operator of the refund example with its write
+        needing n approvals, paused on it: a client for the starter and each
+        approver, the run's ID and its proposal."""
+        extra = [
+            {"id": who, "tenant": "py", "roles": ["approver"], "token_sha256": hashlib.sha256(f"{who}-token".encode()).hexdigest()}
+            for who in ("alice", "bob")
+        ]
+        srv = start_server(self, args=["--tokens", tokens_file(temp_dir(self), extra)])
+
+        def needs(task, _script):
+            for g in task["tools"]:
+                if g["name"] == "refunds.create":
+                    g["approvals"] = n
+
+        starter = self.client(srv, token=TOKEN)
+        run = starter.start_run(refund_contract(needs)).run
+        with starter.watch_run(run.run_id) as watch:
+            for ev in watch:
+                if status_to(ev) == v1.RUN_STATUS_NEEDS_APPROVAL:
+                    break
+        proposal = pending_proposal(starter.get_run(run.run_id))
+        self.assertIsNotNone(proposal)
+        alice, bob = self.client(srv, token="alice-token"), self.client(srv, token="bob-token")
+        return starter, alice, bob, run.run_id, proposal
+
+    def test_two_approvers(self):
+        """A write that needs two approvers: the first approval answers a run
+        that still waits for a person, the second carries it on."""
+        starter, alice, bob, run_id, proposal = self.approvers(2)
+        self.assertTrue(waits_for_person(starter.get_run(run_id)))
+        self.assertEqual(approvals_wanted(starter.get_run(run_id)), 2)
+
+        first = alice.approve(run_id, proposal, reason="checked")
+        self.assertTrue(waits_for_person(first), "after the first of two approvals the run waits for another approver")
+        self.assertEqual(approvals_wanted(first), 1)
+        self.assertEqual(list(pending_proposal(first).approved_by), ["alice"])
+
+        second = bob.approve(run_id, proposal, reason="checked too")
+        self.assertFalse(waits_for_person(second), v1.RunStatus.Name(second.status))
+        self.assertEqual(approvals_wanted(second), 0)
+        for _ in starter.watch_run(run_id):  # to its end
+            pass
+        self.assertEqual(starter.get_run(run_id).status, v1.RUN_STATUS_COMPLETED)
+
+    def test_one_approver(self):
+        """The twin: a write that needs one approver goes on with it."""
+        _, alice, _, run_id, proposal = self.approvers(1)
+        answer = alice.approve(run_id, proposal, reason="checked")
+        self.assertFalse(waits_for_person(answer), v1.RunStatus.Name(answer.status))
 
     def test_refund_start_watch_approve(self):
         """The refund example: start, watch, approve its proposal, to

@@ -9,7 +9,7 @@ import { Code, ConnectError, type CallOptions as ConnectCallOptions, type Interc
 
 import type { Event } from "./gen/rein/v1/event_pb.js";
 import type { TaskContractSchema } from "./gen/rein/v1/contract_pb.js";
-import type { PendingAction, Proposal, Run } from "./gen/rein/v1/run_pb.js";
+import { RunStatus, type PendingAction, type Proposal, type Run } from "./gen/rein/v1/run_pb.js";
 import {
   ApprovalVerdict,
   RaiseBudgetRequestSchema,
@@ -307,6 +307,25 @@ export class ReinClient {
 export function pendingProposal(run: Run | undefined): Proposal | undefined {
   const a: PendingAction["action"] | undefined = run?.pending?.action;
   return a?.case === "proposal" ? a.value : undefined;
+}
+
+// waitsForPerson reports whether a run waits for a person: paused with an
+// action pending (a proposal short of its approvals, a question, a budget
+// reached) that only a person's decision moves on. A loop that follows a
+// run stops there: an approval that is not the last a write needs (a
+// grant's approvals of 2 or more) answers with a run that still waits, for
+// another approver, and nothing moves it until one approves.
+export function waitsForPerson(run: Run | undefined): boolean {
+  const paused = run?.status === RunStatus.NEEDS_APPROVAL || run?.status === RunStatus.NEEDS_INPUT || run?.status === RunStatus.NEEDS_BUDGET;
+  return paused && run?.pending?.action.case !== undefined;
+}
+
+// approvalsWanted is how many more approvals the proposal a run waits on
+// needs (0 when it waits on none). Neither the run's starter (run.principal)
+// nor one who approved it (approvedBy) may give them.
+export function approvalsWanted(run: Run | undefined): number {
+  const p = waitsForPerson(run) ? pendingProposal(run) : undefined;
+  return p ? Math.max(p.approvals, 1) - p.approvedBy.length : 0;
 }
 
 function mustRun(run: Run | undefined): Run {

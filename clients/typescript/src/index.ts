@@ -1,5 +1,6 @@
 // @reinhq/rein-client: the TypeScript client of rein's RunService.
 export {
+  approvalsWanted,
   connect,
   pendingProposal,
   ReinClient,
@@ -10,6 +11,7 @@ export {
   type RaiseBudgetInit,
   type StartRunInit,
   type StartRunResult,
+  waitsForPerson,
 } from "./client.js";
 export { DEFAULT_BACKOFF_MAX_MS, DEFAULT_BACKOFF_MIN_MS, type BackoffOptions } from "./backoff.js";
 export { type TlsOptions } from "./transport.js";

@@ -2,11 +2,13 @@
 // beside the refusal that is its twin.
 import assert from "node:assert/strict";
 import { execFile, execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { test } from "node:test";
-import { fromBinary } from "@bufbuild/protobuf";
+import { fromBinary, type JsonObject } from "@bufbuild/protobuf";
 
 import {
+  approvalsWanted,
   ConflictError,
   connect,
   FailedPreconditionError,
@@ -18,9 +20,10 @@ import {
   RunExportSchema,
   RunStatus,
   toReinError,
+  waitsForPerson,
   type Event,
 } from "../src/index.js";
-import { pkgDir, refundContract, reinBin, repoDir, startServer, tempDir, tokensFile } from "./helpers.js";
+import { pkgDir, refundContract, reinBin, repoDir, startServer, tempDir, TOKEN, tokensFile } from "./helpers.js";
 
 // kinds is each event's payload case, in order.
 function kinds(events: Event[]): string[] {
@@ -261,6 +264,55 @@ test("examples/refund.ts runs the refund example to completion; against a server
   const refused = await runNode(example, { REIN_SERVER: guarded.address, REIN_TOKEN: "" });
   assert.notEqual(refused.code, 0);
   assert.match(refused.stderr, /UnauthenticatedError/);
+});
+
+// approvers starts a server whose tokens file has two more approvers, alice
+// and bob, and a run as TOKEN's operator of the refund example with its
+// write needing n approvals, paused on it; it returns a client for each
+// approver, the run's ID and its proposal.
+async function approvers(t: Parameters<typeof startServer>[0], n: number) {
+  const sha = (s: string) => createHash("sha256").update(s).digest("hex");
+  const extra = ["alice", "bob"].map((id) => ({ id, tenant: "ts", roles: ["approver"], token_sha256: sha(`${id}-token`) }));
+  const srv = await startServer(t, { args: ["--tokens", tokensFile(tempDir(t), extra)] });
+  const client = (token: string) => {
+    const c = connect({ servers: [srv.address], token });
+    t.after(() => c.close());
+    return c;
+  };
+  const starter = client(TOKEN);
+  const contract = refundContract((task) => {
+    for (const g of task["tools"] as JsonObject[]) if (g["name"] === "refunds.create") g["approvals"] = n;
+  });
+  const { run } = await starter.startRun({ contract });
+  for await (const ev of starter.watchRun(run.runId)) {
+    if (ev.payload.case === "statusChanged" && ev.payload.value.to === RunStatus.NEEDS_APPROVAL) break;
+  }
+  const proposal = pendingProposal(await starter.getRun(run.runId));
+  assert.ok(proposal, "a run that needs approval has a proposal pending");
+  return { starter, alice: client("alice-token"), bob: client("bob-token"), runId: run.runId, proposal };
+}
+
+test("a write that needs two approvers: the first approval answers a run that still waits for a person", async (t) => {
+  const { starter, alice, bob, runId, proposal } = await approvers(t, 2);
+  assert.ok(waitsForPerson(await starter.getRun(runId)));
+  assert.equal(approvalsWanted(await starter.getRun(runId)), 2);
+
+  const first = await alice.approve(runId, proposal, { reason: "checked" });
+  assert.ok(waitsForPerson(first), "after the first of two approvals the run waits for another approver");
+  assert.equal(approvalsWanted(first), 1);
+  assert.deepEqual(pendingProposal(first)?.approvedBy, ["alice"]);
+
+  const second = await bob.approve(runId, proposal, { reason: "checked too" });
+  assert.ok(!waitsForPerson(second), `after the second approval the run goes on (${RunStatus[second.status]})`);
+  assert.equal(approvalsWanted(second), 0);
+  for await (const _ of starter.watchRun(runId)); // to its end
+  assert.equal((await starter.getRun(runId)).status, RunStatus.COMPLETED);
+});
+
+test("a write that needs one approver: its approval answers a run that goes on", async (t) => {
+  const { alice, runId, proposal } = await approvers(t, 1);
+  const answer = await alice.approve(runId, proposal, { reason: "checked" });
+  assert.ok(!waitsForPerson(answer), `after the approval the run goes on (${RunStatus[answer.status]})`);
 });
 
 test("aborting a watch ends it as Canceled, with no reconnection", async (t) => {

@@ -21,8 +21,10 @@ from .client import (
     RunWatch,
     StartRunResult,
     SteerResult,
+    approvals_wanted,
     connect,
     pending_proposal,
+    waits_for_person,
 )
 from .errors import (
     CancelledError,
@@ -60,8 +62,10 @@ __all__ = [
     "RunWatch",
     "StartRunResult",
     "SteerResult",
+    "approvals_wanted",
     "connect",
     "pending_proposal",
+    "waits_for_person",
     "CancelledError",
     "ConflictError",
     "DataLossError",

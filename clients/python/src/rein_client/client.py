@@ -37,6 +37,8 @@ __all__ = [
     "SteerResult",
     "connect",
     "pending_proposal",
+    "waits_for_person",
+    "approvals_wanted",
     "DEFAULT_BACKOFF_MIN",
     "DEFAULT_BACKOFF_MAX",
     "MAX_RETRY_INFO_ATTEMPTS",
@@ -98,6 +100,29 @@ def pending_proposal(run: Optional[v1.Run]) -> Optional[v1.Proposal]:
     if run is None or run.pending.WhichOneof("action") != "proposal":
         return None
     return run.pending.proposal
+
+
+_PAUSED = (v1.RUN_STATUS_NEEDS_APPROVAL, v1.RUN_STATUS_NEEDS_INPUT, v1.RUN_STATUS_NEEDS_BUDGET)
+
+
+def waits_for_person(run: Optional[v1.Run]) -> bool:
+    """Whether a run waits for a person: paused with an action pending (a
+    proposal short of its approvals, a question, a budget reached) that only
+    a person's decision moves on. A loop that follows a run stops there: an
+    approval that is not the last a write needs (a grant's approvals of 2
+    or more) answers with a run that still waits, for another approver, and
+    nothing moves it until one approves."""
+    return run is not None and run.status in _PAUSED and run.pending.WhichOneof("action") is not None
+
+
+def approvals_wanted(run: Optional[v1.Run]) -> int:
+    """How many more approvals the proposal a run waits on needs (0 when it
+    waits on none). Neither the run's starter (run.principal) nor one who
+    approved it (approved_by) may give them."""
+    p = pending_proposal(run) if waits_for_person(run) else None
+    if p is None:
+        return 0
+    return max(p.approvals, 1) - len(p.approved_by)
 
 
 def connect(
