@@ -159,7 +159,7 @@ func follow(ctx context.Context, w io.Writer, c *client.Client, runID string, af
 	kids := &childWatch{c: c, w: w, stop: stop}
 	defer kids.wait()
 	if got, err := c.Runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID}); err == nil {
-		if run := got.GetRun(); run.GetVersion() == after && waitsForPerson(run) {
+		if run := got.GetRun(); run.GetVersion() == after && client.WaitsForPerson(run) {
 			return run, nil // nothing to follow: it waits for a person as it stands
 		}
 		for _, ch := range got.GetRun().GetDelegation().GetOpenChildren() {

@@ -10,14 +10,6 @@ import (
 	"github.com/reinhq/rein/internal/runstate"
 )
 
-// waitsForPerson reports whether run waits for a person: paused with an
-// action pending (a proposal short of its approvals, a question, a budget
-// reached) that only a person's decision moves on. A run paused while its
-// approved write is in flight waits for the tool, not a person.
-func waitsForPerson(run *reinv1.Run) bool {
-	return runstate.Paused(run.GetStatus()) && run.GetPending().GetAction() != nil
-}
-
 // mayWait reports whether ev may leave its run waiting for a person: a
 // status change to a pause, a write whose outcome is unknown (the proposal
 // waits again), one approval of a proposal that needs more, or a revised
@@ -41,7 +33,7 @@ func waitsAt(ctx context.Context, c *client.Client, runID string, seq uint64) (*
 		return nil, false, err
 	}
 	run := got.GetRun()
-	return run, run.GetVersion() == seq && waitsForPerson(run), nil
+	return run, run.GetVersion() == seq && client.WaitsForPerson(run), nil
 }
 
 // proposalStep says what answers a run paused on proposal p, as the end
