@@ -50,8 +50,8 @@ var equalShapes = map[string]string{
 	"rein.v1.FinalAnswer":         "1 text string optional; 2 data message optional presence google.protobuf.Value; ",
 	"rein.v1.InputProvided":       "1 text string optional; ",
 	"rein.v1.InputRequested":      "1 question message optional presence rein.v1.Question; ",
-	"rein.v1.ModelPrice":          "1 input_per_mtok double optional; 2 output_per_mtok double optional; ",
-	"rein.v1.ModelRequested":      "1 step uint32 optional; 2 input_hash string optional; 3 input_tokens uint64 optional; 4 max_output_tokens uint64 optional; 5 model string optional; 6 prompt_version string optional; 7 tool_set_hash string optional; 8 resumed bool optional; 9 input_blobs string repeated; 10 max_cost_usd double optional; 11 carried_blobs uint32 optional; 12 price message optional presence rein.v1.ModelPrice; ",
+	"rein.v1.ModelPrice":          "1 input_per_mtok double optional; 2 output_per_mtok double optional; 3 cache_write_per_mtok double optional; 4 cache_read_per_mtok double optional; ",
+	"rein.v1.ModelRequested":      "1 step uint32 optional; 2 input_hash string optional; 3 input_tokens uint64 optional; 4 max_output_tokens uint64 optional; 5 model string optional; 6 prompt_version string optional; 7 tool_set_hash string optional; 8 resumed bool optional; 9 input_blobs string repeated; 10 max_cost_usd double optional; 11 carried_blobs uint32 optional; 12 price message optional presence rein.v1.ModelPrice; 13 prefix_bytes uint64 optional; 14 prefix_tokens uint64 optional; 15 cache_breakpoints uint32 repeated; 16 cache_ttl message optional presence google.protobuf.Duration; ",
 	"rein.v1.ModelRetried":        "1 step uint32 optional; 2 error string optional; 3 wait message optional presence google.protobuf.Duration; 4 reason string optional; ",
 	"rein.v1.ModelReturned":       "1 decision message optional presence rein.v1.Decision; 2 usage message optional presence rein.v1.Usage; 3 cost_usd double optional; 4 duration message optional presence google.protobuf.Duration; 5 response_id string optional; 6 finish_reason string optional; ",
 	"rein.v1.ModelSpec":           "1 provider string optional; 2 name string optional; 3 base_url string optional; 4 max_output_tokens uint32 optional; 5 temperature double optional presence; 6 script message repeated rein.v1.ScriptedReply; ",
@@ -75,7 +75,7 @@ var equalShapes = map[string]string{
 	"rein.v1.ToolRefused":         "1 call_id string optional; 2 tool string optional; 3 reason string optional; ",
 	"rein.v1.ToolRequested":       "1 call_id string optional; 2 tool string optional; 3 arguments message optional presence google.protobuf.Struct; 4 tier enum optional; ",
 	"rein.v1.ToolReturned":        "1 call_id string optional; 2 tool string optional; 3 output message optional presence google.protobuf.Value; 4 error string optional; 5 truncated bool optional; 6 output_bytes uint64 optional; 7 duration message optional presence google.protobuf.Duration; ",
-	"rein.v1.Usage":               "1 input_tokens uint64 optional; 2 output_tokens uint64 optional; ",
+	"rein.v1.Usage":               "1 input_tokens uint64 optional; 2 output_tokens uint64 optional; 3 cache_write_input_tokens uint64 optional; 4 cache_read_input_tokens uint64 optional; ",
 	"rein.v1.WriteCommitted":      "1 proposal_id string optional; 2 operation_id string optional; 3 receipt message optional presence google.protobuf.Value; 4 duration message optional presence google.protobuf.Duration; ",
 	"rein.v1.WriteDispatched":     "1 proposal_id string optional; 2 operation_id string optional; ",
 	"rein.v1.WriteOutcomeUnknown": "1 proposal_id string optional; 2 operation_id string optional; 3 error string optional; ",
@@ -367,6 +367,23 @@ func eqModelRequested(x, y *reinv1.ModelRequested) bool {
 		return false
 	}
 	if !(eqModelPrice(x.GetPrice(), y.GetPrice())) {
+		return false
+	}
+	if !(x.GetPrefixBytes() == y.GetPrefixBytes()) {
+		return false
+	}
+	if !(x.GetPrefixTokens() == y.GetPrefixTokens()) {
+		return false
+	}
+	if len(x.GetCacheBreakpoints()) != len(y.GetCacheBreakpoints()) {
+		return false
+	}
+	for i, vx := range x.GetCacheBreakpoints() {
+		if !(vx == y.GetCacheBreakpoints()[i]) {
+			return false
+		}
+	}
+	if !(eqDuration(x.GetCacheTtl(), y.GetCacheTtl())) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
@@ -1106,6 +1123,28 @@ func eqModelPrice(x, y *reinv1.ModelPrice) bool {
 	if !(math.Float64bits(x.GetOutputPerMtok()) == math.Float64bits(y.GetOutputPerMtok())) {
 		return false
 	}
+	if !(math.Float64bits(x.GetCacheWritePerMtok()) == math.Float64bits(y.GetCacheWritePerMtok())) {
+		return false
+	}
+	if !(math.Float64bits(x.GetCacheReadPerMtok()) == math.Float64bits(y.GetCacheReadPerMtok())) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqDuration(x, y *durationpb.Duration) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetSeconds() == y.GetSeconds()) {
+		return false
+	}
+	if !(x.GetNanos() == y.GetNanos()) {
+		return false
+	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }
 
@@ -1160,20 +1199,10 @@ func eqUsage(x, y *reinv1.Usage) bool {
 	if !(x.GetOutputTokens() == y.GetOutputTokens()) {
 		return false
 	}
-	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
-}
-
-func eqDuration(x, y *durationpb.Duration) bool {
-	if x == y {
-		return true
-	}
-	if x == nil || y == nil {
+	if !(x.GetCacheWriteInputTokens() == y.GetCacheWriteInputTokens()) {
 		return false
 	}
-	if !(x.GetSeconds() == y.GetSeconds()) {
-		return false
-	}
-	if !(x.GetNanos() == y.GetNanos()) {
+	if !(x.GetCacheReadInputTokens() == y.GetCacheReadInputTokens()) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())

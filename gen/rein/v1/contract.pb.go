@@ -1126,12 +1126,23 @@ func (x *ScriptedChunk) GetDelayMs() uint32 {
 // Usage counts tokens.
 type Usage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Tokens sent to the model.
+	// Tokens sent to the model that the provider neither read from nor wrote
+	// to its prompt cache, billed at the input price. A recording from
+	// before the cache fields existed counted every input token here, and
+	// its figures stay right: it asked for no caching.
 	InputTokens uint64 `protobuf:"varint,1,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
 	// Tokens the model produced.
-	OutputTokens  uint64 `protobuf:"varint,2,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OutputTokens uint64 `protobuf:"varint,2,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// Input tokens the provider wrote to its prompt cache (Anthropic's
+	// cache_creation_input_tokens), billed at the cache-write price. 0 when
+	// it wrote none or does not say.
+	CacheWriteInputTokens uint64 `protobuf:"varint,3,opt,name=cache_write_input_tokens,json=cacheWriteInputTokens,proto3" json:"cache_write_input_tokens,omitempty"`
+	// Input tokens the provider read from its prompt cache (Anthropic's
+	// cache_read_input_tokens, OpenAI's cached_tokens), billed at the
+	// cache-read price. 0 when it read none or does not say.
+	CacheReadInputTokens uint64 `protobuf:"varint,4,opt,name=cache_read_input_tokens,json=cacheReadInputTokens,proto3" json:"cache_read_input_tokens,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Usage) Reset() {
@@ -1174,6 +1185,20 @@ func (x *Usage) GetInputTokens() uint64 {
 func (x *Usage) GetOutputTokens() uint64 {
 	if x != nil {
 		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetCacheWriteInputTokens() uint64 {
+	if x != nil {
+		return x.CacheWriteInputTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetCacheReadInputTokens() uint64 {
+	if x != nil {
+		return x.CacheReadInputTokens
 	}
 	return 0
 }
@@ -1319,10 +1344,12 @@ const file_rein_v1_contract_proto_rawDesc = "" +
 	"\x05reply\"T\n" +
 	"\rScriptedChunk\x12\x1d\n" +
 	"\x04text\x18\x01 \x01(\tB\t\xbaH\x06r\x04(\x80\x80\x04R\x04text\x12$\n" +
-	"\bdelay_ms\x18\x02 \x01(\rB\t\xbaH\x06*\x04\x18\xe0\xd4\x03R\adelayMs\"O\n" +
+	"\bdelay_ms\x18\x02 \x01(\rB\t\xbaH\x06*\x04\x18\xe0\xd4\x03R\adelayMs\"\xbf\x01\n" +
 	"\x05Usage\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x04R\vinputTokens\x12#\n" +
-	"\routput_tokens\x18\x02 \x01(\x04R\foutputTokens\"\x80\x01\n" +
+	"\routput_tokens\x18\x02 \x01(\x04R\foutputTokens\x127\n" +
+	"\x18cache_write_input_tokens\x18\x03 \x01(\x04R\x15cacheWriteInputTokens\x125\n" +
+	"\x17cache_read_input_tokens\x18\x04 \x01(\x04R\x14cacheReadInputTokens\"\x80\x01\n" +
 	"\x0eApprovalPolicy\x12<\n" +
 	"\fproposal_ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\vproposalTtl\x120\n" +
 	"\x14forbid_self_approval\x18\x02 \x01(\bR\x12forbidSelfApproval*u\n" +

@@ -1057,7 +1057,21 @@ type ModelRequested struct {
 	CarriedBlobs uint32 `protobuf:"varint,11,opt,name=carried_blobs,json=carriedBlobs,proto3" json:"carried_blobs,omitempty"`
 	// The model's price the call's cost is reckoned at, from the server's
 	// price table; unset when the table has none.
-	Price         *ModelPrice `protobuf:"bytes,12,opt,name=price,proto3" json:"price,omitempty"`
+	Price *ModelPrice `protobuf:"bytes,12,opt,name=price,proto3" json:"price,omitempty"`
+	// How many bytes of this call's input (rein's parts: the goal, inputs
+	// and tools, the summary, each entry) are the previous call's input
+	// byte for byte: the prefix a provider's prompt cache can serve. 0 for
+	// a run's first call.
+	PrefixBytes uint64 `protobuf:"varint,13,opt,name=prefix_bytes,json=prefixBytes,proto3" json:"prefix_bytes,omitempty"`
+	// prefix_bytes as tokens, estimated at 4 bytes a token.
+	PrefixTokens uint64 `protobuf:"varint,14,opt,name=prefix_tokens,json=prefixTokens,proto3" json:"prefix_tokens,omitempty"`
+	// Where the call asks the provider to cache its input, as counts of
+	// rein's parts from the start: after the goal, inputs and tools (1), and
+	// after the last history entry. Empty when the model's caching is off.
+	CacheBreakpoints []uint32 `protobuf:"varint,15,rep,packed,name=cache_breakpoints,json=cacheBreakpoints,proto3" json:"cache_breakpoints,omitempty"`
+	// How long the provider is asked to keep the cached prefix; unset when
+	// the model's caching is off.
+	CacheTtl      *durationpb.Duration `protobuf:"bytes,16,opt,name=cache_ttl,json=cacheTtl,proto3" json:"cache_ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1176,6 +1190,34 @@ func (x *ModelRequested) GetPrice() *ModelPrice {
 	return nil
 }
 
+func (x *ModelRequested) GetPrefixBytes() uint64 {
+	if x != nil {
+		return x.PrefixBytes
+	}
+	return 0
+}
+
+func (x *ModelRequested) GetPrefixTokens() uint64 {
+	if x != nil {
+		return x.PrefixTokens
+	}
+	return 0
+}
+
+func (x *ModelRequested) GetCacheBreakpoints() []uint32 {
+	if x != nil {
+		return x.CacheBreakpoints
+	}
+	return nil
+}
+
+func (x *ModelRequested) GetCacheTtl() *durationpb.Duration {
+	if x != nil {
+		return x.CacheTtl
+	}
+	return nil
+}
+
 // ModelPrice is what a model charges, in US dollars per million tokens.
 type ModelPrice struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1183,8 +1225,13 @@ type ModelPrice struct {
 	InputPerMtok float64 `protobuf:"fixed64,1,opt,name=input_per_mtok,json=inputPerMtok,proto3" json:"input_per_mtok,omitempty"`
 	// Per million output tokens.
 	OutputPerMtok float64 `protobuf:"fixed64,2,opt,name=output_per_mtok,json=outputPerMtok,proto3" json:"output_per_mtok,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Per million input tokens written to the provider's prompt cache, at
+	// the TTL the call asked for. 0 in a recording from before caching.
+	CacheWritePerMtok float64 `protobuf:"fixed64,3,opt,name=cache_write_per_mtok,json=cacheWritePerMtok,proto3" json:"cache_write_per_mtok,omitempty"`
+	// Per million input tokens read from the provider's prompt cache.
+	CacheReadPerMtok float64 `protobuf:"fixed64,4,opt,name=cache_read_per_mtok,json=cacheReadPerMtok,proto3" json:"cache_read_per_mtok,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ModelPrice) Reset() {
@@ -1227,6 +1274,20 @@ func (x *ModelPrice) GetInputPerMtok() float64 {
 func (x *ModelPrice) GetOutputPerMtok() float64 {
 	if x != nil {
 		return x.OutputPerMtok
+	}
+	return 0
+}
+
+func (x *ModelPrice) GetCacheWritePerMtok() float64 {
+	if x != nil {
+		return x.CacheWritePerMtok
+	}
+	return 0
+}
+
+func (x *ModelPrice) GetCacheReadPerMtok() float64 {
+	if x != nil {
+		return x.CacheReadPerMtok
 	}
 	return 0
 }
@@ -3384,7 +3445,7 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\bcost_usd\x18\a \x01(\x01R\acostUsd\x12\x14\n" +
 	"\x05steps\x18\b \x01(\rR\x05steps\x12\x1d\n" +
 	"\n" +
-	"tool_calls\x18\t \x01(\rR\ttoolCalls\"\xa0\x03\n" +
+	"tool_calls\x18\t \x01(\rR\ttoolCalls\"\xcd\x04\n" +
 	"\x0eModelRequested\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\rR\x04step\x12\x1d\n" +
 	"\n" +
@@ -3401,11 +3462,17 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	" \x01(\x01R\n" +
 	"maxCostUsd\x12#\n" +
 	"\rcarried_blobs\x18\v \x01(\rR\fcarriedBlobs\x12)\n" +
-	"\x05price\x18\f \x01(\v2\x13.rein.v1.ModelPriceR\x05price\"Z\n" +
+	"\x05price\x18\f \x01(\v2\x13.rein.v1.ModelPriceR\x05price\x12!\n" +
+	"\fprefix_bytes\x18\r \x01(\x04R\vprefixBytes\x12#\n" +
+	"\rprefix_tokens\x18\x0e \x01(\x04R\fprefixTokens\x12+\n" +
+	"\x11cache_breakpoints\x18\x0f \x03(\rR\x10cacheBreakpoints\x126\n" +
+	"\tcache_ttl\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\bcacheTtl\"\xba\x01\n" +
 	"\n" +
 	"ModelPrice\x12$\n" +
 	"\x0einput_per_mtok\x18\x01 \x01(\x01R\finputPerMtok\x12&\n" +
-	"\x0foutput_per_mtok\x18\x02 \x01(\x01R\routputPerMtok\"\xfc\x01\n" +
+	"\x0foutput_per_mtok\x18\x02 \x01(\x01R\routputPerMtok\x12/\n" +
+	"\x14cache_write_per_mtok\x18\x03 \x01(\x01R\x11cacheWritePerMtok\x12-\n" +
+	"\x13cache_read_per_mtok\x18\x04 \x01(\x01R\x10cacheReadPerMtok\"\xfc\x01\n" +
 	"\rModelReturned\x12-\n" +
 	"\bdecision\x18\x01 \x01(\v2\x11.rein.v1.DecisionR\bdecision\x12$\n" +
 	"\x05usage\x18\x02 \x01(\v2\x0e.rein.v1.UsageR\x05usage\x12\x19\n" +
@@ -3617,8 +3684,8 @@ var file_rein_v1_event_proto_goTypes = []any{
 	(RunStatus)(0),                // 41: rein.v1.RunStatus
 	(*FinalAnswer)(nil),           // 42: rein.v1.FinalAnswer
 	(*Usage)(nil),                 // 43: rein.v1.Usage
-	(*Decision)(nil),              // 44: rein.v1.Decision
-	(*durationpb.Duration)(nil),   // 45: google.protobuf.Duration
+	(*durationpb.Duration)(nil),   // 44: google.protobuf.Duration
+	(*Decision)(nil),              // 45: rein.v1.Decision
 	(*structpb.Struct)(nil),       // 46: google.protobuf.Struct
 	(ToolTier)(0),                 // 47: rein.v1.ToolTier
 	(*structpb.Value)(nil),        // 48: google.protobuf.Value
@@ -3667,42 +3734,43 @@ var file_rein_v1_event_proto_depIdxs = []int32{
 	42, // 38: rein.v1.DelegationReturned.answer:type_name -> rein.v1.FinalAnswer
 	43, // 39: rein.v1.DelegationReturned.usage:type_name -> rein.v1.Usage
 	6,  // 40: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
-	44, // 41: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
-	43, // 42: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
-	45, // 43: rein.v1.ModelReturned.duration:type_name -> google.protobuf.Duration
-	45, // 44: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
-	10, // 45: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
-	46, // 46: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
-	47, // 47: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
-	48, // 48: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
-	45, // 49: rein.v1.ToolReturned.duration:type_name -> google.protobuf.Duration
-	49, // 50: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
-	50, // 51: rein.v1.InputRequested.question:type_name -> rein.v1.Question
-	48, // 52: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
-	45, // 53: rein.v1.WriteCommitted.duration:type_name -> google.protobuf.Duration
-	25, // 54: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
-	45, // 55: rein.v1.ChecksCompleted.duration:type_name -> google.protobuf.Duration
-	27, // 56: rein.v1.BudgetReached.retry_past_deadline:type_name -> rein.v1.RetryPastDeadline
-	36, // 57: rein.v1.BudgetReached.raise_by:type_name -> google.protobuf.Timestamp
-	45, // 58: rein.v1.RetryPastDeadline.wait:type_name -> google.protobuf.Duration
-	41, // 59: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
-	41, // 60: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
-	42, // 61: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
-	45, // 62: rein.v1.BudgetRaised.extend_deadline:type_name -> google.protobuf.Duration
-	40, // 63: rein.v1.BudgetRaised.budget:type_name -> rein.v1.Budget
-	36, // 64: rein.v1.BudgetRaised.deadline:type_name -> google.protobuf.Timestamp
-	49, // 65: rein.v1.ProposalRevised.proposal:type_name -> rein.v1.Proposal
-	32, // 66: rein.v1.ProposalRevised.changes:type_name -> rein.v1.ArgumentChange
-	48, // 67: rein.v1.ArgumentChange.before:type_name -> google.protobuf.Value
-	48, // 68: rein.v1.ArgumentChange.after:type_name -> google.protobuf.Value
-	45, // 69: rein.v1.RunAdmitted.waited:type_name -> google.protobuf.Duration
-	36, // 70: rein.v1.RunAdmitted.deadline:type_name -> google.protobuf.Timestamp
-	45, // 71: rein.v1.ModelThrottled.wait:type_name -> google.protobuf.Duration
-	72, // [72:72] is the sub-list for method output_type
-	72, // [72:72] is the sub-list for method input_type
-	72, // [72:72] is the sub-list for extension type_name
-	72, // [72:72] is the sub-list for extension extendee
-	0,  // [0:72] is the sub-list for field type_name
+	44, // 41: rein.v1.ModelRequested.cache_ttl:type_name -> google.protobuf.Duration
+	45, // 42: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
+	43, // 43: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
+	44, // 44: rein.v1.ModelReturned.duration:type_name -> google.protobuf.Duration
+	44, // 45: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
+	10, // 46: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
+	46, // 47: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
+	47, // 48: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
+	48, // 49: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
+	44, // 50: rein.v1.ToolReturned.duration:type_name -> google.protobuf.Duration
+	49, // 51: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
+	50, // 52: rein.v1.InputRequested.question:type_name -> rein.v1.Question
+	48, // 53: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
+	44, // 54: rein.v1.WriteCommitted.duration:type_name -> google.protobuf.Duration
+	25, // 55: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
+	44, // 56: rein.v1.ChecksCompleted.duration:type_name -> google.protobuf.Duration
+	27, // 57: rein.v1.BudgetReached.retry_past_deadline:type_name -> rein.v1.RetryPastDeadline
+	36, // 58: rein.v1.BudgetReached.raise_by:type_name -> google.protobuf.Timestamp
+	44, // 59: rein.v1.RetryPastDeadline.wait:type_name -> google.protobuf.Duration
+	41, // 60: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
+	41, // 61: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
+	42, // 62: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
+	44, // 63: rein.v1.BudgetRaised.extend_deadline:type_name -> google.protobuf.Duration
+	40, // 64: rein.v1.BudgetRaised.budget:type_name -> rein.v1.Budget
+	36, // 65: rein.v1.BudgetRaised.deadline:type_name -> google.protobuf.Timestamp
+	49, // 66: rein.v1.ProposalRevised.proposal:type_name -> rein.v1.Proposal
+	32, // 67: rein.v1.ProposalRevised.changes:type_name -> rein.v1.ArgumentChange
+	48, // 68: rein.v1.ArgumentChange.before:type_name -> google.protobuf.Value
+	48, // 69: rein.v1.ArgumentChange.after:type_name -> google.protobuf.Value
+	44, // 70: rein.v1.RunAdmitted.waited:type_name -> google.protobuf.Duration
+	36, // 71: rein.v1.RunAdmitted.deadline:type_name -> google.protobuf.Timestamp
+	44, // 72: rein.v1.ModelThrottled.wait:type_name -> google.protobuf.Duration
+	73, // [73:73] is the sub-list for method output_type
+	73, // [73:73] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_event_proto_init() }

@@ -189,12 +189,16 @@ class ToolGrant(_message.Message):
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., tier: _Optional[_Union[ToolTier, str]] = ..., rules: _Optional[_Iterable[_Union[PolicyRule, _Mapping]]] = ..., approvals: _Optional[int] = ..., policy_service: _Optional[str] = ...) -> None: ...
 
 class Usage(_message.Message):
-    __slots__ = ["input_tokens", "output_tokens"]
+    __slots__ = ["cache_read_input_tokens", "cache_write_input_tokens", "input_tokens", "output_tokens"]
+    CACHE_READ_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    cache_read_input_tokens: int
+    cache_write_input_tokens: int
     input_tokens: int
     output_tokens: int
-    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ...) -> None: ...
+    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cache_write_input_tokens: _Optional[int] = ..., cache_read_input_tokens: _Optional[int] = ...) -> None: ...
 
 class PolicyEffect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

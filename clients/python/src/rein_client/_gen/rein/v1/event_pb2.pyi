@@ -274,15 +274,21 @@ class InputRequested(_message.Message):
     def __init__(self, question: _Optional[_Union[_run_pb2.Question, _Mapping]] = ...) -> None: ...
 
 class ModelPrice(_message.Message):
-    __slots__ = ["input_per_mtok", "output_per_mtok"]
+    __slots__ = ["cache_read_per_mtok", "cache_write_per_mtok", "input_per_mtok", "output_per_mtok"]
+    CACHE_READ_PER_MTOK_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_PER_MTOK_FIELD_NUMBER: _ClassVar[int]
     INPUT_PER_MTOK_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_PER_MTOK_FIELD_NUMBER: _ClassVar[int]
+    cache_read_per_mtok: float
+    cache_write_per_mtok: float
     input_per_mtok: float
     output_per_mtok: float
-    def __init__(self, input_per_mtok: _Optional[float] = ..., output_per_mtok: _Optional[float] = ...) -> None: ...
+    def __init__(self, input_per_mtok: _Optional[float] = ..., output_per_mtok: _Optional[float] = ..., cache_write_per_mtok: _Optional[float] = ..., cache_read_per_mtok: _Optional[float] = ...) -> None: ...
 
 class ModelRequested(_message.Message):
-    __slots__ = ["carried_blobs", "input_blobs", "input_hash", "input_tokens", "max_cost_usd", "max_output_tokens", "model", "price", "prompt_version", "resumed", "step", "tool_set_hash"]
+    __slots__ = ["cache_breakpoints", "cache_ttl", "carried_blobs", "input_blobs", "input_hash", "input_tokens", "max_cost_usd", "max_output_tokens", "model", "prefix_bytes", "prefix_tokens", "price", "prompt_version", "resumed", "step", "tool_set_hash"]
+    CACHE_BREAKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_TTL_FIELD_NUMBER: _ClassVar[int]
     CARRIED_BLOBS_FIELD_NUMBER: _ClassVar[int]
     INPUT_BLOBS_FIELD_NUMBER: _ClassVar[int]
     INPUT_HASH_FIELD_NUMBER: _ClassVar[int]
@@ -290,11 +296,15 @@ class ModelRequested(_message.Message):
     MAX_COST_USD_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PRICE_FIELD_NUMBER: _ClassVar[int]
     PROMPT_VERSION_FIELD_NUMBER: _ClassVar[int]
     RESUMED_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     TOOL_SET_HASH_FIELD_NUMBER: _ClassVar[int]
+    cache_breakpoints: _containers.RepeatedScalarFieldContainer[int]
+    cache_ttl: _duration_pb2.Duration
     carried_blobs: int
     input_blobs: _containers.RepeatedScalarFieldContainer[str]
     input_hash: str
@@ -302,12 +312,14 @@ class ModelRequested(_message.Message):
     max_cost_usd: float
     max_output_tokens: int
     model: str
+    prefix_bytes: int
+    prefix_tokens: int
     price: ModelPrice
     prompt_version: str
     resumed: bool
     step: int
     tool_set_hash: str
-    def __init__(self, step: _Optional[int] = ..., input_hash: _Optional[str] = ..., input_tokens: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., model: _Optional[str] = ..., prompt_version: _Optional[str] = ..., tool_set_hash: _Optional[str] = ..., resumed: bool = ..., input_blobs: _Optional[_Iterable[str]] = ..., max_cost_usd: _Optional[float] = ..., carried_blobs: _Optional[int] = ..., price: _Optional[_Union[ModelPrice, _Mapping]] = ...) -> None: ...
+    def __init__(self, step: _Optional[int] = ..., input_hash: _Optional[str] = ..., input_tokens: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., model: _Optional[str] = ..., prompt_version: _Optional[str] = ..., tool_set_hash: _Optional[str] = ..., resumed: bool = ..., input_blobs: _Optional[_Iterable[str]] = ..., max_cost_usd: _Optional[float] = ..., carried_blobs: _Optional[int] = ..., price: _Optional[_Union[ModelPrice, _Mapping]] = ..., prefix_bytes: _Optional[int] = ..., prefix_tokens: _Optional[int] = ..., cache_breakpoints: _Optional[_Iterable[int]] = ..., cache_ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ModelRetried(_message.Message):
     __slots__ = ["error", "reason", "step", "wait"]
