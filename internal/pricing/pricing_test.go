@@ -88,3 +88,43 @@ func TestLoadRefusesBadFiles(t *testing.T) {
 		t.Fatal("a missing file loaded")
 	}
 }
+
+func TestBillChargesTheCacheAtItsPrices(t *testing.T) {
+	p, _ := Default().Lookup("anthropic", "claude-sonnet-4-5")
+	// 1M uncached at $3, 1M written at $3.75, 1M read at $0.30, 1M out at $15.
+	if got := p.Bill(1e6, 1e6, 1e6, 1e6); math.Abs(got-22.05) > 1e-9 {
+		t.Fatalf("Bill = %v, want 22.05", got)
+	}
+	// The failure twin: the same tokens all at the input price cost more
+	// for reads and less for writes; Bill is not Cost.
+	if all := p.Cost(3e6, 1e6); math.Abs(all-24) > 1e-9 || all == p.Bill(1e6, 1e6, 1e6, 1e6) {
+		t.Fatalf("Cost of all input = %v", all)
+	}
+	p.CacheTTL = TTL1h
+	if got := p.WritePerMTok(); got != 6 {
+		t.Fatalf("1h write price = %v, want 6 (2x input)", got)
+	}
+	o, _ := Default().Lookup("openai", "gpt-4.1")
+	if o.CacheReadPerMTok != 0.5 || o.CacheWritePerMTok != o.InputPerMTok {
+		t.Fatalf("openai/gpt-4.1 cache prices = %+v", o)
+	}
+}
+
+func TestLoadCacheFields(t *testing.T) {
+	tb, err := Load(write(t, `{"anthropic/x": {"input_per_mtok": 2, "output_per_mtok": 4, "cache_read_per_mtok": 0.2, "prompt_cache": "1h", "cache_write_1h_per_mtok": 4},
+		"openai/y": {"input_per_mtok": 1, "output_per_mtok": 1, "prompt_cache": "off"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, _ := tb.Lookup("anthropic", "x")
+	if x.TTL() != TTL1h || x.WritePerMTok() != 4 || x.CacheReadPerMTok != 0.2 {
+		t.Fatalf("anthropic/x = %+v", x)
+	}
+	y, _ := tb.Lookup("openai", "y")
+	if y.TTL() != 0 || y.CacheReadPerMTok != 1 || y.CacheWritePerMTok != 1 {
+		t.Fatalf("openai/y = %+v: caching off, cache prices unset read as the input price", y)
+	}
+	if _, err := Load(write(t, `{"openai/z": {"input_per_mtok": 1, "output_per_mtok": 1, "prompt_cache": "2h"}}`)); err == nil || !strings.Contains(err.Error(), "prompt_cache") {
+		t.Fatalf("a bad prompt_cache loaded: %v", err)
+	}
+}
