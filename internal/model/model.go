@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -51,7 +52,26 @@ type Request struct {
 	// before Next returns. What Next returns is the same reply as without
 	// it. Nil means the call does not stream.
 	Output func(text string)
+	// Cache asks the provider to cache the input's prefix for the next
+	// call; nil asks for no caching (docs/models.md).
+	Cache *Cache
 }
+
+// Cache is how a call asks for prompt caching. The input is laid out so
+// that each call begins with the previous call's input byte for byte: the
+// system text, the tools (sorted by name), the goal and inputs, then the
+// transcript, oldest first.
+type Cache struct {
+	// TTL is how long the provider is asked to keep the cached prefix.
+	TTL time.Duration
+	// Key groups the calls that share a prefix (OpenAI's
+	// prompt_cache_key): the run tree's root run ID.
+	Key string
+}
+
+// Caches says whether a provider's calls ask for prompt caching at all:
+// the scripted model has no cache.
+func Caches(provider string) bool { return provider == "openai" || provider == "anthropic" }
 
 // Turn is one entry of the transcript: a decision the model made or an
 // observation it is shown. Exactly one is set.

@@ -82,7 +82,9 @@ func (s *Script) Next(ctx context.Context, req *Request) (*Reply, error) {
 			return nil, err
 		}
 	}
-	usage := &reinv1.Usage{InputTokens: r.GetUsage().GetInputTokens(), OutputTokens: r.GetUsage().GetOutputTokens()}
+	u := r.GetUsage()
+	usage := &reinv1.Usage{InputTokens: u.GetInputTokens(), OutputTokens: u.GetOutputTokens(),
+		CacheWriteInputTokens: u.GetCacheWriteInputTokens(), CacheReadInputTokens: u.GetCacheReadInputTokens()}
 	if req.MaxOutputTokens > 0 && usage.OutputTokens > req.MaxOutputTokens {
 		usage.OutputTokens = req.MaxOutputTokens
 	}

@@ -170,8 +170,10 @@ func toolChoice() sdk.ToolChoiceUnionParam {
 func reply(msg *sdk.Message, names *model.ToolNames, maxTokens uint64) *model.Reply {
 	u := msg.Usage
 	out := &model.Reply{Usage: &reinv1.Usage{
-		InputTokens:  nonNeg(u.InputTokens) + nonNeg(u.CacheCreationInputTokens) + nonNeg(u.CacheReadInputTokens),
-		OutputTokens: nonNeg(u.OutputTokens),
+		InputTokens:           nonNeg(u.InputTokens),
+		CacheWriteInputTokens: nonNeg(u.CacheCreationInputTokens),
+		CacheReadInputTokens:  nonNeg(u.CacheReadInputTokens),
+		OutputTokens:          nonNeg(u.OutputTokens),
 	}, ResponseID: msg.ID, FinishReason: string(msg.StopReason)}
 	var uses []sdk.ContentBlockUnion
 	var texts []string

@@ -171,9 +171,10 @@ func TestToolCall(t *testing.T) {
 	if r.Raw != "" {
 		t.Fatalf("Raw %q beside a decision", r.Raw)
 	}
-	// Input counts the cache's tokens too: 100 + 20 written + 5 read.
-	if r.Usage.GetInputTokens() != 125 || r.Usage.GetOutputTokens() != 30 {
-		t.Fatalf("usage %v, want 125/30", r.Usage)
+	// Each kind of input apart, as each is billed: 100 uncached, 20
+	// written to the cache, 5 read from it.
+	if u := r.Usage; u.GetInputTokens() != 100 || u.GetCacheWriteInputTokens() != 20 || u.GetCacheReadInputTokens() != 5 || u.GetOutputTokens() != 30 {
+		t.Fatalf("usage %v, want 100 input, 20 cache write, 5 cache read, 30 output", r.Usage)
 	}
 }
 
@@ -394,7 +395,7 @@ func TestCountTokens(t *testing.T) {
 	if body.Model != "claude-test" || body.MaxTokens != nil || len(body.System) != 1 || len(body.Tools) != 3 || len(body.Messages) != 3 {
 		t.Fatalf("count request %s, want the message Next sends, without max_tokens", req.body)
 	}
-	if body.Tools[1].Name != "kb_write" || body.Tools[2].Name != anthropic.AskHumanTool {
+	if body.Tools[0].Name != anthropic.AskHumanTool || body.Tools[1].Name != "kb_write" || body.Tools[2].Name != "search" {
 		t.Fatalf("count request tools %+v, want Next's, with mapped names and ask_human", body.Tools)
 	}
 	checkConversation(t, body.Messages)

@@ -187,7 +187,7 @@ func TestStream(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want.ResponseID != "msg_1" || want.Usage.GetInputTokens() != 125 || want.Usage.GetOutputTokens() != 30 {
+			if want.ResponseID != "msg_1" || want.Usage.GetInputTokens() != 100 || want.Usage.GetOutputTokens() != 30 {
 				t.Fatalf("the reply not streamed is %+v", want)
 			}
 			got, pieces, err := streamed(context.Background(), m, request())

@@ -6,10 +6,12 @@
 package openai
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	oai "github.com/openai/openai-go/v3"
@@ -140,6 +142,11 @@ func (m *Model) params(req *model.Request) (oai.ChatCompletionNewParams, *model.
 			Name: model.DelegateTool, Description: oai.String(model.DelegateDescription), Parameters: model.DelegateSchema(),
 		}))
 	}
+	// Sorted by name, so that the prefix the provider caches does not
+	// depend on the order a contract lists its grants in.
+	slices.SortStableFunc(tools, func(a, b oai.ChatCompletionToolUnionParam) int {
+		return cmp.Compare(a.OfFunction.Function.Name, b.OfFunction.Function.Name)
+	})
 	p := oai.ChatCompletionNewParams{
 		Model:             shared.ChatModel(m.name),
 		Messages:          msgs,
@@ -155,6 +162,11 @@ func (m *Model) params(req *model.Request) (oai.ChatCompletionNewParams, *model.
 	}
 	if m.temperature != nil {
 		p.Temperature = oai.Float(*m.temperature)
+	}
+	if req.Cache != nil && req.Cache.Key != "" {
+		// OpenAI caches every prefix it sees; the key routes the calls of
+		// one run tree to the same cache.
+		p.PromptCacheKey = oai.String(req.Cache.Key)
 	}
 	return p, names, nil
 }
@@ -260,9 +272,13 @@ func transcript(turns []model.Turn, names *model.ToolNames) []oai.ChatCompletion
 
 // reply maps a completion to one decision.
 func reply(resp *oai.ChatCompletion, names *model.ToolNames) *model.Reply {
+	// prompt_tokens counts the cached tokens too; rein's input_tokens is
+	// the input billed at the input price.
+	cached := min(nonNeg(resp.Usage.PromptTokensDetails.CachedTokens), nonNeg(resp.Usage.PromptTokens))
 	out := &model.Reply{Usage: &reinv1.Usage{
-		InputTokens:  nonNeg(resp.Usage.PromptTokens),
-		OutputTokens: nonNeg(resp.Usage.CompletionTokens),
+		InputTokens:          nonNeg(resp.Usage.PromptTokens) - cached,
+		CacheReadInputTokens: cached,
+		OutputTokens:         nonNeg(resp.Usage.CompletionTokens),
 	}, ResponseID: resp.ID}
 	if len(resp.Choices) == 0 {
 		out.Raw = "the provider's reply held no choices"

@@ -299,8 +299,8 @@ func TestRequestBody(t *testing.T) {
 			t.Fatalf("tool %+v, want a function with an object schema", tl)
 		}
 	}
-	if strings.Join(names, ",") != "search,kb_write,ask_human" {
-		t.Fatalf("tools %v, want search, kb_write, ask_human", names)
+	if strings.Join(names, ",") != "ask_human,kb_write,search" {
+		t.Fatalf("tools %v, want ask_human, kb_write, search (sorted)", names)
 	}
 	content := func(i int) string {
 		var s string
