@@ -126,7 +126,8 @@ func (e *Engine) returned(ctx context.Context, child runstate.State) (*reinv1.Ev
 	spent := child.Committed()
 	dr := &reinv1.DelegationReturned{
 		RunId: child.RunID, Status: child.Status, Reason: child.StatusReason, Answer: child.Result,
-		Usage:   &reinv1.Usage{InputTokens: child.InputTokens, OutputTokens: child.OutputTokens + (spent.Tokens - child.Tokens())},
+		Usage: &reinv1.Usage{InputTokens: child.InputTokens, OutputTokens: child.OutputTokens + (spent.Tokens - child.Tokens()),
+			CacheWriteInputTokens: child.CacheWriteTokens, CacheReadInputTokens: child.CacheReadTokens},
 		CostUsd: spent.CostUSD, Steps: spent.Steps, ToolCalls: spent.ToolCalls,
 	}
 	evs, err := e.cfg.Store.Events(ctx, child.RunID, 0, eventPage)

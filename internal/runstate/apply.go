@@ -123,6 +123,8 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 		s.ModelInFlight = false
 		s.InputTokens += p.ModelReturned.GetUsage().GetInputTokens()
 		s.OutputTokens += p.ModelReturned.GetUsage().GetOutputTokens()
+		s.CacheWriteTokens += p.ModelReturned.GetUsage().GetCacheWriteInputTokens()
+		s.CacheReadTokens += p.ModelReturned.GetUsage().GetCacheReadInputTokens()
 		s.CostUSD += p.ModelReturned.GetCostUsd()
 	case *reinv1.Event_ModelRetried:
 		if err := need(s, ev, reinv1.RunStatus_RUN_STATUS_RUNNING); err != nil {

@@ -107,7 +107,7 @@ func applyDelegationReturned(s State, ev *reinv1.Event, dr *reinv1.DelegationRet
 	}
 	s.Lent = s.Lent.Sub(s.Children[i].Lent)
 	s.Returned = s.Returned.Add(Spend{
-		Steps: dr.GetSteps(), Tokens: dr.GetUsage().GetInputTokens() + dr.GetUsage().GetOutputTokens(),
+		Steps: dr.GetSteps(), Tokens: UsageTokens(dr.GetUsage()),
 		CostUSD: dr.GetCostUsd(), ToolCalls: dr.GetToolCalls(),
 	})
 	s.Children = slices.Delete(slices.Clone(s.Children), i, i+1)
@@ -140,4 +140,10 @@ func (s *State) delegationFrom(d *reinv1.RunDelegation) {
 	for _, c := range d.GetOpenChildren() {
 		s.Children = append(s.Children, ChildLoan{RunID: c.GetRunId(), Lent: SpendFrom(c.GetLent())})
 	}
+}
+
+// UsageTokens is the tokens a Usage counts toward a token budget: its
+// input (uncached, written to the cache, read from it) and its output.
+func UsageTokens(u *reinv1.Usage) uint64 {
+	return u.GetInputTokens() + u.GetCacheWriteInputTokens() + u.GetCacheReadInputTokens() + u.GetOutputTokens()
 }

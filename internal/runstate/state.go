@@ -28,6 +28,12 @@ type State struct {
 	InputTokens  uint64
 	OutputTokens uint64
 	ToolCalls    uint32
+
+	// CacheWriteTokens and CacheReadTokens are the input tokens the
+	// provider wrote to and read from its prompt cache (InputTokens is the
+	// rest of the input).
+	CacheWriteTokens, CacheReadTokens uint64
+
 	// CostUSD is the sum of model_returned's cost_usd, in log order.
 	CostUSD float64
 	// Deadline is zero when the run has no timeout.
@@ -100,8 +106,11 @@ func (s State) WriteInFlight() bool {
 	return s.ApprovedWrite != nil && s.WriteOperationID != "" && s.Pending == nil
 }
 
-// Tokens is the run's token usage, input plus output.
-func (s State) Tokens() uint64 { return s.InputTokens + s.OutputTokens }
+// Tokens is the run's token usage: input (uncached, written to the
+// cache, read from it) plus output. A token budget counts all four.
+func (s State) Tokens() uint64 {
+	return s.InputTokens + s.CacheWriteTokens + s.CacheReadTokens + s.OutputTokens
+}
 
 // Proto is the state as the API's Run message. withContract chooses whether
 // the contract is included; a snapshot leaves it out because it is stored
@@ -118,7 +127,7 @@ func (s State) Proto(withContract bool) *reinv1.Run {
 		TraceParentSpanId: s.TraceParent,
 		Version:           s.Version,
 		Steps:             s.Steps,
-		Usage:             &reinv1.Usage{InputTokens: s.InputTokens, OutputTokens: s.OutputTokens},
+		Usage:             &reinv1.Usage{InputTokens: s.InputTokens, OutputTokens: s.OutputTokens, CacheWriteInputTokens: s.CacheWriteTokens, CacheReadInputTokens: s.CacheReadTokens},
 		ToolCalls:         s.ToolCalls,
 		CostUsd:           s.CostUSD,
 		Pending:           s.Pending,
@@ -170,6 +179,8 @@ func FromProto(r *reinv1.Run, contract *reinv1.TaskContract) State {
 		Steps:            r.GetSteps(),
 		InputTokens:      r.GetUsage().GetInputTokens(),
 		OutputTokens:     r.GetUsage().GetOutputTokens(),
+		CacheWriteTokens: r.GetUsage().GetCacheWriteInputTokens(),
+		CacheReadTokens:  r.GetUsage().GetCacheReadInputTokens(),
 		ToolCalls:        r.GetToolCalls(),
 		CostUSD:          r.GetCostUsd(),
 		ModelInFlight:    r.GetModelInFlight(),
