@@ -35,7 +35,9 @@ type Price struct {
 	OutputPerMTok float64
 	// CacheWritePerMTok is the price of input written to the prompt cache
 	// with a 5-minute TTL, CacheWrite1hPerMTok with a 1-hour one (0: the
-	// 5-minute price), CacheReadPerMTok of input read from it.
+	// 5-minute price), CacheReadPerMTok of input read from it. A cache
+	// price of 0 is the input price (WritePerMTok, ReadPerMTok): a price
+	// that names none charges cached input as it did before caching.
 	CacheWritePerMTok   float64
 	CacheWrite1hPerMTok float64
 	CacheReadPerMTok    float64
@@ -58,12 +60,25 @@ func (p Price) TTL() time.Duration {
 	return TTL5m
 }
 
-// WritePerMTok is the cache-write price at the model's TTL.
+// WritePerMTok is the cache-write price at the model's TTL; a price
+// with no cache-write price (0) charges writes at the input price.
 func (p Price) WritePerMTok() float64 {
-	if p.TTL() == TTL1h && p.CacheWrite1hPerMTok > 0 {
+	switch {
+	case p.TTL() == TTL1h && p.CacheWrite1hPerMTok > 0:
 		return p.CacheWrite1hPerMTok
+	case p.CacheWritePerMTok > 0:
+		return p.CacheWritePerMTok
 	}
-	return p.CacheWritePerMTok
+	return p.InputPerMTok
+}
+
+// ReadPerMTok is the cache-read price; a price with none (0) charges
+// reads at the input price.
+func (p Price) ReadPerMTok() float64 {
+	if p.CacheReadPerMTok > 0 {
+		return p.CacheReadPerMTok
+	}
+	return p.InputPerMTok
 }
 
 // Cost is the price of uncached input and output tokens.
@@ -76,7 +91,7 @@ func (p Price) Cost(input, output uint64) float64 {
 // CacheReadPerMTok), and output.
 func (p Price) Bill(input, cacheWrite, cacheRead, output uint64) float64 {
 	return (float64(input)*p.InputPerMTok + float64(cacheWrite)*p.WritePerMTok() +
-		float64(cacheRead)*p.CacheReadPerMTok + float64(output)*p.OutputPerMTok) / 1e6
+		float64(cacheRead)*p.ReadPerMTok() + float64(output)*p.OutputPerMTok) / 1e6
 }
 
 // Affordable is how many output tokens usd buys after input tokens are paid
@@ -191,7 +206,7 @@ func (t *Table) Models() []string {
 // "provider/name" (or a "provider/prefix*" pattern) to
 // {"input_per_mtok": N, "output_per_mtok": N}, and optionally
 // "cache_write_per_mtok", "cache_write_1h_per_mtok", "cache_read_per_mtok"
-// (unset: the input price, which is no discount) and "prompt_cache" ("5m",
+// (unset or 0: the input price, which is no discount) and "prompt_cache" ("5m",
 // the default, "1h" or "off"). Unknown fields, negative or missing prices,
 // and malformed keys are errors that name the entry.
 func Load(path string) (*Table, error) {
@@ -232,7 +247,7 @@ func (t *Table) merge(raw []byte) error {
 		if fields.In == nil || fields.Out == nil {
 			return fmt.Errorf("%q: set both input_per_mtok and output_per_mtok (US dollars per million tokens)", key)
 		}
-		p := Price{InputPerMTok: *fields.In, OutputPerMTok: *fields.Out, CacheWritePerMTok: *fields.In, CacheReadPerMTok: *fields.In}
+		p := Price{InputPerMTok: *fields.In, OutputPerMTok: *fields.Out}
 		for _, f := range []struct {
 			v   *float64
 			dst *float64

@@ -121,7 +121,7 @@ func TestLoadCacheFields(t *testing.T) {
 		t.Fatalf("anthropic/x = %+v", x)
 	}
 	y, _ := tb.Lookup("openai", "y")
-	if y.TTL() != 0 || y.CacheReadPerMTok != 1 || y.CacheWritePerMTok != 1 {
+	if y.TTL() != 0 || y.ReadPerMTok() != 1 || y.WritePerMTok() != 1 {
 		t.Fatalf("openai/y = %+v: caching off, cache prices unset read as the input price", y)
 	}
 	if _, err := Load(write(t, `{"openai/z": {"input_per_mtok": 1, "output_per_mtok": 1, "prompt_cache": "2h"}}`)); err == nil || !strings.Contains(err.Error(), "prompt_cache") {

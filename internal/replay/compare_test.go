@@ -337,7 +337,8 @@ func element(fd protoreflect.FieldDescriptor, v protoreflect.Value, depth int) p
 		fill(v.Message(), depth+1)
 		return v
 	}
-	return changed(fd, fd.Default())
+	// v, the new element's zero value: a repeated field has no default.
+	return changed(fd, v)
 }
 
 func mapKey(fd protoreflect.FieldDescriptor, k int) protoreflect.MapKey {

@@ -392,10 +392,22 @@ func (r *recording) newID(prefix string, _ time.Time) string {
 // model's recorded price, or none.
 func (r *recording) prices() *pricing.Table {
 	m := r.events[0].GetRunStarted().GetContract().GetModel()
+	// The calls asked for caching with the TTL they recorded; none
+	// recorded one, caching was off (or not yet in rein).
+	var ttl time.Duration
+	for _, ev := range r.events {
+		if d := ev.GetModelRequested().GetCacheTtl(); d != nil {
+			ttl = d.AsDuration()
+			break
+		}
+	}
 	for _, ev := range r.events {
 		if p := ev.GetModelRequested().GetPrice(); p != nil {
 			return pricing.New(map[string]pricing.Price{m.GetProvider() + "/" + m.GetName(): {
 				InputPerMTok: p.GetInputPerMtok(), OutputPerMTok: p.GetOutputPerMtok(),
+				// The recorded write price is the one at the recorded TTL.
+				CacheWritePerMTok: p.GetCacheWritePerMtok(), CacheWrite1hPerMTok: p.GetCacheWritePerMtok(),
+				CacheReadPerMTok: p.GetCacheReadPerMtok(), CacheTTL: ttl, CacheOff: ttl == 0,
 			}})
 		}
 	}

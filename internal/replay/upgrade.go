@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/step"
 )
 
 // upgrade returns the recorded events as this rein records them, where an
@@ -18,12 +19,30 @@ import (
 //     run's deadline, recorded before retry_past_deadline existed, gets that
 //     field from its detail (the sentence the harness wrote then and still
 //     writes, so the detail is still compared as it was recorded).
+//   - a model_requested recorded before prefix_bytes and prefix_tokens
+//     existed (both 0 though it carried parts of the previous call's input)
+//     gets them from the recording's own events, as the harness computes
+//     them (step.Prefixes), so that their absence is no divergence.
 //
 // The recorded events are not changed: an event to upgrade is copied, and
 // the slice too. With nothing to upgrade, recorded is returned as it is.
 func upgrade(recorded []*reinv1.Event) []*reinv1.Event {
 	out, copied := recorded, false
+	var prefixes map[uint64][2]uint64
 	for i, ev := range recorded {
+		if mr := ev.GetModelRequested(); mr != nil && mr.GetCarriedBlobs() > 0 && mr.GetPrefixBytes() == 0 && mr.GetPrefixTokens() == 0 {
+			if prefixes == nil {
+				prefixes = step.Prefixes(recorded)
+			}
+			p := prefixes[ev.GetSequence()]
+			if !copied {
+				out, copied = append([]*reinv1.Event(nil), recorded...), true
+			}
+			cp := proto.Clone(ev).(*reinv1.Event)
+			cp.GetModelRequested().PrefixBytes, cp.GetModelRequested().PrefixTokens = p[0], p[1]
+			out[i] = cp
+			continue
+		}
 		br := ev.GetBudgetReached()
 		if br == nil || br.GetRetryPastDeadline() != nil || br.GetLimit() != "deadline" || i == 0 {
 			continue

@@ -11,6 +11,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/pricing"
 )
 
 // DefaultCostOutputCap caps a call's output under a cost limit when
@@ -20,7 +21,7 @@ const DefaultCostOutputCap = 8192
 // capCost caps the call's output at what the run's money left buys once
 // the input is paid for, and says what the call may cost at most. limit is
 // set when not even one output token is affordable.
-func (r *Stepper) capCost(req *model.Request, input uint64) (maxCost float64, limit, detail string) {
+func (r *Stepper) capCost(req *model.Request, input uint64, now time.Time) (maxCost float64, limit, detail string) {
 	p, priced := r.price()
 	max := r.st.Limits().CostUSD
 	if max > 0 && !priced {
@@ -35,16 +36,56 @@ func (r *Stepper) capCost(req *model.Request, input uint64) (maxCost float64, li
 			req.MaxOutputTokens = DefaultCostOutputCap
 		}
 		left := max - r.st.Committed().CostUSD
-		n := p.Affordable(left, input)
+		in := r.callCost(p, req, input, 0, now)
+		n := p.AffordableAfter(left, in)
 		if n == 0 {
 			return 0, "max_cost_usd", fmt.Sprintf("the next model call's %d input tokens cost $%.6f and $%.6f of the run's $%.6f are left",
-				input, p.Cost(input, 0), math.Max(left, 0), max)
+				input, in, math.Max(left, 0), max)
 		}
 		if req.MaxOutputTokens == 0 || n < req.MaxOutputTokens {
 			req.MaxOutputTokens = n
 		}
 	}
-	return p.Cost(input, req.MaxOutputTokens), "", ""
+	return r.callCost(p, req, input, req.MaxOutputTokens, now), "", ""
+}
+
+// callCost is what the call is expected to cost at p with output tokens
+// of output. Without caching, its input is all at the input price. With
+// it, what the provider said it held in its cache after the previous call
+// (that call's cache writes and reads), as far as this input still begins
+// with that call's, is expected to be read from the cache, only while
+// that call is within its TTL (now is the step's clock reading); the rest
+// of the input is expected to be written to it.
+func (r *Stepper) callCost(p pricing.Price, req *model.Request, input, output uint64, now time.Time) float64 {
+	if req.Cache == nil {
+		return p.Cost(input, output)
+	}
+	var read uint64
+	if last := r.transcript.lastCall; !last.IsZero() && now.Sub(last) < req.Cache.TTL {
+		read = min(r.transcript.cachedTokens(), input)
+	}
+	return p.Bill(0, input-read, read, output)
+}
+
+// cache is how the step's call asks for prompt caching: nil for a
+// provider that has no cache or a model whose caching the models file
+// switched off; else the model's TTL and the run tree's root run ID as the
+// key, so that a tree's runs share what they can.
+func (r *Stepper) cache() *model.Cache {
+	if !model.Caches(r.st.Contract.GetModel().GetProvider()) {
+		return nil
+	}
+	ttl := pricing.TTL5m
+	if p, ok := r.price(); ok {
+		if ttl = p.TTL(); ttl == 0 {
+			return nil
+		}
+	}
+	key := r.st.RunID
+	if root := r.st.DelegatedBy.GetRootRunId(); root != "" {
+		key = root
+	}
+	return &model.Cache{TTL: ttl, Key: key}
 }
 
 // callOutcome is how a model call ended when it returned no reply: the
@@ -194,5 +235,6 @@ func (r *Stepper) modelPrice() *reinv1.ModelPrice {
 	if !ok {
 		return nil
 	}
-	return &reinv1.ModelPrice{InputPerMtok: p.InputPerMTok, OutputPerMtok: p.OutputPerMTok}
+	return &reinv1.ModelPrice{InputPerMtok: p.InputPerMTok, OutputPerMtok: p.OutputPerMTok,
+		CacheWritePerMtok: p.WritePerMTok(), CacheReadPerMtok: p.ReadPerMTok()}
 }

@@ -68,6 +68,7 @@ func (r *Stepper) Step(ctx context.Context) error {
 		Transcript: r.transcript.turns,
 		Delegate:   c.GetDelegation().GetMaxChildren() > 0,
 	}
+	req.Cache = r.cache()
 	// Counted by the model where it can, else estimated from what the
 	// provider reported of the previous call (the first call has no report:
 	// its estimate can be low).
@@ -91,10 +92,10 @@ func (r *Stepper) Step(ctx context.Context) error {
 	if m := uint64(c.GetModel().GetMaxOutputTokens()); m > 0 && (req.MaxOutputTokens == 0 || m < req.MaxOutputTokens) {
 		req.MaxOutputTokens = m
 	}
-	maxCost, limit, detail := r.capCost(req, input)
+	maxCost, limit, detail := r.capCost(req, input, now)
 	if limit != "" {
 		p, _ := r.price()
-		return r.exhaustBefore(ctx, limit, detail, &reinv1.BudgetReached{NextCallCostUsd: p.Cost(input, 1)})
+		return r.exhaustBefore(ctx, limit, detail, &reinv1.BudgetReached{NextCallCostUsd: r.callCost(p, req, input, 1, now)})
 	}
 
 	// 3. Call the model, recorded durably before it is sent, once the
@@ -109,6 +110,10 @@ func (r *Stepper) Step(ctx context.Context) error {
 		Resumed:         resumed,
 		MaxCostUsd:      maxCost,
 		Price:           r.modelPrice(),
+	}
+	mr.PrefixBytes, mr.PrefixTokens = r.transcript.prefix()
+	if req.Cache != nil {
+		mr.CacheBreakpoints, mr.CacheTtl = r.transcript.breakpoints(), durationpb.New(req.Cache.TTL)
 	}
 	reserved, waited, err := r.throttle(ctx, mr, input, req.MaxOutputTokens)
 	if errors.Is(err, errThrottledPastDeadline) {
@@ -137,7 +142,7 @@ func (r *Stepper) Step(ctx context.Context) error {
 	}
 	reply, took, outcome, err := r.callModel(ctx, mctx, req, now)
 	if reply != nil {
-		r.settle(ctx, reserved, reply.Usage.GetInputTokens()+reply.Usage.GetOutputTokens(), false)
+		r.settle(ctx, reserved, runstate.UsageTokens(reply.Usage), false)
 	}
 	if err != nil {
 		switch outcome {
@@ -162,7 +167,8 @@ func (r *Stepper) Step(ctx context.Context) error {
 	reply.Decision = identify(reply.Decision, r.st.RunID, req.Step, r.transcript.callIDs)
 	price, _ := r.price()
 	returned := &reinv1.Event{Actor: "model", Payload: &reinv1.Event_ModelReturned{ModelReturned: &reinv1.ModelReturned{
-		Decision: reply.Decision, Usage: usage, CostUsd: price.Cost(usage.GetInputTokens(), usage.GetOutputTokens()),
+		Decision: reply.Decision, Usage: usage,
+		CostUsd:  price.Bill(usage.GetInputTokens(), usage.GetCacheWriteInputTokens(), usage.GetCacheReadInputTokens(), usage.GetOutputTokens()),
 		Duration: durationpb.New(took), ResponseId: reply.ResponseID, FinishReason: reply.FinishReason,
 	}}}
 

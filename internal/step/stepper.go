@@ -146,7 +146,8 @@ func (r *Stepper) price() (p pricing.Price, ok bool) {
 		return r.tablePrice, true
 	}
 	if lp := r.st.Price; lp != nil {
-		return pricing.Price{InputPerMTok: lp.GetInputPerMtok(), OutputPerMTok: lp.GetOutputPerMtok()}, true
+		return pricing.Price{InputPerMTok: lp.GetInputPerMtok(), OutputPerMTok: lp.GetOutputPerMtok(),
+			CacheWritePerMTok: lp.GetCacheWritePerMtok(), CacheReadPerMTok: lp.GetCacheReadPerMtok()}, true
 	}
 	return pricing.Price{}, false
 }

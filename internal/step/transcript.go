@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -49,6 +50,17 @@ type transcript struct {
 	// call's input's first parts.
 	parts   []string
 	carried int
+	// sizes are the parts' sizes, in order, and carriedBytes the size of
+	// the first carried parts: the input the previous call's begins with
+	// byte for byte (model_requested.prefix_bytes).
+	sizes        []int
+	carriedBytes int
+	// lastCall is when the latest call was sent (its model_requested's
+	// recorded_at): a provider's cache keeps its prefix for a TTL from it.
+	lastCall time.Time
+	// cached is the input tokens the provider said it held in its cache
+	// after the latest call it answered: what it wrote and read.
+	cached uint64
 	// limit is the run's max_context_chars (0: never compact); the summary
 	// shows at most a quarter of it.
 	limit int
@@ -130,19 +142,21 @@ func (t *transcript) write(p part) {
 	t.h.Write(append(t.scratch[:0], p.blob...))
 	t.size += len(p.data)
 	t.parts = append(t.parts, p.blob)
+	t.sizes = append(t.sizes, len(p.data))
 }
 
 // rehash rebuilds the running hash and size from the parts.
 func (t *transcript) rehash() {
 	old := t.parts
-	t.parts = nil
+	t.parts, t.sizes = nil, nil
 	defer func() {
 		// What the previous call was sent and still begins the input.
-		k := 0
+		k, n := 0, 0
 		for k < t.carried && k < len(t.parts) && t.parts[k] == old[k] {
+			n += t.sizes[k]
 			k++
 		}
-		t.carried = k
+		t.carried, t.carriedBytes = k, n
 	}()
 	t.h = sha256.New()
 	t.h.Write([]byte(promptVersion))
@@ -204,8 +218,39 @@ func (t *transcript) newInput() (carried uint32, blobs []string) {
 	return uint32(t.carried), t.parts[t.carried:n:n]
 }
 
-// requested notes that a model call was sent the current input.
-func (t *transcript) requested() { t.carried, t.sent = len(t.parts), t.size }
+// requested notes that a model call was sent the current input, at.
+func (t *transcript) requested(at time.Time) {
+	t.carried, t.carriedBytes, t.sent, t.lastCall = len(t.parts), t.size, t.size, at
+}
+
+// prefix is the next call's input that the previous call's begins with,
+// byte for byte, in bytes and estimated tokens: what a provider's prompt
+// cache can serve.
+func (t *transcript) prefix() (bytes, tokens uint64) {
+	return uint64(t.carriedBytes), uint64(t.carriedBytes) / 4
+}
+
+// cachedTokens is how much of the next call's input the provider is
+// expected to hold in its cache: what it held after the latest call, or,
+// when the input no longer begins with all of that call's (a compaction),
+// no more than the prefix that is left.
+func (t *transcript) cachedTokens() uint64 {
+	if t.carriedBytes < t.sent {
+		_, n := t.prefix()
+		return min(t.cached, n)
+	}
+	return t.cached
+}
+
+// breakpoints are where a call asks the provider to cache its input, in
+// parts from the start: after the head (the goal, inputs and tools) and
+// after the last entry.
+func (t *transcript) breakpoints() []uint32 {
+	if len(t.parts) <= 1 {
+		return []uint32{1}
+	}
+	return []uint32{1, uint32(len(t.parts))}
+}
 
 // reported notes the input tokens the provider reported for the latest
 // call: what it counted beyond rein's estimate of that call's input is
@@ -452,14 +497,15 @@ func (t *transcript) observe(ev *reinv1.Event, seq uint64) {
 		if !ev.GetModelRequested().GetResumed() {
 			t.deliver()
 		}
-		t.requested()
+		t.requested(ev.GetRecordedAt().AsTime())
 	case eventkind.Held:
 		if o := tr.Observe(ev); o != nil {
 			t.held = append(t.held, entry{turn: model.Turn{Observation: o}, seq: seq})
 		}
 	case eventkind.Reply:
 		mr := ev.GetModelReturned()
-		t.reported(mr.GetUsage().GetInputTokens())
+		t.reported(mr.GetUsage().GetInputTokens() + mr.GetUsage().GetCacheWriteInputTokens() + mr.GetUsage().GetCacheReadInputTokens())
+		t.cached = mr.GetUsage().GetCacheWriteInputTokens() + mr.GetUsage().GetCacheReadInputTokens()
 		if d := mr.GetDecision(); d != nil && d.GetAction() != nil {
 			t.add(model.Turn{Decision: d}, seq)
 		}
@@ -498,6 +544,31 @@ func toolSetHash(grants []*reinv1.ToolGrant) string {
 		h.Write(b)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Prefixes are the prefix_bytes and prefix_tokens of each
+// model_requested in log (a run's events from its run_started on, in
+// order), by sequence, recomputed from the events before it as
+// InputHashes recomputes the hashes: replay fills them into a recording
+// made before model_requested had them.
+func Prefixes(log []*reinv1.Event) map[uint64][2]uint64 {
+	out := map[uint64][2]uint64{}
+	if len(log) == 0 {
+		return out
+	}
+	var t transcript
+	t.init(log[0].GetRunStarted().GetContract())
+	for _, ev := range log {
+		if mr := ev.GetModelRequested(); mr != nil {
+			if !mr.GetResumed() {
+				t.deliver()
+			}
+			b, n := t.prefix()
+			out[ev.GetSequence()] = [2]uint64{b, n}
+		}
+		t.observe(ev, ev.GetSequence())
+	}
+	return out
 }
 
 // InputHashes are the input_hash of each model_requested in log (a run's
