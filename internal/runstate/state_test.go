@@ -26,6 +26,8 @@ func TestStateProtoRoundTrip(t *testing.T) {
 		TraceParent:      "0123456789abcdef",
 		Steps:            7,
 		InputTokens:      1234,
+		CacheWriteTokens: 55,
+		CacheReadTokens:  66,
 		OutputTokens:     567,
 		ToolCalls:        5,
 		CostUSD:          0.125,

@@ -64,7 +64,8 @@ func newPrompt(req *model.Request) (*prompt, error) {
 // last block, and the transcript's last block (before the closing nudge,
 // which the next call does not send). At most three of the API's four.
 func (p *prompt) markCache(ttl time.Duration, nudged bool) {
-	cc := sdk.CacheControlEphemeralParam{}
+	// The TTL is always named: a zero CacheControlEphemeralParam is not sent.
+	cc := sdk.CacheControlEphemeralParam{TTL: sdk.CacheControlEphemeralTTLTTL5m}
 	if ttl >= time.Hour {
 		cc.TTL = sdk.CacheControlEphemeralTTLTTL1h
 	}
