@@ -113,7 +113,7 @@ func New() *Metrics {
 			Help:    "How long model calls took (model_returned.duration), by provider and model.",
 			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 20, 40, 80, 160}}, []string{"provider", "model"}),
 		modelTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rein_model_tokens_total",
-			Help: "Tokens the providers reported, by provider, model and type (input or output)."}, []string{"provider", "model", "type"}),
+			Help: "Tokens the providers reported, by provider, model and type (input: uncached input; cache_write, cache_read: input written to or read from the prompt cache; output)."}, []string{"provider", "model", "type"}),
 		modelCost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rein_model_cost_usd_total",
 			Help: "What model calls cost in US dollars, by the server's price table, by provider and model."}, []string{"provider", "model"}),
 		modelRetries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rein_model_retries_total",

@@ -48,7 +48,7 @@ func TestObserveRun(t *testing.T) {
 	m.Observe("run_a", []*reinv1.Event{
 		{Payload: &reinv1.Event_ModelRequested{ModelRequested: &reinv1.ModelRequested{Step: 1}}},
 		{Payload: &reinv1.Event_ModelReturned{ModelReturned: &reinv1.ModelReturned{
-			Usage: &reinv1.Usage{InputTokens: 120, OutputTokens: 30}, CostUsd: 0.25, Duration: durationpb.New(1500 * time.Millisecond)}}},
+			Usage: &reinv1.Usage{InputTokens: 120, OutputTokens: 30, CacheWriteInputTokens: 7, CacheReadInputTokens: 900}, CostUsd: 0.25, Duration: durationpb.New(1500 * time.Millisecond)}}},
 	})
 	m.Observe("run_a", []*reinv1.Event{
 		{Payload: &reinv1.Event_ToolReturned{ToolReturned: &reinv1.ToolReturned{Tool: "search", Duration: durationpb.New(20 * time.Millisecond)}}},
@@ -77,6 +77,8 @@ func TestObserveRun(t *testing.T) {
 		"model calls":    {testutil.ToFloat64(m.modelCalls.WithLabelValues("openai", "gpt-test")), 1},
 		"input tokens":   {testutil.ToFloat64(m.modelTokens.WithLabelValues("openai", "gpt-test", "input")), 120},
 		"output tokens":  {testutil.ToFloat64(m.modelTokens.WithLabelValues("openai", "gpt-test", "output")), 30},
+		"cache writes":   {testutil.ToFloat64(m.modelTokens.WithLabelValues("openai", "gpt-test", "cache_write")), 7},
+		"cache reads":    {testutil.ToFloat64(m.modelTokens.WithLabelValues("openai", "gpt-test", "cache_read")), 900},
 		"cost":           {testutil.ToFloat64(m.modelCost.WithLabelValues("openai", "gpt-test")), 0.25},
 		"tool calls":     {testutil.ToFloat64(m.toolCalls.WithLabelValues("search", "ok")), 1},
 		"writes":         {testutil.ToFloat64(m.writes.WithLabelValues("committed")), 1},

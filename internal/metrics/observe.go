@@ -141,6 +141,8 @@ func (m *Metrics) Observe(runID string, evs []*reinv1.Event) {
 			}
 			m.modelTokens.WithLabelValues(provider, model, "input").Add(float64(mr.GetUsage().GetInputTokens()))
 			m.modelTokens.WithLabelValues(provider, model, "output").Add(float64(mr.GetUsage().GetOutputTokens()))
+			m.modelTokens.WithLabelValues(provider, model, "cache_write").Add(float64(mr.GetUsage().GetCacheWriteInputTokens()))
+			m.modelTokens.WithLabelValues(provider, model, "cache_read").Add(float64(mr.GetUsage().GetCacheReadInputTokens()))
 			if c := mr.GetCostUsd(); c > 0 {
 				m.modelCost.WithLabelValues(provider, model).Add(c)
 			}

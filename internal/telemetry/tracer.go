@@ -131,6 +131,8 @@ func (t *Tracer) open(st runstate.State, first *reinv1.Event) *stretch {
 func (t *Tracer) close(st runstate.State, s *stretch, sc *reinv1.StatusChanged) {
 	s.span.SetAttributes(attribute.String("rein.status", runstate.StatusName(sc.GetTo())),
 		attribute.Int64("gen_ai.usage.input_tokens", int64(st.InputTokens)), attribute.Int64("gen_ai.usage.output_tokens", int64(st.OutputTokens)),
+		attribute.Int64("gen_ai.usage.cache_creation.input_tokens", int64(st.CacheWriteTokens)),
+		attribute.Int64("gen_ai.usage.cache_read.input_tokens", int64(st.CacheReadTokens)),
 		attribute.Int("rein.steps", int(st.Steps)), attribute.Float64("rein.cost_usd", st.CostUSD))
 	if sc.GetTo() == reinv1.RunStatus_RUN_STATUS_FAILED {
 		s.span.SetStatus(codes.Error, "the run failed: "+sc.GetReason())
@@ -152,6 +154,10 @@ func (t *Tracer) chat(s *stretch, m *reinv1.ModelSpec, mr *reinv1.ModelReturned,
 		attribute.String("gen_ai.request.model", m.GetName()),
 		attribute.Int64("gen_ai.usage.input_tokens", int64(mr.GetUsage().GetInputTokens())),
 		attribute.Int64("gen_ai.usage.output_tokens", int64(mr.GetUsage().GetOutputTokens())),
+		// OpenTelemetry's GenAI names for the prompt cache's input;
+		// input_tokens is the input billed at the input price.
+		attribute.Int64("gen_ai.usage.cache_creation.input_tokens", int64(mr.GetUsage().GetCacheWriteInputTokens())),
+		attribute.Int64("gen_ai.usage.cache_read.input_tokens", int64(mr.GetUsage().GetCacheReadInputTokens())),
 		attribute.Float64("rein.cost_usd", mr.GetCostUsd()),
 	}
 	if s.model != nil {
