@@ -228,3 +228,33 @@ func TestListNewestFirstAndFiltered(t *testing.T) {
 	text := cli(t, "list", "--db", db).mustExit(t, 0).stdout
 	mustContain(t, "list", text, "RUN_ID", invoice["run_id"].(string), refund["run_id"].(string))
 }
+
+// inspect shows the cache's tokens apart and the prompt prefix each call
+// kept; the run's tokens count all four kinds. Its twin, a run whose
+// provider reported no cache use, shows the plain line.
+func TestInspectShowsCacheTokensAndPrefix(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	script := `{"decision": {"tool_call": {"tool": "search", "arguments": {"q": "INV-1"}}}, "usage": {"input_tokens": 10, "cache_write_input_tokens": 400, "output_tokens": 5}}
+{"decision": {"final_answer": {"text": "Done."}}, "usage": {"input_tokens": 12, "cache_read_input_tokens": 400, "output_tokens": 5}}
+`
+	task := `{"goal": "find the invoice", "tools": [{"name": "search", "tier": "TOOL_TIER_READ"}]}`
+	tools := `{"search": [{"output": "INV-1: 40.00 EUR"}]}`
+	s := decodeOne(t, cli(t, "run", writeFile(t, "task.json", task), "--model", "script:"+writeFile(t, "model.jsonl", script),
+		"--tools", "fixture:"+writeFile(t, "tools.json", tools), "--db", db, "--json").mustExit(t, 0).stdout)
+	if s["tokens"] != float64(10+400+5+12+400+5) {
+		t.Fatalf("tokens = %v, want all four kinds counted (832)", s["tokens"])
+	}
+	u := s["usage"].(map[string]any)
+	if u["cache_write_input_tokens"] != float64(400) || u["cache_read_input_tokens"] != float64(400) || u["input_tokens"] != float64(22) {
+		t.Fatalf("usage = %v", u)
+	}
+	r := cli(t, "inspect", s["run_id"].(string), "--db", db).mustExit(t, 0)
+	mustContain(t, "inspect", r.stdout, "input 22, cache write 400, cache read 400, output 10", "prompt prefix", "no caching asked")
+
+	plain := startExample(t, "invoice", db, 0)
+	r = cli(t, "inspect", plain["run_id"].(string), "--db", db).mustExit(t, 0)
+	if strings.Contains(r.stdout, "cache write") {
+		t.Fatalf("a run with no cache use shows cache tokens:\n%s", r.stdout)
+	}
+}

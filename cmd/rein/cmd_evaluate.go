@@ -393,7 +393,7 @@ func runTrial(ctx context.Context, c *client.Client, contract *reinv1.TaskContra
 		RunID:      run.GetRunId(),
 		Status:     runstate.StatusName(run.GetStatus()),
 		ResultText: run.GetResult().GetText(),
-		Tokens:     run.GetUsage().GetInputTokens() + run.GetUsage().GetOutputTokens(),
+		Tokens:     runstate.UsageTokens(run.GetUsage()),
 		CostUSD:    run.GetCostUsd(),
 		Wall:       time.Since(start),
 	}

@@ -87,7 +87,15 @@ steps, its own spend and its subtree's.`,
 			fmt.Fprintf(w, "status\t%s %s\n", s.Status, paren(s.StatusReason))
 			fmt.Fprintf(w, "version\t%d events\n", s.Version)
 			fmt.Fprintf(w, "steps\t%d of %d\n", s.Steps, run.GetContract().GetBudget().GetMaxSteps())
-			fmt.Fprintf(w, "tokens\t%d (input %d, output %d)\n", s.Tokens, s.Usage.InputTokens, s.Usage.OutputTokens)
+			if u := s.Usage; u.CacheWriteInputTokens+u.CacheReadInputTokens > 0 {
+				fmt.Fprintf(w, "tokens\t%d (input %d, cache write %d, cache read %d, output %d)\n", s.Tokens,
+					u.InputTokens, u.CacheWriteInputTokens, u.CacheReadInputTokens, u.OutputTokens)
+			} else {
+				fmt.Fprintf(w, "tokens\t%d (input %d, output %d)\n", s.Tokens, u.InputTokens, u.OutputTokens)
+			}
+			if line := prefixLine(evs); line != "" {
+				fmt.Fprintf(w, "prompt prefix\t%s\n", line)
+			}
 			cost := fmt.Sprintf("$%.6f", s.CostUSD)
 			if m := run.GetContract().GetBudget().GetMaxCostUsd(); m > 0 {
 				cost += fmt.Sprintf(" of $%.2f", m)
@@ -363,4 +371,33 @@ func clip(s string, n int) string {
 		return s
 	}
 	return string([]rune(s)[:n-1]) + "…"
+}
+
+// prefixLine says how much of each model call's input began with the
+// previous call's, byte for byte (model_requested.prefix_bytes), and the
+// caching the last call asked for; "" for a run of fewer than two calls.
+func prefixLine(evs []*reinv1.Event) string {
+	var last *reinv1.ModelRequested
+	var calls, bytes, tokens uint64
+	for _, ev := range evs {
+		if mr := ev.GetModelRequested(); mr != nil {
+			if last != nil {
+				calls++
+				bytes += mr.GetPrefixBytes()
+				tokens += mr.GetPrefixTokens()
+			}
+			last = mr
+		}
+	}
+	if calls == 0 {
+		return ""
+	}
+	line := fmt.Sprintf("last call %d bytes (~%d tokens) of the previous call's input; %d bytes (~%d tokens) a call on average",
+		last.GetPrefixBytes(), last.GetPrefixTokens(), bytes/calls, tokens/calls)
+	if ttl := last.GetCacheTtl(); ttl != nil {
+		line += fmt.Sprintf("; cached for %s at breakpoints %v", ttl.AsDuration(), last.GetCacheBreakpoints())
+	} else {
+		line += "; no caching asked"
+	}
+	return line
 }

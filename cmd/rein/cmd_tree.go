@@ -78,7 +78,7 @@ func childIDs(ctx context.Context, runs reinv1.RunServiceClient, runID string) (
 // spend is what a tree's runs spent themselves, summed.
 func (n *treeNode) spend() (s runstate.Spend, runs int) {
 	r := n.run
-	s = runstate.Spend{Steps: r.GetSteps(), Tokens: r.GetUsage().GetInputTokens() + r.GetUsage().GetOutputTokens(), CostUSD: r.GetCostUsd(), ToolCalls: r.GetToolCalls()}
+	s = runstate.Spend{Steps: r.GetSteps(), Tokens: runstate.UsageTokens(r.GetUsage()), CostUSD: r.GetCostUsd(), ToolCalls: r.GetToolCalls()}
 	runs = 1
 	for _, c := range n.children {
 		cs, cr := c.spend()
@@ -121,7 +121,7 @@ func printTree(w io.Writer, root *treeNode) error {
 		r := n.run
 		s, _ := n.spend()
 		fmt.Fprintf(tw, "%s%s\t%s\t%d\t%d\t$%.6f\t%d\t$%.6f\t%s\n", strings.Repeat("  ", depth), r.GetRunId(),
-			runstate.StatusName(r.GetStatus()), r.GetSteps(), r.GetUsage().GetInputTokens()+r.GetUsage().GetOutputTokens(), r.GetCostUsd(),
+			runstate.StatusName(r.GetStatus()), r.GetSteps(), runstate.UsageTokens(r.GetUsage()), r.GetCostUsd(),
 			s.Tokens, s.CostUSD, clip(firstLine(r.GetContract().GetGoal()), 50))
 		for _, c := range n.children {
 			walk(c, depth+1)
@@ -166,7 +166,7 @@ func delegationLines(w io.Writer, r *reinv1.Run) {
 	if d == nil {
 		return
 	}
-	own := runstate.Spend{Steps: r.GetSteps(), Tokens: r.GetUsage().GetInputTokens() + r.GetUsage().GetOutputTokens(), CostUSD: r.GetCostUsd(), ToolCalls: r.GetToolCalls()}
+	own := runstate.Spend{Steps: r.GetSteps(), Tokens: runstate.UsageTokens(r.GetUsage()), CostUSD: r.GetCostUsd(), ToolCalls: r.GetToolCalls()}
 	tree := own.Add(runstate.SpendFrom(d.GetReturned()))
 	fmt.Fprintf(w, "children\t%d started, %d open\n", d.GetChildrenStarted(), len(d.GetOpenChildren()))
 	fmt.Fprintf(w, "tree spend\t%d steps, %d tokens, $%.6f, %d tool calls (its own and its returned children's)\n", tree.Steps, tree.Tokens, tree.CostUSD, tree.ToolCalls)

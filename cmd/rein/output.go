@@ -27,6 +27,10 @@ type summary struct {
 	Usage        struct {
 		InputTokens  uint64 `json:"input_tokens"`
 		OutputTokens uint64 `json:"output_tokens"`
+		// The input the provider wrote to and read from its prompt
+		// cache; input_tokens is the rest. Left out when 0.
+		CacheWriteInputTokens uint64 `json:"cache_write_input_tokens,omitempty"`
+		CacheReadInputTokens  uint64 `json:"cache_read_input_tokens,omitempty"`
 	} `json:"usage"`
 	// CostUSD is the model calls' cost by the server's price table.
 	CostUSD   float64 `json:"cost_usd"`
@@ -55,7 +59,7 @@ func summarize(r *reinv1.Run) summary {
 		Status:        runstate.StatusName(r.GetStatus()),
 		StatusReason:  r.GetStatusReason(),
 		Steps:         r.GetSteps(),
-		Tokens:        r.GetUsage().GetInputTokens() + r.GetUsage().GetOutputTokens(),
+		Tokens:        runstate.UsageTokens(r.GetUsage()),
 		CostUSD:       r.GetCostUsd(),
 		ToolCalls:     r.GetToolCalls(),
 		Version:       r.GetVersion(),
@@ -72,6 +76,8 @@ func summarize(r *reinv1.Run) summary {
 	}
 	s.Usage.InputTokens = r.GetUsage().GetInputTokens()
 	s.Usage.OutputTokens = r.GetUsage().GetOutputTokens()
+	s.Usage.CacheWriteInputTokens = r.GetUsage().GetCacheWriteInputTokens()
+	s.Usage.CacheReadInputTokens = r.GetUsage().GetCacheReadInputTokens()
 	return s
 }
 
