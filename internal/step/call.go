@@ -235,6 +235,12 @@ func (r *Stepper) modelPrice() *reinv1.ModelPrice {
 	if !ok {
 		return nil
 	}
+	// A cache price the table leaves unset is recorded as 0, which reads
+	// back as the input price (pricing.Price.WritePerMTok, ReadPerMTok).
+	write := p.CacheWritePerMTok
+	if p.TTL() == pricing.TTL1h && p.CacheWrite1hPerMTok > 0 {
+		write = p.CacheWrite1hPerMTok
+	}
 	return &reinv1.ModelPrice{InputPerMtok: p.InputPerMTok, OutputPerMtok: p.OutputPerMTok,
-		CacheWritePerMtok: p.WritePerMTok(), CacheReadPerMtok: p.ReadPerMTok()}
+		CacheWritePerMtok: write, CacheReadPerMtok: p.CacheReadPerMTok}
 }
