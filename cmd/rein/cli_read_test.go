@@ -250,7 +250,7 @@ func TestInspectShowsCacheTokensAndPrefix(t *testing.T) {
 		t.Fatalf("usage = %v", u)
 	}
 	r := cli(t, "inspect", s["run_id"].(string), "--db", db).mustExit(t, 0)
-	mustContain(t, "inspect", r.stdout, "input 22, cache write 400, cache read 400, output 10", "prompt prefix", "no caching asked")
+	mustContain(t, "inspect", r.stdout, "input 22, cache write 400, cache read 400, output 10", "of the previous call's input", "no caching asked")
 
 	plain := startExample(t, "invoice", db, 0)
 	r = cli(t, "inspect", plain["run_id"].(string), "--db", db).mustExit(t, 0)

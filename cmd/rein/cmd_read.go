@@ -94,7 +94,7 @@ steps, its own spend and its subtree's.`,
 				fmt.Fprintf(w, "tokens\t%d (input %d, output %d)\n", s.Tokens, u.InputTokens, u.OutputTokens)
 			}
 			if line := prefixLine(evs); line != "" {
-				fmt.Fprintf(w, "prompt prefix\t%s\n", line)
+				fmt.Fprintf(w, "prefix\t%s\n", line)
 			}
 			cost := fmt.Sprintf("$%.6f", s.CostUSD)
 			if m := run.GetContract().GetBudget().GetMaxCostUsd(); m > 0 {
