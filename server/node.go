@@ -21,6 +21,7 @@ import (
 	"github.com/reinhq/rein/internal/admission"
 	"github.com/reinhq/rein/internal/archive"
 	"github.com/reinhq/rein/internal/auth"
+	"github.com/reinhq/rein/internal/catalog"
 	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/lifecycle"
 	"github.com/reinhq/rein/internal/metrics"
@@ -136,6 +137,9 @@ type Config struct {
 	// gRPC call (go-grpc-middleware's Prometheus provider, registered on
 	// Metrics.Registry). Nil records nothing.
 	Metrics *metrics.Metrics
+	// Tasks is the catalog of named tasks (rein serve --tasks) that
+	// StartRun's task, ListTasks and GetTask read; nil is an empty one.
+	Tasks *catalog.Holder
 }
 
 // Node is one rein server: its store, engine, watch hub and gRPC server with
@@ -271,7 +275,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	n.sweep, n.swept = stoppedLoop()
 	n.admit, n.admitted = stoppedLoop()
 	n.scheduled, n.schedulerDone = stoppedLoop()
-	rs := &runService{engine: eng, store: st, hub: hub, admission: adm, schedules: schedules, log: cfg.Logger, done: n.done, resume: cfg.Resume, metrics: cfg.Metrics, keeper: keeper, follows: follows}
+	rs := &runService{engine: eng, store: st, hub: hub, admission: adm, schedules: schedules, log: cfg.Logger, done: n.done, resume: cfg.Resume, metrics: cfg.Metrics, keeper: keeper, follows: follows, tasks: cfg.Tasks}
 	reinv1.RegisterRunServiceServer(n.GRPC, rs)
 	healthpb.RegisterHealthServer(n.GRPC, n.health)
 	n.health.SetServingStatus(reinv1.RunService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)

@@ -22,6 +22,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/admission"
 	"github.com/reinhq/rein/internal/auth"
+	"github.com/reinhq/rein/internal/catalog"
 	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/export"
 	"github.com/reinhq/rein/internal/lifecycle"
@@ -81,15 +82,21 @@ type runService struct {
 	follows *relayFollows
 	// keeper deletes runs (DeleteRun); nil for a store without a lifecycle.
 	keeper *lifecycle.Keeper
+	// tasks is the catalog StartRun's task names; nil is an empty one.
+	tasks *catalog.Holder
 }
 
 var _ reinv1.RunServiceServer = (*runService)(nil)
 
 func (s *runService) StartRun(ctx context.Context, req *reinv1.StartRunRequest) (*reinv1.StartRunResponse, error) {
 	id := s.identity(ctx)
+	contract, err := s.contractOf(id, req)
+	if err != nil {
+		return nil, toStatus(s.log, "StartRun", err)
+	}
 	traceID, parent := runTrace(ctx)
 	st, created, err := s.engine.Start(ctx, engine.StartRequest{
-		RequestID: req.GetRequestId(), Contract: req.GetContract(), Principal: id.ID, Tenant: id.Tenant,
+		RequestID: req.GetRequestId(), Contract: contract, Principal: id.ID, Tenant: id.Tenant,
 		TraceID: traceID, TraceParent: parent, Queued: s.admission.Queues(id.Tenant),
 	})
 	if err != nil {

@@ -216,6 +216,10 @@ var rules = map[string]Role{
 	"/rein.v1.RunService/ResumeSchedule":  Operator,
 	"/rein.v1.RunService/DeleteSchedule":  Operator,
 	"/rein.v1.RunService/TriggerSchedule": Operator,
+	// The catalog lists only what the caller may start; reading it is any
+	// principal's.
+	"/rein.v1.RunService/ListTasks": Viewer,
+	"/rein.v1.RunService/GetTask":   Viewer,
 	// Server reflection, for grpcurl: any principal.
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      Viewer,
 	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": Viewer,

@@ -894,8 +894,16 @@ type StartRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The caller's idempotency key. Required.
 	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	// The run's contract. Required.
-	Contract      *TaskContract `protobuf:"bytes,2,opt,name=contract,proto3" json:"contract,omitempty"`
+	// The run's contract; or give task.
+	Contract *TaskContract `protobuf:"bytes,2,opt,name=contract,proto3" json:"contract,omitempty"`
+	// The name of a task of the catalog (ListTasks) the caller may start;
+	// the run's contract is the task's, with inputs laid over its inputs and
+	// the labels rein.task (the name) and rein.task_digest (the digest of
+	// the task's file). A task the caller may not start is NotFound.
+	Task string `protobuf:"bytes,3,opt,name=task,proto3" json:"task,omitempty"`
+	// The task's inputs, which must meet its input_schema (else
+	// InvalidArgument naming the field, as inputs.FIELD). Only with task.
+	Inputs        *structpb.Struct `protobuf:"bytes,4,opt,name=inputs,proto3" json:"inputs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -944,6 +952,270 @@ func (x *StartRunRequest) GetContract() *TaskContract {
 	return nil
 }
 
+func (x *StartRunRequest) GetTask() string {
+	if x != nil {
+		return x.Task
+	}
+	return ""
+}
+
+func (x *StartRunRequest) GetInputs() *structpb.Struct {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+// Task is a named task of the catalog: what a caller may start by name
+// with inputs, instead of writing a contract.
+type Task struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name it is started by (StartRunRequest.task).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// What it does.
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// The JSON Schema its inputs must meet; unset: any object.
+	InputSchema *structpb.Struct `protobuf:"bytes,3,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
+	// "sha256:" and the hex SHA-256 of the task's file, as a run started
+	// from it records in its label rein.task_digest.
+	Digest        string `protobuf:"bytes,4,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Task) Reset() {
+	*x = Task{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Task) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Task) ProtoMessage() {}
+
+func (x *Task) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Task.ProtoReflect.Descriptor instead.
+func (*Task) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Task) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Task) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Task) GetInputSchema() *structpb.Struct {
+	if x != nil {
+		return x.InputSchema
+	}
+	return nil
+}
+
+func (x *Task) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+// ListTasksRequest asks for the tasks the caller may start.
+type ListTasksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTasksRequest) Reset() {
+	*x = ListTasksRequest{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTasksRequest) ProtoMessage() {}
+
+func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
+func (*ListTasksRequest) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{15}
+}
+
+// ListTasksResponse holds the tasks the caller may start, by name.
+type ListTasksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tasks.
+	Tasks         []*Task `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTasksResponse) Reset() {
+	*x = ListTasksResponse{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTasksResponse) ProtoMessage() {}
+
+func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
+func (*ListTasksResponse) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListTasksResponse) GetTasks() []*Task {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+// GetTaskRequest names a task.
+type GetTaskRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task's name.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTaskRequest) Reset() {
+	*x = GetTaskRequest{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTaskRequest) ProtoMessage() {}
+
+func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
+func (*GetTaskRequest) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GetTaskRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// GetTaskResponse holds the task.
+type GetTaskResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task.
+	Task          *Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTaskResponse) Reset() {
+	*x = GetTaskResponse{}
+	mi := &file_rein_v1_run_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTaskResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTaskResponse) ProtoMessage() {}
+
+func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
+func (*GetTaskResponse) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *GetTaskResponse) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
 // StartRunResponse holds the run.
 type StartRunResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -957,7 +1229,7 @@ type StartRunResponse struct {
 
 func (x *StartRunResponse) Reset() {
 	*x = StartRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[14]
+	mi := &file_rein_v1_run_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1241,7 @@ func (x *StartRunResponse) String() string {
 func (*StartRunResponse) ProtoMessage() {}
 
 func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[14]
+	mi := &file_rein_v1_run_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1254,7 @@ func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRunResponse.ProtoReflect.Descriptor instead.
 func (*StartRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{14}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StartRunResponse) GetRun() *Run {
@@ -1010,7 +1282,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[15]
+	mi := &file_rein_v1_run_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1294,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[15]
+	mi := &file_rein_v1_run_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1307,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{15}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetRunRequest) GetRunId() string {
@@ -1056,7 +1328,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[16]
+	mi := &file_rein_v1_run_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1340,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[16]
+	mi := &file_rein_v1_run_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1353,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{16}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -1113,7 +1385,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[17]
+	mi := &file_rein_v1_run_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1397,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[17]
+	mi := &file_rein_v1_run_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1410,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{17}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListRunsRequest) GetStatuses() []RunStatus {
@@ -1196,7 +1468,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[18]
+	mi := &file_rein_v1_run_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1480,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[18]
+	mi := &file_rein_v1_run_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1493,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{18}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -1255,7 +1527,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[19]
+	mi := &file_rein_v1_run_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1539,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[19]
+	mi := &file_rein_v1_run_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1552,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{19}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListEventsRequest) GetRunId() string {
@@ -1324,7 +1596,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[20]
+	mi := &file_rein_v1_run_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1608,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[20]
+	mi := &file_rein_v1_run_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1621,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{20}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -1380,7 +1652,7 @@ type GetBlobsRequest struct {
 
 func (x *GetBlobsRequest) Reset() {
 	*x = GetBlobsRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[21]
+	mi := &file_rein_v1_run_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1664,7 @@ func (x *GetBlobsRequest) String() string {
 func (*GetBlobsRequest) ProtoMessage() {}
 
 func (x *GetBlobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[21]
+	mi := &file_rein_v1_run_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1677,7 @@ func (x *GetBlobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobsRequest.ProtoReflect.Descriptor instead.
 func (*GetBlobsRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{21}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetBlobsRequest) GetRunId() string {
@@ -1433,7 +1705,7 @@ type GetBlobsResponse struct {
 
 func (x *GetBlobsResponse) Reset() {
 	*x = GetBlobsResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[22]
+	mi := &file_rein_v1_run_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1717,7 @@ func (x *GetBlobsResponse) String() string {
 func (*GetBlobsResponse) ProtoMessage() {}
 
 func (x *GetBlobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[22]
+	mi := &file_rein_v1_run_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1730,7 @@ func (x *GetBlobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBlobsResponse.ProtoReflect.Descriptor instead.
 func (*GetBlobsResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{22}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetBlobsResponse) GetBlobs() map[string][]byte {
@@ -1485,7 +1757,7 @@ type WatchRunRequest struct {
 
 func (x *WatchRunRequest) Reset() {
 	*x = WatchRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[23]
+	mi := &file_rein_v1_run_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1769,7 @@ func (x *WatchRunRequest) String() string {
 func (*WatchRunRequest) ProtoMessage() {}
 
 func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[23]
+	mi := &file_rein_v1_run_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1782,7 @@ func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunRequest.ProtoReflect.Descriptor instead.
 func (*WatchRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{23}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WatchRunRequest) GetRunId() string {
@@ -1549,7 +1821,7 @@ type WatchRunResponse struct {
 
 func (x *WatchRunResponse) Reset() {
 	*x = WatchRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[24]
+	mi := &file_rein_v1_run_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +1833,7 @@ func (x *WatchRunResponse) String() string {
 func (*WatchRunResponse) ProtoMessage() {}
 
 func (x *WatchRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[24]
+	mi := &file_rein_v1_run_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +1846,7 @@ func (x *WatchRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunResponse.ProtoReflect.Descriptor instead.
 func (*WatchRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{24}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WatchRunResponse) GetEvent() *Event {
@@ -1624,7 +1896,7 @@ type ModelOutput struct {
 
 func (x *ModelOutput) Reset() {
 	*x = ModelOutput{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[25]
+	mi := &file_rein_v1_run_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1908,7 @@ func (x *ModelOutput) String() string {
 func (*ModelOutput) ProtoMessage() {}
 
 func (x *ModelOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[25]
+	mi := &file_rein_v1_run_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1921,7 @@ func (x *ModelOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelOutput.ProtoReflect.Descriptor instead.
 func (*ModelOutput) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{25}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ModelOutput) GetRequested() uint64 {
@@ -1724,7 +1996,7 @@ type WatchRunsRequest struct {
 
 func (x *WatchRunsRequest) Reset() {
 	*x = WatchRunsRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[26]
+	mi := &file_rein_v1_run_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +2008,7 @@ func (x *WatchRunsRequest) String() string {
 func (*WatchRunsRequest) ProtoMessage() {}
 
 func (x *WatchRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[26]
+	mi := &file_rein_v1_run_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +2021,7 @@ func (x *WatchRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunsRequest.ProtoReflect.Descriptor instead.
 func (*WatchRunsRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{26}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WatchRunsRequest) GetStatuses() []RunStatus {
@@ -1784,7 +2056,7 @@ type WatchRunsResponse struct {
 
 func (x *WatchRunsResponse) Reset() {
 	*x = WatchRunsResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[27]
+	mi := &file_rein_v1_run_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1796,7 +2068,7 @@ func (x *WatchRunsResponse) String() string {
 func (*WatchRunsResponse) ProtoMessage() {}
 
 func (x *WatchRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[27]
+	mi := &file_rein_v1_run_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1809,7 +2081,7 @@ func (x *WatchRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunsResponse.ProtoReflect.Descriptor instead.
 func (*WatchRunsResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{27}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchRunsResponse) GetChange() *RunChange {
@@ -1843,7 +2115,7 @@ type RunChange struct {
 
 func (x *RunChange) Reset() {
 	*x = RunChange{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[28]
+	mi := &file_rein_v1_run_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +2127,7 @@ func (x *RunChange) String() string {
 func (*RunChange) ProtoMessage() {}
 
 func (x *RunChange) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[28]
+	mi := &file_rein_v1_run_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +2140,7 @@ func (x *RunChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunChange.ProtoReflect.Descriptor instead.
 func (*RunChange) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{28}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RunChange) GetCursor() uint64 {
@@ -1933,7 +2205,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[29]
+	mi := &file_rein_v1_run_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2217,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[29]
+	mi := &file_rein_v1_run_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2230,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{29}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CancelRunRequest) GetRunId() string {
@@ -1986,7 +2258,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[30]
+	mi := &file_rein_v1_run_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2270,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[30]
+	mi := &file_rein_v1_run_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2283,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{30}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -2036,7 +2308,7 @@ type DeleteRunRequest struct {
 
 func (x *DeleteRunRequest) Reset() {
 	*x = DeleteRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[31]
+	mi := &file_rein_v1_run_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2320,7 @@ func (x *DeleteRunRequest) String() string {
 func (*DeleteRunRequest) ProtoMessage() {}
 
 func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[31]
+	mi := &file_rein_v1_run_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2333,7 @@ func (x *DeleteRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{31}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteRunRequest) GetRunId() string {
@@ -2097,7 +2369,7 @@ type DeleteRunResponse struct {
 
 func (x *DeleteRunResponse) Reset() {
 	*x = DeleteRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[32]
+	mi := &file_rein_v1_run_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2109,7 +2381,7 @@ func (x *DeleteRunResponse) String() string {
 func (*DeleteRunResponse) ProtoMessage() {}
 
 func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[32]
+	mi := &file_rein_v1_run_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2122,7 +2394,7 @@ func (x *DeleteRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{32}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteRunResponse) GetDeletions() []*RunDeletion {
@@ -2155,7 +2427,7 @@ type RunDeletion struct {
 
 func (x *RunDeletion) Reset() {
 	*x = RunDeletion{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[33]
+	mi := &file_rein_v1_run_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2167,7 +2439,7 @@ func (x *RunDeletion) String() string {
 func (*RunDeletion) ProtoMessage() {}
 
 func (x *RunDeletion) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[33]
+	mi := &file_rein_v1_run_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2180,7 +2452,7 @@ func (x *RunDeletion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunDeletion.ProtoReflect.Descriptor instead.
 func (*RunDeletion) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{33}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RunDeletion) GetRunId() string {
@@ -2247,7 +2519,7 @@ type ListDeletionsRequest struct {
 
 func (x *ListDeletionsRequest) Reset() {
 	*x = ListDeletionsRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[34]
+	mi := &file_rein_v1_run_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2259,7 +2531,7 @@ func (x *ListDeletionsRequest) String() string {
 func (*ListDeletionsRequest) ProtoMessage() {}
 
 func (x *ListDeletionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[34]
+	mi := &file_rein_v1_run_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2272,7 +2544,7 @@ func (x *ListDeletionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeletionsRequest.ProtoReflect.Descriptor instead.
 func (*ListDeletionsRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{34}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListDeletionsRequest) GetPageSize() int32 {
@@ -2309,7 +2581,7 @@ type ListDeletionsResponse struct {
 
 func (x *ListDeletionsResponse) Reset() {
 	*x = ListDeletionsResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[35]
+	mi := &file_rein_v1_run_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2321,7 +2593,7 @@ func (x *ListDeletionsResponse) String() string {
 func (*ListDeletionsResponse) ProtoMessage() {}
 
 func (x *ListDeletionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[35]
+	mi := &file_rein_v1_run_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2334,7 +2606,7 @@ func (x *ListDeletionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeletionsResponse.ProtoReflect.Descriptor instead.
 func (*ListDeletionsResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{35}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListDeletionsResponse) GetDeletions() []*RunDeletion {
@@ -2368,7 +2640,7 @@ type ForkRunRequest struct {
 
 func (x *ForkRunRequest) Reset() {
 	*x = ForkRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[36]
+	mi := &file_rein_v1_run_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2380,7 +2652,7 @@ func (x *ForkRunRequest) String() string {
 func (*ForkRunRequest) ProtoMessage() {}
 
 func (x *ForkRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[36]
+	mi := &file_rein_v1_run_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2393,7 +2665,7 @@ func (x *ForkRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRunRequest.ProtoReflect.Descriptor instead.
 func (*ForkRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{36}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ForkRunRequest) GetRunId() string {
@@ -2437,7 +2709,7 @@ type ForkRunResponse struct {
 
 func (x *ForkRunResponse) Reset() {
 	*x = ForkRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[37]
+	mi := &file_rein_v1_run_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2449,7 +2721,7 @@ func (x *ForkRunResponse) String() string {
 func (*ForkRunResponse) ProtoMessage() {}
 
 func (x *ForkRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[37]
+	mi := &file_rein_v1_run_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2462,7 +2734,7 @@ func (x *ForkRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRunResponse.ProtoReflect.Descriptor instead.
 func (*ForkRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{37}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ForkRunResponse) GetRun() *Run {
@@ -2492,7 +2764,7 @@ type ProvideInputRequest struct {
 
 func (x *ProvideInputRequest) Reset() {
 	*x = ProvideInputRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[38]
+	mi := &file_rein_v1_run_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +2776,7 @@ func (x *ProvideInputRequest) String() string {
 func (*ProvideInputRequest) ProtoMessage() {}
 
 func (x *ProvideInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[38]
+	mi := &file_rein_v1_run_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +2789,7 @@ func (x *ProvideInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvideInputRequest.ProtoReflect.Descriptor instead.
 func (*ProvideInputRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{38}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ProvideInputRequest) GetRunId() string {
@@ -2545,7 +2817,7 @@ type ProvideInputResponse struct {
 
 func (x *ProvideInputResponse) Reset() {
 	*x = ProvideInputResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[39]
+	mi := &file_rein_v1_run_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +2829,7 @@ func (x *ProvideInputResponse) String() string {
 func (*ProvideInputResponse) ProtoMessage() {}
 
 func (x *ProvideInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[39]
+	mi := &file_rein_v1_run_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +2842,7 @@ func (x *ProvideInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProvideInputResponse.ProtoReflect.Descriptor instead.
 func (*ProvideInputResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{39}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ProvideInputResponse) GetRun() *Run {
@@ -2605,7 +2877,7 @@ type DecideApprovalRequest struct {
 
 func (x *DecideApprovalRequest) Reset() {
 	*x = DecideApprovalRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[40]
+	mi := &file_rein_v1_run_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2617,7 +2889,7 @@ func (x *DecideApprovalRequest) String() string {
 func (*DecideApprovalRequest) ProtoMessage() {}
 
 func (x *DecideApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[40]
+	mi := &file_rein_v1_run_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2630,7 +2902,7 @@ func (x *DecideApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalRequest.ProtoReflect.Descriptor instead.
 func (*DecideApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{40}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DecideApprovalRequest) GetRunId() string {
@@ -2693,7 +2965,7 @@ type DecideApprovalResponse struct {
 
 func (x *DecideApprovalResponse) Reset() {
 	*x = DecideApprovalResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[41]
+	mi := &file_rein_v1_run_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2705,7 +2977,7 @@ func (x *DecideApprovalResponse) String() string {
 func (*DecideApprovalResponse) ProtoMessage() {}
 
 func (x *DecideApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[41]
+	mi := &file_rein_v1_run_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2718,7 +2990,7 @@ func (x *DecideApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalResponse.ProtoReflect.Descriptor instead.
 func (*DecideApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{41}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DecideApprovalResponse) GetRun() *Run {
@@ -2743,7 +3015,7 @@ type SteerRunRequest struct {
 
 func (x *SteerRunRequest) Reset() {
 	*x = SteerRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[42]
+	mi := &file_rein_v1_run_service_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +3027,7 @@ func (x *SteerRunRequest) String() string {
 func (*SteerRunRequest) ProtoMessage() {}
 
 func (x *SteerRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[42]
+	mi := &file_rein_v1_run_service_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +3040,7 @@ func (x *SteerRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteerRunRequest.ProtoReflect.Descriptor instead.
 func (*SteerRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{42}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SteerRunRequest) GetRunId() string {
@@ -2805,7 +3077,7 @@ type SteerRunResponse struct {
 
 func (x *SteerRunResponse) Reset() {
 	*x = SteerRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[43]
+	mi := &file_rein_v1_run_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +3089,7 @@ func (x *SteerRunResponse) String() string {
 func (*SteerRunResponse) ProtoMessage() {}
 
 func (x *SteerRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[43]
+	mi := &file_rein_v1_run_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +3102,7 @@ func (x *SteerRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteerRunResponse.ProtoReflect.Descriptor instead.
 func (*SteerRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{43}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SteerRunResponse) GetRun() *Run {
@@ -2873,7 +3145,7 @@ type RaiseBudgetRequest struct {
 
 func (x *RaiseBudgetRequest) Reset() {
 	*x = RaiseBudgetRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[44]
+	mi := &file_rein_v1_run_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2885,7 +3157,7 @@ func (x *RaiseBudgetRequest) String() string {
 func (*RaiseBudgetRequest) ProtoMessage() {}
 
 func (x *RaiseBudgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[44]
+	mi := &file_rein_v1_run_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2898,7 +3170,7 @@ func (x *RaiseBudgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaiseBudgetRequest.ProtoReflect.Descriptor instead.
 func (*RaiseBudgetRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{44}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RaiseBudgetRequest) GetRunId() string {
@@ -2961,7 +3233,7 @@ type RaiseBudgetResponse struct {
 
 func (x *RaiseBudgetResponse) Reset() {
 	*x = RaiseBudgetResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[45]
+	mi := &file_rein_v1_run_service_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2973,7 +3245,7 @@ func (x *RaiseBudgetResponse) String() string {
 func (*RaiseBudgetResponse) ProtoMessage() {}
 
 func (x *RaiseBudgetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[45]
+	mi := &file_rein_v1_run_service_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2986,7 +3258,7 @@ func (x *RaiseBudgetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaiseBudgetResponse.ProtoReflect.Descriptor instead.
 func (*RaiseBudgetResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{45}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RaiseBudgetResponse) GetRun() *Run {
@@ -3008,7 +3280,7 @@ type ImportRunRequest struct {
 
 func (x *ImportRunRequest) Reset() {
 	*x = ImportRunRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[46]
+	mi := &file_rein_v1_run_service_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3020,7 +3292,7 @@ func (x *ImportRunRequest) String() string {
 func (*ImportRunRequest) ProtoMessage() {}
 
 func (x *ImportRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[46]
+	mi := &file_rein_v1_run_service_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3033,7 +3305,7 @@ func (x *ImportRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportRunRequest.ProtoReflect.Descriptor instead.
 func (*ImportRunRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{46}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ImportRunRequest) GetExport() *RunExport {
@@ -3054,7 +3326,7 @@ type ImportRunResponse struct {
 
 func (x *ImportRunResponse) Reset() {
 	*x = ImportRunResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[47]
+	mi := &file_rein_v1_run_service_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3066,7 +3338,7 @@ func (x *ImportRunResponse) String() string {
 func (*ImportRunResponse) ProtoMessage() {}
 
 func (x *ImportRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[47]
+	mi := &file_rein_v1_run_service_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3079,7 +3351,7 @@ func (x *ImportRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportRunResponse.ProtoReflect.Descriptor instead.
 func (*ImportRunResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{47}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ImportRunResponse) GetRun() *Run {
@@ -3098,7 +3370,7 @@ type GetServerInfoRequest struct {
 
 func (x *GetServerInfoRequest) Reset() {
 	*x = GetServerInfoRequest{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[48]
+	mi := &file_rein_v1_run_service_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3110,7 +3382,7 @@ func (x *GetServerInfoRequest) String() string {
 func (*GetServerInfoRequest) ProtoMessage() {}
 
 func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[48]
+	mi := &file_rein_v1_run_service_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3123,7 +3395,7 @@ func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{48}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{53}
 }
 
 // GetServerInfoResponse holds the server's build and who asked.
@@ -3140,7 +3412,7 @@ type GetServerInfoResponse struct {
 
 func (x *GetServerInfoResponse) Reset() {
 	*x = GetServerInfoResponse{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[49]
+	mi := &file_rein_v1_run_service_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3152,7 +3424,7 @@ func (x *GetServerInfoResponse) String() string {
 func (*GetServerInfoResponse) ProtoMessage() {}
 
 func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[49]
+	mi := &file_rein_v1_run_service_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3165,7 +3437,7 @@ func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{49}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetServerInfoResponse) GetBuild() *BuildInfo {
@@ -3197,7 +3469,7 @@ type Caller struct {
 
 func (x *Caller) Reset() {
 	*x = Caller{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[50]
+	mi := &file_rein_v1_run_service_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3209,7 +3481,7 @@ func (x *Caller) String() string {
 func (*Caller) ProtoMessage() {}
 
 func (x *Caller) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[50]
+	mi := &file_rein_v1_run_service_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3222,7 +3494,7 @@ func (x *Caller) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Caller.ProtoReflect.Descriptor instead.
 func (*Caller) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{50}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Caller) GetPrincipal() string {
@@ -3269,7 +3541,7 @@ type BuildInfo struct {
 
 func (x *BuildInfo) Reset() {
 	*x = BuildInfo{}
-	mi := &file_rein_v1_run_service_proto_msgTypes[51]
+	mi := &file_rein_v1_run_service_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3281,7 +3553,7 @@ func (x *BuildInfo) String() string {
 func (*BuildInfo) ProtoMessage() {}
 
 func (x *BuildInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_service_proto_msgTypes[51]
+	mi := &file_rein_v1_run_service_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3294,7 +3566,7 @@ func (x *BuildInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
 func (*BuildInfo) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{51}
+	return file_rein_v1_run_service_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BuildInfo) GetVersion() string {
@@ -3386,12 +3658,28 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"request_id\x18\x02 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\trequestId\"9\n" +
 	"\x17TriggerScheduleResponse\x12\x1e\n" +
-	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"w\n" +
+	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"\xd6\x01\n" +
 	"\x0fStartRunRequest\x12)\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\trequestId\x129\n" +
-	"\bcontract\x18\x02 \x01(\v2\x15.rein.v1.TaskContractB\x06\xbaH\x03\xc8\x01\x01R\bcontract\"L\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\trequestId\x121\n" +
+	"\bcontract\x18\x02 \x01(\v2\x15.rein.v1.TaskContractR\bcontract\x12\x1b\n" +
+	"\x04task\x18\x03 \x01(\tB\a\xbaH\x04r\x02\x18@R\x04task\x12/\n" +
+	"\x06inputs\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06inputs:\x17\xbaH\x14\"\x12\n" +
+	"\bcontract\n" +
+	"\x04task\x10\x01\"\x90\x01\n" +
+	"\x04Task\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
+	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\x12\x16\n" +
+	"\x06digest\x18\x04 \x01(\tR\x06digest\"\x12\n" +
+	"\x10ListTasksRequest\"8\n" +
+	"\x11ListTasksResponse\x12#\n" +
+	"\x05tasks\x18\x01 \x03(\v2\r.rein.v1.TaskR\x05tasks\"/\n" +
+	"\x0eGetTaskRequest\x12\x1d\n" +
+	"\x04name\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\x04name\"4\n" +
+	"\x0fGetTaskResponse\x12!\n" +
+	"\x04task\x18\x01 \x01(\v2\r.rein.v1.TaskR\x04task\"L\n" +
 	"\x10StartRunResponse\x12\x1e\n" +
 	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\"2\n" +
@@ -3588,7 +3876,7 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\x1cAPPROVAL_VERDICT_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18APPROVAL_VERDICT_APPROVE\x10\x01\x12\x1b\n" +
 	"\x17APPROVAL_VERDICT_REJECT\x10\x02\x12\x1b\n" +
-	"\x17APPROVAL_VERDICT_REVISE\x10\x032\x9e\r\n" +
+	"\x17APPROVAL_VERDICT_REVISE\x10\x032\xa0\x0e\n" +
 	"\n" +
 	"RunService\x12?\n" +
 	"\bStartRun\x12\x18.rein.v1.StartRunRequest\x1a\x19.rein.v1.StartRunResponse\x129\n" +
@@ -3614,7 +3902,9 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\rPauseSchedule\x12\x1d.rein.v1.PauseScheduleRequest\x1a\x1e.rein.v1.PauseScheduleResponse\x12Q\n" +
 	"\x0eResumeSchedule\x12\x1e.rein.v1.ResumeScheduleRequest\x1a\x1f.rein.v1.ResumeScheduleResponse\x12Q\n" +
 	"\x0eDeleteSchedule\x12\x1e.rein.v1.DeleteScheduleRequest\x1a\x1f.rein.v1.DeleteScheduleResponse\x12T\n" +
-	"\x0fTriggerSchedule\x12\x1f.rein.v1.TriggerScheduleRequest\x1a .rein.v1.TriggerScheduleResponseB\x86\x01\n" +
+	"\x0fTriggerSchedule\x12\x1f.rein.v1.TriggerScheduleRequest\x1a .rein.v1.TriggerScheduleResponse\x12B\n" +
+	"\tListTasks\x12\x19.rein.v1.ListTasksRequest\x1a\x1a.rein.v1.ListTasksResponse\x12<\n" +
+	"\aGetTask\x12\x17.rein.v1.GetTaskRequest\x1a\x18.rein.v1.GetTaskResponseB\x86\x01\n" +
 	"\vcom.rein.v1B\x0fRunServiceProtoP\x01Z)github.com/reinhq/rein/gen/rein/v1;reinv1\xa2\x02\x03RXX\xaa\x02\aRein.V1\xca\x02\aRein\\V1\xe2\x02\x13Rein\\V1\\GPBMetadata\xea\x02\bRein::V1b\x06proto3"
 
 var (
@@ -3630,7 +3920,7 @@ func file_rein_v1_run_service_proto_rawDescGZIP() []byte {
 }
 
 var file_rein_v1_run_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_rein_v1_run_service_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_rein_v1_run_service_proto_goTypes = []any{
 	(ScheduleOverlap)(0),            // 0: rein.v1.ScheduleOverlap
 	(ScheduleCatchUp)(0),            // 1: rein.v1.ScheduleCatchUp
@@ -3649,156 +3939,169 @@ var file_rein_v1_run_service_proto_goTypes = []any{
 	(*TriggerScheduleRequest)(nil),  // 14: rein.v1.TriggerScheduleRequest
 	(*TriggerScheduleResponse)(nil), // 15: rein.v1.TriggerScheduleResponse
 	(*StartRunRequest)(nil),         // 16: rein.v1.StartRunRequest
-	(*StartRunResponse)(nil),        // 17: rein.v1.StartRunResponse
-	(*GetRunRequest)(nil),           // 18: rein.v1.GetRunRequest
-	(*GetRunResponse)(nil),          // 19: rein.v1.GetRunResponse
-	(*ListRunsRequest)(nil),         // 20: rein.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),        // 21: rein.v1.ListRunsResponse
-	(*ListEventsRequest)(nil),       // 22: rein.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),      // 23: rein.v1.ListEventsResponse
-	(*GetBlobsRequest)(nil),         // 24: rein.v1.GetBlobsRequest
-	(*GetBlobsResponse)(nil),        // 25: rein.v1.GetBlobsResponse
-	(*WatchRunRequest)(nil),         // 26: rein.v1.WatchRunRequest
-	(*WatchRunResponse)(nil),        // 27: rein.v1.WatchRunResponse
-	(*ModelOutput)(nil),             // 28: rein.v1.ModelOutput
-	(*WatchRunsRequest)(nil),        // 29: rein.v1.WatchRunsRequest
-	(*WatchRunsResponse)(nil),       // 30: rein.v1.WatchRunsResponse
-	(*RunChange)(nil),               // 31: rein.v1.RunChange
-	(*CancelRunRequest)(nil),        // 32: rein.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),       // 33: rein.v1.CancelRunResponse
-	(*DeleteRunRequest)(nil),        // 34: rein.v1.DeleteRunRequest
-	(*DeleteRunResponse)(nil),       // 35: rein.v1.DeleteRunResponse
-	(*RunDeletion)(nil),             // 36: rein.v1.RunDeletion
-	(*ListDeletionsRequest)(nil),    // 37: rein.v1.ListDeletionsRequest
-	(*ListDeletionsResponse)(nil),   // 38: rein.v1.ListDeletionsResponse
-	(*ForkRunRequest)(nil),          // 39: rein.v1.ForkRunRequest
-	(*ForkRunResponse)(nil),         // 40: rein.v1.ForkRunResponse
-	(*ProvideInputRequest)(nil),     // 41: rein.v1.ProvideInputRequest
-	(*ProvideInputResponse)(nil),    // 42: rein.v1.ProvideInputResponse
-	(*DecideApprovalRequest)(nil),   // 43: rein.v1.DecideApprovalRequest
-	(*DecideApprovalResponse)(nil),  // 44: rein.v1.DecideApprovalResponse
-	(*SteerRunRequest)(nil),         // 45: rein.v1.SteerRunRequest
-	(*SteerRunResponse)(nil),        // 46: rein.v1.SteerRunResponse
-	(*RaiseBudgetRequest)(nil),      // 47: rein.v1.RaiseBudgetRequest
-	(*RaiseBudgetResponse)(nil),     // 48: rein.v1.RaiseBudgetResponse
-	(*ImportRunRequest)(nil),        // 49: rein.v1.ImportRunRequest
-	(*ImportRunResponse)(nil),       // 50: rein.v1.ImportRunResponse
-	(*GetServerInfoRequest)(nil),    // 51: rein.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil),   // 52: rein.v1.GetServerInfoResponse
-	(*Caller)(nil),                  // 53: rein.v1.Caller
-	(*BuildInfo)(nil),               // 54: rein.v1.BuildInfo
-	nil,                             // 55: rein.v1.ListRunsRequest.LabelsEntry
-	nil,                             // 56: rein.v1.GetBlobsResponse.BlobsEntry
-	nil,                             // 57: rein.v1.WatchRunsRequest.LabelsEntry
-	(*TaskContract)(nil),            // 58: rein.v1.TaskContract
-	(*timestamppb.Timestamp)(nil),   // 59: google.protobuf.Timestamp
-	(*Run)(nil),                     // 60: rein.v1.Run
-	(RunStatus)(0),                  // 61: rein.v1.RunStatus
-	(*Event)(nil),                   // 62: rein.v1.Event
-	(*Budget)(nil),                  // 63: rein.v1.Budget
-	(*structpb.Struct)(nil),         // 64: google.protobuf.Struct
-	(*durationpb.Duration)(nil),     // 65: google.protobuf.Duration
-	(*RunExport)(nil),               // 66: rein.v1.RunExport
+	(*Task)(nil),                    // 17: rein.v1.Task
+	(*ListTasksRequest)(nil),        // 18: rein.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),       // 19: rein.v1.ListTasksResponse
+	(*GetTaskRequest)(nil),          // 20: rein.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),         // 21: rein.v1.GetTaskResponse
+	(*StartRunResponse)(nil),        // 22: rein.v1.StartRunResponse
+	(*GetRunRequest)(nil),           // 23: rein.v1.GetRunRequest
+	(*GetRunResponse)(nil),          // 24: rein.v1.GetRunResponse
+	(*ListRunsRequest)(nil),         // 25: rein.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),        // 26: rein.v1.ListRunsResponse
+	(*ListEventsRequest)(nil),       // 27: rein.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),      // 28: rein.v1.ListEventsResponse
+	(*GetBlobsRequest)(nil),         // 29: rein.v1.GetBlobsRequest
+	(*GetBlobsResponse)(nil),        // 30: rein.v1.GetBlobsResponse
+	(*WatchRunRequest)(nil),         // 31: rein.v1.WatchRunRequest
+	(*WatchRunResponse)(nil),        // 32: rein.v1.WatchRunResponse
+	(*ModelOutput)(nil),             // 33: rein.v1.ModelOutput
+	(*WatchRunsRequest)(nil),        // 34: rein.v1.WatchRunsRequest
+	(*WatchRunsResponse)(nil),       // 35: rein.v1.WatchRunsResponse
+	(*RunChange)(nil),               // 36: rein.v1.RunChange
+	(*CancelRunRequest)(nil),        // 37: rein.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),       // 38: rein.v1.CancelRunResponse
+	(*DeleteRunRequest)(nil),        // 39: rein.v1.DeleteRunRequest
+	(*DeleteRunResponse)(nil),       // 40: rein.v1.DeleteRunResponse
+	(*RunDeletion)(nil),             // 41: rein.v1.RunDeletion
+	(*ListDeletionsRequest)(nil),    // 42: rein.v1.ListDeletionsRequest
+	(*ListDeletionsResponse)(nil),   // 43: rein.v1.ListDeletionsResponse
+	(*ForkRunRequest)(nil),          // 44: rein.v1.ForkRunRequest
+	(*ForkRunResponse)(nil),         // 45: rein.v1.ForkRunResponse
+	(*ProvideInputRequest)(nil),     // 46: rein.v1.ProvideInputRequest
+	(*ProvideInputResponse)(nil),    // 47: rein.v1.ProvideInputResponse
+	(*DecideApprovalRequest)(nil),   // 48: rein.v1.DecideApprovalRequest
+	(*DecideApprovalResponse)(nil),  // 49: rein.v1.DecideApprovalResponse
+	(*SteerRunRequest)(nil),         // 50: rein.v1.SteerRunRequest
+	(*SteerRunResponse)(nil),        // 51: rein.v1.SteerRunResponse
+	(*RaiseBudgetRequest)(nil),      // 52: rein.v1.RaiseBudgetRequest
+	(*RaiseBudgetResponse)(nil),     // 53: rein.v1.RaiseBudgetResponse
+	(*ImportRunRequest)(nil),        // 54: rein.v1.ImportRunRequest
+	(*ImportRunResponse)(nil),       // 55: rein.v1.ImportRunResponse
+	(*GetServerInfoRequest)(nil),    // 56: rein.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil),   // 57: rein.v1.GetServerInfoResponse
+	(*Caller)(nil),                  // 58: rein.v1.Caller
+	(*BuildInfo)(nil),               // 59: rein.v1.BuildInfo
+	nil,                             // 60: rein.v1.ListRunsRequest.LabelsEntry
+	nil,                             // 61: rein.v1.GetBlobsResponse.BlobsEntry
+	nil,                             // 62: rein.v1.WatchRunsRequest.LabelsEntry
+	(*TaskContract)(nil),            // 63: rein.v1.TaskContract
+	(*timestamppb.Timestamp)(nil),   // 64: google.protobuf.Timestamp
+	(*Run)(nil),                     // 65: rein.v1.Run
+	(*structpb.Struct)(nil),         // 66: google.protobuf.Struct
+	(RunStatus)(0),                  // 67: rein.v1.RunStatus
+	(*Event)(nil),                   // 68: rein.v1.Event
+	(*Budget)(nil),                  // 69: rein.v1.Budget
+	(*durationpb.Duration)(nil),     // 70: google.protobuf.Duration
+	(*RunExport)(nil),               // 71: rein.v1.RunExport
 }
 var file_rein_v1_run_service_proto_depIdxs = []int32{
-	58, // 0: rein.v1.Schedule.contract:type_name -> rein.v1.TaskContract
+	63, // 0: rein.v1.Schedule.contract:type_name -> rein.v1.TaskContract
 	0,  // 1: rein.v1.Schedule.overlap:type_name -> rein.v1.ScheduleOverlap
 	1,  // 2: rein.v1.Schedule.catch_up:type_name -> rein.v1.ScheduleCatchUp
-	59, // 3: rein.v1.Schedule.created_at:type_name -> google.protobuf.Timestamp
-	59, // 4: rein.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
-	59, // 5: rein.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
+	64, // 3: rein.v1.Schedule.created_at:type_name -> google.protobuf.Timestamp
+	64, // 4: rein.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
+	64, // 5: rein.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
 	3,  // 6: rein.v1.CreateScheduleRequest.schedule:type_name -> rein.v1.Schedule
 	3,  // 7: rein.v1.CreateScheduleResponse.schedule:type_name -> rein.v1.Schedule
 	3,  // 8: rein.v1.ListSchedulesResponse.schedules:type_name -> rein.v1.Schedule
 	3,  // 9: rein.v1.PauseScheduleResponse.schedule:type_name -> rein.v1.Schedule
 	3,  // 10: rein.v1.ResumeScheduleResponse.schedule:type_name -> rein.v1.Schedule
-	60, // 11: rein.v1.TriggerScheduleResponse.run:type_name -> rein.v1.Run
-	58, // 12: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
-	60, // 13: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
-	60, // 14: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
-	61, // 15: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	55, // 16: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
-	60, // 17: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
-	62, // 18: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
-	56, // 19: rein.v1.GetBlobsResponse.blobs:type_name -> rein.v1.GetBlobsResponse.BlobsEntry
-	62, // 20: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
-	28, // 21: rein.v1.WatchRunResponse.output:type_name -> rein.v1.ModelOutput
-	61, // 22: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
-	57, // 23: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
-	31, // 24: rein.v1.WatchRunsResponse.change:type_name -> rein.v1.RunChange
-	61, // 25: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
-	61, // 26: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
-	59, // 27: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
-	60, // 28: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
-	36, // 29: rein.v1.DeleteRunResponse.deletions:type_name -> rein.v1.RunDeletion
-	59, // 30: rein.v1.RunDeletion.deleted_at:type_name -> google.protobuf.Timestamp
-	61, // 31: rein.v1.RunDeletion.status:type_name -> rein.v1.RunStatus
-	36, // 32: rein.v1.ListDeletionsResponse.deletions:type_name -> rein.v1.RunDeletion
-	63, // 33: rein.v1.ForkRunRequest.budget:type_name -> rein.v1.Budget
-	60, // 34: rein.v1.ForkRunResponse.run:type_name -> rein.v1.Run
-	60, // 35: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
-	2,  // 36: rein.v1.DecideApprovalRequest.verdict:type_name -> rein.v1.ApprovalVerdict
-	64, // 37: rein.v1.DecideApprovalRequest.arguments:type_name -> google.protobuf.Struct
-	60, // 38: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
-	60, // 39: rein.v1.SteerRunResponse.run:type_name -> rein.v1.Run
-	65, // 40: rein.v1.RaiseBudgetRequest.extend_deadline:type_name -> google.protobuf.Duration
-	60, // 41: rein.v1.RaiseBudgetResponse.run:type_name -> rein.v1.Run
-	66, // 42: rein.v1.ImportRunRequest.export:type_name -> rein.v1.RunExport
-	60, // 43: rein.v1.ImportRunResponse.run:type_name -> rein.v1.Run
-	54, // 44: rein.v1.GetServerInfoResponse.build:type_name -> rein.v1.BuildInfo
-	53, // 45: rein.v1.GetServerInfoResponse.caller:type_name -> rein.v1.Caller
-	59, // 46: rein.v1.BuildInfo.revision_time:type_name -> google.protobuf.Timestamp
-	16, // 47: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
-	18, // 48: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
-	20, // 49: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
-	22, // 50: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
-	24, // 51: rein.v1.RunService.GetBlobs:input_type -> rein.v1.GetBlobsRequest
-	26, // 52: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
-	29, // 53: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
-	32, // 54: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
-	39, // 55: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
-	41, // 56: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
-	43, // 57: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
-	45, // 58: rein.v1.RunService.SteerRun:input_type -> rein.v1.SteerRunRequest
-	47, // 59: rein.v1.RunService.RaiseBudget:input_type -> rein.v1.RaiseBudgetRequest
-	49, // 60: rein.v1.RunService.ImportRun:input_type -> rein.v1.ImportRunRequest
-	34, // 61: rein.v1.RunService.DeleteRun:input_type -> rein.v1.DeleteRunRequest
-	37, // 62: rein.v1.RunService.ListDeletions:input_type -> rein.v1.ListDeletionsRequest
-	51, // 63: rein.v1.RunService.GetServerInfo:input_type -> rein.v1.GetServerInfoRequest
-	4,  // 64: rein.v1.RunService.CreateSchedule:input_type -> rein.v1.CreateScheduleRequest
-	6,  // 65: rein.v1.RunService.ListSchedules:input_type -> rein.v1.ListSchedulesRequest
-	8,  // 66: rein.v1.RunService.PauseSchedule:input_type -> rein.v1.PauseScheduleRequest
-	10, // 67: rein.v1.RunService.ResumeSchedule:input_type -> rein.v1.ResumeScheduleRequest
-	12, // 68: rein.v1.RunService.DeleteSchedule:input_type -> rein.v1.DeleteScheduleRequest
-	14, // 69: rein.v1.RunService.TriggerSchedule:input_type -> rein.v1.TriggerScheduleRequest
-	17, // 70: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
-	19, // 71: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
-	21, // 72: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
-	23, // 73: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
-	25, // 74: rein.v1.RunService.GetBlobs:output_type -> rein.v1.GetBlobsResponse
-	27, // 75: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
-	30, // 76: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
-	33, // 77: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
-	40, // 78: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
-	42, // 79: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
-	44, // 80: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
-	46, // 81: rein.v1.RunService.SteerRun:output_type -> rein.v1.SteerRunResponse
-	48, // 82: rein.v1.RunService.RaiseBudget:output_type -> rein.v1.RaiseBudgetResponse
-	50, // 83: rein.v1.RunService.ImportRun:output_type -> rein.v1.ImportRunResponse
-	35, // 84: rein.v1.RunService.DeleteRun:output_type -> rein.v1.DeleteRunResponse
-	38, // 85: rein.v1.RunService.ListDeletions:output_type -> rein.v1.ListDeletionsResponse
-	52, // 86: rein.v1.RunService.GetServerInfo:output_type -> rein.v1.GetServerInfoResponse
-	5,  // 87: rein.v1.RunService.CreateSchedule:output_type -> rein.v1.CreateScheduleResponse
-	7,  // 88: rein.v1.RunService.ListSchedules:output_type -> rein.v1.ListSchedulesResponse
-	9,  // 89: rein.v1.RunService.PauseSchedule:output_type -> rein.v1.PauseScheduleResponse
-	11, // 90: rein.v1.RunService.ResumeSchedule:output_type -> rein.v1.ResumeScheduleResponse
-	13, // 91: rein.v1.RunService.DeleteSchedule:output_type -> rein.v1.DeleteScheduleResponse
-	15, // 92: rein.v1.RunService.TriggerSchedule:output_type -> rein.v1.TriggerScheduleResponse
-	70, // [70:93] is the sub-list for method output_type
-	47, // [47:70] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	65, // 11: rein.v1.TriggerScheduleResponse.run:type_name -> rein.v1.Run
+	63, // 12: rein.v1.StartRunRequest.contract:type_name -> rein.v1.TaskContract
+	66, // 13: rein.v1.StartRunRequest.inputs:type_name -> google.protobuf.Struct
+	66, // 14: rein.v1.Task.input_schema:type_name -> google.protobuf.Struct
+	17, // 15: rein.v1.ListTasksResponse.tasks:type_name -> rein.v1.Task
+	17, // 16: rein.v1.GetTaskResponse.task:type_name -> rein.v1.Task
+	65, // 17: rein.v1.StartRunResponse.run:type_name -> rein.v1.Run
+	65, // 18: rein.v1.GetRunResponse.run:type_name -> rein.v1.Run
+	67, // 19: rein.v1.ListRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	60, // 20: rein.v1.ListRunsRequest.labels:type_name -> rein.v1.ListRunsRequest.LabelsEntry
+	65, // 21: rein.v1.ListRunsResponse.runs:type_name -> rein.v1.Run
+	68, // 22: rein.v1.ListEventsResponse.events:type_name -> rein.v1.Event
+	61, // 23: rein.v1.GetBlobsResponse.blobs:type_name -> rein.v1.GetBlobsResponse.BlobsEntry
+	68, // 24: rein.v1.WatchRunResponse.event:type_name -> rein.v1.Event
+	33, // 25: rein.v1.WatchRunResponse.output:type_name -> rein.v1.ModelOutput
+	67, // 26: rein.v1.WatchRunsRequest.statuses:type_name -> rein.v1.RunStatus
+	62, // 27: rein.v1.WatchRunsRequest.labels:type_name -> rein.v1.WatchRunsRequest.LabelsEntry
+	36, // 28: rein.v1.WatchRunsResponse.change:type_name -> rein.v1.RunChange
+	67, // 29: rein.v1.RunChange.previous:type_name -> rein.v1.RunStatus
+	67, // 30: rein.v1.RunChange.status:type_name -> rein.v1.RunStatus
+	64, // 31: rein.v1.RunChange.changed_at:type_name -> google.protobuf.Timestamp
+	65, // 32: rein.v1.CancelRunResponse.run:type_name -> rein.v1.Run
+	41, // 33: rein.v1.DeleteRunResponse.deletions:type_name -> rein.v1.RunDeletion
+	64, // 34: rein.v1.RunDeletion.deleted_at:type_name -> google.protobuf.Timestamp
+	67, // 35: rein.v1.RunDeletion.status:type_name -> rein.v1.RunStatus
+	41, // 36: rein.v1.ListDeletionsResponse.deletions:type_name -> rein.v1.RunDeletion
+	69, // 37: rein.v1.ForkRunRequest.budget:type_name -> rein.v1.Budget
+	65, // 38: rein.v1.ForkRunResponse.run:type_name -> rein.v1.Run
+	65, // 39: rein.v1.ProvideInputResponse.run:type_name -> rein.v1.Run
+	2,  // 40: rein.v1.DecideApprovalRequest.verdict:type_name -> rein.v1.ApprovalVerdict
+	66, // 41: rein.v1.DecideApprovalRequest.arguments:type_name -> google.protobuf.Struct
+	65, // 42: rein.v1.DecideApprovalResponse.run:type_name -> rein.v1.Run
+	65, // 43: rein.v1.SteerRunResponse.run:type_name -> rein.v1.Run
+	70, // 44: rein.v1.RaiseBudgetRequest.extend_deadline:type_name -> google.protobuf.Duration
+	65, // 45: rein.v1.RaiseBudgetResponse.run:type_name -> rein.v1.Run
+	71, // 46: rein.v1.ImportRunRequest.export:type_name -> rein.v1.RunExport
+	65, // 47: rein.v1.ImportRunResponse.run:type_name -> rein.v1.Run
+	59, // 48: rein.v1.GetServerInfoResponse.build:type_name -> rein.v1.BuildInfo
+	58, // 49: rein.v1.GetServerInfoResponse.caller:type_name -> rein.v1.Caller
+	64, // 50: rein.v1.BuildInfo.revision_time:type_name -> google.protobuf.Timestamp
+	16, // 51: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
+	23, // 52: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
+	25, // 53: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
+	27, // 54: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
+	29, // 55: rein.v1.RunService.GetBlobs:input_type -> rein.v1.GetBlobsRequest
+	31, // 56: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
+	34, // 57: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
+	37, // 58: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
+	44, // 59: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
+	46, // 60: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
+	48, // 61: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
+	50, // 62: rein.v1.RunService.SteerRun:input_type -> rein.v1.SteerRunRequest
+	52, // 63: rein.v1.RunService.RaiseBudget:input_type -> rein.v1.RaiseBudgetRequest
+	54, // 64: rein.v1.RunService.ImportRun:input_type -> rein.v1.ImportRunRequest
+	39, // 65: rein.v1.RunService.DeleteRun:input_type -> rein.v1.DeleteRunRequest
+	42, // 66: rein.v1.RunService.ListDeletions:input_type -> rein.v1.ListDeletionsRequest
+	56, // 67: rein.v1.RunService.GetServerInfo:input_type -> rein.v1.GetServerInfoRequest
+	4,  // 68: rein.v1.RunService.CreateSchedule:input_type -> rein.v1.CreateScheduleRequest
+	6,  // 69: rein.v1.RunService.ListSchedules:input_type -> rein.v1.ListSchedulesRequest
+	8,  // 70: rein.v1.RunService.PauseSchedule:input_type -> rein.v1.PauseScheduleRequest
+	10, // 71: rein.v1.RunService.ResumeSchedule:input_type -> rein.v1.ResumeScheduleRequest
+	12, // 72: rein.v1.RunService.DeleteSchedule:input_type -> rein.v1.DeleteScheduleRequest
+	14, // 73: rein.v1.RunService.TriggerSchedule:input_type -> rein.v1.TriggerScheduleRequest
+	18, // 74: rein.v1.RunService.ListTasks:input_type -> rein.v1.ListTasksRequest
+	20, // 75: rein.v1.RunService.GetTask:input_type -> rein.v1.GetTaskRequest
+	22, // 76: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
+	24, // 77: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
+	26, // 78: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
+	28, // 79: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
+	30, // 80: rein.v1.RunService.GetBlobs:output_type -> rein.v1.GetBlobsResponse
+	32, // 81: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
+	35, // 82: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
+	38, // 83: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
+	45, // 84: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
+	47, // 85: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
+	49, // 86: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
+	51, // 87: rein.v1.RunService.SteerRun:output_type -> rein.v1.SteerRunResponse
+	53, // 88: rein.v1.RunService.RaiseBudget:output_type -> rein.v1.RaiseBudgetResponse
+	55, // 89: rein.v1.RunService.ImportRun:output_type -> rein.v1.ImportRunResponse
+	40, // 90: rein.v1.RunService.DeleteRun:output_type -> rein.v1.DeleteRunResponse
+	43, // 91: rein.v1.RunService.ListDeletions:output_type -> rein.v1.ListDeletionsResponse
+	57, // 92: rein.v1.RunService.GetServerInfo:output_type -> rein.v1.GetServerInfoResponse
+	5,  // 93: rein.v1.RunService.CreateSchedule:output_type -> rein.v1.CreateScheduleResponse
+	7,  // 94: rein.v1.RunService.ListSchedules:output_type -> rein.v1.ListSchedulesResponse
+	9,  // 95: rein.v1.RunService.PauseSchedule:output_type -> rein.v1.PauseScheduleResponse
+	11, // 96: rein.v1.RunService.ResumeSchedule:output_type -> rein.v1.ResumeScheduleResponse
+	13, // 97: rein.v1.RunService.DeleteSchedule:output_type -> rein.v1.DeleteScheduleResponse
+	15, // 98: rein.v1.RunService.TriggerSchedule:output_type -> rein.v1.TriggerScheduleResponse
+	19, // 99: rein.v1.RunService.ListTasks:output_type -> rein.v1.ListTasksResponse
+	21, // 100: rein.v1.RunService.GetTask:output_type -> rein.v1.GetTaskResponse
+	76, // [76:101] is the sub-list for method output_type
+	51, // [51:76] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_service_proto_init() }
@@ -3816,7 +4119,7 @@ func file_rein_v1_run_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_run_service_proto_rawDesc), len(file_rein_v1_run_service_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   55,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,8 @@ const (
 	RunService_ResumeSchedule_FullMethodName  = "/rein.v1.RunService/ResumeSchedule"
 	RunService_DeleteSchedule_FullMethodName  = "/rein.v1.RunService/DeleteSchedule"
 	RunService_TriggerSchedule_FullMethodName = "/rein.v1.RunService/TriggerSchedule"
+	RunService_ListTasks_FullMethodName       = "/rein.v1.RunService/ListTasks"
+	RunService_GetTask_FullMethodName         = "/rein.v1.RunService/GetTask"
 )
 
 // RunServiceClient is the client API for RunService service.
@@ -141,6 +143,13 @@ type RunServiceClient interface {
 	// TriggerSchedule starts a run of the schedule now, outside its ticks;
 	// the same request_id starts it once.
 	TriggerSchedule(ctx context.Context, in *TriggerScheduleRequest, opts ...grpc.CallOption) (*TriggerScheduleResponse, error)
+	// ListTasks lists the catalog's tasks the caller may start (rein serve
+	// --tasks): those naming the caller's tenant (or none) and a role it
+	// holds (or none), by name.
+	ListTasks(ctx context.Context, in *ListTasksRequest, opts ...grpc.CallOption) (*ListTasksResponse, error)
+	// GetTask returns one task of the catalog. A task the caller may not
+	// start is NotFound, the same answer as one the catalog lacks.
+	GetTask(ctx context.Context, in *GetTaskRequest, opts ...grpc.CallOption) (*GetTaskResponse, error)
 }
 
 type runServiceClient struct {
@@ -399,6 +408,26 @@ func (c *runServiceClient) TriggerSchedule(ctx context.Context, in *TriggerSched
 	return out, nil
 }
 
+func (c *runServiceClient) ListTasks(ctx context.Context, in *ListTasksRequest, opts ...grpc.CallOption) (*ListTasksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTasksResponse)
+	err := c.cc.Invoke(ctx, RunService_ListTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runServiceClient) GetTask(ctx context.Context, in *GetTaskRequest, opts ...grpc.CallOption) (*GetTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetTaskResponse)
+	err := c.cc.Invoke(ctx, RunService_GetTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RunServiceServer is the server API for RunService service.
 // All implementations must embed UnimplementedRunServiceServer
 // for forward compatibility.
@@ -496,6 +525,13 @@ type RunServiceServer interface {
 	// TriggerSchedule starts a run of the schedule now, outside its ticks;
 	// the same request_id starts it once.
 	TriggerSchedule(context.Context, *TriggerScheduleRequest) (*TriggerScheduleResponse, error)
+	// ListTasks lists the catalog's tasks the caller may start (rein serve
+	// --tasks): those naming the caller's tenant (or none) and a role it
+	// holds (or none), by name.
+	ListTasks(context.Context, *ListTasksRequest) (*ListTasksResponse, error)
+	// GetTask returns one task of the catalog. A task the caller may not
+	// start is NotFound, the same answer as one the catalog lacks.
+	GetTask(context.Context, *GetTaskRequest) (*GetTaskResponse, error)
 	mustEmbedUnimplementedRunServiceServer()
 }
 
@@ -574,6 +610,12 @@ func (UnimplementedRunServiceServer) DeleteSchedule(context.Context, *DeleteSche
 }
 func (UnimplementedRunServiceServer) TriggerSchedule(context.Context, *TriggerScheduleRequest) (*TriggerScheduleResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TriggerSchedule not implemented")
+}
+func (UnimplementedRunServiceServer) ListTasks(context.Context, *ListTasksRequest) (*ListTasksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTasks not implemented")
+}
+func (UnimplementedRunServiceServer) GetTask(context.Context, *GetTaskRequest) (*GetTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetTask not implemented")
 }
 func (UnimplementedRunServiceServer) mustEmbedUnimplementedRunServiceServer() {}
 func (UnimplementedRunServiceServer) testEmbeddedByValue()                    {}
@@ -996,6 +1038,42 @@ func _RunService_TriggerSchedule_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RunService_ListTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunServiceServer).ListTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunService_ListTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunServiceServer).ListTasks(ctx, req.(*ListTasksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RunService_GetTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunServiceServer).GetTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunService_GetTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunServiceServer).GetTask(ctx, req.(*GetTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RunService_ServiceDesc is the grpc.ServiceDesc for RunService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1086,6 +1164,14 @@ var RunService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TriggerSchedule",
 			Handler:    _RunService_TriggerSchedule_Handler,
+		},
+		{
+			MethodName: "ListTasks",
+			Handler:    _RunService_ListTasks_Handler,
+		},
+		{
+			MethodName: "GetTask",
+			Handler:    _RunService_GetTask_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

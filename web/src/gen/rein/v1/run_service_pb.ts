@@ -21,7 +21,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file rein/v1/run_service.proto.
  */
 export const file_rein_v1_run_service: GenFile = /*@__PURE__*/
-  fileDesc("ChlyZWluL3YxL3J1bl9zZXJ2aWNlLnByb3RvEgdyZWluLnYxIuADCghTY2hlZHVsZRIrCgRuYW1lGAEgASgJQh26SBpyGDIWXltBLVphLXowLTlfLi1dezEsNjR9JBIOCgZ0ZW5hbnQYAiABKAkSGAoEY3JvbhgDIAEoCUIKukgHcgUQARiAAhIaCgl0aW1lX3pvbmUYBCABKAlCB7pIBHICGEASLwoIY29udHJhY3QYBSABKAsyFS5yZWluLnYxLlRhc2tDb250cmFjdEIGukgDyAEBEjMKB292ZXJsYXAYBiABKA4yGC5yZWluLnYxLlNjaGVkdWxlT3ZlcmxhcEIIukgFggECEAESNAoIY2F0Y2hfdXAYByABKA4yGC5yZWluLnYxLlNjaGVkdWxlQ2F0Y2hVcEIIukgFggECEAESDgoGcGF1c2VkGAggASgIEhIKCmNyZWF0ZWRfYnkYCSABKAkSLgoKY3JlYXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoJbGFzdF90aWNrGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtsYXN0X3J1bl9pZBgMIAEoCRItCgluZXh0X3RpY2sYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkQKFUNyZWF0ZVNjaGVkdWxlUmVxdWVzdBIrCghzY2hlZHVsZRgBIAEoCzIRLnJlaW4udjEuU2NoZWR1bGVCBrpIA8gBASI9ChZDcmVhdGVTY2hlZHVsZVJlc3BvbnNlEiMKCHNjaGVkdWxlGAEgASgLMhEucmVpbi52MS5TY2hlZHVsZSIWChRMaXN0U2NoZWR1bGVzUmVxdWVzdCI9ChVMaXN0U2NoZWR1bGVzUmVzcG9uc2USJAoJc2NoZWR1bGVzGAEgAygLMhEucmVpbi52MS5TY2hlZHVsZSItChRQYXVzZVNjaGVkdWxlUmVxdWVzdBIVCgRuYW1lGAEgASgJQge6SARyAhABIjwKFVBhdXNlU2NoZWR1bGVSZXNwb25zZRIjCghzY2hlZHVsZRgBIAEoCzIRLnJlaW4udjEuU2NoZWR1bGUiLgoVUmVzdW1lU2NoZWR1bGVSZXF1ZXN0EhUKBG5hbWUYASABKAlCB7pIBHICEAEiPQoWUmVzdW1lU2NoZWR1bGVSZXNwb25zZRIjCghzY2hlZHVsZRgBIAEoCzIRLnJlaW4udjEuU2NoZWR1bGUiLgoVRGVsZXRlU2NoZWR1bGVSZXF1ZXN0EhUKBG5hbWUYASABKAlCB7pIBHICEAEiGAoWRGVsZXRlU2NoZWR1bGVSZXNwb25zZSJPChZUcmlnZ2VyU2NoZWR1bGVSZXF1ZXN0EhUKBG5hbWUYASABKAlCB7pIBHICEAESHgoKcmVxdWVzdF9pZBgCIAEoCUIKukgHcgUQARiAAiI0ChdUcmlnZ2VyU2NoZWR1bGVSZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biJiCg9TdGFydFJ1blJlcXVlc3QSHgoKcmVxdWVzdF9pZBgBIAEoCUIKukgHcgUQARiAAhIvCghjb250cmFjdBgCIAEoCzIVLnJlaW4udjEuVGFza0NvbnRyYWN0Qga6SAPIAQEiPgoQU3RhcnRSdW5SZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1bhIPCgdjcmVhdGVkGAIgASgIIisKDUdldFJ1blJlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABIisKDkdldFJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuIqoCCg9MaXN0UnVuc1JlcXVlc3QSNQoIc3RhdHVzZXMYASADKA4yEi5yZWluLnYxLlJ1blN0YXR1c0IPukgMkgEJIgeCAQQQASAAEjQKBmxhYmVscxgCIAMoCzIkLnJlaW4udjEuTGlzdFJ1bnNSZXF1ZXN0LkxhYmVsc0VudHJ5EhoKCXBhZ2Vfc2l6ZRgDIAEoBUIHukgEGgIoABISCgpwYWdlX3Rva2VuGAQgASgJEioKCHRyYWNlX2lkGAUgASgJQhi6SBVyEzIRXihbMC05YS1mXXszMn0pPyQSHwoNcGFyZW50X3J1bl9pZBgGIAEoCUIIukgFcgMYgAEaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJHChBMaXN0UnVuc1Jlc3BvbnNlEhoKBHJ1bnMYASADKAsyDC5yZWluLnYxLlJ1bhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkidwoRTGlzdEV2ZW50c1JlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABEhYKDmFmdGVyX3NlcXVlbmNlGAIgASgEEhoKCXBhZ2Vfc2l6ZRgDIAEoBUIHukgEGgIoABISCgpwYWdlX3Rva2VuGAQgASgJIk0KEkxpc3RFdmVudHNSZXNwb25zZRIeCgZldmVudHMYASADKAsyDi5yZWluLnYxLkV2ZW50EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJeCg9HZXRCbG9ic1JlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABEi8KBmhhc2hlcxgCIAMoCUIfukgckgEZCAEQ6AciEnIQMg5eWzAtOWEtZl17NjR9JCJ1ChBHZXRCbG9ic1Jlc3BvbnNlEjMKBWJsb2JzGAEgAygLMiQucmVpbi52MS5HZXRCbG9ic1Jlc3BvbnNlLkJsb2JzRW50cnkaLAoKQmxvYnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAw6AjgBIlsKD1dhdGNoUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESFgoOYWZ0ZXJfc2VxdWVuY2UYAiABKAQSFAoMbW9kZWxfb3V0cHV0GAMgASgIIlcKEFdhdGNoUnVuUmVzcG9uc2USHQoFZXZlbnQYASABKAsyDi5yZWluLnYxLkV2ZW50EiQKBm91dHB1dBgCIAEoCzIULnJlaW4udjEuTW9kZWxPdXRwdXQijwEKC01vZGVsT3V0cHV0EhEKCXJlcXVlc3RlZBgBIAEoBBIMCgRzdGVwGAIgASgNEg8KB2F0dGVtcHQYAyABKA0SDwoHcmVzdW1lZBgEIAEoCBIOCgZvZmZzZXQYBSABKAQSDAoEdGV4dBgGIAEoCRIMCgRkb25lGAcgASgIEhEKCXRydW5jYXRlZBgIIAEoCCLFAQoQV2F0Y2hSdW5zUmVxdWVzdBI1CghzdGF0dXNlcxgBIAMoDjISLnJlaW4udjEuUnVuU3RhdHVzQg+6SAySAQkiB4IBBBABIAASNQoGbGFiZWxzGAIgAygLMiUucmVpbi52MS5XYXRjaFJ1bnNSZXF1ZXN0LkxhYmVsc0VudHJ5EhQKDGFmdGVyX2N1cnNvchgDIAEoBBotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIjcKEVdhdGNoUnVuc1Jlc3BvbnNlEiIKBmNoYW5nZRgBIAEoCzISLnJlaW4udjEuUnVuQ2hhbmdlIsYBCglSdW5DaGFuZ2USDgoGY3Vyc29yGAEgASgEEg4KBnJ1bl9pZBgCIAEoCRIkCghwcmV2aW91cxgDIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEiIKBnN0YXR1cxgEIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEg8KB3ZlcnNpb24YBSABKAQSDgoGcmVhc29uGAYgASgJEi4KCmNoYW5nZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkgKEENhbmNlbFJ1blJlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABEhgKBnJlYXNvbhgCIAEoCUIIukgFcgMYgAgiLgoRQ2FuY2VsUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iWAoQRGVsZXRlUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESGgoGcmVhc29uGAIgASgJQgq6SAdyBRABGIAIEgwKBHRyZWUYAyABKAgiPAoRRGVsZXRlUnVuUmVzcG9uc2USJwoJZGVsZXRpb25zGAEgAygLMhQucmVpbi52MS5SdW5EZWxldGlvbiK3AQoLUnVuRGVsZXRpb24SDgoGcnVuX2lkGAEgASgJEg4KBnRlbmFudBgCIAEoCRISCgpkZWxldGVkX2J5GAMgASgJEi4KCmRlbGV0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgFIAEoCRIiCgZzdGF0dXMYBiABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxIQCghhcmNoaXZlZBgHIAEoCCJWChRMaXN0RGVsZXRpb25zUmVxdWVzdBIaCglwYWdlX3NpemUYASABKAVCB7pIBBoCKAASEgoKcGFnZV90b2tlbhgCIAEoCRIOCgZ0ZW5hbnQYAyABKAkiWQoVTGlzdERlbGV0aW9uc1Jlc3BvbnNlEicKCWRlbGV0aW9ucxgBIAMoCzIULnJlaW4udjEuUnVuRGVsZXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIosBCg5Gb3JrUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESHAoLYXRfc2VxdWVuY2UYAiABKARCB7pIBDICKAESHgoKcmVxdWVzdF9pZBgDIAEoCUIKukgHcgUQARiAAhIfCgZidWRnZXQYBCABKAsyDy5yZWluLnYxLkJ1ZGdldCI9Cg9Gb3JrUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCJMChNQcm92aWRlSW5wdXRSZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIZCgR0ZXh0GAIgASgJQgu6SAhyBhABGICABCIxChRQcm92aWRlSW5wdXRSZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biL/AQoVRGVjaWRlQXBwcm92YWxSZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIcCgtwcm9wb3NhbF9pZBgCIAEoCUIHukgEcgIQARIeCg1wcm9wb3NhbF9oYXNoGAMgASgJQge6SARyAhABEjUKB3ZlcmRpY3QYBCABKA4yGC5yZWluLnYxLkFwcHJvdmFsVmVyZGljdEIKukgHggEEEAEgABIYCgZyZWFzb24YBSABKAlCCLpIBXIDGIAgEg8KB2VuZF9ydW4YBiABKAgSKgoJYXJndW1lbnRzGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCIzChZEZWNpZGVBcHByb3ZhbFJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuImgKD1N0ZWVyUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESGQoEdGV4dBgCIAEoCUILukgIcgYQARiAgAQSHgoKcmVxdWVzdF9pZBgDIAEoCUIKukgHcgUQARiAAiI+ChBTdGVlclJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuEg8KB2NyZWF0ZWQYAiABKAgiowIKElJhaXNlQnVkZ2V0UmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESHAoJYWRkX3N0ZXBzGAIgASgNQgm6SAYqBBigjQYSIAoKYWRkX3Rva2VucxgDIAEoBEIMukgJMgcYgKCUpY0dEi8KDGFkZF9jb3N0X3VzZBgEIAEoAUIZukgWEhRAARkAAAAAgIQuQSkAAAAAAAAAABJDCg9leHRlbmRfZGVhZGxpbmUYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CD7pIDKoBCSIFCIDnhA8yABIYCgZyZWFzb24YBiABKAlCCLpIBXIDGIAIEiEKDmFkZF90b29sX2NhbGxzGAcgASgNQgm6SAYqBBigjQYiMAoTUmFpc2VCdWRnZXRSZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biI+ChBJbXBvcnRSdW5SZXF1ZXN0EioKBmV4cG9ydBgBIAEoCzISLnJlaW4udjEuUnVuRXhwb3J0Qga6SAPIAQEiLgoRSW1wb3J0UnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iFgoUR2V0U2VydmVySW5mb1JlcXVlc3QiWwoVR2V0U2VydmVySW5mb1Jlc3BvbnNlEiEKBWJ1aWxkGAEgASgLMhIucmVpbi52MS5CdWlsZEluZm8SHwoGY2FsbGVyGAIgASgLMg8ucmVpbi52MS5DYWxsZXIiOgoGQ2FsbGVyEhEKCXByaW5jaXBhbBgBIAEoCRIOCgZ0ZW5hbnQYAiABKAkSDQoFcm9sZXMYAyADKAkinAEKCUJ1aWxkSW5mbxIPCgd2ZXJzaW9uGAEgASgJEhAKCHJldmlzaW9uGAIgASgJEjEKDXJldmlzaW9uX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCG1vZGlmaWVkGAQgASgIEhIKCmdvX3ZlcnNpb24YBSABKAkSEwoLYXBpX3ZlcnNpb24YBiABKAkqagoPU2NoZWR1bGVPdmVybGFwEiAKHFNDSEVEVUxFX09WRVJMQVBfVU5TUEVDSUZJRUQQABIZChVTQ0hFRFVMRV9PVkVSTEFQX1NLSVAQARIaChZTQ0hFRFVMRV9PVkVSTEFQX0FMTE9XEAIqawoPU2NoZWR1bGVDYXRjaFVwEiEKHVNDSEVEVUxFX0NBVENIX1VQX1VOU1BFQ0lGSUVEEAASGgoWU0NIRURVTEVfQ0FUQ0hfVVBfTk9ORRABEhkKFVNDSEVEVUxFX0NBVENIX1VQX09ORRACKosBCg9BcHByb3ZhbFZlcmRpY3QSIAocQVBQUk9WQUxfVkVSRElDVF9VTlNQRUNJRklFRBAAEhwKGEFQUFJPVkFMX1ZFUkRJQ1RfQVBQUk9WRRABEhsKF0FQUFJPVkFMX1ZFUkRJQ1RfUkVKRUNUEAISGwoXQVBQUk9WQUxfVkVSRElDVF9SRVZJU0UQAzKeDQoKUnVuU2VydmljZRI/CghTdGFydFJ1bhIYLnJlaW4udjEuU3RhcnRSdW5SZXF1ZXN0GhkucmVpbi52MS5TdGFydFJ1blJlc3BvbnNlEjkKBkdldFJ1bhIWLnJlaW4udjEuR2V0UnVuUmVxdWVzdBoXLnJlaW4udjEuR2V0UnVuUmVzcG9uc2USPwoITGlzdFJ1bnMSGC5yZWluLnYxLkxpc3RSdW5zUmVxdWVzdBoZLnJlaW4udjEuTGlzdFJ1bnNSZXNwb25zZRJFCgpMaXN0RXZlbnRzEhoucmVpbi52MS5MaXN0RXZlbnRzUmVxdWVzdBobLnJlaW4udjEuTGlzdEV2ZW50c1Jlc3BvbnNlEj8KCEdldEJsb2JzEhgucmVpbi52MS5HZXRCbG9ic1JlcXVlc3QaGS5yZWluLnYxLkdldEJsb2JzUmVzcG9uc2USQQoIV2F0Y2hSdW4SGC5yZWluLnYxLldhdGNoUnVuUmVxdWVzdBoZLnJlaW4udjEuV2F0Y2hSdW5SZXNwb25zZTABEkQKCVdhdGNoUnVucxIZLnJlaW4udjEuV2F0Y2hSdW5zUmVxdWVzdBoaLnJlaW4udjEuV2F0Y2hSdW5zUmVzcG9uc2UwARJCCglDYW5jZWxSdW4SGS5yZWluLnYxLkNhbmNlbFJ1blJlcXVlc3QaGi5yZWluLnYxLkNhbmNlbFJ1blJlc3BvbnNlEjwKB0ZvcmtSdW4SFy5yZWluLnYxLkZvcmtSdW5SZXF1ZXN0GhgucmVpbi52MS5Gb3JrUnVuUmVzcG9uc2USSwoMUHJvdmlkZUlucHV0EhwucmVpbi52MS5Qcm92aWRlSW5wdXRSZXF1ZXN0Gh0ucmVpbi52MS5Qcm92aWRlSW5wdXRSZXNwb25zZRJRCg5EZWNpZGVBcHByb3ZhbBIeLnJlaW4udjEuRGVjaWRlQXBwcm92YWxSZXF1ZXN0Gh8ucmVpbi52MS5EZWNpZGVBcHByb3ZhbFJlc3BvbnNlEj8KCFN0ZWVyUnVuEhgucmVpbi52MS5TdGVlclJ1blJlcXVlc3QaGS5yZWluLnYxLlN0ZWVyUnVuUmVzcG9uc2USSAoLUmFpc2VCdWRnZXQSGy5yZWluLnYxLlJhaXNlQnVkZ2V0UmVxdWVzdBocLnJlaW4udjEuUmFpc2VCdWRnZXRSZXNwb25zZRJCCglJbXBvcnRSdW4SGS5yZWluLnYxLkltcG9ydFJ1blJlcXVlc3QaGi5yZWluLnYxLkltcG9ydFJ1blJlc3BvbnNlEkIKCURlbGV0ZVJ1bhIZLnJlaW4udjEuRGVsZXRlUnVuUmVxdWVzdBoaLnJlaW4udjEuRGVsZXRlUnVuUmVzcG9uc2USTgoNTGlzdERlbGV0aW9ucxIdLnJlaW4udjEuTGlzdERlbGV0aW9uc1JlcXVlc3QaHi5yZWluLnYxLkxpc3REZWxldGlvbnNSZXNwb25zZRJOCg1HZXRTZXJ2ZXJJbmZvEh0ucmVpbi52MS5HZXRTZXJ2ZXJJbmZvUmVxdWVzdBoeLnJlaW4udjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlElEKDkNyZWF0ZVNjaGVkdWxlEh4ucmVpbi52MS5DcmVhdGVTY2hlZHVsZVJlcXVlc3QaHy5yZWluLnYxLkNyZWF0ZVNjaGVkdWxlUmVzcG9uc2USTgoNTGlzdFNjaGVkdWxlcxIdLnJlaW4udjEuTGlzdFNjaGVkdWxlc1JlcXVlc3QaHi5yZWluLnYxLkxpc3RTY2hlZHVsZXNSZXNwb25zZRJOCg1QYXVzZVNjaGVkdWxlEh0ucmVpbi52MS5QYXVzZVNjaGVkdWxlUmVxdWVzdBoeLnJlaW4udjEuUGF1c2VTY2hlZHVsZVJlc3BvbnNlElEKDlJlc3VtZVNjaGVkdWxlEh4ucmVpbi52MS5SZXN1bWVTY2hlZHVsZVJlcXVlc3QaHy5yZWluLnYxLlJlc3VtZVNjaGVkdWxlUmVzcG9uc2USUQoORGVsZXRlU2NoZWR1bGUSHi5yZWluLnYxLkRlbGV0ZVNjaGVkdWxlUmVxdWVzdBofLnJlaW4udjEuRGVsZXRlU2NoZWR1bGVSZXNwb25zZRJUCg9UcmlnZ2VyU2NoZWR1bGUSHy5yZWluLnYxLlRyaWdnZXJTY2hlZHVsZVJlcXVlc3QaIC5yZWluLnYxLlRyaWdnZXJTY2hlZHVsZVJlc3BvbnNlYgZwcm90bzM", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_event, file_rein_v1_export, file_rein_v1_run]);
+  fileDesc("ChlyZWluL3YxL3J1bl9zZXJ2aWNlLnByb3RvEgdyZWluLnYxIuADCghTY2hlZHVsZRIrCgRuYW1lGAEgASgJQh26SBpyGDIWXltBLVphLXowLTlfLi1dezEsNjR9JBIOCgZ0ZW5hbnQYAiABKAkSGAoEY3JvbhgDIAEoCUIKukgHcgUQARiAAhIaCgl0aW1lX3pvbmUYBCABKAlCB7pIBHICGEASLwoIY29udHJhY3QYBSABKAsyFS5yZWluLnYxLlRhc2tDb250cmFjdEIGukgDyAEBEjMKB292ZXJsYXAYBiABKA4yGC5yZWluLnYxLlNjaGVkdWxlT3ZlcmxhcEIIukgFggECEAESNAoIY2F0Y2hfdXAYByABKA4yGC5yZWluLnYxLlNjaGVkdWxlQ2F0Y2hVcEIIukgFggECEAESDgoGcGF1c2VkGAggASgIEhIKCmNyZWF0ZWRfYnkYCSABKAkSLgoKY3JlYXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoJbGFzdF90aWNrGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtsYXN0X3J1bl9pZBgMIAEoCRItCgluZXh0X3RpY2sYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkQKFUNyZWF0ZVNjaGVkdWxlUmVxdWVzdBIrCghzY2hlZHVsZRgBIAEoCzIRLnJlaW4udjEuU2NoZWR1bGVCBrpIA8gBASI9ChZDcmVhdGVTY2hlZHVsZVJlc3BvbnNlEiMKCHNjaGVkdWxlGAEgASgLMhEucmVpbi52MS5TY2hlZHVsZSIWChRMaXN0U2NoZWR1bGVzUmVxdWVzdCI9ChVMaXN0U2NoZWR1bGVzUmVzcG9uc2USJAoJc2NoZWR1bGVzGAEgAygLMhEucmVpbi52MS5TY2hlZHVsZSItChRQYXVzZVNjaGVkdWxlUmVxdWVzdBIVCgRuYW1lGAEgASgJQge6SARyAhABIjwKFVBhdXNlU2NoZWR1bGVSZXNwb25zZRIjCghzY2hlZHVsZRgBIAEoCzIRLnJlaW4udjEuU2NoZWR1bGUiLgoVUmVzdW1lU2NoZWR1bGVSZXF1ZXN0EhUKBG5hbWUYASABKAlCB7pIBHICEAEiPQoWUmVzdW1lU2NoZWR1bGVSZXNwb25zZRIjCghzY2hlZHVsZRgBIAEoCzIRLnJlaW4udjEuU2NoZWR1bGUiLgoVRGVsZXRlU2NoZWR1bGVSZXF1ZXN0EhUKBG5hbWUYASABKAlCB7pIBHICEAEiGAoWRGVsZXRlU2NoZWR1bGVSZXNwb25zZSJPChZUcmlnZ2VyU2NoZWR1bGVSZXF1ZXN0EhUKBG5hbWUYASABKAlCB7pIBHICEAESHgoKcmVxdWVzdF9pZBgCIAEoCUIKukgHcgUQARiAAiI0ChdUcmlnZ2VyU2NoZWR1bGVSZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biKzAQoPU3RhcnRSdW5SZXF1ZXN0Eh4KCnJlcXVlc3RfaWQYASABKAlCCrpIB3IFEAEYgAISJwoIY29udHJhY3QYAiABKAsyFS5yZWluLnYxLlRhc2tDb250cmFjdBIVCgR0YXNrGAMgASgJQge6SARyAhhAEicKBmlucHV0cxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3Q6F7pIFCISCghjb250cmFjdAoEdGFzaxABImgKBFRhc2sSDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRItCgxpbnB1dF9zY2hlbWEYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg4KBmRpZ2VzdBgEIAEoCSISChBMaXN0VGFza3NSZXF1ZXN0IjEKEUxpc3RUYXNrc1Jlc3BvbnNlEhwKBXRhc2tzGAEgAygLMg0ucmVpbi52MS5UYXNrIikKDkdldFRhc2tSZXF1ZXN0EhcKBG5hbWUYASABKAlCCbpIBnIEEAEYQCIuCg9HZXRUYXNrUmVzcG9uc2USGwoEdGFzaxgBIAEoCzINLnJlaW4udjEuVGFzayI+ChBTdGFydFJ1blJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuEg8KB2NyZWF0ZWQYAiABKAgiKwoNR2V0UnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAEiKwoOR2V0UnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iqgIKD0xpc3RSdW5zUmVxdWVzdBI1CghzdGF0dXNlcxgBIAMoDjISLnJlaW4udjEuUnVuU3RhdHVzQg+6SAySAQkiB4IBBBABIAASNAoGbGFiZWxzGAIgAygLMiQucmVpbi52MS5MaXN0UnVuc1JlcXVlc3QuTGFiZWxzRW50cnkSGgoJcGFnZV9zaXplGAMgASgFQge6SAQaAigAEhIKCnBhZ2VfdG9rZW4YBCABKAkSKgoIdHJhY2VfaWQYBSABKAlCGLpIFXITMhFeKFswLTlhLWZdezMyfSk/JBIfCg1wYXJlbnRfcnVuX2lkGAYgASgJQgi6SAVyAxiAARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkcKEExpc3RSdW5zUmVzcG9uc2USGgoEcnVucxgBIAMoCzIMLnJlaW4udjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJ3ChFMaXN0RXZlbnRzUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESFgoOYWZ0ZXJfc2VxdWVuY2UYAiABKAQSGgoJcGFnZV9zaXplGAMgASgFQge6SAQaAigAEhIKCnBhZ2VfdG9rZW4YBCABKAkiTQoSTGlzdEV2ZW50c1Jlc3BvbnNlEh4KBmV2ZW50cxgBIAMoCzIOLnJlaW4udjEuRXZlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIl4KD0dldEJsb2JzUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESLwoGaGFzaGVzGAIgAygJQh+6SBySARkIARDoByISchAyDl5bMC05YS1mXXs2NH0kInUKEEdldEJsb2JzUmVzcG9uc2USMwoFYmxvYnMYASADKAsyJC5yZWluLnYxLkdldEJsb2JzUmVzcG9uc2UuQmxvYnNFbnRyeRosCgpCbG9ic0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDDoCOAEiWwoPV2F0Y2hSdW5SZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIWCg5hZnRlcl9zZXF1ZW5jZRgCIAEoBBIUCgxtb2RlbF9vdXRwdXQYAyABKAgiVwoQV2F0Y2hSdW5SZXNwb25zZRIdCgVldmVudBgBIAEoCzIOLnJlaW4udjEuRXZlbnQSJAoGb3V0cHV0GAIgASgLMhQucmVpbi52MS5Nb2RlbE91dHB1dCKPAQoLTW9kZWxPdXRwdXQSEQoJcmVxdWVzdGVkGAEgASgEEgwKBHN0ZXAYAiABKA0SDwoHYXR0ZW1wdBgDIAEoDRIPCgdyZXN1bWVkGAQgASgIEg4KBm9mZnNldBgFIAEoBBIMCgR0ZXh0GAYgASgJEgwKBGRvbmUYByABKAgSEQoJdHJ1bmNhdGVkGAggASgIIsUBChBXYXRjaFJ1bnNSZXF1ZXN0EjUKCHN0YXR1c2VzGAEgAygOMhIucmVpbi52MS5SdW5TdGF0dXNCD7pIDJIBCSIHggEEEAEgABI1CgZsYWJlbHMYAiADKAsyJS5yZWluLnYxLldhdGNoUnVuc1JlcXVlc3QuTGFiZWxzRW50cnkSFAoMYWZ0ZXJfY3Vyc29yGAMgASgEGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiNwoRV2F0Y2hSdW5zUmVzcG9uc2USIgoGY2hhbmdlGAEgASgLMhIucmVpbi52MS5SdW5DaGFuZ2UixgEKCVJ1bkNoYW5nZRIOCgZjdXJzb3IYASABKAQSDgoGcnVuX2lkGAIgASgJEiQKCHByZXZpb3VzGAMgASgOMhIucmVpbi52MS5SdW5TdGF0dXMSIgoGc3RhdHVzGAQgASgOMhIucmVpbi52MS5SdW5TdGF0dXMSDwoHdmVyc2lvbhgFIAEoBBIOCgZyZWFzb24YBiABKAkSLgoKY2hhbmdlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiSAoQQ2FuY2VsUnVuUmVxdWVzdBIaCgZydW5faWQYASABKAlCCrpIB3IFEAEYgAESGAoGcmVhc29uGAIgASgJQgi6SAVyAxiACCIuChFDYW5jZWxSdW5SZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biJYChBEZWxldGVSdW5SZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIaCgZyZWFzb24YAiABKAlCCrpIB3IFEAEYgAgSDAoEdHJlZRgDIAEoCCI8ChFEZWxldGVSdW5SZXNwb25zZRInCglkZWxldGlvbnMYASADKAsyFC5yZWluLnYxLlJ1bkRlbGV0aW9uIrcBCgtSdW5EZWxldGlvbhIOCgZydW5faWQYASABKAkSDgoGdGVuYW50GAIgASgJEhIKCmRlbGV0ZWRfYnkYAyABKAkSLgoKZGVsZXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAUgASgJEiIKBnN0YXR1cxgGIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEhAKCGFyY2hpdmVkGAcgASgIIlYKFExpc3REZWxldGlvbnNSZXF1ZXN0EhoKCXBhZ2Vfc2l6ZRgBIAEoBUIHukgEGgIoABISCgpwYWdlX3Rva2VuGAIgASgJEg4KBnRlbmFudBgDIAEoCSJZChVMaXN0RGVsZXRpb25zUmVzcG9uc2USJwoJZGVsZXRpb25zGAEgAygLMhQucmVpbi52MS5SdW5EZWxldGlvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiiwEKDkZvcmtSdW5SZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIcCgthdF9zZXF1ZW5jZRgCIAEoBEIHukgEMgIoARIeCgpyZXF1ZXN0X2lkGAMgASgJQgq6SAdyBRABGIACEh8KBmJ1ZGdldBgEIAEoCzIPLnJlaW4udjEuQnVkZ2V0Ij0KD0ZvcmtSdW5SZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1bhIPCgdjcmVhdGVkGAIgASgIIkwKE1Byb3ZpZGVJbnB1dFJlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABEhkKBHRleHQYAiABKAlCC7pICHIGEAEYgIAEIjEKFFByb3ZpZGVJbnB1dFJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuIv8BChVEZWNpZGVBcHByb3ZhbFJlcXVlc3QSGgoGcnVuX2lkGAEgASgJQgq6SAdyBRABGIABEhwKC3Byb3Bvc2FsX2lkGAIgASgJQge6SARyAhABEh4KDXByb3Bvc2FsX2hhc2gYAyABKAlCB7pIBHICEAESNQoHdmVyZGljdBgEIAEoDjIYLnJlaW4udjEuQXBwcm92YWxWZXJkaWN0Qgq6SAeCAQQQASAAEhgKBnJlYXNvbhgFIAEoCUIIukgFcgMYgCASDwoHZW5kX3J1bhgGIAEoCBIqCglhcmd1bWVudHMYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IjMKFkRlY2lkZUFwcHJvdmFsUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4iaAoPU3RlZXJSdW5SZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIZCgR0ZXh0GAIgASgJQgu6SAhyBhABGICABBIeCgpyZXF1ZXN0X2lkGAMgASgJQgq6SAdyBRABGIACIj4KEFN0ZWVyUnVuUmVzcG9uc2USGQoDcnVuGAEgASgLMgwucmVpbi52MS5SdW4SDwoHY3JlYXRlZBgCIAEoCCKjAgoSUmFpc2VCdWRnZXRSZXF1ZXN0EhoKBnJ1bl9pZBgBIAEoCUIKukgHcgUQARiAARIcCglhZGRfc3RlcHMYAiABKA1CCbpIBioEGKCNBhIgCgphZGRfdG9rZW5zGAMgASgEQgy6SAkyBxiAoJSljR0SLwoMYWRkX2Nvc3RfdXNkGAQgASgBQhm6SBYSFEABGQAAAACAhC5BKQAAAAAAAAAAEkMKD2V4dGVuZF9kZWFkbGluZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIPukgMqgEJIgUIgOeEDzIAEhgKBnJlYXNvbhgGIAEoCUIIukgFcgMYgAgSIQoOYWRkX3Rvb2xfY2FsbHMYByABKA1CCbpIBioEGKCNBiIwChNSYWlzZUJ1ZGdldFJlc3BvbnNlEhkKA3J1bhgBIAEoCzIMLnJlaW4udjEuUnVuIj4KEEltcG9ydFJ1blJlcXVlc3QSKgoGZXhwb3J0GAEgASgLMhIucmVpbi52MS5SdW5FeHBvcnRCBrpIA8gBASIuChFJbXBvcnRSdW5SZXNwb25zZRIZCgNydW4YASABKAsyDC5yZWluLnYxLlJ1biIWChRHZXRTZXJ2ZXJJbmZvUmVxdWVzdCJbChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USIQoFYnVpbGQYASABKAsyEi5yZWluLnYxLkJ1aWxkSW5mbxIfCgZjYWxsZXIYAiABKAsyDy5yZWluLnYxLkNhbGxlciI6CgZDYWxsZXISEQoJcHJpbmNpcGFsGAEgASgJEg4KBnRlbmFudBgCIAEoCRINCgVyb2xlcxgDIAMoCSKcAQoJQnVpbGRJbmZvEg8KB3ZlcnNpb24YASABKAkSEAoIcmV2aXNpb24YAiABKAkSMQoNcmV2aXNpb25fdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIbW9kaWZpZWQYBCABKAgSEgoKZ29fdmVyc2lvbhgFIAEoCRITCgthcGlfdmVyc2lvbhgGIAEoCSpqCg9TY2hlZHVsZU92ZXJsYXASIAocU0NIRURVTEVfT1ZFUkxBUF9VTlNQRUNJRklFRBAAEhkKFVNDSEVEVUxFX09WRVJMQVBfU0tJUBABEhoKFlNDSEVEVUxFX09WRVJMQVBfQUxMT1cQAiprCg9TY2hlZHVsZUNhdGNoVXASIQodU0NIRURVTEVfQ0FUQ0hfVVBfVU5TUEVDSUZJRUQQABIaChZTQ0hFRFVMRV9DQVRDSF9VUF9OT05FEAESGQoVU0NIRURVTEVfQ0FUQ0hfVVBfT05FEAIqiwEKD0FwcHJvdmFsVmVyZGljdBIgChxBUFBST1ZBTF9WRVJESUNUX1VOU1BFQ0lGSUVEEAASHAoYQVBQUk9WQUxfVkVSRElDVF9BUFBST1ZFEAESGwoXQVBQUk9WQUxfVkVSRElDVF9SRUpFQ1QQAhIbChdBUFBST1ZBTF9WRVJESUNUX1JFVklTRRADMqAOCgpSdW5TZXJ2aWNlEj8KCFN0YXJ0UnVuEhgucmVpbi52MS5TdGFydFJ1blJlcXVlc3QaGS5yZWluLnYxLlN0YXJ0UnVuUmVzcG9uc2USOQoGR2V0UnVuEhYucmVpbi52MS5HZXRSdW5SZXF1ZXN0GhcucmVpbi52MS5HZXRSdW5SZXNwb25zZRI/CghMaXN0UnVucxIYLnJlaW4udjEuTGlzdFJ1bnNSZXF1ZXN0GhkucmVpbi52MS5MaXN0UnVuc1Jlc3BvbnNlEkUKCkxpc3RFdmVudHMSGi5yZWluLnYxLkxpc3RFdmVudHNSZXF1ZXN0GhsucmVpbi52MS5MaXN0RXZlbnRzUmVzcG9uc2USPwoIR2V0QmxvYnMSGC5yZWluLnYxLkdldEJsb2JzUmVxdWVzdBoZLnJlaW4udjEuR2V0QmxvYnNSZXNwb25zZRJBCghXYXRjaFJ1bhIYLnJlaW4udjEuV2F0Y2hSdW5SZXF1ZXN0GhkucmVpbi52MS5XYXRjaFJ1blJlc3BvbnNlMAESRAoJV2F0Y2hSdW5zEhkucmVpbi52MS5XYXRjaFJ1bnNSZXF1ZXN0GhoucmVpbi52MS5XYXRjaFJ1bnNSZXNwb25zZTABEkIKCUNhbmNlbFJ1bhIZLnJlaW4udjEuQ2FuY2VsUnVuUmVxdWVzdBoaLnJlaW4udjEuQ2FuY2VsUnVuUmVzcG9uc2USPAoHRm9ya1J1bhIXLnJlaW4udjEuRm9ya1J1blJlcXVlc3QaGC5yZWluLnYxLkZvcmtSdW5SZXNwb25zZRJLCgxQcm92aWRlSW5wdXQSHC5yZWluLnYxLlByb3ZpZGVJbnB1dFJlcXVlc3QaHS5yZWluLnYxLlByb3ZpZGVJbnB1dFJlc3BvbnNlElEKDkRlY2lkZUFwcHJvdmFsEh4ucmVpbi52MS5EZWNpZGVBcHByb3ZhbFJlcXVlc3QaHy5yZWluLnYxLkRlY2lkZUFwcHJvdmFsUmVzcG9uc2USPwoIU3RlZXJSdW4SGC5yZWluLnYxLlN0ZWVyUnVuUmVxdWVzdBoZLnJlaW4udjEuU3RlZXJSdW5SZXNwb25zZRJICgtSYWlzZUJ1ZGdldBIbLnJlaW4udjEuUmFpc2VCdWRnZXRSZXF1ZXN0GhwucmVpbi52MS5SYWlzZUJ1ZGdldFJlc3BvbnNlEkIKCUltcG9ydFJ1bhIZLnJlaW4udjEuSW1wb3J0UnVuUmVxdWVzdBoaLnJlaW4udjEuSW1wb3J0UnVuUmVzcG9uc2USQgoJRGVsZXRlUnVuEhkucmVpbi52MS5EZWxldGVSdW5SZXF1ZXN0GhoucmVpbi52MS5EZWxldGVSdW5SZXNwb25zZRJOCg1MaXN0RGVsZXRpb25zEh0ucmVpbi52MS5MaXN0RGVsZXRpb25zUmVxdWVzdBoeLnJlaW4udjEuTGlzdERlbGV0aW9uc1Jlc3BvbnNlEk4KDUdldFNlcnZlckluZm8SHS5yZWluLnYxLkdldFNlcnZlckluZm9SZXF1ZXN0Gh4ucmVpbi52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2USUQoOQ3JlYXRlU2NoZWR1bGUSHi5yZWluLnYxLkNyZWF0ZVNjaGVkdWxlUmVxdWVzdBofLnJlaW4udjEuQ3JlYXRlU2NoZWR1bGVSZXNwb25zZRJOCg1MaXN0U2NoZWR1bGVzEh0ucmVpbi52MS5MaXN0U2NoZWR1bGVzUmVxdWVzdBoeLnJlaW4udjEuTGlzdFNjaGVkdWxlc1Jlc3BvbnNlEk4KDVBhdXNlU2NoZWR1bGUSHS5yZWluLnYxLlBhdXNlU2NoZWR1bGVSZXF1ZXN0Gh4ucmVpbi52MS5QYXVzZVNjaGVkdWxlUmVzcG9uc2USUQoOUmVzdW1lU2NoZWR1bGUSHi5yZWluLnYxLlJlc3VtZVNjaGVkdWxlUmVxdWVzdBofLnJlaW4udjEuUmVzdW1lU2NoZWR1bGVSZXNwb25zZRJRCg5EZWxldGVTY2hlZHVsZRIeLnJlaW4udjEuRGVsZXRlU2NoZWR1bGVSZXF1ZXN0Gh8ucmVpbi52MS5EZWxldGVTY2hlZHVsZVJlc3BvbnNlElQKD1RyaWdnZXJTY2hlZHVsZRIfLnJlaW4udjEuVHJpZ2dlclNjaGVkdWxlUmVxdWVzdBogLnJlaW4udjEuVHJpZ2dlclNjaGVkdWxlUmVzcG9uc2USQgoJTGlzdFRhc2tzEhkucmVpbi52MS5MaXN0VGFza3NSZXF1ZXN0GhoucmVpbi52MS5MaXN0VGFza3NSZXNwb25zZRI8CgdHZXRUYXNrEhcucmVpbi52MS5HZXRUYXNrUmVxdWVzdBoYLnJlaW4udjEuR2V0VGFza1Jlc3BvbnNlYgZwcm90bzM", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_event, file_rein_v1_export, file_rein_v1_run]);
 
 /**
  * Schedule starts a run of its contract at each tick of its cron
@@ -391,11 +391,29 @@ export type StartRunRequest = Message<"rein.v1.StartRunRequest"> & {
   requestId: string;
 
   /**
-   * The run's contract. Required.
+   * The run's contract; or give task.
    *
    * @generated from field: rein.v1.TaskContract contract = 2;
    */
   contract?: TaskContract | undefined;
+
+  /**
+   * The name of a task of the catalog (ListTasks) the caller may start;
+   * the run's contract is the task's, with inputs laid over its inputs and
+   * the labels rein.task (the name) and rein.task_digest (the digest of
+   * the task's file). A task the caller may not start is NotFound.
+   *
+   * @generated from field: string task = 3;
+   */
+  task: string;
+
+  /**
+   * The task's inputs, which must meet its input_schema (else
+   * InvalidArgument naming the field, as inputs.FIELD). Only with task.
+   *
+   * @generated from field: google.protobuf.Struct inputs = 4;
+   */
+  inputs?: JsonObject | undefined;
 };
 
 /**
@@ -404,6 +422,128 @@ export type StartRunRequest = Message<"rein.v1.StartRunRequest"> & {
  */
 export const StartRunRequestSchema: GenMessage<StartRunRequest> = /*@__PURE__*/
   messageDesc(file_rein_v1_run_service, 13);
+
+/**
+ * Task is a named task of the catalog: what a caller may start by name
+ * with inputs, instead of writing a contract.
+ *
+ * @generated from message rein.v1.Task
+ */
+export type Task = Message<"rein.v1.Task"> & {
+  /**
+   * The name it is started by (StartRunRequest.task).
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * What it does.
+   *
+   * @generated from field: string description = 2;
+   */
+  description: string;
+
+  /**
+   * The JSON Schema its inputs must meet; unset: any object.
+   *
+   * @generated from field: google.protobuf.Struct input_schema = 3;
+   */
+  inputSchema?: JsonObject | undefined;
+
+  /**
+   * "sha256:" and the hex SHA-256 of the task's file, as a run started
+   * from it records in its label rein.task_digest.
+   *
+   * @generated from field: string digest = 4;
+   */
+  digest: string;
+};
+
+/**
+ * Describes the message rein.v1.Task.
+ * Use `create(TaskSchema)` to create a new message.
+ */
+export const TaskSchema: GenMessage<Task> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 14);
+
+/**
+ * ListTasksRequest asks for the tasks the caller may start.
+ *
+ * @generated from message rein.v1.ListTasksRequest
+ */
+export type ListTasksRequest = Message<"rein.v1.ListTasksRequest"> & {
+};
+
+/**
+ * Describes the message rein.v1.ListTasksRequest.
+ * Use `create(ListTasksRequestSchema)` to create a new message.
+ */
+export const ListTasksRequestSchema: GenMessage<ListTasksRequest> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 15);
+
+/**
+ * ListTasksResponse holds the tasks the caller may start, by name.
+ *
+ * @generated from message rein.v1.ListTasksResponse
+ */
+export type ListTasksResponse = Message<"rein.v1.ListTasksResponse"> & {
+  /**
+   * The tasks.
+   *
+   * @generated from field: repeated rein.v1.Task tasks = 1;
+   */
+  tasks: Task[];
+};
+
+/**
+ * Describes the message rein.v1.ListTasksResponse.
+ * Use `create(ListTasksResponseSchema)` to create a new message.
+ */
+export const ListTasksResponseSchema: GenMessage<ListTasksResponse> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 16);
+
+/**
+ * GetTaskRequest names a task.
+ *
+ * @generated from message rein.v1.GetTaskRequest
+ */
+export type GetTaskRequest = Message<"rein.v1.GetTaskRequest"> & {
+  /**
+   * The task's name.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message rein.v1.GetTaskRequest.
+ * Use `create(GetTaskRequestSchema)` to create a new message.
+ */
+export const GetTaskRequestSchema: GenMessage<GetTaskRequest> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 17);
+
+/**
+ * GetTaskResponse holds the task.
+ *
+ * @generated from message rein.v1.GetTaskResponse
+ */
+export type GetTaskResponse = Message<"rein.v1.GetTaskResponse"> & {
+  /**
+   * The task.
+   *
+   * @generated from field: rein.v1.Task task = 1;
+   */
+  task?: Task | undefined;
+};
+
+/**
+ * Describes the message rein.v1.GetTaskResponse.
+ * Use `create(GetTaskResponseSchema)` to create a new message.
+ */
+export const GetTaskResponseSchema: GenMessage<GetTaskResponse> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run_service, 18);
 
 /**
  * StartRunResponse holds the run.
@@ -431,7 +571,7 @@ export type StartRunResponse = Message<"rein.v1.StartRunResponse"> & {
  * Use `create(StartRunResponseSchema)` to create a new message.
  */
 export const StartRunResponseSchema: GenMessage<StartRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 14);
+  messageDesc(file_rein_v1_run_service, 19);
 
 /**
  * GetRunRequest names a run.
@@ -452,7 +592,7 @@ export type GetRunRequest = Message<"rein.v1.GetRunRequest"> & {
  * Use `create(GetRunRequestSchema)` to create a new message.
  */
 export const GetRunRequestSchema: GenMessage<GetRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 15);
+  messageDesc(file_rein_v1_run_service, 20);
 
 /**
  * GetRunResponse holds the run.
@@ -473,7 +613,7 @@ export type GetRunResponse = Message<"rein.v1.GetRunResponse"> & {
  * Use `create(GetRunResponseSchema)` to create a new message.
  */
 export const GetRunResponseSchema: GenMessage<GetRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 16);
+  messageDesc(file_rein_v1_run_service, 21);
 
 /**
  * ListRunsRequest filters and pages the run list.
@@ -530,7 +670,7 @@ export type ListRunsRequest = Message<"rein.v1.ListRunsRequest"> & {
  * Use `create(ListRunsRequestSchema)` to create a new message.
  */
 export const ListRunsRequestSchema: GenMessage<ListRunsRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 17);
+  messageDesc(file_rein_v1_run_service, 22);
 
 /**
  * ListRunsResponse holds one page of runs.
@@ -558,7 +698,7 @@ export type ListRunsResponse = Message<"rein.v1.ListRunsResponse"> & {
  * Use `create(ListRunsResponseSchema)` to create a new message.
  */
 export const ListRunsResponseSchema: GenMessage<ListRunsResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 18);
+  messageDesc(file_rein_v1_run_service, 23);
 
 /**
  * ListEventsRequest pages a run's events.
@@ -600,7 +740,7 @@ export type ListEventsRequest = Message<"rein.v1.ListEventsRequest"> & {
  * Use `create(ListEventsRequestSchema)` to create a new message.
  */
 export const ListEventsRequestSchema: GenMessage<ListEventsRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 19);
+  messageDesc(file_rein_v1_run_service, 24);
 
 /**
  * ListEventsResponse holds one page of events.
@@ -628,7 +768,7 @@ export type ListEventsResponse = Message<"rein.v1.ListEventsResponse"> & {
  * Use `create(ListEventsResponseSchema)` to create a new message.
  */
 export const ListEventsResponseSchema: GenMessage<ListEventsResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 20);
+  messageDesc(file_rein_v1_run_service, 25);
 
 /**
  * GetBlobsRequest names a run and blobs its events reference.
@@ -657,7 +797,7 @@ export type GetBlobsRequest = Message<"rein.v1.GetBlobsRequest"> & {
  * Use `create(GetBlobsRequestSchema)` to create a new message.
  */
 export const GetBlobsRequestSchema: GenMessage<GetBlobsRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 21);
+  messageDesc(file_rein_v1_run_service, 26);
 
 /**
  * GetBlobsResponse holds the blobs asked for.
@@ -678,7 +818,7 @@ export type GetBlobsResponse = Message<"rein.v1.GetBlobsResponse"> & {
  * Use `create(GetBlobsResponseSchema)` to create a new message.
  */
 export const GetBlobsResponseSchema: GenMessage<GetBlobsResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 22);
+  messageDesc(file_rein_v1_run_service, 27);
 
 /**
  * WatchRunRequest names a run and where to resume.
@@ -715,7 +855,7 @@ export type WatchRunRequest = Message<"rein.v1.WatchRunRequest"> & {
  * Use `create(WatchRunRequestSchema)` to create a new message.
  */
 export const WatchRunRequestSchema: GenMessage<WatchRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 23);
+  messageDesc(file_rein_v1_run_service, 28);
 
 /**
  * WatchRunResponse carries one event, or a piece of the text of the model
@@ -745,7 +885,7 @@ export type WatchRunResponse = Message<"rein.v1.WatchRunResponse"> & {
  * Use `create(WatchRunResponseSchema)` to create a new message.
  */
 export const WatchRunResponseSchema: GenMessage<WatchRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 24);
+  messageDesc(file_rein_v1_run_service, 29);
 
 /**
  * ModelOutput is text of a model call in flight, as the model writes it.
@@ -823,7 +963,7 @@ export type ModelOutput = Message<"rein.v1.ModelOutput"> & {
  * Use `create(ModelOutputSchema)` to create a new message.
  */
 export const ModelOutputSchema: GenMessage<ModelOutput> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 25);
+  messageDesc(file_rein_v1_run_service, 30);
 
 /**
  * WatchRunsRequest filters the status changes to stream and says where to
@@ -859,7 +999,7 @@ export type WatchRunsRequest = Message<"rein.v1.WatchRunsRequest"> & {
  * Use `create(WatchRunsRequestSchema)` to create a new message.
  */
 export const WatchRunsRequestSchema: GenMessage<WatchRunsRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 26);
+  messageDesc(file_rein_v1_run_service, 31);
 
 /**
  * WatchRunsResponse carries one status change.
@@ -880,7 +1020,7 @@ export type WatchRunsResponse = Message<"rein.v1.WatchRunsResponse"> & {
  * Use `create(WatchRunsResponseSchema)` to create a new message.
  */
 export const WatchRunsResponseSchema: GenMessage<WatchRunsResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 27);
+  messageDesc(file_rein_v1_run_service, 32);
 
 /**
  * RunChange is one run's status change.
@@ -944,7 +1084,7 @@ export type RunChange = Message<"rein.v1.RunChange"> & {
  * Use `create(RunChangeSchema)` to create a new message.
  */
 export const RunChangeSchema: GenMessage<RunChange> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 28);
+  messageDesc(file_rein_v1_run_service, 33);
 
 /**
  * CancelRunRequest cancels a run.
@@ -972,7 +1112,7 @@ export type CancelRunRequest = Message<"rein.v1.CancelRunRequest"> & {
  * Use `create(CancelRunRequestSchema)` to create a new message.
  */
 export const CancelRunRequestSchema: GenMessage<CancelRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 29);
+  messageDesc(file_rein_v1_run_service, 34);
 
 /**
  * CancelRunResponse holds the cancelled run.
@@ -993,7 +1133,7 @@ export type CancelRunResponse = Message<"rein.v1.CancelRunResponse"> & {
  * Use `create(CancelRunResponseSchema)` to create a new message.
  */
 export const CancelRunResponseSchema: GenMessage<CancelRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 30);
+  messageDesc(file_rein_v1_run_service, 35);
 
 /**
  * DeleteRunRequest names the run to erase and why.
@@ -1028,7 +1168,7 @@ export type DeleteRunRequest = Message<"rein.v1.DeleteRunRequest"> & {
  * Use `create(DeleteRunRequestSchema)` to create a new message.
  */
 export const DeleteRunRequestSchema: GenMessage<DeleteRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 31);
+  messageDesc(file_rein_v1_run_service, 36);
 
 /**
  * DeleteRunResponse holds the deletion records, one a run deleted (the
@@ -1050,7 +1190,7 @@ export type DeleteRunResponse = Message<"rein.v1.DeleteRunResponse"> & {
  * Use `create(DeleteRunResponseSchema)` to create a new message.
  */
 export const DeleteRunResponseSchema: GenMessage<DeleteRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 32);
+  messageDesc(file_rein_v1_run_service, 37);
 
 /**
  * RunDeletion records that a run was erased. It holds no content of the run.
@@ -1113,7 +1253,7 @@ export type RunDeletion = Message<"rein.v1.RunDeletion"> & {
  * Use `create(RunDeletionSchema)` to create a new message.
  */
 export const RunDeletionSchema: GenMessage<RunDeletion> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 33);
+  messageDesc(file_rein_v1_run_service, 38);
 
 /**
  * ListDeletionsRequest pages through the deletion records.
@@ -1148,7 +1288,7 @@ export type ListDeletionsRequest = Message<"rein.v1.ListDeletionsRequest"> & {
  * Use `create(ListDeletionsRequestSchema)` to create a new message.
  */
 export const ListDeletionsRequestSchema: GenMessage<ListDeletionsRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 34);
+  messageDesc(file_rein_v1_run_service, 39);
 
 /**
  * ListDeletionsResponse holds one page of deletion records.
@@ -1176,7 +1316,7 @@ export type ListDeletionsResponse = Message<"rein.v1.ListDeletionsResponse"> & {
  * Use `create(ListDeletionsResponseSchema)` to create a new message.
  */
 export const ListDeletionsResponseSchema: GenMessage<ListDeletionsResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 35);
+  messageDesc(file_rein_v1_run_service, 40);
 
 /**
  * ForkRunRequest names the run and the sequence to fork at.
@@ -1218,7 +1358,7 @@ export type ForkRunRequest = Message<"rein.v1.ForkRunRequest"> & {
  * Use `create(ForkRunRequestSchema)` to create a new message.
  */
 export const ForkRunRequestSchema: GenMessage<ForkRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 36);
+  messageDesc(file_rein_v1_run_service, 41);
 
 /**
  * ForkRunResponse holds the new run.
@@ -1246,7 +1386,7 @@ export type ForkRunResponse = Message<"rein.v1.ForkRunResponse"> & {
  * Use `create(ForkRunResponseSchema)` to create a new message.
  */
 export const ForkRunResponseSchema: GenMessage<ForkRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 37);
+  messageDesc(file_rein_v1_run_service, 42);
 
 /**
  * ProvideInputRequest answers a run's question.
@@ -1274,7 +1414,7 @@ export type ProvideInputRequest = Message<"rein.v1.ProvideInputRequest"> & {
  * Use `create(ProvideInputRequestSchema)` to create a new message.
  */
 export const ProvideInputRequestSchema: GenMessage<ProvideInputRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 38);
+  messageDesc(file_rein_v1_run_service, 43);
 
 /**
  * ProvideInputResponse holds the run.
@@ -1295,7 +1435,7 @@ export type ProvideInputResponse = Message<"rein.v1.ProvideInputResponse"> & {
  * Use `create(ProvideInputResponseSchema)` to create a new message.
  */
 export const ProvideInputResponseSchema: GenMessage<ProvideInputResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 39);
+  messageDesc(file_rein_v1_run_service, 44);
 
 /**
  * DecideApprovalRequest decides on a proposal.
@@ -1360,7 +1500,7 @@ export type DecideApprovalRequest = Message<"rein.v1.DecideApprovalRequest"> & {
  * Use `create(DecideApprovalRequestSchema)` to create a new message.
  */
 export const DecideApprovalRequestSchema: GenMessage<DecideApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 40);
+  messageDesc(file_rein_v1_run_service, 45);
 
 /**
  * DecideApprovalResponse holds the run.
@@ -1381,7 +1521,7 @@ export type DecideApprovalResponse = Message<"rein.v1.DecideApprovalResponse"> &
  * Use `create(DecideApprovalResponseSchema)` to create a new message.
  */
 export const DecideApprovalResponseSchema: GenMessage<DecideApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 41);
+  messageDesc(file_rein_v1_run_service, 46);
 
 /**
  * SteerRunRequest is a person's message to a running run.
@@ -1416,7 +1556,7 @@ export type SteerRunRequest = Message<"rein.v1.SteerRunRequest"> & {
  * Use `create(SteerRunRequestSchema)` to create a new message.
  */
 export const SteerRunRequestSchema: GenMessage<SteerRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 42);
+  messageDesc(file_rein_v1_run_service, 47);
 
 /**
  * SteerRunResponse holds the run.
@@ -1444,7 +1584,7 @@ export type SteerRunResponse = Message<"rein.v1.SteerRunResponse"> & {
  * Use `create(SteerRunResponseSchema)` to create a new message.
  */
 export const SteerRunResponseSchema: GenMessage<SteerRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 43);
+  messageDesc(file_rein_v1_run_service, 48);
 
 /**
  * RaiseBudgetRequest raises the budget of a run paused on it. Each
@@ -1510,7 +1650,7 @@ export type RaiseBudgetRequest = Message<"rein.v1.RaiseBudgetRequest"> & {
  * Use `create(RaiseBudgetRequestSchema)` to create a new message.
  */
 export const RaiseBudgetRequestSchema: GenMessage<RaiseBudgetRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 44);
+  messageDesc(file_rein_v1_run_service, 49);
 
 /**
  * RaiseBudgetResponse holds the run.
@@ -1531,7 +1671,7 @@ export type RaiseBudgetResponse = Message<"rein.v1.RaiseBudgetResponse"> & {
  * Use `create(RaiseBudgetResponseSchema)` to create a new message.
  */
 export const RaiseBudgetResponseSchema: GenMessage<RaiseBudgetResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 45);
+  messageDesc(file_rein_v1_run_service, 50);
 
 /**
  * ImportRunRequest carries the run to import.
@@ -1553,7 +1693,7 @@ export type ImportRunRequest = Message<"rein.v1.ImportRunRequest"> & {
  * Use `create(ImportRunRequestSchema)` to create a new message.
  */
 export const ImportRunRequestSchema: GenMessage<ImportRunRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 46);
+  messageDesc(file_rein_v1_run_service, 51);
 
 /**
  * ImportRunResponse holds the imported run.
@@ -1574,7 +1714,7 @@ export type ImportRunResponse = Message<"rein.v1.ImportRunResponse"> & {
  * Use `create(ImportRunResponseSchema)` to create a new message.
  */
 export const ImportRunResponseSchema: GenMessage<ImportRunResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 47);
+  messageDesc(file_rein_v1_run_service, 52);
 
 /**
  * GetServerInfoRequest asks for the server's build.
@@ -1589,7 +1729,7 @@ export type GetServerInfoRequest = Message<"rein.v1.GetServerInfoRequest"> & {
  * Use `create(GetServerInfoRequestSchema)` to create a new message.
  */
 export const GetServerInfoRequestSchema: GenMessage<GetServerInfoRequest> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 48);
+  messageDesc(file_rein_v1_run_service, 53);
 
 /**
  * GetServerInfoResponse holds the server's build and who asked.
@@ -1618,7 +1758,7 @@ export type GetServerInfoResponse = Message<"rein.v1.GetServerInfoResponse"> & {
  * Use `create(GetServerInfoResponseSchema)` to create a new message.
  */
 export const GetServerInfoResponseSchema: GenMessage<GetServerInfoResponse> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 49);
+  messageDesc(file_rein_v1_run_service, 54);
 
 /**
  * Caller is the principal a call was made as.
@@ -1653,7 +1793,7 @@ export type Caller = Message<"rein.v1.Caller"> & {
  * Use `create(CallerSchema)` to create a new message.
  */
 export const CallerSchema: GenMessage<Caller> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 50);
+  messageDesc(file_rein_v1_run_service, 55);
 
 /**
  * BuildInfo says what a rein binary was built from.
@@ -1711,7 +1851,7 @@ export type BuildInfo = Message<"rein.v1.BuildInfo"> & {
  * Use `create(BuildInfoSchema)` to create a new message.
  */
 export const BuildInfoSchema: GenMessage<BuildInfo> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run_service, 51);
+  messageDesc(file_rein_v1_run_service, 56);
 
 /**
  * ScheduleOverlap is what a tick does while the last run is going on.
@@ -2103,6 +2243,29 @@ export const RunService: GenService<{
     methodKind: "unary";
     input: typeof TriggerScheduleRequestSchema;
     output: typeof TriggerScheduleResponseSchema;
+  },
+  /**
+   * ListTasks lists the catalog's tasks the caller may start (rein serve
+   * --tasks): those naming the caller's tenant (or none) and a role it
+   * holds (or none), by name.
+   *
+   * @generated from rpc rein.v1.RunService.ListTasks
+   */
+  listTasks: {
+    methodKind: "unary";
+    input: typeof ListTasksRequestSchema;
+    output: typeof ListTasksResponseSchema;
+  },
+  /**
+   * GetTask returns one task of the catalog. A task the caller may not
+   * start is NotFound, the same answer as one the catalog lacks.
+   *
+   * @generated from rpc rein.v1.RunService.GetTask
+   */
+  getTask: {
+    methodKind: "unary";
+    input: typeof GetTaskRequestSchema;
+    output: typeof GetTaskResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_rein_v1_run_service, 0);

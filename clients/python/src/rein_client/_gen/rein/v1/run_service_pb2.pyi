@@ -191,6 +191,18 @@ class GetServerInfoResponse(_message.Message):
     caller: Caller
     def __init__(self, build: _Optional[_Union[BuildInfo, _Mapping]] = ..., caller: _Optional[_Union[Caller, _Mapping]] = ...) -> None: ...
 
+class GetTaskRequest(_message.Message):
+    __slots__ = ["name"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class GetTaskResponse(_message.Message):
+    __slots__ = ["task"]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+
 class ImportRunRequest(_message.Message):
     __slots__ = ["export"]
     EXPORT_FIELD_NUMBER: _ClassVar[int]
@@ -281,6 +293,16 @@ class ListSchedulesResponse(_message.Message):
     SCHEDULES_FIELD_NUMBER: _ClassVar[int]
     schedules: _containers.RepeatedCompositeFieldContainer[Schedule]
     def __init__(self, schedules: _Optional[_Iterable[_Union[Schedule, _Mapping]]] = ...) -> None: ...
+
+class ListTasksRequest(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class ListTasksResponse(_message.Message):
+    __slots__ = ["tasks"]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[Task]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ...) -> None: ...
 
 class ModelOutput(_message.Message):
     __slots__ = ["attempt", "done", "offset", "requested", "resumed", "step", "text", "truncated"]
@@ -431,12 +453,16 @@ class Schedule(_message.Message):
     def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., contract: _Optional[_Union[_contract_pb2.TaskContract, _Mapping]] = ..., overlap: _Optional[_Union[ScheduleOverlap, str]] = ..., catch_up: _Optional[_Union[ScheduleCatchUp, str]] = ..., paused: bool = ..., created_by: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_tick: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_run_id: _Optional[str] = ..., next_tick: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class StartRunRequest(_message.Message):
-    __slots__ = ["contract", "request_id"]
+    __slots__ = ["contract", "inputs", "request_id", "task"]
     CONTRACT_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
     contract: _contract_pb2.TaskContract
+    inputs: _struct_pb2.Struct
     request_id: str
-    def __init__(self, request_id: _Optional[str] = ..., contract: _Optional[_Union[_contract_pb2.TaskContract, _Mapping]] = ...) -> None: ...
+    task: str
+    def __init__(self, request_id: _Optional[str] = ..., contract: _Optional[_Union[_contract_pb2.TaskContract, _Mapping]] = ..., task: _Optional[str] = ..., inputs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class StartRunResponse(_message.Message):
     __slots__ = ["created", "run"]
@@ -463,6 +489,18 @@ class SteerRunResponse(_message.Message):
     created: bool
     run: _run_pb2.Run
     def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ..., created: bool = ...) -> None: ...
+
+class Task(_message.Message):
+    __slots__ = ["description", "digest", "input_schema", "name"]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    description: str
+    digest: str
+    input_schema: _struct_pb2.Struct
+    name: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., digest: _Optional[str] = ...) -> None: ...
 
 class TriggerScheduleRequest(_message.Message):
     __slots__ = ["name", "request_id"]

@@ -130,6 +130,16 @@ class RunServiceStub(object):
                 request_serializer=rein_dot_v1_dot_run__service__pb2.TriggerScheduleRequest.SerializeToString,
                 response_deserializer=rein_dot_v1_dot_run__service__pb2.TriggerScheduleResponse.FromString,
                 )
+        self.ListTasks = channel.unary_unary(
+                '/rein.v1.RunService/ListTasks',
+                request_serializer=rein_dot_v1_dot_run__service__pb2.ListTasksRequest.SerializeToString,
+                response_deserializer=rein_dot_v1_dot_run__service__pb2.ListTasksResponse.FromString,
+                )
+        self.GetTask = channel.unary_unary(
+                '/rein.v1.RunService/GetTask',
+                request_serializer=rein_dot_v1_dot_run__service__pb2.GetTaskRequest.SerializeToString,
+                response_deserializer=rein_dot_v1_dot_run__service__pb2.GetTaskResponse.FromString,
+                )
 
 
 class RunServiceServicer(object):
@@ -342,6 +352,23 @@ class RunServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTasks(self, request, context):
+        """ListTasks lists the catalog's tasks the caller may start (rein serve
+        --tasks): those naming the caller's tenant (or none) and a role it
+        holds (or none), by name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTask(self, request, context):
+        """GetTask returns one task of the catalog. A task the caller may not
+        start is NotFound, the same answer as one the catalog lacks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -459,6 +486,16 @@ def add_RunServiceServicer_to_server(servicer, server):
                     servicer.TriggerSchedule,
                     request_deserializer=rein_dot_v1_dot_run__service__pb2.TriggerScheduleRequest.FromString,
                     response_serializer=rein_dot_v1_dot_run__service__pb2.TriggerScheduleResponse.SerializeToString,
+            ),
+            'ListTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTasks,
+                    request_deserializer=rein_dot_v1_dot_run__service__pb2.ListTasksRequest.FromString,
+                    response_serializer=rein_dot_v1_dot_run__service__pb2.ListTasksResponse.SerializeToString,
+            ),
+            'GetTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTask,
+                    request_deserializer=rein_dot_v1_dot_run__service__pb2.GetTaskRequest.FromString,
+                    response_serializer=rein_dot_v1_dot_run__service__pb2.GetTaskResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -859,5 +896,39 @@ class RunService(object):
         return grpc.experimental.unary_unary(request, target, '/rein.v1.RunService/TriggerSchedule',
             rein_dot_v1_dot_run__service__pb2.TriggerScheduleRequest.SerializeToString,
             rein_dot_v1_dot_run__service__pb2.TriggerScheduleResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/rein.v1.RunService/ListTasks',
+            rein_dot_v1_dot_run__service__pb2.ListTasksRequest.SerializeToString,
+            rein_dot_v1_dot_run__service__pb2.ListTasksResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/rein.v1.RunService/GetTask',
+            rein_dot_v1_dot_run__service__pb2.GetTaskRequest.SerializeToString,
+            rein_dot_v1_dot_run__service__pb2.GetTaskResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
