@@ -169,6 +169,7 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newInputCmd(e),
 		newSteerCmd(e),
 		newScheduleCmd(e),
+		newTasksCmd(e),
 		newBudgetCmd(e),
 		newCancelCmd(e),
 		newDeleteCmd(e),

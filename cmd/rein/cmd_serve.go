@@ -47,6 +47,7 @@ type serveOptions struct {
 	adminHosts      []string
 	http            httpFlags
 	tenants         tenantsFlags
+	tasks           tasksFlags
 	policy          policyFlags
 	maxRunning      int
 	modelLimits     []string
@@ -112,6 +113,7 @@ one that receives it takes the run and carries it on.`,
 	o.http.register(f)
 	o.lifecycle.register(f)
 	o.tenants.register(f)
+	o.tasks.register(f)
 	o.policy.register(f)
 	f.StringArrayVar(&o.modelLimits, "model-limit", nil, "a model's rate limit that every run (and every replica, on etcd) shares: PROVIDER/MODEL=requests:N,tokens:N a minute (MODEL may be *); a call waits its turn instead of being refused; repeatable")
 	f.IntVar(&o.maxRunning, "max-running", 0, "runs of all tenants that may be running at once (0: no limit); a run started over it, or over its tenant's max_running (--tenants), is queued and starts in its turn")
@@ -147,11 +149,16 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	} else if o.clientCA != "" {
 		return usageError("--client-ca needs --tokens, which maps each certificate's common name to a principal")
 	}
+	var stopTasks func()
 	_, stopTenants, err := o.tenants.load(ctx, tenants.Lifecycle{}, log) // o.tenants.live from here on
 	if err != nil {
 		return err
 	}
 	defer stopTenants()
+	if cfg.Tasks, stopTasks, err = o.tasks.load(ctx, log); err != nil {
+		return err
+	}
+	defer stopTasks()
 	if o.maxRunning < 0 {
 		return usageError("--max-running %d: give 0 (no limit) or more", o.maxRunning)
 	}
