@@ -170,6 +170,7 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newSteerCmd(e),
 		newScheduleCmd(e),
 		newTasksCmd(e),
+		newMCPCmd(e),
 		newBudgetCmd(e),
 		newCancelCmd(e),
 		newDeleteCmd(e),

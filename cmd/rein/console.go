@@ -25,6 +25,7 @@ type httpFlags struct {
 	readTimeout       time.Duration
 	idleTimeout       time.Duration
 	maxConnsPerClient int
+	mcp               bool
 }
 
 func (h *httpFlags) register(f *pflag.FlagSet) {
@@ -34,6 +35,7 @@ func (h *httpFlags) register(f *pflag.FlagSet) {
 	f.DurationVar(&h.readHeaderTimeout, "http-read-header-timeout", 10*time.Second, "with --http, how long a request's headers may take to arrive")
 	f.DurationVar(&h.readTimeout, "http-read-timeout", 30*time.Second, "with --http, how long a request's body may take to arrive (a watch stream's response is not bounded by it)")
 	f.DurationVar(&h.idleTimeout, "http-idle-timeout", 2*time.Minute, "with --http, how long an idle connection stays open")
+	f.BoolVar(&h.mcp, "http-mcp", false, "with --http, serve the MCP face (Streamable HTTP) at /mcp, with the same tokens, tenants and roles: a tool per task of --tasks, and tools that read and decide runs (see docs/mcp.md)")
 	f.IntVar(&h.maxConnsPerClient, "http-max-conns-per-client", 256, "with --http, the most connections one client (an IPv4 address, an IPv6 /64) may hold open; past it new ones are closed (0: no cap)")
 }
 
@@ -41,7 +43,7 @@ func (h *httpFlags) register(f *pflag.FlagSet) {
 // fit.
 func (h *httpFlags) check(f *pflag.FlagSet) error {
 	if h.listen == "" {
-		for _, name := range []string{"http-host", "http-allowed-origins", "http-read-header-timeout", "http-read-timeout", "http-idle-timeout", "http-max-conns-per-client"} {
+		for _, name := range []string{"http-host", "http-allowed-origins", "http-read-header-timeout", "http-read-timeout", "http-idle-timeout", "http-max-conns-per-client", "http-mcp"} {
 			if f.Changed(name) {
 				return usageError("--%s is for the HTTP face: give --http ADDR too", name)
 			}
@@ -69,6 +71,13 @@ func (h *httpFlags) check(f *pflag.FlagSet) error {
 // body is read. stop closes the listener and every connection; watch
 // streams end, and the console resumes them when the server is back.
 func (h *httpFlags) serve(lis net.Listener, node *server.Node, cfg server.Config, tlsCfg *tls.Config, log *slog.Logger) (stop func(), err error) {
+	var mounts map[string]http.Handler
+	stopMCP := func() {}
+	if h.mcp {
+		if mounts, stopMCP, err = mcpMounts(node, cfg, log); err != nil {
+			return nil, err
+		}
+	}
 	handler, err := console.Handler(node.GRPC, console.Options{
 		Authenticate:   node.AuthenticateHTTP,
 		MaxBodyBytes:   cfg.MaxRecvBytes,
@@ -76,8 +85,10 @@ func (h *httpFlags) serve(lis net.Listener, node *server.Node, cfg server.Config
 		Listen:         h.listen,
 		Hosts:          h.hosts,
 		AllowedOrigins: h.origins,
+		Mounts:         mounts,
 	})
 	if err != nil {
+		stopMCP()
 		return nil, usageError("%v", err)
 	}
 	if cfg.Directory == nil && len(h.hosts) > 0 {
@@ -112,5 +123,5 @@ func (h *httpFlags) serve(lis net.Listener, node *server.Node, cfg server.Config
 		}
 	}()
 	log.Info("serving the web console", "http_addr", lis.Addr().String(), "url", fmt.Sprintf("%s://%s/", scheme, lis.Addr()))
-	return func() { hs.Close() }, nil
+	return func() { hs.Close(); stopMCP() }, nil
 }

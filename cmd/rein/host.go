@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/catalog"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/secret"
@@ -73,6 +74,8 @@ type setup struct {
 	// secrets redacts every secret the server holds (serverSecrets) from
 	// what its runs record and what it logs.
 	secrets *secret.Redactor
+	// tasks is the catalog of named tasks (rein mcp --tasks); nil: none.
+	tasks   *catalog.Holder
 	closers []func()
 }
 
@@ -82,6 +85,9 @@ type setup struct {
 // secret's value.
 func (s *setup) configure(cfg *server.Config, log *slog.Logger) *slog.Logger {
 	cfg.Tools, cfg.Workspace, cfg.Prices, cfg.Models, cfg.Secrets = s.executor, s.workspace, s.prices, s.models, s.secrets
+	if s.tasks != nil {
+		cfg.Tasks = s.tasks
+	}
 	if log != nil {
 		log = slog.New(secret.Handler(log.Handler(), s.secrets))
 	}

@@ -68,6 +68,10 @@ type Options struct {
 	// AllowedOrigins are the origins, besides the console's own, that may
 	// call RunService from a browser (rein serve --http-allowed-origins).
 	AllowedOrigins []string
+	// Mounts are handlers served at exact paths beside the console (the
+	// MCP face), after the Host and Origin checks, their bodies bounded
+	// by MaxBodyBytes; each authenticates its own callers.
+	Mounts map[string]http.Handler
 }
 
 // Check says what is wrong with the options' hosts and origins, before a
@@ -129,6 +133,11 @@ func Handler(g *grpc.Server, opts Options) (http.Handler, error) {
 			// nothing more.
 			closeUnread(w, r)
 			http.Error(w, err.Error(), http.StatusForbidden)
+			return
+		}
+		if m, ok := opts.Mounts[r.URL.Path]; ok {
+			r.Body = http.MaxBytesReader(w, r.Body, limit)
+			m.ServeHTTP(w, r)
 			return
 		}
 		if !strings.HasPrefix(r.URL.Path, prefix) {

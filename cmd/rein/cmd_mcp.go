@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/auth"
+	"github.com/reinhq/rein/internal/mcpface"
+	"github.com/reinhq/rein/server"
+)
+
+// mcpMounts is the MCP face of rein serve --http --mcp: its handlers by
+// path, for the console's mux, and how to let its connection go. Its
+// calls reach node's gRPC server over an in-memory connection, so the
+// node's interceptors (authentication, tenants, roles, validation, rate
+// limits) judge each one, with the caller's bearer token.
+func mcpMounts(node *server.Node, cfg server.Config, log *slog.Logger) (map[string]http.Handler, func(), error) {
+	lis := bufconn.Listen(1 << 20)
+	go func() {
+		if err := node.GRPC.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			log.Error("the MCP face's connection to the server stopped", "error", err)
+		}
+	}()
+	cc, err := grpc.NewClient("passthrough:///rein-mcp",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	)
+	if err != nil {
+		_ = lis.Close()
+		return nil, nil, fmt.Errorf("the MCP face: %w", err)
+	}
+	face := mcpface.New(mcpface.Options{Runs: reinv1.NewRunServiceClient(cc), Logger: log})
+	opts := mcpface.HTTPOptions{MaxBodyBytes: int64(cfg.MaxRecvBytes), Logger: log}
+	var h http.Handler
+	if cfg.Directory != nil {
+		opts.Token = func(token string) (auth.Principal, bool) { return cfg.Directory.Token(token) }
+		h = face.Handler(opts)
+	} else {
+		// Without tokens the caller is the local admin, so it must be
+		// local: the rule of the rest of the HTTP face.
+		inner := face.Handler(opts)
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := node.AuthenticateHTTP(r); err != nil {
+				http.Error(w, status.Convert(err).Message(), http.StatusForbidden)
+				return
+			}
+			inner.ServeHTTP(w, r)
+		})
+	}
+	log.Info("serving the MCP face", "path", mcpface.Path)
+	return map[string]http.Handler{mcpface.Path: h, mcpface.MetadataPath: h}, func() { _ = cc.Close(); _ = lis.Close() }, nil
+}
+
+// mcpOptions are rein mcp's flags.
+type mcpOptions struct {
+	host  host
+	tasks tasksFlags
+}
+
+// newMCPCmd is `rein mcp`: the MCP face over stdio, for a host that
+// launches local servers.
+func newMCPCmd(e *env) *cobra.Command {
+	o := &mcpOptions{}
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve rein's MCP face over stdio, for Claude Desktop, Claude Code, Cursor and other MCP hosts",
+		Long: `Serve rein to an MCP host over stdin and stdout (see docs/mcp.md): a tool per
+task of the catalog, tools that read, approve, deny, answer and steer runs,
+run resources and progress. With --server the calls go to that server as the
+principal of --token (its catalog and roles); without, to an embedded server
+on --db as the local admin, with the catalog of --tasks DIR and the tool
+flags' tools. Logs go to stderr; stdout carries only the protocol.`,
+		Example: `  rein mcp --server rein.internal:7233 --token "$REIN_TOKEN"
+  rein mcp --db ~/.local/state/rein/rein.db --tasks ./tasks --tools fixture:tools.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			var s *setup
+			if e.server == "" {
+				var err error
+				if s, err = o.host.open(ctx, ""); err != nil {
+					return err
+				}
+				defer s.close()
+				if s.tasks, _, err = o.tasks.load(ctx, slog.New(slog.NewTextHandler(e.stderr, nil))); err != nil {
+					return err
+				}
+			} else if o.tasks.dir != "" {
+				return usageError("--tasks is for the embedded server; with --server, the server's catalog (rein serve --tasks) applies")
+			}
+			cn, err := connect(ctx, e, s)
+			if err != nil {
+				return err
+			}
+			defer cn.close()
+			face := mcpface.New(mcpface.Options{Runs: cn.runs, Logger: slog.New(slog.NewTextHandler(e.stderr, nil))})
+			srv, err := face.Session(ctx, "")
+			if err != nil {
+				return err
+			}
+			err = srv.Run(ctx, &mcp.IOTransport{Reader: nopCloser{e.stdin}, Writer: nopWriteCloser{e.stdout}})
+			if err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
+				return fmt.Errorf("mcp: %w", err)
+			}
+			return nil
+		},
+	}
+	o.host.register(cmd.Flags())
+	o.tasks.register(cmd.Flags())
+	return cmd
+}
+
+// nopCloser and nopWriteCloser are the command's stdin and stdout as the
+// transport takes them: closing the session does not close the process's
+// streams.
+type nopCloser struct{ io.Reader }
+
+func (nopCloser) Close() error { return nil }
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }

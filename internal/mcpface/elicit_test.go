@@ -1,0 +1,203 @@
+package mcpface_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+)
+
+// elicitor answers every elicitation with action, and hands each request
+// on to the test.
+func elicitor(action string, seen chan<- *mcp.ElicitParams) func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+	return func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		seen <- req.Params
+		res := &mcp.ElicitResult{Action: action}
+		if action == "decline" {
+			res.Content = map[string]any{"reason": "not this one"}
+		}
+		return res, nil
+	}
+}
+
+func receive(t *testing.T, seen <-chan *mcp.ElicitParams) *mcp.ElicitParams {
+	t.Helper()
+	select {
+	case p := <-seen:
+		return p
+	case <-time.After(30 * time.Second):
+		t.Fatal("no elicitation came")
+		return nil
+	}
+}
+
+func TestToolsOfEachPrincipal(t *testing.T) {
+	f := startFace(t)
+	for who, want := range map[string][]string{
+		"starter":  {"answer", "approve", "cancel", "deny", "get_events", "get_run", "list_pending", "list_runs", "raise_budget", "revise", "start_refund", "steer"},
+		"operator": {"answer", "cancel", "get_events", "get_run", "list_pending", "list_runs", "raise_budget", "start_refund", "steer"},
+		"viewer":   {"get_events", "get_run", "list_pending", "list_runs"},
+	} {
+		cs := f.connect(t, who, nil)
+		res, err := cs.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, tool := range res.Tools {
+			got = append(got, tool.Name)
+			if tool.Annotations == nil {
+				t.Errorf("%s has no annotations", tool.Name)
+				continue
+			}
+			read := strings.HasPrefix(tool.Name, "get_") || strings.HasPrefix(tool.Name, "list_")
+			if tool.Annotations.ReadOnlyHint != read {
+				t.Errorf("%s: readOnlyHint %v", tool.Name, tool.Annotations.ReadOnlyHint)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s is offered %v, want %v", who, got, want)
+		}
+	}
+}
+
+// TestApproveByElicitation: a run started through MCP pauses for its
+// write; the session that started it is asked, accepts, and the run
+// completes with the write committed once.
+func TestApproveByElicitation(t *testing.T) {
+	f := startFace(t)
+	seen := make(chan *mcp.ElicitParams, 4)
+	cs := f.connect(t, "starter", elicitor("accept", seen))
+	started := decodeStart(t, call(t, cs, "start_refund", map[string]any{"invoice_id": "INV-42"}))
+	if started.Status != "RUN_STATUS_NEEDS_APPROVAL" || started.Pending.Proposal.Hash == "" {
+		t.Fatalf("the start answered %+v", started)
+	}
+	p := receive(t, seen)
+	for _, want := range []string{"refunds.create", started.Pending.Proposal.ProposalID, started.Pending.Proposal.Hash, "INV-42"} {
+		if !strings.Contains(p.Message, want) {
+			t.Errorf("the elicitation does not show %q:\n%s", want, p.Message)
+		}
+	}
+	run := f.waitStatus(t, started.RunID, reinv1.RunStatus_RUN_STATUS_COMPLETED)
+	if ops, commits := f.tools.total(); ops != 1 || commits != 1 {
+		t.Errorf("%d writes committed %d times, want 1 once", ops, commits)
+	}
+	if run.GetContract().GetLabels()["rein.task"] != "refund" {
+		t.Errorf("the run's labels %v", run.GetContract().GetLabels())
+	}
+}
+
+// TestDeclineByElicitation: declining denies the write with the reason;
+// nothing is committed.
+func TestDeclineByElicitation(t *testing.T) {
+	f := startFace(t)
+	seen := make(chan *mcp.ElicitParams, 4)
+	cs := f.connect(t, "starter", elicitor("decline", seen))
+	started := decodeStart(t, call(t, cs, "start_refund", map[string]any{"invoice_id": "INV-42"}))
+	receive(t, seen)
+	// The denial is an observation: the model's script then answers.
+	f.waitStatus(t, started.RunID, reinv1.RunStatus_RUN_STATUS_COMPLETED)
+	if ops, _ := f.tools.total(); ops != 0 {
+		t.Errorf("a declined write was committed")
+	}
+	events, err := f.runs.ListEvents(withToken(context.Background(), "viewer"), &reinv1.ListEventsRequest{RunId: started.RunID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ev := range events.GetEvents() {
+		if d := ev.GetApprovalDecided(); d != nil {
+			found = ev.GetActor() == "principal:starter" && !d.GetApproved() && d.GetReason() == "not this one"
+		}
+	}
+	if !found {
+		t.Errorf("no denial by starter with its reason in the log")
+	}
+}
+
+// TestCancelLeavesItPending: cancel leaves the write pending; a session
+// that goes away leaves the run paused, decidable elsewhere.
+func TestCancelLeavesItPending(t *testing.T) {
+	f := startFace(t)
+	seen := make(chan *mcp.ElicitParams, 4)
+	cs := f.connect(t, "starter", elicitor("cancel", seen))
+	started := decodeStart(t, call(t, cs, "start_refund", map[string]any{"invoice_id": "INV-42"}))
+	receive(t, seen)
+	_ = cs.Close()
+	run := f.waitStatus(t, started.RunID, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL)
+	// Another approver decides it, through the tool.
+	other := f.connect(t, "approver", nil)
+	res := call(t, other, "approve", map[string]any{"run_id": run.GetRunId(), "proposal_id": run.GetPending().GetProposal().GetProposalId(), "proposal_hash": run.GetPending().GetProposal().GetHash()})
+	if res.IsError {
+		t.Fatalf("approve: %s", resultText(res))
+	}
+	f.waitStatus(t, started.RunID, reinv1.RunStatus_RUN_STATUS_COMPLETED)
+}
+
+// TestNoApproverRoleNoApproval: an operator without the approver role who
+// accepts the elicitation is refused by the API, and cannot call approve
+// either; the run stays pending and nothing is committed.
+func TestNoApproverRoleNoApproval(t *testing.T) {
+	f := startFace(t)
+	seen := make(chan *mcp.ElicitParams, 4)
+	cs := f.connect(t, "operator", elicitor("accept", seen))
+	started := decodeStart(t, call(t, cs, "start_refund", map[string]any{"invoice_id": "INV-42"}))
+	receive(t, seen)
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "approve", Arguments: map[string]any{
+		"run_id": started.RunID, "proposal_id": started.Pending.Proposal.ProposalID, "proposal_hash": started.Pending.Proposal.Hash}})
+	if err == nil && !res.IsError {
+		t.Fatalf("an operator approved by tool: %s", resultText(res))
+	}
+	// The elicitation's accept was refused: still pending, and
+	// list_pending (read by the same session) shows it.
+	pending := resultText(call(t, cs, "list_pending", map[string]any{}))
+	if !strings.Contains(pending, started.RunID) {
+		t.Errorf("list_pending does not show the run: %s", pending)
+	}
+	run := f.waitStatus(t, started.RunID, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL)
+	if run.GetApprovedWrite() != nil {
+		t.Errorf("the write was approved")
+	}
+	if ops, _ := f.tools.total(); ops != 0 {
+		t.Errorf("a write was committed")
+	}
+}
+
+func TestUnauthenticated(t *testing.T) {
+	f := startFace(t)
+	for _, token := range []string{"", "Bearer wrong"} {
+		req, _ := http.NewRequest(http.MethodPost, f.url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if token != "" {
+			req.Header.Set("Authorization", token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(resp.Header.Get("WWW-Authenticate"), `resource_metadata="http://`) {
+			t.Errorf("token %q: %d, WWW-Authenticate %q", token, resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+		}
+	}
+	meta := strings.TrimSuffix(f.url, "/mcp") + "/.well-known/oauth-protected-resource"
+	resp, err := http.Get(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"resource":"`+f.url+`"`) {
+		t.Errorf("metadata: %d %s", resp.StatusCode, body)
+	}
+}

@@ -1,0 +1,275 @@
+package mcpface_test
+
+// Tests of the MCP face driven by the official Go SDK's client, against a
+// real node on a real bbolt file, the refund example's task (its scripted
+// model and fixture tools), and principals from a tokens file. Nothing
+// sleeps: the tests wait on elicitations, notifications and runs' ends,
+// with deadlines.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/auth"
+	"github.com/reinhq/rein/internal/catalog"
+	"github.com/reinhq/rein/internal/mcpface"
+	"github.com/reinhq/rein/internal/store/bolt"
+	"github.com/reinhq/rein/internal/tools"
+	"github.com/reinhq/rein/server"
+)
+
+// The principals: a token is the ID + "-token".
+var principals = map[string][]string{
+	"starter":  {"operator", "approver"}, // may start and approve its own write (the contract allows it)
+	"operator": {"operator"},             // may start, not approve
+	"approver": {"approver"},
+	"viewer":   {"viewer"},
+}
+
+// countingTools counts the commits of each operation ID.
+type countingTools struct {
+	tools.Executor
+	mu      sync.Mutex
+	commits map[string]int
+}
+
+func (c *countingTools) Commit(ctx context.Context, call tools.Call, op string) (*structpb.Value, error) {
+	c.mu.Lock()
+	c.commits[op]++
+	c.mu.Unlock()
+	return c.Executor.Commit(ctx, call, op)
+}
+
+func (c *countingTools) total() (ops, commits int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.commits {
+		ops++
+		commits += n
+	}
+	return ops, commits
+}
+
+type face struct {
+	url   string
+	runs  reinv1.RunServiceClient
+	tools *countingTools
+}
+
+// refundTaskFile is examples/refund as a catalog task: its contract, its
+// scripted model inline, a name and an input schema.
+func refundTaskFile(t *testing.T) string {
+	t.Helper()
+	root := filepath.Join("..", "..", "examples", "refund")
+	data, err := os.ReadFile(filepath.Join(root, "task.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var task map[string]any
+	if err := json.Unmarshal(data, &task); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(root, "model.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var script []any
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		var reply any
+		if err := json.Unmarshal(sc.Bytes(), &reply); err != nil {
+			t.Fatal(err)
+		}
+		script = append(script, reply)
+	}
+	delete(task, "inputs")
+	task["model"] = map[string]any{"provider": "script", "script": script}
+	task["name"] = "refund"
+	task["description"] = "Refund a duplicate charge on an invoice."
+	task["input_schema"] = map[string]any{"type": "object", "properties": map[string]any{"invoice_id": map[string]any{"type": "string", "pattern": "^INV-[0-9]+$"}},
+		"required": []any{"invoice_id"}, "additionalProperties": false}
+	out, err := json.Marshal(task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+// startFace serves a node with the refund task, and the MCP face over
+// HTTP in front of it, its calls going in-process through the node's gRPC
+// server.
+func startFace(t *testing.T) *face {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "refund.json"), []byte(refundTaskFile(t)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := catalog.NewHolder(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixtures, err := os.ReadFile(filepath.Join("..", "..", "examples", "refund", "tools.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx, err := tools.ParseFixtures(fixtures)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct := &countingTools{Executor: fx, commits: map[string]int{}}
+	var entries []string
+	for id, roles := range principals {
+		entries = append(entries, `{"id": "`+id+`", "tenant": "acme", "roles": ["`+strings.Join(roles, `","`)+`"], "token_sha256": "`+auth.HashToken(id+"-token")+`"}`)
+	}
+	directory, err := auth.ParseDirectory([]byte(`{"principals": [` + strings.Join(entries, ",") + `]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "rein.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := server.Open(context.Background(), server.Config{Store: st, Tools: ct, Directory: directory, Tasks: tasks, Resume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis := bufconn.Listen(1 << 20)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = node.GRPC.Serve(lis)
+	}()
+	cc, err := grpc.NewClient("passthrough:///rein", grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := reinv1.NewRunServiceClient(cc)
+	f := mcpface.New(mcpface.Options{Runs: runs, StartWait: 20 * time.Second})
+	hs := httptest.NewServer(f.Handler(mcpface.HTTPOptions{Token: directory.Token}))
+	t.Cleanup(func() {
+		hs.Close()
+		_ = cc.Close()
+		node.Close()
+		<-served
+	})
+	return &face{url: hs.URL + mcpface.Path, runs: runs, tools: ct}
+}
+
+// bearer adds a token to every request.
+type bearer struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
+}
+
+// connect opens a session as who; elicit, when set, answers elicitations
+// (and declares the capability).
+func (f *face) connect(t *testing.T, who string, elicit func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)) *mcp.ClientSession {
+	t.Helper()
+	opts := &mcp.ClientOptions{ElicitationHandler: elicit}
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: f.url, HTTPClient: &http.Client{Transport: bearer{who + "-token", http.DefaultTransport}}}, nil)
+	if err != nil {
+		t.Fatalf("connect as %s: %v", who, err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+func call(t *testing.T, cs *mcp.ClientSession, name string, args any) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("call %s: %v", name, err)
+	}
+	return res
+}
+
+func resultText(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+// waitStatus follows a run until it is in want, or fails at the
+// deadline.
+func (f *face) waitStatus(t *testing.T, runID string, want reinv1.RunStatus) *reinv1.Run {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(withToken(context.Background(), "viewer"), 30*time.Second)
+	defer cancel()
+	stream, err := f.runs.WatchRun(ctx, &reinv1.WatchRunRequest{RunId: runID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		got, err := f.runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.GetRun().GetStatus() == want {
+			return got.GetRun()
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatalf("run %s is %v, want %v (%v)", runID, got.GetRun().GetStatus(), want, err)
+		}
+	}
+}
+
+func withToken(ctx context.Context, who string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+who+"-token")
+}
+
+type startReply struct {
+	RunID   string `json:"run_id"`
+	Status  string `json:"status"`
+	Pending struct {
+		Proposal struct {
+			ProposalID string `json:"proposal_id"`
+			Hash       string `json:"hash"`
+		} `json:"proposal"`
+	} `json:"pending"`
+}
+
+func decodeStart(t *testing.T, res *mcp.CallToolResult) startReply {
+	t.Helper()
+	if res.IsError {
+		t.Fatalf("start refused: %s", resultText(res))
+	}
+	var r startReply
+	if err := json.Unmarshal([]byte(resultText(res)), &r); err != nil {
+		t.Fatalf("start reply %q: %v", resultText(res), err)
+	}
+	return r
+}

@@ -1,0 +1,107 @@
+package mcpface
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"time"
+
+	mcpauth "github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/reinhq/rein/internal/auth"
+)
+
+// Paths the HTTP face serves.
+const (
+	// Path is the Streamable HTTP endpoint.
+	Path = "/mcp"
+	// MetadataPath is the OAuth protected resource metadata (RFC 9728)
+	// the MCP authorization spec points clients to.
+	MetadataPath = "/.well-known/oauth-protected-resource"
+)
+
+// HTTPOptions configure the Streamable HTTP transport.
+type HTTPOptions struct {
+	// Token names the principal of a bearer token (the server's tokens
+	// file). Nil: the server has no tokens, every caller that reaches the
+	// handler is the local admin, and no token is asked for; the caller
+	// must then be checked to be local before the handler.
+	Token func(token string) (auth.Principal, bool)
+	// MaxBodyBytes bounds a request's body; 0 means 4 MiB.
+	MaxBodyBytes int64
+	// SessionTimeout closes a session idle this long; 0 means 30 minutes.
+	SessionTimeout time.Duration
+	// Logger logs the transport's troubles; nil logs nothing.
+	Logger *slog.Logger
+}
+
+// Handler serves the face over the Streamable HTTP transport at Path,
+// and the protected resource metadata at MetadataPath. A request without a
+// known bearer token is 401 with WWW-Authenticate naming the metadata; a
+// session is bound to the principal that opened it, and a request of
+// another principal that names it is refused.
+func (f *Face) Handler(opts HTTPOptions) http.Handler {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 4 << 20
+	}
+	if opts.SessionTimeout <= 0 {
+		opts.SessionTimeout = 30 * time.Minute
+	}
+	streamable := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		srv, err := f.Session(r.Context(), r.Header.Get("Authorization"))
+		if err != nil {
+			f.opts.Logger.Info("mcp: a session was refused", "error", err)
+			return nil
+		}
+		return srv
+	}, &mcp.StreamableHTTPOptions{
+		MaxRequestBodyBytes: opts.MaxBodyBytes,
+		SessionTimeout:      opts.SessionTimeout,
+		Logger:              opts.Logger,
+	})
+	verify := func(_ context.Context, token string, _ *http.Request) (*mcpauth.TokenInfo, error) {
+		p, ok := opts.Token(token)
+		if !ok {
+			return nil, mcpauth.ErrInvalidToken
+		}
+		// The session is bound to the principal: the SDK refuses a
+		// request naming a session another user opened.
+		return &mcpauth.TokenInfo{UserID: p.Tenant + "/" + p.ID, Expiration: time.Now().Add(time.Hour)}, nil
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc(MetadataPath, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "the protected resource metadata is read with GET", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"resource":                 origin(r) + Path,
+			"resource_name":            "rein",
+			"bearer_methods_supported": []string{"header"},
+			"authorization_servers":    []string{},
+		})
+	})
+	mux.HandleFunc(Path, func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, opts.MaxBodyBytes)
+		if opts.Token == nil {
+			streamable.ServeHTTP(w, r)
+			return
+		}
+		mcpauth.RequireBearerToken(verify, &mcpauth.RequireBearerTokenOptions{
+			ResourceMetadataURL: origin(r) + MetadataPath,
+		})(streamable).ServeHTTP(w, r)
+	})
+	return mux
+}
+
+// origin is the scheme and host a request was made to.
+func origin(r *http.Request) string {
+	if r.TLS != nil {
+		return "https://" + r.Host
+	}
+	return "http://" + r.Host
+}
