@@ -49,9 +49,10 @@ type Keeper struct {
 	// Soonest, when set, is the least time after a run's end at which any
 	// tenant's policy archives or deletes it, and false when no policy
 	// does; read at each sweep. A sweep then reads nothing when no policy
-	// acts, and stops at the first run that ended too lately for any, so
-	// the runs that ended cost a sweep what is due, not what is stored.
-	// Nil sweeps every run that ended.
+	// acts, and stops at the first run that ended too lately for any;
+	// with the runs read before kept (walk.go), the runs that ended cost a
+	// sweep what is due and what ended since, not what is stored. Nil
+	// reads every run that ended once, then what ended since.
 	Soonest func() (time.Duration, bool)
 	// Every is the time between sweeps; 0 means a second.
 	Every   time.Duration
@@ -66,6 +67,9 @@ type Keeper struct {
 	backoff map[string]time.Duration
 	// eraseMu orders scrubs after the deletions they follow.
 	eraseMu sync.Mutex
+	// walkMu is held across a sweep: one at a time reads and moves walk.
+	walkMu sync.Mutex
+	walk   walk
 }
 
 // Parallel is how many trees a sweep archives or deletes at once.
@@ -116,18 +120,16 @@ type Swept struct {
 	Archived, Deleted, Failed int
 }
 
-// Sweep walks the runs that ended, oldest first, archiving the trees whose
-// archive_after passed and deleting those whose retention did. A tree goes
-// with its root: a child is never archived or deleted before its root
-// ended.
+// Sweep archives the trees whose archive_after passed and deletes those
+// whose retention did, oldest first. A tree goes with its root: a child is
+// never archived or deleted before its root ended.
+//
+// The keeper reads the ended index only once through: it keeps where it
+// read to (walk.go), and the runs behind that point some policy still acts
+// on, so that a sweep costs what is due and what ended since, never the
+// stubs that no policy will touch again.
 func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 	var done Swept
-	var mu sync.Mutex // guards done
-	count := func(f func(*Swept)) {
-		mu.Lock()
-		f(&done)
-		mu.Unlock()
-	}
 	now := k.now()
 	var last time.Time // no run that ended after it is due; zero: no bound
 	if k.Soonest != nil {
@@ -136,13 +138,24 @@ func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 			return done, nil
 		}
 		last = now.Add(-least)
-		// The oldest first, alone: when it is not due, nothing is.
-		first, err := k.Store.Ended(ctx, "", 1)
-		if err != nil || len(first) == 0 || first[0].EndedAt.After(last) {
+	}
+	k.walkMu.Lock()
+	defer k.walkMu.Unlock()
+	if err := k.resync(ctx); err != nil {
+		return done, err
+	}
+	// First the runs read before that some policy still acts on...
+	held := k.walk.due(now, k.acts)
+	for len(held) > 0 {
+		n := min(len(held), sweepBatch)
+		k.act(ctx, held[:n], now, &done)
+		held = held[n:]
+		if err := ctx.Err(); err != nil {
 			return done, err
 		}
 	}
-	after := ""
+	// ...then what ended since, up to what any policy may find due.
+	after, passing := k.walk.cursor, true
 	for {
 		batch, err := k.Store.Ended(ctx, after, sweepBatch)
 		if err != nil {
@@ -156,63 +169,12 @@ func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 				batch, full = batch[:i], false
 			}
 		}
-		// The trees of a batch go Parallel at a time: their objects are
-		// written side by side, and their stubs are committed once every
-		// object of the batch is written, all at once, so that the store
-		// commits them in a few group commits instead of one for each
-		// tree, and its syncs do not queue behind the objects' (nor theirs
-		// behind its).
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(Parallel)
-		var pmu sync.Mutex
-		var pending []func()
 		for _, e := range batch {
-			if e.Parent != "" {
-				continue // goes with its root
-			}
-			p := k.Policy(e.Tenant)
-			age := now.Sub(e.EndedAt)
-			switch {
-			case p.RetainOn && age >= p.Retain:
-				g.Go(func() error {
-					recs, err := k.erase(gctx, e.RunID, ByPolicy, fmt.Sprintf("retention of %s ended", p.Retain), true)
-					count(func(d *Swept) { d.Deleted += len(recs) })
-					if err != nil {
-						count(func(d *Swept) { d.Failed++ })
-						k.log().Warn("delete a run whose retention ended: it stays and is tried again", "run", e.RunID, "err", err)
-					}
-					return nil
-				})
-			case !e.Archived && p.ArchiveOn && age >= p.ArchiveAfter && k.Store.arch != nil && k.due(e.RunID, now):
-				g.Go(func() error {
-					commit, err := k.archiveTree(gctx, e.RunID)
-					if err != nil {
-						count(func(d *Swept) { d.Failed++ })
-						k.failed(e.RunID, now, err)
-						return nil
-					}
-					pmu.Lock()
-					pending = append(pending, func() {
-						n, err := commit(ctx)
-						count(func(d *Swept) { d.Archived += n })
-						if err != nil {
-							count(func(d *Swept) { d.Failed++ })
-							k.failed(e.RunID, now, err)
-						} else {
-							k.forget(e.RunID)
-						}
-					})
-					pmu.Unlock()
-					return nil
-				})
+			if passing {
+				passing = k.walk.pass(e, k.Policy(e.Tenant), k.settled)
 			}
 		}
-		_ = g.Wait() // each run's failure is counted and logged, never the sweep's
-		var commits sync.WaitGroup
-		for _, commit := range pending {
-			commits.Go(commit)
-		}
-		commits.Wait()
+		k.act(ctx, batch, now, &done)
 		if err := ctx.Err(); err != nil {
 			return done, err
 		}
@@ -227,6 +189,92 @@ func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 		}
 	}
 	return done, nil
+}
+
+// settled reports whether no policy acts on e while p is its tenant's: a
+// child (it goes with its root), a run whose tenant retains it forever
+// that is archived already or that no archiving awaits.
+func (k *Keeper) settled(e store.Ended, p Policy) bool {
+	return e.Parent != "" || !p.RetainOn && (e.Archived || !p.ArchiveOn || k.Store.arch == nil)
+}
+
+// acts reports whether p archives or deletes e now.
+func (k *Keeper) acts(e store.Ended, p Policy, now time.Time) bool {
+	if e.Parent != "" {
+		return false // goes with its root
+	}
+	age := now.Sub(e.EndedAt)
+	return p.RetainOn && age >= p.Retain ||
+		!e.Archived && p.ArchiveOn && age >= p.ArchiveAfter && k.Store.arch != nil && k.due(e.RunID, now)
+}
+
+// act archives or deletes the trees of batch whose policy says so now, and
+// tells the walk what became of them.
+//
+// The trees go Parallel at a time: their objects are written side by side,
+// and their stubs are committed once every object of the batch is written,
+// all at once, so that the store commits them in a few group commits
+// instead of one for each tree, and its syncs do not queue behind the
+// objects' (nor theirs behind its).
+func (k *Keeper) act(ctx context.Context, batch []store.Ended, now time.Time, done *Swept) {
+	var mu sync.Mutex // guards done
+	count := func(f func(*Swept)) {
+		mu.Lock()
+		f(done)
+		mu.Unlock()
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(Parallel)
+	var pmu sync.Mutex
+	var pending []func()
+	for _, e := range batch {
+		p := k.Policy(e.Tenant)
+		if !k.acts(e, p, now) {
+			continue
+		}
+		if p.RetainOn && now.Sub(e.EndedAt) >= p.Retain {
+			g.Go(func() error {
+				recs, err := k.erase(gctx, e.RunID, ByPolicy, fmt.Sprintf("retention of %s ended", p.Retain), true)
+				count(func(d *Swept) { d.Deleted += len(recs) })
+				if err != nil {
+					count(func(d *Swept) { d.Failed++ })
+					k.log().Warn("delete a run whose retention ended: it stays and is tried again", "run", e.RunID, "err", err)
+					return nil
+				}
+				k.walk.gone(e.RunID)
+				return nil
+			})
+			continue
+		}
+		g.Go(func() error {
+			commit, err := k.archiveTree(gctx, e.RunID)
+			if err != nil {
+				count(func(d *Swept) { d.Failed++ })
+				k.failed(e.RunID, now, err)
+				return nil
+			}
+			pmu.Lock()
+			pending = append(pending, func() {
+				n, err := commit(ctx)
+				count(func(d *Swept) { d.Archived += n })
+				if err != nil {
+					count(func(d *Swept) { d.Failed++ })
+					k.failed(e.RunID, now, err)
+					return
+				}
+				k.forget(e.RunID)
+				k.walk.archived(e.RunID, p, k.settled)
+			})
+			pmu.Unlock()
+			return nil
+		})
+	}
+	_ = g.Wait() // each run's failure is counted and logged, never the sweep's
+	var commits sync.WaitGroup
+	for _, commit := range pending {
+		commits.Go(commit)
+	}
+	commits.Wait()
 }
 
 // due reports whether a run whose archiving failed may be tried again.
