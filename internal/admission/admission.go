@@ -4,12 +4,15 @@
 // Controller starts queued runs while slots are free: within a tenant by
 // the contract's priority, then by arrival; across tenants by weighted fair
 // share. The queue is the runs themselves, durable in the store: a restart
-// or another replica finds it where it was.
+// or another replica finds it where it was. A Controller keeps it in
+// memory between passes, in order, read once from the store and then kept
+// in step by the store's status changes, which every replica's commits
+// add to (queue.go).
 package admission
 
 import (
-	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -60,8 +63,13 @@ type Config struct {
 // Controller starts queued runs as slots free.
 type Controller struct {
 	cfg  Config
-	mu   sync.Mutex // one pass at a time in this process
 	kick chan struct{}
+
+	mu sync.Mutex // one pass at a time in this process; guards the rest
+	// shares are the queues and the running runs as of the store's status
+	// change changes; nil until the first pass reads them.
+	shares  *shares
+	changes uint64
 }
 
 // New returns a Controller; Run starts its passes.
@@ -122,12 +130,18 @@ func (c *Controller) Run(ctx context.Context) {
 	}
 }
 
-// listPage is the page size a pass lists runs with.
+// listPage is the page size a rebuild lists runs with, and a catch-up
+// reads status changes with.
 const listPage = 1000
 
 // Pass starts as many queued runs as the limits allow now, in their
 // order, and ends those whose deadline passed in the queue. It returns how
 // many it started.
+//
+// The queues and the running runs are kept between passes (queue.go): the
+// first pass reads them from the store, and each pass after reads only the
+// status changes committed since, by any server, so that a pass costs what
+// changed, not what is queued.
 func (c *Controller) Pass(ctx context.Context) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -138,24 +152,20 @@ func (c *Controller) Pass(ctx context.Context) (int, error) {
 		}
 		defer unlock()
 	}
-	queued, err := c.list(ctx, reinv1.RunStatus_RUN_STATUS_QUEUED, "")
-	if err != nil || len(queued) == 0 {
+	if err := c.catchUp(ctx); err != nil {
 		return 0, err
 	}
-	running, err := c.list(ctx, reinv1.RunStatus_RUN_STATUS_RUNNING, "")
-	if err != nil {
-		return 0, err
+	s := c.shares
+	if len(s.queued) == 0 {
+		return 0, nil
 	}
-	s := newShares(c.cfg.Tenant, running)
-	now := c.cfg.Clock()
-	for _, st := range queued {
-		if !st.Deadline.IsZero() && !now.Before(st.Deadline) {
-			if _, err := c.cfg.Starter.ExpireQueued(ctx, st.RunID); err != nil && !c.gone(err) {
-				return 0, err
-			}
-			continue
+	s.reload()
+	for _, w := range s.expired(c.cfg.Clock()) {
+		if _, err := c.cfg.Starter.ExpireQueued(ctx, w.id); err != nil && !c.gone(err) {
+			s.expireAt(w.deadline) // tried again at the next pass
+			return 0, err
 		}
-		s.queue(st)
+		s.leave(w.id) // its status change, read at the next pass, says so again
 	}
 	started := 0
 	for {
@@ -166,18 +176,103 @@ func (c *Controller) Pass(ctx context.Context) (int, error) {
 		if t == nil {
 			return started, nil
 		}
-		st := t.queued[0]
-		t.queued = t.queued[1:]
-		if _, err := c.cfg.Starter.Admit(ctx, st.RunID, c.cfg.Owner); err != nil {
+		w := t.queued[0]
+		if _, err := c.cfg.Starter.Admit(ctx, w.id, c.cfg.Owner); err != nil {
 			if c.gone(err) {
+				s.leave(w.id) // started elsewhere, or cancelled: its change says which
 				continue
 			}
 			return started, err
 		}
-		t.running++
-		s.total++
+		s.run(w.id, w.tenant)
 		started++
 	}
+}
+
+// catchUp brings the queues up to the store's last status change: read
+// whole at the first pass (and after a change that could not be applied,
+// or a store whose changes end before the last one read: one reopened
+// behind what it served), then each change since applied in commit order.
+func (c *Controller) catchUp(ctx context.Context) error {
+	if c.shares == nil {
+		// The changes' head first: a change committed while the runs are
+		// listed is applied again after, which leaves the run where its
+		// last change puts it.
+		_, head, err := c.cfg.Store.Changes(ctx, 0, 0)
+		if err != nil {
+			return err
+		}
+		queued, err := c.list(ctx, reinv1.RunStatus_RUN_STATUS_QUEUED, "")
+		if err != nil {
+			return err
+		}
+		running, err := c.list(ctx, reinv1.RunStatus_RUN_STATUS_RUNNING, "")
+		if err != nil {
+			return err
+		}
+		s := newShares(c.cfg.Tenant, running)
+		s.queueAll(queued)
+		c.shares, c.changes = s, head
+	}
+	for {
+		page, head, err := c.cfg.Store.Changes(ctx, c.changes, listPage)
+		if err != nil {
+			return err
+		}
+		if head < c.changes {
+			c.shares = nil
+			return c.catchUp(ctx)
+		}
+		for _, ch := range page {
+			if err := c.apply(ctx, ch); err != nil {
+				c.shares = nil // read whole at the next pass
+				return err
+			}
+			c.changes = ch.Cursor
+		}
+		if len(page) < listPage {
+			return nil
+		}
+	}
+}
+
+// apply puts the run of one status change where the change leaves it: in
+// its tenant's queue, among the running, or in neither. A child runs in
+// its parent's slot and is never queued: it is in neither.
+func (c *Controller) apply(ctx context.Context, ch store.Change) error {
+	s, id := c.shares, ch.Change.GetRunId()
+	_, wasQueued := s.queued[id]
+	_, wasRunning := s.running[id]
+	s.leave(id)
+	switch ch.Change.GetStatus() {
+	case reinv1.RunStatus_RUN_STATUS_QUEUED:
+		st, err := c.root(ctx, id)
+		if err != nil || st == nil {
+			return err
+		}
+		s.queue(waitingOf(*st))
+	case reinv1.RunStatus_RUN_STATUS_RUNNING:
+		if !wasQueued && !wasRunning { // else a root known
+			st, err := c.root(ctx, id)
+			if err != nil || st == nil {
+				return err
+			}
+		}
+		s.run(id, ch.Tenant)
+	}
+	return nil
+}
+
+// root loads a run, nil when it is a child or no longer stored.
+func (c *Controller) root(ctx context.Context, id string) (*runstate.State, error) {
+	st, err := c.cfg.Store.Load(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil || st.DelegatedBy != nil {
+		return nil, err
+	}
+	return &st, nil
 }
 
 func (c *Controller) gone(err error) bool { return c.cfg.Gone != nil && c.cfg.Gone(err) }
@@ -220,97 +315,10 @@ func (c *Controller) Positions(ctx context.Context, tenant string) (map[string]u
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(queue, order)
+	slices.SortFunc(queue, func(a, b runstate.State) int { return before(waitingOf(a), waitingOf(b)) })
 	out := make(map[string]uint32, len(queue))
 	for i, st := range queue {
 		out[st.RunID] = uint32(i + 1)
 	}
 	return out, nil
-}
-
-// order is the order of queued runs in their tenant's queue: higher
-// priority first, then earlier submitted.
-func order(a, b runstate.State) int {
-	if c := cmp.Compare(b.Contract.GetPriority(), a.Contract.GetPriority()); c != 0 {
-		return c
-	}
-	if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.RunID, b.RunID)
-}
-
-// tenantShare is one tenant's running count and queue in a pass.
-type tenantShare struct {
-	name       string
-	max        int
-	weight     float64
-	running    int
-	queued     []runstate.State
-	sortedOnce bool
-}
-
-// shares are the tenants of a pass.
-type shares struct {
-	by     map[string]*tenantShare
-	limits func(string) (int, float64)
-	total  int
-}
-
-func newShares(limits func(string) (int, float64), running []runstate.State) *shares {
-	s := &shares{by: map[string]*tenantShare{}, limits: limits, total: len(running)}
-	for _, st := range running {
-		s.of(st.Tenant).running++
-	}
-	return s
-}
-
-func (s *shares) of(tenant string) *tenantShare {
-	t := s.by[tenant]
-	if t == nil {
-		max, w := s.limits(tenant)
-		if !(w > 0) {
-			w = 1
-		}
-		t = &tenantShare{name: tenant, max: max, weight: w}
-		s.by[tenant] = t
-	}
-	return t
-}
-
-func (s *shares) queue(st runstate.State) {
-	t := s.of(st.Tenant)
-	t.queued = append(t.queued, st)
-	t.sortedOnce = false
-}
-
-// next is the tenant whose queued run starts next: of the tenants with a
-// queued run and a free slot of their own, the one with the fewest running
-// runs for its weight (running/weight), so that each gets slots in
-// proportion to its weight; of equals, the one whose next run was
-// submitted first. Nil when none may start one.
-func (s *shares) next() *tenantShare {
-	var best *tenantShare
-	for _, t := range s.by {
-		if len(t.queued) == 0 || t.max > 0 && t.running >= t.max {
-			continue
-		}
-		if !t.sortedOnce {
-			slices.SortFunc(t.queued, order)
-			t.sortedOnce = true
-		}
-		if best == nil || fairer(t, best) {
-			best = t
-		}
-	}
-	return best
-}
-
-// fairer reports whether t should get the next slot before u.
-func fairer(t, u *tenantShare) bool {
-	a, b := float64(t.running)/t.weight, float64(u.running)/u.weight
-	if a != b {
-		return a < b
-	}
-	return order(t.queued[0], u.queued[0]) < 0
 }

@@ -25,12 +25,10 @@ func fill(s *shares, total int) (map[string]int, []string) {
 		if t == nil {
 			break
 		}
-		st := t.queued[0]
-		t.queued = t.queued[1:]
-		t.running++
-		s.total++
+		w := t.queued[0]
+		s.run(w.id, w.tenant)
 		got[t.name]++
-		order = append(order, st.RunID)
+		order = append(order, w.id)
 	}
 	return got, order
 }
@@ -53,8 +51,8 @@ func TestWeightedShares(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newShares(func(tenant string) (int, float64) { return tc.max[tenant], tc.weights[tenant] }, nil)
 			for i := range 50 {
-				s.queue(queuedRun("a", i, 0))
-				s.queue(queuedRun("b", i, 0))
+				s.queue(waitingOf(queuedRun("a", i, 0)))
+				s.queue(waitingOf(queuedRun("b", i, 0)))
 			}
 			got, _ := fill(s, tc.slots)
 			if got["a"] != tc.want["a"] || got["b"] != tc.want["b"] {
@@ -71,10 +69,10 @@ func TestOrderWithinTenant(t *testing.T) {
 	s := newShares(func(string) (int, float64) { return 0, 1 }, []runstate.State{
 		{RunID: "r1", Tenant: "a"}, {RunID: "r2", Tenant: "a"}, {RunID: "r3", Tenant: "a"},
 	})
-	s.queue(queuedRun("a", 1, 0))
-	s.queue(queuedRun("a", 2, 5))
-	s.queue(queuedRun("a", 0, 0))
-	s.queue(queuedRun("b", 9, 0))
+	s.queue(waitingOf(queuedRun("a", 1, 0)))
+	s.queue(waitingOf(queuedRun("a", 2, 5)))
+	s.queue(waitingOf(queuedRun("a", 0, 0)))
+	s.queue(waitingOf(queuedRun("b", 9, 0)))
 	_, order := fill(s, 7)
 	want := []string{"run_b_009", "run_a_002", "run_a_000", "run_a_001"}
 	if fmt.Sprint(order) != fmt.Sprint(want) {
