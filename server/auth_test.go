@@ -78,7 +78,7 @@ func newTCPServer(t *testing.T, cfg Config) *tcpServer {
 }
 
 // serveTCP opens a node on cfg's store and serves it as newTCPServer does.
-func serveTCP(t *testing.T, cfg Config) *tcpServer {
+func serveTCP(t testing.TB, cfg Config) *tcpServer {
 	t.Helper()
 	if cfg.Tools == nil {
 		cfg.Tools = fixtures() // the tool contract grants: a server refuses a grant it has no tool for

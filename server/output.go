@@ -150,9 +150,11 @@ func (h *Hub) snapshot(runID string) *reinv1.ModelOutput {
 		Text: string(text), Truncated: truncated}
 }
 
-// relayed takes runID's call as writer's relay key holds it (another
-// server drives the run), nil for none, unless a call of the run is in
-// flight here.
+// relayed takes a piece of runID's call from writer's relay keys (another
+// server drives the run): its text goes at its offset, and only what is
+// past the text already held is added, so a piece seen twice adds nothing
+// and one past a gap is dropped. Nil ends writer's call (none: any). A
+// call of the run in flight here is left alone.
 func (h *Hub) relayed(runID, writer string, o *reinv1.ModelOutput) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -179,14 +181,21 @@ func (h *Hub) relayed(runID, writer string, o *reinv1.ModelOutput) {
 			}
 			return // a call that returned before it was followed here
 		}
+		if o.GetOffset() != 0 {
+			return // the middle of a call not followed from its start
+		}
 		c = &liveCall{call: step.OutputCall{Requested: o.GetRequested(), Step: o.GetStep(), Attempt: o.GetAttempt(), Resumed: o.GetResumed()},
 			remote: true, writer: writer}
 		h.beginLocked(runID, c)
 	} else if c.done {
 		return
 	}
-	if text := o.GetText(); len(text) > len(c.text) {
-		c.text = append(c.text, text[len(c.text):]...)
+	if off, held := o.GetOffset(), uint64(len(c.text)); off <= held && off+uint64(len(o.GetText())) > held {
+		if text := o.GetText()[held-off:]; len(c.text)+len(text) > maxCallText {
+			c.truncated = true
+		} else {
+			c.text = append(c.text, text...)
+		}
 	}
 	c.truncated = c.truncated || o.GetTruncated()
 	if o.GetDone() {

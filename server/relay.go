@@ -21,20 +21,22 @@ type OutputRelay interface {
 	WantOutput(ctx context.Context, runID, replica string) (func(), error)
 	// OutputWanted says whether a replica other than replica wants it.
 	OutputWanted(ctx context.Context, runID, replica string) (bool, error)
-	// PutOutput puts the run's call in flight on the server named writer
-	// with its text so far; DeleteOutput says it returned.
-	PutOutput(ctx context.Context, runID, writer string, o *reinv1.ModelOutput) error
-	DeleteOutput(ctx context.Context, runID, writer string) error
-	// FollowOutput calls fn with each writer's call of the run as the
-	// relay holds it, now and at each change (nil: none), until ctx ends.
+	// PutOutput puts a piece of the run's call in flight on the server
+	// named writer: the call's text from o.Offset, the bytes new since the
+	// piece before; seq numbers the call's pieces from 1. DeleteOutput
+	// says the call o names returned, and takes its pieces back.
+	PutOutput(ctx context.Context, runID, writer string, seq uint64, o *reinv1.ModelOutput) error
+	DeleteOutput(ctx context.Context, runID, writer string, o *reinv1.ModelOutput) error
+	// FollowOutput calls fn with the pieces of each writer's call of the
+	// run, in order, as the relay holds them now and as they are put (nil:
+	// the writer's call ended), until ctx ends.
 	FollowOutput(ctx context.Context, runID string, fn func(writer string, o *reinv1.ModelOutput))
 }
 
 const (
-	// relayEvery is how often the driving server writes a call's text
-	// to the relay while another replica wants it (each write is the
-	// whole text so far: etcd keeps each in its history until compacted),
-	// and relayLook how often it looks whether one does.
+	// relayEvery is how often the driving server writes what a call's
+	// text grew by to the relay while another replica wants it, and
+	// relayLook how often it looks whether one does.
 	relayEvery = 500 * time.Millisecond
 	relayLook  = time.Second
 	// maxRelayText bounds the text of one call written to the relay (a
@@ -117,7 +119,9 @@ func (r *relayOutput) End(runID string) {
 }
 
 // write writes the call's text to the relay while another replica wants
-// it: every relayEvery if it grew, and its end.
+// it: every relayEvery what it grew by, and its end. Each piece starts
+// where the last one put ended, so that what the relay holds of a call is
+// its text once, however long the call streams.
 func (r *relayOutput) write(runID string, rc *relayCall) {
 	defer close(rc.finished)
 	ctx := context.Background()
@@ -126,27 +130,35 @@ func (r *relayOutput) write(runID string, rc *relayCall) {
 		return ok && err == nil
 	}
 	want, looked := wanted(), time.Now()
-	put := func(o *reinv1.ModelOutput) bool {
-		if err := r.relay.PutOutput(ctx, runID, r.name, o); err != nil {
+	var (
+		sent      = 0     // bytes of the text put
+		seq       uint64  // the last piece's number
+		truncated = false // as the last piece said
+		call      *reinv1.ModelOutput
+	)
+	put := func(o *reinv1.ModelOutput) {
+		piece := &reinv1.ModelOutput{Requested: o.GetRequested(), Step: o.GetStep(), Attempt: o.GetAttempt(), Resumed: o.GetResumed(),
+			Offset: uint64(sent), Text: o.GetText()[sent:], Done: o.GetDone(), Truncated: o.GetTruncated()}
+		if err := r.relay.PutOutput(ctx, runID, r.name, seq+1, piece); err != nil {
+			// It may have been stored: the next is put under the same
+			// number, from the same offset, and replaces it.
 			r.log.Debug("model output not relayed", "run_id", runID, "err", err)
-			return false
+			return
 		}
-		return true
+		seq, sent, truncated, call = seq+1, len(o.GetText()), o.GetTruncated(), o
 	}
 	tick := time.NewTicker(relayEvery)
 	defer tick.Stop()
-	sent, wrote := -1, false
 	for {
 		select {
 		case last := <-rc.end:
 			// Ended: its last text, if someone elsewhere wants it (not
 			// looked for again: a call's end waits on no read).
-			if last != nil && want {
+			if last != nil && want && (call == nil || sameCall(call, last)) {
 				put(last)
-				wrote = true
 			}
-			if wrote {
-				_ = r.relay.DeleteOutput(ctx, runID, r.name)
+			if call != nil {
+				_ = r.relay.DeleteOutput(ctx, runID, r.name, call)
 			}
 			return
 		case <-tick.C:
@@ -157,14 +169,19 @@ func (r *relayOutput) write(runID string, rc *relayCall) {
 				continue
 			}
 			o := r.hub.snapshot(runID)
-			if o == nil || len(o.GetText()) == sent {
+			if o == nil || call != nil && !sameCall(call, o) {
 				continue
 			}
-			if put(o) {
-				sent, wrote = len(o.GetText()), true
+			if call == nil || len(o.GetText()) > sent || o.GetTruncated() != truncated {
+				put(o)
 			}
 		}
 	}
+}
+
+// sameCall reports whether a and b are the same call's.
+func sameCall(a, b *reinv1.ModelOutput) bool {
+	return a.GetRequested() == b.GetRequested() && a.GetAttempt() == b.GetAttempt() && a.GetResumed() == b.GetResumed()
 }
 
 // relayFollows follows, for the runs this replica's watchers want the

@@ -66,7 +66,7 @@ type watched struct {
 	text string
 }
 
-func watchOutput(t *testing.T, ctx context.Context, s *tcpServer, runID string, after uint64, output bool) *watched {
+func watchOutput(t testing.TB, ctx context.Context, s *tcpServer, runID string, after uint64, output bool) *watched {
 	t.Helper()
 	stream, err := s.client.WatchRun(ctx, &reinv1.WatchRunRequest{RunId: runID, AfterSequence: after, ModelOutput: output})
 	if err != nil {
@@ -77,7 +77,7 @@ func watchOutput(t *testing.T, ctx context.Context, s *tcpServer, runID string, 
 
 // until receives until stop says so of the last message; it fails the test
 // if the stream ends first.
-func (w *watched) until(t *testing.T, stop func(*reinv1.WatchRunResponse) bool) {
+func (w *watched) until(t testing.TB, stop func(*reinv1.WatchRunResponse) bool) {
 	t.Helper()
 	for {
 		m, err := w.stream.Recv()
@@ -101,7 +101,7 @@ func (w *watched) until(t *testing.T, stop func(*reinv1.WatchRunResponse) bool) 
 }
 
 // toEnd receives to the end of the stream, which must be OK.
-func (w *watched) toEnd(t *testing.T) {
+func (w *watched) toEnd(t testing.TB) {
 	t.Helper()
 	w.until(t, func(m *reinv1.WatchRunResponse) bool {
 		sc := m.GetEvent().GetStatusChanged()

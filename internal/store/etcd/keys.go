@@ -34,11 +34,21 @@ func (k keys) helds(owner string) string    { return k.p + "held/" + url.PathEsc
 func (k keys) held(owner, id string) string { return k.helds(owner) + id }
 
 // The model output of runs' calls in flight, relayed between replicas
-// (output.go): each writer's call's text so far, and the replicas that
-// want it (a key per follow).
+// (output.go): each writer's call's pieces of text, in order, under
+// output/RUN/WRITER/CALL/SEQ, where CALL is the call's model_requested
+// sequence, attempt and resumed flag (16, 8 and 1 hex digits, dotted) and
+// SEQ the piece's number (16 hex digits); and the replicas that want it (a
+// key per follow).
 func (k keys) outputs(id string) string { return k.p + "output/" + id + "/" }
-func (k keys) outputCall(id, writer string) string {
-	return k.outputs(id) + url.PathEscape(writer)
+func (k keys) outputCall(id, writer string, requested uint64, attempt uint32, resumed bool) string {
+	r := uint64(0)
+	if resumed {
+		r = 1
+	}
+	return fmt.Sprintf("%s%s/%016x.%08x.%x/", k.outputs(id), url.PathEscape(writer), requested, attempt, r)
+}
+func (k keys) outputPiece(id, writer string, requested uint64, attempt uint32, resumed bool, seq uint64) string {
+	return hex16(k.outputCall(id, writer, requested, attempt, resumed), seq)
 }
 func (k keys) outputWants(id string) string { return k.p + "output-wanted/" + id + "/" }
 func (k keys) outputWanter(id, replica string) string {

@@ -17,11 +17,13 @@ import (
 // watcher connected to another replica gets it through etcd. Its replica
 // says it wants the run's output (WantOutput: a key of its own under its
 // lease) and follows the run's output keys (FollowOutput); the driving
-// server, while some other replica wants it, puts the call's text so far
-// under a key named after itself (PutOutput, under its own lease) and
-// deletes it when the call returns. Nothing of it is in a run's log: the
-// keys end with the leases that hold them, and a run's output is written
-// only while a watcher elsewhere reads it.
+// server, while some other replica wants it, puts the call's text as it
+// grows, each piece the bytes new since the last under a key of its own
+// numbered in order (PutOutput, under its own lease), so that what etcd
+// keeps of a call grows with its length, not with its square; it deletes
+// the call's pieces when the call returns (DeleteOutput). Nothing of it is
+// in a run's log: the keys end with the leases that hold them, and a run's
+// output is written only while a watcher elsewhere reads it.
 
 // WantOutput records that the replica named replica has watchers of the
 // run's model output, under this server's lease, in a key of this call's
@@ -60,14 +62,16 @@ func (s *Store) OutputWanted(ctx context.Context, runID, replica string) (bool, 
 	return false, nil
 }
 
-// PutOutput puts the run's call in flight on the server named writer, with
-// its text so far, under this server's lease.
-func (s *Store) PutOutput(ctx context.Context, runID, writer string, o *reinv1.ModelOutput) error {
+// PutOutput puts a piece of the run's call in flight on the server named
+// writer, under this server's lease: its text is the call's from
+// o.Offset, and seq numbers the call's pieces from 1 (a piece put again
+// under its number replaces it, and must start where it did).
+func (s *Store) PutOutput(ctx context.Context, runID, writer string, seq uint64, o *reinv1.ModelOutput) error {
 	b, err := proto.Marshal(o)
 	if err != nil {
 		return err
 	}
-	key := s.keys.outputCall(runID, writer)
+	key := s.keys.outputPiece(runID, writer, o.GetRequested(), o.GetAttempt(), o.GetResumed(), seq)
 	wctx, cancel := s.writeCtx(ctx)
 	defer cancel()
 	if _, err := s.cli.Put(wctx, key, string(b), clientv3.WithLease(s.Lease())); err != nil {
@@ -76,38 +80,51 @@ func (s *Store) PutOutput(ctx context.Context, runID, writer string, o *reinv1.M
 	return nil
 }
 
-// DeleteOutput deletes writer's output key of the run: its call returned.
-func (s *Store) DeleteOutput(ctx context.Context, runID, writer string) error {
-	key := s.keys.outputCall(runID, writer)
+// DeleteOutput deletes the pieces writer put of the run's call o names (its
+// requested, attempt and resumed): the call returned.
+func (s *Store) DeleteOutput(ctx context.Context, runID, writer string, o *reinv1.ModelOutput) error {
+	prefix := s.keys.outputCall(runID, writer, o.GetRequested(), o.GetAttempt(), o.GetResumed())
 	wctx, cancel := s.writeCtx(ctx)
 	defer cancel()
-	if _, err := s.cli.Delete(wctx, key); err != nil {
-		return s.etcdErr(ctx, "delete "+key, err)
+	if _, err := s.cli.Delete(wctx, prefix, clientv3.WithPrefix()); err != nil {
+		return s.etcdErr(ctx, "delete "+prefix, err)
 	}
 	return nil
 }
 
-// FollowOutput calls fn with each writer's call in flight of the run as
-// its output key holds it: first as the keys are, then at each change, and
-// with nil when a writer has none (its key was deleted: the call returned,
-// or its server's lease ended). The watch starts at the revision the keys
-// were read at, so no change is seen out of order. The calls come from one
-// goroutine; it returns when ctx ends.
+// outputKey is what an output piece's key names: its writer and its call
+// (the key's CALL part).
+func (s *Store) outputKey(runID, key string) (writer, call string, ok bool) {
+	rest, ok := strings.CutPrefix(key, s.keys.outputs(runID))
+	if !ok {
+		return "", "", false
+	}
+	w, rest, ok := strings.Cut(rest, "/")
+	if !ok {
+		return "", "", false
+	}
+	call, _, ok = strings.Cut(rest, "/")
+	if !ok {
+		return "", "", false
+	}
+	writer, err := url.PathUnescape(w)
+	return writer, call, err == nil
+}
+
+// FollowOutput calls fn with the pieces of each writer's call in flight of
+// the run, in order: first what the keys hold, each call's pieces joined
+// into one from offset 0, then each piece put after; and with nil when a
+// writer's call ended (its pieces were deleted: the call returned, or its
+// server's lease ended). A piece's text goes at its Offset in the call's
+// text. The watch starts at the revision the keys were read at, so no
+// piece is missed or seen out of order; after the watch breaks, the keys
+// are read whole again, and a piece seen before comes again at the same
+// offset. The calls come from one goroutine; it returns when ctx ends.
 func (s *Store) FollowOutput(ctx context.Context, runID string, fn func(writer string, o *reinv1.ModelOutput)) {
 	prefix := s.keys.outputs(runID)
-	decode := func(key string, value []byte) {
-		writer, err := url.PathUnescape(strings.TrimPrefix(key, prefix))
-		if err != nil {
-			return
-		}
-		o := &reinv1.ModelOutput{}
-		if len(value) == 0 || proto.Unmarshal(value, o) != nil {
-			fn(writer, nil)
-			return
-		}
-		fn(writer, o)
-	}
-	seen := map[string]bool{}
+	// calls is each writer's last call seen, by its key's CALL part: its
+	// pieces' deletion ends it.
+	calls := map[string]string{}
 	for ctx.Err() == nil {
 		rctx, cancel := s.readCtx(ctx)
 		resp, err := s.cli.Get(rctx, prefix, clientv3.WithPrefix())
@@ -116,32 +133,76 @@ func (s *Store) FollowOutput(ctx context.Context, runID string, fn func(writer s
 			pause(ctx, watchRetry)
 			continue
 		}
-		now := map[string]bool{}
-		for _, kv := range resp.Kvs {
-			now[string(kv.Key)] = true
-			decode(string(kv.Key), kv.Value)
+		now := map[string]string{}
+		var joined *reinv1.ModelOutput
+		var jw, jc string
+		flush := func() {
+			if joined != nil {
+				fn(jw, joined)
+			}
+			joined = nil
 		}
-		for key := range seen {
-			if !now[key] {
-				decode(key, nil) // deleted while the watch was down
+		for _, kv := range resp.Kvs { // in key order: by writer, call, piece
+			writer, call, ok := s.outputKey(runID, string(kv.Key))
+			o := &reinv1.ModelOutput{}
+			if !ok || proto.Unmarshal(kv.Value, o) != nil {
+				continue
+			}
+			now[writer] = call
+			if joined == nil || writer != jw || call != jc {
+				flush()
+				if o.GetOffset() != 0 {
+					continue // not the call's first piece: never put, or deleted meanwhile
+				}
+				joined, jw, jc = o, writer, call
+				continue
+			}
+			joinPiece(joined, o)
+		}
+		flush()
+		for writer := range calls {
+			if _, ok := now[writer]; !ok {
+				fn(writer, nil) // deleted while the watch was down
 			}
 		}
-		seen = now
+		calls = now
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		for wr := range s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
 			if wr.Err() != nil || wr.CompactRevision != 0 {
 				break
 			}
 			for _, ev := range wr.Events {
-				key := string(ev.Kv.Key)
-				seen[key] = ev.Type == clientv3.EventTypePut
-				if !seen[key] {
-					delete(seen, key)
+				writer, call, ok := s.outputKey(runID, string(ev.Kv.Key))
+				if !ok {
+					continue
 				}
-				decode(key, ev.Kv.Value)
+				if ev.Type != clientv3.EventTypePut {
+					if calls[writer] == call {
+						delete(calls, writer)
+						fn(writer, nil)
+					}
+					continue
+				}
+				o := &reinv1.ModelOutput{}
+				if proto.Unmarshal(ev.Kv.Value, o) != nil {
+					continue
+				}
+				calls[writer] = call
+				fn(writer, o)
 			}
 		}
 		cancel()
 		pause(ctx, watchRetry)
 	}
+}
+
+// joinPiece adds piece, the next of o's call, to o: the text past o's, its
+// end and truncation. A piece that does not follow on (a gap) adds no text.
+func joinPiece(o, piece *reinv1.ModelOutput) {
+	end := o.GetOffset() + uint64(len(o.GetText()))
+	if off := piece.GetOffset(); off <= end && off+uint64(len(piece.GetText())) > end {
+		o.Text += piece.GetText()[end-off:]
+	}
+	o.Done = o.GetDone() || piece.GetDone()
+	o.Truncated = o.GetTruncated() || piece.GetTruncated()
 }
