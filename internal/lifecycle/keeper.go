@@ -248,6 +248,10 @@ func (k *Keeper) act(ctx context.Context, batch []store.Ended, now time.Time, do
 		}
 		g.Go(func() error {
 			commit, err := k.archiveTree(gctx, e.RunID)
+			if errors.Is(err, store.ErrNotFound) {
+				k.walk.gone(e.RunID) // deleted on request since it was read
+				return nil
+			}
 			if err != nil {
 				count(func(d *Swept) { d.Failed++ })
 				k.failed(e.RunID, now, err)

@@ -125,3 +125,27 @@ func TestSweepStillFindsWhatIsDue(t *testing.T) {
 		t.Fatalf("retention after the walk passed the stubs: %+v, want 12 deleted", got)
 	}
 }
+
+// TestSweepForgetsARunDeletedWhileHeld: a run the walk passed before it
+// was due, then deleted on request, is forgotten when it falls due: no
+// failure, nothing archived. The twin: a run held the same way and not
+// deleted is archived when due.
+func TestSweepForgetsARunDeletedWhileHeld(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	f.counted()
+	f.k.Soonest = func() (time.Duration, bool) { return 0, true } // another tenant's policy acts at once
+	f.policy = lifecycle.Policy{ArchiveOn: true, ArchiveAfter: 2 * time.Hour}
+	f.endedAt("erased", t0)
+	f.endedAt("kept", t0)
+	if got := f.sweep(); got != (lifecycle.Swept{}) {
+		t.Fatalf("a sweep before archive_after: %+v", got)
+	}
+	if _, err := f.k.Erase(ctx, "erased", "principal:bob", "test", false); err != nil {
+		t.Fatal(err)
+	}
+	f.now = f.now.Add(2 * time.Hour)
+	if got := f.sweep(); got != (lifecycle.Swept{Archived: 1}) {
+		t.Fatalf("the sweep once due: %+v, want the kept run archived and no failure", got)
+	}
+}
