@@ -74,6 +74,9 @@ fi
 step "TypeScript client: its tests against rein serve"
 REIN_BIN="$PWD/.bin/rein" bash clients/typescript/test.sh
 
+step "MCP face: driven by the official TypeScript SDK client against rein serve and rein mcp"
+REIN_BIN="$PWD/.bin/rein" bash tests/mcp/test.sh
+
 step "Python client: generated code up to date, offline install into a venv, its tests against rein serve"
 REIN_BIN="$PWD/.bin/rein" bash clients/python/test.sh
 
