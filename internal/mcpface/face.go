@@ -104,7 +104,7 @@ func (f *Face) Session(ctx context.Context, authorization string) (*mcp.Server, 
 		}
 		tasks = resp.GetTasks()
 	}
-	srv := mcp.NewServer(&mcp.Implementation{Name: "rein", Version: version.Get().GetVersion()}, &mcp.ServerOptions{
+	srv := mcp.NewServer(implementation(), &mcp.ServerOptions{
 		Instructions: "rein runs AI-agent tasks under budgets and approvals. start_<task> starts a task of the catalog; " +
 			"a run that pauses waits for approve, deny, revise, answer or raise_budget. rein://runs/{id} is a run's state.",
 		SubscribeHandler:   s.subscribe,
@@ -116,6 +116,11 @@ func (f *Face) Session(ctx context.Context, authorization string) (*mcp.Server, 
 	s.addTools(srv, tasks)
 	s.addResources(srv)
 	return srv, nil
+}
+
+// implementation is how rein names itself to MCP clients.
+func implementation() *mcp.Implementation {
+	return &mcp.Implementation{Name: "rein", Version: version.Get().GetVersion()}
 }
 
 // out is ctx with the session's credentials for an outgoing call.

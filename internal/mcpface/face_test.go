@@ -76,7 +76,7 @@ type face struct {
 
 // refundTaskFile is examples/refund as a catalog task: its contract, its
 // scripted model inline, a name and an input schema.
-func refundTaskFile(t *testing.T) string {
+func refundTaskFile(t testing.TB) string {
 	t.Helper()
 	root := filepath.Join("..", "..", "examples", "refund")
 	data, err := os.ReadFile(filepath.Join(root, "task.json"))
@@ -116,7 +116,14 @@ func refundTaskFile(t *testing.T) string {
 // startFace serves a node with the refund task, and the MCP face over
 // HTTP in front of it, its calls going in-process through the node's gRPC
 // server.
-func startFace(t *testing.T) *face {
+func startFace(t testing.TB) *face {
+	t.Helper()
+	return startFaceWith(t, nil)
+}
+
+// startFaceWith is startFace with the face's calls going through wrap's
+// client, when wrap is set.
+func startFaceWith(t testing.TB, wrap func(reinv1.RunServiceClient) reinv1.RunServiceClient) *face {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "refund.json"), []byte(refundTaskFile(t)), 0o644); err != nil {
@@ -163,7 +170,11 @@ func startFace(t *testing.T) *face {
 		t.Fatal(err)
 	}
 	runs := reinv1.NewRunServiceClient(cc)
-	f := mcpface.New(mcpface.Options{Runs: runs, StartWait: 20 * time.Second})
+	faceRuns := runs
+	if wrap != nil {
+		faceRuns = wrap(runs)
+	}
+	f := mcpface.New(mcpface.Options{Runs: faceRuns, StartWait: 20 * time.Second})
 	hs := httptest.NewServer(f.Handler(mcpface.HTTPOptions{Token: directory.Token}))
 	t.Cleanup(func() {
 		hs.Close()
@@ -188,7 +199,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // connect opens a session as who; elicit, when set, answers elicitations
 // (and declares the capability).
-func (f *face) connect(t *testing.T, who string, elicit func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)) *mcp.ClientSession {
+func (f *face) connect(t testing.TB, who string, elicit func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)) *mcp.ClientSession {
 	t.Helper()
 	opts := &mcp.ClientOptions{ElicitationHandler: elicit}
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, opts)
@@ -202,7 +213,7 @@ func (f *face) connect(t *testing.T, who string, elicit func(context.Context, *m
 	return cs
 }
 
-func call(t *testing.T, cs *mcp.ClientSession, name string, args any) *mcp.CallToolResult {
+func call(t testing.TB, cs *mcp.ClientSession, name string, args any) *mcp.CallToolResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -262,7 +273,7 @@ type startReply struct {
 	} `json:"pending"`
 }
 
-func decodeStart(t *testing.T, res *mcp.CallToolResult) startReply {
+func decodeStart(t testing.TB, res *mcp.CallToolResult) startReply {
 	t.Helper()
 	if res.IsError {
 		t.Fatalf("start refused: %s", resultText(res))

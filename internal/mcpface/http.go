@@ -49,13 +49,30 @@ func (f *Face) Handler(opts HTTPOptions) http.Handler {
 	if opts.SessionTimeout <= 0 {
 		opts.SessionTimeout = 30 * time.Minute
 	}
+	// The SDK asks for a server on every request, to learn the protocol
+	// versions it speaks, and again when the request opens a session. A
+	// request naming a session is served by that session's own server, so
+	// it gets the probe, which speaks the same versions; a request that
+	// opens one builds its server once (newServer): a session's server
+	// costs two calls of the API and its tools' schemas, most of a call's
+	// cost if made per request (docs/benchmarks.md, "The MCP face").
+	probe := mcp.NewServer(implementation(), nil)
 	streamable := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
-		srv, err := f.Session(r.Context(), r.Header.Get("Authorization"))
-		if err != nil {
-			f.opts.Logger.Info("mcp: a session was refused", "error", err)
-			return nil
+		if r.Header.Get(sessionIDHeader) != "" {
+			return probe
 		}
-		return srv
+		built, _ := r.Context().Value(newServerKey{}).(*newServer)
+		if built == nil {
+			built = &newServer{}
+		}
+		if built.srv == nil && !built.refused {
+			srv, err := f.Session(r.Context(), r.Header.Get("Authorization"))
+			if err != nil {
+				f.opts.Logger.Info("mcp: a session was refused", "error", err)
+			}
+			built.srv, built.refused = srv, err != nil
+		}
+		return built.srv
 	}, &mcp.StreamableHTTPOptions{
 		MaxRequestBodyBytes: opts.MaxBodyBytes,
 		SessionTimeout:      opts.SessionTimeout,
@@ -87,6 +104,7 @@ func (f *Face) Handler(opts HTTPOptions) http.Handler {
 	})
 	mux.HandleFunc(Path, func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, opts.MaxBodyBytes)
+		r = r.WithContext(context.WithValue(r.Context(), newServerKey{}, &newServer{}))
 		if opts.Token == nil {
 			streamable.ServeHTTP(w, r)
 			return
@@ -97,6 +115,20 @@ func (f *Face) Handler(opts HTTPOptions) http.Handler {
 	})
 	return mux
 }
+
+// sessionIDHeader is the Streamable HTTP transport's header naming a
+// session.
+const sessionIDHeader = "Mcp-Session-Id"
+
+// newServer is the server built for a request that opens a session, held
+// in the request's context (newServerKey) so that the SDK's two asks for
+// it build it once; refused notes that the API refused the credentials.
+type newServer struct {
+	srv     *mcp.Server
+	refused bool
+}
+
+type newServerKey struct{}
 
 // origin is the scheme and host a request was made to.
 func origin(r *http.Request) string {
