@@ -156,8 +156,19 @@ func inputError(err error) *InputError {
 			}
 		}
 	}
+	// A missing or an unexpected property is reported at the object
+	// that lacks or holds it: name the property, the field a caller
+	// must fix.
+	if m := namedProperty.FindStringSubmatch(reason); m != nil {
+		field += "." + m[1]
+	}
 	return &InputError{Field: field, Reason: reason}
 }
+
+// namedProperty is the first property of jsonschema's "missing
+// properties" (required) or "unexpected additional properties"
+// (additionalProperties) reason.
+var namedProperty = regexp.MustCompile(`^(?:required: missing properties|unexpected additional properties):? \["((?:[^"\\]|\\.)*)"`)
 
 // fieldPath turns a schema pointer of properties and items
 // ("/properties/a/items/properties/b") into ".a[].b".

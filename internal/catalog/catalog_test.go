@@ -82,11 +82,12 @@ func TestInputsBreakingTheSchema(t *testing.T) {
 		inputs map[string]any
 		field  string
 	}{
-		{map[string]any{}, "inputs"},
+		{map[string]any{}, "inputs.invoice_id"},
+		{map[string]any{"amount": 10}, "inputs.invoice_id"},
 		{map[string]any{"invoice_id": 42}, "inputs.invoice_id"},
 		{map[string]any{"invoice_id": "42"}, "inputs.invoice_id"},
 		{map[string]any{"invoice_id": "INV-1", "amount": "ten"}, "inputs.amount"},
-		{map[string]any{"invoice_id": "INV-1", "extra": true}, "inputs"},
+		{map[string]any{"invoice_id": "INV-1", "extra": true}, "inputs.extra"},
 	} {
 		in, _ := structpb.NewStruct(tc.inputs)
 		_, err := task.Contract(in)

@@ -50,6 +50,7 @@ test("arguments that break the task's schema are a tool error naming the field, 
   const server = await startServer(t);
   const starter = await connectHTTP(t, server, "starter");
   await assert.rejects(call(starter, "start_refund", { invoice_id: "42" }), /InvalidArgument: inputs\.invoice_id/);
+  await assert.rejects(call(starter, "start_refund", {}), /InvalidArgument: inputs\.invoice_id: required/);
   const runs = await call(starter, "list_runs", {});
   assert.equal((runs.runs ?? []).length, 0, JSON.stringify(runs));
 });
