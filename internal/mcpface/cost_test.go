@@ -48,7 +48,7 @@ func (c *countingInfo) GetServerInfo(ctx context.Context, req *reinv1.GetServerI
 // requests; a session of another principal gets its own.
 func TestOneServerPerSession(t *testing.T) {
 	counter := &countingInfo{}
-	f := startFaceWith(t, func(runs reinv1.RunServiceClient) reinv1.RunServiceClient {
+	f := startFaceWith(t, refundTaskFile(t), func(runs reinv1.RunServiceClient) reinv1.RunServiceClient {
 		counter.RunServiceClient = runs
 		return counter
 	})

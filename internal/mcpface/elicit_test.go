@@ -2,6 +2,8 @@ package mcpface_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -199,5 +201,78 @@ func TestUnauthenticated(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"resource":"`+f.url+`"`) {
 		t.Errorf("metadata: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestTwoApproversByElicitation: a write whose grant needs two approvers.
+// The starter, asked by elicitation, accepts, and is refused: the starter
+// is never one of two approvers; the session is told why and the run
+// waits. The first approver's approve leaves it waiting, saying who
+// approved; the second's commits the write once.
+func TestTwoApproversByElicitation(t *testing.T) {
+	var task map[string]any
+	if err := json.Unmarshal([]byte(refundTaskFile(t)), &task); err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range task["tools"].([]any) {
+		if tool := tool.(map[string]any); tool["name"] == "refunds.create" {
+			tool["approvals"] = 2
+		}
+	}
+	two, _ := json.Marshal(task)
+	f := startFaceWith(t, string(two), nil)
+
+	seen := make(chan *mcp.ElicitParams, 4)
+	logs := make(chan string, 4)
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
+		ElicitationHandler: elicitor("accept", seen),
+		LoggingMessageHandler: func(_ context.Context, req *mcp.LoggingMessageRequest) {
+			logs <- fmt.Sprint(req.Params.Data)
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: f.url, HTTPClient: &http.Client{Transport: bearer{"starter-token", http.DefaultTransport}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if err := cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
+		t.Fatal(err)
+	}
+	started := decodeStart(t, call(t, cs, "start_refund", map[string]any{"invoice_id": "INV-42"}))
+	receive(t, seen)
+	select {
+	case msg := <-logs:
+		if !strings.Contains(msg, "refused") || !strings.Contains(msg, started.RunID) {
+			t.Errorf("the starter was told %q", msg)
+		}
+	case <-ctx.Done():
+		t.Fatal("the starter's refused accept was not reported to its session")
+	}
+	run := f.waitStatus(t, started.RunID, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL)
+	if by := run.GetPending().GetProposal().GetApprovedBy(); len(by) != 0 {
+		t.Fatalf("the starter's accept counted: approved by %v", by)
+	}
+
+	args := map[string]any{"run_id": started.RunID, "proposal_id": started.Pending.Proposal.ProposalID, "proposal_hash": started.Pending.Proposal.Hash}
+	first := call(t, f.connect(t, "approver", nil), "approve", args)
+	if first.IsError || !strings.Contains(resultText(first), "RUN_STATUS_NEEDS_APPROVAL") || !strings.Contains(resultText(first), `"approved_by":["approver"]`) {
+		t.Fatalf("the first approval answered %s", resultText(first))
+	}
+	if ops, _ := f.tools.total(); ops != 0 {
+		t.Fatal("a write was committed after one approver of two")
+	}
+	// The starter's session still may not be the second.
+	if res := call(t, cs, "approve", args); !res.IsError || !strings.Contains(resultText(res), "PermissionDenied") && !strings.Contains(resultText(res), "FailedPrecondition") {
+		t.Errorf("the starter approved by tool: %s", resultText(res))
+	}
+	second := call(t, f.connect(t, "admin", nil), "approve", args)
+	if second.IsError {
+		t.Fatalf("the second approval: %s", resultText(second))
+	}
+	f.waitStatus(t, started.RunID, reinv1.RunStatus_RUN_STATUS_COMPLETED)
+	if ops, commits := f.tools.total(); ops != 1 || commits != 1 {
+		t.Errorf("%d writes committed %d times, want 1 once", ops, commits)
 	}
 }

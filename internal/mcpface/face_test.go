@@ -42,6 +42,7 @@ var principals = map[string][]string{
 	"operator": {"operator"},             // may start, not approve
 	"approver": {"approver"},
 	"viewer":   {"viewer"},
+	"admin":    {"admin"}, // a second approver
 }
 
 // countingTools counts the commits of each operation ID.
@@ -118,15 +119,15 @@ func refundTaskFile(t testing.TB) string {
 // server.
 func startFace(t testing.TB) *face {
 	t.Helper()
-	return startFaceWith(t, nil)
+	return startFaceWith(t, refundTaskFile(t), nil)
 }
 
-// startFaceWith is startFace with the face's calls going through wrap's
-// client, when wrap is set.
-func startFaceWith(t testing.TB, wrap func(reinv1.RunServiceClient) reinv1.RunServiceClient) *face {
+// startFaceWith is startFace with task as the catalog's refund.json, and
+// the face's calls going through wrap's client, when wrap is set.
+func startFaceWith(t testing.TB, task string, wrap func(reinv1.RunServiceClient) reinv1.RunServiceClient) *face {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "refund.json"), []byte(refundTaskFile(t)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "refund.json"), []byte(task), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tasks, err := catalog.NewHolder(dir)
