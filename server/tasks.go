@@ -55,10 +55,16 @@ func (s *runService) task(p auth.Principal, name string) (*catalog.Task, error) 
 // with its inputs.
 func (s *runService) contractOf(p auth.Principal, req *reinv1.StartRunRequest) (*reinv1.TaskContract, error) {
 	if req.GetTask() == "" {
+		if req.GetContract() == nil {
+			return nil, invalidArgument("contract", "a run starts from contract (a task contract) or from task (the name of a catalog task, which rein tasks lists): give one")
+		}
 		if req.GetInputs() != nil {
 			return nil, invalidArgument("inputs", "inputs go with a task; a contract carries its own inputs")
 		}
 		return req.GetContract(), nil
+	}
+	if req.GetContract() != nil {
+		return nil, invalidArgument("task", "give contract or task, not both: a task brings its own contract")
 	}
 	t, err := s.task(p, req.GetTask())
 	if err != nil {

@@ -98,11 +98,11 @@ func TestStartRunFromATaskRefused(t *testing.T) {
 		field string
 	}{
 		{"inputs break the schema", "a-operator", &reinv1.StartRunRequest{Task: "refund", Inputs: bad}, codes.InvalidArgument, "inputs.invoice_id"},
-		{"a required input missing", "a-operator", &reinv1.StartRunRequest{Task: "refund", Inputs: none}, codes.InvalidArgument, "inputs"},
+		{"a required input missing", "a-operator", &reinv1.StartRunRequest{Task: "refund", Inputs: none}, codes.InvalidArgument, "inputs.invoice_id"},
 		{"another tenant's task", "b-operator", &reinv1.StartRunRequest{Task: "refund"}, codes.NotFound, ""},
 		{"no such task", "a-operator", &reinv1.StartRunRequest{Task: "nope"}, codes.NotFound, ""},
-		{"both a task and a contract", "a-operator", &reinv1.StartRunRequest{Task: "lookup", Contract: contract(nil, final("x"))}, codes.InvalidArgument, ""},
-		{"neither", "a-operator", &reinv1.StartRunRequest{}, codes.InvalidArgument, ""},
+		{"both a task and a contract", "a-operator", &reinv1.StartRunRequest{Task: "lookup", Contract: contract(nil, final("x"))}, codes.InvalidArgument, "task"},
+		{"neither", "a-operator", &reinv1.StartRunRequest{}, codes.InvalidArgument, "contract"},
 		{"inputs with a contract", "a-operator", &reinv1.StartRunRequest{Contract: contract(nil, final("x")), Inputs: none}, codes.InvalidArgument, "inputs"},
 		{"a viewer", "a-viewer", &reinv1.StartRunRequest{Task: "lookup"}, codes.PermissionDenied, ""},
 	} {

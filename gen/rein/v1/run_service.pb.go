@@ -892,6 +892,9 @@ func (x *TriggerScheduleResponse) GetRun() *Run {
 // StartRunRequest starts a run.
 type StartRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// A run starts from a full contract, or from a task of the catalog and
+	// its inputs: exactly one of contract and task (the server refuses
+	// neither or both with InvalidArgument naming the field).
 	// The caller's idempotency key. Required.
 	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// The run's contract; or give task.
@@ -3658,16 +3661,14 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"request_id\x18\x02 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\trequestId\"9\n" +
 	"\x17TriggerScheduleResponse\x12\x1e\n" +
-	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"\xd6\x01\n" +
+	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"\xbd\x01\n" +
 	"\x0fStartRunRequest\x12)\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\trequestId\x121\n" +
 	"\bcontract\x18\x02 \x01(\v2\x15.rein.v1.TaskContractR\bcontract\x12\x1b\n" +
 	"\x04task\x18\x03 \x01(\tB\a\xbaH\x04r\x02\x18@R\x04task\x12/\n" +
-	"\x06inputs\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06inputs:\x17\xbaH\x14\"\x12\n" +
-	"\bcontract\n" +
-	"\x04task\x10\x01\"\x90\x01\n" +
+	"\x06inputs\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06inputs\"\x90\x01\n" +
 	"\x04Task\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
