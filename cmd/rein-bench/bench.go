@@ -287,6 +287,10 @@ func (o *benchOptions) run(cmd *cobra.Command, e *env, name string) error {
 
 // printBench writes a result as one line for a person.
 func printBench(w io.Writer, r bench.Result) {
+	if r.Scenario == "cache-cost" {
+		printCacheCost(w, r)
+		return
+	}
 	verdict := "met"
 	if !r.Met {
 		verdict = "MISSED"
@@ -358,4 +362,23 @@ func rates(v []float64) string {
 		s[i] = fmt.Sprintf("%.0f", x)
 	}
 	return "[" + strings.Join(s, " ") + "]"
+}
+
+// printCacheCost writes the cache-cost scenario's result: a line a run
+// (tokens billed of each kind and USD, caching on and off), then the sums.
+func printCacheCost(w io.Writer, r bench.Result) {
+	x := r.Extra
+	fmt.Fprintf(w, "%-28s %-4s %9s %11s %10s %7s %9s\n", "cache-cost", "", "input", "cache write", "cache read", "output", "USD")
+	for _, run := range bench.CacheCostRuns() {
+		for _, side := range []string{"on", "off"} {
+			k := run + "/" + side + "/"
+			fmt.Fprintf(w, "%-28s %-4s %9.0f %11.0f %10.0f %7.0f %9.4f\n", run, side, x[k+"input"], x[k+"cache_write"], x[k+"cache_read"], x[k+"output"], x[k+"usd"])
+		}
+		fmt.Fprintf(w, "%-28s ratio %.2f\n", run, x[run+"/on/usd"]/x[run+"/off/usd"])
+	}
+	verdict := "met"
+	if !r.Met {
+		verdict = "MISSED"
+	}
+	fmt.Fprintf(w, "cache-cost: $%.4f with caching, $%.4f without, ratio %.2f (target ≤ %.2f, %s)\n", r.Figure, r.Baseline, r.Ratio, r.Target, verdict)
 }

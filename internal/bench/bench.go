@@ -143,6 +143,7 @@ func Scenarios() []Scenario {
 		{Name: "delegate", Doc: "200 delegations, one after the other, of a scripted parent to 2 children, durable, against the same model calls in as many runs without a tree; the fan-out and fan-in overhead", Run: Delegate},
 		{Name: "admission", Doc: "2,000 one-step runs queued under --max-running 64 and started as slots free, against the same runs started without a limit; and the time from a slot freeing to the next queued run's start", Run: Admission},
 		{Name: "mcp", Doc: "get_run through the MCP face (/mcp, the Go SDK's client, 8 sessions) against GetRun through Connect on the same rein serve: calls per server CPU-second", Run: MCP},
+		{Name: "cache-cost", Doc: "the refund and invoice examples and a 30-step task through the engine against stand-in Anthropic and OpenAI APIs that cache, with prompt caching on and off: tokens billed and USD (in rein's repository: it reads examples/)", Run: CacheCost},
 		{Name: "recovery", Doc: "start rein serve on a store of 10,000 runs (1,000 running, ~1,000,000 events): time to serving, to every running run resumed, and RSS", Run: Recovery},
 	}
 }

@@ -9,11 +9,16 @@ import (
 	"time"
 )
 
+// anthropicMinTokens is the shortest prefix Anthropic caches (Claude
+// Sonnet's and Opus' minimum): a breakpoint before it is sent but caches
+// nothing.
+const anthropicMinTokens = 1024
+
 // Anthropic is a stand-in for Anthropic's Messages API that caches as the
 // real one does: by exact prefix (the tools, the system text, then each
 // message's blocks, in that order), written at the blocks marked
 // cache_control for the TTL they ask, and found again at any block
-// boundary up to the last mark. Usage reports uncached input, cache writes
+// boundary up to the last mark, a prefix of 1,024 tokens or more. Usage reports uncached input, cache writes
 // and reads apart. count_tokens is free and touches no cache.
 type Anthropic struct{ *ledger }
 
@@ -86,7 +91,10 @@ func (f *Anthropic) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		total += tokens(len(b.data))
 		upTo[i] = total
 		if b.ttl > 0 {
-			lastMark, marks = i, marks+1
+			marks++
+			if total >= anthropicMinTokens {
+				lastMark = i
+			}
 		}
 	}
 	if counting {
@@ -107,7 +115,7 @@ func (f *Anthropic) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Each breakpoint at or before the last is written (or, read, has its
 	// TTL refreshed).
 	for i, b := range blocks {
-		if b.ttl > 0 && i <= lastMark {
+		if b.ttl > 0 && i <= lastMark && upTo[i] >= anthropicMinTokens {
 			f.cache[hashes[i]] = now.Add(b.ttl)
 		}
 	}

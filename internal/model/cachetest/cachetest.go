@@ -88,6 +88,10 @@ type Config struct {
 	// PauseAfter, when set, moves Clock on by Pause after that call.
 	PauseAfter int
 	Pause      time.Duration
+	// NoCache makes the stand-in cache nothing, as a provider without a
+	// prompt cache: OpenAI caches whether asked or not, so this is how a
+	// bench prices a run without caching.
+	NoCache bool
 	// Rewrite, when set, changes each request's body before it is read:
 	// a test's way to send a context in another order.
 	Rewrite func(n int, body []byte) []byte
@@ -146,6 +150,9 @@ func (l *ledger) Bill() float64 {
 
 // cachedLocked says whether the prefix hashed h is in the cache at now.
 func (l *ledger) cachedLocked(h string, now time.Time) bool {
+	if l.cfg.NoCache {
+		return false
+	}
 	exp, ok := l.cache[h]
 	return ok && now.Before(exp)
 }
