@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"time"
@@ -26,6 +27,7 @@ type httpFlags struct {
 	idleTimeout       time.Duration
 	maxConnsPerClient int
 	mcp               bool
+	agui              bool
 }
 
 func (h *httpFlags) register(f *pflag.FlagSet) {
@@ -36,6 +38,7 @@ func (h *httpFlags) register(f *pflag.FlagSet) {
 	f.DurationVar(&h.readTimeout, "http-read-timeout", 30*time.Second, "with --http, how long a request's body may take to arrive (a watch stream's response is not bounded by it)")
 	f.DurationVar(&h.idleTimeout, "http-idle-timeout", 2*time.Minute, "with --http, how long an idle connection stays open")
 	f.BoolVar(&h.mcp, "http-mcp", false, "with --http, serve the MCP face (Streamable HTTP) at /mcp, with the same tokens, tenants and roles: a tool per task of --tasks, and tools that read and decide runs (see docs/mcp.md)")
+	f.BoolVar(&h.agui, "http-agui", false, "with --http, serve the AG-UI face at /agui/: a run streamed as AG-UI events over SSE (GET /agui/runs/ID, resumable with Last-Event-ID) and a task of --tasks started from a RunAgentInput (POST /agui/tasks/NAME), with the same tokens, tenants and roles (see docs/agui.md)")
 	f.IntVar(&h.maxConnsPerClient, "http-max-conns-per-client", 256, "with --http, the most connections one client (an IPv4 address, an IPv6 /64) may hold open; past it new ones are closed (0: no cap)")
 }
 
@@ -43,7 +46,7 @@ func (h *httpFlags) register(f *pflag.FlagSet) {
 // fit.
 func (h *httpFlags) check(f *pflag.FlagSet) error {
 	if h.listen == "" {
-		for _, name := range []string{"http-host", "http-allowed-origins", "http-read-header-timeout", "http-read-timeout", "http-idle-timeout", "http-max-conns-per-client", "http-mcp"} {
+		for _, name := range []string{"http-host", "http-allowed-origins", "http-read-header-timeout", "http-read-timeout", "http-idle-timeout", "http-max-conns-per-client", "http-mcp", "http-agui"} {
 			if f.Changed(name) {
 				return usageError("--%s is for the HTTP face: give --http ADDR too", name)
 			}
@@ -78,6 +81,18 @@ func (h *httpFlags) serve(lis net.Listener, node *server.Node, cfg server.Config
 			return nil, err
 		}
 	}
+	stopAGUI := func() {}
+	if h.agui {
+		var agui map[string]http.Handler
+		if agui, stopAGUI, err = aguiMounts(node, log); err != nil {
+			stopMCP()
+			return nil, err
+		}
+		if mounts == nil {
+			mounts = map[string]http.Handler{}
+		}
+		maps.Copy(mounts, agui)
+	}
 	handler, err := console.Handler(node.GRPC, console.Options{
 		Authenticate:   node.AuthenticateHTTP,
 		MaxBodyBytes:   cfg.MaxRecvBytes,
@@ -89,6 +104,7 @@ func (h *httpFlags) serve(lis net.Listener, node *server.Node, cfg server.Config
 	})
 	if err != nil {
 		stopMCP()
+		stopAGUI()
 		return nil, usageError("%v", err)
 	}
 	if cfg.Directory == nil && len(h.hosts) > 0 {
@@ -123,5 +139,5 @@ func (h *httpFlags) serve(lis net.Listener, node *server.Node, cfg server.Config
 		}
 	}()
 	log.Info("serving the web console", "http_addr", lis.Addr().String(), "url", fmt.Sprintf("%s://%s/", scheme, lis.Addr()))
-	return func() { hs.Close(); stopMCP() }, nil
+	return func() { hs.Close(); stopMCP(); stopAGUI() }, nil
 }

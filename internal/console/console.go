@@ -69,8 +69,9 @@ type Options struct {
 	// call RunService from a browser (rein serve --http-allowed-origins).
 	AllowedOrigins []string
 	// Mounts are handlers served at exact paths beside the console (the
-	// MCP face), after the Host and Origin checks, their bodies bounded
-	// by MaxBodyBytes; each authenticates its own callers.
+	// MCP face), or under a path when it ends in "/" (the AG-UI face),
+	// after the Host and Origin checks, their bodies bounded by
+	// MaxBodyBytes; each authenticates its own callers.
 	Mounts map[string]http.Handler
 }
 
@@ -135,7 +136,7 @@ func Handler(g *grpc.Server, opts Options) (http.Handler, error) {
 			http.Error(w, err.Error(), http.StatusForbidden)
 			return
 		}
-		if m, ok := opts.Mounts[r.URL.Path]; ok {
+		if m, ok := mounted(opts.Mounts, r.URL.Path); ok {
 			r.Body = http.MaxBytesReader(w, r.Body, limit)
 			m.ServeHTTP(w, r)
 			return
@@ -223,4 +224,18 @@ func connectHTTPStatus(c connect.Code) int {
 		return http.StatusGatewayTimeout
 	}
 	return http.StatusInternalServerError
+}
+
+// mounted is the mount serving path: the one at path itself, else the one
+// at its longest prefix ending in "/".
+func mounted(mounts map[string]http.Handler, path string) (http.Handler, bool) {
+	if m, ok := mounts[path]; ok {
+		return m, true
+	}
+	for i := strings.LastIndexByte(path, '/'); i >= 0; i = strings.LastIndexByte(path[:i], '/') {
+		if m, ok := mounts[path[:i+1]]; ok && i > 0 {
+			return m, true
+		}
+	}
+	return nil, false
 }
