@@ -77,6 +77,9 @@ REIN_BIN="$PWD/.bin/rein" bash clients/typescript/test.sh
 step "MCP face: driven by the official TypeScript SDK client against rein serve and rein mcp"
 REIN_BIN="$PWD/.bin/rein" bash tests/mcp/test.sh
 
+step "AG-UI face: AG-UI's own client package against rein serve --http-agui"
+REIN_BIN="$PWD/.bin/rein" bash tests/agui/test.sh
+
 step "Python client: generated code up to date, offline install into a venv, its tests against rein serve"
 REIN_BIN="$PWD/.bin/rein" bash clients/python/test.sh
 
