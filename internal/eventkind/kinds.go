@@ -31,6 +31,9 @@ var kinds = [...]Kind{
 		Summary: func(ev *reinv1.Event) string {
 			mr := ev.GetModelRequested()
 			s := fmt.Sprintf("step %d, %s, ~%d input tokens", mr.GetStep(), mr.GetModel(), mr.GetInputTokens())
+			if p := mr.GetPrefixBytes(); p > 0 {
+				s += fmt.Sprintf(", begins with %d bytes of the last call's input", p)
+			}
 			if mr.GetResumed() {
 				s += ", sent again: the call before it was cut by a crash"
 			}

@@ -114,8 +114,10 @@ export function summary(ev: Event): { kind: string; text: string } {
   switch (p.case) {
     case "runStarted":
       return { kind: "run_started", text: `by ${p.value.principal}: ${p.value.contract?.goal ?? ""}` + (p.value.parentRunId ? ` (fork of ${p.value.parentRunId} at ${p.value.parentSequence})` : "") };
-    case "modelRequested":
-      return { kind: "model_requested", text: `step ${p.value.step}, ${p.value.model}, ~${p.value.inputTokens} input tokens` };
+    case "modelRequested": {
+      const prefix = p.value.prefixBytes > 0n ? `, begins with ${p.value.prefixBytes} bytes of the last call's input` : "";
+      return { kind: "model_requested", text: `step ${p.value.step}, ${p.value.model}, ~${p.value.inputTokens} input tokens${prefix}` };
+    }
     case "modelReturned": {
       const d = p.value.decision?.action;
       let what = "no decision";

@@ -27,7 +27,7 @@ const fixture: { kinds: Case[] } = JSON.parse(readFileSync("../internal/eventkin
 // looked at beside it, and the pair below updated.
 const lines: Record<string, [cli: string, console: string]> = {
   run_started: ['goal "goal", 1 tools', "by principal: goal (fork of parent-run-id at 7)"],
-  model_requested: ["step 1, model, ~3 input tokens, sent again: the call before it was cut by a crash", "step 1, model, ~3 input tokens"],
+  model_requested: ["step 1, model, ~3 input tokens, begins with 13 bytes of the last call's input, sent again: the call before it was cut by a crash", "step 1, model, ~3 input tokens, begins with 13 bytes of the last call's input"],
   model_returned: ["tool_call tool ($0.375000, 1.25s, finish-reason)", 'calls tool {"key":"value"} (1 in, 2 out, 1.25s)'],
   decision_rejected: ["error", "error: raw"],
   tool_requested: ["tool", 'tool {"key":"value"}'],
