@@ -1,6 +1,10 @@
 package client
 
-import reinv1 "github.com/reinhq/rein/gen/rein/v1"
+import (
+	"time"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+)
 
 // WaitsForPerson reports whether run waits for a person: paused
 // (needs_approval, needs_input, needs_budget) with an action pending (a
@@ -27,4 +31,17 @@ func ApprovalsWanted(run *reinv1.Run) int {
 		return 0
 	}
 	return max(int(p.GetApprovals()), 1) - len(p.GetApprovedBy())
+}
+
+// PauseEnds is when the pause run waits in ends if no one acts, and what
+// ends it: "proposal_ttl" (the proposal expires), "run_deadline" (the
+// run's deadline passes first) or "raise_ttl" (a budget pause expires).
+// The server derives both (run.pending.ends_at, ends_by); the zero time
+// when the run waits for no person or nothing ends its pause.
+func PauseEnds(run *reinv1.Run) (time.Time, string) {
+	p := run.GetPending()
+	if !WaitsForPerson(run) || p.GetEndsAt() == nil {
+		return time.Time{}, ""
+	}
+	return p.GetEndsAt().AsTime(), p.GetEndsBy()
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/reinhq/rein/internal/lifecycle"
 	"github.com/reinhq/rein/internal/metrics"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/version"
 )
@@ -103,7 +104,8 @@ func (s *runService) StartRun(ctx context.Context, req *reinv1.StartRunRequest) 
 		return nil, toStatus(s.log, "StartRun", err)
 	}
 	callInfoFrom(ctx).set(func(c *callInfo) { c.runID = st.RunID })
-	return &reinv1.StartRunResponse{Run: s.withPosition(ctx, st), Created: created}, nil
+	return &reinv1.StartRunResponse{Run: s.withPosition(ctx, st), Created: created,
+		Warnings: step.ContractWarnings(req.GetContract())}, nil
 }
 
 func (s *runService) GetRun(ctx context.Context, req *reinv1.GetRunRequest) (*reinv1.GetRunResponse, error) {

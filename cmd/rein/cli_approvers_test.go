@@ -122,7 +122,7 @@ func TestWatchAfterAPauseStops(t *testing.T) {
 	}
 	// The twin: after an earlier event, it prints the rest and stops there.
 	r := cli(t, "watch", runID, "--after", strconv.Itoa(head-1), "--db", db).mustExit(t, exitPaused)
-	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 1 || !strings.Contains(lines[0], "needs_approval") {
-		t.Fatalf("watch --after %d: %q, want the one line of the pause", head-1, r.stdout)
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 2 || !strings.Contains(lines[0], "needs_approval") || !strings.Contains(lines[1], "the pause ends") {
+		t.Fatalf("watch --after %d: %q, want the line of the pause and when it ends", head-1, r.stdout)
 	}
 }

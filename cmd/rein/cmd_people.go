@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
@@ -55,8 +56,8 @@ With --arguments FILE (- for stdin), the proposal is revised instead: the
 file holds the write's arguments in full, as a JSON object. rein checks them
 against the tool's input schema, asks the tool for a new preview, and
 records the revised proposal (a new ID and hash, with what changed and who
-changed it); the run waits for approval of the revision, which prints with
-its pending proposal (exit 10). Approve it as any other.`,
+changed it, and --reason, why); the run waits for approval of the revision,
+which prints with its pending proposal (exit 10). Approve it as any other.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.decide(cmd.Context(), e, args[0], args[1], true)
@@ -83,7 +84,7 @@ func newDenyCmd(e *env) *cobra.Command {
 }
 
 func (o *decideOptions) flags(e *env, cmd *cobra.Command, deny bool) {
-	cmd.Flags().StringVar(&o.reason, "reason", "", "why; recorded, and shown to the model on a rejection")
+	cmd.Flags().StringVar(&o.reason, "reason", "", "why; recorded (with a revision, beside it), and shown to the model on a rejection")
 	cmd.Flags().StringVar(&o.hash, "hash", "", "the proposal hash you reviewed (default: the pending proposal's)")
 	o.host.register(cmd.Flags())
 	e.commandTimeoutFlag(cmd)
@@ -357,10 +358,14 @@ func newPendingCmd(e *env) *cobra.Command {
 			fmt.Fprintln(w, "RUN_ID\tWAITS FOR\tDETAIL")
 			for _, s := range waiting {
 				p, _ := s.Pending.(map[string]any)
+				ends := ""
+				if at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(p["ends_at"])); err == nil {
+					ends = fmt.Sprintf(", ends %s by %v", at.UTC().Format(time.RFC3339), p["ends_by"])
+				}
 				if pr, ok := p["proposal"].(map[string]any); ok {
-					fmt.Fprintf(w, "%s\tapproval\t%v %v (hash %v, expires %v)%s\n", s.RunID, pr["tool"], pr["proposal_id"], pr["hash"], pr["expires_at"], chainNote(s.Parents))
+					fmt.Fprintf(w, "%s\tapproval\t%v %v (hash %v%s)%s\n", s.RunID, pr["tool"], pr["proposal_id"], pr["hash"], ends, chainNote(s.Parents))
 				} else if q, ok := p["question"].(map[string]any); ok {
-					fmt.Fprintf(w, "%s\tinput\t%q%s\n", s.RunID, q["text"], chainNote(s.Parents))
+					fmt.Fprintf(w, "%s\tinput\t%q%s%s\n", s.RunID, q["text"], ends, chainNote(s.Parents))
 				} else if b, ok := p["budget"].(map[string]any); ok {
 					fmt.Fprintf(w, "%s\tbudget\t%v: %v (raise by %v)%s\n", s.RunID, b["limit"], b["detail"], b["expires_at"], chainNote(s.Parents))
 				}

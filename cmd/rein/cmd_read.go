@@ -137,6 +137,9 @@ steps, its own spend and its subtree's.`,
 				} else {
 					fmt.Fprintf(w, "pending\tinput: %q\n", p.GetQuestion().GetText())
 				}
+				if ends := pauseEnds(p); ends != "" {
+					fmt.Fprintf(w, "pause\t%s\n", ends)
+				}
 			}
 			if r := run.GetResult(); r != nil {
 				fmt.Fprintf(w, "result\t%s\n", r.GetText())

@@ -126,6 +126,9 @@ func (o *runOptions) run(ctx context.Context, e *env, path string) error {
 		where = "server " + e.server
 	}
 	fmt.Fprintf(e.stderr, "rein: run %s started (%s)\n", runID, where)
+	for _, warning := range resp.GetWarnings() {
+		fmt.Fprintf(e.stderr, "rein: warning: %s\n", warning)
+	}
 	if o.detach {
 		return writeJSON(e.stdout, summarize(resp.GetRun()), !e.json)
 	}
@@ -177,11 +180,14 @@ func follow(ctx context.Context, w io.Writer, c *client.Client, runID string, af
 		if !mayWait(ev) {
 			return nil
 		}
-		_, waits, err := waitsAt(wctx, c, runID, ev.GetSequence())
+		run, waits, err := waitsAt(wctx, c, runID, ev.GetSequence())
 		if err != nil {
 			return err
 		}
 		if waits {
+			if line := pauseLine(run); line != "" {
+				fmt.Fprintln(w, line)
+			}
 			return errFollowed
 		}
 		return nil

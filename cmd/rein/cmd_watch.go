@@ -101,6 +101,11 @@ func (o *watchOptions) watchRun(ctx context.Context, e *env, runID string) error
 		if err != nil {
 			return err
 		}
+		if !e.json {
+			if err := pauseNote(ctx, e.stdout, cn, runID, ev); err != nil {
+				return err
+			}
+		}
 		return pausedHere(ctx, cn, runID, ev)
 	}
 	if !cn.remote {
@@ -157,6 +162,22 @@ func pausedHere(ctx context.Context, cn *conn, runID string, ev *reinv1.Event) e
 	_, waits, err := waitsAt(ctx, cn.Client, runID, ev.GetSequence())
 	if err == nil && waits {
 		err = errPaused
+	}
+	return err
+}
+
+// pauseNote prints, under an event that left the run waiting for a
+// person, when that pause ends (pauseLine).
+func pauseNote(ctx context.Context, w io.Writer, cn *conn, runID string, ev *reinv1.Event) error {
+	if !mayWait(ev) {
+		return nil
+	}
+	run, waits, err := waitsAt(ctx, cn.Client, runID, ev.GetSequence())
+	if err != nil || !waits {
+		return err
+	}
+	if line := pauseLine(run); line != "" {
+		_, err = fmt.Fprintln(w, line)
 	}
 	return err
 }

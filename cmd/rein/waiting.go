@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/reinhq/rein/client"
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -56,4 +57,33 @@ func proposalStep(run *reinv1.Run, p *reinv1.Proposal) string {
 	}
 	return fmt.Sprintf("; proposal %s has %d of the %d approvals it needs: %d more %s with the approver role must approve it (rein approve %s %s), %s, nor %s, who approved it",
 		pid, len(by), needed, more, people, id, pid, not, strings.Join(by, ", "))
+}
+
+// pauseEnds says when a pause ends if no one acts and what ends it
+// (pending.ends_at and ends_by, which the server derives), as a phrase;
+// "" when nothing ends it.
+func pauseEnds(p *reinv1.PendingAction) string {
+	at := p.GetEndsAt()
+	if at == nil {
+		return ""
+	}
+	t := at.AsTime().UTC().Format(time.RFC3339)
+	switch p.GetEndsBy() {
+	case runstate.EndsByRunDeadline:
+		return "ends " + t + ", the run's deadline (it then ends budget_exhausted)"
+	case runstate.EndsByProposalTTL:
+		return "ends " + t + ", when the proposal expires (the run then ends expired)"
+	case runstate.EndsByRaiseTTL:
+		return "ends " + t + ", when the pause for a raise expires (the run then ends expired)"
+	}
+	return "ends " + t
+}
+
+// pauseLine is the line a follow prints under the event that paused run:
+// when the pause ends.
+func pauseLine(run *reinv1.Run) string {
+	if s := pauseEnds(run.GetPending()); s != "" {
+		return fmt.Sprintf("%17s the pause %s", "┊", s)
+	}
+	return ""
 }

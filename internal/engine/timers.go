@@ -22,14 +22,7 @@ func (e *Engine) Arm(st runstate.State) {
 	if !runstate.Paused(st.Status) || e.cfg.NoTimers {
 		return
 	}
-	at := st.Deadline
-	if exp := st.Pending.GetProposal().GetExpiresAt(); exp != nil && (at.IsZero() || exp.AsTime().Before(at)) {
-		at = exp.AsTime()
-	}
-	if b := st.Pending.GetBudget(); b != nil {
-		// Paused on its budget (the deadline, maybe): only the pause ends.
-		at = b.GetExpiresAt().AsTime()
-	}
+	at, _ := st.PauseEnds()
 	if at.IsZero() {
 		return
 	}

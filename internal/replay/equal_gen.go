@@ -58,8 +58,8 @@ var equalShapes = map[string]string{
 	"rein.v1.ModelThrottled":      "1 step uint32 optional; 2 wait message optional presence google.protobuf.Duration; 3 bucket string optional; ",
 	"rein.v1.PolicyDecided":       "1 call_id string optional; 2 tool string optional; 3 effect enum optional; 4 source enum optional; 5 rule string optional; 6 when string optional; 7 message string optional; 8 approvals uint32 optional; 9 latency message optional presence google.protobuf.Duration; 10 error string optional; ",
 	"rein.v1.PolicyRule":          "1 name string optional; 2 effect enum optional; 3 when string optional; 4 message string optional; 5 approvals uint32 optional; ",
-	"rein.v1.Proposal":            "1 proposal_id string optional; 2 tool string optional; 3 arguments message optional presence google.protobuf.Struct; 4 preview message optional presence google.protobuf.Value; 5 hash string optional; 6 expires_at message optional presence google.protobuf.Timestamp; 7 run_version uint64 optional; 8 call_id string optional; 9 preview_blob string optional; 10 arguments_blob string optional; 11 revised_by string optional; 12 approvals uint32 optional; 13 approved_by string repeated; 14 tier enum optional; 15 policy_rule string optional; 16 policy_message string optional; ",
-	"rein.v1.ProposalRevised":     "1 superseded_proposal_id string optional; 2 proposal message optional presence rein.v1.Proposal; 3 changes message repeated rein.v1.ArgumentChange; ",
+	"rein.v1.Proposal":            "1 proposal_id string optional; 2 tool string optional; 3 arguments message optional presence google.protobuf.Struct; 4 preview message optional presence google.protobuf.Value; 5 hash string optional; 6 expires_at message optional presence google.protobuf.Timestamp; 7 run_version uint64 optional; 8 call_id string optional; 9 preview_blob string optional; 10 arguments_blob string optional; 11 revised_by string optional; 12 approvals uint32 optional; 13 approved_by string repeated; 14 tier enum optional; 15 policy_rule string optional; 16 policy_message string optional; 17 unchecked_arguments bool optional; 18 revision_reason string optional; ",
+	"rein.v1.ProposalRevised":     "1 superseded_proposal_id string optional; 2 proposal message optional presence rein.v1.Proposal; 3 changes message repeated rein.v1.ArgumentChange; 4 reason string optional; ",
 	"rein.v1.Question":            "1 text string optional; 2 call_id string optional; ",
 	"rein.v1.RetryPastDeadline":   "1 step uint32 optional; 2 error string optional; 3 wait message optional presence google.protobuf.Duration; ",
 	"rein.v1.RunAdmitted":         "1 waited message optional presence google.protobuf.Duration; 2 deadline message optional presence google.protobuf.Timestamp; 3 by string optional; ",
@@ -911,6 +911,9 @@ func eqProposalRevised(x, y *reinv1.ProposalRevised) bool {
 			return false
 		}
 	}
+	if !(x.GetReason() == y.GetReason()) {
+		return false
+	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }
 
@@ -1332,6 +1335,12 @@ func eqProposal(x, y *reinv1.Proposal) bool {
 		return false
 	}
 	if !(x.GetPolicyMessage() == y.GetPolicyMessage()) {
+		return false
+	}
+	if !(x.GetUncheckedArguments() == y.GetUncheckedArguments()) {
+		return false
+	}
+	if !(x.GetRevisionReason() == y.GetRevisionReason()) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())

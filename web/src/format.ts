@@ -101,6 +101,19 @@ export function usage(r: Run): { steps: string; tokens: string; tools: string; c
   };
 }
 
+// pauseEnds says when a paused run's pause ends if no one acts, and what
+// ends it, as the server derives it (pending.endsAt, endsBy): the earlier
+// of the proposal's expiry and the run's deadline. "" when nothing ends it.
+export function pauseEnds(r: Run): string {
+  const p = r.pending;
+  if (!p?.endsAt) return "";
+  const by = p.endsBy === "run_deadline" ? "the run's deadline: the run then ends budget_exhausted"
+    : p.endsBy === "proposal_ttl" ? "the proposal expires: the run then ends expired"
+    : p.endsBy === "raise_ttl" ? "the pause for a raise expires: the run then ends expired"
+    : p.endsBy;
+  return `${time(p.endsAt)} (${by})`;
+}
+
 export function labels(m: { [k: string]: string } | undefined): string {
   return Object.entries(m ?? {})
     .sort(([a], [b]) => a.localeCompare(b))

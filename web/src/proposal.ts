@@ -7,7 +7,7 @@ import { StructSchema } from "@bufbuild/protobuf/wkt";
 import { api, caller, explain, may } from "./api";
 import { budgetCard } from "./budget";
 import { button, diff, h, outcome } from "./dom";
-import { approvalsWanted, decided, plain, pretty, statusName, time } from "./format";
+import { approvalsWanted, decided, pauseEnds, plain, pretty, statusName } from "./format";
 import { argumentsObject } from "./parse";
 import { refuse, settle } from "./settle";
 import { ApprovalVerdict } from "./gen/rein/v1/run_service_pb";
@@ -55,6 +55,7 @@ function questionCard(run: Run, question: string, done: () => void): HTMLElement
   return h("section", { class: "card question", "data-run": run.runId },
     h("h3", {}, "Question from ", h("a", { href: `#/runs/${run.runId}` }, run.runId)),
     h("p", { class: "text" }, question),
+    pauseEnds(run) ? h("p", { class: "note expires" }, `ends ${pauseEnds(run)}`) : null,
     may("operator") ? h("div", {}, box, send) : h("p", { class: "note" }, "answering needs the operator role"),
     answer);
 }
@@ -99,7 +100,7 @@ function proposalCard(run: Run, p: Proposal, done: () => void): HTMLElement {
       p.approvals > 1 ? h("dd", { class: "approvals" }, `${p.approvedBy.length} of ${p.approvals}` + (p.approvedBy.length ? ` (${p.approvedBy.join(", ")})` : "")) : null,
       h("dt", {}, "goal"), h("dd", { class: "text" }, run.contract?.goal ?? ""),
       h("dt", {}, "hash"), h("dd", {}, h("code", { class: "hash" }, p.hash)),
-      h("dt", {}, "expires"), h("dd", { class: "expires" }, time(p.expiresAt)),
+      h("dt", {}, "ends"), h("dd", { class: "expires", "data-ends-by": run.pending?.endsBy ?? "" }, pauseEnds(run)),
       h("dt", {}, "arguments"), h("dd", {}, h("pre", { class: "arguments" }, pretty(p.arguments))),
     ),
     d !== undefined ? h("div", {}, h("h4", {}, "Diff"), diff(d)) : null,

@@ -7,7 +7,7 @@
 import { create, toJsonString } from "@bufbuild/protobuf";
 import { api, explain, may } from "./api";
 import { button, cut, h, outcome } from "./dom";
-import { statusName, summary, terminal, time, usage } from "./format";
+import { pauseEnds, statusName, summary, terminal, time, usage } from "./format";
 import { debounce, sleep } from "./live";
 import { pendingCard, pendingKey } from "./proposal";
 import { writingPanel } from "./writing";
@@ -54,6 +54,7 @@ export function runPage(root: HTMLElement, runId: string, signal: AbortSignal): 
         h("dt", {}, "tool calls"), h("dd", {}, u.tools),
         h("dt", {}, "cost"), h("dd", {}, u.cost),
         h("dt", {}, "deadline"), h("dd", {}, u.deadline),
+        pauseEnds(r) ? h("dt", {}, "pause ends") : null, pauseEnds(r) ? h("dd", { class: "pause-ends" }, pauseEnds(r)) : null,
         h("dt", {}, "by"), h("dd", {}, `${r.principal} (${r.tenant})`),
         r.statusReason ? h("dt", {}, "why") : null, r.statusReason ? h("dd", { class: "text" }, r.statusReason) : null,
         r.result ? h("dt", {}, "answer") : null, r.result ? h("dd", { class: "text" }, r.result.text) : null,

@@ -9,7 +9,7 @@ import { readFileSync } from "node:fs";
 import { create, fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { EventSchema } from "../src/gen/rein/v1/event_pb";
 import { RunSchema, RunStatus } from "../src/gen/rein/v1/run_pb";
-import { decided, summary } from "../src/format";
+import { decided, pauseEnds, summary } from "../src/format";
 // npm test bundles this file only: the parsers' tests, and those of the
 // model output's text, come with it.
 import "./parse.test";
@@ -121,4 +121,14 @@ test("an approval that decides the write says how the run stands", () => {
   // A revision pending now is another proposal: this one was decided.
   assert.equal(decided(true, waitingRun(2, []), "prop_0"), "approved: the run is needs_approval");
   assert.equal(decided(false, waitingRun(2, ["alice"]), "prop_1"), "denied: the run is needs_approval");
+});
+
+test("a pause says when it ends and what ends it, as the server derives it", () => {
+  const run = (endsBy: string) => fromJson(RunSchema, {
+    runId: "run_1", status: "RUN_STATUS_NEEDS_APPROVAL", deadline: "2026-12-01T10:02:00Z",
+    pending: { proposal: { proposalId: "p", expiresAt: "2026-12-01T11:00:00Z" }, endsAt: "2026-12-01T10:02:00Z", endsBy },
+  });
+  assert.match(pauseEnds(run("run_deadline")), /^2026-12-01 10:02:00\.000 \(the run's deadline: the run then ends budget_exhausted\)$/);
+  assert.match(pauseEnds(run("proposal_ttl")), /\(the proposal expires: the run then ends expired\)$/);
+  assert.equal(pauseEnds(create(RunSchema, { runId: "run_2" })), "");
 });

@@ -36,6 +36,7 @@ from rein_client import (
     connect,
     approvals_wanted,
     from_rpc_error,
+    pause_ends,
     pending_proposal,
     v1,
     waits_for_person,
@@ -104,6 +105,42 @@ class RunTest(unittest.TestCase):
         _, alice, _, run_id, proposal = self.approvers(1)
         answer = alice.approve(run_id, proposal, reason="checked")
         self.assertFalse(waits_for_person(answer), v1.RunStatus.Name(answer.status))
+
+    def paused_with(self, timeout: str, ttl: str):
+        """A client of a new server, the start_run answer of the refund
+        example with its timeout and proposal TTL set, and the run paused on
+        its proposal."""
+        c = self.client(start_server(self))
+
+        def times(task, _script):
+            task["budget"]["timeout"] = timeout
+            task["approval"] = {"proposal_ttl": ttl}
+
+        started = c.start_run(refund_contract(times))
+        until("the run pauses", lambda: waits_for_person(c.get_run(started.run.run_id)))
+        return c, started, c.get_run(started.run.run_id)
+
+    def test_pause_ends_at_the_run_deadline(self):
+        """A proposal TTL that outlives the run's deadline ends at the
+        deadline, and start_run warns of it."""
+        _, started, run = self.paused_with("120s", "3600s")
+        self.assertEqual(len(started.warnings), 1)
+        self.assertIn("proposal_ttl (1h0m0s) outlives contract.budget.timeout (2m0s)", started.warnings[0])
+        end = pause_ends(run)
+        self.assertIsNotNone(end)
+        self.assertEqual(end.by, "run_deadline")
+        self.assertEqual(end.at, run.deadline.ToDatetime(tzinfo=end.at.tzinfo))
+
+    def test_pause_ends_when_the_proposal_expires(self):
+        """The twin: a TTL shorter than the deadline ends when the proposal
+        expires, with no warning; a run that waits no more has no end."""
+        c, started, run = self.paused_with("3600s", "600s")
+        self.assertEqual(started.warnings, ())
+        end = pause_ends(run)
+        self.assertIsNotNone(end)
+        self.assertEqual(end.by, "proposal_ttl")
+        self.assertEqual(end.at, run.pending.proposal.expires_at.ToDatetime(tzinfo=end.at.tzinfo))
+        self.assertIsNone(pause_ends(c.cancel(run.run_id)))
 
     def test_refund_start_watch_approve(self):
         """The refund example: start, watch, approve its proposal, to

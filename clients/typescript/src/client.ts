@@ -4,6 +4,7 @@
 // and watches that survive dropped connections and server restarts
 // (watch.ts).
 import { randomUUID } from "node:crypto";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { create, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type CallOptions as ConnectCallOptions, type Interceptor } from "@connectrpc/connect";
 
@@ -81,6 +82,10 @@ export interface StartRunResult {
   created: boolean;
   // The request ID the run was started with: send it again to retry.
   requestId: string;
+  // Sentences about the contract that did not stop the run but may
+  // surprise its caller, such as a proposal TTL that outlives the run's
+  // deadline.
+  warnings: string[];
 }
 
 export type RaiseBudgetInit = Omit<MessageInitShape<typeof RaiseBudgetRequestSchema>, "runId" | "$typeName">;
@@ -123,7 +128,7 @@ export class ReinClient {
   async startRun(init: StartRunInit, opts?: CallOptions): Promise<StartRunResult> {
     const requestId = init.requestId || `ts-${randomUUID()}`;
     const resp = await this.unary((c, o) => c.startRun({ requestId, contract: init.contract }, o), opts);
-    return { run: mustRun(resp.run), created: resp.created, requestId };
+    return { run: mustRun(resp.run), created: resp.created, requestId, warnings: resp.warnings };
   }
 
   // getRun reads a run's current state.
@@ -326,6 +331,25 @@ export function waitsForPerson(run: Run | undefined): boolean {
 export function approvalsWanted(run: Run | undefined): number {
   const p = waitsForPerson(run) ? pendingProposal(run) : undefined;
   return p ? Math.max(p.approvals, 1) - p.approvedBy.length : 0;
+}
+
+// PauseEnd is when a pause ends if no one acts, and what ends it.
+export interface PauseEnd {
+  at: Date;
+  // "proposal_ttl": the proposal expires; "run_deadline": the run's
+  // deadline passes first (the run ends budget_exhausted); "raise_ttl": a
+  // budget pause expires.
+  by: "proposal_ttl" | "run_deadline" | "raise_ttl";
+}
+
+// pauseEnds is when the pause a run waits in ends, as the server derives it
+// (run.pending.endsAt, endsBy): the earlier of the proposal's expiry and the
+// run's deadline. Undefined when the run waits for no person or nothing
+// ends its pause.
+export function pauseEnds(run: Run | undefined): PauseEnd | undefined {
+  const p = run?.pending;
+  if (!waitsForPerson(run) || !p?.endsAt) return undefined;
+  return { at: timestampDate(p.endsAt), by: p.endsBy as PauseEnd["by"] };
 }
 
 function mustRun(run: Run | undefined): Run {

@@ -2,7 +2,9 @@
 export {
   approvalsWanted,
   connect,
+  pauseEnds,
   pendingProposal,
+  type PauseEnd,
   ReinClient,
   MAX_RETRY_INFO_ATTEMPTS,
   type CallOptions,

@@ -6,6 +6,7 @@ import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { test } from "node:test";
 import { fromBinary, type JsonObject } from "@bufbuild/protobuf";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
 
 import {
   approvalsWanted,
@@ -15,6 +16,7 @@ import {
   InvalidArgumentError,
   NotFoundError,
   OutOfRangeError,
+  pauseEnds,
   pendingProposal,
   ReinError,
   RunExportSchema,
@@ -23,7 +25,7 @@ import {
   waitsForPerson,
   type Event,
 } from "../src/index.js";
-import { pkgDir, refundContract, reinBin, repoDir, startServer, tempDir, TOKEN, tokensFile } from "./helpers.js";
+import { pkgDir, refundContract, reinBin, repoDir, startServer, tempDir, TOKEN, tokensFile, until } from "./helpers.js";
 
 // kinds is each event's payload case, in order.
 function kinds(events: Event[]): string[] {
@@ -344,3 +346,43 @@ function runNode(script: string, env: Record<string, string>): Promise<{ code: n
     });
   });
 }
+
+// pauseContract is the refund example with its budget's timeout and its
+// approval's proposal TTL set.
+function pauseContract(timeout: string, ttl: string) {
+  return refundContract((task) => {
+    (task["budget"] as JsonObject)["timeout"] = timeout;
+    task["approval"] = { proposal_ttl: ttl };
+  });
+}
+
+test("pauseEnds: a proposal TTL that outlives the run's deadline ends at the deadline, and startRun warns", async (t) => {
+  const srv = await startServer(t);
+  const c = connect({ servers: [srv.address] });
+  t.after(() => c.close());
+  const { run, warnings } = await c.startRun({ contract: pauseContract("120s", "3600s") });
+  assert.equal(warnings.length, 1);
+  assert.match(warnings[0]!, /proposal_ttl \(1h0m0s\) outlives contract\.budget\.timeout \(2m0s\)/);
+  await until("the run pauses", async () => waitsForPerson(await c.getRun(run.runId)));
+  const paused = await c.getRun(run.runId);
+  const end = pauseEnds(paused);
+  assert.ok(end && paused.deadline);
+  assert.equal(end.by, "run_deadline");
+  assert.equal(end.at.getTime(), timestampDate(paused.deadline).getTime());
+});
+
+test("pauseEnds: a proposal TTL shorter than the run's deadline ends when the proposal expires, with no warning", async (t) => {
+  const srv = await startServer(t);
+  const c = connect({ servers: [srv.address] });
+  t.after(() => c.close());
+  const { run, warnings } = await c.startRun({ contract: pauseContract("3600s", "600s") });
+  assert.deepEqual(warnings, []);
+  await until("the run pauses", async () => waitsForPerson(await c.getRun(run.runId)));
+  const paused = await c.getRun(run.runId);
+  const end = pauseEnds(paused);
+  const p = pendingProposal(paused);
+  assert.ok(end && p?.expiresAt);
+  assert.equal(end.by, "proposal_ttl");
+  assert.equal(end.at.getTime(), timestampDate(p.expiresAt).getTime());
+  assert.equal(pauseEnds(await c.cancel(run.runId)), undefined);
+});

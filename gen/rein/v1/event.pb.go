@@ -3047,7 +3047,10 @@ type ProposalRevised struct {
 	// The revised proposal.
 	Proposal *Proposal `protobuf:"bytes,2,opt,name=proposal,proto3" json:"proposal,omitempty"`
 	// What changed in the arguments, field by field.
-	Changes       []*ArgumentChange `protobuf:"bytes,3,rep,name=changes,proto3" json:"changes,omitempty"`
+	Changes []*ArgumentChange `protobuf:"bytes,3,rep,name=changes,proto3" json:"changes,omitempty"`
+	// Why the person revised it (decide_approval's reason); empty when they
+	// gave none.
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3101,6 +3104,13 @@ func (x *ProposalRevised) GetChanges() []*ArgumentChange {
 		return x.Changes
 	}
 	return nil
+}
+
+func (x *ProposalRevised) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 // ArgumentChange is one changed field of a revised proposal's arguments.
@@ -3601,11 +3611,12 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x12$\n" +
 	"\x0eadd_tool_calls\x18\b \x01(\rR\faddToolCalls\x12 \n" +
 	"\fchild_run_id\x18\t \x01(\tR\n" +
-	"childRunId\"\xa9\x01\n" +
+	"childRunId\"\xc1\x01\n" +
 	"\x0fProposalRevised\x124\n" +
 	"\x16superseded_proposal_id\x18\x01 \x01(\tR\x14supersededProposalId\x12-\n" +
 	"\bproposal\x18\x02 \x01(\v2\x11.rein.v1.ProposalR\bproposal\x121\n" +
-	"\achanges\x18\x03 \x03(\v2\x17.rein.v1.ArgumentChangeR\achanges\"\x82\x01\n" +
+	"\achanges\x18\x03 \x03(\v2\x17.rein.v1.ArgumentChangeR\achanges\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x82\x01\n" +
 	"\x0eArgumentChange\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12.\n" +
 	"\x06before\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x06before\x12,\n" +

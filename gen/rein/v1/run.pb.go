@@ -697,7 +697,17 @@ type PendingAction struct {
 	//	*PendingAction_Proposal
 	//	*PendingAction_Question
 	//	*PendingAction_Budget
-	Action        isPendingAction_Action `protobuf_oneof:"action"`
+	Action isPendingAction_Action `protobuf_oneof:"action"`
+	// When the pause really ends if no one acts: the earlier of the
+	// proposal's expires_at and the run's deadline (the deadline alone for a
+	// question; a budget pause's own expires_at). Unset when nothing ends it.
+	// The server derives it from the run; every face shows this one.
+	EndsAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=ends_at,json=endsAt,proto3" json:"ends_at,omitempty"`
+	// What ends the pause at ends_at: "proposal_ttl" (the proposal expires),
+	// "run_deadline" (the run's deadline passes first; the run ends
+	// budget_exhausted) or "raise_ttl" (a budget pause expires). Empty when
+	// ends_at is unset.
+	EndsBy        string `protobuf:"bytes,5,opt,name=ends_by,json=endsBy,proto3" json:"ends_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -764,6 +774,20 @@ func (x *PendingAction) GetBudget() *BudgetPause {
 		}
 	}
 	return nil
+}
+
+func (x *PendingAction) GetEndsAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndsAt
+	}
+	return nil
+}
+
+func (x *PendingAction) GetEndsBy() string {
+	if x != nil {
+		return x.EndsBy
+	}
+	return ""
 }
 
 type isPendingAction_Action interface {
@@ -932,8 +956,15 @@ type Proposal struct {
 	PolicyRule string `protobuf:"bytes,15,opt,name=policy_rule,json=policyRule,proto3" json:"policy_rule,omitempty"`
 	// The policy's message for the approver.
 	PolicyMessage string `protobuf:"bytes,16,opt,name=policy_message,json=policyMessage,proto3" json:"policy_message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// True when the tool has no input schema, so rein could not check the
+	// arguments (the model's or a person's revision) against one: the
+	// approver reads them unchecked. Not part of the hash.
+	UncheckedArguments bool `protobuf:"varint,17,opt,name=unchecked_arguments,json=uncheckedArguments,proto3" json:"unchecked_arguments,omitempty"`
+	// For a revised proposal: the reason its reviser gave
+	// (proposal_revised.reason); not part of the hash.
+	RevisionReason string `protobuf:"bytes,18,opt,name=revision_reason,json=revisionReason,proto3" json:"revision_reason,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Proposal) Reset() {
@@ -1074,6 +1105,20 @@ func (x *Proposal) GetPolicyRule() string {
 func (x *Proposal) GetPolicyMessage() string {
 	if x != nil {
 		return x.PolicyMessage
+	}
+	return ""
+}
+
+func (x *Proposal) GetUncheckedArguments() bool {
+	if x != nil {
+		return x.UncheckedArguments
+	}
+	return false
+}
+
+func (x *Proposal) GetRevisionReason() string {
+	if x != nil {
+		return x.RevisionReason
 	}
 	return ""
 }
@@ -1669,11 +1714,13 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\x0foutput_per_mtok\x18\x02 \x01(\x01R\routputPerMtok\x1aB\n" +
 	"\x14ToolCallsByToolEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xab\x01\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xf9\x01\n" +
 	"\rPendingAction\x12/\n" +
 	"\bproposal\x18\x01 \x01(\v2\x11.rein.v1.ProposalH\x00R\bproposal\x12/\n" +
 	"\bquestion\x18\x02 \x01(\v2\x11.rein.v1.QuestionH\x00R\bquestion\x12.\n" +
-	"\x06budget\x18\x03 \x01(\v2\x14.rein.v1.BudgetPauseH\x00R\x06budgetB\b\n" +
+	"\x06budget\x18\x03 \x01(\v2\x14.rein.v1.BudgetPauseH\x00R\x06budget\x123\n" +
+	"\aends_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06endsAt\x12\x17\n" +
+	"\aends_by\x18\x05 \x01(\tR\x06endsByB\b\n" +
 	"\x06action\"\xef\x01\n" +
 	"\vBudgetPause\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\tR\x05limit\x12\x16\n" +
@@ -1683,7 +1730,7 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\fchild_run_id\x18\x04 \x01(\tR\n" +
 	"childRunId\x12(\n" +
 	"\x10next_call_tokens\x18\x05 \x01(\x04R\x0enextCallTokens\x12+\n" +
-	"\x12next_call_cost_usd\x18\x06 \x01(\x01R\x0fnextCallCostUsd\"\xc8\x04\n" +
+	"\x12next_call_cost_usd\x18\x06 \x01(\x01R\x0fnextCallCostUsd\"\xa2\x05\n" +
 	"\bProposal\x12\x1f\n" +
 	"\vproposal_id\x18\x01 \x01(\tR\n" +
 	"proposalId\x12\x12\n" +
@@ -1707,7 +1754,9 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\x04tier\x18\x0e \x01(\x0e2\x11.rein.v1.ToolTierR\x04tier\x12\x1f\n" +
 	"\vpolicy_rule\x18\x0f \x01(\tR\n" +
 	"policyRule\x12%\n" +
-	"\x0epolicy_message\x18\x10 \x01(\tR\rpolicyMessage\"7\n" +
+	"\x0epolicy_message\x18\x10 \x01(\tR\rpolicyMessage\x12/\n" +
+	"\x13unchecked_arguments\x18\x11 \x01(\bR\x12uncheckedArguments\x12'\n" +
+	"\x0frevision_reason\x18\x12 \x01(\tR\x0erevisionReason\"7\n" +
 	"\bQuestion\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\"\xa2\x01\n" +
@@ -1831,23 +1880,24 @@ var file_rein_v1_run_proto_depIdxs = []int32{
 	7,  // 20: rein.v1.PendingAction.proposal:type_name -> rein.v1.Proposal
 	8,  // 21: rein.v1.PendingAction.question:type_name -> rein.v1.Question
 	6,  // 22: rein.v1.PendingAction.budget:type_name -> rein.v1.BudgetPause
-	18, // 23: rein.v1.BudgetPause.expires_at:type_name -> google.protobuf.Timestamp
-	22, // 24: rein.v1.Proposal.arguments:type_name -> google.protobuf.Struct
-	23, // 25: rein.v1.Proposal.preview:type_name -> google.protobuf.Value
-	18, // 26: rein.v1.Proposal.expires_at:type_name -> google.protobuf.Timestamp
-	21, // 27: rein.v1.Proposal.tier:type_name -> rein.v1.ToolTier
-	12, // 28: rein.v1.RunDelegation.open_children:type_name -> rein.v1.ChildLoan
-	11, // 29: rein.v1.RunDelegation.lent:type_name -> rein.v1.Spend
-	11, // 30: rein.v1.RunDelegation.returned:type_name -> rein.v1.Spend
-	11, // 31: rein.v1.ChildLoan.lent:type_name -> rein.v1.Spend
-	24, // 32: rein.v1.PolicyDecided.effect:type_name -> rein.v1.PolicyEffect
-	1,  // 33: rein.v1.PolicyDecided.source:type_name -> rein.v1.PolicySource
-	25, // 34: rein.v1.PolicyDecided.latency:type_name -> google.protobuf.Duration
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	18, // 23: rein.v1.PendingAction.ends_at:type_name -> google.protobuf.Timestamp
+	18, // 24: rein.v1.BudgetPause.expires_at:type_name -> google.protobuf.Timestamp
+	22, // 25: rein.v1.Proposal.arguments:type_name -> google.protobuf.Struct
+	23, // 26: rein.v1.Proposal.preview:type_name -> google.protobuf.Value
+	18, // 27: rein.v1.Proposal.expires_at:type_name -> google.protobuf.Timestamp
+	21, // 28: rein.v1.Proposal.tier:type_name -> rein.v1.ToolTier
+	12, // 29: rein.v1.RunDelegation.open_children:type_name -> rein.v1.ChildLoan
+	11, // 30: rein.v1.RunDelegation.lent:type_name -> rein.v1.Spend
+	11, // 31: rein.v1.RunDelegation.returned:type_name -> rein.v1.Spend
+	11, // 32: rein.v1.ChildLoan.lent:type_name -> rein.v1.Spend
+	24, // 33: rein.v1.PolicyDecided.effect:type_name -> rein.v1.PolicyEffect
+	1,  // 34: rein.v1.PolicyDecided.source:type_name -> rein.v1.PolicySource
+	25, // 35: rein.v1.PolicyDecided.latency:type_name -> google.protobuf.Duration
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_proto_init() }

@@ -1225,7 +1225,11 @@ type StartRunResponse struct {
 	// The run, as it stands after the call.
 	Run *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
 	// False when request_id named a run that already existed.
-	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	Created bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	// Sentences about the contract that did not stop the run but may
+	// surprise its caller, for example a proposal_ttl that outlives the
+	// run's deadline (a pending proposal then ends with the deadline).
+	Warnings      []string `protobuf:"bytes,3,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1272,6 +1276,13 @@ func (x *StartRunResponse) GetCreated() bool {
 		return x.Created
 	}
 	return false
+}
+
+func (x *StartRunResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
 }
 
 // GetRunRequest names a run.
@@ -3680,10 +3691,11 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\x0eGetTaskRequest\x12\x1d\n" +
 	"\x04name\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\x04name\"4\n" +
 	"\x0fGetTaskResponse\x12!\n" +
-	"\x04task\x18\x01 \x01(\v2\r.rein.v1.TaskR\x04task\"L\n" +
+	"\x04task\x18\x01 \x01(\v2\r.rein.v1.TaskR\x04task\"h\n" +
 	"\x10StartRunResponse\x12\x1e\n" +
 	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"2\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\x12\x1a\n" +
+	"\bwarnings\x18\x03 \x03(\tR\bwarnings\"2\n" +
 	"\rGetRunRequest\x12!\n" +
 	"\x06run_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x05runId\"0\n" +

@@ -22,7 +22,9 @@ from .client import (
     StartRunResult,
     SteerResult,
     approvals_wanted,
+    PauseEnd,
     connect,
+    pause_ends,
     pending_proposal,
     waits_for_person,
 )
@@ -64,6 +66,8 @@ __all__ = [
     "SteerResult",
     "approvals_wanted",
     "connect",
+    "PauseEnd",
+    "pause_ends",
     "pending_proposal",
     "waits_for_person",
     "CancelledError",

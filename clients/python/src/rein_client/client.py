@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union
 
 import grpc
 from google.protobuf import duration_pb2, struct_pb2
@@ -80,6 +80,10 @@ class StartRunResult:
     created: bool
     #: The request ID the run was started with: send it again to retry.
     request_id: str
+    #: Sentences about the contract that did not stop the run but may
+    #: surprise its caller, such as a proposal TTL that outlives the run's
+    #: deadline.
+    warnings: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,27 @@ def approvals_wanted(run: Optional[v1.Run]) -> int:
     if p is None:
         return 0
     return max(p.approvals, 1) - len(p.approved_by)
+
+
+class PauseEnd(NamedTuple):
+    """When a pause ends if no one acts, and what ends it."""
+
+    #: When, as an aware datetime in UTC.
+    at: datetime.datetime
+    #: "proposal_ttl" (the proposal expires), "run_deadline" (the run's
+    #: deadline passes first; the run ends budget_exhausted) or "raise_ttl"
+    #: (a budget pause expires).
+    by: str
+
+
+def pause_ends(run: Optional[v1.Run]) -> Optional[PauseEnd]:
+    """When the pause a run waits in ends, as the server derives it
+    (run.pending.ends_at, ends_by): the earlier of the proposal's expiry and
+    the run's deadline. None when the run waits for no person or nothing
+    ends its pause."""
+    if run is None or not waits_for_person(run) or not run.pending.HasField("ends_at"):
+        return None
+    return PauseEnd(run.pending.ends_at.ToDatetime(tzinfo=datetime.timezone.utc), run.pending.ends_by)
 
 
 def connect(
@@ -251,7 +276,7 @@ class Client:
         never a second, so a start is safe to send again."""
         rid = request_id or f"py-{uuid.uuid4()}"
         resp = self._unary("StartRun", v1.StartRunRequest(request_id=rid, contract=contract), timeout)
-        return StartRunResult(_must_run(resp), resp.created, rid)
+        return StartRunResult(_must_run(resp), resp.created, rid, tuple(resp.warnings))
 
     def get_run(self, run_id: str, *, timeout: Optional[float] = None) -> v1.Run:
         """A run's current state."""

@@ -360,14 +360,16 @@ class ModelThrottled(_message.Message):
     def __init__(self, step: _Optional[int] = ..., wait: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., bucket: _Optional[str] = ...) -> None: ...
 
 class ProposalRevised(_message.Message):
-    __slots__ = ["changes", "proposal", "superseded_proposal_id"]
+    __slots__ = ["changes", "proposal", "reason", "superseded_proposal_id"]
     CHANGES_FIELD_NUMBER: _ClassVar[int]
     PROPOSAL_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     SUPERSEDED_PROPOSAL_ID_FIELD_NUMBER: _ClassVar[int]
     changes: _containers.RepeatedCompositeFieldContainer[ArgumentChange]
     proposal: _run_pb2.Proposal
+    reason: str
     superseded_proposal_id: str
-    def __init__(self, superseded_proposal_id: _Optional[str] = ..., proposal: _Optional[_Union[_run_pb2.Proposal, _Mapping]] = ..., changes: _Optional[_Iterable[_Union[ArgumentChange, _Mapping]]] = ...) -> None: ...
+    def __init__(self, superseded_proposal_id: _Optional[str] = ..., proposal: _Optional[_Union[_run_pb2.Proposal, _Mapping]] = ..., changes: _Optional[_Iterable[_Union[ArgumentChange, _Mapping]]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RetryPastDeadline(_message.Message):
     __slots__ = ["error", "step", "wait"]

@@ -66,14 +66,18 @@ class DelegatedBy(_message.Message):
     def __init__(self, parent_run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., task_index: _Optional[int] = ..., root_run_id: _Optional[str] = ..., depth: _Optional[int] = ...) -> None: ...
 
 class PendingAction(_message.Message):
-    __slots__ = ["budget", "proposal", "question"]
+    __slots__ = ["budget", "ends_at", "ends_by", "proposal", "question"]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
+    ENDS_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDS_BY_FIELD_NUMBER: _ClassVar[int]
     PROPOSAL_FIELD_NUMBER: _ClassVar[int]
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     budget: BudgetPause
+    ends_at: _timestamp_pb2.Timestamp
+    ends_by: str
     proposal: Proposal
     question: Question
-    def __init__(self, proposal: _Optional[_Union[Proposal, _Mapping]] = ..., question: _Optional[_Union[Question, _Mapping]] = ..., budget: _Optional[_Union[BudgetPause, _Mapping]] = ...) -> None: ...
+    def __init__(self, proposal: _Optional[_Union[Proposal, _Mapping]] = ..., question: _Optional[_Union[Question, _Mapping]] = ..., budget: _Optional[_Union[BudgetPause, _Mapping]] = ..., ends_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., ends_by: _Optional[str] = ...) -> None: ...
 
 class PolicyDecided(_message.Message):
     __slots__ = ["approvals", "call_id", "effect", "error", "latency", "message", "rule", "source", "tool", "when"]
@@ -100,7 +104,7 @@ class PolicyDecided(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., tool: _Optional[str] = ..., effect: _Optional[_Union[_contract_pb2.PolicyEffect, str]] = ..., source: _Optional[_Union[PolicySource, str]] = ..., rule: _Optional[str] = ..., when: _Optional[str] = ..., message: _Optional[str] = ..., approvals: _Optional[int] = ..., latency: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
 
 class Proposal(_message.Message):
-    __slots__ = ["approvals", "approved_by", "arguments", "arguments_blob", "call_id", "expires_at", "hash", "policy_message", "policy_rule", "preview", "preview_blob", "proposal_id", "revised_by", "run_version", "tier", "tool"]
+    __slots__ = ["approvals", "approved_by", "arguments", "arguments_blob", "call_id", "expires_at", "hash", "policy_message", "policy_rule", "preview", "preview_blob", "proposal_id", "revised_by", "revision_reason", "run_version", "tier", "tool", "unchecked_arguments"]
     APPROVALS_FIELD_NUMBER: _ClassVar[int]
     APPROVED_BY_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_BLOB_FIELD_NUMBER: _ClassVar[int]
@@ -114,9 +118,11 @@ class Proposal(_message.Message):
     PREVIEW_FIELD_NUMBER: _ClassVar[int]
     PROPOSAL_ID_FIELD_NUMBER: _ClassVar[int]
     REVISED_BY_FIELD_NUMBER: _ClassVar[int]
+    REVISION_REASON_FIELD_NUMBER: _ClassVar[int]
     RUN_VERSION_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
+    UNCHECKED_ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     approvals: int
     approved_by: _containers.RepeatedScalarFieldContainer[str]
     arguments: _struct_pb2.Struct
@@ -130,10 +136,12 @@ class Proposal(_message.Message):
     preview_blob: str
     proposal_id: str
     revised_by: str
+    revision_reason: str
     run_version: int
     tier: _contract_pb2.ToolTier
     tool: str
-    def __init__(self, proposal_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., preview: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., hash: _Optional[str] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., run_version: _Optional[int] = ..., call_id: _Optional[str] = ..., preview_blob: _Optional[str] = ..., arguments_blob: _Optional[str] = ..., revised_by: _Optional[str] = ..., approvals: _Optional[int] = ..., approved_by: _Optional[_Iterable[str]] = ..., tier: _Optional[_Union[_contract_pb2.ToolTier, str]] = ..., policy_rule: _Optional[str] = ..., policy_message: _Optional[str] = ...) -> None: ...
+    unchecked_arguments: bool
+    def __init__(self, proposal_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., preview: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., hash: _Optional[str] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., run_version: _Optional[int] = ..., call_id: _Optional[str] = ..., preview_blob: _Optional[str] = ..., arguments_blob: _Optional[str] = ..., revised_by: _Optional[str] = ..., approvals: _Optional[int] = ..., approved_by: _Optional[_Iterable[str]] = ..., tier: _Optional[_Union[_contract_pb2.ToolTier, str]] = ..., policy_rule: _Optional[str] = ..., policy_message: _Optional[str] = ..., unchecked_arguments: bool = ..., revision_reason: _Optional[str] = ...) -> None: ...
 
 class Question(_message.Message):
     __slots__ = ["call_id", "text"]

@@ -465,12 +465,14 @@ class StartRunRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., contract: _Optional[_Union[_contract_pb2.TaskContract, _Mapping]] = ..., task: _Optional[str] = ..., inputs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class StartRunResponse(_message.Message):
-    __slots__ = ["created", "run"]
+    __slots__ = ["created", "run", "warnings"]
     CREATED_FIELD_NUMBER: _ClassVar[int]
     RUN_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
     created: bool
     run: _run_pb2.Run
-    def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ..., created: bool = ...) -> None: ...
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ..., created: bool = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SteerRunRequest(_message.Message):
     __slots__ = ["request_id", "run_id", "text"]
