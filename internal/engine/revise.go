@@ -20,7 +20,8 @@ import (
 // preview, under a new proposal ID and hash, recorded as proposal_revised
 // with what changed and who changed it. The run stays needs_approval, and
 // the revision is approved like any proposal: the approval binds to its
-// hash. Arguments the schema refuses are a FieldError; a tool that cannot
+// hash. A tool with no input schema marks the revision unchecked_arguments;
+// the person's reason goes with it. Arguments the schema refuses are a FieldError; a tool that cannot
 // preview them, or a write whose earlier dispatch has an unknown outcome,
 // is refused (ErrNotWaiting). A refusal records nothing.
 func (e *Engine) revise(ctx context.Context, st runstate.State, v Verdict) (runstate.State, error) {
@@ -29,7 +30,7 @@ func (e *Engine) revise(ctx context.Context, st runstate.State, v Verdict) (runs
 		return st, fmt.Errorf("%w: proposal %s was dispatched and its outcome is unknown; approve it again (rein looks the write up first) or reject it, and propose a revision after",
 			ErrNotWaiting, old.GetProposalId())
 	}
-	why, err := step.CheckArguments(ctx, e.executor(), st.Contract.GetTools(), old.GetTool(), v.Arguments, e.cfg.ToolTimeout)
+	why, checked, err := step.CheckArguments(ctx, e.executor(), st.Contract.GetTools(), old.GetTool(), v.Arguments, e.cfg.ToolTimeout)
 	if err != nil {
 		return st, err
 	}
@@ -74,6 +75,7 @@ func (e *Engine) revise(ctx context.Context, st runstate.State, v Verdict) (runs
 		Approvals:  approvals,
 		Tier:       old.GetTier(),
 		PolicyRule: old.GetPolicyRule(), PolicyMessage: old.GetPolicyMessage(),
+		UncheckedArguments: !checked, RevisionReason: v.Reason,
 	}
 	changes := step.ArgumentChanges(whole.GetArguments(), v.Arguments)
 	blobs := step.InlineProposal(p)
@@ -85,7 +87,7 @@ func (e *Engine) revise(ctx context.Context, st runstate.State, v Verdict) (runs
 	// Stamped with the instant its expiry counts from, as a step's events
 	// are, so a replay reaches the same expiry.
 	next, err := e.commit(ctx, st, "principal:"+v.Principal, []*reinv1.Event{{RecordedAt: timestamppb.New(now), Payload: &reinv1.Event_ProposalRevised{ProposalRevised: &reinv1.ProposalRevised{
-		SupersededProposalId: old.GetProposalId(), Proposal: p, Changes: changes,
+		SupersededProposalId: old.GetProposalId(), Proposal: p, Changes: changes, Reason: v.Reason,
 	}}}}, opts...)
 	if err != nil {
 		return st, err

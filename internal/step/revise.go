@@ -17,11 +17,13 @@ import (
 // CheckArguments says how args break the input schema of the granted tool
 // named tool (the grant's own, else the one ex lists for it, listed within
 // timeout), or "" when they match or the tool has none: a person's
-// revision of a write is held to the schema the model's call was.
-func CheckArguments(ctx context.Context, ex tools.Executor, grants []*reinv1.ToolGrant, tool string, args *structpb.Struct, timeout time.Duration) (string, error) {
+// revision of a write is held to the schema the model's call was. checked
+// is false when the tool has no schema to hold them to (the proposal's
+// unchecked_arguments).
+func CheckArguments(ctx context.Context, ex tools.Executor, grants []*reinv1.ToolGrant, tool string, args *structpb.Struct, timeout time.Duration) (why string, checked bool, err error) {
 	i := slices.IndexFunc(grants, func(g *reinv1.ToolGrant) bool { return g.GetName() == tool })
 	if i < 0 {
-		return fmt.Sprintf("tool %q is not granted to this run", tool), nil
+		return fmt.Sprintf("tool %q is not granted to this run", tool), false, nil
 	}
 	schema := grants[i].GetInputSchema()
 	if schema == nil {
@@ -29,7 +31,7 @@ func CheckArguments(ctx context.Context, ex tools.Executor, grants []*reinv1.Too
 		defer cancel()
 		specs, err := ex.List(lctx)
 		if err != nil {
-			return "", fmt.Errorf("list the tools to check the arguments against %s's schema: %w", tool, err)
+			return "", false, fmt.Errorf("list the tools to check the arguments against %s's schema: %w", tool, err)
 		}
 		for _, sp := range specs {
 			if sp.Name == tool {
@@ -38,13 +40,13 @@ func CheckArguments(ctx context.Context, ex tools.Executor, grants []*reinv1.Too
 		}
 	}
 	if schema == nil {
-		return "", nil
+		return "", false, nil
 	}
 	is, err := compileSchema(schema)
 	if err != nil {
-		return "", fmt.Errorf("tool %s's input schema does not compile: %w", tool, err)
+		return "", false, fmt.Errorf("tool %s's input schema does not compile: %w", tool, err)
 	}
-	return is.mismatch(tool, args), nil
+	return is.mismatch(tool, args), true, nil
 }
 
 // ArgumentChanges are the fields in which after differs from before, each

@@ -10,13 +10,18 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"text/template"
 
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // FixtureResult is one scripted result of a fixture tool: Output or Error for
 // a read; Preview and Receipt for a write, or Preview and Refused for a write
-// its tool refuses at commit (nothing written, ErrRefused).
+// its tool refuses at commit (nothing written, ErrRefused). A string in a
+// Preview or a Receipt may be a Go text/template over the call's arguments
+// ("{{.amount}}"): the tool renders it for each call, so a revised write's
+// preview and receipt follow its arguments; a string with no action is
+// returned as written.
 type FixtureResult struct {
 	Output  *structpb.Value
 	Error   string
@@ -154,6 +159,11 @@ func ParseFixtures(data []byte) (*Fixtures, error) {
 			if fr.Refused != "" && (fr.Receipt != nil || fr.Output != nil || fr.Error != "") {
 				return nil, fmt.Errorf("fixtures.%s[%d]: refused is a write refused at commit; give it with preview only", name, i)
 			}
+			for key, v := range map[string]*structpb.Value{"preview": fr.Preview, "receipt": fr.Receipt} {
+				if _, err := render(v, nil, false); err != nil {
+					return nil, fmt.Errorf("fixtures.%s[%d].%s: %w", name, i, key, err)
+				}
+			}
 			if fr.Output == nil && fr.Error == "" && fr.Preview == nil && fr.Receipt == nil {
 				return nil, fmt.Errorf("fixtures.%s[%d]: empty result; give output, error, or preview and receipt", name, i)
 			}
@@ -214,7 +224,11 @@ func (f *Fixtures) Propose(ctx context.Context, call Call) (*structpb.Value, err
 	if r.Error != "" {
 		return nil, errors.New(r.Error)
 	}
-	return r.Preview, ctx.Err()
+	preview, err := render(r.Preview, call.Args, true)
+	if err != nil {
+		return nil, fmt.Errorf("fixture tool %s cannot preview these arguments: %w", call.Tool, err)
+	}
+	return preview, ctx.Err()
 }
 
 // Commit implements Executor. It is idempotent on operationID.
@@ -246,7 +260,9 @@ func (f *Fixtures) Commit(ctx context.Context, call Call, operationID string) (*
 	}
 	receipt, repeat := f.committed[operationID]
 	if !repeat {
-		receipt = r.Receipt
+		if receipt, err = render(r.Receipt, call.Args, true); err != nil {
+			return nil, fmt.Errorf("fixture tool %s cannot write these arguments, and wrote nothing: %w", call.Tool, err)
+		}
 	}
 	if f.ledger != nil {
 		kind := "applied"
@@ -295,4 +311,46 @@ func (f *Fixtures) Close() error {
 	err := f.ledger.Close()
 	f.ledger = nil
 	return err
+}
+
+// render is v with each string that holds a template action ("{{") run as
+// a text/template over args, which must have every field it names; with
+// run false it only parses them. v itself is not changed.
+func render(v *structpb.Value, args *structpb.Struct, run bool) (*structpb.Value, error) {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StringValue:
+		if !strings.Contains(k.StringValue, "{{") {
+			return v, nil
+		}
+		t, err := template.New("fixture").Option("missingkey=error").Parse(k.StringValue)
+		if err != nil || !run {
+			return v, err
+		}
+		var b strings.Builder
+		if err := t.Execute(&b, args.AsMap()); err != nil {
+			return nil, err
+		}
+		return structpb.NewStringValue(b.String()), nil
+	case *structpb.Value_StructValue:
+		out := &structpb.Struct{Fields: make(map[string]*structpb.Value, len(k.StructValue.GetFields()))}
+		for name, f := range k.StructValue.GetFields() {
+			r, err := render(f, args, run)
+			if err != nil {
+				return nil, err
+			}
+			out.Fields[name] = r
+		}
+		return structpb.NewStructValue(out), nil
+	case *structpb.Value_ListValue:
+		out := &structpb.ListValue{Values: make([]*structpb.Value, len(k.ListValue.GetValues()))}
+		for i, f := range k.ListValue.GetValues() {
+			r, err := render(f, args, run)
+			if err != nil {
+				return nil, err
+			}
+			out.Values[i] = r
+		}
+		return structpb.NewListValue(out), nil
+	}
+	return v, nil
 }

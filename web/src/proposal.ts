@@ -85,15 +85,19 @@ function proposalCard(run: Run, p: Proposal, done: () => void): HTMLElement {
         button("Edit arguments", () => void editor.open(), { class: "edit" }),
         editor.el)
     : h("p", { class: "note" }, "deciding needs the approver role");
-  const preview = h("details", {},
-    h("summary", {}, "Preview, exactly as hashed"),
-    h("pre", { class: "preview" }, pretty(p.preview)));
-  preview.open = d === undefined;
+  // A tool that gave no preview says so: nothing else stands in for it.
+  const preview = p.preview === undefined && !p.previewBlob
+    ? h("p", { class: "note no-preview" }, `${p.tool} gave no preview of this write: review its arguments`)
+    : h("details", {},
+      h("summary", {}, "Preview, exactly as hashed"),
+      h("pre", { class: "preview" }, pretty(p.preview)));
+  if (preview instanceof HTMLDetailsElement) preview.open = d === undefined;
   return h("section", { class: "card proposal", "data-run": run.runId, "data-proposal": p.proposalId },
     h("h3", {}, `${p.tool} proposed in `, h("a", { href: `#/runs/${run.runId}` }, run.runId)),
     h("dl", {},
       h("dt", {}, "proposed by"), h("dd", {}, run.principal),
       p.revisedBy ? h("dt", {}, "revised by") : null, p.revisedBy ? h("dd", { class: "revised-by" }, p.revisedBy) : null,
+      p.revisionReason ? h("dt", {}, "why revised") : null, p.revisionReason ? h("dd", { class: "revision-reason text" }, p.revisionReason) : null,
       p.policyRule ? h("dt", {}, "policy") : null,
       p.policyRule ? h("dd", { class: "policy" }, `rule "${p.policyRule}"` + (p.policyMessage ? `: ${p.policyMessage}` : "")) : null,
       p.approvals > 1 ? h("dt", {}, "approvals") : null,
@@ -101,7 +105,8 @@ function proposalCard(run: Run, p: Proposal, done: () => void): HTMLElement {
       h("dt", {}, "goal"), h("dd", { class: "text" }, run.contract?.goal ?? ""),
       h("dt", {}, "hash"), h("dd", {}, h("code", { class: "hash" }, p.hash)),
       h("dt", {}, "ends"), h("dd", { class: "expires", "data-ends-by": run.pending?.endsBy ?? "" }, pauseEnds(run)),
-      h("dt", {}, "arguments"), h("dd", {}, h("pre", { class: "arguments" }, pretty(p.arguments))),
+      h("dt", {}, "arguments"), h("dd", {}, h("pre", { class: "arguments" }, pretty(p.arguments)),
+        p.uncheckedArguments ? h("p", { class: "note unchecked" }, "unchecked arguments: the tool has no input schema, so nothing checked them") : null),
     ),
     d !== undefined ? h("div", {}, h("h4", {}, "Diff"), diff(d)) : null,
     preview,
