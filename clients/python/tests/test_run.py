@@ -171,6 +171,9 @@ class RunTest(unittest.TestCase):
             self.assertIn(want, kinds)
         last = seen[-1]
         self.assertEqual(payload(last), "status_changed")
+        # "from" is a keyword: from_ reads it, as getattr does.
+        self.assertEqual(last.status_changed.from_, getattr(last.status_changed, "from"))
+        self.assertEqual(last.status_changed.from_, v1.RUN_STATUS_RUNNING)
         end = c.get_run(run.run_id)
         self.assertEqual(end.status, v1.RUN_STATUS_COMPLETED)
         self.assertEqual(end.version, last.sequence)

@@ -96,6 +96,11 @@ class SteerResult:
     request_id: str
 
 
+# StatusChanged's field "from" is a Python keyword: ev.status_changed.from_
+# reads it (getattr(ev.status_changed, "from") does too). It is the only
+# rein.v1 field whose name is a keyword.
+v1.StatusChanged.from_ = property(lambda self: getattr(self, "from"), doc="The status before the change (the field named from).")  # type: ignore[attr-defined]
+
 ProposalRef = Any  # anything with .proposal_id and .hash: a v1.Proposal
 
 
