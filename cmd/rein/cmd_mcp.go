@@ -6,17 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 
-	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/auth"
 	"github.com/reinhq/rein/internal/mcpface"
 	"github.com/reinhq/rein/server"
@@ -28,21 +23,11 @@ import (
 // node's interceptors (authentication, tenants, roles, validation, rate
 // limits) judge each one, with the caller's bearer token.
 func mcpMounts(node *server.Node, cfg server.Config, log *slog.Logger) (map[string]http.Handler, func(), error) {
-	lis := bufconn.Listen(1 << 20)
-	go func() {
-		if err := node.GRPC.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			log.Error("the MCP face's connection to the server stopped", "error", err)
-		}
-	}()
-	cc, err := grpc.NewClient("passthrough:///rein-mcp",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-	)
+	runs, stop, err := inProcessRuns(node, "MCP", log)
 	if err != nil {
-		_ = lis.Close()
-		return nil, nil, fmt.Errorf("the MCP face: %w", err)
+		return nil, nil, err
 	}
-	face := mcpface.New(mcpface.Options{Runs: reinv1.NewRunServiceClient(cc), Logger: log})
+	face := mcpface.New(mcpface.Options{Runs: runs, Logger: log})
 	opts := mcpface.HTTPOptions{MaxBodyBytes: int64(cfg.MaxRecvBytes), Logger: log}
 	var h http.Handler
 	if cfg.Directory != nil {
@@ -61,7 +46,7 @@ func mcpMounts(node *server.Node, cfg server.Config, log *slog.Logger) (map[stri
 		})
 	}
 	log.Info("serving the MCP face", "path", mcpface.Path)
-	return map[string]http.Handler{mcpface.Path: h, mcpface.MetadataPath: h}, func() { _ = cc.Close(); _ = lis.Close() }, nil
+	return map[string]http.Handler{mcpface.Path: h, mcpface.MetadataPath: h}, stop, nil
 }
 
 // mcpOptions are rein mcp's flags.
