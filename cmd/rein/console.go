@@ -28,6 +28,7 @@ type httpFlags struct {
 	maxConnsPerClient int
 	mcp               bool
 	agui              bool
+	a2a               bool
 }
 
 func (h *httpFlags) register(f *pflag.FlagSet) {
@@ -39,6 +40,7 @@ func (h *httpFlags) register(f *pflag.FlagSet) {
 	f.DurationVar(&h.idleTimeout, "http-idle-timeout", 2*time.Minute, "with --http, how long an idle connection stays open")
 	f.BoolVar(&h.mcp, "http-mcp", false, "with --http, serve the MCP face (Streamable HTTP) at /mcp, with the same tokens, tenants and roles: a tool per task of --tasks, and tools that read and decide runs (see docs/mcp.md)")
 	f.BoolVar(&h.agui, "http-agui", false, "with --http, serve the AG-UI face at /agui/: a run streamed as AG-UI events over SSE (GET /agui/runs/ID, resumable with Last-Event-ID) and a task of --tasks started from a RunAgentInput (POST /agui/tasks/NAME), with the same tokens, tenants and roles (see docs/agui.md)")
+	f.BoolVar(&h.a2a, "http-a2a", false, "with --http, serve the A2A face: the agent card at /.well-known/agent-card.json (a skill per task of --tasks) and the JSON-RPC binding at /a2a (HTTP+JSON under /a2a/rest/), with the same tokens, tenants and roles (see docs/a2a.md)")
 	f.IntVar(&h.maxConnsPerClient, "http-max-conns-per-client", 256, "with --http, the most connections one client (an IPv4 address, an IPv6 /64) may hold open; past it new ones are closed (0: no cap)")
 }
 
@@ -46,7 +48,7 @@ func (h *httpFlags) register(f *pflag.FlagSet) {
 // fit.
 func (h *httpFlags) check(f *pflag.FlagSet) error {
 	if h.listen == "" {
-		for _, name := range []string{"http-host", "http-allowed-origins", "http-read-header-timeout", "http-read-timeout", "http-idle-timeout", "http-max-conns-per-client", "http-mcp", "http-agui"} {
+		for _, name := range []string{"http-host", "http-allowed-origins", "http-read-header-timeout", "http-read-timeout", "http-idle-timeout", "http-max-conns-per-client", "http-mcp", "http-agui", "http-a2a"} {
 			if f.Changed(name) {
 				return usageError("--%s is for the HTTP face: give --http ADDR too", name)
 			}
@@ -93,6 +95,19 @@ func (h *httpFlags) serve(lis net.Listener, node *server.Node, cfg server.Config
 		}
 		maps.Copy(mounts, agui)
 	}
+	stopA2A := func() {}
+	if h.a2a {
+		var a2a map[string]http.Handler
+		if a2a, stopA2A, err = a2aMounts(node, cfg, log); err != nil {
+			stopMCP()
+			stopAGUI()
+			return nil, err
+		}
+		if mounts == nil {
+			mounts = map[string]http.Handler{}
+		}
+		maps.Copy(mounts, a2a)
+	}
 	handler, err := console.Handler(node.GRPC, console.Options{
 		Authenticate:   node.AuthenticateHTTP,
 		MaxBodyBytes:   cfg.MaxRecvBytes,
@@ -105,6 +120,7 @@ func (h *httpFlags) serve(lis net.Listener, node *server.Node, cfg server.Config
 	if err != nil {
 		stopMCP()
 		stopAGUI()
+		stopA2A()
 		return nil, usageError("%v", err)
 	}
 	if cfg.Directory == nil && len(h.hosts) > 0 {
@@ -139,5 +155,5 @@ func (h *httpFlags) serve(lis net.Listener, node *server.Node, cfg server.Config
 		}
 	}()
 	log.Info("serving the web console", "http_addr", lis.Addr().String(), "url", fmt.Sprintf("%s://%s/", scheme, lis.Addr()))
-	return func() { hs.Close(); stopMCP(); stopAGUI() }, nil
+	return func() { hs.Close(); stopMCP(); stopAGUI(); stopA2A() }, nil
 }
