@@ -544,3 +544,31 @@ func TestHostile(t *testing.T) {
 		}
 	}
 }
+
+// TestREST: the HTTP+JSON binding serves the same tasks: a message starts
+// the refund and the task reads back; without a token it is 401.
+func TestREST(t *testing.T) {
+	f := startFace(t)
+	ctx := as(deadline(t), "starter")
+	c, err := a2aclient.NewFromEndpoints(ctx, []*a2a.AgentInterface{a2a.NewAgentInterface(f.url+"/a2a/rest", a2a.TransportProtocolHTTPJSON)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.SendMessage(ctx, &a2a.SendMessageRequest{Message: refundMessage()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := res.(*a2a.Task)
+	got, err := c.GetTask(ctx, &a2a.GetTaskRequest{ID: task.ID})
+	if err != nil || got.Status.State != a2a.TaskStateInputRequired {
+		t.Fatalf("GET the task: %+v, %v; want input-required", got, err)
+	}
+	resp, err := http.Get(f.url + "/a2a/rest/tasks/" + string(task.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("no token: HTTP %d, want 401", resp.StatusCode)
+	}
+}
