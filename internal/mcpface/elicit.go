@@ -3,8 +3,10 @@ package mcpface
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -15,6 +17,37 @@ import (
 func canElicit(ss *mcp.ServerSession) bool {
 	p := ss.InitializeParams()
 	return p != nil && p.Capabilities != nil && p.Capabilities.Elicitation != nil
+}
+
+// maxAdopted bounds the runs a session is asked about when it opens: the
+// newest page of its principal's waiting runs.
+const maxAdopted = 50
+
+// initialized adopts, for a session that can elicit, the runs its
+// principal started through this face that wait for a person: a client
+// that comes back in a new session (its host restarted, its transport
+// gave up) is asked again about each decision still pending. A session
+// whose transport only dropped and resumed keeps its own attendance, and
+// the transport's event store replays what it missed (Handler).
+func (s *session) initialized(_ context.Context, req *mcp.InitializedRequest) {
+	ss := req.Session
+	if !canElicit(ss) || !s.may("ListRuns") {
+		return
+	}
+	ctx := s.bind(ss)
+	go func() {
+		resp, err := s.face.opts.Runs.ListRuns(s.out(ctx), &reinv1.ListRunsRequest{PageSize: maxAdopted, Statuses: []reinv1.RunStatus{
+			reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT}})
+		if err != nil {
+			s.face.opts.Logger.Info("mcp: the runs waiting for a new session's principal could not be listed", "error", err)
+			return
+		}
+		for _, run := range resp.GetRuns() {
+			if run.GetPrincipal() == s.caller.ID && strings.HasPrefix(run.GetRequestId(), requestIDPrefix) {
+				s.attend(ctx, ss, run.GetRunId())
+			}
+		}
+	}()
 }
 
 // attend asks the session about each pause of run, until the run ends or
@@ -58,6 +91,11 @@ func (s *session) attend(ctx context.Context, ss *mcp.ServerSession, runID strin
 					continue
 				}
 				after = ev.GetSequence()
+				if ev.GetProposalRevised() != nil {
+					// A revision waits without a change of status.
+					s.ask(ctx, ss, runID, asked)
+					continue
+				}
 				sc := ev.GetStatusChanged()
 				if sc == nil {
 					continue
@@ -151,6 +189,8 @@ func (s *session) askApproval(ctx context.Context, ss *mcp.ServerSession, run *r
 	}
 	if _, err := s.face.opts.Runs.DecideApproval(s.out(ctx), req); err != nil {
 		s.face.opts.Logger.Info("mcp: a decision by elicitation was refused", "run_id", run.GetRunId(), "error", err)
-		_ = ss.Log(ctx, &mcp.LoggingMessageParams{Level: "warning", Logger: "rein", Data: fmt.Sprintf("your decision on run %s was refused: %v", run.GetRunId(), err)})
+		_ = ss.Log(ctx, &mcp.LoggingMessageParams{Level: "warning", Logger: "rein", Data: fmt.Sprintf(
+			"your decision on run %s, proposal %s with hash %s, was refused: %s (a proposal revised or decided since it was shown is asked again only if it still waits)",
+			run.GetRunId(), p.GetProposalId(), p.GetHash(), status.Convert(err).Message())})
 	}
 }

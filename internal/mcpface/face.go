@@ -107,6 +107,7 @@ func (f *Face) Session(ctx context.Context, authorization string) (*mcp.Server, 
 	srv := mcp.NewServer(implementation(), &mcp.ServerOptions{
 		Instructions: "rein runs AI-agent tasks under budgets and approvals. start_<task> starts a task of the catalog; " +
 			"a run that pauses waits for approve, deny, revise, answer or raise_budget. rein://runs/{id} is a run's state.",
+		InitializedHandler: s.initialized,
 		SubscribeHandler:   s.subscribe,
 		UnsubscribeHandler: s.unsubscribe,
 		HasResources:       true,
@@ -155,8 +156,12 @@ func (s *session) bind(ss *mcp.ServerSession) context.Context {
 	return s.ctx
 }
 
+// requestIDPrefix begins the request ID of every call the face makes, so
+// that a run started through it is known by its request_id.
+const requestIDPrefix = "mcp-"
+
 // requestID is a fresh idempotency key.
-func requestID() string { return "mcp-" + rand.Text() }
+func requestID() string { return requestIDPrefix + rand.Text() }
 
 // asJSON is m in protojson, as a tool's text.
 func asJSON(m proto.Message) string {

@@ -126,6 +126,12 @@ func startFace(t testing.TB) *face {
 // the face's calls going through wrap's client, when wrap is set.
 func startFaceWith(t testing.TB, task string, wrap func(reinv1.RunServiceClient) reinv1.RunServiceClient) *face {
 	t.Helper()
+	return startFaceOpts(t, task, wrap, nil)
+}
+
+// startFaceOpts is startFaceWith with the transport's event store.
+func startFaceOpts(t testing.TB, task string, wrap func(reinv1.RunServiceClient) reinv1.RunServiceClient, events mcp.EventStore) *face {
+	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "refund.json"), []byte(task), 0o644); err != nil {
 		t.Fatal(err)
@@ -176,7 +182,7 @@ func startFaceWith(t testing.TB, task string, wrap func(reinv1.RunServiceClient)
 		faceRuns = wrap(runs)
 	}
 	f := mcpface.New(mcpface.Options{Runs: faceRuns, StartWait: 20 * time.Second})
-	hs := httptest.NewServer(f.Handler(mcpface.HTTPOptions{Token: directory.Token}))
+	hs := httptest.NewServer(f.Handler(mcpface.HTTPOptions{Token: directory.Token, EventStore: events}))
 	t.Cleanup(func() {
 		hs.Close()
 		_ = cc.Close()

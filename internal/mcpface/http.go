@@ -35,6 +35,12 @@ type HTTPOptions struct {
 	SessionTimeout time.Duration
 	// Logger logs the transport's troubles; nil logs nothing.
 	Logger *slog.Logger
+	// EventStore keeps what the transport sends each session, so that a
+	// client whose connection drops resumes its streams with Last-Event-ID
+	// and gets what was sent meanwhile (an elicitation among them); nil
+	// means one in memory, bounded to 10 MiB for all sessions, the oldest
+	// events dropped first.
+	EventStore mcp.EventStore
 }
 
 // Handler serves the face over the Streamable HTTP transport at Path,
@@ -56,6 +62,9 @@ func (f *Face) Handler(opts HTTPOptions) http.Handler {
 	// opens one builds its server once (newServer): a session's server
 	// costs two calls of the API and its tools' schemas, most of a call's
 	// cost if made per request (docs/benchmarks.md, "The MCP face").
+	if opts.EventStore == nil {
+		opts.EventStore = mcp.NewMemoryEventStore(nil)
+	}
 	probe := mcp.NewServer(implementation(), nil)
 	streamable := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 		if r.Header.Get(sessionIDHeader) != "" {
@@ -76,6 +85,7 @@ func (f *Face) Handler(opts HTTPOptions) http.Handler {
 	}, &mcp.StreamableHTTPOptions{
 		MaxRequestBodyBytes: opts.MaxBodyBytes,
 		SessionTimeout:      opts.SessionTimeout,
+		EventStore:          opts.EventStore,
 		Logger:              opts.Logger,
 	})
 	verify := func(_ context.Context, token string, _ *http.Request) (*mcpauth.TokenInfo, error) {
