@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/reinhq/rein/internal/auth"
+	"github.com/reinhq/rein/internal/catalog"
 	"github.com/reinhq/rein/internal/mcpface"
 	"github.com/reinhq/rein/server"
 )
@@ -45,8 +46,33 @@ func mcpMounts(node *server.Node, cfg server.Config, log *slog.Logger) (map[stri
 			inner.ServeHTTP(w, r)
 		})
 	}
+	stopRefresh := refreshOnReload(face, cfg.Tasks)
 	log.Info("serving the MCP face", "path", mcpface.Path)
-	return map[string]http.Handler{mcpface.Path: h, mcpface.MetadataPath: h}, stop, nil
+	return map[string]http.Handler{mcpface.Path: h, mcpface.MetadataPath: h}, func() { stopRefresh(); stop() }, nil
+}
+
+// refreshOnReload refreshes the face's open sessions at each reload of
+// tasks (SIGHUP), until stop, which waits for the refresh in progress.
+func refreshOnReload(face *mcpface.Face, tasks *catalog.Holder) (stop func()) {
+	if tasks == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		changed := tasks.Changed()
+		for {
+			select {
+			case <-changed:
+				changed = tasks.Changed()
+				face.Refresh(ctx)
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // mcpOptions are rein mcp's flags.
@@ -92,6 +118,9 @@ flags' tools. Logs go to stderr; stdout carries only the protocol.`,
 			}
 			defer cn.close()
 			face := mcpface.New(mcpface.Options{Runs: cn.runs, Logger: slog.New(slog.NewTextHandler(e.stderr, nil))})
+			if s != nil {
+				defer refreshOnReload(face, s.tasks)()
+			}
 			srv, err := face.Session(ctx, "")
 			if err != nil {
 				return err

@@ -276,14 +276,16 @@ type Holder struct {
 	dir string
 	cur atomic.Pointer[Catalog]
 	// mu serialises Reload, so that two reloads store in the order they
-	// read.
+	// read, and guards changed.
 	mu sync.Mutex
+	// changed is closed when a reload stores a catalog, and replaced.
+	changed chan struct{}
 }
 
 // NewHolder loads dir (Load) into a Holder. With dir "" the catalog is
 // empty and Reload does nothing.
 func NewHolder(dir string) (*Holder, error) {
-	h := &Holder{dir: dir}
+	h := &Holder{dir: dir, changed: make(chan struct{})}
 	c := &Catalog{tasks: map[string]*Task{}}
 	if dir != "" {
 		var err error
@@ -314,7 +316,17 @@ func (h *Holder) Reload() (*Catalog, error) {
 		return nil, err
 	}
 	h.cur.Store(c)
+	close(h.changed)
+	h.changed = make(chan struct{})
 	return c, nil
+}
+
+// Changed is a channel closed when a reload next stores a catalog: take it,
+// read Current, and wait on it.
+func (h *Holder) Changed() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.changed
 }
 
 // ErrNoTask is a task name the catalog does not hold, or one the caller

@@ -31,10 +31,10 @@ const maxAdopted = 50
 // the transport's event store replays what it missed (Handler).
 func (s *session) initialized(_ context.Context, req *mcp.InitializedRequest) {
 	ss := req.Session
+	ctx := s.bind(ss)
 	if !canElicit(ss) || !s.may("ListRuns") {
 		return
 	}
-	ctx := s.bind(ss)
 	go func() {
 		resp, err := s.face.opts.Runs.ListRuns(s.out(ctx), &reinv1.ListRunsRequest{PageSize: maxAdopted, Statuses: []reinv1.RunStatus{
 			reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT}})

@@ -49,6 +49,10 @@ type Options struct {
 // Face builds the MCP server of each session.
 type Face struct {
 	opts Options
+
+	// mu guards live.
+	mu   sync.Mutex
+	live map[*session]struct{} // sessions open, for Refresh
 }
 
 // New returns a face over opts.Runs.
@@ -59,7 +63,7 @@ func New(opts Options) *Face {
 	if opts.StartWait <= 0 {
 		opts.StartWait = 10 * time.Second
 	}
-	return &Face{opts: opts}
+	return &Face{opts: opts, live: map[*session]struct{}{}}
 }
 
 // session is one MCP session's view of rein: whose credentials its calls
@@ -74,6 +78,11 @@ type session struct {
 
 	// server is the session's MCP server.
 	server *mcp.Server
+
+	// startMu serialises changes of the start tools; started is each
+	// start tool offered, by name, with the task it was made from.
+	startMu sync.Mutex
+	started map[string]*reinv1.Task
 
 	// mu guards ctx, attending and subscriptions.
 	mu            sync.Mutex
@@ -96,13 +105,9 @@ func (f *Face) Session(ctx context.Context, authorization string) (*mcp.Server, 
 	for _, r := range info.GetCaller().GetRoles() {
 		s.caller.Roles = append(s.caller.Roles, auth.Role(r))
 	}
-	var tasks []*reinv1.Task
-	if s.may("ListTasks") {
-		resp, err := f.opts.Runs.ListTasks(s.out(ctx), &reinv1.ListTasksRequest{})
-		if err != nil {
-			return nil, err
-		}
-		tasks = resp.GetTasks()
+	tasks, err := s.tasks(ctx)
+	if err != nil {
+		return nil, err
 	}
 	srv := mcp.NewServer(implementation(), &mcp.ServerOptions{
 		Instructions: "rein runs AI-agent tasks under budgets and approvals. start_<task> starts a task of the catalog; " +
@@ -117,6 +122,40 @@ func (f *Face) Session(ctx context.Context, authorization string) (*mcp.Server, 
 	s.addTools(srv, tasks)
 	s.addResources(srv)
 	return srv, nil
+}
+
+// Refresh offers each open session the start tools of the catalog as it
+// now stands for its principal (call it when the catalog is reloaded):
+// tools of tasks added or changed are added, those of tasks gone are
+// removed, and the session's client gets notifications/tools/list_changed.
+// A session whose tasks cannot be listed keeps its tools.
+func (f *Face) Refresh(ctx context.Context) {
+	f.mu.Lock()
+	live := make([]*session, 0, len(f.live))
+	for s := range f.live {
+		live = append(live, s)
+	}
+	f.mu.Unlock()
+	for _, s := range live {
+		tasks, err := s.tasks(ctx)
+		if err != nil {
+			f.opts.Logger.Info("mcp: a session's tasks were not refreshed", "principal", s.caller.ID, "error", err)
+			continue
+		}
+		s.setStartTools(tasks)
+	}
+}
+
+// tasks lists the tasks the session's principal may start.
+func (s *session) tasks(ctx context.Context) ([]*reinv1.Task, error) {
+	if !s.may("ListTasks") || !s.may("StartRun") {
+		return nil, nil
+	}
+	resp, err := s.face.opts.Runs.ListTasks(s.out(ctx), &reinv1.ListTasksRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetTasks(), nil
 }
 
 // implementation is how rein names itself to MCP clients.
@@ -148,9 +187,15 @@ func (s *session) bind(ss *mcp.ServerSession) context.Context {
 	if s.ctx == nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.ctx = ctx
+		s.face.mu.Lock()
+		s.face.live[s] = struct{}{}
+		s.face.mu.Unlock()
 		go func() {
 			_ = ss.Wait()
 			cancel()
+			s.face.mu.Lock()
+			delete(s.face.live, s)
+			s.face.mu.Unlock()
 		}()
 	}
 	return s.ctx

@@ -73,6 +73,11 @@ type face struct {
 	url   string
 	runs  reinv1.RunServiceClient
 	tools *countingTools
+	// dir is the catalog's directory, tasks its holder and face the
+	// face, for tests that reload it.
+	dir   string
+	tasks *catalog.Holder
+	face  *mcpface.Face
 }
 
 // refundTaskFile is examples/refund as a catalog task: its contract, its
@@ -189,7 +194,7 @@ func startFaceOpts(t testing.TB, task string, wrap func(reinv1.RunServiceClient)
 		node.Close()
 		<-served
 	})
-	return &face{url: hs.URL + mcpface.Path, runs: runs, tools: ct}
+	return &face{url: hs.URL + mcpface.Path, runs: runs, tools: ct, dir: dir, tasks: tasks, face: f}
 }
 
 // bearer adds a token to every request.

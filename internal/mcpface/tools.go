@@ -157,21 +157,8 @@ func pageSize(a map[string]any, most int32) int32 {
 // addTools adds the session's tools: a start tool per task it may start,
 // and the fixed tools its roles allow.
 func (s *session) addTools(srv *mcp.Server, tasks []*reinv1.Task) {
-	yes, no := true, false
-	if s.may("StartRun") {
-		for _, t := range tasks {
-			schema := map[string]any{"type": "object"}
-			if t.GetInputSchema() != nil {
-				schema = t.GetInputSchema().AsMap()
-			}
-			srv.AddTool(&mcp.Tool{
-				Name: "start_" + t.GetName(), Description: "Start a run of the task " + t.GetName() + ": " + t.GetDescription() +
-					" Answers with the run's ID and status, and its result when it ends soon.",
-				InputSchema: schema,
-				Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: &no, IdempotentHint: false, OpenWorldHint: &yes},
-			}, s.startTool(t))
-		}
-	}
+	no := false
+	s.setStartTools(tasks)
 	for _, t := range fixedTools {
 		if !s.may(t.method) {
 			continue
@@ -183,6 +170,44 @@ func (s *session) addTools(srv *mcp.Server, tasks []*reinv1.Task) {
 		}
 		srv.AddTool(&mcp.Tool{Name: t.name, Description: t.description, InputSchema: t.schema, Annotations: ann}, s.fixedTool(t))
 	}
+}
+
+// setStartTools makes the session's start tools those of tasks: a tool
+// whose task is gone is removed, one whose task is new or changed is
+// added (the server tells the client its list changed).
+func (s *session) setStartTools(tasks []*reinv1.Task) {
+	s.startMu.Lock()
+	defer s.startMu.Unlock()
+	want := map[string]*reinv1.Task{}
+	for _, t := range tasks {
+		want["start_"+t.GetName()] = t
+	}
+	var gone []string
+	for name := range s.started {
+		if want[name] == nil {
+			gone = append(gone, name)
+		}
+	}
+	if len(gone) > 0 {
+		s.server.RemoveTools(gone...)
+	}
+	yes, no := true, false
+	for name, t := range want {
+		if old := s.started[name]; old != nil && proto.Equal(old, t) {
+			continue
+		}
+		schema := map[string]any{"type": "object"}
+		if t.GetInputSchema() != nil {
+			schema = t.GetInputSchema().AsMap()
+		}
+		s.server.AddTool(&mcp.Tool{
+			Name: name, Description: "Start a run of the task " + t.GetName() + ": " + t.GetDescription() +
+				" Answers with the run's ID and status, and its result when it ends soon.",
+			InputSchema: schema,
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: &no, IdempotentHint: false, OpenWorldHint: &yes},
+		}, s.startTool(t))
+	}
+	s.started = want
 }
 
 // arguments decodes a call's arguments as an object.
