@@ -14,6 +14,7 @@ import (
 	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/secret"
 	"github.com/reinhq/rein/internal/tools"
+	"github.com/reinhq/rein/internal/tools/a2a"
 	"github.com/reinhq/rein/internal/tools/mcp"
 	"github.com/reinhq/rein/internal/tools/remote"
 	"github.com/reinhq/rein/server"
@@ -30,6 +31,7 @@ type host struct {
 	workspace   string
 	toolServers []string
 	mcps        []string
+	a2as        []string
 	prices      string
 	secrets     string
 	// baseURLs are the model base URLs a server sends its keys to (serve's
@@ -44,6 +46,7 @@ func (h *host) register(f *pflag.FlagSet) {
 	f.StringVar(&h.workspace, "workspace", "", "the workspace root for the file tools (fs.read, fs.list, fs.search, fs.write, fs.patch) and completion checks")
 	f.StringArrayVar(&h.toolServers, "tool-server", nil, "a remote tool service, as NAME=ADDR (gRPC rein.v1.ToolService), re-dialed if it goes away; repeatable")
 	f.StringArrayVar(&h.mcps, "mcp", nil, "an MCP server, as NAME=COMMAND (stdio) or NAME=URL (streamable HTTP), restarted or reconnected at the next call if it goes away; its tools are granted as NAME.TOOL; repeatable")
+	f.StringArrayVar(&h.a2as, "a2a", nil, "a remote A2A agent, as NAME=URL[?token_env=VAR|?token_file=FILE] (its bearer token read from there); its skills are granted as NAME.SKILL, its tasks followed with NAME.task; repeatable")
 	f.StringVar(&h.prices, "prices", "", "a price file (JSON: \"provider/model\" → input_per_mtok, output_per_mtok) over the default prices")
 	f.StringVar(&h.secrets, "secrets", "", "a file of KEY=VALUE lines with the model providers' API keys (mode 0600); the environment is used for keys it lacks")
 }
@@ -58,11 +61,11 @@ func (h *host) registerServe(f *pflag.FlagSet) {
 // given says whether a flag that sets up the embedded server was set: with
 // --server they do not apply and are refused.
 func (h *host) given() bool {
-	return h.tools != "" || h.workspace != "" || len(h.toolServers) > 0 || len(h.mcps) > 0 || h.prices != "" || h.secrets != ""
+	return h.tools != "" || h.workspace != "" || len(h.toolServers) > 0 || len(h.mcps) > 0 || len(h.a2as) > 0 || h.prices != "" || h.secrets != ""
 }
 
 // errServerFlags refuses the host flags with --server.
-var errServerFlags = usageError("--tools, --workspace, --tool-server, --mcp, --prices and --secrets set up the embedded server; with --server, the server's own apply")
+var errServerFlags = usageError("--tools, --workspace, --tool-server, --mcp, --a2a, --prices and --secrets set up the embedded server; with --server, the server's own apply")
 
 // setup is an opened host: what the server is configured with, and what to
 // release when it stops.
@@ -185,6 +188,26 @@ func (h *host) openTools(ctx context.Context, ledger string, s *setup) error {
 		c, err := mcp.Open(ctx, name, target)
 		if err != nil {
 			return &exitErr{code: exitUnavailable, err: fmt.Errorf("--mcp %s: %w", v, err)}
+		}
+		s.closers = append(s.closers, func() { _ = c.Close() })
+		executors = append(executors, c)
+	}
+	for _, v := range h.a2as {
+		name, target, err := namedFlag("a2a", v, "URL")
+		if err != nil {
+			return err
+		}
+		src, err := a2a.ParseSource(target)
+		if err != nil {
+			return usageError("--a2a %s: %v", name, err)
+		}
+		token, err := src.Token()
+		if err != nil {
+			return usageError("--a2a %s: %v", name, err)
+		}
+		c, err := a2a.Open(ctx, name, src.URL, a2a.Options{Token: token})
+		if err != nil {
+			return &exitErr{code: exitUnavailable, err: fmt.Errorf("--a2a %s: %w", name, err)}
 		}
 		s.closers = append(s.closers, func() { _ = c.Close() })
 		executors = append(executors, c)

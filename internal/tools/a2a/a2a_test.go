@@ -603,4 +603,3 @@ func TestParseSource(t *testing.T) {
 		t.Error("an unset token_env gave a token")
 	}
 }
-
