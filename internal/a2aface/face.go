@@ -92,6 +92,10 @@ type Options struct {
 	// Wait bounds how long message/send follows a run before it answers
 	// with the task as it stands; 0 means 60s.
 	Wait time.Duration
+	// WriteTimeout bounds how long one write (or flush) to a client may
+	// block; a stream whose client stops reading ends when a write
+	// blocks longer. 0 means 10s.
+	WriteTimeout time.Duration
 	// Version is rein's version, for the card.
 	Version string
 	// Logger logs what the face could not do; nil logs nothing.
@@ -113,6 +117,9 @@ func New(opts Options) *Face {
 	if opts.Wait <= 0 {
 		opts.Wait = 60 * time.Second
 	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = 10 * time.Second
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -124,8 +131,10 @@ func New(opts Options) *Face {
 
 // Mounts are the face's handlers by path, for the console's mux: the card
 // at CardPath, JSON-RPC at RPCPath, HTTP+JSON under RESTPath.
-func (f *Face) Mounts() map[string]http.Handler {
-	h := &handler{face: f}
+func (f *Face) Mounts() map[string]http.Handler { return f.mounts(&handler{face: f}) }
+
+// mounts are the face's handlers over the request handler h.
+func (f *Face) mounts(h a2asrv.RequestHandler) map[string]http.Handler {
 	panics := a2asrv.WithTransportPanicHandler(func(r any) error {
 		f.opts.Logger.Error("the A2A face failed on a request", "panic", r)
 		return a2a.NewError(a2a.ErrInternalError, "the server failed on this request; it is logged")
@@ -154,6 +163,7 @@ func (f *Face) guard(next http.Handler, jsonrpc bool) http.Handler {
 				return
 			}
 		}
+		w = &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: f.opts.WriteTimeout}
 		r.Body = http.MaxBytesReader(w, r.Body, f.opts.MaxBodyBytes)
 		r = r.WithContext(context.WithValue(r.Context(), baseKey{}, baseURL(r)))
 		if a := r.Header.Values("Authorization"); len(a) > 0 {
@@ -162,6 +172,44 @@ func (f *Face) guard(next http.Handler, jsonrpc bool) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// deadlineWriter is a response whose every write and flush must finish
+// within timeout. The SDK's transports write a stream's events through
+// it: a client that stops reading makes a write block, its deadline
+// fails it, and the SDK ends the stream (and the request's context,
+// which stops following the run). Once a write has failed, every later
+// one fails at once.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	err     error
+}
+
+func (w *deadlineWriter) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	// Not every writer has a deadline to set (a test's recorder); the
+	// write then blocks as the writer does.
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	n, err := w.ResponseWriter.Write(p)
+	w.err = err
+	return n, err
+}
+
+// Flush is http.Flusher's, which the SDK's stream writer needs; a flush
+// that fails fails the next Write.
+func (w *deadlineWriter) Flush() {
+	if w.err != nil {
+		return
+	}
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	w.err = w.rc.Flush()
+}
+
+// Unwrap is the writer underneath, for http.ResponseController.
+func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // baseURL is the scheme and host a request reached the face by (the
 // console's guard has checked the host).
