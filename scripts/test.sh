@@ -80,6 +80,9 @@ REIN_BIN="$PWD/.bin/rein" bash tests/mcp/test.sh
 step "AG-UI face: AG-UI's own client package against rein serve --http-agui"
 REIN_BIN="$PWD/.bin/rein" bash tests/agui/test.sh
 
+step "A2A face: the official A2A JavaScript SDK client against rein serve --http-a2a"
+REIN_BIN="$PWD/.bin/rein" bash tests/a2a/test.sh
+
 step "Python client: generated code up to date, offline install into a venv, its tests against rein serve"
 REIN_BIN="$PWD/.bin/rein" bash clients/python/test.sh
 
