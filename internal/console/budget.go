@@ -19,13 +19,35 @@ import (
 // request weighs its Content-Length, or the whole limit when its length
 // is unknown or it is compressed (it may inflate that far), and at least
 // minBodyWeight.
+//
+// A request takes its weight before its body arrives, and holds it while
+// the body trickles in, up to the read timeout. So that a client sending
+// slowly (or not at all) cannot make the others wait, each client (an IPv4
+// address, an IPv6 /64: clientKey) holds at most its share of the budget,
+// a quarter of it and at least one request of the limit; what a client
+// asks past its share waits for its own requests, never for another's.
 
 // minBodyWeight is the least a request weighs: its headers and buffers.
 const minBodyWeight = 4 << 10
 
+// clientShares is how many clients' full shares the budget holds.
+const clientShares = 4
+
 type bodyBudget struct {
-	sem   *semaphore.Weighted
+	all   *semaphore.Weighted
 	total int64
+	// share is the most one client holds at once.
+	share int64
+	// mu guards clients: the share of each client holding or waiting
+	// for room.
+	mu      sync.Mutex
+	clients map[string]*clientShare
+}
+
+// clientShare is one client's share of the budget.
+type clientShare struct {
+	sem   *semaphore.Weighted
+	users int // requests holding or waiting for room in sem
 }
 
 func newBodyBudget(total, limit int64) *bodyBudget {
@@ -33,16 +55,18 @@ func newBodyBudget(total, limit int64) *bodyBudget {
 		total = 4 * limit
 	}
 	total = max(total, limit+envelopeBytes) // one request of the limit always fits
-	return &bodyBudget{sem: semaphore.NewWeighted(total), total: total}
+	share := min(max(total/clientShares, limit+envelopeBytes), total)
+	return &bodyBudget{all: semaphore.NewWeighted(total), total: total, share: share, clients: map[string]*clientShare{}}
 }
 
-// weight is what r is counted as while it is held.
+// weight is what r is counted as while it is held, under a body limit of
+// limit bytes.
 func weight(r *http.Request, limit int64) int64 {
-	n := limit + envelopeBytes
+	n := limit
 	if r.ContentLength >= 0 && !compressed(r) {
 		n = r.ContentLength
 	}
-	return min(max(n, minBodyWeight), limit+envelopeBytes)
+	return min(max(n, minBodyWeight), limit)
 }
 
 // compressed says whether r's message may be compressed.
@@ -56,25 +80,73 @@ func compressed(r *http.Request) bool {
 }
 
 // acquire waits up to half of timeout (the read timeout: a request that
-// waited cannot take longer than its body may) for room for r, and returns
-// what gives the room back (once, however often it is called).
+// waited cannot take longer than its body may) for room for r, whose body
+// may be limit bytes long, first in its client's share, then in the
+// budget; it returns what gives the room back (once, however often it is
+// called).
 func (b *bodyBudget) acquire(r *http.Request, limit int64, timeout time.Duration) (release func(), err error) {
-	n := min(weight(r, limit), b.total)
+	n := min(weight(r, limit), b.share)
 	ctx := r.Context()
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout/2)
 		defer cancel()
 	}
-	if err := b.sem.Acquire(ctx, n); err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
-				"the server holds as many request bodies as it may at once (%d bytes); retry in a moment", b.total))
-		}
-		return nil, connect.NewError(connect.CodeCanceled, err)
+	key := clientKeyOf(r.RemoteAddr)
+	mine := b.enter(key)
+	if err := mine.sem.Acquire(ctx, n); err != nil {
+		b.leave(key)
+		return nil, waited(err, fmt.Errorf(
+			"this client (%s) has as many request bodies in flight as one client may (%d bytes of the server's %d): send each body whole, at once, and fewer at a time; retry once its calls in flight are answered",
+			key, b.share, b.total))
+	}
+	if err := b.all.Acquire(ctx, n); err != nil {
+		mine.sem.Release(n)
+		b.leave(key)
+		return nil, waited(err, fmt.Errorf("the server holds as many request bodies as it may at once (%d bytes); retry in a moment", b.total))
 	}
 	var once sync.Once
-	return func() { once.Do(func() { b.sem.Release(n) }) }, nil
+	return func() {
+		once.Do(func() {
+			b.all.Release(n)
+			mine.sem.Release(n)
+			b.leave(key)
+		})
+	}, nil
+}
+
+// waited is the refusal of a request that waited for room: full, when the
+// wait timed out.
+func waited(err, full error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return connect.NewError(connect.CodeResourceExhausted, full)
+	}
+	return connect.NewError(connect.CodeCanceled, err)
+}
+
+// enter is the share of client key, counting one more request in it.
+func (b *bodyBudget) enter(key string) *clientShare {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.clients[key]
+	if c == nil {
+		c = &clientShare{sem: semaphore.NewWeighted(b.share)}
+		b.clients[key] = c
+	}
+	c.users++
+	return c
+}
+
+// leave counts one request fewer in client key's share, and forgets the
+// share once no request holds or waits for room in it.
+func (b *bodyBudget) leave(key string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c := b.clients[key]; c != nil {
+		if c.users--; c.users <= 0 {
+			delete(b.clients, key)
+		}
+	}
 }
 
 // releasingWriter gives the request's room back at its first response

@@ -2,6 +2,7 @@ package console
 
 import (
 	"net"
+	"net/netip"
 	"sync"
 )
 
@@ -51,6 +52,16 @@ func (l *perClient) release(key string) {
 	if l.open[key]--; l.open[key] <= 0 {
 		delete(l.open, key)
 	}
+}
+
+// clientKeyOf is the client of an HTTP request's remote address
+// (http.Request.RemoteAddr, host:port), or the address itself if it does
+// not parse.
+func clientKeyOf(remote string) string {
+	if ap, err := netip.ParseAddrPort(remote); err == nil {
+		return clientKey(net.TCPAddrFromAddrPort(ap))
+	}
+	return remote
 }
 
 // clientKey is a connection's client: its IPv4 address, or the /64 of its
