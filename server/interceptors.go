@@ -63,8 +63,7 @@ func runIDOf(req any) string {
 // chain builds the interceptors, outermost first: call info, logging (so a
 // panicking call is logged with its code too), recovery, auth, validation,
 // rate limit.
-func chain(log *slog.Logger, a *authenticator, limit *limiter) []grpc.ServerOption {
-	codec := newRequestCodec()
+func chain(log *slog.Logger, a *authenticator, limit *limiter, codec *requestCodec) []grpc.ServerOption {
 	validator, err := protovalidate.New()
 	if err != nil {
 		panic(fmt.Sprintf("server: protovalidate: %v", err))
@@ -88,7 +87,7 @@ func chain(log *slog.Logger, a *authenticator, limit *limiter) []grpc.ServerOpti
 	return []grpc.ServerOption{
 		grpc.ForceServerCodecV2(codec),
 		grpc.ChainUnaryInterceptor(
-			codec.takeUndecodable,
+			codec.holdUnary,
 			func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 				return h(context.WithValue(ctx, callInfoKey{}, &callInfo{runID: runIDOf(req)}), req)
 			},

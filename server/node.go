@@ -248,7 +248,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		Policy: cfg.ToolPolicy, Rates: cfg.Rates,
 	})
 	authn := &authenticator{dir: cfg.Directory}
-	opts = append(append(opts, chain(cfg.Logger, authn, newLimiter(cfg.RatePerSecond, cfg.RateBurst))...),
+	opts = append(append(opts, chain(cfg.Logger, authn, newLimiter(cfg.RatePerSecond, cfg.RateBurst), newRequestCodec(cfg.MaxRecvBytes))...),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.MaxConcurrentStreams(cfg.MaxStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
