@@ -117,14 +117,16 @@ func gzipped(t *testing.T, parts ...[]byte) []byte {
 
 // TestDecompressionIsBounded: a gzip bomb, on the Connect and gRPC-Web
 // paths, is refused as it inflates; a compressed call of honest size is
-// served.
+// served. The bombs call ImportRun, whose limit is the server's: a read's
+// body is refused at its Content-Length, long before.
 func TestDecompressionIsBounded(t *testing.T) {
 	srv, seen := newConsoleWith(t, Options{MaxBodyBytes: 2 << 20})
 	// gzip members one after another inflate as one stream: 1 GiB of
 	// zeros from 1024 copies of one small member.
 	member := gzipped(t, make([]byte, 1<<20))
 	bomb := bytes.Repeat(member, 1024)
-	code, answer := post(t, srv.URL, bytes.NewReader(bomb), int64(len(bomb)), map[string]string{"Content-Encoding": "gzip"})
+	gz := connectHeaders(map[string]string{"Content-Encoding": "gzip"})
+	code, answer := send(t, srv.URL, "ImportRun", bytes.NewReader(bomb), int64(len(bomb)), gz)
 	if code != http.StatusBadRequest || !strings.Contains(answer, "inflates more than") {
 		t.Errorf("a %d-byte gzip bomb (1 GiB inflated): %d %s; want a 4xx saying it inflates too far", len(bomb), code, answer)
 	}
@@ -136,7 +138,7 @@ func TestDecompressionIsBounded(t *testing.T) {
 		varied[i] = byte('a' + rnd.IntN(26))
 	}
 	big := gzipped(t, []byte(`{"pad":"`), varied, []byte(`"}`))
-	code, answer = post(t, srv.URL, bytes.NewReader(big), int64(len(big)), map[string]string{"Content-Encoding": "gzip"})
+	code, answer = send(t, srv.URL, "ImportRun", bytes.NewReader(big), int64(len(big)), gz)
 	if code != http.StatusTooManyRequests || !strings.Contains(answer, "inflates to more than") {
 		t.Errorf("%d bytes inflating to 3 MiB past a 2 MiB limit: %d %s; want resource_exhausted", len(big), code, answer)
 	}
@@ -144,7 +146,7 @@ func TestDecompressionIsBounded(t *testing.T) {
 	msg := bomb
 	frame := append([]byte{1, 0, 0, 0, 0}, msg...)
 	frame[1], frame[2], frame[3], frame[4] = byte(len(msg)>>24), byte(len(msg)>>16), byte(len(msg)>>8), byte(len(msg))
-	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/rein.v1.RunService/GetServerInfo", bytes.NewReader(frame))
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/rein.v1.RunService/ImportRun", bytes.NewReader(frame))
 	req.Header.Set("Content-Type", "application/grpc-web+proto")
 	req.Header.Set("Grpc-Encoding", "gzip")
 	req.Header.Set("Authorization", "Bearer t0k")
@@ -421,5 +423,66 @@ func TestClientKey(t *testing.T) {
 	}
 	if key("[::ffff:10.0.0.1]:1") != key("10.0.0.1:1") {
 		t.Error("an IPv4-mapped address is counted apart from its IPv4 address")
+	}
+}
+
+// emptyObjects is a StartRun in JSON whose inputs list n empty objects:
+// three bytes each, some two hundred decoded.
+func emptyObjects(n int) string {
+	return `{"requestId":"r","contract":{"goal":"g","inputs":{"x":[` + strings.Repeat("{},", n) + `{}]}}}`
+}
+
+// TestRequestsAreBoundedByMethod: a request is bounded by its method's
+// limit and by what decoding it would cost, before it is decoded: a
+// ListRuns of 600 KiB of labels is refused at its Content-Length (its
+// method's limit is 512 KiB of JSON), a StartRun of 3 MiB of empty
+// objects (some 200 MiB decoded), or the like compressed, as
+// resource_exhausted saying what it would cost; none reaches the gRPC
+// server. The twins: the same methods within their limits reach it.
+func TestRequestsAreBoundedByMethod(t *testing.T) {
+	srv, seen := newConsoleWith(t, Options{})
+	var labels strings.Builder
+	labels.WriteString(`{"labels":{`)
+	for i := 0; labels.Len() < 600<<10; i++ {
+		fmt.Fprintf(&labels, `"k%d":"",`, i)
+	}
+	labels.WriteString(`"end":""}}`)
+	dear := emptyObjects(1 << 20)
+	// Empty objects and lists and small numbers, at random: gzip shrinks
+	// them less than 100 times.
+	var items strings.Builder
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for items.Len() < 3<<20 {
+		items.WriteString([]string{"{},", "[],", "1,", "0,", "null,", "{},"}[rnd.IntN(6)])
+	}
+	mixed := `{"requestId":"r","contract":{"goal":"g","inputs":{"x":[` + items.String() + `{}]}}}`
+	for _, tc := range []struct {
+		name, method string
+		body         []byte
+		headers      map[string]string
+		want         string
+	}{
+		{"ListRuns of 600 KiB of labels", "ListRuns", []byte(labels.String()), nil, "(rein.v1.ListRunsRequest) is"},
+		{"StartRun of 3 MiB of empty objects", "StartRun", []byte(dear), nil, "MiB of memory to decode, over this server's limit of 64 MiB"},
+		{"the like, compressed", "StartRun", gzipped(t, []byte(mixed)), map[string]string{"Content-Encoding": "gzip"}, "MiB of memory to decode, over this server's limit of 64 MiB"},
+	} {
+		code, answer := send(t, srv.URL, tc.method, bytes.NewReader(tc.body), int64(len(tc.body)), connectHeaders(tc.headers))
+		if code != http.StatusTooManyRequests || !strings.Contains(answer, tc.want) {
+			t.Errorf("%s: %d %.300s; want 429 saying %q", tc.name, code, answer, tc.want)
+		}
+	}
+	if len(seen()) != 0 {
+		t.Fatalf("refused calls reached the gRPC server: %v", seen())
+	}
+	for _, tc := range []struct{ method, body string }{
+		{"ListRuns", `{"labels":{"team":"a"}}`},
+		{"StartRun", emptyObjects(1000)},
+	} {
+		if code, answer := call(t, srv.URL, tc.method, tc.body, connectHeaders(nil)); code == http.StatusTooManyRequests || code == http.StatusBadRequest {
+			t.Errorf("%s within its limits: %d %.300s", tc.method, code, answer)
+		}
+	}
+	if got := seen(); len(got) != 2 {
+		t.Fatalf("the calls within their limits reached the gRPC server as %v; want both", got)
 	}
 }

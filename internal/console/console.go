@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/reqlimit"
 )
 
 //go:embed dist
@@ -49,13 +50,20 @@ type Options struct {
 	// leaves it to the gRPC server's interceptors alone.
 	Authenticate func(*http.Request) error
 	// MaxBodyBytes bounds a request's body, as read and as inflated; 0
-	// means 4 MiB.
+	// means 4 MiB. A method's own limit may be lower (reqlimit.WireLimit;
+	// four times it for JSON, which spells a message out).
 	MaxBodyBytes int
 	// MaxBodyBytesInFlight bounds the request bodies the server holds at
 	// once, read or being transcoded; a request waits for room up to half
-	// of ReadTimeout, then is refused resource_exhausted. 0 means 4 ×
-	// MaxBodyBytes.
+	// of ReadTimeout, then is refused resource_exhausted. Each client
+	// (clientKey) holds at most a quarter of it, and at least one request
+	// of MaxBodyBytes. 0 means 4 × MaxBodyBytes.
 	MaxBodyBytesInFlight int64
+	// MaxDecodeBytes bounds what the JSON requests being transcoded cost
+	// the server at once, by estimate (reqlimit.EstimateJSON): a request
+	// that would cost more is refused resource_exhausted, one that fits
+	// waits for room up to half of ReadTimeout. 0 means 16 × MaxBodyBytes.
+	MaxDecodeBytes int64
 	// ReadTimeout bounds how long a request's body may take to arrive; 0
 	// means no bound.
 	ReadTimeout time.Duration
@@ -94,9 +102,14 @@ func Handler(g *grpc.Server, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	decodeTotal := opts.MaxDecodeBytes
+	if decodeTotal <= 0 {
+		decodeTotal = decodeBudgetFactor * limit
+	}
+	decoding := reqlimit.NewBudget(decodeTotal)
 	api, err := vanguard.NewTranscoder(
 		[]*vanguard.Service{vanguard.NewService(reinv1.RunService_ServiceDesc.ServiceName, g)},
-		vanguard.WithCodec(newCallCodec),
+		vanguard.WithCodec(func(res vanguard.TypeResolver) vanguard.Codec { return newCallCodec(res, decodeTotal) }),
 		vanguard.WithCompression(vanguard.CompressionGzip, func() connect.Compressor { return gzip.NewWriter(io.Discard) }, newBoundedGzip(limit)),
 		vanguard.WithDefaultServiceOptions(
 			vanguard.WithTargetProtocols(vanguard.ProtocolGRPC),
@@ -160,14 +173,20 @@ func Handler(g *grpc.Server, opts Options) (http.Handler, error) {
 				return
 			}
 		}
-		release, err := held.acquire(r, limit, opts.ReadTimeout)
+		bodyLimit, name := methodLimit(r, limit)
+		if r.ContentLength > bodyLimit {
+			closeUnread(w, r)
+			refuse(w, r, tooLarge(r.ContentLength, bodyLimit, limit, name))
+			return
+		}
+		release, err := held.acquire(r, bodyLimit, opts.ReadTimeout)
 		if err != nil {
 			closeUnread(w, r)
 			refuse(w, r, err)
 			return
 		}
 		defer release()
-		body, err := readBody(w, r, limit+envelopeBytes, opts.ReadTimeout)
+		body, err := readBody(w, r, bodyLimit, limit, name, opts.ReadTimeout)
 		if err != nil {
 			refuse(w, r, err)
 			return
@@ -181,9 +200,15 @@ func Handler(g *grpc.Server, opts Options) (http.Handler, error) {
 			refuse(w, r, connect.NewError(connect.CodeInvalidArgument, errors.New("the request body is empty, which is not JSON: send the request message, {} for one with no fields set")))
 			return
 		}
+		releaseDecoding, err := decodeRoom(r, body, name, decoding, opts.ReadTimeout)
+		if err != nil {
+			refuse(w, r, err)
+			return
+		}
+		defer releaseDecoding()
 		// The request's memory is the transcoder's until it answers: a
 		// stream's first response frees the weight, so watches do not hold it.
-		api.ServeHTTP(&releasingWriter{ResponseWriter: w, release: release}, r)
+		api.ServeHTTP(&releasingWriter{ResponseWriter: w, release: func() { release(); releaseDecoding() }}, r)
 	}), nil
 }
 
