@@ -4,6 +4,8 @@
 //
 //   - TestMemoryIsBoundedBeforeAuth sends hostile bodies twenty at a time
 //     and reads the server's peak memory from /proc.
+//   - TestDecodingIsBounded sends requests that are cheap on the wire and
+//     dear decoded to both ports, twenty at a time, and reads the same.
 //   - TestStalledConnectionsAreClosed holds connections half-sent and idle
 //     and checks the server closes them on its timeouts.
 package httpface_test
