@@ -4,8 +4,8 @@
 // its bytes without decoding them.
 //
 // Decoding materialises far more than the wire holds: an empty
-// google.protobuf.Value is two bytes on the wire and some eighty in
-// memory, and `{}` in JSON three bytes and some two hundred. A limit on
+// google.protobuf.Value is two bytes on the wire and about a hundred in
+// memory, and `{}` in JSON three bytes and about three hundred. A limit on
 // the wire size alone therefore lets twenty 4 MiB requests of empty
 // values hold gigabytes. So each face checks, before decoding, that the
 // request is within its method's wire limit (WireLimit), estimates what
