@@ -266,8 +266,8 @@ func TestConsole(t *testing.T) {
 		signIn(t, slow, s, "ana")
 		net := watchCalls(t, slow, "/rein.v1.RunService/DecideApproval", "/rein.v1.RunService/ListRuns")
 		do(t, slow, "open pending", chromedp.Navigate(s.url()+"#/pending"))
-		until(t, slow, "the proposal", fmt.Sprintf(`document.querySelector('%s input.reason') !== null`, card(r.GetRunId())))
-		do(t, slow, "deny", chromedp.SendKeys(chromedp.CSS(card(r.GetRunId())+" input.reason"), reason),
+		until(t, slow, "the proposal", fmt.Sprintf(`document.querySelector('%s input.deny-reason') !== null`, card(r.GetRunId())))
+		do(t, slow, "deny", chromedp.SendKeys(chromedp.CSS(card(r.GetRunId())+" input.deny-reason"), reason),
 			chromedp.Click(chromedp.CSS(card(r.GetRunId())+" button.deny")))
 		held := net.nextHeld()
 		net.arrivedWith("listing the pending runs without "+r.GetRunId(), func(body string) bool { return !strings.Contains(body, r.GetRunId()) })

@@ -2,7 +2,6 @@ package browser
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -232,9 +231,13 @@ func reviseProposal(t *testing.T, ctx, ana context.Context, s *server) {
 	if by := eval[string](t, ana, fmt.Sprintf(`document.querySelector('%s .revised-by').textContent`, revised)); !strings.Contains(by, "ana") {
 		t.Errorf("the card says revised by %q, want ana", by)
 	}
-	var shown map[string]any
-	if err := json.Unmarshal([]byte(eval[string](t, ana, fmt.Sprintf(`document.querySelector('%s .arguments').textContent`, revised))), &shown); err != nil || shown["path"] != "notes-revised.txt" {
-		t.Errorf("the revised card's arguments %v (%v), want path notes-revised.txt", shown, err)
+	if shown := eval[string](t, ana, fmt.Sprintf(`document.querySelector('%s .arguments dd[data-key=path]')?.textContent ?? ""`, revised)); shown != "notes-revised.txt" {
+		t.Errorf("the revised card's path argument is %q, want notes-revised.txt", shown)
+	}
+	// The revision reads as a diff against the original, field by field.
+	until(t, ana, "the revision's changes", fmt.Sprintf(`document.querySelector('%s .changes li[data-path="/path"]') !== null`, revised))
+	if got := eval[string](t, ana, fmt.Sprintf(`document.querySelector('%s .changes li[data-path="/path"]').textContent`, revised)); got != "/path: notes.txt → notes-revised.txt" {
+		t.Errorf("the revision's change reads %q, want /path: notes.txt → notes-revised.txt", got)
 	}
 	if n := eval[int](t, ana, fmt.Sprintf(`document.querySelectorAll('%s').length`, c)); n != 1 {
 		t.Errorf("%d cards for the run, want the revised one only", n)

@@ -3,7 +3,9 @@
 import { timestampDate, ValueSchema, type Timestamp, type Duration, type Value } from "@bufbuild/protobuf/wkt";
 import { isMessage, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { RunStatus, type Proposal, type Run } from "./gen/rein/v1/run_pb";
+import { ToolTier } from "./gen/rein/v1/contract_pb";
 import type { Event } from "./gen/rein/v1/event_pb";
+import { stableJson } from "./fields";
 
 export const statuses: [RunStatus, string][] = [
   [RunStatus.QUEUED, "queued"],
@@ -55,9 +57,22 @@ export function date(t: Timestamp | undefined): Date | undefined {
   return t ? timestampDate(t) : undefined;
 }
 
+// time is t in the viewer's time zone, with its offset from UTC, so that
+// a time read off the screen is never taken for another zone's.
 export function time(t: Timestamp | undefined): string {
   const d = date(t);
-  return d ? d.toISOString().replace("T", " ").replace("Z", "") : "";
+  return d ? zoned(d) : "";
+}
+
+// zoned is d as "YYYY-MM-DD HH:MM:SS (UTC±HH:MM)" at offset minutes east
+// of UTC (the viewer's, by default).
+export function zoned(d: Date, offset = -d.getTimezoneOffset()): string {
+  const at = new Date(d.getTime() + offset * 60000);
+  const two = (n: number) => String(n).padStart(2, "0");
+  const o = Math.abs(offset);
+  return `${at.getUTCFullYear()}-${two(at.getUTCMonth() + 1)}-${two(at.getUTCDate())} ` +
+    `${two(at.getUTCHours())}:${two(at.getUTCMinutes())}:${two(at.getUTCSeconds())} ` +
+    `(UTC${offset < 0 ? "-" : "+"}${two(Math.floor(o / 60))}:${two(o % 60)})`;
 }
 
 export function seconds(d: Duration | undefined): string {
@@ -73,14 +88,13 @@ export function plain(v: Value | JsonValue | undefined): JsonValue | undefined {
   return isMessage(v, ValueSchema) ? toJson(ValueSchema, v) : (v as JsonValue);
 }
 
+// json is v as one line of JSON, its keys in the console's one order.
 export function json(v: Value | JsonValue | undefined): string {
-  const j = plain(v);
-  return j === undefined ? "" : JSON.stringify(j);
+  return stableJson(plain(v));
 }
 
 export function pretty(v: Value | JsonValue | undefined): string {
-  const j = plain(v);
-  return j === undefined ? "" : JSON.stringify(j, null, 2);
+  return stableJson(plain(v), 2);
 }
 
 function of(used: number | bigint, max: number | bigint | undefined): string {
@@ -229,4 +243,15 @@ export function summary(ev: Event): { kind: string; text: string } {
       };
   }
   return { kind: "event", text: "" };
+}
+
+// approveDoes is one sentence of what Approve does to the proposal p.
+export function approveDoes(run: Run, p: Proposal): string {
+  const needed = Math.max(p.approvals, 1);
+  const more = needed - p.approvedBy.length;
+  if (more > 1) return `Approve adds your approval (${p.approvedBy.length + 1} of ${needed}); ${p.tool} runs only once all ${needed} have approved.`;
+  const once = p.tier === ToolTier.READ
+    ? `Approve runs ${p.tool} as a read with these arguments once; its output goes to the model`
+    : `Approve runs ${p.tool} with these arguments once, with idempotency key op_${p.proposalId}`;
+  return `${once}; the run ${run.runId} then goes on.`;
 }

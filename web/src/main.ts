@@ -1,5 +1,6 @@
 // rein's web console: sign in, then the runs, one run, and what is pending.
-// Pages are chosen by the URL's fragment: #/runs, #/runs/ID, #/pending.
+// Pages are chosen by the URL's fragment: #/runs, #/runs/ID (#/runs/ID/events/SEQ
+// shows the event SEQ on its timeline), #/pending.
 import { caller, explain, setToken, signIn, signOut, token } from "./api";
 import { button, h, kids } from "./dom";
 import { pendingPage } from "./pending";
@@ -52,8 +53,8 @@ function route(): void {
   }
   header();
   const path = location.hash.replace(/^#/, "") || "/runs";
-  const m = /^\/runs\/([^/]+)$/.exec(path);
-  if (m) runPage(main, decodeURIComponent(m[1]), leave.signal);
+  const m = /^\/runs\/([^/]+)(?:\/events\/(\d+))?$/.exec(path);
+  if (m) runPage(main, decodeURIComponent(m[1]!), leave.signal, m[2] ? BigInt(m[2]) : undefined);
   else if (path === "/pending") pendingPage(main, leave.signal);
   else runsPage(main, leave.signal);
 }

@@ -15,7 +15,7 @@ import type { Event } from "./gen/rein/v1/event_pb";
 import { RunExportSchema } from "./gen/rein/v1/export_pb";
 import { RunStatus, type Run } from "./gen/rein/v1/run_pb";
 
-export function runPage(root: HTMLElement, runId: string, signal: AbortSignal): void {
+export function runPage(root: HTMLElement, runId: string, signal: AbortSignal, focus?: bigint): void {
   const head = h("div", { class: "run-head" });
   const pending = h("div", { class: "run-pending" });
   const steer = steerBox(runId);
@@ -93,11 +93,19 @@ export function runPage(root: HTMLElement, runId: string, signal: AbortSignal): 
 
   const row = (ev: Event) => {
     const s = summary(ev);
-    timeline.append(h("tr", { class: `event ${s.kind}`, "data-seq": String(ev.sequence) },
+    const tr = h("tr", { class: `event ${s.kind}`, "data-seq": String(ev.sequence), id: `event-${ev.sequence}` },
       h("td", {}, String(ev.sequence)), h("td", { class: "time" }, time(ev.recordedAt)),
       h("td", { class: "actor" }, ev.actor), h("td", { class: "kind" }, s.kind),
       h("td", { class: "summary" }, cut(s.text)),
-      h("td", {}, may("operator") ? button("fork here", () => void fork(ev.sequence), { class: "fork" }) : null)));
+      h("td", {}, may("operator") ? button("fork here", () => void fork(ev.sequence), { class: "fork" }) : null));
+    timeline.append(tr);
+    // An event linked to (a card's evidence) is shown and marked.
+    if (ev.sequence === focus) {
+      tr.classList.add("target");
+      tr.tabIndex = -1;
+      tr.scrollIntoView({ block: "center" });
+      tr.focus();
+    }
   };
 
   // follow streams the timeline from the last event shown, again after
@@ -176,7 +184,7 @@ export function runPage(root: HTMLElement, runId: string, signal: AbortSignal): 
     }
   };
 
-  root.replaceChildren(head, pending, steer, actions, answer, h("h3", {}, "Timeline"), table, writing.el);
+  root.replaceChildren(head, pending, steer, actions, answer, h("h3", {}, "Timeline"), h("div", { class: "scroll" }, table), writing.el);
   void loadRun();
   void follow();
 }

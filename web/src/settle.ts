@@ -11,7 +11,14 @@ import { outcome } from "./dom";
 export async function settle(answer: HTMLElement, send: () => Promise<string>, done: () => void): Promise<void> {
   const card = answer.closest(".card");
   const buttons = card ? [...card.querySelectorAll("button")] : [];
-  for (const b of buttons) b.disabled = true;
+  const off = (on: boolean) => {
+    for (const b of buttons) {
+      b.disabled = !on;
+      if (on) b.removeAttribute("aria-disabled");
+      else b.setAttribute("aria-disabled", "true");
+    }
+  };
+  off(false);
   answer.className = "outcome sending";
   answer.textContent = "sending…";
   try {
@@ -19,7 +26,7 @@ export async function settle(answer: HTMLElement, send: () => Promise<string>, d
     done();
   } catch (err) {
     outcome(answer, false, `refused: ${explain(err)}`);
-    for (const b of buttons) b.disabled = false;
+    off(true);
   }
 }
 

@@ -14,6 +14,7 @@ import { decided, pauseEnds, summary } from "../src/format";
 // model output's text, come with it.
 import "./parse.test";
 import "./output.test";
+import "./fields.test";
 
 type Case = { kind: string; event: JsonValue; summary: string };
 
@@ -33,7 +34,7 @@ const lines: Record<string, [cli: string, console: string]> = {
   tool_requested: ["tool", 'tool {"key":"value"}'],
   tool_refused: ["tool: reason", "tool: reason"],
   tool_returned: ["tool error (1.25s): error", "tool failed: error (cut at 6 bytes) (1.25s)"],
-  approval_requested: ["tool proposal-id, hash hash…", "tool proposal proposal-id, hash hash, expires 2026-12-01 10:00:00.000"],
+  approval_requested: ["tool proposal-id, hash hash…", "tool proposal proposal-id, hash hash, expires 2026-12-01 10:00:00 (UTC+00:00)"],
   approval_decided: ['proposal-id approved by principal:ana "reason"', "principal:ana approved proposal-id: reason (and ended the run)"],
   input_requested: ['"text"', "text"],
   input_provided: ['"text" by principal:ana', "principal:ana: text"],
@@ -128,7 +129,7 @@ test("a pause says when it ends and what ends it, as the server derives it", () 
     runId: "run_1", status: "RUN_STATUS_NEEDS_APPROVAL", deadline: "2026-12-01T10:02:00Z",
     pending: { proposal: { proposalId: "p", expiresAt: "2026-12-01T11:00:00Z" }, endsAt: "2026-12-01T10:02:00Z", endsBy },
   });
-  assert.match(pauseEnds(run("run_deadline")), /^2026-12-01 10:02:00\.000 \(the run's deadline: the run then ends budget_exhausted\)$/);
+  assert.match(pauseEnds(run("run_deadline")), /^2026-12-01 10:02:00 \(UTC\+00:00\) \(the run's deadline: the run then ends budget_exhausted\)$/);
   assert.match(pauseEnds(run("proposal_ttl")), /\(the proposal expires: the run then ends expired\)$/);
   assert.equal(pauseEnds(create(RunSchema, { runId: "run_2" })), "");
 });
