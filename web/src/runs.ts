@@ -8,7 +8,7 @@ import type { RunStatus } from "./gen/rein/v1/run_pb";
 const pageSize = 20;
 
 export function runsPage(root: HTMLElement, signal: AbortSignal): void {
-  const status = h("select", { class: "status-filter" }, h("option", { value: "" }, "any status"),
+  const status = h("select", { class: "status-filter", "aria-label": "status" }, h("option", { value: "" }, "any status"),
     ...statuses.map(([v, name]) => h("option", { value: String(v) }, name)));
   const label = h("input", { type: "text", class: "label-filter", placeholder: "labels: team=billing env=prod" });
   const live = h("span", { class: "live" }, "connecting");
