@@ -50,11 +50,6 @@ func (h *handler) getRun(ctx context.Context, id string) (*reinv1.Run, error) {
 	return resp.GetRun(), nil
 }
 
-// ListTasks is not served: a client lists its runs on RunService.
-func (h *handler) ListTasks(context.Context, *a2a.ListTasksRequest) (*a2a.ListTasksResponse, error) {
-	return nil, a2a.NewError(a2a.ErrUnsupportedOperation, "tasks are not listed on the A2A face; list runs with RunService's ListRuns (rein list)")
-}
-
 // CancelTask cancels a run.
 func (h *handler) CancelTask(ctx context.Context, req *a2a.CancelTaskRequest) (*a2a.Task, error) {
 	if req.ID == "" {
