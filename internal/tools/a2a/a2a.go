@@ -12,12 +12,13 @@
 //   - A call's message has IDs derived from the call (its run and call ID,
 //     or a commit's operation ID): the same call always sends the same
 //     message, in the same context. Before sending, the client looks the
-//     context's task up (ListTasks by context ID) and, when there is one,
-//     follows it instead of sending again; an agent that does not list
-//     tasks (rein's face) is sent the same message again, which rein's
-//     face turns into the run the first one started (its request ID is
-//     the context and message IDs). A call cut by a crash and run again
-//     so follows the one remote task; the agent runs the message once.
+//     context's task up (ListTasks by context ID, rein's face included)
+//     and, when there is one, follows it instead of sending again; an
+//     agent that does not list tasks is sent the same message again
+//     (which rein's face would turn into the run the first one started:
+//     its request ID is the context and message IDs). A call cut by a
+//     crash and run again so follows the one remote task; the agent runs
+//     the message once.
 //   - A call follows its task until it ends or waits for its client
 //     (input-required, auth-required): completed is the tool's result,
 //     with the task's artifacts; failed, rejected and canceled are an
@@ -203,7 +204,7 @@ func (c *Client) Commit(ctx context.Context, call tools.Call, operationID string
 
 // Lookup implements tools.Looker: the task the operation's message
 // started, followed, when the agent lists tasks; tools.ErrNoLookup when
-// it does not (rein's face), for rein to leave the write to a person
+// it does not, for rein to leave the write to a person
 // rather than send it unasked.
 func (c *Client) Lookup(ctx context.Context, call tools.Call, operationID string) (*structpb.Value, bool, error) {
 	contextID, _ := ids("op\x00" + operationID)
@@ -298,20 +299,36 @@ func (c *Client) taskCall(ctx context.Context, call tools.Call, key string) (*st
 	return c.settle(ctx, t)
 }
 
+// maxListPages bounds the pages find reads: an agent may answer a page
+// with no task and a next page (rein's face reads a bounded number of
+// runs a call), but not without end.
+const maxListPages = 100
+
 // find is the task of contextID, when the agent lists tasks (listed); nil
-// when it lists none.
+// when it lists none. It reads pages until one holds a task or there is
+// no next page.
 func (c *Client) find(ctx context.Context, contextID string) (t *sdk.Task, listed bool, err error) {
-	resp, err := c.cli.ListTasks(c.auth(ctx, 0), &sdk.ListTasksRequest{ContextID: contextID, PageSize: 1, IncludeArtifacts: true})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, false, context.Cause(ctx)
+	req := &sdk.ListTasksRequest{ContextID: contextID, PageSize: 1, IncludeArtifacts: true}
+	for range maxListPages {
+		resp, err := c.cli.ListTasks(c.auth(ctx, 0), req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, false, context.Cause(ctx)
+			}
+			if req.PageToken != "" {
+				return nil, true, c.failed("list the tasks of context "+contextID, err)
+			}
+			return nil, false, nil // the agent does not list tasks
 		}
-		return nil, false, nil // the agent does not list tasks: rein's face, for one
+		if len(resp.Tasks) > 0 {
+			return resp.Tasks[0], true, nil
+		}
+		if resp.NextPageToken == "" || resp.NextPageToken == req.PageToken {
+			return nil, true, nil
+		}
+		req.PageToken = resp.NextPageToken
 	}
-	if len(resp.Tasks) == 0 {
-		return nil, true, nil
-	}
-	return resp.Tasks[0], true, nil
+	return nil, true, fmt.Errorf("the A2A agent at %s listed %d pages of context %s without its task or an end; the call is not sent again until a person looks at the agent", c.url, maxListPages, contextID)
 }
 
 // settle follows t and returns its outcome as a tool result.

@@ -8,9 +8,11 @@ package a2a_test
 // deadlines.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -77,10 +79,85 @@ func (g *gate) Commit(context.Context, tools.Call, string) (*structpb.Value, err
 
 // remote is a rein node serving A2A.
 type remote struct {
-	url  string
-	runs reinv1.RunServiceClient
-	gate *gate
-	hs   *httptest.Server
+	url   string
+	runs  reinv1.RunServiceClient
+	gate  *gate
+	hs    *httptest.Server
+	calls *calls
+}
+
+// calls counts the A2A requests that reach the remote's face, by method,
+// and refuses ListTasks when noList is set, as an agent that does not
+// list tasks would.
+type calls struct {
+	mu     sync.Mutex
+	n      map[string]int
+	noList bool
+	// tick is signalled, without blocking, after each request counted.
+	tick chan struct{}
+}
+
+func newCalls() *calls { return &calls{n: map[string]int{}, tick: make(chan struct{}, 1)} }
+
+func (c *calls) count(method string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[method]
+}
+
+// await waits until more than n requests of method have been counted.
+func (c *calls) await(t *testing.T, ctx context.Context, method string, n int) {
+	t.Helper()
+	for c.count(method) <= n {
+		select {
+		case <-c.tick:
+		case <-ctx.Done():
+			t.Fatalf("no %s reached the remote face (%d before)", method, n)
+		}
+	}
+}
+
+// wrap is next behind the count: JSON-RPC requests by their method,
+// HTTP+JSON ones by their path.
+func (c *calls) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var method string
+		var id json.RawMessage
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/message:send"):
+			method = "SendMessage"
+		case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/tasks"):
+			method = "ListTasks"
+		case r.Method == http.MethodPost && r.Body != nil:
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			var rpc struct {
+				Method string          `json:"method"`
+				ID     json.RawMessage `json:"id"`
+			}
+			_ = json.Unmarshal(body, &rpc)
+			method, id = rpc.Method, rpc.ID
+		}
+		c.mu.Lock()
+		c.n[method]++
+		refuse := c.noList && method == "ListTasks"
+		c.mu.Unlock()
+		select {
+		case c.tick <- struct{}{}:
+		default:
+		}
+		if refuse {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": id,
+				"error": map[string]any{"code": -32004, "message": "tasks are not listed here"}})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // as is ctx carrying who's token to the remote's RunService.
@@ -180,7 +257,8 @@ func startRemote(t *testing.T) *remote {
 	for path, h := range f.Mounts() {
 		mux.Handle(path, h)
 	}
-	hs := httptest.NewServer(mux)
+	counted := newCalls()
+	hs := httptest.NewServer(counted.wrap(mux))
 	t.Cleanup(func() {
 		select {
 		case <-g.open:
@@ -191,7 +269,7 @@ func startRemote(t *testing.T) *remote {
 		stop()
 		node.Close()
 	})
-	return &remote{url: hs.URL, runs: runs, gate: g, hs: hs}
+	return &remote{url: hs.URL, runs: runs, gate: g, hs: hs, calls: counted}
 }
 
 // serveGRPC serves node's gRPC on a bufconn and returns a RunService
@@ -454,12 +532,37 @@ func TestDelegateBudgetHolds(t *testing.T) {
 
 // TestDelegateCrashResubscribes: the parent node is cut while the remote
 // task works; a new node on the parent's store runs the call again, which
-// finds the remote task the first call started and follows it: the
-// remote holds one run, not two, and the parent completes with its
-// result.
+// finds the remote task the first call started (ListTasks by its context)
+// and follows it: the remote face is sent the message once, holds one
+// run, and the parent completes with its result.
 func TestDelegateCrashResubscribes(t *testing.T) {
+	r := delegateAcrossCrash(t, false)
+	if n := r.calls.count("SendMessage"); n != 1 {
+		t.Errorf("the remote face was sent %d messages, want 1: the call after the crash sent its message again instead of resubscribing", n)
+	}
+}
+
+// TestDelegateCrashUnlistedSendsAgain is its failure twin: against an
+// agent that does not list tasks the call after the crash sends its
+// message again (two reach the face), which rein's face turns into the
+// one run the first started.
+func TestDelegateCrashUnlistedSendsAgain(t *testing.T) {
+	r := delegateAcrossCrash(t, true)
+	if n := r.calls.count("SendMessage"); n != 2 {
+		t.Errorf("the remote face was sent %d messages, want 2: without ListTasks the call sends again", n)
+	}
+}
+
+// delegateAcrossCrash runs a parent whose call of remote.gated is cut by
+// a crash while the remote task works, runs it again on a new node over
+// the parent's store, and checks that the parent completes and the remote
+// holds one completed run. The new node's call must follow the remote
+// task (SubscribeToTask) before the task can end. It returns the remote.
+func delegateAcrossCrash(t *testing.T, noList bool) *remote {
+	t.Helper()
 	ctx := deadline(t)
 	r := startRemote(t)
+	r.calls.noList = noList
 	c := open(t, ctx, r, "starter-token")
 	db := filepath.Join(t.TempDir(), "parent.db")
 	gated := contract(t, `{
@@ -481,8 +584,12 @@ func TestDelegateCrashResubscribes(t *testing.T) {
 	// and in flight, is what the next node opens; the first node is cut.
 	crashed := crashCopy(t, filepath.Dir(db))
 	first.close()
+	subscribed := r.calls.count("SubscribeToTask")
 
+	// The gate opens once the new node's call follows the remote task, so
+	// that it finds the task working.
 	second := openParent(t, filepath.Join(crashed, filepath.Base(db)), c, nil)
+	r.calls.await(t, ctx, "SubscribeToTask", subscribed)
 	close(r.gate.open)
 	run := second.await(t, ctx, runID)
 	if run.GetStatus() != reinv1.RunStatus_RUN_STATUS_COMPLETED {
@@ -498,6 +605,7 @@ func TestDelegateCrashResubscribes(t *testing.T) {
 	if len(r.gate.entered) != 0 {
 		t.Error("the remote's gate was entered twice")
 	}
+	return r
 }
 
 // crashCopy copies the files of dir, a stopped process's store as it
