@@ -4,8 +4,10 @@ package main
 // `rein serve` process: it builds the rein binary, starts the server the way
 // the section's first ```sh block does, then runs every other ```sh block of
 // the section, in order, with bash -c, exactly as written except for the
-// server's address, and with TOKEN and RUN_ID in the environment. The
-// failure twins run the same commands without the token, or with a wrong one.
+// server's address, and with TOKEN, APPROVER_TOKEN, RUN_ID, PROPOSAL_ID and
+// PROPOSAL_HASH in the environment. The failure twins run the same commands
+// without the token, or with a wrong one, and the approval with the
+// operator's token instead of the approver's.
 
 import (
 	"bufio"
@@ -15,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,6 +47,13 @@ const grpcurlDocAddr = "127.0.0.1:7233"
 // grpcurlTokenHeader is the flag that sends the token, as the page writes it.
 const grpcurlTokenHeader = `-H "authorization: Bearer $TOKEN"`
 
+// grpcurlApproverHeader is the flag that sends the approver's token.
+const grpcurlApproverHeader = `-H "authorization: Bearer $APPROVER_TOKEN"`
+
+// grpcurlEnv is what the test sets in each block's environment, in place of
+// what the reader exported by hand.
+var grpcurlEnv = []string{"TOKEN", "APPROVER_TOKEN", "RUN_ID", "PROPOSAL_ID", "PROPOSAL_HASH"}
+
 // grpcurlStep is one ```sh block of the page's grpcurl section.
 type grpcurlStep struct {
 	kind string // what the block does; see grpcurlKinds
@@ -60,7 +70,7 @@ var grpcurlKinds = []struct{ kind, marker string }{
 	{"describe", " describe rein.v1.RunService"},
 	{"start", "rein.v1.RunService/StartRun"},
 	{"get", "rein.v1.RunService/GetRun"},
-	{"cancel", "rein.v1.RunService/CancelRun"},
+	{"approve", "rein.v1.RunService/DecideApproval"},
 	{"watch", "rein.v1.RunService/WatchRun"},
 }
 
@@ -349,7 +359,7 @@ func grpcurlRun(t *testing.T, dir, addr, block string, env map[string]string) gr
 	cmd.Dir = dir
 	cmd.WaitDelay = 2 * time.Second
 	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); k != "TOKEN" && k != "RUN_ID" {
+		if k, _, _ := strings.Cut(kv, "="); !slices.Contains(grpcurlEnv, k) {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
@@ -430,14 +440,16 @@ func TestGrpcurlDocs(t *testing.T) {
 		t.Fatalf("go build ./cmd/rein: %v\n%s", err, out)
 	}
 
-	// The token: the page exports it, and the tokens file it serves with
-	// must list its SHA-256.
-	tokenRe := regexp.MustCompile(`(?m)^export TOKEN=(\S+)$`)
-	m := tokenRe.FindStringSubmatch(steps[1].text)
-	if m == nil {
-		t.Fatalf("%s's token block does not read `export TOKEN=VALUE`:\n%s", grpcurlPage, steps[1].text)
+	// The tokens: the page exports them, and the tokens file it serves
+	// with must list their SHA-256, the operator's and the approver's.
+	exported := func(name string) string {
+		m := regexp.MustCompile(`(?m)^export ` + name + `=(\S+)$`).FindStringSubmatch(steps[1].text)
+		if m == nil {
+			t.Fatalf("%s's token block does not read `export %s=VALUE`:\n%s", grpcurlPage, name, steps[1].text)
+		}
+		return m[1]
 	}
-	token := m[1]
+	token, approverToken := exported("TOKEN"), exported("APPROVER_TOKEN")
 	serveArgs := grpcurlServeArgs(t, steps[0].text, filepath.Join(tmp, "state", "rein.db"))
 	var tokensFile string
 	for i, a := range serveArgs {
@@ -449,18 +461,30 @@ func TestGrpcurlDocs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s's --tokens: %v", grpcurlPage, err)
 	}
-	if _, ok := dir.Token(token); !ok {
-		t.Fatalf("%s does not list the token of %s (sha256 %s)", tokensFile, grpcurlPage, auth.HashToken(token))
+	for _, tok := range []struct {
+		value string
+		role  auth.Role
+	}{{token, auth.Operator}, {approverToken, auth.Approver}} {
+		p, ok := dir.Token(tok.value)
+		if !ok {
+			t.Fatalf("%s does not list the token %s of %s (sha256 %s)", tokensFile, tok.value, grpcurlPage, auth.HashToken(tok.value))
+		}
+		if !slices.Equal(p.Roles, []auth.Role{tok.role}) || p.Tenant != "demo" {
+			t.Fatalf("%s: the token %s is principal %s of tenant %s with roles %v, want tenant demo with only %s", tokensFile, tok.value, p.ID, p.Tenant, p.Roles, tok.role)
+		}
 	}
 
 	srv := startGrpcurlServer(t, root, bin, serveArgs)
-	env := map[string]string{"TOKEN": token}
+	env := map[string]string{"TOKEN": token, "APPROVER_TOKEN": approverToken}
 	var runID string
 	var get string // the GetRun block, for the failure twins
 	for _, st := range steps[1:] {
 		t.Logf("%s step %s:\n%s", grpcurlPage, st.kind, st.text)
 		if st.kind == "get" {
 			get = st.text
+		}
+		if st.kind == "approve" {
+			grpcurlApproveAsOperator(t, root, srv.addr, st.text, get, env)
 		}
 		r := grpcurlRun(t, root, srv.addr, st.text, env)
 		if st.kind == "get" {
@@ -529,10 +553,18 @@ func TestGrpcurlDocs(t *testing.T) {
 			if got := grpcurlField(msgs[0], "run", "pending", "proposal", "tool"); got != "refunds.create" {
 				t.Errorf("GetRun: pending tool %q, want refunds.create:\n%v", got, r)
 			}
-		case "cancel":
+			env["PROPOSAL_ID"] = grpcurlField(msgs[0], "run", "pending", "proposal", "proposalId")
+			env["PROPOSAL_HASH"] = grpcurlField(msgs[0], "run", "pending", "proposal", "hash")
+			if env["PROPOSAL_ID"] == "" || env["PROPOSAL_HASH"] == "" {
+				t.Fatalf("GetRun: the pending proposal has no proposalId or hash:\n%v", r)
+			}
+		case "approve":
 			msgs := grpcurlJSON(t, r.stdout)
-			if len(msgs) != 1 || grpcurlField(msgs[0], "run", "status") != "RUN_STATUS_CANCELLED" {
-				t.Fatalf("CancelRun: want status RUN_STATUS_CANCELLED:\n%v", r)
+			if len(msgs) != 1 || grpcurlField(msgs[0], "run", "runId") != runID {
+				t.Fatalf("DecideApproval: want run %s:\n%v", runID, r)
+			}
+			if got := grpcurlField(msgs[0], "run", "status"); got == "RUN_STATUS_NEEDS_APPROVAL" {
+				t.Errorf("DecideApproval: the run still needs approval:\n%v", r)
 			}
 		case "watch":
 			msgs := grpcurlJSON(t, r.stdout)
@@ -552,13 +584,20 @@ func TestGrpcurlDocs(t *testing.T) {
 					kinds[k] = true
 				}
 			}
-			for _, want := range []string{"runStarted", "toolReturned", "approvalRequested", "statusChanged"} {
+			for _, want := range []string{"runStarted", "toolReturned", "approvalRequested", "approvalDecided", "writeCommitted", "statusChanged"} {
 				if !kinds[want] {
 					t.Errorf("WatchRun: no %s event:\n%v", want, r)
 				}
 			}
-			if got := grpcurlField(msgs[len(msgs)-1], "event", "statusChanged", "to"); got != "RUN_STATUS_CANCELLED" {
-				t.Errorf("WatchRun: the last event changes the status to %q, want RUN_STATUS_CANCELLED", got)
+			for _, msg := range msgs {
+				if _, ok := msg["event"].(map[string]any)["approvalDecided"]; ok {
+					if got := grpcurlField(msg, "event", "actor"); got != "principal:demo-approver" {
+						t.Errorf("WatchRun: the approval's actor is %q, want principal:demo-approver", got)
+					}
+				}
+			}
+			if got := grpcurlField(msgs[len(msgs)-1], "event", "statusChanged", "to"); got != "RUN_STATUS_COMPLETED" {
+				t.Errorf("WatchRun: the last event changes the status to %q, want RUN_STATUS_COMPLETED:\n%v", got, r)
 			}
 		}
 	}
@@ -583,4 +622,28 @@ func TestGrpcurlDocs(t *testing.T) {
 	}
 
 	srv.stop(t)
+}
+
+// grpcurlApproveAsOperator is the approval's failure twin: the page's
+// DecideApproval block sent with the operator's token instead of the
+// approver's fails with PermissionDenied, and the run, read with the page's
+// GetRun block, still waits on the same proposal.
+func grpcurlApproveAsOperator(t *testing.T, dir, addr, approve, get string, env map[string]string) {
+	t.Helper()
+	if !strings.Contains(approve, grpcurlApproverHeader) {
+		t.Fatalf("the DecideApproval block does not pass %s:\n%s", grpcurlApproverHeader, approve)
+	}
+	operator := maps.Clone(env)
+	operator["APPROVER_TOKEN"] = env["TOKEN"]
+	r := grpcurlRun(t, dir, addr, approve, operator)
+	if r.code == 0 || !strings.Contains(r.stdout+r.stderr, "PermissionDenied") {
+		t.Fatalf("DecideApproval with the operator's token: want a failure with PermissionDenied:\n%v", r)
+	}
+	r = grpcurlRun(t, dir, addr, get, env)
+	msgs := grpcurlJSON(t, r.stdout)
+	if r.code != 0 || len(msgs) != 1 ||
+		grpcurlField(msgs[0], "run", "status") != "RUN_STATUS_NEEDS_APPROVAL" ||
+		grpcurlField(msgs[0], "run", "pending", "proposal", "proposalId") != env["PROPOSAL_ID"] {
+		t.Fatalf("after a refused DecideApproval: want the run still waiting on %s:\n%v", env["PROPOSAL_ID"], r)
+	}
 }
