@@ -23,6 +23,8 @@ from helpers import (
 
 from rein_client import (
     Backoff,
+    Reconnect,
+    ReconnectCause,
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
@@ -83,8 +85,8 @@ class ResilienceTest(unittest.TestCase):
         reconnects = []
         found_gone = threading.Event()
 
-        def told(err, wait):
-            reconnects.append(err)
+        def told(rc):
+            reconnects.append(rc)
             found_gone.set()
 
         c = self.client(srv[0].address, backoff=FAST, on_reconnect=told)
@@ -120,8 +122,20 @@ class ResilienceTest(unittest.TestCase):
         restarter.join()
         self.assertEqual(failures, [])
         self.assertEqual(status_when_killed, v1.RUN_STATUS_RUNNING)
-        self.assertTrue(reconnects)
-        self.assertTrue(all(isinstance(e, UnavailableError) for e in reconnects), [str(e) for e in reconnects])
+        # One outage, told once, however many tries it took, with a typed
+        # reason rather than gRPC's text.
+        self.assertEqual(len(reconnects), 1, [str(rc) for rc in reconnects])
+        rc = reconnects[0]
+        self.assertIsInstance(rc, Reconnect)
+        self.assertEqual(rc.cause, ReconnectCause.UNAVAILABLE)
+        self.assertEqual(rc.server, srv[0].address)
+        self.assertGreaterEqual(rc.attempt, 1)
+        self.assertGreater(rc.wait, 0)
+        self.assertIsInstance(rc.error, UnavailableError)
+        self.assertEqual(
+            str(rc),
+            f"watch lost its stream from {srv[0].address} (unavailable, UNAVAILABLE); try {rc.attempt + 1} in {rc.wait:.2f} s",
+        )
         self.assert_gap_free(seen, stored_events(c, run.run_id))
         self.assertIn("write_committed", [payload(e) for e in seen])
         self.assertEqual(c.get_run(run.run_id).status, v1.RUN_STATUS_COMPLETED)

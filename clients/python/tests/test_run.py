@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import unittest
@@ -390,19 +391,63 @@ class RunTest(unittest.TestCase):
         with self.assertRaises(FailedPreconditionError):
             c.steer(run.run_id, "too late")
 
+    def guarded_server(self):
+        """A server with tokens: STARTER's operator and APPROVER's approver,
+        of one tenant, each with that role only."""
+        extra = [
+            {"id": "py-starter", "tenant": "py", "roles": ["operator"], "token_sha256": sha256(STARTER)},
+            {"id": "py-approver", "tenant": "py", "roles": ["approver"], "token_sha256": sha256(APPROVER)},
+        ]
+        return start_server(self, args=["--tokens", tokens_file(temp_dir(self), extra)])
+
     def test_example(self):
-        """examples/refund.py runs the refund example to completion; against
-        a server that wants a token it fails, Unauthenticated."""
+        """examples/refund.py runs the refund example to completion, on a
+        server without tokens, and on one with tokens as an operator who
+        starts and an approver who approves; refused, it says why and what
+        to set, with no traceback."""
         srv = start_server(self)
-        out = run_example(srv.address)
+        out = run_program(srv.address, EXAMPLE)
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertIn("approval_requested", out.stdout)
         self.assertIn("RUN_STATUS_COMPLETED: Refunded the duplicate charge", out.stdout)
 
-        guarded = start_server(self, args=["--tokens", tokens_file(temp_dir(self))])
-        refused = run_example(guarded.address)
+        guarded = self.guarded_server()
+        out = run_program(guarded.address, EXAMPLE, token=STARTER, approver=APPROVER)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("RUN_STATUS_COMPLETED: Refunded the duplicate charge", out.stdout)
+
+        # The operator alone may start the run, not approve its write.
+        refused = run_program(guarded.address, EXAMPLE, token=STARTER)
+        self.assertEqual(refused.returncode, 1, refused.stderr)
+        self.assertNotIn("Traceback", refused.stderr)
+        self.assertRegex(refused.stderr, r"^refund.py: could not approve run_\w+'s write \(PERMISSION_DENIED: ")
+        self.assertIn("set REIN_APPROVER_TOKEN", refused.stderr)
+        # No token at all: refused at the start.
+        refused = run_program(guarded.address, EXAMPLE)
+        self.assertEqual(refused.returncode, 1, refused.stderr)
+        self.assertNotIn("Traceback", refused.stderr)
+        self.assertTrue(refused.stderr.startswith("refund.py: UNAUTHENTICATED: "), refused.stderr)
+
+    def test_readme_snippet(self):
+        """The README's "Start, watch, approve" program runs as written, as an
+        operator who starts and an approver who approves, to completion; its
+        twin, with the operator's token for the approval, is refused
+        PermissionDenied and leaves the run waiting."""
+        snippet = readme_program()
+        self.assertIn('task["model"]', snippet)  # the model shown travelling in the contract
+        guarded = self.guarded_server()
+        out = run_program(guarded.address, snippet, token=STARTER, approver=APPROVER)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("approval_requested", out.stdout)
+        self.assertIn("RUN_STATUS_COMPLETED Refunded the duplicate charge", out.stdout)
+
+        refused = run_program(guarded.address, snippet, token=STARTER, approver=STARTER)
         self.assertNotEqual(refused.returncode, 0)
-        self.assertIn("UnauthenticatedError", refused.stderr)
+        self.assertIn("PermissionDeniedError", refused.stderr)
+        c = connect(guarded.address, token=STARTER)
+        self.addCleanup(c.close)
+        runs = c.list_runs(statuses=[v1.RUN_STATUS_NEEDS_APPROVAL]).runs
+        self.assertEqual(len(runs), 1)
 
     def test_cancel_watch(self):
         """Breaking out of a watch closes its stream; cancel() ends a watch as
@@ -410,7 +455,7 @@ class RunTest(unittest.TestCase):
         run stays open, and close() ends it."""
         srv = start_server(self)
         reconnects = []
-        c = self.client(srv, on_reconnect=lambda err, wait: reconnects.append(err))
+        c = self.client(srv, on_reconnect=reconnects.append)
 
         def cancelled_on_server():
             return sum(
@@ -449,13 +494,39 @@ class RunTest(unittest.TestCase):
         self.assertEqual(reconnects, [])
 
 
-def run_example(address: str) -> subprocess.CompletedProcess:
-    """Runs examples/refund.py with this Python from the repository root."""
+EXAMPLE = os.path.join(PKG_DIR, "examples", "refund.py")
+
+# The tokens of guarded_server's principals: an operator only, an approver only.
+STARTER = "py-client-starter-token"
+APPROVER = "py-client-approver-token"
+
+
+def sha256(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def readme_program() -> str:
+    """The ```python block of README.md's "Start, watch, approve" section, as
+    written."""
+    with open(os.path.join(PKG_DIR, "README.md")) as f:
+        readme = f.read()
+    section = readme.split("\n## Start, watch, approve\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)
+    if len(blocks) != 1:
+        raise AssertionError(f'README.md\'s "Start, watch, approve" has {len(blocks)} python blocks, want 1')
+    return blocks[0]
+
+
+def run_program(address: str, program: str, token: str = "", approver: str = "") -> subprocess.CompletedProcess:
+    """Runs program (a file's path, or Python source) with this Python from
+    the repository root, with REIN_SERVER, REIN_TOKEN and
+    REIN_APPROVER_TOKEN set."""
     # The rein_client these tests use (installed, or src/ of a checkout).
     path = os.path.dirname(os.path.dirname(rein_client.__file__))
-    env = dict(os.environ, REIN_SERVER=address, REIN_TOKEN="", PYTHONPATH=path)
+    env = dict(os.environ, REIN_SERVER=address, REIN_TOKEN=token, REIN_APPROVER_TOKEN=approver, PYTHONPATH=path)
+    args = [program] if os.path.isfile(program) else ["-c", program]
     return subprocess.run(
-        [sys.executable, os.path.join(PKG_DIR, "examples", "refund.py")],
+        [sys.executable, *args],
         cwd=REPO_DIR,
         env=env,
         capture_output=True,

@@ -19,7 +19,7 @@ from google.protobuf import duration_pb2, struct_pb2
 
 from . import v1
 from ._channel import Conn, dial
-from .watch import MAX_STUCK_RETRIES, RunsWatch, RunWatch, _jitter
+from .watch import MAX_STUCK_RETRIES, RECONNECT_TELL_EVERY, Reconnect, ReconnectCause, RunsWatch, RunWatch, _jitter
 from .errors import (
     InternalError,
     ReinError,
@@ -166,7 +166,7 @@ def connect(
     server_name: Optional[str] = None,
     insecure_token: bool = False,
     backoff: Optional[Backoff] = None,
-    on_reconnect: Optional[Callable[[ReinError, float], None]] = None,
+    on_reconnect: Optional[Callable[[Reconnect], None]] = None,
     options: Sequence[tuple] = (),
 ) -> "Client":
     """A client of the rein servers ``servers`` ("host:port", a list of them,
@@ -181,9 +181,12 @@ def connect(
     default roots); ``cert_file`` and ``key_file`` are the client's
     certificate for mTLS (``rein serve --client-ca``); ``server_name``
     overrides the name the certificates are verified under. ``backoff`` bounds
-    the waits of watches and retry(); ``on_reconnect(err, wait)`` is told each
-    time a watch lost its stream and will open it again after ``wait``
-    seconds. ``options`` are added to each gRPC channel's."""
+    the waits of watches and retry(); ``on_reconnect(reconnect)`` is told when
+    a watch lost its stream and will open it again, with a :class:`Reconnect`
+    (its ``cause``, ``server``, ``attempt``, ``wait`` and ``error``): once
+    an outage, when its first pause begins, and then at most every
+    RECONNECT_TELL_EVERY seconds while it lasts. ``options`` are added to
+    each gRPC channel's."""
     return Client(
         servers,
         token=token,
@@ -215,7 +218,7 @@ class Client:
         server_name: Optional[str] = None,
         insecure_token: bool = False,
         backoff: Optional[Backoff] = None,
-        on_reconnect: Optional[Callable[[ReinError, float], None]] = None,
+        on_reconnect: Optional[Callable[[Reconnect], None]] = None,
         options: Sequence[tuple] = (),
     ) -> None:
         b = backoff or Backoff()

@@ -4,9 +4,11 @@ backoff (client.go's Watch and WatchRuns)."""
 
 from __future__ import annotations
 
+import enum
 import random
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Union
 
 import grpc
@@ -33,6 +35,63 @@ _RETRYABLE = frozenset(
         grpc.StatusCode.DEADLINE_EXCEEDED,
     }
 )
+
+
+#: How long an outage goes on before on_reconnect is told of it again: it
+#: is told when a watch first loses its stream after an event, and then at
+#: most this often (seconds) while the watch has handed over nothing since.
+RECONNECT_TELL_EVERY = 30.0
+
+
+class ReconnectCause(enum.Enum):
+    """Why a watch lost its stream."""
+
+    #: No server answered, or the one that did went away (stopped,
+    #: restarted, the connection dropped): UNAVAILABLE.
+    UNAVAILABLE = "unavailable"
+    #: The server ended a stream that never ends by itself (WatchRuns).
+    STREAM_ENDED = "stream_ended"
+    #: The server asked the client to wait (RESOURCE_EXHAUSTED).
+    OVERLOADED = "overloaded"
+    #: The server failed the call: INTERNAL, UNKNOWN, ABORTED or
+    #: DEADLINE_EXCEEDED, retried MAX_STUCK_RETRIES times in a row at most.
+    SERVER_ERROR = "server_error"
+
+
+@dataclass(frozen=True)
+class Reconnect:
+    """What on_reconnect is told: a watch lost its stream and will open it
+    again after ``wait`` seconds. ``str()`` of it is one line for a log."""
+
+    #: Why the stream was lost.
+    cause: ReconnectCause
+    #: The server that failed (host:port).
+    server: str
+    #: How many times in a row the watch has failed to get a stream going
+    #: since it last handed over an event (1 for the first).
+    attempt: int
+    #: Seconds before the next try.
+    wait: float
+    #: The error itself (a ReinError: code, message, details), for the detail.
+    error: ReinError
+
+    def __str__(self) -> str:
+        return (
+            f"watch lost its stream from {self.server} ({self.cause.value}, {self.error.code_name}); "
+            f"try {self.attempt + 1} in {self.wait:.2f} s"
+        )
+
+
+def _cause(err: ReinError) -> ReconnectCause:
+    if err.code == grpc.StatusCode.UNAVAILABLE:
+        return ReconnectCause.STREAM_ENDED if isinstance(err, _StreamEnded) else ReconnectCause.UNAVAILABLE
+    if err.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return ReconnectCause.OVERLOADED
+    return ReconnectCause.SERVER_ERROR
+
+
+class _StreamEnded(UnavailableError):
+    """WatchRuns' stream ended OK, which it never does by itself."""
 
 
 class _Stream:
@@ -231,7 +290,7 @@ def _watch_runs(c: Client, s: _Stream, req: v1.WatchRunsRequest) -> Iterator[v1.
                 r.progress()
                 yield ch
             # WatchRuns never ends by itself: a stream that ended OK was cut.
-            err: ReinError = UnavailableError(
+            err: ReinError = _StreamEnded(
                 "the server ended the WatchRuns stream", grpc.StatusCode.UNAVAILABLE, server=c._conns[at].address
             )
             if c._current == at:
@@ -257,10 +316,13 @@ class _Reconnector:
         self._stuck = 0
         self._hops = 0
         self._since: Optional[float] = None
+        self._attempt = 0  # failures since the last progress
+        self._told_at: Optional[float] = None  # when on_reconnect was last told, this outage
 
     def progress(self) -> None:
         """An event was handed over: the next failure starts afresh."""
         self._wait, self._stuck, self._hops, self._since = self._b.min, 0, 0, None
+        self._attempt, self._told_at = 0, None
 
     def reconnect(self, err: ReinError, s: _Stream) -> None:
         """Returns when the watch should open its stream again: at once (an
@@ -271,6 +333,7 @@ class _Reconnector:
         s.check(err)
         if err.code not in _RETRYABLE:
             raise err
+        self._attempt += 1
         if err.code != grpc.StatusCode.UNAVAILABLE:
             self._stuck += 1
             if self._stuck > MAX_STUCK_RETRIES:
@@ -288,11 +351,21 @@ class _Reconnector:
         p = self._b.patience
         if p is not None and time.monotonic() - self._since + pause > p:
             raise err
-        if self._told is not None:
-            self._told(err, pause)
+        self._tell(err, pause)
         s.cancelled.wait(pause)
         s.check(err)
         self._wait = min(2 * self._wait, self._b.max)
+
+    def _tell(self, err: ReinError, pause: float) -> None:
+        """Tells on_reconnect of the outage: at its first pause, then at
+        most every RECONNECT_TELL_EVERY seconds while it lasts."""
+        if self._told is None:
+            return
+        now = time.monotonic()
+        if self._told_at is not None and now - self._told_at < RECONNECT_TELL_EVERY:
+            return
+        self._told_at = now
+        self._told(Reconnect(_cause(err), err.server or "", self._attempt, pause, err))
 
 def _jitter(wait: float) -> float:
     """A pause in [wait/2, wait]."""
