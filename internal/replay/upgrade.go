@@ -23,6 +23,10 @@ import (
 //     existed (both 0 though it carried parts of the previous call's input)
 //     gets them from the recording's own events, as the harness computes
 //     them (step.Prefixes), so that their absence is no divergence.
+//   - a proposal_revised of a tool whose grant has no input schema,
+//     recorded before unchecked_arguments existed (false, though no schema
+//     checked the revision then either), gets it set, as the harness now
+//     records such a revision.
 //
 // The recorded events are not changed: an event to upgrade is copied, and
 // the slice too. With nothing to upgrade, recorded is returned as it is.
@@ -40,6 +44,15 @@ func upgrade(recorded []*reinv1.Event) []*reinv1.Event {
 			}
 			cp := proto.Clone(ev).(*reinv1.Event)
 			cp.GetModelRequested().PrefixBytes, cp.GetModelRequested().PrefixTokens = p[0], p[1]
+			out[i] = cp
+			continue
+		}
+		if pr := ev.GetProposalRevised(); pr != nil && !pr.GetProposal().GetUncheckedArguments() && unschemed(recorded[0], pr.GetProposal().GetTool()) {
+			if !copied {
+				out, copied = append([]*reinv1.Event(nil), recorded...), true
+			}
+			cp := proto.Clone(ev).(*reinv1.Event)
+			cp.GetProposalRevised().GetProposal().UncheckedArguments = true
 			out[i] = cp
 			continue
 		}
@@ -61,6 +74,17 @@ func upgrade(recorded []*reinv1.Event) []*reinv1.Event {
 		out[i] = cp
 	}
 	return out
+}
+
+// unschemed reports whether the run that first began grants tool with no
+// input schema of its own.
+func unschemed(first *reinv1.Event, tool string) bool {
+	for _, g := range first.GetRunStarted().GetContract().GetTools() {
+		if g.GetName() == tool {
+			return g.GetInputSchema() == nil
+		}
+	}
+	return false
 }
 
 // legacyRetryPastDeadline reads the failed attempt from the detail of a
