@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -60,36 +61,70 @@ func (cp cacheProvider) defaultPrice(t *testing.T) pricing.Price {
 	return p
 }
 
+// cacheOpts are what a cache test does to its run besides running it.
+type cacheOpts struct {
+	// steer, when set, is called with the engine and the run's ID as the
+	// stand-in answers each call (n from 1).
+	steer func(e *Engine, runID string, n int)
+	// cut, when set, crashes the run's engine while that call (from 1) is
+	// out, before the stand-in has seen it, and carries the run on with a
+	// new engine over the same store, as another replica would.
+	cut int
+	// then, when set, is called with the engine and the run once the run
+	// has ended and been checked.
+	then func(e *Engine, s Store, runID string)
+}
+
 // cacheRun runs a 30-step task against a stand-in of cp built from cfg, at
 // the models file's price p: a long contract (the prefix the cache serves),
-// 29 searches and an answer. steer, when set, is called with the engine
-// and the run's ID as the stand-in answers each call (n from 1).
-func cacheRun(t *testing.T, cp cacheProvider, cfg cachetest.Config, p pricing.Price, steer func(e *Engine, runID string, n int)) (cachingStandIn, []*reinv1.Event, float64) {
+// 29 searches and an answer, doing what opts says besides.
+func cacheRun(t *testing.T, cp cacheProvider, cfg cachetest.Config, p pricing.Price, opts cacheOpts) (cachingStandIn, []*reinv1.Event, float64) {
 	t.Helper()
 	if cfg.Clock == nil {
 		cfg.Clock = cachetest.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	}
 	var runID atomic.Value // the run's ID, once started
 	runID.Store("")
-	e, s := setup(t, Config{Tools: searchTools(t), Clock: cfg.Clock.Now,
+	ecfg := Config{Tools: searchTools(t), Clock: cfg.Clock.Now,
 		Prices: pricing.New(map[string]pricing.Price{cp.provider + "/" + cp.name: p}),
-		Models: cp.build})
+		Models: cp.build}
+	e, s := setup(t, ecfg)
 	answers := cachetest.Searches(30)
 	cfg.Answers = func(n int) cachetest.Answer {
-		if steer != nil {
-			steer(e, runID.Load().(string), n)
+		if opts.steer != nil {
+			opts.steer(e, runID.Load().(string), n)
 		}
 		return answers(n)
 	}
 	f := cp.stand(cfg)
-	srv := httptest.NewServer(f)
+	var h http.Handler = f
+	out := make(chan struct{}) // closed when the call cut is out
+	gone := make(chan struct{}) // closed as the test ends, before srv
+	if opts.cut > 0 {
+		h = cutCall(f, opts.cut, out, gone)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(gone) })
 	c := testContract()
 	c.Goal = "find the invoice total\n" + strings.Repeat("Read every page of the ledger before you answer. ", 400)
 	c.Model = &reinv1.ModelSpec{Provider: cp.provider, Name: cp.name, BaseUrl: srv.URL}
 	c.Budget = &reinv1.Budget{MaxSteps: 40, MaxCostUsd: 100}
 	started := startRun(t, e, c)
 	runID.Store(started.RunID)
+	if opts.cut > 0 {
+		select {
+		case <-out:
+		case <-testCtx(t).Done():
+			t.Fatalf("call %d was never sent", opts.cut)
+		}
+		e.Close()
+		ecfg.Store = s
+		e = newEngine(t, ecfg)
+		if err := e.Resume(testCtx(t), started.RunID); err != nil {
+			t.Fatalf("Resume on a new engine: %v", err)
+		}
+	}
 	waitRun(t, e, started.RunID)
 	st, evs := stored(t, s, started.RunID)
 	wantStatus(t, st, evs, statusCompleted, "final_answer")
@@ -107,7 +142,29 @@ func cacheRun(t *testing.T, cp cacheProvider, cfg cachetest.Config, p pricing.Pr
 			t.Errorf("model_returned %d usage %+v, the provider reported %+v", i+1, got, c)
 		}
 	}
+	if opts.then != nil {
+		opts.then(e, s, started.RunID)
+	}
 	return f, evs, st.CostUSD
+}
+
+// cutCall is next with its nth model call (from 1; a token count is no
+// call) held until the caller gives up on it or gone is closed, never
+// answered and never seen by next: a call lost in a crash. out is closed
+// when it is held.
+func cutCall(next http.Handler, n int, out, gone chan struct{}) http.Handler {
+	var calls atomic.Int32
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/count_tokens") && calls.Add(1) == int32(n) {
+			close(out)
+			select {
+			case <-r.Context().Done():
+			case <-gone:
+			}
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // wantCached checks that every call but those in misses read 90% or more
@@ -134,7 +191,7 @@ func wantCached(t *testing.T, calls []cachetest.Call, misses ...int) {
 func TestCacheThirtyStepsBilledAsTheProviderBills(t *testing.T) {
 	for _, cp := range cacheProviders {
 		t.Run(cp.provider, func(t *testing.T) {
-			f, evs, _ := cacheRun(t, cp, cachetest.Config{Price: cp.defaultPrice(t)}, cp.defaultPrice(t), nil)
+			f, evs, _ := cacheRun(t, cp, cachetest.Config{Price: cp.defaultPrice(t)}, cp.defaultPrice(t), cacheOpts{})
 			wantCached(t, f.Calls(), 1)
 			for i, ev := range ofType(evs, "model_requested") {
 				mr := ev.GetModelRequested()
@@ -152,7 +209,7 @@ func TestCacheThirtyStepsBilledAsTheProviderBills(t *testing.T) {
 func TestCacheAnthropicBreakpointsAndTTL(t *testing.T) {
 	cp := cacheProviders[0]
 	p := cp.defaultPrice(t)
-	f, evs, _ := cacheRun(t, cp, cachetest.Config{Price: p, PauseAfter: 15, Pause: 6 * time.Minute}, p, nil)
+	f, evs, _ := cacheRun(t, cp, cachetest.Config{Price: p, PauseAfter: 15, Pause: 6 * time.Minute}, p, cacheOpts{})
 	calls := f.Calls()
 	wantCached(t, calls, 1, 16)
 	for i, c := range calls {
@@ -178,9 +235,9 @@ func TestCacheAnthropicBreakpointsAndTTL(t *testing.T) {
 func TestCacheOffSendsNoBreakpoints(t *testing.T) {
 	cp := cacheProviders[0]
 	p := cp.defaultPrice(t)
-	_, _, costOn := cacheRun(t, cp, cachetest.Config{Price: p}, p, nil)
+	_, _, costOn := cacheRun(t, cp, cachetest.Config{Price: p}, p, cacheOpts{})
 	p.CacheOff = true
-	f, evs, cost := cacheRun(t, cp, cachetest.Config{Price: p}, p, nil)
+	f, evs, cost := cacheRun(t, cp, cachetest.Config{Price: p}, p, cacheOpts{})
 	for i, c := range f.Calls() {
 		if c.Marks != 0 || c.Write != 0 || c.Read != 0 {
 			t.Errorf("call %d: %+v; want no breakpoint and no cache use", i+1, c)
@@ -217,7 +274,7 @@ func TestCacheSteerKeepsThePrefix(t *testing.T) {
 					t.Errorf("Steer during call 10: created %v, %v", created, err)
 				}
 			}
-			f, evs, _ := cacheRun(t, cp, cfg, cp.defaultPrice(t), steer)
+			f, evs, _ := cacheRun(t, cp, cfg, cp.defaultPrice(t), cacheOpts{steer: steer})
 			wantCount(t, evs, "run_steered", 1)
 			if len(steered) == 0 || steered[0] != 11 {
 				t.Fatalf("the message was read by calls %v, want from call 11 on", steered)
@@ -241,7 +298,7 @@ func TestCacheReorderedContextReadsNothing(t *testing.T) {
 				}
 				return reverseTools(t, body)
 			}}
-			f, _, _ := cacheRun(t, cp, cfg, cp.defaultPrice(t), nil)
+			f, _, _ := cacheRun(t, cp, cfg, cp.defaultPrice(t), cacheOpts{})
 			wantCached(t, f.Calls(), 1, 16)
 		})
 	}
@@ -263,4 +320,47 @@ func reverseTools(t *testing.T, body []byte) []byte {
 	req["tools"], _ = json.Marshal(tools)
 	out, _ := json.Marshal(req)
 	return out
+}
+
+// cacheFields is what a model_requested says of the call's input and its
+// caching: the input's hash, its prefix and its breakpoints.
+func cacheFields(ev *reinv1.Event) string {
+	mr := ev.GetModelRequested()
+	return fmt.Sprintf("step %d input %s prefix %d bytes %d tokens breakpoints %v ttl %v",
+		mr.GetStep(), mr.GetInputHash(), mr.GetPrefixBytes(), mr.GetPrefixTokens(), mr.GetCacheBreakpoints(), mr.GetCacheTtl().AsDuration())
+}
+
+// A run whose engine crashes while call 12 is out, before the provider
+// has seen it, and that another engine over the same store carries on,
+// sends each call as a run that was never cut does: every model_requested,
+// the lost call's and the resumed call's too, records the input, prefix
+// and breakpoints the uncut run records at that step, and the resumed call
+// reads 90% or more of its input from what call 11 cached.
+func TestCacheResumeSendsTheSamePrefix(t *testing.T) {
+	for _, cp := range cacheProviders {
+		t.Run(cp.provider, func(t *testing.T) {
+			p := cp.defaultPrice(t)
+			_, whole, _ := cacheRun(t, cp, cachetest.Config{Price: p}, p, cacheOpts{})
+			f, cut, _ := cacheRun(t, cp, cachetest.Config{Price: p}, p, cacheOpts{cut: 12})
+			wantCached(t, f.Calls(), 1)
+			want := ofType(whole, "model_requested")
+			got := ofType(cut, "model_requested")
+			if len(got) != len(want)+1 {
+				t.Fatalf("%d model calls recorded, want %d (the uncut run's and the lost one)", len(got), len(want)+1)
+			}
+			resumed := 0
+			for _, ev := range got {
+				if ev.GetModelRequested().GetResumed() {
+					resumed++
+				}
+				w := want[ev.GetModelRequested().GetStep()-1]
+				if cacheFields(ev) != cacheFields(w) {
+					t.Errorf("model_requested %d (resumed %v):\n %s\nthe uncut run's:\n %s", ev.GetSequence(), ev.GetModelRequested().GetResumed(), cacheFields(ev), cacheFields(w))
+				}
+			}
+			if resumed != 1 {
+				t.Errorf("%d resumed model calls, want 1 (call 12)", resumed)
+			}
+		})
+	}
 }

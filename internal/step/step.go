@@ -111,7 +111,7 @@ func (r *Stepper) Step(ctx context.Context) error {
 		MaxCostUsd:      maxCost,
 		Price:           r.modelPrice(),
 	}
-	mr.PrefixBytes, mr.PrefixTokens = r.transcript.prefix()
+	mr.PrefixBytes, mr.PrefixTokens = r.transcript.prefix(resumed)
 	if req.Cache != nil {
 		mr.CacheBreakpoints, mr.CacheTtl = r.transcript.breakpoints(), durationpb.New(req.Cache.TTL)
 	}

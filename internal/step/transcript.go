@@ -55,6 +55,11 @@ type transcript struct {
 	// byte for byte (model_requested.prefix_bytes).
 	sizes        []int
 	carriedBytes int
+	// stepPrefix is the prefix_bytes of the latest call that was not
+	// resumed: a resumed call is sent the input of the call whose reply
+	// was lost, and the provider may never have seen that call, so its
+	// prefix is that call's, with the step before, not its whole input.
+	stepPrefix int
 	// lastCall is when the latest call was sent (its model_requested's
 	// recorded_at): a provider's cache keeps its prefix for a TTL from it.
 	lastCall time.Time
@@ -218,16 +223,27 @@ func (t *transcript) newInput() (carried uint32, blobs []string) {
 	return uint32(t.carried), t.parts[t.carried:n:n]
 }
 
-// requested notes that a model call was sent the current input, at.
-func (t *transcript) requested(at time.Time) {
+// requested notes that a model call was sent the current input, at;
+// resumed, that it repeats a call whose reply was lost.
+func (t *transcript) requested(at time.Time, resumed bool) {
+	if !resumed {
+		t.stepPrefix = t.carriedBytes
+	}
 	t.carried, t.carriedBytes, t.sent, t.lastCall = len(t.parts), t.size, t.size, at
 }
 
 // prefix is the next call's input that the previous call's begins with,
 // byte for byte, in bytes and estimated tokens: what a provider's prompt
-// cache can serve.
-func (t *transcript) prefix() (bytes, tokens uint64) {
-	return uint64(t.carriedBytes), uint64(t.carriedBytes) / 4
+// cache can serve. A resumed call repeats the call whose reply was lost,
+// so its prefix is that call's: what the previous step's call began, as a
+// run never cut records it, since the provider may never have seen the
+// lost call.
+func (t *transcript) prefix(resumed bool) (bytes, tokens uint64) {
+	n := t.carriedBytes
+	if resumed {
+		n = t.stepPrefix
+	}
+	return uint64(n), uint64(n) / 4
 }
 
 // cachedTokens is how much of the next call's input the provider is
@@ -236,7 +252,7 @@ func (t *transcript) prefix() (bytes, tokens uint64) {
 // no more than the prefix that is left.
 func (t *transcript) cachedTokens() uint64 {
 	if t.carriedBytes < t.sent {
-		_, n := t.prefix()
+		_, n := t.prefix(false)
 		return min(t.cached, n)
 	}
 	return t.cached
@@ -497,7 +513,7 @@ func (t *transcript) observe(ev *reinv1.Event, seq uint64) {
 		if !ev.GetModelRequested().GetResumed() {
 			t.deliver()
 		}
-		t.requested(ev.GetRecordedAt().AsTime())
+		t.requested(ev.GetRecordedAt().AsTime(), ev.GetModelRequested().GetResumed())
 	case eventkind.Held:
 		if o := tr.Observe(ev); o != nil {
 			t.held = append(t.held, entry{turn: model.Turn{Observation: o}, seq: seq})
@@ -563,7 +579,7 @@ func Prefixes(log []*reinv1.Event) map[uint64][2]uint64 {
 			if !mr.GetResumed() {
 				t.deliver()
 			}
-			b, n := t.prefix()
+			b, n := t.prefix(mr.GetResumed())
 			out[ev.GetSequence()] = [2]uint64{b, n}
 		}
 		t.observe(ev, ev.GetSequence())
