@@ -70,9 +70,9 @@ type cacheOpts struct {
 	// out, before the stand-in has seen it, and carries the run on with a
 	// new engine over the same store, as another replica would.
 	cut int
-	// then, when set, is called with the engine and the run once the run
-	// has ended and been checked.
-	then func(e *Engine, s Store, runID string)
+	// then, when set, is called with the engine, its store, the stand-in
+	// and the run once the run has ended and been checked.
+	then func(e *Engine, s Store, f cachingStandIn, runID string)
 }
 
 // cacheRun runs a 30-step task against a stand-in of cp built from cfg, at
@@ -98,7 +98,7 @@ func cacheRun(t *testing.T, cp cacheProvider, cfg cachetest.Config, p pricing.Pr
 	}
 	f := cp.stand(cfg)
 	var h http.Handler = f
-	out := make(chan struct{}) // closed when the call cut is out
+	out := make(chan struct{})  // closed when the call cut is out
 	gone := make(chan struct{}) // closed as the test ends, before srv
 	if opts.cut > 0 {
 		h = cutCall(f, opts.cut, out, gone)
@@ -143,7 +143,7 @@ func cacheRun(t *testing.T, cp cacheProvider, cfg cachetest.Config, p pricing.Pr
 		}
 	}
 	if opts.then != nil {
-		opts.then(e, s, started.RunID)
+		opts.then(e, s, f, started.RunID)
 	}
 	return f, evs, st.CostUSD
 }
@@ -362,5 +362,55 @@ func TestCacheResumeSendsTheSamePrefix(t *testing.T) {
 				t.Errorf("%d resumed model calls, want 1 (call 12)", resumed)
 			}
 		})
+	}
+}
+
+// A fork of a 30-step run after its 10th search result sends, at its
+// first call, the input of the parent's call 11: the same hash, prefix
+// and breakpoints, and the stand-in serves 90% or more of it from what
+// the parent cached. Its twin: the same fork after the parent's cache
+// expired (the clock past the TTL) reads nothing, so the read was the
+// parent's entry. Against Anthropic only: a fork sends its own run ID as
+// OpenAI's prompt_cache_key, not its parent's, so the OpenAI stand-in
+// (which caches under the key) serves it nothing.
+func TestCacheForkSharesItsParentsPrefix(t *testing.T) {
+	for _, cp := range cacheProviders[:1] {
+		for _, expired := range []bool{false, true} {
+			t.Run(fmt.Sprint(cp.provider, " expired=", expired), func(t *testing.T) {
+				p := cp.defaultPrice(t)
+				clock := cachetest.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+				fork := func(e *Engine, s Store, f cachingStandIn, runID string) {
+					_, evs := stored(t, s, runID)
+					at := ofType(evs, "tool_returned")[9].GetSequence()
+					if expired {
+						clock.Advance(6 * time.Minute)
+					}
+					st, _, err := e.Fork(testCtx(t), ForkRequest{RunID: runID, AtSequence: at, RequestID: "fork-1", Principal: "alice", Tenant: "acme"})
+					if err != nil {
+						t.Fatalf("Fork at %d: %v", at, err)
+					}
+					waitRun(t, e, st.RunID)
+					_, fevs := stored(t, s, st.RunID)
+					var first *reinv1.Event // the fork's own first call
+					for _, ev := range ofType(fevs, "model_requested") {
+						if ev.GetSequence() > at {
+							first = ev
+							break
+						}
+					}
+					parent := ofType(evs, "model_requested")[10]
+					if first == nil || cacheFields(first) != cacheFields(parent) {
+						t.Fatalf("the fork's first call:\n %v\nthe parent's call 11:\n %s", first, cacheFields(parent))
+					}
+					calls := f.Calls()
+					c := calls[len(calls)-1]
+					if len(calls) != 31 || expired && c.Read != 0 || !expired && c.Cached() < 0.9 {
+						t.Errorf("the fork's call (of %d): %+v; want %s", len(calls), c,
+							map[bool]string{false: "90% or more read from the cache", true: "no cache read"}[expired])
+					}
+				}
+				cacheRun(t, cp, cachetest.Config{Price: p, Clock: clock}, p, cacheOpts{then: fork})
+			})
+		}
 	}
 }
