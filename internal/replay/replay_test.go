@@ -399,3 +399,44 @@ func TestReplayChecksCostsAndCompaction(t *testing.T) {
 		})
 	}
 }
+
+// TestReplayChecksPrefixAndBreakpoints: a recording whose call's
+// prefix_bytes or cache_breakpoints is not what this harness sends (here
+// the first call that carries its previous input, edited) parts at that
+// call, on that field; the unedited recording replays clean. (The
+// recording predates prefix_bytes: replay fills a 0 in, so the edit is 1.)
+func TestReplayChecksPrefixAndBreakpoints(t *testing.T) {
+	for _, tc := range []struct {
+		field  string
+		change func(*reinv1.ModelRequested)
+	}{
+		{"unedited", func(*reinv1.ModelRequested) {}},
+		{"model_requested.prefix_bytes", func(mr *reinv1.ModelRequested) { mr.PrefixBytes = 1 }},
+		{"model_requested.cache_breakpoints", func(mr *reinv1.ModelRequested) { mr.CacheBreakpoints = []uint32{1, 3} }},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			x := readExport(t, filepath.Join(recordings, "steered.rein"))
+			var at uint64
+			for n, ev := 0, x.GetEvents(); n < len(ev); n++ {
+				if mr := ev[n].GetModelRequested(); mr != nil && mr.GetCarriedBlobs() > 0 {
+					tc.change(mr)
+					at = ev[n].GetSequence()
+					break
+				}
+			}
+			if at == 0 {
+				t.Fatal("steered.rein has no call that carries its previous input")
+			}
+			res, err := Run(context.Background(), x.GetEvents(), Options{Blobs: x.GetBlobs()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch d := res.Divergence; {
+			case tc.field == "unedited" && d != nil:
+				t.Fatalf("the unedited recording diverged: %v", d)
+			case tc.field != "unedited" && (d == nil || d.Sequence != at || d.Field != tc.field):
+				t.Fatalf("divergence %v, want one at sequence %d on %s", d, at, tc.field)
+			}
+		})
+	}
+}
