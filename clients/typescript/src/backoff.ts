@@ -7,16 +7,16 @@
 // no progress before they throw the last error; unset: for as long as the
 // caller's signal allows.
 export interface BackoffOptions {
-  minMs?: number;
-  maxMs?: number;
-  patienceMs?: number;
+  minMs?: number | undefined;
+  maxMs?: number | undefined;
+  patienceMs?: number | undefined;
 }
 
 export const DEFAULT_BACKOFF_MIN_MS = 50;
 export const DEFAULT_BACKOFF_MAX_MS = 5000;
 
 // Backoff is a client's BackoffOptions, its defaults filled in.
-export type Backoff = Required<Pick<BackoffOptions, "minMs" | "maxMs">> & BackoffOptions;
+export type Backoff = BackoffOptions & { minMs: number; maxMs: number };
 
 // resolveBackoff fills in the defaults of opts.
 export function resolveBackoff(opts: BackoffOptions | undefined): Backoff {

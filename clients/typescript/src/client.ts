@@ -21,7 +21,7 @@ import {
 import { ReinError, toReinError } from "./errors.js";
 import { jitter, resolveBackoff, sleep, type Backoff, type BackoffOptions } from "./backoff.js";
 import { Pool, type ServiceClient, type TlsOptions } from "./transport.js";
-import { watchChanges, watchEvents, watchOutput, type WatchRunItem, type WatchRunOptions, type WatchRunsOptions } from "./watch.js";
+import { watchChanges, watchEvents, watchOutput, type Reconnect, type WatchRunItem, type WatchRunOptions, type WatchRunsOptions } from "./watch.js";
 
 // How many times a unary call is sent while the server keeps answering
 // ResourceExhausted with a RetryInfo (client.MaxRetryInfoAttempts).
@@ -33,32 +33,33 @@ export interface ConnectOptions {
   // the next, in order, when it is Unavailable.
   servers: string[];
   // Sent as "authorization: Bearer TOKEN" on every call.
-  token?: string;
+  token?: string | undefined;
   // Turns TLS on (an empty object: the system's roots).
-  tls?: TlsOptions;
+  tls?: TlsOptions | undefined;
   // "grpc" (the default) speaks gRPC to rein serve --listen; "connect"
   // speaks the Connect protocol to rein serve --http.
-  protocol?: "grpc" | "connect";
+  protocol?: "grpc" | "connect" | undefined;
   // Lets the token go in plaintext to a host that is not loopback; without
   // it connect() refuses, before any connection is made.
-  insecureToken?: boolean;
+  insecureToken?: boolean | undefined;
   // The waits of watchRun, watchRuns and retry().
-  backoff?: BackoffOptions;
-  // Told each time a watch lost its stream and will open it again after
-  // waitMs: err is why it ended.
-  onReconnect?: (err: ReinError, waitMs: number) => void;
+  backoff?: BackoffOptions | undefined;
+  // Told when a watch lost its stream and will open it again: why, which
+  // server, the attempt, the wait. Once an outage (at the first pause after
+  // an event), then at most every RECONNECT_TELL_EVERY_MS while it lasts.
+  onReconnect?: ((r: Reconnect) => void) | undefined;
   // Added to each transport's, after the token's.
-  interceptors?: Interceptor[];
+  interceptors?: Interceptor[] | undefined;
 }
 
 // Options of one call.
 export interface CallOptions {
   // Ends the call (and its retries) when aborted.
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   // Bounds the call, its failover and its RetryInfo waits included.
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
   // Headers sent with the call.
-  headers?: ConnectCallOptions["headers"];
+  headers?: ConnectCallOptions["headers"] | undefined;
 }
 
 // A reference to the proposal a decision is about: its ID and the hash the
@@ -73,7 +74,7 @@ export type StartRunInit = {
   contract: MessageInitShape<typeof TaskContractSchema>;
   // The idempotency key: the same one returns the same run. Generated
   // (a random UUID) when absent.
-  requestId?: string;
+  requestId?: string | undefined;
 };
 
 export interface StartRunResult {
@@ -101,7 +102,7 @@ export class ReinClient {
   readonly servers: readonly string[];
   private readonly pool: Pool;
   private readonly backoff: Backoff;
-  private readonly onReconnect: ((err: ReinError, waitMs: number) => void) | undefined;
+  private readonly onReconnect: ((r: Reconnect) => void) | undefined;
 
   constructor(opts: ConnectOptions) {
     this.pool = new Pool(opts);
@@ -144,20 +145,20 @@ export class ReinClient {
 
   // approve approves the pending proposal (its ID and the hash the reviewer
   // saw): the write is committed once and the run goes on.
-  async approve(runId: string, proposal: ProposalRef, opts?: CallOptions & { reason?: string }): Promise<Run> {
+  async approve(runId: string, proposal: ProposalRef, opts?: CallOptions & { reason?: string | undefined }): Promise<Run> {
     return this.decide(runId, proposal, ApprovalVerdict.APPROVE, opts?.reason ?? "", false, undefined, opts);
   }
 
   // deny rejects the pending proposal: the reason goes to the model, or,
   // with endRun, the run ends as denied.
-  async deny(runId: string, proposal: ProposalRef, opts?: CallOptions & { reason?: string; endRun?: boolean }): Promise<Run> {
+  async deny(runId: string, proposal: ProposalRef, opts?: CallOptions & { reason?: string | undefined; endRun?: boolean | undefined }): Promise<Run> {
     return this.decide(runId, proposal, ApprovalVerdict.REJECT, opts?.reason ?? "", opts?.endRun ?? false, undefined, opts);
   }
 
   // revise replaces the pending proposal's arguments (in full): the tool
   // previews the revised write, which waits for approval under a new
   // proposal ID and hash (run.pending).
-  async revise(runId: string, proposal: ProposalRef, args: JsonObject, opts?: CallOptions & { reason?: string }): Promise<Run> {
+  async revise(runId: string, proposal: ProposalRef, args: JsonObject, opts?: CallOptions & { reason?: string | undefined }): Promise<Run> {
     return this.decide(runId, proposal, ApprovalVerdict.REVISE, opts?.reason ?? "", false, args, opts);
   }
 
@@ -180,7 +181,7 @@ export class ReinClient {
   }
 
   // cancel cancels a running or paused run.
-  async cancel(runId: string, opts?: CallOptions & { reason?: string }): Promise<Run> {
+  async cancel(runId: string, opts?: CallOptions & { reason?: string | undefined }): Promise<Run> {
     return mustRun((await this.unary((c, o) => c.cancelRun({ runId, reason: opts?.reason ?? "" }, o), opts)).run);
   }
 
@@ -238,7 +239,7 @@ export class ReinClient {
   // (counted from the first Unavailable) allow; given up, it throws the
   // last Unavailable. fn must be safe to repeat: a call whose answer was
   // lost may have been applied (a startRun with its requestId, a read).
-  async retry<T>(fn: (signal: AbortSignal | undefined) => Promise<T>, opts: { signal?: AbortSignal } = {}): Promise<T> {
+  async retry<T>(fn: (signal: AbortSignal | undefined) => Promise<T>, opts: { signal?: AbortSignal | undefined } = {}): Promise<T> {
     let wait = this.backoff.minMs;
     let since = 0;
     let unavailable: ReinError | undefined;
@@ -269,7 +270,7 @@ export class ReinClient {
   // next ones, in order, while they are Unavailable; a ResourceExhausted
   // with a RetryInfo is sent again after its delay (plus up to 10%),
   // MAX_RETRY_INFO_ATTEMPTS times at most, never past the call's timeout.
-  private async unary<T>(call: (c: ServiceClient, o: CallOptions) => Promise<T>, opts: CallOptions = {}): Promise<T> {
+  private async unary<T>(call: (c: ServiceClient, o: ConnectCallOptions) => Promise<T>, opts: CallOptions = {}): Promise<T> {
     const deadline = opts.timeoutMs !== undefined ? Date.now() + opts.timeoutMs : undefined;
     for (let attempt = 1; ; attempt++) {
       let err: ReinError;
@@ -285,13 +286,15 @@ export class ReinClient {
     }
   }
 
-  private async failover<T>(call: (c: ServiceClient, o: CallOptions) => Promise<T>, opts: CallOptions, deadline: number | undefined): Promise<T> {
+  private async failover<T>(call: (c: ServiceClient, o: ConnectCallOptions) => Promise<T>, opts: CallOptions, deadline: number | undefined): Promise<T> {
     const n = this.pool.servers.length;
     const start = this.pool.current;
     let last: ReinError | undefined;
     for (let i = 0; i < n; i++) {
       const at = (start + i) % n;
-      const o: CallOptions = { signal: opts.signal, headers: opts.headers };
+      const o: ConnectCallOptions = {};
+      if (opts.signal) o.signal = opts.signal;
+      if (opts.headers) o.headers = opts.headers;
       if (deadline !== undefined) o.timeoutMs = Math.max(1, deadline - Date.now());
       try {
         const resp = await call(this.pool.servers[at]!.runs, o);

@@ -15,9 +15,10 @@ export {
   type StartRunResult,
   waitsForPerson,
 } from "./client.js";
+export { argumentsJson, contractFromJson, previewJson, proposalJson, type JsonObject, type JsonValue } from "./json.js";
 export { DEFAULT_BACKOFF_MAX_MS, DEFAULT_BACKOFF_MIN_MS, type BackoffOptions } from "./backoff.js";
 export { type TlsOptions } from "./transport.js";
-export { MAX_STUCK_RETRIES, type WatchRunItem, type WatchRunOptions, type WatchRunsOptions } from "./watch.js";
+export { MAX_STUCK_RETRIES, RECONNECT_TELL_EVERY_MS, Reconnect, ReconnectCause, type WatchRunItem, type WatchRunOptions, type WatchRunsOptions } from "./watch.js";
 export {
   Code,
   ConflictError,

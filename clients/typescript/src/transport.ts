@@ -12,13 +12,13 @@ import type { ConnectOptions } from "./client.js";
 // options take them: read files with fs.readFileSync.
 export interface TlsOptions {
   // The CA that signs the servers' certificates; unset: the system's roots.
-  ca?: string | Buffer | Array<string | Buffer>;
+  ca?: string | Buffer | Array<string | Buffer> | undefined;
   // The client's certificate and key, for mTLS (rein serve --client-ca).
-  cert?: string | Buffer;
-  key?: string | Buffer;
+  cert?: string | Buffer | undefined;
+  key?: string | Buffer | undefined;
   // The name the servers' certificates are verified against, when it is
   // not each address's host.
-  serverName?: string;
+  serverName?: string | undefined;
 }
 
 export type ServiceClient = Client<typeof RunService>;

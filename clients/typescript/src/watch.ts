@@ -17,29 +17,71 @@ export const MAX_STUCK_RETRIES = 5;
 
 export interface WatchRunOptions {
   // The first sequence wanted (1, the default: from the run's first event).
-  fromSeq?: number | bigint;
+  fromSeq?: number | bigint | undefined;
   // Or: only events with a greater sequence (the API's after_sequence).
-  afterSequence?: number | bigint;
+  afterSequence?: number | bigint | undefined;
   // Ends the watch when aborted.
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
 }
 
 export interface WatchRunsOptions {
   // Only changes to one of these statuses; empty: all.
-  statuses?: RunStatus[];
+  statuses?: RunStatus[] | undefined;
   // Only runs carrying every one of these labels.
-  labels?: Record<string, string>;
+  labels?: Record<string, string> | undefined;
   // Only changes with a greater cursor; 0: from the first.
-  afterCursor?: number | bigint;
+  afterCursor?: number | bigint | undefined;
   // Ends the watch when aborted.
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
+}
+
+// How long an outage goes on before onReconnect is told of it again
+// (milliseconds): it is told when a watch first loses its stream after an
+// event, then at most this often while the watch has handed over nothing
+// since.
+export const RECONNECT_TELL_EVERY_MS = 30_000;
+
+// Why a watch lost its stream.
+export enum ReconnectCause {
+  // No server answered, or the one that did went away (stopped, restarted,
+  // the connection dropped): Unavailable.
+  UNAVAILABLE = "unavailable",
+  // The server ended a stream that never ends by itself (watchRuns).
+  STREAM_ENDED = "stream_ended",
+  // The server asked the client to wait (ResourceExhausted).
+  OVERLOADED = "overloaded",
+  // The server failed the call: Internal, Unknown, Aborted or
+  // DeadlineExceeded, retried MAX_STUCK_RETRIES times in a row at most.
+  SERVER_ERROR = "server_error",
+}
+
+// Reconnect is what onReconnect is told: a watch lost its stream and will
+// open it again after waitMs. String(it) is one line for a log.
+export class Reconnect {
+  constructor(
+    // Why the stream was lost.
+    readonly cause: ReconnectCause,
+    // The server that failed (as given to connect).
+    readonly server: string,
+    // How many times in a row the watch has failed to get a stream going
+    // since it last handed over an event (1 for the first).
+    readonly attempt: number,
+    // Milliseconds before the next try.
+    readonly waitMs: number,
+    // The error itself (code, message, details).
+    readonly error: ReinError,
+  ) {}
+
+  toString(): string {
+    return `watch lost its stream from ${this.server} (${this.cause}, ${this.error.codeName}); try ${this.attempt + 1} in ${(this.waitMs / 1000).toFixed(2)} s`;
+  }
 }
 
 // What a watch takes of its client.
 export interface Watcher {
   pool: Pool;
   backoff: Backoff;
-  onReconnect: ((err: ReinError, waitMs: number) => void) | undefined;
+  onReconnect: ((r: Reconnect) => void) | undefined;
 }
 
 // WatchRunItem is what ReinClient.watchRunOutput yields: an event, or a
@@ -100,7 +142,7 @@ async function* watchRunLoop(w: Watcher, runId: string, opts: WatchRunOptions, m
         if (e instanceof WatchGap) throw new ReinError(new ConnectError(e.message, Code.DataLoss));
         failure = e;
       }
-      await r.reconnect(w.pool.fail(at, failure, opts.signal), opts.signal);
+      await r.reconnect(w.pool.fail(at, failure, opts.signal), opts.signal, false);
     }
   } finally {
     ac.done();
@@ -121,6 +163,7 @@ export async function* watchChanges(w: Watcher, opts: WatchRunsOptions): AsyncGe
     for (;;) {
       const at = w.pool.current;
       let failure: unknown;
+      let ended = false;
       try {
         for await (const resp of w.pool.servers[at]!.runs.watchRuns(req, { signal: ac.signal })) {
           const ch = resp.change;
@@ -131,10 +174,11 @@ export async function* watchChanges(w: Watcher, opts: WatchRunsOptions): AsyncGe
         }
         // WatchRuns never ends by itself: a stream that ended OK was cut.
         failure = new ConnectError("the server ended the WatchRuns stream", Code.Unavailable);
+        ended = true;
       } catch (e) {
         failure = e;
       }
-      await r.reconnect(w.pool.fail(at, failure, opts.signal), opts.signal);
+      await r.reconnect(w.pool.fail(at, failure, opts.signal), opts.signal, ended);
     }
   } finally {
     ac.done();
@@ -145,17 +189,20 @@ class WatchGap extends Error {}
 
 // Reconnector is a watch's state between reconnections: the next wait,
 // the servers tried since the last wait, the tries in a row with no
-// progress, and since when (client.go, reconnector).
+// progress, and since when (client.go, reconnector); the failures since
+// the last progress and when onReconnect was last told of them.
 class Reconnector {
   private wait: number;
   private stuck = 0;
   private hops = 0;
   private since = 0;
+  private attempt = 0;
+  private toldAt: number | undefined;
 
   constructor(
     private readonly b: Backoff,
     private readonly servers: number,
-    private readonly told: ((err: ReinError, waitMs: number) => void) | undefined,
+    private readonly told: ((r: Reconnect) => void) | undefined,
   ) {
     this.wait = b.minMs;
   }
@@ -167,6 +214,8 @@ class Reconnector {
     this.stuck = 0;
     this.hops = 0;
     this.since = 0;
+    this.attempt = 0;
+    this.toldAt = undefined;
   }
 
   // reconnect returns when the watch should open its stream again, at once
@@ -175,9 +224,11 @@ class Reconnector {
   // it throws err when retrying cannot fix it, when it persisted past
   // MAX_STUCK_RETRIES tries in a row or past patienceMs with no progress,
   // and Canceled when signal is aborted.
-  async reconnect(err: ReinError, signal: AbortSignal | undefined): Promise<void> {
+  // ended says the stream ended OK where it never ends by itself.
+  async reconnect(err: ReinError, signal: AbortSignal | undefined, ended: boolean): Promise<void> {
     if (signal?.aborted) throw toReinError(signal.reason ?? err);
     if (!retryable(err.code)) throw err;
+    this.attempt++;
     if (err.code !== Code.Unavailable) {
       if (++this.stuck > MAX_STUCK_RETRIES) throw err;
     }
@@ -190,10 +241,31 @@ class Reconnector {
     if (err.retryDelayMs !== undefined) pause = Math.max(pause, err.retryDelayMs);
     const p = this.b.patienceMs;
     if (p && p > 0 && Date.now() - this.since + pause > p) throw err;
-    this.told?.(err, pause);
+    this.tell(err, pause, ended);
     if (!(await sleep(pause, signal))) throw toReinError(signal?.reason ?? err);
     this.wait = Math.min(2 * this.wait, this.b.maxMs);
   }
+
+  // tell tells onReconnect of the outage: at its first pause, then at most
+  // every RECONNECT_TELL_EVERY_MS while it lasts.
+  private tell(err: ReinError, pause: number, ended: boolean): void {
+    if (!this.told) return;
+    const now = Date.now();
+    if (this.toldAt !== undefined && now - this.toldAt < RECONNECT_TELL_EVERY_MS) return;
+    this.toldAt = now;
+    this.told(new Reconnect(cause(err, ended), err.server ?? "", this.attempt, pause, err));
+  }
+}
+
+// cause is why a watch lost its stream, from the error it lost it with.
+function cause(err: ReinError, ended: boolean): ReconnectCause {
+  switch (err.code) {
+    case Code.Unavailable:
+      return ended ? ReconnectCause.STREAM_ENDED : ReconnectCause.UNAVAILABLE;
+    case Code.ResourceExhausted:
+      return ReconnectCause.OVERLOADED;
+  }
+  return ReconnectCause.SERVER_ERROR;
 }
 
 // retryable reports whether a watch error may go away by reconnecting (all

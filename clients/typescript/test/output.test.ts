@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { connect, pendingProposal, ReinError, RunStatus, type Event, type ReinClient, type WatchRunItem } from "../src/index.js";
+import { connect, pendingProposal, type Reconnect, RunStatus, type Event, type ReinClient, type WatchRunItem } from "../src/index.js";
 import { refundContract, startServer, until } from "./helpers.js";
 
 // A refund run whose first model call writes its text in chunks, each
@@ -124,8 +124,8 @@ test("watchRun of the same kind of run, not asking for model output, yields even
 
 test("watchRunOutput across a SIGKILL and restart mid-call: the call starts over at offset 0, resumed; the events stay gap-free", async (t) => {
   let srv = await startServer(t);
-  const reconnects: ReinError[] = [];
-  const c = connect({ servers: [srv.address], backoff: { minMs: 20, maxMs: 200 }, onReconnect: (err) => void reconnects.push(err) });
+  const reconnects: Reconnect[] = [];
+  const c = connect({ servers: [srv.address], backoff: { minMs: 20, maxMs: 200 }, onReconnect: (r) => void reconnects.push(r) });
   t.after(() => c.close());
 
   const chunks = Array.from({ length: 8 }, (_, i) => `chunk ${i}. `);

@@ -254,7 +254,7 @@ test("steer records a message to a running run once per request ID; an ended run
   await assert.rejects(c.steer(run.runId, "too late"), FailedPreconditionError);
 });
 
-test("examples/refund.ts runs the refund example to completion; against a server that wants a token it fails", async (t) => {
+test("examples/refund.ts runs the refund example to completion, with tokens as an operator and an approver; refused, it says so on one line", async (t) => {
   const example = join(pkgDir, "dist/examples/refund.js");
   const srv = await startServer(t);
   const out = await runNode(example, { REIN_SERVER: srv.address, REIN_TOKEN: "" });
@@ -262,10 +262,29 @@ test("examples/refund.ts runs the refund example to completion; against a server
   assert.match(out.stdout, /approvalRequested/);
   assert.match(out.stdout, /COMPLETED: Refunded the duplicate charge/);
 
-  const guarded = await startServer(t, { args: ["--tokens", tokensFile(tempDir(t))] });
-  const refused = await runNode(example, { REIN_SERVER: guarded.address, REIN_TOKEN: "" });
-  assert.notEqual(refused.code, 0);
-  assert.match(refused.stderr, /UnauthenticatedError/);
+  // With tokens: olga may only operate, alice only approve.
+  const sha = (s: string) => createHash("sha256").update(s).digest("hex");
+  const extra = [
+    { id: "olga", tenant: "ts", roles: ["operator"], token_sha256: sha("olga-token") },
+    { id: "alice", tenant: "ts", roles: ["approver"], token_sha256: sha("alice-token") },
+  ];
+  const guarded = await startServer(t, { args: ["--tokens", tokensFile(tempDir(t), extra)] });
+  const both = await runNode(example, { REIN_SERVER: guarded.address, REIN_TOKEN: "olga-token", REIN_APPROVER_TOKEN: "alice-token" });
+  assert.equal(both.code, 0, both.stderr);
+  assert.match(both.stdout, /refunds\.create would write \{"/, "the preview prints as plain JSON");
+  assert.match(both.stdout, /COMPLETED: Refunded the duplicate charge/);
+
+  // Refused: one line saying what to set, no stack trace.
+  const cases = [
+    { env: { REIN_TOKEN: "" }, want: /^refund: starting the run \(as REIN_TOKEN, an operator\) was refused: UNAUTHENTICATED: .*; set REIN_TOKEN/ },
+    { env: { REIN_TOKEN: "olga-token", REIN_APPROVER_TOKEN: "" }, want: /^refund: approving its write \(as REIN_APPROVER_TOKEN, an approver\) was refused: PERMISSION_DENIED: .*REIN_APPROVER_TOKEN/ },
+  ];
+  for (const c of cases) {
+    const refused = await runNode(example, { REIN_SERVER: guarded.address, ...c.env });
+    assert.equal(refused.code, 1, refused.stderr);
+    assert.equal(refused.stderr.trim().split("\n").length, 1, `one line, no stack trace:\n${refused.stderr}`);
+    assert.match(refused.stderr, c.want);
+  }
 });
 
 // approvers starts a server whose tokens file has two more approvers, alice
