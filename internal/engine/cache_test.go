@@ -370,11 +370,11 @@ func TestCacheResumeSendsTheSamePrefix(t *testing.T) {
 // and breakpoints, and the stand-in serves 90% or more of it from what
 // the parent cached. Its twin: the same fork after the parent's cache
 // expired (the clock past the TTL) reads nothing, so the read was the
-// parent's entry. Against Anthropic only: a fork sends its own run ID as
-// OpenAI's prompt_cache_key, not its parent's, so the OpenAI stand-in
-// (which caches under the key) serves it nothing.
+// parent's entry. Against OpenAI too, whose stand-in caches under the
+// prompt_cache_key: a fork sends its parent's (run_started's
+// prompt_cache_key), not its own run ID.
 func TestCacheForkSharesItsParentsPrefix(t *testing.T) {
-	for _, cp := range cacheProviders[:1] {
+	for _, cp := range cacheProviders {
 		for _, expired := range []bool{false, true} {
 			t.Run(fmt.Sprint(cp.provider, " expired=", expired), func(t *testing.T) {
 				p := cp.defaultPrice(t)

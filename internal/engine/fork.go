@@ -102,7 +102,8 @@ func (e *Engine) Fork(ctx context.Context, req ForkRequest) (runstate.State, boo
 		}
 	}
 	st, created, err := e.create(ctx, c, &reinv1.RunStarted{Principal: req.Principal, Tenant: req.Tenant, RequestId: req.RequestID,
-		ParentRunId: req.RunID, ParentSequence: uint64(len(evs)), TraceId: req.TraceID, TraceParentSpanId: req.TraceParent}, carried, blobs)
+		ParentRunId: req.RunID, ParentSequence: uint64(len(evs)), TraceId: req.TraceID, TraceParentSpanId: req.TraceParent,
+		PromptCacheKey: parent.CacheKey()}, carried, blobs)
 	if err != nil && created {
 		return st, true, fmt.Errorf("fork %s: carry the parent's events over: %w", st.RunID, err)
 	}

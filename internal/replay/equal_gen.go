@@ -63,7 +63,7 @@ var equalShapes = map[string]string{
 	"rein.v1.Question":            "1 text string optional; 2 call_id string optional; ",
 	"rein.v1.RetryPastDeadline":   "1 step uint32 optional; 2 error string optional; 3 wait message optional presence google.protobuf.Duration; ",
 	"rein.v1.RunAdmitted":         "1 waited message optional presence google.protobuf.Duration; 2 deadline message optional presence google.protobuf.Timestamp; 3 by string optional; ",
-	"rein.v1.RunStarted":          "1 contract message optional presence rein.v1.TaskContract; 2 principal string optional; 3 tenant string optional; 4 request_id string optional; 5 deadline message optional presence google.protobuf.Timestamp; 6 parent_run_id string optional; 7 parent_sequence uint64 optional; 8 trace_id string optional; 9 trace_parent_span_id string optional; 10 delegated_by message optional presence rein.v1.DelegatedBy; 11 queued bool optional; ",
+	"rein.v1.RunStarted":          "1 contract message optional presence rein.v1.TaskContract; 2 principal string optional; 3 tenant string optional; 4 request_id string optional; 5 deadline message optional presence google.protobuf.Timestamp; 6 parent_run_id string optional; 7 parent_sequence uint64 optional; 8 trace_id string optional; 9 trace_parent_span_id string optional; 10 delegated_by message optional presence rein.v1.DelegatedBy; 11 queued bool optional; 12 prompt_cache_key string optional; ",
 	"rein.v1.RunSteered":          "1 text string optional; 2 request_id string optional; ",
 	"rein.v1.RunTaken":            "1 owner string optional; 2 epoch uint64 optional; 3 trace_id string optional; ",
 	"rein.v1.ScriptedChunk":       "1 text string optional; 2 delay_ms uint32 optional; ",
@@ -316,6 +316,9 @@ func eqRunStarted(x, y *reinv1.RunStarted) bool {
 		return false
 	}
 	if !(x.GetQueued() == y.GetQueued()) {
+		return false
+	}
+	if !(x.GetPromptCacheKey() == y.GetPromptCacheKey()) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())

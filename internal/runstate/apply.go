@@ -334,6 +334,8 @@ func started(ev *reinv1.Event, rs *reinv1.RunStarted) (State, error) {
 		TraceID:     rs.GetTraceId(),
 		TraceParent: rs.GetTraceParentSpanId(),
 		DelegatedBy: rs.GetDelegatedBy(),
+
+		PromptCacheKey: rs.GetPromptCacheKey(),
 	}
 	if d := rs.GetDeadline(); d != nil {
 		s.Deadline = d.AsTime()

@@ -83,6 +83,9 @@ type State struct {
 	// DelegatedBy names, for a child run, the run that delegated it; nil
 	// for a root.
 	DelegatedBy *reinv1.DelegatedBy
+	// PromptCacheKey is run_started.prompt_cache_key: a fork's parent's
+	// CacheKey; empty for any other run.
+	PromptCacheKey string
 	// ChildrenStarted counts the children the run delegated to; Children
 	// are those that have not returned, with what each was lent (never
 	// mutated once set; Apply replaces it). Lent is their sum, which the
@@ -138,6 +141,7 @@ func (s State) Proto(withContract bool) *reinv1.Run {
 		WriteOperationId:  s.WriteOperationID,
 		Progress:          s.progress(),
 		DelegatedBy:       s.DelegatedBy,
+		PromptCacheKey:    s.PromptCacheKey,
 		Delegation:        s.delegationProto(),
 		Archive:           s.Archive,
 	}
@@ -190,6 +194,7 @@ func FromProto(r *reinv1.Run, contract *reinv1.TaskContract) State {
 		Result:           r.GetResult(),
 		LastError:        r.GetLastError(),
 		DelegatedBy:      r.GetDelegatedBy(),
+		PromptCacheKey:   r.GetPromptCacheKey(),
 		Archive:          r.GetArchive(),
 	}
 	s.delegationFrom(r.GetDelegation())
@@ -232,4 +237,18 @@ func (s State) progress() *reinv1.RunProgress {
 		p.Price = &reinv1.RunProgress_Price{InputPerMtok: s.Price.GetInputPerMtok(), OutputPerMtok: s.Price.GetOutputPerMtok()}
 	}
 	return p
+}
+
+// CacheKey is the key a provider's prompt cache groups the run's model
+// calls by: one for a whole delegation tree (its root's ID), a fork's
+// parent's for a fork, so that calls that share a prefix share a cache,
+// else the run's own ID.
+func (s State) CacheKey() string {
+	switch {
+	case s.PromptCacheKey != "":
+		return s.PromptCacheKey
+	case s.DelegatedBy.GetRootRunId() != "":
+		return s.DelegatedBy.GetRootRunId()
+	}
+	return s.RunID
 }

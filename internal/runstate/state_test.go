@@ -52,6 +52,7 @@ func TestStateProtoRoundTrip(t *testing.T) {
 			Source: reinv1.PolicySource_POLICY_SOURCE_CONTRACT, Rule: "small", When: "true"},
 		Raised:          Spend{Steps: 5, Tokens: 1000, CostUSD: 0.5},
 		DelegatedBy:     &reinv1.DelegatedBy{ParentRunId: "run_parent", Sequence: 9, TaskIndex: 1, RootRunId: "run_root", Depth: 2},
+		PromptCacheKey:  "run_forked_from",
 		ChildrenStarted: 3,
 		Children:        []ChildLoan{{RunID: "run_c1", Lent: Spend{Steps: 4, Tokens: 100, CostUSD: 0.5, ToolCalls: 2}}},
 		Lent:            Spend{Steps: 4, Tokens: 100, CostUSD: 0.5, ToolCalls: 2},

@@ -81,11 +81,7 @@ func (r *Stepper) cache() *model.Cache {
 			return nil
 		}
 	}
-	key := r.st.RunID
-	if root := r.st.DelegatedBy.GetRootRunId(); root != "" {
-		key = root
-	}
-	return &model.Cache{TTL: ttl, Key: key}
+	return &model.Cache{TTL: ttl, Key: r.st.CacheKey()}
 }
 
 // callOutcome is how a model call ended when it returned no reply: the

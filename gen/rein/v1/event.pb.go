@@ -658,9 +658,14 @@ type RunStarted struct {
 	DelegatedBy *DelegatedBy `protobuf:"bytes,10,opt,name=delegated_by,json=delegatedBy,proto3" json:"delegated_by,omitempty"`
 	// The run waits in its tenant's queue for a slot (status queued) until
 	// run_admitted.
-	Queued        bool `protobuf:"varint,11,opt,name=queued,proto3" json:"queued,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Queued bool `protobuf:"varint,11,opt,name=queued,proto3" json:"queued,omitempty"`
+	// The key a provider's prompt cache groups the run's model calls by,
+	// when it is not the run's own ID (or its delegation's root's): a
+	// fork's is its parent's, so that the fork's first call reads what its
+	// parent's calls cached. Empty for any other run.
+	PromptCacheKey string `protobuf:"bytes,12,opt,name=prompt_cache_key,json=promptCacheKey,proto3" json:"prompt_cache_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RunStarted) Reset() {
@@ -768,6 +773,13 @@ func (x *RunStarted) GetQueued() bool {
 		return x.Queued
 	}
 	return false
+}
+
+func (x *RunStarted) GetPromptCacheKey() string {
+	if x != nil {
+		return x.PromptCacheKey
+	}
+	return ""
 }
 
 // DelegationStarted records a delegation: each task's child run and the
@@ -3420,7 +3432,7 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\frun_admitted\x18% \x01(\v2\x14.rein.v1.RunAdmittedH\x00R\vrunAdmitted\x12B\n" +
 	"\x0fmodel_throttled\x18& \x01(\v2\x17.rein.v1.ModelThrottledH\x00R\x0emodelThrottled\x120\n" +
 	"\trun_taken\x18( \x01(\v2\x11.rein.v1.RunTakenH\x00R\brunTakenB\t\n" +
-	"\apayload\"\xb6\x03\n" +
+	"\apayload\"\xe0\x03\n" +
 	"\n" +
 	"RunStarted\x121\n" +
 	"\bcontract\x18\x01 \x01(\v2\x15.rein.v1.TaskContractR\bcontract\x12\x1c\n" +
@@ -3435,7 +3447,8 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x14trace_parent_span_id\x18\t \x01(\tR\x11traceParentSpanId\x127\n" +
 	"\fdelegated_by\x18\n" +
 	" \x01(\v2\x14.rein.v1.DelegatedByR\vdelegatedBy\x12\x16\n" +
-	"\x06queued\x18\v \x01(\bR\x06queued\"a\n" +
+	"\x06queued\x18\v \x01(\bR\x06queued\x12(\n" +
+	"\x10prompt_cache_key\x18\f \x01(\tR\x0epromptCacheKey\"a\n" +
 	"\x11DelegationStarted\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x123\n" +
 	"\bchildren\x18\x02 \x03(\v2\x17.rein.v1.DelegatedChildR\bchildren\"\xa2\x01\n" +

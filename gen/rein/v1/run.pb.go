@@ -248,8 +248,12 @@ type Run struct {
 	// For a queued run: its place in its tenant's queue, 1 for the next to
 	// start. Unset for any other run.
 	QueuePosition uint32 `protobuf:"varint,29,opt,name=queue_position,json=queuePosition,proto3" json:"queue_position,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The key a provider's prompt cache groups the run's model calls by,
+	// when it is not the run's own ID or its delegation's root's
+	// (run_started.prompt_cache_key: a fork's is its parent's).
+	PromptCacheKey string `protobuf:"bytes,30,opt,name=prompt_cache_key,json=promptCacheKey,proto3" json:"prompt_cache_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Run) Reset() {
@@ -483,6 +487,13 @@ func (x *Run) GetQueuePosition() uint32 {
 		return x.QueuePosition
 	}
 	return 0
+}
+
+func (x *Run) GetPromptCacheKey() string {
+	if x != nil {
+		return x.PromptCacheKey
+	}
+	return ""
 }
 
 // RunArchive says where an archived run's export is kept.
@@ -1652,7 +1663,7 @@ var File_rein_v1_run_proto protoreflect.FileDescriptor
 
 const file_rein_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xbc\t\n" +
+	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xe6\t\n" +
 	"\x03Run\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12*\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x12.rein.v1.RunStatusR\x06status\x121\n" +
@@ -1690,7 +1701,8 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"delegation\x12-\n" +
 	"\aarchive\x18\x1b \x01(\v2\x13.rein.v1.RunArchiveR\aarchive\x123\n" +
 	"\rbudget_raised\x18\x1c \x01(\v2\x0e.rein.v1.SpendR\fbudgetRaised\x12%\n" +
-	"\x0equeue_position\x18\x1d \x01(\rR\rqueuePosition\"\x92\x01\n" +
+	"\x0equeue_position\x18\x1d \x01(\rR\rqueuePosition\x12(\n" +
+	"\x10prompt_cache_key\x18\x1e \x01(\tR\x0epromptCacheKey\"\x92\x01\n" +
 	"\n" +
 	"RunArchive\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +

@@ -392,13 +392,14 @@ class RunAdmitted(_message.Message):
     def __init__(self, waited: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., by: _Optional[str] = ...) -> None: ...
 
 class RunStarted(_message.Message):
-    __slots__ = ["contract", "deadline", "delegated_by", "parent_run_id", "parent_sequence", "principal", "queued", "request_id", "tenant", "trace_id", "trace_parent_span_id"]
+    __slots__ = ["contract", "deadline", "delegated_by", "parent_run_id", "parent_sequence", "principal", "prompt_cache_key", "queued", "request_id", "tenant", "trace_id", "trace_parent_span_id"]
     CONTRACT_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     DELEGATED_BY_FIELD_NUMBER: _ClassVar[int]
     PARENT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     PARENT_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_CACHE_KEY_FIELD_NUMBER: _ClassVar[int]
     QUEUED_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -410,12 +411,13 @@ class RunStarted(_message.Message):
     parent_run_id: str
     parent_sequence: int
     principal: str
+    prompt_cache_key: str
     queued: bool
     request_id: str
     tenant: str
     trace_id: str
     trace_parent_span_id: str
-    def __init__(self, contract: _Optional[_Union[_contract_pb2.TaskContract, _Mapping]] = ..., principal: _Optional[str] = ..., tenant: _Optional[str] = ..., request_id: _Optional[str] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., parent_run_id: _Optional[str] = ..., parent_sequence: _Optional[int] = ..., trace_id: _Optional[str] = ..., trace_parent_span_id: _Optional[str] = ..., delegated_by: _Optional[_Union[_run_pb2.DelegatedBy, _Mapping]] = ..., queued: bool = ...) -> None: ...
+    def __init__(self, contract: _Optional[_Union[_contract_pb2.TaskContract, _Mapping]] = ..., principal: _Optional[str] = ..., tenant: _Optional[str] = ..., request_id: _Optional[str] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., parent_run_id: _Optional[str] = ..., parent_sequence: _Optional[int] = ..., trace_id: _Optional[str] = ..., trace_parent_span_id: _Optional[str] = ..., delegated_by: _Optional[_Union[_run_pb2.DelegatedBy, _Mapping]] = ..., queued: bool = ..., prompt_cache_key: _Optional[str] = ...) -> None: ...
 
 class RunSteered(_message.Message):
     __slots__ = ["request_id", "text"]

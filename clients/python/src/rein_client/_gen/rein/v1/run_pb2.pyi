@@ -152,7 +152,7 @@ class Question(_message.Message):
     def __init__(self, text: _Optional[str] = ..., call_id: _Optional[str] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ["approved_write", "archive", "budget_raised", "contract", "cost_usd", "created_at", "deadline", "delegated_by", "delegation", "last_error", "model_in_flight", "pending", "principal", "progress", "queue_position", "request_id", "result", "run_id", "status", "status_reason", "steps", "tenant", "tool_calls", "trace_id", "trace_parent_span_id", "updated_at", "usage", "version", "write_operation_id"]
+    __slots__ = ["approved_write", "archive", "budget_raised", "contract", "cost_usd", "created_at", "deadline", "delegated_by", "delegation", "last_error", "model_in_flight", "pending", "principal", "progress", "prompt_cache_key", "queue_position", "request_id", "result", "run_id", "status", "status_reason", "steps", "tenant", "tool_calls", "trace_id", "trace_parent_span_id", "updated_at", "usage", "version", "write_operation_id"]
     APPROVED_WRITE_FIELD_NUMBER: _ClassVar[int]
     ARCHIVE_FIELD_NUMBER: _ClassVar[int]
     BUDGET_RAISED_FIELD_NUMBER: _ClassVar[int]
@@ -167,6 +167,7 @@ class Run(_message.Message):
     PENDING_FIELD_NUMBER: _ClassVar[int]
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_CACHE_KEY_FIELD_NUMBER: _ClassVar[int]
     QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
@@ -196,6 +197,7 @@ class Run(_message.Message):
     pending: PendingAction
     principal: str
     progress: RunProgress
+    prompt_cache_key: str
     queue_position: int
     request_id: str
     result: _decision_pb2.FinalAnswer
@@ -211,7 +213,7 @@ class Run(_message.Message):
     usage: _contract_pb2.Usage
     version: int
     write_operation_id: str
-    def __init__(self, run_id: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., contract: _Optional[_Union[_contract_pb2.TaskContract, _Mapping]] = ..., principal: _Optional[str] = ..., tenant: _Optional[str] = ..., version: _Optional[int] = ..., steps: _Optional[int] = ..., usage: _Optional[_Union[_contract_pb2.Usage, _Mapping]] = ..., tool_calls: _Optional[int] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., pending: _Optional[_Union[PendingAction, _Mapping]] = ..., result: _Optional[_Union[_decision_pb2.FinalAnswer, _Mapping]] = ..., last_error: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., request_id: _Optional[str] = ..., status_reason: _Optional[str] = ..., model_in_flight: bool = ..., approved_write: _Optional[_Union[Proposal, _Mapping]] = ..., write_operation_id: _Optional[str] = ..., cost_usd: _Optional[float] = ..., progress: _Optional[_Union[RunProgress, _Mapping]] = ..., trace_id: _Optional[str] = ..., trace_parent_span_id: _Optional[str] = ..., delegated_by: _Optional[_Union[DelegatedBy, _Mapping]] = ..., delegation: _Optional[_Union[RunDelegation, _Mapping]] = ..., archive: _Optional[_Union[RunArchive, _Mapping]] = ..., budget_raised: _Optional[_Union[Spend, _Mapping]] = ..., queue_position: _Optional[int] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., contract: _Optional[_Union[_contract_pb2.TaskContract, _Mapping]] = ..., principal: _Optional[str] = ..., tenant: _Optional[str] = ..., version: _Optional[int] = ..., steps: _Optional[int] = ..., usage: _Optional[_Union[_contract_pb2.Usage, _Mapping]] = ..., tool_calls: _Optional[int] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., pending: _Optional[_Union[PendingAction, _Mapping]] = ..., result: _Optional[_Union[_decision_pb2.FinalAnswer, _Mapping]] = ..., last_error: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., request_id: _Optional[str] = ..., status_reason: _Optional[str] = ..., model_in_flight: bool = ..., approved_write: _Optional[_Union[Proposal, _Mapping]] = ..., write_operation_id: _Optional[str] = ..., cost_usd: _Optional[float] = ..., progress: _Optional[_Union[RunProgress, _Mapping]] = ..., trace_id: _Optional[str] = ..., trace_parent_span_id: _Optional[str] = ..., delegated_by: _Optional[_Union[DelegatedBy, _Mapping]] = ..., delegation: _Optional[_Union[RunDelegation, _Mapping]] = ..., archive: _Optional[_Union[RunArchive, _Mapping]] = ..., budget_raised: _Optional[_Union[Spend, _Mapping]] = ..., queue_position: _Optional[int] = ..., prompt_cache_key: _Optional[str] = ...) -> None: ...
 
 class RunArchive(_message.Message):
     __slots__ = ["archived_at", "key", "sha256", "size_bytes"]
