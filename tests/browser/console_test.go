@@ -22,10 +22,13 @@ import (
 const xss = `<img src=x onerror="window.__pwned='img'"><script>window.__pwned='script'</script>`
 
 // fixtureTools: a read that returns xss, and a file write whose preview
-// carries a unified diff.
+// carries a unified diff; and examples/refund's invoice read and refund
+// (refundRun).
 var fixtureTools = fmt.Sprintf(`{
   "files.read": [{"output": %q}],
-  "files.write": [{"preview": {"path": "notes.txt", "diff": "--- a/notes.txt\n+++ b/notes.txt\n@@ -1,2 +1,2 @@\n keep\n-old line\n+new line\n"}, "receipt": {"written": true}}]
+  "files.write": [{"preview": {"path": "notes.txt", "diff": "--- a/notes.txt\n+++ b/notes.txt\n@@ -1,2 +1,2 @@\n keep\n-old line\n+new line\n"}, "receipt": {"written": true}}],
+  "invoices.get": [{"output": {"invoice_id": "INV-42", "amount": "1200.00", "currency": "EUR", "charges": [{"id": "ch_1", "amount": "1200.00"}, {"id": "ch_2", "amount": "1200.00"}]}}],
+  "refunds.create": [{"preview": {"refund": {"invoice_id": "{{.invoice_id}}", "charge": "ch_2", "amount": "{{.amount}}", "currency": "{{.currency}}"}}, "receipt": {"refund_id": "re_9", "status": "succeeded", "amount": "{{.amount}}", "currency": "{{.currency}}"}}]
 }`, xss)
 
 // contract is a run that reads (getting xss), proposes a file write, then
