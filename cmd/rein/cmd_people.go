@@ -333,19 +333,31 @@ func newPendingCmd(e *env) *cobra.Command {
 					return err
 				}
 				defer cn.close()
-				runs, _, err := listRuns(ctx, cn.runs, &reinv1.ListRunsRequest{Statuses: []reinv1.RunStatus{
+				runs, _, err := listRunProtos(ctx, cn.runs, &reinv1.ListRunsRequest{Statuses: []reinv1.RunStatus{
 					reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET,
 				}}, math.MaxInt)
 				if err != nil {
 					return err
 				}
-				for _, r := range runs {
-					if r.Pending != nil {
-						if r.Parents, err = parentChain(ctx, cn.runs, r.Parent); err != nil {
+				for _, run := range runs {
+					if run.GetPending() == nil {
+						continue
+					}
+					r := summarize(run)
+					if r.Parents, err = parentChain(ctx, cn.runs, r.Parent); err != nil {
+						return err
+					}
+					// The evidence is in the events before the
+					// proposal, which were recorded before the run
+					// was listed: events only grow.
+					var evs []*reinv1.Event
+					if run.GetPending().GetProposal() != nil {
+						if evs, err = allEvents(ctx, cn.runs, run.GetRunId(), 0); err != nil {
 							return err
 						}
-						waiting = append(waiting, r)
 					}
+					r.card = cardFor(run, evs)
+					waiting = append(waiting, r)
 				}
 			}
 			if e.json {
@@ -369,6 +381,7 @@ func newPendingCmd(e *env) *cobra.Command {
 				} else if b, ok := p["budget"].(map[string]any); ok {
 					fmt.Fprintf(w, "%s\tbudget\t%v: %v (raise by %v)%s\n", s.RunID, b["limit"], b["detail"], b["expires_at"], chainNote(s.Parents))
 				}
+				s.card.writeRows(w, "\t")
 			}
 			return w.Flush()
 		},

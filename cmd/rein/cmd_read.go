@@ -74,13 +74,15 @@ steps, its own spend and its subtree's.`,
 				return fmt.Errorf("run %s: its log does not fold: %w", args[0], err)
 			}
 			run := st.Proto(true)
+			s := summarize(run)
+			s.card = cardFor(run, evs)
 			if e.json {
-				// The run's summary, as every command prints it; the
-				// durations are in the events (rein events --json).
-				return writeJSON(e.stdout, summarize(run), false)
+				// The run's summary, as every command prints it, with
+				// the card of a paused run; the durations are in the
+				// events (rein events --json).
+				return writeJSON(e.stdout, s, false)
 			}
 			tm := timingOf(evs)
-			s := summarize(run)
 			w := tabwriter.NewWriter(e.stdout, 0, 2, 2, ' ', 0)
 			fmt.Fprintf(w, "run\t%s\n", s.RunID)
 			fmt.Fprintf(w, "goal\t%s\n", s.Goal)
@@ -140,6 +142,7 @@ steps, its own spend and its subtree's.`,
 				if ends := pauseEnds(p); ends != "" {
 					fmt.Fprintf(w, "pause\t%s\n", ends)
 				}
+				s.card.writeRows(w, "")
 			}
 			if r := run.GetResult(); r != nil {
 				fmt.Fprintf(w, "result\t%s\n", r.GetText())
@@ -336,16 +339,27 @@ func newListCmd(e *env) *cobra.Command {
 // empty list, not nil, when there are none) and the cursor of the runs
 // after them ("" when there are none).
 func listRuns(ctx context.Context, runs reinv1.RunServiceClient, req *reinv1.ListRunsRequest, limit int) ([]summary, string, error) {
-	out := []summary{}
+	got, next, err := listRunProtos(ctx, runs, req, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]summary, 0, len(got))
+	for _, r := range got {
+		out = append(out, summarize(r))
+	}
+	return out, next, nil
+}
+
+// listRunProtos is listRuns with the runs as the server gave them.
+func listRunProtos(ctx context.Context, runs reinv1.RunServiceClient, req *reinv1.ListRunsRequest, limit int) ([]*reinv1.Run, string, error) {
+	var out []*reinv1.Run
 	for len(out) < limit {
 		req.PageSize = int32(min(limit-len(out), 1000))
 		resp, err := runs.ListRuns(ctx, req)
 		if err != nil {
 			return nil, "", err
 		}
-		for _, r := range resp.GetRuns() {
-			out = append(out, summarize(r))
-		}
+		out = append(out, resp.GetRuns()...)
 		if resp.GetNextPageToken() == "" {
 			return out, "", nil
 		}

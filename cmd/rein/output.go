@@ -51,6 +51,10 @@ type summary struct {
 	Archived string `json:"archived,omitempty"`
 	// QueuePosition is a queued run's place in its tenant's queue.
 	QueuePosition uint32 `json:"queue_position,omitempty"`
+	// card, where rein pending and rein inspect give it, is what a
+	// person deciding on a paused run reads: its fields (proposal_id,
+	// spend, evidence, approve_does) sit beside the others.
+	*card
 }
 
 func summarize(r *reinv1.Run) summary {
