@@ -62,7 +62,7 @@ func TestDelegatedWritePausesTheTree(t *testing.T) {
   "goal": "Refund the duplicate charge on INV-42.",
   "tools": [{"name": "refunds.create", "description": "Refund an amount.", "tier": "TOOL_TIER_WRITE"}],
   "delegation": {"max_children": 1, "child_models": [{"provider": "script", "name": "refunder", "script": [
-    {"decision": {"tool_call": {"tool": "refunds.create", "arguments": {"invoice_id": "INV-42"}, "call_id": "w1"}}},
+    {"decision": {"tool_call": {"tool": "refunds.create", "arguments": {"invoice_id": "INV-42", "amount": "1200.00", "currency": "EUR"}, "call_id": "w1"}}},
     {"decision": {"final_answer": {"text": "refunded ch_2"}}}
   ]}]}
 }`)
