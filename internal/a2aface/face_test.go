@@ -10,11 +10,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,17 +19,10 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
 	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/test/bufconn"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/a2aface"
-	"github.com/reinhq/rein/internal/auth"
-	"github.com/reinhq/rein/internal/catalog"
-	"github.com/reinhq/rein/internal/store/bolt"
-	"github.com/reinhq/rein/internal/tools"
+	"github.com/reinhq/rein/internal/facetest"
 	"github.com/reinhq/rein/server"
 )
 
@@ -41,41 +31,13 @@ type face struct {
 	runs reinv1.RunServiceClient
 }
 
-// refundTaskFile is examples/refund as a catalog task: its contract, its
-// scripted model inline, a name and an input schema.
+// refundTaskFile is examples/refund as a catalog task, with the
+// description its card's skill shows.
 func refundTaskFile(t *testing.T) string {
 	t.Helper()
-	root := filepath.Join("..", "..", "examples", "refund")
-	data, err := os.ReadFile(filepath.Join(root, "task.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var task map[string]any
-	if err := json.Unmarshal(data, &task); err != nil {
-		t.Fatal(err)
-	}
-	model, err := os.ReadFile(filepath.Join(root, "model.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var script []any
-	for _, line := range strings.Split(strings.TrimSpace(string(model)), "\n") {
-		var reply any
-		if err := json.Unmarshal([]byte(line), &reply); err != nil {
-			t.Fatal(err)
-		}
-		script = append(script, reply)
-	}
-	delete(task, "inputs")
-	task["model"] = map[string]any{"provider": "script", "script": script}
-	task["name"] = "refund"
+	task := facetest.RefundTask(t)
 	task["description"] = "Refund a duplicate charge on an invoice."
-	task["input_schema"] = map[string]any{"type": "object", "properties": map[string]any{"invoice_id": map[string]any{"type": "string"}}, "required": []any{"invoice_id"}}
-	out, err := json.Marshal(task)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(out)
+	return facetest.JSON(t, task)
 }
 
 // startFace serves a node with the refund task and the A2A face in
@@ -85,51 +47,15 @@ func refundTaskFile(t *testing.T) string {
 // "-token".
 func startFace(t *testing.T) *face {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "refund.json"), []byte(refundTaskFile(t)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tasks, err := catalog.NewHolder(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fixtures, err := os.ReadFile(filepath.Join("..", "..", "examples", "refund", "tools.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fx, err := tools.ParseFixtures(fixtures)
-	if err != nil {
-		t.Fatal(err)
-	}
-	directory, err := auth.ParseDirectory([]byte(`{"principals": [
-  {"id": "starter", "tenant": "acme", "roles": ["operator", "approver"], "token_sha256": "` + auth.HashToken("starter-token") + `"},
-  {"id": "clerk", "tenant": "acme", "roles": ["operator"], "token_sha256": "` + auth.HashToken("clerk-token") + `"},
-  {"id": "other", "tenant": "globex", "roles": ["operator", "approver"], "token_sha256": "` + auth.HashToken("other-token") + `"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "rein.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := server.Open(context.Background(), server.Config{Store: st, Tools: fx, Directory: directory, Tasks: tasks, Resume: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis := bufconn.Listen(1 << 20)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = node.GRPC.Serve(lis)
-	}()
-	cc, err := grpc.NewClient("passthrough:///rein", grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, tasks := facetest.Catalog(t, map[string]string{"refund.json": refundTaskFile(t)})
+	directory := facetest.Directory(t,
+		facetest.Principal{ID: "starter", Tenant: "acme", Roles: []string{"operator", "approver"}},
+		facetest.Principal{ID: "clerk", Tenant: "acme", Roles: []string{"operator"}},
+		facetest.Principal{ID: "other", Tenant: "globex", Roles: []string{"operator", "approver"}})
+	node, cc := facetest.Node(t, server.Config{Tools: facetest.RefundTools(t), Directory: directory, Tasks: tasks, Resume: true})
 	runs := reinv1.NewRunServiceClient(cc)
 	f := a2aface.New(a2aface.Options{Runs: runs, Authenticate: node.AuthenticateHTTP, Bearer: true, PublicTasks: func() []*reinv1.Task {
-		got, err := runs.ListTasks(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer starter-token"), &reinv1.ListTasksRequest{})
+		got, err := runs.ListTasks(facetest.As(context.Background(), "starter"), &reinv1.ListTasksRequest{})
 		if err != nil {
 			t.Error(err)
 			return nil
@@ -141,19 +67,14 @@ func startFace(t *testing.T) *face {
 		mux.Handle(path, h)
 	}
 	hs := httptest.NewServer(mux)
-	t.Cleanup(func() {
-		hs.Close()
-		_ = cc.Close()
-		node.Close()
-		<-served
-	})
+	t.Cleanup(hs.Close)
 	return &face{url: hs.URL, runs: runs}
 }
 
 // as is ctx carrying who's token, to the SDK's client and to RunService.
 func as(ctx context.Context, who string) context.Context {
 	ctx = a2aclient.AttachServiceParams(ctx, a2aclient.ServiceParams{"Authorization": {"Bearer " + who + "-token"}})
-	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+who+"-token")
+	return facetest.As(ctx, who)
 }
 
 func deadline(t *testing.T) context.Context {

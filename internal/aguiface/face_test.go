@@ -10,27 +10,18 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/test/bufconn"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/aguiface"
-	"github.com/reinhq/rein/internal/auth"
-	"github.com/reinhq/rein/internal/catalog"
-	"github.com/reinhq/rein/internal/store/bolt"
-	"github.com/reinhq/rein/internal/tools"
+	"github.com/reinhq/rein/internal/facetest"
 	"github.com/reinhq/rein/server"
 )
 
@@ -39,97 +30,20 @@ type face struct {
 	runs reinv1.RunServiceClient
 }
 
-// refundTaskFile is examples/refund as a catalog task: its contract, its
-// scripted model inline, a name and an input schema.
-func refundTaskFile(t *testing.T) string {
-	t.Helper()
-	root := filepath.Join("..", "..", "examples", "refund")
-	data, err := os.ReadFile(filepath.Join(root, "task.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var task map[string]any
-	if err := json.Unmarshal(data, &task); err != nil {
-		t.Fatal(err)
-	}
-	model, err := os.ReadFile(filepath.Join(root, "model.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var script []any
-	for _, line := range strings.Split(strings.TrimSpace(string(model)), "\n") {
-		var reply any
-		if err := json.Unmarshal([]byte(line), &reply); err != nil {
-			t.Fatal(err)
-		}
-		script = append(script, reply)
-	}
-	delete(task, "inputs")
-	task["model"] = map[string]any{"provider": "script", "script": script}
-	task["name"] = "refund"
-	task["input_schema"] = map[string]any{"type": "object", "properties": map[string]any{"invoice_id": map[string]any{"type": "string"}}, "required": []any{"invoice_id"}}
-	out, err := json.Marshal(task)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(out)
-}
-
 // startFace serves a node with the refund task and the AG-UI face in
 // front of it, its calls going in-process through the node's gRPC server.
 // Principals: starter (operator, approver) of tenant acme, other
 // (operator, viewer) of tenant globex; a token is the ID + "-token".
 func startFace(t *testing.T) *face {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "refund.json"), []byte(refundTaskFile(t)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tasks, err := catalog.NewHolder(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fixtures, err := os.ReadFile(filepath.Join("..", "..", "examples", "refund", "tools.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fx, err := tools.ParseFixtures(fixtures)
-	if err != nil {
-		t.Fatal(err)
-	}
-	directory, err := auth.ParseDirectory([]byte(`{"principals": [
-  {"id": "starter", "tenant": "acme", "roles": ["operator", "approver"], "token_sha256": "` + auth.HashToken("starter-token") + `"},
-  {"id": "other", "tenant": "globex", "roles": ["operator", "viewer"], "token_sha256": "` + auth.HashToken("other-token") + `"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "rein.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := server.Open(context.Background(), server.Config{Store: st, Tools: fx, Directory: directory, Tasks: tasks, Resume: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis := bufconn.Listen(1 << 20)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = node.GRPC.Serve(lis)
-	}()
-	cc, err := grpc.NewClient("passthrough:///rein", grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, tasks := facetest.Catalog(t, map[string]string{"refund.json": facetest.JSON(t, facetest.RefundTask(t))})
+	directory := facetest.Directory(t,
+		facetest.Principal{ID: "starter", Tenant: "acme", Roles: []string{"operator", "approver"}},
+		facetest.Principal{ID: "other", Tenant: "globex", Roles: []string{"operator", "viewer"}})
+	node, cc := facetest.Node(t, server.Config{Tools: facetest.RefundTools(t), Directory: directory, Tasks: tasks, Resume: true})
 	runs := reinv1.NewRunServiceClient(cc)
 	hs := httptest.NewServer(aguiface.New(aguiface.Options{Runs: runs, Authenticate: node.AuthenticateHTTP}))
-	t.Cleanup(func() {
-		hs.Close()
-		_ = cc.Close()
-		node.Close()
-		<-served
-	})
+	t.Cleanup(hs.Close)
 	return &face{url: hs.URL, runs: runs}
 }
 

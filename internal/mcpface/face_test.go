@@ -7,31 +7,22 @@ package mcpface_test
 // with deadlines.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/auth"
 	"github.com/reinhq/rein/internal/catalog"
+	"github.com/reinhq/rein/internal/facetest"
 	"github.com/reinhq/rein/internal/mcpface"
-	"github.com/reinhq/rein/internal/store/bolt"
 	"github.com/reinhq/rein/internal/tools"
 	"github.com/reinhq/rein/server"
 )
@@ -80,43 +71,15 @@ type face struct {
 	face  *mcpface.Face
 }
 
-// refundTaskFile is examples/refund as a catalog task: its contract, its
-// scripted model inline, a name and an input schema.
+// refundTaskFile is examples/refund as a catalog task, with the
+// description and the strict input schema the face's tool shows.
 func refundTaskFile(t testing.TB) string {
 	t.Helper()
-	root := filepath.Join("..", "..", "examples", "refund")
-	data, err := os.ReadFile(filepath.Join(root, "task.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var task map[string]any
-	if err := json.Unmarshal(data, &task); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(filepath.Join(root, "model.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var script []any
-	for sc := bufio.NewScanner(f); sc.Scan(); {
-		var reply any
-		if err := json.Unmarshal(sc.Bytes(), &reply); err != nil {
-			t.Fatal(err)
-		}
-		script = append(script, reply)
-	}
-	delete(task, "inputs")
-	task["model"] = map[string]any{"provider": "script", "script": script}
-	task["name"] = "refund"
+	task := facetest.RefundTask(t)
 	task["description"] = "Refund a duplicate charge on an invoice."
 	task["input_schema"] = map[string]any{"type": "object", "properties": map[string]any{"invoice_id": map[string]any{"type": "string", "pattern": "^INV-[0-9]+$"}},
 		"required": []any{"invoice_id"}, "additionalProperties": false}
-	out, err := json.Marshal(task)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(out)
+	return facetest.JSON(t, task)
 }
 
 // startFace serves a node with the refund task, and the MCP face over
@@ -137,50 +100,14 @@ func startFaceWith(t testing.TB, task string, wrap func(reinv1.RunServiceClient)
 // startFaceOpts is startFaceWith with the transport's event store.
 func startFaceOpts(t testing.TB, task string, wrap func(reinv1.RunServiceClient) reinv1.RunServiceClient, events mcp.EventStore) *face {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "refund.json"), []byte(task), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tasks, err := catalog.NewHolder(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fixtures, err := os.ReadFile(filepath.Join("..", "..", "examples", "refund", "tools.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fx, err := tools.ParseFixtures(fixtures)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ct := &countingTools{Executor: fx, commits: map[string]int{}}
-	var entries []string
+	dir, tasks := facetest.Catalog(t, map[string]string{"refund.json": task})
+	ct := &countingTools{Executor: facetest.RefundTools(t), commits: map[string]int{}}
+	var all []facetest.Principal
 	for id, roles := range principals {
-		entries = append(entries, `{"id": "`+id+`", "tenant": "acme", "roles": ["`+strings.Join(roles, `","`)+`"], "token_sha256": "`+auth.HashToken(id+"-token")+`"}`)
+		all = append(all, facetest.Principal{ID: id, Tenant: "acme", Roles: roles})
 	}
-	directory, err := auth.ParseDirectory([]byte(`{"principals": [` + strings.Join(entries, ",") + `]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "rein.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := server.Open(context.Background(), server.Config{Store: st, Tools: ct, Directory: directory, Tasks: tasks, Resume: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis := bufconn.Listen(1 << 20)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = node.GRPC.Serve(lis)
-	}()
-	cc, err := grpc.NewClient("passthrough:///rein", grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	directory := facetest.Directory(t, all...)
+	_, cc := facetest.Node(t, server.Config{Tools: ct, Directory: directory, Tasks: tasks, Resume: true})
 	runs := reinv1.NewRunServiceClient(cc)
 	faceRuns := runs
 	if wrap != nil {
@@ -188,12 +115,7 @@ func startFaceOpts(t testing.TB, task string, wrap func(reinv1.RunServiceClient)
 	}
 	f := mcpface.New(mcpface.Options{Runs: faceRuns, StartWait: 20 * time.Second})
 	hs := httptest.NewServer(f.Handler(mcpface.HTTPOptions{Token: directory.Token, EventStore: events}))
-	t.Cleanup(func() {
-		hs.Close()
-		_ = cc.Close()
-		node.Close()
-		<-served
-	})
+	t.Cleanup(hs.Close)
 	return &face{url: hs.URL + mcpface.Path, runs: runs, tools: ct, dir: dir, tasks: tasks, face: f}
 }
 
@@ -271,7 +193,7 @@ func (f *face) waitStatus(t *testing.T, runID string, want reinv1.RunStatus) *re
 }
 
 func withToken(ctx context.Context, who string) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+who+"-token")
+	return facetest.As(ctx, who)
 }
 
 type startReply struct {

@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,17 +23,12 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/a2aface"
-	"github.com/reinhq/rein/internal/auth"
-	"github.com/reinhq/rein/internal/catalog"
+	"github.com/reinhq/rein/internal/facetest"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/store/bolt"
 	"github.com/reinhq/rein/internal/tools"
@@ -162,38 +156,7 @@ func (c *calls) wrap(next http.Handler) http.Handler {
 
 // as is ctx carrying who's token to the remote's RunService.
 func as(ctx context.Context, who string) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+who+"-token")
-}
-
-// refundTask is examples/refund as catalog task "refund".
-func refundTask(t *testing.T) map[string]any {
-	t.Helper()
-	root := filepath.Join("..", "..", "..", "examples", "refund")
-	data, err := os.ReadFile(filepath.Join(root, "task.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var task map[string]any
-	if err := json.Unmarshal(data, &task); err != nil {
-		t.Fatal(err)
-	}
-	lines, err := os.ReadFile(filepath.Join(root, "model.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var script []any
-	for _, line := range strings.Split(strings.TrimSpace(string(lines)), "\n") {
-		var reply any
-		if err := json.Unmarshal([]byte(line), &reply); err != nil {
-			t.Fatal(err)
-		}
-		script = append(script, reply)
-	}
-	delete(task, "inputs")
-	task["model"] = map[string]any{"provider": "script", "script": script}
-	task["name"] = "refund"
-	task["input_schema"] = map[string]any{"type": "object", "properties": map[string]any{"invoice_id": map[string]any{"type": "string"}}, "required": []any{"invoice_id"}}
-	return task
+	return facetest.As(ctx, who)
 }
 
 // gatedTask waits on the gate, then answers.
@@ -214,44 +177,13 @@ func gatedTask() map[string]any {
 // (operator); a token is the ID + "-token".
 func startRemote(t *testing.T) *remote {
 	t.Helper()
-	dir := t.TempDir()
-	for name, task := range map[string]map[string]any{"refund": refundTask(t), "gated": gatedTask()} {
-		data, err := json.Marshal(task)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name+".json"), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	catalogue, err := catalog.NewHolder(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fixtures, err := os.ReadFile(filepath.Join("..", "..", "..", "examples", "refund", "tools.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fx, err := tools.ParseFixtures(fixtures)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, catalogue := facetest.Catalog(t, map[string]string{"refund.json": facetest.JSON(t, facetest.RefundTask(t)), "gated.json": facetest.JSON(t, gatedTask())})
 	g := &gate{entered: make(chan struct{}, 8), open: make(chan struct{})}
-	directory, err := auth.ParseDirectory([]byte(`{"principals": [
-  {"id": "starter", "tenant": "acme", "roles": ["operator", "approver"], "token_sha256": "` + auth.HashToken("starter-token") + `"},
-  {"id": "clerk", "tenant": "acme", "roles": ["operator"], "token_sha256": "` + auth.HashToken("clerk-token") + `"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "remote.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := server.Open(context.Background(), server.Config{Store: st, Tools: tools.Join(fx, g), Directory: directory, Tasks: catalogue, Resume: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs, stop := serveGRPC(t, node)
+	directory := facetest.Directory(t,
+		facetest.Principal{ID: "starter", Tenant: "acme", Roles: []string{"operator", "approver"}},
+		facetest.Principal{ID: "clerk", Tenant: "acme", Roles: []string{"operator"}})
+	node, cc := facetest.Node(t, server.Config{Tools: tools.Join(facetest.RefundTools(t), g), Directory: directory, Tasks: catalogue, Resume: true})
+	runs := reinv1.NewRunServiceClient(cc)
 	f := a2aface.New(a2aface.Options{Runs: runs, Authenticate: node.AuthenticateHTTP, Bearer: true})
 	mux := http.NewServeMux()
 	for path, h := range f.Mounts() {
@@ -266,32 +198,8 @@ func startRemote(t *testing.T) *remote {
 			close(g.open)
 		}
 		hs.Close()
-		stop()
-		node.Close()
 	})
 	return &remote{url: hs.URL, runs: runs, gate: g, hs: hs, calls: counted}
-}
-
-// serveGRPC serves node's gRPC on a bufconn and returns a RunService
-// client of it, and what stops both.
-func serveGRPC(t *testing.T, node *server.Node) (reinv1.RunServiceClient, func()) {
-	t.Helper()
-	lis := bufconn.Listen(1 << 20)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = node.GRPC.Serve(lis)
-	}()
-	cc, err := grpc.NewClient("passthrough:///rein", grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reinv1.NewRunServiceClient(cc), func() {
-		_ = cc.Close()
-		node.GRPC.Stop()
-		<-served
-	}
 }
 
 // remoteRuns is how many runs the remote holds.
@@ -321,8 +229,8 @@ func openParent(t *testing.T, db string, x tools.Executor, models func(*reinv1.M
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs, stop := serveGRPC(t, node)
-	p := &parent{node: node, runs: runs, stop: stop}
+	cc, stop := facetest.Serve(t, node)
+	p := &parent{node: node, runs: reinv1.NewRunServiceClient(cc), stop: stop}
 	t.Cleanup(p.close)
 	return p
 }
