@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
 
 	"github.com/reinhq/rein/internal/a2aface"
+	"github.com/reinhq/rein/internal/facetest"
 )
 
 // refundCatalog writes examples/refund as a catalog task named refund in a
@@ -24,40 +23,11 @@ import (
 // that the run is still running when a test cuts it.
 func refundCatalog(t *testing.T) string {
 	t.Helper()
-	root := filepath.Join("..", "..", "examples", "refund")
-	var task map[string]any
-	data, err := os.ReadFile(filepath.Join(root, "task.json"))
-	if err != nil {
-		t.Fatal(err)
+	task := facetest.RefundTask(t)
+	for _, reply := range task["model"].(map[string]any)["script"].([]any) {
+		reply.(map[string]any)["delay_ms"] = 300
 	}
-	if err := json.Unmarshal(data, &task); err != nil {
-		t.Fatal(err)
-	}
-	model, err := os.ReadFile(filepath.Join(root, "model.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var script []any
-	for _, line := range strings.Split(strings.TrimSpace(string(model)), "\n") {
-		var reply map[string]any
-		if err := json.Unmarshal([]byte(line), &reply); err != nil {
-			t.Fatal(err)
-		}
-		reply["delay_ms"] = 300
-		script = append(script, reply)
-	}
-	delete(task, "inputs")
-	task["name"] = "refund"
-	task["model"] = map[string]any{"provider": "script", "script": script}
-	task["input_schema"] = map[string]any{"type": "object", "properties": map[string]any{"invoice_id": map[string]any{"type": "string"}}, "required": []any{"invoice_id"}}
-	out, err := json.Marshal(task)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "refund.json"), out, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, _ := facetest.Catalog(t, map[string]string{"refund.json": facetest.JSON(t, task)})
 	return dir
 }
 
