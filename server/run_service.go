@@ -105,7 +105,7 @@ func (s *runService) StartRun(ctx context.Context, req *reinv1.StartRunRequest) 
 	}
 	callInfoFrom(ctx).set(func(c *callInfo) { c.runID = st.RunID })
 	return &reinv1.StartRunResponse{Run: s.withPosition(ctx, st), Created: created,
-		Warnings: step.ContractWarnings(req.GetContract())}, nil
+		Warnings: step.ContractWarnings(contract)}, nil
 }
 
 func (s *runService) GetRun(ctx context.Context, req *reinv1.GetRunRequest) (*reinv1.GetRunResponse, error) {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -131,4 +132,41 @@ func violationField(err error) string {
 		}
 	}
 	return ""
+}
+
+// TestStartRunFromATaskWarns: a task whose proposal_ttl outlives its
+// timeout starts with the same warning a full contract gets, since every
+// pending proposal of its runs ends at the run's deadline; the twin, a
+// task without such a TTL, starts with none.
+func TestStartRunFromATaskWarns(t *testing.T) {
+	model, err := protojson.Marshal(&reinv1.ModelSpec{Provider: "script", Script: []*reinv1.ScriptedReply{final("done")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"slow.json": `{"name": "slow", "description": "Slow.", "goal": "slow", "model": ` + string(model) + `,
+  "budget": {"timeout": "60s"}, "approval": {"proposal_ttl": "3600s"}}`,
+		"quick.json": `{"name": "quick", "description": "Quick.", "goal": "quick", "model": ` + string(model) + `,
+  "budget": {"timeout": "3600s"}, "approval": {"proposal_ttl": "60s"}}`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tasks, err := catalog.NewHolder(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newTCPServer(t, Config{Directory: testDirectory(t), Tasks: tasks})
+	for task, warns := range map[string]bool{"slow": true, "quick": false} {
+		resp, err := s.client.StartRun(context.Background(), &reinv1.StartRunRequest{RequestId: rand.Text(), Task: task}, as("a-operator"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := resp.GetWarnings()
+		if got := len(w) == 1 && strings.Contains(w[0], "outlives contract.budget.timeout"); got != warns {
+			t.Errorf("task %s started with warnings %q; want a warning %v", task, w, warns)
+		}
+	}
 }
