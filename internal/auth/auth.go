@@ -69,6 +69,10 @@ func FromContext(ctx context.Context) (Principal, bool) {
 type Directory struct {
 	byToken map[[sha256.Size]byte]Principal
 	byCN    map[string]Principal
+	// byID holds each principal by tenant and ID; an ID listed twice in a
+	// tenant with different roles is in mixed, and Principal refuses it.
+	byID  map[[2]string]Principal
+	mixed map[[2]string]bool
 }
 
 // tokensFile is the tokens file's JSON form.
@@ -112,7 +116,7 @@ func ParseDirectory(data []byte) (*Directory, error) {
 	if dec.More() {
 		return nil, fmt.Errorf("not a tokens file: data after the first JSON object")
 	}
-	d := &Directory{byToken: map[[sha256.Size]byte]Principal{}, byCN: map[string]Principal{}}
+	d := &Directory{byToken: map[[sha256.Size]byte]Principal{}, byCN: map[string]Principal{}, byID: map[[2]string]Principal{}, mixed: map[[2]string]bool{}}
 	for i, e := range f.Principals {
 		where := fmt.Sprintf("principals[%d]", i)
 		if e.ID == "" || e.Tenant == "" {
@@ -129,6 +133,11 @@ func ParseDirectory(data []byte) (*Directory, error) {
 		if len(p.Roles) == 0 {
 			return nil, fmt.Errorf("%s.roles: give at least one role", where)
 		}
+		key := [2]string{p.Tenant, p.ID}
+		if had, ok := d.byID[key]; ok && !slices.Equal(had.Roles, p.Roles) {
+			d.mixed[key] = true
+		}
+		d.byID[key] = p
 		switch {
 		case e.TokenSHA256 != "" && e.CertCN != "":
 			return nil, fmt.Errorf("%s: give token_sha256 or cert_cn, not both", where)
@@ -170,6 +179,20 @@ func (d *Directory) Token(token string) (Principal, bool) {
 func (d *Directory) Cert(cn string) (Principal, bool) {
 	p, ok := d.byCN[cn]
 	return p, ok
+}
+
+// Principal returns the principal id of tenant, for a face that names its
+// callers by its own proof (a chat tool's signed request mapped to a
+// principal) rather than by a credential. An ID listed several times with
+// the same roles (a token for each device, say) is found; one listed with
+// different roles is not, as which of them applies would be a guess.
+func (d *Directory) Principal(tenant, id string) (Principal, bool) {
+	key := [2]string{tenant, id}
+	p, ok := d.byID[key]
+	if !ok || d.mixed[key] {
+		return Principal{}, false
+	}
+	return p, true
 }
 
 // ErrNoRule is returned by Required for a method with no rule.

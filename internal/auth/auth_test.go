@@ -284,3 +284,37 @@ func TestPrincipalContext(t *testing.T) {
 		t.Fatalf("FromContext = %+v, %v; want %+v", p, ok, want)
 	}
 }
+
+// TestDirectoryPrincipal: a principal is found by tenant and ID, also when
+// it has a token for each device; one listed with different roles is not,
+// nor one of another tenant.
+func TestDirectoryPrincipal(t *testing.T) {
+	data := `{"principals": [
+		{"id": "alice", "tenant": "acme", "roles": ["approver"], "token_sha256": "` + hashAlice + `"},
+		{"id": "alice", "tenant": "acme", "roles": ["approver"], "token_sha256": "` + auth.HashToken("alice-laptop") + `"},
+		{"id": "bob", "tenant": "acme", "roles": ["viewer"], "token_sha256": "` + hashBob + `"},
+		{"id": "bob", "tenant": "acme", "roles": ["admin"], "cert_cn": "bob.internal"},
+		{"id": "billing", "tenant": "acme", "roles": ["viewer"], "cert_cn": "billing.internal"}
+	]}`
+	d, err := auth.ParseDirectory([]byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tenant, id string
+		want       auth.Principal
+		found      bool
+	}{
+		{"acme", "alice", auth.Principal{ID: "alice", Tenant: "acme", Roles: []auth.Role{auth.Approver}}, true},
+		{"acme", "billing", auth.Principal{ID: "billing", Tenant: "acme", Roles: []auth.Role{auth.Viewer}}, true},
+		// Failure twins.
+		{"acme", "bob", auth.Principal{}, false},
+		{"globex", "alice", auth.Principal{}, false},
+		{"acme", "mallory", auth.Principal{}, false},
+	} {
+		got, ok := d.Principal(tc.tenant, tc.id)
+		if ok != tc.found || !samePrincipal(got, tc.want) {
+			t.Errorf("Principal(%q, %q) = %+v, %v; want %+v, %v", tc.tenant, tc.id, got, ok, tc.want, tc.found)
+		}
+	}
+}
