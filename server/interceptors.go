@@ -63,11 +63,7 @@ func runIDOf(req any) string {
 // chain builds the interceptors, outermost first: call info, logging (so a
 // panicking call is logged with its code too), recovery, auth, validation,
 // rate limit.
-func chain(log *slog.Logger, a *authenticator, limit *limiter, codec *requestCodec) []grpc.ServerOption {
-	validator, err := protovalidate.New()
-	if err != nil {
-		panic(fmt.Sprintf("server: protovalidate: %v", err))
-	}
+func chain(log *slog.Logger, a *authenticator, validator protovalidate.Validator, limit *limiter, codec *requestCodec) []grpc.ServerOption {
 	logOpts := []logging.Option{
 		logging.WithLogOnEvents(logging.FinishCall),
 		logging.WithFieldsFromContext(func(ctx context.Context) logging.Fields {
@@ -172,6 +168,15 @@ func withBadRequest(err error) error {
 		return with.Err()
 	}
 	return err
+}
+
+// newValidator is the validator of requests' protovalidate rules.
+func newValidator() protovalidate.Validator {
+	v, err := protovalidate.New()
+	if err != nil {
+		panic(fmt.Sprintf("server: protovalidate: %v", err))
+	}
+	return v
 }
 
 // authenticator maps a call's credentials to a principal and checks the

@@ -370,7 +370,7 @@ var noRuleServiceDesc = grpc.ServiceDesc{
 func TestPanicIsInternal(t *testing.T) {
 	var logs syncBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
-	srv := grpc.NewServer(chain(log, &authenticator{}, newLimiter(0, 0), newRequestCodec(4<<20))...)
+	srv := grpc.NewServer(chain(log, &authenticator{}, newValidator(), newLimiter(0, 0), newRequestCodec(4<<20))...)
 	srv.RegisterService(&panicServiceDesc, panicService{})
 	srv.RegisterService(&noRuleServiceDesc, panicService{})
 	hs := health.NewServer()

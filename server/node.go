@@ -152,6 +152,8 @@ type Node struct {
 	health *health.Server
 	log    *slog.Logger
 	auth   *authenticator
+	// faces judges and makes the calls of principals a face named (DecideApprovalAs).
+	faces faceCalls
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -248,7 +250,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		Policy: cfg.ToolPolicy, Rates: cfg.Rates,
 	})
 	authn := &authenticator{dir: cfg.Directory}
-	opts = append(append(opts, chain(cfg.Logger, authn, newLimiter(cfg.RatePerSecond, cfg.RateBurst), newRequestCodec(cfg.MaxRecvBytes))...),
+	validator, limit := newValidator(), newLimiter(cfg.RatePerSecond, cfg.RateBurst)
+	opts = append(append(opts, chain(cfg.Logger, authn, validator, limit, newRequestCodec(cfg.MaxRecvBytes))...),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.MaxConcurrentStreams(cfg.MaxStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
@@ -266,6 +269,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		health: health.NewServer(),
 		log:    cfg.Logger,
 		auth:   authn,
+		faces:  faceCalls{validator: validator, limit: limit},
 		done:   make(chan struct{}),
 		leased: cfg.Leased,
 		Keeper: keeper,
@@ -276,6 +280,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	n.admit, n.admitted = stoppedLoop()
 	n.scheduled, n.schedulerDone = stoppedLoop()
 	rs := &runService{engine: eng, store: st, hub: hub, admission: adm, schedules: schedules, log: cfg.Logger, done: n.done, resume: cfg.Resume, metrics: cfg.Metrics, keeper: keeper, follows: follows, tasks: cfg.Tasks}
+	n.faces.runs = rs
 	reinv1.RegisterRunServiceServer(n.GRPC, rs)
 	healthpb.RegisterHealthServer(n.GRPC, n.health)
 	n.health.SetServingStatus(reinv1.RunService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
