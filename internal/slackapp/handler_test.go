@@ -1,0 +1,615 @@
+package slackapp_test
+
+// Tests of the Slack face against a fake Slack: it signs its action posts
+// as Slack documents (api.slack.com/authentication/verifying-requests-from-slack),
+// with its own HMAC code rather than the package's, posts them to the
+// handler in front of a real node (facetest's refund task on a temporary
+// bbolt file), and receives the handler's updates on its response_url.
+// Every refused click is checked to change no stored byte and, when it is
+// not Slack's, to post nothing.
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/facetest"
+	"github.com/reinhq/rein/internal/slackapp"
+	"github.com/reinhq/rein/server"
+)
+
+const (
+	secret = "8f742231b10e8888abcd99yyyzzz85a5"
+	team   = "T0REIN"
+)
+
+// The Slack users of the tests and the principals they map to: starter
+// (operator, approver), alice and carol (approvers), vic (operator, no
+// approver role), all of tenant acme, and gus, an approver of globex.
+var slackUsers = map[string]string{"U_STARTER": "starter", "U_ALICE": "alice", "U_CAROL": "carol", "U_VIC": "vic", "U_GUS": "gus"}
+
+// fakeSlack is a Slack workspace: it posts clicks, signed, to the handler,
+// and receives what the handler posts to its response_urls.
+type fakeSlack struct {
+	t       *testing.T
+	handler string // the handler's URL
+	hooks   *httptest.Server
+	posts   chan post
+	runs    reinv1.RunServiceClient
+	n       atomic.Int64
+}
+
+// post is what the handler posted to a response_url.
+type post struct {
+	path string
+	msg  slackMessage
+}
+
+type slackMessage struct {
+	ResponseType    string            `json:"response_type"`
+	ReplaceOriginal *bool             `json:"replace_original"`
+	Text            string            `json:"text"`
+	Blocks          []json.RawMessage `json:"blocks"`
+}
+
+// newSlack serves the refund task, edited by edit, on a node, and the
+// handler in front of it.
+func newSlack(t *testing.T, edit func(task map[string]any)) *fakeSlack {
+	t.Helper()
+	task := facetest.RefundTask(t)
+	if edit != nil {
+		edit(task)
+	}
+	_, tasks := facetest.Catalog(t, map[string]string{"refund.json": facetest.JSON(t, task)})
+	dir := facetest.Directory(t,
+		facetest.Principal{ID: "starter", Tenant: "acme", Roles: []string{"operator", "approver"}},
+		facetest.Principal{ID: "alice", Tenant: "acme", Roles: []string{"approver"}},
+		facetest.Principal{ID: "carol", Tenant: "acme", Roles: []string{"approver"}},
+		facetest.Principal{ID: "vic", Tenant: "acme", Roles: []string{"operator"}},
+		facetest.Principal{ID: "gus", Tenant: "globex", Roles: []string{"approver"}})
+	node, cc := facetest.Node(t, server.Config{Tools: facetest.RefundTools(t), Directory: dir, Tasks: tasks, Resume: true})
+
+	var file struct {
+		Contact string           `json:"contact"`
+		Users   []map[string]any `json:"users"`
+	}
+	file.Contact = "#rein-admins"
+	for user, principal := range slackUsers {
+		tenant := "acme"
+		if principal == "gus" {
+			tenant = "globex"
+		}
+		file.Users = append(file.Users, map[string]any{"team_id": team, "user_id": user, "principal": principal, "tenant": tenant})
+	}
+	path := filepath.Join(t.TempDir(), "slack-users.json")
+	if err := os.WriteFile(path, []byte(facetest.JSON(t, file)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	known := func(tenant, id string) bool { _, ok := dir.Principal(tenant, id); return ok }
+	users, err := slackapp.LoadUsers(path, known)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s := &fakeSlack{t: t, posts: make(chan post, 16), runs: reinv1.NewRunServiceClient(cc)}
+	s.hooks = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m slackMessage
+		if err := json.NewDecoder(r.Body).Decode(&m); err != nil {
+			t.Errorf("the handler posted a body that is not JSON: %v", err)
+		}
+		s.posts <- post{path: r.URL.Path, msg: m}
+	}))
+	t.Cleanup(s.hooks.Close)
+	h, err := slackapp.New(slackapp.Options{
+		SigningSecret: []byte(secret), Users: users, Principal: dir.Principal, Runs: node,
+		ResponseURLs: []string{s.hooks.URL + "/"}, Client: s.hooks.Client(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(slackapp.Path, h)
+	hs := httptest.NewServer(mux)
+	t.Cleanup(func() { hs.Close(); h.Close() })
+	s.handler = hs.URL + slackapp.Path
+	return s
+}
+
+func deadline(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// start starts the refund task as starter and waits for it to pause for
+// approval.
+func (s *fakeSlack) start(t *testing.T) *reinv1.Run {
+	t.Helper()
+	ctx := facetest.As(deadline(t), "starter")
+	in, _ := structpb.NewStruct(map[string]any{"invoice_id": "INV-42"})
+	resp, err := s.runs.StartRun(ctx, &reinv1.StartRunRequest{RequestId: t.Name(), Task: "refund", Inputs: in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.waitFor(t, resp.GetRun().GetRunId(), reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL, 0)
+}
+
+// waitFor watches run id after sequence after until it changes to want.
+func (s *fakeSlack) waitFor(t *testing.T, id string, want reinv1.RunStatus, after uint64) *reinv1.Run {
+	t.Helper()
+	ctx := facetest.As(deadline(t), "starter")
+	stream, err := s.runs.WatchRun(ctx, &reinv1.WatchRunRequest{RunId: id, AfterSequence: after})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("the watch of %s ended before it was %v: %v", id, want, err)
+		}
+		if ev.GetEvent().GetStatusChanged().GetTo() == want {
+			return s.get(t, id)
+		}
+	}
+}
+
+func (s *fakeSlack) get(t *testing.T, id string) *reinv1.Run {
+	t.Helper()
+	resp, err := s.runs.GetRun(facetest.As(deadline(t), "starter"), &reinv1.GetRunRequest{RunId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetRun()
+}
+
+// message is the Slack message rein renders for run, as Slack would keep
+// it: its blocks, and the value its buttons carry.
+func message(t *testing.T, run *reinv1.Run) (blocks []json.RawMessage, value string) {
+	t.Helper()
+	p, ok := slackapp.PauseOf(run, "https://rein.example/console/runs/"+run.GetRunId())
+	if !ok {
+		t.Fatalf("run %s does not wait for approval", run.GetRunId())
+	}
+	body, err := slackapp.Render(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m slackMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m.Blocks, buttonValue(t, m.Blocks)
+}
+
+// buttonValue is the value of the Approve button of blocks ("" without).
+func buttonValue(t *testing.T, blocks []json.RawMessage) string {
+	t.Helper()
+	for _, b := range blocks {
+		var actions struct {
+			Type     string `json:"type"`
+			Elements []struct {
+				ActionID string `json:"action_id"`
+				Value    string `json:"value"`
+			} `json:"elements"`
+		}
+		if err := json.Unmarshal(b, &actions); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range actions.Elements {
+			if actions.Type == "actions" && e.ActionID == slackapp.ActionApprove {
+				return e.Value
+			}
+		}
+	}
+	return ""
+}
+
+// click is a Slack block_actions post of user clicking action on a
+// message of blocks whose buttons carry value.
+type click struct {
+	user, action, value string
+	blocks              []json.RawMessage
+	responseURL         string // "" means the fake's
+}
+
+// body is the click's form body, as Slack sends it.
+func (s *fakeSlack) body(c click) []byte {
+	if c.responseURL == "" {
+		c.responseURL = fmt.Sprintf("%s/actions/T0REIN/%d/hook", s.hooks.URL, s.n.Add(1))
+	}
+	payload := map[string]any{
+		"type": "block_actions",
+		"user": map[string]any{"id": c.user, "username": strings.ToLower(c.user), "team_id": team},
+		"team": map[string]any{"id": team, "domain": "rein-test"},
+		"actions": []any{map[string]any{
+			"action_id": c.action, "block_id": "rein_decision", "type": "button", "value": c.value, "action_ts": "1700000000.000100",
+		}},
+		"response_url": c.responseURL,
+		"container":    map[string]any{"type": "message", "message_ts": "1700000000.000001"},
+		"message":      map[string]any{"type": "message", "text": "Approval needed", "blocks": c.blocks},
+	}
+	data, err := json.Marshal(payload)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return []byte(url.Values{"payload": {string(data)}}.Encode())
+}
+
+// sign is Slack's signature, computed as Slack's documentation says.
+func sign(key, ts string, body []byte) string {
+	mac := hmac.New(sha256.New, []byte(key))
+	fmt.Fprintf(mac, "v0:%s:%s", ts, body)
+	return "v0=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// send posts body to the handler with headers, and returns the status.
+func (s *fakeSlack) send(t *testing.T, body []byte, headers map[string]string) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(deadline(t), http.MethodPost, s.handler, strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+// signed are the headers Slack sends with body at time at.
+func signed(body []byte, at time.Time) map[string]string {
+	ts := strconv.FormatInt(at.Unix(), 10)
+	return map[string]string{"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": sign(secret, ts, body)}
+}
+
+// clickNow sends c signed now and returns what the handler posted to its
+// response_url.
+func (s *fakeSlack) clickNow(t *testing.T, c click) post {
+	t.Helper()
+	body := s.body(c)
+	if code := s.send(t, body, signed(body, time.Now())); code != http.StatusOK {
+		t.Fatalf("a signed click of %s by %s: HTTP %d, want 200", c.action, c.user, code)
+	}
+	return s.next(t)
+}
+
+// next is the next post to a response_url.
+func (s *fakeSlack) next(t *testing.T) post {
+	t.Helper()
+	select {
+	case p := <-s.posts:
+		return p
+	case <-deadline(t).Done():
+		t.Fatal("the handler posted nothing to the response_url")
+		return post{}
+	}
+}
+
+// nothingPosted fails if the handler posted to a response_url.
+func (s *fakeSlack) nothingPosted(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case p := <-s.posts:
+		t.Errorf("%s: the handler posted %q to %s", what, p.msg.Text, p.path)
+	default:
+	}
+}
+
+// mark is what a refused click must leave alone.
+type mark struct {
+	run    *reinv1.Run
+	events int
+}
+
+func (s *fakeSlack) mark(t *testing.T, id string) mark {
+	t.Helper()
+	resp, err := s.runs.ListEvents(facetest.As(deadline(t), "starter"), &reinv1.ListEventsRequest{RunId: id, PageSize: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mark{run: s.get(t, id), events: len(resp.GetEvents())}
+}
+
+func (s *fakeSlack) unchanged(t *testing.T, what string, m mark) {
+	t.Helper()
+	now := s.mark(t, m.run.GetRunId())
+	if now.events != m.events || !proto.Equal(now.run, m.run) {
+		t.Errorf("%s changed the run: version %d → %d, %d → %d events", what, m.run.GetVersion(), now.run.GetVersion(), m.events, now.events)
+	}
+}
+
+// outcome is the text of a message's outcome block ("" without).
+func outcome(t *testing.T, m slackMessage) string {
+	t.Helper()
+	for _, b := range m.Blocks {
+		var ctx struct {
+			BlockID  string `json:"block_id"`
+			Elements []struct {
+				Text string `json:"text"`
+			} `json:"elements"`
+		}
+		if err := json.Unmarshal(b, &ctx); err != nil {
+			t.Fatal(err)
+		}
+		if ctx.BlockID == "rein_outcome" && len(ctx.Elements) > 0 {
+			return ctx.Elements[0].Text
+		}
+	}
+	return ""
+}
+
+func replaces(m slackMessage) bool { return m.ReplaceOriginal != nil && *m.ReplaceOriginal }
+
+// TestClickApprovesOnce: a signed click on Approve by a mapped approver
+// approves the write once, the run carries on to its end, and the message
+// is replaced by one without buttons saying who approved. The same post
+// again is refused as a replay, and a fresh click on the old message is
+// told the proposal is no longer pending.
+func TestClickApprovesOnce(t *testing.T) {
+	s := newSlack(t, nil)
+	run := s.start(t)
+	blocks, value := message(t, run)
+	c := click{user: "U_ALICE", action: slackapp.ActionApprove, value: value, blocks: blocks}
+	body := s.body(c)
+	headers := signed(body, time.Now())
+	if code := s.send(t, body, headers); code != http.StatusOK {
+		t.Fatalf("the click: HTTP %d, want 200", code)
+	}
+	got := s.next(t)
+	if !replaces(got.msg) || buttonValue(t, got.msg.Blocks) != "" || !strings.Contains(outcome(t, got.msg), "Approved by alice") {
+		t.Fatalf("the update after the approval: replace %v, buttons %q, outcome %q; want the message replaced, no buttons, approved by alice",
+			replaces(got.msg), buttonValue(t, got.msg.Blocks), outcome(t, got.msg))
+	}
+	if len(got.msg.Blocks) != len(blocks) {
+		t.Errorf("the update has %d blocks, want the message's %d with the outcome in place of the buttons", len(got.msg.Blocks), len(blocks))
+	}
+	ended := s.waitFor(t, run.GetRunId(), reinv1.RunStatus_RUN_STATUS_COMPLETED, run.GetVersion())
+	resp, err := s.runs.ListEvents(facetest.As(deadline(t), "starter"), &reinv1.ListEventsRequest{RunId: run.GetRunId(), PageSize: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed, decidedBy := 0, ""
+	for _, ev := range resp.GetEvents() {
+		if ev.GetWriteCommitted() != nil {
+			committed++
+		}
+		if ev.GetApprovalDecided() != nil {
+			decidedBy = ev.GetActor()
+		}
+	}
+	if committed != 1 || decidedBy != "principal:alice" {
+		t.Fatalf("%d writes committed, approval decided by %q; want 1, by principal:alice", committed, decidedBy)
+	}
+
+	m := s.mark(t, ended.GetRunId())
+	if code := s.send(t, body, headers); code != http.StatusUnauthorized {
+		t.Errorf("the same signed post again: HTTP %d, want 401 (a replay)", code)
+	}
+	s.nothingPosted(t, "a replay")
+	again := s.clickNow(t, click{user: "U_CAROL", action: slackapp.ActionApprove, value: value, blocks: blocks})
+	if !replaces(again.msg) || !strings.Contains(outcome(t, again.msg), "no longer pending") || buttonValue(t, again.msg.Blocks) != "" {
+		t.Errorf("a fresh click on the decided message: replace %v, outcome %q; want the message replaced, saying it is no longer pending", replaces(again.msg), outcome(t, again.msg))
+	}
+	s.unchanged(t, "clicks after the decision", m)
+}
+
+// TestClicksNotFromSlackAreRefused: a click without a signature, with a
+// signature by another secret or of another body, or signed more than five
+// minutes before or after now, is answered 401, decides nothing and posts
+// nothing.
+func TestClicksNotFromSlackAreRefused(t *testing.T) {
+	s := newSlack(t, nil)
+	run := s.start(t)
+	blocks, value := message(t, run)
+	body := s.body(click{user: "U_ALICE", action: slackapp.ActionApprove, value: value, blocks: blocks})
+	now := time.Now()
+	ts := strconv.FormatInt(now.Unix(), 10)
+	m := s.mark(t, run.GetRunId())
+	for _, tc := range []struct {
+		name    string
+		headers map[string]string
+	}{
+		{"unsigned", nil},
+		{"a timestamp without a signature", map[string]string{"X-Slack-Request-Timestamp": ts}},
+		{"signed by another secret", map[string]string{"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": sign("not-the-secret", ts, body)}},
+		{"signed for another body", map[string]string{"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": sign(secret, ts, []byte("payload=%7B%7D"))}},
+		{"signed for another timestamp", map[string]string{"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": sign(secret, strconv.FormatInt(now.Unix()-1, 10), body)}},
+		{"a v1 signature", map[string]string{"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": "v1=" + strings.TrimPrefix(sign(secret, ts, body), "v0=")}},
+		{"signed six minutes ago", signed(body, now.Add(-6*time.Minute))},
+		{"signed six minutes ahead", signed(body, now.Add(6*time.Minute))},
+		{"a timestamp that is not a number", map[string]string{"X-Slack-Request-Timestamp": "soon", "X-Slack-Signature": sign(secret, "soon", body)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if code := s.send(t, body, tc.headers); code != http.StatusUnauthorized {
+				t.Errorf("HTTP %d, want 401", code)
+			}
+			s.nothingPosted(t, tc.name)
+			s.unchanged(t, tc.name, m)
+		})
+	}
+	// The twin: the same body, signed now, decides.
+	if code := s.send(t, body, signed(body, now)); code != http.StatusOK {
+		t.Fatalf("the click signed now: HTTP %d, want 200", code)
+	}
+	if got := s.next(t); !strings.Contains(outcome(t, got.msg), "Approved by alice") {
+		t.Fatalf("the click signed now: outcome %q, want approved by alice", outcome(t, got.msg))
+	}
+}
+
+// TestResponseURLMustBeSlacks: a signed click whose response_url is not
+// one the handler may post to decides nothing, and nothing is posted.
+func TestResponseURLMustBeSlacks(t *testing.T) {
+	s := newSlack(t, nil)
+	run := s.start(t)
+	blocks, value := message(t, run)
+	m := s.mark(t, run.GetRunId())
+	for _, u := range []string{"http://169.254.169.254/latest/meta-data/", "https://hooks.slack.com.evil.example/x", "https://hooks.slack.com/actions/x"} {
+		body := s.body(click{user: "U_ALICE", action: slackapp.ActionApprove, value: value, blocks: blocks, responseURL: u})
+		if code := s.send(t, body, signed(body, time.Now())); code != http.StatusBadRequest {
+			t.Errorf("response_url %s: HTTP %d, want 400", u, code)
+		}
+	}
+	s.nothingPosted(t, "clicks with another response_url")
+	s.unchanged(t, "clicks with another response_url", m)
+}
+
+// TestStaleClickIsRefused: after a revision, a click on the message of
+// the proposal as it was is refused, decides nothing, and the message says
+// the proposal changed and who revised it.
+func TestStaleClickIsRefused(t *testing.T) {
+	s := newSlack(t, nil)
+	run := s.start(t)
+	blocks, value := message(t, run)
+	p := run.GetPending().GetProposal()
+	args := p.GetArguments().AsMap()
+	args["amount"] = "600.00"
+	revised, _ := structpb.NewStruct(args)
+	if _, err := s.runs.DecideApproval(facetest.As(deadline(t), "alice"), &reinv1.DecideApprovalRequest{
+		RunId: run.GetRunId(), ProposalId: p.GetProposalId(), ProposalHash: p.GetHash(),
+		Verdict: reinv1.ApprovalVerdict_APPROVAL_VERDICT_REVISE, Arguments: revised, Reason: "half of it",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	now := s.get(t, run.GetRunId())
+	if now.GetPending().GetProposal().GetHash() == p.GetHash() {
+		t.Fatal("the revision kept the proposal's hash")
+	}
+	m := s.mark(t, run.GetRunId())
+	got := s.clickNow(t, click{user: "U_CAROL", action: slackapp.ActionApprove, value: value, blocks: blocks})
+	if !replaces(got.msg) || buttonValue(t, got.msg.Blocks) != "" || !strings.Contains(outcome(t, got.msg), "changed since this message was sent: alice revised it") {
+		t.Errorf("a click on the stale message: replace %v, outcome %q; want the message replaced, saying alice revised the proposal", replaces(got.msg), outcome(t, got.msg))
+	}
+	s.unchanged(t, "a click on the stale message", m)
+
+	// The twin: the revision's own message decides.
+	blocks, value = message(t, now)
+	if got := s.clickNow(t, click{user: "U_CAROL", action: slackapp.ActionApprove, value: value, blocks: blocks}); !strings.Contains(outcome(t, got.msg), "Approved by carol") {
+		t.Fatalf("a click on the revision's message: outcome %q, want approved by carol", outcome(t, got.msg))
+	}
+	s.waitFor(t, run.GetRunId(), reinv1.RunStatus_RUN_STATUS_COMPLETED, m.run.GetVersion())
+}
+
+// TestWhoMayNotDecide: a Slack user the users file does not map, a mapped
+// user without the approver role, one of another tenant, and the run's
+// starter when the contract forbids approving one's own run are told why
+// (the unmapped one whom to ask) in a reply to them alone, and decide
+// nothing; the message keeps its buttons.
+func TestWhoMayNotDecide(t *testing.T) {
+	s := newSlack(t, func(task map[string]any) {
+		task["approval"].(map[string]any)["forbid_self_approval"] = true
+	})
+	run := s.start(t)
+	blocks, value := message(t, run)
+	m := s.mark(t, run.GetRunId())
+	for _, tc := range []struct {
+		name, user, action string
+		want               []string
+	}{
+		{"an unmapped user", "U_NOBODY", slackapp.ActionApprove, []string{"not mapped to a rein principal", "#rein-admins", `"user_id": "U_NOBODY"`}},
+		{"an unmapped user's deny", "U_NOBODY", slackapp.ActionDeny, []string{"not mapped to a rein principal"}},
+		{"a user without the approver role", "U_VIC", slackapp.ActionApprove, []string{"refused", `"vic"`, "approver role"}},
+		{"a user of another tenant", "U_GUS", slackapp.ActionApprove, []string{"tenant globex", "tenant acme"}},
+		{"the run's starter", "U_STARTER", slackapp.ActionApprove, []string{"refused", "forbids approving a write of a run one started"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := s.clickNow(t, click{user: tc.user, action: tc.action, value: value, blocks: blocks})
+			if got.msg.ResponseType != "ephemeral" || replaces(got.msg) {
+				t.Errorf("the reply is %q, replace_original %v; want an ephemeral reply that leaves the message", got.msg.ResponseType, replaces(got.msg))
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got.msg.Text, w) {
+					t.Errorf("the reply %q does not say %q", got.msg.Text, w)
+				}
+			}
+			s.unchanged(t, tc.name, m)
+		})
+	}
+	// The twin: another approver of the tenant decides.
+	if got := s.clickNow(t, click{user: "U_ALICE", action: slackapp.ActionDeny, value: value, blocks: blocks}); !strings.Contains(outcome(t, got.msg), "Denied by alice") {
+		t.Fatalf("alice's deny: outcome %q, want denied by alice", outcome(t, got.msg))
+	}
+}
+
+// TestTwoApprovers: of a write that needs two approvers, the first click
+// leaves the run waiting and the message, buttons kept, says who else must
+// approve; a second click by the same person counts once; another
+// approver's click on the updated message approves, and the run goes on.
+func TestTwoApprovers(t *testing.T) {
+	s := newSlack(t, func(task map[string]any) {
+		task["tools"].([]any)[1].(map[string]any)["approvals"] = 2
+	})
+	run := s.start(t)
+	blocks, value := message(t, run)
+	first := s.clickNow(t, click{user: "U_ALICE", action: slackapp.ActionApprove, value: value, blocks: blocks})
+	note := outcome(t, first.msg)
+	for _, w := range []string{"Approved by alice", "1 of 2 approvals", "not starter (who started the run), alice"} {
+		if !strings.Contains(note, w) {
+			t.Errorf("the update after the first approval says %q, not %q", note, w)
+		}
+	}
+	if !replaces(first.msg) || buttonValue(t, first.msg.Blocks) != value {
+		t.Fatalf("the update after the first approval: replace %v, buttons %q; want the message replaced with its buttons", replaces(first.msg), buttonValue(t, first.msg.Blocks))
+	}
+	waiting := s.get(t, run.GetRunId())
+	if waiting.GetStatus() != reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL || strings.Join(waiting.GetPending().GetProposal().GetApprovedBy(), ",") != "alice" {
+		t.Fatalf("after one approval the run is %v, approved by %v; want waiting, approved by alice", waiting.GetStatus(), waiting.GetPending().GetProposal().GetApprovedBy())
+	}
+	m := s.mark(t, run.GetRunId())
+	s.clickNow(t, click{user: "U_ALICE", action: slackapp.ActionApprove, value: value, blocks: first.msg.Blocks})
+	s.unchanged(t, "alice's second approval", m)
+
+	second := s.clickNow(t, click{user: "U_CAROL", action: slackapp.ActionApprove, value: value, blocks: first.msg.Blocks})
+	if o := outcome(t, second.msg); !strings.Contains(o, "Approved by carol") || strings.Contains(o, "must approve") || buttonValue(t, second.msg.Blocks) != "" {
+		t.Errorf("the update after the second approval: outcome %q, buttons %q; want approved by carol, no buttons", o, buttonValue(t, second.msg.Blocks))
+	}
+	s.waitFor(t, run.GetRunId(), reinv1.RunStatus_RUN_STATUS_COMPLETED, m.run.GetVersion())
+}
+
+// TestNotAClick: a signed interaction that is not a click of rein's
+// buttons is answered 200 and does nothing; a body that is not Slack's is
+// 400.
+func TestNotAClick(t *testing.T) {
+	s := newSlack(t, nil)
+	for _, tc := range []struct {
+		name    string
+		payload string
+		code    int
+	}{
+		{"a view submission", `{"type": "view_submission", "user": {"id": "U_ALICE", "team_id": "T0REIN"}}`, http.StatusOK},
+		{"another app's button", `{"type": "block_actions", "user": {"id": "U_ALICE", "team_id": "T0REIN"}, "actions": [{"action_id": "other", "value": "x"}]}`, http.StatusOK},
+		{"a value that is not rein's", `{"type": "block_actions", "user": {"id": "U_ALICE", "team_id": "T0REIN"}, "response_url": "` + s.hooks.URL + `/x", "actions": [{"action_id": "rein_approve", "value": "x"}]}`, http.StatusBadRequest},
+		{"not JSON", `{`, http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := []byte(url.Values{"payload": {tc.payload}}.Encode())
+			if code := s.send(t, body, signed(body, time.Now())); code != tc.code {
+				t.Errorf("HTTP %d, want %d", code, tc.code)
+			}
+			s.nothingPosted(t, tc.name)
+		})
+	}
+}
