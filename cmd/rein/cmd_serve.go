@@ -205,7 +205,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		defer admin.Close()
 		cfg.Metrics = metrics.New()
 	}
-	if err := o.http.check(o.flags); err != nil {
+	if err := o.http.check(o.flags, cfg.Directory != nil); err != nil {
 		return err
 	}
 	var web net.Listener

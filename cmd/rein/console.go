@@ -29,6 +29,7 @@ type httpFlags struct {
 	mcp               bool
 	agui              bool
 	a2a               bool
+	slack             slackFlags
 }
 
 func (h *httpFlags) register(f *pflag.FlagSet) {
@@ -41,14 +42,15 @@ func (h *httpFlags) register(f *pflag.FlagSet) {
 	f.BoolVar(&h.mcp, "http-mcp", false, "with --http, serve the MCP face (Streamable HTTP) at /mcp, with the same tokens, tenants and roles: a tool per task of --tasks, and tools that read and decide runs (see docs/mcp.md)")
 	f.BoolVar(&h.agui, "http-agui", false, "with --http, serve the AG-UI face at /agui/: a run streamed as AG-UI events over SSE (GET /agui/runs/ID, resumable with Last-Event-ID) and a task of --tasks started from a RunAgentInput (POST /agui/tasks/NAME), with the same tokens, tenants and roles (see docs/agui.md)")
 	f.BoolVar(&h.a2a, "http-a2a", false, "with --http, serve the A2A face: the agent card at /.well-known/agent-card.json (a skill per task of --tasks) and the JSON-RPC binding at /a2a (HTTP+JSON under /a2a/rest/), with the same tokens, tenants and roles (see docs/a2a.md)")
+	h.slack.register(f)
 	f.IntVar(&h.maxConnsPerClient, "http-max-conns-per-client", 256, "with --http, the most connections one client (an IPv4 address, an IPv6 /64) may hold open; past it new ones are closed (0: no cap)")
 }
 
 // check refuses the --http-… flags without --http, and values that do not
 // fit.
-func (h *httpFlags) check(f *pflag.FlagSet) error {
+func (h *httpFlags) check(f *pflag.FlagSet, tokens bool) error {
 	if h.listen == "" {
-		for _, name := range []string{"http-host", "http-allowed-origins", "http-read-header-timeout", "http-read-timeout", "http-idle-timeout", "http-max-conns-per-client", "http-mcp", "http-agui", "http-a2a"} {
+		for _, name := range append([]string{"http-host", "http-allowed-origins", "http-read-header-timeout", "http-read-timeout", "http-idle-timeout", "http-max-conns-per-client", "http-mcp", "http-agui", "http-a2a"}, h.slack.names()...) {
 			if f.Changed(name) {
 				return usageError("--%s is for the HTTP face: give --http ADDR too", name)
 			}
@@ -66,7 +68,7 @@ func (h *httpFlags) check(f *pflag.FlagSet) error {
 	if err := (console.Options{Hosts: h.hosts, AllowedOrigins: h.origins}).Check(); err != nil {
 		return usageError("%v", err)
 	}
-	return nil
+	return h.slack.check(f, tokens)
 }
 
 // serve serves the web console and RunService for browsers on lis, over
@@ -108,6 +110,20 @@ func (h *httpFlags) serve(lis net.Listener, node *server.Node, cfg server.Config
 		}
 		maps.Copy(mounts, a2a)
 	}
+	stopSlack := func() {}
+	if h.slack.secretFile != "" {
+		var slack map[string]http.Handler
+		if slack, stopSlack, err = h.slack.mounts(node, cfg, log); err != nil {
+			stopMCP()
+			stopAGUI()
+			stopA2A()
+			return nil, err
+		}
+		if mounts == nil {
+			mounts = map[string]http.Handler{}
+		}
+		maps.Copy(mounts, slack)
+	}
 	handler, err := console.Handler(node.GRPC, console.Options{
 		Authenticate:   node.AuthenticateHTTP,
 		MaxBodyBytes:   cfg.MaxRecvBytes,
@@ -121,6 +137,7 @@ func (h *httpFlags) serve(lis net.Listener, node *server.Node, cfg server.Config
 		stopMCP()
 		stopAGUI()
 		stopA2A()
+		stopSlack()
 		return nil, usageError("%v", err)
 	}
 	if cfg.Directory == nil && len(h.hosts) > 0 {
@@ -155,5 +172,5 @@ func (h *httpFlags) serve(lis net.Listener, node *server.Node, cfg server.Config
 		}
 	}()
 	log.Info("serving the web console", "http_addr", lis.Addr().String(), "url", fmt.Sprintf("%s://%s/", scheme, lis.Addr()))
-	return func() { hs.Close(); stopMCP(); stopAGUI(); stopA2A() }, nil
+	return func() { hs.Close(); stopMCP(); stopAGUI(); stopA2A(); stopSlack() }, nil
 }
