@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/auth"
 	"github.com/reinhq/rein/internal/facetest"
 	"github.com/reinhq/rein/internal/slackapp"
 	"github.com/reinhq/rein/server"
@@ -71,8 +72,8 @@ type slackMessage struct {
 }
 
 // newSlack serves the refund task, edited by edit, on a node, and the
-// handler in front of it.
-func newSlack(t *testing.T, edit func(task map[string]any)) *fakeSlack {
+// handler in front of it, with opts edited by each of with.
+func newSlack(t *testing.T, edit func(task map[string]any), with ...func(*slackapp.Options)) *fakeSlack {
 	t.Helper()
 	task := facetest.RefundTask(t)
 	if edit != nil {
@@ -118,10 +119,14 @@ func newSlack(t *testing.T, edit func(task map[string]any)) *fakeSlack {
 		s.posts <- post{path: r.URL.Path, msg: m}
 	}))
 	t.Cleanup(s.hooks.Close)
-	h, err := slackapp.New(slackapp.Options{
+	opts := slackapp.Options{
 		SigningSecret: []byte(secret), Users: users, Principal: dir.Principal, Runs: node,
 		ResponseURLs: []string{s.hooks.URL + "/"}, Client: s.hooks.Client(),
-	})
+	}
+	for _, w := range with {
+		w(&opts)
+	}
+	h, err := slackapp.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -612,4 +617,46 @@ func TestNotAClick(t *testing.T) {
 			s.nothingPosted(t, tc.name)
 		})
 	}
+}
+
+// heldRuns holds each decision until the test lets it go.
+type heldRuns struct {
+	slackapp.Runs
+	release chan struct{}
+}
+
+func (h heldRuns) DecideApprovalAs(ctx context.Context, p auth.Principal, req *reinv1.DecideApprovalRequest) (*reinv1.DecideApprovalResponse, error) {
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return h.Runs.DecideApprovalAs(ctx, p, req)
+}
+
+// TestSlowDecisionIsAcknowledged: a decision slower than AckAfter is
+// answered 200 before it is made (Slack wants an answer within 3 s), and
+// its outcome is posted to the response_url once it is. The twin: the
+// decision is made, and the run carries on.
+func TestSlowDecisionIsAcknowledged(t *testing.T) {
+	release := make(chan struct{})
+	s := newSlack(t, nil, func(o *slackapp.Options) {
+		o.Runs = heldRuns{Runs: o.Runs, release: release}
+		o.AckAfter = time.Millisecond
+	})
+	run := s.start(t)
+	blocks, value := message(t, run)
+	body := s.body(click{user: "U_ALICE", action: slackapp.ActionApprove, value: value, blocks: blocks})
+	if code := s.send(t, body, signed(body, time.Now())); code != http.StatusOK {
+		t.Fatalf("a held click: HTTP %d, want 200 before the decision", code)
+	}
+	s.nothingPosted(t, "a decision not made yet")
+	if got := s.get(t, run.GetRunId()); got.GetStatus() != reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL {
+		t.Fatalf("the run is %v before the decision was let go", got.GetStatus())
+	}
+	close(release)
+	if got := s.next(t); !strings.Contains(outcome(t, got.msg), "Approved by alice") {
+		t.Fatalf("the outcome posted after the decision: %q, want approved by alice", outcome(t, got.msg))
+	}
+	s.waitFor(t, run.GetRunId(), reinv1.RunStatus_RUN_STATUS_COMPLETED, run.GetVersion())
 }
