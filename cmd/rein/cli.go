@@ -177,6 +177,7 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newDeletionsCmd(e),
 		newPendingCmd(e),
 		newReplayCmd(e),
+		newUpgradeCmd(e),
 		newForkCmd(e),
 		newWatchCmd(e),
 		newEvaluateCmd(e),

@@ -278,7 +278,7 @@ func TestRootHelpListsEveryCommand(t *testing.T) {
 	t.Setenv("XDG_STATE_HOME", t.TempDir())
 	help := cli(t, "--help").mustExit(t, 0).stdout
 	for _, c := range []string{"run", "watch", "approve", "deny", "input", "cancel", "pending", "inspect",
-		"events", "export", "import", "list", "serve", "fork", "replay", "check", "evaluate", "version"} {
+		"events", "export", "import", "list", "serve", "fork", "replay", "upgrade", "check", "evaluate", "version"} {
 		if !regexp.MustCompile(`(?m)^  ` + c + `\s`).MatchString(help) {
 			t.Errorf("rein --help does not list %s:\n%s", c, help)
 		}
