@@ -111,10 +111,20 @@ func TestUpgradeCheckOverServer(t *testing.T) {
 // with --db.
 func TestUpgradeCheckOnDB(t *testing.T) {
 	db := newDB(t)
-	// Four recordings of tenant acme, imported by its admin.
-	srv := serveLifecycle(t, db, "--tokens", upgradeTokens(t))
+	// Four recordings of tenant acme, imported by its admin; the three
+	// that end (the one paused for approval expires on import, its
+	// deadline long past) are archived beside the file.
+	srv := serveLifecycle(t, db, "--tokens", upgradeTokens(t), "--archive-after", "0s", "--lifecycle-every", "100ms")
+	var ended []string
 	for _, f := range []string{"completed.rein", "paused_approval.rein", "paused_input.rein", "denied.rein"} {
-		cli(t, "import", filepath.Join(recordingsDir, f), "--server", srv.addr, "--token", "admin-token").mustExit(t, exitOK)
+		path := filepath.Join(recordingsDir, f)
+		cli(t, "import", path, "--server", srv.addr, "--token", "admin-token").mustExit(t, exitOK)
+		if f != "paused_input.rein" {
+			ended = append(ended, decodeOne(t, cli(t, "inspect", path, "--json").mustExit(t, exitOK).stdout)["run_id"].(string))
+		}
+	}
+	for _, id := range ended {
+		waitArchived(t, id, "--server", srv.addr, "--token", "admin-token")
 	}
 	srv.stop()
 	// A run of tenant default, made now.
@@ -126,8 +136,27 @@ func TestUpgradeCheckOnDB(t *testing.T) {
 
 	r := cli(t, "upgrade", "check", "--db", db).mustExit(t, exitOK)
 	mustContain(t, "upgrade check --db", r.stdout, "ok "+fresh, "5 runs: 5 checked (5 equal")
+	for _, id := range ended {
+		mustContain(t, "upgrade check --db", r.stdout, "ok "+id+" (")
+	}
+	if n := strings.Count(r.stdout, ", archived, "); n != len(ended) {
+		t.Errorf("upgrade check --db read %d archived runs, want %d:\n%s", n, len(ended), r.stdout)
+	}
 	if after, err := os.Stat(db); err != nil || after.ModTime() != info.ModTime() || after.Size() != info.Size() {
 		t.Errorf("upgrade check changed the file: %v, %v → %v", err, info, after)
+	}
+
+	// The twin: without the archive the archived runs cannot be read, and
+	// the check fails rather than pass them over.
+	arch := db + ".archive"
+	if err := os.Rename(arch, arch+".away"); err != nil {
+		t.Fatal(err)
+	}
+	r = cli(t, "upgrade", "check", "--db", db).mustExit(t, exitError)
+	mustContain(t, "upgrade check --db without its archive", r.stdout, "FAILED "+ended[0]+" (", "could not be read", "5 runs: 5 checked (2 equal, 0 diverged, 3 failed)")
+	mustContain(t, "upgrade check --db without its archive", r.stderr, "3 of 5 runs could not be checked")
+	if err := os.Rename(arch+".away", arch); err != nil {
+		t.Fatal(err)
 	}
 
 	// The recordings were made long ago (but the one paused for approval,

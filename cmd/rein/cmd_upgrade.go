@@ -272,9 +272,15 @@ func (o *upgradeCheckOptions) run(ctx context.Context, e *env) error {
 	if err := o.printSummary(e, sum); err != nil {
 		return err
 	}
-	if sum.diverged > 0 || sum.failed > 0 {
+	checked := sum.equal + sum.diverged + sum.failed
+	switch {
+	case sum.diverged > 0 && sum.failed > 0:
 		return &exitErr{code: exitError, err: fmt.Errorf("%d of %d runs checked diverged and %d could not be checked: this build would not carry them on as they were recorded",
-			sum.diverged, sum.equal+sum.diverged+sum.failed, sum.failed)}
+			sum.diverged, checked, sum.failed)}
+	case sum.diverged > 0:
+		return &exitErr{code: exitError, err: fmt.Errorf("%d of %d runs checked diverged: this build would not carry them on as they were recorded", sum.diverged, checked)}
+	case sum.failed > 0:
+		return &exitErr{code: exitError, err: fmt.Errorf("%d of %d runs could not be checked (FAILED above): fix what it says and check again", sum.failed, checked)}
 	}
 	return nil
 }
