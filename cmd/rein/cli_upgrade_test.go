@@ -72,6 +72,9 @@ func TestUpgradeCheckOverServer(t *testing.T) {
 		t.Fatalf("a clean store diverged:\n%s", r.stdout)
 	}
 
+	r = as("admin-token", "upgrade", "check", "--tenant", "default").mustExit(t, exitOK)
+	mustContain(t, "upgrade check --tenant default by acme's admin", r.stderr, `tenant "default"`, "own tenant's runs only")
+
 	r = as("viewer-token", "upgrade", "check").mustExit(t, exitDenied)
 	mustContain(t, "a viewer's upgrade check", r.stderr, "needs the admin role", "admin's token")
 	if r.stdout != "" {

@@ -242,6 +242,9 @@ func (o *upgradeCheckOptions) run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
+	if o.tenant != "" && runs.listed == 0 && runs.seen > 0 {
+		fmt.Fprintf(e.stderr, "rein: none of the %d runs listed is tenant %q's (through --server a principal lists its own tenant's runs only: use that tenant's admin token)\n", runs.seen, o.tenant)
+	}
 	sum := checkSummary{listed: runs.listed, skipped: map[string]int{}, seed: o.seed, formats: upgradeFormats(ctx, src)}
 	exports := map[string]*reinv1.RunExport{}
 	for _, c := range runs.skipped {
@@ -288,6 +291,9 @@ func (o *upgradeCheckOptions) run(ctx context.Context, e *env) error {
 // selection is the runs a check looks at: those it replays, and those it
 // skips at sight (running, queued).
 type selection struct {
+	// seen is how many runs the store listed; listed how many of them
+	// passed --tenant and --since.
+	seen    int
 	listed  int
 	picked  []*reinv1.Run
 	skipped []runCheck
@@ -312,7 +318,7 @@ func (o *upgradeCheckOptions) pick(ctx context.Context, src runSource) (selectio
 	if o.since > 0 {
 		cut = time.Now().Add(-o.since)
 	}
-	var s selection
+	s := selection{seen: len(all)}
 	var candidates []*reinv1.Run
 	for _, r := range all {
 		if o.tenant != "" && r.GetTenant() != o.tenant {
