@@ -246,7 +246,6 @@ func (o *upgradeCheckOptions) run(ctx context.Context, e *env) error {
 		fmt.Fprintf(e.stderr, "rein: none of the %d runs listed is tenant %q's (through --server a principal lists its own tenant's runs only: use that tenant's admin token)\n", runs.seen, o.tenant)
 	}
 	sum := checkSummary{listed: runs.listed, skipped: map[string]int{}, seed: o.seed, formats: upgradeFormats(ctx, src)}
-	exports := map[string]*reinv1.RunExport{}
 	for _, c := range runs.skipped {
 		sum.skipped[c.why]++
 		if err := o.print(e, c); err != nil {
@@ -254,7 +253,7 @@ func (o *upgradeCheckOptions) run(ctx context.Context, e *env) error {
 		}
 	}
 	for _, r := range runs.picked {
-		c := checkRun(ctx, src, exports, r)
+		c := checkRun(ctx, src, r)
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -351,12 +350,12 @@ func (o *upgradeCheckOptions) pick(ctx context.Context, src runSource) (selectio
 	return s, nil
 }
 
-// checkRun replays one run with its tree's recorded results. exports keeps
-// the runs read, so that a child is read once however many of its
-// ancestors are checked.
-func checkRun(ctx context.Context, src runSource, exports map[string]*reinv1.RunExport, r *reinv1.Run) runCheck {
+// checkRun replays one run with its tree's recorded results. Only that
+// tree is held in memory: a child is read again when it is checked on its
+// own.
+func checkRun(ctx context.Context, src runSource, r *reinv1.Run) runCheck {
 	c := runCheck{run: r}
-	x, err := treeOf(ctx, src, exports, r.GetRunId())
+	x, err := treeOf(ctx, src, r.GetRunId())
 	switch {
 	case status.Code(err) == codes.NotFound || errors.Is(err, store.ErrNotFound):
 		c.result, c.why = checkSkipped, "deleted since it was listed"
@@ -379,12 +378,9 @@ func checkRun(ctx context.Context, src runSource, exports map[string]*reinv1.Run
 	return c
 }
 
-// treeOf is the export of run id with its children's (as rein export
-// --tree makes it), from exports when read before.
-func treeOf(ctx context.Context, src runSource, exports map[string]*reinv1.RunExport, id string) (*reinv1.RunExport, error) {
-	if x, ok := exports[id]; ok {
-		return x, nil
-	}
+// treeOf is the export of run id with its children's, as rein export
+// --tree makes it.
+func treeOf(ctx context.Context, src runSource, id string) (*reinv1.RunExport, error) {
 	evs, err := src.events(ctx, id)
 	if err != nil {
 		return nil, err
@@ -395,7 +391,7 @@ func treeOf(ctx context.Context, src runSource, exports map[string]*reinv1.RunEx
 	}
 	for _, ev := range evs {
 		for _, ch := range ev.GetDelegationStarted().GetChildren() {
-			cx, err := treeOf(ctx, src, exports, ch.GetRunId())
+			cx, err := treeOf(ctx, src, ch.GetRunId())
 			if err != nil {
 				return nil, fmt.Errorf("child %s: %w", ch.GetRunId(), err)
 			}
@@ -405,7 +401,6 @@ func treeOf(ctx context.Context, src runSource, exports map[string]*reinv1.RunEx
 	if err := export.Check(x); err != nil {
 		return nil, err
 	}
-	exports[id] = x
 	return x, nil
 }
 
