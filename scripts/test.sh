@@ -116,6 +116,10 @@ export REIN_REQUIRE_BROWSER=1
 if [ "$(git rev-parse --is-shallow-repository 2>/dev/null)" = false ]; then
   export REIN_REQUIRE_OLD_BUILD=1
 fi
+# The power-loss tests (tests/powerloss, tests/internal/lossyfs) run, never
+# skip: tools.sh installed fuse3, and CI runs as root with /dev/fuse. Their
+# long sweep (every sync) runs with REIN_POWERLOSS_LONG=1, not here.
+export REIN_REQUIRE_FUSE=1
 # With the tag reinbench, the bench's own tests and those of what only
 # rein-bench compiles in run too (cmd/rein-bench, internal/bench).
 go test -race -count=1 -tags reinbench ./...

@@ -28,9 +28,11 @@ mkdir -p third_party/protovalidate/buf/validate
 install -m 0644 "$dir/proto/protovalidate/buf/validate/validate.proto" third_party/protovalidate/buf/validate/validate.proto
 
 # The web console's build (web/: npm ci, then esbuild) needs Node and npm;
-# its browser tests (tests/browser) need Debian's chromium. Installed here
-# when missing, as root with apt-get (CI's machines); a no-op otherwise.
-for pkg in node:nodejs npm:npm chromium:chromium; do
+# its browser tests (tests/browser) need Debian's chromium; the power-loss
+# tests (tests/powerloss) mount FUSE with Debian's fuse3 (fusermount3).
+# Installed here when missing, as root with apt-get (CI's machines); a
+# no-op otherwise.
+for pkg in node:nodejs npm:npm chromium:chromium fusermount3:fuse3; do
   cmd=${pkg%%:*} deb=${pkg#*:}
   if ! command -v "$cmd" >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

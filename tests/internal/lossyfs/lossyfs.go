@@ -120,7 +120,6 @@ type FS struct {
 	frozen   bool
 	unblock  chan struct{}
 	lie      bool
-	crashed  bool
 	released bool
 }
 
@@ -318,10 +317,24 @@ type Change struct {
 	Len      int
 }
 
+func (c Change) String() string {
+	if c.Truncate {
+		return fmt.Sprintf("truncate to %d", c.Off)
+	}
+	return fmt.Sprintf("%d bytes at %d", c.Len, c.Off)
+}
+
 // DirChange is an unsynced change of the directory, as a Policy sees it.
 type DirChange struct {
 	Kind       Kind
 	Name, From string
+}
+
+func (c DirChange) String() string {
+	if c.Kind == Rename {
+		return fmt.Sprintf("rename %s to %s", c.From, c.Name)
+	}
+	return fmt.Sprintf("%s %s", c.Kind, c.Name)
 }
 
 // Drop is the policy that keeps nothing unsynced.
@@ -356,7 +369,6 @@ func (fsys *FS) Crash(policy Policy, wait time.Duration) ([]string, error) {
 		fsys.mu.Unlock()
 		return nil, errors.New("lossyfs: Crash before the power was cut")
 	}
-	fsys.crashed = true
 	fsys.mu.Unlock()
 	fsys.Release()
 	if err := fsys.unmount(wait); err != nil {
@@ -422,7 +434,7 @@ func (fsys *FS) close() {
 // restore rewrites the backing directory as the power cut left it.
 func (fsys *FS) restore(policy Policy) ([]string, error) {
 	var report []string
-	dir := maps(fsys.durable)
+	dir := cloneDir(fsys.durable)
 	changes := make([]DirChange, len(fsys.dirOps))
 	for i, op := range fsys.dirOps {
 		changes[i] = DirChange{Kind: op.kind, Name: op.name, From: op.from}
@@ -489,7 +501,8 @@ func (fsys *FS) restore(policy Policy) ([]string, error) {
 	return report, nil
 }
 
-func maps(m map[string]*file) map[string]*file {
+// cloneDir is a copy of a directory's entries.
+func cloneDir(m map[string]*file) map[string]*file {
 	out := make(map[string]*file, len(m))
 	for k, v := range m {
 		out[k] = v
@@ -550,7 +563,7 @@ func errno(err error) syscall.Errno {
 	return syscall.EIO
 }
 
-// sortedNames is the directory's names now, in order.
+// sortedNamesLocked is the directory's names now, in order.
 func (fsys *FS) sortedNamesLocked() []string {
 	names := make([]string, 0, len(fsys.names))
 	for name := range fsys.names {

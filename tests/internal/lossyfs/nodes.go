@@ -209,7 +209,7 @@ func (h *dirHandle) Fsyncdir(ctx context.Context, _ uint32) syscall.Errno {
 	}
 	defer fsys.mu.Unlock()
 	if !fsys.lie {
-		fsys.durable = maps(fsys.names)
+		fsys.durable = cloneDir(fsys.names)
 		fsys.dirOps = nil
 	}
 	return 0
