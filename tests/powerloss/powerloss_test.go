@@ -350,6 +350,9 @@ func (m *machine) finish(runs []*driven, w workload) {
 	t.Helper()
 	s := m.start()
 	if err := m.waitServing(s); err != nil {
+		if errors.Is(err, errExited) {
+			err = fmt.Errorf("%w (%v)", err, s.state)
+		}
 		t.Fatalf("after the last cut, rein serve does not serve: %v\n%s", err, m.log.tail(15))
 	}
 	if err := m.served(s); err != nil {
