@@ -86,7 +86,10 @@ func (b Backoff) orDefault() Backoff {
 
 // Client is a connection to a rein server.
 type Client struct {
-	Runs        reinv1.RunServiceClient
+	Runs reinv1.RunServiceClient
+	// Storage is the server's StorageService: its store as a whole (a
+	// backup); it needs the admin role.
+	Storage     reinv1.StorageServiceClient
 	conn        *grpc.ClientConn
 	backoff     Backoff
 	onReconnect func(error, time.Duration)
@@ -149,7 +152,7 @@ func Dial(target string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial rein server %s: %w", target, err)
 	}
-	return &Client{Runs: reinv1.NewRunServiceClient(cc), conn: cc, backoff: opts.Backoff.orDefault(), onReconnect: opts.OnReconnect}, nil
+	return &Client{Runs: reinv1.NewRunServiceClient(cc), Storage: reinv1.NewStorageServiceClient(cc), conn: cc, backoff: opts.Backoff.orDefault(), onReconnect: opts.OnReconnect}, nil
 }
 
 // ErrPlaintextToken is Dial's refusal to send a bearer token without TLS to
@@ -181,7 +184,7 @@ func loopback(target string) bool {
 // New wraps an existing connection (an in-process server, say); its
 // watches reconnect with the default Backoff.
 func New(cc *grpc.ClientConn) *Client {
-	return &Client{Runs: reinv1.NewRunServiceClient(cc), conn: cc, backoff: Backoff{}.orDefault()}
+	return &Client{Runs: reinv1.NewRunServiceClient(cc), Storage: reinv1.NewStorageServiceClient(cc), conn: cc, backoff: Backoff{}.orDefault()}
 }
 
 // Backoff is the client's Backoff, its defaults filled in.

@@ -192,6 +192,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	// The schedules are the store's own, read past the wrappers below.
 	schedules, _ := cfg.Store.(store.Schedules)
+	backups, _ := cfg.Store.(backuper)
 	var keeper *lifecycle.Keeper
 	if b, ok := cfg.Store.(lifecycle.Backend); ok {
 		ls := lifecycle.NewStore(b, cfg.Archive)
@@ -282,6 +283,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	rs := &runService{engine: eng, store: st, hub: hub, admission: adm, schedules: schedules, log: cfg.Logger, done: n.done, resume: cfg.Resume, metrics: cfg.Metrics, keeper: keeper, follows: follows, tasks: cfg.Tasks}
 	n.faces.runs = rs
 	reinv1.RegisterRunServiceServer(n.GRPC, rs)
+	reinv1.RegisterStorageServiceServer(n.GRPC, &storageService{backups: backups, log: cfg.Logger})
 	healthpb.RegisterHealthServer(n.GRPC, n.health)
 	n.health.SetServingStatus(reinv1.RunService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if cfg.Reflection {

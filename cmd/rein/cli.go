@@ -183,6 +183,8 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newEvaluateCmd(e),
 		newCheckCmd(e),
 		newCompactCmd(e),
+		newBackupCmd(e),
+		newRestoreCmd(e),
 		newMovedBenchCmd(),
 		newVersionCmd(e),
 		newConfigCmd(e),

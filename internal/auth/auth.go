@@ -243,6 +243,8 @@ var rules = map[string]Role{
 	// principal's.
 	"/rein.v1.RunService/ListTasks": Viewer,
 	"/rein.v1.RunService/GetTask":   Viewer,
+	// A backup is a copy of every tenant's runs.
+	"/rein.v1.StorageService/Backup": Admin,
 	// Server reflection, for grpcurl: any principal.
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      Viewer,
 	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": Viewer,
