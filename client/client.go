@@ -252,39 +252,54 @@ func (c *Client) WatchOutput(ctx context.Context, runID string, after uint64, fn
 func (c *Client) watch(ctx context.Context, runID string, after uint64, fn func(*reinv1.Event) error, out func(*reinv1.ModelOutput) error) error {
 	r := c.reconnector()
 	for {
-		stream, err := c.Runs.WatchRun(ctx, &reinv1.WatchRunRequest{RunId: runID, AfterSequence: after, ModelOutput: out != nil})
-		for err == nil {
-			var resp *reinv1.WatchRunResponse
-			if resp, err = stream.Recv(); err != nil {
-				break
-			}
-			if o := resp.GetOutput(); o != nil {
-				if out == nil {
-					continue // not asked for
-				}
-				if err := out(o); err != nil {
-					return err
-				}
-				r.progress()
-				continue
-			}
-			ev := resp.GetEvent()
-			if ev.GetSequence() <= after {
-				continue // never twice
-			}
-			if ev.GetSequence() != after+1 {
-				return fmt.Errorf("watch run %s: got sequence %d after %d: the server skipped events", runID, ev.GetSequence(), after)
-			}
-			if err := fn(ev); err != nil {
-				return err
-			}
-			after = ev.GetSequence()
-			r.progress()
+		done, err := c.watchOnce(ctx, runID, &after, fn, out, r)
+		if done {
+			return err
 		}
 		if retry, err := r.reconnect(ctx, err); !retry {
 			return err
 		}
 	}
+}
+
+// watchOnce is one attempt of watch: one stream, which it cancels however
+// it ends, so that a callback's error or a refused gap never leaves the
+// stream open on the server until ctx ends. It returns done with the
+// error to return (the callbacks' or a gap's), or the stream's error for
+// reconnect to judge.
+func (c *Client) watchOnce(ctx context.Context, runID string, after *uint64, fn func(*reinv1.Event) error, out func(*reinv1.ModelOutput) error, r *reconnector) (done bool, _ error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.Runs.WatchRun(ctx, &reinv1.WatchRunRequest{RunId: runID, AfterSequence: *after, ModelOutput: out != nil})
+	for err == nil {
+		var resp *reinv1.WatchRunResponse
+		if resp, err = stream.Recv(); err != nil {
+			break
+		}
+		if o := resp.GetOutput(); o != nil {
+			if out == nil {
+				continue // not asked for
+			}
+			if err := out(o); err != nil {
+				return true, err
+			}
+			r.progress()
+			continue
+		}
+		ev := resp.GetEvent()
+		if ev.GetSequence() <= *after {
+			continue // never twice
+		}
+		if ev.GetSequence() != *after+1 {
+			return true, fmt.Errorf("watch run %s: got sequence %d after %d: the server skipped events", runID, ev.GetSequence(), *after)
+		}
+		if err := fn(ev); err != nil {
+			return true, err
+		}
+		*after = ev.GetSequence()
+		r.progress()
+	}
+	return false, err
 }
 
 // maxStuckRetries bounds how many times in a row a watch tries again after
@@ -358,26 +373,38 @@ func (c *Client) WatchRuns(ctx context.Context, req *reinv1.WatchRunsRequest, fn
 	req = proto.Clone(req).(*reinv1.WatchRunsRequest)
 	r := c.reconnector()
 	for {
-		stream, err := c.Runs.WatchRuns(ctx, req)
-		for err == nil {
-			var resp *reinv1.WatchRunsResponse
-			if resp, err = stream.Recv(); err != nil {
-				break
-			}
-			ch := resp.GetChange()
-			if ch.GetCursor() <= req.GetAfterCursor() {
-				continue
-			}
-			if err := fn(ch); err != nil {
-				return err
-			}
-			req.AfterCursor = ch.GetCursor()
-			r.progress()
+		done, err := c.watchRunsOnce(ctx, req, fn, r)
+		if done {
+			return err
 		}
 		if retry, err := r.reconnect(ctx, err); !retry {
 			return err
 		}
 	}
+}
+
+// watchRunsOnce is one attempt of WatchRuns, on a stream of its own that it
+// cancels however it ends (watchOnce).
+func (c *Client) watchRunsOnce(ctx context.Context, req *reinv1.WatchRunsRequest, fn func(*reinv1.RunChange) error, r *reconnector) (done bool, _ error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.Runs.WatchRuns(ctx, req)
+	for err == nil {
+		var resp *reinv1.WatchRunsResponse
+		if resp, err = stream.Recv(); err != nil {
+			break
+		}
+		ch := resp.GetChange()
+		if ch.GetCursor() <= req.GetAfterCursor() {
+			continue
+		}
+		if err := fn(ch); err != nil {
+			return true, err
+		}
+		req.AfterCursor = ch.GetCursor()
+		r.progress()
+	}
+	return false, err
 }
 
 // retryable reports whether a watch error may go away by reconnecting
