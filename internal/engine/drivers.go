@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"time"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
@@ -250,15 +249,12 @@ func (e *Engine) Load() (driving, limit int) {
 // children whose driver stopped on an error (a child it could not create
 // while the store or a tool server was unavailable), so that the tree does
 // not wait for a restart. Any other run that stopped so stays as the log
-// has it until a server resumes it.
+// has it until a server resumes it. The wait runs in the engine's wait
+// group (later).
 func (e *Engine) retryWaiting(runID string) {
 	st, err := e.cfg.Store.Load(e.base, runID)
 	if err != nil || st.Status != reinv1.RunStatus_RUN_STATUS_RUNNING || !st.Waiting() {
 		return
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if !e.closed {
-		time.AfterFunc(e.cfg.RetryWait, func() { e.schedule(runID) })
-	}
+	e.later(e.cfg.RetryWait, func() { e.schedule(runID) })
 }

@@ -35,7 +35,25 @@ func (e *Engine) Arm(st runstate.State) {
 		t.Stop()
 	}
 	runID := st.RunID
-	e.timers[runID] = time.AfterFunc(max(at.Sub(e.cfg.Clock()), 0), func() { e.fire(runID) })
+	e.timers[runID] = e.later(max(at.Sub(e.cfg.Clock()), 0), func() { e.fire(runID) })
+}
+
+// later runs fn after d on a goroutine of the engine's wait group, unless
+// the engine is closed by then: Close and Shutdown wait for it as for a
+// driver, so that nothing fn does (a commit, a read) reaches a store that
+// was closed after them. The caller may stop the timer it returns.
+func (e *Engine) later(d time.Duration, fn func()) *time.Timer {
+	return time.AfterFunc(d, func() {
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			return
+		}
+		e.wg.Add(1)
+		e.mu.Unlock()
+		defer e.wg.Done()
+		fn()
+	})
 }
 
 // disarm stops a run's timer: it is no longer paused.
@@ -49,15 +67,12 @@ func (e *Engine) disarm(runID string) {
 }
 
 // fire ends a paused run whose proposal expired or whose deadline passed,
-// and re-arms it if neither is due yet (its clock may lag the timer's).
+// and re-arms it if neither is due yet (its clock may lag the timer's). It
+// runs in the engine's wait group (later).
 func (e *Engine) fire(runID string) {
 	e.mu.Lock()
 	delete(e.timers, runID)
-	closed := e.closed
 	e.mu.Unlock()
-	if closed {
-		return
-	}
 	e.Expire(e.base, runID)
 }
 
