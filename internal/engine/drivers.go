@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 )
@@ -97,11 +96,15 @@ func (e *Engine) driveSlot(ctx context.Context, runID string) {
 	defer func() { <-e.sem }()
 	switch err := e.drive(ctx, runID); {
 	case err == nil:
+		e.mu.Lock()
+		delete(e.retries, runID)
+		e.mu.Unlock()
 	case errors.Is(err, store.ErrFenced):
 		e.cfg.Logger.Warn("this server no longer holds the run's lease, so it stopped driving it; the server that took it carries it on", "run_id", runID, "error", err)
+	case ctx.Err() != nil:
+		// Cancelled, stopped or shut down: whoever did it says what follows.
 	default:
-		e.cfg.Logger.Error("run stopped", "run_id", runID, "error", err)
-		e.retryWaiting(runID)
+		e.retryStopped(runID, err)
 	}
 }
 
@@ -209,6 +212,7 @@ func (e *Engine) Abandon(ctx context.Context) {
 		delete(e.timers, id)
 	}
 	clear(e.leases)
+	clear(e.retries)
 	e.mu.Unlock()
 	for _, d := range drivers {
 		select {
@@ -245,16 +249,50 @@ func (e *Engine) Load() (driving, limit int) {
 	return len(e.active), e.cfg.MaxDriven
 }
 
-// retryWaiting drives again, after RetryWait, a parent waiting for its
-// children whose driver stopped on an error (a child it could not create
-// while the store or a tool server was unavailable), so that the tree does
-// not wait for a restart. Any other run that stopped so stays as the log
-// has it until a server resumes it. The wait runs in the engine's wait
-// group (later).
-func (e *Engine) retryWaiting(runID string) {
-	st, err := e.cfg.Store.Load(e.base, runID)
-	if err != nil || st.Status != reinv1.RunStatus_RUN_STATUS_RUNNING || !st.Waiting() {
+// retryStopped hands a run whose driver stopped on an error (the store
+// unavailable or full, a tool server down while a parent created its
+// children) back to the resume path, as a restart would, after a wait
+// that doubles with each failure in a row, from RetryWait up to
+// MaxRetryWait: a run is never left running with nothing driving it. The
+// retry reads the run again and resumes it as ResumeAll does (a running
+// run is driven, a dispatched write settled, a paused run's deadlines
+// armed); one that ended meanwhile is left alone. A run whose stored
+// record is damaged or gone is not retried: waiting mends neither. The
+// wait runs in the engine's wait group (later), and Abandon forgets it.
+func (e *Engine) retryStopped(runID string, err error) {
+	if errors.Is(err, store.ErrDataLoss) || errors.Is(err, store.ErrNotFound) {
+		e.cfg.Logger.Error("run stopped; it is not retried, as what is stored of it is damaged or gone (rein check lists the damage)", "run_id", runID, "error", err)
 		return
 	}
-	e.later(e.cfg.RetryWait, func() { e.schedule(runID) })
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
+	n := e.retries[runID]
+	e.retries[runID] = n + 1
+	wait := e.cfg.MaxRetryWait
+	if n < 16 {
+		wait = min(e.cfg.RetryWait<<n, wait)
+	}
+	e.cfg.Logger.Error("run stopped; it is resumed after a wait", "run_id", runID, "error", err, "wait", wait, "attempt", n+1)
+	e.later(wait, func() {
+		e.mu.Lock()
+		_, due := e.retries[runID]
+		e.mu.Unlock()
+		if !due {
+			return // Abandon forgot it
+		}
+		st, err := e.cfg.Store.Load(e.base, runID)
+		switch {
+		case err != nil:
+			e.retryStopped(runID, err)
+		case runstate.Terminal(st.Status):
+			e.mu.Lock()
+			delete(e.retries, runID)
+			e.mu.Unlock()
+		default:
+			e.resumeOne(e.base, st)
+		}
+	})
 }

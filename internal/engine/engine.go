@@ -142,13 +142,16 @@ type Engine struct {
 	shutdown context.CancelCauseFunc
 	wg       sync.WaitGroup
 
-	// mu guards active, leases, timers and closed.
+	// mu guards active, leases, timers, retries and closed.
 	mu     sync.Mutex
 	active map[string]*driver
 	// leases are the epochs of the runs' leases this engine holds.
 	leases map[string]uint64
 	timers map[string]*time.Timer
-	closed bool
+	// retries counts, for each run whose driver stopped on an error, the
+	// failures in a row (retryStopped).
+	retries map[string]int
+	closed  bool
 	// halted are runs no driver may step (a cancel cascading to their
 	// children first), with how many cancels hold each.
 	halted map[string]int
@@ -218,6 +221,7 @@ func New(cfg Config) *Engine {
 		active:   map[string]*driver{},
 		leases:   map[string]uint64{},
 		timers:   map[string]*time.Timer{},
+		retries:  map[string]int{},
 		ids:      ulid.Monotonic(rand.Reader, 0),
 	}
 	e.steps = step.Config{
