@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
@@ -13,15 +14,26 @@ import (
 // resumePage is how many runs ResumeAll lists at once.
 const resumePage = 1000
 
+// settleAtOnce bounds how many dispatched writes ResumeAll settles at
+// once: each asks its tool's lookup, which may take up to the tool
+// timeout, so one after another they would hold the server's start for
+// the sum of them.
+const settleAtOnce = 16
+
 // ResumeAll carries on every run the store holds that has not ended, as a
 // server does when it starts (and as a server taking over another's runs
 // will): a running run is scheduled; a write that was dispatched when the
 // process stopped is settled by its tool's lookup (never sent blindly
 // again); any other paused run stays paused with its deadlines armed again
-// (a proposal's expiry, the run's deadline, a budget pause's end). It returns the first error
-// listing the runs or scheduling one; a write that cannot be settled is
-// logged and left to a person.
+// (a proposal's expiry, the run's deadline, a budget pause's end). The
+// dispatched writes are settled concurrently, settleAtOnce at a time, and
+// ResumeAll returns once every one is. It returns the first error listing
+// the runs or scheduling one; a write that cannot be settled is logged and
+// left to a person.
 func (e *Engine) ResumeAll(ctx context.Context) error {
+	var settling sync.WaitGroup
+	defer settling.Wait()
+	slots := make(chan struct{}, settleAtOnce)
 	f := store.Filter{Statuses: []reinv1.RunStatus{
 		reinv1.RunStatus_RUN_STATUS_RUNNING, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL,
 		reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET,
@@ -35,7 +47,21 @@ func (e *Engine) ResumeAll(ctx context.Context) error {
 			e.cfg.Logger.Error("a run cannot be resumed: what is stored of it is damaged; rein check lists every problem", "error", err)
 		}
 		for _, st := range page.Runs {
-			e.resumeOne(ctx, st)
+			if !st.WriteInFlight() {
+				e.resumeOne(ctx, st)
+				continue
+			}
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			settling.Add(1)
+			go func() {
+				defer settling.Done()
+				defer func() { <-slots }()
+				e.resumeOne(ctx, st)
+			}()
 		}
 		if page.Next == "" {
 			return nil
