@@ -135,13 +135,27 @@ func TestBackupWhileCommitting(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d runs acknowledged before the backup, all restored; %d runs completed in all", len(before), completed)
+	mu.Lock()
+	t.Logf("%d runs acknowledged before the backup, all restored; %d runs completed so far", len(before), completed)
+	mu.Unlock()
 
 	// The twin of a clean restore: the same backup over a store that is
 	// there is refused without --force, which replaces it.
 	r = cli(t, "restore", out, "--db", restored).mustExit(t, exitError)
 	mustContain(t, "restore over a store", r.stderr, "--force")
+	// --force moves the old store's log aside, so the restored file never
+	// takes its records for its own.
+	if err := os.WriteFile(restored+"-wal", []byte("the old store's log"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cli(t, "restore", out, "--db", restored, "--force").mustExit(t, exitOK)
+	if _, err := os.Stat(restored + "-wal"); !os.IsNotExist(err) {
+		t.Errorf("the old log is still beside the restored file (stat: %v)", err)
+	}
+	if aside, _ := filepath.Glob(restored + "-wal.replaced-*"); len(aside) != 1 {
+		t.Errorf("the old log moved aside: %v, want one FILE-wal.replaced-TIME", aside)
+	}
+	cli(t, "check", "--db", restored).mustExit(t, exitOK)
 
 	// rein serve starts on the backup file itself.
 	served := serveInProcess(t, out)
