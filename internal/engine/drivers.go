@@ -262,6 +262,9 @@ func (e *Engine) Load() (driving, limit int) {
 func (e *Engine) retryStopped(runID string, err error) {
 	if errors.Is(err, store.ErrDataLoss) || errors.Is(err, store.ErrNotFound) {
 		e.cfg.Logger.Error("run stopped; it is not retried, as what is stored of it is damaged or gone (rein check lists the damage)", "run_id", runID, "error", err)
+		e.mu.Lock()
+		delete(e.retries, runID)
+		e.mu.Unlock()
 		return
 	}
 	e.mu.Lock()
@@ -284,14 +287,18 @@ func (e *Engine) retryStopped(runID string, err error) {
 			return // Abandon forgot it
 		}
 		st, err := e.cfg.Store.Load(e.base, runID)
-		switch {
-		case err != nil:
+		if err != nil {
 			e.retryStopped(runID, err)
-		case runstate.Terminal(st.Status):
+			return
+		}
+		if runstate.Terminal(st.Status) || runstate.Paused(st.Status) && !st.WriteInFlight() {
+			// Nothing is left to drive (it ended, or waits for a person):
+			// the failures in a row end here.
 			e.mu.Lock()
 			delete(e.retries, runID)
 			e.mu.Unlock()
-		default:
+		}
+		if !runstate.Terminal(st.Status) {
 			e.resumeOne(e.base, st)
 		}
 	})
