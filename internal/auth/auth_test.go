@@ -222,6 +222,7 @@ func TestRequired(t *testing.T) {
 		"/rein.v1.RunService/TriggerSchedule":                            auth.Operator,
 		"/rein.v1.RunService/ListTasks":                                  auth.Viewer,
 		"/rein.v1.RunService/GetTask":                                    auth.Viewer,
+		"/rein.v1.StorageService/Backup":                                 auth.Admin,
 		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      auth.Viewer,
 		"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": auth.Viewer,
 	}
