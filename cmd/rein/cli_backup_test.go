@@ -179,15 +179,19 @@ func TestBackupDBAndDamage(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "b.db")
 	cli(t, "backup", "--db", db, out).mustExit(t, exitOK)
-	restored := filepath.Join(dir, "r.db")
+	restored := newDB(t) // in a directory restore makes
 	cli(t, "restore", out, "--db", restored).mustExit(t, exitOK)
 	if got, want := cli(t, "list", "--db", restored, "--json").mustExit(t, exitOK).stdout, cli(t, "list", "--db", db, "--json").mustExit(t, exitOK).stdout; got != want {
 		t.Errorf("the restored store lists\n%s\nthe store lists\n%s", got, want)
 	}
 
+	// No store at --db.
+	r := cli(t, "backup", "--db", newDB(t), filepath.Join(dir, "none.db")).mustExit(t, exitNotFound)
+	mustContain(t, "backup of no store", r.stderr, "no rein store")
+
 	// OUT in a missing directory.
 	missing := filepath.Join(dir, "nowhere", "b.db")
-	r := cli(t, "backup", "--db", db, missing).mustExit(t, exitError)
+	r = cli(t, "backup", "--db", db, missing).mustExit(t, exitError)
 	mustContain(t, "backup to a missing directory", r.stderr, "does not exist", filepath.Dir(missing))
 	mustNotExist(t, missing)
 

@@ -223,6 +223,9 @@ fails its check, or --db exists without --force, 3 when there is no backup
 			if err := verifyChecksum(backup); err != nil {
 				return err
 			}
+			if err := os.MkdirAll(filepath.Dir(e.db), 0o700); err != nil {
+				return &exitErr{code: exitError, err: fmt.Errorf("create the directory for --db %s: %w", e.db, err)}
+			}
 			err := bolt.Restore(backup, e.db, bolt.RestoreOptions{Force: force})
 			switch {
 			case errors.Is(err, os.ErrNotExist):
