@@ -117,12 +117,12 @@ var ErrExists = errors.New("a store is there already")
 var errDamagedBackup = fmt.Errorf("damaged or not a rein store (%w)", store.ErrDataLoss)
 
 // Restore makes path the store backup holds: it copies backup beside path,
-// syncs it, checks the copy whole as Check does (bbolt's consistency
-// check among it), and renames it over path, then syncs the directory. A
-// backup that fails the check is refused and nothing is written at
-// path; the error wraps store.ErrDataLoss. A destination that exists (or has a log beside it) is ErrExists
-// unless opts.Force; one another process holds is ErrInUse, even with
-// Force.
+// syncs it, checks the copy whole as Check does (bbolt's consistency check
+// among it), and renames it over path, then syncs the directory. A backup
+// that fails the check is refused, and nothing is written at path: the
+// error wraps store.ErrDataLoss. A destination that exists (or has a log
+// beside it) is ErrExists unless opts.Force; one another process holds is
+// ErrInUse, even with Force.
 func Restore(backup, path string, opts RestoreOptions) error {
 	if _, err := os.Stat(backup); err != nil {
 		return fmt.Errorf("restore %s: %w", backup, err)
