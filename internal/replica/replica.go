@@ -60,6 +60,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	etcdstore "github.com/reinhq/rein/internal/store/etcd"
+	"github.com/reinhq/rein/internal/storeformat"
+	"github.com/reinhq/rein/internal/version"
 )
 
 // Engine is what a replica needs of the server's engine.
@@ -95,14 +97,33 @@ type Config struct {
 	// LookedOver, when set, is told of each look for runs to carry on:
 	// what it looked at (one of the Look kinds) and how long it took.
 	LookedOver func(kind string, took time.Duration)
+	// Formats are the store formats this build reads and writes, which
+	// the replica advertises in its name key (format.go); zero means
+	// storeformat.This(). Tests give another to play an older or newer
+	// build.
+	Formats storeformat.Build
+	// Build is the version line it advertises; "" means this binary's.
+	Build string
+	// FinalizeAfter is how long every live replica must write a newer
+	// format before this replica finalizes it; 0 finalizes only on
+	// request (Finalize).
+	FinalizeAfter time.Duration
 }
 
 // Replica holds a server's etcd lease. Join starts it; Serve attaches the
 // engine; Leave ends it.
 type Replica struct {
 	cfg Config
-	// card is what the replica puts under its name to say who it is.
+	// card says where the replica runs; its name key holds it in its
+	// advertisement (format.go).
 	card string
+	// gate holds the store's active format (format.go).
+	gate *storeformat.Gate
+	// pending is the finalization the format loop waits to make, if any.
+	pmu     sync.Mutex
+	pending pendingFormat
+	// warned are the complaints logged about replicas' name keys, by name.
+	warned map[string]string
 
 	// held says the lease is held (readiness).
 	held atomic.Bool
@@ -167,19 +188,33 @@ func Join(ctx context.Context, cfg Config) (*Replica, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Formats == (storeformat.Build{}) {
+		cfg.Formats = storeformat.This()
+	}
+	if err := cfg.Formats.Check(); err != nil {
+		return nil, fmt.Errorf("replica: the build's store formats: %w", err)
+	}
+	if cfg.Build == "" {
+		cfg.Build = version.String(version.Get())
+	}
 	host, _ := os.Hostname()
 	card := fmt.Sprintf("host %s, pid %d, joined %s", host, os.Getpid(), time.Now().UTC().Format(time.RFC3339))
 	r := &Replica{cfg: cfg, card: card, lookNow: make(chan struct{}, 1)}
+	r.gate = storeformat.NewGate(cfg.Formats, storeformat.Base, cfg.Logger)
 	id, err := r.grant(ctx)
 	if err != nil {
 		return nil, err
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.taking, r.stopTaking = context.WithCancel(r.ctx)
-	r.wg.Add(1)
+	r.wg.Add(2)
 	go func() {
 		defer r.wg.Done()
 		r.hold(id)
+	}()
+	go func() {
+		defer r.wg.Done()
+		r.followFormat()
 	}()
 	return r, nil
 }
@@ -210,7 +245,16 @@ func (r *Replica) grantClaimed(ctx context.Context) (clientv3.LeaseID, *etcdstor
 	if err != nil {
 		return 0, nil, fmt.Errorf("be granted an etcd lease (TTL %v) at %v: %w; check that etcd is running and has a leader", r.cfg.TTL, r.cfg.Client.Endpoints(), err)
 	}
-	h, ok, err := r.cfg.Store.ClaimName(gctx, r.cfg.Name, r.card, g.ID)
+	h, ok, err := r.cfg.Store.ClaimName(gctx, r.cfg.Name, r.advert(), g.ID)
+	if err == nil && ok {
+		// Checked once the name is claimed: a finalization from now on
+		// counts this replica (etcdstore.Store.FinalizeFormat), and one
+		// before it is seen here.
+		if err := r.checkFormat(gctx); err != nil {
+			r.revoke(ctx, g.ID)
+			return 0, nil, err
+		}
+	}
 	if err != nil || !ok {
 		r.revoke(ctx, g.ID)
 		if err != nil {
@@ -332,6 +376,8 @@ func (r *Replica) hold(id clientv3.LeaseID) {
 			}
 			if errors.Is(err, ErrNameTaken) {
 				r.cfg.Logger.Error("while this server had no etcd lease, another server took its name: this one drives no runs until that one stops", "name", r.cfg.Name, "error", err)
+			} else if errors.Is(err, storeformat.ErrIncompatible) {
+				r.cfg.Logger.Error("while this server had no etcd lease, the store was finalized to a format this build cannot serve: it drives no runs; replace it with a newer build", "error", err)
 			} else {
 				r.cfg.Logger.Warn("no etcd lease yet; asking again", "error", err)
 			}

@@ -15,6 +15,9 @@
 //	                        "rein-etcd-2" at Open, so that a build that
 //	                        knows only the first refuses the prefix rather
 //	                        than miss the blobs it cannot see.
+//	P meta/format           the store format a finalization made active
+//	                        (decimal, internal/storeformat); absent: never
+//	                        finalized, storeformat.Base (format.go)
 //	P meta/changes          the cursor of the last status change (decimal);
 //	                        absent before the first one
 //	P run/<run id>          the run's snapshot (a Run without its contract);
@@ -44,7 +47,9 @@
 //	                        every run, in the same form: no longer written,
 //	                        still read when the run holds no blob of that
 //	                        hash, never deleted (lifecycle.go)
-//	P replica/<name>        who holds the replica name (path-escaped), put
+//	P replica/<name>        who holds the replica name (path-escaped): its
+//	                        storeformat.Advert (JSON; a line of text from a
+//	                        build before it), put
 //	                        attached to that replica's etcd lease, so the
 //	                        name is free again when the lease ends
 //	                        (ClaimName): one live replica per name

@@ -1,0 +1,223 @@
+package replica_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/reinhq/rein/internal/replica"
+	etcdstore "github.com/reinhq/rein/internal/store/etcd"
+	"github.com/reinhq/rein/internal/storeformat"
+)
+
+// newer is a build one format past this one that still writes this one:
+// what a rolling upgrade brings in. older is this build, the one it
+// replaces (and the one a downgrade goes back to).
+var (
+	newer = storeformat.Build{Reads: storeformat.Range{Min: storeformat.Oldest, Max: storeformat.Current + 1}, Writes: storeformat.Range{Min: storeformat.Current, Max: storeformat.Current + 1}}
+	older = storeformat.This()
+)
+
+// joinBuild joins a replica named name on prefix as a binary of build b,
+// finalizing after after (0: on request only).
+func joinBuild(t *testing.T, prefix, name string, b storeformat.Build, after time.Duration) (*replica.Replica, *etcdstore.Store, error) {
+	t.Helper()
+	st, err := etcdstore.Open(t.Context(), shared, prefix, etcdstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := replica.Join(t.Context(), replica.Config{Client: shared, Store: st, Name: name, TTL: ttl, Formats: b, Build: "rein " + name, FinalizeAfter: after})
+	if err != nil {
+		_ = st.Close()
+		return nil, nil, err
+	}
+	t.Cleanup(func() {
+		rep.Leave(context.Background())
+		_ = st.Close()
+	})
+	return rep, st, nil
+}
+
+func mustJoin(t *testing.T, prefix, name string, b storeformat.Build, after time.Duration) *replica.Replica {
+	t.Helper()
+	rep, _, err := joinBuild(t, prefix, name, b, after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// TestAdvertisement: each replica's name key holds its build and formats,
+// and Status lists every live replica with them, a key of a build from
+// before advertisements as Base.
+func TestAdvertisement(t *testing.T) {
+	prefix := "/format-" + t.Name() + "/"
+	a := mustJoin(t, prefix, "a", newer, 0)
+	mustJoin(t, prefix, "b", older, 0)
+	v, _ := nameKey(t, prefix, "a")
+	adv, legacy, err := storeformat.ParseAdvert([]byte(v))
+	if err != nil || legacy || adv.Formats != newer || adv.Build != "rein a" || adv.Leased.IsZero() {
+		t.Fatalf("a's name key: %q: %+v %v %v", v, adv, legacy, err)
+	}
+	g, err := shared.Grant(t.Context(), 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shared.Revoke(context.Background(), g.ID)
+	if _, err := shared.Put(t.Context(), prefix+"replica/old", "host h, pid 1, joined 2026-12-01T00:00:00Z", clientv3.WithLease(g.ID)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.Status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Backend != "etcd" || st.Active != storeformat.Base || st.Finalized || st.Target != storeformat.Current || st.Pending || len(st.Replicas) != 3 {
+		t.Fatalf("status: %+v", st)
+	}
+	for _, r := range st.Replicas {
+		switch {
+		case r.Name == "a" && (!r.Self || r.Formats != newer || r.RunsDriven != 0),
+			r.Name == "b" && (r.Self || r.Formats != older),
+			r.Name == "old" && (!r.Legacy || r.Formats.Writes.Max != storeformat.Base || r.Err != ""):
+			t.Fatalf("replica %+v", r)
+		}
+	}
+}
+
+// TestFinalizeManual: with every replica on the newer build a
+// finalization is pending and stays so (no --finalize-after) until
+// Finalize, which makes the newer format active and turns its features
+// on; an older build then refuses to join, naming both formats. Its twin:
+// before, the older build joins (a downgrade works).
+func TestFinalizeManual(t *testing.T) {
+	prefix := "/format-" + t.Name() + "/"
+	a := mustJoin(t, prefix, "a", newer, 0)
+	mustJoin(t, prefix, "b", newer, 0)
+	if a.Gate().Allows("next", storeformat.Current+1) {
+		t.Fatal("a feature of the newer format is on before finalization")
+	}
+	st, err := a.Status(t.Context())
+	if err != nil || !st.Pending || st.Target != storeformat.Current+1 || st.Active != storeformat.Base {
+		t.Fatalf("status: %+v %v", st, err)
+	}
+	// Before finalization, the older build still joins, and the newer
+	// format is no longer pending while it runs.
+	down, _, err := joinBuild(t, prefix, "down", older, 0)
+	if err != nil {
+		t.Fatalf("a downgrade before finalization was refused: %v", err)
+	}
+	if from, to, err := a.Finalize(t.Context()); err != nil || from != to || to != storeformat.Base {
+		t.Fatalf("Finalize with an older replica live: %d -> %d, %v; want nothing done", from, to, err)
+	}
+	down.Leave(t.Context())
+	from, to, err := a.Finalize(t.Context())
+	if err != nil || from != storeformat.Base || to != storeformat.Current+1 {
+		t.Fatalf("Finalize: %d -> %d, %v", from, to, err)
+	}
+	if !a.Gate().Allows("next", storeformat.Current+1) {
+		t.Fatal("a feature of the finalized format is still off")
+	}
+	if f := readFormat(t, prefix); f != "7" {
+		t.Fatalf("meta/format = %q", f)
+	}
+	_, _, err = joinBuild(t, prefix, "late", older, 0)
+	if !errors.Is(err, storeformat.ErrIncompatible) || !strings.Contains(err.Error(), "format 7") || !strings.Contains(err.Error(), "up to 6") {
+		t.Fatalf("an older build after finalization: %v", err)
+	}
+	if v, _ := nameKey(t, prefix, "late"); v != "" {
+		t.Fatalf("the refused build left its name key: %q", v)
+	}
+}
+
+// TestFinalizeAutomatic: once every live replica writes the newer format
+// for --finalize-after, one of them finalizes it, and the others' gates
+// follow. Its twin: with an older replica live, nothing is finalized.
+func TestFinalizeAutomatic(t *testing.T) {
+	after := 300 * time.Millisecond
+	prefix := "/format-" + t.Name() + "/"
+	a := mustJoin(t, prefix, "a", newer, after)
+	old := mustJoin(t, prefix, "old", older, after)
+	b := mustJoin(t, prefix, "b", newer, after)
+	// With the older replica live nothing is pending, so the loop has
+	// nothing to finalize.
+	if st, err := a.Status(t.Context()); err != nil || st.Pending || st.Target != storeformat.Current {
+		t.Fatalf("status with an older replica live: %+v %v", st, err)
+	}
+	old.Leave(t.Context())
+	deadline := time.Now().Add(10 * time.Second)
+	for !b.Gate().Allows("next", storeformat.Current+1) || !a.Gate().Allows("next", storeformat.Current+1) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not finalized within 10s: meta/format %q", readFormat(t, prefix))
+		}
+		time.Sleep(20 * time.Millisecond) // polled with a deadline
+	}
+	if f := readFormat(t, prefix); f != "7" {
+		t.Fatalf("meta/format = %q", f)
+	}
+}
+
+// TestFinalizeRefusesAnUnbelievedReplica: a live name key that does not
+// decode, or claims formats no build has, is left out of the count, shown
+// with its error, and blocks a finalization, which writes nothing.
+func TestFinalizeRefusesAnUnbelievedReplica(t *testing.T) {
+	for i, bad := range []string{`{"formats":{"reads":{"min":1`, `{"formats":{"reads":{"min":1,"max":99999999},"writes":{"min":6,"max":99999999}}}`} {
+		prefix := "/format-" + t.Name() + "-" + string(rune('a'+i)) + "/"
+		a := mustJoin(t, prefix, "a", newer, 0)
+		g, err := shared.Grant(t.Context(), 30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := shared.Put(t.Context(), prefix+"replica/liar", bad, clientv3.WithLease(g.ID)); err != nil {
+			t.Fatal(err)
+		}
+		st, err := a.Status(t.Context())
+		if err != nil || st.Target != storeformat.Current+1 || st.Blocked == "" {
+			t.Fatalf("status with %q: %+v %v", bad, st, err)
+		}
+		if _, _, err := a.Finalize(t.Context()); !errors.Is(err, replica.ErrNotFinalizable) || !strings.Contains(err.Error(), `"liar"`) {
+			t.Fatalf("Finalize with %q: %v", bad, err)
+		}
+		if f := readFormat(t, prefix); f != "" {
+			t.Fatalf("finalized to %q", f)
+		}
+		// Its twin: once the key is gone, the finalization goes through.
+		if _, err := shared.Revoke(t.Context(), g.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, to, err := a.Finalize(t.Context()); err != nil || to != storeformat.Current+1 {
+			t.Fatalf("Finalize once the liar left: %d %v", to, err)
+		}
+	}
+}
+
+// TestJoinRefusesAGarbledFormat: a P meta/format that is not a number is
+// refused at join, and nothing is written over it.
+func TestJoinRefusesAGarbledFormat(t *testing.T) {
+	prefix := "/format-" + t.Name() + "/"
+	mustJoin(t, prefix, "a", older, 0).Leave(t.Context())
+	if _, err := shared.Put(t.Context(), prefix+"meta/format", "seven"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := joinBuild(t, prefix, "b", newer, 0); err == nil || !strings.Contains(err.Error(), `"seven"`) {
+		t.Fatalf("join on a garbled format: %v", err)
+	}
+	if f := readFormat(t, prefix); f != "seven" {
+		t.Fatalf("meta/format = %q", f)
+	}
+}
+
+func readFormat(t *testing.T, prefix string) string {
+	t.Helper()
+	resp, err := shared.Get(t.Context(), prefix+"meta/format")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return ""
+	}
+	return string(resp.Kvs[0].Value)
+}
