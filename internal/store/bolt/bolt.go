@@ -18,6 +18,7 @@ import (
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/store/seal"
+	"github.com/reinhq/rein/internal/storeformat"
 )
 
 var (
@@ -115,6 +116,10 @@ type Options struct {
 	// by side, and the file and its directory may be read-only). Every
 	// write is refused with store.ErrReadOnly.
 	ReadOnly bool
+	// Formats are the store formats the build reads and writes
+	// (format.go); zero means storeformat.This(). Tests give another to
+	// play an older or newer build.
+	Formats storeformat.Build
 }
 
 // Path is the file the store is in.

@@ -47,12 +47,28 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, openError(path, err)
 	}
-	var missing bool
+	var missing, mark bool
 	err = guard("open store "+path, func() error {
-		if err := db.View(func(tx *bbolt.Tx) error { missing = needsInit(tx); return nil }); err != nil || !missing {
+		return db.View(func(tx *bbolt.Tx) (err error) {
+			missing = needsInit(tx)
+			mark, err = checkStoreFormat(tx, path, buildOf(opts)) // format.go
 			return err
+		})
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	err = guard("open store "+path, func() error {
+		if !missing && !mark {
+			return nil
 		}
-		return db.Update(initialise)
+		return db.Update(func(tx *bbolt.Tx) error {
+			if err := initialise(tx); err != nil {
+				return err
+			}
+			return markStoreFormat(tx, buildOf(opts))
+		})
 	})
 	if err != nil {
 		_ = db.Close()
@@ -84,7 +100,15 @@ func openReadOnly(path string, opts Options) (*Store, error) {
 	}); err != nil {
 		return nil, openError(path, err)
 	}
-	if err := guard("open store "+path, func() error { return db.View(func(tx *bbolt.Tx) error { return checkFormat(tx, path, info.Size()) }) }); err != nil {
+	if err := guard("open store "+path, func() error {
+		return db.View(func(tx *bbolt.Tx) error {
+			if err := checkFormat(tx, path, info.Size()); err != nil {
+				return err
+			}
+			_, err := checkStoreFormat(tx, path, buildOf(opts)) // format.go
+			return err
+		})
+	}); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
