@@ -15,6 +15,7 @@ import (
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/storeformat"
 )
 
 // toStatus maps a domain error to the gRPC status of docs/design.md §10. It is the one
@@ -44,6 +45,8 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.Is(err, runstate.ErrTerminal), errors.Is(err, runstate.ErrIllegalTransition), errors.Is(err, engine.ErrNotWaiting),
 		errors.Is(err, engine.ErrNoExecutor):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, storeformat.ErrNotFinalizable):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, store.ErrLive), errors.Is(err, store.ErrArchived):
 		return status.Error(codes.FailedPrecondition, err.Error())

@@ -140,6 +140,10 @@ type Config struct {
 	// Tasks is the catalog of named tasks (rein serve --tasks) that
 	// StartRun's task, ListTasks and GetTask read; nil is an empty one.
 	Tasks *catalog.Holder
+	// Cluster is the store's format and the servers sharing it
+	// (ClusterService, GetServerInfo, rein_store_format); nil reports
+	// none.
+	Cluster Cluster
 }
 
 // Node is one rein server: its store, engine, watch hub and gRPC server with
@@ -280,10 +284,17 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	n.sweep, n.swept = stoppedLoop()
 	n.admit, n.admitted = stoppedLoop()
 	n.scheduled, n.schedulerDone = stoppedLoop()
-	rs := &runService{engine: eng, store: st, hub: hub, admission: adm, schedules: schedules, log: cfg.Logger, done: n.done, resume: cfg.Resume, metrics: cfg.Metrics, keeper: keeper, follows: follows, tasks: cfg.Tasks}
+	rs := &runService{engine: eng, store: st, hub: hub, admission: adm, schedules: schedules, log: cfg.Logger, done: n.done, resume: cfg.Resume, metrics: cfg.Metrics, keeper: keeper, follows: follows, tasks: cfg.Tasks, cluster: cfg.Cluster}
 	n.faces.runs = rs
 	reinv1.RegisterRunServiceServer(n.GRPC, rs)
 	reinv1.RegisterStorageServiceServer(n.GRPC, &storageService{backups: backups, log: cfg.Logger})
+	if cfg.Cluster != nil {
+		reinv1.RegisterClusterServiceServer(n.GRPC, &clusterService{cluster: cfg.Cluster, log: cfg.Logger})
+		g := cfg.Cluster.Gate()
+		cfg.Metrics.TrackStoreFormat(func() int { return int(g.Active()) }, int(g.Build().Writes.Max))
+	} else {
+		reinv1.RegisterClusterServiceServer(n.GRPC, unclustered{})
+	}
 	healthpb.RegisterHealthServer(n.GRPC, n.health)
 	n.health.SetServingStatus(reinv1.RunService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if cfg.Reflection {

@@ -81,6 +81,8 @@ type runService struct {
 	// follows brings the model output of runs other servers drive into
 	// the hub (Config.Relay); nil on a server of its own.
 	follows *relayFollows
+	// cluster is the store's format (cluster.go); nil reports none.
+	cluster Cluster
 	// keeper deletes runs (DeleteRun); nil for a store without a lifecycle.
 	keeper *lifecycle.Keeper
 	// tasks is the catalog StartRun's task names; nil is an empty one.
@@ -311,7 +313,7 @@ func (s *runService) GetServerInfo(ctx context.Context, _ *reinv1.GetServerInfoR
 	for _, r := range p.Roles {
 		c.Roles = append(c.Roles, string(r))
 	}
-	return &reinv1.GetServerInfoResponse{Build: version.Get(), Caller: c}, nil
+	return &reinv1.GetServerInfoResponse{Build: version.Get(), Caller: c, Formats: serverFormats(s.cluster)}, nil
 }
 
 // ImportRun stores an exported run, checked whole as an export file is

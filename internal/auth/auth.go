@@ -245,6 +245,10 @@ var rules = map[string]Role{
 	"/rein.v1.RunService/GetTask":   Viewer,
 	// A backup is a copy of every tenant's runs.
 	"/rein.v1.StorageService/Backup": Admin,
+	// The store format of the servers sharing a store, and its
+	// finalization, which a downgrade cannot undo (docs/upgrading.md).
+	"/rein.v1.ClusterService/GetClusterStatus": Admin,
+	"/rein.v1.ClusterService/FinalizeCluster":  Admin,
 	// Server reflection, for grpcurl: any principal.
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      Viewer,
 	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": Viewer,

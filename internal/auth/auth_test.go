@@ -223,6 +223,8 @@ func TestRequired(t *testing.T) {
 		"/rein.v1.RunService/ListTasks":                                  auth.Viewer,
 		"/rein.v1.RunService/GetTask":                                    auth.Viewer,
 		"/rein.v1.StorageService/Backup":                                 auth.Admin,
+		"/rein.v1.ClusterService/GetClusterStatus":                       auth.Admin,
+		"/rein.v1.ClusterService/FinalizeCluster":                        auth.Admin,
 		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      auth.Viewer,
 		"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": auth.Viewer,
 	}

@@ -2,7 +2,6 @@ package replica
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -174,10 +173,6 @@ func (r *Replica) finalized(from, to storeformat.Format, why string) {
 		"from", int(from), "to", int(to), "why", why)
 }
 
-// ErrNotFinalizable is the error of a finalization that cannot happen now:
-// a live replica's name key is not believed.
-var ErrNotFinalizable = errors.New("the store format cannot be finalized now")
-
 // Finalize makes the format every live replica writes the prefix's active
 // one now, without waiting for FinalizeAfter (rein cluster finalize), and
 // returns the formats before and after; from == to when nothing was
@@ -189,7 +184,7 @@ func (r *Replica) Finalize(ctx context.Context) (from, to storeformat.Format, er
 			return 0, 0, err
 		}
 		if v.blocked != "" {
-			return 0, 0, fmt.Errorf("%w: %s", ErrNotFinalizable, v.blocked)
+			return 0, 0, fmt.Errorf("%w: %s", storeformat.ErrNotFinalizable, v.blocked)
 		}
 		if v.target <= v.read.Active {
 			return v.read.Active, v.read.Active, nil
@@ -203,7 +198,7 @@ func (r *Replica) Finalize(ctx context.Context) (from, to storeformat.Format, er
 			return v.read.Active, v.target, nil
 		}
 	}
-	return 0, 0, fmt.Errorf("%w: replicas joined or left five times while it was tried; try again", ErrNotFinalizable)
+	return 0, 0, fmt.Errorf("%w: replicas joined or left five times while it was tried; try again", storeformat.ErrNotFinalizable)
 }
 
 // Status is the prefix's formats and live replicas, with the runs each

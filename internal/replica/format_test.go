@@ -178,7 +178,7 @@ func TestFinalizeRefusesAnUnbelievedReplica(t *testing.T) {
 		if err != nil || st.Target != storeformat.Current+1 || st.Blocked == "" {
 			t.Fatalf("status with %q: %+v %v", bad, st, err)
 		}
-		if _, _, err := a.Finalize(t.Context()); !errors.Is(err, replica.ErrNotFinalizable) || !strings.Contains(err.Error(), `"liar"`) {
+		if _, _, err := a.Finalize(t.Context()); !errors.Is(err, storeformat.ErrNotFinalizable) || !strings.Contains(err.Error(), `"liar"`) {
 			t.Fatalf("Finalize with %q: %v", bad, err)
 		}
 		if f := readFormat(t, prefix); f != "" {

@@ -70,6 +70,10 @@ func History() []Bump { return history[:] }
 // cannot read or write the store's active format.
 var ErrIncompatible = errors.New("incompatible store format")
 
+// ErrNotFinalizable is the error of a finalization that cannot happen now:
+// a live replica's name key is not believed.
+var ErrNotFinalizable = errors.New("the store format cannot be finalized now")
+
 // Range is the formats from Min to Max, both included.
 type Range struct {
 	Min Format `json:"min"`

@@ -3419,7 +3419,11 @@ type GetServerInfoResponse struct {
 	Build *BuildInfo `protobuf:"bytes,1,opt,name=build,proto3" json:"build,omitempty"`
 	// The principal the server took the caller for: how the web console
 	// shows who is signed in and which actions they may take.
-	Caller        *Caller `protobuf:"bytes,2,opt,name=caller,proto3" json:"caller,omitempty"`
+	Caller *Caller `protobuf:"bytes,2,opt,name=caller,proto3" json:"caller,omitempty"`
+	// The store formats the server reads and writes, and the store's active
+	// one (cluster_service.proto); unset when the server has no store
+	// format to report.
+	Formats       *ServerFormats `protobuf:"bytes,3,opt,name=formats,proto3" json:"formats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3464,6 +3468,13 @@ func (x *GetServerInfoResponse) GetBuild() *BuildInfo {
 func (x *GetServerInfoResponse) GetCaller() *Caller {
 	if x != nil {
 		return x.Caller
+	}
+	return nil
+}
+
+func (x *GetServerInfoResponse) GetFormats() *ServerFormats {
+	if x != nil {
+		return x.Formats
 	}
 	return nil
 }
@@ -3629,7 +3640,7 @@ var File_rein_v1_run_service_proto protoreflect.FileDescriptor
 
 const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\n" +
-	"\x19rein/v1/run_service.proto\x12\arein.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x13rein/v1/event.proto\x1a\x14rein/v1/export.proto\x1a\x11rein/v1/run.proto\"\xd7\x04\n" +
+	"\x19rein/v1/run_service.proto\x12\arein.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1drein/v1/cluster_service.proto\x1a\x16rein/v1/contract.proto\x1a\x13rein/v1/event.proto\x1a\x14rein/v1/export.proto\x1a\x11rein/v1/run.proto\"\xd7\x04\n" +
 	"\bSchedule\x121\n" +
 	"\x04name\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x182\x16^[A-Za-z0-9_.-]{1,64}$R\x04name\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x1e\n" +
@@ -3860,10 +3871,11 @@ const file_rein_v1_run_service_proto_rawDesc = "" +
 	"\x06export\x18\x01 \x01(\v2\x12.rein.v1.RunExportB\x06\xbaH\x03\xc8\x01\x01R\x06export\"3\n" +
 	"\x11ImportRunResponse\x12\x1e\n" +
 	"\x03run\x18\x01 \x01(\v2\f.rein.v1.RunR\x03run\"\x16\n" +
-	"\x14GetServerInfoRequest\"j\n" +
+	"\x14GetServerInfoRequest\"\x9c\x01\n" +
 	"\x15GetServerInfoResponse\x12(\n" +
 	"\x05build\x18\x01 \x01(\v2\x12.rein.v1.BuildInfoR\x05build\x12'\n" +
-	"\x06caller\x18\x02 \x01(\v2\x0f.rein.v1.CallerR\x06caller\"T\n" +
+	"\x06caller\x18\x02 \x01(\v2\x0f.rein.v1.CallerR\x06caller\x120\n" +
+	"\aformats\x18\x03 \x01(\v2\x16.rein.v1.ServerFormatsR\aformats\"T\n" +
 	"\x06Caller\x12\x1c\n" +
 	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x14\n" +
@@ -4007,6 +4019,7 @@ var file_rein_v1_run_service_proto_goTypes = []any{
 	(*Budget)(nil),                  // 69: rein.v1.Budget
 	(*durationpb.Duration)(nil),     // 70: google.protobuf.Duration
 	(*RunExport)(nil),               // 71: rein.v1.RunExport
+	(*ServerFormats)(nil),           // 72: rein.v1.ServerFormats
 }
 var file_rein_v1_run_service_proto_depIdxs = []int32{
 	63, // 0: rein.v1.Schedule.contract:type_name -> rein.v1.TaskContract
@@ -4059,62 +4072,63 @@ var file_rein_v1_run_service_proto_depIdxs = []int32{
 	65, // 47: rein.v1.ImportRunResponse.run:type_name -> rein.v1.Run
 	59, // 48: rein.v1.GetServerInfoResponse.build:type_name -> rein.v1.BuildInfo
 	58, // 49: rein.v1.GetServerInfoResponse.caller:type_name -> rein.v1.Caller
-	64, // 50: rein.v1.BuildInfo.revision_time:type_name -> google.protobuf.Timestamp
-	16, // 51: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
-	23, // 52: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
-	25, // 53: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
-	27, // 54: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
-	29, // 55: rein.v1.RunService.GetBlobs:input_type -> rein.v1.GetBlobsRequest
-	31, // 56: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
-	34, // 57: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
-	37, // 58: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
-	44, // 59: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
-	46, // 60: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
-	48, // 61: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
-	50, // 62: rein.v1.RunService.SteerRun:input_type -> rein.v1.SteerRunRequest
-	52, // 63: rein.v1.RunService.RaiseBudget:input_type -> rein.v1.RaiseBudgetRequest
-	54, // 64: rein.v1.RunService.ImportRun:input_type -> rein.v1.ImportRunRequest
-	39, // 65: rein.v1.RunService.DeleteRun:input_type -> rein.v1.DeleteRunRequest
-	42, // 66: rein.v1.RunService.ListDeletions:input_type -> rein.v1.ListDeletionsRequest
-	56, // 67: rein.v1.RunService.GetServerInfo:input_type -> rein.v1.GetServerInfoRequest
-	4,  // 68: rein.v1.RunService.CreateSchedule:input_type -> rein.v1.CreateScheduleRequest
-	6,  // 69: rein.v1.RunService.ListSchedules:input_type -> rein.v1.ListSchedulesRequest
-	8,  // 70: rein.v1.RunService.PauseSchedule:input_type -> rein.v1.PauseScheduleRequest
-	10, // 71: rein.v1.RunService.ResumeSchedule:input_type -> rein.v1.ResumeScheduleRequest
-	12, // 72: rein.v1.RunService.DeleteSchedule:input_type -> rein.v1.DeleteScheduleRequest
-	14, // 73: rein.v1.RunService.TriggerSchedule:input_type -> rein.v1.TriggerScheduleRequest
-	18, // 74: rein.v1.RunService.ListTasks:input_type -> rein.v1.ListTasksRequest
-	20, // 75: rein.v1.RunService.GetTask:input_type -> rein.v1.GetTaskRequest
-	22, // 76: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
-	24, // 77: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
-	26, // 78: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
-	28, // 79: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
-	30, // 80: rein.v1.RunService.GetBlobs:output_type -> rein.v1.GetBlobsResponse
-	32, // 81: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
-	35, // 82: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
-	38, // 83: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
-	45, // 84: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
-	47, // 85: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
-	49, // 86: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
-	51, // 87: rein.v1.RunService.SteerRun:output_type -> rein.v1.SteerRunResponse
-	53, // 88: rein.v1.RunService.RaiseBudget:output_type -> rein.v1.RaiseBudgetResponse
-	55, // 89: rein.v1.RunService.ImportRun:output_type -> rein.v1.ImportRunResponse
-	40, // 90: rein.v1.RunService.DeleteRun:output_type -> rein.v1.DeleteRunResponse
-	43, // 91: rein.v1.RunService.ListDeletions:output_type -> rein.v1.ListDeletionsResponse
-	57, // 92: rein.v1.RunService.GetServerInfo:output_type -> rein.v1.GetServerInfoResponse
-	5,  // 93: rein.v1.RunService.CreateSchedule:output_type -> rein.v1.CreateScheduleResponse
-	7,  // 94: rein.v1.RunService.ListSchedules:output_type -> rein.v1.ListSchedulesResponse
-	9,  // 95: rein.v1.RunService.PauseSchedule:output_type -> rein.v1.PauseScheduleResponse
-	11, // 96: rein.v1.RunService.ResumeSchedule:output_type -> rein.v1.ResumeScheduleResponse
-	13, // 97: rein.v1.RunService.DeleteSchedule:output_type -> rein.v1.DeleteScheduleResponse
-	15, // 98: rein.v1.RunService.TriggerSchedule:output_type -> rein.v1.TriggerScheduleResponse
-	19, // 99: rein.v1.RunService.ListTasks:output_type -> rein.v1.ListTasksResponse
-	21, // 100: rein.v1.RunService.GetTask:output_type -> rein.v1.GetTaskResponse
-	76, // [76:101] is the sub-list for method output_type
-	51, // [51:76] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	72, // 50: rein.v1.GetServerInfoResponse.formats:type_name -> rein.v1.ServerFormats
+	64, // 51: rein.v1.BuildInfo.revision_time:type_name -> google.protobuf.Timestamp
+	16, // 52: rein.v1.RunService.StartRun:input_type -> rein.v1.StartRunRequest
+	23, // 53: rein.v1.RunService.GetRun:input_type -> rein.v1.GetRunRequest
+	25, // 54: rein.v1.RunService.ListRuns:input_type -> rein.v1.ListRunsRequest
+	27, // 55: rein.v1.RunService.ListEvents:input_type -> rein.v1.ListEventsRequest
+	29, // 56: rein.v1.RunService.GetBlobs:input_type -> rein.v1.GetBlobsRequest
+	31, // 57: rein.v1.RunService.WatchRun:input_type -> rein.v1.WatchRunRequest
+	34, // 58: rein.v1.RunService.WatchRuns:input_type -> rein.v1.WatchRunsRequest
+	37, // 59: rein.v1.RunService.CancelRun:input_type -> rein.v1.CancelRunRequest
+	44, // 60: rein.v1.RunService.ForkRun:input_type -> rein.v1.ForkRunRequest
+	46, // 61: rein.v1.RunService.ProvideInput:input_type -> rein.v1.ProvideInputRequest
+	48, // 62: rein.v1.RunService.DecideApproval:input_type -> rein.v1.DecideApprovalRequest
+	50, // 63: rein.v1.RunService.SteerRun:input_type -> rein.v1.SteerRunRequest
+	52, // 64: rein.v1.RunService.RaiseBudget:input_type -> rein.v1.RaiseBudgetRequest
+	54, // 65: rein.v1.RunService.ImportRun:input_type -> rein.v1.ImportRunRequest
+	39, // 66: rein.v1.RunService.DeleteRun:input_type -> rein.v1.DeleteRunRequest
+	42, // 67: rein.v1.RunService.ListDeletions:input_type -> rein.v1.ListDeletionsRequest
+	56, // 68: rein.v1.RunService.GetServerInfo:input_type -> rein.v1.GetServerInfoRequest
+	4,  // 69: rein.v1.RunService.CreateSchedule:input_type -> rein.v1.CreateScheduleRequest
+	6,  // 70: rein.v1.RunService.ListSchedules:input_type -> rein.v1.ListSchedulesRequest
+	8,  // 71: rein.v1.RunService.PauseSchedule:input_type -> rein.v1.PauseScheduleRequest
+	10, // 72: rein.v1.RunService.ResumeSchedule:input_type -> rein.v1.ResumeScheduleRequest
+	12, // 73: rein.v1.RunService.DeleteSchedule:input_type -> rein.v1.DeleteScheduleRequest
+	14, // 74: rein.v1.RunService.TriggerSchedule:input_type -> rein.v1.TriggerScheduleRequest
+	18, // 75: rein.v1.RunService.ListTasks:input_type -> rein.v1.ListTasksRequest
+	20, // 76: rein.v1.RunService.GetTask:input_type -> rein.v1.GetTaskRequest
+	22, // 77: rein.v1.RunService.StartRun:output_type -> rein.v1.StartRunResponse
+	24, // 78: rein.v1.RunService.GetRun:output_type -> rein.v1.GetRunResponse
+	26, // 79: rein.v1.RunService.ListRuns:output_type -> rein.v1.ListRunsResponse
+	28, // 80: rein.v1.RunService.ListEvents:output_type -> rein.v1.ListEventsResponse
+	30, // 81: rein.v1.RunService.GetBlobs:output_type -> rein.v1.GetBlobsResponse
+	32, // 82: rein.v1.RunService.WatchRun:output_type -> rein.v1.WatchRunResponse
+	35, // 83: rein.v1.RunService.WatchRuns:output_type -> rein.v1.WatchRunsResponse
+	38, // 84: rein.v1.RunService.CancelRun:output_type -> rein.v1.CancelRunResponse
+	45, // 85: rein.v1.RunService.ForkRun:output_type -> rein.v1.ForkRunResponse
+	47, // 86: rein.v1.RunService.ProvideInput:output_type -> rein.v1.ProvideInputResponse
+	49, // 87: rein.v1.RunService.DecideApproval:output_type -> rein.v1.DecideApprovalResponse
+	51, // 88: rein.v1.RunService.SteerRun:output_type -> rein.v1.SteerRunResponse
+	53, // 89: rein.v1.RunService.RaiseBudget:output_type -> rein.v1.RaiseBudgetResponse
+	55, // 90: rein.v1.RunService.ImportRun:output_type -> rein.v1.ImportRunResponse
+	40, // 91: rein.v1.RunService.DeleteRun:output_type -> rein.v1.DeleteRunResponse
+	43, // 92: rein.v1.RunService.ListDeletions:output_type -> rein.v1.ListDeletionsResponse
+	57, // 93: rein.v1.RunService.GetServerInfo:output_type -> rein.v1.GetServerInfoResponse
+	5,  // 94: rein.v1.RunService.CreateSchedule:output_type -> rein.v1.CreateScheduleResponse
+	7,  // 95: rein.v1.RunService.ListSchedules:output_type -> rein.v1.ListSchedulesResponse
+	9,  // 96: rein.v1.RunService.PauseSchedule:output_type -> rein.v1.PauseScheduleResponse
+	11, // 97: rein.v1.RunService.ResumeSchedule:output_type -> rein.v1.ResumeScheduleResponse
+	13, // 98: rein.v1.RunService.DeleteSchedule:output_type -> rein.v1.DeleteScheduleResponse
+	15, // 99: rein.v1.RunService.TriggerSchedule:output_type -> rein.v1.TriggerScheduleResponse
+	19, // 100: rein.v1.RunService.ListTasks:output_type -> rein.v1.ListTasksResponse
+	21, // 101: rein.v1.RunService.GetTask:output_type -> rein.v1.GetTaskResponse
+	77, // [77:102] is the sub-list for method output_type
+	52, // [52:77] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_service_proto_init() }
@@ -4122,6 +4136,7 @@ func file_rein_v1_run_service_proto_init() {
 	if File_rein_v1_run_service_proto != nil {
 		return
 	}
+	file_rein_v1_cluster_service_proto_init()
 	file_rein_v1_contract_proto_init()
 	file_rein_v1_event_proto_init()
 	file_rein_v1_export_proto_init()
