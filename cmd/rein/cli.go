@@ -185,6 +185,7 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newCompactCmd(e),
 		newBackupCmd(e),
 		newRestoreCmd(e),
+		newClusterCmd(e),
 		newMovedBenchCmd(),
 		newVersionCmd(e),
 		newConfigCmd(e),

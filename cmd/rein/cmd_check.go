@@ -6,6 +6,9 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/reinhq/rein/internal/store/bolt"
+	"github.com/reinhq/rein/internal/storeformat"
 )
 
 func newCheckCmd(e *env) *cobra.Command {
@@ -24,12 +27,32 @@ problem found, one a line on stdout (a JSON object with --json):
     the run's snapshot; the status and request indexes naming stored runs;
     every blob matching its SHA-256.
 
-Exit 0 when the file is clean, 1 when a problem was found, 3 when there is
-no file, 5 when another process holds it (a rein serve: stop it first).`,
+It prints the store format the file was last written with (docs/upgrading.md);
+a file in a format this rein cannot read is refused with exit 2, naming it.
+
+Exit 0 when the file is clean, 1 when a problem was found, 2 when the file is
+in a newer store format, 3 when there is no file, 5 when another process
+holds it (a rein serve: stop it first).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if e.server != "" {
 				return usageError("rein check reads a --db file itself, not a --server: run it where the file is, with the server stopped")
+			}
+			if !exists(e.db) {
+				return &exitErr{code: exitNotFound, err: fmt.Errorf("no rein store at %s: pass --db", e.db)}
+			}
+			// The format first: a file this rein cannot read is not
+			// checked by it. One whose format cannot be read is checked,
+			// and the check says why.
+			format, err := bolt.ReadStoreFormat(e.db, bolt.Options{})
+			if err == nil {
+				if err := storeformat.This().Serves(format, "the file "+e.db); err != nil {
+					return &exitErr{code: exitUsage, err: err}
+				}
+			}
+			formatText := "unknown"
+			if format > 0 {
+				formatText = fmt.Sprint(format)
 			}
 			problems, err := checkStore(e.db)
 			if errors.Is(err, os.ErrNotExist) {
@@ -40,11 +63,12 @@ no file, 5 when another process holds it (a rein serve: stop it first).`,
 			}
 			if e.json {
 				type out struct {
-					DB       string    `json:"db"`
-					OK       bool      `json:"ok"`
-					Problems []problem `json:"problems"`
+					DB          string    `json:"db"`
+					OK          bool      `json:"ok"`
+					Problems    []problem `json:"problems"`
+					StoreFormat int       `json:"store_format"`
 				}
-				if err := writeJSON(e.stdout, out{DB: e.db, OK: len(problems) == 0, Problems: problems}, false); err != nil {
+				if err := writeJSON(e.stdout, out{DB: e.db, OK: len(problems) == 0, Problems: problems, StoreFormat: int(format)}, false); err != nil {
 					return err
 				}
 			} else {
@@ -53,9 +77,9 @@ no file, 5 when another process holds it (a rein serve: stop it first).`,
 				}
 			}
 			if len(problems) > 0 {
-				return &exitErr{code: exitError, err: fmt.Errorf("%s: %d problems found (the file was not changed)", e.db, len(problems))}
+				return &exitErr{code: exitError, err: fmt.Errorf("%s (store format %s): %d problems found (the file was not changed)", e.db, formatText, len(problems))}
 			}
-			fmt.Fprintf(e.stderr, "rein: %s: no problem found\n", e.db)
+			fmt.Fprintf(e.stderr, "rein: %s: store format %s; no problem found\n", e.db, formatText)
 			return nil
 		},
 	}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,6 +25,7 @@ import (
 	"github.com/reinhq/rein/internal/ratelimit"
 	"github.com/reinhq/rein/internal/replica"
 	etcdstore "github.com/reinhq/rein/internal/store/etcd"
+	"github.com/reinhq/rein/internal/storeformat"
 	"github.com/reinhq/rein/internal/telemetry"
 	"github.com/reinhq/rein/internal/tenants"
 	"github.com/reinhq/rein/internal/version"
@@ -57,6 +59,7 @@ type serveOptions struct {
 	otel            bool
 	etcd            etcdFlags
 	leaseTTL        time.Duration
+	finalizeAfter   time.Duration
 	maxRuns         int
 	needTwo         bool
 	stream          bool
@@ -125,6 +128,7 @@ one that receives it takes the run and carries it on.`,
 	o.etcd.register(f)
 	o.etcd.registerUpkeep(f)
 	f.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "with --etcd, the TTL of this server's etcd lease: how soon after it stops answering the other servers take its runs (whole seconds)")
+	f.DurationVar(&o.finalizeAfter, "finalize-after", 10*time.Minute, "with --etcd, how long every live server must run a build that writes a newer store format before a server finalizes it, after which an older build no longer starts on the store (0: only rein cluster finalize; docs/upgrading.md)")
 	f.IntVar(&o.maxRuns, "max-runs", 0, "with --etcd, the most runs this server drives at once; past it, new and orphaned runs are left for other servers to take (0: no cap)")
 	f.StringVar(&o.name, "name", "", "with --etcd, this server's name in the runs' owner keys and its logs, its own on the --etcd-prefix: a name another live server holds is refused, one a dead server held is taken once its lease ends (default: host name and process ID)")
 	f.BoolVar(&o.otel, "otel", false, "export the runs' traces over OTLP, configured by the standard OTEL_* environment (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, …); off by default")
@@ -237,6 +241,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		return err
 	}
 	var rep *replica.Replica
+	var opened atomic.Pointer[server.Node]         // for the runs it drives, once open
 	var lock func(context.Context) (func(), error) // the replicas' admission lock
 	var shared *etcdstore.Store                    // the replicas' store, for their rate buckets
 	storeName := e.db
@@ -256,21 +261,30 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 			host, _ := os.Hostname()
 			o.name = fmt.Sprintf("%s-%d", host, os.Getpid())
 		}
-		if rep, err = replica.Join(ctx, replica.Config{Client: cli, Store: st, Name: o.name, TTL: o.leaseTTL, Logger: log, LostLease: cfg.Metrics.LostLease, LookedOver: cfg.Metrics.LookedOver}); err != nil {
+		if rep, err = replica.Join(ctx, replica.Config{Client: cli, Store: st, Name: o.name, TTL: o.leaseTTL, Logger: log, LostLease: cfg.Metrics.LostLease, LookedOver: cfg.Metrics.LookedOver,
+			FinalizeAfter: o.finalizeAfter}); err != nil {
 			_ = st.Close()
 			code := exitUnavailable
-			if errors.Is(err, replica.ErrNameTaken) {
-				code = exitUsage // the operator's --name clashes: retrying will not help
+			if errors.Is(err, replica.ErrNameTaken) || errors.Is(err, storeformat.ErrIncompatible) {
+				code = exitUsage // the operator's --name clashes, or the build is too old: retrying will not help
 			}
 			return &exitErr{code: code, err: err}
 		}
 		cfg.Store, cfg.Replica, cfg.Owner, cfg.MaxDriven = st, true, o.name, o.maxRuns
 		cfg.Commits, cfg.Leased, cfg.Relay = st, rep.Holding, st
+		cfg.Cluster = rep
 		storeName = "etcd " + o.etcd.Endpoints + " " + o.etcd.Prefix
 		lock = func(ctx context.Context) (func(), error) { return st.Lock(ctx, "admission") }
 		shared = st
 	} else if cfg.Store, err = openStore(e.db); err != nil {
 		return err
+	} else {
+		cfg.Cluster = singleCluster(cfg.Store, log, func() int {
+			if n := opened.Load(); n != nil {
+				return n.Engine.Driving()
+			}
+			return 0
+		})
 	}
 	db := e.db
 	if o.etcd.set() {
@@ -311,6 +325,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		}
 		return &exitErr{code: exitUnavailable, err: err}
 	}
+	opened.Store(node)
 	if rep != nil {
 		cfg.Metrics.TrackLeases(node.Engine.Driving, rep.Holding)
 		rep.Serve(node.Engine)
@@ -326,7 +341,8 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	}
 	b := version.Get()
 	log.Info("rein serving", "addr", lis.Addr().String(), "store", storeName, "name", o.name, "tls", cfg.ServerOptions != nil, "reflection", o.reflection,
-		"version", b.GetVersion(), "revision", b.GetRevision(), "modified", b.GetModified(), "go", b.GetGoVersion())
+		"version", b.GetVersion(), "revision", b.GetRevision(), "modified", b.GetModified(), "go", b.GetGoVersion(),
+		"store_format", int(cfg.Cluster.Gate().Active()), "build_formats", cfg.Cluster.Gate().Build().String())
 	if admin != nil {
 		hs := &http.Server{Handler: node.AdminHandler(cfg.Metrics, o.pprof, adminSite), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
@@ -411,7 +427,7 @@ func (o *serveOptions) checkReplica() error {
 		return err
 	}
 	if !o.etcd.set() {
-		for _, name := range []string{"lease-ttl", "max-runs", "name"} {
+		for _, name := range []string{"lease-ttl", "max-runs", "name", "finalize-after"} {
 			if o.flags.Changed(name) {
 				return usageError("--%s is for a server sharing an etcd store: give --etcd ENDPOINTS too", name)
 			}
@@ -423,6 +439,9 @@ func (o *serveOptions) checkReplica() error {
 	}
 	if o.maxRuns < 0 {
 		return usageError("--max-runs must be 0 (no cap) or more")
+	}
+	if o.finalizeAfter < 0 {
+		return usageError("--finalize-after must be 0 (only rein cluster finalize) or more")
 	}
 	if o.flags.Changed("name") {
 		if err := replica.CheckName(o.name); err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -16,13 +17,16 @@ func newVersionCmd(e *env) *cobra.Command {
 		Long: `Print this rein's version: the module version (or "(devel)" for a build from a
 checkout), the VCS revision and its time, whether the tree had changes, the Go
 version and the API version. With --server, the server's too (GetServerInfo,
-which any principal may call). --json prints {"client": …, "server": …}.`,
+which any principal may call), with the store format it writes now and
+the formats its build reads and writes (docs/upgrading.md). --json prints
+{"client": …, "server": …, "server_formats": …}.`,
 		Example: `  rein version
   rein version --server rein.internal:7233 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			local := version.Get()
 			var remote *reinv1.BuildInfo
+			var formats *reinv1.ServerFormats
 			if e.server != "" {
 				c, err := connect(cmd.Context(), e, nil)
 				if err != nil {
@@ -33,12 +37,15 @@ which any principal may call). --json prints {"client": …, "server": …}.`,
 				if err != nil {
 					return err
 				}
-				remote = resp.GetBuild()
+				remote, formats = resp.GetBuild(), resp.GetFormats()
 			}
 			if e.json {
 				out := map[string]any{"client": protoJSON(local)}
 				if remote != nil {
 					out["server"] = protoJSON(remote)
+				}
+				if formats != nil {
+					out["server_formats"] = protoJSON(formats)
 				}
 				return writeJSON(e.stdout, out, true)
 			}
@@ -47,6 +54,13 @@ which any principal may call). --json prints {"client": …, "server": …}.`,
 				return nil
 			}
 			fmt.Fprintf(e.stdout, "client: %s\nserver: %s (%s)\n", version.String(local), version.String(remote), e.server)
+			if formats != nil {
+				fmt.Fprintf(e.stdout, "server store format: active %d; its build reads %s, writes %s\n",
+					formats.GetActive(), rangeText(formats.GetBuild().GetReads()), rangeText(formats.GetBuild().GetWrites()))
+				if off := formats.GetFeaturesOff(); len(off) > 0 {
+					fmt.Fprintf(e.stdout, "server features off until a newer store format is active: %s\n", strings.Join(off, ", "))
+				}
+			}
 			return nil
 		},
 	}

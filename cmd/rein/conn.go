@@ -171,7 +171,7 @@ func embeddedReadOnly(ctx context.Context, db string) (*conn, error) {
 func serveEmbedded(ctx context.Context, st store.Store, arch *archive.Archive, s *setup) (*conn, error) {
 	// Without a setup (the commands that only read, import), the provider
 	// keys of the environment are still the server's secrets.
-	cfg := server.Config{Store: st, Archive: arch, Models: models, MaxRecvBytes: embeddedMaxRecv, Secrets: serverSecrets(nil)}
+	cfg := server.Config{Store: st, Archive: arch, Models: models, MaxRecvBytes: embeddedMaxRecv, Secrets: serverSecrets(nil), Cluster: singleCluster(st, nil, nil)}
 	if s != nil {
 		s.configure(&cfg, nil)
 	}

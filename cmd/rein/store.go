@@ -1,12 +1,17 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/store/bolt"
+	"github.com/reinhq/rein/internal/storeformat"
+	"github.com/reinhq/rein/internal/version"
+	"github.com/reinhq/rein/server"
 )
 
 // openStore opens the store rein keeps its runs in, for rein serve and the
@@ -20,9 +25,34 @@ func openStore(db string) (store.Store, error) {
 	}
 	st, err := bolt.Open(db, bolt.Options{})
 	if err != nil {
-		return nil, &exitErr{code: exitUnavailable, err: err}
+		return nil, &exitErr{code: openExitCode(err), err: err}
 	}
 	return st, nil
+}
+
+// openExitCode is the exit code of a store that did not open: 2 for one in
+// a store format this build cannot serve (retrying will not help; another
+// build will), else 5.
+func openExitCode(err error) int {
+	if errors.Is(err, storeformat.ErrIncompatible) {
+		return exitUsage
+	}
+	return exitUnavailable
+}
+
+// singleCluster is the store format of a server alone on its bbolt file
+// (rein cluster status, rein version --server), with driving counting the
+// runs it drives (nil: unknown); nil for any other store.
+func singleCluster(st store.Store, log *slog.Logger, driving func() int) server.Cluster {
+	b, ok := st.(*bolt.Store)
+	if !ok {
+		return nil
+	}
+	f, err := b.StoreFormat()
+	if err != nil {
+		f = storeformat.Base // Open read it already; a read that fails now leaves the gate at the base
+	}
+	return storeformat.NewSingle(version.String(version.Get()), storeformat.NewGate(storeformat.This(), f, log), driving)
 }
 
 // problem is one problem checkStore found.
@@ -41,7 +71,7 @@ func checkStore(db string) ([]problem, error) {
 func openStoreReadOnly(db string) (store.Store, error) {
 	st, err := bolt.Open(db, bolt.Options{ReadOnly: true})
 	if err != nil {
-		return nil, &exitErr{code: exitUnavailable, err: err}
+		return nil, &exitErr{code: openExitCode(err), err: err}
 	}
 	return st, nil
 }

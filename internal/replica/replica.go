@@ -201,6 +201,11 @@ func Join(ctx context.Context, cfg Config) (*Replica, error) {
 	card := fmt.Sprintf("host %s, pid %d, joined %s", host, os.Getpid(), time.Now().UTC().Format(time.RFC3339))
 	r := &Replica{cfg: cfg, card: card, lookNow: make(chan struct{}, 1)}
 	r.gate = storeformat.NewGate(cfg.Formats, storeformat.Base, cfg.Logger)
+	// Checked before anything is written (a build too old is refused
+	// without claiming its name), and again once the name is claimed.
+	if err := r.checkFormat(ctx); err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
 	id, err := r.grant(ctx)
 	if err != nil {
 		return nil, err
