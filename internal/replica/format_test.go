@@ -8,6 +8,9 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 
 	"github.com/reinhq/rein/internal/replica"
 	etcdstore "github.com/reinhq/rein/internal/store/etcd"
@@ -95,8 +98,16 @@ func TestAdvertisement(t *testing.T) {
 // before, the older build joins (a downgrade works).
 func TestFinalizeManual(t *testing.T) {
 	prefix := "/format-" + t.Name() + "/"
-	a := mustJoin(t, prefix, "a", newer, 0)
+	a, ast, err := joinBuild(t, prefix, "a", newer, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	mustJoin(t, prefix, "b", newer, 0)
+	started := &reinv1.Event{RunId: "run-1", Sequence: 1, RecordedAt: timestamppb.Now(), Actor: "principal:alice",
+		Payload: &reinv1.Event_RunStarted{RunStarted: &reinv1.RunStarted{Contract: &reinv1.TaskContract{Goal: "g"}, Principal: "alice", Tenant: "acme", RequestId: "r1"}}}
+	if _, _, err := ast.Create(t.Context(), started); err != nil {
+		t.Fatal(err)
+	}
 	if a.Gate().Allows("next", storeformat.Current+1) {
 		t.Fatal("a feature of the newer format is on before finalization")
 	}
@@ -106,9 +117,12 @@ func TestFinalizeManual(t *testing.T) {
 	}
 	// Before finalization, the older build still joins, and the newer
 	// format is no longer pending while it runs.
-	down, _, err := joinBuild(t, prefix, "down", older, 0)
+	down, dst, err := joinBuild(t, prefix, "down", older, 0)
 	if err != nil {
 		t.Fatalf("a downgrade before finalization was refused: %v", err)
+	}
+	if run, err := dst.Load(t.Context(), "run-1"); err != nil || run.Contract.GetGoal() != "g" {
+		t.Fatalf("the older build reads the run the newer one wrote: %+v %v", run, err)
 	}
 	if from, to, err := a.Finalize(t.Context()); err != nil || from != to || to != storeformat.Base {
 		t.Fatalf("Finalize with an older replica live: %d -> %d, %v; want nothing done", from, to, err)
