@@ -23,6 +23,8 @@ one every server writes now. A newer format becomes active once it is
 finalized: by the servers themselves once every live server has run a build
 that writes it for --finalize-after, or at once with rein cluster finalize.
 Both commands need the admin role.`,
+		Example: `  rein cluster status --server rein.internal:7233
+  rein cluster finalize --server rein.internal:7233`,
 		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(newClusterStatusCmd(e), newClusterFinalizeCmd(e))

@@ -81,7 +81,7 @@ func (r *Replica) look(ctx context.Context) (view, error) {
 		v.members = append(v.members, m)
 	}
 	r.gate.SetActive(f.Active)
-	if err := r.cfg.Formats.Serves(f.Active, "the etcd prefix, finalized,"); err != nil {
+	if err := r.cfg.Formats.Serves(f.Active, "the etcd prefix, finalized,"); err != nil && r.warnOnce("", err.Error()) {
 		// Finalized while this replica joined: it must not write.
 		r.cfg.Logger.Error("this server's build cannot serve the store's active format: replace it with a newer build", "error", err)
 	}
@@ -95,7 +95,8 @@ func (r *Replica) look(ctx context.Context) (view, error) {
 	return v, nil
 }
 
-// warnOnce reports whether the complaint about replica name is new.
+// warnOnce reports whether the complaint about replica name ("": this
+// one's build) is new.
 func (r *Replica) warnOnce(name, complaint string) bool {
 	r.pmu.Lock()
 	defer r.pmu.Unlock()
