@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/reinhq/rein/internal/auth"
 	"github.com/reinhq/rein/internal/export"
+	"github.com/reinhq/rein/internal/storeformat"
 )
 
 // upgradeTokens is a tokens file with an admin and a viewer of tenant
@@ -67,7 +69,7 @@ func TestUpgradeCheckOverServer(t *testing.T) {
 
 	r := as("admin-token", "upgrade", "check").mustExit(t, exitOK)
 	mustContain(t, "upgrade check", r.stdout, "ok "+tree+" (completed, archived,", "ok "+refund+" (needs_approval,", "(needs_input,",
-		"5 runs: 5 checked (5 equal, 0 diverged, 0 failed), 0 skipped", "formats: store unknown")
+		"5 runs: 5 checked (5 equal, 0 diverged, 0 failed), 0 skipped", fmt.Sprintf("formats: store %d, this build %s, finalization needed: no", storeformat.Current, storeformat.This()))
 	if strings.Contains(r.stdout, "DIVERGED") {
 		t.Fatalf("a clean store diverged:\n%s", r.stdout)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/reinhq/rein/internal/replay"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/storeformat"
 )
 
 func newUpgradeCmd(e *env) *cobra.Command {
@@ -104,6 +106,8 @@ type runSource interface {
 	// events returns a run's whole log.
 	events(ctx context.Context, runID string) ([]*reinv1.Event, error)
 	export.Blobs
+	// storeFormat is the store's active format (docs/upgrading.md).
+	storeFormat(ctx context.Context) (storeformat.Format, error)
 	close()
 }
 
@@ -121,6 +125,17 @@ func (s apiSource) events(ctx context.Context, runID string) ([]*reinv1.Event, e
 
 func (s apiSource) Blobs(ctx context.Context, runID string, hashes []string) (map[string][]byte, error) {
 	return serverBlobs{runs: s.cn.runs}.Blobs(ctx, runID, hashes)
+}
+
+func (s apiSource) storeFormat(ctx context.Context) (storeformat.Format, error) {
+	info, err := s.cn.runs.GetServerInfo(ctx, &reinv1.GetServerInfoRequest{})
+	if err != nil {
+		return 0, err
+	}
+	if info.GetFormats() == nil {
+		return 0, errors.New("the server does not report store formats: it is a build from before them")
+	}
+	return storeformat.Format(info.GetFormats().GetActive()), nil
 }
 
 func (s apiSource) close() { s.cn.close() }
@@ -160,6 +175,16 @@ func (s storeSource) events(ctx context.Context, runID string) ([]*reinv1.Event,
 
 func (s storeSource) Blobs(ctx context.Context, runID string, hashes []string) (map[string][]byte, error) {
 	return s.st.Blobs(ctx, runID, hashes)
+}
+
+func (s storeSource) storeFormat(context.Context) (storeformat.Format, error) {
+	f, ok := s.st.(interface {
+		StoreFormat() (storeformat.Format, error)
+	})
+	if !ok {
+		return 0, errors.New("this store does not record a format")
+	}
+	return f.StoreFormat()
 }
 
 func (s storeSource) close() { _ = s.st.Close() }
@@ -506,9 +531,26 @@ func (f formatReport) json() map[string]any {
 }
 
 // upgradeFormats reports the store formats involved in deploying this
-// build on src: the store's, this build's, and whether a finalization would
-// be needed. It says "unknown" for each until the store-format version
-// (issue 49, section 1) is wired here.
-func upgradeFormats(_ context.Context, _ runSource) formatReport {
-	return formatReport{Store: "unknown", Build: "unknown", Finalization: "unknown"}
+// build on src: the store's active format (a --db file's, or the server's),
+// the formats this build reads and writes, and what deploying it means for
+// the store: nothing, a finalization to come (docs/upgrading.md), or a
+// refusal to start.
+func upgradeFormats(ctx context.Context, src runSource) formatReport {
+	b := storeformat.This()
+	rep := formatReport{Store: "unknown", Build: b.String(), Finalization: "unknown"}
+	active, err := src.storeFormat(ctx)
+	if err != nil {
+		rep.Store = "unknown (" + err.Error() + ")"
+		return rep
+	}
+	rep.Store = strconv.Itoa(int(active))
+	switch {
+	case b.Serves(active, "the store") != nil:
+		rep.Finalization = fmt.Sprintf("this build cannot serve format %d: it would refuse to start", active)
+	case b.Writes.Max > active:
+		rep.Finalization = fmt.Sprintf("yes, from %d to %d once every server runs this build", active, b.Writes.Max)
+	default:
+		rep.Finalization = "no"
+	}
+	return rep
 }
