@@ -486,6 +486,11 @@ var kinds = [...]Kind{
 		Metric: Metric{Counts: Uncounted},
 		Transcript: observed(func(ev *reinv1.Event) *model.Observation {
 			pr := ev.GetProposalRevised()
+			if ev.GetActor() == "harness" {
+				return &model.Observation{Source: "harness", Text: fmt.Sprintf(
+					"Tool %s changed since your proposed write was previewed, so the write was previewed again on the tool's new definition. The new preview waits for approval; if it is approved, it is the write that happens.",
+					pr.GetProposal().GetTool())}
+			}
 			return &model.Observation{Source: "person", Text: fmt.Sprintf(
 				"A person revised the arguments of your proposed %s write before approving it: %s. The revised write waits for approval; if it is approved, it is the write that happens.",
 				pr.GetProposal().GetTool(), changesText(pr.GetChanges()))}
@@ -523,6 +528,36 @@ var kinds = [...]Kind{
 		}},
 		Metric:     Metric{Counts: Uncounted},
 		Transcript: unread,
+	},
+	{
+		Name: "tool_changed",
+		Summary: func(ev *reinv1.Event) string {
+			tc := ev.GetToolChanged()
+			return fmt.Sprintf("%s changed (%s) since the run was granted it: %s", tc.GetTool(), strings.Join(tc.GetChanges(), ", "), tc.GetAction())
+		},
+		Tone: tone(Waiting),
+		Span: Span{Call: NoCall, Event: "rein.tool_changed", Attributes: func(ev *reinv1.Event) []attribute.KeyValue {
+			tc := ev.GetToolChanged()
+			return []attribute.KeyValue{attribute.String("gen_ai.tool.name", tc.GetTool()), attribute.StringSlice("rein.tool.changes", tc.GetChanges()),
+				attribute.String("rein.tool.action", tc.GetAction())}
+		}},
+		Metric:     Metric{Counts: Uncounted},
+		Transcript: unread, // the call's tool_refused, or the proposal previewed again, tells the model
+	},
+	{
+		Name: "tool_adopted",
+		Summary: func(ev *reinv1.Event) string {
+			ta := ev.GetToolAdopted()
+			return fmt.Sprintf("%s moved to its new definition (%s) by %s", ta.GetTool(), strings.Join(ta.GetChanges(), ", "), ev.GetActor())
+		},
+		Tone: tone(Plain),
+		Span: Span{Call: NoCall, Event: "rein.tool_adopted", Attributes: func(ev *reinv1.Event) []attribute.KeyValue {
+			ta := ev.GetToolAdopted()
+			return []attribute.KeyValue{attribute.String("gen_ai.tool.name", ta.GetTool()), attribute.StringSlice("rein.tool.changes", ta.GetChanges()),
+				attribute.String("rein.actor", ev.GetActor())}
+		}},
+		Metric:     Metric{Counts: Uncounted},
+		Transcript: unread, // the model is shown the tool's new schema with the grants
 	},
 }
 

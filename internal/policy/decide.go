@@ -32,11 +32,22 @@ type Checker struct {
 // Of the decisions made, the strictest stands (deny, then ask, then
 // allow), so a contract can tighten the server's rules but never loosen
 // them; of equals the first (the server's) is recorded. An ask needs the
-// most approvals any ask, or the grant, asked for.
+// most approvals any ask, or the grant, asked for. The decision names the
+// digest of the server's rules it was made under (policy_digest).
 func (c *Checker) Decide(ctx context.Context, grant *reinv1.ToolGrant, rules Rules, call Call, run *reinv1.PolicyRun) *reinv1.PolicyDecided {
+	server, digest := c.server(call)
+	d := c.decide(ctx, server, grant, rules, call, run)
+	if d != nil && d.PolicyDigest == "" && digest != "" {
+		d.PolicyDigest = digest
+	}
+	return d
+}
+
+// decide is Decide by the server's rules server (nil for none).
+func (c *Checker) decide(ctx context.Context, server Decider, grant *reinv1.ToolGrant, rules Rules, call Call, run *reinv1.PolicyRun) *reinv1.PolicyDecided {
 	var made []*reinv1.PolicyDecided
-	if c != nil && c.Server != nil {
-		if d := c.Server.Decide(ctx, call, run); d != nil {
+	if server != nil {
+		if d := server.Decide(ctx, call, run); d != nil {
 			if d.GetEffect() == reinv1.PolicyEffect_POLICY_EFFECT_DENY {
 				return d
 			}

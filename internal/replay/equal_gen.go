@@ -46,7 +46,7 @@ var equalShapes = map[string]string{
 	"rein.v1.DelegationPolicy":    "1 max_children uint32 optional; 2 max_depth uint32 optional; 3 tools string repeated; 4 max_share double optional; 5 child_models message repeated rein.v1.ModelSpec; ",
 	"rein.v1.DelegationReturned":  "1 run_id string optional; 2 status enum optional; 3 reason string optional; 4 answer message optional presence rein.v1.FinalAnswer; 5 evidence string repeated; 6 usage message optional presence rein.v1.Usage; 7 cost_usd double optional; 8 steps uint32 optional; 9 tool_calls uint32 optional; ",
 	"rein.v1.DelegationStarted":   "1 call_id string optional; 2 children message repeated rein.v1.DelegatedChild; ",
-	"rein.v1.Event":               "1 run_id string optional; 2 sequence uint64 optional; 3 recorded_at message optional presence google.protobuf.Timestamp; 4 actor string optional; 10 run_started message optional presence oneof payload rein.v1.RunStarted; 11 model_requested message optional presence oneof payload rein.v1.ModelRequested; 12 model_returned message optional presence oneof payload rein.v1.ModelReturned; 13 decision_rejected message optional presence oneof payload rein.v1.DecisionRejected; 14 tool_requested message optional presence oneof payload rein.v1.ToolRequested; 15 tool_refused message optional presence oneof payload rein.v1.ToolRefused; 16 tool_returned message optional presence oneof payload rein.v1.ToolReturned; 17 approval_requested message optional presence oneof payload rein.v1.ApprovalRequested; 18 approval_decided message optional presence oneof payload rein.v1.ApprovalDecided; 19 input_requested message optional presence oneof payload rein.v1.InputRequested; 20 input_provided message optional presence oneof payload rein.v1.InputProvided; 21 write_dispatched message optional presence oneof payload rein.v1.WriteDispatched; 22 write_committed message optional presence oneof payload rein.v1.WriteCommitted; 23 write_outcome_unknown message optional presence oneof payload rein.v1.WriteOutcomeUnknown; 24 checks_completed message optional presence oneof payload rein.v1.ChecksCompleted; 25 budget_reached message optional presence oneof payload rein.v1.BudgetReached; 26 status_changed message optional presence oneof payload rein.v1.StatusChanged; 27 model_retried message optional presence oneof payload rein.v1.ModelRetried; 28 context_compacted message optional presence oneof payload rein.v1.ContextCompacted; 29 write_refused message optional presence oneof payload rein.v1.WriteRefused; 30 delegation_started message optional presence oneof payload rein.v1.DelegationStarted; 31 delegation_returned message optional presence oneof payload rein.v1.DelegationReturned; 32 run_steered message optional presence oneof payload rein.v1.RunSteered; 33 budget_raised message optional presence oneof payload rein.v1.BudgetRaised; 34 proposal_revised message optional presence oneof payload rein.v1.ProposalRevised; 35 policy_decided message optional presence oneof payload rein.v1.PolicyDecided; 36 approval_given message optional presence oneof payload rein.v1.ApprovalGiven; 37 run_admitted message optional presence oneof payload rein.v1.RunAdmitted; 38 model_throttled message optional presence oneof payload rein.v1.ModelThrottled; 40 run_taken message optional presence oneof payload rein.v1.RunTaken; ",
+	"rein.v1.Event":               "1 run_id string optional; 2 sequence uint64 optional; 3 recorded_at message optional presence google.protobuf.Timestamp; 4 actor string optional; 10 run_started message optional presence oneof payload rein.v1.RunStarted; 11 model_requested message optional presence oneof payload rein.v1.ModelRequested; 12 model_returned message optional presence oneof payload rein.v1.ModelReturned; 13 decision_rejected message optional presence oneof payload rein.v1.DecisionRejected; 14 tool_requested message optional presence oneof payload rein.v1.ToolRequested; 15 tool_refused message optional presence oneof payload rein.v1.ToolRefused; 16 tool_returned message optional presence oneof payload rein.v1.ToolReturned; 17 approval_requested message optional presence oneof payload rein.v1.ApprovalRequested; 18 approval_decided message optional presence oneof payload rein.v1.ApprovalDecided; 19 input_requested message optional presence oneof payload rein.v1.InputRequested; 20 input_provided message optional presence oneof payload rein.v1.InputProvided; 21 write_dispatched message optional presence oneof payload rein.v1.WriteDispatched; 22 write_committed message optional presence oneof payload rein.v1.WriteCommitted; 23 write_outcome_unknown message optional presence oneof payload rein.v1.WriteOutcomeUnknown; 24 checks_completed message optional presence oneof payload rein.v1.ChecksCompleted; 25 budget_reached message optional presence oneof payload rein.v1.BudgetReached; 26 status_changed message optional presence oneof payload rein.v1.StatusChanged; 27 model_retried message optional presence oneof payload rein.v1.ModelRetried; 28 context_compacted message optional presence oneof payload rein.v1.ContextCompacted; 29 write_refused message optional presence oneof payload rein.v1.WriteRefused; 30 delegation_started message optional presence oneof payload rein.v1.DelegationStarted; 31 delegation_returned message optional presence oneof payload rein.v1.DelegationReturned; 32 run_steered message optional presence oneof payload rein.v1.RunSteered; 33 budget_raised message optional presence oneof payload rein.v1.BudgetRaised; 34 proposal_revised message optional presence oneof payload rein.v1.ProposalRevised; 35 policy_decided message optional presence oneof payload rein.v1.PolicyDecided; 36 approval_given message optional presence oneof payload rein.v1.ApprovalGiven; 37 run_admitted message optional presence oneof payload rein.v1.RunAdmitted; 38 model_throttled message optional presence oneof payload rein.v1.ModelThrottled; 40 run_taken message optional presence oneof payload rein.v1.RunTaken; 43 tool_changed message optional presence oneof payload rein.v1.ToolChanged; 44 tool_adopted message optional presence oneof payload rein.v1.ToolAdopted; ",
 	"rein.v1.FinalAnswer":         "1 text string optional; 2 data message optional presence google.protobuf.Value; ",
 	"rein.v1.InputProvided":       "1 text string optional; ",
 	"rein.v1.InputRequested":      "1 question message optional presence rein.v1.Question; ",
@@ -56,21 +56,24 @@ var equalShapes = map[string]string{
 	"rein.v1.ModelReturned":       "1 decision message optional presence rein.v1.Decision; 2 usage message optional presence rein.v1.Usage; 3 cost_usd double optional; 4 duration message optional presence google.protobuf.Duration; 5 response_id string optional; 6 finish_reason string optional; ",
 	"rein.v1.ModelSpec":           "1 provider string optional; 2 name string optional; 3 base_url string optional; 4 max_output_tokens uint32 optional; 5 temperature double optional presence; 6 script message repeated rein.v1.ScriptedReply; ",
 	"rein.v1.ModelThrottled":      "1 step uint32 optional; 2 wait message optional presence google.protobuf.Duration; 3 bucket string optional; ",
-	"rein.v1.PolicyDecided":       "1 call_id string optional; 2 tool string optional; 3 effect enum optional; 4 source enum optional; 5 rule string optional; 6 when string optional; 7 message string optional; 8 approvals uint32 optional; 9 latency message optional presence google.protobuf.Duration; 10 error string optional; ",
+	"rein.v1.PolicyDecided":       "1 call_id string optional; 2 tool string optional; 3 effect enum optional; 4 source enum optional; 5 rule string optional; 6 when string optional; 7 message string optional; 8 approvals uint32 optional; 9 latency message optional presence google.protobuf.Duration; 10 error string optional; 11 policy_digest string optional; ",
 	"rein.v1.PolicyRule":          "1 name string optional; 2 effect enum optional; 3 when string optional; 4 message string optional; 5 approvals uint32 optional; ",
-	"rein.v1.Proposal":            "1 proposal_id string optional; 2 tool string optional; 3 arguments message optional presence google.protobuf.Struct; 4 preview message optional presence google.protobuf.Value; 5 hash string optional; 6 expires_at message optional presence google.protobuf.Timestamp; 7 run_version uint64 optional; 8 call_id string optional; 9 preview_blob string optional; 10 arguments_blob string optional; 11 revised_by string optional; 12 approvals uint32 optional; 13 approved_by string repeated; 14 tier enum optional; 15 policy_rule string optional; 16 policy_message string optional; 17 unchecked_arguments bool optional; 18 revision_reason string optional; ",
+	"rein.v1.Proposal":            "1 proposal_id string optional; 2 tool string optional; 3 arguments message optional presence google.protobuf.Struct; 4 preview message optional presence google.protobuf.Value; 5 hash string optional; 6 expires_at message optional presence google.protobuf.Timestamp; 7 run_version uint64 optional; 8 call_id string optional; 9 preview_blob string optional; 10 arguments_blob string optional; 11 revised_by string optional; 12 approvals uint32 optional; 13 approved_by string repeated; 14 tier enum optional; 15 policy_rule string optional; 16 policy_message string optional; 17 unchecked_arguments bool optional; 18 revision_reason string optional; 19 tool_digest string optional; ",
 	"rein.v1.ProposalRevised":     "1 superseded_proposal_id string optional; 2 proposal message optional presence rein.v1.Proposal; 3 changes message repeated rein.v1.ArgumentChange; 4 reason string optional; ",
 	"rein.v1.Question":            "1 text string optional; 2 call_id string optional; ",
 	"rein.v1.RetryPastDeadline":   "1 step uint32 optional; 2 error string optional; 3 wait message optional presence google.protobuf.Duration; ",
 	"rein.v1.RunAdmitted":         "1 waited message optional presence google.protobuf.Duration; 2 deadline message optional presence google.protobuf.Timestamp; 3 by string optional; ",
-	"rein.v1.RunStarted":          "1 contract message optional presence rein.v1.TaskContract; 2 principal string optional; 3 tenant string optional; 4 request_id string optional; 5 deadline message optional presence google.protobuf.Timestamp; 6 parent_run_id string optional; 7 parent_sequence uint64 optional; 8 trace_id string optional; 9 trace_parent_span_id string optional; 10 delegated_by message optional presence rein.v1.DelegatedBy; 11 queued bool optional; 12 prompt_cache_key string optional; ",
+	"rein.v1.RunStarted":          "1 contract message optional presence rein.v1.TaskContract; 2 principal string optional; 3 tenant string optional; 4 request_id string optional; 5 deadline message optional presence google.protobuf.Timestamp; 6 parent_run_id string optional; 7 parent_sequence uint64 optional; 8 trace_id string optional; 9 trace_parent_span_id string optional; 10 delegated_by message optional presence rein.v1.DelegatedBy; 11 queued bool optional; 12 prompt_cache_key string optional; 13 tool_digests message repeated rein.v1.ToolDigest; 14 policy_digest string optional; ",
 	"rein.v1.RunSteered":          "1 text string optional; 2 request_id string optional; ",
 	"rein.v1.RunTaken":            "1 owner string optional; 2 epoch uint64 optional; 3 trace_id string optional; ",
 	"rein.v1.ScriptedChunk":       "1 text string optional; 2 delay_ms uint32 optional; ",
 	"rein.v1.ScriptedReply":       "1 decision message optional presence oneof reply rein.v1.Decision; 2 raw string optional presence oneof reply; 3 error string optional presence oneof reply; 4 usage message optional presence rein.v1.Usage; 5 delay_ms uint32 optional; 6 fail_attempts uint32 optional; 7 retry_after_ms uint32 optional; 8 chunks message repeated rein.v1.ScriptedChunk; ",
 	"rein.v1.StatusChanged":       "1 from enum optional; 2 to enum optional; 3 reason string optional; 4 result message optional presence rein.v1.FinalAnswer; 5 error string optional; ",
 	"rein.v1.TaskContract":        "1 goal string optional; 2 inputs message optional presence google.protobuf.Struct; 3 tools message repeated rein.v1.ToolGrant; 4 budget message optional presence rein.v1.Budget; 5 checks message repeated rein.v1.Check; 6 model message optional presence rein.v1.ModelSpec; 7 approval message optional presence rein.v1.ApprovalPolicy; 8 labels message repeated map string string; 9 delegation message optional presence rein.v1.DelegationPolicy; 10 priority int32 optional; ",
+	"rein.v1.ToolAdopted":         "1 tool string optional; 2 held message optional presence rein.v1.ToolDigest; 3 adopted message optional presence rein.v1.ToolDigest; 4 changes string repeated; 5 by string optional; ",
 	"rein.v1.ToolCall":            "1 tool string optional; 2 arguments message optional presence google.protobuf.Struct; 3 call_id string optional; ",
+	"rein.v1.ToolChanged":         "1 tool string optional; 2 held message optional presence rein.v1.ToolDigest; 3 found message optional presence rein.v1.ToolDigest; 4 changes string repeated; 5 action string optional; 6 call_id string optional; 7 proposal_id string optional; ",
+	"rein.v1.ToolDigest":          "1 name string optional; 2 digest string optional; 3 tier enum optional; 4 schema_digest string optional; 5 server string optional; ",
 	"rein.v1.ToolGrant":           "1 name string optional; 2 description string optional; 3 input_schema message optional presence google.protobuf.Struct; 4 tier enum optional; 5 rules message repeated rein.v1.PolicyRule; 6 approvals uint32 optional; 7 policy_service string optional; ",
 	"rein.v1.ToolRefused":         "1 call_id string optional; 2 tool string optional; 3 reason string optional; ",
 	"rein.v1.ToolRequested":       "1 call_id string optional; 2 tool string optional; 3 arguments message optional presence google.protobuf.Struct; 4 tier enum optional; ",
@@ -256,6 +259,16 @@ func eqEvent(x, y *reinv1.Event) bool {
 		if !ok || !(eqRunTaken(ox.RunTaken, oy.RunTaken)) {
 			return false
 		}
+	case *reinv1.Event_ToolChanged:
+		oy, ok := y.GetPayload().(*reinv1.Event_ToolChanged)
+		if !ok || !(eqToolChanged(ox.ToolChanged, oy.ToolChanged)) {
+			return false
+		}
+	case *reinv1.Event_ToolAdopted:
+		oy, ok := y.GetPayload().(*reinv1.Event_ToolAdopted)
+		if !ok || !(eqToolAdopted(ox.ToolAdopted, oy.ToolAdopted)) {
+			return false
+		}
 	default:
 		return false // a member this code does not know
 	}
@@ -319,6 +332,17 @@ func eqRunStarted(x, y *reinv1.RunStarted) bool {
 		return false
 	}
 	if !(x.GetPromptCacheKey() == y.GetPromptCacheKey()) {
+		return false
+	}
+	if len(x.GetToolDigests()) != len(y.GetToolDigests()) {
+		return false
+	}
+	for i, vx := range x.GetToolDigests() {
+		if !(eqToolDigest(vx, y.GetToolDigests()[i])) {
+			return false
+		}
+	}
+	if !(x.GetPolicyDigest() == y.GetPolicyDigest()) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
@@ -957,6 +981,9 @@ func eqPolicyDecided(x, y *reinv1.PolicyDecided) bool {
 	if !(x.GetError() == y.GetError()) {
 		return false
 	}
+	if !(x.GetPolicyDigest() == y.GetPolicyDigest()) {
+		return false
+	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
 }
 
@@ -1031,6 +1058,72 @@ func eqRunTaken(x, y *reinv1.RunTaken) bool {
 		return false
 	}
 	if !(x.GetTraceId() == y.GetTraceId()) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqToolChanged(x, y *reinv1.ToolChanged) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetTool() == y.GetTool()) {
+		return false
+	}
+	if !(eqToolDigest(x.GetHeld(), y.GetHeld())) {
+		return false
+	}
+	if !(eqToolDigest(x.GetFound(), y.GetFound())) {
+		return false
+	}
+	if len(x.GetChanges()) != len(y.GetChanges()) {
+		return false
+	}
+	for i, vx := range x.GetChanges() {
+		if !(vx == y.GetChanges()[i]) {
+			return false
+		}
+	}
+	if !(x.GetAction() == y.GetAction()) {
+		return false
+	}
+	if !(x.GetCallId() == y.GetCallId()) {
+		return false
+	}
+	if !(x.GetProposalId() == y.GetProposalId()) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqToolAdopted(x, y *reinv1.ToolAdopted) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetTool() == y.GetTool()) {
+		return false
+	}
+	if !(eqToolDigest(x.GetHeld(), y.GetHeld())) {
+		return false
+	}
+	if !(eqToolDigest(x.GetAdopted(), y.GetAdopted())) {
+		return false
+	}
+	if len(x.GetChanges()) != len(y.GetChanges()) {
+		return false
+	}
+	for i, vx := range x.GetChanges() {
+		if !(vx == y.GetChanges()[i]) {
+			return false
+		}
+	}
+	if !(x.GetBy() == y.GetBy()) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
@@ -1111,6 +1204,31 @@ func eqDelegatedBy(x, y *reinv1.DelegatedBy) bool {
 		return false
 	}
 	if !(x.GetDepth() == y.GetDepth()) {
+		return false
+	}
+	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
+}
+
+func eqToolDigest(x, y *reinv1.ToolDigest) bool {
+	if x == y {
+		return true
+	}
+	if x == nil || y == nil {
+		return false
+	}
+	if !(x.GetName() == y.GetName()) {
+		return false
+	}
+	if !(x.GetDigest() == y.GetDigest()) {
+		return false
+	}
+	if !(x.GetTier() == y.GetTier()) {
+		return false
+	}
+	if !(x.GetSchemaDigest() == y.GetSchemaDigest()) {
+		return false
+	}
+	if !(x.GetServer() == y.GetServer()) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())
@@ -1344,6 +1462,9 @@ func eqProposal(x, y *reinv1.Proposal) bool {
 		return false
 	}
 	if !(x.GetRevisionReason() == y.GetRevisionReason()) {
+		return false
+	}
+	if !(x.GetToolDigest() == y.GetToolDigest()) {
 		return false
 	}
 	return bytes.Equal(x.ProtoReflect().GetUnknown(), y.ProtoReflect().GetUnknown())

@@ -299,6 +299,10 @@ func applyPayload(s State, ev *reinv1.Event) (State, error) {
 		return applyDelegationReturned(s, ev, p.DelegationReturned)
 	case *reinv1.Event_StatusChanged:
 		return changed(s, p.StatusChanged)
+	case *reinv1.Event_ToolChanged:
+		return applyToolChanged(s, ev, p.ToolChanged)
+	case *reinv1.Event_ToolAdopted:
+		return applyToolAdopted(s, ev, p.ToolAdopted)
 	case *reinv1.Event_RunTaken:
 		// Only a running run is taken to be driven; the trace it names is
 		// the run's own.
@@ -336,6 +340,8 @@ func started(ev *reinv1.Event, rs *reinv1.RunStarted) (State, error) {
 		DelegatedBy: rs.GetDelegatedBy(),
 
 		PromptCacheKey: rs.GetPromptCacheKey(),
+		ToolDigests:    rs.GetToolDigests(),
+		PolicyDigest:   rs.GetPolicyDigest(),
 	}
 	if d := rs.GetDeadline(); d != nil {
 		s.Deadline = d.AsTime()

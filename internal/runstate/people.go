@@ -131,6 +131,11 @@ func applyProposalRevised(s State, ev *reinv1.Event, pr *reinv1.ProposalRevised)
 	case next.GetTool() != old.GetTool() || next.GetCallId() != old.GetCallId():
 		return s, fmt.Errorf("%w: proposal_revised changes the call (tool %q, call %q) the proposal answers (tool %q, call %q)",
 			ErrInvalidEvent, next.GetTool(), next.GetCallId(), old.GetTool(), old.GetCallId())
+	case next.GetRevisedBy() == "" && ev.GetActor() == "harness":
+		// Previewed again by the harness on its tool's new definition.
+		if next.GetToolDigest() == "" {
+			return s, fmt.Errorf("%w: proposal_revised by the harness names no tool definition it was previewed on", ErrInvalidEvent)
+		}
 	case "principal:"+next.GetRevisedBy() != ev.GetActor():
 		return s, fmt.Errorf("%w: proposal_revised by %q says it was revised by %q", ErrInvalidEvent, ev.GetActor(), next.GetRevisedBy())
 	}

@@ -100,6 +100,26 @@ type State struct {
 	// Archive is set by the store, never by the fold, once the run left the
 	// live store for the archive (store.Lifecycle.Archive).
 	Archive *reinv1.RunArchive
+
+	// ToolDigests are the definitions of the granted tools the run holds
+	// (run_started's, then each tool_adopted's), in run_started's order;
+	// empty for a run recorded before rein kept them, whose tools are not
+	// checked. Never mutated once set; Apply replaces it. PolicyDigest is
+	// the server's policy rules' digest at the start.
+	ToolDigests  []*reinv1.ToolDigest
+	PolicyDigest string
+}
+
+// ToolDigest is the definition of tool the run holds; nil when it holds
+// none (a run recorded before digests, an ask_human grant, a tool that was
+// removed and adopted as removed).
+func (s State) ToolDigest(tool string) *reinv1.ToolDigest {
+	for _, d := range s.ToolDigests {
+		if d.GetName() == tool {
+			return d
+		}
+	}
+	return nil
 }
 
 // WriteInFlight reports whether an approved write was dispatched and its
@@ -144,6 +164,8 @@ func (s State) Proto(withContract bool) *reinv1.Run {
 		PromptCacheKey:    s.PromptCacheKey,
 		Delegation:        s.delegationProto(),
 		Archive:           s.Archive,
+		ToolDigests:       s.ToolDigests,
+		PolicyDigest:      s.PolicyDigest,
 	}
 	if !s.Raised.IsZero() {
 		r.BudgetRaised = s.Raised.Proto()
@@ -196,6 +218,8 @@ func FromProto(r *reinv1.Run, contract *reinv1.TaskContract) State {
 		DelegatedBy:      r.GetDelegatedBy(),
 		PromptCacheKey:   r.GetPromptCacheKey(),
 		Archive:          r.GetArchive(),
+		ToolDigests:      r.GetToolDigests(),
+		PolicyDigest:     r.GetPolicyDigest(),
 	}
 	s.delegationFrom(r.GetDelegation())
 	if b := r.GetBudgetRaised(); b != nil {

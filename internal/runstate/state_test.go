@@ -4,6 +4,7 @@ package runstate
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -60,6 +61,8 @@ func TestStateProtoRoundTrip(t *testing.T) {
 		CreatedAt:       epoch,
 		UpdatedAt:       epoch.Add(time.Minute + 7*time.Nanosecond),
 		Archive:         &reinv1.RunArchive{Key: "acme/2030/01/02/run_1.rein", Sha256: "ab12", SizeBytes: 4096},
+		ToolDigests:     []*reinv1.ToolDigest{{Name: "refunds.issue", Digest: "d1", Tier: reinv1.ToolTier_TOOL_TIER_WRITE, SchemaDigest: "s1", Server: "tool-server refunds"}},
+		PolicyDigest:    "p1",
 	}
 	// Every field is set, so a field added to State without a round trip
 	// fails here.
@@ -136,6 +139,10 @@ func stateEqual(a, b State) bool {
 			}
 		case time.Time:
 			if !xv.Equal(y.(time.Time)) {
+				return false
+			}
+		case []*reinv1.ToolDigest:
+			if !slices.EqualFunc(xv, y.([]*reinv1.ToolDigest), func(m, n *reinv1.ToolDigest) bool { return proto.Equal(m, n) }) {
 				return false
 			}
 		default:

@@ -186,7 +186,9 @@ func CutText(s string, n int) string {
 // tool, arguments and preview (object keys sorted). Arguments or a preview
 // stored apart are bound by their blob's hash (the SHA-256 of their
 // encoding), as "arguments_blob" or "preview_blob" in place of the
-// summary; a proposal with neither hashes as it always did.
+// summary; a proposal with neither hashes as it always did. A proposal
+// previewed again on its tool's changed definition binds that too
+// (tool_digest), so its hash is never the one it supersedes.
 func ProposalHash(p *reinv1.Proposal) string {
 	m := map[string]any{"tool": p.GetTool()}
 	if p.GetTier() == reinv1.ToolTier_TOOL_TIER_READ {
@@ -201,6 +203,9 @@ func ProposalHash(p *reinv1.Proposal) string {
 		m["preview_blob"] = h
 	} else {
 		m["preview"] = p.GetPreview().AsInterface()
+	}
+	if d := p.GetToolDigest(); d != "" {
+		m["tool_digest"] = d // previewed again on a changed tool: a new hash whatever the preview
 	}
 	canon, _ := json.Marshal(m)
 	sum := sha256.Sum256(canon)

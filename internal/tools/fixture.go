@@ -198,7 +198,7 @@ func (f *Fixtures) names() []string {
 func (f *Fixtures) List(context.Context) ([]Spec, error) {
 	specs := make([]Spec, 0, len(f.results))
 	for _, n := range f.names() {
-		specs = append(specs, Spec{Name: n, Description: "fixture"})
+		specs = append(specs, Spec{Name: n, Description: "fixture", Server: "fixture"})
 	}
 	return specs, nil
 }

@@ -9,6 +9,8 @@ import (
 	"errors"
 
 	"google.golang.org/protobuf/types/known/structpb"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 )
 
 // Executor runs tools.
@@ -37,6 +39,13 @@ type Spec struct {
 	Name        string
 	Description string
 	InputSchema *structpb.Struct
+	// Tier is the tier the tool declares itself; unspecified when it
+	// declares none. A call is routed by its grant's tier whatever this
+	// says; it is part of the tool's definition (Digest).
+	Tier reinv1.ToolTier
+	// Server names the server or service that serves the tool, as the
+	// server's flags name it (such as "tool-server refunds").
+	Server string
 }
 
 // Call is one tool call of a run.

@@ -229,6 +229,13 @@ export function summary(ev: Event): { kind: string; text: string } {
     }
     case "runTaken":
       return { kind: "run_taken", text: `carried on by ${p.value.owner} (lease epoch ${p.value.epoch})` };
+    case "toolChanged": {
+      const c = p.value;
+      const found = c.proposalId ? ` under proposal ${c.proposalId}` : c.callId ? ` at call ${c.callId}` : "";
+      return { kind: "tool_changed", text: `${c.tool} changed (${c.changes.join(", ")})${found}: ${c.action}` };
+    }
+    case "toolAdopted":
+      return { kind: "tool_adopted", text: `${ev.actor} moved ${p.value.tool} to its new definition (${p.value.changes.join(", ")})` };
     case "delegationStarted":
       return { kind: "delegation_started", text: `${p.value.children.length} child run(s): ` + p.value.children.map((c) => `${c.runId}: ${c.contract?.goal ?? ""}`).join("; ") };
     case "delegationReturned":

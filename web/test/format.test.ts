@@ -60,6 +60,8 @@ const lines: Record<string, [cli: string, console: string]> = {
   run_admitted: ["started after 1.25s in the queue by by", "started after 1.25s in the queue by by"],
   approval_given: ["proposal-id approved by principal:ana (2 of 3)", "proposal-id approved by principal:ana (2 of 3)"],
   proposal_revised: ['superseded-proposal-id → proposal-id by principal:ana: path "value" → "value"', 'principal:ana revised superseded-proposal-id into proposal-id: path "value" → "value"'],
+  tool_changed: ["tool changed (changes) since the run was granted it: action", "tool changed (changes) under proposal proposal-id: action"],
+  tool_adopted: ["tool moved to its new definition (changes) by principal:ana", "principal:ana moved tool to its new definition (changes)"],
 };
 
 test("the fixture holds every kind of this console's generated client", () => {

@@ -70,6 +70,8 @@ type Event struct {
 	//	*Event_RunAdmitted
 	//	*Event_ModelThrottled
 	//	*Event_RunTaken
+	//	*Event_ToolChanged
+	//	*Event_ToolAdopted
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -410,6 +412,24 @@ func (x *Event) GetRunTaken() *RunTaken {
 	return nil
 }
 
+func (x *Event) GetToolChanged() *ToolChanged {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_ToolChanged); ok {
+			return x.ToolChanged
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetToolAdopted() *ToolAdopted {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_ToolAdopted); ok {
+			return x.ToolAdopted
+		}
+	}
+	return nil
+}
+
 type isEvent_Payload interface {
 	isEvent_Payload()
 }
@@ -569,6 +589,18 @@ type Event_RunTaken struct {
 	RunTaken *RunTaken `protobuf:"bytes,40,opt,name=run_taken,json=runTaken,proto3,oneof"`
 }
 
+type Event_ToolChanged struct {
+	// A granted tool's definition differs from the one the run holds, and
+	// the server's --on-tool-change did not adopt it: the run pauses, fails,
+	// or has its pending proposal previewed again.
+	ToolChanged *ToolChanged `protobuf:"bytes,43,opt,name=tool_changed,json=toolChanged,proto3,oneof"`
+}
+
+type Event_ToolAdopted struct {
+	// The run moved to a granted tool's new definition.
+	ToolAdopted *ToolAdopted `protobuf:"bytes,44,opt,name=tool_adopted,json=toolAdopted,proto3,oneof"`
+}
+
 func (*Event_RunStarted) isEvent_Payload() {}
 
 func (*Event_ModelRequested) isEvent_Payload() {}
@@ -629,6 +661,10 @@ func (*Event_ModelThrottled) isEvent_Payload() {}
 
 func (*Event_RunTaken) isEvent_Payload() {}
 
+func (*Event_ToolChanged) isEvent_Payload() {}
+
+func (*Event_ToolAdopted) isEvent_Payload() {}
+
 // RunStarted is always a run's first event.
 type RunStarted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -664,8 +700,15 @@ type RunStarted struct {
 	// fork's is its parent's, so that the fork's first call reads what its
 	// parent's calls cached. Empty for any other run.
 	PromptCacheKey string `protobuf:"bytes,12,opt,name=prompt_cache_key,json=promptCacheKey,proto3" json:"prompt_cache_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The digest of each granted tool's definition as this server served it
+	// at the start (ask_human grants, which no tool serves, have none), by
+	// name. Empty for a run recorded before rein kept digests: its tools are
+	// not checked.
+	ToolDigests []*ToolDigest `protobuf:"bytes,13,rep,name=tool_digests,json=toolDigests,proto3" json:"tool_digests,omitempty"`
+	// The digest of the server's policy rules in force at the start.
+	PolicyDigest  string `protobuf:"bytes,14,opt,name=policy_digest,json=policyDigest,proto3" json:"policy_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunStarted) Reset() {
@@ -782,6 +825,211 @@ func (x *RunStarted) GetPromptCacheKey() string {
 	return ""
 }
 
+func (x *RunStarted) GetToolDigests() []*ToolDigest {
+	if x != nil {
+		return x.ToolDigests
+	}
+	return nil
+}
+
+func (x *RunStarted) GetPolicyDigest() string {
+	if x != nil {
+		return x.PolicyDigest
+	}
+	return ""
+}
+
+// ToolChanged records that a granted tool's definition differs from the
+// one the run holds, found before a tool call or a proposal's commit.
+type ToolChanged struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool.
+	Tool string `protobuf:"bytes,1,opt,name=tool,proto3" json:"tool,omitempty"`
+	// The definition the run holds.
+	Held *ToolDigest `protobuf:"bytes,2,opt,name=held,proto3" json:"held,omitempty"`
+	// The definition the server serves now; unset when it serves the tool
+	// no more.
+	Found *ToolDigest `protobuf:"bytes,3,opt,name=found,proto3" json:"found,omitempty"`
+	// What changed: "tier", "schema", "server", or "removed".
+	Changes []string `protobuf:"bytes,4,rep,name=changes,proto3" json:"changes,omitempty"`
+	// What the server's --on-tool-change did: "pause" or "fail" (an
+	// "adopt" is tool_adopted).
+	Action string `protobuf:"bytes,5,opt,name=action,proto3" json:"action,omitempty"`
+	// The model's call that found the change, when a call did.
+	CallId string `protobuf:"bytes,6,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The pending proposal that found the change, when an approval did: it
+	// is never committed, and is previewed again on the new definition.
+	ProposalId    string `protobuf:"bytes,7,opt,name=proposal_id,json=proposalId,proto3" json:"proposal_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolChanged) Reset() {
+	*x = ToolChanged{}
+	mi := &file_rein_v1_event_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolChanged) ProtoMessage() {}
+
+func (x *ToolChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_event_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolChanged.ProtoReflect.Descriptor instead.
+func (*ToolChanged) Descriptor() ([]byte, []int) {
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ToolChanged) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *ToolChanged) GetHeld() *ToolDigest {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+func (x *ToolChanged) GetFound() *ToolDigest {
+	if x != nil {
+		return x.Found
+	}
+	return nil
+}
+
+func (x *ToolChanged) GetChanges() []string {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+func (x *ToolChanged) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ToolChanged) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ToolChanged) GetProposalId() string {
+	if x != nil {
+		return x.ProposalId
+	}
+	return ""
+}
+
+// ToolAdopted records that the run moved to a granted tool's new
+// definition: by the server's --on-tool-change adopt, or by a person who
+// resumed a run paused on the change.
+type ToolAdopted struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool.
+	Tool string `protobuf:"bytes,1,opt,name=tool,proto3" json:"tool,omitempty"`
+	// The definition the run held.
+	Held *ToolDigest `protobuf:"bytes,2,opt,name=held,proto3" json:"held,omitempty"`
+	// The definition the run holds from now on; unset when the tool was
+	// removed (its calls fail as calls to a tool no server provides).
+	Adopted *ToolDigest `protobuf:"bytes,3,opt,name=adopted,proto3" json:"adopted,omitempty"`
+	// What changed: "tier", "schema", "server", or "removed".
+	Changes []string `protobuf:"bytes,4,rep,name=changes,proto3" json:"changes,omitempty"`
+	// Who moved the run: "adopt" (the server's --on-tool-change adopt), or
+	// "resume" (a person who resumed a run paused on the change, by input
+	// or by approving a proposal previewed again on the new definition).
+	By            string `protobuf:"bytes,5,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolAdopted) Reset() {
+	*x = ToolAdopted{}
+	mi := &file_rein_v1_event_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolAdopted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolAdopted) ProtoMessage() {}
+
+func (x *ToolAdopted) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_event_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolAdopted.ProtoReflect.Descriptor instead.
+func (*ToolAdopted) Descriptor() ([]byte, []int) {
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ToolAdopted) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *ToolAdopted) GetHeld() *ToolDigest {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+func (x *ToolAdopted) GetAdopted() *ToolDigest {
+	if x != nil {
+		return x.Adopted
+	}
+	return nil
+}
+
+func (x *ToolAdopted) GetChanges() []string {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+func (x *ToolAdopted) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
 // DelegationStarted records a delegation: each task's child run and the
 // budget lent to it, which the run cannot spend until the child returns.
 // The children are created after it is stored, idempotently from it.
@@ -797,7 +1045,7 @@ type DelegationStarted struct {
 
 func (x *DelegationStarted) Reset() {
 	*x = DelegationStarted{}
-	mi := &file_rein_v1_event_proto_msgTypes[2]
+	mi := &file_rein_v1_event_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +1057,7 @@ func (x *DelegationStarted) String() string {
 func (*DelegationStarted) ProtoMessage() {}
 
 func (x *DelegationStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[2]
+	mi := &file_rein_v1_event_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +1070,7 @@ func (x *DelegationStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelegationStarted.ProtoReflect.Descriptor instead.
 func (*DelegationStarted) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{2}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DelegationStarted) GetCallId() string {
@@ -856,7 +1104,7 @@ type DelegatedChild struct {
 
 func (x *DelegatedChild) Reset() {
 	*x = DelegatedChild{}
-	mi := &file_rein_v1_event_proto_msgTypes[3]
+	mi := &file_rein_v1_event_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +1116,7 @@ func (x *DelegatedChild) String() string {
 func (*DelegatedChild) ProtoMessage() {}
 
 func (x *DelegatedChild) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[3]
+	mi := &file_rein_v1_event_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1129,7 @@ func (x *DelegatedChild) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelegatedChild.ProtoReflect.Descriptor instead.
 func (*DelegatedChild) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{3}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DelegatedChild) GetRunId() string {
@@ -941,7 +1189,7 @@ type DelegationReturned struct {
 
 func (x *DelegationReturned) Reset() {
 	*x = DelegationReturned{}
-	mi := &file_rein_v1_event_proto_msgTypes[4]
+	mi := &file_rein_v1_event_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1201,7 @@ func (x *DelegationReturned) String() string {
 func (*DelegationReturned) ProtoMessage() {}
 
 func (x *DelegationReturned) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[4]
+	mi := &file_rein_v1_event_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1214,7 @@ func (x *DelegationReturned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelegationReturned.ProtoReflect.Descriptor instead.
 func (*DelegationReturned) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{4}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DelegationReturned) GetRunId() string {
@@ -1090,7 +1338,7 @@ type ModelRequested struct {
 
 func (x *ModelRequested) Reset() {
 	*x = ModelRequested{}
-	mi := &file_rein_v1_event_proto_msgTypes[5]
+	mi := &file_rein_v1_event_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1350,7 @@ func (x *ModelRequested) String() string {
 func (*ModelRequested) ProtoMessage() {}
 
 func (x *ModelRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[5]
+	mi := &file_rein_v1_event_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1363,7 @@ func (x *ModelRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelRequested.ProtoReflect.Descriptor instead.
 func (*ModelRequested) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{5}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ModelRequested) GetStep() uint32 {
@@ -1248,7 +1496,7 @@ type ModelPrice struct {
 
 func (x *ModelPrice) Reset() {
 	*x = ModelPrice{}
-	mi := &file_rein_v1_event_proto_msgTypes[6]
+	mi := &file_rein_v1_event_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1508,7 @@ func (x *ModelPrice) String() string {
 func (*ModelPrice) ProtoMessage() {}
 
 func (x *ModelPrice) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[6]
+	mi := &file_rein_v1_event_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1521,7 @@ func (x *ModelPrice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelPrice.ProtoReflect.Descriptor instead.
 func (*ModelPrice) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{6}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ModelPrice) GetInputPerMtok() float64 {
@@ -1329,7 +1577,7 @@ type ModelReturned struct {
 
 func (x *ModelReturned) Reset() {
 	*x = ModelReturned{}
-	mi := &file_rein_v1_event_proto_msgTypes[7]
+	mi := &file_rein_v1_event_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1589,7 @@ func (x *ModelReturned) String() string {
 func (*ModelReturned) ProtoMessage() {}
 
 func (x *ModelReturned) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[7]
+	mi := &file_rein_v1_event_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1602,7 @@ func (x *ModelReturned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelReturned.ProtoReflect.Descriptor instead.
 func (*ModelReturned) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{7}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ModelReturned) GetDecision() *Decision {
@@ -1420,7 +1668,7 @@ type ModelRetried struct {
 
 func (x *ModelRetried) Reset() {
 	*x = ModelRetried{}
-	mi := &file_rein_v1_event_proto_msgTypes[8]
+	mi := &file_rein_v1_event_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1680,7 @@ func (x *ModelRetried) String() string {
 func (*ModelRetried) ProtoMessage() {}
 
 func (x *ModelRetried) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[8]
+	mi := &file_rein_v1_event_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1693,7 @@ func (x *ModelRetried) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelRetried.ProtoReflect.Descriptor instead.
 func (*ModelRetried) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{8}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ModelRetried) GetStep() uint32 {
@@ -1496,7 +1744,7 @@ type ContextCompacted struct {
 
 func (x *ContextCompacted) Reset() {
 	*x = ContextCompacted{}
-	mi := &file_rein_v1_event_proto_msgTypes[9]
+	mi := &file_rein_v1_event_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +1756,7 @@ func (x *ContextCompacted) String() string {
 func (*ContextCompacted) ProtoMessage() {}
 
 func (x *ContextCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[9]
+	mi := &file_rein_v1_event_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +1769,7 @@ func (x *ContextCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextCompacted.ProtoReflect.Descriptor instead.
 func (*ContextCompacted) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{9}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ContextCompacted) GetStep() uint32 {
@@ -1580,7 +1828,7 @@ type ContextItem struct {
 
 func (x *ContextItem) Reset() {
 	*x = ContextItem{}
-	mi := &file_rein_v1_event_proto_msgTypes[10]
+	mi := &file_rein_v1_event_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1840,7 @@ func (x *ContextItem) String() string {
 func (*ContextItem) ProtoMessage() {}
 
 func (x *ContextItem) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[10]
+	mi := &file_rein_v1_event_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1853,7 @@ func (x *ContextItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextItem.ProtoReflect.Descriptor instead.
 func (*ContextItem) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{10}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ContextItem) GetKind() string {
@@ -1656,7 +1904,7 @@ type DecisionRejected struct {
 
 func (x *DecisionRejected) Reset() {
 	*x = DecisionRejected{}
-	mi := &file_rein_v1_event_proto_msgTypes[11]
+	mi := &file_rein_v1_event_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +1916,7 @@ func (x *DecisionRejected) String() string {
 func (*DecisionRejected) ProtoMessage() {}
 
 func (x *DecisionRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[11]
+	mi := &file_rein_v1_event_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +1929,7 @@ func (x *DecisionRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecisionRejected.ProtoReflect.Descriptor instead.
 func (*DecisionRejected) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{11}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DecisionRejected) GetRaw() string {
@@ -1715,7 +1963,7 @@ type ToolRequested struct {
 
 func (x *ToolRequested) Reset() {
 	*x = ToolRequested{}
-	mi := &file_rein_v1_event_proto_msgTypes[12]
+	mi := &file_rein_v1_event_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1975,7 @@ func (x *ToolRequested) String() string {
 func (*ToolRequested) ProtoMessage() {}
 
 func (x *ToolRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[12]
+	mi := &file_rein_v1_event_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1988,7 @@ func (x *ToolRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolRequested.ProtoReflect.Descriptor instead.
 func (*ToolRequested) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{12}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ToolRequested) GetCallId() string {
@@ -1786,7 +2034,7 @@ type ToolRefused struct {
 
 func (x *ToolRefused) Reset() {
 	*x = ToolRefused{}
-	mi := &file_rein_v1_event_proto_msgTypes[13]
+	mi := &file_rein_v1_event_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +2046,7 @@ func (x *ToolRefused) String() string {
 func (*ToolRefused) ProtoMessage() {}
 
 func (x *ToolRefused) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[13]
+	mi := &file_rein_v1_event_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +2059,7 @@ func (x *ToolRefused) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolRefused.ProtoReflect.Descriptor instead.
 func (*ToolRefused) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{13}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ToolRefused) GetCallId() string {
@@ -1859,7 +2107,7 @@ type ToolReturned struct {
 
 func (x *ToolReturned) Reset() {
 	*x = ToolReturned{}
-	mi := &file_rein_v1_event_proto_msgTypes[14]
+	mi := &file_rein_v1_event_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +2119,7 @@ func (x *ToolReturned) String() string {
 func (*ToolReturned) ProtoMessage() {}
 
 func (x *ToolReturned) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[14]
+	mi := &file_rein_v1_event_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +2132,7 @@ func (x *ToolReturned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolReturned.ProtoReflect.Descriptor instead.
 func (*ToolReturned) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{14}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ToolReturned) GetCallId() string {
@@ -1947,7 +2195,7 @@ type ApprovalRequested struct {
 
 func (x *ApprovalRequested) Reset() {
 	*x = ApprovalRequested{}
-	mi := &file_rein_v1_event_proto_msgTypes[15]
+	mi := &file_rein_v1_event_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1959,7 +2207,7 @@ func (x *ApprovalRequested) String() string {
 func (*ApprovalRequested) ProtoMessage() {}
 
 func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[15]
+	mi := &file_rein_v1_event_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1972,7 +2220,7 @@ func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequested.ProtoReflect.Descriptor instead.
 func (*ApprovalRequested) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{15}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ApprovalRequested) GetProposal() *Proposal {
@@ -1999,7 +2247,7 @@ type ApprovalDecided struct {
 
 func (x *ApprovalDecided) Reset() {
 	*x = ApprovalDecided{}
-	mi := &file_rein_v1_event_proto_msgTypes[16]
+	mi := &file_rein_v1_event_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2259,7 @@ func (x *ApprovalDecided) String() string {
 func (*ApprovalDecided) ProtoMessage() {}
 
 func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[16]
+	mi := &file_rein_v1_event_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2272,7 @@ func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalDecided.ProtoReflect.Descriptor instead.
 func (*ApprovalDecided) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{16}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ApprovalDecided) GetProposalId() string {
@@ -2066,7 +2314,7 @@ type InputRequested struct {
 
 func (x *InputRequested) Reset() {
 	*x = InputRequested{}
-	mi := &file_rein_v1_event_proto_msgTypes[17]
+	mi := &file_rein_v1_event_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2326,7 @@ func (x *InputRequested) String() string {
 func (*InputRequested) ProtoMessage() {}
 
 func (x *InputRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[17]
+	mi := &file_rein_v1_event_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2339,7 @@ func (x *InputRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputRequested.ProtoReflect.Descriptor instead.
 func (*InputRequested) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{17}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InputRequested) GetQuestion() *Question {
@@ -2112,7 +2360,7 @@ type InputProvided struct {
 
 func (x *InputProvided) Reset() {
 	*x = InputProvided{}
-	mi := &file_rein_v1_event_proto_msgTypes[18]
+	mi := &file_rein_v1_event_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2372,7 @@ func (x *InputProvided) String() string {
 func (*InputProvided) ProtoMessage() {}
 
 func (x *InputProvided) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[18]
+	mi := &file_rein_v1_event_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2385,7 @@ func (x *InputProvided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputProvided.ProtoReflect.Descriptor instead.
 func (*InputProvided) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{18}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *InputProvided) GetText() string {
@@ -2160,7 +2408,7 @@ type WriteDispatched struct {
 
 func (x *WriteDispatched) Reset() {
 	*x = WriteDispatched{}
-	mi := &file_rein_v1_event_proto_msgTypes[19]
+	mi := &file_rein_v1_event_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2420,7 @@ func (x *WriteDispatched) String() string {
 func (*WriteDispatched) ProtoMessage() {}
 
 func (x *WriteDispatched) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[19]
+	mi := &file_rein_v1_event_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2433,7 @@ func (x *WriteDispatched) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteDispatched.ProtoReflect.Descriptor instead.
 func (*WriteDispatched) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{19}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WriteDispatched) GetProposalId() string {
@@ -2220,7 +2468,7 @@ type WriteCommitted struct {
 
 func (x *WriteCommitted) Reset() {
 	*x = WriteCommitted{}
-	mi := &file_rein_v1_event_proto_msgTypes[20]
+	mi := &file_rein_v1_event_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +2480,7 @@ func (x *WriteCommitted) String() string {
 func (*WriteCommitted) ProtoMessage() {}
 
 func (x *WriteCommitted) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[20]
+	mi := &file_rein_v1_event_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +2493,7 @@ func (x *WriteCommitted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteCommitted.ProtoReflect.Descriptor instead.
 func (*WriteCommitted) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{20}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WriteCommitted) GetProposalId() string {
@@ -2293,7 +2541,7 @@ type WriteRefused struct {
 
 func (x *WriteRefused) Reset() {
 	*x = WriteRefused{}
-	mi := &file_rein_v1_event_proto_msgTypes[21]
+	mi := &file_rein_v1_event_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2553,7 @@ func (x *WriteRefused) String() string {
 func (*WriteRefused) ProtoMessage() {}
 
 func (x *WriteRefused) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[21]
+	mi := &file_rein_v1_event_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2566,7 @@ func (x *WriteRefused) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRefused.ProtoReflect.Descriptor instead.
 func (*WriteRefused) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{21}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WriteRefused) GetProposalId() string {
@@ -2361,7 +2609,7 @@ type RunTaken struct {
 
 func (x *RunTaken) Reset() {
 	*x = RunTaken{}
-	mi := &file_rein_v1_event_proto_msgTypes[22]
+	mi := &file_rein_v1_event_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2621,7 @@ func (x *RunTaken) String() string {
 func (*RunTaken) ProtoMessage() {}
 
 func (x *RunTaken) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[22]
+	mi := &file_rein_v1_event_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2634,7 @@ func (x *RunTaken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunTaken.ProtoReflect.Descriptor instead.
 func (*RunTaken) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{22}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RunTaken) GetOwner() string {
@@ -2425,7 +2673,7 @@ type WriteOutcomeUnknown struct {
 
 func (x *WriteOutcomeUnknown) Reset() {
 	*x = WriteOutcomeUnknown{}
-	mi := &file_rein_v1_event_proto_msgTypes[23]
+	mi := &file_rein_v1_event_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2437,7 +2685,7 @@ func (x *WriteOutcomeUnknown) String() string {
 func (*WriteOutcomeUnknown) ProtoMessage() {}
 
 func (x *WriteOutcomeUnknown) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[23]
+	mi := &file_rein_v1_event_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2450,7 +2698,7 @@ func (x *WriteOutcomeUnknown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteOutcomeUnknown.ProtoReflect.Descriptor instead.
 func (*WriteOutcomeUnknown) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{23}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WriteOutcomeUnknown) GetProposalId() string {
@@ -2490,7 +2738,7 @@ type ChecksCompleted struct {
 
 func (x *ChecksCompleted) Reset() {
 	*x = ChecksCompleted{}
-	mi := &file_rein_v1_event_proto_msgTypes[24]
+	mi := &file_rein_v1_event_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2750,7 @@ func (x *ChecksCompleted) String() string {
 func (*ChecksCompleted) ProtoMessage() {}
 
 func (x *ChecksCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[24]
+	mi := &file_rein_v1_event_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2763,7 @@ func (x *ChecksCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksCompleted.ProtoReflect.Descriptor instead.
 func (*ChecksCompleted) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{24}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ChecksCompleted) GetResults() []*CheckResult {
@@ -2556,7 +2804,7 @@ type CheckResult struct {
 
 func (x *CheckResult) Reset() {
 	*x = CheckResult{}
-	mi := &file_rein_v1_event_proto_msgTypes[25]
+	mi := &file_rein_v1_event_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2568,7 +2816,7 @@ func (x *CheckResult) String() string {
 func (*CheckResult) ProtoMessage() {}
 
 func (x *CheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[25]
+	mi := &file_rein_v1_event_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2581,7 +2829,7 @@ func (x *CheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResult.ProtoReflect.Descriptor instead.
 func (*CheckResult) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{25}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CheckResult) GetName() string {
@@ -2645,7 +2893,7 @@ type BudgetReached struct {
 
 func (x *BudgetReached) Reset() {
 	*x = BudgetReached{}
-	mi := &file_rein_v1_event_proto_msgTypes[26]
+	mi := &file_rein_v1_event_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +2905,7 @@ func (x *BudgetReached) String() string {
 func (*BudgetReached) ProtoMessage() {}
 
 func (x *BudgetReached) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[26]
+	mi := &file_rein_v1_event_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +2918,7 @@ func (x *BudgetReached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetReached.ProtoReflect.Descriptor instead.
 func (*BudgetReached) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{26}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BudgetReached) GetLimit() string {
@@ -2738,7 +2986,7 @@ type RetryPastDeadline struct {
 
 func (x *RetryPastDeadline) Reset() {
 	*x = RetryPastDeadline{}
-	mi := &file_rein_v1_event_proto_msgTypes[27]
+	mi := &file_rein_v1_event_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2750,7 +2998,7 @@ func (x *RetryPastDeadline) String() string {
 func (*RetryPastDeadline) ProtoMessage() {}
 
 func (x *RetryPastDeadline) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[27]
+	mi := &file_rein_v1_event_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2763,7 +3011,7 @@ func (x *RetryPastDeadline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPastDeadline.ProtoReflect.Descriptor instead.
 func (*RetryPastDeadline) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{27}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RetryPastDeadline) GetStep() uint32 {
@@ -2806,7 +3054,7 @@ type StatusChanged struct {
 
 func (x *StatusChanged) Reset() {
 	*x = StatusChanged{}
-	mi := &file_rein_v1_event_proto_msgTypes[28]
+	mi := &file_rein_v1_event_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2818,7 +3066,7 @@ func (x *StatusChanged) String() string {
 func (*StatusChanged) ProtoMessage() {}
 
 func (x *StatusChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[28]
+	mi := &file_rein_v1_event_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2831,7 +3079,7 @@ func (x *StatusChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusChanged.ProtoReflect.Descriptor instead.
 func (*StatusChanged) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{28}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StatusChanged) GetFrom() RunStatus {
@@ -2885,7 +3133,7 @@ type RunSteered struct {
 
 func (x *RunSteered) Reset() {
 	*x = RunSteered{}
-	mi := &file_rein_v1_event_proto_msgTypes[29]
+	mi := &file_rein_v1_event_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2897,7 +3145,7 @@ func (x *RunSteered) String() string {
 func (*RunSteered) ProtoMessage() {}
 
 func (x *RunSteered) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[29]
+	mi := &file_rein_v1_event_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2910,7 +3158,7 @@ func (x *RunSteered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSteered.ProtoReflect.Descriptor instead.
 func (*RunSteered) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{29}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RunSteered) GetText() string {
@@ -2957,7 +3205,7 @@ type BudgetRaised struct {
 
 func (x *BudgetRaised) Reset() {
 	*x = BudgetRaised{}
-	mi := &file_rein_v1_event_proto_msgTypes[30]
+	mi := &file_rein_v1_event_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2969,7 +3217,7 @@ func (x *BudgetRaised) String() string {
 func (*BudgetRaised) ProtoMessage() {}
 
 func (x *BudgetRaised) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[30]
+	mi := &file_rein_v1_event_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2982,7 +3230,7 @@ func (x *BudgetRaised) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetRaised.ProtoReflect.Descriptor instead.
 func (*BudgetRaised) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{30}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BudgetRaised) GetAddSteps() uint32 {
@@ -3069,7 +3317,7 @@ type ProposalRevised struct {
 
 func (x *ProposalRevised) Reset() {
 	*x = ProposalRevised{}
-	mi := &file_rein_v1_event_proto_msgTypes[31]
+	mi := &file_rein_v1_event_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3081,7 +3329,7 @@ func (x *ProposalRevised) String() string {
 func (*ProposalRevised) ProtoMessage() {}
 
 func (x *ProposalRevised) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[31]
+	mi := &file_rein_v1_event_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3094,7 +3342,7 @@ func (x *ProposalRevised) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposalRevised.ProtoReflect.Descriptor instead.
 func (*ProposalRevised) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{31}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ProposalRevised) GetSupersededProposalId() string {
@@ -3140,7 +3388,7 @@ type ArgumentChange struct {
 
 func (x *ArgumentChange) Reset() {
 	*x = ArgumentChange{}
-	mi := &file_rein_v1_event_proto_msgTypes[32]
+	mi := &file_rein_v1_event_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3152,7 +3400,7 @@ func (x *ArgumentChange) String() string {
 func (*ArgumentChange) ProtoMessage() {}
 
 func (x *ArgumentChange) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[32]
+	mi := &file_rein_v1_event_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3165,7 +3413,7 @@ func (x *ArgumentChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArgumentChange.ProtoReflect.Descriptor instead.
 func (*ArgumentChange) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{32}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ArgumentChange) GetPath() string {
@@ -3205,7 +3453,7 @@ type ApprovalGiven struct {
 
 func (x *ApprovalGiven) Reset() {
 	*x = ApprovalGiven{}
-	mi := &file_rein_v1_event_proto_msgTypes[33]
+	mi := &file_rein_v1_event_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3217,7 +3465,7 @@ func (x *ApprovalGiven) String() string {
 func (*ApprovalGiven) ProtoMessage() {}
 
 func (x *ApprovalGiven) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[33]
+	mi := &file_rein_v1_event_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3230,7 +3478,7 @@ func (x *ApprovalGiven) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalGiven.ProtoReflect.Descriptor instead.
 func (*ApprovalGiven) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{33}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ApprovalGiven) GetProposalId() string {
@@ -3271,7 +3519,7 @@ type RunAdmitted struct {
 
 func (x *RunAdmitted) Reset() {
 	*x = RunAdmitted{}
-	mi := &file_rein_v1_event_proto_msgTypes[34]
+	mi := &file_rein_v1_event_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3283,7 +3531,7 @@ func (x *RunAdmitted) String() string {
 func (*RunAdmitted) ProtoMessage() {}
 
 func (x *RunAdmitted) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[34]
+	mi := &file_rein_v1_event_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3296,7 +3544,7 @@ func (x *RunAdmitted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunAdmitted.ProtoReflect.Descriptor instead.
 func (*RunAdmitted) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{34}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RunAdmitted) GetWaited() *durationpb.Duration {
@@ -3339,7 +3587,7 @@ type ModelThrottled struct {
 
 func (x *ModelThrottled) Reset() {
 	*x = ModelThrottled{}
-	mi := &file_rein_v1_event_proto_msgTypes[35]
+	mi := &file_rein_v1_event_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3351,7 +3599,7 @@ func (x *ModelThrottled) String() string {
 func (*ModelThrottled) ProtoMessage() {}
 
 func (x *ModelThrottled) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_event_proto_msgTypes[35]
+	mi := &file_rein_v1_event_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3364,7 +3612,7 @@ func (x *ModelThrottled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelThrottled.ProtoReflect.Descriptor instead.
 func (*ModelThrottled) Descriptor() ([]byte, []int) {
-	return file_rein_v1_event_proto_rawDescGZIP(), []int{35}
+	return file_rein_v1_event_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ModelThrottled) GetStep() uint32 {
@@ -3392,7 +3640,7 @@ var File_rein_v1_event_proto protoreflect.FileDescriptor
 
 const file_rein_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x13rein/v1/event.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\x1a\x11rein/v1/run.proto\"\xed\x10\n" +
+	"\x13rein/v1/event.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\x1a\x11rein/v1/run.proto\"\xe3\x11\n" +
 	"\x05Event\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12;\n" +
@@ -3431,8 +3679,10 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\x0eapproval_given\x18$ \x01(\v2\x16.rein.v1.ApprovalGivenH\x00R\rapprovalGiven\x129\n" +
 	"\frun_admitted\x18% \x01(\v2\x14.rein.v1.RunAdmittedH\x00R\vrunAdmitted\x12B\n" +
 	"\x0fmodel_throttled\x18& \x01(\v2\x17.rein.v1.ModelThrottledH\x00R\x0emodelThrottled\x120\n" +
-	"\trun_taken\x18( \x01(\v2\x11.rein.v1.RunTakenH\x00R\brunTakenB\t\n" +
-	"\apayload\"\xe0\x03\n" +
+	"\trun_taken\x18( \x01(\v2\x11.rein.v1.RunTakenH\x00R\brunTaken\x129\n" +
+	"\ftool_changed\x18+ \x01(\v2\x14.rein.v1.ToolChangedH\x00R\vtoolChanged\x129\n" +
+	"\ftool_adopted\x18, \x01(\v2\x14.rein.v1.ToolAdoptedH\x00R\vtoolAdoptedB\t\n" +
+	"\apayload\"\xbd\x04\n" +
 	"\n" +
 	"RunStarted\x121\n" +
 	"\bcontract\x18\x01 \x01(\v2\x15.rein.v1.TaskContractR\bcontract\x12\x1c\n" +
@@ -3448,7 +3698,24 @@ const file_rein_v1_event_proto_rawDesc = "" +
 	"\fdelegated_by\x18\n" +
 	" \x01(\v2\x14.rein.v1.DelegatedByR\vdelegatedBy\x12\x16\n" +
 	"\x06queued\x18\v \x01(\bR\x06queued\x12(\n" +
-	"\x10prompt_cache_key\x18\f \x01(\tR\x0epromptCacheKey\"a\n" +
+	"\x10prompt_cache_key\x18\f \x01(\tR\x0epromptCacheKey\x126\n" +
+	"\ftool_digests\x18\r \x03(\v2\x13.rein.v1.ToolDigestR\vtoolDigests\x12#\n" +
+	"\rpolicy_digest\x18\x0e \x01(\tR\fpolicyDigest\"\xe1\x01\n" +
+	"\vToolChanged\x12\x12\n" +
+	"\x04tool\x18\x01 \x01(\tR\x04tool\x12'\n" +
+	"\x04held\x18\x02 \x01(\v2\x13.rein.v1.ToolDigestR\x04held\x12)\n" +
+	"\x05found\x18\x03 \x01(\v2\x13.rein.v1.ToolDigestR\x05found\x12\x18\n" +
+	"\achanges\x18\x04 \x03(\tR\achanges\x12\x16\n" +
+	"\x06action\x18\x05 \x01(\tR\x06action\x12\x17\n" +
+	"\acall_id\x18\x06 \x01(\tR\x06callId\x12\x1f\n" +
+	"\vproposal_id\x18\a \x01(\tR\n" +
+	"proposalId\"\xa3\x01\n" +
+	"\vToolAdopted\x12\x12\n" +
+	"\x04tool\x18\x01 \x01(\tR\x04tool\x12'\n" +
+	"\x04held\x18\x02 \x01(\v2\x13.rein.v1.ToolDigestR\x04held\x12-\n" +
+	"\aadopted\x18\x03 \x01(\v2\x13.rein.v1.ToolDigestR\aadopted\x12\x18\n" +
+	"\achanges\x18\x04 \x03(\tR\achanges\x12\x0e\n" +
+	"\x02by\x18\x05 \x01(\tR\x02by\"a\n" +
 	"\x11DelegationStarted\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x123\n" +
 	"\bchildren\x18\x02 \x03(\v2\x17.rein.v1.DelegatedChildR\bchildren\"\xa2\x01\n" +
@@ -3662,139 +3929,149 @@ func file_rein_v1_event_proto_rawDescGZIP() []byte {
 	return file_rein_v1_event_proto_rawDescData
 }
 
-var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_rein_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_rein_v1_event_proto_goTypes = []any{
 	(*Event)(nil),                 // 0: rein.v1.Event
 	(*RunStarted)(nil),            // 1: rein.v1.RunStarted
-	(*DelegationStarted)(nil),     // 2: rein.v1.DelegationStarted
-	(*DelegatedChild)(nil),        // 3: rein.v1.DelegatedChild
-	(*DelegationReturned)(nil),    // 4: rein.v1.DelegationReturned
-	(*ModelRequested)(nil),        // 5: rein.v1.ModelRequested
-	(*ModelPrice)(nil),            // 6: rein.v1.ModelPrice
-	(*ModelReturned)(nil),         // 7: rein.v1.ModelReturned
-	(*ModelRetried)(nil),          // 8: rein.v1.ModelRetried
-	(*ContextCompacted)(nil),      // 9: rein.v1.ContextCompacted
-	(*ContextItem)(nil),           // 10: rein.v1.ContextItem
-	(*DecisionRejected)(nil),      // 11: rein.v1.DecisionRejected
-	(*ToolRequested)(nil),         // 12: rein.v1.ToolRequested
-	(*ToolRefused)(nil),           // 13: rein.v1.ToolRefused
-	(*ToolReturned)(nil),          // 14: rein.v1.ToolReturned
-	(*ApprovalRequested)(nil),     // 15: rein.v1.ApprovalRequested
-	(*ApprovalDecided)(nil),       // 16: rein.v1.ApprovalDecided
-	(*InputRequested)(nil),        // 17: rein.v1.InputRequested
-	(*InputProvided)(nil),         // 18: rein.v1.InputProvided
-	(*WriteDispatched)(nil),       // 19: rein.v1.WriteDispatched
-	(*WriteCommitted)(nil),        // 20: rein.v1.WriteCommitted
-	(*WriteRefused)(nil),          // 21: rein.v1.WriteRefused
-	(*RunTaken)(nil),              // 22: rein.v1.RunTaken
-	(*WriteOutcomeUnknown)(nil),   // 23: rein.v1.WriteOutcomeUnknown
-	(*ChecksCompleted)(nil),       // 24: rein.v1.ChecksCompleted
-	(*CheckResult)(nil),           // 25: rein.v1.CheckResult
-	(*BudgetReached)(nil),         // 26: rein.v1.BudgetReached
-	(*RetryPastDeadline)(nil),     // 27: rein.v1.RetryPastDeadline
-	(*StatusChanged)(nil),         // 28: rein.v1.StatusChanged
-	(*RunSteered)(nil),            // 29: rein.v1.RunSteered
-	(*BudgetRaised)(nil),          // 30: rein.v1.BudgetRaised
-	(*ProposalRevised)(nil),       // 31: rein.v1.ProposalRevised
-	(*ArgumentChange)(nil),        // 32: rein.v1.ArgumentChange
-	(*ApprovalGiven)(nil),         // 33: rein.v1.ApprovalGiven
-	(*RunAdmitted)(nil),           // 34: rein.v1.RunAdmitted
-	(*ModelThrottled)(nil),        // 35: rein.v1.ModelThrottled
-	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
-	(*PolicyDecided)(nil),         // 37: rein.v1.PolicyDecided
-	(*TaskContract)(nil),          // 38: rein.v1.TaskContract
-	(*DelegatedBy)(nil),           // 39: rein.v1.DelegatedBy
-	(*Budget)(nil),                // 40: rein.v1.Budget
-	(RunStatus)(0),                // 41: rein.v1.RunStatus
-	(*FinalAnswer)(nil),           // 42: rein.v1.FinalAnswer
-	(*Usage)(nil),                 // 43: rein.v1.Usage
-	(*durationpb.Duration)(nil),   // 44: google.protobuf.Duration
-	(*Decision)(nil),              // 45: rein.v1.Decision
-	(*structpb.Struct)(nil),       // 46: google.protobuf.Struct
-	(ToolTier)(0),                 // 47: rein.v1.ToolTier
-	(*structpb.Value)(nil),        // 48: google.protobuf.Value
-	(*Proposal)(nil),              // 49: rein.v1.Proposal
-	(*Question)(nil),              // 50: rein.v1.Question
+	(*ToolChanged)(nil),           // 2: rein.v1.ToolChanged
+	(*ToolAdopted)(nil),           // 3: rein.v1.ToolAdopted
+	(*DelegationStarted)(nil),     // 4: rein.v1.DelegationStarted
+	(*DelegatedChild)(nil),        // 5: rein.v1.DelegatedChild
+	(*DelegationReturned)(nil),    // 6: rein.v1.DelegationReturned
+	(*ModelRequested)(nil),        // 7: rein.v1.ModelRequested
+	(*ModelPrice)(nil),            // 8: rein.v1.ModelPrice
+	(*ModelReturned)(nil),         // 9: rein.v1.ModelReturned
+	(*ModelRetried)(nil),          // 10: rein.v1.ModelRetried
+	(*ContextCompacted)(nil),      // 11: rein.v1.ContextCompacted
+	(*ContextItem)(nil),           // 12: rein.v1.ContextItem
+	(*DecisionRejected)(nil),      // 13: rein.v1.DecisionRejected
+	(*ToolRequested)(nil),         // 14: rein.v1.ToolRequested
+	(*ToolRefused)(nil),           // 15: rein.v1.ToolRefused
+	(*ToolReturned)(nil),          // 16: rein.v1.ToolReturned
+	(*ApprovalRequested)(nil),     // 17: rein.v1.ApprovalRequested
+	(*ApprovalDecided)(nil),       // 18: rein.v1.ApprovalDecided
+	(*InputRequested)(nil),        // 19: rein.v1.InputRequested
+	(*InputProvided)(nil),         // 20: rein.v1.InputProvided
+	(*WriteDispatched)(nil),       // 21: rein.v1.WriteDispatched
+	(*WriteCommitted)(nil),        // 22: rein.v1.WriteCommitted
+	(*WriteRefused)(nil),          // 23: rein.v1.WriteRefused
+	(*RunTaken)(nil),              // 24: rein.v1.RunTaken
+	(*WriteOutcomeUnknown)(nil),   // 25: rein.v1.WriteOutcomeUnknown
+	(*ChecksCompleted)(nil),       // 26: rein.v1.ChecksCompleted
+	(*CheckResult)(nil),           // 27: rein.v1.CheckResult
+	(*BudgetReached)(nil),         // 28: rein.v1.BudgetReached
+	(*RetryPastDeadline)(nil),     // 29: rein.v1.RetryPastDeadline
+	(*StatusChanged)(nil),         // 30: rein.v1.StatusChanged
+	(*RunSteered)(nil),            // 31: rein.v1.RunSteered
+	(*BudgetRaised)(nil),          // 32: rein.v1.BudgetRaised
+	(*ProposalRevised)(nil),       // 33: rein.v1.ProposalRevised
+	(*ArgumentChange)(nil),        // 34: rein.v1.ArgumentChange
+	(*ApprovalGiven)(nil),         // 35: rein.v1.ApprovalGiven
+	(*RunAdmitted)(nil),           // 36: rein.v1.RunAdmitted
+	(*ModelThrottled)(nil),        // 37: rein.v1.ModelThrottled
+	(*timestamppb.Timestamp)(nil), // 38: google.protobuf.Timestamp
+	(*PolicyDecided)(nil),         // 39: rein.v1.PolicyDecided
+	(*TaskContract)(nil),          // 40: rein.v1.TaskContract
+	(*DelegatedBy)(nil),           // 41: rein.v1.DelegatedBy
+	(*ToolDigest)(nil),            // 42: rein.v1.ToolDigest
+	(*Budget)(nil),                // 43: rein.v1.Budget
+	(RunStatus)(0),                // 44: rein.v1.RunStatus
+	(*FinalAnswer)(nil),           // 45: rein.v1.FinalAnswer
+	(*Usage)(nil),                 // 46: rein.v1.Usage
+	(*durationpb.Duration)(nil),   // 47: google.protobuf.Duration
+	(*Decision)(nil),              // 48: rein.v1.Decision
+	(*structpb.Struct)(nil),       // 49: google.protobuf.Struct
+	(ToolTier)(0),                 // 50: rein.v1.ToolTier
+	(*structpb.Value)(nil),        // 51: google.protobuf.Value
+	(*Proposal)(nil),              // 52: rein.v1.Proposal
+	(*Question)(nil),              // 53: rein.v1.Question
 }
 var file_rein_v1_event_proto_depIdxs = []int32{
-	36, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
+	38, // 0: rein.v1.Event.recorded_at:type_name -> google.protobuf.Timestamp
 	1,  // 1: rein.v1.Event.run_started:type_name -> rein.v1.RunStarted
-	5,  // 2: rein.v1.Event.model_requested:type_name -> rein.v1.ModelRequested
-	7,  // 3: rein.v1.Event.model_returned:type_name -> rein.v1.ModelReturned
-	11, // 4: rein.v1.Event.decision_rejected:type_name -> rein.v1.DecisionRejected
-	12, // 5: rein.v1.Event.tool_requested:type_name -> rein.v1.ToolRequested
-	13, // 6: rein.v1.Event.tool_refused:type_name -> rein.v1.ToolRefused
-	14, // 7: rein.v1.Event.tool_returned:type_name -> rein.v1.ToolReturned
-	15, // 8: rein.v1.Event.approval_requested:type_name -> rein.v1.ApprovalRequested
-	16, // 9: rein.v1.Event.approval_decided:type_name -> rein.v1.ApprovalDecided
-	17, // 10: rein.v1.Event.input_requested:type_name -> rein.v1.InputRequested
-	18, // 11: rein.v1.Event.input_provided:type_name -> rein.v1.InputProvided
-	19, // 12: rein.v1.Event.write_dispatched:type_name -> rein.v1.WriteDispatched
-	20, // 13: rein.v1.Event.write_committed:type_name -> rein.v1.WriteCommitted
-	23, // 14: rein.v1.Event.write_outcome_unknown:type_name -> rein.v1.WriteOutcomeUnknown
-	24, // 15: rein.v1.Event.checks_completed:type_name -> rein.v1.ChecksCompleted
-	26, // 16: rein.v1.Event.budget_reached:type_name -> rein.v1.BudgetReached
-	28, // 17: rein.v1.Event.status_changed:type_name -> rein.v1.StatusChanged
-	8,  // 18: rein.v1.Event.model_retried:type_name -> rein.v1.ModelRetried
-	9,  // 19: rein.v1.Event.context_compacted:type_name -> rein.v1.ContextCompacted
-	21, // 20: rein.v1.Event.write_refused:type_name -> rein.v1.WriteRefused
-	2,  // 21: rein.v1.Event.delegation_started:type_name -> rein.v1.DelegationStarted
-	4,  // 22: rein.v1.Event.delegation_returned:type_name -> rein.v1.DelegationReturned
-	29, // 23: rein.v1.Event.run_steered:type_name -> rein.v1.RunSteered
-	30, // 24: rein.v1.Event.budget_raised:type_name -> rein.v1.BudgetRaised
-	31, // 25: rein.v1.Event.proposal_revised:type_name -> rein.v1.ProposalRevised
-	37, // 26: rein.v1.Event.policy_decided:type_name -> rein.v1.PolicyDecided
-	33, // 27: rein.v1.Event.approval_given:type_name -> rein.v1.ApprovalGiven
-	34, // 28: rein.v1.Event.run_admitted:type_name -> rein.v1.RunAdmitted
-	35, // 29: rein.v1.Event.model_throttled:type_name -> rein.v1.ModelThrottled
-	22, // 30: rein.v1.Event.run_taken:type_name -> rein.v1.RunTaken
-	38, // 31: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
-	36, // 32: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
-	39, // 33: rein.v1.RunStarted.delegated_by:type_name -> rein.v1.DelegatedBy
-	3,  // 34: rein.v1.DelegationStarted.children:type_name -> rein.v1.DelegatedChild
-	40, // 35: rein.v1.DelegatedChild.budget:type_name -> rein.v1.Budget
-	38, // 36: rein.v1.DelegatedChild.contract:type_name -> rein.v1.TaskContract
-	41, // 37: rein.v1.DelegationReturned.status:type_name -> rein.v1.RunStatus
-	42, // 38: rein.v1.DelegationReturned.answer:type_name -> rein.v1.FinalAnswer
-	43, // 39: rein.v1.DelegationReturned.usage:type_name -> rein.v1.Usage
-	6,  // 40: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
-	44, // 41: rein.v1.ModelRequested.cache_ttl:type_name -> google.protobuf.Duration
-	45, // 42: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
-	43, // 43: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
-	44, // 44: rein.v1.ModelReturned.duration:type_name -> google.protobuf.Duration
-	44, // 45: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
-	10, // 46: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
-	46, // 47: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
-	47, // 48: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
-	48, // 49: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
-	44, // 50: rein.v1.ToolReturned.duration:type_name -> google.protobuf.Duration
-	49, // 51: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
-	50, // 52: rein.v1.InputRequested.question:type_name -> rein.v1.Question
-	48, // 53: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
-	44, // 54: rein.v1.WriteCommitted.duration:type_name -> google.protobuf.Duration
-	25, // 55: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
-	44, // 56: rein.v1.ChecksCompleted.duration:type_name -> google.protobuf.Duration
-	27, // 57: rein.v1.BudgetReached.retry_past_deadline:type_name -> rein.v1.RetryPastDeadline
-	36, // 58: rein.v1.BudgetReached.raise_by:type_name -> google.protobuf.Timestamp
-	44, // 59: rein.v1.RetryPastDeadline.wait:type_name -> google.protobuf.Duration
-	41, // 60: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
-	41, // 61: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
-	42, // 62: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
-	44, // 63: rein.v1.BudgetRaised.extend_deadline:type_name -> google.protobuf.Duration
-	40, // 64: rein.v1.BudgetRaised.budget:type_name -> rein.v1.Budget
-	36, // 65: rein.v1.BudgetRaised.deadline:type_name -> google.protobuf.Timestamp
-	49, // 66: rein.v1.ProposalRevised.proposal:type_name -> rein.v1.Proposal
-	32, // 67: rein.v1.ProposalRevised.changes:type_name -> rein.v1.ArgumentChange
-	48, // 68: rein.v1.ArgumentChange.before:type_name -> google.protobuf.Value
-	48, // 69: rein.v1.ArgumentChange.after:type_name -> google.protobuf.Value
-	44, // 70: rein.v1.RunAdmitted.waited:type_name -> google.protobuf.Duration
-	36, // 71: rein.v1.RunAdmitted.deadline:type_name -> google.protobuf.Timestamp
-	44, // 72: rein.v1.ModelThrottled.wait:type_name -> google.protobuf.Duration
-	73, // [73:73] is the sub-list for method output_type
-	73, // [73:73] is the sub-list for method input_type
-	73, // [73:73] is the sub-list for extension type_name
-	73, // [73:73] is the sub-list for extension extendee
-	0,  // [0:73] is the sub-list for field type_name
+	7,  // 2: rein.v1.Event.model_requested:type_name -> rein.v1.ModelRequested
+	9,  // 3: rein.v1.Event.model_returned:type_name -> rein.v1.ModelReturned
+	13, // 4: rein.v1.Event.decision_rejected:type_name -> rein.v1.DecisionRejected
+	14, // 5: rein.v1.Event.tool_requested:type_name -> rein.v1.ToolRequested
+	15, // 6: rein.v1.Event.tool_refused:type_name -> rein.v1.ToolRefused
+	16, // 7: rein.v1.Event.tool_returned:type_name -> rein.v1.ToolReturned
+	17, // 8: rein.v1.Event.approval_requested:type_name -> rein.v1.ApprovalRequested
+	18, // 9: rein.v1.Event.approval_decided:type_name -> rein.v1.ApprovalDecided
+	19, // 10: rein.v1.Event.input_requested:type_name -> rein.v1.InputRequested
+	20, // 11: rein.v1.Event.input_provided:type_name -> rein.v1.InputProvided
+	21, // 12: rein.v1.Event.write_dispatched:type_name -> rein.v1.WriteDispatched
+	22, // 13: rein.v1.Event.write_committed:type_name -> rein.v1.WriteCommitted
+	25, // 14: rein.v1.Event.write_outcome_unknown:type_name -> rein.v1.WriteOutcomeUnknown
+	26, // 15: rein.v1.Event.checks_completed:type_name -> rein.v1.ChecksCompleted
+	28, // 16: rein.v1.Event.budget_reached:type_name -> rein.v1.BudgetReached
+	30, // 17: rein.v1.Event.status_changed:type_name -> rein.v1.StatusChanged
+	10, // 18: rein.v1.Event.model_retried:type_name -> rein.v1.ModelRetried
+	11, // 19: rein.v1.Event.context_compacted:type_name -> rein.v1.ContextCompacted
+	23, // 20: rein.v1.Event.write_refused:type_name -> rein.v1.WriteRefused
+	4,  // 21: rein.v1.Event.delegation_started:type_name -> rein.v1.DelegationStarted
+	6,  // 22: rein.v1.Event.delegation_returned:type_name -> rein.v1.DelegationReturned
+	31, // 23: rein.v1.Event.run_steered:type_name -> rein.v1.RunSteered
+	32, // 24: rein.v1.Event.budget_raised:type_name -> rein.v1.BudgetRaised
+	33, // 25: rein.v1.Event.proposal_revised:type_name -> rein.v1.ProposalRevised
+	39, // 26: rein.v1.Event.policy_decided:type_name -> rein.v1.PolicyDecided
+	35, // 27: rein.v1.Event.approval_given:type_name -> rein.v1.ApprovalGiven
+	36, // 28: rein.v1.Event.run_admitted:type_name -> rein.v1.RunAdmitted
+	37, // 29: rein.v1.Event.model_throttled:type_name -> rein.v1.ModelThrottled
+	24, // 30: rein.v1.Event.run_taken:type_name -> rein.v1.RunTaken
+	2,  // 31: rein.v1.Event.tool_changed:type_name -> rein.v1.ToolChanged
+	3,  // 32: rein.v1.Event.tool_adopted:type_name -> rein.v1.ToolAdopted
+	40, // 33: rein.v1.RunStarted.contract:type_name -> rein.v1.TaskContract
+	38, // 34: rein.v1.RunStarted.deadline:type_name -> google.protobuf.Timestamp
+	41, // 35: rein.v1.RunStarted.delegated_by:type_name -> rein.v1.DelegatedBy
+	42, // 36: rein.v1.RunStarted.tool_digests:type_name -> rein.v1.ToolDigest
+	42, // 37: rein.v1.ToolChanged.held:type_name -> rein.v1.ToolDigest
+	42, // 38: rein.v1.ToolChanged.found:type_name -> rein.v1.ToolDigest
+	42, // 39: rein.v1.ToolAdopted.held:type_name -> rein.v1.ToolDigest
+	42, // 40: rein.v1.ToolAdopted.adopted:type_name -> rein.v1.ToolDigest
+	5,  // 41: rein.v1.DelegationStarted.children:type_name -> rein.v1.DelegatedChild
+	43, // 42: rein.v1.DelegatedChild.budget:type_name -> rein.v1.Budget
+	40, // 43: rein.v1.DelegatedChild.contract:type_name -> rein.v1.TaskContract
+	44, // 44: rein.v1.DelegationReturned.status:type_name -> rein.v1.RunStatus
+	45, // 45: rein.v1.DelegationReturned.answer:type_name -> rein.v1.FinalAnswer
+	46, // 46: rein.v1.DelegationReturned.usage:type_name -> rein.v1.Usage
+	8,  // 47: rein.v1.ModelRequested.price:type_name -> rein.v1.ModelPrice
+	47, // 48: rein.v1.ModelRequested.cache_ttl:type_name -> google.protobuf.Duration
+	48, // 49: rein.v1.ModelReturned.decision:type_name -> rein.v1.Decision
+	46, // 50: rein.v1.ModelReturned.usage:type_name -> rein.v1.Usage
+	47, // 51: rein.v1.ModelReturned.duration:type_name -> google.protobuf.Duration
+	47, // 52: rein.v1.ModelRetried.wait:type_name -> google.protobuf.Duration
+	12, // 53: rein.v1.ContextCompacted.items:type_name -> rein.v1.ContextItem
+	49, // 54: rein.v1.ToolRequested.arguments:type_name -> google.protobuf.Struct
+	50, // 55: rein.v1.ToolRequested.tier:type_name -> rein.v1.ToolTier
+	51, // 56: rein.v1.ToolReturned.output:type_name -> google.protobuf.Value
+	47, // 57: rein.v1.ToolReturned.duration:type_name -> google.protobuf.Duration
+	52, // 58: rein.v1.ApprovalRequested.proposal:type_name -> rein.v1.Proposal
+	53, // 59: rein.v1.InputRequested.question:type_name -> rein.v1.Question
+	51, // 60: rein.v1.WriteCommitted.receipt:type_name -> google.protobuf.Value
+	47, // 61: rein.v1.WriteCommitted.duration:type_name -> google.protobuf.Duration
+	27, // 62: rein.v1.ChecksCompleted.results:type_name -> rein.v1.CheckResult
+	47, // 63: rein.v1.ChecksCompleted.duration:type_name -> google.protobuf.Duration
+	29, // 64: rein.v1.BudgetReached.retry_past_deadline:type_name -> rein.v1.RetryPastDeadline
+	38, // 65: rein.v1.BudgetReached.raise_by:type_name -> google.protobuf.Timestamp
+	47, // 66: rein.v1.RetryPastDeadline.wait:type_name -> google.protobuf.Duration
+	44, // 67: rein.v1.StatusChanged.from:type_name -> rein.v1.RunStatus
+	44, // 68: rein.v1.StatusChanged.to:type_name -> rein.v1.RunStatus
+	45, // 69: rein.v1.StatusChanged.result:type_name -> rein.v1.FinalAnswer
+	47, // 70: rein.v1.BudgetRaised.extend_deadline:type_name -> google.protobuf.Duration
+	43, // 71: rein.v1.BudgetRaised.budget:type_name -> rein.v1.Budget
+	38, // 72: rein.v1.BudgetRaised.deadline:type_name -> google.protobuf.Timestamp
+	52, // 73: rein.v1.ProposalRevised.proposal:type_name -> rein.v1.Proposal
+	34, // 74: rein.v1.ProposalRevised.changes:type_name -> rein.v1.ArgumentChange
+	51, // 75: rein.v1.ArgumentChange.before:type_name -> google.protobuf.Value
+	51, // 76: rein.v1.ArgumentChange.after:type_name -> google.protobuf.Value
+	47, // 77: rein.v1.RunAdmitted.waited:type_name -> google.protobuf.Duration
+	38, // 78: rein.v1.RunAdmitted.deadline:type_name -> google.protobuf.Timestamp
+	47, // 79: rein.v1.ModelThrottled.wait:type_name -> google.protobuf.Duration
+	80, // [80:80] is the sub-list for method output_type
+	80, // [80:80] is the sub-list for method input_type
+	80, // [80:80] is the sub-list for extension type_name
+	80, // [80:80] is the sub-list for extension extendee
+	0,  // [0:80] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_event_proto_init() }
@@ -3836,6 +4113,8 @@ func file_rein_v1_event_proto_init() {
 		(*Event_RunAdmitted)(nil),
 		(*Event_ModelThrottled)(nil),
 		(*Event_RunTaken)(nil),
+		(*Event_ToolChanged)(nil),
+		(*Event_ToolAdopted)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3843,7 +4122,7 @@ func file_rein_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_event_proto_rawDesc), len(file_rein_v1_event_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -252,8 +252,14 @@ type Run struct {
 	// when it is not the run's own ID or its delegation's root's
 	// (run_started.prompt_cache_key: a fork's is its parent's).
 	PromptCacheKey string `protobuf:"bytes,30,opt,name=prompt_cache_key,json=promptCacheKey,proto3" json:"prompt_cache_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The digests of the granted tools' definitions the run holds
+	// (run_started's, then each tool_adopted's); empty for a run recorded
+	// before rein kept them.
+	ToolDigests []*ToolDigest `protobuf:"bytes,31,rep,name=tool_digests,json=toolDigests,proto3" json:"tool_digests,omitempty"`
+	// The digest of the server's policy rules at the run's start.
+	PolicyDigest  string `protobuf:"bytes,32,opt,name=policy_digest,json=policyDigest,proto3" json:"policy_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Run) Reset() {
@@ -496,6 +502,106 @@ func (x *Run) GetPromptCacheKey() string {
 	return ""
 }
 
+func (x *Run) GetToolDigests() []*ToolDigest {
+	if x != nil {
+		return x.ToolDigests
+	}
+	return nil
+}
+
+func (x *Run) GetPolicyDigest() string {
+	if x != nil {
+		return x.PolicyDigest
+	}
+	return ""
+}
+
+// ToolDigest is what a run holds of a granted tool's definition: the
+// SHA-256 of its canonical JSON (name, tier, input schema, server), and
+// the parts a change is named by.
+type ToolDigest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The hex SHA-256 of the definition's canonical JSON.
+	Digest string `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	// The tier the serving tool declares; unspecified when it declares none.
+	Tier ToolTier `protobuf:"varint,3,opt,name=tier,proto3,enum=rein.v1.ToolTier" json:"tier,omitempty"`
+	// The hex SHA-256 of the input schema's canonical JSON; empty without a
+	// schema.
+	SchemaDigest string `protobuf:"bytes,4,opt,name=schema_digest,json=schemaDigest,proto3" json:"schema_digest,omitempty"`
+	// The server or service that serves the tool, as the server names it
+	// (such as "tool-server refunds", "mcp files", "fixture").
+	Server        string `protobuf:"bytes,5,opt,name=server,proto3" json:"server,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolDigest) Reset() {
+	*x = ToolDigest{}
+	mi := &file_rein_v1_run_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolDigest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolDigest) ProtoMessage() {}
+
+func (x *ToolDigest) ProtoReflect() protoreflect.Message {
+	mi := &file_rein_v1_run_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolDigest.ProtoReflect.Descriptor instead.
+func (*ToolDigest) Descriptor() ([]byte, []int) {
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ToolDigest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolDigest) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *ToolDigest) GetTier() ToolTier {
+	if x != nil {
+		return x.Tier
+	}
+	return ToolTier_TOOL_TIER_UNSPECIFIED
+}
+
+func (x *ToolDigest) GetSchemaDigest() string {
+	if x != nil {
+		return x.SchemaDigest
+	}
+	return ""
+}
+
+func (x *ToolDigest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
 // RunArchive says where an archived run's export is kept.
 type RunArchive struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -515,7 +621,7 @@ type RunArchive struct {
 
 func (x *RunArchive) Reset() {
 	*x = RunArchive{}
-	mi := &file_rein_v1_run_proto_msgTypes[1]
+	mi := &file_rein_v1_run_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -527,7 +633,7 @@ func (x *RunArchive) String() string {
 func (*RunArchive) ProtoMessage() {}
 
 func (x *RunArchive) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[1]
+	mi := &file_rein_v1_run_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -540,7 +646,7 @@ func (x *RunArchive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunArchive.ProtoReflect.Descriptor instead.
 func (*RunArchive) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{1}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RunArchive) GetKey() string {
@@ -607,7 +713,7 @@ type RunProgress struct {
 
 func (x *RunProgress) Reset() {
 	*x = RunProgress{}
-	mi := &file_rein_v1_run_proto_msgTypes[2]
+	mi := &file_rein_v1_run_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +725,7 @@ func (x *RunProgress) String() string {
 func (*RunProgress) ProtoMessage() {}
 
 func (x *RunProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[2]
+	mi := &file_rein_v1_run_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +738,7 @@ func (x *RunProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunProgress.ProtoReflect.Descriptor instead.
 func (*RunProgress) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{2}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RunProgress) GetOpenCall() *ToolCall {
@@ -725,7 +831,7 @@ type PendingAction struct {
 
 func (x *PendingAction) Reset() {
 	*x = PendingAction{}
-	mi := &file_rein_v1_run_proto_msgTypes[3]
+	mi := &file_rein_v1_run_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +843,7 @@ func (x *PendingAction) String() string {
 func (*PendingAction) ProtoMessage() {}
 
 func (x *PendingAction) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[3]
+	mi := &file_rein_v1_run_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +856,7 @@ func (x *PendingAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingAction.ProtoReflect.Descriptor instead.
 func (*PendingAction) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{3}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PendingAction) GetAction() isPendingAction_Action {
@@ -850,7 +956,7 @@ type BudgetPause struct {
 
 func (x *BudgetPause) Reset() {
 	*x = BudgetPause{}
-	mi := &file_rein_v1_run_proto_msgTypes[4]
+	mi := &file_rein_v1_run_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -862,7 +968,7 @@ func (x *BudgetPause) String() string {
 func (*BudgetPause) ProtoMessage() {}
 
 func (x *BudgetPause) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[4]
+	mi := &file_rein_v1_run_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -875,7 +981,7 @@ func (x *BudgetPause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetPause.ProtoReflect.Descriptor instead.
 func (*BudgetPause) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{4}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BudgetPause) GetLimit() string {
@@ -974,13 +1080,17 @@ type Proposal struct {
 	// For a revised proposal: the reason its reviser gave
 	// (proposal_revised.reason); not part of the hash.
 	RevisionReason string `protobuf:"bytes,18,opt,name=revision_reason,json=revisionReason,proto3" json:"revision_reason,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The digest of the tool definition the proposal was previewed on, when
+	// it is not the one the run holds: a proposal previewed again after its
+	// tool changed. Its approval moves the run to that definition.
+	ToolDigest    string `protobuf:"bytes,19,opt,name=tool_digest,json=toolDigest,proto3" json:"tool_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Proposal) Reset() {
 	*x = Proposal{}
-	mi := &file_rein_v1_run_proto_msgTypes[5]
+	mi := &file_rein_v1_run_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1102,7 @@ func (x *Proposal) String() string {
 func (*Proposal) ProtoMessage() {}
 
 func (x *Proposal) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[5]
+	mi := &file_rein_v1_run_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1115,7 @@ func (x *Proposal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proposal.ProtoReflect.Descriptor instead.
 func (*Proposal) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{5}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Proposal) GetProposalId() string {
@@ -1134,6 +1244,13 @@ func (x *Proposal) GetRevisionReason() string {
 	return ""
 }
 
+func (x *Proposal) GetToolDigest() string {
+	if x != nil {
+		return x.ToolDigest
+	}
+	return ""
+}
+
 // Question is what the model asked a person.
 type Question struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1147,7 +1264,7 @@ type Question struct {
 
 func (x *Question) Reset() {
 	*x = Question{}
-	mi := &file_rein_v1_run_proto_msgTypes[6]
+	mi := &file_rein_v1_run_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1276,7 @@ func (x *Question) String() string {
 func (*Question) ProtoMessage() {}
 
 func (x *Question) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[6]
+	mi := &file_rein_v1_run_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1289,7 @@ func (x *Question) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Question.ProtoReflect.Descriptor instead.
 func (*Question) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{6}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Question) GetText() string {
@@ -1208,7 +1325,7 @@ type DelegatedBy struct {
 
 func (x *DelegatedBy) Reset() {
 	*x = DelegatedBy{}
-	mi := &file_rein_v1_run_proto_msgTypes[7]
+	mi := &file_rein_v1_run_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1337,7 @@ func (x *DelegatedBy) String() string {
 func (*DelegatedBy) ProtoMessage() {}
 
 func (x *DelegatedBy) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[7]
+	mi := &file_rein_v1_run_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1350,7 @@ func (x *DelegatedBy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelegatedBy.ProtoReflect.Descriptor instead.
 func (*DelegatedBy) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{7}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DelegatedBy) GetParentRunId() string {
@@ -1288,7 +1405,7 @@ type RunDelegation struct {
 
 func (x *RunDelegation) Reset() {
 	*x = RunDelegation{}
-	mi := &file_rein_v1_run_proto_msgTypes[8]
+	mi := &file_rein_v1_run_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1417,7 @@ func (x *RunDelegation) String() string {
 func (*RunDelegation) ProtoMessage() {}
 
 func (x *RunDelegation) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[8]
+	mi := &file_rein_v1_run_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1430,7 @@ func (x *RunDelegation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunDelegation.ProtoReflect.Descriptor instead.
 func (*RunDelegation) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{8}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RunDelegation) GetChildrenStarted() uint32 {
@@ -1361,7 +1478,7 @@ type Spend struct {
 
 func (x *Spend) Reset() {
 	*x = Spend{}
-	mi := &file_rein_v1_run_proto_msgTypes[9]
+	mi := &file_rein_v1_run_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1373,7 +1490,7 @@ func (x *Spend) String() string {
 func (*Spend) ProtoMessage() {}
 
 func (x *Spend) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[9]
+	mi := &file_rein_v1_run_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1386,7 +1503,7 @@ func (x *Spend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Spend.ProtoReflect.Descriptor instead.
 func (*Spend) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{9}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Spend) GetSteps() uint32 {
@@ -1430,7 +1547,7 @@ type ChildLoan struct {
 
 func (x *ChildLoan) Reset() {
 	*x = ChildLoan{}
-	mi := &file_rein_v1_run_proto_msgTypes[10]
+	mi := &file_rein_v1_run_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +1559,7 @@ func (x *ChildLoan) String() string {
 func (*ChildLoan) ProtoMessage() {}
 
 func (x *ChildLoan) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[10]
+	mi := &file_rein_v1_run_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +1572,7 @@ func (x *ChildLoan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildLoan.ProtoReflect.Descriptor instead.
 func (*ChildLoan) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{10}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ChildLoan) GetRunId() string {
@@ -1498,14 +1615,18 @@ type PolicyDecided struct {
 	// Why the policy could not decide as written (a rule that failed to
 	// evaluate, a service that failed or timed out); the decision then fails
 	// closed, never to allow.
-	Error         string `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	// The digest of the server's policy rules in force when the decision was
+	// made, so an audit can tell which rules decided; empty for a decision
+	// recorded before rein kept digests.
+	PolicyDigest  string `protobuf:"bytes,11,opt,name=policy_digest,json=policyDigest,proto3" json:"policy_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PolicyDecided) Reset() {
 	*x = PolicyDecided{}
-	mi := &file_rein_v1_run_proto_msgTypes[11]
+	mi := &file_rein_v1_run_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1638,7 @@ func (x *PolicyDecided) String() string {
 func (*PolicyDecided) ProtoMessage() {}
 
 func (x *PolicyDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[11]
+	mi := &file_rein_v1_run_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1651,7 @@ func (x *PolicyDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyDecided.ProtoReflect.Descriptor instead.
 func (*PolicyDecided) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{11}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PolicyDecided) GetCallId() string {
@@ -1603,6 +1724,13 @@ func (x *PolicyDecided) GetError() string {
 	return ""
 }
 
+func (x *PolicyDecided) GetPolicyDigest() string {
+	if x != nil {
+		return x.PolicyDigest
+	}
+	return ""
+}
+
 // A price, in US dollars per million tokens (event.proto's ModelPrice,
 // which this file cannot import).
 type RunProgress_Price struct {
@@ -1617,7 +1745,7 @@ type RunProgress_Price struct {
 
 func (x *RunProgress_Price) Reset() {
 	*x = RunProgress_Price{}
-	mi := &file_rein_v1_run_proto_msgTypes[12]
+	mi := &file_rein_v1_run_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1757,7 @@ func (x *RunProgress_Price) String() string {
 func (*RunProgress_Price) ProtoMessage() {}
 
 func (x *RunProgress_Price) ProtoReflect() protoreflect.Message {
-	mi := &file_rein_v1_run_proto_msgTypes[12]
+	mi := &file_rein_v1_run_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1770,7 @@ func (x *RunProgress_Price) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunProgress_Price.ProtoReflect.Descriptor instead.
 func (*RunProgress_Price) Descriptor() ([]byte, []int) {
-	return file_rein_v1_run_proto_rawDescGZIP(), []int{2, 0}
+	return file_rein_v1_run_proto_rawDescGZIP(), []int{3, 0}
 }
 
 func (x *RunProgress_Price) GetInputPerMtok() float64 {
@@ -1663,7 +1791,8 @@ var File_rein_v1_run_proto protoreflect.FileDescriptor
 
 const file_rein_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xe6\t\n" +
+	"\x11rein/v1/run.proto\x12\arein.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rein/v1/contract.proto\x1a\x16rein/v1/decision.proto\"\xc3\n" +
+	"\n" +
 	"\x03Run\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12*\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x12.rein.v1.RunStatusR\x06status\x121\n" +
@@ -1702,7 +1831,16 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\aarchive\x18\x1b \x01(\v2\x13.rein.v1.RunArchiveR\aarchive\x123\n" +
 	"\rbudget_raised\x18\x1c \x01(\v2\x0e.rein.v1.SpendR\fbudgetRaised\x12%\n" +
 	"\x0equeue_position\x18\x1d \x01(\rR\rqueuePosition\x12(\n" +
-	"\x10prompt_cache_key\x18\x1e \x01(\tR\x0epromptCacheKey\"\x92\x01\n" +
+	"\x10prompt_cache_key\x18\x1e \x01(\tR\x0epromptCacheKey\x126\n" +
+	"\ftool_digests\x18\x1f \x03(\v2\x13.rein.v1.ToolDigestR\vtoolDigests\x12#\n" +
+	"\rpolicy_digest\x18  \x01(\tR\fpolicyDigest\"\x9c\x01\n" +
+	"\n" +
+	"ToolDigest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12%\n" +
+	"\x04tier\x18\x03 \x01(\x0e2\x11.rein.v1.ToolTierR\x04tier\x12#\n" +
+	"\rschema_digest\x18\x04 \x01(\tR\fschemaDigest\x12\x16\n" +
+	"\x06server\x18\x05 \x01(\tR\x06server\"\x92\x01\n" +
 	"\n" +
 	"RunArchive\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
@@ -1742,7 +1880,7 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\fchild_run_id\x18\x04 \x01(\tR\n" +
 	"childRunId\x12(\n" +
 	"\x10next_call_tokens\x18\x05 \x01(\x04R\x0enextCallTokens\x12+\n" +
-	"\x12next_call_cost_usd\x18\x06 \x01(\x01R\x0fnextCallCostUsd\"\xa2\x05\n" +
+	"\x12next_call_cost_usd\x18\x06 \x01(\x01R\x0fnextCallCostUsd\"\xc3\x05\n" +
 	"\bProposal\x12\x1f\n" +
 	"\vproposal_id\x18\x01 \x01(\tR\n" +
 	"proposalId\x12\x12\n" +
@@ -1768,7 +1906,9 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"policyRule\x12%\n" +
 	"\x0epolicy_message\x18\x10 \x01(\tR\rpolicyMessage\x12/\n" +
 	"\x13unchecked_arguments\x18\x11 \x01(\bR\x12uncheckedArguments\x12'\n" +
-	"\x0frevision_reason\x18\x12 \x01(\tR\x0erevisionReason\"7\n" +
+	"\x0frevision_reason\x18\x12 \x01(\tR\x0erevisionReason\x12\x1f\n" +
+	"\vtool_digest\x18\x13 \x01(\tR\n" +
+	"toolDigest\"7\n" +
 	"\bQuestion\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\"\xa2\x01\n" +
@@ -1792,7 +1932,7 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"tool_calls\x18\x04 \x01(\rR\ttoolCalls\"F\n" +
 	"\tChildLoan\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\"\n" +
-	"\x04lent\x18\x02 \x01(\v2\x0e.rein.v1.SpendR\x04lent\"\xc5\x02\n" +
+	"\x04lent\x18\x02 \x01(\v2\x0e.rein.v1.SpendR\x04lent\"\xea\x02\n" +
 	"\rPolicyDecided\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12-\n" +
@@ -1804,7 +1944,8 @@ const file_rein_v1_run_proto_rawDesc = "" +
 	"\tapprovals\x18\b \x01(\rR\tapprovals\x123\n" +
 	"\alatency\x18\t \x01(\v2\x19.google.protobuf.DurationR\alatency\x12\x14\n" +
 	"\x05error\x18\n" +
-	" \x01(\tR\x05error*\xc9\x02\n" +
+	" \x01(\tR\x05error\x12#\n" +
+	"\rpolicy_digest\x18\v \x01(\tR\fpolicyDigest*\xc9\x02\n" +
 	"\tRunStatus\x12\x1a\n" +
 	"\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12RUN_STATUS_RUNNING\x10\x01\x12\x1a\n" +
@@ -1839,77 +1980,80 @@ func file_rein_v1_run_proto_rawDescGZIP() []byte {
 }
 
 var file_rein_v1_run_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_rein_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_rein_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_rein_v1_run_proto_goTypes = []any{
 	(RunStatus)(0),                // 0: rein.v1.RunStatus
 	(PolicySource)(0),             // 1: rein.v1.PolicySource
 	(*Run)(nil),                   // 2: rein.v1.Run
-	(*RunArchive)(nil),            // 3: rein.v1.RunArchive
-	(*RunProgress)(nil),           // 4: rein.v1.RunProgress
-	(*PendingAction)(nil),         // 5: rein.v1.PendingAction
-	(*BudgetPause)(nil),           // 6: rein.v1.BudgetPause
-	(*Proposal)(nil),              // 7: rein.v1.Proposal
-	(*Question)(nil),              // 8: rein.v1.Question
-	(*DelegatedBy)(nil),           // 9: rein.v1.DelegatedBy
-	(*RunDelegation)(nil),         // 10: rein.v1.RunDelegation
-	(*Spend)(nil),                 // 11: rein.v1.Spend
-	(*ChildLoan)(nil),             // 12: rein.v1.ChildLoan
-	(*PolicyDecided)(nil),         // 13: rein.v1.PolicyDecided
-	(*RunProgress_Price)(nil),     // 14: rein.v1.RunProgress.Price
-	nil,                           // 15: rein.v1.RunProgress.ToolCallsByToolEntry
-	(*TaskContract)(nil),          // 16: rein.v1.TaskContract
-	(*Usage)(nil),                 // 17: rein.v1.Usage
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
-	(*FinalAnswer)(nil),           // 19: rein.v1.FinalAnswer
-	(*ToolCall)(nil),              // 20: rein.v1.ToolCall
+	(*ToolDigest)(nil),            // 3: rein.v1.ToolDigest
+	(*RunArchive)(nil),            // 4: rein.v1.RunArchive
+	(*RunProgress)(nil),           // 5: rein.v1.RunProgress
+	(*PendingAction)(nil),         // 6: rein.v1.PendingAction
+	(*BudgetPause)(nil),           // 7: rein.v1.BudgetPause
+	(*Proposal)(nil),              // 8: rein.v1.Proposal
+	(*Question)(nil),              // 9: rein.v1.Question
+	(*DelegatedBy)(nil),           // 10: rein.v1.DelegatedBy
+	(*RunDelegation)(nil),         // 11: rein.v1.RunDelegation
+	(*Spend)(nil),                 // 12: rein.v1.Spend
+	(*ChildLoan)(nil),             // 13: rein.v1.ChildLoan
+	(*PolicyDecided)(nil),         // 14: rein.v1.PolicyDecided
+	(*RunProgress_Price)(nil),     // 15: rein.v1.RunProgress.Price
+	nil,                           // 16: rein.v1.RunProgress.ToolCallsByToolEntry
+	(*TaskContract)(nil),          // 17: rein.v1.TaskContract
+	(*Usage)(nil),                 // 18: rein.v1.Usage
+	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(*FinalAnswer)(nil),           // 20: rein.v1.FinalAnswer
 	(ToolTier)(0),                 // 21: rein.v1.ToolTier
-	(*structpb.Struct)(nil),       // 22: google.protobuf.Struct
-	(*structpb.Value)(nil),        // 23: google.protobuf.Value
-	(PolicyEffect)(0),             // 24: rein.v1.PolicyEffect
-	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
+	(*ToolCall)(nil),              // 22: rein.v1.ToolCall
+	(*structpb.Struct)(nil),       // 23: google.protobuf.Struct
+	(*structpb.Value)(nil),        // 24: google.protobuf.Value
+	(PolicyEffect)(0),             // 25: rein.v1.PolicyEffect
+	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
 }
 var file_rein_v1_run_proto_depIdxs = []int32{
 	0,  // 0: rein.v1.Run.status:type_name -> rein.v1.RunStatus
-	16, // 1: rein.v1.Run.contract:type_name -> rein.v1.TaskContract
-	17, // 2: rein.v1.Run.usage:type_name -> rein.v1.Usage
-	18, // 3: rein.v1.Run.deadline:type_name -> google.protobuf.Timestamp
-	5,  // 4: rein.v1.Run.pending:type_name -> rein.v1.PendingAction
-	19, // 5: rein.v1.Run.result:type_name -> rein.v1.FinalAnswer
-	18, // 6: rein.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	18, // 7: rein.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
-	7,  // 8: rein.v1.Run.approved_write:type_name -> rein.v1.Proposal
-	4,  // 9: rein.v1.Run.progress:type_name -> rein.v1.RunProgress
-	9,  // 10: rein.v1.Run.delegated_by:type_name -> rein.v1.DelegatedBy
-	10, // 11: rein.v1.Run.delegation:type_name -> rein.v1.RunDelegation
-	3,  // 12: rein.v1.Run.archive:type_name -> rein.v1.RunArchive
-	11, // 13: rein.v1.Run.budget_raised:type_name -> rein.v1.Spend
-	18, // 14: rein.v1.RunArchive.archived_at:type_name -> google.protobuf.Timestamp
-	20, // 15: rein.v1.RunProgress.open_call:type_name -> rein.v1.ToolCall
-	21, // 16: rein.v1.RunProgress.open_call_tier:type_name -> rein.v1.ToolTier
-	15, // 17: rein.v1.RunProgress.tool_calls_by_tool:type_name -> rein.v1.RunProgress.ToolCallsByToolEntry
-	14, // 18: rein.v1.RunProgress.price:type_name -> rein.v1.RunProgress.Price
-	13, // 19: rein.v1.RunProgress.policy:type_name -> rein.v1.PolicyDecided
-	7,  // 20: rein.v1.PendingAction.proposal:type_name -> rein.v1.Proposal
-	8,  // 21: rein.v1.PendingAction.question:type_name -> rein.v1.Question
-	6,  // 22: rein.v1.PendingAction.budget:type_name -> rein.v1.BudgetPause
-	18, // 23: rein.v1.PendingAction.ends_at:type_name -> google.protobuf.Timestamp
-	18, // 24: rein.v1.BudgetPause.expires_at:type_name -> google.protobuf.Timestamp
-	22, // 25: rein.v1.Proposal.arguments:type_name -> google.protobuf.Struct
-	23, // 26: rein.v1.Proposal.preview:type_name -> google.protobuf.Value
-	18, // 27: rein.v1.Proposal.expires_at:type_name -> google.protobuf.Timestamp
-	21, // 28: rein.v1.Proposal.tier:type_name -> rein.v1.ToolTier
-	12, // 29: rein.v1.RunDelegation.open_children:type_name -> rein.v1.ChildLoan
-	11, // 30: rein.v1.RunDelegation.lent:type_name -> rein.v1.Spend
-	11, // 31: rein.v1.RunDelegation.returned:type_name -> rein.v1.Spend
-	11, // 32: rein.v1.ChildLoan.lent:type_name -> rein.v1.Spend
-	24, // 33: rein.v1.PolicyDecided.effect:type_name -> rein.v1.PolicyEffect
-	1,  // 34: rein.v1.PolicyDecided.source:type_name -> rein.v1.PolicySource
-	25, // 35: rein.v1.PolicyDecided.latency:type_name -> google.protobuf.Duration
-	36, // [36:36] is the sub-list for method output_type
-	36, // [36:36] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	17, // 1: rein.v1.Run.contract:type_name -> rein.v1.TaskContract
+	18, // 2: rein.v1.Run.usage:type_name -> rein.v1.Usage
+	19, // 3: rein.v1.Run.deadline:type_name -> google.protobuf.Timestamp
+	6,  // 4: rein.v1.Run.pending:type_name -> rein.v1.PendingAction
+	20, // 5: rein.v1.Run.result:type_name -> rein.v1.FinalAnswer
+	19, // 6: rein.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	19, // 7: rein.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
+	8,  // 8: rein.v1.Run.approved_write:type_name -> rein.v1.Proposal
+	5,  // 9: rein.v1.Run.progress:type_name -> rein.v1.RunProgress
+	10, // 10: rein.v1.Run.delegated_by:type_name -> rein.v1.DelegatedBy
+	11, // 11: rein.v1.Run.delegation:type_name -> rein.v1.RunDelegation
+	4,  // 12: rein.v1.Run.archive:type_name -> rein.v1.RunArchive
+	12, // 13: rein.v1.Run.budget_raised:type_name -> rein.v1.Spend
+	3,  // 14: rein.v1.Run.tool_digests:type_name -> rein.v1.ToolDigest
+	21, // 15: rein.v1.ToolDigest.tier:type_name -> rein.v1.ToolTier
+	19, // 16: rein.v1.RunArchive.archived_at:type_name -> google.protobuf.Timestamp
+	22, // 17: rein.v1.RunProgress.open_call:type_name -> rein.v1.ToolCall
+	21, // 18: rein.v1.RunProgress.open_call_tier:type_name -> rein.v1.ToolTier
+	16, // 19: rein.v1.RunProgress.tool_calls_by_tool:type_name -> rein.v1.RunProgress.ToolCallsByToolEntry
+	15, // 20: rein.v1.RunProgress.price:type_name -> rein.v1.RunProgress.Price
+	14, // 21: rein.v1.RunProgress.policy:type_name -> rein.v1.PolicyDecided
+	8,  // 22: rein.v1.PendingAction.proposal:type_name -> rein.v1.Proposal
+	9,  // 23: rein.v1.PendingAction.question:type_name -> rein.v1.Question
+	7,  // 24: rein.v1.PendingAction.budget:type_name -> rein.v1.BudgetPause
+	19, // 25: rein.v1.PendingAction.ends_at:type_name -> google.protobuf.Timestamp
+	19, // 26: rein.v1.BudgetPause.expires_at:type_name -> google.protobuf.Timestamp
+	23, // 27: rein.v1.Proposal.arguments:type_name -> google.protobuf.Struct
+	24, // 28: rein.v1.Proposal.preview:type_name -> google.protobuf.Value
+	19, // 29: rein.v1.Proposal.expires_at:type_name -> google.protobuf.Timestamp
+	21, // 30: rein.v1.Proposal.tier:type_name -> rein.v1.ToolTier
+	13, // 31: rein.v1.RunDelegation.open_children:type_name -> rein.v1.ChildLoan
+	12, // 32: rein.v1.RunDelegation.lent:type_name -> rein.v1.Spend
+	12, // 33: rein.v1.RunDelegation.returned:type_name -> rein.v1.Spend
+	12, // 34: rein.v1.ChildLoan.lent:type_name -> rein.v1.Spend
+	25, // 35: rein.v1.PolicyDecided.effect:type_name -> rein.v1.PolicyEffect
+	1,  // 36: rein.v1.PolicyDecided.source:type_name -> rein.v1.PolicySource
+	26, // 37: rein.v1.PolicyDecided.latency:type_name -> google.protobuf.Duration
+	38, // [38:38] is the sub-list for method output_type
+	38, // [38:38] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_run_proto_init() }
@@ -1919,7 +2063,7 @@ func file_rein_v1_run_proto_init() {
 	}
 	file_rein_v1_contract_proto_init()
 	file_rein_v1_decision_proto_init()
-	file_rein_v1_run_proto_msgTypes[3].OneofWrappers = []any{
+	file_rein_v1_run_proto_msgTypes[4].OneofWrappers = []any{
 		(*PendingAction_Proposal)(nil),
 		(*PendingAction_Question)(nil),
 		(*PendingAction_Budget)(nil),
@@ -1930,7 +2074,7 @@ func file_rein_v1_run_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rein_v1_run_proto_rawDesc), len(file_rein_v1_run_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -31,7 +31,12 @@ type ToolSpec struct {
 	// What the tool does, shown to the model.
 	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
 	// A JSON Schema for the tool's arguments.
-	InputSchema   *structpb.Struct `protobuf:"bytes,3,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
+	InputSchema *structpb.Struct `protobuf:"bytes,3,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
+	// The tier the service declares the tool to be; unspecified declares
+	// none. rein routes a call by its grant's tier whatever this says; a
+	// change of it under a run is a change of the tool's definition (rein
+	// serve --on-tool-change).
+	Tier          ToolTier `protobuf:"varint,4,opt,name=tier,proto3,enum=rein.v1.ToolTier" json:"tier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -85,6 +90,13 @@ func (x *ToolSpec) GetInputSchema() *structpb.Struct {
 		return x.InputSchema
 	}
 	return nil
+}
+
+func (x *ToolSpec) GetTier() ToolTier {
+	if x != nil {
+		return x.Tier
+	}
+	return ToolTier_TOOL_TIER_UNSPECIFIED
 }
 
 // RemoteToolCall is one call of a run to a remote tool.
@@ -652,11 +664,12 @@ var File_rein_v1_tool_service_proto protoreflect.FileDescriptor
 
 const file_rein_v1_tool_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1arein/v1/tool_service.proto\x12\arein.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x9b\x01\n" +
+	"\x1arein/v1/tool_service.proto\x12\arein.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16rein/v1/contract.proto\"\xc2\x01\n" +
 	"\bToolSpec\x121\n" +
 	"\x04name\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x182\x16^[A-Za-z0-9_.-]{1,64}$R\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
-	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\"\x94\x01\n" +
+	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\x12%\n" +
+	"\x04tier\x18\x04 \x01(\x0e2\x11.rein.v1.ToolTierR\x04tier\"\x94\x01\n" +
 	"\x0eRemoteToolCall\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12\x1b\n" +
@@ -720,36 +733,38 @@ var file_rein_v1_tool_service_proto_goTypes = []any{
 	(*LookupWriteRequest)(nil),   // 10: rein.v1.LookupWriteRequest
 	(*LookupWriteResponse)(nil),  // 11: rein.v1.LookupWriteResponse
 	(*structpb.Struct)(nil),      // 12: google.protobuf.Struct
-	(*structpb.Value)(nil),       // 13: google.protobuf.Value
+	(ToolTier)(0),                // 13: rein.v1.ToolTier
+	(*structpb.Value)(nil),       // 14: google.protobuf.Value
 }
 var file_rein_v1_tool_service_proto_depIdxs = []int32{
 	12, // 0: rein.v1.ToolSpec.input_schema:type_name -> google.protobuf.Struct
-	12, // 1: rein.v1.RemoteToolCall.arguments:type_name -> google.protobuf.Struct
-	0,  // 2: rein.v1.ListToolsResponse.tools:type_name -> rein.v1.ToolSpec
-	1,  // 3: rein.v1.ReadRequest.call:type_name -> rein.v1.RemoteToolCall
-	13, // 4: rein.v1.ReadResponse.output:type_name -> google.protobuf.Value
-	1,  // 5: rein.v1.ProposeWriteRequest.call:type_name -> rein.v1.RemoteToolCall
-	13, // 6: rein.v1.ProposeWriteResponse.preview:type_name -> google.protobuf.Value
-	1,  // 7: rein.v1.CommitWriteRequest.call:type_name -> rein.v1.RemoteToolCall
-	13, // 8: rein.v1.CommitWriteRequest.preview:type_name -> google.protobuf.Value
-	13, // 9: rein.v1.CommitWriteResponse.receipt:type_name -> google.protobuf.Value
-	1,  // 10: rein.v1.LookupWriteRequest.call:type_name -> rein.v1.RemoteToolCall
-	13, // 11: rein.v1.LookupWriteResponse.receipt:type_name -> google.protobuf.Value
-	2,  // 12: rein.v1.ToolService.ListTools:input_type -> rein.v1.ListToolsRequest
-	4,  // 13: rein.v1.ToolService.Read:input_type -> rein.v1.ReadRequest
-	6,  // 14: rein.v1.ToolService.ProposeWrite:input_type -> rein.v1.ProposeWriteRequest
-	8,  // 15: rein.v1.ToolService.CommitWrite:input_type -> rein.v1.CommitWriteRequest
-	10, // 16: rein.v1.ToolService.LookupWrite:input_type -> rein.v1.LookupWriteRequest
-	3,  // 17: rein.v1.ToolService.ListTools:output_type -> rein.v1.ListToolsResponse
-	5,  // 18: rein.v1.ToolService.Read:output_type -> rein.v1.ReadResponse
-	7,  // 19: rein.v1.ToolService.ProposeWrite:output_type -> rein.v1.ProposeWriteResponse
-	9,  // 20: rein.v1.ToolService.CommitWrite:output_type -> rein.v1.CommitWriteResponse
-	11, // 21: rein.v1.ToolService.LookupWrite:output_type -> rein.v1.LookupWriteResponse
-	17, // [17:22] is the sub-list for method output_type
-	12, // [12:17] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	13, // 1: rein.v1.ToolSpec.tier:type_name -> rein.v1.ToolTier
+	12, // 2: rein.v1.RemoteToolCall.arguments:type_name -> google.protobuf.Struct
+	0,  // 3: rein.v1.ListToolsResponse.tools:type_name -> rein.v1.ToolSpec
+	1,  // 4: rein.v1.ReadRequest.call:type_name -> rein.v1.RemoteToolCall
+	14, // 5: rein.v1.ReadResponse.output:type_name -> google.protobuf.Value
+	1,  // 6: rein.v1.ProposeWriteRequest.call:type_name -> rein.v1.RemoteToolCall
+	14, // 7: rein.v1.ProposeWriteResponse.preview:type_name -> google.protobuf.Value
+	1,  // 8: rein.v1.CommitWriteRequest.call:type_name -> rein.v1.RemoteToolCall
+	14, // 9: rein.v1.CommitWriteRequest.preview:type_name -> google.protobuf.Value
+	14, // 10: rein.v1.CommitWriteResponse.receipt:type_name -> google.protobuf.Value
+	1,  // 11: rein.v1.LookupWriteRequest.call:type_name -> rein.v1.RemoteToolCall
+	14, // 12: rein.v1.LookupWriteResponse.receipt:type_name -> google.protobuf.Value
+	2,  // 13: rein.v1.ToolService.ListTools:input_type -> rein.v1.ListToolsRequest
+	4,  // 14: rein.v1.ToolService.Read:input_type -> rein.v1.ReadRequest
+	6,  // 15: rein.v1.ToolService.ProposeWrite:input_type -> rein.v1.ProposeWriteRequest
+	8,  // 16: rein.v1.ToolService.CommitWrite:input_type -> rein.v1.CommitWriteRequest
+	10, // 17: rein.v1.ToolService.LookupWrite:input_type -> rein.v1.LookupWriteRequest
+	3,  // 18: rein.v1.ToolService.ListTools:output_type -> rein.v1.ListToolsResponse
+	5,  // 19: rein.v1.ToolService.Read:output_type -> rein.v1.ReadResponse
+	7,  // 20: rein.v1.ToolService.ProposeWrite:output_type -> rein.v1.ProposeWriteResponse
+	9,  // 21: rein.v1.ToolService.CommitWrite:output_type -> rein.v1.CommitWriteResponse
+	11, // 22: rein.v1.ToolService.LookupWrite:output_type -> rein.v1.LookupWriteResponse
+	18, // [18:23] is the sub-list for method output_type
+	13, // [13:18] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_rein_v1_tool_service_proto_init() }
@@ -757,6 +772,7 @@ func file_rein_v1_tool_service_proto_init() {
 	if File_rein_v1_tool_service_proto != nil {
 		return
 	}
+	file_rein_v1_contract_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

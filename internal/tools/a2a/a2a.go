@@ -151,13 +151,13 @@ func (c *Client) index(card *sdk.AgentCard) {
 		}
 		c.skills[full] = s.ID
 		desc := strings.TrimSpace(s.Description + " (skill " + s.ID + " of the A2A agent " + card.Name + " at " + c.url + ")")
-		c.specs = append(c.specs, tools.Spec{Name: full, Description: desc, InputSchema: schema})
+		c.specs = append(c.specs, tools.Spec{Name: full, Description: desc, InputSchema: schema, Server: "a2a " + c.name})
 	}
 	taskSchema, _ := structpb.NewStruct(map[string]any{"type": "object", "required": []any{"task_id"}, "properties": map[string]any{
 		"task_id": map[string]any{"type": "string", "description": "the task's ID, as a call of one of the agent's skills returned it"},
 		"reply":   map[string]any{"description": "what to tell the task when it waits for input: text, or an object (a data part, e.g. a decision on its proposal); none to follow it only"},
 	}})
-	c.specs = append(c.specs, tools.Spec{Name: c.name + "." + TaskTool, InputSchema: taskSchema,
+	c.specs = append(c.specs, tools.Spec{Name: c.name + "." + TaskTool, InputSchema: taskSchema, Server: "a2a " + c.name,
 		Description: "Follow a task of the A2A agent at " + c.url + " until it ends or waits again, replying to it first when reply is given."})
 }
 

@@ -178,7 +178,7 @@ func (c *Client) refresh(ctx context.Context) error {
 			continue
 		}
 		listed[full] = t
-		specs = append(specs, tools.Spec{Name: full, Description: describe(t), InputSchema: schema})
+		specs = append(specs, tools.Spec{Name: full, Description: describe(t), InputSchema: schema, Server: "mcp " + c.name})
 	}
 	for _, s := range skipped {
 		c.logger.Warn("MCP tool skipped", "server", c.name, "tool", s.Tool, "reason", s.Reason)
@@ -268,7 +268,8 @@ func (c *Client) List(ctx context.Context) ([]tools.Spec, error) {
 	defer c.mu.Unlock()
 	out := make([]tools.Spec, len(c.specs))
 	for i, s := range c.specs {
-		out[i] = tools.Spec{Name: s.Name, Description: s.Description, InputSchema: proto.Clone(s.InputSchema).(*structpb.Struct)}
+		out[i] = s
+		out[i].InputSchema = proto.Clone(s.InputSchema).(*structpb.Struct)
 	}
 	return out, nil
 }

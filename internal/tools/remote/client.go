@@ -95,7 +95,8 @@ func (c *Client) List(ctx context.Context) ([]tools.Spec, error) {
 	}
 	specs := make([]tools.Spec, len(resp.GetTools()))
 	for i, t := range resp.GetTools() {
-		specs[i] = tools.Spec{Name: t.GetName(), Description: t.GetDescription(), InputSchema: t.GetInputSchema()}
+		specs[i] = tools.Spec{Name: t.GetName(), Description: t.GetDescription(), InputSchema: t.GetInputSchema(), Tier: t.GetTier(),
+			Server: "tool-server " + c.name}
 	}
 	return specs, nil
 }

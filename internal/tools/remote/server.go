@@ -41,7 +41,7 @@ func (s *Server) ListTools(ctx context.Context, _ *reinv1.ListToolsRequest) (*re
 	}
 	resp := &reinv1.ListToolsResponse{Tools: make([]*reinv1.ToolSpec, len(specs))}
 	for i, sp := range specs {
-		resp.Tools[i] = &reinv1.ToolSpec{Name: sp.Name, Description: sp.Description, InputSchema: sp.InputSchema}
+		resp.Tools[i] = &reinv1.ToolSpec{Name: sp.Name, Description: sp.Description, InputSchema: sp.InputSchema, Tier: sp.Tier}
 	}
 	return resp, nil
 }

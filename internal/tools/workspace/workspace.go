@@ -118,7 +118,7 @@ func (w *Workspace) List(context.Context) ([]tools.Spec, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, tools.Spec{Name: s.name, Description: s.description, InputSchema: schema})
+		out = append(out, tools.Spec{Name: s.name, Description: s.description, InputSchema: schema, Server: "workspace"})
 	}
 	return out, nil
 }
