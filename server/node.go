@@ -106,6 +106,9 @@ type Config struct {
 	// ApprovalsNeedTwo has another approver approve a proposal its reviser
 	// revised (engine.Config).
 	ApprovalsNeedTwo bool
+	// OnToolChange is what a run does when a granted tool's definition
+	// differs from the one it holds (engine.Config).
+	OnToolChange step.ToolChangeAction
 	// Admission, when set, limits the runs running at once: a new root run
 	// whose tenant (or the server) has a limit is created queued, and
 	// started in its turn as slots free (internal/admission).
@@ -252,7 +255,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		Store: st, Models: cfg.Models, Tools: cfg.Tools, Workspace: cfg.Workspace, Prices: cfg.Prices, Clock: cfg.Clock,
 		Published: published, Output: output, Logger: cfg.Logger, Replica: cfg.Replica, Owner: cfg.Owner, MaxDriven: cfg.MaxDriven,
 		ApprovalsNeedTwo: cfg.ApprovalsNeedTwo, TookOver: func(runstate.State, uint64) { cfg.Metrics.TookOver() }, Secrets: cfg.Secrets,
-		Policy: cfg.ToolPolicy, Rates: cfg.Rates,
+		Policy: cfg.ToolPolicy, Rates: cfg.Rates, OnToolChange: cfg.OnToolChange,
 	})
 	authn := &authenticator{dir: cfg.Directory}
 	validator, limit := newValidator(), newLimiter(cfg.RatePerSecond, cfg.RateBurst)

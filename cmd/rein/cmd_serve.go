@@ -24,6 +24,7 @@ import (
 	"github.com/reinhq/rein/internal/metrics"
 	"github.com/reinhq/rein/internal/ratelimit"
 	"github.com/reinhq/rein/internal/replica"
+	"github.com/reinhq/rein/internal/step"
 	etcdstore "github.com/reinhq/rein/internal/store/etcd"
 	"github.com/reinhq/rein/internal/storeformat"
 	"github.com/reinhq/rein/internal/telemetry"
@@ -62,6 +63,7 @@ type serveOptions struct {
 	finalizeAfter   time.Duration
 	maxRuns         int
 	needTwo         bool
+	onToolChange    string
 	stream          bool
 	name            string
 	lifecycle       lifecycleFlags
@@ -122,6 +124,7 @@ one that receives it takes the run and carries it on.`,
 	f.IntVar(&o.maxRunning, "max-running", 0, "runs of all tenants that may be running at once (0: no limit); a run started over it, or over its tenant's max_running (--tenants), is queued and starts in its turn")
 	f.BoolVar(&o.stream, "stream-model-calls", true, "stream every model call, so that a watcher sees the text as it is written, also one that joins mid-call; false streams a call only when its run has an output watcher here as it starts (for a model server that cannot stream)")
 	f.BoolVar(&o.needTwo, "approvals-need-two", false, "a person who revised a proposal's arguments may not approve the revision: another approver must (default: the reviser may)")
+	f.StringVar(&o.onToolChange, "on-tool-change", "pause", "what a run does when a granted tool's definition (tier, input schema, the server that serves it) differs from the one it started with, found before a call or a proposal's commit: pause (for a person to resume it on the new definition, or cancel it), adopt (move to the new definition, recorded), or fail; a pending proposal is never committed on its old hash (docs/tools-change.md)")
 	f.BoolVar(&o.pprof, "pprof", false, "with --admin-listen, also serve Go's profiles at /debug/pprof/")
 	f.StringVar(&o.logFormat, "log-format", "text", "log lines on stderr as text (key=value) or json (one object a line)")
 	f.StringVar(&o.logLevel, "log-level", "info", "the least severe log lines written: debug, info, warn or error")
@@ -144,6 +147,11 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		Models: models, Reflection: o.reflection, Resume: true, Logger: log, ApprovalsNeedTwo: o.needTwo, StreamModelCalls: o.stream,
 		RatePerSecond: o.rate, RateBurst: o.burst, MaxRecvBytes: o.maxMsgBytes, MaxStreams: o.maxStreams,
 	}
+	action, ok := step.ToolChangeActions[o.onToolChange]
+	if !ok {
+		return usageError("--on-tool-change %q: want pause, adopt or fail", o.onToolChange)
+	}
+	cfg.OnToolChange = action
 	if o.tokens != "" {
 		dir, err := auth.LoadDirectory(o.tokens)
 		if err != nil {

@@ -60,6 +60,7 @@ func (e *Engine) createAs(ctx context.Context, runID string, c *reinv1.TaskContr
 	if err := e.checkTools(ctx, c.GetTools()); err != nil {
 		return runstate.State{}, false, err
 	}
+	e.startDigests(ctx, c, started)
 	now := e.cfg.Clock()
 	started.Contract = step.WithDefaults(c)
 	// A queued run's timeout counts from its start (run_admitted), unless

@@ -126,6 +126,10 @@ type Config struct {
 	// means 1s. MaxRetryWait is the longest wait rein accepts; a provider
 	// that asks for more fails the call. 0 means 60s.
 	RetryWait, MaxRetryWait time.Duration
+	// OnToolChange is what the engine does when a granted tool's definition
+	// differs from the one a run holds (rein serve --on-tool-change; the
+	// zero value pauses the run).
+	OnToolChange step.ToolChangeAction
 	// Secrets are the server's secrets, redacted from the outside text the
 	// engine records (secrets.go): what its models and tools answer (New
 	// wraps Models and Tools) and the completion checks' output. Nil
@@ -228,7 +232,7 @@ func New(cfg Config) *Engine {
 		ToolTimeout: cfg.ToolTimeout, Prices: cfg.Prices,
 		Wait: cfg.Wait, RetryWait: cfg.RetryWait, MaxRetryWait: cfg.MaxRetryWait,
 		Workspace: cfg.Workspace, NoProgressSteps: cfg.NoProgressSteps, Secrets: cfg.Secrets,
-		Output: cfg.Output, Policy: cfg.Policy, Rates: cfg.Rates,
+		Output: cfg.Output, Policy: cfg.Policy, Rates: cfg.Rates, OnToolChange: cfg.OnToolChange,
 	}
 	return e
 }

@@ -101,9 +101,13 @@ func (e *Engine) Fork(ctx context.Context, req ForkRequest) (runstate.State, boo
 			return runstate.State{}, false, fmt.Errorf("fork %s: read the blobs its events reference: %w", req.RunID, err)
 		}
 	}
+	// The fork starts with the tool definitions its parent started with,
+	// which the carried events move as they moved the parent's: it holds
+	// what its parent held at the sequence, and meets any change since as
+	// its parent would.
 	st, created, err := e.create(ctx, c, &reinv1.RunStarted{Principal: req.Principal, Tenant: req.Tenant, RequestId: req.RequestID,
 		ParentRunId: req.RunID, ParentSequence: uint64(len(evs)), TraceId: req.TraceID, TraceParentSpanId: req.TraceParent,
-		PromptCacheKey: parent.CacheKey()}, carried, blobs)
+		PromptCacheKey: parent.CacheKey(), ToolDigests: evs[0].GetRunStarted().GetToolDigests()}, carried, blobs)
 	if err != nil && created {
 		return st, true, fmt.Errorf("fork %s: carry the parent's events over: %w", st.RunID, err)
 	}

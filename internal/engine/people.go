@@ -65,9 +65,16 @@ func (e *Engine) provideInput(ctx context.Context, runID, text, principal string
 	if err := e.beforeDeadline(st); err != nil {
 		return st, err
 	}
-	next, err := e.commit(ctx, st, "principal:"+principal, []*reinv1.Event{{Payload: &reinv1.Event_InputProvided{InputProvided: &reinv1.InputProvided{Text: text}}}, {Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
+	// A run paused because a tool changed resumes on the definitions
+	// served now.
+	adopted, err := e.adoptOnResume(ctx, st)
+	if err != nil {
+		return st, err
+	}
+	evs := append([]*reinv1.Event{{Payload: &reinv1.Event_InputProvided{InputProvided: &reinv1.InputProvided{Text: text}}}}, adopted...)
+	next, err := e.commit(ctx, st, "principal:"+principal, append(evs, &reinv1.Event{Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
 		From: st.Status, To: reinv1.RunStatus_RUN_STATUS_RUNNING, Reason: "input_provided",
-	}}}})
+	}}}))
 	if err != nil {
 		return st, err
 	}
@@ -124,6 +131,11 @@ func (e *Engine) decideApproval(ctx context.Context, v Verdict) (runstate.State,
 	if !v.Approve {
 		return e.reject(ctx, st, v)
 	}
+	// A proposal whose tool changed since it was previewed is never
+	// committed on its hash, nor counted approved.
+	if _, changed, next, err := e.proposalTool(ctx, st, v); changed {
+		return next, err
+	}
 	if runstate.Needed(st.Pending.GetProposal()) > 1 {
 		next, counted, err := e.giveApproval(ctx, st, v)
 		if counted || err != nil {
@@ -152,7 +164,11 @@ func (e *Engine) decideApproval(ctx context.Context, v Verdict) (runstate.State,
 		if slices.Contains(st.Pending.GetProposal().GetApprovedBy(), v.Principal) {
 			return st, nil // approved already, by an approval that raced this one: counted once
 		}
-		return e.approve(ctx, st, v)
+		adopt, changed, next, err := e.proposalTool(ctx, st, v)
+		if changed {
+			return next, err
+		}
+		return e.approve(ctx, st, v, adopt)
 	})
 }
 
@@ -261,14 +277,21 @@ func (e *Engine) reject(ctx context.Context, st runstate.State, v Verdict) (runs
 
 // approve records an approval and commits the write; it runs as the run's
 // driver.
-func (e *Engine) approve(ctx context.Context, st runstate.State, v Verdict) (runstate.State, error) {
+//
+// adopt, when set, is the tool_adopted of a proposal previewed again on its
+// tool's new definition: the approval moves the run there, in its commit.
+func (e *Engine) approve(ctx context.Context, st runstate.State, v Verdict, adopt *reinv1.Event) (runstate.State, error) {
 	actor := "principal:" + v.Principal
+	var adopted []*reinv1.Event
+	if adopt != nil {
+		adopted = append(adopted, adopt)
+	}
 	// An earlier dispatch of this write has an unknown outcome: a tool that
 	// can look writes up is asked before the write is sent again (it may
 	// have been applied). Without a lookup, the person's approval is the
 	// word that it was not, and the write is sent again with the same key.
 	if st.WriteOperationID != "" {
-		next, err := e.commit(ctx, st, actor, []*reinv1.Event{decidedEvent(v)})
+		next, err := e.commit(ctx, st, actor, append(adopted, decidedEvent(v)))
 		if err != nil {
 			return st, err
 		}
@@ -278,10 +301,10 @@ func (e *Engine) approve(ctx context.Context, st runstate.State, v Verdict) (run
 	// The key is the proposal's: a second dispatch of the same write (after
 	// an unknown outcome) reuses it.
 	opID := "op_" + v.ProposalID
-	next, err := e.commit(ctx, st, actor, []*reinv1.Event{
+	next, err := e.commit(ctx, st, actor, append(adopted,
 		decidedEvent(v),
-		{Payload: &reinv1.Event_WriteDispatched{WriteDispatched: &reinv1.WriteDispatched{ProposalId: v.ProposalID, OperationId: opID}}},
-	})
+		&reinv1.Event{Payload: &reinv1.Event_WriteDispatched{WriteDispatched: &reinv1.WriteDispatched{ProposalId: v.ProposalID, OperationId: opID}}},
+	))
 	if err != nil {
 		return st, err
 	}

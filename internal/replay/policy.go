@@ -15,14 +15,26 @@ import (
 // policy services' answers, by call ID. A call the recording has no answer
 // for is not decided by that source; a service asked about it fails
 // closed, as one that does not answer does.
+//
+// The digests of the server's rules are the recorded ones too: run_started's,
+// and each decision's, so that a replay under other rules parts from the
+// recording where the rules decide otherwise, not at every digest.
 type recordedPolicy struct {
 	server, service map[string]*reinv1.PolicyDecided
+	// digests are the recorded decisions' policy digests by call ID, and
+	// started run_started's.
+	digests map[string]string
+	started string
 }
 
 func newRecordedPolicy(events []*reinv1.Event) *recordedPolicy {
-	r := &recordedPolicy{server: map[string]*reinv1.PolicyDecided{}, service: map[string]*reinv1.PolicyDecided{}}
+	r := &recordedPolicy{server: map[string]*reinv1.PolicyDecided{}, service: map[string]*reinv1.PolicyDecided{},
+		digests: map[string]string{}, started: events[0].GetRunStarted().GetPolicyDigest()}
 	for _, ev := range events {
 		pd := ev.GetPolicyDecided()
+		if pd != nil {
+			r.digests[pd.GetCallId()] = pd.GetPolicyDigest()
+		}
 		switch pd.GetSource() {
 		case reinv1.PolicySource_POLICY_SOURCE_SERVER:
 			r.server[pd.GetCallId()] = pd
@@ -38,6 +50,29 @@ type serverRules struct{ *recordedPolicy }
 
 func (r serverRules) Decide(_ context.Context, call policy.Call, _ *reinv1.PolicyRun) *reinv1.PolicyDecided {
 	return r.server[call.ID]
+}
+
+// Digest implements policy.Digester: the digest run_started recorded.
+func (r *recordedPolicy) Digest() string { return r.started }
+
+// DigestFor implements policy.Digester: the digest the call's decision
+// recorded.
+func (r *recordedPolicy) DigestFor(call policy.Call) string {
+	if d, ok := r.digests[call.ID]; ok {
+		return d
+	}
+	return r.started
+}
+
+// givenRules are the rules a replay is given (Options.Policy), decided by,
+// with the recorded digests.
+type givenRules struct {
+	*recordedPolicy
+	rules *policy.Holder
+}
+
+func (g givenRules) Decide(ctx context.Context, call policy.Call, run *reinv1.PolicyRun) *reinv1.PolicyDecided {
+	return g.rules.Decide(ctx, call, run)
 }
 
 // Has implements policy.Asker: every service a grant names answers from
@@ -58,7 +93,7 @@ func (r *recordedPolicy) Ask(ctx context.Context, name string, call policy.Call,
 func (r *recordedPolicy) checker(rules *policy.Holder) *policy.Checker {
 	c := &policy.Checker{Server: serverRules{r}, Services: r}
 	if rules != nil {
-		c.Server = rules
+		c.Server = givenRules{r, rules}
 	}
 	return c
 }

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -141,7 +142,9 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 		Rates:    rec,
 		NoTimers: true,
 		Owner:    "replay",
-		Prices:   rec.prices(),
+		// What the server did when a tool changed under the run.
+		OnToolChange: recordedAction(recorded),
+		Prices:       rec.prices(),
 		// A recorded retry waited; its replay does not.
 		Wait: func(context.Context, time.Duration) error { return nil },
 	})
@@ -185,6 +188,21 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 	return Result{RunID: rec.runID, Events: len(recorded), Divergence: l.divergence()}, nil
 }
 
+// recordedAction is the --on-tool-change the recording was made under, as
+// its events tell: fail or adopt when a tool_changed or a tool_adopted
+// says so, else pause.
+func recordedAction(events []*reinv1.Event) step.ToolChangeAction {
+	for _, ev := range events {
+		if ev.GetToolChanged().GetAction() == "fail" {
+			return step.ToolChangeFail
+		}
+		if ev.GetToolAdopted().GetBy() == "adopt" {
+			return step.ToolChangeAdopt
+		}
+	}
+	return step.ToolChangePause
+}
+
 // act replays what a person (or a timer) did next in the recording; false
 // when the next recorded event is not such an action.
 func act(ctx context.Context, eng *engine.Engine, cur runstate.State, next *reinv1.Event, rec *recording) (bool, error) {
@@ -226,6 +244,23 @@ func act(ctx context.Context, eng *engine.Engine, cur runstate.State, next *rein
 		}
 	case *reinv1.Event_RunSteered:
 		_, _, err = eng.Steer(ctx, cur.RunID, p.RunSteered.GetText(), p.RunSteered.GetRequestId(), who)
+	case *reinv1.Event_ToolChanged, *reinv1.Event_ToolAdopted:
+		// A person's approval found the pending proposal's tool changed
+		// (the proposal is previewed again, or the run fails), or approved
+		// a proposal previewed again (the run moves to the new definition,
+		// then the approval is recorded: its reason follows).
+		if cur.Status != reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL || !strings.HasPrefix(next.GetActor(), "principal:") {
+			return false, nil
+		}
+		v := engine.Verdict{RunID: cur.RunID, ProposalID: cur.Pending.GetProposal().GetProposalId(), ProposalHash: cur.Pending.GetProposal().GetHash(),
+			Approve: true, Principal: who}
+		if i := int(next.GetSequence()); i < len(rec.events) {
+			v.Reason = rec.events[i].GetApprovalDecided().GetReason()
+		}
+		_, err = eng.DecideApproval(ctx, v)
+		if errors.Is(err, engine.ErrNotWaiting) {
+			err = nil // the approval was refused as recorded: the proposal was not committed
+		}
 	case *reinv1.Event_StatusChanged:
 		switch p.StatusChanged.GetTo() {
 		case reinv1.RunStatus_RUN_STATUS_CANCELLED:
@@ -270,6 +305,9 @@ type recording struct {
 	attempts map[int]int
 	// refusals are the recorded reasons of refused writes, by proposal id.
 	refusals map[string]string
+	// repreviews are the proposals the harness previewed again after their
+	// tool changed, whole, by the sequence they were recorded at.
+	repreviews map[uint64]*reinv1.Proposal
 }
 
 func newRecording(ctx context.Context, events []*reinv1.Event, blobs *runLog) (*recording, error) {
@@ -277,6 +315,7 @@ func newRecording(ctx context.Context, events []*reinv1.Event, blobs *runLog) (*
 		runID: events[0].GetRunId(), events: events, steps: map[uint32]int{},
 		reads: map[string][]*reinv1.ToolReturned{}, previews: map[string][]*reinv1.Proposal{}, revisions: map[string]*reinv1.Proposal{},
 		receipts: map[string]*structpb.Value{}, attempts: map[int]int{}, refusals: map[string]string{},
+		repreviews: map[uint64]*reinv1.Proposal{},
 	}
 	r.runIDs = []string{r.runID}
 	for i, ev := range events {
@@ -308,6 +347,9 @@ func newRecording(ctx context.Context, events []*reinv1.Event, blobs *runLog) (*
 			r.previews[pr.GetTool()] = append(r.previews[pr.GetTool()], pr)
 			r.ids = append(r.ids, pr.GetProposalId())
 			r.revisions[pr.GetProposalId()] = pr
+			if ev.GetActor() == "harness" {
+				r.repreviews[ev.GetSequence()] = pr
+			}
 		case *reinv1.Event_WriteCommitted:
 			r.receipts[p.WriteCommitted.GetProposalId()] = p.WriteCommitted.GetReceipt()
 		case *reinv1.Event_WriteRefused:
@@ -531,6 +573,49 @@ func (r *recording) List(context.Context) ([]tools.Spec, error) {
 	return specs, nil
 }
 
+// Definitions implements tools.Definer: the recording knows the tools'
+// definitions by the digests it recorded. They are run_started's, moved
+// by every tool_changed and tool_adopted recorded up to the replay's
+// version, then by the first of each tool recorded after it and before the
+// next model call or status change: the change the harness met at the
+// check it makes now. A recording with no digests (made before rein kept
+// them) has none, and the replay checks nothing, as the run did.
+func (r *recording) Definitions(context.Context) ([]*reinv1.ToolDigest, error) {
+	defs := slices.Clone(r.events[0].GetRunStarted().GetToolDigests())
+	set := func(tool string, d *reinv1.ToolDigest) {
+		i := slices.IndexFunc(defs, func(x *reinv1.ToolDigest) bool { return x.GetName() == tool })
+		switch {
+		case i >= 0 && d == nil:
+			defs = slices.Delete(defs, i, i+1)
+		case i >= 0:
+			defs[i] = d
+		case d != nil:
+			defs = append(defs, d)
+		}
+	}
+	met := map[string]bool{}
+	for i, ev := range r.events {
+		ahead := i >= int(r.version)
+		if ahead && (ev.GetModelRequested() != nil || ev.GetStatusChanged() != nil) {
+			break
+		}
+		tool, d := "", (*reinv1.ToolDigest)(nil)
+		if tc := ev.GetToolChanged(); tc != nil {
+			tool, d = tc.GetTool(), tc.GetFound()
+		} else if ta := ev.GetToolAdopted(); ta != nil {
+			tool, d = ta.GetTool(), ta.GetAdopted()
+		} else {
+			continue
+		}
+		if ahead && met[tool] {
+			continue
+		}
+		met[tool] = ahead
+		set(tool, d)
+	}
+	return defs, nil
+}
+
 // Read implements tools.Executor with the recorded result of the call.
 func (r *recording) Read(_ context.Context, c tools.Call) (*structpb.Value, error) {
 	list := r.reads[c.Tool]
@@ -546,6 +631,14 @@ func (r *recording) Read(_ context.Context, c tools.Call) (*structpb.Value, erro
 
 // Propose implements tools.Executor with the recorded preview.
 func (r *recording) Propose(_ context.Context, c tools.Call) (*structpb.Value, error) {
+	// A proposal previewed again on its tool's new definition has the
+	// call and arguments of the one it supersedes: the next such preview
+	// of the call is the one the harness asks for.
+	for i := int(r.version); i < len(r.events); i++ {
+		if p := r.repreviews[r.events[i].GetSequence()]; p != nil && p.GetCallId() == c.CallID {
+			return p.GetPreview(), nil
+		}
+	}
 	for _, p := range r.previews[c.Tool] {
 		if p.GetCallId() == c.CallID && proto.Equal(p.GetArguments(), c.Args) {
 			return p.GetPreview(), nil

@@ -33,6 +33,9 @@ var transitions = map[reinv1.RunStatus][]reinv1.RunStatus{
 	reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL: {
 		reinv1.RunStatus_RUN_STATUS_RUNNING,
 		reinv1.RunStatus_RUN_STATUS_DENIED,
+		// The pending proposal's tool changed, and the server's
+		// --on-tool-change is fail.
+		reinv1.RunStatus_RUN_STATUS_FAILED,
 		reinv1.RunStatus_RUN_STATUS_EXPIRED,
 		reinv1.RunStatus_RUN_STATUS_BUDGET_EXHAUSTED,
 		reinv1.RunStatus_RUN_STATUS_CANCELLED,

@@ -34,6 +34,7 @@ var designTransitions = map[[2]reinv1.RunStatus]bool{
 	{needsApproval, running}:   true,
 	{needsApproval, denied}:    true,
 	{needsApproval, expired}:   true,
+	{needsApproval, failed}:    true,
 	{needsApproval, exhausted}: true,
 	{needsApproval, cancelled}: true,
 	{running, needsBudget}:     true,

@@ -99,4 +99,7 @@ type Config struct {
 	// Output, when set, is given the text of each model call as the model
 	// writes it (the call streams); nil means calls do not stream.
 	Output Output
+	// OnToolChange is what a step does when a granted tool's definition
+	// differs from the one the run holds (tooldef.go).
+	OnToolChange ToolChangeAction
 }

@@ -78,7 +78,8 @@ func (r *Stepper) decidePolicy(ctx context.Context, grant *reinv1.ToolGrant, cal
 	if err := r.badRules[grant.GetName()]; err != nil {
 		return &reinv1.PolicyDecided{CallId: call.GetCallId(), Tool: call.GetTool(), Effect: reinv1.PolicyEffect_POLICY_EFFECT_ASK,
 			Source: reinv1.PolicySource_POLICY_SOURCE_CONTRACT, Rule: "contract", Approvals: grant.GetApprovals(),
-			Error: fmt.Sprintf("the grant's rules do not compile: %v", err), Message: "the grant's rules could not be evaluated, so a person decides"}
+			Error: fmt.Sprintf("the grant's rules do not compile: %v", err), Message: "the grant's rules could not be evaluated, so a person decides",
+			PolicyDigest: r.cfg.Policy.DigestFor(policy.Call{ID: call.GetCallId(), Tool: call.GetTool(), Tier: grant.GetTier(), Args: call.GetArguments()})}
 	}
 	rules := r.rules[grant.GetName()]
 	if !r.cfg.Policy.Decides(grant, rules) {

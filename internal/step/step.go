@@ -271,18 +271,27 @@ func (r *Stepper) route(ctx context.Context, call *reinv1.ToolCall, returned *re
 				call.GetTool(), r.grantedNames()),
 		}}})
 	}
+	// The tool's definition is checked before anything of the call: its
+	// schema may be the one that changed.
+	evs := []*reinv1.Event{returned}
+	if grant.GetTier() != reinv1.ToolTier_TOOL_TIER_ASK_HUMAN {
+		var handled bool
+		var err error
+		if evs, handled, err = r.checkTool(ctx, call, evs); handled {
+			return err
+		}
+	}
 	if why := r.inputSchemas[call.GetTool()].mismatch(call.GetTool(), call.GetArguments()); why != "" {
-		return r.commit(ctx, returned, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ToolRefused{ToolRefused: &reinv1.ToolRefused{
+		return r.commit(ctx, append(evs, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_ToolRefused{ToolRefused: &reinv1.ToolRefused{
 			CallId: call.GetCallId(), Tool: call.GetTool(), Reason: why,
-		}}})
+		}}})...)
 	}
 	tier := grant.GetTier()
 	if tier == reinv1.ToolTier_TOOL_TIER_ASK_HUMAN {
-		return r.ask(ctx, &reinv1.Question{Text: questionText(call.GetArguments()), CallId: call.GetCallId()}, returned)
+		return r.ask(ctx, &reinv1.Question{Text: questionText(call.GetArguments()), CallId: call.GetCallId()}, evs...)
 	}
 	// The policies decide before the call is routed; what they decided is
 	// recorded with the call, so a resumed call is routed the same way.
-	evs := []*reinv1.Event{returned}
 	if pd := r.decidePolicy(ctx, grant, call); pd != nil {
 		evs = append(evs, &reinv1.Event{Actor: "harness", Payload: &reinv1.Event_PolicyDecided{PolicyDecided: pd}})
 		if pd.GetEffect() == reinv1.PolicyEffect_POLICY_EFFECT_DENY {
@@ -422,9 +431,9 @@ func (r *Stepper) propose(ctx context.Context, call *reinv1.ToolCall, preview *s
 }
 
 // ask pauses the run for a person's input.
-func (r *Stepper) ask(ctx context.Context, q *reinv1.Question, returned *reinv1.Event) error {
-	return r.end(ctx, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, "question", &reinv1.StatusChanged{}, returned,
-		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_InputRequested{InputRequested: &reinv1.InputRequested{Question: q}}})
+func (r *Stepper) ask(ctx context.Context, q *reinv1.Question, evs ...*reinv1.Event) error {
+	return r.end(ctx, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT, "question", &reinv1.StatusChanged{}, append(evs,
+		&reinv1.Event{Actor: "harness", Payload: &reinv1.Event_InputRequested{InputRequested: &reinv1.InputRequested{Question: q}}})...)
 }
 
 // exhaust ends the run as budget_exhausted, naming the limit; or, when

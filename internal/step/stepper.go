@@ -62,6 +62,8 @@ type Stepper struct {
 	// call is the model call the step sends, once its model_requested is
 	// committed (its text goes to Config.Output).
 	call OutputCall
+	// digests are the granted tools' definitions as last listed (served).
+	digests map[string]keptDigest
 }
 
 var (
