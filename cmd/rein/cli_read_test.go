@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -48,6 +49,10 @@ func TestInspectMatchesRunSummary(t *testing.T) {
 			for _, k := range cardFields {
 				delete(got, k)
 			}
+			// And the digests of the tools and policy the run holds
+			// (TestInspectShowsToolDigests).
+			delete(got, "tool_digests")
+			delete(got, "policy_digest")
 			if !reflect.DeepEqual(got, s) {
 				for k := range mergeKeys(got, s) {
 					if !reflect.DeepEqual(got[k], s[k]) {
@@ -236,6 +241,38 @@ func TestListNewestFirstAndFiltered(t *testing.T) {
 // inspect shows the cache's tokens apart and the prompt prefix each call
 // kept; the run's tokens count all four kinds. Its twin, a run whose
 // provider reported no cache use, shows the plain line.
+// rein inspect shows the digests of the granted tools' definitions the run
+// holds, who serves them, and the server's policy digest; the failure
+// twin: an ask_human grant, which no tool serves, has none.
+func TestInspectShowsToolDigests(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	script := `{"decision": {"tool_call": {"tool": "search", "arguments": {"q": "INV-1"}}}}
+{"decision": {"final_answer": {"text": "Done."}}}
+`
+	task := `{"goal": "find the invoice", "tools": [{"name": "search", "tier": "TOOL_TIER_READ"}, {"name": "ask_boss", "tier": "TOOL_TIER_ASK_HUMAN"}]}`
+	tools := `{"search": [{"output": "INV-1: 40.00 EUR"}]}`
+	s := decodeOne(t, cli(t, "run", writeFile(t, "task.json", task), "--model", "script:"+writeFile(t, "model.jsonl", script),
+		"--tools", "fixture:"+writeFile(t, "tools.json", tools), "--db", db, "--json").mustExit(t, 0).stdout)
+	got := decodeOne(t, cli(t, "inspect", s["run_id"].(string), "--db", db, "--json").mustExit(t, 0).stdout)
+	digests, _ := got["tool_digests"].([]any)
+	if len(digests) != 1 {
+		t.Fatalf("tool_digests = %v, want search's only", got["tool_digests"])
+	}
+	d, _ := digests[0].(map[string]any)
+	if d["name"] != "search" || d["server"] != "fixture" || len(fmt.Sprint(d["digest"])) != 64 {
+		t.Errorf("tool_digests[0] = %v, want search, served by fixture, a SHA-256", d)
+	}
+	if p, _ := got["policy_digest"].(string); len(p) != 64 {
+		t.Errorf("policy_digest = %v, want a SHA-256", got["policy_digest"])
+	}
+	text := cli(t, "inspect", s["run_id"].(string), "--db", db).mustExit(t, 0).stdout
+	mustContain(t, "inspect", text, "policy digest", "search "+fmt.Sprint(d["digest"])+" (served by fixture)")
+	if strings.Contains(text, "ask_boss ") {
+		t.Errorf("inspect shows a digest of the ask_human grant:\n%s", text)
+	}
+}
+
 func TestInspectShowsCacheTokensAndPrefix(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -11,6 +12,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/eventkind"
+	"github.com/reinhq/rein/internal/policy"
 	"github.com/reinhq/rein/internal/runstate"
 )
 
@@ -76,6 +78,14 @@ steps, its own spend and its subtree's.`,
 			run := st.Proto(true)
 			s := summarize(run)
 			s.card = cardFor(run, evs)
+			s.PolicyDigest = run.GetPolicyDigest()
+			if len(run.GetToolDigests()) > 0 {
+				var digests []any
+				for _, d := range run.GetToolDigests() {
+					digests = append(digests, protoJSON(d))
+				}
+				s.ToolDigests = digests
+			}
 			if e.json {
 				// The run's summary, as every command prints it, with
 				// the card of a paused run; the durations are in the
@@ -118,6 +128,7 @@ steps, its own spend and its subtree's.`,
 			if id := run.GetTraceId(); id != "" {
 				fmt.Fprintf(w, "trace\t%s\n", id)
 			}
+			toolLines(w, run, evs)
 			// Every decision a policy made, and who approved each write.
 			for _, ev := range evs {
 				if pd := ev.GetPolicyDecided(); pd != nil {
@@ -417,4 +428,34 @@ func prefixLine(evs []*reinv1.Event) string {
 		line += "; no caching asked"
 	}
 	return line
+}
+
+// toolLines are the definitions of the granted tools the run holds, the
+// digest of the server's policy at its start, and each change of a tool
+// met under the run (docs/tools-change.md). A run recorded before rein
+// kept digests has none: its tools are not checked.
+func toolLines(w io.Writer, run *reinv1.Run, evs []*reinv1.Event) {
+	if d := run.GetPolicyDigest(); d != "" {
+		fmt.Fprintf(w, "policy digest\t%s\n", d)
+	}
+	for _, d := range run.GetToolDigests() {
+		line := fmt.Sprintf("%s %s", d.GetName(), d.GetDigest())
+		var notes []string
+		if s := d.GetServer(); s != "" {
+			notes = append(notes, "served by "+s)
+		}
+		if t := d.GetTier(); t != reinv1.ToolTier_TOOL_TIER_UNSPECIFIED {
+			notes = append(notes, "declares "+policy.TierName(t))
+		}
+		if len(notes) > 0 {
+			line += " (" + strings.Join(notes, ", ") + ")"
+		}
+		fmt.Fprintf(w, "tool\t%s\n", line)
+	}
+	for _, ev := range evs {
+		switch {
+		case ev.GetToolChanged() != nil, ev.GetToolAdopted() != nil:
+			fmt.Fprintf(w, "tool change\t#%d %s\n", ev.GetSequence(), eventkind.Summary(ev))
+		}
+	}
 }

@@ -51,6 +51,11 @@ type summary struct {
 	Archived string `json:"archived,omitempty"`
 	// QueuePosition is a queued run's place in its tenant's queue.
 	QueuePosition uint32 `json:"queue_position,omitempty"`
+	// ToolDigests and PolicyDigest, where rein inspect gives them, are the
+	// definitions of the granted tools the run holds and the digest of the
+	// server's policy at its start (docs/tools-change.md).
+	ToolDigests  any    `json:"tool_digests,omitempty"`
+	PolicyDigest string `json:"policy_digest,omitempty"`
 	// card, where rein pending and rein inspect give it, is what a
 	// person deciding on a paused run reads: its fields (proposal_id,
 	// spend, evidence, approve_does) sit beside the others.
