@@ -49,10 +49,9 @@ func TestInspectMatchesRunSummary(t *testing.T) {
 			for _, k := range cardFields {
 				delete(got, k)
 			}
-			// And the digests of the tools and policy the run holds
-			// (TestInspectShowsToolDigests).
-			delete(got, "tool_digests")
-			delete(got, "policy_digest")
+			for _, k := range inspectFields {
+				delete(got, k)
+			}
 			if !reflect.DeepEqual(got, s) {
 				for k := range mergeKeys(got, s) {
 					if !reflect.DeepEqual(got[k], s[k]) {
@@ -241,6 +240,10 @@ func TestListNewestFirstAndFiltered(t *testing.T) {
 // inspect shows the cache's tokens apart and the prompt prefix each call
 // kept; the run's tokens count all four kinds. Its twin, a run whose
 // provider reported no cache use, shows the plain line.
+// inspectFields are the fields rein inspect adds to every run's summary:
+// the digests of the tools and policy it holds (TestInspectShowsToolDigests).
+var inspectFields = []string{"tool_digests", "policy_digest"}
+
 // rein inspect shows the digests of the granted tools' definitions the run
 // holds, who serves them, and the server's policy digest; the failure
 // twin: an ask_human grant, which no tool serves, has none.
@@ -267,7 +270,7 @@ func TestInspectShowsToolDigests(t *testing.T) {
 		t.Errorf("policy_digest = %v, want a SHA-256", got["policy_digest"])
 	}
 	text := cli(t, "inspect", s["run_id"].(string), "--db", db).mustExit(t, 0).stdout
-	mustContain(t, "inspect", text, "policy digest", "search "+fmt.Sprint(d["digest"])+" (served by fixture)")
+	mustContain(t, "inspect", text, "digest      policy "+fmt.Sprint(got["policy_digest"]), "tool        search "+fmt.Sprint(d["digest"])+" (served by fixture)")
 	if strings.Contains(text, "ask_boss ") {
 		t.Errorf("inspect shows a digest of the ask_human grant:\n%s", text)
 	}

@@ -86,7 +86,7 @@ func TestApproveAfterToolRedeploy(t *testing.T) {
 	if p["proposal_id"] == old["proposal_id"] || p["hash"] == old["hash"] || p["tool_digest"] == nil {
 		t.Fatalf("pending after the redeploy = %v, want a new proposal, previewed on the new definition", p)
 	}
-	mustContain(t, "inspect", cli(t, "inspect", runID, "--db", db).mustExit(t, exitOK).stdout, "tool change", "changed (tier)", "served by tool-server billing")
+	mustContain(t, "inspect", cli(t, "inspect", runID, "--db", db).mustExit(t, exitOK).stdout, "tool event", "changed (tier)", "served by tool-server billing")
 
 	done := decodeOne(t, cli(t, "approve", runID, p["proposal_id"].(string), "--tool-server", flag, "--db", db, "--json").mustExit(t, exitOK).stdout)
 	if done["status"] != "completed" {

@@ -436,7 +436,7 @@ func prefixLine(evs []*reinv1.Event) string {
 // kept digests has none: its tools are not checked.
 func toolLines(w io.Writer, run *reinv1.Run, evs []*reinv1.Event) {
 	if d := run.GetPolicyDigest(); d != "" {
-		fmt.Fprintf(w, "policy digest\t%s\n", d)
+		fmt.Fprintf(w, "digest\tpolicy %s\n", d)
 	}
 	for _, d := range run.GetToolDigests() {
 		line := fmt.Sprintf("%s %s", d.GetName(), d.GetDigest())
@@ -455,7 +455,7 @@ func toolLines(w io.Writer, run *reinv1.Run, evs []*reinv1.Event) {
 	for _, ev := range evs {
 		switch {
 		case ev.GetToolChanged() != nil, ev.GetToolAdopted() != nil:
-			fmt.Fprintf(w, "tool change\t#%d %s\n", ev.GetSequence(), eventkind.Summary(ev))
+			fmt.Fprintf(w, "tool event\t#%d %s\n", ev.GetSequence(), eventkind.Summary(ev))
 		}
 	}
 }
