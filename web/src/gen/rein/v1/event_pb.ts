@@ -10,7 +10,7 @@ import type { Budget, TaskContract, ToolTier, Usage } from "./contract_pb";
 import { file_rein_v1_contract } from "./contract_pb";
 import type { Decision, FinalAnswer } from "./decision_pb";
 import { file_rein_v1_decision } from "./decision_pb";
-import type { DelegatedBy, PolicyDecided, Proposal, Question, RunStatus } from "./run_pb";
+import type { DelegatedBy, PolicyDecided, Proposal, Question, RunStatus, ToolDigest } from "./run_pb";
 import { file_rein_v1_run } from "./run_pb";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
 
@@ -18,7 +18,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file rein/v1/event.proto.
  */
 export const file_rein_v1_event: GenFile = /*@__PURE__*/
-  fileDesc("ChNyZWluL3YxL2V2ZW50LnByb3RvEgdyZWluLnYxIvUMCgVFdmVudBIOCgZydW5faWQYASABKAkSEAoIc2VxdWVuY2UYAiABKAQSLwoLcmVjb3JkZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWFjdG9yGAQgASgJEioKC3J1bl9zdGFydGVkGAogASgLMhMucmVpbi52MS5SdW5TdGFydGVkSAASMgoPbW9kZWxfcmVxdWVzdGVkGAsgASgLMhcucmVpbi52MS5Nb2RlbFJlcXVlc3RlZEgAEjAKDm1vZGVsX3JldHVybmVkGAwgASgLMhYucmVpbi52MS5Nb2RlbFJldHVybmVkSAASNgoRZGVjaXNpb25fcmVqZWN0ZWQYDSABKAsyGS5yZWluLnYxLkRlY2lzaW9uUmVqZWN0ZWRIABIwCg50b29sX3JlcXVlc3RlZBgOIAEoCzIWLnJlaW4udjEuVG9vbFJlcXVlc3RlZEgAEiwKDHRvb2xfcmVmdXNlZBgPIAEoCzIULnJlaW4udjEuVG9vbFJlZnVzZWRIABIuCg10b29sX3JldHVybmVkGBAgASgLMhUucmVpbi52MS5Ub29sUmV0dXJuZWRIABI4ChJhcHByb3ZhbF9yZXF1ZXN0ZWQYESABKAsyGi5yZWluLnYxLkFwcHJvdmFsUmVxdWVzdGVkSAASNAoQYXBwcm92YWxfZGVjaWRlZBgSIAEoCzIYLnJlaW4udjEuQXBwcm92YWxEZWNpZGVkSAASMgoPaW5wdXRfcmVxdWVzdGVkGBMgASgLMhcucmVpbi52MS5JbnB1dFJlcXVlc3RlZEgAEjAKDmlucHV0X3Byb3ZpZGVkGBQgASgLMhYucmVpbi52MS5JbnB1dFByb3ZpZGVkSAASNAoQd3JpdGVfZGlzcGF0Y2hlZBgVIAEoCzIYLnJlaW4udjEuV3JpdGVEaXNwYXRjaGVkSAASMgoPd3JpdGVfY29tbWl0dGVkGBYgASgLMhcucmVpbi52MS5Xcml0ZUNvbW1pdHRlZEgAEj0KFXdyaXRlX291dGNvbWVfdW5rbm93bhgXIAEoCzIcLnJlaW4udjEuV3JpdGVPdXRjb21lVW5rbm93bkgAEjQKEGNoZWNrc19jb21wbGV0ZWQYGCABKAsyGC5yZWluLnYxLkNoZWNrc0NvbXBsZXRlZEgAEjAKDmJ1ZGdldF9yZWFjaGVkGBkgASgLMhYucmVpbi52MS5CdWRnZXRSZWFjaGVkSAASMAoOc3RhdHVzX2NoYW5nZWQYGiABKAsyFi5yZWluLnYxLlN0YXR1c0NoYW5nZWRIABIuCg1tb2RlbF9yZXRyaWVkGBsgASgLMhUucmVpbi52MS5Nb2RlbFJldHJpZWRIABI2ChFjb250ZXh0X2NvbXBhY3RlZBgcIAEoCzIZLnJlaW4udjEuQ29udGV4dENvbXBhY3RlZEgAEi4KDXdyaXRlX3JlZnVzZWQYHSABKAsyFS5yZWluLnYxLldyaXRlUmVmdXNlZEgAEjgKEmRlbGVnYXRpb25fc3RhcnRlZBgeIAEoCzIaLnJlaW4udjEuRGVsZWdhdGlvblN0YXJ0ZWRIABI6ChNkZWxlZ2F0aW9uX3JldHVybmVkGB8gASgLMhsucmVpbi52MS5EZWxlZ2F0aW9uUmV0dXJuZWRIABIqCgtydW5fc3RlZXJlZBggIAEoCzITLnJlaW4udjEuUnVuU3RlZXJlZEgAEi4KDWJ1ZGdldF9yYWlzZWQYISABKAsyFS5yZWluLnYxLkJ1ZGdldFJhaXNlZEgAEjQKEHByb3Bvc2FsX3JldmlzZWQYIiABKAsyGC5yZWluLnYxLlByb3Bvc2FsUmV2aXNlZEgAEjAKDnBvbGljeV9kZWNpZGVkGCMgASgLMhYucmVpbi52MS5Qb2xpY3lEZWNpZGVkSAASMAoOYXBwcm92YWxfZ2l2ZW4YJCABKAsyFi5yZWluLnYxLkFwcHJvdmFsR2l2ZW5IABIsCgxydW5fYWRtaXR0ZWQYJSABKAsyFC5yZWluLnYxLlJ1bkFkbWl0dGVkSAASMgoPbW9kZWxfdGhyb3R0bGVkGCYgASgLMhcucmVpbi52MS5Nb2RlbFRocm90dGxlZEgAEiYKCXJ1bl90YWtlbhgoIAEoCzIRLnJlaW4udjEuUnVuVGFrZW5IAEIJCgdwYXlsb2FkItACCgpSdW5TdGFydGVkEicKCGNvbnRyYWN0GAEgASgLMhUucmVpbi52MS5UYXNrQ29udHJhY3QSEQoJcHJpbmNpcGFsGAIgASgJEg4KBnRlbmFudBgDIAEoCRISCgpyZXF1ZXN0X2lkGAQgASgJEiwKCGRlYWRsaW5lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIVCg1wYXJlbnRfcnVuX2lkGAYgASgJEhcKD3BhcmVudF9zZXF1ZW5jZRgHIAEoBBIQCgh0cmFjZV9pZBgIIAEoCRIcChR0cmFjZV9wYXJlbnRfc3Bhbl9pZBgJIAEoCRIqCgxkZWxlZ2F0ZWRfYnkYCiABKAsyFC5yZWluLnYxLkRlbGVnYXRlZEJ5Eg4KBnF1ZXVlZBgLIAEoCBIYChBwcm9tcHRfY2FjaGVfa2V5GAwgASgJIk8KEURlbGVnYXRpb25TdGFydGVkEg8KB2NhbGxfaWQYASABKAkSKQoIY2hpbGRyZW4YAiADKAsyFy5yZWluLnYxLkRlbGVnYXRlZENoaWxkIn4KDkRlbGVnYXRlZENoaWxkEg4KBnJ1bl9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJEh8KBmJ1ZGdldBgDIAEoCzIPLnJlaW4udjEuQnVkZ2V0EicKCGNvbnRyYWN0GAQgASgLMhUucmVpbi52MS5UYXNrQ29udHJhY3Qi5AEKEkRlbGVnYXRpb25SZXR1cm5lZBIOCgZydW5faWQYASABKAkSIgoGc3RhdHVzGAIgASgOMhIucmVpbi52MS5SdW5TdGF0dXMSDgoGcmVhc29uGAMgASgJEiQKBmFuc3dlchgEIAEoCzIULnJlaW4udjEuRmluYWxBbnN3ZXISEAoIZXZpZGVuY2UYBSADKAkSHQoFdXNhZ2UYBiABKAsyDi5yZWluLnYxLlVzYWdlEhAKCGNvc3RfdXNkGAcgASgBEg0KBXN0ZXBzGAggASgNEhIKCnRvb2xfY2FsbHMYCSABKA0ijgMKDk1vZGVsUmVxdWVzdGVkEgwKBHN0ZXAYASABKA0SEgoKaW5wdXRfaGFzaBgCIAEoCRIUCgxpbnB1dF90b2tlbnMYAyABKAQSGQoRbWF4X291dHB1dF90b2tlbnMYBCABKAQSDQoFbW9kZWwYBSABKAkSFgoOcHJvbXB0X3ZlcnNpb24YBiABKAkSFQoNdG9vbF9zZXRfaGFzaBgHIAEoCRIPCgdyZXN1bWVkGAggASgIEhMKC2lucHV0X2Jsb2JzGAkgAygJEhQKDG1heF9jb3N0X3VzZBgKIAEoARIVCg1jYXJyaWVkX2Jsb2JzGAsgASgNEiIKBXByaWNlGAwgASgLMhMucmVpbi52MS5Nb2RlbFByaWNlEhQKDHByZWZpeF9ieXRlcxgNIAEoBBIVCg1wcmVmaXhfdG9rZW5zGA4gASgEEhkKEWNhY2hlX2JyZWFrcG9pbnRzGA8gAygNEiwKCWNhY2hlX3R0bBgQIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJ4CgpNb2RlbFByaWNlEhYKDmlucHV0X3Blcl9tdG9rGAEgASgBEhcKD291dHB1dF9wZXJfbXRvaxgCIAEoARIcChRjYWNoZV93cml0ZV9wZXJfbXRvaxgDIAEoARIbChNjYWNoZV9yZWFkX3Blcl9tdG9rGAQgASgBIr4BCg1Nb2RlbFJldHVybmVkEiMKCGRlY2lzaW9uGAEgASgLMhEucmVpbi52MS5EZWNpc2lvbhIdCgV1c2FnZRgCIAEoCzIOLnJlaW4udjEuVXNhZ2USEAoIY29zdF91c2QYAyABKAESKwoIZHVyYXRpb24YBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoLcmVzcG9uc2VfaWQYBSABKAkSFQoNZmluaXNoX3JlYXNvbhgGIAEoCSJkCgxNb2RlbFJldHJpZWQSDAoEc3RlcBgBIAEoDRINCgVlcnJvchgCIAEoCRInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgEIAEoCSKDAQoQQ29udGV4dENvbXBhY3RlZBIMCgRzdGVwGAEgASgNEhEKCWNvbXBhY3RlZBgCIAEoDRIjCgVpdGVtcxgDIAMoCzIULnJlaW4udjEuQ29udGV4dEl0ZW0SFAoMY2hhcnNfYmVmb3JlGAQgASgEEhMKC2NoYXJzX2FmdGVyGAUgASgEIlkKC0NvbnRleHRJdGVtEgwKBGtpbmQYASABKAkSDgoGc291cmNlGAIgASgJEgwKBGdpc3QYAyABKAkSDAoEYmxvYhgEIAEoCRIQCghzZXF1ZW5jZRgFIAEoBCIuChBEZWNpc2lvblJlamVjdGVkEgsKA3JhdxgBIAEoCRINCgVlcnJvchgCIAEoCSJ7Cg1Ub29sUmVxdWVzdGVkEg8KB2NhbGxfaWQYASABKAkSDAoEdG9vbBgCIAEoCRIqCglhcmd1bWVudHMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eh8KBHRpZXIYBCABKA4yES5yZWluLnYxLlRvb2xUaWVyIjwKC1Rvb2xSZWZ1c2VkEg8KB2NhbGxfaWQYASABKAkSDAoEdG9vbBgCIAEoCRIOCgZyZWFzb24YAyABKAkiugEKDFRvb2xSZXR1cm5lZBIPCgdjYWxsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSJgoGb3V0cHV0GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEg0KBWVycm9yGAQgASgJEhEKCXRydW5jYXRlZBgFIAEoCBIUCgxvdXRwdXRfYnl0ZXMYBiABKAQSKwoIZHVyYXRpb24YByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iOAoRQXBwcm92YWxSZXF1ZXN0ZWQSIwoIcHJvcG9zYWwYASABKAsyES5yZWluLnYxLlByb3Bvc2FsIlkKD0FwcHJvdmFsRGVjaWRlZBITCgtwcm9wb3NhbF9pZBgBIAEoCRIQCghhcHByb3ZlZBgCIAEoCBIOCgZyZWFzb24YAyABKAkSDwoHZW5kX3J1bhgEIAEoCCI1Cg5JbnB1dFJlcXVlc3RlZBIjCghxdWVzdGlvbhgBIAEoCzIRLnJlaW4udjEuUXVlc3Rpb24iHQoNSW5wdXRQcm92aWRlZBIMCgR0ZXh0GAEgASgJIjwKD1dyaXRlRGlzcGF0Y2hlZBITCgtwcm9wb3NhbF9pZBgBIAEoCRIUCgxvcGVyYXRpb25faWQYAiABKAkikQEKDldyaXRlQ29tbWl0dGVkEhMKC3Byb3Bvc2FsX2lkGAEgASgJEhQKDG9wZXJhdGlvbl9pZBgCIAEoCRInCgdyZWNlaXB0GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEisKCGR1cmF0aW9uGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIkkKDFdyaXRlUmVmdXNlZBITCgtwcm9wb3NhbF9pZBgBIAEoCRIUCgxvcGVyYXRpb25faWQYAiABKAkSDgoGcmVhc29uGAMgASgJIjoKCFJ1blRha2VuEg0KBW93bmVyGAEgASgJEg0KBWVwb2NoGAIgASgEEhAKCHRyYWNlX2lkGAMgASgJIk8KE1dyaXRlT3V0Y29tZVVua25vd24SEwoLcHJvcG9zYWxfaWQYASABKAkSFAoMb3BlcmF0aW9uX2lkGAIgASgJEg0KBWVycm9yGAMgASgJIn0KD0NoZWNrc0NvbXBsZXRlZBIlCgdyZXN1bHRzGAEgAygLMhQucmVpbi52MS5DaGVja1Jlc3VsdBIWCg53b3Jrc3BhY2VfaGFzaBgCIAEoCRIrCghkdXJhdGlvbhgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJTCgtDaGVja1Jlc3VsdBIMCgRuYW1lGAEgASgJEg4KBnBhc3NlZBgCIAEoCBIRCglleGl0X2NvZGUYAyABKAUSEwoLb3V0cHV0X3RhaWwYBCABKAki4QEKDUJ1ZGdldFJlYWNoZWQSDQoFbGltaXQYASABKAkSDgoGZGV0YWlsGAIgASgJEjcKE3JldHJ5X3Bhc3RfZGVhZGxpbmUYAyABKAsyGi5yZWluLnYxLlJldHJ5UGFzdERlYWRsaW5lEiwKCHJhaXNlX2J5GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxjaGlsZF9ydW5faWQYBSABKAkSGAoQbmV4dF9jYWxsX3Rva2VucxgGIAEoBBIaChJuZXh0X2NhbGxfY29zdF91c2QYByABKAEiWQoRUmV0cnlQYXN0RGVhZGxpbmUSDAoEc3RlcBgBIAEoDRINCgVlcnJvchgCIAEoCRInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIpYBCg1TdGF0dXNDaGFuZ2VkEiAKBGZyb20YASABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxIeCgJ0bxgCIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEg4KBnJlYXNvbhgDIAEoCRIkCgZyZXN1bHQYBCABKAsyFC5yZWluLnYxLkZpbmFsQW5zd2VyEg0KBWVycm9yGAUgASgJIi4KClJ1blN0ZWVyZWQSDAoEdGV4dBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIowCCgxCdWRnZXRSYWlzZWQSEQoJYWRkX3N0ZXBzGAEgASgNEhIKCmFkZF90b2tlbnMYAiABKAQSFAoMYWRkX2Nvc3RfdXNkGAMgASgBEjIKD2V4dGVuZF9kZWFkbGluZRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIfCgZidWRnZXQYBSABKAsyDy5yZWluLnYxLkJ1ZGdldBIsCghkZWFkbGluZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAcgASgJEhYKDmFkZF90b29sX2NhbGxzGAggASgNEhQKDGNoaWxkX3J1bl9pZBgJIAEoCSKQAQoPUHJvcG9zYWxSZXZpc2VkEh4KFnN1cGVyc2VkZWRfcHJvcG9zYWxfaWQYASABKAkSIwoIcHJvcG9zYWwYAiABKAsyES5yZWluLnYxLlByb3Bvc2FsEigKB2NoYW5nZXMYAyADKAsyFy5yZWluLnYxLkFyZ3VtZW50Q2hhbmdlEg4KBnJlYXNvbhgEIAEoCSJtCg5Bcmd1bWVudENoYW5nZRIMCgRwYXRoGAEgASgJEiYKBmJlZm9yZRgCIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIlCgVhZnRlchgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZSJDCg1BcHByb3ZhbEdpdmVuEhMKC3Byb3Bvc2FsX2lkGAEgASgJEg0KBWdpdmVuGAIgASgNEg4KBm5lZWRlZBgDIAEoDSJyCgtSdW5BZG1pdHRlZBIpCgZ3YWl0ZWQYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLAoIZGVhZGxpbmUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgoKAmJ5GAMgASgJIlcKDk1vZGVsVGhyb3R0bGVkEgwKBHN0ZXAYASABKA0SJwoEd2FpdBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZidWNrZXQYAyABKAliBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_decision, file_rein_v1_run]);
+  fileDesc("ChNyZWluL3YxL2V2ZW50LnByb3RvEgdyZWluLnYxItENCgVFdmVudBIOCgZydW5faWQYASABKAkSEAoIc2VxdWVuY2UYAiABKAQSLwoLcmVjb3JkZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWFjdG9yGAQgASgJEioKC3J1bl9zdGFydGVkGAogASgLMhMucmVpbi52MS5SdW5TdGFydGVkSAASMgoPbW9kZWxfcmVxdWVzdGVkGAsgASgLMhcucmVpbi52MS5Nb2RlbFJlcXVlc3RlZEgAEjAKDm1vZGVsX3JldHVybmVkGAwgASgLMhYucmVpbi52MS5Nb2RlbFJldHVybmVkSAASNgoRZGVjaXNpb25fcmVqZWN0ZWQYDSABKAsyGS5yZWluLnYxLkRlY2lzaW9uUmVqZWN0ZWRIABIwCg50b29sX3JlcXVlc3RlZBgOIAEoCzIWLnJlaW4udjEuVG9vbFJlcXVlc3RlZEgAEiwKDHRvb2xfcmVmdXNlZBgPIAEoCzIULnJlaW4udjEuVG9vbFJlZnVzZWRIABIuCg10b29sX3JldHVybmVkGBAgASgLMhUucmVpbi52MS5Ub29sUmV0dXJuZWRIABI4ChJhcHByb3ZhbF9yZXF1ZXN0ZWQYESABKAsyGi5yZWluLnYxLkFwcHJvdmFsUmVxdWVzdGVkSAASNAoQYXBwcm92YWxfZGVjaWRlZBgSIAEoCzIYLnJlaW4udjEuQXBwcm92YWxEZWNpZGVkSAASMgoPaW5wdXRfcmVxdWVzdGVkGBMgASgLMhcucmVpbi52MS5JbnB1dFJlcXVlc3RlZEgAEjAKDmlucHV0X3Byb3ZpZGVkGBQgASgLMhYucmVpbi52MS5JbnB1dFByb3ZpZGVkSAASNAoQd3JpdGVfZGlzcGF0Y2hlZBgVIAEoCzIYLnJlaW4udjEuV3JpdGVEaXNwYXRjaGVkSAASMgoPd3JpdGVfY29tbWl0dGVkGBYgASgLMhcucmVpbi52MS5Xcml0ZUNvbW1pdHRlZEgAEj0KFXdyaXRlX291dGNvbWVfdW5rbm93bhgXIAEoCzIcLnJlaW4udjEuV3JpdGVPdXRjb21lVW5rbm93bkgAEjQKEGNoZWNrc19jb21wbGV0ZWQYGCABKAsyGC5yZWluLnYxLkNoZWNrc0NvbXBsZXRlZEgAEjAKDmJ1ZGdldF9yZWFjaGVkGBkgASgLMhYucmVpbi52MS5CdWRnZXRSZWFjaGVkSAASMAoOc3RhdHVzX2NoYW5nZWQYGiABKAsyFi5yZWluLnYxLlN0YXR1c0NoYW5nZWRIABIuCg1tb2RlbF9yZXRyaWVkGBsgASgLMhUucmVpbi52MS5Nb2RlbFJldHJpZWRIABI2ChFjb250ZXh0X2NvbXBhY3RlZBgcIAEoCzIZLnJlaW4udjEuQ29udGV4dENvbXBhY3RlZEgAEi4KDXdyaXRlX3JlZnVzZWQYHSABKAsyFS5yZWluLnYxLldyaXRlUmVmdXNlZEgAEjgKEmRlbGVnYXRpb25fc3RhcnRlZBgeIAEoCzIaLnJlaW4udjEuRGVsZWdhdGlvblN0YXJ0ZWRIABI6ChNkZWxlZ2F0aW9uX3JldHVybmVkGB8gASgLMhsucmVpbi52MS5EZWxlZ2F0aW9uUmV0dXJuZWRIABIqCgtydW5fc3RlZXJlZBggIAEoCzITLnJlaW4udjEuUnVuU3RlZXJlZEgAEi4KDWJ1ZGdldF9yYWlzZWQYISABKAsyFS5yZWluLnYxLkJ1ZGdldFJhaXNlZEgAEjQKEHByb3Bvc2FsX3JldmlzZWQYIiABKAsyGC5yZWluLnYxLlByb3Bvc2FsUmV2aXNlZEgAEjAKDnBvbGljeV9kZWNpZGVkGCMgASgLMhYucmVpbi52MS5Qb2xpY3lEZWNpZGVkSAASMAoOYXBwcm92YWxfZ2l2ZW4YJCABKAsyFi5yZWluLnYxLkFwcHJvdmFsR2l2ZW5IABIsCgxydW5fYWRtaXR0ZWQYJSABKAsyFC5yZWluLnYxLlJ1bkFkbWl0dGVkSAASMgoPbW9kZWxfdGhyb3R0bGVkGCYgASgLMhcucmVpbi52MS5Nb2RlbFRocm90dGxlZEgAEiYKCXJ1bl90YWtlbhgoIAEoCzIRLnJlaW4udjEuUnVuVGFrZW5IABIsCgx0b29sX2NoYW5nZWQYKyABKAsyFC5yZWluLnYxLlRvb2xDaGFuZ2VkSAASLAoMdG9vbF9hZG9wdGVkGCwgASgLMhQucmVpbi52MS5Ub29sQWRvcHRlZEgAQgkKB3BheWxvYWQikgMKClJ1blN0YXJ0ZWQSJwoIY29udHJhY3QYASABKAsyFS5yZWluLnYxLlRhc2tDb250cmFjdBIRCglwcmluY2lwYWwYAiABKAkSDgoGdGVuYW50GAMgASgJEhIKCnJlcXVlc3RfaWQYBCABKAkSLAoIZGVhZGxpbmUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDXBhcmVudF9ydW5faWQYBiABKAkSFwoPcGFyZW50X3NlcXVlbmNlGAcgASgEEhAKCHRyYWNlX2lkGAggASgJEhwKFHRyYWNlX3BhcmVudF9zcGFuX2lkGAkgASgJEioKDGRlbGVnYXRlZF9ieRgKIAEoCzIULnJlaW4udjEuRGVsZWdhdGVkQnkSDgoGcXVldWVkGAsgASgIEhgKEHByb21wdF9jYWNoZV9rZXkYDCABKAkSKQoMdG9vbF9kaWdlc3RzGA0gAygLMhMucmVpbi52MS5Ub29sRGlnZXN0EhUKDXBvbGljeV9kaWdlc3QYDiABKAkiqQEKC1Rvb2xDaGFuZ2VkEgwKBHRvb2wYASABKAkSIQoEaGVsZBgCIAEoCzITLnJlaW4udjEuVG9vbERpZ2VzdBIiCgVmb3VuZBgDIAEoCzITLnJlaW4udjEuVG9vbERpZ2VzdBIPCgdjaGFuZ2VzGAQgAygJEg4KBmFjdGlvbhgFIAEoCRIPCgdjYWxsX2lkGAYgASgJEhMKC3Byb3Bvc2FsX2lkGAcgASgJIoEBCgtUb29sQWRvcHRlZBIMCgR0b29sGAEgASgJEiEKBGhlbGQYAiABKAsyEy5yZWluLnYxLlRvb2xEaWdlc3QSJAoHYWRvcHRlZBgDIAEoCzITLnJlaW4udjEuVG9vbERpZ2VzdBIPCgdjaGFuZ2VzGAQgAygJEgoKAmJ5GAUgASgJIk8KEURlbGVnYXRpb25TdGFydGVkEg8KB2NhbGxfaWQYASABKAkSKQoIY2hpbGRyZW4YAiADKAsyFy5yZWluLnYxLkRlbGVnYXRlZENoaWxkIn4KDkRlbGVnYXRlZENoaWxkEg4KBnJ1bl9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJEh8KBmJ1ZGdldBgDIAEoCzIPLnJlaW4udjEuQnVkZ2V0EicKCGNvbnRyYWN0GAQgASgLMhUucmVpbi52MS5UYXNrQ29udHJhY3Qi5AEKEkRlbGVnYXRpb25SZXR1cm5lZBIOCgZydW5faWQYASABKAkSIgoGc3RhdHVzGAIgASgOMhIucmVpbi52MS5SdW5TdGF0dXMSDgoGcmVhc29uGAMgASgJEiQKBmFuc3dlchgEIAEoCzIULnJlaW4udjEuRmluYWxBbnN3ZXISEAoIZXZpZGVuY2UYBSADKAkSHQoFdXNhZ2UYBiABKAsyDi5yZWluLnYxLlVzYWdlEhAKCGNvc3RfdXNkGAcgASgBEg0KBXN0ZXBzGAggASgNEhIKCnRvb2xfY2FsbHMYCSABKA0ijgMKDk1vZGVsUmVxdWVzdGVkEgwKBHN0ZXAYASABKA0SEgoKaW5wdXRfaGFzaBgCIAEoCRIUCgxpbnB1dF90b2tlbnMYAyABKAQSGQoRbWF4X291dHB1dF90b2tlbnMYBCABKAQSDQoFbW9kZWwYBSABKAkSFgoOcHJvbXB0X3ZlcnNpb24YBiABKAkSFQoNdG9vbF9zZXRfaGFzaBgHIAEoCRIPCgdyZXN1bWVkGAggASgIEhMKC2lucHV0X2Jsb2JzGAkgAygJEhQKDG1heF9jb3N0X3VzZBgKIAEoARIVCg1jYXJyaWVkX2Jsb2JzGAsgASgNEiIKBXByaWNlGAwgASgLMhMucmVpbi52MS5Nb2RlbFByaWNlEhQKDHByZWZpeF9ieXRlcxgNIAEoBBIVCg1wcmVmaXhfdG9rZW5zGA4gASgEEhkKEWNhY2hlX2JyZWFrcG9pbnRzGA8gAygNEiwKCWNhY2hlX3R0bBgQIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJ4CgpNb2RlbFByaWNlEhYKDmlucHV0X3Blcl9tdG9rGAEgASgBEhcKD291dHB1dF9wZXJfbXRvaxgCIAEoARIcChRjYWNoZV93cml0ZV9wZXJfbXRvaxgDIAEoARIbChNjYWNoZV9yZWFkX3Blcl9tdG9rGAQgASgBIr4BCg1Nb2RlbFJldHVybmVkEiMKCGRlY2lzaW9uGAEgASgLMhEucmVpbi52MS5EZWNpc2lvbhIdCgV1c2FnZRgCIAEoCzIOLnJlaW4udjEuVXNhZ2USEAoIY29zdF91c2QYAyABKAESKwoIZHVyYXRpb24YBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoLcmVzcG9uc2VfaWQYBSABKAkSFQoNZmluaXNoX3JlYXNvbhgGIAEoCSJkCgxNb2RlbFJldHJpZWQSDAoEc3RlcBgBIAEoDRINCgVlcnJvchgCIAEoCRInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgEIAEoCSKDAQoQQ29udGV4dENvbXBhY3RlZBIMCgRzdGVwGAEgASgNEhEKCWNvbXBhY3RlZBgCIAEoDRIjCgVpdGVtcxgDIAMoCzIULnJlaW4udjEuQ29udGV4dEl0ZW0SFAoMY2hhcnNfYmVmb3JlGAQgASgEEhMKC2NoYXJzX2FmdGVyGAUgASgEIlkKC0NvbnRleHRJdGVtEgwKBGtpbmQYASABKAkSDgoGc291cmNlGAIgASgJEgwKBGdpc3QYAyABKAkSDAoEYmxvYhgEIAEoCRIQCghzZXF1ZW5jZRgFIAEoBCIuChBEZWNpc2lvblJlamVjdGVkEgsKA3JhdxgBIAEoCRINCgVlcnJvchgCIAEoCSJ7Cg1Ub29sUmVxdWVzdGVkEg8KB2NhbGxfaWQYASABKAkSDAoEdG9vbBgCIAEoCRIqCglhcmd1bWVudHMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eh8KBHRpZXIYBCABKA4yES5yZWluLnYxLlRvb2xUaWVyIjwKC1Rvb2xSZWZ1c2VkEg8KB2NhbGxfaWQYASABKAkSDAoEdG9vbBgCIAEoCRIOCgZyZWFzb24YAyABKAkiugEKDFRvb2xSZXR1cm5lZBIPCgdjYWxsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSJgoGb3V0cHV0GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEg0KBWVycm9yGAQgASgJEhEKCXRydW5jYXRlZBgFIAEoCBIUCgxvdXRwdXRfYnl0ZXMYBiABKAQSKwoIZHVyYXRpb24YByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iOAoRQXBwcm92YWxSZXF1ZXN0ZWQSIwoIcHJvcG9zYWwYASABKAsyES5yZWluLnYxLlByb3Bvc2FsIlkKD0FwcHJvdmFsRGVjaWRlZBITCgtwcm9wb3NhbF9pZBgBIAEoCRIQCghhcHByb3ZlZBgCIAEoCBIOCgZyZWFzb24YAyABKAkSDwoHZW5kX3J1bhgEIAEoCCI1Cg5JbnB1dFJlcXVlc3RlZBIjCghxdWVzdGlvbhgBIAEoCzIRLnJlaW4udjEuUXVlc3Rpb24iHQoNSW5wdXRQcm92aWRlZBIMCgR0ZXh0GAEgASgJIjwKD1dyaXRlRGlzcGF0Y2hlZBITCgtwcm9wb3NhbF9pZBgBIAEoCRIUCgxvcGVyYXRpb25faWQYAiABKAkikQEKDldyaXRlQ29tbWl0dGVkEhMKC3Byb3Bvc2FsX2lkGAEgASgJEhQKDG9wZXJhdGlvbl9pZBgCIAEoCRInCgdyZWNlaXB0GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEisKCGR1cmF0aW9uGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIkkKDFdyaXRlUmVmdXNlZBITCgtwcm9wb3NhbF9pZBgBIAEoCRIUCgxvcGVyYXRpb25faWQYAiABKAkSDgoGcmVhc29uGAMgASgJIjoKCFJ1blRha2VuEg0KBW93bmVyGAEgASgJEg0KBWVwb2NoGAIgASgEEhAKCHRyYWNlX2lkGAMgASgJIk8KE1dyaXRlT3V0Y29tZVVua25vd24SEwoLcHJvcG9zYWxfaWQYASABKAkSFAoMb3BlcmF0aW9uX2lkGAIgASgJEg0KBWVycm9yGAMgASgJIn0KD0NoZWNrc0NvbXBsZXRlZBIlCgdyZXN1bHRzGAEgAygLMhQucmVpbi52MS5DaGVja1Jlc3VsdBIWCg53b3Jrc3BhY2VfaGFzaBgCIAEoCRIrCghkdXJhdGlvbhgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJTCgtDaGVja1Jlc3VsdBIMCgRuYW1lGAEgASgJEg4KBnBhc3NlZBgCIAEoCBIRCglleGl0X2NvZGUYAyABKAUSEwoLb3V0cHV0X3RhaWwYBCABKAki4QEKDUJ1ZGdldFJlYWNoZWQSDQoFbGltaXQYASABKAkSDgoGZGV0YWlsGAIgASgJEjcKE3JldHJ5X3Bhc3RfZGVhZGxpbmUYAyABKAsyGi5yZWluLnYxLlJldHJ5UGFzdERlYWRsaW5lEiwKCHJhaXNlX2J5GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxjaGlsZF9ydW5faWQYBSABKAkSGAoQbmV4dF9jYWxsX3Rva2VucxgGIAEoBBIaChJuZXh0X2NhbGxfY29zdF91c2QYByABKAEiWQoRUmV0cnlQYXN0RGVhZGxpbmUSDAoEc3RlcBgBIAEoDRINCgVlcnJvchgCIAEoCRInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIpYBCg1TdGF0dXNDaGFuZ2VkEiAKBGZyb20YASABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxIeCgJ0bxgCIAEoDjISLnJlaW4udjEuUnVuU3RhdHVzEg4KBnJlYXNvbhgDIAEoCRIkCgZyZXN1bHQYBCABKAsyFC5yZWluLnYxLkZpbmFsQW5zd2VyEg0KBWVycm9yGAUgASgJIi4KClJ1blN0ZWVyZWQSDAoEdGV4dBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIowCCgxCdWRnZXRSYWlzZWQSEQoJYWRkX3N0ZXBzGAEgASgNEhIKCmFkZF90b2tlbnMYAiABKAQSFAoMYWRkX2Nvc3RfdXNkGAMgASgBEjIKD2V4dGVuZF9kZWFkbGluZRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIfCgZidWRnZXQYBSABKAsyDy5yZWluLnYxLkJ1ZGdldBIsCghkZWFkbGluZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAcgASgJEhYKDmFkZF90b29sX2NhbGxzGAggASgNEhQKDGNoaWxkX3J1bl9pZBgJIAEoCSKQAQoPUHJvcG9zYWxSZXZpc2VkEh4KFnN1cGVyc2VkZWRfcHJvcG9zYWxfaWQYASABKAkSIwoIcHJvcG9zYWwYAiABKAsyES5yZWluLnYxLlByb3Bvc2FsEigKB2NoYW5nZXMYAyADKAsyFy5yZWluLnYxLkFyZ3VtZW50Q2hhbmdlEg4KBnJlYXNvbhgEIAEoCSJtCg5Bcmd1bWVudENoYW5nZRIMCgRwYXRoGAEgASgJEiYKBmJlZm9yZRgCIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIlCgVhZnRlchgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZSJDCg1BcHByb3ZhbEdpdmVuEhMKC3Byb3Bvc2FsX2lkGAEgASgJEg0KBWdpdmVuGAIgASgNEg4KBm5lZWRlZBgDIAEoDSJyCgtSdW5BZG1pdHRlZBIpCgZ3YWl0ZWQYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLAoIZGVhZGxpbmUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgoKAmJ5GAMgASgJIlcKDk1vZGVsVGhyb3R0bGVkEgwKBHN0ZXAYASABKA0SJwoEd2FpdBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZidWNrZXQYAyABKAliBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_decision, file_rein_v1_run]);
 
 /**
  * Event is one change to a run, in its append-only log. A run's state is the
@@ -305,6 +305,24 @@ export type Event = Message<"rein.v1.Event"> & {
      */
     value: RunTaken;
     case: "runTaken";
+  } | {
+    /**
+     * A granted tool's definition differs from the one the run holds, and
+     * the server's --on-tool-change did not adopt it: the run pauses, fails,
+     * or has its pending proposal previewed again.
+     *
+     * @generated from field: rein.v1.ToolChanged tool_changed = 43;
+     */
+    value: ToolChanged;
+    case: "toolChanged";
+  } | {
+    /**
+     * The run moved to a granted tool's new definition.
+     *
+     * @generated from field: rein.v1.ToolAdopted tool_adopted = 44;
+     */
+    value: ToolAdopted;
+    case: "toolAdopted";
   } | { case: undefined; value?: undefined };
 };
 
@@ -412,6 +430,23 @@ export type RunStarted = Message<"rein.v1.RunStarted"> & {
    * @generated from field: string prompt_cache_key = 12;
    */
   promptCacheKey: string;
+
+  /**
+   * The digest of each granted tool's definition as this server served it
+   * at the start (ask_human grants, which no tool serves, have none), by
+   * name. Empty for a run recorded before rein kept digests: its tools are
+   * not checked.
+   *
+   * @generated from field: repeated rein.v1.ToolDigest tool_digests = 13;
+   */
+  toolDigests: ToolDigest[];
+
+  /**
+   * The digest of the server's policy rules in force at the start.
+   *
+   * @generated from field: string policy_digest = 14;
+   */
+  policyDigest: string;
 };
 
 /**
@@ -420,6 +455,127 @@ export type RunStarted = Message<"rein.v1.RunStarted"> & {
  */
 export const RunStartedSchema: GenMessage<RunStarted> = /*@__PURE__*/
   messageDesc(file_rein_v1_event, 1);
+
+/**
+ * ToolChanged records that a granted tool's definition differs from the
+ * one the run holds, found before a tool call or a proposal's commit.
+ *
+ * @generated from message rein.v1.ToolChanged
+ */
+export type ToolChanged = Message<"rein.v1.ToolChanged"> & {
+  /**
+   * The tool.
+   *
+   * @generated from field: string tool = 1;
+   */
+  tool: string;
+
+  /**
+   * The definition the run holds.
+   *
+   * @generated from field: rein.v1.ToolDigest held = 2;
+   */
+  held?: ToolDigest | undefined;
+
+  /**
+   * The definition the server serves now; unset when it serves the tool
+   * no more.
+   *
+   * @generated from field: rein.v1.ToolDigest found = 3;
+   */
+  found?: ToolDigest | undefined;
+
+  /**
+   * What changed: "tier", "schema", "server", or "removed".
+   *
+   * @generated from field: repeated string changes = 4;
+   */
+  changes: string[];
+
+  /**
+   * What the server's --on-tool-change did: "pause" or "fail" (an
+   * "adopt" is tool_adopted).
+   *
+   * @generated from field: string action = 5;
+   */
+  action: string;
+
+  /**
+   * The model's call that found the change, when a call did.
+   *
+   * @generated from field: string call_id = 6;
+   */
+  callId: string;
+
+  /**
+   * The pending proposal that found the change, when an approval did: it
+   * is never committed, and is previewed again on the new definition.
+   *
+   * @generated from field: string proposal_id = 7;
+   */
+  proposalId: string;
+};
+
+/**
+ * Describes the message rein.v1.ToolChanged.
+ * Use `create(ToolChangedSchema)` to create a new message.
+ */
+export const ToolChangedSchema: GenMessage<ToolChanged> = /*@__PURE__*/
+  messageDesc(file_rein_v1_event, 2);
+
+/**
+ * ToolAdopted records that the run moved to a granted tool's new
+ * definition: by the server's --on-tool-change adopt, or by a person who
+ * resumed a run paused on the change.
+ *
+ * @generated from message rein.v1.ToolAdopted
+ */
+export type ToolAdopted = Message<"rein.v1.ToolAdopted"> & {
+  /**
+   * The tool.
+   *
+   * @generated from field: string tool = 1;
+   */
+  tool: string;
+
+  /**
+   * The definition the run held.
+   *
+   * @generated from field: rein.v1.ToolDigest held = 2;
+   */
+  held?: ToolDigest | undefined;
+
+  /**
+   * The definition the run holds from now on; unset when the tool was
+   * removed (its calls fail as calls to a tool no server provides).
+   *
+   * @generated from field: rein.v1.ToolDigest adopted = 3;
+   */
+  adopted?: ToolDigest | undefined;
+
+  /**
+   * What changed: "tier", "schema", "server", or "removed".
+   *
+   * @generated from field: repeated string changes = 4;
+   */
+  changes: string[];
+
+  /**
+   * Who moved the run: "adopt" (the server's --on-tool-change adopt), or
+   * "resume" (a person who resumed a run paused on the change, by input
+   * or by approving a proposal previewed again on the new definition).
+   *
+   * @generated from field: string by = 5;
+   */
+  by: string;
+};
+
+/**
+ * Describes the message rein.v1.ToolAdopted.
+ * Use `create(ToolAdoptedSchema)` to create a new message.
+ */
+export const ToolAdoptedSchema: GenMessage<ToolAdopted> = /*@__PURE__*/
+  messageDesc(file_rein_v1_event, 3);
 
 /**
  * DelegationStarted records a delegation: each task's child run and the
@@ -449,7 +605,7 @@ export type DelegationStarted = Message<"rein.v1.DelegationStarted"> & {
  * Use `create(DelegationStartedSchema)` to create a new message.
  */
 export const DelegationStartedSchema: GenMessage<DelegationStarted> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 2);
+  messageDesc(file_rein_v1_event, 4);
 
 /**
  * DelegatedChild is one child of a delegation.
@@ -491,7 +647,7 @@ export type DelegatedChild = Message<"rein.v1.DelegatedChild"> & {
  * Use `create(DelegatedChildSchema)` to create a new message.
  */
 export const DelegatedChildSchema: GenMessage<DelegatedChild> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 3);
+  messageDesc(file_rein_v1_event, 5);
 
 /**
  * DelegationReturned is an observation: a child run ended. Its report is
@@ -570,7 +726,7 @@ export type DelegationReturned = Message<"rein.v1.DelegationReturned"> & {
  * Use `create(DelegationReturnedSchema)` to create a new message.
  */
 export const DelegationReturnedSchema: GenMessage<DelegationReturned> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 4);
+  messageDesc(file_rein_v1_event, 6);
 
 /**
  * ModelRequested records a model call before it is sent. The input is
@@ -713,7 +869,7 @@ export type ModelRequested = Message<"rein.v1.ModelRequested"> & {
  * Use `create(ModelRequestedSchema)` to create a new message.
  */
 export const ModelRequestedSchema: GenMessage<ModelRequested> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 5);
+  messageDesc(file_rein_v1_event, 7);
 
 /**
  * ModelPrice is what a model charges, in US dollars per million tokens.
@@ -756,7 +912,7 @@ export type ModelPrice = Message<"rein.v1.ModelPrice"> & {
  * Use `create(ModelPriceSchema)` to create a new message.
  */
 export const ModelPriceSchema: GenMessage<ModelPrice> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 6);
+  messageDesc(file_rein_v1_event, 8);
 
 /**
  * ModelReturned records a model's reply, before anything it asks for runs.
@@ -816,7 +972,7 @@ export type ModelReturned = Message<"rein.v1.ModelReturned"> & {
  * Use `create(ModelReturnedSchema)` to create a new message.
  */
 export const ModelReturnedSchema: GenMessage<ModelReturned> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 7);
+  messageDesc(file_rein_v1_event, 9);
 
 /**
  * ModelRetried records a failed model call that rein retries once, after a
@@ -862,7 +1018,7 @@ export type ModelRetried = Message<"rein.v1.ModelRetried"> & {
  * Use `create(ModelRetriedSchema)` to create a new message.
  */
 export const ModelRetriedSchema: GenMessage<ModelRetried> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 8);
+  messageDesc(file_rein_v1_event, 10);
 
 /**
  * ContextCompacted records that older observations no longer go to the model
@@ -912,7 +1068,7 @@ export type ContextCompacted = Message<"rein.v1.ContextCompacted"> & {
  * Use `create(ContextCompactedSchema)` to create a new message.
  */
 export const ContextCompactedSchema: GenMessage<ContextCompacted> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 9);
+  messageDesc(file_rein_v1_event, 11);
 
 /**
  * ContextItem is one compacted entry: what kind of thing it was, where it
@@ -963,7 +1119,7 @@ export type ContextItem = Message<"rein.v1.ContextItem"> & {
  * Use `create(ContextItemSchema)` to create a new message.
  */
 export const ContextItemSchema: GenMessage<ContextItem> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 10);
+  messageDesc(file_rein_v1_event, 12);
 
 /**
  * DecisionRejected is an observation: the reply was not a valid decision.
@@ -991,7 +1147,7 @@ export type DecisionRejected = Message<"rein.v1.DecisionRejected"> & {
  * Use `create(DecisionRejectedSchema)` to create a new message.
  */
 export const DecisionRejectedSchema: GenMessage<DecisionRejected> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 11);
+  messageDesc(file_rein_v1_event, 13);
 
 /**
  * ToolRequested records a tool call before it runs.
@@ -1033,7 +1189,7 @@ export type ToolRequested = Message<"rein.v1.ToolRequested"> & {
  * Use `create(ToolRequestedSchema)` to create a new message.
  */
 export const ToolRequestedSchema: GenMessage<ToolRequested> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 12);
+  messageDesc(file_rein_v1_event, 14);
 
 /**
  * ToolRefused is an observation: the call was refused and the tool never ran.
@@ -1068,7 +1224,7 @@ export type ToolRefused = Message<"rein.v1.ToolRefused"> & {
  * Use `create(ToolRefusedSchema)` to create a new message.
  */
 export const ToolRefusedSchema: GenMessage<ToolRefused> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 13);
+  messageDesc(file_rein_v1_event, 15);
 
 /**
  * ToolReturned is an observation: a tool's result or error.
@@ -1132,7 +1288,7 @@ export type ToolReturned = Message<"rein.v1.ToolReturned"> & {
  * Use `create(ToolReturnedSchema)` to create a new message.
  */
 export const ToolReturnedSchema: GenMessage<ToolReturned> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 14);
+  messageDesc(file_rein_v1_event, 16);
 
 /**
  * ApprovalRequested records a proposal that waits for a person.
@@ -1153,7 +1309,7 @@ export type ApprovalRequested = Message<"rein.v1.ApprovalRequested"> & {
  * Use `create(ApprovalRequestedSchema)` to create a new message.
  */
 export const ApprovalRequestedSchema: GenMessage<ApprovalRequested> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 15);
+  messageDesc(file_rein_v1_event, 17);
 
 /**
  * ApprovalDecided records a person's decision on a proposal.
@@ -1195,7 +1351,7 @@ export type ApprovalDecided = Message<"rein.v1.ApprovalDecided"> & {
  * Use `create(ApprovalDecidedSchema)` to create a new message.
  */
 export const ApprovalDecidedSchema: GenMessage<ApprovalDecided> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 16);
+  messageDesc(file_rein_v1_event, 18);
 
 /**
  * InputRequested records a question for a person.
@@ -1216,7 +1372,7 @@ export type InputRequested = Message<"rein.v1.InputRequested"> & {
  * Use `create(InputRequestedSchema)` to create a new message.
  */
 export const InputRequestedSchema: GenMessage<InputRequested> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 17);
+  messageDesc(file_rein_v1_event, 19);
 
 /**
  * InputProvided records a person's answer.
@@ -1237,7 +1393,7 @@ export type InputProvided = Message<"rein.v1.InputProvided"> & {
  * Use `create(InputProvidedSchema)` to create a new message.
  */
 export const InputProvidedSchema: GenMessage<InputProvided> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 18);
+  messageDesc(file_rein_v1_event, 20);
 
 /**
  * WriteDispatched is stored before an approved write is sent.
@@ -1265,7 +1421,7 @@ export type WriteDispatched = Message<"rein.v1.WriteDispatched"> & {
  * Use `create(WriteDispatchedSchema)` to create a new message.
  */
 export const WriteDispatchedSchema: GenMessage<WriteDispatched> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 19);
+  messageDesc(file_rein_v1_event, 21);
 
 /**
  * WriteCommitted records a write's receipt.
@@ -1308,7 +1464,7 @@ export type WriteCommitted = Message<"rein.v1.WriteCommitted"> & {
  * Use `create(WriteCommittedSchema)` to create a new message.
  */
 export const WriteCommittedSchema: GenMessage<WriteCommitted> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 20);
+  messageDesc(file_rein_v1_event, 22);
 
 /**
  * WriteRefused records an approved write its tool refused: nothing was
@@ -1345,7 +1501,7 @@ export type WriteRefused = Message<"rein.v1.WriteRefused"> & {
  * Use `create(WriteRefusedSchema)` to create a new message.
  */
 export const WriteRefusedSchema: GenMessage<WriteRefused> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 21);
+  messageDesc(file_rein_v1_event, 23);
 
 /**
  * RunTaken records that a server took a running run's lease to carry it on
@@ -1384,7 +1540,7 @@ export type RunTaken = Message<"rein.v1.RunTaken"> & {
  * Use `create(RunTakenSchema)` to create a new message.
  */
 export const RunTakenSchema: GenMessage<RunTaken> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 22);
+  messageDesc(file_rein_v1_event, 24);
 
 /**
  * WriteOutcomeUnknown records a write whose outcome could not be learned.
@@ -1419,7 +1575,7 @@ export type WriteOutcomeUnknown = Message<"rein.v1.WriteOutcomeUnknown"> & {
  * Use `create(WriteOutcomeUnknownSchema)` to create a new message.
  */
 export const WriteOutcomeUnknownSchema: GenMessage<WriteOutcomeUnknown> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 23);
+  messageDesc(file_rein_v1_event, 25);
 
 /**
  * ChecksCompleted records the completion checks' results.
@@ -1455,7 +1611,7 @@ export type ChecksCompleted = Message<"rein.v1.ChecksCompleted"> & {
  * Use `create(ChecksCompletedSchema)` to create a new message.
  */
 export const ChecksCompletedSchema: GenMessage<ChecksCompleted> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 24);
+  messageDesc(file_rein_v1_event, 26);
 
 /**
  * CheckResult is one check's outcome.
@@ -1497,7 +1653,7 @@ export type CheckResult = Message<"rein.v1.CheckResult"> & {
  * Use `create(CheckResultSchema)` to create a new message.
  */
 export const CheckResultSchema: GenMessage<CheckResult> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 25);
+  messageDesc(file_rein_v1_event, 27);
 
 /**
  * BudgetReached records the limit that stopped a run.
@@ -1570,7 +1726,7 @@ export type BudgetReached = Message<"rein.v1.BudgetReached"> & {
  * Use `create(BudgetReachedSchema)` to create a new message.
  */
 export const BudgetReachedSchema: GenMessage<BudgetReached> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 26);
+  messageDesc(file_rein_v1_event, 28);
 
 /**
  * RetryPastDeadline is a failed model call that rein did not retry because
@@ -1606,7 +1762,7 @@ export type RetryPastDeadline = Message<"rein.v1.RetryPastDeadline"> & {
  * Use `create(RetryPastDeadlineSchema)` to create a new message.
  */
 export const RetryPastDeadlineSchema: GenMessage<RetryPastDeadline> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 27);
+  messageDesc(file_rein_v1_event, 29);
 
 /**
  * StatusChanged moves a run from one status to another.
@@ -1655,7 +1811,7 @@ export type StatusChanged = Message<"rein.v1.StatusChanged"> & {
  * Use `create(StatusChangedSchema)` to create a new message.
  */
 export const StatusChangedSchema: GenMessage<StatusChanged> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 28);
+  messageDesc(file_rein_v1_event, 30);
 
 /**
  * RunSteered records a person's message to a running run (SteerRun). The
@@ -1686,7 +1842,7 @@ export type RunSteered = Message<"rein.v1.RunSteered"> & {
  * Use `create(RunSteeredSchema)` to create a new message.
  */
 export const RunSteeredSchema: GenMessage<RunSteered> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 29);
+  messageDesc(file_rein_v1_event, 31);
 
 /**
  * BudgetRaised records a person's raise of the budget of a run paused on
@@ -1766,7 +1922,7 @@ export type BudgetRaised = Message<"rein.v1.BudgetRaised"> & {
  * Use `create(BudgetRaisedSchema)` to create a new message.
  */
 export const BudgetRaisedSchema: GenMessage<BudgetRaised> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 30);
+  messageDesc(file_rein_v1_event, 32);
 
 /**
  * ProposalRevised records a person's revision of a pending proposal's
@@ -1812,7 +1968,7 @@ export type ProposalRevised = Message<"rein.v1.ProposalRevised"> & {
  * Use `create(ProposalRevisedSchema)` to create a new message.
  */
 export const ProposalRevisedSchema: GenMessage<ProposalRevised> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 31);
+  messageDesc(file_rein_v1_event, 33);
 
 /**
  * ArgumentChange is one changed field of a revised proposal's arguments.
@@ -1847,7 +2003,7 @@ export type ArgumentChange = Message<"rein.v1.ArgumentChange"> & {
  * Use `create(ArgumentChangeSchema)` to create a new message.
  */
 export const ArgumentChangeSchema: GenMessage<ArgumentChange> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 32);
+  messageDesc(file_rein_v1_event, 34);
 
 /**
  * ApprovalGiven is one person's approval of a proposal that needs several.
@@ -1883,7 +2039,7 @@ export type ApprovalGiven = Message<"rein.v1.ApprovalGiven"> & {
  * Use `create(ApprovalGivenSchema)` to create a new message.
  */
 export const ApprovalGivenSchema: GenMessage<ApprovalGiven> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 33);
+  messageDesc(file_rein_v1_event, 35);
 
 /**
  * RunAdmitted records that a queued run got a slot: it starts, with a
@@ -1920,7 +2076,7 @@ export type RunAdmitted = Message<"rein.v1.RunAdmitted"> & {
  * Use `create(RunAdmittedSchema)` to create a new message.
  */
 export const RunAdmittedSchema: GenMessage<RunAdmitted> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 34);
+  messageDesc(file_rein_v1_event, 36);
 
 /**
  * ModelThrottled records that a model call waited for a shared rate limit
@@ -1959,5 +2115,5 @@ export type ModelThrottled = Message<"rein.v1.ModelThrottled"> & {
  * Use `create(ModelThrottledSchema)` to create a new message.
  */
 export const ModelThrottledSchema: GenMessage<ModelThrottled> = /*@__PURE__*/
-  messageDesc(file_rein_v1_event, 35);
+  messageDesc(file_rein_v1_event, 37);
 

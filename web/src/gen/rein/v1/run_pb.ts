@@ -16,7 +16,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file rein/v1/run.proto.
  */
 export const file_rein_v1_run: GenFile = /*@__PURE__*/
-  fileDesc("ChFyZWluL3YxL3J1bi5wcm90bxIHcmVpbi52MSKVBwoDUnVuEg4KBnJ1bl9pZBgBIAEoCRIiCgZzdGF0dXMYAiABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxInCghjb250cmFjdBgDIAEoCzIVLnJlaW4udjEuVGFza0NvbnRyYWN0EhEKCXByaW5jaXBhbBgEIAEoCRIOCgZ0ZW5hbnQYBSABKAkSDwoHdmVyc2lvbhgGIAEoBBINCgVzdGVwcxgHIAEoDRIdCgV1c2FnZRgIIAEoCzIOLnJlaW4udjEuVXNhZ2USEgoKdG9vbF9jYWxscxgJIAEoDRIsCghkZWFkbGluZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJwoHcGVuZGluZxgLIAEoCzIWLnJlaW4udjEuUGVuZGluZ0FjdGlvbhIkCgZyZXN1bHQYDCABKAsyFC5yZWluLnYxLkZpbmFsQW5zd2VyEhIKCmxhc3RfZXJyb3IYDSABKAkSLgoKY3JlYXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKcmVxdWVzdF9pZBgQIAEoCRIVCg1zdGF0dXNfcmVhc29uGBEgASgJEhcKD21vZGVsX2luX2ZsaWdodBgSIAEoCBIpCg5hcHByb3ZlZF93cml0ZRgTIAEoCzIRLnJlaW4udjEuUHJvcG9zYWwSGgoSd3JpdGVfb3BlcmF0aW9uX2lkGBQgASgJEhAKCGNvc3RfdXNkGBUgASgBEiYKCHByb2dyZXNzGBYgASgLMhQucmVpbi52MS5SdW5Qcm9ncmVzcxIQCgh0cmFjZV9pZBgXIAEoCRIcChR0cmFjZV9wYXJlbnRfc3Bhbl9pZBgYIAEoCRIqCgxkZWxlZ2F0ZWRfYnkYGSABKAsyFC5yZWluLnYxLkRlbGVnYXRlZEJ5EioKCmRlbGVnYXRpb24YGiABKAsyFi5yZWluLnYxLlJ1bkRlbGVnYXRpb24SJAoHYXJjaGl2ZRgbIAEoCzITLnJlaW4udjEuUnVuQXJjaGl2ZRIlCg1idWRnZXRfcmFpc2VkGBwgASgLMg4ucmVpbi52MS5TcGVuZBIWCg5xdWV1ZV9wb3NpdGlvbhgdIAEoDRIYChBwcm9tcHRfY2FjaGVfa2V5GB4gASgJIm4KClJ1bkFyY2hpdmUSCwoDa2V5GAEgASgJEg4KBnNoYTI1NhgCIAEoCRISCgpzaXplX2J5dGVzGAMgASgEEi8KC2FyY2hpdmVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLbAwoLUnVuUHJvZ3Jlc3MSJAoJb3Blbl9jYWxsGAEgASgLMhEucmVpbi52MS5Ub29sQ2FsbBIpCg5vcGVuX2NhbGxfdGllchgCIAEoDjIRLnJlaW4udjEuVG9vbFRpZXISRQoSdG9vbF9jYWxsc19ieV90b29sGAMgAygLMikucmVpbi52MS5SdW5Qcm9ncmVzcy5Ub29sQ2FsbHNCeVRvb2xFbnRyeRIbChNmYWlsaW5nX2NoZWNrc19oYXNoGAQgASgJEh8KF2ZhaWxpbmdfY2hlY2tzX3JlcGVhdGVkGAUgASgNEikKBXByaWNlGAYgASgLMhoucmVpbi52MS5SdW5Qcm9ncmVzcy5QcmljZRIZChFzdGVlcl9yZXF1ZXN0X2lkcxgHIAMoCRIWCg5zdGVlcnNfd2FpdGluZxgIIAEoDRImCgZwb2xpY3kYCSABKAsyFi5yZWluLnYxLlBvbGljeURlY2lkZWQaOAoFUHJpY2USFgoOaW5wdXRfcGVyX210b2sYASABKAESFwoPb3V0cHV0X3Blcl9tdG9rGAIgASgBGjYKFFRvb2xDYWxsc0J5VG9vbEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDToCOAEizQEKDVBlbmRpbmdBY3Rpb24SJQoIcHJvcG9zYWwYASABKAsyES5yZWluLnYxLlByb3Bvc2FsSAASJQoIcXVlc3Rpb24YAiABKAsyES5yZWluLnYxLlF1ZXN0aW9uSAASJgoGYnVkZ2V0GAMgASgLMhQucmVpbi52MS5CdWRnZXRQYXVzZUgAEisKB2VuZHNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2VuZHNfYnkYBSABKAlCCAoGYWN0aW9uIqgBCgtCdWRnZXRQYXVzZRINCgVsaW1pdBgBIAEoCRIOCgZkZXRhaWwYAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMY2hpbGRfcnVuX2lkGAQgASgJEhgKEG5leHRfY2FsbF90b2tlbnMYBSABKAQSGgoSbmV4dF9jYWxsX2Nvc3RfdXNkGAYgASgBItQDCghQcm9wb3NhbBITCgtwcm9wb3NhbF9pZBgBIAEoCRIMCgR0b29sGAIgASgJEioKCWFyZ3VtZW50cxgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSJwoHcHJldmlldxgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIMCgRoYXNoGAUgASgJEi4KCmV4cGlyZXNfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC3J1bl92ZXJzaW9uGAcgASgEEg8KB2NhbGxfaWQYCCABKAkSFAoMcHJldmlld19ibG9iGAkgASgJEhYKDmFyZ3VtZW50c19ibG9iGAogASgJEhIKCnJldmlzZWRfYnkYCyABKAkSEQoJYXBwcm92YWxzGAwgASgNEhMKC2FwcHJvdmVkX2J5GA0gAygJEh8KBHRpZXIYDiABKA4yES5yZWluLnYxLlRvb2xUaWVyEhMKC3BvbGljeV9ydWxlGA8gASgJEhYKDnBvbGljeV9tZXNzYWdlGBAgASgJEhsKE3VuY2hlY2tlZF9hcmd1bWVudHMYESABKAgSFwoPcmV2aXNpb25fcmVhc29uGBIgASgJIikKCFF1ZXN0aW9uEgwKBHRleHQYASABKAkSDwoHY2FsbF9pZBgCIAEoCSJuCgtEZWxlZ2F0ZWRCeRIVCg1wYXJlbnRfcnVuX2lkGAEgASgJEhAKCHNlcXVlbmNlGAIgASgEEhIKCnRhc2tfaW5kZXgYAyABKA0SEwoLcm9vdF9ydW5faWQYBCABKAkSDQoFZGVwdGgYBSABKA0ilAEKDVJ1bkRlbGVnYXRpb24SGAoQY2hpbGRyZW5fc3RhcnRlZBgBIAEoDRIpCg1vcGVuX2NoaWxkcmVuGAIgAygLMhIucmVpbi52MS5DaGlsZExvYW4SHAoEbGVudBgDIAEoCzIOLnJlaW4udjEuU3BlbmQSIAoIcmV0dXJuZWQYBCABKAsyDi5yZWluLnYxLlNwZW5kIkwKBVNwZW5kEg0KBXN0ZXBzGAEgASgNEg4KBnRva2VucxgCIAEoBBIQCghjb3N0X3VzZBgDIAEoARISCgp0b29sX2NhbGxzGAQgASgNIjkKCUNoaWxkTG9hbhIOCgZydW5faWQYASABKAkSHAoEbGVudBgCIAEoCzIOLnJlaW4udjEuU3BlbmQi9wEKDVBvbGljeURlY2lkZWQSDwoHY2FsbF9pZBgBIAEoCRIMCgR0b29sGAIgASgJEiUKBmVmZmVjdBgDIAEoDjIVLnJlaW4udjEuUG9saWN5RWZmZWN0EiUKBnNvdXJjZRgEIAEoDjIVLnJlaW4udjEuUG9saWN5U291cmNlEgwKBHJ1bGUYBSABKAkSDAoEd2hlbhgGIAEoCRIPCgdtZXNzYWdlGAcgASgJEhEKCWFwcHJvdmFscxgIIAEoDRIqCgdsYXRlbmN5GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg0KBWVycm9yGAogASgJKskCCglSdW5TdGF0dXMSGgoWUlVOX1NUQVRVU19VTlNQRUNJRklFRBAAEhYKElJVTl9TVEFUVVNfUlVOTklORxABEhoKFlJVTl9TVEFUVVNfTkVFRFNfSU5QVVQQAhIdChlSVU5fU1RBVFVTX05FRURTX0FQUFJPVkFMEAMSGAoUUlVOX1NUQVRVU19DT01QTEVURUQQBBIfChtSVU5fU1RBVFVTX0JVREdFVF9FWEhBVVNURUQQBRIVChFSVU5fU1RBVFVTX0ZBSUxFRBAGEhUKEVJVTl9TVEFUVVNfREVOSUVEEAcSFgoSUlVOX1NUQVRVU19FWFBJUkVEEAgSGAoUUlVOX1NUQVRVU19DQU5DRUxMRUQQCRIbChdSVU5fU1RBVFVTX05FRURTX0JVREdFVBAKEhUKEVJVTl9TVEFUVVNfUVVFVUVEEAsqfgoMUG9saWN5U291cmNlEh0KGVBPTElDWV9TT1VSQ0VfVU5TUEVDSUZJRUQQABIaChZQT0xJQ1lfU09VUkNFX0NPTlRSQUNUEAESGAoUUE9MSUNZX1NPVVJDRV9TRVJWRVIQAhIZChVQT0xJQ1lfU09VUkNFX1NFUlZJQ0UQA2IGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_decision]);
+  fileDesc("ChFyZWluL3YxL3J1bi5wcm90bxIHcmVpbi52MSLXBwoDUnVuEg4KBnJ1bl9pZBgBIAEoCRIiCgZzdGF0dXMYAiABKA4yEi5yZWluLnYxLlJ1blN0YXR1cxInCghjb250cmFjdBgDIAEoCzIVLnJlaW4udjEuVGFza0NvbnRyYWN0EhEKCXByaW5jaXBhbBgEIAEoCRIOCgZ0ZW5hbnQYBSABKAkSDwoHdmVyc2lvbhgGIAEoBBINCgVzdGVwcxgHIAEoDRIdCgV1c2FnZRgIIAEoCzIOLnJlaW4udjEuVXNhZ2USEgoKdG9vbF9jYWxscxgJIAEoDRIsCghkZWFkbGluZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJwoHcGVuZGluZxgLIAEoCzIWLnJlaW4udjEuUGVuZGluZ0FjdGlvbhIkCgZyZXN1bHQYDCABKAsyFC5yZWluLnYxLkZpbmFsQW5zd2VyEhIKCmxhc3RfZXJyb3IYDSABKAkSLgoKY3JlYXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKcmVxdWVzdF9pZBgQIAEoCRIVCg1zdGF0dXNfcmVhc29uGBEgASgJEhcKD21vZGVsX2luX2ZsaWdodBgSIAEoCBIpCg5hcHByb3ZlZF93cml0ZRgTIAEoCzIRLnJlaW4udjEuUHJvcG9zYWwSGgoSd3JpdGVfb3BlcmF0aW9uX2lkGBQgASgJEhAKCGNvc3RfdXNkGBUgASgBEiYKCHByb2dyZXNzGBYgASgLMhQucmVpbi52MS5SdW5Qcm9ncmVzcxIQCgh0cmFjZV9pZBgXIAEoCRIcChR0cmFjZV9wYXJlbnRfc3Bhbl9pZBgYIAEoCRIqCgxkZWxlZ2F0ZWRfYnkYGSABKAsyFC5yZWluLnYxLkRlbGVnYXRlZEJ5EioKCmRlbGVnYXRpb24YGiABKAsyFi5yZWluLnYxLlJ1bkRlbGVnYXRpb24SJAoHYXJjaGl2ZRgbIAEoCzITLnJlaW4udjEuUnVuQXJjaGl2ZRIlCg1idWRnZXRfcmFpc2VkGBwgASgLMg4ucmVpbi52MS5TcGVuZBIWCg5xdWV1ZV9wb3NpdGlvbhgdIAEoDRIYChBwcm9tcHRfY2FjaGVfa2V5GB4gASgJEikKDHRvb2xfZGlnZXN0cxgfIAMoCzITLnJlaW4udjEuVG9vbERpZ2VzdBIVCg1wb2xpY3lfZGlnZXN0GCAgASgJInIKClRvb2xEaWdlc3QSDAoEbmFtZRgBIAEoCRIOCgZkaWdlc3QYAiABKAkSHwoEdGllchgDIAEoDjIRLnJlaW4udjEuVG9vbFRpZXISFQoNc2NoZW1hX2RpZ2VzdBgEIAEoCRIOCgZzZXJ2ZXIYBSABKAkibgoKUnVuQXJjaGl2ZRILCgNrZXkYASABKAkSDgoGc2hhMjU2GAIgASgJEhIKCnNpemVfYnl0ZXMYAyABKAQSLwoLYXJjaGl2ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wItsDCgtSdW5Qcm9ncmVzcxIkCglvcGVuX2NhbGwYASABKAsyES5yZWluLnYxLlRvb2xDYWxsEikKDm9wZW5fY2FsbF90aWVyGAIgASgOMhEucmVpbi52MS5Ub29sVGllchJFChJ0b29sX2NhbGxzX2J5X3Rvb2wYAyADKAsyKS5yZWluLnYxLlJ1blByb2dyZXNzLlRvb2xDYWxsc0J5VG9vbEVudHJ5EhsKE2ZhaWxpbmdfY2hlY2tzX2hhc2gYBCABKAkSHwoXZmFpbGluZ19jaGVja3NfcmVwZWF0ZWQYBSABKA0SKQoFcHJpY2UYBiABKAsyGi5yZWluLnYxLlJ1blByb2dyZXNzLlByaWNlEhkKEXN0ZWVyX3JlcXVlc3RfaWRzGAcgAygJEhYKDnN0ZWVyc193YWl0aW5nGAggASgNEiYKBnBvbGljeRgJIAEoCzIWLnJlaW4udjEuUG9saWN5RGVjaWRlZBo4CgVQcmljZRIWCg5pbnB1dF9wZXJfbXRvaxgBIAEoARIXCg9vdXRwdXRfcGVyX210b2sYAiABKAEaNgoUVG9vbENhbGxzQnlUb29sRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgNOgI4ASLNAQoNUGVuZGluZ0FjdGlvbhIlCghwcm9wb3NhbBgBIAEoCzIRLnJlaW4udjEuUHJvcG9zYWxIABIlCghxdWVzdGlvbhgCIAEoCzIRLnJlaW4udjEuUXVlc3Rpb25IABImCgZidWRnZXQYAyABKAsyFC5yZWluLnYxLkJ1ZGdldFBhdXNlSAASKwoHZW5kc19hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHZW5kc19ieRgFIAEoCUIICgZhY3Rpb24iqAEKC0J1ZGdldFBhdXNlEg0KBWxpbWl0GAEgASgJEg4KBmRldGFpbBgCIAEoCRIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxjaGlsZF9ydW5faWQYBCABKAkSGAoQbmV4dF9jYWxsX3Rva2VucxgFIAEoBBIaChJuZXh0X2NhbGxfY29zdF91c2QYBiABKAEi6QMKCFByb3Bvc2FsEhMKC3Byb3Bvc2FsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSKgoJYXJndW1lbnRzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBInCgdwcmV2aWV3GAQgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEgwKBGhhc2gYBSABKAkSLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLcnVuX3ZlcnNpb24YByABKAQSDwoHY2FsbF9pZBgIIAEoCRIUCgxwcmV2aWV3X2Jsb2IYCSABKAkSFgoOYXJndW1lbnRzX2Jsb2IYCiABKAkSEgoKcmV2aXNlZF9ieRgLIAEoCRIRCglhcHByb3ZhbHMYDCABKA0SEwoLYXBwcm92ZWRfYnkYDSADKAkSHwoEdGllchgOIAEoDjIRLnJlaW4udjEuVG9vbFRpZXISEwoLcG9saWN5X3J1bGUYDyABKAkSFgoOcG9saWN5X21lc3NhZ2UYECABKAkSGwoTdW5jaGVja2VkX2FyZ3VtZW50cxgRIAEoCBIXCg9yZXZpc2lvbl9yZWFzb24YEiABKAkSEwoLdG9vbF9kaWdlc3QYEyABKAkiKQoIUXVlc3Rpb24SDAoEdGV4dBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJIm4KC0RlbGVnYXRlZEJ5EhUKDXBhcmVudF9ydW5faWQYASABKAkSEAoIc2VxdWVuY2UYAiABKAQSEgoKdGFza19pbmRleBgDIAEoDRITCgtyb290X3J1bl9pZBgEIAEoCRINCgVkZXB0aBgFIAEoDSKUAQoNUnVuRGVsZWdhdGlvbhIYChBjaGlsZHJlbl9zdGFydGVkGAEgASgNEikKDW9wZW5fY2hpbGRyZW4YAiADKAsyEi5yZWluLnYxLkNoaWxkTG9hbhIcCgRsZW50GAMgASgLMg4ucmVpbi52MS5TcGVuZBIgCghyZXR1cm5lZBgEIAEoCzIOLnJlaW4udjEuU3BlbmQiTAoFU3BlbmQSDQoFc3RlcHMYASABKA0SDgoGdG9rZW5zGAIgASgEEhAKCGNvc3RfdXNkGAMgASgBEhIKCnRvb2xfY2FsbHMYBCABKA0iOQoJQ2hpbGRMb2FuEg4KBnJ1bl9pZBgBIAEoCRIcCgRsZW50GAIgASgLMg4ucmVpbi52MS5TcGVuZCKOAgoNUG9saWN5RGVjaWRlZBIPCgdjYWxsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSJQoGZWZmZWN0GAMgASgOMhUucmVpbi52MS5Qb2xpY3lFZmZlY3QSJQoGc291cmNlGAQgASgOMhUucmVpbi52MS5Qb2xpY3lTb3VyY2USDAoEcnVsZRgFIAEoCRIMCgR3aGVuGAYgASgJEg8KB21lc3NhZ2UYByABKAkSEQoJYXBwcm92YWxzGAggASgNEioKB2xhdGVuY3kYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDQoFZXJyb3IYCiABKAkSFQoNcG9saWN5X2RpZ2VzdBgLIAEoCSrJAgoJUnVuU3RhdHVzEhoKFlJVTl9TVEFUVVNfVU5TUEVDSUZJRUQQABIWChJSVU5fU1RBVFVTX1JVTk5JTkcQARIaChZSVU5fU1RBVFVTX05FRURTX0lOUFVUEAISHQoZUlVOX1NUQVRVU19ORUVEU19BUFBST1ZBTBADEhgKFFJVTl9TVEFUVVNfQ09NUExFVEVEEAQSHwobUlVOX1NUQVRVU19CVURHRVRfRVhIQVVTVEVEEAUSFQoRUlVOX1NUQVRVU19GQUlMRUQQBhIVChFSVU5fU1RBVFVTX0RFTklFRBAHEhYKElJVTl9TVEFUVVNfRVhQSVJFRBAIEhgKFFJVTl9TVEFUVVNfQ0FOQ0VMTEVEEAkSGwoXUlVOX1NUQVRVU19ORUVEU19CVURHRVQQChIVChFSVU5fU1RBVFVTX1FVRVVFRBALKn4KDFBvbGljeVNvdXJjZRIdChlQT0xJQ1lfU09VUkNFX1VOU1BFQ0lGSUVEEAASGgoWUE9MSUNZX1NPVVJDRV9DT05UUkFDVBABEhgKFFBPTElDWV9TT1VSQ0VfU0VSVkVSEAISGQoVUE9MSUNZX1NPVVJDRV9TRVJWSUNFEANiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp, file_rein_v1_contract, file_rein_v1_decision]);
 
 /**
  * Run is a run's state: the fold of its events.
@@ -248,6 +248,22 @@ export type Run = Message<"rein.v1.Run"> & {
    * @generated from field: string prompt_cache_key = 30;
    */
   promptCacheKey: string;
+
+  /**
+   * The digests of the granted tools' definitions the run holds
+   * (run_started's, then each tool_adopted's); empty for a run recorded
+   * before rein kept them.
+   *
+   * @generated from field: repeated rein.v1.ToolDigest tool_digests = 31;
+   */
+  toolDigests: ToolDigest[];
+
+  /**
+   * The digest of the server's policy rules at the run's start.
+   *
+   * @generated from field: string policy_digest = 32;
+   */
+  policyDigest: string;
 };
 
 /**
@@ -256,6 +272,59 @@ export type Run = Message<"rein.v1.Run"> & {
  */
 export const RunSchema: GenMessage<Run> = /*@__PURE__*/
   messageDesc(file_rein_v1_run, 0);
+
+/**
+ * ToolDigest is what a run holds of a granted tool's definition: the
+ * SHA-256 of its canonical JSON (name, tier, input schema, server), and
+ * the parts a change is named by.
+ *
+ * @generated from message rein.v1.ToolDigest
+ */
+export type ToolDigest = Message<"rein.v1.ToolDigest"> & {
+  /**
+   * The tool's name.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * The hex SHA-256 of the definition's canonical JSON.
+   *
+   * @generated from field: string digest = 2;
+   */
+  digest: string;
+
+  /**
+   * The tier the serving tool declares; unspecified when it declares none.
+   *
+   * @generated from field: rein.v1.ToolTier tier = 3;
+   */
+  tier: ToolTier;
+
+  /**
+   * The hex SHA-256 of the input schema's canonical JSON; empty without a
+   * schema.
+   *
+   * @generated from field: string schema_digest = 4;
+   */
+  schemaDigest: string;
+
+  /**
+   * The server or service that serves the tool, as the server names it
+   * (such as "tool-server refunds", "mcp files", "fixture").
+   *
+   * @generated from field: string server = 5;
+   */
+  server: string;
+};
+
+/**
+ * Describes the message rein.v1.ToolDigest.
+ * Use `create(ToolDigestSchema)` to create a new message.
+ */
+export const ToolDigestSchema: GenMessage<ToolDigest> = /*@__PURE__*/
+  messageDesc(file_rein_v1_run, 1);
 
 /**
  * RunArchive says where an archived run's export is kept.
@@ -299,7 +368,7 @@ export type RunArchive = Message<"rein.v1.RunArchive"> & {
  * Use `create(RunArchiveSchema)` to create a new message.
  */
 export const RunArchiveSchema: GenMessage<RunArchive> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 1);
+  messageDesc(file_rein_v1_run, 2);
 
 /**
  * RunProgress is what the step loop needs of a run's history beyond its
@@ -385,7 +454,7 @@ export type RunProgress = Message<"rein.v1.RunProgress"> & {
  * Use `create(RunProgressSchema)` to create a new message.
  */
 export const RunProgressSchema: GenMessage<RunProgress> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 2);
+  messageDesc(file_rein_v1_run, 3);
 
 /**
  * A price, in US dollars per million tokens (event.proto's ModelPrice,
@@ -414,7 +483,7 @@ export type RunProgress_Price = Message<"rein.v1.RunProgress.Price"> & {
  * Use `create(RunProgress_PriceSchema)` to create a new message.
  */
 export const RunProgress_PriceSchema: GenMessage<RunProgress_Price> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 2, 0);
+  messageDesc(file_rein_v1_run, 3, 0);
 
 /**
  * PendingAction is what a paused run waits for.
@@ -479,7 +548,7 @@ export type PendingAction = Message<"rein.v1.PendingAction"> & {
  * Use `create(PendingActionSchema)` to create a new message.
  */
 export const PendingActionSchema: GenMessage<PendingAction> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 3);
+  messageDesc(file_rein_v1_run, 4);
 
 /**
  * BudgetPause is what a run paused on its budget waits for.
@@ -538,7 +607,7 @@ export type BudgetPause = Message<"rein.v1.BudgetPause"> & {
  * Use `create(BudgetPauseSchema)` to create a new message.
  */
 export const BudgetPauseSchema: GenMessage<BudgetPause> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 4);
+  messageDesc(file_rein_v1_run, 5);
 
 /**
  * Proposal is a write that a person must approve before it is committed.
@@ -686,6 +755,15 @@ export type Proposal = Message<"rein.v1.Proposal"> & {
    * @generated from field: string revision_reason = 18;
    */
   revisionReason: string;
+
+  /**
+   * The digest of the tool definition the proposal was previewed on, when
+   * it is not the one the run holds: a proposal previewed again after its
+   * tool changed. Its approval moves the run to that definition.
+   *
+   * @generated from field: string tool_digest = 19;
+   */
+  toolDigest: string;
 };
 
 /**
@@ -693,7 +771,7 @@ export type Proposal = Message<"rein.v1.Proposal"> & {
  * Use `create(ProposalSchema)` to create a new message.
  */
 export const ProposalSchema: GenMessage<Proposal> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 5);
+  messageDesc(file_rein_v1_run, 6);
 
 /**
  * Question is what the model asked a person.
@@ -721,7 +799,7 @@ export type Question = Message<"rein.v1.Question"> & {
  * Use `create(QuestionSchema)` to create a new message.
  */
 export const QuestionSchema: GenMessage<Question> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 6);
+  messageDesc(file_rein_v1_run, 7);
 
 /**
  * DelegatedBy names where a child run came from.
@@ -770,7 +848,7 @@ export type DelegatedBy = Message<"rein.v1.DelegatedBy"> & {
  * Use `create(DelegatedBySchema)` to create a new message.
  */
 export const DelegatedBySchema: GenMessage<DelegatedBy> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 7);
+  messageDesc(file_rein_v1_run, 8);
 
 /**
  * RunDelegation is what a run's delegations stand at.
@@ -812,7 +890,7 @@ export type RunDelegation = Message<"rein.v1.RunDelegation"> & {
  * Use `create(RunDelegationSchema)` to create a new message.
  */
 export const RunDelegationSchema: GenMessage<RunDelegation> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 8);
+  messageDesc(file_rein_v1_run, 9);
 
 /**
  * Spend is an amount of each budget limit.
@@ -854,7 +932,7 @@ export type Spend = Message<"rein.v1.Spend"> & {
  * Use `create(SpendSchema)` to create a new message.
  */
 export const SpendSchema: GenMessage<Spend> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 9);
+  messageDesc(file_rein_v1_run, 10);
 
 /**
  * ChildLoan is an open child and the budget lent to it.
@@ -882,7 +960,7 @@ export type ChildLoan = Message<"rein.v1.ChildLoan"> & {
  * Use `create(ChildLoanSchema)` to create a new message.
  */
 export const ChildLoanSchema: GenMessage<ChildLoan> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 10);
+  messageDesc(file_rein_v1_run, 11);
 
 /**
  * PolicyDecided records which policy decided a tool call, and how. It is
@@ -963,6 +1041,15 @@ export type PolicyDecided = Message<"rein.v1.PolicyDecided"> & {
    * @generated from field: string error = 10;
    */
   error: string;
+
+  /**
+   * The digest of the server's policy rules in force when the decision was
+   * made, so an audit can tell which rules decided; empty for a decision
+   * recorded before rein kept digests.
+   *
+   * @generated from field: string policy_digest = 11;
+   */
+  policyDigest: string;
 };
 
 /**
@@ -970,7 +1057,7 @@ export type PolicyDecided = Message<"rein.v1.PolicyDecided"> & {
  * Use `create(PolicyDecidedSchema)` to create a new message.
  */
 export const PolicyDecidedSchema: GenMessage<PolicyDecided> = /*@__PURE__*/
-  messageDesc(file_rein_v1_run, 11);
+  messageDesc(file_rein_v1_run, 12);
 
 /**
  * RunStatus is where a run stands. completed, budget_exhausted, failed,

@@ -190,7 +190,7 @@ class DelegationStarted(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., children: _Optional[_Iterable[_Union[DelegatedChild, _Mapping]]] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ["actor", "approval_decided", "approval_given", "approval_requested", "budget_raised", "budget_reached", "checks_completed", "context_compacted", "decision_rejected", "delegation_returned", "delegation_started", "input_provided", "input_requested", "model_requested", "model_retried", "model_returned", "model_throttled", "policy_decided", "proposal_revised", "recorded_at", "run_admitted", "run_id", "run_started", "run_steered", "run_taken", "sequence", "status_changed", "tool_refused", "tool_requested", "tool_returned", "write_committed", "write_dispatched", "write_outcome_unknown", "write_refused"]
+    __slots__ = ["actor", "approval_decided", "approval_given", "approval_requested", "budget_raised", "budget_reached", "checks_completed", "context_compacted", "decision_rejected", "delegation_returned", "delegation_started", "input_provided", "input_requested", "model_requested", "model_retried", "model_returned", "model_throttled", "policy_decided", "proposal_revised", "recorded_at", "run_admitted", "run_id", "run_started", "run_steered", "run_taken", "sequence", "status_changed", "tool_adopted", "tool_changed", "tool_refused", "tool_requested", "tool_returned", "write_committed", "write_dispatched", "write_outcome_unknown", "write_refused"]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_DECIDED_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_GIVEN_FIELD_NUMBER: _ClassVar[int]
@@ -218,6 +218,8 @@ class Event(_message.Message):
     RUN_TAKEN_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     STATUS_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    TOOL_ADOPTED_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHANGED_FIELD_NUMBER: _ClassVar[int]
     TOOL_REFUSED_FIELD_NUMBER: _ClassVar[int]
     TOOL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     TOOL_RETURNED_FIELD_NUMBER: _ClassVar[int]
@@ -252,6 +254,8 @@ class Event(_message.Message):
     run_taken: RunTaken
     sequence: int
     status_changed: StatusChanged
+    tool_adopted: ToolAdopted
+    tool_changed: ToolChanged
     tool_refused: ToolRefused
     tool_requested: ToolRequested
     tool_returned: ToolReturned
@@ -259,7 +263,7 @@ class Event(_message.Message):
     write_dispatched: WriteDispatched
     write_outcome_unknown: WriteOutcomeUnknown
     write_refused: WriteRefused
-    def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., recorded_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[str] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., model_requested: _Optional[_Union[ModelRequested, _Mapping]] = ..., model_returned: _Optional[_Union[ModelReturned, _Mapping]] = ..., decision_rejected: _Optional[_Union[DecisionRejected, _Mapping]] = ..., tool_requested: _Optional[_Union[ToolRequested, _Mapping]] = ..., tool_refused: _Optional[_Union[ToolRefused, _Mapping]] = ..., tool_returned: _Optional[_Union[ToolReturned, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_decided: _Optional[_Union[ApprovalDecided, _Mapping]] = ..., input_requested: _Optional[_Union[InputRequested, _Mapping]] = ..., input_provided: _Optional[_Union[InputProvided, _Mapping]] = ..., write_dispatched: _Optional[_Union[WriteDispatched, _Mapping]] = ..., write_committed: _Optional[_Union[WriteCommitted, _Mapping]] = ..., write_outcome_unknown: _Optional[_Union[WriteOutcomeUnknown, _Mapping]] = ..., checks_completed: _Optional[_Union[ChecksCompleted, _Mapping]] = ..., budget_reached: _Optional[_Union[BudgetReached, _Mapping]] = ..., status_changed: _Optional[_Union[StatusChanged, _Mapping]] = ..., model_retried: _Optional[_Union[ModelRetried, _Mapping]] = ..., context_compacted: _Optional[_Union[ContextCompacted, _Mapping]] = ..., write_refused: _Optional[_Union[WriteRefused, _Mapping]] = ..., delegation_started: _Optional[_Union[DelegationStarted, _Mapping]] = ..., delegation_returned: _Optional[_Union[DelegationReturned, _Mapping]] = ..., run_steered: _Optional[_Union[RunSteered, _Mapping]] = ..., budget_raised: _Optional[_Union[BudgetRaised, _Mapping]] = ..., proposal_revised: _Optional[_Union[ProposalRevised, _Mapping]] = ..., policy_decided: _Optional[_Union[_run_pb2.PolicyDecided, _Mapping]] = ..., approval_given: _Optional[_Union[ApprovalGiven, _Mapping]] = ..., run_admitted: _Optional[_Union[RunAdmitted, _Mapping]] = ..., model_throttled: _Optional[_Union[ModelThrottled, _Mapping]] = ..., run_taken: _Optional[_Union[RunTaken, _Mapping]] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., recorded_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[str] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., model_requested: _Optional[_Union[ModelRequested, _Mapping]] = ..., model_returned: _Optional[_Union[ModelReturned, _Mapping]] = ..., decision_rejected: _Optional[_Union[DecisionRejected, _Mapping]] = ..., tool_requested: _Optional[_Union[ToolRequested, _Mapping]] = ..., tool_refused: _Optional[_Union[ToolRefused, _Mapping]] = ..., tool_returned: _Optional[_Union[ToolReturned, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_decided: _Optional[_Union[ApprovalDecided, _Mapping]] = ..., input_requested: _Optional[_Union[InputRequested, _Mapping]] = ..., input_provided: _Optional[_Union[InputProvided, _Mapping]] = ..., write_dispatched: _Optional[_Union[WriteDispatched, _Mapping]] = ..., write_committed: _Optional[_Union[WriteCommitted, _Mapping]] = ..., write_outcome_unknown: _Optional[_Union[WriteOutcomeUnknown, _Mapping]] = ..., checks_completed: _Optional[_Union[ChecksCompleted, _Mapping]] = ..., budget_reached: _Optional[_Union[BudgetReached, _Mapping]] = ..., status_changed: _Optional[_Union[StatusChanged, _Mapping]] = ..., model_retried: _Optional[_Union[ModelRetried, _Mapping]] = ..., context_compacted: _Optional[_Union[ContextCompacted, _Mapping]] = ..., write_refused: _Optional[_Union[WriteRefused, _Mapping]] = ..., delegation_started: _Optional[_Union[DelegationStarted, _Mapping]] = ..., delegation_returned: _Optional[_Union[DelegationReturned, _Mapping]] = ..., run_steered: _Optional[_Union[RunSteered, _Mapping]] = ..., budget_raised: _Optional[_Union[BudgetRaised, _Mapping]] = ..., proposal_revised: _Optional[_Union[ProposalRevised, _Mapping]] = ..., policy_decided: _Optional[_Union[_run_pb2.PolicyDecided, _Mapping]] = ..., approval_given: _Optional[_Union[ApprovalGiven, _Mapping]] = ..., run_admitted: _Optional[_Union[RunAdmitted, _Mapping]] = ..., model_throttled: _Optional[_Union[ModelThrottled, _Mapping]] = ..., run_taken: _Optional[_Union[RunTaken, _Mapping]] = ..., tool_changed: _Optional[_Union[ToolChanged, _Mapping]] = ..., tool_adopted: _Optional[_Union[ToolAdopted, _Mapping]] = ...) -> None: ...
 
 class InputProvided(_message.Message):
     __slots__ = ["text"]
@@ -392,17 +396,19 @@ class RunAdmitted(_message.Message):
     def __init__(self, waited: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., by: _Optional[str] = ...) -> None: ...
 
 class RunStarted(_message.Message):
-    __slots__ = ["contract", "deadline", "delegated_by", "parent_run_id", "parent_sequence", "principal", "prompt_cache_key", "queued", "request_id", "tenant", "trace_id", "trace_parent_span_id"]
+    __slots__ = ["contract", "deadline", "delegated_by", "parent_run_id", "parent_sequence", "policy_digest", "principal", "prompt_cache_key", "queued", "request_id", "tenant", "tool_digests", "trace_id", "trace_parent_span_id"]
     CONTRACT_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     DELEGATED_BY_FIELD_NUMBER: _ClassVar[int]
     PARENT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     PARENT_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    POLICY_DIGEST_FIELD_NUMBER: _ClassVar[int]
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_CACHE_KEY_FIELD_NUMBER: _ClassVar[int]
     QUEUED_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_DIGESTS_FIELD_NUMBER: _ClassVar[int]
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     TRACE_PARENT_SPAN_ID_FIELD_NUMBER: _ClassVar[int]
     contract: _contract_pb2.TaskContract
@@ -410,14 +416,16 @@ class RunStarted(_message.Message):
     delegated_by: _run_pb2.DelegatedBy
     parent_run_id: str
     parent_sequence: int
+    policy_digest: str
     principal: str
     prompt_cache_key: str
     queued: bool
     request_id: str
     tenant: str
+    tool_digests: _containers.RepeatedCompositeFieldContainer[_run_pb2.ToolDigest]
     trace_id: str
     trace_parent_span_id: str
-    def __init__(self, contract: _Optional[_Union[_contract_pb2.TaskContract, _Mapping]] = ..., principal: _Optional[str] = ..., tenant: _Optional[str] = ..., request_id: _Optional[str] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., parent_run_id: _Optional[str] = ..., parent_sequence: _Optional[int] = ..., trace_id: _Optional[str] = ..., trace_parent_span_id: _Optional[str] = ..., delegated_by: _Optional[_Union[_run_pb2.DelegatedBy, _Mapping]] = ..., queued: bool = ..., prompt_cache_key: _Optional[str] = ...) -> None: ...
+    def __init__(self, contract: _Optional[_Union[_contract_pb2.TaskContract, _Mapping]] = ..., principal: _Optional[str] = ..., tenant: _Optional[str] = ..., request_id: _Optional[str] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., parent_run_id: _Optional[str] = ..., parent_sequence: _Optional[int] = ..., trace_id: _Optional[str] = ..., trace_parent_span_id: _Optional[str] = ..., delegated_by: _Optional[_Union[_run_pb2.DelegatedBy, _Mapping]] = ..., queued: bool = ..., prompt_cache_key: _Optional[str] = ..., tool_digests: _Optional[_Iterable[_Union[_run_pb2.ToolDigest, _Mapping]]] = ..., policy_digest: _Optional[str] = ...) -> None: ...
 
 class RunSteered(_message.Message):
     __slots__ = ["request_id", "text"]
@@ -449,6 +457,38 @@ class StatusChanged(_message.Message):
     result: _decision_pb2.FinalAnswer
     to: _run_pb2.RunStatus
     def __init__(self, to: _Optional[_Union[_run_pb2.RunStatus, str]] = ..., reason: _Optional[str] = ..., result: _Optional[_Union[_decision_pb2.FinalAnswer, _Mapping]] = ..., error: _Optional[str] = ..., **kwargs) -> None: ...
+
+class ToolAdopted(_message.Message):
+    __slots__ = ["adopted", "by", "changes", "held", "tool"]
+    ADOPTED_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    adopted: _run_pb2.ToolDigest
+    by: str
+    changes: _containers.RepeatedScalarFieldContainer[str]
+    held: _run_pb2.ToolDigest
+    tool: str
+    def __init__(self, tool: _Optional[str] = ..., held: _Optional[_Union[_run_pb2.ToolDigest, _Mapping]] = ..., adopted: _Optional[_Union[_run_pb2.ToolDigest, _Mapping]] = ..., changes: _Optional[_Iterable[str]] = ..., by: _Optional[str] = ...) -> None: ...
+
+class ToolChanged(_message.Message):
+    __slots__ = ["action", "call_id", "changes", "found", "held", "proposal_id", "tool"]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    PROPOSAL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    action: str
+    call_id: str
+    changes: _containers.RepeatedScalarFieldContainer[str]
+    found: _run_pb2.ToolDigest
+    held: _run_pb2.ToolDigest
+    proposal_id: str
+    tool: str
+    def __init__(self, tool: _Optional[str] = ..., held: _Optional[_Union[_run_pb2.ToolDigest, _Mapping]] = ..., found: _Optional[_Union[_run_pb2.ToolDigest, _Mapping]] = ..., changes: _Optional[_Iterable[str]] = ..., action: _Optional[str] = ..., call_id: _Optional[str] = ..., proposal_id: _Optional[str] = ...) -> None: ...
 
 class ToolRefused(_message.Message):
     __slots__ = ["call_id", "reason", "tool"]

@@ -80,13 +80,14 @@ class PendingAction(_message.Message):
     def __init__(self, proposal: _Optional[_Union[Proposal, _Mapping]] = ..., question: _Optional[_Union[Question, _Mapping]] = ..., budget: _Optional[_Union[BudgetPause, _Mapping]] = ..., ends_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., ends_by: _Optional[str] = ...) -> None: ...
 
 class PolicyDecided(_message.Message):
-    __slots__ = ["approvals", "call_id", "effect", "error", "latency", "message", "rule", "source", "tool", "when"]
+    __slots__ = ["approvals", "call_id", "effect", "error", "latency", "message", "policy_digest", "rule", "source", "tool", "when"]
     APPROVALS_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     EFFECT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     LATENCY_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    POLICY_DIGEST_FIELD_NUMBER: _ClassVar[int]
     RULE_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
@@ -97,14 +98,15 @@ class PolicyDecided(_message.Message):
     error: str
     latency: _duration_pb2.Duration
     message: str
+    policy_digest: str
     rule: str
     source: PolicySource
     tool: str
     when: str
-    def __init__(self, call_id: _Optional[str] = ..., tool: _Optional[str] = ..., effect: _Optional[_Union[_contract_pb2.PolicyEffect, str]] = ..., source: _Optional[_Union[PolicySource, str]] = ..., rule: _Optional[str] = ..., when: _Optional[str] = ..., message: _Optional[str] = ..., approvals: _Optional[int] = ..., latency: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
+    def __init__(self, call_id: _Optional[str] = ..., tool: _Optional[str] = ..., effect: _Optional[_Union[_contract_pb2.PolicyEffect, str]] = ..., source: _Optional[_Union[PolicySource, str]] = ..., rule: _Optional[str] = ..., when: _Optional[str] = ..., message: _Optional[str] = ..., approvals: _Optional[int] = ..., latency: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., error: _Optional[str] = ..., policy_digest: _Optional[str] = ...) -> None: ...
 
 class Proposal(_message.Message):
-    __slots__ = ["approvals", "approved_by", "arguments", "arguments_blob", "call_id", "expires_at", "hash", "policy_message", "policy_rule", "preview", "preview_blob", "proposal_id", "revised_by", "revision_reason", "run_version", "tier", "tool", "unchecked_arguments"]
+    __slots__ = ["approvals", "approved_by", "arguments", "arguments_blob", "call_id", "expires_at", "hash", "policy_message", "policy_rule", "preview", "preview_blob", "proposal_id", "revised_by", "revision_reason", "run_version", "tier", "tool", "tool_digest", "unchecked_arguments"]
     APPROVALS_FIELD_NUMBER: _ClassVar[int]
     APPROVED_BY_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_BLOB_FIELD_NUMBER: _ClassVar[int]
@@ -121,6 +123,7 @@ class Proposal(_message.Message):
     REVISION_REASON_FIELD_NUMBER: _ClassVar[int]
     RUN_VERSION_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
+    TOOL_DIGEST_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     UNCHECKED_ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     approvals: int
@@ -140,8 +143,9 @@ class Proposal(_message.Message):
     run_version: int
     tier: _contract_pb2.ToolTier
     tool: str
+    tool_digest: str
     unchecked_arguments: bool
-    def __init__(self, proposal_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., preview: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., hash: _Optional[str] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., run_version: _Optional[int] = ..., call_id: _Optional[str] = ..., preview_blob: _Optional[str] = ..., arguments_blob: _Optional[str] = ..., revised_by: _Optional[str] = ..., approvals: _Optional[int] = ..., approved_by: _Optional[_Iterable[str]] = ..., tier: _Optional[_Union[_contract_pb2.ToolTier, str]] = ..., policy_rule: _Optional[str] = ..., policy_message: _Optional[str] = ..., unchecked_arguments: bool = ..., revision_reason: _Optional[str] = ...) -> None: ...
+    def __init__(self, proposal_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., preview: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., hash: _Optional[str] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., run_version: _Optional[int] = ..., call_id: _Optional[str] = ..., preview_blob: _Optional[str] = ..., arguments_blob: _Optional[str] = ..., revised_by: _Optional[str] = ..., approvals: _Optional[int] = ..., approved_by: _Optional[_Iterable[str]] = ..., tier: _Optional[_Union[_contract_pb2.ToolTier, str]] = ..., policy_rule: _Optional[str] = ..., policy_message: _Optional[str] = ..., unchecked_arguments: bool = ..., revision_reason: _Optional[str] = ..., tool_digest: _Optional[str] = ...) -> None: ...
 
 class Question(_message.Message):
     __slots__ = ["call_id", "text"]
@@ -152,7 +156,7 @@ class Question(_message.Message):
     def __init__(self, text: _Optional[str] = ..., call_id: _Optional[str] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ["approved_write", "archive", "budget_raised", "contract", "cost_usd", "created_at", "deadline", "delegated_by", "delegation", "last_error", "model_in_flight", "pending", "principal", "progress", "prompt_cache_key", "queue_position", "request_id", "result", "run_id", "status", "status_reason", "steps", "tenant", "tool_calls", "trace_id", "trace_parent_span_id", "updated_at", "usage", "version", "write_operation_id"]
+    __slots__ = ["approved_write", "archive", "budget_raised", "contract", "cost_usd", "created_at", "deadline", "delegated_by", "delegation", "last_error", "model_in_flight", "pending", "policy_digest", "principal", "progress", "prompt_cache_key", "queue_position", "request_id", "result", "run_id", "status", "status_reason", "steps", "tenant", "tool_calls", "tool_digests", "trace_id", "trace_parent_span_id", "updated_at", "usage", "version", "write_operation_id"]
     APPROVED_WRITE_FIELD_NUMBER: _ClassVar[int]
     ARCHIVE_FIELD_NUMBER: _ClassVar[int]
     BUDGET_RAISED_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +169,7 @@ class Run(_message.Message):
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     MODEL_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
+    POLICY_DIGEST_FIELD_NUMBER: _ClassVar[int]
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_CACHE_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -177,6 +182,7 @@ class Run(_message.Message):
     STEPS_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_DIGESTS_FIELD_NUMBER: _ClassVar[int]
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     TRACE_PARENT_SPAN_ID_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -195,6 +201,7 @@ class Run(_message.Message):
     last_error: str
     model_in_flight: bool
     pending: PendingAction
+    policy_digest: str
     principal: str
     progress: RunProgress
     prompt_cache_key: str
@@ -207,13 +214,14 @@ class Run(_message.Message):
     steps: int
     tenant: str
     tool_calls: int
+    tool_digests: _containers.RepeatedCompositeFieldContainer[ToolDigest]
     trace_id: str
     trace_parent_span_id: str
     updated_at: _timestamp_pb2.Timestamp
     usage: _contract_pb2.Usage
     version: int
     write_operation_id: str
-    def __init__(self, run_id: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., contract: _Optional[_Union[_contract_pb2.TaskContract, _Mapping]] = ..., principal: _Optional[str] = ..., tenant: _Optional[str] = ..., version: _Optional[int] = ..., steps: _Optional[int] = ..., usage: _Optional[_Union[_contract_pb2.Usage, _Mapping]] = ..., tool_calls: _Optional[int] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., pending: _Optional[_Union[PendingAction, _Mapping]] = ..., result: _Optional[_Union[_decision_pb2.FinalAnswer, _Mapping]] = ..., last_error: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., request_id: _Optional[str] = ..., status_reason: _Optional[str] = ..., model_in_flight: bool = ..., approved_write: _Optional[_Union[Proposal, _Mapping]] = ..., write_operation_id: _Optional[str] = ..., cost_usd: _Optional[float] = ..., progress: _Optional[_Union[RunProgress, _Mapping]] = ..., trace_id: _Optional[str] = ..., trace_parent_span_id: _Optional[str] = ..., delegated_by: _Optional[_Union[DelegatedBy, _Mapping]] = ..., delegation: _Optional[_Union[RunDelegation, _Mapping]] = ..., archive: _Optional[_Union[RunArchive, _Mapping]] = ..., budget_raised: _Optional[_Union[Spend, _Mapping]] = ..., queue_position: _Optional[int] = ..., prompt_cache_key: _Optional[str] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., contract: _Optional[_Union[_contract_pb2.TaskContract, _Mapping]] = ..., principal: _Optional[str] = ..., tenant: _Optional[str] = ..., version: _Optional[int] = ..., steps: _Optional[int] = ..., usage: _Optional[_Union[_contract_pb2.Usage, _Mapping]] = ..., tool_calls: _Optional[int] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., pending: _Optional[_Union[PendingAction, _Mapping]] = ..., result: _Optional[_Union[_decision_pb2.FinalAnswer, _Mapping]] = ..., last_error: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., request_id: _Optional[str] = ..., status_reason: _Optional[str] = ..., model_in_flight: bool = ..., approved_write: _Optional[_Union[Proposal, _Mapping]] = ..., write_operation_id: _Optional[str] = ..., cost_usd: _Optional[float] = ..., progress: _Optional[_Union[RunProgress, _Mapping]] = ..., trace_id: _Optional[str] = ..., trace_parent_span_id: _Optional[str] = ..., delegated_by: _Optional[_Union[DelegatedBy, _Mapping]] = ..., delegation: _Optional[_Union[RunDelegation, _Mapping]] = ..., archive: _Optional[_Union[RunArchive, _Mapping]] = ..., budget_raised: _Optional[_Union[Spend, _Mapping]] = ..., queue_position: _Optional[int] = ..., prompt_cache_key: _Optional[str] = ..., tool_digests: _Optional[_Iterable[_Union[ToolDigest, _Mapping]]] = ..., policy_digest: _Optional[str] = ...) -> None: ...
 
 class RunArchive(_message.Message):
     __slots__ = ["archived_at", "key", "sha256", "size_bytes"]
@@ -286,6 +294,20 @@ class Spend(_message.Message):
     tokens: int
     tool_calls: int
     def __init__(self, steps: _Optional[int] = ..., tokens: _Optional[int] = ..., cost_usd: _Optional[float] = ..., tool_calls: _Optional[int] = ...) -> None: ...
+
+class ToolDigest(_message.Message):
+    __slots__ = ["digest", "name", "schema_digest", "server", "tier"]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    SERVER_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    digest: str
+    name: str
+    schema_digest: str
+    server: str
+    tier: _contract_pb2.ToolTier
+    def __init__(self, name: _Optional[str] = ..., digest: _Optional[str] = ..., tier: _Optional[_Union[_contract_pb2.ToolTier, str]] = ..., schema_digest: _Optional[str] = ..., server: _Optional[str] = ...) -> None: ...
 
 class RunStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -2,6 +2,7 @@ from rein_client._gen.buf.validate import validate_pb2 as _validate_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from rein_client._gen.rein.v1 import cluster_service_pb2 as _cluster_service_pb2
 from rein_client._gen.rein.v1 import contract_pb2 as _contract_pb2
 from rein_client._gen.rein.v1 import event_pb2 as _event_pb2
 from rein_client._gen.rein.v1 import export_pb2 as _export_pb2
@@ -184,12 +185,14 @@ class GetServerInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetServerInfoResponse(_message.Message):
-    __slots__ = ["build", "caller"]
+    __slots__ = ["build", "caller", "formats"]
     BUILD_FIELD_NUMBER: _ClassVar[int]
     CALLER_FIELD_NUMBER: _ClassVar[int]
+    FORMATS_FIELD_NUMBER: _ClassVar[int]
     build: BuildInfo
     caller: Caller
-    def __init__(self, build: _Optional[_Union[BuildInfo, _Mapping]] = ..., caller: _Optional[_Union[Caller, _Mapping]] = ...) -> None: ...
+    formats: _cluster_service_pb2.ServerFormats
+    def __init__(self, build: _Optional[_Union[BuildInfo, _Mapping]] = ..., caller: _Optional[_Union[Caller, _Mapping]] = ..., formats: _Optional[_Union[_cluster_service_pb2.ServerFormats, _Mapping]] = ...) -> None: ...
 
 class GetTaskRequest(_message.Message):
     __slots__ = ["name"]

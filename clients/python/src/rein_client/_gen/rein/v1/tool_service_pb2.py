@@ -13,9 +13,10 @@ _sym_db = _symbol_database.Default()
 
 from rein_client._gen.buf.validate import validate_pb2 as buf_dot_validate_dot_validate__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
+from rein_client._gen.rein.v1 import contract_pb2 as rein_dot_v1_dot_contract__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1arein/v1/tool_service.proto\x12\x07rein.v1\x1a\x1b\x62uf/validate/validate.proto\x1a\x1cgoogle/protobuf/struct.proto\"{\n\x08ToolSpec\x12+\n\x04name\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x18\x32\x16^[A-Za-z0-9_.-]{1,64}$\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12-\n\x0cinput_schema\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"t\n\x0eRemoteToolCall\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x15\n\x04tool\x18\x03 \x01(\tB\x07\xbaH\x04r\x02\x10\x01\x12*\n\targuments\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\"\x12\n\x10ListToolsRequest\"5\n\x11ListToolsResponse\x12 \n\x05tools\x18\x01 \x03(\x0b\x32\x11.rein.v1.ToolSpec\"<\n\x0bReadRequest\x12-\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x17.rein.v1.RemoteToolCallB\x06\xbaH\x03\xc8\x01\x01\"6\n\x0cReadResponse\x12&\n\x06output\x18\x01 \x01(\x0b\x32\x16.google.protobuf.Value\"D\n\x13ProposeWriteRequest\x12-\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x17.rein.v1.RemoteToolCallB\x06\xbaH\x03\xc8\x01\x01\"?\n\x14ProposeWriteResponse\x12\'\n\x07preview\x18\x01 \x01(\x0b\x32\x16.google.protobuf.Value\"\x8b\x01\n\x12\x43ommitWriteRequest\x12-\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x17.rein.v1.RemoteToolCallB\x06\xbaH\x03\xc8\x01\x01\x12\x1d\n\x0coperation_id\x18\x02 \x01(\tB\x07\xbaH\x04r\x02\x10\x01\x12\'\n\x07preview\x18\x03 \x01(\x0b\x32\x16.google.protobuf.Value\">\n\x13\x43ommitWriteResponse\x12\'\n\x07receipt\x18\x01 \x01(\x0b\x32\x16.google.protobuf.Value\"b\n\x12LookupWriteRequest\x12-\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x17.rein.v1.RemoteToolCallB\x06\xbaH\x03\xc8\x01\x01\x12\x1d\n\x0coperation_id\x18\x02 \x01(\tB\x07\xbaH\x04r\x02\x10\x01\"O\n\x13LookupWriteResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\x12\'\n\x07receipt\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value2\xe7\x02\n\x0bToolService\x12\x42\n\tListTools\x12\x19.rein.v1.ListToolsRequest\x1a\x1a.rein.v1.ListToolsResponse\x12\x33\n\x04Read\x12\x14.rein.v1.ReadRequest\x1a\x15.rein.v1.ReadResponse\x12K\n\x0cProposeWrite\x12\x1c.rein.v1.ProposeWriteRequest\x1a\x1d.rein.v1.ProposeWriteResponse\x12H\n\x0b\x43ommitWrite\x12\x1b.rein.v1.CommitWriteRequest\x1a\x1c.rein.v1.CommitWriteResponse\x12H\n\x0bLookupWrite\x12\x1b.rein.v1.LookupWriteRequest\x1a\x1c.rein.v1.LookupWriteResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1arein/v1/tool_service.proto\x12\x07rein.v1\x1a\x1b\x62uf/validate/validate.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16rein/v1/contract.proto\"\x9c\x01\n\x08ToolSpec\x12+\n\x04name\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x18\x32\x16^[A-Za-z0-9_.-]{1,64}$\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12-\n\x0cinput_schema\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x1f\n\x04tier\x18\x04 \x01(\x0e\x32\x11.rein.v1.ToolTier\"t\n\x0eRemoteToolCall\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x15\n\x04tool\x18\x03 \x01(\tB\x07\xbaH\x04r\x02\x10\x01\x12*\n\targuments\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\"\x12\n\x10ListToolsRequest\"5\n\x11ListToolsResponse\x12 \n\x05tools\x18\x01 \x03(\x0b\x32\x11.rein.v1.ToolSpec\"<\n\x0bReadRequest\x12-\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x17.rein.v1.RemoteToolCallB\x06\xbaH\x03\xc8\x01\x01\"6\n\x0cReadResponse\x12&\n\x06output\x18\x01 \x01(\x0b\x32\x16.google.protobuf.Value\"D\n\x13ProposeWriteRequest\x12-\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x17.rein.v1.RemoteToolCallB\x06\xbaH\x03\xc8\x01\x01\"?\n\x14ProposeWriteResponse\x12\'\n\x07preview\x18\x01 \x01(\x0b\x32\x16.google.protobuf.Value\"\x8b\x01\n\x12\x43ommitWriteRequest\x12-\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x17.rein.v1.RemoteToolCallB\x06\xbaH\x03\xc8\x01\x01\x12\x1d\n\x0coperation_id\x18\x02 \x01(\tB\x07\xbaH\x04r\x02\x10\x01\x12\'\n\x07preview\x18\x03 \x01(\x0b\x32\x16.google.protobuf.Value\">\n\x13\x43ommitWriteResponse\x12\'\n\x07receipt\x18\x01 \x01(\x0b\x32\x16.google.protobuf.Value\"b\n\x12LookupWriteRequest\x12-\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x17.rein.v1.RemoteToolCallB\x06\xbaH\x03\xc8\x01\x01\x12\x1d\n\x0coperation_id\x18\x02 \x01(\tB\x07\xbaH\x04r\x02\x10\x01\"O\n\x13LookupWriteResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\x12\'\n\x07receipt\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value2\xe7\x02\n\x0bToolService\x12\x42\n\tListTools\x12\x19.rein.v1.ListToolsRequest\x1a\x1a.rein.v1.ListToolsResponse\x12\x33\n\x04Read\x12\x14.rein.v1.ReadRequest\x1a\x15.rein.v1.ReadResponse\x12K\n\x0cProposeWrite\x12\x1c.rein.v1.ProposeWriteRequest\x1a\x1d.rein.v1.ProposeWriteResponse\x12H\n\x0b\x43ommitWrite\x12\x1b.rein.v1.CommitWriteRequest\x1a\x1c.rein.v1.CommitWriteResponse\x12H\n\x0bLookupWrite\x12\x1b.rein.v1.LookupWriteRequest\x1a\x1c.rein.v1.LookupWriteResponseb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rein_client._gen.rein.v1.tool_service_pb2', globals())
@@ -38,30 +39,30 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _LOOKUPWRITEREQUEST.fields_by_name['call']._serialized_options = b'\272H\003\310\001\001'
   _LOOKUPWRITEREQUEST.fields_by_name['operation_id']._options = None
   _LOOKUPWRITEREQUEST.fields_by_name['operation_id']._serialized_options = b'\272H\004r\002\020\001'
-  _TOOLSPEC._serialized_start=98
-  _TOOLSPEC._serialized_end=221
-  _REMOTETOOLCALL._serialized_start=223
-  _REMOTETOOLCALL._serialized_end=339
-  _LISTTOOLSREQUEST._serialized_start=341
-  _LISTTOOLSREQUEST._serialized_end=359
-  _LISTTOOLSRESPONSE._serialized_start=361
-  _LISTTOOLSRESPONSE._serialized_end=414
-  _READREQUEST._serialized_start=416
-  _READREQUEST._serialized_end=476
-  _READRESPONSE._serialized_start=478
-  _READRESPONSE._serialized_end=532
-  _PROPOSEWRITEREQUEST._serialized_start=534
-  _PROPOSEWRITEREQUEST._serialized_end=602
-  _PROPOSEWRITERESPONSE._serialized_start=604
-  _PROPOSEWRITERESPONSE._serialized_end=667
-  _COMMITWRITEREQUEST._serialized_start=670
-  _COMMITWRITEREQUEST._serialized_end=809
-  _COMMITWRITERESPONSE._serialized_start=811
-  _COMMITWRITERESPONSE._serialized_end=873
-  _LOOKUPWRITEREQUEST._serialized_start=875
-  _LOOKUPWRITEREQUEST._serialized_end=973
-  _LOOKUPWRITERESPONSE._serialized_start=975
-  _LOOKUPWRITERESPONSE._serialized_end=1054
-  _TOOLSERVICE._serialized_start=1057
-  _TOOLSERVICE._serialized_end=1416
+  _TOOLSPEC._serialized_start=123
+  _TOOLSPEC._serialized_end=279
+  _REMOTETOOLCALL._serialized_start=281
+  _REMOTETOOLCALL._serialized_end=397
+  _LISTTOOLSREQUEST._serialized_start=399
+  _LISTTOOLSREQUEST._serialized_end=417
+  _LISTTOOLSRESPONSE._serialized_start=419
+  _LISTTOOLSRESPONSE._serialized_end=472
+  _READREQUEST._serialized_start=474
+  _READREQUEST._serialized_end=534
+  _READRESPONSE._serialized_start=536
+  _READRESPONSE._serialized_end=590
+  _PROPOSEWRITEREQUEST._serialized_start=592
+  _PROPOSEWRITEREQUEST._serialized_end=660
+  _PROPOSEWRITERESPONSE._serialized_start=662
+  _PROPOSEWRITERESPONSE._serialized_end=725
+  _COMMITWRITEREQUEST._serialized_start=728
+  _COMMITWRITEREQUEST._serialized_end=867
+  _COMMITWRITERESPONSE._serialized_start=869
+  _COMMITWRITERESPONSE._serialized_end=931
+  _LOOKUPWRITEREQUEST._serialized_start=933
+  _LOOKUPWRITEREQUEST._serialized_end=1031
+  _LOOKUPWRITERESPONSE._serialized_start=1033
+  _LOOKUPWRITERESPONSE._serialized_end=1112
+  _TOOLSERVICE._serialized_start=1115
+  _TOOLSERVICE._serialized_end=1474
 # @@protoc_insertion_point(module_scope)
