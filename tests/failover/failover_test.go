@@ -3,9 +3,7 @@ package failover_test
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +20,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/etcdtest"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/tests/internal/fixtureledger"
 )
 
 const (
@@ -321,8 +320,8 @@ func TestFailover(t *testing.T) {
 		taken += len(h.taken)
 		resumedCalls += h.resumed
 	}
-	if len(ledger.applied) != n || ledger.repeats != 0 {
-		t.Errorf("ledger: %d operations applied for %d runs, %d sent again after they were applied", len(ledger.applied), n, ledger.repeats)
+	if len(ledger.Applied) != n || ledger.Repeats != 0 {
+		t.Errorf("ledger: %d operations applied for %d runs, %d sent again after they were applied", len(ledger.Applied), n, ledger.Repeats)
 	}
 	total, worst := 0, time.Duration(0)
 	var lines []string
@@ -383,26 +382,12 @@ func allEvents(t *testing.T, ctx context.Context, cl *client.Client, runID strin
 	return evs, run
 }
 
-type ledger struct {
-	applied map[string]int
-	repeats int
-}
-
-func readLedger(t *testing.T, path string) ledger {
+// readLedger is the fixture ledger at path.
+func readLedger(t *testing.T, path string) fixtureledger.Ledger {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	l, err := fixtureledger.Read(path)
+	if err != nil {
 		t.Fatal(err)
-	}
-	l := ledger{applied: map[string]int{}}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Split(line, "\t")
-		switch {
-		case len(f) == 3 && f[2] == "applied":
-			l.applied[f[0]]++
-		case len(f) == 3 && f[2] == "repeat":
-			l.repeats++
-		}
 	}
 	return l
 }
@@ -416,7 +401,7 @@ type history struct {
 // checkHistory fails t unless the run completed with a gap-free log that
 // folds to its state, each run_taken under a newer epoch, and its one write
 // applied once by the ledger.
-func checkHistory(t *testing.T, ctx context.Context, cl *client.Client, l ledger, runID string) history {
+func checkHistory(t *testing.T, ctx context.Context, cl *client.Client, l fixtureledger.Ledger, runID string) history {
 	t.Helper()
 	evs, run := allEvents(t, ctx, cl, runID)
 	if run.GetStatus() != reinv1.RunStatus_RUN_STATUS_COMPLETED {
@@ -447,8 +432,8 @@ func checkHistory(t *testing.T, ctx context.Context, cl *client.Client, l ledger
 		}
 		if wc := ev.GetWriteCommitted(); wc != nil {
 			commits++
-			if l.applied[wc.GetOperationId()] != 1 {
-				t.Errorf("run %s: operation %s applied %d times by the ledger", runID, wc.GetOperationId(), l.applied[wc.GetOperationId()])
+			if l.Applied[wc.GetOperationId()] != 1 {
+				t.Errorf("run %s: operation %s applied %d times by the ledger", runID, wc.GetOperationId(), l.Applied[wc.GetOperationId()])
 			}
 		}
 	}
@@ -536,8 +521,8 @@ func TestPausedReplicaIsFenced(t *testing.T) {
 			t.Errorf("run %s has no run_taken after A's pause", r)
 		}
 	}
-	if l.repeats != 0 || len(l.applied) != len(runs) {
-		t.Errorf("ledger: %d operations applied for %d runs, %d sent again", len(l.applied), len(runs), l.repeats)
+	if l.Repeats != 0 || len(l.Applied) != len(runs) {
+		t.Errorf("ledger: %d operations applied for %d runs, %d sent again", len(l.Applied), len(runs), l.Repeats)
 	}
 	pollUntil(t, ctx, 10*time.Second, func() bool { return g.log.count(a.name+"/", "lost its etcd lease") > 0 },
 		func() string { return "A, resumed, never said it lost its lease" })
