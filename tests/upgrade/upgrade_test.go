@@ -9,6 +9,15 @@
 //     starts this build on the same file, and carries every paused run to
 //     its scripted end with this build's CLI; `rein upgrade check` then
 //     finds nothing diverged.
+//   - TestRollingUpgrade starts three replicas of the old build on one etcd
+//     with runs queued, running, paused for approval, paused for input and
+//     delegating, replaces them one by one with this build while more runs
+//     start and people decide, kills one with SIGKILL on the way, and checks
+//     that every run ends as its script leads, each approved write applied
+//     once by the fixture ledger, no running run stalled past the lease TTL
+//     and no replica logged an error; where this build has `rein cluster
+//     finalize`, it finalizes and the old build then refuses to start.
+//     REIN_UPGRADE_RUNS sets how many runs (200 unless set).
 //
 // The old build is built once per commit and kept under the system's
 // temporary directory (rein-upgrade-old/COMMIT), so a second run of the test
