@@ -15,8 +15,9 @@
 //     start and people decide, kills one with SIGKILL on the way, and checks
 //     that every run ends as its script leads, each approved write applied
 //     once by the fixture ledger, no running run stalled past the lease TTL
-//     and no replica logged an error; where this build has `rein cluster
-//     finalize`, it finalizes and the old build then refuses to start.
+//     and no replica logged a fold failure; where this build has `rein
+//     cluster finalize`, it finalizes, and the old build then refuses to
+//     start if the finalized store format is newer than its own.
 //     REIN_UPGRADE_RUNS sets how many runs (200 unless set).
 //
 // The old build is built once per commit and kept under the system's
