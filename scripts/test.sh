@@ -26,12 +26,17 @@ go vet -tags reinbench ./...
 go vet -tags failpoints ./internal/failpoint/
 
 step "binaries: rein, and rein-bench beside it"
-# The product binary holds no benchmark: rein-bench is built apart, with
-# the tag that compiles the storage backends' raw ceilings in.
+# The product binary holds no benchmark and no test node: rein-bench is
+# built apart, with the tag that compiles the storage backends' raw
+# ceilings in. (tests/layering checks that nothing under internal/ imports
+# the server.)
 go build -o .bin/rein ./cmd/rein
 go build -tags reinbench -o .bin/rein-bench ./cmd/rein-bench
-if go tool nm .bin/rein | grep -q 'reinhq/rein/internal/bench\.'; then
-  echo ".bin/rein contains internal/bench: the benchmark belongs in rein-bench only"; exit 1
+if go tool nm .bin/rein | grep -Eq 'reinhq/rein/cmd/rein-bench/bench\.'; then
+  echo ".bin/rein contains cmd/rein-bench/bench: the benchmark belongs in rein-bench only"; exit 1
+fi
+if go tool nm .bin/rein | grep -Eq 'reinhq/rein/server/facetest\.'; then
+  echo ".bin/rein contains server/facetest: it is for tests only"; exit 1
 fi
 ls -l .bin/rein .bin/rein-bench | awk '{printf "%s %.1f MiB\n", $NF, $5/1048576}'
 
@@ -121,7 +126,7 @@ fi
 # long sweep (every sync) runs with REIN_POWERLOSS_LONG=1, not here.
 export REIN_REQUIRE_FUSE=1
 # With the tag reinbench, the bench's own tests and those of what only
-# rein-bench compiles in run too (cmd/rein-bench, internal/bench).
+# rein-bench compiles in run too (cmd/rein-bench, cmd/rein-bench/bench).
 go test -race -count=1 -tags reinbench ./...
 # The failpoints themselves, which only a build tagged failpoints has
 # (tests/crash builds its own tagged rein binary under ./... above).

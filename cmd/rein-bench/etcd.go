@@ -18,7 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/reinhq/rein/internal/bench"
+	"github.com/reinhq/rein/cmd/rein-bench/bench"
 	"github.com/reinhq/rein/internal/etcdflags"
 	"github.com/reinhq/rein/internal/etcdproc"
 	etcdstore "github.com/reinhq/rein/internal/store/etcd"

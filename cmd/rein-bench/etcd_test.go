@@ -12,7 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/reinhq/rein/internal/bench"
+	"github.com/reinhq/rein/cmd/rein-bench/bench"
 	"github.com/reinhq/rein/internal/etcdtest"
 )
 

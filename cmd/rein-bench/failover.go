@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/reinhq/rein/internal/bench"
+	"github.com/reinhq/rein/cmd/rein-bench/bench"
 )
 
 // benchFailover runs `rein-bench failover`: replicas of the rein binary

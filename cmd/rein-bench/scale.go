@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/reinhq/rein/internal/bench"
+	"github.com/reinhq/rein/cmd/rein-bench/bench"
 	"github.com/reinhq/rein/internal/store"
 	etcdstore "github.com/reinhq/rein/internal/store/etcd"
 )

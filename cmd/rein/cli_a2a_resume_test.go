@@ -15,7 +15,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
 
 	"github.com/reinhq/rein/internal/a2aface"
-	"github.com/reinhq/rein/internal/facetest"
+	"github.com/reinhq/rein/server/facetest"
 )
 
 // refundCatalog writes examples/refund as a catalog task named refund in a

@@ -22,8 +22,8 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/a2aface"
-	"github.com/reinhq/rein/internal/facetest"
 	"github.com/reinhq/rein/server"
+	"github.com/reinhq/rein/server/facetest"
 )
 
 type face struct {

@@ -21,8 +21,8 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/aguiface"
-	"github.com/reinhq/rein/internal/facetest"
 	"github.com/reinhq/rein/server"
+	"github.com/reinhq/rein/server/facetest"
 )
 
 type face struct {

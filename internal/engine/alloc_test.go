@@ -145,7 +145,7 @@ const maxStepAllocs = 80
 
 // BenchmarkEngineSteps is the engine's own cost of a read step: runs of
 // 500 read steps driven to their end on a logStore, so no store's work is
-// in the figure (compare with internal/bench's BenchmarkStepsFigure, which
+// in the figure (compare with cmd/rein-bench/bench's BenchmarkStepsFigure, which
 // is the engine on a bbolt store).
 func BenchmarkEngineSteps(b *testing.B) {
 	const calls = 500

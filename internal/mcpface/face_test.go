@@ -21,10 +21,10 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/catalog"
-	"github.com/reinhq/rein/internal/facetest"
 	"github.com/reinhq/rein/internal/mcpface"
 	"github.com/reinhq/rein/internal/tools"
 	"github.com/reinhq/rein/server"
+	"github.com/reinhq/rein/server/facetest"
 )
 
 // The principals: a token is the ID + "-token".

@@ -32,9 +32,9 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/auth"
-	"github.com/reinhq/rein/internal/facetest"
 	"github.com/reinhq/rein/internal/slackapp"
 	"github.com/reinhq/rein/server"
+	"github.com/reinhq/rein/server/facetest"
 )
 
 const (

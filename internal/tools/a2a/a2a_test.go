@@ -28,12 +28,12 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/a2aface"
-	"github.com/reinhq/rein/internal/facetest"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/store/bolt"
 	"github.com/reinhq/rein/internal/tools"
 	a2a "github.com/reinhq/rein/internal/tools/a2a"
 	"github.com/reinhq/rein/server"
+	"github.com/reinhq/rein/server/facetest"
 )
 
 func deadline(t *testing.T) context.Context {

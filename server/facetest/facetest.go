@@ -5,7 +5,9 @@
 // directory, and a node on a temporary bbolt file served over an
 // in-process gRPC connection. Each test keeps its own principals, flags
 // and faces; only what they share is here. Nothing in the shipped binary
-// imports it (`go list -deps ./cmd/rein` does not name it).
+// imports it (`go list -deps ./cmd/rein` does not name it). It stands up
+// a server, so it lies beside the server rather than under internal/
+// (tests/layering).
 package facetest
 
 import (

@@ -14,6 +14,11 @@
 // figure and baseline, and the best of each is kept, to reduce noise from
 // other load on the machine. Nothing here runs before a scenario is asked
 // for: no package-level state is built at start.
+//
+// The package lies under cmd/rein-bench, above the server it drives, so
+// that nothing under internal/ imports the server (tests/layering checks
+// it) and the product binary holds no benchmark (scripts/test.sh checks
+// that).
 package bench
 
 import (

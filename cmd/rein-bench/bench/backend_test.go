@@ -180,7 +180,7 @@ func TestStepsRunsSmall(t *testing.T) {
 // profile shows the CPU the step path costs rather than the waits), for a
 // CPU profile of the step path:
 //
-//	go test ./internal/bench -run '^$' -bench StepsFigure -benchtime 3x -cpuprofile /tmp/steps.pprof
+//	go test ./cmd/rein-bench/bench -run '^$' -bench StepsFigure -benchtime 3x -cpuprofile /tmp/steps.pprof
 func BenchmarkStepsFigure(b *testing.B) {
 	calls := 500
 	if v, err := strconv.Atoi(os.Getenv("REIN_BENCH_STEPS")); err == nil && v > 0 {
