@@ -56,7 +56,7 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 			e.cfg.TookOver(st, epoch)
 		}
 	}
-	s, err := step.New(ctx, (*host)(e), &e.steps, st)
+	s, err := step.New(ctx, (*stepHost)(e), &e.steps, st)
 	if err != nil {
 		return err
 	}
@@ -107,50 +107,50 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 	return nil
 }
 
-// host is the engine as its steps see it (step.Host): the one commit path,
+// stepHost is the engine as its steps see it (step.Host): the one commit path,
 // reads of a run through the engine's store, its clock, IDs and tools, and
 // the scheduling of a delegation's children.
-type host Engine
+type stepHost Engine
 
-var _ step.Host = (*host)(nil)
+var _ step.Host = (*stepHost)(nil)
 
-func (h *host) Commit(ctx context.Context, st runstate.State, evs []*reinv1.Event, opts ...store.AppendOption) (runstate.State, error) {
+func (h *stepHost) Commit(ctx context.Context, st runstate.State, evs []*reinv1.Event, opts ...store.AppendOption) (runstate.State, error) {
 	return (*Engine)(h).commit(ctx, st, "", evs, opts...)
 }
 
-func (h *host) Load(ctx context.Context, runID string) (runstate.State, error) {
+func (h *stepHost) Load(ctx context.Context, runID string) (runstate.State, error) {
 	return h.cfg.Store.Load(ctx, runID)
 }
 
-func (h *host) Events(ctx context.Context, runID string, after uint64) ([]*reinv1.Event, error) {
+func (h *stepHost) Events(ctx context.Context, runID string, after uint64) ([]*reinv1.Event, error) {
 	return h.cfg.Store.Events(ctx, runID, after, eventPage)
 }
 
-func (h *host) Clock() time.Time { return h.cfg.Clock() }
+func (h *stepHost) Clock() time.Time { return h.cfg.Clock() }
 
-func (h *host) NewID(prefix string, now time.Time) string {
+func (h *stepHost) NewID(prefix string, now time.Time) string {
 	return (*Engine)(h).newID(prefix, now)
 }
 
-func (h *host) Tools() tools.Executor { return (*Engine)(h).executor() }
+func (h *stepHost) Tools() tools.Executor { return (*Engine)(h).executor() }
 
-func (h *host) CheckModel(c *reinv1.TaskContract) error {
+func (h *stepHost) CheckModel(c *reinv1.TaskContract) error {
 	if _, err := h.cfg.Models(c.GetModel()); err != nil {
 		return &step.FieldError{Field: "contract.model.provider", Description: err.Error()}
 	}
 	return (*Engine)(h).checkPrice(c)
 }
 
-func (h *host) StartChildren(ctx context.Context, parent runstate.State, seq uint64, children []*reinv1.DelegatedChild) error {
+func (h *stepHost) StartChildren(ctx context.Context, parent runstate.State, seq uint64, children []*reinv1.DelegatedChild) error {
 	return (*Engine)(h).startChildren(ctx, parent, seq, children)
 }
 
-func (h *host) EndedChildren(ctx context.Context, parent runstate.State) ([]*reinv1.Event, error) {
+func (h *stepHost) EndedChildren(ctx context.Context, parent runstate.State) ([]*reinv1.Event, error) {
 	return (*Engine)(h).endedChildren(ctx, parent)
 }
 
-func (h *host) PausedChild(ctx context.Context, parent runstate.State) (runstate.State, bool, error) {
+func (h *stepHost) PausedChild(ctx context.Context, parent runstate.State) (runstate.State, bool, error) {
 	return (*Engine)(h).pausedChild(ctx, parent)
 }
 
-func (h *host) Logger() *slog.Logger { return h.cfg.Logger }
+func (h *stepHost) Logger() *slog.Logger { return h.cfg.Logger }

@@ -240,10 +240,10 @@ func (e *Engine) Tending(runID string) bool {
 	return e.active[runID] != nil || e.timers[runID] != nil
 }
 
-// Load is how many runs this engine drives now, and the most it drives at
-// once (Config.MaxDriven; 0: no cap). A replica takes orphaned runs the
-// slower the more loaded it is (internal/replica).
-func (e *Engine) Load() (driving, limit int) {
+// Occupancy is how many runs this engine drives now, and the most it
+// drives at once (Config.MaxDriven; 0: no cap). A replica takes orphaned
+// runs the slower the more occupied it is (internal/replica).
+func (e *Engine) Occupancy() (driving, limit int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return len(e.active), e.cfg.MaxDriven

@@ -70,8 +70,9 @@ type Engine interface {
 	ResumeAll(ctx context.Context) error
 	// Takeover carries on one run whose owner's lease ended.
 	Takeover(ctx context.Context, runID string) error
-	// Load is how many runs the engine drives now, and its cap (0: none).
-	Load() (driving, limit int)
+	// Occupancy is how many runs the engine drives now, and its cap (0:
+	// none).
+	Occupancy() (driving, limit int)
 	// Tending reports whether the engine drives the run now, or keeps its
 	// deadlines.
 	Tending(runID string) bool

@@ -239,7 +239,7 @@ const spreadHalf = 64
 // the least loaded take them first: a replica that starts cold takes its
 // share at once.
 func (r *Replica) spread(e Engine) time.Duration {
-	driving, limit := e.Load()
+	driving, limit := e.Occupancy()
 	var load float64
 	if limit > 0 {
 		load = min(float64(driving)/float64(limit), 1)
