@@ -32,7 +32,8 @@ const (
 	exitCancelled   = 130
 )
 
-// exitError carries an exit code out of a command. Its message, if any, is
+// exitErr carries an exit code out of a command (one of the exit codes
+// above; exitError is only the generic one). Its message, if any, is
 // printed on stderr.
 type exitErr struct {
 	code int

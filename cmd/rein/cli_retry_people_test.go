@@ -33,7 +33,7 @@ const (
 // tools, on loopback TCP; the first call of method meets f.
 func faultyServer(t *testing.T, db, method string, f fault) string {
 	t.Helper()
-	h := host{tools: "fixture:" + example("refund", "tools.json")}
+	h := hostFlags{tools: "fixture:" + example("refund", "tools.json")}
 	s, err := h.open(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)

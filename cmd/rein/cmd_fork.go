@@ -16,7 +16,7 @@ type forkOptions struct {
 	maxSteps, maxCalls uint32
 	maxTokens          uint64
 	timeout            time.Duration
-	host               host
+	host               hostFlags
 }
 
 func newForkCmd(e *env) *cobra.Command {

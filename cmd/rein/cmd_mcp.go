@@ -77,7 +77,7 @@ func refreshOnReload(face *mcpface.Face, tasks *catalog.Holder) (stop func()) {
 
 // mcpOptions are rein mcp's flags.
 type mcpOptions struct {
-	host  host
+	host  hostFlags
 	tasks tasksFlags
 }
 

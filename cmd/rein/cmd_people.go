@@ -28,7 +28,7 @@ type decideOptions struct {
 	hash      string
 	end       bool
 	arguments string
-	host      host
+	host      hostFlags
 }
 
 func newApproveCmd(e *env) *cobra.Command {
@@ -240,7 +240,7 @@ func logged(ctx context.Context, cn *conn, runID string, after uint64, match fun
 }
 
 func newInputCmd(e *env) *cobra.Command {
-	var h host
+	var h hostFlags
 	cmd := &cobra.Command{
 		Use: "input RUN_ID TEXT|-",
 		Example: `  rein input run_01M8… "the second invoice"
@@ -432,7 +432,7 @@ func workspaceFlag(dir string, secrets *secret.Redactor) (tools.Executor, error)
 // readerWith is reader for commands that may carry a run on: the embedded
 // server is set up as h says (its tools, workspace, prices and model keys).
 // The setup is released with the connection.
-func readerWith(ctx context.Context, e *env, h *host) (*conn, error) {
+func readerWith(ctx context.Context, e *env, h *hostFlags) (*conn, error) {
 	if e.server != "" {
 		if h.given() {
 			return nil, errServerFlags

@@ -23,7 +23,7 @@ import (
 type runOptions struct {
 	model     string
 	baseURL   string
-	host      host
+	host      hostFlags
 	requestID string
 	detach    bool
 }

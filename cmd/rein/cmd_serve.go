@@ -38,7 +38,7 @@ type serveOptions struct {
 	tlsCert, tlsKey string
 	clientCA        string
 	tokens          string
-	host            host
+	host            hostFlags
 	ledger          string
 	reflection      bool
 	rate            float64
@@ -174,13 +174,13 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	if o.maxRunning < 0 {
 		return usageError("--max-running %d: give 0 (no limit) or more", o.maxRunning)
 	}
-	models := map[string]ratelimit.ModelLimit{}
+	modelLimits := map[string]ratelimit.ModelLimit{}
 	for _, v := range o.modelLimits {
 		k, m, err := ratelimit.ParseModelLimit(v)
 		if err != nil {
 			return usageError("--model-limit %v", err)
 		}
-		models[k] = m
+		modelLimits[k] = m
 	}
 	checker, stopPolicy, err := o.policy.load(ctx, log)
 	if err != nil {
@@ -298,13 +298,13 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	if o.etcd.set() {
 		db = ""
 	}
-	if len(models) > 0 || o.tenants.path != "" {
+	if len(modelLimits) > 0 || o.tenants.path != "" {
 		live := o.tenants.live
 		var cells ratelimit.Cells = &ratelimit.Memory{}
 		if shared != nil {
 			cells = ratelimit.CellsFunc(shared.UpdateRateBucket)
 		}
-		cfg.Rates = ratelimit.New(cells, ratelimit.Limits{Models: models, Tenant: func(tenant string) ratelimit.ModelLimit {
+		cfg.Rates = ratelimit.New(cells, ratelimit.Limits{Models: modelLimits, Tenant: func(tenant string) ratelimit.ModelLimit {
 			r, t := live.Current().RatesOf(tenant)
 			return ratelimit.ModelLimit{RequestsPerMinute: r, TokensPerMinute: t}
 		}}, nil)

@@ -83,7 +83,7 @@ type raiseOptions struct {
 	usd    float64
 	extend time.Duration
 	reason string
-	host   host
+	host   hostFlags
 }
 
 func newBudgetCmd(e *env) *cobra.Command {

@@ -20,13 +20,13 @@ import (
 	"github.com/reinhq/rein/server"
 )
 
-// host holds the flags that set up the server runs are carried on: its
+// hostFlags holds the flags that set up the server runs are carried on: its
 // tools (fixtures, the workspace, remote tool services, MCP servers), its
 // price table and where its model keys come from. rein serve and every
 // command that carries a run on the embedded server (run, approve, deny,
 // input, fork) take the same flags, so one command can run an agent over a
 // local folder.
-type host struct {
+type hostFlags struct {
 	tools       string
 	workspace   string
 	toolServers []string
@@ -41,7 +41,7 @@ type host struct {
 	serve    bool
 }
 
-func (h *host) register(f *pflag.FlagSet) {
+func (h *hostFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&h.tools, "tools", "", "fixture tools, as fixture:FILE (a JSON object: tool name → results)")
 	f.StringVar(&h.workspace, "workspace", "", "the workspace root for the file tools (fs.read, fs.list, fs.search, fs.write, fs.patch) and completion checks")
 	f.StringArrayVar(&h.toolServers, "tool-server", nil, "a remote tool service, as NAME=ADDR (gRPC rein.v1.ToolService), re-dialed if it goes away; repeatable")
@@ -52,7 +52,7 @@ func (h *host) register(f *pflag.FlagSet) {
 }
 
 // registerServe adds serve's own host flags.
-func (h *host) registerServe(f *pflag.FlagSet) {
+func (h *hostFlags) registerServe(f *pflag.FlagSet) {
 	h.register(f)
 	h.serve = true
 	f.StringArrayVar(&h.baseURLs, "allow-base-url", nil, "a model base URL runs may name (model.base_url) and that gets this server's API keys; repeatable; the providers' own URLs need none")
@@ -60,7 +60,7 @@ func (h *host) registerServe(f *pflag.FlagSet) {
 
 // given says whether a flag that sets up the embedded server was set: with
 // --server they do not apply and are refused.
-func (h *host) given() bool {
+func (h *hostFlags) given() bool {
 	return h.tools != "" || h.workspace != "" || len(h.toolServers) > 0 || len(h.mcps) > 0 || len(h.a2as) > 0 || h.prices != "" || h.secrets != ""
 }
 
@@ -110,7 +110,7 @@ func (s *setup) close() {
 
 // open opens the host's tools and reads its files. ledger, for rein serve,
 // makes fixture writes durable.
-func (h *host) open(ctx context.Context, ledger string) (*setup, error) {
+func (h *hostFlags) open(ctx context.Context, ledger string) (*setup, error) {
 	// The files first: a bad one is refused before any tool server is
 	// started or dialled.
 	var prices *pricing.Table
@@ -144,7 +144,7 @@ func (h *host) open(ctx context.Context, ledger string) (*setup, error) {
 
 // openTools opens the host's tools into s; what it opened is in s.closers
 // even when it fails.
-func (h *host) openTools(ctx context.Context, ledger string, s *setup) error {
+func (h *hostFlags) openTools(ctx context.Context, ledger string, s *setup) error {
 	var executors []tools.Executor
 	if h.tools != "" {
 		file, err := flagFile("tools", h.tools, "fixture")
