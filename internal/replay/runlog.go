@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 )
@@ -15,9 +16,9 @@ import (
 // fenced by the expected version and the lease epoch), and compared, as it
 // is appended, with the recorded event of the same sequence.
 //
-// It is the harness.Store of one synchronous engine (harness.NewSync), so it
+// It is the engine.Store of one synchronous engine (engine.NewSync), so it
 // is used from one goroutine and takes no lock. It keeps the events it is
-// given without copying them: the harness never changes an event once it is
+// given without copying them: the engine never changes an event once it is
 // appended, and each is compared when it is appended, so what is compared is
 // what a durable store would have written.
 type runLog struct {
@@ -25,7 +26,7 @@ type runLog struct {
 	recorded []*reinv1.Event
 	st       runstate.State
 	events   []*reinv1.Event
-	// blobs are those the harness appended WithBlobs, and the recording's.
+	// blobs are those the engine appended WithBlobs, and the recording's.
 	blobs map[string][]byte
 	epoch uint64
 	// diverged is the first event where the logs part, nil while they match.
@@ -40,6 +41,8 @@ type runLog struct {
 	// lent counts the raises the replayed log lent each child.
 	lent map[string]int
 }
+
+var _ engine.Store = (*runLog)(nil)
 
 // addChildren gives the log its children's recorded logs, each folded.
 func (l *runLog) addChildren(children map[string][]*reinv1.Event) error {
@@ -86,7 +89,7 @@ func newRunLog(recorded []*reinv1.Event, blobs map[string][]byte) *runLog {
 	return l
 }
 
-// Create implements harness.Store for the one run a replay makes.
+// Create implements engine.Store for the one run a replay makes.
 func (l *runLog) Create(_ context.Context, started *reinv1.Event) (runstate.State, bool, error) {
 	if len(l.events) > 0 && started.GetRunStarted().GetDelegatedBy().GetParentRunId() == l.runID {
 		// A child: it exists, as recorded.
@@ -115,7 +118,7 @@ func (l *runLog) Create(_ context.Context, started *reinv1.Event) (runstate.Stat
 	return st, true, nil
 }
 
-// Append implements harness.Store: it returns the state it folded.
+// Append implements engine.Store: it returns the state it folded.
 func (l *runLog) Append(_ context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) (runstate.State, error) {
 	if err := l.has(runID); err != nil {
 		return runstate.State{}, err
@@ -168,7 +171,7 @@ func (l *runLog) steered() {
 	}
 }
 
-// Blob implements harness.Store: a blob appended with the log's events, or
+// Blobs implements engine.Store: a blob appended with the log's events, or
 // one of the recording's.
 func (l *runLog) Blobs(_ context.Context, _ string, hashes []string) (map[string][]byte, error) {
 	out := make(map[string][]byte, len(hashes))
@@ -182,7 +185,7 @@ func (l *runLog) Blobs(_ context.Context, _ string, hashes []string) (map[string
 	return out, nil
 }
 
-// Acquire implements harness.Store.
+// Acquire implements engine.Store.
 func (l *runLog) Acquire(_ context.Context, runID, _ string) (uint64, error) {
 	if err := l.has(runID); err != nil {
 		return 0, err
@@ -191,7 +194,7 @@ func (l *runLog) Acquire(_ context.Context, runID, _ string) (uint64, error) {
 	return l.epoch, nil
 }
 
-// Load implements harness.Store. The state's pointers are never changed
+// Load implements engine.Store. The state's pointers are never changed
 // (runstate.State), so it is returned as it is.
 func (l *runLog) Load(_ context.Context, runID string) (runstate.State, error) {
 	if st, ok := l.childStates[runID]; ok {
@@ -200,7 +203,7 @@ func (l *runLog) Load(_ context.Context, runID string) (runstate.State, error) {
 	return l.st, l.has(runID)
 }
 
-// List implements harness.Store: the log's one run, when it passes f.
+// List implements engine.Store: the log's one run, when it passes f.
 func (l *runLog) List(_ context.Context, f store.Filter) (store.Page, error) {
 	if l.st.Version == 0 || !f.Matches(l.st) {
 		return store.Page{}, nil
@@ -208,12 +211,12 @@ func (l *runLog) List(_ context.Context, f store.Filter) (store.Page, error) {
 	return store.Page{Runs: []runstate.State{l.st}}, nil
 }
 
-// Import implements harness.Store: a replay imports nothing.
+// Import implements engine.Store: a replay imports nothing.
 func (l *runLog) Import(context.Context, []*reinv1.Event, map[string][]byte) (runstate.State, error) {
 	return runstate.State{}, fmt.Errorf("%w: a replay imports no run", ErrUnsupported)
 }
 
-// Events implements harness.Store. The slice is the log's own, capped so
+// Events implements engine.Store. The slice is the log's own, capped so
 // that an append to it cannot reach the log.
 func (l *runLog) Events(_ context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error) {
 	if evs, ok := l.children[runID]; ok {

@@ -7,7 +7,7 @@
 // keepalives stop being answered for two thirds of the TTL (etcd is
 // unreachable from here, or the process was paused), the server counts
 // the lease lost before etcd ends it: it stops driving every run at once
-// (harness.Engine.Abandon), without writing, and whatever a driver still
+// (engine.Engine.Abandon), without writing, and whatever a driver still
 // tries to append is refused by the store (store.ErrFenced). It is then
 // granted a new lease and takes runs again like any other replica.
 //

@@ -3,7 +3,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T, dir string) store.Store {
-//			s, err := bolt.Open(filepath.Join(dir, "rein.db"))
+//			s, err := bolt.Open(filepath.Join(dir, "rein.db"), bolt.Options{})
 //			if err != nil {
 //				t.Fatal(err)
 //			}
