@@ -27,7 +27,9 @@ func newUpgradeCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "upgrade",
 		Short: "Check that this rein carries on the runs a store holds before it is deployed on it",
-		Args:  cobra.NoArgs,
+		Example: `  rein upgrade check --server staging.internal:7433 --token "$REIN_ADMIN_TOKEN"
+  rein upgrade check --db rein.db --since 168h --sample 200`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usageError("name a subcommand: rein upgrade check")
 		},
