@@ -66,6 +66,8 @@ type Metrics struct {
 	// replica); guarded by mu.
 	takeovers, leaseLosses prometheus.Counter
 	lookovers              *prometheus.HistogramVec
+	// webhooks exist once Webhooks is called; guarded by mu.
+	webhooks *Webhooks
 
 	// mu guards live and the label sets.
 	mu sync.Mutex

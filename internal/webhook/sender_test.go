@@ -1,0 +1,167 @@
+package webhook
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/store/bolt"
+)
+
+// clock is a test's clock: real time plus an offset the test moves.
+type clock struct{ off atomic.Int64 }
+
+func (c *clock) now() time.Time          { return time.Now().Add(time.Duration(c.off.Load())) }
+func (c *clock) advance(d time.Duration) { c.off.Add(int64(d)) }
+
+// hits is what a receiver took: the ids, in order.
+type hits struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (h *hits) add(id string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ids = append(h.ids, id)
+	return len(h.ids)
+}
+
+func (h *hits) all() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.ids...)
+}
+
+// eventually polls cond until it holds or 10s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling with a deadline
+	}
+}
+
+func senderStore(t *testing.T, url string) *bolt.Store {
+	t.Helper()
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "rein.db"), bolt.Options{Outbox: (&Matcher{}).Outbox()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if err := st.CreateWebhook(context.Background(), &reinv1.Webhook{Name: "a", Tenant: "t", Url: url, Secrets: []string{specSecret}}); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func startRun(t *testing.T, st *bolt.Store, id string) {
+	t.Helper()
+	ev := &reinv1.Event{RunId: id, Sequence: 1, RecordedAt: timestamppb.Now(), Actor: "harness",
+		Payload: &reinv1.Event_RunStarted{RunStarted: &reinv1.RunStarted{Contract: &reinv1.TaskContract{Goal: "g"}, Tenant: "t", RequestId: id}}}
+	if _, _, err := st.Create(context.Background(), ev); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSenderRetriesWithTheSameID: a receiver that fails twice gets the
+// delivery a third time with the same id, and Retry-After holds it back.
+func TestSenderRetriesWithTheSameID(t *testing.T) {
+	h := &hits{}
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.add(r.Header.Get("webhook-id")) <= 2 {
+			w.Header().Set("retry-after", "120")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer recv.Close()
+	st := senderStore(t, recv.URL)
+	c := &clock{}
+	s := NewSender(Config{Store: st, Client: NewClient(true, Timeouts{}), Poll: 5 * time.Millisecond, Clock: c.now})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	startRun(t, st, "r1")
+	eventually(t, "a first attempt", func() bool { return len(h.all()) == 1 })
+	ds, _ := st.Deliveries(ctx, "t", "a", 10)
+	if len(ds) != 1 || ds[0].GetAttempts() != 1 || ds[0].GetLastStatusCode() != 503 ||
+		ds[0].GetNextAttemptAt().AsTime().Sub(ds[0].GetLastAttemptAt().AsTime()) < 120*time.Second {
+		t.Fatalf("after a 503 with Retry-After 120: %v", ds)
+	}
+	for want := 2; want <= 3; want++ {
+		c.advance(3 * time.Minute)
+		s.Wake()
+		eventually(t, "the next attempt", func() bool { return len(h.all()) == want })
+	}
+	eventually(t, "the outbox emptied", func() bool { ds, _ := st.Deliveries(ctx, "t", "a", 10); return len(ds) == 0 })
+	ids := h.all()
+	if ids[0] != "msg_a_r1_1" || ids[1] != ids[0] || ids[2] != ids[0] {
+		t.Fatalf("ids of the attempts = %v, want msg_a_r1_1 each time", ids)
+	}
+}
+
+// TestSenderGivesUpAndPauses: a delivery failing for longer than RetryFor
+// fails, its subscription is paused with the reason, and nothing more is
+// sent until it is resumed.
+func TestSenderGivesUpAndPauses(t *testing.T) {
+	h := &hits{}
+	var fail atomic.Bool
+	fail.Store(true)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.add(r.Header.Get("webhook-id"))
+		if fail.Load() {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	}))
+	defer recv.Close()
+	st := senderStore(t, recv.URL)
+	c := &clock{}
+	s := NewSender(Config{Store: st, Client: NewClient(true, Timeouts{}), Poll: 5 * time.Millisecond, Clock: c.now, RetryFor: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	startRun(t, st, "r1")
+	startRun(t, st, "r2")
+	eventually(t, "first attempts", func() bool { return len(h.all()) == 2 })
+	c.advance(2 * time.Hour)
+	s.Wake()
+	paused := func() bool {
+		ws, _ := st.ListWebhooks(ctx, "t")
+		return len(ws) == 1 && ws[0].GetPaused()
+	}
+	eventually(t, "the subscription paused", paused)
+	ws, _ := st.ListWebhooks(ctx, "t")
+	ds, _ := st.Deliveries(ctx, "t", "a", 10)
+	failed := 0
+	for _, d := range ds {
+		if d.GetState() == reinv1.WebhookDeliveryState_WEBHOOK_DELIVERY_STATE_FAILED {
+			failed++
+		}
+	}
+	if failed == 0 || ws[0].GetPausedReason() == "" {
+		t.Fatalf("after giving up: %v, reason %q", ds, ws[0].GetPausedReason())
+	}
+	n := len(h.all())
+	c.advance(10 * time.Hour)
+	s.Wake()
+	startRun(t, st, "r3") // stored while paused, sent after
+	if err := s.scan(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.all()) != n {
+		t.Fatalf("a paused subscription was sent %v", h.all()[n:])
+	}
+}
