@@ -69,6 +69,10 @@ type Store struct {
 
 	reqs   chan *writeReq
 	states states
+	// outbox makes the webhook deliveries of each append (outbox.go);
+	// subs is the writer's cache of the subscriptions it matches.
+	outbox store.Outbox
+	subs   subCache
 
 	// The open write transaction and the log (checkpoint.go), the
 	// writer's: txMu guards tx against the reads that go through it.
@@ -120,6 +124,9 @@ type Options struct {
 	// (format.go); zero means storeformat.This(). Tests give another to
 	// play an older or newer build.
 	Formats storeformat.Build
+	// Outbox, when set, makes the webhook deliveries each create and
+	// append puts in the outbox, in its transaction (outbox.go).
+	Outbox store.Outbox
 }
 
 // Path is the file the store is in.

@@ -74,7 +74,7 @@ func Open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("initialise store %s: %w", path, err)
 	}
-	s := &Store{db: db, path: path, noSync: opts.NoSync, reqs: make(chan *writeReq, maxBatch), scrubs: make(chan chan error), done: make(chan struct{})}
+	s := &Store{db: db, path: path, noSync: opts.NoSync, reqs: make(chan *writeReq, maxBatch), scrubs: make(chan chan error), done: make(chan struct{}), outbox: opts.Outbox}
 	if err := s.recoverWAL(); err != nil {
 		_ = db.Close()
 		return nil, err

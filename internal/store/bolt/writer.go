@@ -199,6 +199,10 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq) writeRes {
 		}
 		next = &folded
 	}
+	deliveries, err := s.outboxOf(tx, st, next, r.events)
+	if err != nil {
+		return writeRes{err: fmt.Errorf("append to run %s: %w", r.runID, err)}
+	}
 	if err := putEvents(b, r); err != nil {
 		return writeRes{err: errTx{err}}
 	}
@@ -206,6 +210,9 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq) writeRes {
 		return writeRes{err: errTx{err}}
 	}
 	if err := putBlobs(tx, b, r.expected+1, r.blobs); err != nil {
+		return writeRes{err: errTx{err}}
+	}
+	if err := putOutbox(tx, deliveries); err != nil {
 		return writeRes{err: errTx{err}}
 	}
 	if r.owner != "" {
@@ -247,6 +254,10 @@ func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
 	if err != nil {
 		return writeRes{err: fmt.Errorf("create run %s: encode contract: %w", r.runID, err)}
 	}
+	deliveries, err := s.outboxOf(tx, &runstate.State{}, &st, r.events)
+	if err != nil {
+		return writeRes{err: fmt.Errorf("create run %s: %w", r.runID, err)}
+	}
 	b, err := runs.CreateBucket([]byte(r.runID))
 	if err != nil {
 		return writeRes{err: errTx{err}}
@@ -264,6 +275,9 @@ func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
 		return writeRes{err: errTx{err}}
 	}
 	if err := putBlobs(tx, b, 1, r.blobs); err != nil { // an Import's
+		return writeRes{err: errTx{err}}
+	}
+	if err := putOutbox(tx, deliveries); err != nil {
 		return writeRes{err: errTx{err}}
 	}
 	if st.RequestID != "" {

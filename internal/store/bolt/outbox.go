@@ -1,0 +1,277 @@
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+
+	bbolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/store/seal"
+)
+
+var (
+	// bucketWebhooks holds the webhook subscriptions:
+	// store.WebhookKey(tenant, name) -> the Webhook, sealed, secrets
+	// included. It is made by the first subscription stored.
+	bucketWebhooks = []byte("webhooks")
+	// bucketOutbox holds the deliveries the subscriptions must still send:
+	// store.OutboxKey -> the WebhookDelivery, sealed. An append puts them
+	// in its own transaction (putOutbox); the sender updates and removes
+	// them.
+	bucketOutbox = []byte("outbox")
+)
+
+var _ store.Webhooks = (*Store)(nil)
+
+// subCache is the writer's cache of decoded subscriptions, by key, each
+// with the stored bytes it was decoded from: an append reads the stored
+// bytes in its own transaction and decodes them again only when they
+// changed, so what it matches is always what that transaction holds (a
+// subscription created in the same batch, or rolled back with it,
+// included). The writer's goroutine alone uses it (and Open's recovery,
+// before the writer starts).
+type subCache map[string]cachedSub
+
+type cachedSub struct {
+	raw []byte
+	sub *reinv1.Webhook
+}
+
+// outboxOf is the deliveries s.outbox makes of an append to the run, with
+// the subscriptions of the run's tenant that tx holds. The writer calls it
+// for every create and append before it writes any of it, and puts what
+// it returns with the events (putOutbox), so that the deliveries are
+// committed iff the events are. A damaged subscription refuses the append
+// (store.ErrDataLoss naming it) rather than lose what it would send.
+func (s *Store) outboxOf(tx *bbolt.Tx, before, after *runstate.State, events []*reinv1.Event) ([]*reinv1.WebhookDelivery, error) {
+	if s.outbox == nil {
+		return nil, nil
+	}
+	subs, err := s.tenantWebhooks(tx, after.Tenant)
+	if err != nil || len(subs) == 0 {
+		return nil, err
+	}
+	return s.outbox(subs, before, after, events), nil
+}
+
+// putOutbox puts the deliveries outboxOf made in tx.
+func putOutbox(tx *bbolt.Tx, out []*reinv1.WebhookDelivery) error {
+	if len(out) == 0 {
+		return nil
+	}
+	b, err := tx.CreateBucketIfNotExists(bucketOutbox)
+	if err != nil {
+		return err
+	}
+	for _, d := range out {
+		v, err := seal.Seal(d)
+		if err != nil {
+			return err
+		}
+		if err := b.Put([]byte(store.OutboxKey(d)), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tenantWebhooks is the subscriptions of tenant that tx holds.
+func (s *Store) tenantWebhooks(tx *bbolt.Tx, tenant string) ([]*reinv1.Webhook, error) {
+	b := tx.Bucket(bucketWebhooks)
+	if b == nil {
+		return nil, nil
+	}
+	if s.subs == nil {
+		s.subs = subCache{}
+	}
+	prefix := []byte(tenant + "\x00")
+	var out []*reinv1.Webhook
+	c := b.Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		got, ok := s.subs[string(k)]
+		if !ok || !bytes.Equal(got.raw, v) {
+			w := &reinv1.Webhook{}
+			if err := unseal(v, w, "webhook "+string(k[len(prefix):])); err != nil {
+				return nil, err
+			}
+			got = cachedSub{raw: bytes.Clone(v), sub: w}
+			s.subs[string(k)] = got
+		}
+		out = append(out, got.sub)
+	}
+	return out, nil
+}
+
+// CreateWebhook implements store.Webhooks.
+func (s *Store) CreateWebhook(ctx context.Context, w *reinv1.Webhook) error {
+	key := []byte(store.WebhookKey(w.GetTenant(), w.GetName()))
+	_, err := s.submit(ctx, &writeReq{op: func(tx *bbolt.Tx) writeRes {
+		b, err := tx.CreateBucketIfNotExists(bucketWebhooks)
+		if err != nil {
+			return writeRes{err: errTx{err}}
+		}
+		if b.Get(key) != nil {
+			return writeRes{err: fmt.Errorf("webhook %q: %w", w.GetName(), store.ErrExists)}
+		}
+		v, err := seal.Seal(w)
+		if err != nil {
+			return writeRes{err: err}
+		}
+		if err := b.Put(key, v); err != nil {
+			return writeRes{err: errTx{err}}
+		}
+		return writeRes{}
+	}})
+	return err
+}
+
+// ListWebhooks implements store.Webhooks.
+func (s *Store) ListWebhooks(ctx context.Context, tenant string) ([]*reinv1.Webhook, error) {
+	var out []*reinv1.Webhook
+	err := s.view("the webhooks", func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketWebhooks)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			if tenant != "" && !strings.HasPrefix(string(k), tenant+"\x00") {
+				return nil
+			}
+			w := &reinv1.Webhook{}
+			if err := unseal(v, w, "webhook "+string(k)); err != nil {
+				return err
+			}
+			out = append(out, w)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// UpdateWebhook implements store.Webhooks.
+func (s *Store) UpdateWebhook(ctx context.Context, tenant, name string, f func(*reinv1.Webhook) error) (*reinv1.Webhook, error) {
+	key := []byte(store.WebhookKey(tenant, name))
+	var out *reinv1.Webhook
+	_, err := s.submit(ctx, &writeReq{op: func(tx *bbolt.Tx) writeRes {
+		b := tx.Bucket(bucketWebhooks)
+		var v []byte
+		if b != nil {
+			v = b.Get(key)
+		}
+		if v == nil {
+			return writeRes{err: fmt.Errorf("webhook %q: %w", name, store.ErrNotFound)}
+		}
+		w := &reinv1.Webhook{}
+		if err := unseal(v, w, "webhook "+name); err != nil {
+			return writeRes{err: err}
+		}
+		if err := f(w); err != nil {
+			return writeRes{err: err}
+		}
+		nv, err := seal.Seal(w)
+		if err != nil {
+			return writeRes{err: err}
+		}
+		if err := b.Put(key, nv); err != nil {
+			return writeRes{err: errTx{err}}
+		}
+		out = proto.CloneOf(w)
+		return writeRes{}
+	}})
+	return out, err
+}
+
+// DeleteWebhook implements store.Webhooks.
+func (s *Store) DeleteWebhook(ctx context.Context, tenant, name string) error {
+	key := []byte(store.WebhookKey(tenant, name))
+	prefix := []byte(store.OutboxPrefix(tenant, name))
+	_, err := s.submit(ctx, &writeReq{op: func(tx *bbolt.Tx) writeRes {
+		b := tx.Bucket(bucketWebhooks)
+		if b == nil || b.Get(key) == nil {
+			return writeRes{err: fmt.Errorf("webhook %q: %w", name, store.ErrNotFound)}
+		}
+		if err := b.Delete(key); err != nil {
+			return writeRes{err: errTx{err}}
+		}
+		if ob := tx.Bucket(bucketOutbox); ob != nil {
+			var keys [][]byte
+			c := ob.Cursor()
+			for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+				keys = append(keys, bytes.Clone(k))
+			}
+			for _, k := range keys {
+				if err := ob.Delete(k); err != nil {
+					return writeRes{err: errTx{err}}
+				}
+			}
+		}
+		return writeRes{}
+	}})
+	return err
+}
+
+// Deliveries implements store.Webhooks.
+func (s *Store) Deliveries(ctx context.Context, tenant, name string, limit int) ([]*reinv1.WebhookDelivery, error) {
+	prefix := []byte(store.OutboxPrefix(tenant, name))
+	var out []*reinv1.WebhookDelivery
+	err := s.view("the outbox of webhook "+name, func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketOutbox)
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && len(out) < limit; k, v = c.Next() {
+			d := &reinv1.WebhookDelivery{}
+			if err := unseal(v, d, "webhook delivery of "+name); err != nil {
+				return err
+			}
+			out = append(out, d)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// UpdateDelivery implements store.Webhooks.
+func (s *Store) UpdateDelivery(ctx context.Context, d *reinv1.WebhookDelivery, f func(*reinv1.WebhookDelivery) (bool, error)) error {
+	key := []byte(store.OutboxKey(d))
+	_, err := s.submit(ctx, &writeReq{op: func(tx *bbolt.Tx) writeRes {
+		b := tx.Bucket(bucketOutbox)
+		var v []byte
+		if b != nil {
+			v = b.Get(key)
+		}
+		if v == nil {
+			return writeRes{err: fmt.Errorf("webhook delivery %s: %w", d.GetId(), store.ErrNotFound)}
+		}
+		got := &reinv1.WebhookDelivery{}
+		if err := unseal(v, got, "webhook delivery "+d.GetId()); err != nil {
+			return writeRes{err: err}
+		}
+		remove, err := f(got)
+		if err != nil {
+			return writeRes{err: err}
+		}
+		if remove {
+			if err := b.Delete(key); err != nil {
+				return writeRes{err: errTx{err}}
+			}
+			return writeRes{}
+		}
+		nv, err := seal.Seal(got)
+		if err != nil {
+			return writeRes{err: err}
+		}
+		if err := b.Put(key, nv); err != nil {
+			return writeRes{err: errTx{err}}
+		}
+		return writeRes{}
+	}})
+	return err
+}
