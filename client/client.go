@@ -91,7 +91,9 @@ type Client struct {
 	// backup); it needs the admin role.
 	Storage reinv1.StorageServiceClient
 	// Cluster shows and finalizes the store format (admin role).
-	Cluster     reinv1.ClusterServiceClient
+	Cluster reinv1.ClusterServiceClient
+	// Webhooks keeps the tenant's webhook subscriptions.
+	Webhooks    reinv1.WebhookServiceClient
 	conn        *grpc.ClientConn
 	backoff     Backoff
 	onReconnect func(error, time.Duration)
@@ -154,7 +156,7 @@ func Dial(target string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial rein server %s: %w", target, err)
 	}
-	return &Client{Runs: reinv1.NewRunServiceClient(cc), Storage: reinv1.NewStorageServiceClient(cc), Cluster: reinv1.NewClusterServiceClient(cc), conn: cc, backoff: opts.Backoff.orDefault(), onReconnect: opts.OnReconnect}, nil
+	return &Client{Runs: reinv1.NewRunServiceClient(cc), Storage: reinv1.NewStorageServiceClient(cc), Cluster: reinv1.NewClusterServiceClient(cc), Webhooks: reinv1.NewWebhookServiceClient(cc), conn: cc, backoff: opts.Backoff.orDefault(), onReconnect: opts.OnReconnect}, nil
 }
 
 // ErrPlaintextToken is Dial's refusal to send a bearer token without TLS to
@@ -186,7 +188,7 @@ func loopback(target string) bool {
 // New wraps an existing connection (an in-process server, say); its
 // watches reconnect with the default Backoff.
 func New(cc *grpc.ClientConn) *Client {
-	return &Client{Runs: reinv1.NewRunServiceClient(cc), Storage: reinv1.NewStorageServiceClient(cc), Cluster: reinv1.NewClusterServiceClient(cc), conn: cc, backoff: Backoff{}.orDefault()}
+	return &Client{Runs: reinv1.NewRunServiceClient(cc), Storage: reinv1.NewStorageServiceClient(cc), Cluster: reinv1.NewClusterServiceClient(cc), Webhooks: reinv1.NewWebhookServiceClient(cc), conn: cc, backoff: Backoff{}.orDefault()}
 }
 
 // Backoff is the client's Backoff, its defaults filled in.

@@ -35,6 +35,7 @@ import (
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/telemetry"
 	"github.com/reinhq/rein/internal/tools"
+	"github.com/reinhq/rein/internal/webhook"
 )
 
 // Config configures a Node.
@@ -147,6 +148,9 @@ type Config struct {
 	// (ClusterService, GetServerInfo, rein_store_format); nil reports
 	// none.
 	Cluster Cluster
+	// Webhooks, when set and the store keeps webhooks (store.Webhooks),
+	// serves WebhookService and runs its sender (server/webhooks.go).
+	Webhooks *Webhooks
 }
 
 // Node is one rein server: its store, engine, watch hub and gRPC server with
@@ -179,6 +183,9 @@ type Node struct {
 	// schedulerDone is closed once it did.
 	scheduled     context.CancelFunc
 	schedulerDone chan struct{}
+	// sending ends the webhook sender; sent is closed once it did.
+	sending context.CancelFunc
+	sent    chan struct{}
 }
 
 // Open starts the engine on the store, registers the services with the
@@ -200,6 +207,11 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	// The schedules are the store's own, read past the wrappers below.
 	schedules, _ := cfg.Store.(store.Schedules)
 	backups, _ := cfg.Store.(backuper)
+	hooks, _ := cfg.Store.(store.Webhooks)
+	var sender *webhook.Sender
+	if cfg.Webhooks != nil && hooks != nil {
+		sender = cfg.Webhooks.Sender
+	}
 	var keeper *lifecycle.Keeper
 	if b, ok := cfg.Store.(lifecycle.Backend); ok {
 		ls := lifecycle.NewStore(b, cfg.Archive)
@@ -229,6 +241,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 			adm.Kick()
 		}
 		hub.Published(st.RunID, evs)
+		if sender != nil {
+			sender.Wake() // the events are committed, and so is what they send
+		}
 		cfg.Metrics.Observe(st.RunID, evs)
 		tracer.Observe(st, evs)
 		logLifecycle(cfg.Logger, st, evs)
@@ -287,6 +302,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	n.sweep, n.swept = stoppedLoop()
 	n.admit, n.admitted = stoppedLoop()
 	n.scheduled, n.schedulerDone = stoppedLoop()
+	n.sending, n.sent = stoppedLoop()
 	rs := &runService{engine: eng, store: st, hub: hub, admission: adm, schedules: schedules, log: cfg.Logger, done: n.done, resume: cfg.Resume, metrics: cfg.Metrics, keeper: keeper, follows: follows, tasks: cfg.Tasks, cluster: cfg.Cluster}
 	n.faces.runs = rs
 	reinv1.RegisterRunServiceServer(n.GRPC, rs)
@@ -299,6 +315,21 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		reinv1.RegisterClusterServiceServer(n.GRPC, unclustered{})
 	}
 	healthpb.RegisterHealthServer(n.GRPC, n.health)
+	if hooks != nil && cfg.Webhooks != nil {
+		clock := cfg.Clock
+		if clock == nil {
+			clock = time.Now
+		}
+		reinv1.RegisterWebhookServiceServer(n.GRPC, &webhookService{store: hooks, cfg: cfg.Webhooks, log: cfg.Logger, clock: clock, tenant: rs.identity})
+		if sender != nil {
+			wctx, cancel := context.WithCancel(context.Background())
+			n.sending, n.sent = cancel, make(chan struct{})
+			go func() {
+				defer close(n.sent)
+				sender.Run(wctx)
+			}()
+		}
+	}
 	n.health.SetServingStatus(reinv1.RunService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if cfg.Reflection {
 		reflection.Register(n.GRPC)
@@ -363,6 +394,10 @@ func (n *Node) Shutdown(ctx context.Context) {
 		<-n.admitted
 		n.scheduled()
 		<-n.schedulerDone
+		// A delivery cut here is sent again: it leaves the outbox only
+		// once the receiver took it.
+		n.sending()
+		<-n.sent
 		// Runs finish their current step while calls drain: a client that
 		// stopped reading must not cost them their graceful stop.
 		drained := make(chan struct{})

@@ -249,6 +249,17 @@ var rules = map[string]Role{
 	// finalization, which a downgrade cannot undo (docs/upgrading.md).
 	"/rein.v1.ClusterService/GetClusterStatus": Admin,
 	"/rein.v1.ClusterService/FinalizeCluster":  Admin,
+	// Webhook subscriptions call out with the tenant's runs: an operator's
+	// (or admin's) to keep.
+	"/rein.v1.WebhookService/CreateWebhook":         Operator,
+	"/rein.v1.WebhookService/ListWebhooks":          Operator,
+	"/rein.v1.WebhookService/GetWebhook":            Operator,
+	"/rein.v1.WebhookService/PauseWebhook":          Operator,
+	"/rein.v1.WebhookService/ResumeWebhook":         Operator,
+	"/rein.v1.WebhookService/DeleteWebhook":         Operator,
+	"/rein.v1.WebhookService/TestWebhook":           Operator,
+	"/rein.v1.WebhookService/ListWebhookDeliveries": Operator,
+	"/rein.v1.WebhookService/RedeliverWebhook":      Operator,
 	// Server reflection, for grpcurl: any principal.
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      Viewer,
 	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": Viewer,

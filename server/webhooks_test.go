@@ -1,0 +1,132 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/store/bolt"
+	"github.com/reinhq/rein/internal/webhook"
+)
+
+const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// received is one request a test receiver took.
+type received struct {
+	header http.Header
+	body   []byte
+}
+
+// webhookServer is a people server on a store with an outbox, its sender
+// polling often, and a receiver that takes everything.
+func webhookServer(t *testing.T) (*peopleServer, reinv1.WebhookServiceClient, chan received) {
+	t.Helper()
+	got := make(chan received, 64)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- received{r.Header.Clone(), b}
+	}))
+	t.Cleanup(recv.Close)
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "rein.db"), bolt.Options{Outbox: (&webhook.Matcher{PublicURL: "https://rein.example.com"}).Outbox()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWriteTools(t)
+	m := &modelLog{}
+	sender := webhook.NewSender(webhook.Config{Store: st, Client: webhook.NewClient(true, webhook.Timeouts{}), Poll: 10 * time.Millisecond})
+	s := serveTCP(t, Config{Store: st, Tools: w, Models: m.models, Directory: testDirectory(t), Webhooks: &Webhooks{Sender: sender, AllowPrivate: true}})
+	w.watchStore(s.node.Store)
+	ps := &peopleServer{tcpServer: s, tools: w, models: m, opts: []grpc.CallOption{as("a-operator")}}
+	hooks := reinv1.NewWebhookServiceClient(s.conn)
+	t.Cleanup(func() { close(got) })
+	if _, err := hooks.CreateWebhook(context.Background(), &reinv1.CreateWebhookRequest{Webhook: &reinv1.Webhook{
+		Name: "oncall", Url: recv.URL, Statuses: []reinv1.RunStatus{stNeedsApproval}, Secrets: []string{testSecret},
+	}}, as("a-operator")); err != nil {
+		t.Fatal(err)
+	}
+	return ps, hooks, got
+}
+
+// TestWebhookDeliversAPause: a run that pauses for approval is delivered
+// to its tenant's subscription, signed, with what the person must decide.
+func TestWebhookDeliversAPause(t *testing.T) {
+	s, _, got := webhookServer(t)
+	run := s.begin(t, writeContract(refundCall()), stNeedsApproval, as("a-operator"))
+	var r received
+	select {
+	case r = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery came for the paused run")
+	}
+	ts, err := strconv.ParseInt(r.header.Get("webhook-timestamp"), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := r.header.Get("webhook-id")
+	want, _ := webhook.Sign([]string{testSecret}, id, ts, r.body)
+	if r.header.Get("webhook-signature") != want {
+		t.Fatalf("signature %q, want %q", r.header.Get("webhook-signature"), want)
+	}
+	var p webhook.Payload
+	if err := json.Unmarshal(r.body, &p); err != nil {
+		t.Fatal(err)
+	}
+	pr := run.GetPending().GetProposal()
+	if p.Type != "run.needs_approval" || p.Data.RunID != run.GetRunId() || p.Data.Tenant != "acme" || p.Data.Approval == nil ||
+		p.Data.Approval.Tool != "refund" || p.Data.Approval.Hash != pr.GetHash() || !strings.HasPrefix(id, "msg_oncall_"+run.GetRunId()+"_") ||
+		p.Data.ConsoleURL != "https://rein.example.com/#/runs/"+run.GetRunId() {
+		t.Fatalf("delivery %s: %s", id, r.body)
+	}
+}
+
+// TestWebhookServiceRefuses: a viewer may not keep subscriptions, another
+// tenant does not see them, and no answer holds a secret.
+func TestWebhookServiceRefuses(t *testing.T) {
+	_, hooks, _ := webhookServer(t)
+	ctx := context.Background()
+	w := &reinv1.Webhook{Name: "x", Url: "http://127.0.0.1:1/", Secrets: []string{testSecret}}
+	if _, err := hooks.CreateWebhook(ctx, &reinv1.CreateWebhookRequest{Webhook: w}, as("a-viewer")); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a viewer's CreateWebhook: %v, want PermissionDenied", err)
+	}
+	if _, err := hooks.GetWebhook(ctx, &reinv1.GetWebhookRequest{Name: "oncall"}, as("b-operator")); status.Code(err) != codes.NotFound {
+		t.Errorf("another tenant's GetWebhook: %v, want NotFound", err)
+	}
+	if _, err := hooks.DeleteWebhook(ctx, &reinv1.DeleteWebhookRequest{Name: "oncall"}, as("b-admin")); status.Code(err) != codes.NotFound {
+		t.Errorf("another tenant's DeleteWebhook: %v, want NotFound", err)
+	}
+	bad := &reinv1.Webhook{Name: "y", Url: "http://127.0.0.1:1/", Secrets: []string{"not-a-secret"}}
+	if _, err := hooks.CreateWebhook(ctx, &reinv1.CreateWebhookRequest{Webhook: bad}, as("a-operator")); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("CreateWebhook with a bad secret: %v, want InvalidArgument", err)
+	}
+	if _, err := hooks.CreateWebhook(ctx, &reinv1.CreateWebhookRequest{Webhook: &reinv1.Webhook{Name: "oncall", Url: "http://127.0.0.1:1/", Secrets: []string{testSecret}}}, as("a-admin")); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("CreateWebhook of a name taken: %v, want AlreadyExists", err)
+	}
+	got, err := hooks.GetWebhook(ctx, &reinv1.GetWebhookRequest{Name: "oncall"}, as("a-operator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := hooks.ListWebhooks(ctx, &reinv1.ListWebhooksRequest{}, as("a-admin"))
+	if err != nil || len(list.GetWebhooks()) != 1 {
+		t.Fatalf("ListWebhooks = %v, %v", list, err)
+	}
+	for _, w := range []*reinv1.Webhook{got.GetWebhook(), list.GetWebhooks()[0]} {
+		if len(w.GetSecrets()) != 0 || len(w.GetSecretFingerprints()) != 1 || w.GetSecretFingerprints()[0] != webhook.Fingerprint(testSecret) {
+			t.Fatalf("webhook as returned: %v", w)
+		}
+	}
+	if l, _ := hooks.ListWebhooks(ctx, &reinv1.ListWebhooksRequest{}, as("b-operator")); len(l.GetWebhooks()) != 0 {
+		t.Fatalf("another tenant lists %v", l.GetWebhooks())
+	}
+}
