@@ -170,6 +170,7 @@ Without --server, commands run an embedded rein over a local bbolt file (--db).`
 		newInputCmd(e),
 		newSteerCmd(e),
 		newScheduleCmd(e),
+		newWebhookCmd(e),
 		newTasksCmd(e),
 		newMCPCmd(e),
 		newBudgetCmd(e),

@@ -38,7 +38,7 @@ func faultyServer(t *testing.T, db, method string, f fault) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := openStore(db)
+	st, err := openStore(db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

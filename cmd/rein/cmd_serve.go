@@ -66,6 +66,7 @@ type serveOptions struct {
 	onToolChange    string
 	stream          bool
 	name            string
+	webhooks        webhookFlags
 	lifecycle       lifecycleFlags
 	flags           *pflag.FlagSet
 }
@@ -134,6 +135,7 @@ one that receives it takes the run and carries it on.`,
 	f.DurationVar(&o.finalizeAfter, "finalize-after", 10*time.Minute, "with --etcd, how long every live server must run a build that writes a newer store format before a server finalizes it, after which an older build no longer starts on the store (0: only rein cluster finalize; docs/upgrading.md)")
 	f.IntVar(&o.maxRuns, "max-runs", 0, "with --etcd, the most runs this server drives at once; past it, new and orphaned runs are left for other servers to take (0: no cap)")
 	f.StringVar(&o.name, "name", "", "with --etcd, this server's name in the runs' owner keys and its logs, its own on the --etcd-prefix: a name another live server holds is refused, one a dead server held is taken once its lease ends (default: host name and process ID)")
+	o.webhooks.register(f)
 	f.BoolVar(&o.otel, "otel", false, "export the runs' traces over OTLP, configured by the standard OTEL_* environment (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, …); off by default")
 	return cmd
 }
@@ -284,7 +286,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		storeName = "etcd " + o.etcd.Endpoints + " " + o.etcd.Prefix
 		lock = func(ctx context.Context) (func(), error) { return st.Lock(ctx, "admission") }
 		shared = st
-	} else if cfg.Store, err = openStore(e.db); err != nil {
+	} else if cfg.Store, err = openStore(e.db, o.webhooks.configure(&cfg, log).Outbox()); err != nil {
 		return err
 	} else {
 		cfg.Cluster = singleCluster(cfg.Store, log, func() int {

@@ -21,6 +21,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/archive"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/webhook"
 	"github.com/reinhq/rein/server"
 )
 
@@ -150,7 +151,7 @@ const maxReplyBytes = math.MaxInt32
 // the CLI runs the same service code, interceptors included, as a remote
 // server.
 func embedded(ctx context.Context, db string, s *setup) (*conn, error) {
-	st, err := openStore(db)
+	st, err := openStore(db, (&webhook.Matcher{Secrets: serverSecrets(nil)}).Outbox())
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +172,10 @@ func embeddedReadOnly(ctx context.Context, db string) (*conn, error) {
 func serveEmbedded(ctx context.Context, st store.Store, arch *archive.Archive, s *setup) (*conn, error) {
 	// Without a setup (the commands that only read, import), the provider
 	// keys of the environment are still the server's secrets.
-	cfg := server.Config{Store: st, Archive: arch, Models: models, MaxRecvBytes: embeddedMaxRecv, Secrets: serverSecrets(nil), Cluster: singleCluster(st, nil, nil)}
+	cfg := server.Config{Store: st, Archive: arch, Models: models, MaxRecvBytes: embeddedMaxRecv, Secrets: serverSecrets(nil), Cluster: singleCluster(st, nil, nil),
+		// Subscriptions are kept here; rein serve sends them (the URL is
+		// checked as it dials).
+		Webhooks: &server.Webhooks{AllowPrivate: true}}
 	if s != nil {
 		s.configure(&cfg, nil)
 	}

@@ -19,11 +19,16 @@ import (
 // creating its directory. It and openStoreReadOnly are the one place the
 // CLI chooses a backend. A store that cannot be used (locked by another
 // process, damaged, not a rein store) is exit 5.
-func openStore(db string) (store.Store, error) {
+//
+// outbox makes the webhook deliveries of each append (webhook.Matcher),
+// in its transaction: every server on the file, embedded ones included,
+// sets it, so that what a subscription must send is stored whichever
+// process commits the event.
+func openStore(db string, outbox store.Outbox) (store.Store, error) {
 	if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
 		return nil, &exitErr{code: exitError, err: fmt.Errorf("create the directory for --db %s: %w", db, err)}
 	}
-	st, err := bolt.Open(db, bolt.Options{})
+	st, err := bolt.Open(db, bolt.Options{Outbox: outbox})
 	if err != nil {
 		return nil, &exitErr{code: openExitCode(err), err: err}
 	}
