@@ -209,8 +209,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	backups, _ := cfg.Store.(backuper)
 	hooks, _ := cfg.Store.(store.Webhooks)
 	var sender *webhook.Sender
-	if cfg.Webhooks != nil && hooks != nil {
-		sender = cfg.Webhooks.Sender
+	if cfg.Webhooks != nil && cfg.Webhooks.Send != nil && hooks != nil {
+		send := *cfg.Webhooks.Send
+		send.Store = hooks
+		sender = webhook.NewSender(send)
 	}
 	var keeper *lifecycle.Keeper
 	if b, ok := cfg.Store.(lifecycle.Backend); ok {
@@ -320,7 +322,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		if clock == nil {
 			clock = time.Now
 		}
-		reinv1.RegisterWebhookServiceServer(n.GRPC, &webhookService{store: hooks, cfg: cfg.Webhooks, log: cfg.Logger, clock: clock, tenant: rs.identity})
+		reinv1.RegisterWebhookServiceServer(n.GRPC, &webhookService{store: hooks, cfg: cfg.Webhooks, sender: sender, log: cfg.Logger, clock: clock, tenant: rs.identity})
 		if sender != nil {
 			wctx, cancel := context.WithCancel(context.Background())
 			n.sending, n.sent = cancel, make(chan struct{})

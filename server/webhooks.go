@@ -19,9 +19,10 @@ import (
 
 // Webhooks configures a node's webhook subscriptions (Config.Webhooks).
 type Webhooks struct {
-	// Sender sends the outbox; the node runs it while it serves. The
-	// store must have been opened with the matcher's Outbox.
-	Sender *webhook.Sender
+	// Send, when set, configures the sender the node runs while it
+	// serves, on its store (Send.Store is set by the node). The store
+	// must have been opened with a webhook.Matcher's Outbox.
+	Send *webhook.Config
 	// AllowPrivate accepts URLs on loopback and private addresses (rein
 	// serve --webhook-allow-private).
 	AllowPrivate bool
@@ -34,6 +35,7 @@ type webhookService struct {
 	reinv1.UnsafeWebhookServiceServer
 	store  store.Webhooks
 	cfg    *Webhooks
+	sender *webhook.Sender // nil when the node sends nothing
 	log    *slog.Logger
 	clock  func() time.Time
 	tenant func(context.Context) auth.Principal
@@ -133,8 +135,8 @@ func (s *webhookService) update(ctx context.Context, name, method string, f func
 	if err != nil {
 		return nil, toStatus(s.log, method, err)
 	}
-	if s.cfg.Sender != nil {
-		s.cfg.Sender.Wake()
+	if s.sender != nil {
+		s.sender.Wake()
 	}
 	return public(w), nil
 }
@@ -173,14 +175,14 @@ func (s *webhookService) TestWebhook(ctx context.Context, req *reinv1.TestWebhoo
 	if err != nil {
 		return nil, err
 	}
-	if s.cfg.Sender == nil {
-		return nil, status.Error(codes.Unavailable, "this server sends no webhooks")
+	if s.sender == nil {
+		return nil, status.Error(codes.FailedPrecondition, "this server sends no webhooks: test the subscription on rein serve (--server)")
 	}
 	now := s.clock()
 	id := fmt.Sprintf("msg_%s_test_%d", w.GetName(), now.UnixNano())
 	body := fmt.Appendf(nil, `{"type":"webhook.test","timestamp":%q,"data":{"tenant":%q,"webhook":%q}}`,
 		now.UTC().Format(time.RFC3339Nano), w.GetTenant(), w.GetName())
-	a := s.cfg.Sender.Send(ctx, w, &reinv1.WebhookDelivery{Id: id, Webhook: w.GetName(), Tenant: w.GetTenant(), Type: "webhook.test", Body: body, CreatedAt: timestamppb.New(now)})
+	a := s.sender.Send(ctx, w, &reinv1.WebhookDelivery{Id: id, Webhook: w.GetName(), Tenant: w.GetTenant(), Type: "webhook.test", Body: body, CreatedAt: timestamppb.New(now)})
 	out := &reinv1.TestWebhookResponse{Id: id, StatusCode: int32(a.Status)}
 	if a.Err != nil {
 		out.Error = a.Err.Error()

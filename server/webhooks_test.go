@@ -45,8 +45,8 @@ func webhookServer(t *testing.T) (*peopleServer, reinv1.WebhookServiceClient, ch
 	}
 	w := newWriteTools(t)
 	m := &modelLog{}
-	sender := webhook.NewSender(webhook.Config{Store: st, Client: webhook.NewClient(true, webhook.Timeouts{}), Poll: 10 * time.Millisecond})
-	s := serveTCP(t, Config{Store: st, Tools: w, Models: m.models, Directory: testDirectory(t), Webhooks: &Webhooks{Sender: sender, AllowPrivate: true}})
+	send := &webhook.Config{Client: webhook.NewClient(true, webhook.Timeouts{}), Poll: 10 * time.Millisecond}
+	s := serveTCP(t, Config{Store: st, Tools: w, Models: m.models, Directory: testDirectory(t), Webhooks: &Webhooks{Send: send, AllowPrivate: true}})
 	w.watchStore(s.node.Store)
 	ps := &peopleServer{tcpServer: s, tools: w, models: m, opts: []grpc.CallOption{as("a-operator")}}
 	hooks := reinv1.NewWebhookServiceClient(s.conn)

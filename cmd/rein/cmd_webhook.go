@@ -32,14 +32,13 @@ func (f *webhookFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.allowPrivate, "webhook-allow-private", false, "let webhooks call loopback, private and link-local addresses (refused by default, checked as each connection is made)")
 }
 
-// configure gives cfg the webhook sender and returns the matcher the
-// store is opened with.
+// configure gives cfg the webhook sender's configuration and returns the
+// matcher the store is opened with.
 func (f *webhookFlags) configure(cfg *server.Config, log *slog.Logger) *webhook.Matcher {
-	sender := webhook.NewSender(webhook.Config{
+	cfg.Webhooks = &server.Webhooks{AllowPrivate: f.allowPrivate, Send: &webhook.Config{
 		Client:   webhook.NewClient(f.allowPrivate, webhook.Timeouts{}),
 		RetryFor: f.retryFor, Logger: log, Metrics: cfg.Metrics.Webhooks(),
-	})
-	cfg.Webhooks = &server.Webhooks{Sender: sender, AllowPrivate: f.allowPrivate}
+	}}
 	return &webhook.Matcher{PublicURL: f.publicURL, Secrets: cfg.Secrets}
 }
 
