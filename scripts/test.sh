@@ -82,6 +82,9 @@ REIN_BIN="$PWD/.bin/rein" bash clients/typescript/test.sh
 step "MCP face: driven by the official TypeScript SDK client against rein serve and rein mcp"
 REIN_BIN="$PWD/.bin/rein" bash tests/mcp/test.sh
 
+step "Webhooks: received and verified by the standardwebhooks npm package, through failures and a SIGKILL (REIN_WEBHOOK_RUNS=500 for the long form)"
+REIN_BIN="$PWD/.bin/rein" bash tests/webhooks/test.sh
+
 step "AG-UI face: AG-UI's own client package against rein serve --http-agui"
 REIN_BIN="$PWD/.bin/rein" bash tests/agui/test.sh
 

@@ -23,12 +23,14 @@ import (
 type webhookFlags struct {
 	publicURL    string
 	retryFor     time.Duration
+	timeout      time.Duration
 	allowPrivate bool
 }
 
 func (f *webhookFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.publicURL, "public-url", "", "the console's address as people reach it (https://rein.example.com); a webhook about a paused run links to the run there")
 	fs.DurationVar(&f.retryFor, "webhook-retry-for", 24*time.Hour, "how long a webhook delivery is retried, with backoff, before it fails and its subscription is paused")
+	fs.DurationVar(&f.timeout, "webhook-timeout", 15*time.Second, "how long one webhook attempt may take, the receiver's whole response included (connecting and TLS are bounded at 5s each within it)")
 	fs.BoolVar(&f.allowPrivate, "webhook-allow-private", false, "let webhooks call loopback, private and link-local addresses (refused by default, checked as each connection is made)")
 }
 
@@ -36,7 +38,7 @@ func (f *webhookFlags) register(fs *pflag.FlagSet) {
 // matcher the store is opened with.
 func (f *webhookFlags) configure(cfg *server.Config, log *slog.Logger) *webhook.Matcher {
 	cfg.Webhooks = &server.Webhooks{AllowPrivate: f.allowPrivate, Send: &webhook.Config{
-		Client:   webhook.NewClient(f.allowPrivate, webhook.Timeouts{}),
+		Client:   webhook.NewClient(f.allowPrivate, webhook.Timeouts{Response: f.timeout, Connect: min(5*time.Second, f.timeout), TLS: min(5*time.Second, f.timeout)}),
 		RetryFor: f.retryFor, Logger: log, Metrics: cfg.Metrics.Webhooks(),
 	}}
 	return &webhook.Matcher{PublicURL: f.publicURL, Secrets: cfg.Secrets}
