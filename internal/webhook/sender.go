@@ -26,7 +26,7 @@ import (
 type Format func(d *reinv1.WebhookDelivery) (body []byte, contentType string, err error)
 
 // ErrNoFormat: a subscription's format is not built into this server.
-var ErrNoFormat = errors.New("webhook format not built in")
+var ErrNoFormat = errors.New("webhook format is not built into this server")
 
 // Config configures a Sender.
 type Config struct {
@@ -270,7 +270,7 @@ func (s *Sender) Send(ctx context.Context, w *reinv1.Webhook, d *reinv1.WebhookD
 	body, ctype := d.GetBody(), "application/json"
 	if w.GetFormat() == reinv1.WebhookFormat_WEBHOOK_FORMAT_SLACK {
 		if s.cfg.Slack == nil {
-			return Attempt{Err: fmt.Errorf("webhook %s: the slack %w into this server", w.GetName(), ErrNoFormat)}
+			return Attempt{Err: fmt.Errorf("webhook %s: the slack %w; it is retried until a server that has it sends it, or create the subscription with --format standard", w.GetName(), ErrNoFormat)}
 		}
 		var err error
 		if body, ctype, err = s.cfg.Slack(d); err != nil {
