@@ -30,6 +30,15 @@ type Webhooks interface {
 	// Deliveries is up to limit of the subscription's deliveries, in
 	// OutboxKey order (by run, then sequence).
 	Deliveries(ctx context.Context, tenant, name string, limit int) ([]*reinv1.WebhookDelivery, error)
+	// DeliveryHeads is the first perRun deliveries of each run in the
+	// subscription's outbox, in order (the run's first is the one its
+	// order lets the sender send), for up to runs runs, and how many
+	// deliveries the outbox holds in all.
+	DeliveryHeads(ctx context.Context, tenant, name string, runs, perRun int) (heads [][]*reinv1.WebhookDelivery, queued int, err error)
+	// RemoveDeliveries removes the deliveries (each by its tenant,
+	// webhook, run and sequence) in one commit; those no longer stored are
+	// passed over.
+	RemoveDeliveries(ctx context.Context, ds []*reinv1.WebhookDelivery) error
 	// UpdateDelivery gives the stored delivery (tenant, webhook, run and
 	// sequence of d) to f and stores what f leaves, or removes it when f
 	// returns remove. A delivery no longer stored (its subscription was

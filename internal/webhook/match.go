@@ -49,6 +49,7 @@ func (m *Matcher) Match(subs []*reinv1.Webhook, before, after *runstate.State, e
 				status = reinv1.RunStatus_RUN_STATUS_QUEUED
 			}
 		}
+		bodies := map[string][]byte{} // by type: the subscriptions share them
 		for _, w := range subs {
 			if !labelsMatch(w, after) {
 				continue
@@ -62,7 +63,11 @@ func (m *Matcher) Match(subs []*reinv1.Webhook, before, after *runstate.State, e
 			default:
 				continue
 			}
-			body := m.body(typ, kind, ev, prev, status, after)
+			body, ok := bodies[typ]
+			if !ok {
+				body = m.body(typ, kind, ev, prev, status, after)
+				bodies[typ] = body
+			}
 			out = append(out, &reinv1.WebhookDelivery{
 				Id:        DeliveryID(w.GetName(), after.RunID, ev.GetSequence()),
 				Webhook:   w.GetName(),

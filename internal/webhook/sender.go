@@ -66,10 +66,13 @@ type Sender struct {
 	wake chan struct{}
 	sem  chan struct{}
 
-	// mu guards inflight: the deliveries an attempt is out for, by id.
-	mu       sync.Mutex
-	inflight map[string]bool
-	wg       sync.WaitGroup
+	// mu guards inflight, the deliveries claimed by id (an attempt is out
+	// for them, or they were taken and wait for removal), and delivered,
+	// those taken that the next scan removes.
+	mu        sync.Mutex
+	inflight  map[string]bool
+	delivered []*reinv1.WebhookDelivery
+	wg        sync.WaitGroup
 }
 
 // NewSender makes a Sender; Run starts it.
@@ -104,9 +107,25 @@ func (s *Sender) Wake() {
 	}
 }
 
+// minScan is the least time between two reads of the outbox: a busy
+// server's commits wake the sender far more often, and one read serves
+// them all.
+const minScan = 20 * time.Millisecond
+
 // Run sends until ctx ends, then waits for the attempts in flight.
 func (s *Sender) Run(ctx context.Context) {
-	defer s.wg.Wait()
+	defer func() {
+		s.wg.Wait()
+		// What was taken since the last scan leaves the outbox now, or is
+		// sent again after the restart (at least once).
+		s.mu.Lock()
+		done := s.delivered
+		s.delivered = nil
+		s.mu.Unlock()
+		if err := s.cfg.Store.RemoveDeliveries(context.WithoutCancel(ctx), done); err != nil {
+			s.cfg.Logger.Warn("webhook: remove delivered webhooks at stop; they will be sent again", "count", len(done), "err", err)
+		}
+	}()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -119,15 +138,37 @@ func (s *Sender) Run(ctx context.Context) {
 		if err := s.scan(ctx); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("webhook: read the outbox", "err", err)
 		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(minScan):
+		}
 		t.Reset(s.cfg.Poll)
 	}
 }
 
-// scanLimit bounds the deliveries read of one subscription per scan.
+// scanLimit bounds the runs whose head is read of one subscription per
+// scan.
 const scanLimit = 10000
 
-// scan starts an attempt for the head of each run's queue that is due.
+// scan removes what was delivered since the last, then starts an attempt
+// for the head of each run's queue that is due.
 func (s *Sender) scan(ctx context.Context) error {
+	s.mu.Lock()
+	done := s.delivered
+	s.delivered = nil
+	s.mu.Unlock()
+	if err := s.cfg.Store.RemoveDeliveries(ctx, done); err != nil {
+		// Kept claimed: they are removed at the next scan, never sent
+		// again by this server meanwhile.
+		s.mu.Lock()
+		s.delivered = append(s.delivered, done...)
+		s.mu.Unlock()
+		return fmt.Errorf("remove delivered webhooks from the outbox: %w", err)
+	}
+	for _, d := range done {
+		s.release(d.GetId())
+	}
 	subs, err := s.cfg.Store.ListWebhooks(ctx, "")
 	if err != nil {
 		return err
@@ -135,26 +176,24 @@ func (s *Sender) scan(ctx context.Context) error {
 	now := s.cfg.Clock()
 	depths := make(map[[2]string]int, len(subs))
 	for _, w := range subs {
-		ds, err := s.cfg.Store.Deliveries(ctx, w.GetTenant(), w.GetName(), scanLimit)
+		queues, queued, err := s.cfg.Store.DeliveryHeads(ctx, w.GetTenant(), w.GetName(), scanLimit, perRun)
 		if err != nil {
 			return err
 		}
-		depths[[2]string{w.GetTenant(), w.GetName()}] = len(ds)
+		depths[[2]string{w.GetTenant(), w.GetName()}] = queued
 		if w.GetPaused() || (s.cfg.Sends != nil && !s.cfg.Sends(w.GetTenant(), w.GetName())) {
 			continue
 		}
-		run := ""
-		for _, d := range ds {
-			if d.GetRunId() == run {
-				continue // not its run's head
-			}
-			run = d.GetRunId()
+		for _, q := range queues {
+			d := q[0]
 			if d.GetState() != reinv1.WebhookDeliveryState_WEBHOOK_DELIVERY_STATE_PENDING {
 				continue
 			}
 			if next := d.GetNextAttemptAt(); next != nil && next.AsTime().After(now) {
 				continue
 			}
+			// The run's head is claimed for the whole queue: one attempt
+			// goroutine per run at a time.
 			if !s.claim(d.GetId()) {
 				continue
 			}
@@ -167,13 +206,32 @@ func (s *Sender) scan(ctx context.Context) error {
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
-				defer func() { <-s.sem; s.release(d.GetId()); s.Wake() }()
-				s.deliver(ctx, w, d)
+				defer func() { <-s.sem; s.Wake() }()
+				s.sendQueue(ctx, w, q)
 			}()
 		}
 	}
 	s.cfg.Metrics.Depths(depths)
 	return nil
+}
+
+// perRun is how many of a run's deliveries one attempt goroutine sends,
+// one after the other, before the next scan.
+const perRun = 64
+
+// sendQueue sends q, a run's deliveries in order from its head, one after
+// the other, and stops at the first that is not taken (it is retried, the
+// rest wait behind it) or that is not yet due.
+func (s *Sender) sendQueue(ctx context.Context, w *reinv1.Webhook, q []*reinv1.WebhookDelivery) {
+	for i, d := range q {
+		if i > 0 && (d.GetState() != reinv1.WebhookDeliveryState_WEBHOOK_DELIVERY_STATE_PENDING || d.GetNextAttemptAt() != nil || !s.claim(d.GetId())) {
+			break
+		}
+		if !s.deliver(ctx, w, d) {
+			s.release(d.GetId())
+			break
+		}
+	}
 }
 
 func (s *Sender) claim(id string) bool {
@@ -202,24 +260,23 @@ type Attempt struct {
 	Err error
 }
 
-// deliver makes one attempt at d and stores its outcome: removed once
-// taken; else retried later, or failed (and its subscription paused) past
-// RetryFor.
-func (s *Sender) deliver(ctx context.Context, w *reinv1.Webhook, d *reinv1.WebhookDelivery) {
+// deliver makes one attempt at d and stores its outcome: a delivery
+// taken is queued for removal (the next scan removes it, with the others
+// taken since, in one commit) and deliver reports true; else it is retried
+// later, or failed (and its subscription paused) past RetryFor.
+func (s *Sender) deliver(ctx context.Context, w *reinv1.Webhook, d *reinv1.WebhookDelivery) bool {
 	a := s.Send(ctx, w, d)
 	if ctx.Err() != nil && a.Err != nil {
-		return // stopping: the delivery stays as it was, and is sent again
+		return false // stopping: the delivery stays as it was, and is sent again
 	}
 	now := s.cfg.Clock()
 	if a.Err == nil {
 		s.cfg.Metrics.Attempted("delivered")
 		s.cfg.Metrics.Delivered(now.Sub(d.GetCreatedAt().AsTime()))
-		err := s.cfg.Store.UpdateDelivery(ctx, d, func(*reinv1.WebhookDelivery) (bool, error) { return true, nil })
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			s.cfg.Logger.Warn("webhook: delivered, but could not remove it from the outbox; it will be sent again",
-				"webhook", w.GetName(), "tenant", w.GetTenant(), "id", d.GetId(), "err", err)
-		}
-		return
+		s.mu.Lock()
+		s.delivered = append(s.delivered, d)
+		s.mu.Unlock()
+		return true
 	}
 	gaveUp := false
 	err := s.cfg.Store.UpdateDelivery(ctx, d, func(got *reinv1.WebhookDelivery) (bool, error) {
@@ -243,7 +300,7 @@ func (s *Sender) deliver(ctx context.Context, w *reinv1.Webhook, d *reinv1.Webho
 		if !errors.Is(err, store.ErrNotFound) {
 			s.cfg.Logger.Warn("webhook: store an attempt's outcome", "webhook", w.GetName(), "id", d.GetId(), "err", err)
 		}
-		return
+		return false
 	}
 	outcome := "failed"
 	if gaveUp {
@@ -262,6 +319,7 @@ func (s *Sender) deliver(ctx context.Context, w *reinv1.Webhook, d *reinv1.Webho
 			s.cfg.Logger.Warn("webhook: pause a failing subscription", "webhook", w.GetName(), "err", err)
 		}
 	}
+	return false
 }
 
 // Send makes one signed attempt at d to w's URL, now, and says how it

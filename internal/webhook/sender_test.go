@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -94,13 +95,22 @@ func TestSenderRetriesWithTheSameID(t *testing.T) {
 	go func() { defer close(done); s.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	startRun(t, st, "r1")
-	eventually(t, "a first attempt", func() bool { return len(h.all()) == 1 })
+	// The receiver answers before the sender stores the outcome: wait for
+	// the store, so the clock moves after the attempt was recorded.
+	eventually(t, "a first attempt, recorded", func() bool {
+		ds, _ := st.Deliveries(ctx, "t", "a", 10)
+		return len(h.all()) == 1 && len(ds) == 1 && ds[0].GetAttempts() == 1
+	})
 	ds, _ := st.Deliveries(ctx, "t", "a", 10)
 	if len(ds) != 1 || ds[0].GetAttempts() != 1 || ds[0].GetLastStatusCode() != 503 ||
 		ds[0].GetNextAttemptAt().AsTime().Sub(ds[0].GetLastAttemptAt().AsTime()) < 120*time.Second {
 		t.Fatalf("after a 503 with Retry-After 120: %v", ds)
 	}
 	for want := 2; want <= 3; want++ {
+		eventually(t, "the last attempt recorded", func() bool {
+			ds, _ := st.Deliveries(ctx, "t", "a", 10)
+			return len(ds) == 1 && int(ds[0].GetAttempts()) == want-1
+		})
 		c.advance(3 * time.Minute)
 		s.Wake()
 		eventually(t, "the next attempt", func() bool { return len(h.all()) == want })
@@ -135,7 +145,10 @@ func TestSenderGivesUpAndPauses(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	startRun(t, st, "r1")
 	startRun(t, st, "r2")
-	eventually(t, "first attempts", func() bool { return len(h.all()) == 2 })
+	eventually(t, "first attempts, recorded", func() bool {
+		ds, _ := st.Deliveries(ctx, "t", "a", 10)
+		return len(ds) == 2 && ds[0].GetAttempts() == 1 && ds[1].GetAttempts() == 1
+	})
 	c.advance(2 * time.Hour)
 	s.Wake()
 	paused := func() bool {
@@ -163,5 +176,58 @@ func TestSenderGivesUpAndPauses(t *testing.T) {
 	}
 	if len(h.all()) != n {
 		t.Fatalf("a paused subscription was sent %v", h.all()[n:])
+	}
+}
+
+// TestSenderKeepsEachRunsOrder: a run's deliveries, sent in batches and
+// one of them failed once, reach the receiver in the order of its events,
+// the failed one retried before any after it.
+func TestSenderKeepsEachRunsOrder(t *testing.T) {
+	h := &hits{}
+	var failed atomic.Bool
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("webhook-id")
+		if id == "msg_a_r1_5" && failed.CompareAndSwap(false, true) {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		h.add(id)
+	}))
+	defer recv.Close()
+	st := senderStore(t, recv.URL)
+	c := &clock{}
+	s := NewSender(Config{Store: st, Client: NewClient(true, Timeouts{}), Poll: 5 * time.Millisecond, Clock: c.now})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if _, err := st.UpdateWebhook(ctx, "t", "a", func(w *reinv1.Webhook) error { w.EventKinds = []string{"run_steered"}; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	startRun(t, st, "r1")
+	const n = 40
+	for seq := uint64(2); seq <= n; seq++ {
+		ev := &reinv1.Event{RunId: "r1", Sequence: seq, RecordedAt: timestamppb.Now(), Actor: "principal:p",
+			Payload: &reinv1.Event_RunSteered{RunSteered: &reinv1.RunSteered{Text: "go on", RequestId: fmt.Sprint("s", seq)}}}
+		if _, err := st.Append(ctx, "r1", seq-1, []*reinv1.Event{ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the failure", failed.Load)
+	c.advance(time.Minute)
+	s.Wake()
+	eventually(t, "the outbox emptied", func() bool { ds, _ := st.Deliveries(ctx, "t", "a", 100); return len(ds) == 0 })
+	var prev uint64
+	seen := map[string]bool{}
+	for _, id := range h.all() {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		var seq uint64
+		if _, err := fmt.Sscanf(id, "msg_a_r1_%d", &seq); err != nil || seq <= prev {
+			t.Fatalf("ids in the order taken: %v; %s after sequence %d", h.all(), id, prev)
+		}
+		prev = seq
 	}
 }

@@ -10,7 +10,8 @@
 // Pass: every committed status change is delivered (acked) at least once;
 // nothing is delivered that was never committed (every id names a
 // committed event); an id means one event at every attempt; per run, the
-// acked deliveries never go back in sequence; every signature verifies.
+// first acks of the deliveries follow the sequence of the events; every
+// signature verifies.
 // Repeats are counted and reported.
 import { spawn, execFile } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
@@ -213,9 +214,15 @@ test(`webhooks of ${runs} runs with approvals reach a standardwebhooks receiver 
   assert.deepEqual(never, [], "deliveries of events never committed");
   assert.equal(recv.invalid, 0, "deliveries whose signature did not verify");
   assert.equal(recv.changedBody, 0, "an id sent with two bodies");
+  // Order per run: a receiver that drops repeats by id (as it must: a
+  // delivery taken just before a SIGKILL is sent again, with the ones
+  // after it) sees each run's deliveries in the order of its events.
   const last = new Map();
+  const first = new Set();
   for (const a of recv.acked) {
-    assert.equal(a.seq >= (last.get(a.run) ?? 0), true, `run ${a.run}: delivery of sequence ${a.seq} acked after ${last.get(a.run)}`);
+    if (first.has(a.id)) continue;
+    first.add(a.id);
+    assert.equal(a.seq > (last.get(a.run) ?? 0), true, `run ${a.run}: delivery of sequence ${a.seq} first acked after ${last.get(a.run)}`);
     last.set(a.run, a.seq);
   }
   const repeats = recv.acked.length - ackedIDs().size;

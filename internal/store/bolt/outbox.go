@@ -275,3 +275,62 @@ func (s *Store) UpdateDelivery(ctx context.Context, d *reinv1.WebhookDelivery, f
 	}})
 	return err
 }
+
+// DeliveryHeads implements store.Webhooks. It decodes only what it
+// returns: the other deliveries are counted by their keys.
+func (s *Store) DeliveryHeads(ctx context.Context, tenant, name string, runs, perRun int) ([][]*reinv1.WebhookDelivery, int, error) {
+	prefix := []byte(store.OutboxPrefix(tenant, name))
+	var out [][]*reinv1.WebhookDelivery
+	n := 0
+	err := s.view("the outbox of webhook "+name, func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketOutbox)
+		if b == nil {
+			return nil
+		}
+		var run []byte
+		c := b.Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			n++
+			// A key is the prefix, the run, NUL and 8 bytes of sequence.
+			r := k[len(prefix) : len(k)-9]
+			if run == nil || !bytes.Equal(r, run) {
+				if len(out) == runs {
+					continue
+				}
+				run = bytes.Clone(r)
+				out = append(out, nil)
+			}
+			last := &out[len(out)-1]
+			if len(*last) == perRun {
+				continue
+			}
+			d := &reinv1.WebhookDelivery{}
+			if err := unseal(v, d, "webhook delivery of "+name); err != nil {
+				return err
+			}
+			*last = append(*last, d)
+		}
+		return nil
+	})
+	return out, n, err
+}
+
+// RemoveDeliveries implements store.Webhooks.
+func (s *Store) RemoveDeliveries(ctx context.Context, ds []*reinv1.WebhookDelivery) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	_, err := s.submit(ctx, &writeReq{op: func(tx *bbolt.Tx) writeRes {
+		b := tx.Bucket(bucketOutbox)
+		if b == nil {
+			return writeRes{}
+		}
+		for _, d := range ds {
+			if err := b.Delete([]byte(store.OutboxKey(d))); err != nil {
+				return writeRes{err: errTx{err}}
+			}
+		}
+		return writeRes{}
+	}})
+	return err
+}
