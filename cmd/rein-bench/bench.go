@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reinhq/rein/cmd/rein-bench/bench"
+	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/store/bolt"
 )
 
@@ -33,6 +34,13 @@ func benchBackend(name string) (bench.Backend, error) {
 			Name: "bolt",
 			Open: func(path string, noSync bool) (bench.Store, error) {
 				s, err := bolt.Open(path, bolt.Options{NoSync: noSync})
+				if err != nil {
+					return nil, err
+				}
+				return s, nil
+			},
+			OpenOutbox: func(path string, outbox store.Outbox) (bench.Store, error) {
+				s, err := bolt.Open(path, bolt.Options{Outbox: outbox})
 				if err != nil {
 					return nil, err
 				}

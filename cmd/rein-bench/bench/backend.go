@@ -16,6 +16,10 @@ type Backend struct {
 	// Open opens the store at path, creating it. noSync skips fsync: only
 	// the untimed building of a scenario's fixtures asks for it.
 	Open func(path string, noSync bool) (Store, error)
+	// OpenOutbox opens the store at path, creating it, with the webhook
+	// outbox set (store.Outbox), for the webhooks scenario; nil when the
+	// backend keeps no webhooks (that scenario then refuses to run).
+	OpenOutbox func(path string, outbox store.Outbox) (Store, error)
 	// Size is the bytes the store at path takes on disk (bolt's file and
 	// its log); nil means the file's size.
 	Size func(path string) (int64, error)

@@ -16,6 +16,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/store/bolt"
 	"github.com/reinhq/rein/internal/tools"
 )
@@ -27,6 +28,9 @@ func boltBackend() Backend {
 		Name: "bolt",
 		Open: func(path string, noSync bool) (Store, error) {
 			return bolt.Open(path, bolt.Options{NoSync: noSync})
+		},
+		OpenOutbox: func(path string, outbox store.Outbox) (Store, error) {
+			return bolt.Open(path, bolt.Options{Outbox: outbox})
 		},
 		Size:    bolt.Size,
 		Ceiling: bolt.Ceiling{},

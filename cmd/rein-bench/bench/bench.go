@@ -142,6 +142,7 @@ func Scenarios() []Scenario {
 		{Name: "steps", Doc: "one run of 5,000 scripted tool-call steps through the engine, durable", Run: Steps},
 		{Name: "steps-runs", Group: "steps", Doc: "16 concurrent runs (--runs) of 500 scripted tool-call steps each, every run reading files of its own, through the engine, durable", Run: StepsRuns},
 		{Name: "steps-stream", Group: "steps", Doc: "steps' one run of 5,000 steps, watched through the server's hub, with every model reply streamed in 8 chunks of 36 bytes to a watcher of its output, against the same without streaming", Run: StepsStream},
+		{Name: "webhooks", Doc: "steps-runs' 16 runs with 3 webhook subscriptions on every event, delivered as the runs go to a local receiver, against the same runs with none: the step rate kept", Run: Webhooks},
 		{Name: "fold", Doc: "rebuild a 1,000,000-event run from the store: scan, decode, fold", Run: Fold},
 		{Name: "replay", Doc: "read and replay a directory of 1,000 recorded runs of 100 steps through the harness, against reading and folding them", Run: Replay},
 		{Name: "watch", Doc: "1,000 WatchRun streams over loopback TCP following 64 runs that append, against plain gRPC streaming", Run: Watch},
