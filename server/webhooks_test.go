@@ -34,10 +34,18 @@ type received struct {
 func webhookServer(t *testing.T) (*peopleServer, reinv1.WebhookServiceClient, chan received) {
 	t.Helper()
 	got := make(chan received, 64)
-	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ps, hooks := webhookServerTo(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		got <- received{r.Header.Clone(), b}
-	}))
+	}), webhook.Timeouts{})
+	return ps, hooks, got
+}
+
+// webhookServerTo is webhookServer whose receiver is h, reached with
+// timeouts.
+func webhookServerTo(t *testing.T, h http.Handler, timeouts webhook.Timeouts) (*peopleServer, reinv1.WebhookServiceClient) {
+	t.Helper()
+	recv := httptest.NewServer(h)
 	t.Cleanup(recv.Close)
 	st, err := bolt.Open(filepath.Join(t.TempDir(), "rein.db"), bolt.Options{Outbox: (&webhook.Matcher{PublicURL: "https://rein.example.com"}).Outbox()})
 	if err != nil {
@@ -45,18 +53,17 @@ func webhookServer(t *testing.T) (*peopleServer, reinv1.WebhookServiceClient, ch
 	}
 	w := newWriteTools(t)
 	m := &modelLog{}
-	send := &webhook.Config{Client: webhook.NewClient(true, webhook.Timeouts{}), Poll: 10 * time.Millisecond}
+	send := &webhook.Config{Client: webhook.NewClient(true, timeouts), Poll: 10 * time.Millisecond}
 	s := serveTCP(t, Config{Store: st, Tools: w, Models: m.models, Directory: testDirectory(t), Webhooks: &Webhooks{Send: send, AllowPrivate: true}})
 	w.watchStore(s.node.Store)
 	ps := &peopleServer{tcpServer: s, tools: w, models: m, opts: []grpc.CallOption{as("a-operator")}}
 	hooks := reinv1.NewWebhookServiceClient(s.conn)
-	t.Cleanup(func() { close(got) })
 	if _, err := hooks.CreateWebhook(context.Background(), &reinv1.CreateWebhookRequest{Webhook: &reinv1.Webhook{
 		Name: "oncall", Url: recv.URL, Statuses: []reinv1.RunStatus{stNeedsApproval}, Secrets: []string{testSecret},
 	}}, as("a-operator")); err != nil {
 		t.Fatal(err)
 	}
-	return ps, hooks, got
+	return ps, hooks
 }
 
 // TestWebhookDeliversAPause: a run that pauses for approval is delivered
@@ -128,5 +135,36 @@ func TestWebhookServiceRefuses(t *testing.T) {
 	}
 	if l, _ := hooks.ListWebhooks(ctx, &reinv1.ListWebhooksRequest{}, as("b-operator")); len(l.GetWebhooks()) != 0 {
 		t.Fatalf("another tenant lists %v", l.GetWebhooks())
+	}
+}
+
+// TestWebhookReceiverNeverSlowsARun: a receiver that holds every delivery
+// without answering (a slowloris, with an hour's timeout) holds only its
+// deliveries: the run pauses, is approved and completes while the
+// receiver still holds the first.
+func TestWebhookReceiverNeverSlowsARun(t *testing.T) {
+	held := make(chan struct{}, 16)
+	release := make(chan struct{})
+	s, _ := webhookServerTo(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		held <- struct{}{}
+		<-release
+	}), webhook.Timeouts{Response: time.Hour})
+	t.Cleanup(func() { close(release) }) // before the receiver's Close, which waits for it
+	run := s.begin(t, writeContract(refundCall(), final("refunded")), stNeedsApproval, as("a-operator"))
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the receiver was never called")
+	}
+	if _, err := s.decide(run, reinv1.ApprovalVerdict_APPROVAL_VERDICT_APPROVE, "ok", as("a-admin")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.node.Engine.Wait(ctx, run.GetRunId()); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.get(t, run.GetRunId()); got.GetStatus() != stCompleted {
+		t.Fatalf("run is %v, want completed while the receiver holds its delivery", got.GetStatus())
 	}
 }
