@@ -25,12 +25,19 @@ problem found, one a line on stdout (a JSON object with --json):
   - rein's own: every stored event, snapshot and contract's checksum; every
     run's events stored under sequences 1, 2, 3, … with no gap, folding to
     the run's snapshot; the status and request indexes naming stored runs;
-    every blob matching its SHA-256.
+    every blob matching its SHA-256;
+  - the store's log (FILE-wal): another store's, or not following on from
+    the file; a damaged record with whole ones after it (a crash tears the
+    last record at most); a damaged log kept aside (FILE-wal.broken-TIME);
+    and its records applied, as the next start applies them, to a private
+    copy of the file: a record that does not apply is a problem, and the
+    checks above read the copy. A log a crash left without its header is
+    a note ("note: ..."), not a problem: it holds no record.
 
 It prints the store format the file was last written with (docs/upgrading.md);
 a file in a format this rein cannot read is refused with exit 2, naming it.
 
-Exit 0 when the file is clean, 1 when a problem was found, 2 when the file is
+Exit 0 when the file is clean (notes alone), 1 when a problem was found, 2 when the file is
 in a newer store format, 3 when there is no file, 5 when another process
 holds it (a rein serve: stop it first).`,
 		Args: cobra.NoArgs,
@@ -61,6 +68,10 @@ holds it (a rein serve: stop it first).`,
 			if err != nil {
 				return &exitErr{code: exitUnavailable, err: err}
 			}
+			clean := true
+			for _, p := range problems {
+				clean = clean && p.Note
+			}
 			if e.json {
 				type out struct {
 					DB          string    `json:"db"`
@@ -68,7 +79,7 @@ holds it (a rein serve: stop it first).`,
 					Problems    []problem `json:"problems"`
 					StoreFormat int       `json:"store_format"`
 				}
-				if err := writeJSON(e.stdout, out{DB: e.db, OK: len(problems) == 0, Problems: problems, StoreFormat: int(format)}, false); err != nil {
+				if err := writeJSON(e.stdout, out{DB: e.db, OK: clean, Problems: problems, StoreFormat: int(format)}, false); err != nil {
 					return err
 				}
 			} else {
@@ -76,7 +87,7 @@ holds it (a rein serve: stop it first).`,
 					fmt.Fprintln(e.stdout, p.String())
 				}
 			}
-			if len(problems) > 0 {
+			if !clean {
 				return &exitErr{code: exitError, err: fmt.Errorf("%s (store format %s): %d problems found (the file was not changed)", e.db, formatText, len(problems))}
 			}
 			fmt.Fprintf(e.stderr, "rein: %s: store format %s; no problem found\n", e.db, formatText)

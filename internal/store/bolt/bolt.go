@@ -82,9 +82,11 @@ type Store struct {
 	storeID []byte
 	applied uint64 // the last log record the file holds
 	logged  uint64 // the last log record written
-	// broken, once set, refuses every write: the log's records could not be
-	// put back after a failed commit.
+	// broken, once set, refuses every write and read: the store halted
+	// (haltLocked) after a failure that left what is on disk unknown.
 	broken error
+	// failed is closed when broken is set (Failed).
+	failed chan struct{}
 	// finished is the writer's last checkpoint's error, for Close.
 	finished error
 	// copied is a read-only store's private copy of its file, with its

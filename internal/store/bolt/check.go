@@ -23,10 +23,16 @@ type Problem struct {
 	// Sequence is the event it is about, 0 when none.
 	Sequence uint64 `json:"sequence,omitempty"`
 	Text     string `json:"problem"`
+	// Note marks what is worth knowing but lost nothing (a log a crash
+	// left without its header, which the next open makes anew): not a
+	// problem the file has.
+	Note bool `json:"note,omitempty"`
 }
 
 func (p Problem) String() string {
 	switch {
+	case p.Note:
+		return "note: " + p.Text
 	case p.Sequence != 0:
 		return fmt.Sprintf("run %s event %d: %s", p.RunID, p.Sequence, p.Text)
 	case p.RunID != "":
@@ -85,8 +91,17 @@ func Check(path string, opts Options) ([]Problem, error) {
 		c.add("", 0, "%v", err)
 		return c.problems, nil
 	}
-	if err := checkWAL(path, db); err != nil {
-		c.add("", 0, "%v", err)
+	if copied := c.wal(path, db); copied != "" {
+		// The rest reads the store as the next open leaves it: the file
+		// with its log's records applied.
+		defer os.Remove(copied)
+		cp, err := openForCheck(copied, opts, false)
+		if err != nil {
+			c.add("", 0, "the file with its log applied cannot be opened: %v", err)
+			return c.problems, nil
+		}
+		defer cp.Close()
+		db = cp
 	}
 	if err := guard("the store", func() error { return db.View(c.rein) }); err != nil {
 		c.add("", 0, "%v", err)
@@ -122,6 +137,37 @@ type checker struct {
 	problems []Problem
 	// faulted is set when a page could not be read.
 	faulted bool
+}
+
+// wal is Check's look at the store's log: a damaged log kept aside, a log
+// that is another store's or does not follow on from the file, a damaged
+// record, and each record that does not apply, applied to a private copy of
+// the file by the code Open applies them with. It returns the copy ("" for
+// none: no record the file lacks, or they did not apply).
+func (c *checker) wal(path string, db *bbolt.DB) string {
+	if err := refuseBroken(path); err != nil {
+		c.add("", 0, "%v", err)
+	}
+	if l, err := readWAL(WALPath(path), 0); err == nil && l.torn {
+		c.problems = append(c.problems, Problem{Note: true, Text: fmt.Sprintf("the store's log %s has no whole header (a crash as it was made): it holds no record, and the next open makes it anew", WALPath(path))})
+	}
+	recs, damage, err := pendingOf(path, db)
+	if err != nil {
+		c.add("", 0, "%v", err)
+		return ""
+	}
+	if damage != nil {
+		c.add("", 0, "%v", damage)
+	}
+	if len(recs) == 0 {
+		return ""
+	}
+	copied, err := applyToCopy(path, recs)
+	if err != nil {
+		c.add("", 0, "%v", err)
+		return ""
+	}
+	return copied
 }
 
 func (c *checker) add(runID string, seq uint64, format string, args ...any) {

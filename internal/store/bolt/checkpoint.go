@@ -41,6 +41,8 @@ const storeIDLen = 8
 // appended to the log and synced, or, when the batch changes a run's
 // lifecycle or the log is due one, by a checkpoint. It returns the batch,
 // which may have grown by the requests that queued while it was applied.
+// A failure that leaves what is on disk unknown (a sync, a bbolt commit)
+// halts the store (haltLocked): its error is then store.ErrUnavailable.
 func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq, error) {
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
@@ -71,13 +73,12 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 		return nil
 	})
 	if err != nil {
-		s.abandon()
-		return batch, diskFull(err)
+		return batch, s.abandonLocked(diskFull(err))
 	}
-	if ops || s.wal == nil {
+	if ops {
 		// An erasure's checkpoint cuts the log, so that the run's events
 		// are not left in it.
-		return batch, s.checkpointLocked(ops)
+		return batch, s.checkpointLocked(true)
 	}
 	rec, n := appendBatch(s.wal.record(), batch, results)
 	if n == 0 {
@@ -92,8 +93,11 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 		return batch, s.checkpointLocked(false)
 	}
 	if err := s.wal.append(s.logged+1, rec); err != nil {
-		s.abandon()
-		return batch, err
+		var fatal errFatal
+		if errors.As(err, &fatal) {
+			return batch, s.haltLocked(err)
+		}
+		return batch, s.abandonLocked(err)
 	}
 	s.logged++
 	return batch, nil
@@ -121,10 +125,12 @@ func (s *Store) checkpoint() error {
 
 // checkpointLocked commits the open transaction (bbolt's two syncs) with the
 // number of the last record it holds, then has the log written from its
-// start (cut, with cut), or makes the log when there is none yet. A
-// transaction that wrote nothing is rolled back: the file is unchanged. If
-// the commit fails, the records since the last checkpoint are put in a new
-// transaction again: they stay durable in the log.
+// start (cut, with cut). A transaction that wrote nothing is rolled back:
+// the file is unchanged. A commit that fails halts the store: bbolt
+// promises nothing of a transaction after a failed commit (etcd's backend
+// stops there too), and the records since the last checkpoint are durable
+// in the log, which the next Open applies. So does a cut of the log that
+// fails: an erasure is not done until the log no longer holds the run.
 func (s *Store) checkpointLocked(cut bool) error {
 	if s.tx == nil {
 		return nil
@@ -147,49 +153,83 @@ func (s *Store) checkpointLocked(cut bool) error {
 	if err != nil {
 		_ = s.tx.Rollback() // after a failed Commit, a no-op
 		s.tx = nil
-		s.abandon()
-		return fmt.Errorf("commit to %s: %w", s.path, diskFull(err))
+		return s.haltLocked(fmt.Errorf("commit to %s: %w", s.path, diskFull(err)))
 	}
 	s.tx = nil
 	s.applied = s.logged
 	if s.afterCheckpoint != nil {
 		s.afterCheckpoint()
 	}
-	if s.wal != nil {
-		if err := s.wal.restart(cut); err != nil {
-			s.broken = fmt.Errorf("the store's log: %w; restart rein", err)
-		}
-		return nil
+	if s.wal == nil {
+		return nil // Open's recovery, before it makes the log
 	}
-	// The first checkpoint of this open put the store's ID in the file; the
-	// log that names it can be made. If that fails, batches are
-	// checkpointed each, and the next tries again.
-	if wal, err := createWAL(WALPath(s.path), s.storeID, s.noSync); err == nil {
-		s.wal = wal
+	if err := s.wal.restart(cut); err != nil {
+		return s.haltLocked(err)
 	}
 	return nil
 }
 
-// abandon rolls the open transaction back, with whatever a failed batch
-// left in it, and puts the records logged since the last checkpoint in a
-// new one, read back from the log. If they cannot be, the store refuses
-// every write from then on: what it holds in the log is applied at the
-// next Open.
-func (s *Store) abandon() {
+// haltLocked stops the store taking writes, for good, after a failure that
+// leaves what is on disk unknown: a sync that failed (its data may or may
+// not have reached the disk, and Linux forgets the failure once reported),
+// a bbolt commit that failed, records that could not be put back. Every
+// request from then on, those waiting included, and every read, is refused
+// with the error it returns, which wraps store.ErrUnavailable and names
+// cause; Failed is closed, so that the server goes not-ready and stops.
+// The open transaction is rolled back: what was acknowledged is in the log,
+// and the next Open applies it.
+func (s *Store) haltLocked(cause error) error {
+	if s.broken == nil {
+		s.broken = fmt.Errorf("%w: the store %s stopped taking writes after a failure: %v; "+
+			"whether the writes in flight then were stored is known once rein is restarted, which applies every acknowledged commit its log holds",
+			store.ErrUnavailable, s.path, cause)
+		close(s.failed)
+	}
+	if s.tx != nil {
+		_ = s.tx.Rollback()
+		s.tx = nil
+	}
+	s.states.clear()
+	return s.broken
+}
+
+// Failed is closed when the store stops taking writes after a failure
+// (haltLocked); Failure then says why. A server watches it to stop.
+func (s *Store) Failed() <-chan struct{} { return s.failed }
+
+// Failure is why the store stopped taking writes, or nil while it takes
+// them. It wraps store.ErrUnavailable.
+func (s *Store) Failure() error {
+	select {
+	case <-s.failed:
+	default:
+		return nil
+	}
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	return s.broken
+}
+
+// abandonLocked rolls the open transaction back, with whatever a failed
+// batch left in it, and puts the records logged since the last checkpoint
+// in a new one, read back from the log; it returns cause, the batch's
+// failure, which stored nothing. If the records cannot be put back, the
+// store halts: what the log holds is applied at the next Open.
+func (s *Store) abandonLocked(cause error) error {
 	if s.tx != nil {
 		_ = s.tx.Rollback()
 		s.tx = nil
 	}
 	s.states.clear()
 	if s.logged == s.applied {
-		return
+		return cause
 	}
 	err := func() error {
-		_, recs, err := readWAL(s.wal.path)
+		l, err := readWAL(s.wal.path, s.applied)
 		if err != nil {
 			return err
 		}
-		recs, err = pendingRecords(recs, s.applied)
+		recs, err := pendingRecords(l.recs, s.applied)
 		if err != nil {
 			return err
 		}
@@ -199,14 +239,14 @@ func (s *Store) abandon() {
 		return s.applyInNewTx("commit to "+s.path, recs[:s.logged-s.applied])
 	}()
 	if err != nil {
-		s.broken = fmt.Errorf("write to %s: the store cannot take its log's records %d to %d back after a failed commit (%w); "+
-			"every write is refused until rein is restarted, which applies them", s.path, s.applied+1, s.logged, err)
+		return s.haltLocked(fmt.Errorf("%v; after it, the log's records %d to %d could not be put back in a new transaction (%v)", cause, s.applied+1, s.logged, err))
 	}
+	return cause
 }
 
 // finish is the writer's last work at Close: a checkpoint, after which the
-// log is removed. If the checkpoint fails, the log stays for the next Open
-// to apply.
+// log is removed. If the checkpoint fails, or the store had halted, the log
+// stays for the next Open to apply, and Close returns the error.
 func (s *Store) finish() error {
 	s.txMu.Lock()
 	defer s.txMu.Unlock()

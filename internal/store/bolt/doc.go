@@ -98,11 +98,18 @@
 //   - Options.ReadOnly opens with bbolt's ReadOnly (a shared lock; no byte
 //     written, not even bbolt's header pages); every write is refused with
 //     store.ErrReadOnly before it reaches the writer.
-//   - A commit that fails with ENOSPC is store.ErrDiskFull; as for any
-//     failed commit, nothing of it was stored and nothing was acknowledged:
-//     the log is cut back before the failed record, and the transaction is
+//   - A log write that fails with ENOSPC is store.ErrDiskFull: nothing of
+//     it was stored and nothing was acknowledged; the log is cut back
+//     before the failed record (that cut synced), and the transaction is
 //     rolled back and made again from the log's records since the last
-//     checkpoint.
+//     checkpoint. A failure that leaves what is on disk unknown (a sync of
+//     the log, a bbolt commit, the log's cut) halts the store
+//     (haltLocked): every write and read from then on is
+//     store.ErrUnavailable naming it, Failed is closed, and the next Open
+//     applies the log. Open makes the log, and fails when it cannot: the
+//     store never commits without it. A log damaged in its middle is
+//     store.ErrDataLoss, kept aside as FILE-wal.broken-TIME (recover.go).
+//     docs/storage.md has the table of what each failure does.
 //
 // Ceiling (ceiling.go) is the raw bbolt work this layout's appends and scans
 // come down to, with none of the store's logic; rein-bench compares the

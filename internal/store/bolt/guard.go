@@ -49,6 +49,12 @@ func (s *Store) view(what string, fn func(tx *bbolt.Tx) error) error {
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	s.txMu.Lock()
+	if s.broken != nil {
+		// The file lacks what the log holds, and the transaction that held
+		// it is gone: a read now could go back in time.
+		defer s.txMu.Unlock()
+		return fmt.Errorf("read %s: %w", what, s.broken)
+	}
 	if tx := s.tx; tx != nil {
 		// It holds durable commits the file does not yet (checkpoint.go).
 		defer s.txMu.Unlock()

@@ -74,7 +74,7 @@ func Open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("initialise store %s: %w", path, err)
 	}
-	s := &Store{db: db, path: path, noSync: opts.NoSync, reqs: make(chan *writeReq, maxBatch), scrubs: make(chan chan error), done: make(chan struct{}), outbox: opts.Outbox}
+	s := &Store{db: db, path: path, noSync: opts.NoSync, reqs: make(chan *writeReq, maxBatch), scrubs: make(chan chan error), done: make(chan struct{}), failed: make(chan struct{}), outbox: opts.Outbox}
 	if err := s.recoverWAL(); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -129,7 +129,7 @@ func openReadOnly(path string, opts Options) (*Store, error) {
 			return nil, openError(path, err)
 		}
 	}
-	s := &Store{db: db, path: path, readOnly: true, copied: copied, reqs: make(chan *writeReq), done: make(chan struct{})}
+	s := &Store{db: db, path: path, readOnly: true, copied: copied, reqs: make(chan *writeReq), done: make(chan struct{}), failed: make(chan struct{})}
 	close(s.done) // no writer
 	return s, nil
 }
@@ -139,10 +139,11 @@ func openReadOnly(path string, opts Options) (*Store, error) {
 // missing one as empty).
 var topBuckets = [][]byte{bucketRuns, bucketContracts, bucketRequests, bucketStatus, bucketChanges, bucketBlobs, bucketEnded, bucketDeletions, bucketDeleted}
 
-// needsInit reports whether the file lacks its format mark or a bucket.
+// needsInit reports whether the file lacks its format mark, its ID (a file
+// from a rein before the log) or a bucket.
 func needsInit(tx *bbolt.Tx) bool {
 	meta := tx.Bucket(bucketMeta)
-	if meta == nil || meta.Get(keyFormat) == nil {
+	if meta == nil || meta.Get(keyFormat) == nil || meta.Get(keyStoreID) == nil {
 		return true
 	}
 	for _, b := range topBuckets {
@@ -160,6 +161,12 @@ func initialise(tx *bbolt.Tx) error {
 	}
 	if meta.Get(keyFormat) == nil {
 		if err := meta.Put(keyFormat, formatV3); err != nil {
+			return err
+		}
+	}
+	if meta.Get(keyStoreID) == nil {
+		// The log's header names it (wal.go), and Open makes the log.
+		if err := meta.Put(keyStoreID, newStoreID()); err != nil {
 			return err
 		}
 	}

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
+	"time"
 
 	bbolt "go.etcd.io/bbolt"
 
@@ -14,8 +17,15 @@ import (
 
 // recoverWAL applies, at Open, the records of the store's log that the file
 // does not hold yet (the last commits before a crash), in one checkpoint,
-// which makes the log anew. A log the file holds all of is removed; with
-// none, nothing is written.
+// then makes the log anew, empty, for the writer. Making it failing is
+// Open's error: the store never commits without its log.
+//
+// A log damaged in its middle (walDamage) is not taken for a torn end: the
+// whole records before the damage are applied, the log is kept beside the
+// file as FILE-wal.broken-TIME (brokenPath), and Open refuses with
+// store.ErrDataLoss naming the record; it refuses while such a file is
+// there, until the operator has dealt with the commits it holds and moved
+// it away.
 func (s *Store) recoverWAL() error {
 	id, applied, err := walMeta(s.path, s.db)
 	if err != nil {
@@ -26,64 +36,131 @@ func (s *Store) recoverWAL() error {
 	if s.storeID == nil {
 		s.storeID = newStoreID()
 	}
-	path := WALPath(s.path)
-	recs, err := s.logFor(id, applied)
-	if err != nil || recs == nil {
-		if err == nil {
-			_ = os.Remove(path) // none, or nothing the file lacks
-		}
+	if err := refuseBroken(s.path); err != nil {
 		return err
 	}
+	path := WALPath(s.path)
+	recs, damage, err := s.logFor(id, applied)
+	if err != nil {
+		return err
+	}
+	if len(recs) > 0 {
+		if err := s.applyAtOpen(recs); err != nil {
+			return fmt.Errorf("open store %s: apply its log %s: %w", s.path, path, err)
+		}
+	}
+	if damage != nil {
+		return s.keepBroken(damage)
+	}
+	wal, err := createWAL(path, s.storeID, s.noSync)
+	if err != nil {
+		return fmt.Errorf("open store %s: %w; the store takes no write without its log: free the disk or fix the directory's permissions, then start rein again", s.path, err)
+	}
+	s.wal = wal
+	return nil
+}
+
+// applyAtOpen applies recs and checkpoints them.
+func (s *Store) applyAtOpen(recs []walRecord) error {
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
 	s.logged = recs[len(recs)-1].number
 	if err := s.applyInNewTx("open store "+s.path, recs); err != nil {
-		return fmt.Errorf("open store %s: apply its log %s: %w", s.path, path, err)
+		return err
 	}
-	if err := s.checkpointLocked(false); err != nil {
-		return fmt.Errorf("open store %s: apply its log %s: %w", s.path, path, err)
+	return s.checkpointLocked(false)
+}
+
+// brokenSuffix is what a damaged log kept beside its file is named after
+// the log's own name: FILE-wal.broken-TIME.
+const brokenSuffix = ".broken-"
+
+// keepBroken renames the damaged log to FILE-wal.broken-TIME, where no
+// checkpoint can cut it, and returns Open's error naming it.
+func (s *Store) keepBroken(d *walDamage) error {
+	kept := WALPath(s.path) + brokenSuffix + time.Now().UTC().Format("20060102T150405Z")
+	if err := os.Rename(WALPath(s.path), kept); err != nil {
+		return fmt.Errorf("open store %s: %w; and it could not be kept aside as %s (%v): the log was left where it is", s.path, d, kept, err)
 	}
-	// The checkpoint made the log anew, empty, over the one applied.
-	return nil
+	if !s.noSync {
+		_ = syncDir(filepath.Dir(s.path))
+	}
+	return fmt.Errorf("open store %s: %w. The store now holds every commit before record %d; the log was kept as %s. "+
+		"The runs of the commits from record %d on lost their last steps (rein check --db %s names the records); "+
+		"restore the store from a backup, or move %s out of the store's directory to start rein without them",
+		s.path, d, d.number, kept, d.number, s.path, kept)
+}
+
+// refuseBroken refuses a store beside which a damaged log was kept
+// (keepBroken): the operator moves it away once its commits are dealt with.
+func refuseBroken(path string) error {
+	kept, err := filepath.Glob(globQuote(WALPath(path)) + brokenSuffix + "*")
+	if err != nil || len(kept) == 0 {
+		return nil
+	}
+	return fmt.Errorf("open store %s: %w: a damaged log of this store was kept as %s, and the commits from its damaged record on are not in the store; "+
+		"once they are dealt with (restored from a backup, or given up), move that file out of the store's directory and start rein again",
+		path, store.ErrDataLoss, strings.Join(kept, ", "))
+}
+
+// globQuote escapes the pattern characters of a path for filepath.Glob.
+func globQuote(path string) string {
+	var b strings.Builder
+	for _, r := range path {
+		if strings.ContainsRune(`*?[\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // logFor reads the store's log and returns the records the file, whose ID
-// and last applied record are given, lacks: nil when there is no log or it
-// holds nothing newer, an error when it is another store's or does not
-// follow on from the file.
-func (s *Store) logFor(id []byte, applied uint64) ([]walRecord, error) {
+// and last applied record are given, lacks (nil when there is no log or it
+// holds nothing newer), and the damage that ended them early, if any; an
+// error when it is another store's or does not follow on from the file.
+func (s *Store) logFor(id []byte, applied uint64) ([]walRecord, *walDamage, error) {
 	path := WALPath(s.path)
-	walID, recs, err := readWAL(path)
+	l, err := readWAL(path, applied)
 	if err != nil {
-		return nil, fmt.Errorf("open store %s: %w", s.path, err)
+		return nil, nil, fmt.Errorf("open store %s: %w", s.path, err)
 	}
-	if walID == nil {
-		return nil, nil
+	if l.id == nil {
+		return nil, nil, nil
 	}
-	if !bytes.Equal(walID, id) {
-		if len(recs) == 0 {
-			return nil, nil
+	if !bytes.Equal(l.id, id) {
+		if len(l.recs) == 0 && l.damage == nil {
+			return nil, nil, nil
 		}
-		return nil, fmt.Errorf("open store %s: %w: the log beside it, %s, is another store's (it names store %x, this file is store %x) and holds %d commits; "+
-			"put the file it belongs to back, or move the log away to open this file as it is", s.path, store.ErrDataLoss, path, walID, id, len(recs))
+		return nil, nil, fmt.Errorf("open store %s: %w: the log beside it, %s, is another store's (it names store %x, this file is store %x) and holds %d commits; "+
+			"put the file it belongs to back, or move the log away to open this file as it is", s.path, store.ErrDataLoss, path, l.id, id, len(l.recs))
 	}
-	recs, err = pendingRecords(recs, applied)
+	recs, err := pendingRecords(l.recs, applied)
 	if err != nil {
-		return nil, fmt.Errorf("open store %s: %s: %w", s.path, path, err)
+		return nil, nil, fmt.Errorf("open store %s: %s: %w", s.path, path, err)
 	}
-	return recs, nil
+	return recs, l.damage, nil
 }
 
 // pendingCopy, for a read-only open whose file lacks records of its log (a
 // store whose server crashed), copies the file to a private temporary one
 // and applies the records there, so that the reader sees every commit that
 // was acknowledged while the store's own files stay as they are. It returns
-// "" when the file holds everything.
+// "" when the file holds everything. A damaged log is an error.
 func pendingCopy(path string, db *bbolt.DB) (string, error) {
-	recs, err := pendingOf(path, db)
+	recs, damage, err := pendingOf(path, db)
+	if err == nil && damage != nil {
+		err = fmt.Errorf("open store %s: %w; open it read-write (rein serve) to keep the log aside and apply the records before the damage", path, damage)
+	}
 	if err != nil || recs == nil {
 		return "", err
 	}
+	return applyToCopy(path, recs)
+}
+
+// applyToCopy copies the file at path to a private temporary one and
+// applies recs there, as Open would (applyRecords).
+func applyToCopy(path string, recs []walRecord) (string, error) {
 	tmp, err := copyToTemp(path)
 	if err != nil {
 		return "", fmt.Errorf("open store %s read-only: its log holds %d commits the file does not; copying the file to apply them: %w", path, len(recs), err)
@@ -107,11 +184,11 @@ func pendingCopy(path string, db *bbolt.DB) (string, error) {
 }
 
 // pendingOf is the records of the log of the store at path, open as db,
-// that the file lacks (logFor).
-func pendingOf(path string, db *bbolt.DB) ([]walRecord, error) {
+// that the file lacks, and the log's damage (logFor).
+func pendingOf(path string, db *bbolt.DB) ([]walRecord, *walDamage, error) {
 	id, applied, err := walMeta(path, db)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return (&Store{path: path}).logFor(id, applied)
 }
@@ -134,23 +211,6 @@ func walMeta(path string, db *bbolt.DB) (id []byte, applied uint64, err error) {
 		})
 	})
 	return id, applied, err
-}
-
-// checkWAL is rein check's look at the store's log, read-only: an error when
-// it is another store's, does not follow on from the file, or holds a
-// record that does not decode. Records the file lacks are no problem: the
-// next Open applies them.
-func checkWAL(path string, db *bbolt.DB) error {
-	recs, err := pendingOf(path, db)
-	if err != nil {
-		return err
-	}
-	for _, rec := range recs {
-		if _, err := decodeBatch(rec.body); err != nil {
-			return fmt.Errorf("the store's log %s: record %d: %w", WALPath(path), rec.number, err)
-		}
-	}
-	return nil
 }
 
 // copyToTemp copies the file at path to a new temporary file.

@@ -115,7 +115,7 @@ func TestAppendIsDurableInTheLog(t *testing.T) {
 	if s.logged == 0 {
 		t.Fatal("20 appends wrote no record to the log")
 	}
-	if _, recs, err := readWAL(WALPath(image)); err != nil || len(recs) == 0 {
+	if recs, err := walRecords(WALPath(image)); err != nil || len(recs) == 0 {
 		t.Fatalf("the crash image's log: %d records, %v; want the appends", len(recs), err)
 	}
 	c, err := Open(image, Options{})
@@ -123,7 +123,7 @@ func TestAppendIsDurableInTheLog(t *testing.T) {
 		t.Fatalf("open the crash image: %v", err)
 	}
 	assertRunA(t, c, 21)
-	if _, recs, err := readWAL(WALPath(image)); err != nil || len(recs) != 0 {
+	if recs, err := walRecords(WALPath(image)); err != nil || len(recs) != 0 {
 		t.Errorf("after Open applied the log, it holds %d records (%v), want none", len(recs), err)
 	}
 	appendTo(t, c, 21, 23) // and it goes on, in the log made anew
@@ -298,7 +298,7 @@ func TestCompactKeepsTheLog(t *testing.T) {
 	if _, err := Compact(image, CompactOptions{}); err != nil {
 		t.Fatalf("compact a crashed store: %v", err)
 	}
-	if _, recs, err := readWAL(WALPath(image)); err != nil || len(recs) == 0 {
+	if recs, err := walRecords(WALPath(image)); err != nil || len(recs) == 0 {
 		t.Fatalf("after the compaction the log holds %d records (%v), want the crash's", len(recs), err)
 	}
 	c, err := Open(image, Options{})
@@ -381,7 +381,7 @@ func TestCrashAfterCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.afterCheckpoint = nil
-	if _, recs, err := readWAL(WALPath(image)); err != nil || len(recs) == 0 {
+	if recs, err := walRecords(WALPath(image)); err != nil || len(recs) == 0 {
 		t.Fatalf("the image's log holds %d records (%v): the test cannot tell a second apply", len(recs), err)
 	}
 	c, err := Open(image, Options{})
@@ -392,4 +392,10 @@ func TestCrashAfterCheckpoint(t *testing.T) {
 	assertRunA(t, c, 8) // each append once: a second apply would be refused at Open
 	appendTo(t, c, 8, 10)
 	assertRunA(t, c, 10)
+}
+
+// walRecords is the whole records of the log at path.
+func walRecords(path string) ([]walRecord, error) {
+	l, err := readWAL(path, 0)
+	return l.recs, err
 }

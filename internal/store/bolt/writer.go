@@ -2,6 +2,7 @@ package bolt
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
@@ -79,8 +80,8 @@ func (s *Store) writer() {
 			done <- err
 			continue
 		case <-due.C:
-			// A failed checkpoint leaves the records in the log; the
-			// next batch arms the timer again.
+			// A failed checkpoint halts the store (checkpointLocked):
+			// its records stay in the log for the next Open.
 			armed = false
 			_ = s.checkpoint()
 			continue
@@ -107,7 +108,10 @@ func (s *Store) writer() {
 		}
 		for i, r := range batch {
 			res := results[i]
-			if err != nil {
+			switch {
+			case errors.Is(err, store.ErrUnavailable):
+				res = writeRes{err: fmt.Errorf("write run %s: %w", r.runID, err)} // halted: it says what is known
+			case err != nil:
 				res = writeRes{err: fmt.Errorf("write run %s to %s: commit failed, nothing was stored: %w", r.runID, s.path, err)}
 			}
 			r.done <- res
