@@ -25,7 +25,8 @@ const readyTimeout = 2 * time.Second
 //	/readyz        200 when the node takes calls: it is not shutting down,
 //	               holds its etcd lease (a replica), its store answers a
 //	               read within 2s and takes writes (no NOSPACE alarm on
-//	               its etcd); else 503 and why
+//	               its etcd) and has not stopped taking them after a
+//	               failed sync or commit (a bolt store); else 503 and why
 //	/debug/pprof/  Go's profiles, only with withPprof
 //
 // It is meant for an address only operators reach (rein serve
@@ -61,6 +62,11 @@ func (n *Node) ready(ctx context.Context) error {
 	case <-n.done:
 		return fmt.Errorf("the server is shutting down")
 	default:
+	}
+	if f := failingOf(n.Store); f != nil {
+		if err := f.Failure(); err != nil {
+			return fmt.Errorf("the store stopped taking writes: %w", err)
+		}
 	}
 	if n.leased != nil && !n.leased() {
 		return fmt.Errorf("the server does not hold its etcd lease: it drives no runs until etcd grants it one")

@@ -168,7 +168,9 @@ type Node struct {
 
 	done      chan struct{}
 	closeOnce sync.Once
-	leased    func() bool
+	// closed is the store's Close error, set by Shutdown (StoreErr).
+	closed error
+	leased func() bool
 	// Keeper archives and deletes runs (nil for a store without a
 	// lifecycle); sweep ends its loop, and swept is closed once it did.
 	Keeper *lifecycle.Keeper
@@ -424,6 +426,7 @@ func (n *Node) Shutdown(ctx context.Context) {
 		n.Hub.stopFollowing()
 		if err := n.Store.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
 			n.log.Error("close store", "error", err)
+			n.closed = err
 		}
 	})
 }

@@ -375,6 +375,8 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	go func() { served <- node.GRPC.Serve(lis) }()
 	select {
 	case <-ctx.Done():
+	case <-node.StoreFailed():
+		log.Error("the store stopped taking writes: draining, then exiting", "error", node.StoreErr())
 	case err := <-served:
 		node.Close()
 		return fmt.Errorf("serve: %w", err)
@@ -387,6 +389,12 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	}
 	node.Shutdown(sctx)
 	<-served
+	if err := node.StoreErr(); err != nil {
+		// A failed sync or commit, or a last checkpoint that failed: the
+		// log keeps every acknowledged commit, and the next start applies
+		// it (docs/storage.md).
+		return &exitErr{code: exitUnavailable, err: fmt.Errorf("stopped, but the store failed: %w", err)}
+	}
 	log.Info("stopped; the database is closed")
 	return nil
 }
