@@ -42,8 +42,8 @@ func TestServeExitsNonZeroWhenItsStoreFails(t *testing.T) {
 	}
 	addr := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(stderr.String())[1]
 
-	// Room for the log's record of a run with a 512 KiB input, not for
-	// the file's pages too.
+	// Room for the log's record of a run with a 512 KiB input (its event
+	// and its contract, ~1 MiB), not for the file's pages too.
 	filler := filepath.Join(dir, "filler")
 	f, err := os.Create(filler)
 	if err != nil {
@@ -58,7 +58,7 @@ func TestServeExitsNonZeroWhenItsStoreFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Truncate(info.Size() - 800<<10); err != nil {
+	if err := f.Truncate(info.Size() - 1536<<10); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()

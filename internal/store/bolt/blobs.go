@@ -92,11 +92,11 @@ func blobEntry(k, v []byte) (hash [sha256.Size]byte, content []byte, ok bool) {
 // request was queued) with the run whose bucket is b, under seq, in hash
 // order: a small one in its events bucket, a larger one in its blobs bucket.
 // The file is marked formatV3 first, if it is not yet.
-func putBlobs(tx *bbolt.Tx, b *bbolt.Bucket, seq uint64, blobs map[string][]byte) error {
+func putBlobs(w *wtx, b *wbucket, seq uint64, blobs map[string][]byte) error {
 	if len(blobs) == 0 {
 		return nil
 	}
-	if meta := tx.Bucket(bucketMeta); !bytes.Equal(meta.Get(keyFormat), formatV3) {
+	if meta := w.Bucket(bucketMeta); !bytes.Equal(meta.Get(keyFormat), formatV3) {
 		// A file from a rein before blobs had short keys in the log:
 		// marked, in this commit, as one that rein must not open.
 		if err := meta.Put(keyFormat, formatV3); err != nil {
@@ -104,7 +104,7 @@ func putBlobs(tx *bbolt.Tx, b *bbolt.Bucket, seq uint64, blobs map[string][]byte
 		}
 	}
 	eb := b.Bucket(keyEvents)
-	var large *bbolt.Bucket
+	var large *wbucket
 	for i, hash := range slices.Sorted(maps.Keys(blobs)) {
 		content := blobs[hash]
 		if content == nil {
@@ -117,7 +117,7 @@ func putBlobs(tx *bbolt.Tx, b *bbolt.Bucket, seq uint64, blobs map[string][]byte
 				if large, err = b.CreateBucketIfNotExists(keyBlobs); err != nil {
 					return err
 				}
-				large.FillPercent = blobsFillPercent
+				large.SetFillPercent(blobsFillPercent)
 			}
 			into = large
 		}

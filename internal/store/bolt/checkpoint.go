@@ -55,9 +55,10 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 		}
 	}
 	ops := false
+	w := &wtx{tx: s.tx, rec: s.wal.record()}
 	err := guard("commit to "+s.path, func() error {
 		for i := 0; i < len(batch); i++ {
-			results[i] = s.applyRequest(s.tx, batch[i])
+			results[i] = s.applyRequest(w, batch[i])
 			var te errTx
 			if errors.As(results[i].err, &te) {
 				return te.err
@@ -80,8 +81,10 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 		// are not left in it.
 		return batch, s.checkpointLocked(true)
 	}
-	rec, n := appendBatch(s.wal.record(), batch, results)
-	if n == 0 {
+	rec := w.rec
+	if len(rec) == walRecordHdr+walNumberLen {
+		// Every request was refused, or stored nothing (a create its
+		// request ID found).
 		if s.logged == s.applied {
 			s.rollbackClean()
 		}
@@ -310,16 +313,23 @@ func (s *Store) applyInNewTx(what string, recs []walRecord) error {
 	return err
 }
 
-// applyRecords applies the requests of recs in tx, as the writer did when
-// it logged them.
+// applyRecords puts the writes of recs in tx again (applyWrites); a log of
+// requests, from a rein before logs held results, is applied as that rein
+// did, through the writer's code (walbatch.go).
 func (s *Store) applyRecords(tx *bbolt.Tx, recs []walRecord) error {
 	for _, rec := range recs {
+		if !rec.requests {
+			if err := applyWrites(tx, rec.body); err != nil {
+				return fmt.Errorf("record %d: it does not apply to the store as its earlier records left it: %w", rec.number, err)
+			}
+			continue
+		}
 		reqs, err := decodeBatch(rec.body)
 		if err != nil {
 			return fmt.Errorf("record %d: %w", rec.number, err)
 		}
 		for i, r := range reqs {
-			if res := s.applyRequest(tx, r); res.err != nil {
+			if res := s.applyRequest(&wtx{tx: tx}, r); res.err != nil {
 				return fmt.Errorf("record %d, request %d (run %s): it does not apply to the store as its earlier records left it: %w", rec.number, i, r.runID, res.err)
 			}
 		}

@@ -55,15 +55,18 @@
 //   - Every write goes through one writer goroutine that gathers the appends
 //     waiting at that moment into one batch (group commit): appends from
 //     many runs share one sync, and no append waits on a timer. The batch
-//     is put in a bbolt write transaction the writer keeps open, appended to
-//     the log, and acknowledged once the log is synced: one fdatasync, where
+//     is put in a bbolt write transaction the writer keeps open, what it
+//     wrote appended to the log (every write of an append goes through
+//     wtx, which records it: writes.go), and acknowledged once the log is
+//     synced: one fdatasync, where
 //     a bbolt commit makes two. The transaction is committed (a checkpoint)
 //     every two seconds of records, before the log passes 16 MiB, before a
 //     lifecycle change, a scrub and the close; reads go through it while it
 //     holds what the file does not, so a read sees every acknowledged
 //     write and nothing that is not yet durable (checkpoint.go). Open
-//     applies the records a crash left in the log in one checkpoint, and a
-//     read-only open applies them to a private copy (recover.go). The writer
+//     puts the writes a crash left in the log again, blind, in one
+//     checkpoint, and a read-only open applies them to a private copy
+//     (recover.go). The writer
 //     is what every run waits on, so what need not be in its transaction is
 //     done by the caller's goroutine before the request is queued: the
 //     events' encoding, the blobs' hashes, and the fold and the snapshot's

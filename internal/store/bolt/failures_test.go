@@ -427,7 +427,7 @@ func logRecord(t *testing.T, path string, expected uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wal, err := createWAL(WALPath(path), id, true)
+	wal, err := createRequestsWAL(WALPath(path), id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,9 +22,14 @@ import (
 // the log is written again from its start. At Open, the records after the
 // number the file holds are applied again (recover.go).
 //
-//	header  8 bytes "rein-wal", 8 bytes the store's ID (meta/store-id)
+//	header  8 bytes "rein-wa2", 8 bytes the store's ID (meta/store-id)
 //	record  4 bytes length of the body, 4 bytes CRC-32C of the body,
-//	        body: 8 bytes the record's number, then the batch (walbatch.go)
+//	        body: 8 bytes the record's number, then what the commit wrote
+//	        (writes.go)
+//
+// A log whose header starts "rein-wal" holds requests instead, as a rein
+// before this one wrote them (walbatch.go): Open applies it once, with the
+// code of that format, and makes the log anew.
 //
 // Records are numbered from 1 without a gap across checkpoints. Each
 // checkpoint writes from just after the header again, over the records it
@@ -38,10 +43,12 @@ import (
 // without a whole header is no log (a crash as it was made). The log's
 // format and what each failure does are in docs/storage.md.
 const (
-	walMagic     = "rein-wal"
-	walHeaderLen = 16
-	walRecordHdr = 8
-	walNumberLen = 8
+	walMagic = "rein-wa2"
+	// walMagicRequests heads a log of requests (walbatch.go).
+	walMagicRequests = "rein-wal"
+	walHeaderLen     = 16
+	walRecordHdr     = 8
+	walNumberLen     = 8
 	// walMaxRead is as much of the log as is read: the writer never takes
 	// it past checkpointBytes (a batch that would is checkpointed instead),
 	// so what lies beyond (a file grown by something else) holds no
@@ -94,7 +101,9 @@ func (f osLog) Datasync() error { return fdatasync(f.File) }
 // walRecord is one record as read back.
 type walRecord struct {
 	number uint64
-	body   []byte // the batch
+	body   []byte // what the commit wrote (writes.go)
+	// requests marks a record of a log of requests (walbatch.go).
+	requests bool
 }
 
 // errFatal marks a failure after which the writer must stop (halt): a sync
@@ -244,7 +253,11 @@ func readWAL(path string, floor uint64) (walLog, error) {
 	if err != nil {
 		return walLog{}, fmt.Errorf("read the store's log %s: %w", path, err)
 	}
-	if len(data) < walHeaderLen || string(data[:len(walMagic)]) != walMagic {
+	magic := ""
+	if len(data) >= walHeaderLen {
+		magic = string(data[:len(walMagic)])
+	}
+	if magic != walMagic && magic != walMagicRequests {
 		if len(data) <= walHeaderLen {
 			// Created (or cut), and the crash came before its header
 			// was synced: nothing was ever logged in it.
@@ -261,7 +274,7 @@ func readWAL(path string, floor uint64) (walLog, error) {
 			break
 		}
 		size := int(binary.BigEndian.Uint32(data[off : off+4]))
-		l.recs = append(l.recs, walRecord{number: n, body: data[off+walRecordHdr+walNumberLen : off+walRecordHdr+size]})
+		l.recs = append(l.recs, walRecord{number: n, body: data[off+walRecordHdr+walNumberLen : off+walRecordHdr+size], requests: magic == walMagicRequests})
 	}
 	last := floor
 	if len(l.recs) > 0 {

@@ -95,7 +95,7 @@ func TestRecordThatDoesNotApplyRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = c.Close()
-	wal, err := createWAL(WALPath(s.path), id, true)
+	wal, err := createRequestsWAL(WALPath(s.path), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestRecordThatDoesNotApplyRefused(t *testing.T) {
 	// The twin: the record at the run's version applies.
 	req.expected, ev.Sequence = 3, 4
 	req.encoded = [][]byte{sealed(t, ev)}
-	if wal, err = createWAL(WALPath(s.path), id, true); err != nil {
+	if wal, err = createRequestsWAL(WALPath(s.path), id); err != nil {
 		t.Fatal(err)
 	}
 	rec, _ = appendBatch(wal.record(), []*writeReq{req}, []writeRes{{}})

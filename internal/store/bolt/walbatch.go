@@ -4,15 +4,19 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
 )
 
-// A record's batch is the requests of one commit that changed the store, in
-// the order the writer applied them, each as its caller gave it (applying
-// them again to the store as it was before them stores what they stored):
+// The log's records were once the requests of each commit (a log whose
+// header is walMagicRequests), applied again at Open through the writer's
+// own code (applyRequest), the fold of whatever build opened it. They are
+// what a commit wrote now (writes.go); a log of requests left by a crash of
+// an older rein is still applied, once, by the code below, after which the
+// log is made anew in the new format. A record's batch was the requests of
+// one commit that changed the store, in the order the writer applied them,
+// each as its caller gave it:
 //
 //	uvarint  how many requests
 //	per request:
@@ -31,70 +35,6 @@ const (
 	walAppend  = 2
 	walAcquire = 3
 )
-
-// appendBatch appends to b the requests of batch whose result stored
-// something, and says how many it took.
-func appendBatch(b []byte, batch []*writeReq, results []writeRes) ([]byte, int) {
-	n := 0
-	for i, r := range batch {
-		if stored(r, results[i]) {
-			n++
-		}
-	}
-	if n == 0 {
-		return b, 0
-	}
-	b = binary.AppendUvarint(b, uint64(n))
-	for i, r := range batch {
-		if !stored(r, results[i]) {
-			continue
-		}
-		kind := byte(walAppend)
-		switch {
-		case r.create:
-			kind = walCreate
-		case r.acquire:
-			kind = walAcquire
-		}
-		b = append(b, kind)
-		b = appendBytes(b, []byte(r.runID))
-		b = appendBytes(b, []byte(r.owner))
-		b = binary.AppendUvarint(b, r.epoch)
-		b = binary.AppendUvarint(b, r.expected)
-		b = binary.AppendUvarint(b, uint64(len(r.encoded)))
-		for _, ev := range r.encoded {
-			b = appendBytes(b, ev)
-		}
-		hashes := make([]string, 0, len(r.blobs))
-		for h := range r.blobs {
-			hashes = append(hashes, h)
-		}
-		sort.Strings(hashes)
-		b = binary.AppendUvarint(b, uint64(len(hashes)))
-		for _, h := range hashes {
-			b = appendBytes(b, []byte(h))
-			b = appendBytes(b, r.blobs[h])
-		}
-	}
-	return b, n
-}
-
-// stored reports whether r's result changed the store: a create that made
-// its run (not one its request ID found), an acquire or an append that was
-// not refused.
-func stored(r *writeReq, res writeRes) bool {
-	switch {
-	case res.err != nil || r.op != nil:
-		return false
-	case r.create:
-		return res.created
-	}
-	return true
-}
-
-func appendBytes(b, v []byte) []byte {
-	return append(binary.AppendUvarint(b, uint64(len(v))), v...)
-}
 
 // decodeBatch decodes a record's batch into requests the writer applies as
 // it did the first time, their events unsealed and, for a create, the

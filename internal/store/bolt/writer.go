@@ -137,21 +137,23 @@ func (s *Store) gather(batch []*writeReq) []*writeReq {
 	return batch
 }
 
-// applyRequest validates r against the state in tx and, only if all of it is
-// valid, writes it. A validation error is returned in the result; a write
-// error is an errTx that aborts the whole transaction.
-func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq) writeRes {
+// applyRequest validates r against the state in w and, only if all of it
+// is valid, writes it, through w, which records each write for the log. A
+// validation error is returned in the result; a write error is an errTx
+// that aborts the whole transaction.
+func (s *Store) applyRequest(w *wtx, r *writeReq) writeRes {
 	if r.op != nil {
-		return r.op(tx)
+		// A lifecycle change: its batch is checkpointed, not logged.
+		return r.op(w.tx)
 	}
 	if r.create {
-		res := s.createRun(tx, r)
+		res := s.createRun(w, r)
 		if res.err == nil && res.created {
 			s.states.put(r.runID, res.state)
 		}
 		return res
 	}
-	b := runBucket(tx, r.runID)
+	b := w.Bucket(bucketRuns).Bucket([]byte(r.runID))
 	if b == nil {
 		return writeRes{err: notFound(r.runID)}
 	}
@@ -171,7 +173,7 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq) writeRes {
 	if st == nil {
 		// With its contract: the fold does not need it, but the state an
 		// append returns holds it, and the cache keeps it from here on.
-		loaded, err := loadState(b, contractOf(tx, r.runID))
+		loaded, err := loadState(b.b, contractOf(w.tx, r.runID))
 		if err != nil {
 			return writeRes{err: fmt.Errorf("run %s: %w", r.runID, err)}
 		}
@@ -210,10 +212,10 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq) writeRes {
 	if err := putEvents(b, r); err != nil {
 		return writeRes{err: errTx{err}}
 	}
-	if err := putSnapshot(tx, b, st.Status, *next, snap); err != nil {
+	if err := putSnapshot(w, b, st.Status, *next, snap); err != nil {
 		return writeRes{err: errTx{err}}
 	}
-	if err := putBlobs(tx, b, r.expected+1, r.blobs); err != nil {
+	if err := putBlobs(w, b, r.expected+1, r.blobs); err != nil {
 		return writeRes{err: errTx{err}}
 	}
 	if err := putOutbox(tx, deliveries); err != nil {
@@ -230,9 +232,10 @@ func (s *Store) applyRequest(tx *bbolt.Tx, r *writeReq) writeRes {
 	return writeRes{state: next, epoch: epoch}
 }
 
-func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
+func (s *Store) createRun(w *wtx, r *writeReq) writeRes {
 	st := *r.created
-	reqs := tx.Bucket(bucketRequests)
+	tx := w.tx
+	reqs := w.Bucket(bucketRequests)
 	rk := requestKey(st.Tenant, st.RequestID)
 	if st.RequestID != "" {
 		if existing := reqs.Get(rk); existing != nil {
@@ -247,7 +250,7 @@ func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
 			return writeRes{state: &prev}
 		}
 	}
-	runs := tx.Bucket(bucketRuns)
+	runs := w.Bucket(bucketRuns)
 	if runs.Bucket([]byte(r.runID)) != nil {
 		return writeRes{err: fmt.Errorf("create run %s: a run with that id exists: %w", r.runID, store.ErrConflict)}
 	}
@@ -269,16 +272,16 @@ func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
 	if _, err := b.CreateBucket(keyEvents); err != nil {
 		return writeRes{err: errTx{err}}
 	}
-	if err := tx.Bucket(bucketContracts).Put([]byte(r.runID), contract); err != nil {
+	if err := w.Bucket(bucketContracts).Put([]byte(r.runID), contract); err != nil {
 		return writeRes{err: errTx{err}}
 	}
 	if err := putEvents(b, r); err != nil {
 		return writeRes{err: errTx{err}}
 	}
-	if err := putSnapshot(tx, b, reinv1.RunStatus_RUN_STATUS_UNSPECIFIED, st, nil); err != nil {
+	if err := putSnapshot(w, b, reinv1.RunStatus_RUN_STATUS_UNSPECIFIED, st, nil); err != nil {
 		return writeRes{err: errTx{err}}
 	}
-	if err := putBlobs(tx, b, 1, r.blobs); err != nil { // an Import's
+	if err := putBlobs(w, b, 1, r.blobs); err != nil { // an Import's
 		return writeRes{err: errTx{err}}
 	}
 	if err := putOutbox(tx, deliveries); err != nil {
@@ -296,9 +299,9 @@ func (s *Store) createRun(tx *bbolt.Tx, r *writeReq) writeRes {
 // sequences only grow, so it can fill pages instead of splitting them.
 const eventsFillPercent = 0.95
 
-func putEvents(b *bbolt.Bucket, r *writeReq) error {
+func putEvents(b *wbucket, r *writeReq) error {
 	eb := b.Bucket(keyEvents)
-	eb.FillPercent = eventsFillPercent
+	eb.SetFillPercent(eventsFillPercent)
 	for i, ev := range r.events {
 		if err := eb.Put(seqKey(ev.GetSequence()), r.encoded[i]); err != nil {
 			return err
@@ -309,7 +312,7 @@ func putEvents(b *bbolt.Bucket, r *writeReq) error {
 
 // putSnapshot writes the run's state (snap, its sealed snapshot, or nil to
 // encode it here) and moves it in the status index when its status changed.
-func putSnapshot(tx *bbolt.Tx, b *bbolt.Bucket, prev reinv1.RunStatus, next runstate.State, snap []byte) error {
+func putSnapshot(w *wtx, b *wbucket, prev reinv1.RunStatus, next runstate.State, snap []byte) error {
 	if snap == nil {
 		var err error
 		if snap, err = seal.Seal(next.Proto(false)); err != nil {
@@ -323,11 +326,11 @@ func putSnapshot(tx *bbolt.Tx, b *bbolt.Bucket, prev reinv1.RunStatus, next runs
 		return nil
 	}
 	if runstate.Terminal(next.Status) && !runstate.Terminal(prev) {
-		if err := putEnded(tx, next); err != nil {
+		if err := w.Bucket(bucketEnded).Put(endedKey(next), endedValue(next, next.Archive != nil)); err != nil {
 			return err
 		}
 	}
-	idx := tx.Bucket(bucketStatus)
+	idx := w.Bucket(bucketStatus)
 	if prev != reinv1.RunStatus_RUN_STATUS_UNSPECIFIED {
 		if err := idx.Delete(statusKey(prev, next.RunID)); err != nil {
 			return err
@@ -336,7 +339,7 @@ func putSnapshot(tx *bbolt.Tx, b *bbolt.Bucket, prev reinv1.RunStatus, next runs
 	if err := idx.Put(statusKey(next.Status, next.RunID), nil); err != nil {
 		return err
 	}
-	changes := tx.Bucket(bucketChanges)
+	changes := w.Bucket(bucketChanges)
 	cursor, err := changes.NextSequence()
 	if err != nil {
 		return err
