@@ -60,14 +60,15 @@ func (s *Store) outboxOf(tx *bbolt.Tx, before, after *runstate.State, events []*
 	return s.outbox(subs, before, after, events), nil
 }
 
-// putOutbox puts the deliveries outboxOf made in tx.
-func putOutbox(tx *bbolt.Tx, out []*reinv1.WebhookDelivery) error {
+// putOutbox puts the deliveries outboxOf made in the append's transaction,
+// through w so that the log records them (writes.go).
+func putOutbox(w *wtx, out []*reinv1.WebhookDelivery) error {
 	if len(out) == 0 {
 		return nil
 	}
-	b, err := tx.CreateBucketIfNotExists(bucketOutbox)
-	if err != nil {
-		return err
+	b := w.Bucket(bucketOutbox)
+	if b == nil {
+		return fmt.Errorf("the webhook outbox is missing from the store though a subscription is in it: run rein check")
 	}
 	for _, d := range out {
 		v, err := seal.Seal(d)
@@ -114,6 +115,13 @@ func (s *Store) CreateWebhook(ctx context.Context, w *reinv1.Webhook) error {
 	_, err := s.submit(ctx, &writeReq{op: func(tx *bbolt.Tx) writeRes {
 		b, err := tx.CreateBucketIfNotExists(bucketWebhooks)
 		if err != nil {
+			return writeRes{err: errTx{err}}
+		}
+		// The outbox is made with the first subscription, so that the
+		// appends that fill it only put in it: an append's writes are
+		// logged by bucket path (writes.go), and a top bucket is made here,
+		// in a commit of its own, not there.
+		if _, err := tx.CreateBucketIfNotExists(bucketOutbox); err != nil {
 			return writeRes{err: errTx{err}}
 		}
 		if b.Get(key) != nil {

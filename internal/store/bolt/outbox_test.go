@@ -151,3 +151,35 @@ func TestOutboxFollowsSubscriptionChanges(t *testing.T) {
 		t.Fatalf("deliveries = %v, %v; want r2's start", ds, err)
 	}
 }
+
+// TestOutboxIsRecoveredFromTheLog: a delivery an append put is in the log
+// with the append, so a crash before the next checkpoint keeps it: the
+// store opened on what the crash left holds the same outbox.
+func TestOutboxIsRecoveredFromTheLog(t *testing.T) {
+	ctx := context.Background()
+	s := openOutbox(t, filepath.Join(t.TempDir(), "rein.db"))
+	defer s.Close()
+	w := &reinv1.Webhook{Name: "oncall", Tenant: "t", Url: "https://example.com/h", Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}}
+	if err := s.CreateWebhook(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Create(ctx, startEvent("r1")); err != nil {
+		t.Fatal(err)
+	}
+	running, paused := reinv1.RunStatus_RUN_STATUS_RUNNING, reinv1.RunStatus_RUN_STATUS_NEEDS_INPUT
+	ask := &reinv1.Event{RunId: "r1", Sequence: 2, RecordedAt: timestamppb.Now(), Actor: "harness",
+		Payload: &reinv1.Event_InputRequested{InputRequested: &reinv1.InputRequested{Question: &reinv1.Question{Text: "which account?"}}}}
+	if _, err := s.Append(ctx, "r1", 1, []*reinv1.Event{ask, statusEvent("r1", 3, running, paused)}); err != nil {
+		t.Fatal(err)
+	}
+	want := outboxBytes(t, s)
+	if want == "" {
+		t.Fatal("the pause put nothing in the outbox")
+	}
+	image := crashImage(t, s)
+	c := openOutbox(t, image)
+	defer c.Close()
+	if got := outboxBytes(t, c); got != want {
+		t.Fatalf("the outbox recovered from the log differs: %d bytes, want %d", len(got), len(want))
+	}
+}

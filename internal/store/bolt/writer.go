@@ -205,7 +205,7 @@ func (s *Store) applyRequest(w *wtx, r *writeReq) writeRes {
 		}
 		next = &folded
 	}
-	deliveries, err := s.outboxOf(tx, st, next, r.events)
+	deliveries, err := s.outboxOf(w.tx, st, next, r.events)
 	if err != nil {
 		return writeRes{err: fmt.Errorf("append to run %s: %w", r.runID, err)}
 	}
@@ -218,7 +218,7 @@ func (s *Store) applyRequest(w *wtx, r *writeReq) writeRes {
 	if err := putBlobs(w, b, r.expected+1, r.blobs); err != nil {
 		return writeRes{err: errTx{err}}
 	}
-	if err := putOutbox(tx, deliveries); err != nil {
+	if err := putOutbox(w, deliveries); err != nil {
 		return writeRes{err: errTx{err}}
 	}
 	if r.owner != "" {
@@ -284,7 +284,7 @@ func (s *Store) createRun(w *wtx, r *writeReq) writeRes {
 	if err := putBlobs(w, b, 1, r.blobs); err != nil { // an Import's
 		return writeRes{err: errTx{err}}
 	}
-	if err := putOutbox(tx, deliveries); err != nil {
+	if err := putOutbox(w, deliveries); err != nil {
 		return writeRes{err: errTx{err}}
 	}
 	if st.RequestID != "" {
