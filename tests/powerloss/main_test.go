@@ -35,9 +35,8 @@ import (
 )
 
 var (
-	longFlag  = flag.Bool("powerloss.long", false, "also sweep a cut at every sync of the workload and of a recovery (or REIN_POWERLOSS_LONG=1)")
-	seedFlag  = flag.Uint64("powerloss.seed", 1, "seed of the torn cuts' choices of what to keep")
-	knownFlag = flag.Bool("powerloss.known", false, "run the cut points skipped for defects known to the store (or REIN_POWERLOSS_KNOWN=1)")
+	longFlag = flag.Bool("powerloss.long", false, "also sweep a cut at every sync of the workload and of a recovery (or REIN_POWERLOSS_LONG=1)")
+	seedFlag = flag.Uint64("powerloss.seed", 1, "seed of the torn cuts' choices of what to keep")
 )
 
 // reinBin is the rein binary under test, built by TestMain.
@@ -78,5 +77,3 @@ func requireFUSE(t *testing.T) {
 }
 
 func long() bool { return *longFlag || os.Getenv("REIN_POWERLOSS_LONG") == "1" }
-
-func known() bool { return *knownFlag || os.Getenv("REIN_POWERLOSS_KNOWN") == "1" }

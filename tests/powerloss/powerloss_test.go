@@ -31,9 +31,6 @@ type powerCase struct {
 	name string
 	w    workload
 	cuts []cutPoint
-	// known names a defect of the store, known and being fixed, that makes
-	// the case fail today: it is skipped unless -powerloss.known.
-	known string
 }
 
 // The operations cut at.
@@ -122,8 +119,7 @@ func shortCases() []powerCase {
 		},
 		{
 			name: "log-creation-torn-header", w: small,
-			cuts:  []cutPoint{{what: "the log's header write at its creation, half of it kept", at: logHeader, keep: tornHeader{}}},
-			known: "a log created with a torn header makes the store refuse to open",
+			cuts: []cutPoint{{what: "the log's header write at its creation, half of it kept", at: logHeader, keep: tornHeader{}}},
 		},
 		{
 			name: "log-recreation-dropped", w: small,
@@ -138,7 +134,6 @@ func shortCases() []powerCase {
 				{what: "the 15th sync, unsynced writes kept (a SIGKILL)", at: nthSync(15), keep: keepAll{}},
 				{what: "the log's header write as recovery makes it again, half of it kept", at: logHeader, keep: tornHeader{}},
 			},
-			known: "a log made again at recovery with a torn header makes the store refuse to open",
 		},
 		{
 			name: "recovery", w: small,
@@ -217,9 +212,6 @@ func countSyncs(t *testing.T, w workload) int {
 
 // runCase runs one case: each cut's generation, then the last.
 func runCase(t *testing.T, c powerCase) {
-	if c.known != "" && !known() {
-		t.Skipf("fails until issue 50's log-creation fix lands: %s (run it with -powerloss.known)", c.known)
-	}
 	m := newMachine(t)
 	runs := newRuns(c.w)
 	seed := *seedFlag ^ nameHash(c.name)
