@@ -35,7 +35,7 @@ var _ reinv1.StorageServiceServer = (*storageService)(nil)
 func (s *storageService) Backup(_ *reinv1.BackupRequest, stream reinv1.StorageService_BackupServer) error {
 	if s.backups == nil {
 		return status.Error(codes.FailedPrecondition, "this server keeps its runs in etcd, which rein does not back up: "+
-			"take a snapshot with etcd's own `etcdctl snapshot save FILE` (docs/backup.md)")
+			"take a snapshot with etcd's own `etcdctl snapshot save FILE` (docs/storage.md)")
 	}
 	w := &chunkWriter{stream: stream, buf: make([]byte, 0, backupChunk)}
 	n, err := s.backups.Backup(stream.Context(), w)

@@ -15,7 +15,7 @@ import (
 	"github.com/reinhq/rein/internal/store"
 )
 
-// Online backup and restore (rein backup, rein restore; docs/backup.md).
+// Online backup and restore (rein backup, rein restore; docs/storage.md).
 //
 // A backup is one consistent bbolt file, taken while the store serves, as
 // etcd's snapshot is: the log's records are first moved into the file (a
