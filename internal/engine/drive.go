@@ -19,15 +19,17 @@ const eventPage = 4096
 
 // drive is a driver's work on a run: it loads the run, holds its lease, and
 // takes its steps (a step.Stepper) until the run leaves running or ctx is
-// cancelled.
+// cancelled. A driver that takes the lease (it held none) loads the run
+// again once it holds it: the owner it took the run from may have moved
+// it, or ended it, between the first load and the lease, and only from the
+// lease on is that owner fenced. The run as it is then is what the driver
+// carries on; one that ended is dropped, one that paused is left paused
+// (docs/design.md §5).
 func (e *Engine) drive(ctx context.Context, runID string) error {
 	if e.isHalted(runID) {
 		return nil
 	}
-	st, err := e.cfg.Store.Load(ctx, runID)
-	if err == nil {
-		st, err = e.resumeForChild(ctx, st)
-	}
+	st, err := e.driven(ctx, runID)
 	if err != nil || st.Status != reinv1.RunStatus_RUN_STATUS_RUNNING {
 		return err
 	}
@@ -48,6 +50,14 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 			return nil
 		}
 		return err
+	}
+	if !held {
+		if st, err = e.driven(ctx, runID); err != nil || st.Status != reinv1.RunStatus_RUN_STATUS_RUNNING {
+			if err == nil && runstate.Terminal(st.Status) {
+				e.releaseLease(runID)
+			}
+			return err
+		}
 	}
 	taken := !held && st.Version > 1
 	if taken {
@@ -105,6 +115,17 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 		return err
 	}
 	return nil
+}
+
+// driven is the run as a driver is to drive it, read from the store: a
+// parent paused for a child that ended is set running first
+// (resumeForChild).
+func (e *Engine) driven(ctx context.Context, runID string) (runstate.State, error) {
+	st, err := e.cfg.Store.Load(ctx, runID)
+	if err != nil {
+		return st, err
+	}
+	return e.resumeForChild(ctx, st)
 }
 
 // stepHost is the engine as its steps see it (step.Host): the one commit path,

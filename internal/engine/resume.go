@@ -73,7 +73,9 @@ func (e *Engine) ResumeAll(ctx context.Context) error {
 // Takeover carries on a run whose owner's lease ended (another server
 // died, or was cut off): as ResumeAll carries on each run at start, taking
 // the run's lease first. A run that ended, or that another server took
-// first, is left alone.
+// first, is left alone; so is one that ended between this read and the
+// lease, as the driver reads the run again once it holds the lease
+// (drive).
 func (e *Engine) Takeover(ctx context.Context, runID string) error {
 	st, err := e.cfg.Store.Load(ctx, runID)
 	if err != nil {
