@@ -134,17 +134,26 @@ type takeoverPair struct {
 
 func newTakeoverPair(t *testing.T) *takeoverPair {
 	t.Helper()
+	s, _ := openStore(t)
+	return newTakeoverPairOn(t, s, s, false)
+}
+
+// newTakeoverPairOn is a takeoverPair whose old owner is on oldStore and
+// whose taker on takerStore (one store, or two replicas of one), both
+// Config.Replica when replica.
+func newTakeoverPairOn(t *testing.T, oldStore, takerStore Store, replica bool) *takeoverPair {
+	t.Helper()
 	p := &takeoverPair{
+		s:        oldStore,
+		paused:   newPausingStore(takerStore),
 		oldModel: &stagedModel{entered: make(chan int32, 1), release: make(chan struct{})},
 		newModel: &finalModel{},
 		logged:   &warnings{},
 		tools:    searchTools(t),
 	}
-	var bs Store
-	p.old, bs = setup(t, Config{Owner: "old", Tools: p.tools, Models: func(*reinv1.ModelSpec) (model.Model, error) { return p.oldModel, nil }})
-	p.s = bs
-	p.paused = newPausingStore(bs)
-	p.taker = newEngine(t, Config{Store: p.paused, Owner: "new", Tools: p.tools, Logger: slog.New(p.logged),
+	p.old = newEngine(t, Config{Store: oldStore, Owner: "old", Replica: replica, Tools: p.tools,
+		Models: func(*reinv1.ModelSpec) (model.Model, error) { return p.oldModel, nil }})
+	p.taker = newEngine(t, Config{Store: p.paused, Owner: "new", Replica: replica, Tools: p.tools, Logger: slog.New(p.logged),
 		Models: func(*reinv1.ModelSpec) (model.Model, error) { return p.newModel, nil }})
 	c := testContract()
 	c.Model = &reinv1.ModelSpec{Provider: "staged"}
