@@ -352,10 +352,11 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Errorf("run %s went %v while running without a new event, past the lease TTL %v and a second", worstRun, worst.Round(time.Millisecond), leaseTTL)
 	}
 	// No replica failed to fold a run. Errors of another kind are shown, not
-	// failed on: a replica that takes a run just as its driver ends it
-	// logs "run stopped" with a version conflict (nothing is written: the
-	// append is refused), a race of etcd takeovers that does not depend on
-	// the build.
+	// failed on: an old build that takes a run just as its driver ends it
+	// (or moves it and leaves) logs "run stopped" with a version conflict
+	// (nothing is written: the append is refused). This build reads the run
+	// again once it holds the lease, and drops or carries on the run as it
+	// is then (engine's drive; internal/engine/takeover_etcd_test.go).
 	errorLines := 0
 	for _, line := range c.logs() {
 		switch {
