@@ -119,10 +119,20 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 
 // driven is the run as a driver is to drive it, read from the store: a
 // parent paused for a child that ended is set running first
-// (resumeForChild).
+// (resumeForChild). That commit takes the run's lease with it when this
+// engine holds none, and the run may have moved since it was read (the
+// owner it is taken from ended it, say): it is read again then, once, and
+// considered as it is now.
 func (e *Engine) driven(ctx context.Context, runID string) (runstate.State, error) {
 	st, err := e.cfg.Store.Load(ctx, runID)
 	if err != nil {
+		return st, err
+	}
+	next, err := e.resumeForChild(ctx, st)
+	if !errors.Is(err, store.ErrConflict) {
+		return next, err
+	}
+	if st, err = e.cfg.Store.Load(ctx, runID); err != nil {
 		return st, err
 	}
 	return e.resumeForChild(ctx, st)

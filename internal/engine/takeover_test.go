@@ -11,6 +11,8 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
+	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
 )
 
 // A driver that takes a run over loads it before it takes its lease; the
@@ -33,17 +35,25 @@ func newPausingStore(s Store) *pausingStore {
 }
 
 func (p *pausingStore) Acquire(ctx context.Context, runID, owner string) (uint64, error) {
+	if err := p.pause(ctx, runID); err != nil {
+		return 0, err
+	}
+	return p.Store.Acquire(ctx, runID, owner)
+}
+
+// pause tells acquiring of runID and waits for proceed.
+func (p *pausingStore) pause(ctx context.Context, runID string) error {
 	select {
 	case p.acquiring <- runID:
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return ctx.Err()
 	}
 	select {
 	case <-p.proceed:
+		return nil
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return ctx.Err()
 	}
-	return p.Store.Acquire(ctx, runID, owner)
 }
 
 // warnings is a slog.Handler that keeps what is logged at Warn and above.
@@ -272,5 +282,94 @@ func TestTakeoverOfAnAbandonedRun(t *testing.T) {
 	p.tools.wantCalls(t, 0, 0, 0)
 	if taken := ofType(evs, "run_taken"); len(taken) != 1 || taken[0].GetSequence() != before.Version+1 || taken[0].GetRunTaken().GetOwner() != "new" {
 		t.Errorf("want one run_taken by %q at sequence %d; log:\n%s", "new", before.Version+1, dump(evs))
+	}
+}
+
+// acquiringAppends is a Store whose appends that take the run's lease
+// (store.WithAcquire), rather than its Acquire, wait as pausingStore's
+// Acquire does.
+type acquiringAppends struct {
+	*pausingStore
+}
+
+func (p acquiringAppends) Acquire(ctx context.Context, runID, owner string) (uint64, error) {
+	return p.Store.Acquire(ctx, runID, owner)
+}
+
+func (p acquiringAppends) Append(ctx context.Context, runID string, expected uint64, evs []*reinv1.Event, opts ...store.AppendOption) (runstate.State, error) {
+	var o store.AppendOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.Acquire != "" {
+		if err := p.pause(ctx, runID); err != nil {
+			return runstate.State{}, err
+		}
+	}
+	return p.Store.Append(ctx, runID, expected, evs, opts...)
+}
+
+// parentTakeover is a tree paused on its budget for its child on engine
+// "old", the child cancelled there and the root not carried on (old is
+// kept from driving it), and a taker "new" over the same store whose
+// driver of the root has loaded it and waits to commit the child's end
+// with the root's lease.
+func parentTakeover(t *testing.T) (old, taker *Engine, s Store, w *ended, logged *warnings, rootID string, proceed chan struct{}) {
+	t.Helper()
+	old, w, s = delegSetup(t, Config{Owner: "old", Tools: searchTools(t)})
+	root := treePaused(t, old, w, s)
+	rootID = root.RunID
+	t.Cleanup(old.halt(rootID))
+	if _, err := old.Cancel(testCtx(t), root.Pending.GetBudget().GetChildRunId(), "not needed", "principal:carol"); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Wait(testCtx(t), rootID); err != nil {
+		t.Fatal(err)
+	}
+	paused := newPausingStore(s)
+	logged = &warnings{}
+	taker = newEngine(t, Config{Store: acquiringAppends{paused}, Owner: "new", Tools: searchTools(t), Logger: slog.New(logged), Published: w.published})
+	taker.schedule(rootID)
+	select {
+	case <-paused.acquiring:
+	case <-testCtx(t).Done():
+		t.Fatal("the taker never committed the child's end")
+	}
+	return old, taker, s, w, logged, rootID, paused.proceed
+}
+
+// TestTakeoverOfAParentThatEndedMeanwhile: a taker carries on a parent
+// whose child ended while it paused for it, and the parent's owner ends
+// the parent between the taker's load and its commit of the child's end
+// (which takes the lease with it). The taker drops the parent quietly.
+func TestTakeoverOfAParentThatEndedMeanwhile(t *testing.T) {
+	old, taker, s, _, logged, rootID, proceed := parentTakeover(t)
+	if _, err := old.Cancel(testCtx(t), rootID, "done here", "principal:carol"); err != nil {
+		t.Fatal(err)
+	}
+	ended, _ := stored(t, s, rootID)
+	close(proceed)
+	waitRun(t, taker, rootID)
+
+	logged.none(t)
+	after, evs := stored(t, s, rootID)
+	if after.Version != ended.Version {
+		t.Errorf("the parent moved from version %d to %d after it ended; log:\n%s", ended.Version, after.Version, dump(evs))
+	}
+	wantStatus(t, after, evs, statusCancelled, after.StatusReason)
+}
+
+// TestTakeoverOfAParentWhoseChildEnded is the twin: nothing moves the
+// parent in between, and the taker carries it on to its end.
+func TestTakeoverOfAParentWhoseChildEnded(t *testing.T) {
+	_, _, s, w, logged, rootID, proceed := parentTakeover(t)
+	close(proceed)
+	w.wait(t, rootID)
+
+	logged.none(t)
+	st, evs := stored(t, s, rootID)
+	wantStatus(t, st, evs, statusCompleted, "final_answer")
+	if got := ofType(evs, "delegation_returned"); len(got) != 1 || got[0].GetDelegationReturned().GetStatus() != statusCancelled {
+		t.Errorf("delegation_returned %v, want the child's cancel", got)
 	}
 }
