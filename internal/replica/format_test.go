@@ -3,6 +3,8 @@ package replica_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,10 +21,12 @@ import (
 
 // newer is a build one format past this one that still writes this one:
 // what a rolling upgrade brings in. older is this build, the one it
-// replaces (and the one a downgrade goes back to).
+// replaces (and the one a downgrade goes back to). previous is the build
+// this one replaced: it writes the format before this build's newest only.
 var (
-	newer = storeformat.Build{Reads: storeformat.Range{Min: storeformat.Oldest, Max: storeformat.Current + 1}, Writes: storeformat.Range{Min: storeformat.Current, Max: storeformat.Current + 1}}
-	older = storeformat.This()
+	newer    = storeformat.Build{Reads: storeformat.Range{Min: storeformat.Oldest, Max: storeformat.Current + 1}, Writes: storeformat.Range{Min: storeformat.Current, Max: storeformat.Current + 1}}
+	older    = storeformat.This()
+	previous = storeformat.Build{Reads: storeformat.Range{Min: storeformat.Oldest, Max: storeformat.Current - 1}, Writes: storeformat.Range{Min: storeformat.Current - 1, Max: storeformat.Current - 1}}
 )
 
 // joinBuild joins a replica named name on prefix as a binary of build b,
@@ -59,11 +63,11 @@ func mustJoin(t *testing.T, prefix, name string, b storeformat.Build, after time
 // before advertisements as Base.
 func TestAdvertisement(t *testing.T) {
 	prefix := "/format-" + t.Name() + "/"
-	a := mustJoin(t, prefix, "a", newer, 0)
-	mustJoin(t, prefix, "b", older, 0)
+	a := mustJoin(t, prefix, "a", older, 0)
+	mustJoin(t, prefix, "b", previous, 0)
 	v, _ := nameKey(t, prefix, "a")
 	adv, legacy, err := storeformat.ParseAdvert([]byte(v))
-	if err != nil || legacy || adv.Formats != newer || adv.Build != "rein a" || adv.Leased.IsZero() {
+	if err != nil || legacy || adv.Formats != older || adv.Build != "rein a" || adv.Leased.IsZero() {
 		t.Fatalf("a's name key: %q: %+v %v %v", v, adv, legacy, err)
 	}
 	g, err := shared.Grant(t.Context(), 30)
@@ -78,13 +82,13 @@ func TestAdvertisement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Backend != "etcd" || st.Active != storeformat.Base || st.Finalized || st.Target != storeformat.Current || st.Pending || len(st.Replicas) != 3 {
+	if st.Backend != "etcd" || st.Active != storeformat.Base || st.Finalized || st.Target != storeformat.Base || st.Pending || len(st.Replicas) != 3 {
 		t.Fatalf("status: %+v", st)
 	}
 	for _, r := range st.Replicas {
 		switch {
-		case r.Name == "a" && (!r.Self || r.Formats != newer || r.RunsDriven != 0),
-			r.Name == "b" && (r.Self || r.Formats != older),
+		case r.Name == "a" && (!r.Self || r.Formats != older || r.RunsDriven != 0),
+			r.Name == "b" && (r.Self || r.Formats != previous),
 			r.Name == "old" && (!r.Legacy || r.Formats.Writes.Max != storeformat.Base || r.Err != ""):
 			t.Fatalf("replica %+v", r)
 		}
@@ -98,6 +102,7 @@ func TestAdvertisement(t *testing.T) {
 // before, the older build joins (a downgrade works).
 func TestFinalizeManual(t *testing.T) {
 	prefix := "/format-" + t.Name() + "/"
+	finalizedAt(t, prefix, storeformat.Current)
 	a, ast, err := joinBuild(t, prefix, "a", newer, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +117,7 @@ func TestFinalizeManual(t *testing.T) {
 		t.Fatal("a feature of the newer format is on before finalization")
 	}
 	st, err := a.Status(t.Context())
-	if err != nil || !st.Pending || st.Target != storeformat.Current+1 || st.Active != storeformat.Base {
+	if err != nil || !st.Pending || st.Target != storeformat.Current+1 || st.Active != storeformat.Current {
 		t.Fatalf("status: %+v %v", st, err)
 	}
 	// Before finalization, the older build still joins, and the newer
@@ -124,22 +129,25 @@ func TestFinalizeManual(t *testing.T) {
 	if run, err := dst.Load(t.Context(), "run-1"); err != nil || run.Contract.GetGoal() != "g" {
 		t.Fatalf("the older build reads the run the newer one wrote: %+v %v", run, err)
 	}
-	if from, to, err := a.Finalize(t.Context()); err != nil || from != to || to != storeformat.Base {
+	if from, to, err := a.Finalize(t.Context()); err != nil || from != to || to != storeformat.Current {
 		t.Fatalf("Finalize with an older replica live: %d -> %d, %v; want nothing done", from, to, err)
 	}
 	down.Leave(t.Context())
 	from, to, err := a.Finalize(t.Context())
-	if err != nil || from != storeformat.Base || to != storeformat.Current+1 {
+	if err != nil || from != storeformat.Current || to != storeformat.Current+1 {
 		t.Fatalf("Finalize: %d -> %d, %v", from, to, err)
 	}
 	if !a.Gate().Allows("next", storeformat.Current+1) {
 		t.Fatal("a feature of the finalized format is still off")
 	}
-	if f := readFormat(t, prefix); f != "7" {
+	if f := readFormat(t, prefix); f != strconv.Itoa(int(storeformat.Current+1)) {
 		t.Fatalf("meta/format = %q", f)
 	}
+	if l := readKey(t, prefix+"meta/layout"); l != "rein-etcd-3" {
+		t.Fatalf("meta/layout after a finalization past format 7 = %q", l)
+	}
 	_, _, err = joinBuild(t, prefix, "late", older, 0)
-	if !errors.Is(err, storeformat.ErrIncompatible) || !strings.Contains(err.Error(), "format 7") || !strings.Contains(err.Error(), "up to 6") {
+	if !errors.Is(err, storeformat.ErrIncompatible) || !strings.Contains(err.Error(), fmt.Sprintf("format %d", storeformat.Current+1)) || !strings.Contains(err.Error(), fmt.Sprintf("up to %d", storeformat.Current)) {
 		t.Fatalf("an older build after finalization: %v", err)
 	}
 	if v, _ := nameKey(t, prefix, "late"); v != "" {
@@ -153,6 +161,7 @@ func TestFinalizeManual(t *testing.T) {
 func TestFinalizeAutomatic(t *testing.T) {
 	after := 300 * time.Millisecond
 	prefix := "/format-" + t.Name() + "/"
+	finalizedAt(t, prefix, storeformat.Current)
 	a := mustJoin(t, prefix, "a", newer, after)
 	old := mustJoin(t, prefix, "old", older, after)
 	b := mustJoin(t, prefix, "b", newer, after)
@@ -169,7 +178,7 @@ func TestFinalizeAutomatic(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polled with a deadline
 	}
-	if f := readFormat(t, prefix); f != "7" {
+	if f := readFormat(t, prefix); f != strconv.Itoa(int(storeformat.Current+1)) {
 		t.Fatalf("meta/format = %q", f)
 	}
 }
@@ -180,6 +189,7 @@ func TestFinalizeAutomatic(t *testing.T) {
 func TestFinalizeRefusesAnUnbelievedReplica(t *testing.T) {
 	for i, bad := range []string{`{"formats":{"reads":{"min":1`, `{"formats":{"reads":{"min":1,"max":99999999},"writes":{"min":6,"max":99999999}}}`} {
 		prefix := "/format-" + t.Name() + "-" + string(rune('a'+i)) + "/"
+		finalizedAt(t, prefix, storeformat.Current)
 		a := mustJoin(t, prefix, "a", newer, 0)
 		g, err := shared.Grant(t.Context(), 30)
 		if err != nil {
@@ -195,7 +205,7 @@ func TestFinalizeRefusesAnUnbelievedReplica(t *testing.T) {
 		if _, _, err := a.Finalize(t.Context()); !errors.Is(err, storeformat.ErrNotFinalizable) || !strings.Contains(err.Error(), `"liar"`) {
 			t.Fatalf("Finalize with %q: %v", bad, err)
 		}
-		if f := readFormat(t, prefix); f != "" {
+		if f := readFormat(t, prefix); f != strconv.Itoa(int(storeformat.Current)) {
 			t.Fatalf("finalized to %q", f)
 		}
 		// Its twin: once the key is gone, the finalization goes through.
@@ -224,9 +234,28 @@ func TestJoinRefusesAGarbledFormat(t *testing.T) {
 	}
 }
 
+// finalizedAt makes the empty prefix one a finalization left at format f:
+// the start of an upgrade from this build to the newer one.
+func finalizedAt(t *testing.T, prefix string, f storeformat.Format) {
+	t.Helper()
+	st, err := etcdstore.Open(t.Context(), shared, prefix, etcdstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Close()
+	if _, err := shared.Put(t.Context(), prefix+"meta/format", strconv.Itoa(int(f))); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func readFormat(t *testing.T, prefix string) string {
 	t.Helper()
-	resp, err := shared.Get(t.Context(), prefix+"meta/format")
+	return readKey(t, prefix+"meta/format")
+}
+
+func readKey(t *testing.T, key string) string {
+	t.Helper()
+	resp, err := shared.Get(t.Context(), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,4 +263,41 @@ func readFormat(t *testing.T, prefix string) string {
 		return ""
 	}
 	return string(resp.Kvs[0].Value)
+}
+
+// TestUpgradeToThisBuild: this build joins a prefix of the build before
+// it (format 6, never finalized) and writes only format 6 while a replica
+// of that build is live: nothing is finalized and the layout stays
+// rein-etcd-2, which that build reads. Once it is gone, the finalization
+// to this build's format marks the prefix rein-etcd-3, which the builds
+// from before store formats refuse, and the build before it no longer
+// joins.
+func TestUpgradeToThisBuild(t *testing.T) {
+	prefix := "/format-" + t.Name() + "/"
+	p := mustJoin(t, prefix, "p", previous, 0)
+	a := mustJoin(t, prefix, "a", older, 0)
+	if a.Gate().Allows("tool digests", storeformat.Current) {
+		t.Fatal("a feature of this build's format is on with a replica of the build before it live")
+	}
+	if from, to, err := a.Finalize(t.Context()); err != nil || from != to || to != storeformat.Current-1 {
+		t.Fatalf("Finalize with the build before live: %d -> %d, %v; want nothing done", from, to, err)
+	}
+	if l := readKey(t, prefix+"meta/layout"); l != "rein-etcd-2" {
+		t.Fatalf("meta/layout before the finalization = %q", l)
+	}
+	p.Leave(t.Context())
+	if from, to, err := a.Finalize(t.Context()); err != nil || from != storeformat.Current-1 || to != storeformat.Current {
+		t.Fatalf("Finalize: %d -> %d, %v", from, to, err)
+	}
+	if !a.Gate().Allows("tool digests", storeformat.Current) {
+		t.Fatal("a feature of the finalized format is still off")
+	}
+	if l := readKey(t, prefix+"meta/layout"); l != "rein-etcd-3" {
+		t.Fatalf("meta/layout after the finalization = %q", l)
+	}
+	if _, _, err := joinBuild(t, prefix, "back", previous, 0); !errors.Is(err, storeformat.ErrIncompatible) {
+		t.Fatalf("the build before, after the finalization: %v", err)
+	}
+	// This build opens the prefix it marked.
+	mustJoin(t, prefix, "again", older, 0)
 }

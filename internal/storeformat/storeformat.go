@@ -34,7 +34,7 @@ const (
 	// that records none, counts as Base.
 	Base Format = 6
 	// Current is the newest format this build writes.
-	Current Format = 6
+	Current Format = 7
 	// maxSane bounds an advertised format: a replica that claims more is
 	// not believed (a torn or forged name key).
 	maxSane Format = 1 << 16
@@ -61,6 +61,7 @@ var history = [...]Bump{
 	{4, "2026-12-03, 428f2e1 f40fc29", "run_steered, budget_raised, proposal_revised; the lifecycle's keys (archived runs, deletions)"},
 	{5, "2026-12-05, 3a930a6 5e7b970 4a63709", "policy_decided, approval_given, run_admitted (the queued status), model_throttled"},
 	{6, "2026-12-07, 14db6e6 6752e5f", "model_requested's prefix and breakpoints, Usage's cache tokens; etcd layout rein-etcd-2 (each run keeps its blobs under P rblob/)"},
+	{7, "2026-12-07, d26df5f 66dfe76 80972e5", "run_started's tool_digests and a proposal's tool_digest (the fold holds the definitions a run was granted), tool_changed and tool_adopted, the pause reason tool_changed; bbolt: webhook subscriptions and their outbox, the log's records hold what each commit wrote (header rein-wa2), meta/format rein-store-4; etcd: layout rein-etcd-3, put with the finalization (or at a new prefix's creation)"},
 }
 
 // History is what each format added, oldest first.
@@ -109,10 +110,12 @@ type Build struct {
 	Writes Range `json:"writes"`
 }
 
-// This is this binary's build: it reads every format since Oldest and
-// writes Current.
+// This is this binary's build: it reads every format since Oldest, and
+// writes Current and the one before it, so that it joins a cluster whose
+// replicas have not all been upgraded yet (and writes only what that
+// format allows until a finalization: Gate).
 func This() Build {
-	return Build{Reads: Range{Oldest, Current}, Writes: Range{Current, Current}}
+	return Build{Reads: Range{Oldest, Current}, Writes: Range{Current - 1, Current}}
 }
 
 // Check refuses a build no binary could be: a range that is not one, or

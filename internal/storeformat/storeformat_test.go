@@ -2,6 +2,7 @@ package storeformat
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -89,11 +90,11 @@ func TestServes(t *testing.T) {
 	if err := This().Serves(Base, "the store"); err != nil {
 		t.Fatal(err)
 	}
-	if err := future.Serves(Base, "the store"); err != nil {
+	if err := future.Serves(Current, "the store"); err != nil {
 		t.Fatalf("the new build refused a store the old one wrote: %v", err)
 	}
 	err := This().Serves(Current+1, "the etcd prefix /p/")
-	if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), "format 7") || !strings.Contains(err.Error(), "up to 6") {
+	if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), fmt.Sprintf("format %d", Current+1)) || !strings.Contains(err.Error(), fmt.Sprintf("up to %d", Current)) {
 		t.Fatalf("an old build on a newer store: %v", err)
 	}
 	newOnly := Build{Reads: Range{Oldest, Current + 2}, Writes: Range{Current + 2, Current + 2}}

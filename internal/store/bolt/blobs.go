@@ -91,12 +91,12 @@ func blobEntry(k, v []byte) (hash [sha256.Size]byte, content []byte, ok bool) {
 // putBlobs stores blobs (keys checked against their content before the
 // request was queued) with the run whose bucket is b, under seq, in hash
 // order: a small one in its events bucket, a larger one in its blobs bucket.
-// The file is marked formatV3 first, if it is not yet.
+// A file marked older than formatV3 is marked formatV3 first.
 func putBlobs(w *wtx, b *wbucket, seq uint64, blobs map[string][]byte) error {
 	if len(blobs) == 0 {
 		return nil
 	}
-	if meta := w.Bucket(bucketMeta); !bytes.Equal(meta.Get(keyFormat), formatV3) {
+	if meta := w.Bucket(bucketMeta); bytes.Equal(meta.Get(keyFormat), formatV1) || bytes.Equal(meta.Get(keyFormat), formatV2) {
 		// A file from a rein before blobs had short keys in the log:
 		// marked, in this commit, as one that rein must not open.
 		if err := meta.Put(keyFormat, formatV3); err != nil {

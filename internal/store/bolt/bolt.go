@@ -48,6 +48,10 @@ var (
 	// rein that knows formatV2 at most would read as events: a file is
 	// marked so by the first commit that puts a blob.
 	formatV3 = []byte("rein-store-3")
+	// formatV4 files are in store format 7 or later (format.go): their log
+	// records what each commit wrote, and they may hold webhooks and tool
+	// digests, which a rein that knows formatV3 at most would not read.
+	formatV4 = []byte("rein-store-4")
 )
 
 // maxBatch bounds how many requests share one commit.

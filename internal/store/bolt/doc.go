@@ -6,12 +6,16 @@
 //
 //	meta/store-id          8 random bytes, which the store's log names
 //	meta/wal-applied       uint64: the last log record the file holds
-//	meta/format            "rein-store-3" (or "rein-store-1", from before
-//	                       blobs were kept in a run's log, or "rein-store-2",
-//	                       from before their keys were short: the first
-//	                       commit that puts a blob marks the file 3, which an
-//	                       older rein refuses to open): marks a file as
-//	                       rein's
+//	meta/format            "rein-store-4" (or "rein-store-1", from before
+//	                       blobs were kept in a run's log, "rein-store-2",
+//	                       from before their keys were short, or
+//	                       "rein-store-3", from before store format 7: a
+//	                       build that writes format 7 marks the file 4 when
+//	                       it opens it, which an older rein refuses to open):
+//	                       marks a file as rein's
+//	meta/store_format      the store format (internal/storeformat) the file
+//	                       was last written with, in decimal; none: format 6
+//	                       (format.go)
 //	contracts/<run id>     the run's TaskContract, written once at create
 //	                       (apart from the run's bucket, so that rewriting the
 //	                       snapshot never rewrites a large contract)

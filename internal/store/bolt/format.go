@@ -63,11 +63,23 @@ func checkStoreFormat(tx *bbolt.Tx, path string, b storeformat.Build) (mark bool
 	return f < b.Writes.Max, nil
 }
 
-// markStoreFormat records the build's newest format in the file.
+// layoutFormat is the first store format whose files are marked
+// formatV4: the builds from before store formats check only meta/format,
+// so that mark is what makes them refuse a file they cannot read (its
+// log's records, webhooks, tool digests).
+const layoutFormat storeformat.Format = 7
+
+// markStoreFormat records the build's newest format in the file, and from
+// layoutFormat on marks its layout formatV4.
 func markStoreFormat(tx *bbolt.Tx, b storeformat.Build) error {
 	meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 	if err != nil {
 		return err
+	}
+	if b.Writes.Max >= layoutFormat {
+		if err := meta.Put(keyFormat, formatV4); err != nil {
+			return err
+		}
 	}
 	return meta.Put(keyStoreFormat, []byte(strconv.Itoa(int(b.Writes.Max))))
 }

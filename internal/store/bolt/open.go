@@ -233,7 +233,7 @@ func checkFormat(tx *bbolt.Tx, path string, size int64) error {
 	if meta != nil {
 		format = meta.Get(keyFormat)
 	}
-	known := bytes.Equal(format, formatV1) || bytes.Equal(format, formatV2) || bytes.Equal(format, formatV3)
+	known := bytes.Equal(format, formatV1) || bytes.Equal(format, formatV2) || bytes.Equal(format, formatV3) || bytes.Equal(format, formatV4)
 	if bytes.HasPrefix(format, []byte("rein-store-")) && !known {
 		return fmt.Errorf("open store %s: the file is in store format %q, which a newer rein wrote and this one does not know; run that rein on it (or rein export its runs with it); it was left unchanged", path, format)
 	}

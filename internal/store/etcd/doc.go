@@ -15,6 +15,9 @@
 //	                        "rein-etcd-2" at Open, so that a build that
 //	                        knows only the first refuses the prefix rather
 //	                        than miss the blobs it cannot see.
+//	                        "rein-etcd-3": put by the finalization to store
+//	                        format 7 or later (format.go), which the builds
+//	                        from before store formats refuse.
 //	P meta/format           the store format a finalization made active
 //	                        (decimal, internal/storeformat); absent: never
 //	                        finalized, storeformat.Base (format.go)

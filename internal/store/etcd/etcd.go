@@ -24,10 +24,13 @@ import (
 // P rblob/ keys, which a build that knows only layoutV1 would not read.
 // This package reads both and marks every prefix it opens layoutV2, so a
 // build that knows only layoutV1 refuses the prefix instead of missing
-// blobs.
+// blobs. layoutV3 marks a prefix finalized to store format 7 or later
+// (FinalizeFormat puts it): the builds from before store formats check
+// only the layout, and refuse it.
 const (
 	layoutV1 = "rein-etcd-1"
 	layoutV2 = "rein-etcd-2"
+	layoutV3 = "rein-etcd-3"
 )
 
 // ChunkBytes is the most a blob chunk holds.
@@ -178,7 +181,7 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string, opts Options
 		}
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 			switch v := string(kvs[0].Value); v {
-			case layoutV2:
+			case layoutV2, layoutV3:
 			case layoutV1:
 				upgraded, err := s.markLayout(ctx, what, clientv3.Compare(clientv3.Value(s.keys.layout()), "=", layoutV1))
 				if err != nil {
@@ -188,8 +191,8 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string, opts Options
 					continue // another server changed the marker meanwhile: look again
 				}
 			default:
-				return nil, fmt.Errorf("%s: its layout is %q, and this rein knows only %q and %q; run a rein that knows it (a newer build), or point this one at another prefix",
-					what, v, layoutV1, layoutV2)
+				return nil, fmt.Errorf("%s: its layout is %q, and this rein knows only %q, %q and %q; run a rein that knows it (a newer build), or point this one at another prefix",
+					what, v, layoutV1, layoutV2, layoutV3)
 			}
 			if err := s.backfillEnded(ctx); err != nil {
 				return nil, err

@@ -78,18 +78,29 @@ func (s *Store) ReadFormats(ctx context.Context) (Formats, error) {
 	return f, nil
 }
 
+// layoutFormat is the first store format whose finalization marks the
+// prefix layoutV3: the builds from before store formats read no
+// P meta/format, only the layout, so that mark is what makes them refuse a
+// prefix they can no longer serve.
+const layoutFormat storeformat.Format = 7
+
 // FinalizeFormat makes to the prefix's active format, if nothing changed
 // since read: P meta/format is as read, and no name key was put since (a
 // replica that joined, or claimed its name again with another build). It
 // reports false, writing nothing, when something did: read again and
-// decide again.
+// decide again. From layoutFormat on, the same transaction marks the
+// prefix layoutV3.
 func (s *Store) FinalizeFormat(ctx context.Context, read Formats, to storeformat.Format) (bool, error) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
 	defer cancel()
+	ops := []clientv3.Op{clientv3.OpPut(s.keys.format(), strconv.Itoa(int(to)))}
+	if to >= layoutFormat {
+		ops = append(ops, clientv3.OpPut(s.keys.layout(), layoutV3))
+	}
 	resp, err := s.cli.Txn(wctx).
 		If(clientv3.Compare(clientv3.ModRevision(s.keys.format()), "=", read.formatRev),
 			clientv3.Compare(clientv3.ModRevision(s.keys.replicas()), "<", read.rev+1).WithPrefix()).
-		Then(clientv3.OpPut(s.keys.format(), strconv.Itoa(int(to)))).
+		Then(ops...).
 		Commit()
 	if err != nil {
 		return false, s.etcdErr(ctx, fmt.Sprintf("finalize store format %d", to), err)
