@@ -33,6 +33,7 @@ import (
 	"github.com/reinhq/rein/internal/secret"
 	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/storeformat"
 	"github.com/reinhq/rein/internal/telemetry"
 	"github.com/reinhq/rein/internal/tools"
 	"github.com/reinhq/rein/internal/webhook"
@@ -145,8 +146,9 @@ type Config struct {
 	// StartRun's task, ListTasks and GetTask read; nil is an empty one.
 	Tasks *catalog.Holder
 	// Cluster is the store's format and the servers sharing it
-	// (ClusterService, GetServerInfo, rein_store_format); nil reports
-	// none.
+	// (ClusterService, GetServerInfo, rein_store_format); its gate says
+	// which formats the engine writes now. Nil reports none, and the
+	// engine writes every format this build knows.
 	Cluster Cluster
 	// Webhooks, when set and the store keeps webhooks (store.Webhooks),
 	// serves WebhookService and runs its sender (server/webhooks.go).
@@ -270,11 +272,15 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		output = newRelayOutput(hub, cfg.Relay, cfg.Owner, cfg.Logger)
 		follows = newRelayFollows(hub, cfg.Relay, cfg.Owner, cfg.Logger)
 	}
+	var formats *storeformat.Gate
+	if cfg.Cluster != nil {
+		formats = cfg.Cluster.Gate()
+	}
 	eng := engine.New(engine.Config{
 		Store: st, Models: cfg.Models, Tools: cfg.Tools, Workspace: cfg.Workspace, Prices: cfg.Prices, Clock: cfg.Clock,
 		Published: published, Output: output, Logger: cfg.Logger, Replica: cfg.Replica, Owner: cfg.Owner, MaxDriven: cfg.MaxDriven,
 		ApprovalsNeedTwo: cfg.ApprovalsNeedTwo, TookOver: func(runstate.State, uint64) { cfg.Metrics.TookOver() }, Secrets: cfg.Secrets,
-		Policy: cfg.ToolPolicy, Rates: cfg.Rates, OnToolChange: cfg.OnToolChange,
+		Policy: cfg.ToolPolicy, Rates: cfg.Rates, OnToolChange: cfg.OnToolChange, Formats: formats,
 	})
 	authn := &authenticator{dir: cfg.Directory}
 	validator, limit := newValidator(), newLimiter(cfg.RatePerSecond, cfg.RateBurst)

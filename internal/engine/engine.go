@@ -31,6 +31,7 @@ import (
 	"github.com/reinhq/rein/internal/secret"
 	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/storeformat"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -130,6 +131,11 @@ type Config struct {
 	// differs from the one a run holds (rein serve --on-tool-change; the
 	// zero value pauses the run).
 	OnToolChange step.ToolChangeAction
+	// Formats says which store formats the engine may write now
+	// (internal/storeformat): a run records its tools' digests only when
+	// the store's active format has them (toolchange.go). Nil writes every
+	// format this build knows.
+	Formats *storeformat.Gate
 	// Secrets are the server's secrets, redacted from the outside text the
 	// engine records (secrets.go): what its models and tools answer (New
 	// wraps Models and Tools) and the completion checks' output. Nil

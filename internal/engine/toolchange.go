@@ -11,23 +11,35 @@ import (
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/storeformat"
 	"github.com/reinhq/rein/internal/tools"
 )
 
 // A run holds the digests of its granted tools' definitions from its
-// start (internal/step/tooldef.go, docs/tools-change.md). The engine's
+// start (internal/step/tooldef.go, docs/upgrading.md, "When a tool changes under a run"). The engine's
 // part: it records them at the start, checks a pending proposal's tool
 // before the proposal is committed, and moves a run paused on a change to
 // the new definitions when a person resumes it.
+
+// toolDigestsFormat is the store format that brought tool digests and the
+// events of a tool's change (internal/storeformat's History).
+const toolDigestsFormat storeformat.Format = 7
 
 // startDigests fills in started the digests of the granted tools'
 // definitions, as this engine's executors serve them now, and of the
 // server's policy rules. Tools that cannot be listed now (a tool server
 // down) leave the run without digests, logged: its tools are not checked.
-// A fork keeps the digests its parent started with (Fork sets them).
+// A fork keeps the digests its parent started with (Fork sets them). So
+// does a run started while the store's active format is older than the
+// one that holds tool digests (a cluster mid-upgrade, whose older
+// replicas could not fold them): the policy digest, which no fold reads,
+// is recorded all the same.
 func (e *Engine) startDigests(ctx context.Context, c *reinv1.TaskContract, started *reinv1.RunStarted) {
 	started.PolicyDigest = e.cfg.Policy.Digest()
 	if started.GetParentRunId() != "" {
+		return
+	}
+	if e.cfg.Formats != nil && !e.cfg.Formats.Allows("tool digests", toolDigestsFormat) {
 		return
 	}
 	served := false

@@ -19,6 +19,7 @@ import (
 	"github.com/reinhq/rein/internal/policy"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/step"
+	"github.com/reinhq/rein/internal/storeformat"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -455,4 +456,51 @@ func TestPolicyDigestFollowsReload(t *testing.T) {
 	if st.PolicyDigest != before {
 		t.Errorf("the run holds policy digest %q, want its start's %q: a reload applies at the next decision, not to the run's record", st.PolicyDigest, before)
 	}
+}
+
+// A run started while the store's active format is older than the one
+// that holds tool digests (a cluster mid-upgrade) records none, so no
+// replica of the older build ever folds a tool_changed: a tool changed
+// under it is called as before. Its twin: once the format is finalized,
+// the next run records them and pauses on the same change.
+func TestToolDigestsWaitForTheirFormat(t *testing.T) {
+	contract := func() *reinv1.TaskContract {
+		return testContract(askReply("which invoice?"), callReply("search", "c1", mustStruct(t, map[string]any{"q": "invoice"})), finalReply("done"))
+	}
+	gate := storeformat.NewGate(storeformat.This(), toolDigestsFormat-1, nil)
+	t.Run("before", func(t *testing.T) {
+		ex := newChangingTools(t, tools.FixtureResult{Output: mustValue(t, "found")})
+		e, s := setup(t, Config{Tools: ex, Formats: gate})
+		st := pausedOnQuestion(t, e, s, contract())
+		if len(st.ToolDigests) != 0 || st.PolicyDigest == "" {
+			t.Fatalf("under format %d the run holds digests %v (policy %q), want none of its tools and the policy's", gate.Active(), st.ToolDigests, st.PolicyDigest)
+		}
+		if got := gate.Off(); !slices.Equal(got, []string{"tool digests"}) {
+			t.Errorf("the gate lists %q off, want the tool digests", got)
+		}
+		ex.change("search", func(sp *tools.Spec) { sp.InputSchema = newSchema(t) })
+		if _, err := e.ProvideInput(testCtx(t), st.RunID, "the March one", "bob"); err != nil {
+			t.Fatalf("ProvideInput: %v", err)
+		}
+		waitRun(t, e, st.RunID)
+		st, evs := stored(t, s, st.RunID)
+		wantStatus(t, st, evs, statusCompleted, "final_answer")
+		wantCount(t, evs, "tool_changed", 0)
+	})
+	t.Run("finalized", func(t *testing.T) {
+		gate.SetActive(toolDigestsFormat)
+		ex := newChangingTools(t, tools.FixtureResult{Output: mustValue(t, "found")})
+		e, s := setup(t, Config{Tools: ex, Formats: gate})
+		st := pausedOnQuestion(t, e, s, contract())
+		if len(st.ToolDigests) != 2 || len(gate.Off()) != 0 {
+			t.Fatalf("once the format is active the run holds %v (off: %q), want its two tools' digests", st.ToolDigests, gate.Off())
+		}
+		ex.change("search", func(sp *tools.Spec) { sp.InputSchema = newSchema(t) })
+		if _, err := e.ProvideInput(testCtx(t), st.RunID, "the March one", "bob"); err != nil {
+			t.Fatalf("ProvideInput: %v", err)
+		}
+		waitRun(t, e, st.RunID)
+		st, evs := stored(t, s, st.RunID)
+		wantStatus(t, st, evs, statusNeedsInput, runstate.ReasonToolChanged)
+	})
 }
