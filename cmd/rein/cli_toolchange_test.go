@@ -1,6 +1,6 @@
 package main
 
-// A tool service redeployed under a paused proposal (docs/tools-change.md):
+// A tool service redeployed under a paused proposal (docs/upgrading.md, "When a tool changes under a run"):
 // the approval of the old hash never reaches the service's ledger; the
 // proposal is previewed again, and its approval commits once.
 

@@ -432,7 +432,7 @@ func prefixLine(evs []*reinv1.Event) string {
 
 // toolLines are the definitions of the granted tools the run holds, the
 // digest of the server's policy at its start, and each change of a tool
-// met under the run (docs/tools-change.md). A run recorded before rein
+// met under the run (docs/upgrading.md, "When a tool changes under a run"). A run recorded before rein
 // kept digests has none: its tools are not checked.
 func toolLines(w io.Writer, run *reinv1.Run, evs []*reinv1.Event) {
 	if d := run.GetPolicyDigest(); d != "" {

@@ -53,7 +53,7 @@ type summary struct {
 	QueuePosition uint32 `json:"queue_position,omitempty"`
 	// ToolDigests and PolicyDigest, where rein inspect gives them, are the
 	// definitions of the granted tools the run holds and the digest of the
-	// server's policy at its start (docs/tools-change.md).
+	// server's policy at its start (docs/upgrading.md, "When a tool changes under a run").
 	ToolDigests  any    `json:"tool_digests,omitempty"`
 	PolicyDigest string `json:"policy_digest,omitempty"`
 	// card, where rein pending and rein inspect give it, is what a

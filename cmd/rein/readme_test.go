@@ -64,7 +64,7 @@ var docSkips = []struct{ page, section, marker, why string }{
 	{"docs/operating.md", "Version, traces, logs and metrics", "curl -s 127.0.0.1:9090/metrics", "reads a server started with --admin-listen; TestServeAdminListen does"},
 	{"docs/webhooks.md", "Subscribing", "./rein serve", "starts a server that runs until stopped"},
 	{"docs/benchmarks.md", "The command", "./cmd/rein-bench", "builds rein-bench and rein from the repository root; scripts/test.sh builds them"},
-	{"docs/upgrade-check.md", "", "staging.internal", "checks a staging server and a store file the reader has; TestUpgradeCheckOverServer and TestUpgradeCheckOnDB run the command"},
+	{"docs/upgrading.md", "Checking an upgrade before it ships", "staging.internal", "checks a staging server and a store file the reader has; TestUpgradeCheckOverServer and TestUpgradeCheckOnDB run the command"},
 }
 
 // readmeBuild is the README quick start's first block, which builds the

@@ -18,7 +18,7 @@ import (
 // (run_started.tool_digests). Before a tool is called, and before a
 // pending proposal is committed, the definition the server serves now is
 // compared with the one the run holds; when they differ, the server's
-// OnToolChange decides (docs/tools-change.md).
+// OnToolChange decides (docs/upgrading.md, "When a tool changes under a run").
 
 // ToolChangeAction is what the engine does when a granted tool's
 // definition differs from the one the run holds (rein serve
