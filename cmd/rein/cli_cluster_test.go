@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,15 +29,16 @@ func TestClusterStatusBolt(t *testing.T) {
 		{"id": "ops", "tenant": "acme", "roles": ["operator"], "token_sha256": "`+hashOf("ops-token")+`"}]}`)
 	addr := serveInProcess(t, newDB(t), "--tokens", tokens)
 	text := cli(t, "cluster", "status", "--server", addr, "--token", "root-token").mustExit(t, exitOK).stdout
-	mustContain(t, "rein cluster status", text, "(this server)", "rein ", "1..6", "store: bbolt, active format 6 (recorded in the file)", "finalization: none pending")
+	build := storeformat.This()
+	mustContain(t, "rein cluster status", text, "(this server)", "rein ", build.Reads.String(), fmt.Sprintf("store: bbolt, active format %d (recorded in the file)", storeformat.Current), "finalization: none pending")
 	js := decodeOne(t, cli(t, "cluster", "status", "--server", addr, "--token", "root-token", "--json").mustExit(t, exitOK).stdout)
-	if js["backend"] != "bbolt" || num(t, js["active_format"], "active_format") != 6 {
+	if js["backend"] != "bbolt" || num(t, js["active_format"], "active_format") != int(storeformat.Current) {
 		t.Fatalf("rein cluster status --json: %v", js)
 	}
 	fin := cli(t, "cluster", "finalize", "--server", addr, "--token", "root-token").mustExit(t, exitOK).stdout
-	mustContain(t, "rein cluster finalize", fin, "nothing to finalize", "active format is 6")
+	mustContain(t, "rein cluster finalize", fin, "nothing to finalize", fmt.Sprintf("active format is %d", storeformat.Current))
 	v := cli(t, "version", "--server", addr, "--token", "ops-token").mustExit(t, exitOK).stdout
-	mustContain(t, "rein version --server", v, "server store format: active 6; its build reads 1..6, writes 6")
+	mustContain(t, "rein version --server", v, fmt.Sprintf("server store format: active %d; its build %s", storeformat.Current, build))
 
 	for _, cmd := range []string{"status", "finalize"} {
 		r := cli(t, "cluster", cmd, "--server", addr, "--token", "ops-token").mustExit(t, exitDenied)
@@ -66,7 +69,7 @@ func TestNewerFileRefused(t *testing.T) {
 		{"check", "--db", db},
 	} {
 		r := cli(t, args...).mustExit(t, exitUsage)
-		mustContain(t, strings.Join(args, " "), r.stderr, "store format 7", "formats up to 6", db)
+		mustContain(t, strings.Join(args, " "), r.stderr, fmt.Sprintf("store format %d", storeformat.Current+1), fmt.Sprintf("formats up to %d", storeformat.Current), db)
 	}
 	if after, _ := os.ReadFile(db); !bytes.Equal(before, after) {
 		t.Fatal("a refused command changed the file")
@@ -75,19 +78,21 @@ func TestNewerFileRefused(t *testing.T) {
 	own := newDB(t)
 	cli(t, exampleRun("invoice", own)...)
 	r := cli(t, "check", "--db", own).mustExit(t, exitOK)
-	mustContain(t, "rein check", r.stderr, "store format 6")
+	mustContain(t, "rein check", r.stderr, fmt.Sprintf("store format %d", storeformat.Current))
 	js := decodeOne(t, cli(t, "check", "--db", own, "--json").mustExit(t, exitOK).stdout)
-	if num(t, js["store_format"], "store_format") != 6 {
+	if num(t, js["store_format"], "store_format") != int(storeformat.Current) {
 		t.Fatalf("rein check --json: %v", js)
 	}
-	mustContain(t, "rein cluster status --db", cli(t, "cluster", "status", "--db", own).mustExit(t, exitOK).stdout, "active format 6")
+	mustContain(t, "rein cluster status --db", cli(t, "cluster", "status", "--db", own).mustExit(t, exitOK).stdout, fmt.Sprintf("active format %d", storeformat.Current))
 }
 
 // TestClusterEtcd: two servers on one etcd prefix are both listed by rein
-// cluster status, from either, with their names; nothing is pending while
-// they run one build. Once the prefix is finalized to a format newer than
-// this build's (as a newer build would), a server of this build refuses to
-// start with exit 2, naming both formats, and writes nothing to etcd.
+// cluster status, from either, with their names. A new prefix is in format
+// 6, and two servers of this build have this build's format pending, which
+// rein cluster finalize makes active. Once the prefix is finalized to a
+// format newer than this build's (as a newer build would), a server of
+// this build refuses to start with exit 2, naming both formats, and writes
+// nothing to etcd.
 func TestClusterEtcd(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	ep := c.Endpoint(0)
@@ -113,8 +118,11 @@ func TestClusterEtcd(t *testing.T) {
 	a, stopA := start("a")
 	_, stopB := start("b")
 	text := cli(t, "cluster", "status", "--server", a).mustExit(t, exitOK).stdout
-	mustContain(t, "rein cluster status on etcd", text, "a (this server)", "b ", "store: etcd, active format 6 (never finalized)", "finalization: none pending")
-	mustContain(t, "rein cluster finalize on etcd", cli(t, "cluster", "finalize", "--server", a).mustExit(t, exitOK).stdout, "nothing to finalize")
+	mustContain(t, "rein cluster status on etcd", text, "a (this server)", "b ", fmt.Sprintf("store: etcd, active format %d (never finalized)", storeformat.Base),
+		fmt.Sprintf("finalization: pending, to format %d", storeformat.Current))
+	mustContain(t, "rein cluster finalize on etcd", cli(t, "cluster", "finalize", "--server", a).mustExit(t, exitOK).stdout,
+		fmt.Sprintf("now %d (was %d)", storeformat.Current, storeformat.Base))
+	mustContain(t, "rein cluster finalize again", cli(t, "cluster", "finalize", "--server", a).mustExit(t, exitOK).stdout, "nothing to finalize")
 	if code := stopB(); code != exitOK {
 		t.Fatalf("b exited %d", code)
 	}
@@ -123,12 +131,12 @@ func TestClusterEtcd(t *testing.T) {
 	}
 
 	etcdCli := c.Client()
-	if _, err := etcdCli.Put(t.Context(), "/cl/meta/format", "7"); err != nil {
+	if _, err := etcdCli.Put(t.Context(), "/cl/meta/format", strconv.Itoa(int(storeformat.Current+1))); err != nil {
 		t.Fatal(err)
 	}
 	before := etcdKeys(t, etcdCli, "/")
 	r := cli(t, "serve", "--listen", "127.0.0.1:0", "--etcd", ep, "--etcd-prefix", "/cl/", "--lease-ttl", "2s", "--name", "old").mustExit(t, exitUsage)
-	mustContain(t, "an older build on a finalized prefix", r.stderr, "store format 7", "formats up to 6", "finalized")
+	mustContain(t, "an older build on a finalized prefix", r.stderr, fmt.Sprintf("store format %d", storeformat.Current+1), fmt.Sprintf("formats up to %d", storeformat.Current), "finalized")
 	if after := etcdKeys(t, etcdCli, "/"); !maps.Equal(before, after) {
 		t.Errorf("the refused server wrote to etcd")
 	}

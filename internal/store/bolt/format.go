@@ -53,6 +53,9 @@ func fileFormat(tx *bbolt.Tx, path string) (storeformat.Format, error) {
 // checkStoreFormat refuses a file the build cannot serve, and reports
 // whether a writable open must record the build's newest format.
 func checkStoreFormat(tx *bbolt.Tx, path string, b storeformat.Build) (mark bool, err error) {
+	if tx.Bucket(bucketMeta) == nil {
+		return true, nil // a new file: in the build's newest format from its first commit
+	}
 	f, err := fileFormat(tx, path)
 	if err != nil {
 		return false, err

@@ -144,3 +144,21 @@ func metaFormat(t *testing.T, path string) string {
 	_ = db.View(func(tx *bbolt.Tx) error { v = string(tx.Bucket(bucketMeta).Get(keyFormat)); return nil })
 	return v
 }
+
+// TestStoreFormatNewFile: a new file is in the format of the build that
+// made it, whichever formats that build writes, and a build that cannot
+// write that format then refuses it.
+func TestStoreFormatNewFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rein.db")
+	s, err := Open(path, Options{Formats: newerBuild})
+	if err != nil {
+		t.Fatalf("a build that no longer writes format %d, on a new file: %v", storeformat.Base, err)
+	}
+	_ = s.Close()
+	if f, err := ReadStoreFormat(path, Options{Formats: newerBuild}); err != nil || f != storeformat.Current+1 {
+		t.Fatalf("the new file's format: %d %v, want %d", f, err, storeformat.Current+1)
+	}
+	if _, err := Open(path, Options{}); !errors.Is(err, storeformat.ErrIncompatible) {
+		t.Fatalf("this build on the newer build's new file: %v", err)
+	}
+}
