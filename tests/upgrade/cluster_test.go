@@ -221,10 +221,19 @@ func people(ctx context.Context, cl *client.Client, decided *atomic.Int64) error
 	return nil
 }
 
+// lastRefusal is the last error a person's decision met ("run: error"),
+// for a test that fails on a run that never ended.
+var lastRefusal atomic.Value
+
 // decide answers the one thing run asks, unless it was answered already (an
 // earlier answer whose reply was lost took effect).
 func decide(ctx context.Context, cl *client.Client, runID string) error {
-	return retry(ctx, func(ctx context.Context) error {
+	return retry(ctx, func(ctx context.Context) (err error) {
+		defer func() {
+			if err != nil {
+				lastRefusal.Store(fmt.Sprintf("%s: %v", runID, err))
+			}
+		}()
 		got, err := cl.Runs.GetRun(ctx, &reinv1.GetRunRequest{RunId: runID})
 		if err != nil {
 			return err

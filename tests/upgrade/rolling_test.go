@@ -287,7 +287,7 @@ func TestRollingUpgrade(t *testing.T) {
 	// Every run ends.
 	for i, id := range ids {
 		if err := waitEnded(ctx, cl, id); err != nil {
-			t.Fatalf("run %d (%s, %v): %v", i, id, kind(i%int(kinds)), err)
+			t.Fatalf("run %d (%s, %v): %v; %d decisions by people, the last refused: %v", i, id, kind(i%int(kinds)), err, decided.Load(), lastRefusal.Load())
 		}
 	}
 	stopPeople()
@@ -377,10 +377,13 @@ func TestRollingUpgrade(t *testing.T) {
 }
 
 // finalize ends the upgrade with `rein cluster finalize`, where this build
-// has it. An old build then refuses to start (exit 2) when the finalized
-// format is newer than the one it writes (a build from before store formats
-// counts as storeformat.Base); while this build writes that same format,
-// finalization leaves the old build able to join, and it must.
+// has it. An old build then refuses to start when the finalized format is
+// newer than the one it writes (a build from before store formats counts
+// as storeformat.Base): a build of store formats with exit 2; the old build
+// here, from before them, by the prefix's layout, which the finalization
+// to format 7 marked rein-etcd-3 (its error exit, 5). While this build
+// writes the old build's format, finalization leaves the old build able to
+// join, and it must.
 func finalize(t *testing.T, newBin, oldBin string, c *cluster) {
 	t.Helper()
 	help := exec.Command(newBin, "cluster", "finalize", "--help")
@@ -389,7 +392,8 @@ func finalize(t *testing.T, newBin, oldBin string, c *cluster) {
 		t.Logf("finalization not checked: this build has no `rein cluster finalize` (%v); the cluster version (issue 49, part 1) adds it", err)
 		return
 	}
-	cli(t, newBin, 0, "cluster", "finalize", "--server", c.addrs[0])
+	out := cli(t, newBin, 0, "cluster", "finalize", "--server", c.addrs[0])
+	t.Logf("rein cluster finalize: %s", strings.TrimSpace(out))
 	args := append([]string{"--listen", "127.0.0.1:0", "--name", "replica-old"}, c.args...)
 	if storeformat.Current == storeformat.Base {
 		t.Logf("finalized: this build writes format %d, as the old build does, so the old build must still join", storeformat.Current)
@@ -398,9 +402,9 @@ func finalize(t *testing.T, newBin, oldBin string, c *cluster) {
 	}
 	old := exec.Command(oldBin, append(append([]string{"serve"}, args...), "--reflection=false")...)
 	old.Env = cleanEnv()
-	out, err := runWithin(old, 30*time.Second)
-	if code := old.ProcessState.ExitCode(); code != 2 {
-		t.Errorf("the old build (format %d) on a cluster finalized to format %d: exit %d (%v), want 2:\n%s", storeformat.Base, storeformat.Current, code, err, out)
+	refused, err := runWithin(old, 30*time.Second)
+	if code := old.ProcessState.ExitCode(); code != 5 || !strings.Contains(refused, `"rein-etcd-3"`) {
+		t.Errorf("the old build (format %d) on a cluster finalized to format %d: exit %d (%v), want 5 and its layout error naming \"rein-etcd-3\":\n%s", storeformat.Base, storeformat.Current, code, err, refused)
 	}
 }
 
