@@ -121,21 +121,19 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 // parent paused for a child that ended is set running first
 // (resumeForChild). That commit takes the run's lease with it when this
 // engine holds none, and the run may have moved since it was read (the
-// owner it is taken from ended it, say): it is read again then, once, and
+// owner it is taken from ended it, say): it is read again then, and
 // considered as it is now.
-func (e *Engine) driven(ctx context.Context, runID string) (runstate.State, error) {
-	st, err := e.cfg.Store.Load(ctx, runID)
-	if err != nil {
-		return st, err
-	}
-	next, err := e.resumeForChild(ctx, st)
-	if !errors.Is(err, store.ErrConflict) {
-		return next, err
-	}
-	if st, err = e.cfg.Store.Load(ctx, runID); err != nil {
-		return st, err
-	}
-	return e.resumeForChild(ctx, st)
+func (e *Engine) driven(ctx context.Context, runID string) (st runstate.State, err error) {
+	err = store.RetryOnConflict(ctx, runID, "drive", func() error {
+		loaded, err := e.cfg.Store.Load(ctx, runID)
+		st = loaded
+		if err != nil {
+			return err
+		}
+		st, err = e.resumeForChild(ctx, loaded)
+		return err
+	})
+	return st, err
 }
 
 // stepHost is the engine as its steps see it (step.Host): the one commit path,

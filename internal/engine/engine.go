@@ -306,36 +306,39 @@ func (e *Engine) Cancel(ctx context.Context, runID, reason, actor string) (runst
 	if err := e.cancelChildren(ctx, runID, actor); err != nil {
 		return runstate.State{}, err
 	}
-	for attempt := 0; ; attempt++ {
-		if err := e.stop(ctx, runID); err != nil {
-			return runstate.State{}, err
-		}
-		st, err := e.cfg.Store.Load(ctx, runID)
-		if err != nil {
-			return runstate.State{}, err
-		}
-		if runstate.Terminal(st.Status) {
-			return st, fmt.Errorf("cancel run %s: %w", runID, &StatusError{Status: st.Status})
-		}
-		if reason == "" {
-			reason = "cancelled by " + actor
-		}
-		next, err := e.commit(ctx, st, actor, []*reinv1.Event{{Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
-			From: st.Status, To: reinv1.RunStatus_RUN_STATUS_CANCELLED, Reason: reason,
-		}}}})
-		if err == nil {
-			e.disarm(runID)
-			return next, nil
-		}
-		// Someone appended between our load and our append (a driver that
-		// was just scheduled, a timer), or, on a replica, another server
-		// took the run from this engine (commit forgot the lease, so the
-		// next try takes it back): stop it again and retry a few times.
-		again := errors.Is(err, store.ErrConflict) || e.cfg.Replica && errors.Is(err, store.ErrFenced)
-		if !again || attempt >= 3 {
-			return st, err
-		}
+	if reason == "" {
+		reason = "cancelled by " + actor
 	}
+	// Someone may append between the load and the append (a driver that
+	// was just scheduled, a timer): the run is stopped again and loaded
+	// again. On a replica, another server may have taken the run from
+	// this engine (commit forgot the lease): the second try takes it back.
+	return e.againIfFenced(func() (st runstate.State, err error) {
+		err = store.RetryOnConflict(ctx, runID, "cancel", func() error {
+			st = runstate.State{}
+			if err := e.stop(ctx, runID); err != nil {
+				return err
+			}
+			loaded, err := e.cfg.Store.Load(ctx, runID)
+			if err != nil {
+				return err
+			}
+			st = loaded
+			if runstate.Terminal(st.Status) {
+				return fmt.Errorf("cancel run %s: %w", runID, &StatusError{Status: st.Status})
+			}
+			next, err := e.commit(ctx, st, actor, []*reinv1.Event{{Payload: &reinv1.Event_StatusChanged{StatusChanged: &reinv1.StatusChanged{
+				From: st.Status, To: reinv1.RunStatus_RUN_STATUS_CANCELLED, Reason: reason,
+			}}}})
+			if err != nil {
+				return err
+			}
+			st = next
+			e.disarm(runID)
+			return nil
+		})
+		return st, err
+	})
 }
 
 // StatusError refuses an operation because of a run's status.

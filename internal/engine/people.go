@@ -38,7 +38,7 @@ func (e *Engine) ProvideInput(ctx context.Context, runID, text, principal string
 	return e.againIfFenced(func() (runstate.State, error) { return e.provideInput(ctx, runID, text, principal) })
 }
 
-// againIfFenced runs a person's decision once more, on a replica, if its
+// againIfFenced runs a person's decision (or a cancel) once more, on a replica, if its
 // commit was fenced: this engine held a lease on the run that another
 // server took since (a paused run is driven by no one, and a decision may
 // be sent to any replica), and commit forgot it, so the second try takes
@@ -202,33 +202,36 @@ func (e *Engine) checkVerdict(st runstate.State, v Verdict) error {
 // once by several people are recorded one after the other: an append
 // that lost the race to another is tried again on the state it left.
 func (e *Engine) giveApproval(ctx context.Context, st runstate.State, v Verdict) (next runstate.State, counted bool, err error) {
-	for attempt := 0; ; attempt++ {
+	again := false
+	err = store.RetryOnConflict(ctx, v.RunID, "approve proposal "+v.ProposalID+" of", func() error {
+		if again {
+			// The append lost the race to another: look again.
+			loaded, err := e.cfg.Store.Load(ctx, v.RunID)
+			st, next, counted = loaded, loaded, true
+			if err != nil {
+				return err
+			}
+			if err := e.checkVerdict(st, v); err != nil {
+				return err
+			}
+		}
+		again = true
+		next, counted = st, true
 		p := st.Pending.GetProposal()
 		switch {
 		case slices.Contains(p.GetApprovedBy(), v.Principal):
-			return st, true, nil
+			return nil
 		case len(p.GetApprovedBy())+1 >= runstate.Needed(p):
-			return st, false, nil
+			counted = false
+			return nil
 		}
-		next, err := e.commit(ctx, st, "principal:"+v.Principal, []*reinv1.Event{{Payload: &reinv1.Event_ApprovalGiven{ApprovalGiven: &reinv1.ApprovalGiven{
+		next, err = e.commit(ctx, st, "principal:"+v.Principal, []*reinv1.Event{{Payload: &reinv1.Event_ApprovalGiven{ApprovalGiven: &reinv1.ApprovalGiven{
 			ProposalId: p.GetProposalId(), Given: uint32(len(p.GetApprovedBy()) + 1), Needed: uint32(runstate.Needed(p)),
 		}}}})
-		if !errors.Is(err, store.ErrConflict) || attempt >= maxApprovalRaces {
-			return next, true, err
-		}
-		if st, err = e.cfg.Store.Load(ctx, v.RunID); err != nil {
-			return st, true, err
-		}
-		if err := e.checkVerdict(st, v); err != nil {
-			return st, true, err
-		}
-	}
+		return err
+	})
+	return next, counted, err
 }
-
-// maxApprovalRaces bounds how often one approval is tried again after
-// losing a race to another (giveApproval): each loss means another
-// approval was recorded, and a proposal needs at most 16.
-const maxApprovalRaces = 64
 
 // checkProvided refuses, before anything is stored, an approval whose write
 // no executor of this engine provides (a server started without the flags

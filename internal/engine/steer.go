@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -16,10 +15,6 @@ import (
 // MaxSteers is the most messages one run takes (step.MaxSteers).
 const MaxSteers = step.MaxSteers
 
-// steerTries bounds the appends of one message that lose to the run's
-// driver committing first (each loss means the driver made progress).
-const steerTries = 64
-
 // Steer records a person's message to a running run (run_steered), for its
 // next model call; created is false when requestID named a message the run
 // recorded already, which is then not recorded again. The message is
@@ -28,23 +23,28 @@ const steerTries = 64
 // and takes it in. A paused run is refused (ErrNotWaiting) naming what
 // answers it; a run that ended, likewise.
 func (e *Engine) Steer(ctx context.Context, runID, text, requestID, principal string) (st runstate.State, created bool, err error) {
-	for try := 0; ; try++ {
-		st, err = e.cfg.Store.Load(ctx, runID)
+	// An append that loses to the run's driver committing first (each loss
+	// means the driver made progress) is tried again on the run as it is
+	// then.
+	err = store.RetryOnConflict(ctx, runID, "steer", func() error {
+		st, created = runstate.State{}, false
+		loaded, err := e.cfg.Store.Load(ctx, runID)
+		st = loaded
 		if err != nil {
-			return st, false, err
+			return err
 		}
 		if st.HasSteer(requestID) {
-			return st, false, nil
+			return nil
 		}
 		if err := steerable(st); err != nil {
-			return st, false, err
+			return err
 		}
 		if e.isHalted(runID) {
 			// Being cancelled here: a message would only race the cancel.
-			return st, false, fmt.Errorf("%w: run %s is being cancelled and takes no message", ErrNotWaiting, runID)
+			return fmt.Errorf("%w: run %s is being cancelled and takes no message", ErrNotWaiting, runID)
 		}
 		if len(st.Steers) >= MaxSteers {
-			return st, false, fmt.Errorf("%w: run %s has taken %d messages, the most a run takes; cancel it and fork it (rein fork) to go on with more",
+			return fmt.Errorf("%w: run %s has taken %d messages, the most a run takes; cancel it and fork it (rein fork) to go on with more",
 				ErrNotWaiting, runID, MaxSteers)
 		}
 		evs := []*reinv1.Event{{
@@ -52,15 +52,14 @@ func (e *Engine) Steer(ctx context.Context, runID, text, requestID, principal st
 			Payload: &reinv1.Event_RunSteered{RunSteered: &reinv1.RunSteered{Text: text, RequestId: requestID}},
 		}}
 		next, err := e.cfg.Store.Append(context.WithoutCancel(ctx), runID, st.Version, evs)
-		if errors.Is(err, store.ErrConflict) && try < steerTries && ctx.Err() == nil {
-			continue
-		}
 		if err != nil {
-			return st, false, err
+			return err
 		}
 		e.cfg.Published(next, evs)
-		return next, true, nil
-	}
+		st, created = next, true
+		return nil
+	})
+	return st, created, err
 }
 
 // steerable says why a run takes no message, or nil.

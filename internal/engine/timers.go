@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -80,10 +79,11 @@ func (e *Engine) fire(runID string) {
 // by the engine's clock, as its timer does; a run with nothing due is armed
 // again.
 func (e *Engine) Expire(ctx context.Context, runID string) {
-	for attempt := 0; attempt < 3; attempt++ {
+	// A decision that lands first makes the append conflict: look again.
+	err := store.RetryOnConflict(ctx, runID, "expire", func() error {
 		st, err := e.cfg.Store.Load(ctx, runID)
 		if err != nil || !runstate.Paused(st.Status) {
-			return
+			return nil
 		}
 		now := e.cfg.Clock()
 		var evs []*reinv1.Event
@@ -94,7 +94,7 @@ func (e *Engine) Expire(ctx context.Context, runID string) {
 			}}}}
 		case b != nil:
 			e.Arm(st)
-			return
+			return nil
 		case !st.Deadline.IsZero() && !now.Before(st.Deadline):
 			evs = []*reinv1.Event{
 				{Payload: &reinv1.Event_BudgetReached{BudgetReached: &reinv1.BudgetReached{
@@ -110,16 +110,13 @@ func (e *Engine) Expire(ctx context.Context, runID string) {
 			}}}}
 		default:
 			e.Arm(st)
-			return
+			return nil
 		}
 		_, err = e.commit(ctx, st, "harness", evs)
-		if err == nil || !errors.Is(err, store.ErrConflict) {
-			if err != nil {
-				e.cfg.Logger.Error("expire paused run", "run_id", runID, "error", err)
-			}
-			return
-		}
-		// A decision landed first: look again.
+		return err
+	})
+	if err != nil {
+		e.cfg.Logger.Error("expire paused run", "run_id", runID, "error", err)
 	}
 }
 

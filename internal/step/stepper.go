@@ -53,8 +53,6 @@ type Stepper struct {
 	inTable    bool
 	// now is the step's one clock reading, the recorded_at of its events.
 	now *timestamppb.Timestamp
-	// rebases counts the commits taken again in a row (rebase).
-	rebases int
 	// rules are the grants' compiled policy rules, by tool name, and
 	// badRules the grants whose rules no longer compile (compileRules).
 	rules    map[string]policy.Rules
@@ -178,25 +176,35 @@ func (r *Stepper) commit(ctx context.Context, evs ...*reinv1.Event) error {
 			break
 		}
 	}
-	next, err := r.h.Commit(ctx, r.st, all, opts...)
-	if errors.Is(err, store.ErrConflict) && r.rebases < maxRebases {
-		// Only a person's message is appended to a running run by anyone
-		// but its driver (SteerRun): take it in and commit again.
-		r.rebases++
+	// Only a person's message is appended to a running run by anyone but
+	// its driver (SteerRun): on a conflict, the messages are taken in
+	// (rebase) and the events committed again after them. Anything else
+	// appended is no race the driver can win: its conflict is returned.
+	var next runstate.State
+	var lost error
+	err := store.RetryOnConflict(ctx, r.st.RunID, "commit a step of", func() error {
+		var err error
+		next, err = r.h.Commit(ctx, r.st, all, opts...)
+		if !errors.Is(err, store.ErrConflict) {
+			return err
+		}
 		steered, rerr := r.rebase(ctx)
 		switch {
 		case rerr != nil:
 			return rerr
 		case !steered:
-			return err
+			lost = err // returned as it is, not tried again
+			return nil
 		case slices.ContainsFunc(evs, isRequest):
 			// The call's context was built without the message: build it
 			// again (Step starts over), so the call reads it.
 			return errRestep
 		}
-		return r.commit(ctx, evs...)
+		return err // committed again after the messages
+	})
+	if lost != nil {
+		return lost
 	}
-	r.rebases = 0
 	if runstate.Rejected(err) {
 		r.pending, r.blobs = nil, nil
 		return fmt.Errorf("%w: %v", ErrDefect, err)
@@ -214,12 +222,10 @@ func (r *Stepper) commit(ctx context.Context, evs ...*reinv1.Event) error {
 
 // MaxSteers is the most messages one run takes (engine's Steer refuses
 // the next): each is kept in its log, and its request ID in its state.
+// It is below store.ConflictRetries: a step's commit is taken again after
+// each message that came in (rebase), so the run's messages never make
+// its driver give it up.
 const MaxSteers = 1000
-
-// maxRebases bounds the commits of one step taken again after messages
-// came in (rebase). Each rebase takes in at least one message, so a run's
-// messages cannot use it up: the driver never gives the run up to them.
-const maxRebases = MaxSteers + 1
 
 // errRestep: messages came in while the step built a model call's
 // context, and the call was not recorded; the step starts over.
