@@ -41,82 +41,14 @@ func (e *Engine) commit(ctx context.Context, st runstate.State, actor string, ev
 			ev.Actor = actor
 		}
 	}
-	// Fenced by the lease this engine holds, or taking it with the append
-	// (one transaction) when it holds none yet.
-	e.mu.Lock()
-	epoch, held := e.leases[st.RunID]
-	e.mu.Unlock()
-	if held {
-		opts = append(opts, store.WithEpoch(epoch))
-	} else {
-		opts = append(opts, store.WithAcquire(e.cfg.Owner, &epoch))
-	}
-	next, err := e.cfg.Store.Append(context.WithoutCancel(ctx), st.RunID, st.Version, evs, opts...)
+	next, err := e.appendFenced(context.WithoutCancel(ctx), st, evs, opts)
 	if err != nil {
-		if held && errors.Is(err, store.ErrFenced) {
-			e.dropLease(st.RunID, epoch)
-		}
 		if runstate.Rejected(err) {
 			return st, fmt.Errorf("%w: %w", errFold, err)
 		}
 		return st, err
 	}
-	if !held {
-		e.holdLease(st.RunID, epoch)
-	}
-	if runstate.Terminal(next.Status) {
-		e.releaseLease(st.RunID)
-	}
 	e.cfg.Published(next, evs)
 	e.wakeParent(st, next)
 	return next, nil
-}
-
-// lease is this engine's lease epoch on the run, acquired if it holds none
-// (a driver takes the run before it does anything), and held until another
-// owner fences it. Every append of a live run is fenced with it (commit):
-// a driver's steps, and a person's decision or a timer's expiry alike, so
-// nothing this engine writes slips past another owner's lease.
-func (e *Engine) lease(ctx context.Context, runID string) (uint64, error) {
-	e.mu.Lock()
-	epoch, ok := e.leases[runID]
-	e.mu.Unlock()
-	if ok {
-		return epoch, nil
-	}
-	epoch, err := e.cfg.Store.Acquire(ctx, runID, e.cfg.Owner)
-	if err != nil {
-		return 0, fmt.Errorf("acquire run %s: %w", runID, err)
-	}
-	return e.holdLease(runID, epoch), nil
-}
-
-// holdLease notes a lease this engine acquired, unless it holds a newer
-// one, and returns the one it holds.
-func (e *Engine) holdLease(runID string, epoch uint64) uint64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if held, ok := e.leases[runID]; ok && held > epoch {
-		return held
-	}
-	e.leases[runID] = epoch
-	return epoch
-}
-
-// dropLease forgets a lease another owner fenced, so the next append
-// acquires the run again instead of failing for good.
-func (e *Engine) dropLease(runID string, epoch uint64) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.leases[runID] == epoch {
-		delete(e.leases, runID)
-	}
-}
-
-// releaseLease forgets the lease of a run that ended: nothing appends to it
-// again.
-func (e *Engine) releaseLease(runID string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.leases, runID)
 }

@@ -36,8 +36,8 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 	// The driver holds the run's lease before it does anything, so an owner
 	// it takes the run over from is fenced at once. A run another server
 	// drives (a store shared by servers) is left to it.
+	_, held := e.leases.epoch(runID)
 	e.mu.Lock()
-	_, held := e.leases[runID]
 	full := e.cfg.MaxDriven > 0 && len(e.active) > e.cfg.MaxDriven // this driver is one of them
 	e.mu.Unlock()
 	if !held && full {
@@ -54,7 +54,7 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 	if !held {
 		if st, err = e.driven(ctx, runID); err != nil || st.Status != reinv1.RunStatus_RUN_STATUS_RUNNING {
 			if err == nil && runstate.Terminal(st.Status) {
-				e.releaseLease(runID)
+				e.leases.release(runID)
 			}
 			return err
 		}

@@ -211,7 +211,7 @@ func (e *Engine) Abandon(ctx context.Context) {
 		t.Stop()
 		delete(e.timers, id)
 	}
-	clear(e.leases)
+	e.leases.clear()
 	clear(e.retries)
 	e.mu.Unlock()
 	for _, d := range drivers {
@@ -220,16 +220,12 @@ func (e *Engine) Abandon(ctx context.Context) {
 		case <-ctx.Done():
 		}
 	}
-	e.mu.Lock()
-	clear(e.leases) // any a driver noted on its way out
-	e.mu.Unlock()
+	e.leases.clear() // any a driver noted on its way out
 }
 
 // Driving is how many runs this engine holds a lease on now.
 func (e *Engine) Driving() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.leases)
+	return e.leases.count()
 }
 
 // Tending reports whether this engine drives run runID now, or keeps its

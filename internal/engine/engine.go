@@ -151,12 +151,12 @@ type Engine struct {
 	base     context.Context
 	shutdown context.CancelCauseFunc
 	wg       sync.WaitGroup
+	// leases are the runs' leases this engine holds (lease.go).
+	leases leases
 
-	// mu guards active, leases, timers, retries and closed.
+	// mu guards active, timers, retries and closed.
 	mu     sync.Mutex
 	active map[string]*driver
-	// leases are the epochs of the runs' leases this engine holds.
-	leases map[string]uint64
 	timers map[string]*time.Timer
 	// retries counts, for each run whose driver stopped on an error, the
 	// failures in a row (retryStopped).
@@ -229,7 +229,6 @@ func New(cfg Config) *Engine {
 		base:     base,
 		shutdown: cancel,
 		active:   map[string]*driver{},
-		leases:   map[string]uint64{},
 		timers:   map[string]*time.Timer{},
 		retries:  map[string]int{},
 		ids:      ulid.Monotonic(rand.Reader, 0),
