@@ -48,7 +48,22 @@ func (e *Engine) commit(ctx context.Context, st runstate.State, actor string, ev
 		}
 		return st, err
 	}
-	e.cfg.Published(next, evs)
+	e.publish(next, evs)
 	e.wakeParent(st, next)
 	return next, nil
+}
+
+// publish gives the watchers (Config.Published) events the store holds
+// now, with the run's state after them; nothing else does. commit
+// publishes every append it makes. Three writes do not go through commit,
+// and publish here too:
+//   - a run's first event (createAs): Store.Create makes the run, so there
+//     is no version to append at, nor a lease to fence it by;
+//   - a whole run imported (Import): Store.Import stores it in one
+//     transaction, as recorded elsewhere, stamped already;
+//   - a person's message to a running run (Steer): appended with no lease,
+//     whoever drives the run; its driver takes it in when its next commit
+//     conflicts (docs/architecture.md, "One commit path").
+func (e *Engine) publish(next runstate.State, evs []*reinv1.Event) {
+	e.cfg.Published(next, evs)
 }

@@ -85,7 +85,7 @@ func (e *Engine) createAs(ctx context.Context, runID string, c *reinv1.TaskContr
 		return runstate.State{}, false, err
 	}
 	if created {
-		e.cfg.Published(st, []*reinv1.Event{first})
+		e.publish(st, []*reinv1.Event{first})
 		if len(carried) > 0 {
 			for _, ev := range carried {
 				ev.RunId = st.RunID

@@ -128,7 +128,7 @@ func (e *Engine) Import(ctx context.Context, events []*reinv1.Event, blobs map[s
 	if err != nil {
 		return st, err
 	}
-	e.cfg.Published(st, events)
+	e.publish(st, events)
 	if resume && !runstate.Terminal(st.Status) {
 		e.resumeOne(ctx, st)
 	}

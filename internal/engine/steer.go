@@ -55,7 +55,7 @@ func (e *Engine) Steer(ctx context.Context, runID, text, requestID, principal st
 		if err != nil {
 			return err
 		}
-		e.cfg.Published(next, evs)
+		e.publish(next, evs)
 		st, created = next, true
 		return nil
 	})
