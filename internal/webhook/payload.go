@@ -7,6 +7,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/secret"
@@ -35,6 +37,8 @@ type Data struct {
 	Time           time.Time         `json:"time"`
 	Reason         string            `json:"reason,omitempty"`
 	Labels         map[string]string `json:"labels,omitempty"`
+	// StartedBy is the principal that started the run.
+	StartedBy string `json:"started_by,omitempty"`
 	// Approval is the proposal a run paused for approval waits on.
 	Approval *Approval `json:"approval,omitempty"`
 	// Question is what a run paused for input asks.
@@ -54,15 +58,26 @@ type Approval struct {
 	// Arguments summarises the tool's arguments: each value at most
 	// maxArgument bytes of JSON, secrets redacted.
 	Arguments map[string]json.RawMessage `json:"arguments,omitempty"`
+	// Preview is the tool's preview of the write, at most maxPreview
+	// bytes of JSON, secrets redacted (a large one is the summary the run
+	// keeps inline).
+	Preview json.RawMessage `json:"preview,omitempty"`
+	// Message is what the policy that asked for the approval says.
+	Message string `json:"message,omitempty"`
 	// Hash binds a decision to what was shown (DecideApproval's hash).
 	Hash      string     `json:"hash"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	Approvals uint32     `json:"approvals_needed,omitempty"`
+	// ApprovedBy are those who approved so far, of Approvals.
+	ApprovedBy []string `json:"approved_by,omitempty"`
 }
 
-// maxArgument bounds each argument's JSON in a body; a longer one is cut
-// and sent as a string ending in "…".
-const maxArgument = 512
+// maxArgument bounds each argument's JSON in a body, and maxPreview the
+// preview's; a longer one is cut and sent as a string ending in "…".
+const (
+	maxArgument = 512
+	maxPreview  = 2500
+)
 
 func eventTime(ev *reinv1.Event, st *runstate.State) time.Time {
 	if t := ev.GetRecordedAt(); t != nil {
@@ -77,7 +92,7 @@ func (m *Matcher) body(typ, kind string, ev *reinv1.Event, prev, status reinv1.R
 	at := eventTime(ev, after)
 	d := Data{
 		RunID: after.RunID, Tenant: after.Tenant, Status: StatusName(status), Sequence: ev.GetSequence(),
-		EventKind: kind, Time: at, Labels: after.Contract.GetLabels(),
+		EventKind: kind, Time: at, Labels: after.Contract.GetLabels(), StartedBy: after.Principal,
 	}
 	if prev != status && prev != reinv1.RunStatus_RUN_STATUS_UNSPECIFIED {
 		d.PreviousStatus = StatusName(prev)
@@ -113,7 +128,8 @@ func (m *Matcher) body(typ, kind string, ev *reinv1.Event, prev, status reinv1.R
 
 func (m *Matcher) approval(p *reinv1.Proposal) *Approval {
 	p = secret.Message(m.Secrets, p)
-	a := &Approval{ProposalID: p.GetProposalId(), Tool: p.GetTool(), Hash: p.GetHash(), Approvals: p.GetApprovals()}
+	a := &Approval{ProposalID: p.GetProposalId(), Tool: p.GetTool(), Hash: p.GetHash(), Approvals: p.GetApprovals(),
+		Message: p.GetPolicyMessage(), ApprovedBy: p.GetApprovedBy()}
 	if e := p.GetExpiresAt(); e != nil {
 		t := e.AsTime().UTC()
 		a.ExpiresAt = &t
@@ -121,25 +137,35 @@ func (m *Matcher) approval(p *reinv1.Proposal) *Approval {
 	if fields := p.GetArguments().GetFields(); len(fields) > 0 {
 		a.Arguments = make(map[string]json.RawMessage, len(fields))
 		for k, v := range fields {
-			// encoding/json, not protojson: the same arguments make the same
-			// bytes, whichever build makes them again (a store recovering
-			// from its log).
-			raw, err := json.Marshal(v.AsInterface())
-			if err != nil {
-				continue
+			if raw, ok := bounded(v, maxArgument); ok {
+				a.Arguments[k] = raw
 			}
-			whole := raw
-			for n := maxArgument; len(raw) > maxArgument; n = n * 3 / 4 {
-				// The cut JSON, quoted as a string, escapes again: cut
-				// shorter until the quoted form fits.
-				cut := whole[:min(n, len(whole))]
-				for !utf8.Valid(cut) {
-					cut = cut[:len(cut)-1]
-				}
-				raw, _ = json.Marshal(string(cut) + "…")
-			}
-			a.Arguments[k] = raw
 		}
 	}
+	if pv := p.GetPreview(); pv != nil {
+		a.Preview, _ = bounded(pv, maxPreview)
+	}
 	return a
+}
+
+// bounded is v's JSON in at most max bytes: cut, and quoted as a string
+// ending in "…", when longer. ok is false for a value that does not encode.
+func bounded(v *structpb.Value, max int) (raw json.RawMessage, ok bool) {
+	// encoding/json, not protojson: the same value makes the same bytes,
+	// whichever build makes them again (a store recovering from its log).
+	raw, err := json.Marshal(v.AsInterface())
+	if err != nil {
+		return nil, false
+	}
+	whole := raw
+	for n := max; len(raw) > max; n = n * 3 / 4 {
+		// The cut JSON, quoted as a string, escapes again: cut shorter
+		// until the quoted form fits.
+		cut := whole[:min(n, len(whole))]
+		for !utf8.Valid(cut) {
+			cut = cut[:len(cut)-1]
+		}
+		raw, _ = json.Marshal(string(cut) + "…")
+	}
+	return raw, true
 }
