@@ -31,6 +31,7 @@ import (
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/schedule"
 	"github.com/reinhq/rein/internal/secret"
+	"github.com/reinhq/rein/internal/slackapp"
 	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/storeformat"
@@ -216,6 +217,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Webhooks != nil && cfg.Webhooks.Send != nil && hooks != nil {
 		send := *cfg.Webhooks.Send
 		send.Store = hooks
+		if send.Slack == nil {
+			send.Slack = slackapp.Delivery
+		}
 		sender = webhook.NewSender(send)
 	}
 	var keeper *lifecycle.Keeper

@@ -20,7 +20,8 @@ import (
 // Webhooks configures a node's webhook subscriptions (Config.Webhooks).
 type Webhooks struct {
 	// Send, when set, configures the sender the node runs while it
-	// serves, on its store (Send.Store is set by the node). The store
+	// serves, on its store (Send.Store is set by the node; a nil
+	// Send.Slack is slackapp.Delivery, the Block Kit message). The store
 	// must have been opened with a webhook.Matcher's Outbox.
 	Send *webhook.Config
 	// AllowPrivate accepts URLs on loopback and private addresses (rein

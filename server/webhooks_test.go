@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/slackapp"
 	"github.com/reinhq/rein/internal/store/bolt"
 	"github.com/reinhq/rein/internal/webhook"
 )
@@ -166,5 +167,89 @@ func TestWebhookReceiverNeverSlowsARun(t *testing.T) {
 	}
 	if got := s.get(t, run.GetRunId()); got.GetStatus() != stCompleted {
 		t.Fatalf("run is %v, want completed while the receiver holds its delivery", got.GetStatus())
+	}
+}
+
+// TestWebhookSlackFormat: a subscription of format slack is sent the Block
+// Kit message of a run paused for approval, signed, its Approve and Deny
+// buttons carrying the proposal's hash; and, the twin, a notice with no
+// buttons once the run has nothing left to decide (it completed).
+func TestWebhookSlackFormat(t *testing.T) {
+	s, hooks, _ := webhookServer(t)
+	got := make(chan received, 16)
+	chat := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- received{r.Header.Clone(), b}
+	}))
+	t.Cleanup(chat.Close)
+	if _, err := hooks.CreateWebhook(context.Background(), &reinv1.CreateWebhookRequest{Webhook: &reinv1.Webhook{
+		Name: "chat", Url: chat.URL, Format: reinv1.WebhookFormat_WEBHOOK_FORMAT_SLACK, Secrets: []string{testSecret},
+		Statuses: []reinv1.RunStatus{stNeedsApproval, stCompleted},
+	}}, as("a-operator")); err != nil {
+		t.Fatal(err)
+	}
+	next := func(what string) received {
+		t.Helper()
+		select {
+		case r := <-got:
+			return r
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no Slack message came for %s", what)
+			return received{}
+		}
+	}
+	type slackBlock struct {
+		Type     string `json:"type"`
+		Elements []struct {
+			ActionID string `json:"action_id"`
+			Value    string `json:"value"`
+		} `json:"elements"`
+	}
+	blocks := func(r received) []slackBlock {
+		t.Helper()
+		var m struct {
+			Text   string       `json:"text"`
+			Blocks []slackBlock `json:"blocks"`
+		}
+		if err := json.Unmarshal(r.body, &m); err != nil || m.Text == "" || len(m.Blocks) == 0 {
+			t.Fatalf("not a Block Kit message (%v): %s", err, r.body)
+		}
+		return m.Blocks
+	}
+
+	run := s.begin(t, writeContract(refundCall(), final("refunded")), stNeedsApproval, as("a-operator"))
+	r := next("the pause")
+	ts, _ := strconv.ParseInt(r.header.Get("webhook-timestamp"), 10, 64)
+	if want, _ := webhook.Sign([]string{testSecret}, r.header.Get("webhook-id"), ts, r.body); r.header.Get("webhook-signature") != want {
+		t.Fatalf("signature %q, want %q", r.header.Get("webhook-signature"), want)
+	}
+	if !strings.HasPrefix(r.header.Get("webhook-id"), "msg_chat_"+run.GetRunId()+"_") {
+		t.Fatalf("webhook-id %q", r.header.Get("webhook-id"))
+	}
+	bs := blocks(r)
+	last := bs[len(bs)-1]
+	if last.Type != "actions" || len(last.Elements) != 2 || last.Elements[0].ActionID != slackapp.ActionApprove || last.Elements[1].ActionID != slackapp.ActionDeny {
+		t.Fatalf("the message ends with %+v, want the Approve and Deny buttons:\n%s", last, r.body)
+	}
+	var v struct{ Run, Tenant, Proposal, Hash string }
+	if err := json.Unmarshal([]byte(last.Elements[0].Value), &v); err != nil {
+		t.Fatal(err)
+	}
+	pr := run.GetPending().GetProposal()
+	if v.Run != run.GetRunId() || v.Tenant != "acme" || v.Proposal != pr.GetProposalId() || v.Hash == "" || v.Hash != pr.GetHash() {
+		t.Fatalf("the buttons carry %+v, want run %s, proposal %s, hash %s", v, run.GetRunId(), pr.GetProposalId(), pr.GetHash())
+	}
+
+	if _, err := s.decide(run, reinv1.ApprovalVerdict_APPROVAL_VERDICT_APPROVE, "ok", as("a-admin")); err != nil {
+		t.Fatal(err)
+	}
+	r = next("the end")
+	for _, b := range blocks(r) {
+		if b.Type == "actions" {
+			t.Fatalf("the message of a completed run has buttons:\n%s", r.body)
+		}
+	}
+	if !strings.Contains(string(r.body), "completed") {
+		t.Fatalf("the message does not say the run completed:\n%s", r.body)
 	}
 }
