@@ -222,12 +222,15 @@ func (s *Store) Delete(ctx context.Context, d *reinv1.RunDeletion) (*reinv1.RunD
 }
 
 // eraseRun removes every key of a run: its bucket (log, blobs, snapshot,
-// lease), its contract, and its entries in the status, request and ended
-// indexes. Its status changes stay: they hold its ID, tenant and statuses,
-// no content.
+// lease), its contract, its entries in the status, request and ended
+// indexes, and its webhook deliveries. Its status changes stay: they hold
+// its ID, tenant and statuses, no content.
 func eraseRun(tx *bbolt.Tx, st runstate.State) error {
 	id := []byte(st.RunID)
 	if err := tx.Bucket(bucketRuns).DeleteBucket(id); err != nil {
+		return err
+	}
+	if err := dropRunOutbox(tx, st.Tenant, st.RunID); err != nil {
 		return err
 	}
 	if err := tx.Bucket(bucketContracts).Delete(id); err != nil {

@@ -109,6 +109,31 @@ func (s *Store) tenantWebhooks(tx *bbolt.Tx, tenant string) ([]*reinv1.Webhook, 
 	return out, nil
 }
 
+// dropRunOutbox deletes, in tx, every delivery of the run (tenant's,
+// runID) that a subscription of its tenant still holds, sent or failed:
+// erasing a run erases what its deliveries' bodies say of it (eraseRun).
+func dropRunOutbox(tx *bbolt.Tx, tenant, runID string) error {
+	subs, ob := tx.Bucket(bucketWebhooks), tx.Bucket(bucketOutbox)
+	if subs == nil || ob == nil {
+		return nil
+	}
+	tp := []byte(tenant + "\x00")
+	var keys [][]byte
+	c, oc := subs.Cursor(), ob.Cursor()
+	for k, _ := c.Seek(tp); k != nil && bytes.HasPrefix(k, tp); k, _ = c.Next() {
+		prefix := append([]byte(store.OutboxPrefix(tenant, string(k[len(tp):]))+runID), 0)
+		for ok, _ := oc.Seek(prefix); ok != nil && bytes.HasPrefix(ok, prefix); ok, _ = oc.Next() {
+			keys = append(keys, bytes.Clone(ok))
+		}
+	}
+	for _, k := range keys {
+		if err := ob.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // CreateWebhook implements store.Webhooks.
 func (s *Store) CreateWebhook(ctx context.Context, w *reinv1.Webhook) error {
 	key := []byte(store.WebhookKey(w.GetTenant(), w.GetName()))

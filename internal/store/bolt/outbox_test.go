@@ -183,3 +183,80 @@ func TestOutboxIsRecoveredFromTheLog(t *testing.T) {
 		t.Fatalf("the outbox recovered from the log differs: %d bytes, want %d", len(got), len(want))
 	}
 }
+
+// TestOutboxGoesWithAnErasedRun: deleting a run deletes its deliveries,
+// pending and failed, in the erasure's commit, and no other run's; a run
+// that may not be deleted (it is live) keeps its deliveries.
+func TestOutboxGoesWithAnErasedRun(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "rein.db")
+	s := openOutbox(t, path)
+	for _, name := range []string{"oncall", "audit"} {
+		if err := s.CreateWebhook(ctx, &reinv1.Webhook{Name: name, Tenant: "t", Url: "https://example.com/h"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	running, done := reinv1.RunStatus_RUN_STATUS_RUNNING, reinv1.RunStatus_RUN_STATUS_COMPLETED
+	// r1 and r10 (whose ID r1's is a prefix of) end; live stays running.
+	for _, id := range []string{"r1", "r10", "live"} {
+		if _, _, err := s.Create(ctx, startEvent(id)); err != nil {
+			t.Fatal(err)
+		}
+		if id == "live" {
+			continue
+		}
+		if _, err := s.Append(ctx, id, 1, []*reinv1.Event{statusEvent(id, 2, running, done)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One of r1's deliveries failed: a failed delivery goes too.
+	ds, err := s.Deliveries(ctx, "t", "oncall", 100)
+	if err != nil || len(ds) != 5 {
+		t.Fatalf("deliveries = %v, %v; want r1's, r10's and live's", ds, err)
+	}
+	if err := s.UpdateDelivery(ctx, ds[0], func(d *reinv1.WebhookDelivery) (bool, error) {
+		d.State = reinv1.WebhookDeliveryState_WEBHOOK_DELIVERY_STATE_FAILED
+		return false, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	runsOf := func(s *Store) map[string]int {
+		t.Helper()
+		got := map[string]int{}
+		for _, name := range []string{"oncall", "audit"} {
+			ds, err := s.Deliveries(ctx, "t", name, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range ds {
+				got[d.GetRunId()]++
+			}
+		}
+		return got
+	}
+	del := func(id string) error {
+		_, _, err := s.Delete(ctx, &reinv1.RunDeletion{RunId: id, DeletedBy: "principal:test", DeletedAt: timestamppb.Now(), Reason: "test"})
+		return err
+	}
+	if err := del("live"); !errors.Is(err, store.ErrLive) {
+		t.Fatalf("deleting a live run: %v, want ErrLive", err)
+	}
+	if got := runsOf(s); got["live"] != 2 || got["r1"] != 4 || got["r10"] != 4 {
+		t.Fatalf("deliveries by run after a refused delete = %v, want live 2, r1 4, r10 4", got)
+	}
+	if err := del("r1"); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"r10": 4, "live": 2}
+	if got := runsOf(s); len(got) != len(want) || got["r10"] != 4 || got["live"] != 2 {
+		t.Fatalf("deliveries by run after deleting r1 = %v, want %v", got, want)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openOutbox(t, path)
+	defer s.Close()
+	if got := runsOf(s); len(got) != len(want) || got["r10"] != 4 || got["live"] != 2 {
+		t.Fatalf("deliveries by run after a reopen = %v, want %v", got, want)
+	}
+}
