@@ -271,11 +271,12 @@ func (s *Store) Deliveries(ctx context.Context, tenant, name string, limit int) 
 	return out, err
 }
 
-// UpdateDelivery implements store.Webhooks.
+// UpdateDelivery implements store.Webhooks. Its write is logged, as an
+// append's is: the sender's outcomes cost the writer no checkpoint.
 func (s *Store) UpdateDelivery(ctx context.Context, d *reinv1.WebhookDelivery, f func(*reinv1.WebhookDelivery) (bool, error)) error {
 	key := []byte(store.OutboxKey(d))
-	_, err := s.submit(ctx, &writeReq{op: func(tx *bbolt.Tx) writeRes {
-		b := tx.Bucket(bucketOutbox)
+	_, err := s.submit(ctx, &writeReq{write: func(w *wtx) writeRes {
+		b := w.Bucket(bucketOutbox)
 		var v []byte
 		if b != nil {
 			v = b.Get(key)
@@ -309,11 +310,13 @@ func (s *Store) UpdateDelivery(ctx context.Context, d *reinv1.WebhookDelivery, f
 	return err
 }
 
-// DeliveryHeads implements store.Webhooks. It decodes only what it
-// returns: the other deliveries are counted by their keys.
+// DeliveryHeads implements store.Webhooks. It copies out only what it
+// returns, and decodes it after the read: the other deliveries are
+// counted by their keys, and the writer, which a read holds off, waits
+// for no decoding.
 func (s *Store) DeliveryHeads(ctx context.Context, tenant, name string, runs, perRun int) ([][]*reinv1.WebhookDelivery, int, error) {
 	prefix := []byte(store.OutboxPrefix(tenant, name))
-	var out [][]*reinv1.WebhookDelivery
+	var raw [][][]byte
 	n := 0
 	err := s.view("the outbox of webhook "+name, func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bucketOutbox)
@@ -327,39 +330,59 @@ func (s *Store) DeliveryHeads(ctx context.Context, tenant, name string, runs, pe
 			// A key is the prefix, the run, NUL and 8 bytes of sequence.
 			r := k[len(prefix) : len(k)-9]
 			if run == nil || !bytes.Equal(r, run) {
-				if len(out) == runs {
+				if len(raw) == runs {
 					continue
 				}
 				run = bytes.Clone(r)
-				out = append(out, nil)
+				raw = append(raw, nil)
 			}
-			last := &out[len(out)-1]
+			last := &raw[len(raw)-1]
 			if len(*last) == perRun {
 				continue
 			}
-			d := &reinv1.WebhookDelivery{}
-			if err := unseal(v, d, "webhook delivery of "+name); err != nil {
-				return err
-			}
-			*last = append(*last, d)
+			*last = append(*last, bytes.Clone(v))
 		}
 		return nil
 	})
-	return out, n, err
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([][]*reinv1.WebhookDelivery, len(raw))
+	for i, q := range raw {
+		out[i] = make([]*reinv1.WebhookDelivery, len(q))
+		for j, v := range q {
+			d := &reinv1.WebhookDelivery{}
+			if err := unseal(v, d, "webhook delivery of "+name); err != nil {
+				return nil, 0, err
+			}
+			out[i][j] = d
+		}
+	}
+	return out, n, nil
 }
 
-// RemoveDeliveries implements store.Webhooks.
+// RemoveDeliveries implements store.Webhooks. Its deletes are logged, as
+// an append's writes are, and join the appends' batch: removing what was
+// sent costs the writer no checkpoint. A delivery no longer stored is
+// passed over, and not logged.
 func (s *Store) RemoveDeliveries(ctx context.Context, ds []*reinv1.WebhookDelivery) error {
 	if len(ds) == 0 {
 		return nil
 	}
-	_, err := s.submit(ctx, &writeReq{op: func(tx *bbolt.Tx) writeRes {
-		b := tx.Bucket(bucketOutbox)
+	keys := make([][]byte, len(ds))
+	for i, d := range ds {
+		keys[i] = []byte(store.OutboxKey(d))
+	}
+	_, err := s.submit(ctx, &writeReq{write: func(w *wtx) writeRes {
+		b := w.Bucket(bucketOutbox)
 		if b == nil {
 			return writeRes{}
 		}
-		for _, d := range ds {
-			if err := b.Delete([]byte(store.OutboxKey(d))); err != nil {
+		for _, k := range keys {
+			if b.Get(k) == nil {
+				continue
+			}
+			if err := b.Delete(k); err != nil {
 				return writeRes{err: errTx{err}}
 			}
 		}

@@ -260,3 +260,59 @@ func TestOutboxGoesWithAnErasedRun(t *testing.T) {
 		t.Fatalf("deliveries by run after a reopen = %v, want %v", got, want)
 	}
 }
+
+// TestOutboxRemovalsAreLogged: the sender's writes (a removal, an
+// attempt's outcome) are records of the store's log, as appends are, not
+// checkpoints of the file; a crash after them keeps them; and a removal of
+// what is no longer stored writes nothing.
+func TestOutboxRemovalsAreLogged(t *testing.T) {
+	ctx := context.Background()
+	s := openOutbox(t, filepath.Join(t.TempDir(), "rein.db"))
+	defer s.Close()
+	if err := s.CreateWebhook(ctx, &reinv1.Webhook{Name: "oncall", Tenant: "t", Url: "https://example.com/h"}); err != nil {
+		t.Fatal(err)
+	}
+	running, done := reinv1.RunStatus_RUN_STATUS_RUNNING, reinv1.RunStatus_RUN_STATUS_COMPLETED
+	if _, _, err := s.Create(ctx, startEvent("r1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, "r1", 1, []*reinv1.Event{statusEvent("r1", 2, running, done)}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := s.Deliveries(ctx, "t", "oncall", 10)
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("deliveries = %v, %v", ds, err)
+	}
+	records := func() (applied, logged uint64) {
+		s.txMu.Lock()
+		defer s.txMu.Unlock()
+		return s.applied, s.logged
+	}
+	applied, logged := records()
+	if err := s.RemoveDeliveries(ctx, ds[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UpdateDelivery(ctx, ds[1], func(d *reinv1.WebhookDelivery) (bool, error) {
+		d.State, d.Attempts = reinv1.WebhookDeliveryState_WEBHOOK_DELIVERY_STATE_FAILED, 3
+		return false, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if a, l := records(); a != applied || l != logged+2 {
+		t.Fatalf("after a removal and an outcome: applied %d, logged %d; want applied %d (no checkpoint), logged %d", a, l, applied, logged+2)
+	}
+	// The twin: removing it again stores nothing, and logs nothing.
+	if err := s.RemoveDeliveries(ctx, ds[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, l := records(); l != logged+2 {
+		t.Fatalf("removing a removed delivery logged a record (logged %d, want %d)", l, logged+2)
+	}
+	c := openOutbox(t, crashImage(t, s))
+	defer c.Close()
+	got, err := c.Deliveries(ctx, "t", "oncall", 10)
+	if err != nil || len(got) != 1 || got[0].GetId() != ds[1].GetId() ||
+		got[0].GetState() != reinv1.WebhookDeliveryState_WEBHOOK_DELIVERY_STATE_FAILED || got[0].GetAttempts() != 3 {
+		t.Fatalf("after a crash, deliveries = %v, %v; want %s alone, failed after 3 attempts", got, err, ds[1].GetId())
+	}
+}

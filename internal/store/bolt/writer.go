@@ -34,8 +34,12 @@ type writeReq struct {
 	created  *runstate.State   // for create: the state after its events
 	// op, when set, is the whole request: a change of a run's lifecycle
 	// (lifecycle.go), applied in the writer's transaction like the rest.
-	op   func(tx *bbolt.Tx) writeRes
-	done chan writeRes
+	op func(tx *bbolt.Tx) writeRes
+	// write, when set, is the whole request: a change outside the runs
+	// (the webhook outbox, outbox.go), written through w and logged with
+	// the batch's appends.
+	write func(w *wtx) writeRes
+	done  chan writeRes
 }
 
 // writeRes is a request's result. state is set for a create and an
@@ -145,6 +149,9 @@ func (s *Store) applyRequest(w *wtx, r *writeReq) writeRes {
 	if r.op != nil {
 		// A lifecycle change: its batch is checkpointed, not logged.
 		return r.op(w.tx)
+	}
+	if r.write != nil {
+		return r.write(w)
 	}
 	if r.create {
 		res := s.createRun(w, r)
