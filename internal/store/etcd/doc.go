@@ -65,6 +65,21 @@
 //	                        took last, moved when another takes it, deleted
 //	                        when it ends; not leased, so it outlives its
 //	                        replica, whose runs are found by it (owner.go)
+//	P webhook/<tenant>/<name>  a webhook subscription, sealed, its secrets
+//	                        included; both parts path-escaped (webhooks.go)
+//	P webhook-rev/<tenant>  empty: put again by every write of the tenant's
+//	                        subscriptions, deleted with the last of them;
+//	                        its ModRevision versions the set, and every
+//	                        append that matches it compares it (webhooks.go)
+//	P outbox/<tenant>/<name>/<run id>/<seq>  a delivery the subscription
+//	                        must still send (a sealed WebhookDelivery), seq
+//	                        as 16 hex digits; put by the Txn of the append
+//	                        whose event causes it, so committed iff that
+//	                        event is (outbox.go)
+//	P leader/<name>/<lease>  the etcd election of name (client/v3
+//	                        concurrency): the oldest key, attached to its
+//	                        Store's session lease, leads (lead.go); the
+//	                        webhook sender is "webhook-sender"
 //	P ended/<end>/<run id>  the runs that ended, in the order they did;
 //	P meta/ended, P meta/deletions, P deletions/<newest>, P deleted/<run
 //	                        id>: the lifecycle's keys, written out in
@@ -91,6 +106,12 @@
 //     cached value moved, validated again and retried, the way Kubernetes'
 //     GuaranteedUpdate does. Two writers at one version: one wins, the other
 //     gets ErrConflict, never a forked history.
+//   - With Options.Outbox set, a create, import or append also puts the
+//     webhook deliveries its events cause (P outbox/), matched against the
+//     tenant's subscriptions as this Store last read them, and compares the
+//     tenant's P webhook-rev key at the revision they were read at: a
+//     subscription written meanwhile, by any server, fails the Txn, which
+//     is matched again. A delivery is committed iff its event is.
 //   - Group commit (batch.go): appends that change no status (a run's
 //     steps, with their blobs) share Txns. The first one queued sends the
 //     appends of distinct runs queued at that moment (which put no key in

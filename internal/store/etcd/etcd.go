@@ -71,6 +71,10 @@ type Options struct {
 	// MaxBlobBytes is the largest blob the store takes; it must leave room
 	// in MaxRequestBytes for the events that bring it.
 	MaxBlobBytes int
+	// Outbox, when set, makes the webhook deliveries of each create,
+	// import and append, put in its Txn (outbox.go). Every server on the
+	// prefix must set it once any tenant has a subscription.
+	Outbox store.Outbox
 }
 
 func (o Options) withDefaults() Options {
@@ -130,6 +134,11 @@ type Store struct {
 
 	// commits counts the write Txns etcd took, for the benchmarks.
 	commits atomic.Uint64
+
+	// outbox is Options.Outbox; hooks caches the tenants' webhook
+	// subscriptions it matches (webhooks.go).
+	outbox store.Outbox
+	hooks  hookCache
 }
 
 var _ store.Store = (*Store)(nil)
@@ -163,7 +172,7 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string, opts Options
 	if err != nil {
 		return nil, fmt.Errorf("open etcd store: %w", err)
 	}
-	s := &Store{cli: cli, kv: kv, keys: keys{prefix}, opts: opts.withDefaults(), cache: map[string]runAt{}, inFlight: make(chan struct{}, maxBatchesInFlight)}
+	s := &Store{cli: cli, kv: kv, keys: keys{prefix}, opts: opts.withDefaults(), cache: map[string]runAt{}, inFlight: make(chan struct{}, maxBatchesInFlight), outbox: opts.Outbox}
 	if s.opts.MaxBlobBytes > s.opts.MaxRequestBytes-2*requestMargin {
 		return nil, fmt.Errorf("open etcd store: MaxBlobBytes %d leaves no room for events in a request of MaxRequestBytes %d; lower it or raise both",
 			s.opts.MaxBlobBytes, s.opts.MaxRequestBytes)

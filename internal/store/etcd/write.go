@@ -38,7 +38,7 @@ func (s *Store) Create(ctx context.Context, started *reinv1.Event) (runstate.Sta
 		return runstate.State{}, false, err
 	}
 	defer s.mu.RUnlock()
-	got, created, err := s.create(ctx, what, st, [][]byte{data}, nil)
+	got, created, err := s.create(ctx, what, st, []*reinv1.Event{started}, [][]byte{data}, nil)
 	if errors.Is(err, errRunExists) {
 		return runstate.State{}, false, fmt.Errorf("%s: %w: %w", what, errRunExists, store.ErrConflict)
 	}
@@ -78,7 +78,7 @@ func (s *Store) Import(ctx context.Context, events []*reinv1.Event, blobs map[st
 	if err != nil {
 		return runstate.State{}, err
 	}
-	prev, created, err := s.create(ctx, what, st, encoded, missing)
+	prev, created, err := s.create(ctx, what, st, events, encoded, missing)
 	switch {
 	case errors.Is(err, errRunExists):
 		return runstate.State{}, fmt.Errorf("%s: %w under that ID", what, store.ErrExists)
@@ -91,14 +91,15 @@ func (s *Store) Import(ctx context.Context, events []*reinv1.Event, blobs map[st
 	return st, nil
 }
 
-// create stores a new run in state st with its encoded events and blobs. A
+// create stores a new run in state st with its events (encoded), its
+// blobs and the webhook deliveries they cause (outbox.go). A
 // request ID the tenant used already returns that run's state and created
 // false; a run ID stored already is errRunExists; the ID of a run deleted
 // (P deleted/<run id>, lifecycle.go) is ErrExists: a deleted run's ID is
 // not used again, so that its record names one run. The deletion record is
 // a compare of the Txn, not a read before it, so a Delete racing the
 // create is ordered by etcd.
-func (s *Store) create(ctx context.Context, what string, st runstate.State, encoded [][]byte, blobs map[string][]byte) (runstate.State, bool, error) {
+func (s *Store) create(ctx context.Context, what string, st runstate.State, events []*reinv1.Event, encoded [][]byte, blobs map[string][]byte) (runstate.State, bool, error) {
 	contract, err := seal.Seal(st.Contract)
 	if err != nil {
 		return runstate.State{}, false, fmt.Errorf("%s: encode its contract: %w", what, err)
@@ -138,6 +139,14 @@ func (s *Store) create(ctx context.Context, what string, st runstate.State, enco
 		t.cmp(absent(s.keys.deleted(st.RunID)))
 		t.orElse(s.keys.deleted(st.RunID)) // 3
 		putBlobs(t, s.keys, st.RunID, blobs)
+		hooks, err := s.putOutbox(ctx, t, &runstate.State{}, &st, events)
+		if err != nil {
+			return runstate.State{}, false, fmt.Errorf("%s: %w", what, err)
+		}
+		hooksAt := -1
+		if hooks {
+			hooksAt = s.hooksElse(t, st.Tenant) // 4
+		}
 		resp, err := s.commit(ctx, what, t)
 		if err != nil {
 			s.head = cursorAt{}
@@ -161,7 +170,11 @@ func (s *Store) create(ctx context.Context, what string, st runstate.State, enco
 		if kvOf(resp, 3) != nil {
 			return runstate.State{}, false, fmt.Errorf("%s: %w: a run with that ID was deleted, and a deleted run's ID is not used again", what, store.ErrExists)
 		}
-		// Only the change cursor moved (another server's change): again.
+		if hooksAt >= 0 {
+			s.hooks.seen(st.Tenant, kvOf(resp, hooksAt))
+		}
+		// Only the change cursor or the tenant's webhooks moved (another
+		// server's change): again.
 		if s.head, err = decodeHead(kvOf(resp, 2)); err != nil {
 			return runstate.State{}, false, err
 		}
@@ -242,7 +255,7 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 			}
 			return runstate.State{}, err
 		}
-		done, err := s.appendOnce(ctx, what, &cur, next, encoded, blobs, o)
+		done, err := s.appendOnce(ctx, what, &cur, next, events, encoded, blobs, o)
 		if err != nil {
 			s.forget(runID)
 			return runstate.State{}, err
@@ -255,9 +268,10 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 	return runstate.State{}, contention(what)
 }
 
-// appendOnce sends one Txn of an append validated on *cur. It reports done
+// appendOnce sends one Txn of an append validated on *cur: its events
+// (encoded), blobs and webhook deliveries (outbox.go). It reports done
 // when the append was stored; otherwise *cur is what etcd holds now.
-func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next runstate.State, encoded [][]byte, blobs map[string][]byte, o store.AppendOptions) (bool, error) {
+func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next runstate.State, events []*reinv1.Event, encoded [][]byte, blobs map[string][]byte, o store.AppendOptions) (bool, error) {
 	runID := next.RunID
 	snap, err := seal.Seal(next.Proto(false))
 	if err != nil {
@@ -281,6 +295,10 @@ func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next ru
 		t.put(s.keys.lease(runID), encodeLease(epoch, owner))
 	}
 	putBlobs(t, s.keys, runID, blobs)
+	hooks, err := s.putOutbox(ctx, t, &cur.st, &next, events)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", what, err)
+	}
 	changed := next.Status != cur.st.Status
 	stored := func(rev int64) {
 		leaseRev, own := cur.leaseRev, cur.own
@@ -327,6 +345,10 @@ func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next ru
 			return false, fmt.Errorf("%s: %w", what, err)
 		}
 	}
+	hooksAt := -1
+	if hooks {
+		hooksAt = s.hooksElse(t, next.Tenant)
+	}
 	resp, err := s.commit(ctx, what, t)
 	if err != nil {
 		if changed {
@@ -346,6 +368,9 @@ func (s *Store) appendOnce(ctx context.Context, what string, cur *runAt, next ru
 		if s.head, err = decodeHead(kvOf(resp, 3)); err != nil {
 			return false, err
 		}
+	}
+	if hooksAt >= 0 {
+		s.hooks.seen(next.Tenant, kvOf(resp, hooksAt))
 	}
 	now, err := s.decodeRun(ctx, runID, kvOf(resp, 0), kvOf(resp, 1), kvOf(resp, 2), nil)
 	if err != nil {
