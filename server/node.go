@@ -334,12 +334,20 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		if clock == nil {
 			clock = time.Now
 		}
-		reinv1.RegisterWebhookServiceServer(n.GRPC, &webhookService{store: hooks, cfg: cfg.Webhooks, sender: sender, log: cfg.Logger, clock: clock, tenant: rs.identity})
+		var gate *storeformat.Gate
+		if cfg.Cluster != nil {
+			gate = cfg.Cluster.Gate()
+		}
+		reinv1.RegisterWebhookServiceServer(n.GRPC, &webhookService{store: hooks, cfg: cfg.Webhooks, sender: sender, gate: gate, log: cfg.Logger, clock: clock, tenant: rs.identity})
 		if sender != nil {
 			wctx, cancel := context.WithCancel(context.Background())
 			n.sending, n.sent = cancel, make(chan struct{})
 			go func() {
 				defer close(n.sent)
+				if cfg.Webhooks.Lead != nil {
+					sendWhileLeading(wctx, sender, cfg.Webhooks.Lead, cfg.Logger)
+					return
+				}
 				sender.Run(wctx)
 			}()
 		}

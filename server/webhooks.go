@@ -14,6 +14,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/auth"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/storeformat"
 	"github.com/reinhq/rein/internal/webhook"
 )
 
@@ -27,6 +28,15 @@ type Webhooks struct {
 	// AllowPrivate accepts URLs on loopback and private addresses (rein
 	// serve --webhook-allow-private).
 	AllowPrivate bool
+	// Lead, when set, is how the node learns it sends, when several
+	// share the store: the node runs its sender only while it leads
+	// (webhook_lead.go).
+	Lead Lead
+	// NeedFormat, when set, is the store format subscriptions need on
+	// this store, and NeedFormatOn names the store: CreateWebhook is
+	// refused (FailedPrecondition) until the node's gate allows it.
+	NeedFormat   storeformat.Format
+	NeedFormatOn string
 }
 
 // webhookService implements WebhookService over the store's
@@ -36,7 +46,8 @@ type webhookService struct {
 	reinv1.UnsafeWebhookServiceServer
 	store  store.Webhooks
 	cfg    *Webhooks
-	sender *webhook.Sender // nil when the node sends nothing
+	sender *webhook.Sender   // nil when the node sends nothing
+	gate   *storeformat.Gate // nil without a Cluster
 	log    *slog.Logger
 	clock  func() time.Time
 	tenant func(context.Context) auth.Principal
@@ -57,6 +68,10 @@ func public(w *reinv1.Webhook) *reinv1.Webhook {
 }
 
 func (s *webhookService) CreateWebhook(ctx context.Context, req *reinv1.CreateWebhookRequest) (*reinv1.CreateWebhookResponse, error) {
+	if need := s.cfg.NeedFormat; need != 0 && (s.gate == nil || !s.gate.Allows("webhooks", need)) {
+		return nil, status.Errorf(codes.FailedPrecondition, "webhooks on %s need store format %d; finalize with rein cluster finalize once every replica runs this build",
+			s.cfg.NeedFormatOn, need)
+	}
 	id := s.tenant(ctx)
 	w := proto.CloneOf(req.GetWebhook())
 	if err := webhook.CheckURL(w.GetUrl(), s.cfg.AllowPrivate); err != nil {

@@ -256,7 +256,8 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 	var shared *etcdstore.Store                    // the replicas' store, for their rate buckets
 	storeName := e.db
 	if o.etcd.set() {
-		cli, st, err := o.etcd.open(ctx, etcdstore.Options{}, cfg.Metrics.EtcdDialOptions()...)
+		matcher := o.webhooks.configure(&cfg, log)
+		cli, st, err := o.etcd.open(ctx, etcdstore.Options{Outbox: matcher.Outbox()}, cfg.Metrics.EtcdDialOptions()...)
 		if err != nil {
 			return err
 		}
@@ -283,6 +284,13 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		cfg.Store, cfg.Replica, cfg.Owner, cfg.MaxDriven = st, true, o.name, o.maxRuns
 		cfg.Commits, cfg.Leased, cfg.Relay = st, rep.Holding, st
 		cfg.Cluster = rep
+		// One replica sends the webhooks at a time: the one that leads
+		// under a lease of --lease-ttl (docs/webhooks.md, "Guarantees").
+		name, ttl := o.name, o.leaseTTL
+		cfg.Webhooks.Lead = func(ctx context.Context) (<-chan struct{}, func(), error) {
+			return st.Lead(ctx, "webhook-sender", name, ttl)
+		}
+		cfg.Webhooks.NeedFormat, cfg.Webhooks.NeedFormatOn = etcdstore.WebhooksFormat, "etcd"
 		storeName = "etcd " + o.etcd.Endpoints + " " + o.etcd.Prefix
 		lock = func(ctx context.Context) (func(), error) { return st.Lock(ctx, "admission") }
 		shared = st

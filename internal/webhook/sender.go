@@ -125,6 +125,11 @@ func (s *Sender) Run(ctx context.Context) {
 		if err := s.cfg.Store.RemoveDeliveries(context.WithoutCancel(ctx), done); err != nil {
 			s.cfg.Logger.Warn("webhook: remove delivered webhooks at stop; they will be sent again", "count", len(done), "err", err)
 		}
+		// Released either way, so that a Run again (a server that leads
+		// again) sends what is still in the outbox.
+		for _, d := range done {
+			s.release(d.GetId())
+		}
 	}()
 	t := time.NewTimer(0)
 	defer t.Stop()

@@ -13,6 +13,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/store/seal"
+	"github.com/reinhq/rein/internal/storeformat"
 )
 
 // Webhook subscriptions (store.Webhooks). Each is one key, P
@@ -27,6 +28,12 @@ import (
 // subscriptions as they were when it committed, as on bbolt.
 
 var _ store.Webhooks = (*Store)(nil)
+
+// WebhooksFormat is the store format that brought webhook subscriptions
+// to the etcd store: a replica of an older build matches none of them and
+// would append without their deliveries, so subscriptions wait until the
+// format is active (a finalization) and every replica writes it.
+const WebhooksFormat storeformat.Format = 7
 
 func (k keys) webhooks() string { return k.p + "webhook/" }
 func (k keys) tenantWebhooks(tenant string) string {
