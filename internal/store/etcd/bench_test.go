@@ -16,6 +16,7 @@ import (
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/store/seal"
+	"github.com/reinhq/rein/internal/webhook"
 )
 
 // BenchmarkAppend measures durable appends of 3-event steps (etcd with
@@ -25,15 +26,16 @@ import (
 // "raw": the same bytes (the sealed events and snapshot) put by a bare Txn
 // per append with the one compare, pipelined on one connection, none of
 // the store's work (read, fold, seal, cache, batching).
+//
+// The third, "outbox", is the store opened with the webhook outbox and
+// its tenant holding a subscription that chooses none of the events: what
+// matching them costs an append (a compare of the tenant's
+// P webhook-rev key in its Txn, the match on the cached subscriptions).
 func BenchmarkAppend(b *testing.B) {
 	cli := durableEtcdClient(b)
 	for _, runs := range []int{1, 8, 64} {
-		for _, raw := range []bool{false, true} {
-			name := fmt.Sprintf("runs=%d/store", runs)
-			if raw {
-				name = fmt.Sprintf("runs=%d/raw", runs)
-			}
-			b.Run(name, func(b *testing.B) { benchAppend(b, cli, runs, raw) })
+		for _, mode := range []string{"store", "outbox", "raw"} {
+			b.Run(fmt.Sprintf("runs=%d/%s", runs, mode), func(b *testing.B) { benchAppend(b, cli, runs, mode) })
 		}
 	}
 }
@@ -66,15 +68,25 @@ const benchEventsPerAppend = 3
 
 var benchRound atomic.Int64
 
-func benchAppend(b *testing.B, cli *clientv3.Client, runs int, raw bool) {
+func benchAppend(b *testing.B, cli *clientv3.Client, runs int, mode string) {
 	ctx := b.Context()
+	raw := mode == "raw"
+	var opts Options
+	if mode == "outbox" {
+		opts.Outbox = (&webhook.Matcher{}).Outbox()
+	}
 	// A prefix of its own each time: the testing package calls a benchmark
 	// more than once (b.N = 1 first).
-	s, err := Open(ctx, cli, fmt.Sprintf("/bench/%s/%d/", b.Name(), benchRound.Add(1)), Options{})
+	s, err := Open(ctx, cli, fmt.Sprintf("/bench/%s/%d/", b.Name(), benchRound.Add(1)), opts)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
+	if mode == "outbox" {
+		if err := s.CreateWebhook(ctx, &reinv1.Webhook{Name: "none", Tenant: "acme", EventKinds: []string{"tool_changed"}}); err != nil {
+			b.Fatal(err)
+		}
+	}
 	ids := make([]string, runs)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("run-%04d", i)
