@@ -49,7 +49,7 @@ func etcdWebhookServer(t *testing.T, c *etcdtest.Cluster, prefix string, active 
 	m := &modelLog{}
 	send := &webhook.Config{Client: webhook.NewClient(true, webhook.Timeouts{}), Poll: 10 * time.Millisecond}
 	s := serveTCP(t, Config{Store: st, Tools: w, Models: m.models, Directory: testDirectory(t), Cluster: storeformat.NewSingle("test", gate, nil),
-		Webhooks: &Webhooks{Send: send, AllowPrivate: true, Lead: lead, NeedFormat: 7, NeedFormatOn: "etcd"}})
+		Webhooks: &Webhooks{Send: send, AllowPrivate: true, Lead: lead, Follow: st.FollowOutbox, NeedFormat: 7, NeedFormatOn: "etcd"}})
 	w.watchStore(s.node.Store)
 	ps := &peopleServer{tcpServer: s, tools: w, models: m, opts: []grpc.CallOption{as("a-operator")}}
 	return ps, reinv1.NewWebhookServiceClient(s.conn), recv.URL, got

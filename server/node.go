@@ -345,7 +345,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 			go func() {
 				defer close(n.sent)
 				if cfg.Webhooks.Lead != nil {
-					sendWhileLeading(wctx, sender, cfg.Webhooks.Lead, cfg.Logger)
+					sendWhileLeading(wctx, sender, cfg.Webhooks.Lead, cfg.Webhooks.Follow, cfg.Logger)
 					return
 				}
 				sender.Run(wctx)

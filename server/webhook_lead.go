@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/reinhq/rein/internal/webhook"
@@ -22,8 +23,9 @@ const leadRetry = time.Second
 // delivery, and another carries on once its lead ends (it died, or was
 // cut off from the store). A server that loses the lead stops its sender
 // (its attempts in flight are cut and sent again by the next leader) and
-// campaigns again. docs/webhooks.md, "Guarantees".
-func sendWhileLeading(ctx context.Context, sender *webhook.Sender, lead Lead, log *slog.Logger) {
+// campaigns again. While it leads, follow (when set) wakes the sender for
+// the other servers' commits. docs/webhooks.md, "Delivery guarantees".
+func sendWhileLeading(ctx context.Context, sender *webhook.Sender, lead Lead, follow func(context.Context, func()), log *slog.Logger) {
 	for ctx.Err() == nil {
 		lost, resign, err := lead(ctx)
 		if err != nil {
@@ -40,16 +42,21 @@ func sendWhileLeading(ctx context.Context, sender *webhook.Sender, lead Lead, lo
 		}
 		log.Info("webhook: this server sends the webhooks now")
 		sctx, cancel := context.WithCancel(ctx)
-		go func() {
+		var wg sync.WaitGroup
+		wg.Go(func() {
 			select {
 			case <-lost:
 				log.Warn("webhook: this server lost the lead of the webhook senders (its etcd lease ended); another sends them now")
 			case <-sctx.Done():
 			}
 			cancel()
-		}()
+		})
+		if follow != nil {
+			wg.Go(func() { follow(sctx, sender.Wake) })
+		}
 		sender.Run(sctx)
 		cancel()
+		wg.Wait()
 		resign()
 	}
 }

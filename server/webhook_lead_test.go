@@ -63,7 +63,7 @@ func TestSendWhileLeading(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		sendWhileLeading(sctx, sender, campaign, slog.New(slog.DiscardHandler))
+		sendWhileLeading(sctx, sender, campaign, nil, slog.New(slog.DiscardHandler))
 	}()
 	wait := func(what string, ch <-chan struct{}) {
 		t.Helper()

@@ -32,6 +32,10 @@ type Webhooks struct {
 	// share the store: the node runs its sender only while it leads
 	// (webhook_lead.go).
 	Lead Lead
+	// Follow, when set, calls wake each time another server's commit put
+	// a delivery in the outbox, until ctx ends; the leader runs it, so
+	// that it sends those at once rather than at its next poll.
+	Follow func(ctx context.Context, wake func())
 	// NeedFormat, when set, is the store format subscriptions need on
 	// this store, and NeedFormatOn names the store: CreateWebhook is
 	// refused (FailedPrecondition) until the node's gate allows it.

@@ -290,6 +290,7 @@ func (o *serveOptions) run(ctx context.Context, e *env) error {
 		cfg.Webhooks.Lead = func(ctx context.Context) (<-chan struct{}, func(), error) {
 			return st.Lead(ctx, "webhook-sender", name, ttl)
 		}
+		cfg.Webhooks.Follow = st.FollowOutbox
 		cfg.Webhooks.NeedFormat, cfg.Webhooks.NeedFormatOn = etcdstore.WebhooksFormat, "etcd"
 		storeName = "etcd " + o.etcd.Endpoints + " " + o.etcd.Prefix
 		lock = func(ctx context.Context) (func(), error) { return st.Lock(ctx, "admission") }

@@ -242,3 +242,14 @@ func (s *Store) UpdateDelivery(ctx context.Context, d *reinv1.WebhookDelivery, f
 	}
 	return contention(what)
 }
+
+// FollowOutbox calls put each time a delivery is put in any subscription's
+// outbox, by any server, until ctx ends, and also whenever it may have
+// missed one (at the start, and after its watch had to start again): a
+// sender that reads the outbox on its own commits and on a timer learns so
+// of the other servers' at once. The calls come from one goroutine and
+// must not block (webhook.Sender.Wake).
+func (s *Store) FollowOutbox(ctx context.Context, put func()) {
+	s.follow(ctx, s.keys.p+"outbox/", []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete()},
+		func(string, []byte) { put() }, put)
+}

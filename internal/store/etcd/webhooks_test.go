@@ -219,3 +219,35 @@ func TestLeadGoesToAnotherWhenTheLeaderEnds(t *testing.T) {
 	again.resign()
 	got.resign()
 }
+
+// TestFollowOutbox: a server following the outbox is told when another
+// server's append put a delivery in it (and once at the start, when it
+// may have missed some).
+func TestFollowOutbox(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	_, a, b := hookServers(t)
+	if err := b.CreateWebhook(ctx, hook("oncall")); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, b, "run-1")
+	put := make(chan struct{}, 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.FollowOutbox(ctx, func() { put <- struct{}{} })
+	}()
+	defer func() { cancel(); <-done }()
+	wake := func(what string) {
+		t.Helper()
+		select {
+		case <-put:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no call within 10s", what)
+		}
+	}
+	wake("the start")
+	if _, err := b.Append(ctx, "run-1", 1, pauseFor("run-1", 2)); err != nil {
+		t.Fatal(err)
+	}
+	wake("b's pause")
+}
