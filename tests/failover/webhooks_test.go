@@ -19,8 +19,6 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/etcdtest"
-	etcdstore "github.com/reinhq/rein/internal/store/etcd"
-	"github.com/reinhq/rein/internal/storeformat"
 	"github.com/reinhq/rein/internal/webhook"
 )
 
@@ -117,9 +115,6 @@ func statusDeliveries(ctx context.Context, cl reinv1.RunServiceClient, name, run
 // other replica), nothing that was never committed, in order per run,
 // each id with one body and a valid signature; the outbox ends empty.
 func TestWebhooksGoOnWhenTheSenderDies(t *testing.T) {
-	if storeformat.Current < etcdstore.WebhooksFormat {
-		t.Skipf("this build writes store format %d; webhooks on etcd need %d", storeformat.Current, etcdstore.WebhooksFormat)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cluster := etcdtest.Start(t, 1)
