@@ -31,4 +31,4 @@ if [ "$(checkout)" != "$before" ]; then
 fi
 # One test file at a time: each starts its own servers, and the machine
 # may be small.
-node --test --test-concurrency=1 --test-timeout=60000 --test-reporter=spec dist/test/*.test.js
+node --test --test-concurrency=1 --test-timeout=240000 --test-reporter=spec dist/test/*.test.js
