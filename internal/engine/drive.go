@@ -107,7 +107,7 @@ func (e *Engine) drive(ctx context.Context, runID string) error {
 		// A policy approved the step's write and it was dispatched: the
 		// driver commits it, as a person's approval would (the run is
 		// driven once more after, when it goes on).
-		next, err := e.commitWrite(ctx, st, nil)
+		next, err := e.commitWrite(ctx, st, sendDispatched)
 		if err == nil && e.stepped && next.Status == reinv1.RunStatus_RUN_STATUS_RUNNING {
 			// A synchronous engine has no driver to schedule: step on.
 			return e.drive(ctx, runID)
