@@ -21,7 +21,10 @@ import (
 func (s *Store) Lead(ctx context.Context, name, value string, ttl time.Duration) (lost <-chan struct{}, resign func(), err error) {
 	what := fmt.Sprintf("campaign for the lead of %s", name)
 	secs := max(int(ttl/time.Second), 1)
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	// The session ends with ctx too: its lease's grant waits for etcd, and
+	// a caller that stops (rein serve's shutdown) must not wait for etcd
+	// to come back.
+	sctx, cancel := context.WithCancel(ctx)
 	sess, err := concurrency.NewSession(s.cli, concurrency.WithTTL(secs), concurrency.WithContext(sctx))
 	if err != nil {
 		cancel()
