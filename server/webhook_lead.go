@@ -46,7 +46,9 @@ func sendWhileLeading(ctx context.Context, sender *webhook.Sender, lead Lead, fo
 		wg.Go(func() {
 			select {
 			case <-lost:
-				log.Warn("webhook: this server lost the lead of the webhook senders (its etcd lease ended); another sends them now")
+				if ctx.Err() == nil { // not the stop, whose cancel ends the lead too
+					log.Warn("webhook: this server lost the lead of the webhook senders (its etcd lease ended); another sends them now")
+				}
 			case <-sctx.Done():
 			}
 			cancel()
