@@ -33,7 +33,9 @@ const webhookSubs = 3
 // The ratio is the step rate kept; the target is 0.9.
 //
 // Extra reports the deliveries the receiver took during the figure's
-// rounds, and those still queued as its runs ended.
+// rounds, those still queued as its runs ended, and each side's CPU time
+// per step (the process's: the sender's and the receiver's in the
+// figure's).
 func Webhooks(ctx context.Context, o Options) (Result, error) {
 	runs := o.Runs
 	if runs <= 0 {
@@ -62,17 +64,19 @@ func Webhooks(ctx context.Context, o Options) (Result, error) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer recv.Close()
-	var queued []float64
-	var delivered []float64
+	var queued, delivered, cpu, baseCPU []float64
 	figure := func(round int) (measure, error) {
-		before := taken.Load()
+		before, cpu0 := taken.Load(), cpuTime()
 		m, left, err := webhookRound(ctx, be, filepath.Join(dir, fmt.Sprintf("figure-%d.db", round)), contracts, fixtures, recv.URL, webhookSubs, &r.Events)
+		cpu = append(cpu, (cpuTime()-cpu0).Seconds()*1e6/max(m.units, 1))
 		delivered = append(delivered, float64(taken.Load()-before))
 		queued = append(queued, float64(left))
 		return m, err
 	}
 	baseline := func(round int) (measure, error) {
+		cpu0 := cpuTime()
 		m, _, err := webhookRound(ctx, be, filepath.Join(dir, fmt.Sprintf("baseline-%d.db", round)), contracts, fixtures, recv.URL, 0, &r.Events)
+		baseCPU = append(baseCPU, (cpuTime()-cpu0).Seconds()*1e6/max(m.units, 1))
 		return m, err
 	}
 	if err := alternateOrder(ctx, &r, o.rounds(), true, figure, baseline); err != nil {
@@ -81,6 +85,8 @@ func Webhooks(ctx context.Context, o Options) (Result, error) {
 	r.Extra["subscriptions"] = webhookSubs
 	r.Extra["delivered_during_run"] = meanOf(delivered)
 	r.Extra["queued_at_end"] = meanOf(queued)
+	r.Extra["cpu_us_per_step"] = meanOf(cpu)
+	r.Extra["baseline_cpu_us_per_step"] = meanOf(baseCPU)
 	return r, nil
 }
 
