@@ -344,6 +344,9 @@ func benchDetail(r bench.Result) string {
 	case "replay":
 		return fmt.Sprintf("; per event: read %.0f ns + replay %.0f ns, against read %.0f ns + fold %.0f ns (without the reading, ratio %.3f)",
 			x["load_ns_per_event"], x["replay_ns_per_event"], x["baseline_load_ns_per_event"], x["fold_ns_per_event"], x["in_memory_ratio"])
+	case "reads":
+		return fmt.Sprintf("; %.0f pages/s read; with %.0f runs appending (%.0f commits/s): ListRuns p50 %.2f ms, p99 %.2f ms; a watcher's catch-up read p50 %.2f ms, p99 %.2f ms",
+			x["pages_per_s"], float64(64), x["latency_commits_per_s"], x["list_ms_p50"], x["list_ms_p99"], x["watch_read_ms_p50"], x["watch_read_ms_p99"])
 	case "watch":
 		rss := "unmeasured"
 		if v := x["rss_idle_mib"]; v > 0 {

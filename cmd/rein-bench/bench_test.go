@@ -126,7 +126,7 @@ func TestBenchAllJSON(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	want := []string{"append", "steps", "steps-runs", "steps-stream", "webhooks", "fold", "replay", "watch", "delegate", "admission", "mcp", "cache-cost", "recovery"}
+	want := []string{"append", "steps", "steps-runs", "steps-stream", "webhooks", "fold", "replay", "reads", "watch", "delegate", "admission", "mcp", "cache-cost", "recovery"}
 	if len(lines) != len(want) {
 		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), out)
 	}

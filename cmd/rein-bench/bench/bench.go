@@ -145,6 +145,7 @@ func Scenarios() []Scenario {
 		{Name: "webhooks", Doc: "steps-runs' 16 runs with 3 webhook subscriptions on every event, delivered as the runs go to a local receiver, against the same runs with none: the step rate kept", Run: Webhooks},
 		{Name: "fold", Doc: "rebuild a 1,000,000-event run from the store: scan, decode, fold", Run: Fold},
 		{Name: "replay", Doc: "read and replay a directory of 1,000 recorded runs of 100 steps through the harness, against reading and folding them", Run: Replay},
+		{Name: "reads", Doc: "16 runs appending while 16 readers page through 10,000 runs (List, 100 a page), against the appends alone: commits a second kept; and, with 64 runs appending, ListRuns and a watcher's catch-up read, p50 and p99", Run: Reads},
 		{Name: "watch", Doc: "1,000 WatchRun streams over loopback TCP following 64 runs that append, against plain gRPC streaming", Run: Watch},
 		{Name: "delegate", Doc: "200 delegations, one after the other, of a scripted parent to 2 children, durable, against the same model calls in as many runs without a tree; the fan-out and fan-in overhead", Run: Delegate},
 		{Name: "admission", Doc: "2,000 one-step runs queued under --max-running 64 and started as slots free, against the same runs started without a limit; and the time from a slot freeing to the next queued run's start", Run: Admission},
