@@ -24,6 +24,10 @@ const (
 	readsWatchers    = 8
 	readsListPage    = 50
 	readsRound       = 3 * time.Second
+	// readsListEvery and readsWatchEvery pace the latency phase's readers:
+	// a console refreshing its list, watchers polling their runs.
+	readsListEvery  = 10 * time.Millisecond
+	readsWatchEvery = 2 * time.Millisecond
 )
 
 // Reads measures reads beside writes on one durable store of 10,000 runs.
@@ -31,8 +35,9 @@ const (
 // while 16 readers page through every run (List, 100 a page, over and
 // over); its baseline, the same appends with no reader: the ratio is what
 // readers cost the writer. Beside it (Extra), with 64 runs appending: how
-// long a ListRuns page (the newest 50 runs) takes, and a watcher's
-// catch-up read (the events of a run after the last it saw), p50 and p99.
+// long a ListRuns page (the newest 50 runs, one every 10 ms) takes, and a
+// watcher's catch-up read (the events of a run after the last it saw, 8
+// watchers each reading every 2 ms), p50 and p99.
 func Reads(ctx context.Context, o Options) (Result, error) {
 	r := Result{Scenario: "reads", Unit: "commits/s", Target: 0.5, Extra: map[string]float64{}}
 	be, err := o.backend(r.Scenario)
@@ -94,7 +99,9 @@ func Reads(ctx context.Context, o Options) (Result, error) {
 		}
 		follow := ids[len(ids)-readsLatencyRuns:]
 		listOnce := func(ctx context.Context) error {
-			for ctx.Err() == nil {
+			tick := time.NewTicker(readsListEvery)
+			defer tick.Stop()
+			for ; ctx.Err() == nil; <-tick.C {
 				t0 := time.Now()
 				if _, err := s.List(ctx, store.Filter{Limit: readsListPage}); err != nil {
 					return err
@@ -106,7 +113,9 @@ func Reads(ctx context.Context, o Options) (Result, error) {
 		var next atomic.Int64
 		watchOnce := func(ctx context.Context) error {
 			seen := map[string]uint64{}
-			for ctx.Err() == nil {
+			tick := time.NewTicker(readsWatchEvery)
+			defer tick.Stop()
+			for ; ctx.Err() == nil; <-tick.C {
 				id := follow[int(next.Add(1))%len(follow)]
 				t0 := time.Now()
 				evs, err := s.Events(ctx, id, seen[id], 256)
