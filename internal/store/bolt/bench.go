@@ -9,8 +9,6 @@ package bolt
 import (
 	"fmt"
 
-	bbolt "go.etcd.io/bbolt"
-
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 )
 
@@ -21,8 +19,8 @@ func (s *Store) Commits() uint64 { return s.commits.Load() }
 // ScanEvents calls fn with each stored event of a run after a sequence, in
 // order, decoding into one reused Event. fn must not keep ev.
 func (s *Store) ScanEvents(runID string, after uint64, fn func(ev *reinv1.Event) error) error {
-	return s.view(fmt.Sprintf("run %s events from %d", runID, after+1), func(tx *bbolt.Tx) error {
-		b := runBucket(tx, runID)
+	return s.view(fmt.Sprintf("run %s events from %d", runID, after+1), func(tx *rtx) error {
+		b := tx.runBucket(runID)
 		if b == nil {
 			return missingRun(tx, runID)
 		}

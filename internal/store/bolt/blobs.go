@@ -144,8 +144,8 @@ func (s *Store) Blobs(ctx context.Context, runID string, hashes []string) (map[s
 		want[[sha256.Size]byte(blobValue(h, nil))] = h
 	}
 	out := make(map[string][]byte, len(want))
-	err := s.view("blobs of run "+runID, func(tx *bbolt.Tx) error {
-		b := runBucket(tx, runID)
+	err := s.view("blobs of run "+runID, func(tx *rtx) error {
+		b := tx.runBucket(runID)
 		if b == nil {
 			return missingRun(tx, runID)
 		}

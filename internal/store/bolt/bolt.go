@@ -79,9 +79,18 @@ type Store struct {
 	subs   subCache
 
 	// The open write transaction and the log (checkpoint.go), the
-	// writer's: txMu guards tx against the reads that go through it.
-	txMu    sync.Mutex
-	tx      *bbolt.Tx
+	// writer's, under txMu (which no read takes).
+	txMu sync.Mutex
+	tx   *bbolt.Tx
+	// ovw is the overlay of what tx wrote since the last checkpoint, which
+	// it adds to; ovSynced, a copy of it as of the last sync (nil for
+	// none); ckTxid, the last checkpoint's transaction ID (snapshot.go).
+	ovw      *overlay
+	ovSynced *overlay
+	ckTxid   uint64
+	// snap is what reads read (snapshot.go): published by the writer,
+	// taken by reads with no lock.
+	snap    atomic.Pointer[snapshot]
 	wal     *walFile
 	storeID []byte
 	applied uint64 // the last log record the file holds
@@ -278,8 +287,8 @@ func (s *Store) submit(ctx context.Context, r *writeReq) (writeRes, error) {
 // Load implements store.Store.
 func (s *Store) Load(ctx context.Context, runID string) (runstate.State, error) {
 	var st runstate.State
-	err := s.view("run "+runID, func(tx *bbolt.Tx) error {
-		b := runBucket(tx, runID)
+	err := s.view("run "+runID, func(tx *rtx) error {
+		b := tx.runBucket(runID)
 		if b == nil {
 			return missingRun(tx, runID)
 		}
@@ -298,8 +307,8 @@ func (s *Store) Load(ctx context.Context, runID string) (runstate.State, error) 
 // Events implements store.Store.
 func (s *Store) Events(ctx context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error) {
 	var out []*reinv1.Event
-	err := s.view(fmt.Sprintf("run %s events from %d", runID, after+1), func(tx *bbolt.Tx) error {
-		b := runBucket(tx, runID)
+	err := s.view(fmt.Sprintf("run %s events from %d", runID, after+1), func(tx *rtx) error {
+		b := tx.runBucket(runID)
 		if b == nil {
 			return missingRun(tx, runID)
 		}
@@ -349,7 +358,7 @@ func decodeEvent(runID string, want uint64, k, v []byte, ev *reinv1.Event) error
 func (s *Store) Changes(ctx context.Context, after uint64, limit int) ([]store.Change, uint64, error) {
 	var out []store.Change
 	var head uint64
-	err := s.view("the status changes", func(tx *bbolt.Tx) error {
+	err := s.view("the status changes", func(tx *rtx) error {
 		b := tx.Bucket(bucketChanges)
 		if b == nil {
 			return nil
@@ -379,10 +388,19 @@ func runBucket(tx *bbolt.Tx, runID string) *bbolt.Bucket {
 	return runs.Bucket([]byte(runID))
 }
 
+// runBucket is the run's bucket as the read sees it, or nil (runBucket).
+func (tx *rtx) runBucket(runID string) *rbucket {
+	runs := tx.Bucket(bucketRuns)
+	if runs == nil {
+		return nil
+	}
+	return runs.Bucket([]byte(runID))
+}
+
 // missingRun is the error for a run whose bucket is not there: not found,
 // unless the store still holds its contract or lists it in the status index,
 // which means the page that held its key was damaged.
-func missingRun(tx *bbolt.Tx, runID string) error {
+func missingRun(tx *rtx, runID string) error {
 	if contractOf(tx, runID) != nil {
 		return damaged("run "+runID, "its contract is stored but its log and snapshot are not where they belong (a damaged page of the runs bucket)")
 	}
@@ -390,7 +408,7 @@ func missingRun(tx *bbolt.Tx, runID string) error {
 }
 
 // contractOf is the stored contract of a run, for loadState.
-func contractOf(tx *bbolt.Tx, runID string) []byte {
+func contractOf(tx *rtx, runID string) []byte {
 	contracts := tx.Bucket(bucketContracts)
 	if contracts == nil {
 		return nil
@@ -400,7 +418,7 @@ func contractOf(tx *bbolt.Tx, runID string) []byte {
 
 // loadState decodes a run's snapshot, and its contract when contractBytes
 // is not nil, checking their seals.
-func loadState(b *bbolt.Bucket, contractBytes []byte) (runstate.State, error) {
+func loadState(b getter, contractBytes []byte) (runstate.State, error) {
 	snap := b.Get(keySnapshot)
 	if snap == nil {
 		return runstate.State{}, damaged("snapshot", "it is missing")

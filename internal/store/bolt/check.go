@@ -255,7 +255,7 @@ func (c *checker) run(tx *bbolt.Tx, runs *bbolt.Bucket, runID string) {
 		c.add(runID, 0, "the runs bucket holds a value, not a bucket, under its ID")
 		return
 	}
-	contract := contractOf(tx, runID)
+	contract := contractOf(readTx(tx), runID)
 	if contract == nil {
 		c.add(runID, 0, "its contract is missing")
 	}

@@ -20,10 +20,10 @@ import (
 // lifecycle change, a scrub or the close; then the log is written from its
 // start again.
 //
-// Reads go through the open transaction while it holds what the file does
-// not (view, in guard.go), under txMu, which the writer holds from a
-// batch's first put to its record's sync: a read sees what is durable and
-// nothing else, as it did when each batch was a commit of its own.
+// Reads never go through the open transaction: they read the last
+// checkpoint under the overlay of what was synced since, which the writer
+// publishes after each sync and each checkpoint (snapshot.go). txMu is the
+// writer's (and Open's, and Failure's): no read takes it.
 const (
 	checkpointEvery = 2 * time.Second
 	checkpointBytes = 16 << 20
@@ -55,7 +55,7 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 		}
 	}
 	ops := false
-	w := &wtx{tx: s.tx, rec: s.wal.record()}
+	w := &wtx{tx: s.tx, rec: s.wal.record(), ov: s.ovw}
 	err := guard("commit to "+s.path, func() error {
 		for i := 0; i < len(batch); i++ {
 			results[i] = s.applyRequest(w, batch[i])
@@ -79,7 +79,7 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 	if ops {
 		// An erasure's checkpoint cuts the log, so that the run's events
 		// are not left in it.
-		return batch, s.checkpointLocked(true)
+		return batch, s.checkpointLocked(true, false)
 	}
 	rec := w.rec
 	if len(rec) == walRecordHdr+walNumberLen {
@@ -93,7 +93,7 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 	if s.wal.off+int64(len(rec)) > checkpointBytes {
 		// The log stays within its bound: a batch that would take it past
 		// (a large import, say) goes to the file with all before it.
-		return batch, s.checkpointLocked(false)
+		return batch, s.checkpointLocked(false, false)
 	}
 	if err := s.wal.append(s.logged+1, rec); err != nil {
 		var fatal errFatal
@@ -103,6 +103,7 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 		return batch, s.abandonLocked(err)
 	}
 	s.logged++
+	s.publishSyncedLocked()
 	return batch, nil
 }
 
@@ -123,7 +124,7 @@ func (s *Store) checkpoint() error {
 	if s.broken != nil {
 		return s.broken
 	}
-	return s.checkpointLocked(false)
+	return s.checkpointLocked(false, true)
 }
 
 // checkpointLocked commits the open transaction (bbolt's two syncs) with the
@@ -134,13 +135,22 @@ func (s *Store) checkpoint() error {
 // stops there too), and the records since the last checkpoint are durable
 // in the log, which the next Open applies. So does a cut of the log that
 // fails: an erasure is not done until the log no longer holds the run.
-func (s *Store) checkpointLocked(cut bool) error {
+//
+// clean says that the transaction holds only what was synced, all of which
+// the published overlay holds: reads that begin once the commit is visible
+// then go on with that overlay over it, rather than wait for the snapshot
+// published after it (snapshot.go).
+func (s *Store) checkpointLocked(cut, clean bool) error {
 	if s.tx == nil {
 		return nil
 	}
 	if s.rollbackClean(); s.tx == nil {
 		return nil
 	}
+	if p := s.snap.Load(); clean && p != nil && p.err == nil {
+		s.publishLocked(&snapshot{txid: p.txid, ov: p.ov, clean: true})
+	}
+	txid := uint64(s.tx.ID())
 	err := guard("checkpoint "+s.path, func() error {
 		meta := s.tx.Bucket(bucketMeta)
 		if meta.Get(keyStoreID) == nil {
@@ -160,6 +170,7 @@ func (s *Store) checkpointLocked(cut bool) error {
 	}
 	s.tx = nil
 	s.applied = s.logged
+	s.publishCheckpointLocked(txid)
 	if s.afterCheckpoint != nil {
 		s.afterCheckpoint()
 	}
@@ -187,6 +198,7 @@ func (s *Store) haltLocked(cause error) error {
 			"whether the writes in flight then were stored is known once rein is restarted, which applies every acknowledged commit its log holds",
 			store.ErrUnavailable, s.path, cause)
 		close(s.failed)
+		s.publishLocked(&snapshot{err: s.broken})
 	}
 	if s.tx != nil {
 		_ = s.tx.Rollback()
@@ -224,6 +236,11 @@ func (s *Store) abandonLocked(cause error) error {
 		s.tx = nil
 	}
 	s.states.clear()
+	// The overlay goes back to what was published, which is what the
+	// records put back write.
+	if s.ovw = newOverlay(); s.ovSynced != nil {
+		s.ovw = s.ovSynced.Copy()
+	}
 	if s.logged == s.applied {
 		return cause
 	}
@@ -255,7 +272,7 @@ func (s *Store) finish() error {
 	defer s.txMu.Unlock()
 	err := s.broken
 	if err == nil {
-		err = s.checkpointLocked(false)
+		err = s.checkpointLocked(false, true)
 	}
 	if s.tx != nil {
 		_ = s.tx.Rollback()

@@ -65,9 +65,15 @@
 //     synced: one fdatasync, where
 //     a bbolt commit makes two. The transaction is committed (a checkpoint)
 //     every two seconds of records, before the log passes 16 MiB, before a
-//     lifecycle change, a scrub and the close; reads go through it while it
-//     holds what the file does not, so a read sees every acknowledged
-//     write and nothing that is not yet durable (checkpoint.go). Open
+//     lifecycle change, a scrub and the close (checkpoint.go). Reads never
+//     go through it, nor wait for the writer: a read is a bbolt read
+//     transaction of the last checkpoint under an immutable overlay of
+//     every commit synced since (etcd's txReadBuffer), which the writer
+//     publishes after each sync and swaps, with the read transaction's
+//     checkpoint, at each checkpoint (snapshot.go, overlay.go, rtx.go): a
+//     read sees every acknowledged write and nothing that is not yet
+//     durable. Each read begins and ends its own read transaction, so
+//     that none is held across a checkpoint's remap of the file. Open
 //     puts the writes a crash left in the log again, blind, in one
 //     checkpoint, and a read-only open applies them to a private copy
 //     (recover.go). The writer

@@ -34,7 +34,7 @@ func buildOf(opts Options) storeformat.Build {
 
 // fileFormat is the store format the file records: Base when it records
 // none (or is new). A value that is not a number is refused.
-func fileFormat(tx *bbolt.Tx, path string) (storeformat.Format, error) {
+func fileFormat(tx *rtx, path string) (storeformat.Format, error) {
 	meta := tx.Bucket(bucketMeta)
 	if meta == nil {
 		return storeformat.Base, nil
@@ -56,7 +56,7 @@ func checkStoreFormat(tx *bbolt.Tx, path string, b storeformat.Build) (mark bool
 	if tx.Bucket(bucketMeta) == nil {
 		return true, nil // a new file: in the build's newest format from its first commit
 	}
-	f, err := fileFormat(tx, path)
+	f, err := fileFormat(readTx(tx), path)
 	if err != nil {
 		return false, err
 	}
@@ -91,7 +91,7 @@ func markStoreFormat(tx *bbolt.Tx, b storeformat.Build) error {
 // cluster status).
 func (s *Store) StoreFormat() (storeformat.Format, error) {
 	var f storeformat.Format
-	err := s.view("read the store format", func(tx *bbolt.Tx) (err error) {
+	err := s.view("read the store format", func(tx *rtx) (err error) {
 		f, err = fileFormat(tx, s.path)
 		return err
 	})
@@ -112,7 +112,7 @@ func ReadStoreFormat(path string, opts Options) (storeformat.Format, error) {
 	var f storeformat.Format
 	err = guard("read the store format of "+path, func() error {
 		return db.View(func(tx *bbolt.Tx) (err error) {
-			f, err = fileFormat(tx, path)
+			f, err = fileFormat(readTx(tx), path)
 			return err
 		})
 	})

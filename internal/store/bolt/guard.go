@@ -1,10 +1,7 @@
 package bolt
 
 import (
-	"fmt"
 	"runtime/debug"
-
-	bbolt "go.etcd.io/bbolt"
 
 	"github.com/reinhq/rein/internal/store"
 )
@@ -37,29 +34,3 @@ func (e *pageFault) Error() string {
 }
 
 func (e *pageFault) Unwrap() error { return store.ErrDataLoss }
-
-// view runs fn in a read transaction, guarded. what names what is read
-// ("run R"), for the error a damaged page gives.
-func (s *Store) view(what string, fn func(tx *bbolt.Tx) error) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return fmt.Errorf("read store %s: %w", s.path, store.ErrClosed)
-	}
-	s.dbMu.RLock()
-	defer s.dbMu.RUnlock()
-	s.txMu.Lock()
-	if s.broken != nil {
-		// The file lacks what the log holds, and the transaction that held
-		// it is gone: a read now could go back in time.
-		defer s.txMu.Unlock()
-		return fmt.Errorf("read %s: %w", what, s.broken)
-	}
-	if tx := s.tx; tx != nil {
-		// It holds durable commits the file does not yet (checkpoint.go).
-		defer s.txMu.Unlock()
-		return guard(what, func() error { return fn(tx) })
-	}
-	s.txMu.Unlock()
-	return guard(what, func() error { return s.db.View(fn) })
-}

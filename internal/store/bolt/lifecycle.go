@@ -84,7 +84,7 @@ func backfillEnded(tx *bbolt.Tx) error {
 // Ended implements store.Lifecycle.
 func (s *Store) Ended(ctx context.Context, after string, limit int) ([]store.Ended, error) {
 	var out []store.Ended
-	err := s.view("the ended runs", func(tx *bbolt.Tx) error {
+	err := s.view("the ended runs", func(tx *rtx) error {
 		b := tx.Bucket(bucketEnded)
 		if b == nil {
 			return nil
@@ -123,9 +123,9 @@ func (s *Store) Archive(ctx context.Context, runID string, version uint64, rec *
 		runs := tx.Bucket(bucketRuns)
 		b := runs.Bucket([]byte(runID))
 		if b == nil {
-			return writeRes{err: missingRun(tx, runID)}
+			return writeRes{err: missingRun(readTx(tx), runID)}
 		}
-		st, err := loadState(b, contractOf(tx, runID))
+		st, err := loadState(b, contractOf(readTx(tx), runID))
 		if err != nil {
 			return writeRes{err: fmt.Errorf("run %s: %w", runID, err)}
 		}
@@ -187,14 +187,14 @@ func (s *Store) Delete(ctx context.Context, d *reinv1.RunDeletion) (*reinv1.RunD
 	var rec *reinv1.RunDeletion
 	var deleted bool
 	_, err := s.submit(ctx, &writeReq{runID: runID, op: func(tx *bbolt.Tx) writeRes {
-		if prev, err := deletionOf(tx, runID); err != nil || prev != nil {
+		if prev, err := deletionOf(readTx(tx), runID); err != nil || prev != nil {
 			rec = prev
 			return writeRes{err: err}
 		}
 		runs := tx.Bucket(bucketRuns)
 		b := runs.Bucket([]byte(runID))
 		if b == nil {
-			return writeRes{err: missingRun(tx, runID)}
+			return writeRes{err: missingRun(readTx(tx), runID)}
 		}
 		st, err := loadState(b, nil)
 		if err != nil {
@@ -267,7 +267,7 @@ func putDeletion(tx *bbolt.Tx, r *reinv1.RunDeletion) error {
 }
 
 // deletionOf is a deleted run's record, or nil.
-func deletionOf(tx *bbolt.Tx, runID string) (*reinv1.RunDeletion, error) {
+func deletionOf(tx *rtx, runID string) (*reinv1.RunDeletion, error) {
 	idx := tx.Bucket(bucketDeleted)
 	if idx == nil {
 		return nil, nil
@@ -290,7 +290,7 @@ func deletionOf(tx *bbolt.Tx, runID string) (*reinv1.RunDeletion, error) {
 // Deletion implements store.Lifecycle.
 func (s *Store) Deletion(ctx context.Context, runID string) (*reinv1.RunDeletion, error) {
 	var rec *reinv1.RunDeletion
-	err := s.view("the deletion of run "+runID, func(tx *bbolt.Tx) (err error) {
+	err := s.view("the deletion of run "+runID, func(tx *rtx) (err error) {
 		rec, err = deletionOf(tx, runID)
 		return err
 	})
@@ -305,7 +305,7 @@ func (s *Store) Deletion(ctx context.Context, runID string) (*reinv1.RunDeletion
 func (s *Store) Deletions(ctx context.Context, tenant, after string, limit int) ([]*reinv1.RunDeletion, string, error) {
 	var out []*reinv1.RunDeletion
 	var next string
-	err := s.view("the deletions", func(tx *bbolt.Tx) error {
+	err := s.view("the deletions", func(tx *rtx) error {
 		b := tx.Bucket(bucketDeletions)
 		if b == nil {
 			return nil
@@ -322,11 +322,11 @@ func (s *Store) Deletions(ctx context.Context, tenant, after string, limit int) 
 			if sk, _ := c.Seek(seqKey(seq)); sk == nil {
 				k, v = c.Last()
 			} else {
-				k, v = prev(c, sk)
+				k, v = c.Prev()
 			}
 		}
 		var last uint64
-		for ; k != nil; k, v = prev(c, k) {
+		for ; k != nil; k, v = c.Prev() {
 			r := &reinv1.RunDeletion{}
 			if err := unseal(v, r, fmt.Sprintf("deletion record %x", k)); err != nil {
 				return err
@@ -349,7 +349,7 @@ func (s *Store) Deletions(ctx context.Context, tenant, after string, limit int) 
 // stubOrDamaged is the error for a run bucket that lacks its log: ErrArchived
 // naming the archive's key when it holds an archived run's stub, else
 // damage (what).
-func stubOrDamaged(b *bbolt.Bucket, runID, what string) error {
+func stubOrDamaged(b getter, runID, what string) error {
 	st, err := loadState(b, nil)
 	if err != nil {
 		return fmt.Errorf("run %s: %w", runID, err)

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	bbolt "go.etcd.io/bbolt"
-
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/store"
 )
@@ -21,7 +19,7 @@ func (s *Store) List(ctx context.Context, f store.Filter) (store.Page, error) {
 		return store.Page{}, fmt.Errorf("list runs: limit must be positive, got %d", f.Limit)
 	}
 	var page store.Page
-	err := s.view("the runs", func(tx *bbolt.Tx) error {
+	err := s.view("the runs", func(tx *rtx) error {
 		runs := tx.Bucket(bucketRuns)
 		if runs == nil {
 			return nil // a file from before any run, opened read-only
@@ -61,7 +59,7 @@ func (s *Store) List(ctx context.Context, f store.Filter) (store.Page, error) {
 
 // descending returns an iterator over candidate run IDs, greatest first, all
 // less than f.After when it is set. The IDs it returns are copies.
-func descending(tx *bbolt.Tx, f store.Filter) func() []byte {
+func descending(tx *rtx, f store.Filter) func() []byte {
 	after := []byte(f.After)
 	if len(f.Statuses) == 0 {
 		c := tx.Bucket(bucketRuns).Cursor()
@@ -71,12 +69,12 @@ func descending(tx *bbolt.Tx, f store.Filter) func() []byte {
 				return nil
 			}
 			id := bytes.Clone(k)
-			k, _ = prev(c, id)
+			k, _ = c.Prev()
 			return id
 		}
 	}
 	type head struct {
-		c  *bbolt.Cursor
+		c  *rcursor
 		p  byte
 		id []byte // the current key without its status byte; nil when done
 	}
@@ -105,7 +103,7 @@ func descending(tx *bbolt.Tx, f store.Filter) func() []byte {
 			return nil
 		}
 		id := bytes.Clone(best.id)
-		if k, _ := prev(best.c, append([]byte{best.p}, id...)); k != nil && k[0] == best.p {
+		if k, _ := best.c.Prev(); k != nil && k[0] == best.p {
 			best.id = k[1:]
 		} else {
 			best.id = nil
@@ -116,7 +114,7 @@ func descending(tx *bbolt.Tx, f store.Filter) func() []byte {
 
 // seekBelow positions c on the greatest key that starts with prefix and, when
 // after is set, is less than prefix+after. It returns that key or nil.
-func seekBelow(c *bbolt.Cursor, after, prefix []byte) []byte {
+func seekBelow(c *rcursor, after, prefix []byte) []byte {
 	var k []byte
 	if len(after) == 0 && len(prefix) == 0 {
 		k, _ = c.Last()
@@ -128,7 +126,7 @@ func seekBelow(c *bbolt.Cursor, after, prefix []byte) []byte {
 		if k, _ = c.Seek(target); k == nil {
 			k, _ = c.Last()
 		} else {
-			k, _ = prev(c, bytes.Clone(k))
+			k, _ = c.Prev()
 		}
 	}
 	if k == nil || !bytes.HasPrefix(k, prefix) {

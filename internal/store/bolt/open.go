@@ -79,6 +79,10 @@ func Open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	if err := guard("open store "+path, func() error { return s.publishFile(db) }); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	go s.writer()
 	return s, nil
 }
@@ -131,6 +135,10 @@ func openReadOnly(path string, opts Options) (*Store, error) {
 	}
 	s := &Store{db: db, path: path, readOnly: true, copied: copied, reqs: make(chan *writeReq), done: make(chan struct{}), failed: make(chan struct{})}
 	close(s.done) // no writer
+	if err := guard("open store "+path, func() error { return s.publishFile(db) }); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	return s, nil
 }
 

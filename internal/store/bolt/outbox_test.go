@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	bbolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -35,7 +34,7 @@ func statusEvent(runID string, seq uint64, from, to reinv1.RunStatus) *reinv1.Ev
 func outboxBytes(t *testing.T, s *Store) string {
 	t.Helper()
 	var out []byte
-	if err := s.view("outbox", func(tx *bbolt.Tx) error {
+	if err := s.view("outbox", func(tx *rtx) error {
 		b := tx.Bucket(bucketOutbox)
 		if b == nil {
 			return nil

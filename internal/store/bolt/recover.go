@@ -68,7 +68,7 @@ func (s *Store) applyAtOpen(recs []walRecord) error {
 	if err := s.applyInNewTx("open store "+s.path, recs); err != nil {
 		return err
 	}
-	return s.checkpointLocked(false)
+	return s.checkpointLocked(false, false)
 }
 
 // brokenSuffix is what a damaged log kept beside its file is named after

@@ -75,6 +75,9 @@ func (s *Store) rewrite() error {
 	// inode goes when its last descriptor does.
 	old := s.db
 	s.db = dst
+	if err := s.publishFile(dst); err != nil {
+		return fmt.Errorf("scrub %s: read the new file: %w", s.path, err)
+	}
 	if err := old.Close(); err != nil {
 		return fmt.Errorf("scrub %s: close the old file: %w", s.path, err)
 	}

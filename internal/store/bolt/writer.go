@@ -180,7 +180,7 @@ func (s *Store) applyRequest(w *wtx, r *writeReq) writeRes {
 	if st == nil {
 		// With its contract: the fold does not need it, but the state an
 		// append returns holds it, and the cache keeps it from here on.
-		loaded, err := loadState(b.b, contractOf(w.tx, r.runID))
+		loaded, err := loadState(b.b, contractOf(readTx(w.tx), r.runID))
 		if err != nil {
 			return writeRes{err: fmt.Errorf("run %s: %w", r.runID, err)}
 		}
@@ -250,7 +250,7 @@ func (s *Store) createRun(w *wtx, r *writeReq) writeRes {
 			if b == nil {
 				return writeRes{err: fmt.Errorf("request %q names run %s, which is missing", st.RequestID, existing)}
 			}
-			prev, err := loadState(b, contractOf(tx, string(existing)))
+			prev, err := loadState(b, contractOf(readTx(tx), string(existing)))
 			if err != nil {
 				return writeRes{err: err}
 			}

@@ -42,10 +42,15 @@ const (
 // wtx is the writer's transaction as a commit writes it: each write is done
 // in tx and, unless rec is nil (a record being applied again), appended to
 // rec.
+//
+// Each write recorded is also put in ov, the writer's overlay of what its
+// transaction wrote since the last checkpoint (overlay.go), which reads
+// see once the record is synced.
 type wtx struct {
 	tx   *bbolt.Tx
 	rec  []byte
 	path [][]byte // the path of the last write recorded
+	ov   *overlay
 }
 
 // wbucket is a bucket of a wtx, named by its path from the root.
@@ -53,6 +58,17 @@ type wbucket struct {
 	w    *wtx
 	b    *bbolt.Bucket
 	path [][]byte
+	enc  string // path as the overlay names it (ovPath), once asked for
+}
+
+// ovPath is the bucket's path as the overlay names it.
+func (b *wbucket) ovPath() string {
+	if b.enc == "" {
+		for _, name := range b.path {
+			b.enc = ovPath(b.enc, name)
+		}
+	}
+	return b.enc
 }
 
 // Bucket is the top bucket name, or nil.
@@ -83,6 +99,9 @@ func (b *wbucket) Put(key, value []byte) error {
 		return err
 	}
 	b.record(writePut, key, value)
+	if b.w.ov != nil {
+		ovRecord(b.w.ov, b.ovPath(), ovPut, key, value)
+	}
 	return nil
 }
 
@@ -92,6 +111,9 @@ func (b *wbucket) Delete(key []byte) error {
 		return err
 	}
 	b.record(writeDelete, key, nil)
+	if b.w.ov != nil {
+		ovRecord(b.w.ov, b.ovPath(), ovDelete, key, nil)
+	}
 	return nil
 }
 
@@ -102,6 +124,9 @@ func (b *wbucket) CreateBucket(name []byte) (*wbucket, error) {
 		return nil, err
 	}
 	b.record(writeBucket, name, nil)
+	if b.w.ov != nil {
+		ovRecord(b.w.ov, b.ovPath(), ovBucket, name, nil)
+	}
 	return &wbucket{w: b.w, b: nb, path: append(b.path[:len(b.path):len(b.path)], name)}, nil
 }
 
@@ -119,6 +144,9 @@ func (b *wbucket) DeleteBucket(name []byte) error {
 		return err
 	}
 	b.record(writeDrop, name, nil)
+	if b.w.ov != nil {
+		ovDrop(b.w.ov, b.ovPath(), name)
+	}
 	return nil
 }
 
@@ -130,6 +158,9 @@ func (b *wbucket) NextSequence() (uint64, error) {
 	}
 	if b.w.rec != nil {
 		b.w.rec = binary.AppendUvarint(b.recordPath(writeSequence), n)
+	}
+	if b.w.ov != nil {
+		ovSetSeq(b.w.ov, b.ovPath(), n)
 	}
 	return n, nil
 }

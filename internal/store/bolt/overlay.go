@@ -1,0 +1,118 @@
+package bolt
+
+import (
+	"bytes"
+	"encoding/binary"
+	"strings"
+
+	"github.com/tidwall/btree"
+)
+
+// An overlay is what the store's commits since the last checkpoint wrote,
+// key by key: each key's last write (a put, a delete, a bucket made) and
+// each bucket's last sequence, ordered by bucket, then key. Reads put it
+// over a bbolt read transaction of the last checkpoint (rtx, snapshot.go),
+// as etcd's backend puts its txReadBuffer over its read transaction.
+//
+// The writer adds to its own overlay as its transaction writes (wtx records
+// each write in it, as it does in the log's record) and, once a batch's
+// record is synced, publishes a copy: the tree is copy-on-write, so a copy
+// costs nothing and the writer's next writes copy only the nodes they
+// change. A published overlay is never changed; readers share it with no
+// lock.
+type overlay = btree.BTreeG[*ovEntry]
+
+// ovEntry is one key's last write, in the bucket whose path is bucket
+// (ovPath).
+type ovEntry struct {
+	bucket string
+	// key is nil for the bucket's sequence (bbolt keys are never empty).
+	key   []byte
+	value []byte
+	kind  byte
+	seq   uint64
+}
+
+// The kinds of ovEntry.
+const (
+	ovPut    = 1
+	ovDelete = 2 // the key, or the nested bucket, is gone
+	// ovBucket is a nested bucket made since the checkpoint: nothing under
+	// it is in the checkpoint (it was not there, or was dropped first).
+	ovBucket = 3
+	ovSeq    = 4
+)
+
+func ovLess(a, b *ovEntry) bool {
+	if a.bucket != b.bucket {
+		return a.bucket < b.bucket
+	}
+	return bytes.Compare(a.key, b.key) < 0
+}
+
+func newOverlay() *overlay {
+	return btree.NewBTreeGOptions(ovLess, btree.Options{NoLocks: true})
+}
+
+// ovPath is the path of the bucket name nested in the bucket at parent
+// ("" is the root): each name as a uvarint length, then its bytes. The
+// paths under a bucket all start with its own, and no name's length is
+// zero, so parent+"\x00" sorts after every key of parent and before its
+// nested buckets.
+func ovPath(parent string, name []byte) string {
+	var n [binary.MaxVarintLen64]byte
+	l := binary.PutUvarint(n[:], uint64(len(name)))
+	var b strings.Builder
+	b.Grow(len(parent) + l + len(name))
+	b.WriteString(parent)
+	b.Write(n[:l])
+	b.Write(name)
+	return b.String()
+}
+
+// read is what a read of e gives: a put's value (never nil, as a read
+// transaction's is not), or nil for a nested bucket.
+func (e *ovEntry) read() []byte {
+	if e.kind != ovPut {
+		return nil
+	}
+	if e.value == nil {
+		return []byte{}
+	}
+	return e.value
+}
+
+// ovRecord adds a write to the writer's overlay ov (nil: none is kept).
+func ovRecord(ov *overlay, bucket string, kind byte, key, value []byte) {
+	if ov != nil {
+		ov.Set(&ovEntry{bucket: bucket, key: key, value: value, kind: kind})
+	}
+}
+
+// ovDrop records in ov that the bucket name nested in bucket is dropped,
+// with every write under it.
+func ovDrop(ov *overlay, bucket string, name []byte) {
+	if ov == nil {
+		return
+	}
+	path := ovPath(bucket, name)
+	var gone []*ovEntry
+	ov.Ascend(&ovEntry{bucket: path}, func(e *ovEntry) bool {
+		if !strings.HasPrefix(e.bucket, path) {
+			return false
+		}
+		gone = append(gone, e)
+		return true
+	})
+	for _, e := range gone {
+		ov.Delete(e)
+	}
+	ov.Set(&ovEntry{bucket: bucket, key: name, kind: ovDelete})
+}
+
+// ovSetSeq records bucket's sequence in ov.
+func ovSetSeq(ov *overlay, bucket string, seq uint64) {
+	if ov != nil {
+		ov.Set(&ovEntry{bucket: bucket, kind: ovSeq, seq: seq})
+	}
+}

@@ -1,0 +1,141 @@
+package bolt
+
+import (
+	"errors"
+	"fmt"
+
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/reinhq/rein/internal/store"
+)
+
+// Reads never go through the writer's transaction, nor wait for it: a read
+// is a bbolt read transaction of the last checkpoint with the overlay of
+// every commit synced since over it (overlay.go, rtx.go), which the writer
+// publishes, with the checkpoint's transaction ID, after each sync and
+// each checkpoint (a snapshot). A read takes the published snapshot, begins
+// its read transaction and checks that it is of that snapshot's
+// checkpoint: so a read sees every acknowledged commit and nothing that is
+// not yet durable, and a checkpoint changes the read transaction and the
+// overlay at once.
+//
+// Each read begins its own read transaction and ends it, as bbolt's View
+// does, rather than share a long one: bbolt's commit waits for every read
+// transaction to end before it remaps a growing file, so a read
+// transaction held across a checkpoint would stop it (the checkpoint
+// waits only for the reads in flight, which wait for nothing of the
+// writer's).
+//
+// The checkpoint's commit makes its transaction visible to reads that
+// begin after bbolt writes its meta page, before that page is synced and
+// the checkpoint's snapshot is published. A read that begins then sees the
+// next transaction ID: when the checkpoint holds only what the overlay
+// does (clean: a checkpoint between batches) the overlay over it reads the
+// same, and the read goes on; when it holds more (a lifecycle change, a
+// batch too large for the log), the read waits for the snapshot the
+// checkpoint publishes once its commit is durable.
+type snapshot struct {
+	// txid is the checkpoint's transaction ID, which a read transaction
+	// of it has.
+	txid uint64
+	ov   *overlay // nil for none
+	// clean says that the checkpoint being committed holds nothing the
+	// overlay does not.
+	clean bool
+	// err, when set, refuses every read: the store halted.
+	err error
+	// next is closed when a newer snapshot is published.
+	next chan struct{}
+}
+
+// publishLocked makes p the snapshot reads take.
+func (s *Store) publishLocked(p *snapshot) {
+	p.next = make(chan struct{})
+	if old := s.snap.Swap(p); old != nil {
+		close(old.next)
+	}
+}
+
+// publishSynced publishes the overlay of every commit synced since the last
+// checkpoint; the writer's own goes on from a copy.
+func (s *Store) publishSyncedLocked() {
+	s.publishLocked(&snapshot{txid: s.ckTxid, ov: s.ovw.Copy()})
+	s.ovSynced = s.ovw.Copy()
+}
+
+// publishCheckpointLocked publishes the checkpoint txid, with no overlay,
+// and starts the writer's anew.
+func (s *Store) publishCheckpointLocked(txid uint64) {
+	s.ckTxid = txid
+	s.ovw, s.ovSynced = newOverlay(), nil
+	s.publishLocked(&snapshot{txid: txid})
+}
+
+// publishFile publishes the file as it is, for the reads of a store just
+// opened or just scrubbed; db must not be s.db yet when a read may be in
+// flight.
+func (s *Store) publishFile(db *bbolt.DB) error {
+	tx, err := db.Begin(false)
+	if err != nil {
+		return err
+	}
+	id := uint64(tx.ID())
+	_ = tx.Rollback()
+	s.publishCheckpointLocked(id)
+	return nil
+}
+
+// errSnapshotAhead is a read transaction begun on a checkpoint newer than
+// the snapshot it took: the read begins again.
+var errSnapshotAhead = errors.New("the read's transaction is newer than its snapshot")
+
+// view runs fn on what the store holds now (an rtx), guarded. what names
+// what is read ("run R"), for the error a damaged page gives.
+func (s *Store) view(what string, fn func(tx *rtx) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return fmt.Errorf("read store %s: %w", s.path, store.ErrClosed)
+	}
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	for {
+		p := s.snap.Load()
+		if p.err != nil {
+			// The file lacks what the log holds, and the overlay that held
+			// it may be gone: a read now could go back in time.
+			return fmt.Errorf("read %s: %w", what, p.err)
+		}
+		var wait chan struct{}
+		err := guard(what, func() error {
+			tx, err := s.db.Begin(false)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback() }()
+			id := uint64(tx.ID())
+			for id > p.txid && !(p.clean && id == p.txid+1) {
+				// A checkpoint committed after p was taken: its snapshot
+				// may be out already.
+				q := s.snap.Load()
+				if q == p {
+					wait = p.next
+					return errSnapshotAhead
+				}
+				if p = q; p.err != nil {
+					return fmt.Errorf("read %s: %w", what, p.err)
+				}
+			}
+			if id < p.txid {
+				return errSnapshotAhead // begun before the snapshot it took
+			}
+			return fn(&rtx{tx: tx, ov: p.ov})
+		})
+		if !errors.Is(err, errSnapshotAhead) {
+			return err
+		}
+		if wait != nil {
+			<-wait
+		}
+	}
+}

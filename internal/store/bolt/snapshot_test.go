@@ -1,0 +1,275 @@
+package bolt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/store"
+)
+
+// heldLog is the log's file with its first sync held: it says so on
+// entered, then waits for release.
+type heldLog struct {
+	logDisk
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *heldLog) Datasync() error {
+	h.once.Do(func() {
+		h.entered <- struct{}{}
+		<-h.release
+	})
+	return h.logDisk.Datasync()
+}
+
+// withHeldLog puts a heldLog under s's log and returns it.
+func withHeldLog(s *Store) *heldLog {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	h := &heldLog{logDisk: s.wal.f, entered: make(chan struct{}), release: make(chan struct{})}
+	s.wal.f = h
+	return h
+}
+
+// within runs fn and fails the test if it has not returned in a minute:
+// a read that waits on the writer would wait for as long as its sync is
+// held.
+func within(t *testing.T, what string, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatalf("%s waited on the writer's sync", what)
+	}
+}
+
+// readRunA reads run-a every way a client does and returns the version
+// each way saw: Load, Events and List.
+func readRunA(t *testing.T, s *Store) (load, events, list uint64, err error) {
+	ctx := t.Context()
+	st, err := s.Load(ctx, "run-a")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	evs, err := s.Events(ctx, "run-a", 0, 1<<20)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	page, err := s.List(ctx, store.Filter{Limit: 10})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for _, r := range page.Runs {
+		if r.RunID == "run-a" {
+			list = r.Version
+		}
+	}
+	return st.Version, uint64(len(evs)), list, nil
+}
+
+// TestReadsSeeOnlySyncedCommits: while a commit's record is written but its
+// sync has not returned, a read neither waits for it nor sees it; once the
+// sync returns and the append is acknowledged, every read sees it. So
+// across a checkpoint.
+func TestReadsSeeOnlySyncedCommits(t *testing.T) {
+	s, _ := walStore(t, 3)
+	h := withHeldLog(s)
+	appended := make(chan error, 1)
+	go func() {
+		_, err := s.Append(t.Context(), "run-a", 3, []*reinv1.Event{markedEvent("run-a", 4)})
+		appended <- err
+	}()
+	<-h.entered // the record is written, its sync held
+	within(t, "a read during a sync", func() {
+		load, events, list, err := readRunA(t, s)
+		if err != nil || load != 3 || events != 3 || list != 3 {
+			t.Errorf("during the sync: version %d, %d events, listed at %d, %v; want 3, none of the unsynced commit", load, events, list, err)
+		}
+	})
+	close(h.release)
+	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
+	if load, events, list, err := readRunA(t, s); err != nil || load != 4 || events != 4 || list != 4 {
+		t.Fatalf("once acknowledged: version %d, %d events, listed at %d, %v; want 4", load, events, list, err)
+	}
+	if err := s.checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	assertRunA(t, s, 4)
+}
+
+// TestFailedLogWriteIsNeverRead is the twin: a commit whose record could not
+// be written (a full disk) is refused, and no read ever sees it, though its
+// writes were in the writer's transaction and overlay; the next commit
+// is read as usual.
+func TestFailedLogWriteIsNeverRead(t *testing.T) {
+	s, _ := walStore(t, 3)
+	f := withFaultyLog(s)
+	f.set(false, true)
+	_, err := s.Append(t.Context(), "run-a", 3, []*reinv1.Event{markedEvent("run-a", 4)})
+	if !errors.Is(err, store.ErrDiskFull) {
+		t.Fatalf("append on a full disk: %v, want ErrDiskFull", err)
+	}
+	if _, _, err := s.Create(t.Context(), startEvent("run-z")); !errors.Is(err, store.ErrDiskFull) {
+		t.Fatalf("create on a full disk: %v, want ErrDiskFull", err)
+	}
+	if load, events, list, err := readRunA(t, s); err != nil || load != 3 || events != 3 || list != 3 {
+		t.Fatalf("after the refused commit: version %d, %d events, listed at %d, %v; want 3", load, events, list, err)
+	}
+	f.set(false, false)
+	appendTo(t, s, 3, 5)
+	for _, when := range []string{"after the next commits", "after a checkpoint"} {
+		assertRunA(t, s, 5)
+		if _, err := s.Load(t.Context(), "run-z"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("%s: run-z, whose create was refused: %v, want ErrNotFound", when, err)
+		}
+		if page, err := s.List(t.Context(), store.Filter{Limit: 10}); err != nil || len(page.Runs) != 1 {
+			t.Fatalf("%s: listed %d runs, %v; want run-a alone", when, len(page.Runs), err)
+		}
+		if err := s.checkpoint(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestFailedSyncIsNeverRead: a commit whose sync failed halts the store,
+// and no read sees the commit: every read is refused from then on.
+func TestFailedSyncIsNeverRead(t *testing.T) {
+	s, _ := walStore(t, 3)
+	f := withFaultyLog(s)
+	f.set(true, false)
+	if _, err := s.Append(t.Context(), "run-a", 3, []*reinv1.Event{markedEvent("run-a", 4)}); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("append whose sync fails: %v, want ErrUnavailable", err)
+	}
+	if _, _, _, err := readRunA(t, s); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("read after the failed sync: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestCheckpointUnderReaders: readers reading every way while runs append
+// and checkpoints come (between batches, and with lifecycle changes, which
+// commit what no record holds) never see a run go back, a gap in its
+// events, or its log and state disagree.
+func TestCheckpointUnderReaders(t *testing.T) {
+	s, _ := walStore(t, 1)
+	const runs, appends = 4, 60
+	ids := []string{"run-a"}
+	for i := 1; i < runs; i++ {
+		id := fmt.Sprintf("run-%c", 'a'+i)
+		if _, _, err := s.Create(t.Context(), startEvent(id)); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	errs := make(chan error, 16)
+	var readers sync.WaitGroup
+	for r := range 3 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			seen := map[string]uint64{}
+			for ctx.Err() == nil {
+				id := ids[r%len(ids)]
+				r++
+				st, err := s.Load(ctx, id)
+				if err != nil {
+					errs <- err
+					return
+				}
+				evs, err := s.Events(ctx, id, 0, 1<<20)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for i, ev := range evs {
+					if ev.GetSequence() != uint64(i+1) {
+						errs <- fmt.Errorf("%s: event %d at place %d", id, ev.GetSequence(), i+1)
+						return
+					}
+				}
+				switch {
+				case st.Version < seen[id]:
+					errs <- fmt.Errorf("%s went back from version %d to %d", id, seen[id], st.Version)
+					return
+				case uint64(len(evs)) < st.Version:
+					errs <- fmt.Errorf("%s: version %d read, then only %d events", id, st.Version, len(evs))
+					return
+				}
+				seen[id] = uint64(len(evs))
+				page, err := s.List(ctx, store.Filter{Limit: runs + 1})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(page.Runs) != runs {
+					errs <- fmt.Errorf("listed %d runs, want %d", len(page.Runs), runs)
+					return
+				}
+				for _, st := range page.Runs {
+					if st.Version < seen[st.RunID] {
+						errs <- fmt.Errorf("%s listed at version %d after %d was read", st.RunID, st.Version, seen[st.RunID])
+						return
+					}
+				}
+			}
+		}()
+	}
+	var writers sync.WaitGroup
+	for _, id := range ids {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			for v := uint64(1); v <= appends; v++ {
+				if _, err := s.Append(ctx, id, v, []*reinv1.Event{markedEvent(id, v+1)}); err != nil {
+					errs <- fmt.Errorf("append %s %d: %w", id, v+1, err)
+					return
+				}
+			}
+		}()
+	}
+	writers.Add(1)
+	go func() {
+		defer writers.Done()
+		for i := 0; i < 20; i++ {
+			if err := s.checkpoint(); err != nil {
+				errs <- err
+				return
+			}
+			sc := &reinv1.Schedule{Tenant: "t", Name: fmt.Sprintf("s%d", i), Cron: "* * * * *"}
+			if err := s.CreateSchedule(ctx, sc); err != nil {
+				errs <- fmt.Errorf("create schedule: %w", err)
+				return
+			}
+		}
+	}()
+	writers.Wait()
+	cancel()
+	readers.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, context.Canceled) {
+			t.Error(err)
+		}
+	}
+	for _, id := range ids {
+		st, err := s.Load(t.Context(), id)
+		if err != nil || st.Version != appends+1 {
+			t.Fatalf("%s: version %d, %v; want %d", id, st.Version, err, appends+1)
+		}
+	}
+}
