@@ -90,7 +90,9 @@ type Store struct {
 	ckTxid   uint64
 	// snap is what reads read (snapshot.go): published by the writer,
 	// taken by reads with no lock.
-	snap    atomic.Pointer[snapshot]
+	snap atomic.Pointer[snapshot]
+	// reads holds a token for each read running (readTurns).
+	reads   chan struct{}
 	wal     *walFile
 	storeID []byte
 	applied uint64 // the last log record the file holds

@@ -74,7 +74,7 @@ func Open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("initialise store %s: %w", path, err)
 	}
-	s := &Store{db: db, path: path, noSync: opts.NoSync, reqs: make(chan *writeReq, maxBatch), scrubs: make(chan chan error), done: make(chan struct{}), failed: make(chan struct{}), outbox: opts.Outbox}
+	s := &Store{db: db, path: path, noSync: opts.NoSync, reads: make(chan struct{}, readTurns()), reqs: make(chan *writeReq, maxBatch), scrubs: make(chan chan error), done: make(chan struct{}), failed: make(chan struct{}), outbox: opts.Outbox}
 	if err := s.recoverWAL(); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -133,7 +133,7 @@ func openReadOnly(path string, opts Options) (*Store, error) {
 			return nil, openError(path, err)
 		}
 	}
-	s := &Store{db: db, path: path, readOnly: true, copied: copied, reqs: make(chan *writeReq), done: make(chan struct{}), failed: make(chan struct{})}
+	s := &Store{db: db, path: path, readOnly: true, copied: copied, reads: make(chan struct{}, readTurns()), reqs: make(chan *writeReq), done: make(chan struct{}), failed: make(chan struct{})}
 	close(s.done) // no writer
 	if err := guard("open store "+path, func() error { return s.publishFile(db) }); err != nil {
 		_ = db.Close()

@@ -3,6 +3,7 @@ package bolt
 import (
 	"errors"
 	"fmt"
+	"runtime"
 
 	bbolt "go.etcd.io/bbolt"
 
@@ -18,6 +19,12 @@ import (
 // checkpoint: so a read sees every acknowledged commit and nothing that is
 // not yet durable, and a checkpoint changes the read transaction and the
 // overlay at once.
+//
+// At most GOMAXPROCS-1 reads (one, on fewer than three cores) run at once,
+// the others waiting for a turn (reads): a crowd of reads that each take
+// a core for as long as they run (a listing decodes every run's state)
+// would otherwise leave the writer, whose every batch must be scheduled
+// again after its sync, waiting behind all of them for a core.
 //
 // Each read begins its own read transaction and ends it, as bbolt's View
 // does, rather than share a long one: bbolt's commit waits for every read
@@ -85,6 +92,9 @@ func (s *Store) publishFile(db *bbolt.DB) error {
 	return nil
 }
 
+// readTurns is how many reads run at once (view).
+func readTurns() int { return max(1, runtime.GOMAXPROCS(0)-1) }
+
 // errSnapshotAhead is a read transaction begun on a checkpoint newer than
 // the snapshot it took: the read begins again.
 var errSnapshotAhead = errors.New("the read's transaction is newer than its snapshot")
@@ -100,10 +110,12 @@ func (s *Store) view(what string, fn func(tx *rtx) error) error {
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	for {
+		s.reads <- struct{}{}
 		p := s.snap.Load()
 		if p.err != nil {
 			// The file lacks what the log holds, and the overlay that held
 			// it may be gone: a read now could go back in time.
+			<-s.reads
 			return fmt.Errorf("read %s: %w", what, p.err)
 		}
 		var wait chan struct{}
@@ -131,6 +143,7 @@ func (s *Store) view(what string, fn func(tx *rtx) error) error {
 			}
 			return fn(&rtx{tx: tx, ov: p.ov})
 		})
+		<-s.reads
 		if !errors.Is(err, errSnapshotAhead) {
 			return err
 		}

@@ -273,3 +273,34 @@ func TestCheckpointUnderReaders(t *testing.T) {
 		}
 	}
 }
+
+// TestReadsTakeTurns: reads beyond readTurns wait for a turn, and writes
+// never do: with every turn taken, an append commits and is acknowledged
+// while a read waits; the read goes on once a turn is free, and sees it.
+func TestReadsTakeTurns(t *testing.T) {
+	s, _ := walStore(t, 3)
+	for range cap(s.reads) {
+		s.reads <- struct{}{}
+	}
+	loaded := make(chan uint64, 1)
+	go func() {
+		st, err := s.Load(t.Context(), "run-a")
+		if err != nil {
+			t.Error(err)
+		}
+		loaded <- st.Version
+	}()
+	appendTo(t, s, 3, 4)
+	select {
+	case v := <-loaded:
+		t.Fatalf("a read ran with every turn taken (it saw version %d)", v)
+	default:
+	}
+	<-s.reads
+	if v := <-loaded; v != 4 {
+		t.Fatalf("the read that waited for its turn saw version %d, want 4", v)
+	}
+	for range cap(s.reads) - 1 {
+		<-s.reads
+	}
+}
