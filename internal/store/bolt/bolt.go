@@ -87,6 +87,7 @@ type Store struct {
 	// none); ckTxid, the last checkpoint's transaction ID (snapshot.go).
 	ovw      *overlay
 	ovSynced *overlay
+	pend     []*ovEntry // a batch's writes for ovw (commitBatch)
 	ckTxid   uint64
 	// snap is what reads read (snapshot.go): published by the writer,
 	// taken by reads with no lock.

@@ -55,7 +55,8 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 		}
 	}
 	ops := false
-	w := &wtx{tx: s.tx, rec: s.wal.record(), ov: s.ovw}
+	s.pend = s.pend[:0]
+	w := &wtx{tx: s.tx, rec: s.wal.record(), ov: s.ovw, pend: &s.pend}
 	err := guard("commit to "+s.path, func() error {
 		for i := 0; i < len(batch); i++ {
 			results[i] = s.applyRequest(w, batch[i])
@@ -95,7 +96,17 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 		// (a large import, say) goes to the file with all before it.
 		return batch, s.checkpointLocked(false, false)
 	}
-	if err := s.wal.append(s.logged+1, rec); err != nil {
+	// The batch's writes go in the overlay on another goroutine while the
+	// log is written and synced, off the writer's path: nothing reads ovw
+	// meanwhile (readers read what was published).
+	added := make(chan struct{})
+	go func() {
+		defer close(added)
+		ovApply(s.ovw, s.pend)
+	}()
+	err = s.wal.append(s.logged+1, rec)
+	<-added
+	if err != nil {
 		var fatal errFatal
 		if errors.As(err, &fatal) {
 			return batch, s.haltLocked(err)

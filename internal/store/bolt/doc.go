@@ -73,7 +73,8 @@
 //     checkpoint, at each checkpoint (snapshot.go, overlay.go, rtx.go): a
 //     read sees every acknowledged write and nothing that is not yet
 //     durable. Each read begins and ends its own read transaction, so
-//     that none is held across a checkpoint's remap of the file. Open
+//     that none is held across a checkpoint's remap of the file; at most
+//     GOMAXPROCS-1 run at once, leaving the writer a core. Open
 //     puts the writes a crash left in the log again, blind, in one
 //     checkpoint, and a read-only open applies them to a private copy
 //     (recover.go). The writer

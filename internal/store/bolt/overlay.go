@@ -14,11 +14,12 @@ import (
 // over a bbolt read transaction of the last checkpoint (rtx, snapshot.go),
 // as etcd's backend puts its txReadBuffer over its read transaction.
 //
-// The writer adds to its own overlay as its transaction writes (wtx records
-// each write in it, as it does in the log's record) and, once a batch's
-// record is synced, publishes a copy: the tree is copy-on-write, so a copy
-// costs nothing and the writer's next writes copy only the nodes they
-// change. A published overlay is never changed; readers share it with no
+// The writer keeps each write of a batch as its transaction makes it (wtx,
+// as it records it in the log's record), adds them to its own overlay on
+// another goroutine while the batch's record is written and synced (the
+// writer, which every run waits on, only waits there), and once the record
+// is synced publishes a copy: the tree is copy-on-write, so a copy costs
+// nothing and the next batch's writes copy only the nodes they change. A published overlay is never changed; readers share it with no
 // lock.
 type overlay = btree.BTreeG[*ovEntry]
 
@@ -41,11 +42,14 @@ const (
 	// it is in the checkpoint (it was not there, or was dropped first).
 	ovBucket = 3
 	ovSeq    = 4
+	// ovDropped is not kept: a write that drops the nested bucket key,
+	// with every write under it, as it waits in a wtx's pend.
+	ovDropped = 5
 )
 
 func ovLess(a, b *ovEntry) bool {
-	if a.bucket != b.bucket {
-		return a.bucket < b.bucket
+	if c := strings.Compare(a.bucket, b.bucket); c != 0 {
+		return c < 0
 	}
 	return bytes.Compare(a.key, b.key) < 0
 }
@@ -82,10 +86,15 @@ func (e *ovEntry) read() []byte {
 	return e.value
 }
 
-// ovRecord adds a write to the writer's overlay ov (nil: none is kept).
-func ovRecord(ov *overlay, bucket string, kind byte, key, value []byte) {
-	if ov != nil {
-		ov.Set(&ovEntry{bucket: bucket, key: key, value: value, kind: kind})
+// ovApply adds writes, in order, to ov.
+func ovApply(ov *overlay, writes []*ovEntry) {
+	for _, e := range writes {
+		switch e.kind {
+		case ovDropped:
+			ovDrop(ov, e.bucket, e.key)
+		default:
+			ov.Set(e)
+		}
 	}
 }
 
@@ -108,11 +117,4 @@ func ovDrop(ov *overlay, bucket string, name []byte) {
 		ov.Delete(e)
 	}
 	ov.Set(&ovEntry{bucket: bucket, key: name, kind: ovDelete})
-}
-
-// ovSetSeq records bucket's sequence in ov.
-func ovSetSeq(ov *overlay, bucket string, seq uint64) {
-	if ov != nil {
-		ov.Set(&ovEntry{bucket: bucket, kind: ovSeq, seq: seq})
-	}
 }

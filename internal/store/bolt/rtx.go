@@ -15,6 +15,9 @@ import (
 type rtx struct {
 	tx *bbolt.Tx
 	ov *overlay
+	// probe is find's key, kept to spare an allocation a lookup: an rtx
+	// is one goroutine's.
+	probe ovEntry
 }
 
 // readTx reads tx as it is, with no overlay.
@@ -25,7 +28,9 @@ func (t *rtx) find(path string, key []byte) *ovEntry {
 	if t.ov == nil {
 		return nil
 	}
-	e, ok := t.ov.Get(&ovEntry{bucket: path, key: key})
+	t.probe.bucket, t.probe.key = path, key
+	e, ok := t.ov.Get(&t.probe)
+	t.probe.key = nil
 	if !ok {
 		return nil
 	}

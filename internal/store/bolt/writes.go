@@ -51,6 +51,18 @@ type wtx struct {
 	rec  []byte
 	path [][]byte // the path of the last write recorded
 	ov   *overlay
+	// pend, when set, takes the writes for ov instead, for the writer to
+	// add while the log syncs (commitBatch).
+	pend *[]*ovEntry
+}
+
+// keep records a write for the overlay: in pend when it is set, else in ov.
+func (w *wtx) keep(e *ovEntry) {
+	if w.pend != nil {
+		*w.pend = append(*w.pend, e)
+	} else {
+		ovApply(w.ov, []*ovEntry{e})
+	}
 }
 
 // wbucket is a bucket of a wtx, named by its path from the root.
@@ -100,7 +112,7 @@ func (b *wbucket) Put(key, value []byte) error {
 	}
 	b.record(writePut, key, value)
 	if b.w.ov != nil {
-		ovRecord(b.w.ov, b.ovPath(), ovPut, key, value)
+		b.w.keep(&ovEntry{bucket: b.ovPath(), key: key, value: value, kind: ovPut})
 	}
 	return nil
 }
@@ -112,7 +124,7 @@ func (b *wbucket) Delete(key []byte) error {
 	}
 	b.record(writeDelete, key, nil)
 	if b.w.ov != nil {
-		ovRecord(b.w.ov, b.ovPath(), ovDelete, key, nil)
+		b.w.keep(&ovEntry{bucket: b.ovPath(), key: key, kind: ovDelete})
 	}
 	return nil
 }
@@ -125,7 +137,7 @@ func (b *wbucket) CreateBucket(name []byte) (*wbucket, error) {
 	}
 	b.record(writeBucket, name, nil)
 	if b.w.ov != nil {
-		ovRecord(b.w.ov, b.ovPath(), ovBucket, name, nil)
+		b.w.keep(&ovEntry{bucket: b.ovPath(), key: name, kind: ovBucket})
 	}
 	return &wbucket{w: b.w, b: nb, path: append(b.path[:len(b.path):len(b.path)], name)}, nil
 }
@@ -145,7 +157,7 @@ func (b *wbucket) DeleteBucket(name []byte) error {
 	}
 	b.record(writeDrop, name, nil)
 	if b.w.ov != nil {
-		ovDrop(b.w.ov, b.ovPath(), name)
+		b.w.keep(&ovEntry{bucket: b.ovPath(), key: name, kind: ovDropped})
 	}
 	return nil
 }
@@ -160,7 +172,7 @@ func (b *wbucket) NextSequence() (uint64, error) {
 		b.w.rec = binary.AppendUvarint(b.recordPath(writeSequence), n)
 	}
 	if b.w.ov != nil {
-		ovSetSeq(b.w.ov, b.ovPath(), n)
+		b.w.keep(&ovEntry{bucket: b.ovPath(), kind: ovSeq, seq: n})
 	}
 	return n, nil
 }
