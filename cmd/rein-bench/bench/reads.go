@@ -74,10 +74,13 @@ func Reads(ctx context.Context, o Options) (Result, error) {
 	var pages []float64
 	figure := func(int) (measure, error) {
 		var read atomic.Int64
+		before := w.events.Load()
 		m, err := w.run(ctx, ids[:readsWriters], round, func(ctx context.Context) error {
 			return pageAll(ctx, s, &read)
 		}, readsReaders)
 		pages = append(pages, float64(read.Load())/m.elapsed.Seconds())
+		// Events is what a round appends: the most any figure round did.
+		r.Events = max(r.Events, int(w.events.Load()-before))
 		return m, err
 	}
 	baseline := func(int) (measure, error) {
@@ -204,6 +207,7 @@ type readsWriter struct {
 	s        Store
 	mu       sync.Mutex
 	versions map[string]uint64
+	events   atomic.Int64 // appended, in all
 }
 
 // run appends to ids, one goroutine a run, for d, while n goroutines run
@@ -259,6 +263,7 @@ func (w *readsWriter) runEach(ctx context.Context, ids []string, d time.Duration
 					break
 				}
 				version += uint64(len(batch))
+				w.events.Add(int64(len(batch)))
 			}
 			w.mu.Lock()
 			w.versions[id] = version
