@@ -70,12 +70,14 @@
 //	P webhook-rev/<tenant>  empty: put again by every write of the tenant's
 //	                        subscriptions, deleted with the last of them;
 //	                        its ModRevision versions the set, and every
-//	                        append that matches it compares it (webhooks.go)
+//	                        append that matches it, and every erasure,
+//	                        compares it (webhooks.go)
 //	P outbox/<tenant>/<name>/<run id>/<seq>  a delivery the subscription
 //	                        must still send (a sealed WebhookDelivery), seq
 //	                        as 16 hex digits; put by the Txn of the append
 //	                        whose event causes it, so committed iff that
-//	                        event is (outbox.go)
+//	                        event is; deleted by the sender, with its
+//	                        subscription, or with its run (outbox.go)
 //	P leader/<name>/<lease>  the etcd election of name (client/v3
 //	                        concurrency): the oldest key, attached to its
 //	                        Store's session lease, leads (lead.go); the

@@ -283,7 +283,10 @@ func (s *Store) Delete(ctx context.Context, d *reinv1.RunDeletion) (*reinv1.RunD
 			headRev = head.ModRevision
 		}
 		t.cmp(modIs(s.keys.deletionsHead(), headRev))
-		s.erase(t, st)
+		if err := s.erase(ctx, t, st); err != nil {
+			return nil, false, fmt.Errorf("%s: %w", what, err)
+		}
+		hooksAt := s.hooksElse(t, st.Tenant)
 		t.put(s.keys.deletions()+cursor, v)
 		t.put(s.keys.deleted(runID), []byte(cursor))
 		t.put(s.keys.deletionsHead(), []byte(strconv.FormatUint(seq, 10)))
@@ -295,21 +298,26 @@ func (s *Store) Delete(ctx context.Context, d *reinv1.RunDeletion) (*reinv1.RunD
 		if cresp.Succeeded {
 			return r, true, nil
 		}
-		// Deleted or archived by another server meanwhile, or another run
-		// deleted: read it again.
+		s.hooks.seen(st.Tenant, kvOf(cresp, hooksAt))
+		// Deleted or archived by another server meanwhile, another run
+		// deleted, or the tenant's subscriptions changed: read it again.
 	}
 	return nil, false, fmt.Errorf("%s: %w: gave up after %d attempts while other deletions kept moving the deletion sequence; retry", what, store.ErrConflict, maxAttempts)
 }
 
 // erase adds to t the deletion of every key of run st: its log, blobs,
 // snapshot, contract, lease and owner key, its entries in the listing,
-// status and ended indexes, and its request key when that still names it
-// (a nested Txn comparing the value). Its status changes stay (P change/):
-// they hold its ID, tenant and statuses, no content, and WatchRuns resumes
-// through them. A legacy shared blob it brought stays (see the top of
-// this file).
-func (s *Store) erase(t *txn, st runstate.State) {
+// status and ended indexes, its request key when that still names it
+// (a nested Txn comparing the value), and its webhook deliveries, pending
+// or failed, in every subscription of its tenant (eraseOutbox). Its status
+// changes stay (P change/): they hold its ID, tenant and statuses, no
+// content, and WatchRuns resumes through them. A legacy shared blob it
+// brought stays (see the top of this file).
+func (s *Store) erase(ctx context.Context, t *txn, st runstate.State) error {
 	id := st.RunID
+	if err := s.eraseOutbox(ctx, t, st.Tenant, id); err != nil {
+		return err
+	}
 	t.delPrefix(s.keys.events(id))
 	t.delPrefix(s.keys.runBlobs(id)) // not a legacy shared blob
 	t.del(s.keys.run(id))
@@ -326,6 +334,7 @@ func (s *Store) erase(t *txn, st runstate.State) {
 		t.ops = append(t.ops, txnOp([]*pb.Compare{names}, []*pb.RequestOp{del}))
 		t.bytes += 2*len(rk) + len(id) + 3*opOverhead
 	}
+	return nil
 }
 
 // Deletion implements store.Lifecycle.

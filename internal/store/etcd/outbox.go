@@ -60,6 +60,26 @@ func (s *Store) putOutbox(ctx context.Context, t *txn, before, after *runstate.S
 	return true, nil
 }
 
+// eraseOutbox adds to t, a run's erasure (erase), the deletion of every
+// delivery of run runID, sent or failed, that a subscription of tenant
+// holds: one range delete of P outbox/<tenant>/<name>/<run id>/ per
+// subscription, as this Store last read them, and the compare that those
+// are still the tenant's subscriptions when t commits; the caller reads P
+// webhook-rev/<tenant> in t's Else branch (hooksElse) so that a failed
+// compare refreshes the cache. A subscription deleted meanwhile took its
+// outbox with it; one created meanwhile fails the compare.
+func (s *Store) eraseOutbox(ctx context.Context, t *txn, tenant, runID string) error {
+	h, err := s.tenantHooks(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	t.cmp(modIs(s.keys.webhookRev(tenant), h.rev))
+	for _, w := range h.subs {
+		t.delPrefix(s.keys.outbox(tenant, w.GetName()) + runID + "/")
+	}
+	return nil
+}
+
 // hooksElse reads the tenant's P webhook-rev key in t's Else branch, and
 // returns the index of that read.
 func (s *Store) hooksElse(t *txn, tenant string) int {

@@ -251,3 +251,33 @@ func TestFollowOutbox(t *testing.T) {
 	}
 	wake("b's pause")
 }
+
+// TestErasureSeesAnotherServersSubscriptions: a server whose cache of its
+// tenant's subscriptions predates one another server created still
+// deletes, with a run it erases, that subscription's deliveries of the
+// run: the erasure's Txn compares the tenant's P webhook-rev key, so a
+// stale cache costs one failed Txn, never a delivery left behind.
+func TestErasureSeesAnotherServersSubscriptions(t *testing.T) {
+	ctx := t.Context()
+	prefix, a, b := hookServers(t)
+	if err := a.CreateWebhook(ctx, hook("oncall")); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, a, "run-1") // a has read acme's subscriptions: oncall
+	if err := b.CreateWebhook(ctx, hook("audit")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Append(ctx, "run-1", 1, []*reinv1.Event{finish("run-1", 2, t0)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := outboxIDs(t, b, "audit"); fmt.Sprint(got) != "[msg_audit_run-1_2]" {
+		t.Fatalf("audit's outbox after the run ended: %v, want its end's delivery", got)
+	}
+	if _, _, err := a.Delete(ctx, &reinv1.RunDeletion{RunId: "run-1", DeletedBy: "principal:test", Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := shared.Get(ctx, prefix+"outbox/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("the outbox after a deleted run-1: %v, %v; want no key", resp.Kvs, err)
+	}
+}

@@ -36,6 +36,7 @@ func RunWebhooks(t *testing.T, open func(t *testing.T, dir string, outbox store.
 		{"OutboxOfAnImport", testOutboxOfAnImport},
 		{"DeliveryHeads", testDeliveryHeads},
 		{"UpdateAndRemoveDeliveries", testUpdateAndRemoveDeliveries},
+		{"OutboxGoesWithAnErasedRun", testOutboxGoesWithAnErasedRun},
 	}
 	outbox := (&webhook.Matcher{}).Outbox()
 	for _, tc := range tests {
