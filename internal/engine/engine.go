@@ -66,7 +66,7 @@ type Config struct {
 	// ToolTimeout bounds one tool call; 0 means 60s.
 	ToolTimeout time.Duration
 	// Published, when set, is given the events of each durable append of a
-	// run, in commit order, from the one path that appends them, with the
+	// run, in commit order, through Engine.publish (commit.go), with the
 	// run's state after them (the watch hub keeps the last events and wakes
 	// the run's watchers; metrics and the run's lifecycle log read them).
 	// It must not block, nor modify the events or the state.
