@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -156,14 +157,24 @@ func runMarked(t *testing.T, addr, marker string, args ...string) string {
 	return decodeOne(t, out)["run_id"].(string)
 }
 
-// storeHolds reports whether the store's file at db holds s.
+// storeHolds reports whether the store's file or its log (FILE-wal, which
+// holds what each commit wrote until a checkpoint moves it into the file)
+// holds s.
 func storeHolds(t *testing.T, db, s string) bool {
 	t.Helper()
-	b, err := os.ReadFile(db)
-	if err != nil {
-		t.Fatal(err)
+	for _, path := range []string{db, db + "-wal"} {
+		b, err := os.ReadFile(path)
+		if errors.Is(err, os.ErrNotExist) && path != db {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(s)) {
+			return true
+		}
 	}
-	return bytes.Contains(b, []byte(s))
+	return false
 }
 
 // TestLifecycleArchivedRunReadsAlike: a run that ended before the server was

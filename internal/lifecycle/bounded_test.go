@@ -45,7 +45,12 @@ func TestLiveStoreStaysBounded(t *testing.T) {
 	if perRun := (kept[len(kept)-1] - kept[2]) / runs; perRun > 1<<10 {
 		t.Fatalf("with retention the file grew %d bytes a run deleted: %v", perRun, kept)
 	}
-	if perRun := (all[len(all)-1] - all[2]) / runs; perRun < 8<<10 {
+	// Without one it grows by about what each run carried: bbolt grows
+	// the file by whole allocations and reuses the pages a checkpoint
+	// frees, and the log between checkpoints holds what the file does
+	// not yet, so the figure is some of the 8 KiB, never a few hundred
+	// bytes.
+	if perRun := (all[len(all)-1] - all[2]) / runs; perRun < 4<<10 {
 		t.Fatalf("without a lifecycle the file grew only %d bytes a run; the workload does not test the bound: %v", perRun, all)
 	}
 	t.Logf("file size by round, with retention: %v", kept)
