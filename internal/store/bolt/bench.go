@@ -7,6 +7,7 @@ package bolt
 // ./cmd/rein-bench) and the tests built with the same tag, never into rein.
 
 import (
+	"context"
 	"fmt"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
@@ -19,7 +20,7 @@ func (s *Store) Commits() uint64 { return s.commits.Load() }
 // ScanEvents calls fn with each stored event of a run after a sequence, in
 // order, decoding into one reused Event. fn must not keep ev.
 func (s *Store) ScanEvents(runID string, after uint64, fn func(ev *reinv1.Event) error) error {
-	return s.view(fmt.Sprintf("run %s events from %d", runID, after+1), func(tx *rtx) error {
+	return s.view(context.Background(), fmt.Sprintf("run %s events from %d", runID, after+1), func(tx *rtx) error {
 		b := tx.runBucket(runID)
 		if b == nil {
 			return missingRun(tx, runID)

@@ -144,7 +144,7 @@ func (s *Store) Blobs(ctx context.Context, runID string, hashes []string) (map[s
 		want[[sha256.Size]byte(blobValue(h, nil))] = h
 	}
 	out := make(map[string][]byte, len(want))
-	err := s.view("blobs of run "+runID, func(tx *rtx) error {
+	err := s.view(ctx, "blobs of run "+runID, func(tx *rtx) error {
 		b := tx.runBucket(runID)
 		if b == nil {
 			return missingRun(tx, runID)

@@ -290,7 +290,7 @@ func (s *Store) submit(ctx context.Context, r *writeReq) (writeRes, error) {
 // Load implements store.Store.
 func (s *Store) Load(ctx context.Context, runID string) (runstate.State, error) {
 	var st runstate.State
-	err := s.view("run "+runID, func(tx *rtx) error {
+	err := s.view(ctx, "run "+runID, func(tx *rtx) error {
 		b := tx.runBucket(runID)
 		if b == nil {
 			return missingRun(tx, runID)
@@ -310,7 +310,7 @@ func (s *Store) Load(ctx context.Context, runID string) (runstate.State, error) 
 // Events implements store.Store.
 func (s *Store) Events(ctx context.Context, runID string, after uint64, limit int) ([]*reinv1.Event, error) {
 	var out []*reinv1.Event
-	err := s.view(fmt.Sprintf("run %s events from %d", runID, after+1), func(tx *rtx) error {
+	err := s.view(ctx, fmt.Sprintf("run %s events from %d", runID, after+1), func(tx *rtx) error {
 		b := tx.runBucket(runID)
 		if b == nil {
 			return missingRun(tx, runID)
@@ -361,7 +361,7 @@ func decodeEvent(runID string, want uint64, k, v []byte, ev *reinv1.Event) error
 func (s *Store) Changes(ctx context.Context, after uint64, limit int) ([]store.Change, uint64, error) {
 	var out []store.Change
 	var head uint64
-	err := s.view("the status changes", func(tx *rtx) error {
+	err := s.view(ctx, "the status changes", func(tx *rtx) error {
 		b := tx.Bucket(bucketChanges)
 		if b == nil {
 			return nil

@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 
@@ -91,7 +92,7 @@ func markStoreFormat(tx *bbolt.Tx, b storeformat.Build) error {
 // cluster status).
 func (s *Store) StoreFormat() (storeformat.Format, error) {
 	var f storeformat.Format
-	err := s.view("read the store format", func(tx *rtx) (err error) {
+	err := s.view(context.Background(), "read the store format", func(tx *rtx) (err error) {
 		f, err = fileFormat(tx, s.path)
 		return err
 	})

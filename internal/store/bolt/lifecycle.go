@@ -84,7 +84,7 @@ func backfillEnded(tx *bbolt.Tx) error {
 // Ended implements store.Lifecycle.
 func (s *Store) Ended(ctx context.Context, after string, limit int) ([]store.Ended, error) {
 	var out []store.Ended
-	err := s.view("the ended runs", func(tx *rtx) error {
+	err := s.view(ctx, "the ended runs", func(tx *rtx) error {
 		b := tx.Bucket(bucketEnded)
 		if b == nil {
 			return nil
@@ -290,7 +290,7 @@ func deletionOf(tx *rtx, runID string) (*reinv1.RunDeletion, error) {
 // Deletion implements store.Lifecycle.
 func (s *Store) Deletion(ctx context.Context, runID string) (*reinv1.RunDeletion, error) {
 	var rec *reinv1.RunDeletion
-	err := s.view("the deletion of run "+runID, func(tx *rtx) (err error) {
+	err := s.view(ctx, "the deletion of run "+runID, func(tx *rtx) (err error) {
 		rec, err = deletionOf(tx, runID)
 		return err
 	})
@@ -305,7 +305,7 @@ func (s *Store) Deletion(ctx context.Context, runID string) (*reinv1.RunDeletion
 func (s *Store) Deletions(ctx context.Context, tenant, after string, limit int) ([]*reinv1.RunDeletion, string, error) {
 	var out []*reinv1.RunDeletion
 	var next string
-	err := s.view("the deletions", func(tx *rtx) error {
+	err := s.view(ctx, "the deletions", func(tx *rtx) error {
 		b := tx.Bucket(bucketDeletions)
 		if b == nil {
 			return nil

@@ -19,7 +19,7 @@ func (s *Store) List(ctx context.Context, f store.Filter) (store.Page, error) {
 		return store.Page{}, fmt.Errorf("list runs: limit must be positive, got %d", f.Limit)
 	}
 	var page store.Page
-	err := s.view("the runs", func(tx *rtx) error {
+	err := s.view(ctx, "the runs", func(tx *rtx) error {
 		runs := tx.Bucket(bucketRuns)
 		if runs == nil {
 			return nil // a file from before any run, opened read-only

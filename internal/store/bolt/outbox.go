@@ -167,7 +167,7 @@ func (s *Store) CreateWebhook(ctx context.Context, w *reinv1.Webhook) error {
 // ListWebhooks implements store.Webhooks.
 func (s *Store) ListWebhooks(ctx context.Context, tenant string) ([]*reinv1.Webhook, error) {
 	var out []*reinv1.Webhook
-	err := s.view("the webhooks", func(tx *rtx) error {
+	err := s.view(ctx, "the webhooks", func(tx *rtx) error {
 		b := tx.Bucket(bucketWebhooks)
 		if b == nil {
 			return nil
@@ -253,7 +253,7 @@ func (s *Store) DeleteWebhook(ctx context.Context, tenant, name string) error {
 func (s *Store) Deliveries(ctx context.Context, tenant, name string, limit int) ([]*reinv1.WebhookDelivery, error) {
 	prefix := []byte(store.OutboxPrefix(tenant, name))
 	var out []*reinv1.WebhookDelivery
-	err := s.view("the outbox of webhook "+name, func(tx *rtx) error {
+	err := s.view(ctx, "the outbox of webhook "+name, func(tx *rtx) error {
 		b := tx.Bucket(bucketOutbox)
 		if b == nil {
 			return nil
@@ -318,7 +318,7 @@ func (s *Store) DeliveryHeads(ctx context.Context, tenant, name string, runs, pe
 	prefix := []byte(store.OutboxPrefix(tenant, name))
 	var raw [][][]byte
 	n := 0
-	err := s.view("the outbox of webhook "+name, func(tx *rtx) error {
+	err := s.view(ctx, "the outbox of webhook "+name, func(tx *rtx) error {
 		b := tx.Bucket(bucketOutbox)
 		if b == nil {
 			return nil

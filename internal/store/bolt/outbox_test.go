@@ -34,7 +34,7 @@ func statusEvent(runID string, seq uint64, from, to reinv1.RunStatus) *reinv1.Ev
 func outboxBytes(t *testing.T, s *Store) string {
 	t.Helper()
 	var out []byte
-	if err := s.view("outbox", func(tx *rtx) error {
+	if err := s.view(context.Background(), "outbox", func(tx *rtx) error {
 		b := tx.Bucket(bucketOutbox)
 		if b == nil {
 			return nil

@@ -45,7 +45,7 @@ func (s *Store) CreateSchedule(ctx context.Context, sc *reinv1.Schedule) error {
 // ListSchedules implements store.Schedules.
 func (s *Store) ListSchedules(ctx context.Context, tenant string) ([]*reinv1.Schedule, error) {
 	var out []*reinv1.Schedule
-	err := s.view("the schedules", func(tx *rtx) error {
+	err := s.view(ctx, "the schedules", func(tx *rtx) error {
 		b := tx.Bucket(bucketSchedules)
 		if b == nil {
 			return nil

@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -100,8 +101,10 @@ func readTurns() int { return max(1, runtime.GOMAXPROCS(0)-1) }
 var errSnapshotAhead = errors.New("the read's transaction is newer than its snapshot")
 
 // view runs fn on what the store holds now (an rtx), guarded. what names
-// what is read ("run R"), for the error a damaged page gives.
-func (s *Store) view(what string, fn func(tx *rtx) error) error {
+// what is read ("run R"), for the error a damaged page gives. A read that
+// waits (for its turn, or for a checkpoint's snapshot) stops waiting when
+// ctx ends, with ctx's error.
+func (s *Store) view(ctx context.Context, what string, fn func(tx *rtx) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -110,7 +113,11 @@ func (s *Store) view(what string, fn func(tx *rtx) error) error {
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	for {
-		s.reads <- struct{}{}
+		select {
+		case s.reads <- struct{}{}:
+		case <-ctx.Done():
+			return fmt.Errorf("read %s: waiting for a turn to read: %w", what, ctx.Err())
+		}
 		p := s.snap.Load()
 		if p.err != nil {
 			// The file lacks what the log holds, and the overlay that held
@@ -148,7 +155,11 @@ func (s *Store) view(what string, fn func(tx *rtx) error) error {
 			return err
 		}
 		if wait != nil {
-			<-wait
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return fmt.Errorf("read %s: waiting for a checkpoint's snapshot: %w", what, ctx.Err())
+			}
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -302,5 +304,108 @@ func TestReadsTakeTurns(t *testing.T) {
 	}
 	for range cap(s.reads) - 1 {
 		<-s.reads
+	}
+}
+
+// TestReadWaitingForATurnEndsWithItsContext: a read that waits for a turn
+// stops waiting when its caller's context ends, with the context's error
+// (a cancelled ListRuns does not wait behind the reads before it); the
+// same read with the turns free reads.
+func TestReadWaitingForATurnEndsWithItsContext(t *testing.T) {
+	s, _ := walStore(t, 3)
+	for range cap(s.reads) {
+		s.reads <- struct{}{}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	loaded := make(chan error, 1)
+	go func() {
+		_, err := s.Load(ctx, "run-a")
+		loaded <- err
+	}()
+	cancel()
+	within(t, "a cancelled read waiting for a turn", func() {
+		if err := <-loaded; !errors.Is(err, context.Canceled) {
+			t.Errorf("a cancelled read waiting for a turn returned %v, want context.Canceled", err)
+		}
+	})
+	for range cap(s.reads) {
+		<-s.reads
+	}
+	if st, err := s.Load(t.Context(), "run-a"); err != nil || st.Version != 3 {
+		t.Fatalf("with the turns free, the read returned version %d, %v; want 3", st.Version, err)
+	}
+}
+
+// TestReadsAcrossRemaps: bbolt remaps its file each time the file outgrows
+// the map (the map doubles up to 1 GiB), and a remap waits for every read
+// transaction to end. With readers reading without pause while appends of
+// 256 KiB events grow the file past 32 MiB (remaps at every doubling from
+// 32 KiB), every append and every read completes: no read transaction is
+// held across a checkpoint, so no remap waits on one.
+func TestReadsAcrossRemaps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 40 MiB; skipped in -short")
+	}
+	s, path := walStore(t, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	errs := make(chan error, 8)
+	var readers sync.WaitGroup
+	for range 3 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for ctx.Err() == nil {
+				if _, err := s.Load(ctx, "run-a"); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := s.List(ctx, store.Filter{Limit: 10}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	big := strings.Repeat("r", 256<<10)
+	const appends = 160
+	within(t, "appends growing the file under readers", func() {
+		for v := uint64(1); v < appends; v++ {
+			ev := markedEvent("run-a", v+1)
+			if mr := ev.GetModelRequested(); mr != nil {
+				mr.InputHash = big
+			}
+			if _, err := s.Append(ctx, "run-a", v, []*reinv1.Event{ev}); err != nil {
+				errs <- fmt.Errorf("append %d: %w", v+1, err)
+				return
+			}
+			if v%20 == 0 {
+				if err := s.checkpoint(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}
+	})
+	cancel()
+	within(t, "readers stopping", readers.Wait)
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, context.Canceled) {
+			t.Error(err)
+		}
+	}
+	if err := s.checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Size() < 32<<20 {
+		t.Fatalf("the file grew to %d bytes, want past 32 MiB (the remaps this test is about)", info.Size())
+	}
+	if st, err := s.Load(t.Context(), "run-a"); err != nil || st.Version != appends {
+		t.Fatalf("after the appends: version %d, %v; want %d", st.Version, err, appends)
 	}
 }
