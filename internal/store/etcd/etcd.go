@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,10 +9,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/store"
@@ -95,15 +91,9 @@ func (o Options) withDefaults() Options {
 
 // Store is the etcd event store. It implements store.Store.
 type Store struct {
-	cli  *clientv3.Client
-	kv   pb.KVClient // cli's KV service, for writes (send)
-	keys keys
-	opts Options
-
-	// mu guards closed: every call holds it for reading while it runs, so
-	// Close, which takes it for writing, waits for the calls in flight.
-	mu     sync.RWMutex
-	closed bool
+	*conn             // the etcd client, shared with the satellites
+	kv    pb.KVClient // cli's KV service, for writes (send)
+	opts  Options
 
 	// changesMu serialises this Store's writes that add a status change
 	// (they share the change cursor); it guards head. Lock order: changesMu
@@ -127,10 +117,6 @@ type Store struct {
 	// inFlight holds a token for each shared Txn sent and not yet
 	// answered: at most maxBatchesInFlight at once.
 	inFlight chan struct{}
-
-	// replicaLease is the etcd lease this replica holds its runs under
-	// (owner.go); 0 when it is the prefix's one server.
-	replicaLease atomic.Int64
 
 	// commits counts the write Txns etcd took, for the benchmarks.
 	commits atomic.Uint64
@@ -172,7 +158,8 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string, opts Options
 	if err != nil {
 		return nil, fmt.Errorf("open etcd store: %w", err)
 	}
-	s := &Store{cli: cli, kv: kv, keys: keys{prefix}, opts: opts.withDefaults(), cache: map[string]runAt{}, inFlight: make(chan struct{}, maxBatchesInFlight), outbox: opts.Outbox}
+	opts = opts.withDefaults()
+	s := &Store{conn: &conn{cli: cli, keys: keys{prefix}, timeout: opts.Timeout}, kv: kv, opts: opts, cache: map[string]runAt{}, inFlight: make(chan struct{}, maxBatchesInFlight), outbox: opts.Outbox}
 	if s.opts.MaxBlobBytes > s.opts.MaxRequestBytes-2*requestMargin {
 		return nil, fmt.Errorf("open etcd store: MaxBlobBytes %d leaves no room for events in a request of MaxRequestBytes %d; lower it or raise both",
 			s.opts.MaxBlobBytes, s.opts.MaxRequestBytes)
@@ -247,63 +234,6 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.closeLocks()
 	return nil
-}
-
-// enter marks a call in flight; the caller must call s.mu.RUnlock when it
-// returns nil.
-func (s *Store) enter(what string) error {
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return fmt.Errorf("%s: %w", what, store.ErrClosed)
-	}
-	return nil
-}
-
-// readCtx bounds a read by the timeout and the caller's context.
-func (s *Store) readCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, s.opts.Timeout)
-}
-
-// writeCtx bounds a write by the timeout only: once sent, a Txn is not cut
-// by the caller's cancellation, which would leave its outcome unknown.
-func (s *Store) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
-}
-
-// etcdErr maps an error of the etcd client. The caller's own cancellation
-// passes through; a timeout (the client's or etcd's own), no leader or an
-// unreachable cluster wrap store.ErrUnavailable; a write refused for etcd's
-// quota (the database at --quota-backend-bytes, or the NOSPACE alarm
-// raised) wraps store.ErrNoSpace and says what frees it (quota.go).
-func (s *Store) etcdErr(ctx context.Context, what string, err error) error {
-	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || grpcCode(err) == codes.Canceled) {
-		return fmt.Errorf("%s: %w", what, ctx.Err())
-	}
-	endpoints := strings.Join(s.cli.Endpoints(), ",")
-	switch code := grpcCode(err); {
-	case errors.Is(err, context.DeadlineExceeded), code == codes.DeadlineExceeded, code == codes.Unavailable:
-		return fmt.Errorf("%s: %w: etcd at %s did not answer within %v (%v); check that etcd is running and its cluster has a leader, then retry (a write that timed out may have been stored: reload the run)",
-			what, store.ErrUnavailable, endpoints, s.opts.Timeout, err)
-	case isNoSpace(err):
-		return fmt.Errorf("%s: %w: etcd at %s refused the write (%v), and nothing was stored; %s",
-			what, store.ErrNoSpace, endpoints, err, noSpaceRemedy)
-	case errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrTooManyOps):
-		return fmt.Errorf("%s: etcd at %s refused the request (%v), nothing was stored: set the store's MaxRequestBytes and MaxTxnOps to the server's --max-request-bytes and --max-txn-ops",
-			what, endpoints, err)
-	}
-	return fmt.Errorf("%s: etcd at %s: %w", what, endpoints, err)
-}
-
-// grpcCode is the gRPC code of an etcd client's error: a gRPC status, or
-// one etcd's server names (rpctypes.EtcdError, which the client makes of
-// "no leader", "leader changed" and "request timed out", all Unavailable).
-func grpcCode(err error) codes.Code {
-	var etcdErr rpctypes.EtcdError
-	if errors.As(err, &etcdErr) {
-		return etcdErr.Code()
-	}
-	return status.Code(err)
 }
 
 // cached returns the run as this Store last saw it.
