@@ -95,6 +95,9 @@ type Store struct {
 	kv    pb.KVClient // cli's KV service, for writes (send)
 	opts  Options
 
+	// The satellites: each its own job over the one client (conn).
+	*Follower // what the other servers commit (follower.go)
+
 	// changesMu serialises this Store's writes that add a status change
 	// (they share the change cursor); it guards head. Lock order: changesMu
 	// before cacheMu.
@@ -159,7 +162,8 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string, opts Options
 		return nil, fmt.Errorf("open etcd store: %w", err)
 	}
 	opts = opts.withDefaults()
-	s := &Store{conn: &conn{cli: cli, keys: keys{prefix}, timeout: opts.Timeout}, kv: kv, opts: opts, cache: map[string]runAt{}, inFlight: make(chan struct{}, maxBatchesInFlight), outbox: opts.Outbox}
+	c := &conn{cli: cli, keys: keys{prefix}, timeout: opts.Timeout}
+	s := &Store{conn: c, Follower: &Follower{c}, kv: kv, opts: opts, cache: map[string]runAt{}, inFlight: make(chan struct{}, maxBatchesInFlight), outbox: opts.Outbox}
 	if s.opts.MaxBlobBytes > s.opts.MaxRequestBytes-2*requestMargin {
 		return nil, fmt.Errorf("open etcd store: MaxBlobBytes %d leaves no room for events in a request of MaxRequestBytes %d; lower it or raise both",
 			s.opts.MaxBlobBytes, s.opts.MaxRequestBytes)

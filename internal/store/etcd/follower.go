@@ -9,12 +9,16 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 )
 
-// Watches. Several servers share the prefix, so a server learns of what
-// the others commit through etcd watches, each from the revision it has
-// read up to, so that nothing committed after that read is missed: etcd
-// delivers every change after a watch's start revision, in revision order,
-// unless the revisions were compacted (then the watcher is told to read
-// everything again).
+// Follower follows what the servers sharing the prefix commit: a server
+// learns of what the others commit through etcd watches, each from the
+// revision it has read up to, so that nothing committed after that read
+// is missed: etcd delivers every change after a watch's start revision, in
+// revision order, unless the revisions were compacted (then the watcher is
+// told to read everything again). It owns no key: it watches the keys the
+// Store writes, P run/<run id> (a run's snapshot, rewritten by every
+// append) and P change/ (the change feed). The Store embeds it, so a Store
+// is a server.Commits.
+type Follower struct{ *conn }
 
 // watchRetry is the pause before a watch that failed is started again.
 const watchRetry = 200 * time.Millisecond
@@ -28,9 +32,9 @@ const watchRetry = 200 * time.Millisecond
 // of it: etcd then sends it that run's commits, and no other's. The calls
 // come from one goroutine, in commit order; they must not block. It
 // returns when ctx ends.
-func (s *Store) FollowRun(ctx context.Context, runID string, grew func(version uint64), missed func()) {
-	key := s.keys.run(runID)
-	s.follow(ctx, key, []clientv3.OpOption{clientv3.WithFilterDelete()}, func(_ string, value []byte) {
+func (f *Follower) FollowRun(ctx context.Context, runID string, grew func(version uint64), missed func()) {
+	key := f.keys.run(runID)
+	f.follow(ctx, key, []clientv3.OpOption{clientv3.WithFilterDelete()}, func(_ string, value []byte) {
 		run := &reinv1.Run{}
 		if err := unseal(value, run, "run "+runID+" snapshot"); err != nil {
 			missed() // not rein's: let the caller read what is stored
@@ -44,8 +48,8 @@ func (s *Store) FollowRun(ctx context.Context, runID string, grew func(version u
 // the change feed, which WatchRuns reads, is written), by any server, until
 // ctx ends; and missed as FollowRun does. A server follows the feed only
 // while it serves a watch of every run.
-func (s *Store) FollowChanges(ctx context.Context, changed func(), missed func()) {
-	s.follow(ctx, s.keys.changes(), []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete()},
+func (f *Follower) FollowChanges(ctx context.Context, changed func(), missed func()) {
+	f.follow(ctx, f.keys.changes(), []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete()},
 		func(string, []byte) { changed() }, missed)
 }
 
@@ -54,12 +58,12 @@ func (s *Store) FollowChanges(ctx context.Context, changed func(), missed func()
 // its value, and missed at the start (the watch then begins at the
 // revision read, so that nothing after it is lost) and after each restart that
 // may have lost changes, until ctx ends.
-func (s *Store) follow(ctx context.Context, prefix string, opts []clientv3.OpOption, fn func(key string, value []byte), missed func()) {
+func (f *Follower) follow(ctx context.Context, prefix string, opts []clientv3.OpOption, fn func(key string, value []byte), missed func()) {
 	var rev int64 // the last revision seen; 0: start from now
 	for ctx.Err() == nil {
 		if rev == 0 {
-			rctx, cancel := s.readCtx(ctx)
-			resp, err := s.cli.Get(rctx, s.keys.layout())
+			rctx, cancel := f.readCtx(ctx)
+			resp, err := f.cli.Get(rctx, f.keys.layout())
 			cancel()
 			if err != nil {
 				pause(ctx, watchRetry)
@@ -69,7 +73,7 @@ func (s *Store) follow(ctx context.Context, prefix string, opts []clientv3.OpOpt
 			missed()
 		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		ch := s.cli.Watch(wctx, prefix, append([]clientv3.OpOption{clientv3.WithRev(rev + 1)}, opts...)...)
+		ch := f.cli.Watch(wctx, prefix, append([]clientv3.OpOption{clientv3.WithRev(rev + 1)}, opts...)...)
 		for resp := range ch {
 			if resp.CompactRevision != 0 {
 				rev = 0 // what we needed is gone: read everything again
