@@ -11,7 +11,7 @@ import (
 )
 
 // OutputRelay carries the text of model calls in flight between the
-// servers that share a store (internal/store/etcd's output.go): a watcher
+// servers that share a store (internal/store/etcd's Relay): a watcher
 // connected to one replica sees the output of a run another drives. The
 // driving server writes a run's call to the relay only while another
 // replica wants it, so a run nobody watches from elsewhere costs no write.

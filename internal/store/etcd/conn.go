@@ -94,3 +94,7 @@ func grpcCode(err error) codes.Code {
 	}
 	return status.Code(err)
 }
+
+// lease is the etcd lease this replica holds its keys under (SetLease); 0
+// when there is none.
+func (c *conn) lease() clientv3.LeaseID { return clientv3.LeaseID(c.replicaLease.Load()) }

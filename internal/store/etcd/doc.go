@@ -165,9 +165,10 @@
 //     does not cut, so a cancelled caller does not leave an unknown outcome.
 //   - Nothing reads at a past revision but the watches, which read
 //     everything again when etcd has compacted the revision they need
-//     (watch.go); so CompactHistory may compact the cluster's history from
-//     any server at any time, and rein serve does, keeping the last
-//     period of it, lest old revisions fill etcd's quota (quota.go).
+//     (follower.go, relay.go); so CompactHistory may compact the cluster's
+//     history from any server at any time, and rein serve does, keeping
+//     the last period of it, lest old revisions fill etcd's quota
+//     (quota.go).
 //   - Close waits for the calls in flight. The Store does not own the etcd
 //     client: whoever made it closes it.
 package etcd

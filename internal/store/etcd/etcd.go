@@ -97,6 +97,7 @@ type Store struct {
 
 	// The satellites: each its own job over the one client (conn).
 	*Follower // what the other servers commit (follower.go)
+	*Relay    // the model output of calls in flight (relay.go)
 
 	// changesMu serialises this Store's writes that add a status change
 	// (they share the change cursor); it guards head. Lock order: changesMu
@@ -163,7 +164,7 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string, opts Options
 	}
 	opts = opts.withDefaults()
 	c := &conn{cli: cli, keys: keys{prefix}, timeout: opts.Timeout}
-	s := &Store{conn: c, Follower: &Follower{c}, kv: kv, opts: opts, cache: map[string]runAt{}, inFlight: make(chan struct{}, maxBatchesInFlight), outbox: opts.Outbox}
+	s := &Store{conn: c, Follower: &Follower{c}, Relay: &Relay{c}, kv: kv, opts: opts, cache: map[string]runAt{}, inFlight: make(chan struct{}, maxBatchesInFlight), outbox: opts.Outbox}
 	if s.opts.MaxBlobBytes > s.opts.MaxRequestBytes-2*requestMargin {
 		return nil, fmt.Errorf("open etcd store: MaxBlobBytes %d leaves no room for events in a request of MaxRequestBytes %d; lower it or raise both",
 			s.opts.MaxBlobBytes, s.opts.MaxRequestBytes)

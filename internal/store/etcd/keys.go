@@ -34,7 +34,7 @@ func (k keys) helds(owner string) string    { return k.p + "held/" + url.PathEsc
 func (k keys) held(owner, id string) string { return k.helds(owner) + id }
 
 // The model output of runs' calls in flight, relayed between replicas
-// (output.go): each writer's call's pieces of text, in order, under
+// (relay.go): each writer's call's pieces of text, in order, under
 // output/RUN/WRITER/CALL/SEQ, where CALL is the call's model_requested
 // sequence, attempt and resumed flag (16, 8 and 1 hex digits, dotted) and
 // SEQ the piece's number (16 hex digits); and the replicas that want it (a

@@ -89,9 +89,9 @@ func (s *Store) SpaceAlarm(ctx context.Context) error {
 //
 // Compaction is of the whole cluster, keys outside rein's prefix included,
 // as etcd's own auto-compaction is. A watch that starts from a compacted
-// revision is told so; rein's own watches (watch.go) then read everything
-// again (missed), so compaction loses them nothing, and with a period of
-// minutes they rarely need to: a live watch is never behind.
+// revision is told so; rein's own watches (follower.go, relay.go) then read
+// everything again (missed), so compaction loses them nothing, and with a
+// period of minutes they rarely need to: a live watch is never behind.
 
 // DefaultCompactEvery is how often a server compacts etcd's history unless
 // told otherwise (rein serve --etcd-compact-every), and so how much of it

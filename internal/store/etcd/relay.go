@@ -12,48 +12,54 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 )
 
-// Model output between replicas. The text of a model call in flight lives
-// in the memory of the server that drives the run (its watch hub); a
-// watcher connected to another replica gets it through etcd. Its replica
-// says it wants the run's output (WantOutput: a key of its own under its
-// lease) and follows the run's output keys (FollowOutput); the driving
-// server, while some other replica wants it, puts the call's text as it
-// grows, each piece the bytes new since the last under a key of its own
-// numbered in order (PutOutput, under its own lease), so that what etcd
-// keeps of a call grows with its length, not with its square; it deletes
-// the call's pieces when the call returns (DeleteOutput). Nothing of it is
-// in a run's log: the keys end with the leases that hold them, and a run's
-// output is written only while a watcher elsewhere reads it.
+// Relay relays model output between replicas. The text of a model call in
+// flight lives in the memory of the server that drives the run (its watch
+// hub); a watcher connected to another replica gets it through etcd. Its
+// replica says it wants the run's output (WantOutput: a key of its own
+// under its lease) and follows the run's output keys (FollowOutput); the
+// driving server, while some other replica wants it, puts the call's text
+// as it grows, each piece the bytes new since the last under a key of its
+// own numbered in order (PutOutput, under its own lease), so that what
+// etcd keeps of a call grows with its length, not with its square; it
+// deletes the call's pieces when the call returns (DeleteOutput). Nothing
+// of it is in a run's log: the keys end with the leases that hold them,
+// and a run's output is written only while a watcher elsewhere reads it.
+//
+// It owns the keys P output/<run id>/<writer>/<call>/<seq> (the pieces)
+// and P output-wanted/<run id>/<replica>/<random> (the wants), keys.go
+// has their form; no other code reads or writes them. The Store embeds
+// it, so a Store is a server.Relay.
+type Relay struct{ *conn }
 
 // WantOutput records that the replica named replica has watchers of the
 // run's model output, under this server's lease, in a key of this call's
 // own. The returned func takes it back.
-func (s *Store) WantOutput(ctx context.Context, runID, replica string) (func(), error) {
-	key := s.keys.outputWanter(runID, replica) + rand.Text()
-	wctx, cancel := s.writeCtx(ctx)
+func (r *Relay) WantOutput(ctx context.Context, runID, replica string) (func(), error) {
+	key := r.keys.outputWanter(runID, replica) + rand.Text()
+	wctx, cancel := r.writeCtx(ctx)
 	defer cancel()
-	if _, err := s.cli.Put(wctx, key, "", clientv3.WithLease(s.Lease())); err != nil {
-		return func() {}, s.etcdErr(ctx, "put "+key, err)
+	if _, err := r.cli.Put(wctx, key, "", clientv3.WithLease(r.lease())); err != nil {
+		return func() {}, r.etcdErr(ctx, "put "+key, err)
 	}
 	return func() {
-		dctx, cancel := s.writeCtx(context.Background())
+		dctx, cancel := r.writeCtx(context.Background())
 		defer cancel()
-		_, _ = s.cli.Delete(dctx, key)
+		_, _ = r.cli.Delete(dctx, key)
 	}, nil
 }
 
 // OutputWanted says whether a replica other than the one named replica
 // wants the run's model output. It reads the member it asks (serializable):
 // a want seen late costs a watcher the first text of one call.
-func (s *Store) OutputWanted(ctx context.Context, runID, replica string) (bool, error) {
-	rctx, cancel := s.readCtx(ctx)
+func (r *Relay) OutputWanted(ctx context.Context, runID, replica string) (bool, error) {
+	rctx, cancel := r.readCtx(ctx)
 	defer cancel()
-	prefix := s.keys.outputWants(runID)
-	resp, err := s.cli.Get(rctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable())
+	prefix := r.keys.outputWants(runID)
+	resp, err := r.cli.Get(rctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable())
 	if err != nil {
-		return false, s.etcdErr(ctx, "get "+prefix, err)
+		return false, r.etcdErr(ctx, "get "+prefix, err)
 	}
-	own := s.keys.outputWanter(runID, replica)
+	own := r.keys.outputWanter(runID, replica)
 	for _, kv := range resp.Kvs {
 		if !strings.HasPrefix(string(kv.Key), own) {
 			return true, nil
@@ -66,36 +72,36 @@ func (s *Store) OutputWanted(ctx context.Context, runID, replica string) (bool, 
 // writer, under this server's lease: its text is the call's from
 // o.Offset, and seq numbers the call's pieces from 1 (a piece put again
 // under its number replaces it, and must start where it did).
-func (s *Store) PutOutput(ctx context.Context, runID, writer string, seq uint64, o *reinv1.ModelOutput) error {
+func (r *Relay) PutOutput(ctx context.Context, runID, writer string, seq uint64, o *reinv1.ModelOutput) error {
 	b, err := proto.Marshal(o)
 	if err != nil {
 		return err
 	}
-	key := s.keys.outputPiece(runID, writer, o.GetRequested(), o.GetAttempt(), o.GetResumed(), seq)
-	wctx, cancel := s.writeCtx(ctx)
+	key := r.keys.outputPiece(runID, writer, o.GetRequested(), o.GetAttempt(), o.GetResumed(), seq)
+	wctx, cancel := r.writeCtx(ctx)
 	defer cancel()
-	if _, err := s.cli.Put(wctx, key, string(b), clientv3.WithLease(s.Lease())); err != nil {
-		return s.etcdErr(ctx, "put "+key, err)
+	if _, err := r.cli.Put(wctx, key, string(b), clientv3.WithLease(r.lease())); err != nil {
+		return r.etcdErr(ctx, "put "+key, err)
 	}
 	return nil
 }
 
 // DeleteOutput deletes the pieces writer put of the run's call o names (its
 // requested, attempt and resumed): the call returned.
-func (s *Store) DeleteOutput(ctx context.Context, runID, writer string, o *reinv1.ModelOutput) error {
-	prefix := s.keys.outputCall(runID, writer, o.GetRequested(), o.GetAttempt(), o.GetResumed())
-	wctx, cancel := s.writeCtx(ctx)
+func (r *Relay) DeleteOutput(ctx context.Context, runID, writer string, o *reinv1.ModelOutput) error {
+	prefix := r.keys.outputCall(runID, writer, o.GetRequested(), o.GetAttempt(), o.GetResumed())
+	wctx, cancel := r.writeCtx(ctx)
 	defer cancel()
-	if _, err := s.cli.Delete(wctx, prefix, clientv3.WithPrefix()); err != nil {
-		return s.etcdErr(ctx, "delete "+prefix, err)
+	if _, err := r.cli.Delete(wctx, prefix, clientv3.WithPrefix()); err != nil {
+		return r.etcdErr(ctx, "delete "+prefix, err)
 	}
 	return nil
 }
 
 // outputKey is what an output piece's key names: its writer and its call
 // (the key's CALL part).
-func (s *Store) outputKey(runID, key string) (writer, call string, ok bool) {
-	rest, ok := strings.CutPrefix(key, s.keys.outputs(runID))
+func (r *Relay) outputKey(runID, key string) (writer, call string, ok bool) {
+	rest, ok := strings.CutPrefix(key, r.keys.outputs(runID))
 	if !ok {
 		return "", "", false
 	}
@@ -120,14 +126,14 @@ func (s *Store) outputKey(runID, key string) (writer, call string, ok bool) {
 // piece is missed or seen out of order; after the watch breaks, the keys
 // are read whole again, and a piece seen before comes again at the same
 // offset. The calls come from one goroutine; it returns when ctx ends.
-func (s *Store) FollowOutput(ctx context.Context, runID string, fn func(writer string, o *reinv1.ModelOutput)) {
-	prefix := s.keys.outputs(runID)
+func (r *Relay) FollowOutput(ctx context.Context, runID string, fn func(writer string, o *reinv1.ModelOutput)) {
+	prefix := r.keys.outputs(runID)
 	// calls is each writer's last call seen, by its key's CALL part: its
 	// pieces' deletion ends it.
 	calls := map[string]string{}
 	for ctx.Err() == nil {
-		rctx, cancel := s.readCtx(ctx)
-		resp, err := s.cli.Get(rctx, prefix, clientv3.WithPrefix())
+		rctx, cancel := r.readCtx(ctx)
+		resp, err := r.cli.Get(rctx, prefix, clientv3.WithPrefix())
 		cancel()
 		if err != nil {
 			pause(ctx, watchRetry)
@@ -143,7 +149,7 @@ func (s *Store) FollowOutput(ctx context.Context, runID string, fn func(writer s
 			joined = nil
 		}
 		for _, kv := range resp.Kvs { // in key order: by writer, call, piece
-			writer, call, ok := s.outputKey(runID, string(kv.Key))
+			writer, call, ok := r.outputKey(runID, string(kv.Key))
 			o := &reinv1.ModelOutput{}
 			if !ok || proto.Unmarshal(kv.Value, o) != nil {
 				continue
@@ -167,12 +173,12 @@ func (s *Store) FollowOutput(ctx context.Context, runID string, fn func(writer s
 		}
 		calls = now
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for wr := range s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
+		for wr := range r.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
 			if wr.Err() != nil || wr.CompactRevision != 0 {
 				break
 			}
 			for _, ev := range wr.Events {
-				writer, call, ok := s.outputKey(runID, string(ev.Kv.Key))
+				writer, call, ok := r.outputKey(runID, string(ev.Kv.Key))
 				if !ok {
 					continue
 				}
