@@ -98,6 +98,7 @@ type Store struct {
 	// The satellites: each its own job over the one client (conn).
 	*Follower // what the other servers commit (follower.go)
 	*Relay    // the model output of calls in flight (relay.go)
+	*Locks    // the locks the replicas share (locks.go)
 
 	// changesMu serialises this Store's writes that add a status change
 	// (they share the change cursor); it guards head. Lock order: changesMu
@@ -110,9 +111,6 @@ type Store struct {
 	// Txn, never a wrong write: the Txn compares what the entry says.
 	cacheMu sync.Mutex
 	cache   map[string]runAt
-
-	// locks are the locks shared by the Stores on the prefix (Lock).
-	locks locks
 
 	// batchMu guards queue, the appends waiting for a shared Txn
 	// (batch.go); queue[0] leads.
@@ -164,7 +162,7 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string, opts Options
 	}
 	opts = opts.withDefaults()
 	c := &conn{cli: cli, keys: keys{prefix}, timeout: opts.Timeout}
-	s := &Store{conn: c, Follower: &Follower{c}, Relay: &Relay{c}, kv: kv, opts: opts, cache: map[string]runAt{}, inFlight: make(chan struct{}, maxBatchesInFlight), outbox: opts.Outbox}
+	s := &Store{conn: c, Follower: &Follower{c}, Relay: &Relay{c}, Locks: &Locks{conn: c}, kv: kv, opts: opts, cache: map[string]runAt{}, inFlight: make(chan struct{}, maxBatchesInFlight), outbox: opts.Outbox}
 	if s.opts.MaxBlobBytes > s.opts.MaxRequestBytes-2*requestMargin {
 		return nil, fmt.Errorf("open etcd store: MaxBlobBytes %d leaves no room for events in a request of MaxRequestBytes %d; lower it or raise both",
 			s.opts.MaxBlobBytes, s.opts.MaxRequestBytes)
@@ -237,7 +235,7 @@ func (s *Store) Close() error {
 		return fmt.Errorf("close etcd store %s: %w", s.keys.p, store.ErrClosed)
 	}
 	s.closed = true
-	s.closeLocks()
+	s.Locks.close()
 	return nil
 }
 
