@@ -96,9 +96,10 @@ type Store struct {
 	opts  Options
 
 	// The satellites: each its own job over the one client (conn).
-	*Follower // what the other servers commit (follower.go)
-	*Relay    // the model output of calls in flight (relay.go)
-	*Locks    // the locks the replicas share (locks.go)
+	*Follower  // what the other servers commit (follower.go)
+	*Relay     // the model output of calls in flight (relay.go)
+	*Locks     // the locks the replicas share (locks.go)
+	*RateCells // the rate buckets the replicas share (ratecells.go)
 
 	// changesMu serialises this Store's writes that add a status change
 	// (they share the change cursor); it guards head. Lock order: changesMu
@@ -162,7 +163,7 @@ func Open(ctx context.Context, cli *clientv3.Client, prefix string, opts Options
 	}
 	opts = opts.withDefaults()
 	c := &conn{cli: cli, keys: keys{prefix}, timeout: opts.Timeout}
-	s := &Store{conn: c, Follower: &Follower{c}, Relay: &Relay{c}, Locks: &Locks{conn: c}, kv: kv, opts: opts, cache: map[string]runAt{}, inFlight: make(chan struct{}, maxBatchesInFlight), outbox: opts.Outbox}
+	s := &Store{conn: c, Follower: &Follower{c}, Relay: &Relay{c}, Locks: &Locks{conn: c}, RateCells: &RateCells{c}, kv: kv, opts: opts, cache: map[string]runAt{}, inFlight: make(chan struct{}, maxBatchesInFlight), outbox: opts.Outbox}
 	if s.opts.MaxBlobBytes > s.opts.MaxRequestBytes-2*requestMargin {
 		return nil, fmt.Errorf("open etcd store: MaxBlobBytes %d leaves no room for events in a request of MaxRequestBytes %d; lower it or raise both",
 			s.opts.MaxBlobBytes, s.opts.MaxRequestBytes)
