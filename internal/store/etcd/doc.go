@@ -86,6 +86,19 @@
 //	P meta/ended, P meta/deletions, P deletions/<newest>, P deleted/<run
 //	                        id>: the lifecycle's keys, written out in
 //	                        lifecycle.go
+//	P output/<run id>/<writer>/<call>/<seq>, P output-wanted/<run id>/
+//	                        <replica>/<random>: model output relayed
+//	                        between replicas, under their leases (Relay)
+//	P lock/<name>/<lease>   the locks the replicas share (Locks)
+//	P rate/<name>           a rate bucket the replicas share (RateCells)
+//
+// The Store is the event store; its satellites are types of their own over
+// the one etcd client (conn.go), which the Store embeds, so that a Store
+// is each of them too: the Follower (follower.go) watches what the other
+// servers commit, and owns no key; the Relay (relay.go) carries the model
+// output of calls in flight; the Locks (locks.go) and the RateCells
+// (ratecells.go) are the replicas' shared locks and rate buckets. Each
+// owns its keys above, and no other code writes them.
 //
 // Run IDs sort by creation time, and List wants the newest first; etcd
 // reads a range in ascending key order only (a descending sort makes the
