@@ -13,9 +13,9 @@ import (
 	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/export"
 	"github.com/reinhq/rein/internal/runstate"
-	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/storeformat"
+	"github.com/reinhq/rein/internal/taskcontract"
 )
 
 // toStatus maps a domain error to the gRPC status of docs/design.md §10. It is the one
@@ -29,7 +29,7 @@ func toStatus(log *slog.Logger, method string, err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	var fe *step.FieldError
+	var fe *taskcontract.FieldError
 	switch {
 	case errors.As(err, &fe):
 		return invalidArgument(fe.Field, fe.Description)

@@ -28,8 +28,8 @@ import (
 	"github.com/reinhq/rein/internal/lifecycle"
 	"github.com/reinhq/rein/internal/metrics"
 	"github.com/reinhq/rein/internal/runstate"
-	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/taskcontract"
 	"github.com/reinhq/rein/internal/version"
 )
 
@@ -107,7 +107,7 @@ func (s *runService) StartRun(ctx context.Context, req *reinv1.StartRunRequest) 
 	}
 	callInfoFrom(ctx).set(func(c *callInfo) { c.runID = st.RunID })
 	return &reinv1.StartRunResponse{Run: s.withPosition(ctx, st), Created: created,
-		Warnings: step.ContractWarnings(contract)}, nil
+		Warnings: taskcontract.Warnings(contract)}, nil
 }
 
 func (s *runService) GetRun(ctx context.Context, req *reinv1.GetRunRequest) (*reinv1.GetRunResponse, error) {

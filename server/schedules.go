@@ -14,8 +14,8 @@ import (
 	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/schedule"
-	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/taskcontract"
 )
 
 // schedules is the node's schedules: the store's, when it keeps them.
@@ -30,7 +30,7 @@ func (s *runService) schedulesStore() (store.Schedules, error) {
 // the schedule is (its contract), not for the moment (a store that is
 // down): the tick is then dealt with.
 func scheduleRefused(err error) bool {
-	var fe *step.FieldError
+	var fe *taskcontract.FieldError
 	return errors.As(err, &fe)
 }
 
@@ -52,7 +52,7 @@ func (s *runService) CreateSchedule(ctx context.Context, req *reinv1.CreateSched
 	if _, err := schedule.Parse(sc.GetCron(), sc.GetTimeZone()); err != nil {
 		return nil, invalidArgument("schedule.cron", err.Error())
 	}
-	if err := step.ValidateContract(sc.GetContract()); err != nil {
+	if err := taskcontract.Validate(sc.GetContract()); err != nil {
 		return nil, toStatus(s.log, "CreateSchedule", err)
 	}
 	sc.Tenant, sc.CreatedBy, sc.CreatedAt = id.Tenant, id.ID, timestamppb.New(time.Now())

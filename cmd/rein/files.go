@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/step"
+	"github.com/reinhq/rein/internal/taskcontract"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -39,8 +39,8 @@ func validateTask(path string, c *reinv1.TaskContract) error {
 			return usageError("%s: tools[%d].name: %q: %v", path, i, g.GetName(), err)
 		}
 	}
-	if err := step.ValidateContract(c); err != nil {
-		var fe *step.FieldError
+	if err := taskcontract.Validate(c); err != nil {
+		var fe *taskcontract.FieldError
 		if errors.As(err, &fe) {
 			// The file is the contract: drop the "contract." prefix.
 			return usageError("%s: %s: %s", path, strings.TrimPrefix(fe.Field, "contract."), fe.Description)

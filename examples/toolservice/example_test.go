@@ -18,8 +18,8 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/runstate"
-	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store/mem"
+	"github.com/reinhq/rein/internal/taskcontract"
 	"github.com/reinhq/rein/internal/tools/remote"
 )
 
@@ -52,7 +52,7 @@ func exampleContract(t *testing.T) *reinv1.TaskContract {
 		spec.Script = append(spec.Script, r)
 	}
 	c.Model = spec
-	if err := step.ValidateContract(c); err != nil {
+	if err := taskcontract.Validate(c); err != nil {
 		t.Fatalf("the example's contract: %v", err)
 	}
 	return c

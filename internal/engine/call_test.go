@@ -23,7 +23,7 @@ import (
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/pricing"
 	"github.com/reinhq/rein/internal/runstate"
-	"github.com/reinhq/rein/internal/step"
+	"github.com/reinhq/rein/internal/taskcontract"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -243,7 +243,7 @@ func TestMaxCostWithoutPriceRefused(t *testing.T) {
 	c.Budget = &reinv1.Budget{MaxCostUsd: 1}
 	e, _ := setup(t, Config{Prices: &pricing.Table{}})
 	_, _, err := e.Start(testCtx(t), StartRequest{RequestID: "r", Contract: c, Principal: "alice", Tenant: "acme"})
-	var fe *step.FieldError
+	var fe *taskcontract.FieldError
 	if !errors.As(err, &fe) || fe.Field != "contract.budget.max_cost_usd" || !strings.Contains(fe.Description, "--prices") {
 		t.Fatalf("err = %v, want a FieldError on max_cost_usd naming --prices", err)
 	}
@@ -287,7 +287,7 @@ func TestRecordedPriceOutlivesTheTable(t *testing.T) {
 }
 
 func TestNoPriceAnywhereStopsBeforePaying(t *testing.T) {
-	c := step.WithDefaults(testContract(finalReply("done")))
+	c := taskcontract.WithDefaults(testContract(finalReply("done")))
 	c.Budget.MaxCostUsd = 1
 	bs, _ := openStore(t)
 	// A run started where its model was priced, stopped before its first
@@ -417,7 +417,7 @@ func TestRefusalOfAResendIsUnknown(t *testing.T) {
 	for _, ev := range evs {
 		if ev.GetApprovalDecided() != nil {
 			_, _, err := e.Fork(testCtx(t), ForkRequest{RunID: st.RunID, AtSequence: ev.GetSequence(), RequestID: "fork", Principal: "alice", Tenant: "acme"})
-			var fe *step.FieldError
+			var fe *taskcontract.FieldError
 			if !errors.As(err, &fe) || !strings.Contains(fe.Description, "inside a person's decision") {
 				t.Fatalf("fork at approval_decided: %v, want a refusal", err)
 			}

@@ -15,7 +15,7 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
-	"github.com/reinhq/rein/internal/step"
+	"github.com/reinhq/rein/internal/taskcontract"
 )
 
 // checkContract is testContract with checks.
@@ -242,7 +242,7 @@ func TestChecksRefusedAtStart(t *testing.T) {
 			e, s := setup(t, Config{Workspace: tc.workspace})
 			c := checkContract([]*reinv1.Check{tc.check}, finalReply("done"))
 			_, _, err := e.Start(testCtx(t), StartRequest{RequestID: "req", Contract: c, Principal: "alice", Tenant: "acme"})
-			var fe *step.FieldError
+			var fe *taskcontract.FieldError
 			if !errors.As(err, &fe) || fe.Field != tc.field {
 				t.Fatalf("Start: %v, want a FieldError on %s", err, tc.field)
 			}
@@ -253,8 +253,8 @@ func TestChecksRefusedAtStart(t *testing.T) {
 	}
 	// A duplicate name.
 	c := checkContract([]*reinv1.Check{{Name: "t", Argv: []string{"true"}}, {Name: "t", Argv: []string{"true"}}}, finalReply("done"))
-	var fe *step.FieldError
-	if err := step.ValidateContract(c); !errors.As(err, &fe) || fe.Field != "contract.checks[1].name" {
-		t.Errorf("ValidateContract: %v, want a FieldError on contract.checks[1].name", err)
+	var fe *taskcontract.FieldError
+	if err := taskcontract.Validate(c); !errors.As(err, &fe) || fe.Field != "contract.checks[1].name" {
+		t.Errorf("taskcontract.Validate: %v, want a FieldError on contract.checks[1].name", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/taskcontract"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -40,7 +41,7 @@ func (e *Engine) create(ctx context.Context, c *reinv1.TaskContract, started *re
 // when it is earlier than the contract's timeout gives (a child's is its
 // parent's).
 func (e *Engine) createAs(ctx context.Context, runID string, c *reinv1.TaskContract, started *reinv1.RunStarted, carried []*reinv1.Event, blobs map[string][]byte) (runstate.State, bool, error) {
-	if err := step.ValidateContract(c); err != nil {
+	if err := taskcontract.Validate(c); err != nil {
 		return runstate.State{}, false, err
 	}
 	if err := step.CheckWorkspace(e.cfg.Workspace, c.GetChecks()); err != nil {
@@ -48,10 +49,10 @@ func (e *Engine) createAs(ctx context.Context, runID string, c *reinv1.TaskContr
 	}
 	if err := e.cfg.Policy.CheckGrants(c.GetTools()); err != nil {
 		field, desc, _ := strings.Cut(err.Error(), ": ")
-		return runstate.State{}, false, &step.FieldError{Field: field, Description: desc}
+		return runstate.State{}, false, &taskcontract.FieldError{Field: field, Description: desc}
 	}
 	if _, err := e.cfg.Models(c.GetModel()); err != nil {
-		return runstate.State{}, false, &step.FieldError{Field: "contract.model.provider", Description: err.Error()}
+		return runstate.State{}, false, &taskcontract.FieldError{Field: "contract.model.provider", Description: err.Error()}
 	}
 	if err := e.checkPrice(c); err != nil {
 		return runstate.State{}, false, err
@@ -62,7 +63,7 @@ func (e *Engine) createAs(ctx context.Context, runID string, c *reinv1.TaskContr
 	}
 	e.startDigests(ctx, c, started)
 	now := e.cfg.Clock()
-	started.Contract = step.WithDefaults(c)
+	started.Contract = taskcontract.WithDefaults(c)
 	// A queued run's timeout counts from its start (run_admitted), unless
 	// its contract counts it from the submission.
 	if t := started.Contract.GetBudget().GetTimeout(); t != nil && (!started.GetQueued() || started.Contract.GetBudget().GetTimeoutFromSubmission()) {
@@ -142,7 +143,7 @@ func (e *Engine) checkTools(ctx context.Context, grants []*reinv1.ToolGrant) err
 	if len(missing) > 1 {
 		verb = "are"
 	}
-	return &step.FieldError{Field: fmt.Sprintf("contract.tools[%d].name", index[missing[0]]), Description: fmt.Sprintf(
+	return &taskcontract.FieldError{Field: fmt.Sprintf("contract.tools[%d].name", index[missing[0]]), Description: fmt.Sprintf(
 		"%s %s granted, but this server has no tool by that name: give the server the tool (%s), or remove the grant", quoted(missing), verb, ToolFlags)}
 }
 
@@ -163,7 +164,7 @@ func (e *Engine) checkPrice(c *reinv1.TaskContract) error {
 	}
 	m := c.GetModel()
 	if _, ok := e.cfg.Prices.Lookup(m.GetProvider(), m.GetName()); !ok {
-		return &step.FieldError{Field: "contract.budget.max_cost_usd", Description: fmt.Sprintf(
+		return &taskcontract.FieldError{Field: "contract.budget.max_cost_usd", Description: fmt.Sprintf(
 			"rein has no price for model %s/%s, so it cannot hold a cost limit: add the model to the server's price file (--prices), or drop max_cost_usd; priced models: %s",
 			m.GetProvider(), m.GetName(), strings.Join(e.cfg.Prices.Models(), ", "))}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/taskcontract"
 )
 
 // ended is a Config.Published hook that lets a test wait for runs to end
@@ -483,7 +484,7 @@ func TestForkRefusedWhileWaiting(t *testing.T) {
 	w.wait(t, st.RunID)
 	_, evs := stored(t, s, st.RunID)
 	at := ofType(evs, "delegation_started")[0].GetSequence()
-	var fe *step.FieldError
+	var fe *taskcontract.FieldError
 	if _, _, err := e.Fork(testCtx(t), ForkRequest{RunID: st.RunID, AtSequence: at, RequestID: "f1", Principal: "alice", Tenant: "acme"}); !errors.As(err, &fe) {
 		t.Fatalf("fork while waiting: %v, want a FieldError", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/taskcontract"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -165,7 +166,7 @@ func (h *stepHost) Tools() tools.Executor { return (*Engine)(h).executor() }
 
 func (h *stepHost) CheckModel(c *reinv1.TaskContract) error {
 	if _, err := h.cfg.Models(c.GetModel()); err != nil {
-		return &step.FieldError{Field: "contract.model.provider", Description: err.Error()}
+		return &taskcontract.FieldError{Field: "contract.model.provider", Description: err.Error()}
 	}
 	return (*Engine)(h).checkPrice(c)
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/storeformat"
+	"github.com/reinhq/rein/internal/taskcontract"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -266,7 +267,7 @@ type StartRequest struct {
 // the tenant used before returns that run with created=false.
 func (e *Engine) Start(ctx context.Context, req StartRequest) (runstate.State, bool, error) {
 	if req.RequestID == "" {
-		return runstate.State{}, false, &step.FieldError{Field: "request_id", Description: "required: an idempotency key; the same key returns the same run"}
+		return runstate.State{}, false, &taskcontract.FieldError{Field: "request_id", Description: "required: an idempotency key; the same key returns the same run"}
 	}
 	started := &reinv1.RunStarted{Principal: req.Principal, Tenant: req.Tenant, RequestId: req.RequestID,
 		TraceId: req.TraceID, TraceParentSpanId: req.TraceParent, DelegatedBy: req.DelegatedBy}

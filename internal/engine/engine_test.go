@@ -19,8 +19,8 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/runstate"
-	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/taskcontract"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -87,7 +87,7 @@ func TestStartIdempotent(t *testing.T) {
 	}
 }
 
-// Start refuses an invalid contract with a *step.FieldError naming the field, and
+// Start refuses an invalid contract with a *taskcontract.FieldError naming the field, and
 // stores nothing.
 func TestStartRejectsInvalidContract(t *testing.T) {
 	for _, tc := range []struct {
@@ -101,11 +101,11 @@ func TestStartRejectsInvalidContract(t *testing.T) {
 		{"no contract", "req", func(*reinv1.TaskContract) *reinv1.TaskContract { return nil }, "contract"},
 		{"missing goal", "req", func(c *reinv1.TaskContract) *reinv1.TaskContract { c.Goal = ""; return c }, "contract.goal"},
 		{"contract over its bound", "req", func(c *reinv1.TaskContract) *reinv1.TaskContract {
-			c.Goal = strings.Repeat("g", step.MaxContractBytes)
+			c.Goal = strings.Repeat("g", taskcontract.MaxBytes)
 			return c
 		}, "contract"},
 		{"contract just under its bound (twin)", "req", func(c *reinv1.TaskContract) *reinv1.TaskContract {
-			c.Goal = strings.Repeat("g", step.MaxContractBytes-4096)
+			c.Goal = strings.Repeat("g", taskcontract.MaxBytes-4096)
 			return c
 		}, ""},
 		{"tier unspecified", "req", func(c *reinv1.TaskContract) *reinv1.TaskContract {
@@ -150,9 +150,9 @@ func TestStartRejectsInvalidContract(t *testing.T) {
 				}
 				return
 			}
-			var fe *step.FieldError
+			var fe *taskcontract.FieldError
 			if !errors.As(err, &fe) {
-				t.Fatalf("Start: %v (%T), want a *step.FieldError", err, err)
+				t.Fatalf("Start: %v (%T), want a *taskcontract.FieldError", err, err)
 			}
 			if fe.Field != tc.field || fe.Description == "" {
 				t.Errorf("FieldError{%q, %q}, want field %q with a description", fe.Field, fe.Description, tc.field)

@@ -9,7 +9,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/export"
 	"github.com/reinhq/rein/internal/runstate"
-	"github.com/reinhq/rein/internal/step"
+	"github.com/reinhq/rein/internal/taskcontract"
 )
 
 // ForkRequest starts a run from another's state at a sequence.
@@ -36,14 +36,14 @@ type ForkRequest struct {
 // repeated.
 func (e *Engine) Fork(ctx context.Context, req ForkRequest) (runstate.State, bool, error) {
 	if req.RequestID == "" {
-		return runstate.State{}, false, &step.FieldError{Field: "request_id", Description: "required: an idempotency key; the same key returns the same fork"}
+		return runstate.State{}, false, &taskcontract.FieldError{Field: "request_id", Description: "required: an idempotency key; the same key returns the same fork"}
 	}
 	parent, err := e.cfg.Store.Load(ctx, req.RunID)
 	if err != nil {
 		return parent, false, err
 	}
 	if req.AtSequence < 1 || req.AtSequence > parent.Version {
-		return parent, false, &step.FieldError{Field: "at_sequence", Description: fmt.Sprintf("run %s has events 1 to %d; fork at one of them", req.RunID, parent.Version)}
+		return parent, false, &taskcontract.FieldError{Field: "at_sequence", Description: fmt.Sprintf("run %s has events 1 to %d; fork at one of them", req.RunID, parent.Version)}
 	}
 	evs, err := e.cfg.Store.Events(ctx, req.RunID, 0, int(req.AtSequence))
 	if err != nil {
@@ -55,15 +55,15 @@ func (e *Engine) Fork(ctx context.Context, req ForkRequest) (runstate.State, boo
 	}
 	switch {
 	case runstate.Terminal(at.Status):
-		return parent, false, &step.FieldError{Field: "at_sequence", Description: fmt.Sprintf("run %s is %s at sequence %d; fork before it ended", req.RunID, runstate.StatusName(at.Status), req.AtSequence)}
+		return parent, false, &taskcontract.FieldError{Field: "at_sequence", Description: fmt.Sprintf("run %s is %s at sequence %d; fork before it ended", req.RunID, runstate.StatusName(at.Status), req.AtSequence)}
 	case evs[len(evs)-1].GetModelReturned() != nil:
-		return parent, false, &step.FieldError{Field: "at_sequence", Description: fmt.Sprintf("sequence %d is a model reply whose decision was not routed yet; fork at %d, where its step ends, or at %d", req.AtSequence, req.AtSequence+1, req.AtSequence-1)}
+		return parent, false, &taskcontract.FieldError{Field: "at_sequence", Description: fmt.Sprintf("sequence %d is a model reply whose decision was not routed yet; fork at %d, where its step ends, or at %d", req.AtSequence, req.AtSequence+1, req.AtSequence-1)}
 	case at.Waiting():
-		return parent, false, &step.FieldError{Field: "at_sequence", Description: fmt.Sprintf("run %s waits for %d delegated children at sequence %d; fork before its delegation_started or after its last delegation_returned", req.RunID, len(at.Children), req.AtSequence)}
+		return parent, false, &taskcontract.FieldError{Field: "at_sequence", Description: fmt.Sprintf("run %s waits for %d delegated children at sequence %d; fork before its delegation_started or after its last delegation_returned", req.RunID, len(at.Children), req.AtSequence)}
 	case at.WriteInFlight():
-		return parent, false, &step.FieldError{Field: "at_sequence", Description: fmt.Sprintf("a write is being dispatched at sequence %d; fork before its write_dispatched or after its outcome", req.AtSequence)}
+		return parent, false, &taskcontract.FieldError{Field: "at_sequence", Description: fmt.Sprintf("a write is being dispatched at sequence %d; fork before its write_dispatched or after its outcome", req.AtSequence)}
 	case at.Status == reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL && at.Pending == nil:
-		return parent, false, &step.FieldError{Field: "at_sequence", Description: fmt.Sprintf("sequence %d is inside a person's decision (approved, its write not yet sent, or settled and the run not yet going on); fork before the decision or after the status change that follows", req.AtSequence)}
+		return parent, false, &taskcontract.FieldError{Field: "at_sequence", Description: fmt.Sprintf("sequence %d is inside a person's decision (approved, its write not yet sent, or settled and the run not yet going on); fork before the decision or after the status change that follows", req.AtSequence)}
 	}
 	// A pending proposal is proposed again: stop before it. A pause on the
 	// budget is met again under the fork's own budget: stop before it.

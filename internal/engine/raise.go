@@ -12,6 +12,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/step"
+	"github.com/reinhq/rein/internal/taskcontract"
 )
 
 // RaiseBudget raises the budget of a run paused on it (needs_budget) by
@@ -29,7 +30,7 @@ func (e *Engine) raiseBudget(ctx context.Context, req *reinv1.RaiseBudgetRequest
 		extend: req.GetExtendDeadline().AsDuration(), actor: "principal:" + principal, reason: req.GetReason(),
 	}
 	if r.add.IsZero() && r.extend <= 0 {
-		return runstate.State{}, &step.FieldError{Field: "add_steps", Description: "a raise adds something: set at least one of add_steps, add_tokens, add_tool_calls, add_cost_usd, extend_deadline"}
+		return runstate.State{}, &taskcontract.FieldError{Field: "add_steps", Description: "a raise adds something: set at least one of add_steps, add_tokens, add_tool_calls, add_cost_usd, extend_deadline"}
 	}
 	st, err := e.cfg.Store.Load(ctx, req.GetRunId())
 	if err != nil {

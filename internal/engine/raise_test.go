@@ -17,7 +17,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/runstate"
-	"github.com/reinhq/rein/internal/step"
+	"github.com/reinhq/rein/internal/taskcontract"
 )
 
 const statusNeedsBudget = reinv1.RunStatus_RUN_STATUS_NEEDS_BUDGET
@@ -71,7 +71,7 @@ func TestBudgetRaiseRefused(t *testing.T) {
 	e, s := setup(t, Config{Tools: searchTools(t)})
 	ctx := testCtx(t)
 	st, _ := runToRest(t, e, s, pausing(testContract(callReply("search", "c1", nil), finalReply("done"))))
-	var fe *step.FieldError
+	var fe *taskcontract.FieldError
 	if _, err := e.RaiseBudget(ctx, &reinv1.RaiseBudgetRequest{RunId: st.RunID}, "carol"); !errors.As(err, &fe) {
 		t.Errorf("a raise of nothing: %v, want a FieldError", err)
 	}

@@ -12,8 +12,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/taskcontract"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -69,7 +69,7 @@ func TestStartRefusesToolsNoExecutorProvides(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e, s := setup(t, Config{Tools: tc.tools})
 			_, _, err := e.Start(testCtx(t), StartRequest{RequestID: "r", Contract: testContract(finalReply("done")), Principal: "alice", Tenant: "acme"})
-			var fe *step.FieldError
+			var fe *taskcontract.FieldError
 			switch {
 			case tc.unavailable:
 				if !errors.Is(err, ErrToolsUnavailable) || errors.As(err, &fe) {
@@ -104,7 +104,7 @@ func TestForkRefusesToolsNoExecutorProvides(t *testing.T) {
 	fork := ForkRequest{RunID: parent.RunID, AtSequence: 1, RequestID: "f", Principal: "alice", Tenant: "acme"}
 
 	bare := newEngine(t, Config{Store: s, Owner: "b", Tools: noTools{}})
-	var fe *step.FieldError
+	var fe *taskcontract.FieldError
 	if _, _, err := bare.Fork(testCtx(t), fork); !errors.As(err, &fe) || fe.Field != "contract.tools[0].name" || !strings.Contains(err.Error(), "--tool-server") {
 		t.Fatalf("Fork on an engine without tools: %v, want a FieldError on contract.tools[0].name naming the flags", err)
 	}

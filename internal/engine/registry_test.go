@@ -17,8 +17,8 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/runstate"
-	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/taskcontract"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -183,7 +183,7 @@ func TestResumeAll(t *testing.T) {
 	first.Close()
 	// A running run with no driver, as a crash leaves it.
 	running, _, err := s.Create(ctx, &reinv1.Event{RunId: "run_resumed", Sequence: 1, Actor: "principal:alice", RecordedAt: timestamppb.Now(),
-		Payload: &reinv1.Event_RunStarted{RunStarted: &reinv1.RunStarted{Contract: step.WithDefaults(testContract(finalReply("done"))), Principal: "alice", Tenant: "acme", RequestId: "r"}}})
+		Payload: &reinv1.Event_RunStarted{RunStarted: &reinv1.RunStarted{Contract: taskcontract.WithDefaults(testContract(finalReply("done"))), Principal: "alice", Tenant: "acme", RequestId: "r"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/taskcontract"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -35,7 +36,7 @@ func (e *Engine) revise(ctx context.Context, st runstate.State, v Verdict) (runs
 		return st, err
 	}
 	if why != "" {
-		return st, &step.FieldError{Field: "arguments", Description: "the revised arguments do not match the tool's input schema, and nothing was recorded: " + why}
+		return st, &taskcontract.FieldError{Field: "arguments", Description: "the revised arguments do not match the tool's input schema, and nothing was recorded: " + why}
 	}
 	whole, err := step.WholeProposal(ctx, e.cfg.Store, st.RunID, old)
 	if err != nil {

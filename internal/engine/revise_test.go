@@ -13,6 +13,7 @@ import (
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/step"
+	"github.com/reinhq/rein/internal/taskcontract"
 )
 
 // emailContract proposes one email to ana, then answers; its write's
@@ -101,7 +102,7 @@ func TestReviseRefused(t *testing.T) {
 	e, s := setup(t, Config{Tools: searchTools(t), ApprovalsNeedTwo: true})
 	ctx := testCtx(t)
 	st, _ := runToRest(t, e, s, emailContract(t))
-	var fe *step.FieldError
+	var fe *taskcontract.FieldError
 	if _, err := e.DecideApproval(ctx, revision(st, "bob", mustStruct(t, map[string]any{"to": 5}))); !errors.As(err, &fe) || !strings.Contains(fe.Description, "to") {
 		t.Errorf("a revision that breaks the schema: %v, want a FieldError naming the field", err)
 	}

@@ -15,8 +15,8 @@ import (
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
-	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/store"
+	"github.com/reinhq/rein/internal/taskcontract"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -246,7 +246,7 @@ func TestSchemaThatDoesNotCompileIsRefusedAtStart(t *testing.T) {
 			c := testContract(finalReply("done"))
 			c.Tools[1].InputSchema = mustStruct(t, tc.schema)
 			_, _, err := e.Start(testCtx(t), StartRequest{RequestID: "r", Contract: c, Principal: "alice", Tenant: "acme"})
-			var fe *step.FieldError
+			var fe *taskcontract.FieldError
 			if !errors.As(err, &fe) || fe.Field != "contract.tools[1].input_schema" {
 				t.Fatalf("Start: %v, want a FieldError naming contract.tools[1].input_schema", err)
 			}
@@ -268,8 +268,8 @@ func TestSchemaThatDoesNotCompileIsRefusedAtStart(t *testing.T) {
 			"properties": map[string]any{"a": map[string]any{"$ref": "#/$defs/id"}}}} {
 		c := testContract(finalReply("done"))
 		c.Tools[0].InputSchema = mustStruct(t, sc)
-		if err := step.ValidateContract(c); err != nil {
-			t.Errorf("step.ValidateContract(%v): %v", sc, err)
+		if err := taskcontract.Validate(c); err != nil {
+			t.Errorf("taskcontract.Validate(%v): %v", sc, err)
 		}
 	}
 }

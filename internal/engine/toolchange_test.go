@@ -20,6 +20,7 @@ import (
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/step"
 	"github.com/reinhq/rein/internal/storeformat"
+	"github.com/reinhq/rein/internal/taskcontract"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -396,7 +397,7 @@ func TestRemovedToolUnderProposalIsRefused(t *testing.T) {
 func TestRunWithoutDigestsIsNotChecked(t *testing.T) {
 	ex := newChangingTools(t, tools.FixtureResult{Output: mustValue(t, "found")})
 	e, s := setup(t, Config{Tools: ex, OnToolChange: step.ToolChangeFail})
-	c := step.WithDefaults(testContract(callReply("search", "c1", nil), finalReply("done")))
+	c := taskcontract.WithDefaults(testContract(callReply("search", "c1", nil), finalReply("done")))
 	first := &reinv1.Event{RunId: "run_old", Sequence: 1, RecordedAt: timestamppb.New(t0), Actor: "principal:alice",
 		Payload: &reinv1.Event_RunStarted{RunStarted: &reinv1.RunStarted{Contract: c, Principal: "alice", Tenant: "acme", RequestId: "req-old"}}}
 	ex.change("search", func(sp *tools.Spec) { sp.InputSchema = newSchema(t) })

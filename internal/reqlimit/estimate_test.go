@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/step"
+	"github.com/reinhq/rein/internal/taskcontract"
 )
 
 // allocated is what f allocates, in bytes.
@@ -155,11 +155,11 @@ func TestEstimateJSONIsAboveWhatTranscodingAllocates(t *testing.T) {
 // limit.
 func TestWireLimits(t *testing.T) {
 	const max = 4 << 20
-	if contractBytes != step.MaxContractBytes {
-		t.Errorf("the contract's limit here is %d, and %d in internal/step", contractBytes, step.MaxContractBytes)
+	if contractBytes != taskcontract.MaxBytes {
+		t.Errorf("the contract's limit here is %d, and %d in internal/step", contractBytes, taskcontract.MaxBytes)
 	}
-	if got := WireLimit("rein.v1.StartRunRequest", max); got < step.MaxContractBytes || got > step.MaxContractBytes+128<<10 {
-		t.Errorf("StartRun's limit is %d, not a little over the contract's %d", got, step.MaxContractBytes)
+	if got := WireLimit("rein.v1.StartRunRequest", max); got < taskcontract.MaxBytes || got > taskcontract.MaxBytes+128<<10 {
+		t.Errorf("StartRun's limit is %d, not a little over the contract's %d", got, taskcontract.MaxBytes)
 	}
 	for name, want := range map[string]int64{
 		"rein.v1.ImportRunRequest": max, "rein.v1.ListRunsRequest": SmallRequest, "rein.v1.GetRunRequest": SmallRequest,

@@ -35,7 +35,7 @@ const (
 	SmallRequest = 128 << 10
 	// contractRequest bounds a request carrying a contract (StartRun,
 	// CreateSchedule): the contract's own limit (contractBytes, which a
-	// test holds to step.MaxContractBytes) and room for the rest.
+	// test holds to contract.MaxBytes) and room for the rest.
 	contractRequest = contractBytes + 64<<10
 	contractBytes   = 2 << 20
 	// textRequest bounds a request carrying a person's text of at most

@@ -22,6 +22,7 @@ import (
 	"github.com/reinhq/rein/internal/runstate"
 	"github.com/reinhq/rein/internal/secret"
 	"github.com/reinhq/rein/internal/tail"
+	"github.com/reinhq/rein/internal/taskcontract"
 )
 
 // Limits of the completion checks.
@@ -35,21 +36,21 @@ const (
 
 // CheckWorkspace refuses checks that cannot run in workspace: there is
 // none (""), or a check's directory leads out of it through a symbolic
-// link. It returns a *FieldError.
+// link. It returns a *taskcontract.FieldError.
 func CheckWorkspace(workspace string, checks []*reinv1.Check) error {
 	if len(checks) == 0 {
 		return nil
 	}
 	if workspace == "" {
-		return &FieldError{"contract.checks", "completion checks run in a workspace, and this rein has none: start rein with --workspace DIR"}
+		return &taskcontract.FieldError{Field: "contract.checks", Description: "completion checks run in a workspace, and this rein has none: start rein with --workspace DIR"}
 	}
 	root, err := workspaceRoot(workspace)
 	if err != nil {
-		return &FieldError{"contract.checks", err.Error()}
+		return &taskcontract.FieldError{Field: "contract.checks", Description: err.Error()}
 	}
 	for i, ch := range checks {
 		if _, err := checkDir(root, ch.GetDir()); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return &FieldError{fmt.Sprintf("contract.checks[%d].dir", i), err.Error()}
+			return &taskcontract.FieldError{Field: fmt.Sprintf("contract.checks[%d].dir", i), Description: err.Error()}
 		}
 	}
 	return nil
@@ -121,7 +122,7 @@ func runCheck(ctx context.Context, root string, ch *reinv1.Check, secrets *secre
 		res.OutputTail = "the check did not run: " + err.Error()
 		return res
 	}
-	timeout := DefaultCheckTimeout
+	timeout := taskcontract.DefaultCheckTimeout
 	if d := ch.GetTimeout(); d != nil && d.AsDuration() > 0 {
 		timeout = d.AsDuration()
 	}

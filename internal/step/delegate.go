@@ -14,6 +14,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/failpoint"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/taskcontract"
 )
 
 // Delegation (docs/design.md §3, the delegate action), the step's half: a
@@ -31,37 +32,9 @@ import (
 // delegation_returned for each child that ended (Host.EndedChildren), with
 // what it spent; the unspent rest of its loan comes back in the fold.
 
-// DefaultMaxShare is the share of its remaining budget a run may lend one
-// child when its delegation policy names none.
-const DefaultMaxShare = 0.5
-
 // DelegateTool is the name under which the delegate action is offered to a
 // model, and the tool a refused delegation's tool_refused names.
 const DelegateTool = "delegate"
-
-// validateDelegation checks a contract's delegation policy against its
-// grants.
-func validateDelegation(c *reinv1.TaskContract) error {
-	d := c.GetDelegation()
-	if d == nil {
-		return nil
-	}
-	if s := d.GetMaxShare(); math.IsNaN(s) || s < 0 || s > 1 {
-		return &FieldError{"contract.delegation.max_share", fmt.Sprintf("%v is not a share: give one in (0, 1], such as 0.5", s)}
-	}
-	for i, name := range d.GetTools() {
-		if !slices.ContainsFunc(c.GetTools(), func(g *reinv1.ToolGrant) bool { return g.GetName() == name }) {
-			return &FieldError{fmt.Sprintf("contract.delegation.tools[%d]", i), fmt.Sprintf(
-				"%q is not granted to the run: a child may only be given tools the run has; grant it, or remove it here", name)}
-		}
-	}
-	for i, m := range d.GetChildModels() {
-		if m.GetProvider() == "" {
-			return &FieldError{fmt.Sprintf("contract.delegation.child_models[%d].provider", i), "required: name the provider (\"script\" runs offline)"}
-		}
-	}
-	return nil
-}
 
 // delegate routes the model's delegate decision: a delegation the contract
 // does not allow is a refusal (an observation that cost the step, and
@@ -322,7 +295,7 @@ func (r *Stepper) childContract(t *reinv1.DelegatedTask, grants []*reinv1.ToolGr
 // checkChild refuses a child contract the engine could not start (its
 // model, its price), before anything is stored.
 func checkChild(h Host, c *reinv1.TaskContract) error {
-	if err := ValidateContract(c); err != nil {
+	if err := taskcontract.Validate(c); err != nil {
 		return err
 	}
 	return h.CheckModel(c)

@@ -6,10 +6,10 @@
 // each step's events through its one commit path; the step never reads or
 // writes the store itself, and imports nothing of the engine's.
 //
-// The package also holds what a step needs to know of a contract:
-// ValidateContract and its FieldError, the defaults a run starts with
-// (WithDefaults), the completion checks' workspace (CheckWorkspace), and
-// the bounds on what a step records inline (docs/design.md §4).
+// The contract's rules (its validation, bounds and defaults) are
+// internal/contract's; the package holds what the step loop adds: the
+// completion checks' workspace (CheckWorkspace) and the bounds on what a
+// step records inline (docs/design.md §4).
 package step
 
 import (

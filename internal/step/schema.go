@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
+	"github.com/reinhq/rein/internal/taskcontract"
 )
 
 // A tool's input schema is a JSON Schema (draft 2020-12, or draft-07 when
@@ -35,79 +36,13 @@ type inputSchema struct {
 // maxGivenText bounds the arguments quoted back in a refusal.
 const maxGivenText = 512
 
-// compileSchema compiles a tool's input schema. Remote references are not
-// fetched: a schema must hold everything it refers to.
+// compileSchema compiles a tool's input schema (taskcontract.CompileSchema).
 func compileSchema(s *structpb.Struct) (*inputSchema, error) {
-	raw := s.AsMap()
-	b, err := json.Marshal(raw)
+	cs, err := taskcontract.CompileSchema(s)
 	if err != nil {
 		return nil, err
 	}
-	var js jsonschema.Schema
-	if err := json.Unmarshal(b, &js); err != nil {
-		return nil, err
-	}
-	switch js.Schema {
-	case "", "https://json-schema.org/draft/2020-12/schema",
-		"http://json-schema.org/draft-07/schema#", "https://json-schema.org/draft-07/schema#":
-	default:
-		return nil, fmt.Errorf("$schema %q is not supported: use draft 2020-12 (the default) or draft-07", js.Schema)
-	}
-	if err := checkTypes(&js); err != nil {
-		return nil, err
-	}
-	rs, err := js.Resolve(&jsonschema.ResolveOptions{})
-	if err != nil {
-		return nil, err
-	}
-	return &inputSchema{resolved: rs, raw: raw, from: "its input schema"}, nil
-}
-
-var jsonTypes = []string{"array", "boolean", "integer", "null", "number", "object", "string"}
-
-// checkTypes refuses a "type" that names no JSON type, which the
-// validator would accept and then match nothing against.
-func checkTypes(s *jsonschema.Schema) error {
-	if s == nil {
-		return nil
-	}
-	for _, t := range append([]string{s.Type}, s.Types...) {
-		if t != "" && !slices.Contains(jsonTypes, t) {
-			return fmt.Errorf("type %q is not a JSON type (one of %s)", t, strings.Join(jsonTypes, ", "))
-		}
-	}
-	subs := []*jsonschema.Schema{s.Items, s.AdditionalProperties, s.AdditionalItems, s.Contains, s.Not, s.If, s.Then, s.Else,
-		s.PropertyNames, s.UnevaluatedItems, s.UnevaluatedProperties}
-	subs = append(subs, s.PrefixItems...)
-	subs = append(subs, s.ItemsArray...)
-	subs = append(subs, s.AllOf...)
-	subs = append(subs, s.AnyOf...)
-	subs = append(subs, s.OneOf...)
-	for _, m := range []map[string]*jsonschema.Schema{s.Properties, s.PatternProperties, s.Defs, s.Definitions, s.DependentSchemas} {
-		for _, k := range sortedKeys(m) {
-			subs = append(subs, m[k])
-		}
-	}
-	for _, sub := range subs {
-		if err := checkTypes(sub); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// checkSchemas checks that every grant's input schema compiles.
-func checkSchemas(grants []*reinv1.ToolGrant) error {
-	for i, g := range grants {
-		if g.GetInputSchema() == nil {
-			continue
-		}
-		if _, err := compileSchema(g.GetInputSchema()); err != nil {
-			return &FieldError{fmt.Sprintf("contract.tools[%d].input_schema", i),
-				fmt.Sprintf("the input schema of tool %q does not compile (JSON Schema draft 2020-12 or draft-07): %v", g.GetName(), err)}
-		}
-	}
-	return nil
+	return &inputSchema{resolved: cs.Resolved, raw: cs.Raw, from: "its input schema"}, nil
 }
 
 // schemas compiles, once per run, the input schema of each granted tool:

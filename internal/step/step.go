@@ -18,6 +18,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/taskcontract"
 	"github.com/reinhq/rein/internal/tools"
 )
 
@@ -483,7 +484,7 @@ func RaiseTTL(c *reinv1.TaskContract) time.Duration {
 	if d := c.GetApproval().GetProposalTtl(); d != nil {
 		return d.AsDuration()
 	}
-	return DefaultProposalTTL
+	return taskcontract.DefaultProposalTTL
 }
 
 // end commits evs and a status change to status.

@@ -15,7 +15,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/engine"
 	"github.com/reinhq/rein/internal/runstate"
-	"github.com/reinhq/rein/internal/step"
+	"github.com/reinhq/rein/internal/taskcontract"
 	"github.com/reinhq/rein/internal/tools"
 	"github.com/reinhq/rein/server"
 )
@@ -24,7 +24,7 @@ import (
 // streamed as stepsStreamChunks pieces of text of stepsStreamChunkBytes
 // bytes each, with no delay between them. The chunks are in the script,
 // which is in the contract: at 5,000 steps, 8 chunks of 36 bytes make a
-// contract of 1.9 MB, within step.MaxContractBytes (2 MiB), where 40
+// contract of 1.9 MB, within taskcontract.MaxBytes (2 MiB), where 40
 // bytes would not.
 const (
 	stepsStreamChunks     = 8
@@ -64,9 +64,9 @@ func StepsStream(ctx context.Context, o Options) (Result, error) {
 	}
 	calls := o.scaled(stepsToolCalls, 1)
 	contract := streamingContract(stepsContract(calls, 0))
-	if n := proto.Size(contract); n > step.MaxContractBytes {
+	if n := proto.Size(contract); n > taskcontract.MaxBytes {
 		return r, fmt.Errorf("bench %s: %d steps of %d chunks make a contract of %d bytes, over the %d rein accepts: use a smaller --scale",
-			r.Scenario, calls+1, stepsStreamChunks, n, step.MaxContractBytes)
+			r.Scenario, calls+1, stepsStreamChunks, n, taskcontract.MaxBytes)
 	}
 	fixtures := tools.NewFixtures(map[string][]tools.FixtureResult{
 		"read_file": {{Output: structpb.NewStringValue(fixtureText())}},

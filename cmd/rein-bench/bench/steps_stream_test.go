@@ -13,7 +13,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/reinhq/rein/internal/step"
+	"github.com/reinhq/rein/internal/taskcontract"
 )
 
 // TestStepsStreamSmall runs steps-stream at a tiny scale (10 tool calls and
@@ -121,8 +121,8 @@ func TestAlternateOrderSwaps(t *testing.T) {
 // scenario says so before it runs anything.
 func TestStepsStreamContractFits(t *testing.T) {
 	c := streamingContract(stepsContract(stepsToolCalls, 0))
-	if n := proto.Size(c); n > step.MaxContractBytes {
-		t.Errorf("the full-size contract is %d bytes, over %d", n, step.MaxContractBytes)
+	if n := proto.Size(c); n > taskcontract.MaxBytes {
+		t.Errorf("the full-size contract is %d bytes, over %d", n, taskcontract.MaxBytes)
 	}
 	for i, ch := range streamChunks(stepsToolCalls) {
 		if len(ch.GetText()) != stepsStreamChunkBytes {

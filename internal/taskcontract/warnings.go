@@ -1,4 +1,4 @@
-package step
+package taskcontract
 
 import (
 	"fmt"
@@ -6,12 +6,12 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 )
 
-// ContractWarnings are sentences about a valid contract that may surprise
+// Warnings are sentences about a valid contract that may surprise
 // the person who wrote it (StartRunResponse.warnings): an approval.proposal_ttl
 // longer than budget.timeout, where every pending proposal ends with the
 // run's deadline, not its own expiry. Only a proposal_ttl the contract sets
 // is weighed; the default one is not the writer's promise.
-func ContractWarnings(c *reinv1.TaskContract) []string {
+func Warnings(c *reinv1.TaskContract) []string {
 	ttl, timeout := c.GetApproval().GetProposalTtl(), c.GetBudget().GetTimeout()
 	if ttl == nil || timeout == nil || ttl.AsDuration() <= timeout.AsDuration() {
 		return nil

@@ -1,4 +1,4 @@
-package step
+package taskcontract
 
 import (
 	"testing"
@@ -12,7 +12,13 @@ import (
 // part of it but the model's script is its own, so WithDefaults may set
 // fields without touching the caller's contract.
 func TestCloneContractIsDeepButTheScript(t *testing.T) {
-	c := testContract(askReply("which one?"))
+	c := &reinv1.TaskContract{
+		Goal:  "find the invoice total",
+		Tools: []*reinv1.ToolGrant{{Name: "search", Tier: reinv1.ToolTier_TOOL_TIER_READ}},
+		Model: &reinv1.ModelSpec{Provider: "script", Name: "test", Script: []*reinv1.ScriptedReply{{
+			Reply: &reinv1.ScriptedReply_Decision{Decision: &reinv1.Decision{Action: &reinv1.Decision_AskHuman{AskHuman: &reinv1.AskHuman{Question: "which one?"}}}},
+		}}},
+	}
 	c.Budget = &reinv1.Budget{MaxSteps: 3}
 	c.Labels = map[string]string{"team": "infra"}
 	c.Checks = []*reinv1.Check{{Name: "tests", Argv: []string{"true"}}}

@@ -1,4 +1,10 @@
-package step
+// Package taskcontract owns the task contract's rules: what a valid contract
+// is (Validate, which answers a *FieldError naming the field), the bounds
+// it is held to (MaxBytes, MaxApprovals, MaxRules), the defaults a run
+// starts with (WithDefaults) and the warnings about a valid contract that
+// may surprise its writer (Warnings). The step loop (internal/step), the
+// engine and the server import it; it imports none of them.
+package taskcontract
 
 import (
 	"fmt"
@@ -36,20 +42,20 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Description }
 
-// MaxContractBytes bounds a contract's encoded size. A run's every read
+// MaxBytes bounds a contract's encoded size. A run's every read
 // carries its contract (GetRun, a list page), so one near the 4 MiB message
 // limit would leave its run unreadable once its state grew; large inputs
 // belong in the workspace or a tool, read when needed.
-const MaxContractBytes = 2 << 20
+const MaxBytes = 2 << 20
 
-// ValidateContract checks a contract before a run starts. It returns a
+// Validate checks a contract before a run starts. It returns a
 // *FieldError for the first problem found.
-func ValidateContract(c *reinv1.TaskContract) error {
+func Validate(c *reinv1.TaskContract) error {
 	if c == nil {
 		return &FieldError{"contract", "required: a run needs a task contract"}
 	}
-	if n := proto.Size(c); n > MaxContractBytes {
-		return &FieldError{"contract", fmt.Sprintf("the contract is %d bytes, over the %d rein accepts: put large inputs in the workspace or behind a tool, and read them when needed", n, MaxContractBytes)}
+	if n := proto.Size(c); n > MaxBytes {
+		return &FieldError{"contract", fmt.Sprintf("the contract is %d bytes, over the %d rein accepts: put large inputs in the workspace or behind a tool, and read them when needed", n, MaxBytes)}
 	}
 	if c.GetGoal() == "" {
 		return &FieldError{"contract.goal", "required: say what the run must achieve"}
