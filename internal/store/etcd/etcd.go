@@ -89,7 +89,10 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Store is the etcd event store. It implements store.Store.
+// Store is the etcd event store. It implements store.Store. It embeds its
+// satellites, each a job of its own over the Store's etcd client (doc.go),
+// so that a Store is also the Follower, the Relay, the Locks and the
+// RateCells its servers are given; Close closes them with it.
 type Store struct {
 	*conn             // the etcd client, shared with the satellites
 	kv    pb.KVClient // cli's KV service, for writes (send)
