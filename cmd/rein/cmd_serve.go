@@ -4,33 +4,18 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"go.opentelemetry.io/otel"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
-	"github.com/reinhq/rein/internal/auth"
-	"github.com/reinhq/rein/internal/metrics"
-	"github.com/reinhq/rein/internal/ratelimit"
 	"github.com/reinhq/rein/internal/replica"
-	"github.com/reinhq/rein/internal/step"
-	etcdstore "github.com/reinhq/rein/internal/store/etcd"
-	"github.com/reinhq/rein/internal/storeformat"
-	"github.com/reinhq/rein/internal/telemetry"
-	"github.com/reinhq/rein/internal/tenants"
-	"github.com/reinhq/rein/internal/version"
 	"github.com/reinhq/rein/server"
+	"github.com/reinhq/rein/server/assembly"
 )
 
 type serveOptions struct {
@@ -141,264 +126,28 @@ one that receives it takes the run and carries it on.`,
 }
 
 func (o *serveOptions) run(ctx context.Context, e *env) error {
-	log, err := o.logger(e.stderr)
+	cfg, release, err := o.config(ctx, e)
 	if err != nil {
 		return err
 	}
-	cfg := server.Config{
-		Models: models, Reflection: o.reflection, Resume: true, Logger: log, ApprovalsNeedTwo: o.needTwo, StreamModelCalls: o.stream,
-		RatePerSecond: o.rate, RateBurst: o.burst, MaxRecvBytes: o.maxMsgBytes, MaxStreams: o.maxStreams,
-	}
-	action, ok := step.ToolChangeActions[o.onToolChange]
-	if !ok {
-		return usageError("--on-tool-change %q: want pause, adopt or fail", o.onToolChange)
-	}
-	cfg.OnToolChange = action
-	if o.tokens != "" {
-		dir, err := auth.LoadDirectory(o.tokens)
-		if err != nil {
-			return usageError("--tokens: %v", err)
-		}
-		cfg.Directory = dir
-	} else if o.clientCA != "" {
-		return usageError("--client-ca needs --tokens, which maps each certificate's common name to a principal")
-	}
-	var stopTasks func()
-	_, stopTenants, err := o.tenants.load(ctx, tenants.Lifecycle{}, log) // o.tenants.live from here on
+	defer release()
+	r, err := assembly.Start(ctx, cfg)
 	if err != nil {
-		return err
+		return startError(err)
 	}
-	defer stopTenants()
-	if cfg.Tasks, stopTasks, err = o.tasks.load(ctx, log); err != nil {
-		return err
-	}
-	defer stopTasks()
-	if o.maxRunning < 0 {
-		return usageError("--max-running %d: give 0 (no limit) or more", o.maxRunning)
-	}
-	modelLimits := map[string]ratelimit.ModelLimit{}
-	for _, v := range o.modelLimits {
-		k, m, err := ratelimit.ParseModelLimit(v)
-		if err != nil {
-			return usageError("--model-limit %v", err)
-		}
-		modelLimits[k] = m
-	}
-	checker, stopPolicy, err := o.policy.load(ctx, log)
-	if err != nil {
-		return err
-	}
-	defer stopPolicy()
-	cfg.ToolPolicy = checker
-	s, err := o.host.open(ctx, o.ledger)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	log = s.configure(&cfg, log) // from here on no log line holds a secret's value
-	var tlsCfg *tls.Config
-	if o.tlsCert != "" || o.tlsKey != "" || o.clientCA != "" {
-		if tlsCfg, err = o.tlsConfig(); err != nil {
-			return usageError("%v", err)
-		}
-		cfg.ServerOptions = []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}
-	}
-	if o.pprof && o.adminListen == "" {
-		return usageError("--pprof serves profiles on the --admin-listen address: give one too")
-	}
-	adminSite, err := o.adminSite()
-	if err != nil {
-		return err
-	}
-	var admin net.Listener
-	if o.adminListen != "" {
-		// Listening first: a taken port is refused before the store opens.
-		if admin, err = net.Listen("tcp", o.adminListen); err != nil {
-			return &exitErr{code: exitUnavailable, err: fmt.Errorf("--admin-listen %s: %w", o.adminListen, err)}
-		}
-		defer admin.Close()
-		cfg.Metrics = metrics.New()
-	}
-	if err := o.http.check(o.flags, cfg.Directory != nil); err != nil {
-		return err
-	}
-	var web net.Listener
-	if o.http.listen != "" {
-		if web, err = net.Listen("tcp", o.http.listen); err != nil {
-			return &exitErr{code: exitUnavailable, err: fmt.Errorf("--http %s: %w", o.http.listen, err)}
-		}
-		defer web.Close()
-	}
-	if o.otel {
-		tp, err := telemetry.Setup(ctx)
-		if err != nil {
-			return usageError("--otel: %v", err)
-		}
-		otel.SetTracerProvider(tp)
-		cfg.Traces = tp
-		cfg.Metrics.OfferGenAI() // on /metrics, with --admin-listen
-		defer func() {
-			// Flush what the batcher holds, bounded: a collector that is
-			// gone must not hold the stop up.
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := tp.Shutdown(sctx); err != nil {
-				log.Warn("flushing traces", "error", err)
-			}
-		}()
-	}
-	if err := o.checkReplica(); err != nil {
-		return err
-	}
-	var rep *replica.Replica
-	var opened atomic.Pointer[server.Node]         // for the runs it drives, once open
-	var lock func(context.Context) (func(), error) // the replicas' admission lock
-	var shared *etcdstore.Store                    // the replicas' store, for their rate buckets
-	storeName := e.db
-	if o.etcd.set() {
-		matcher := o.webhooks.configure(&cfg, log)
-		cli, st, err := o.etcd.open(ctx, etcdstore.Options{Outbox: matcher.Outbox()}, cfg.Metrics.EtcdDialOptions()...)
-		if err != nil {
-			return err
-		}
-		defer cli.Close()
-		stopUpkeep, err := o.etcd.upkeep(ctx, st, cfg.Metrics, log)
-		if err != nil {
-			_ = st.Close()
-			return err
-		}
-		defer stopUpkeep()
-		if o.name == "" {
-			host, _ := os.Hostname()
-			o.name = fmt.Sprintf("%s-%d", host, os.Getpid())
-		}
-		if rep, err = replica.Join(ctx, replica.Config{Client: cli, Store: st, Name: o.name, TTL: o.leaseTTL, Logger: log, LostLease: cfg.Metrics.LostLease, LookedOver: cfg.Metrics.LookedOver,
-			FinalizeAfter: o.finalizeAfter}); err != nil {
-			_ = st.Close()
-			code := exitUnavailable
-			if errors.Is(err, replica.ErrNameTaken) || errors.Is(err, storeformat.ErrIncompatible) {
-				code = exitUsage // the operator's --name clashes, or the build is too old: retrying will not help
-			}
-			return &exitErr{code: code, err: err}
-		}
-		cfg.Store, cfg.Replica, cfg.Owner, cfg.MaxDriven = st, true, o.name, o.maxRuns
-		cfg.Commits, cfg.Leased, cfg.Relay = st, rep.Holding, st
-		cfg.Cluster = rep
-		// One replica sends the webhooks at a time: the one that leads
-		// under a lease of --lease-ttl (docs/webhooks.md, "Guarantees").
-		name, ttl := o.name, o.leaseTTL
-		cfg.Webhooks.Lead = func(ctx context.Context) (<-chan struct{}, func(), error) {
-			return st.Lead(ctx, "webhook-sender", name, ttl)
-		}
-		cfg.Webhooks.Follow = st.FollowOutbox
-		cfg.Webhooks.NeedFormat, cfg.Webhooks.NeedFormatOn = etcdstore.WebhooksFormat, "etcd"
-		storeName = "etcd " + o.etcd.Endpoints + " " + o.etcd.Prefix
-		lock = func(ctx context.Context) (func(), error) { return st.Lock(ctx, "admission") }
-		shared = st
-	} else if cfg.Store, err = openStore(e.db, o.webhooks.configure(&cfg, log).Outbox()); err != nil {
-		return err
-	} else {
-		cfg.Cluster = singleCluster(cfg.Store, log, func() int {
-			if n := opened.Load(); n != nil {
-				return n.Engine.Driving()
-			}
-			return 0
-		})
-	}
-	db := e.db
-	if o.etcd.set() {
-		db = ""
-	}
-	if len(modelLimits) > 0 || o.tenants.path != "" {
-		live := o.tenants.live
-		var cells ratelimit.Cells = &ratelimit.Memory{}
-		if shared != nil {
-			cells = ratelimit.CellsFunc(shared.UpdateRateBucket)
-		}
-		cfg.Rates = ratelimit.New(cells, ratelimit.Limits{Models: modelLimits, Tenant: func(tenant string) ratelimit.ModelLimit {
-			r, t := live.Current().RatesOf(tenant)
-			return ratelimit.ModelLimit{RequestsPerMinute: r, TokensPerMinute: t}
-		}}, nil)
-	}
-	if o.maxRunning > 0 || o.tenants.path != "" {
-		live := o.tenants.live
-		cfg.Admission = &server.AdmissionConfig{
-			Tenant:     func(tenant string) (int, float64) { return live.Current().AdmissionOf(tenant) },
-			Limited:    func() bool { return live.Current().Limited() },
-			MaxRunning: o.maxRunning, Lock: lock,
-		}
-	}
-	closeArchive, err := o.lifecycle.configure(ctx, &cfg, db, o.tenants.live, log)
-	if err != nil {
-		_ = cfg.Store.Close()
-		if rep != nil {
-			rep.Leave(context.Background())
-		}
-		return err
-	}
-	defer closeArchive()
-	node, err := server.Open(ctx, cfg)
-	if err != nil {
-		if rep != nil {
-			rep.Leave(context.Background())
-		}
-		return &exitErr{code: exitUnavailable, err: err}
-	}
-	opened.Store(node)
-	if rep != nil {
-		cfg.Metrics.TrackLeases(node.Engine.Driving, rep.Holding)
-		rep.Serve(node.Engine)
-		defer rep.Leave(context.Background())
-	}
-	lis, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		node.Close()
-		return &exitErr{code: exitUnavailable, err: fmt.Errorf("listen on %s: %w", o.listen, err)}
-	}
-	if cfg.Directory == nil {
-		log.Warn("no --tokens: accepting only local callers (loopback), as the local admin")
-	}
-	b := version.Get()
-	log.Info("rein serving", "addr", lis.Addr().String(), "store", storeName, "name", o.name, "tls", cfg.ServerOptions != nil, "reflection", o.reflection,
-		"version", b.GetVersion(), "revision", b.GetRevision(), "modified", b.GetModified(), "go", b.GetGoVersion(),
-		"store_format", int(cfg.Cluster.Gate().Active()), "build_formats", cfg.Cluster.Gate().Build().String())
-	if admin != nil {
-		hs := &http.Server{Handler: node.AdminHandler(cfg.Metrics, o.pprof, adminSite), ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := hs.Serve(admin); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("admin HTTP server stopped", "error", err)
-			}
-		}()
-		defer hs.Close()
-		log.Info("serving operators' HTTP", "admin_addr", admin.Addr().String(), "pprof", o.pprof)
-	}
-	if web != nil {
-		stop, err := o.http.serve(web, node, cfg, tlsCfg, log)
-		if err != nil {
-			node.Close()
-			return err
-		}
-		defer stop()
-	}
-	served := make(chan error, 1)
-	go func() { served <- node.GRPC.Serve(lis) }()
+	log := r.Config.Logger
 	select {
 	case <-ctx.Done():
-	case <-node.StoreFailed():
-		log.Error("the store stopped taking writes: draining, then exiting", "error", node.StoreErr())
-	case err := <-served:
-		node.Close()
-		return fmt.Errorf("serve: %w", err)
+	case <-r.Node.StoreFailed():
+		log.Error("the store stopped taking writes: draining, then exiting", "error", r.Node.StoreErr())
+	case <-r.Served():
+		r.Close()
+		return fmt.Errorf("serve: %w", r.ServeErr())
 	}
 	log.Info("shutting down: finishing calls in flight and the current step of each run", "timeout", o.shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
-	if rep != nil {
-		rep.StopTaking() // its lease stays while the runs finish their steps
-	}
-	node.Shutdown(sctx)
-	<-served
-	if err := node.StoreErr(); err != nil {
+	if err := r.Shutdown(sctx); err != nil {
 		// A failed sync or commit, or a last checkpoint that failed: the
 		// log keeps every acknowledged commit, and the next start applies
 		// it (docs/storage.md).

@@ -34,14 +34,14 @@ func (f *webhookFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.allowPrivate, "webhook-allow-private", false, "let webhooks call loopback, private and link-local addresses (refused by default, checked as each connection is made)")
 }
 
-// configure gives cfg the webhook sender's configuration and returns the
-// matcher the store is opened with.
-func (f *webhookFlags) configure(cfg *server.Config, log *slog.Logger) *webhook.Matcher {
+// configure gives cfg the webhook sender's configuration, with
+// cfg.Metrics'. The store's matcher links to --public-url
+// (assembly.Config.PublicURL).
+func (f *webhookFlags) configure(cfg *server.Config, log *slog.Logger) {
 	cfg.Webhooks = &server.Webhooks{AllowPrivate: f.allowPrivate, Send: &webhook.Config{
 		Client:   webhook.NewClient(f.allowPrivate, webhook.Timeouts{Response: f.timeout, Connect: min(5*time.Second, f.timeout), TLS: min(5*time.Second, f.timeout)}),
 		RetryFor: f.retryFor, Logger: log, Metrics: cfg.Metrics.Webhooks(),
 	}}
-	return &webhook.Matcher{PublicURL: f.publicURL, Secrets: cfg.Secrets}
 }
 
 // webhookOptions are the flags of rein webhook create.

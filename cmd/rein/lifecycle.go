@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -12,9 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/reinhq/rein/internal/archive"
-	"github.com/reinhq/rein/internal/lifecycle"
-	"github.com/reinhq/rein/internal/tenants"
-	"github.com/reinhq/rein/server"
+	"github.com/reinhq/rein/server/assembly"
 )
 
 // lifecycleFlags are rein serve's flags for the runs' lifetime: where
@@ -47,12 +44,13 @@ func fileURL(dir string) string {
 	return (&url.URL{Scheme: "file", Path: filepath.ToSlash(abs)}).String()
 }
 
-// configure sets the node's archive and policy from the flags (and the
-// tenants' settings, read at each sweep). db is the bbolt file, "" on etcd.
-func (l *lifecycleFlags) configure(ctx context.Context, cfg *server.Config, db string, live *tenants.Holder, log *slog.Logger) (closeArchive func(), err error) {
-	policyOf := tenantPolicy(live)
+// config is the server's lifecycle from the flags: the archive (by
+// default the directory beside db when asked for or when it holds runs
+// archived before; db is "" on etcd) and when runs are archived and
+// deleted, swept every --lifecycle-every.
+func (l *lifecycleFlags) config(db string) (assembly.Lifecycle, error) {
 	if l.archiveAfter < 0 || l.retain < 0 || l.sweepEvery <= 0 {
-		return nil, usageError("--archive-after and --retain must not be negative, --lifecycle-every must be positive")
+		return assembly.Lifecycle{}, usageError("--archive-after and --retain must not be negative, --lifecycle-every must be positive")
 	}
 	archiveOn, retainOn := l.flags.Changed("archive-after"), l.flags.Changed("retain")
 	target := l.archive
@@ -64,59 +62,14 @@ func (l *lifecycleFlags) configure(ctx context.Context, cfg *server.Config, db s
 		}
 	}
 	if target == "" && archiveOn {
-		return nil, usageError("--archive-after needs --archive with --etcd: name a blob store every server reaches (s3://BUCKET?endpoint=…&region=…)")
+		return assembly.Lifecycle{}, usageError("--archive-after needs --archive with --etcd: name a blob store every server reaches (s3://BUCKET?endpoint=…&region=…)")
 	}
-	closeArchive = func() {}
-	if target != "" {
-		a, err := archive.Open(ctx, target)
-		if err != nil {
-			return nil, usageError("%v", err)
-		}
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if err := a.Check(cctx); err != nil {
-			// Not fatal: runs stay in the live store until it answers.
-			log.Warn("the archive does not answer; runs stay in the live store and are retried", "archive", a.Name(), "err", err)
-		}
-		cfg.Archive = a
-		closeArchive = func() { _ = a.Close() }
-	}
-	base := lifecycle.Policy{ArchiveAfter: l.archiveAfter, ArchiveOn: archiveOn, Retain: l.retain, RetainOn: retainOn}
-	cfg.Policy = func(tenant string) lifecycle.Policy {
-		if policyOf == nil {
-			return base
-		}
-		return policyOf(tenant, base)
-	}
-	cfg.PolicySoonest = func() (time.Duration, bool) {
-		var settings *tenants.Settings // no file: the flags alone
-		if live != nil {
-			settings = live.Current()
-		}
-		return settings.Soonest(lifecycleOf(base))
-	}
-	cfg.SweepEvery = l.sweepEvery
-	log.Info("run lifecycle", "archive", archiveName(cfg.Archive), "archive_after", durationText(archiveOn, l.archiveAfter), "retain", durationText(retainOn, l.retain))
-	return closeArchive, nil
-}
-
-func archiveName(a *archive.Archive) string {
-	if a == nil {
-		return "none"
-	}
-	return a.Name()
-}
-
-func durationText(on bool, d time.Duration) string {
-	if !on {
-		return "off"
-	}
-	return d.String()
+	return assembly.Lifecycle{Archive: target, Sweep: true, ArchiveAfter: l.archiveAfter, ArchiveOn: archiveOn,
+		Retain: l.retain, RetainOn: retainOn, Every: l.sweepEvery}, nil
 }
 
 // embeddedArchive opens the archive beside a bbolt file when it exists, so
-// that the CLI's commands read the runs archived there; nil when there is
-// none.
+// that rein upgrade reads the runs archived there; nil when there is none.
 func embeddedArchive(ctx context.Context, db string) *archive.Archive {
 	dir := defaultArchiveDir(db)
 	if info, err := os.Stat(dir); err != nil || !info.IsDir() {
@@ -128,37 +81,4 @@ func embeddedArchive(ctx context.Context, db string) *archive.Archive {
 		return nil
 	}
 	return a
-}
-
-// tenantPolicy resolves a tenant's lifecycle from the live --tenants
-// settings over the flags' (base), read at each sweep so that a reload
-// applies at the next.
-// lifecycleOf is a policy as the tenants file's keys: a duration not in
-// force is unset.
-func lifecycleOf(p lifecycle.Policy) tenants.Lifecycle {
-	var l tenants.Lifecycle
-	if p.ArchiveOn {
-		l.ArchiveAfter = &p.ArchiveAfter
-	}
-	if p.RetainOn {
-		l.Retain = &p.Retain
-	}
-	return l
-}
-
-func tenantPolicy(h *tenants.Holder) func(tenant string, base lifecycle.Policy) lifecycle.Policy {
-	if h == nil {
-		return nil
-	}
-	return func(tenant string, b lifecycle.Policy) lifecycle.Policy {
-		l := h.Current().Resolve(tenant, lifecycleOf(b))
-		var p lifecycle.Policy
-		if l.ArchiveAfter != nil {
-			p.ArchiveAfter, p.ArchiveOn = *l.ArchiveAfter, true
-		}
-		if l.Retain != nil {
-			p.Retain, p.RetainOn = *l.Retain, true
-		}
-		return p
-	}
 }
