@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"os"
 	"time"
 
@@ -15,14 +14,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/reinhq/rein/client"
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
-	"github.com/reinhq/rein/internal/archive"
-	"github.com/reinhq/rein/internal/store"
-	"github.com/reinhq/rein/internal/webhook"
-	"github.com/reinhq/rein/server"
+	"github.com/reinhq/rein/server/assembly"
 )
 
 // conn is a client of a rein server and how to let it go.
@@ -151,53 +146,29 @@ const maxReplyBytes = math.MaxInt32
 // the CLI runs the same service code, interceptors included, as a remote
 // server.
 func embedded(ctx context.Context, db string, s *setup) (*conn, error) {
-	st, err := openStore(db, (&webhook.Matcher{Secrets: serverSecrets(nil)}).Outbox())
-	if err != nil {
-		return nil, err
-	}
-	return serveEmbedded(ctx, st, embeddedArchive(ctx, db), s)
+	return serveEmbedded(ctx, embeddedConfig(db, false, s))
 }
 
 // embeddedReadOnly is embedded on the store at db opened read-only, for the
 // commands that only read.
 func embeddedReadOnly(ctx context.Context, db string) (*conn, error) {
-	st, err := openStoreReadOnly(db)
-	if err != nil {
-		return nil, err
-	}
-	return serveEmbedded(ctx, st, embeddedArchive(ctx, db), nil)
+	return serveEmbedded(ctx, embeddedConfig(db, true, nil))
 }
 
-// serveEmbedded serves st in this process, as embedded says.
-func serveEmbedded(ctx context.Context, st store.Store, arch *archive.Archive, s *setup) (*conn, error) {
-	// Without a setup (the commands that only read, import), the provider
-	// keys of the environment are still the server's secrets.
-	cfg := server.Config{Store: st, Archive: arch, Models: models, MaxRecvBytes: embeddedMaxRecv, Secrets: serverSecrets(nil), Cluster: singleCluster(st, nil, nil),
-		// Subscriptions are kept here; rein serve sends them (the URL is
-		// checked as it dials).
-		Webhooks: &server.Webhooks{AllowPrivate: true}}
-	if s != nil {
-		s.configure(&cfg, nil)
-	}
-	node, err := server.Open(ctx, cfg)
+// serveEmbedded starts the server cfg describes (assembly.Start) and
+// connects to it in memory.
+func serveEmbedded(ctx context.Context, cfg assembly.Config) (*conn, error) {
+	r, err := assembly.Start(ctx, cfg)
 	if err != nil {
-		return nil, &exitErr{code: exitUnavailable, err: err}
+		return nil, startError(err)
 	}
-	lis := bufconn.Listen(1 << 20)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		if err := node.GRPC.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			fmt.Fprintln(os.Stderr, "rein: embedded server:", err)
-		}
-	}()
 	cc, err := grpc.NewClient("passthrough:///rein-embedded",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithContextDialer(r.DialContext),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(embeddedMaxRecv)),
 	)
 	if err != nil {
-		node.Close()
+		r.Close()
 		return nil, err
 	}
 	c := client.New(cc)
@@ -206,8 +177,10 @@ func serveEmbedded(ctx context.Context, st store.Store, arch *archive.Archive, s
 		runs:   c.Runs,
 		close: func() {
 			_ = cc.Close()
-			node.Close()
-			<-served
+			r.Close()
+			if err := r.ServeErr(); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				fmt.Fprintln(os.Stderr, "rein: embedded server:", err)
+			}
 		},
 	}, nil
 }
