@@ -56,8 +56,10 @@ type serveOptions struct {
 	flags           *pflag.FlagSet
 }
 
-func newServeCmd(e *env) *cobra.Command {
-	o := &serveOptions{}
+func newServeCmd(e *env) *cobra.Command { return serveCmd(e, &serveOptions{}) }
+
+// serveCmd is rein serve with its flags parsed into o.
+func serveCmd(e *env, o *serveOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use: "serve",
 		Example: `  rein serve --listen 127.0.0.1:7233 --db /var/lib/rein/rein.db --tokens tokens.json
