@@ -54,11 +54,35 @@ func usageError(format string, args ...any) error {
 	return &exitErr{code: exitUsage, err: fmt.Errorf(format, args...)}
 }
 
-// env is what every command shares: the streams and the global options.
+// env is what every command shares, in parts by what they are for: its
+// streams, where its calls go (target), how it prints (outputFlags) and
+// the config file's settings (globals). A helper takes the part it uses,
+// not the whole.
 type env struct {
+	streams
+	target
+	outputFlags
+	profiles
+	// started is set once flags and arguments were accepted; an error before
+	// that is a usage error.
+	started bool
+}
+
+// newEnv is an environment on these streams, its settings unresolved.
+func newEnv(stdin io.Reader, stdout, stderr io.Writer) *env {
+	return &env{streams: streams{stdin: stdin, stdout: stdout, stderr: stderr}}
+}
+
+// streams are a command's standard streams.
+type streams struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
+}
+
+// target is where a command's calls go, and how long it keeps trying: the
+// embedded server on db, or a --server with its credentials.
+type target struct {
 	// db is the bbolt file of the embedded server.
 	db string
 	// server, when set, is a rein server to talk to instead of the embedded
@@ -68,8 +92,25 @@ type env struct {
 	// tlsSystemRoots turns TLS on, verified by the system's roots;
 	// insecureToken lets a token go in plaintext to a host not loopback.
 	tlsSystemRoots, insecureToken bool
-	// output is --output: json or table (json is true for json).
+	// commandTimeout bounds how long a command retries a --server that is
+	// unavailable; timeoutFlag is set for the commands that have the flag
+	// (the others wait as long as they last).
+	commandTimeout time.Duration
+	timeoutFlag    bool
+}
+
+// outputFlags are how a command prints its result.
+type outputFlags struct {
+	// output is --output: json or table.
 	output string
+	// json asks for JSON output (--json, or --output json).
+	json bool
+}
+
+// profiles are the config file of profiles and the global settings as
+// resolved from it, the environment and the flags (rein config shows
+// them).
+type profiles struct {
 	// configPath is the config file of profiles and profileName the
 	// profile in use ("" none); their sources are for `rein config`.
 	configPath, configSource   string
@@ -80,21 +121,11 @@ type env struct {
 	// resolved is set once they are.
 	settings []settingValue
 	resolved bool
-	// commandTimeout bounds how long a command retries a --server that is
-	// unavailable; timeoutFlag is set for the commands that have the flag
-	// (the others wait as long as they last).
-	commandTimeout time.Duration
-	timeoutFlag    bool
-	// json asks for JSON output.
-	json bool
-	// started is set once flags and arguments were accepted; an error before
-	// that is a usage error.
-	started bool
 }
 
 // commandTimeoutFlag gives cmd --command-timeout.
-func (e *env) commandTimeoutFlag(cmd *cobra.Command) {
-	cmd.Flags().DurationVar(&e.commandTimeout, "command-timeout", defaultCommandTimeout,
+func (t *target) commandTimeoutFlag(cmd *cobra.Command) {
+	cmd.Flags().DurationVar(&t.commandTimeout, "command-timeout", defaultCommandTimeout,
 		"with --server: how long to keep trying a server that is unavailable (restarting, unreachable) before exiting 5; each call, and a watch cut off, has this long (0: do not retry)")
 }
 
@@ -104,7 +135,7 @@ const defaultCommandTimeout = 30 * time.Second
 // Run runs the CLI with args and returns the process's exit code. main and
 // the tests both call it.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return run(ctx, &env{stdin: stdin, stdout: stdout, stderr: stderr}, args)
+	return run(ctx, newEnv(stdin, stdout, stderr), args)
 }
 
 // run is Run on an environment the caller made (with its stdin, stdout and
@@ -122,7 +153,7 @@ func run(ctx context.Context, e *env, args []string) int {
 	}
 	if st, ok := status.FromError(err); ok {
 		fmt.Fprintf(e.stderr, "rein: %s (%s)\n", st.Message(), st.Code())
-		if hint := unreachable(e, st); hint != "" {
+		if hint := unreachable(&e.target, st); hint != "" {
 			fmt.Fprintln(e.stderr, "rein: "+hint)
 		}
 	} else if msg := err.Error(); msg != "" {
@@ -211,19 +242,19 @@ const annotationNoProfile = "rein/no-profile"
 // unreachable says, in words, what to check when the CLI could not talk to
 // its --server at all (the connection failed, as opposed to the server
 // answering Unavailable), or "".
-func unreachable(e *env, st *status.Status) string {
-	if e.server == "" || st.Code() != codes.Unavailable {
+func unreachable(t *target, st *status.Status) string {
+	if t.server == "" || st.Code() != codes.Unavailable {
 		return ""
 	}
 	msg := st.Message()
 	switch {
 	case handshakeFailed(msg):
-		if e.tlsCA == "" && !e.tlsSystemRoots {
-			return fmt.Sprintf("the server at %s did not speak plaintext gRPC: if it serves TLS, pass --tls-ca with the CA that signed its certificate", e.server)
+		if t.tlsCA == "" && !t.tlsSystemRoots {
+			return fmt.Sprintf("the server at %s did not speak plaintext gRPC: if it serves TLS, pass --tls-ca with the CA that signed its certificate", t.server)
 		}
-		return fmt.Sprintf("the TLS connection to %s failed: check that --tls-ca is the CA that signed the server's certificate, and that the server serves TLS", e.server)
+		return fmt.Sprintf("the TLS connection to %s failed: check that --tls-ca is the CA that signed the server's certificate, and that the server serves TLS", t.server)
 	case strings.Contains(msg, "connection error"), strings.Contains(msg, "dial"), strings.Contains(msg, "connection refused"), strings.Contains(msg, "no such host"):
-		return fmt.Sprintf("cannot reach a rein server at %s: is `rein serve` running there, listening on that address?", e.server)
+		return fmt.Sprintf("cannot reach a rein server at %s: is `rein serve` running there, listening on that address?", t.server)
 	}
 	return ""
 }

@@ -260,7 +260,7 @@ func TestHelpListsClientFlagsOnClientsOnly(t *testing.T) {
 	// The flags were hidden only for serve's help: a client's help written
 	// after it, in the same process, still lists them.
 	var out, errb bytes.Buffer
-	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb}
+	e := newEnv(strings.NewReader(""), &out, &errb)
 	if code := run(context.Background(), e, []string{"serve", "--help"}); code != 0 {
 		t.Fatalf("serve --help: exit %d\n%s", code, errb.String())
 	}

@@ -50,7 +50,7 @@ not an admin, 5 when the store is held or the server unavailable.`,
 			out := args[0]
 			var fill func(context.Context, io.Writer) (int64, error)
 			if e.server != "" {
-				cn, err := connect(cmd.Context(), e, nil)
+				cn, err := connect(cmd.Context(), &e.target, e.stderr, nil)
 				if err != nil {
 					return err
 				}

@@ -44,7 +44,7 @@ prints GetClusterStatusResponse.`,
   rein cluster status --server rein.internal:7233 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := reader(cmd.Context(), e)
+			c, err := reader(cmd.Context(), &e.target, e.stderr)
 			if err != nil {
 				return err
 			}
@@ -75,7 +75,7 @@ server's name key cannot be read or believed; rein cluster status names it.`,
 		Example: `  rein cluster finalize --server rein.internal:7233`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := connect(cmd.Context(), e, nil)
+			c, err := connect(cmd.Context(), &e.target, e.stderr, nil)
 			if err != nil {
 				return err
 			}

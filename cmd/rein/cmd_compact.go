@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"syscall"
 	"time"
@@ -56,7 +57,7 @@ it first) or it cannot be written.`,
 			if e.json {
 				return writeJSON(e.stdout, newCompactReport(res), false)
 			}
-			printCompact(e, res)
+			printCompact(e.stdout, res)
 			return nil
 		},
 	}
@@ -102,22 +103,22 @@ func newCompactReport(res bolt.CompactResult) compactReport {
 	return out
 }
 
-func printCompact(e *env, res bolt.CompactResult) {
+func printCompact(w io.Writer, res bolt.CompactResult) {
 	took := res.Took.Round(time.Millisecond)
 	if res.Took < time.Millisecond {
 		took = res.Took.Round(time.Microsecond)
 	}
 	if !res.Replaced {
-		fmt.Fprintf(e.stdout, "%s is compact already, left unchanged (%s)\n", res.Path, took)
-		fmt.Fprintf(e.stdout, "  size:      %s (%d bytes)\n", humanBytes(res.Before), res.Before)
-		fmt.Fprintf(e.stdout, "  compacted: %s (%d bytes), no smaller\n", humanBytes(res.After), res.After)
+		fmt.Fprintf(w, "%s is compact already, left unchanged (%s)\n", res.Path, took)
+		fmt.Fprintf(w, "  size:      %s (%d bytes)\n", humanBytes(res.Before), res.Before)
+		fmt.Fprintf(w, "  compacted: %s (%d bytes), no smaller\n", humanBytes(res.After), res.After)
 		return
 	}
-	fmt.Fprintf(e.stdout, "%s compacted in %s\n", res.Path, took)
-	fmt.Fprintf(e.stdout, "  before: %s (%d bytes)\n", humanBytes(res.Before), res.Before)
-	fmt.Fprintf(e.stdout, "  after:  %s (%d bytes), %.1f%% smaller\n", humanBytes(res.After), res.After,
+	fmt.Fprintf(w, "%s compacted in %s\n", res.Path, took)
+	fmt.Fprintf(w, "  before: %s (%d bytes)\n", humanBytes(res.Before), res.Before)
+	fmt.Fprintf(w, "  after:  %s (%d bytes), %.1f%% smaller\n", humanBytes(res.After), res.After,
 		100*float64(res.Before-res.After)/float64(res.Before))
-	fmt.Fprintf(e.stdout, "  %s and %s, the same in the compacted file, which checks clean\n",
+	fmt.Fprintf(w, "  %s and %s, the same in the compacted file, which checks clean\n",
 		countOf(uint64(res.Runs), "run"), countOf(res.Events, "event"))
 }
 

@@ -50,7 +50,7 @@ the admin role.`,
 				return usageError("--reason is required: say why the run is deleted (it is kept in the deletion record)")
 			}
 			ctx := cmd.Context()
-			cn, err := changer(ctx, e)
+			cn, err := changer(ctx, &e.target, e.stderr)
 			if err != nil {
 				return err
 			}
@@ -86,7 +86,7 @@ func newDeletionsCmd(e *env) *cobra.Command {
 				return usageError("--limit %d: give 1 to 1000", limit)
 			}
 			ctx := cmd.Context()
-			cn, err := changer(ctx, e)
+			cn, err := changer(ctx, &e.target, e.stderr)
 			if err != nil {
 				return err
 			}

@@ -69,7 +69,7 @@ Without -o the file goes to stdout; with -o it is written atomically, mode 0600.
 // storedExport is the export of a stored run (on --db or the --server):
 // every event, and every blob they reference, read through GetBlobs.
 func storedExport(ctx context.Context, e *env, runID string) (*reinv1.RunExport, error) {
-	cn, err := reader(ctx, e)
+	cn, err := reader(ctx, &e.target, e.stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +143,7 @@ nothing changes.`,
 				return err
 			}
 			ctx := cmd.Context()
-			cn, err := connect(context.WithoutCancel(ctx), e, nil)
+			cn, err := connect(context.WithoutCancel(ctx), &e.target, e.stderr, nil)
 			if err != nil {
 				return err
 			}

@@ -112,7 +112,7 @@ flags' tools. Logs go to stderr; stdout carries only the protocol.`,
 			} else if o.tasks.dir != "" {
 				return usageError("--tasks is for the embedded server; with --server, the server's catalog (rein serve --tasks) applies")
 			}
-			cn, err := connect(ctx, e, s)
+			cn, err := connect(ctx, &e.target, e.stderr, s)
 			if err != nil {
 				return err
 			}

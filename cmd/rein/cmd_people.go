@@ -138,7 +138,7 @@ func (o *decideOptions) decide(ctx context.Context, e *env, runID, proposalID st
 // revise sends the proposal's revised arguments (--arguments), and prints
 // the run waiting for approval of the revision.
 func (o *decideOptions) revise(ctx context.Context, e *env, cn *conn, runID, proposalID, hash string, after uint64) error {
-	b, err := readFileOrStdin(e, o.arguments)
+	b, err := readFileOrStdin(e.stdin, o.arguments)
 	if err != nil {
 		return usageError("--arguments: %v", err)
 	}
@@ -165,8 +165,8 @@ func (o *decideOptions) revise(ctx context.Context, e *env, cn *conn, runID, pro
 
 // readFileOrStdin is the content of the file name, or stdin's for "-", up
 // to maxArgumentsFile bytes.
-func readFileOrStdin(e *env, name string) ([]byte, error) {
-	r := e.stdin
+func readFileOrStdin(stdin io.Reader, name string) ([]byte, error) {
+	r := stdin
 	if name != "-" {
 		f, err := os.Open(name)
 		if err != nil {
@@ -249,7 +249,7 @@ func newInputCmd(e *env) *cobra.Command {
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			text, err := argOrStdin(e, args[1], "answer")
+			text, err := argOrStdin(e.stdin, args[1], "answer")
 			if err != nil {
 				return err
 			}
@@ -288,7 +288,7 @@ func newCancelCmd(e *env) *cobra.Command {
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			cn, err := changer(ctx, e)
+			cn, err := changer(ctx, &e.target, e.stderr)
 			if err != nil {
 				return err
 			}
@@ -328,7 +328,7 @@ func newPendingCmd(e *env) *cobra.Command {
 			ctx := cmd.Context()
 			var waiting []summary
 			if e.server != "" || exists(e.db) {
-				cn, err := reader(ctx, e)
+				cn, err := reader(ctx, &e.target, e.stderr)
 				if err != nil {
 					return err
 				}
@@ -437,7 +437,7 @@ func readerWith(ctx context.Context, e *env, h *hostFlags) (*conn, error) {
 		if h.given() {
 			return nil, errServerFlags
 		}
-		return reader(ctx, e)
+		return reader(ctx, &e.target, e.stderr)
 	}
 	if !exists(e.db) {
 		return nil, &exitErr{code: exitNotFound, err: fmt.Errorf("no rein store at %s: start a run first, or pass --db", e.db)}
@@ -446,7 +446,7 @@ func readerWith(ctx context.Context, e *env, h *hostFlags) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	cn, err := connect(ctx, e, s)
+	cn, err := connect(ctx, &e.target, e.stderr, s)
 	if err != nil {
 		s.close()
 		return nil, err

@@ -25,30 +25,31 @@ func exists(path string) bool {
 // file is opened read-only (it is never written, and other readers may
 // have it open too), and a missing one is not created: there is nothing to
 // read.
-func reader(ctx context.Context, e *env) (*conn, error) {
-	if e.server != "" {
-		return connect(ctx, e, nil)
+func reader(ctx context.Context, t *target, stderr io.Writer) (*conn, error) {
+	if t.server != "" {
+		return connect(ctx, t, stderr, nil)
 	}
-	if !exists(e.db) {
-		return nil, noStore(e)
+	if !exists(t.db) {
+		return nil, noStore(t.db)
 	}
-	return embeddedReadOnly(context.WithoutCancel(ctx), e.db)
+	return embeddedReadOnly(context.WithoutCancel(ctx), t.db)
 }
 
 // changer connects for a command that changes a run the store holds
 // (cancel): as reader, but the embedded server's store is writable.
-func changer(ctx context.Context, e *env) (*conn, error) {
-	if e.server != "" {
-		return connect(ctx, e, nil)
+func changer(ctx context.Context, t *target, stderr io.Writer) (*conn, error) {
+	if t.server != "" {
+		return connect(ctx, t, stderr, nil)
 	}
-	if !exists(e.db) {
-		return nil, noStore(e)
+	if !exists(t.db) {
+		return nil, noStore(t.db)
 	}
-	return embedded(context.WithoutCancel(ctx), e.db, nil)
+	return embedded(context.WithoutCancel(ctx), t.db, nil)
 }
 
-func noStore(e *env) error {
-	return &exitErr{code: exitNotFound, err: fmt.Errorf("no rein store at %s: start a run first, or pass --db", e.db)}
+// noStore is the error of a command that reads a --db that does not exist.
+func noStore(db string) error {
+	return &exitErr{code: exitNotFound, err: fmt.Errorf("no rein store at %s: start a run first, or pass --db", db)}
 }
 
 func newInspectCmd(e *env) *cobra.Command {
@@ -175,7 +176,7 @@ func inspectEvents(ctx context.Context, e *env, arg string) ([]*reinv1.Event, er
 	if isExportFile(arg) {
 		return fileEvents(arg, 0)
 	}
-	cn, err := reader(ctx, e)
+	cn, err := reader(ctx, &e.target, e.stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -222,9 +223,9 @@ func newEventsCmd(e *env) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printEvents(e, evs)
+				return printEvents(e.stdout, e.json, evs)
 			}
-			cn, err := reader(ctx, e)
+			cn, err := reader(ctx, &e.target, e.stderr)
 			if err != nil {
 				return err
 			}
@@ -235,7 +236,7 @@ func newEventsCmd(e *env) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if err := printEvents(e, resp.GetEvents()); err != nil {
+				if err := printEvents(e.stdout, e.json, resp.GetEvents()); err != nil {
 					return err
 				}
 				if resp.GetNextPageToken() == "" {
@@ -251,13 +252,13 @@ func newEventsCmd(e *env) *cobra.Command {
 
 // printEvents prints events as `events` does: NDJSON with --json, else one
 // line each.
-func printEvents(e *env, evs []*reinv1.Event) error {
+func printEvents(w io.Writer, json bool, evs []*reinv1.Event) error {
 	for _, ev := range evs {
 		var err error
-		if e.json {
-			err = writeJSON(e.stdout, eventJSON(ev), false)
+		if json {
+			err = writeJSON(w, eventJSON(ev), false)
 		} else {
-			_, err = fmt.Fprintln(e.stdout, eventLine(ev))
+			_, err = fmt.Fprintln(w, eventLine(ev))
 		}
 		if err != nil {
 			return err
@@ -304,7 +305,7 @@ func newListCmd(e *env) *cobra.Command {
 			}
 			var runs []summary
 			if _, err := os.Stat(e.db); err == nil || e.server != "" {
-				cn, err := reader(ctx, e)
+				cn, err := reader(ctx, &e.target, e.stderr)
 				if err != nil {
 					return err
 				}

@@ -90,7 +90,7 @@ func (o *runOptions) run(ctx context.Context, e *env, path string) error {
 	if ctx.Err() != nil {
 		return &exitErr{code: exitCancelled, err: errors.New("interrupted before the run started; nothing was written")}
 	}
-	cn, err := connect(context.WithoutCancel(ctx), e, s)
+	cn, err := connect(context.WithoutCancel(ctx), &e.target, e.stderr, s)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"text/tabwriter"
 	"time"
 
@@ -73,7 +74,7 @@ They run in a server: give --server.`,
 		Short: "List your tenant's schedules",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cn, err := scheduleConn(cmd.Context(), e)
+			cn, err := scheduleConn(cmd.Context(), &e.target, e.stderr)
 			if err != nil {
 				return err
 			}
@@ -135,7 +136,7 @@ They run in a server: give --server.`,
 			if requestID == "" {
 				requestID = randomID()
 			}
-			cn, err := scheduleConn(cmd.Context(), e)
+			cn, err := scheduleConn(cmd.Context(), &e.target, e.stderr)
 			if err != nil {
 				return err
 			}
@@ -159,17 +160,17 @@ They run in a server: give --server.`,
 }
 
 // scheduleConn connects to --server: schedules run in a server.
-func scheduleConn(ctx context.Context, e *env) (*conn, error) {
-	if e.server == "" {
+func scheduleConn(ctx context.Context, t *target, stderr io.Writer) (*conn, error) {
+	if t.server == "" {
 		return nil, usageError("rein schedule needs --server: schedules are kept and run by rein serve")
 	}
-	return connect(ctx, e, nil)
+	return connect(ctx, t, stderr, nil)
 }
 
 // scheduleCall makes call (retried while the server is unavailable) and
 // prints the schedule it returns, if any.
 func scheduleCall(ctx context.Context, e *env, call func(ctx context.Context, cn *conn) (*reinv1.Schedule, error)) error {
-	cn, err := scheduleConn(ctx, e)
+	cn, err := scheduleConn(ctx, &e.target, e.stderr)
 	if err != nil {
 		return err
 	}

@@ -83,7 +83,7 @@ server stops answering for --lease-ttl, the others take its runs over and
 carry them on. A person's decision on a paused run may go to any server: the
 one that receives it takes the run and carries it on.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), e) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), e.db, e.stderr) },
 	}
 	hideClientFlags(cmd)
 	f := cmd.Flags()
@@ -127,8 +127,8 @@ one that receives it takes the run and carries it on.`,
 	return cmd
 }
 
-func (o *serveOptions) run(ctx context.Context, e *env) error {
-	cfg, release, err := o.config(ctx, e)
+func (o *serveOptions) run(ctx context.Context, db string, stderr io.Writer) error {
+	cfg, release, err := o.config(ctx, db, stderr)
 	if err != nil {
 		return err
 	}

@@ -30,14 +30,14 @@ up once), so a retry after a lost answer records it once. Prints the run.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			text, err := argOrStdin(e, args[1], "message")
+			text, err := argOrStdin(e.stdin, args[1], "message")
 			if err != nil {
 				return err
 			}
 			if requestID == "" {
 				requestID = randomID()
 			}
-			cn, err := changer(ctx, e)
+			cn, err := changer(ctx, &e.target, e.stderr)
 			if err != nil {
 				return err
 			}
@@ -60,10 +60,10 @@ up once), so a retry after a lost answer records it once. Prints the run.`,
 
 // argOrStdin is arg, or stdin's content when arg is "-", without its
 // trailing newlines; what names it in the error when it is empty.
-func argOrStdin(e *env, arg, what string) (string, error) {
+func argOrStdin(stdin io.Reader, arg, what string) (string, error) {
 	text := arg
 	if text == "-" {
-		b, err := io.ReadAll(e.stdin)
+		b, err := io.ReadAll(stdin)
 		if err != nil {
 			return "", fmt.Errorf("read the %s from stdin: %w", what, err)
 		}

@@ -27,7 +27,7 @@ the tasks as the API gives them.`,
 				return usageError("the catalog of tasks is a server's (rein serve --tasks DIR): give --server ADDR")
 			}
 			ctx := cmd.Context()
-			cn, err := connect(ctx, e, nil)
+			cn, err := connect(ctx, &e.target, e.stderr, nil)
 			if err != nil {
 				return err
 			}

@@ -141,7 +141,7 @@ func inspectTree(ctx context.Context, e *env, runID string) error {
 	if isExportFile(runID) {
 		return usageError("--tree reads a stored run's tree; for a file, rein inspect FILE shows its root")
 	}
-	cn, err := reader(ctx, e)
+	cn, err := reader(ctx, &e.target, e.stderr)
 	if err != nil {
 		return err
 	}
@@ -199,7 +199,7 @@ func treeExport(ctx context.Context, e *env, runID string) (*reinv1.RunExport, i
 // prefixed with its run, until all of them have ended (or, on the embedded
 // server, paused).
 func (o *watchOptions) watchTree(ctx context.Context, e *env, runID string) error {
-	cn, err := reader(ctx, e)
+	cn, err := reader(ctx, &e.target, e.stderr)
 	if err != nil {
 		return err
 	}

@@ -195,7 +195,7 @@ func (s storeSource) close() { _ = s.st.Close() }
 // role) or the --db file, read-only.
 func (o *upgradeCheckOptions) openRunSource(ctx context.Context, e *env) (runSource, error) {
 	if e.server != "" {
-		cn, err := connect(ctx, e, nil)
+		cn, err := connect(ctx, &e.target, e.stderr, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -219,7 +219,7 @@ func (o *upgradeCheckOptions) openRunSource(ctx context.Context, e *env) (runSou
 		return apiSource{cn: cn}, nil
 	}
 	if !exists(e.db) {
-		return nil, noStore(e)
+		return nil, noStore(e.db)
 	}
 	st, err := openStoreReadOnly(e.db)
 	if err != nil {

@@ -28,7 +28,7 @@ the formats its build reads and writes (docs/upgrading.md). --json prints
 			var remote *reinv1.BuildInfo
 			var formats *reinv1.ServerFormats
 			if e.server != "" {
-				c, err := connect(cmd.Context(), e, nil)
+				c, err := connect(cmd.Context(), &e.target, e.stderr, nil)
 				if err != nil {
 					return err
 				}

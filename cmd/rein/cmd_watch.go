@@ -81,7 +81,7 @@ With --all it follows status changes across your runs until interrupted.`,
 var errPaused = errors.New("paused")
 
 func (o *watchOptions) watchRun(ctx context.Context, e *env, runID string) error {
-	cn, err := reader(ctx, e)
+	cn, err := reader(ctx, &e.target, e.stderr)
 	if err != nil {
 		return err
 	}
@@ -188,7 +188,7 @@ func (o *watchOptions) watchAll(ctx context.Context, e *env) error {
 		return err
 	}
 	req := &reinv1.WatchRunsRequest{AfterCursor: o.after, Statuses: statuses}
-	cn, err := reader(ctx, e)
+	cn, err := reader(ctx, &e.target, e.stderr)
 	if err != nil {
 		return err
 	}

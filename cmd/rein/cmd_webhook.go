@@ -288,7 +288,7 @@ func webhookCall(ctx context.Context, e *env, call func(ctx context.Context, cn 
 // webhookRead connects (--server, or the embedded server on --db), makes
 // call and then print.
 func webhookRead(ctx context.Context, e *env, call func(ctx context.Context, cn *conn) error, print func() error) error {
-	cn, err := connect(ctx, e, nil)
+	cn, err := connect(ctx, &e.target, e.stderr, nil)
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ func completeRunIDs(e *env) cobra.CompletionFunc {
 			return nil, cobra.ShellCompDirectiveError
 		}
 		ctx := cmd.Context()
-		cn, err := reader(ctx, e)
+		cn, err := reader(ctx, &e.target, e.stderr)
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveError
 		}

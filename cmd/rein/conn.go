@@ -34,11 +34,12 @@ type conn struct {
 	close   func()
 }
 
-// connect returns a client of the --server, or of an embedded server over
-// --db set up as s says.
-func connect(ctx context.Context, e *env, s *setup) (*conn, error) {
-	if e.server == "" {
-		return embedded(ctx, e.db, s)
+// connect returns a client of t's --server, or of an embedded server over
+// its --db set up as s says; stderr hears of a watch's reconnections and of
+// retries.
+func connect(ctx context.Context, t *target, stderr io.Writer, s *setup) (*conn, error) {
+	if t.server == "" {
+		return embedded(ctx, t.db, s)
 	}
 	if s != nil && s.executor != nil {
 		return nil, usageError("--tools, --workspace, --tool-server and --mcp apply to the embedded server; with --server, the server's own tools (rein serve) run")
@@ -46,17 +47,17 @@ func connect(ctx context.Context, e *env, s *setup) (*conn, error) {
 	// A reply is bounded by the server (its pages, its inline bounds); one
 	// blob, such as a large write's preview, may still pass gRPC's 4 MiB
 	// default, and rein export and replay must read it whole.
-	token, err := e.bearerToken()
+	token, err := t.bearerToken()
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.Dial(e.server, client.Options{Token: token, CAFile: e.tlsCA, CertFile: e.tlsCert, KeyFile: e.tlsKey,
-		SystemRoots: e.tlsSystemRoots, InsecureToken: e.insecureToken,
-		Backoff: client.Backoff{Min: retryMin, Max: retryMax, Patience: e.patience()},
+	c, err := client.Dial(t.server, client.Options{Token: token, CAFile: t.tlsCA, CertFile: t.tlsCert, KeyFile: t.tlsKey,
+		SystemRoots: t.tlsSystemRoots, InsecureToken: t.insecureToken,
+		Backoff: client.Backoff{Min: retryMin, Max: retryMax, Patience: t.patience()},
 		// A watch that lost its stream says so, and that it goes on.
 		OnReconnect: func(err error, wait time.Duration) {
-			fmt.Fprintf(e.stderr, "rein: the stream from %s was cut (%s); reconnecting in %s, resuming where it stopped\n",
-				e.server, status.Convert(err).Message(), wait.Round(time.Millisecond))
+			fmt.Fprintf(stderr, "rein: the stream from %s was cut (%s); reconnecting in %s, resuming where it stopped\n",
+				t.server, status.Convert(err).Message(), wait.Round(time.Millisecond))
 		},
 		DialOptions: []grpc.DialOption{
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxReplyBytes)),
@@ -67,13 +68,13 @@ func connect(ctx context.Context, e *env, s *setup) (*conn, error) {
 			}, MinConnectTimeout: 20 * time.Second}),
 		}})
 	if errors.Is(err, client.ErrPlaintextToken) {
-		return nil, usageError("%v to %s, which is not a loopback address: use TLS (--tls-ca FILE or --tls-system-roots), or pass --insecure-token on a network you trust", client.ErrPlaintextToken, e.server)
+		return nil, usageError("%v to %s, which is not a loopback address: use TLS (--tls-ca FILE or --tls-system-roots), or pass --insecure-token on a network you trust", client.ErrPlaintextToken, t.server)
 	}
 	if err != nil {
 		return nil, usageError("%v", err)
 	}
-	return &conn{Client: c, runs: c.Runs, remote: true, retries: e.timeoutFlag && e.commandTimeout > 0,
-		stderr: e.stderr, server: e.server, close: func() { _ = c.Close() }}, nil
+	return &conn{Client: c, runs: c.Runs, remote: true, retries: t.timeoutFlag && t.commandTimeout > 0,
+		stderr: stderr, server: t.server, close: func() { _ = c.Close() }}, nil
 }
 
 // The waits between tries of a --server that is unavailable: from retryMin,
@@ -86,14 +87,14 @@ const (
 // patience is how long the client keeps trying an unavailable --server:
 // --command-timeout for the commands that have it (0 there: not at all),
 // as long as the command lasts for the others.
-func (e *env) patience() time.Duration {
+func (t *target) patience() time.Duration {
 	switch {
-	case !e.timeoutFlag:
+	case !t.timeoutFlag:
 		return 0
-	case e.commandTimeout <= 0:
+	case t.commandTimeout <= 0:
 		return time.Nanosecond
 	}
-	return e.commandTimeout
+	return t.commandTimeout
 }
 
 // retry calls fn, and against a --server calls it again while the server is

@@ -277,24 +277,24 @@ func (v settingValue) describe() settingValue {
 
 // bearerToken is the token for --server: --token's, or the --token-file's
 // content (a file others can read is refused).
-func (e *env) bearerToken() (string, error) {
-	if e.token != "" || e.tokenFile == "" {
-		return e.token, nil
+func (t *target) bearerToken() (string, error) {
+	if t.token != "" || t.tokenFile == "" {
+		return t.token, nil
 	}
-	info, err := os.Stat(e.tokenFile)
+	info, err := os.Stat(t.tokenFile)
 	if err != nil {
 		return "", usageError("--token-file: %v", err)
 	}
 	if perm := info.Mode().Perm(); perm&0o077 != 0 {
-		return "", usageError("--token-file %s is readable by others (mode %04o); run chmod 600 %s", e.tokenFile, perm, e.tokenFile)
+		return "", usageError("--token-file %s is readable by others (mode %04o); run chmod 600 %s", t.tokenFile, perm, t.tokenFile)
 	}
-	raw, err := os.ReadFile(e.tokenFile)
+	raw, err := os.ReadFile(t.tokenFile)
 	if err != nil {
 		return "", usageError("--token-file: %v", err)
 	}
-	t := strings.TrimSpace(string(raw))
-	if t == "" {
-		return "", usageError("--token-file %s is empty", e.tokenFile)
+	tok := strings.TrimSpace(string(raw))
+	if tok == "" {
+		return "", usageError("--token-file %s is empty", t.tokenFile)
 	}
-	return t, nil
+	return tok, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"os"
 
@@ -28,8 +29,9 @@ import (
 // config maps rein serve's flags to the server's configuration, loading
 // the files they name (tokens, tenants, tasks, policy, the host's tools).
 // release lets go of what it loaded (the tools, the SIGHUP reloads), after
-// the server stopped.
-func (o *serveOptions) config(ctx context.Context, e *env) (cfg assembly.Config, release func(), err error) {
+// the server stopped. db is the bbolt file (unused with --etcd); the log
+// goes to stderr.
+func (o *serveOptions) config(ctx context.Context, db string, stderr io.Writer) (cfg assembly.Config, release func(), err error) {
 	var undo []func()
 	releaseAll := func() {
 		for i := len(undo) - 1; i >= 0; i-- {
@@ -42,7 +44,7 @@ func (o *serveOptions) config(ctx context.Context, e *env) (cfg assembly.Config,
 			releaseAll()
 		}
 	}()
-	log, err := o.logger(e.stderr)
+	log, err := o.logger(stderr)
 	if err != nil {
 		return cfg, nil, err
 	}
@@ -133,13 +135,12 @@ func (o *serveOptions) config(ctx context.Context, e *env) (cfg assembly.Config,
 	}
 	o.webhooks.configure(n, log)
 	cfg.PublicURL = o.webhooks.publicURL
-	db := e.db
+	cfg.DB = db
 	if o.etcd.set() {
 		db = ""
 		cfg.Etcd = &assembly.Etcd{Cluster: o.etcd.Flags, CompactEvery: o.etcd.compactEvery, LeaseTTL: o.leaseTTL,
 			FinalizeAfter: o.finalizeAfter, MaxRuns: o.maxRuns, Name: o.name}
 	}
-	cfg.DB = e.db
 	if cfg.Lifecycle, err = o.lifecycle.config(db); err != nil {
 		return cfg, nil, err
 	}

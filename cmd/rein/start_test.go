@@ -143,12 +143,13 @@ func assemblyConfigs(t *testing.T) (serve, embedded assembly.Config) {
 	host := []string{"--tools", "fixture:" + example("refund", "tools.json"), "--workspace", t.TempDir(), "--prices", prices, "--secrets", secrets}
 	ctx := context.Background()
 
-	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard, db: db}
+	e := newEnv(strings.NewReader(""), io.Discard, io.Discard)
+	e.db = db
 	o := &serveOptions{}
 	if err := serveCmd(e, o).Flags().Parse(host); err != nil {
 		t.Fatal(err)
 	}
-	serve, release, err := o.config(ctx, e)
+	serve, release, err := o.config(ctx, e.db, e.stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
