@@ -5,7 +5,7 @@
 // (gRPC on a TCP listener or in memory, the operators' HTTP port, the HTTP
 // face). rein serve and the embedded server of every CLI command start
 // through Start, so a setting reaches both or neither
-// (docs/architecture.md, "One assembly").
+// (docs/architecture.md, "How the pieces meet": one assembly).
 //
 // Start opens in one order and undoes in the reverse one: a step that fails
 // releases everything opened before it, and Running.Shutdown or Close
