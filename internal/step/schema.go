@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
@@ -161,7 +162,7 @@ func (s *inputSchema) diagnose(given map[string]any) []string {
 	for _, name := range missing {
 		out = append(out, fmt.Sprintf("field %q is required%s and missing", name, expected(props[name])))
 	}
-	names := sortedKeys(given)
+	names := slices.Sorted(maps.Keys(given))
 	if s.raw["additionalProperties"] == false {
 		var extra []string
 		for _, name := range names {
@@ -170,7 +171,7 @@ func (s *inputSchema) diagnose(given map[string]any) []string {
 			}
 		}
 		if len(extra) > 0 {
-			allowed := strings.Join(quoteAll(sortedKeys(props)), ", ")
+			allowed := strings.Join(quoteAll(slices.Sorted(maps.Keys(props))), ", ")
 			if allowed == "" {
 				allowed = "none"
 			}
@@ -288,13 +289,4 @@ func mapSlice(ss []string, f func(string) string) []string {
 		out[i] = f(s)
 	}
 	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

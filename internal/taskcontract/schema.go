@@ -3,6 +3,7 @@ package taskcontract
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -69,7 +70,7 @@ func checkTypes(s *jsonschema.Schema) error {
 	subs = append(subs, s.AnyOf...)
 	subs = append(subs, s.OneOf...)
 	for _, m := range []map[string]*jsonschema.Schema{s.Properties, s.PatternProperties, s.Defs, s.Definitions, s.DependentSchemas} {
-		for _, k := range sortedKeys(m) {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
 			subs = append(subs, m[k])
 		}
 	}
@@ -93,14 +94,4 @@ func checkSchemas(grants []*reinv1.ToolGrant) error {
 		}
 	}
 	return nil
-}
-
-// sortedKeys is m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
