@@ -7,7 +7,7 @@
 // writes the store itself, and imports nothing of the engine's.
 //
 // The contract's rules (its validation, bounds and defaults) are
-// internal/contract's; the package holds what the step loop adds: the
+// internal/taskcontract's; the package holds what the step loop adds: the
 // completion checks' workspace (CheckWorkspace) and the bounds on what a
 // step records inline (docs/design.md §4).
 package step

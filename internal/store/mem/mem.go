@@ -1,4 +1,5 @@
-// Package mem is an in-memory event store, for replay and tests: nothing
+// Package mem is an in-memory event store, for tests (the replay package's
+// among them; replay itself folds its own log, replay/runlog.go): nothing
 // touches the disk, and everything is lost with the process.
 //
 // It keeps the semantics of the bolt store (it passes the same conformance
