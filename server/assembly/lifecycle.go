@@ -18,7 +18,7 @@ func (r *Running) openLifecycle(ctx context.Context, cfg *Config) error {
 		if err != nil {
 			return refused(err)
 		}
-		r.defer_(func() { _ = a.Close() })
+		r.atStop(func() { _ = a.Close() })
 		if l.Sweep {
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			err := a.Check(cctx)

@@ -51,8 +51,8 @@ type Running struct {
 	shared *etcdstore.Store
 }
 
-// defer_ adds f to what is released, last first, once the node stopped.
-func (r *Running) defer_(f func()) { r.undo = append(r.undo, f) }
+// atStop adds f to what is released, last first, once the node stopped.
+func (r *Running) atStop(f func()) { r.undo = append(r.undo, f) }
 
 func (r *Running) release() {
 	for i := len(r.undo) - 1; i >= 0; i-- {
@@ -79,14 +79,14 @@ func Start(ctx context.Context, cfg Config) (_ *Running, err error) {
 		if admin, err = net.Listen("tcp", cfg.AdminListen); err != nil {
 			return nil, unavailable(fmt.Errorf("--admin-listen %s: %w", cfg.AdminListen, err))
 		}
-		r.defer_(func() { _ = admin.Close() })
+		r.atStop(func() { _ = admin.Close() })
 	}
 	var web net.Listener
 	if cfg.HTTPListen != "" {
 		if web, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
 			return nil, unavailable(fmt.Errorf("--http %s: %w", cfg.HTTPListen, err))
 		}
-		r.defer_(func() { _ = web.Close() })
+		r.atStop(func() { _ = web.Close() })
 	}
 	if cfg.OTel {
 		tp, err := telemetry.Setup(ctx)
@@ -96,7 +96,7 @@ func Start(ctx context.Context, cfg Config) (_ *Running, err error) {
 		otel.SetTracerProvider(tp)
 		cfg.Node.Traces = tp
 		cfg.Node.Metrics.OfferGenAI() // on /metrics, with AdminListen
-		r.defer_(func() {
+		r.atStop(func() {
 			// Flush what the batcher holds, bounded: a collector that is
 			// gone must not hold the stop up.
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -140,7 +140,7 @@ func Start(ctx context.Context, cfg Config) (_ *Running, err error) {
 				log.Error("admin HTTP server stopped", "error", err)
 			}
 		}()
-		r.defer_(func() { _ = hs.Close() })
+		r.atStop(func() { _ = hs.Close() })
 		log.Info("serving operators' HTTP", "admin_addr", admin.Addr().String(), "pprof", cfg.Pprof)
 	}
 	if web != nil {
@@ -148,7 +148,7 @@ func Start(ctx context.Context, cfg Config) (_ *Running, err error) {
 		if err != nil {
 			return nil, err
 		}
-		r.defer_(stop)
+		r.atStop(stop)
 	}
 	lis := r.lis
 	if lis == nil {
@@ -253,7 +253,7 @@ func (r *Running) limit(cfg *Config) {
 func (r *Running) listen(cfg *Config) error {
 	if cfg.Listen == "" {
 		r.mem = bufconn.Listen(1 << 20)
-		r.defer_(func() { _ = r.mem.Close() })
+		r.atStop(func() { _ = r.mem.Close() })
 		return nil
 	}
 	lis, err := net.Listen("tcp", cfg.Listen)
@@ -261,7 +261,7 @@ func (r *Running) listen(cfg *Config) error {
 		return unavailable(fmt.Errorf("listen on %s: %w", cfg.Listen, err))
 	}
 	r.lis = lis
-	r.defer_(func() { _ = lis.Close() })
+	r.atStop(func() { _ = lis.Close() })
 	log, n := cfg.logger(), &r.Config
 	if n.Directory == nil {
 		log.Warn("no --tokens: accepting only local callers (loopback), as the local admin")

@@ -61,7 +61,7 @@ func SingleCluster(st store.Store, log *slog.Logger, driving func() int) server.
 
 // closeStoreLater closes st when Start fails before the node took it over.
 func (r *Running) closeStoreLater(st store.Store) {
-	r.defer_(func() {
+	r.atStop(func() {
 		if r.Node == nil {
 			_ = st.Close()
 		}
@@ -77,7 +77,7 @@ func (r *Running) openEtcd(ctx context.Context, cfg *Config, outbox store.Outbox
 	if err != nil {
 		return err // KindOf: Refused for a wrong flag, else Unavailable
 	}
-	r.defer_(func() { _ = cli.Close() })
+	r.atStop(func() { _ = cli.Close() })
 	st, err := etcdstore.Open(ctx, cli, e.Cluster.Prefix, etcdstore.Options{Outbox: outbox, Timeout: e.Cluster.Timeout})
 	if err != nil {
 		return unavailable(err)
@@ -87,7 +87,7 @@ func (r *Running) openEtcd(ctx context.Context, cfg *Config, outbox store.Outbox
 	if err != nil {
 		return err
 	}
-	r.defer_(stopUpkeep)
+	r.atStop(stopUpkeep)
 	if e.Name == "" {
 		host, _ := os.Hostname()
 		e.Name = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -98,7 +98,7 @@ func (r *Running) openEtcd(ctx context.Context, cfg *Config, outbox store.Outbox
 		return err // KindOf: Refused for a name taken or a build too old
 	}
 	r.Replica = rep
-	r.defer_(func() { rep.Leave(context.Background()) })
+	r.atStop(func() { rep.Leave(context.Background()) })
 	n := &cfg.Node
 	n.Store, n.Replica, n.Owner, n.MaxDriven = st, true, e.Name, e.MaxRuns
 	n.Commits, n.Leased, n.Relay = st, rep.Holding, st
