@@ -199,6 +199,11 @@ const (
 // unread is the Transcript of a kind the model reads nothing of.
 var unread = Transcript{Role: Unread}
 
+// observed is the Transcript of a kind the model reads as an observation.
+func observed(f func(ev *reinv1.Event) *model.Observation) Transcript {
+	return Transcript{Role: Observed, Observe: f}
+}
+
 // Of is the declaration of ev's kind. An event with no payload, or one this
 // build does not know, has a kind named "none" that describes nothing.
 func Of(ev *reinv1.Event) *Kind {

@@ -242,3 +242,39 @@ func changeValue(v *structpb.Value) string {
 	}
 	return string(b)
 }
+
+// EffectName is a policy effect as rein prints it: allow, ask or deny.
+func EffectName(e reinv1.PolicyEffect) string {
+	return strings.ToLower(strings.TrimPrefix(e.String(), "POLICY_EFFECT_"))
+}
+
+// SourceName is where a policy decision came from: contract, server or
+// service.
+func SourceName(s reinv1.PolicySource) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "POLICY_SOURCE_"))
+}
+
+// PolicyText is a policy decision in one line: what it decided, by which
+// rule of which source, and why.
+func PolicyText(pd *reinv1.PolicyDecided) string {
+	text := fmt.Sprintf("%s %s by %s rule %q", pd.GetTool(), EffectName(pd.GetEffect()), SourceName(pd.GetSource()), pd.GetRule())
+	if pd.GetSource() == reinv1.PolicySource_POLICY_SOURCE_SERVICE {
+		text = fmt.Sprintf("%s %s by policy service %q", pd.GetTool(), EffectName(pd.GetEffect()), pd.GetRule())
+		if d := TookText(pd.GetLatency()); d != "" {
+			text += " in " + d
+		}
+	}
+	if n := pd.GetApprovals(); n > 1 {
+		text += fmt.Sprintf(", %d approvals", n)
+	}
+	if w := pd.GetWhen(); w != "" {
+		text += fmt.Sprintf(" (when %s)", w)
+	}
+	if m := pd.GetMessage(); m != "" {
+		text += ": " + m
+	}
+	if e := pd.GetError(); e != "" {
+		text += " [failed closed: " + e + "]"
+	}
+	return text
+}
