@@ -13,23 +13,44 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 )
 
-// counting counts the streams the server has open.
-func counting(open *atomic.Int64) grpc.ServerOption {
+// streams counts the streams the server has open, and signals each one
+// that closes.
+type streams struct {
+	open   atomic.Int64
+	closed chan struct{} // capacity 1: a stream closed since the last wait
+}
+
+func newStreams() *streams { return &streams{closed: make(chan struct{}, 1)} }
+
+// count is how many streams the server has open.
+func (s *streams) count() int64 { return s.open.Load() }
+
+// counting is the server option that keeps s's count.
+func (s *streams) counting() grpc.ServerOption {
 	return grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		open.Add(1)
-		defer open.Add(-1)
+		s.open.Add(1)
+		defer func() {
+			s.open.Add(-1)
+			select {
+			case s.closed <- struct{}{}:
+			default:
+			}
+		}()
 		return h(srv, ss)
 	})
 }
 
-// closedWithin waits, at most d, for the server to have no stream open.
-func closedWithin(open *atomic.Int64, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for open.Load() != 0 {
-		if time.Now().After(deadline) {
+// closedWithin waits, at most d, for the server to have no stream open:
+// it reads the count again each time a stream closes.
+func (s *streams) closedWithin(d time.Duration) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for s.open.Load() != 0 {
+		select {
+		case <-s.closed:
+		case <-deadline.C:
 			return false
 		}
-		time.Sleep(5 * time.Millisecond) // polling a counter, with a deadline
 	}
 	return true
 }
@@ -39,8 +60,8 @@ func closedWithin(open *atomic.Int64, d time.Duration) bool {
 // server left, closes its stream on the server at once, though the
 // caller's ctx goes on; so does WatchRuns on its callback's error.
 func TestWatchClosesItsStream(t *testing.T) {
-	var open atomic.Int64
-	_, addr := serve(t, counting(&open), skipping(0))
+	open := newStreams()
+	_, addr := serve(t, open.counting(), skipping(0))
 	c := dial(t, addr)
 	runID, _ := settle(t, c, "r", []*reinv1.ScriptedReply{ask()})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -50,15 +71,15 @@ func TestWatchClosesItsStream(t *testing.T) {
 	if err := c.Watch(ctx, runID, 0, func(*reinv1.Event) error { return stop }); !errors.Is(err, stop) {
 		t.Fatalf("Watch returned %v, want the callback's error", err)
 	}
-	if !closedWithin(&open, 10*time.Second) {
-		t.Fatalf("Watch returned on its callback's error with %d streams still open on the server", open.Load())
+	if !open.closedWithin(10 * time.Second) {
+		t.Fatalf("Watch returned on its callback's error with %d streams still open on the server", open.count())
 	}
 
 	if err := c.WatchRuns(ctx, &reinv1.WatchRunsRequest{}, func(*reinv1.RunChange) error { return stop }); !errors.Is(err, stop) {
 		t.Fatalf("WatchRuns returned %v, want the callback's error", err)
 	}
-	if !closedWithin(&open, 10*time.Second) {
-		t.Fatalf("WatchRuns returned on its callback's error with %d streams still open on the server", open.Load())
+	if !open.closedWithin(10 * time.Second) {
+		t.Fatalf("WatchRuns returned on its callback's error with %d streams still open on the server", open.count())
 	}
 }
 
@@ -66,8 +87,8 @@ func TestWatchClosesItsStream(t *testing.T) {
 // event out of a paused run's stream; Watch refuses it and closes the
 // stream.
 func TestWatchClosesItsStreamOnAGap(t *testing.T) {
-	var open atomic.Int64
-	_, addr := serve(t, counting(&open), skipping(2))
+	open := newStreams()
+	_, addr := serve(t, open.counting(), skipping(2))
 	c := dial(t, addr)
 	runID, _ := settle(t, c, "r", []*reinv1.ScriptedReply{ask()})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -76,7 +97,7 @@ func TestWatchClosesItsStreamOnAGap(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "skipped") {
 		t.Fatalf("Watch returned %v, want an error saying the server skipped events", err)
 	}
-	if !closedWithin(&open, 10*time.Second) {
-		t.Fatalf("Watch refused a gap with %d streams still open on the server", open.Load())
+	if !open.closedWithin(10 * time.Second) {
+		t.Fatalf("Watch refused a gap with %d streams still open on the server", open.count())
 	}
 }
