@@ -171,12 +171,18 @@ func TestFinalizeAutomatic(t *testing.T) {
 		t.Fatalf("status with an older replica live: %+v %v", st, err)
 	}
 	old.Leave(t.Context())
-	deadline := time.Now().Add(10 * time.Second)
+	// The gates say nothing when they move: read them on a tick, under a
+	// deadline.
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
 	for !b.Gate().Allows("next", storeformat.Current+1) || !a.Gate().Allows("next", storeformat.Current+1) {
-		if time.Now().After(deadline) {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
 			t.Fatalf("not finalized within 10s: meta/format %q", readFormat(t, prefix))
 		}
-		time.Sleep(20 * time.Millisecond) // polled with a deadline
 	}
 	if f := readFormat(t, prefix); f != strconv.Itoa(int(storeformat.Current+1)) {
 		t.Fatalf("meta/format = %q", f)
