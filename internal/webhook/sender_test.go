@@ -42,15 +42,21 @@ func (h *hits) all() []string {
 	return append([]string(nil), h.ids...)
 }
 
-// eventually polls cond until it holds or 10s pass.
+// eventually reads cond on a tick until it holds, and fails the test if
+// 10s pass first. What the tests wait on (the outbox in the store, what
+// the receiver took) gives no signal when it changes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
 	for !cond() {
-		if time.Now().After(deadline) {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
 			t.Fatalf("%s: not within 10s", what)
 		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline
 	}
 }
 
