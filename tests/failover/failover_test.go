@@ -505,7 +505,25 @@ func TestPausedReplicaIsFenced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // A stays paused past the takeover
+	// A stays paused past the takeover: until B has recorded it, a
+	// run_taken under B's epoch, in the log of every run it carries on. B
+	// records it with its first commit; a run A had paused for a person
+	// before its own pause (nothing recorded since) gets it with the commit
+	// after the decision, and is not waited for here.
+	var untaken []string
+	pollUntil(t, ctx, 10*time.Second, func() bool {
+		untaken = nil
+		for _, r := range owned {
+			evs, run := allEvents(t, ctx, onB, r)
+			taken := slices.ContainsFunc(evs, func(ev *reinv1.Event) bool { return ev.GetRunTaken().GetEpoch() > before[r] })
+			waits := run.GetStatus() == reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL && len(evs) > 0 &&
+				evs[len(evs)-1].GetRecordedAt().AsTime().Before(stopped)
+			if !taken && !waits {
+				untaken = append(untaken, r)
+			}
+		}
+		return len(untaken) == 0
+	}, func() string { return fmt.Sprintf("B has not recorded its takeover of %v", untaken) })
 	a.signal(t, syscall.SIGCONT)
 	t.Logf("A paused; its %d runs carried on by B %v after the pause", len(owned), took.Round(time.Millisecond))
 
