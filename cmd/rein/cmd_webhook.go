@@ -86,7 +86,7 @@ sends it. See docs/webhooks.md.`,
 	cf.StringSliceVar(&o.statuses, "status", nil, "statuses whose entry is delivered: needs_approval, needs_input, needs_budget, running, ended (every terminal status) or a terminal one; default: every status change when --events is not given either")
 	cf.StringSliceVar(&o.labels, "labels", nil, "only runs whose contract carries these labels, k=v, comma-separated")
 	cf.StringVar(&o.secretFile, "secret-file", "", "a file holding the signing secret, whsec_ then base64; a second line while rotating (both sign); required")
-	cf.StringVar(&o.format, "format", "standard", "the body: standard (JSON, Standard Webhooks) or slack (a Block Kit message)")
+	cf.StringVar(&o.format, "format", "standard", "the body: standard (JSON, Standard Webhooks), slack (a Block Kit message with Approve and Deny) or teams (a Microsoft Teams Adaptive Card linking to the console)")
 	_ = create.MarkFlagRequired("url")
 	_ = create.MarkFlagRequired("secret-file")
 
@@ -202,8 +202,10 @@ func (o *webhookOptions) webhook(name string) (*reinv1.Webhook, error) {
 		w.Format = reinv1.WebhookFormat_WEBHOOK_FORMAT_STANDARD
 	case "slack":
 		w.Format = reinv1.WebhookFormat_WEBHOOK_FORMAT_SLACK
+	case "teams":
+		w.Format = reinv1.WebhookFormat_WEBHOOK_FORMAT_TEAMS
 	default:
-		return nil, usageError("--format %q: give standard or slack", o.format)
+		return nil, usageError("--format %q: give standard, slack or teams", o.format)
 	}
 	for _, s := range o.statuses {
 		if s == "ended" {

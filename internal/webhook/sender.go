@@ -331,13 +331,19 @@ func (s *Sender) deliver(ctx context.Context, w *reinv1.Webhook, d *reinv1.Webho
 // went. It stores nothing.
 func (s *Sender) Send(ctx context.Context, w *reinv1.Webhook, d *reinv1.WebhookDelivery) Attempt {
 	body, ctype := d.GetBody(), "application/json"
-	if w.GetFormat() == reinv1.WebhookFormat_WEBHOOK_FORMAT_SLACK {
+	switch w.GetFormat() {
+	case reinv1.WebhookFormat_WEBHOOK_FORMAT_SLACK:
 		if s.cfg.Slack == nil {
 			return Attempt{Err: fmt.Errorf("webhook %s: the slack %w; it is retried until a server that has it sends it, or create the subscription with --format standard", w.GetName(), ErrNoFormat)}
 		}
 		var err error
 		if body, ctype, err = s.cfg.Slack(d); err != nil {
 			return Attempt{Err: fmt.Errorf("webhook %s: render for slack: %w", w.GetName(), err)}
+		}
+	case reinv1.WebhookFormat_WEBHOOK_FORMAT_TEAMS:
+		var err error
+		if body, ctype, err = Teams(d); err != nil {
+			return Attempt{Err: fmt.Errorf("webhook %s: render for teams: %w", w.GetName(), err)}
 		}
 	}
 	ts := s.cfg.Clock().Unix()

@@ -32,6 +32,10 @@ const (
 	WebhookFormat_WEBHOOK_FORMAT_STANDARD WebhookFormat = 1
 	// A Slack Block Kit message with Approve and Deny buttons.
 	WebhookFormat_WEBHOOK_FORMAT_SLACK WebhookFormat = 2
+	// A Microsoft Teams message with an Adaptive Card: what a person must
+	// decide, and a button that opens the run in the console (serve
+	// --public-url) to decide it there.
+	WebhookFormat_WEBHOOK_FORMAT_TEAMS WebhookFormat = 3
 )
 
 // Enum value maps for WebhookFormat.
@@ -40,11 +44,13 @@ var (
 		0: "WEBHOOK_FORMAT_UNSPECIFIED",
 		1: "WEBHOOK_FORMAT_STANDARD",
 		2: "WEBHOOK_FORMAT_SLACK",
+		3: "WEBHOOK_FORMAT_TEAMS",
 	}
 	WebhookFormat_value = map[string]int32{
 		"WEBHOOK_FORMAT_UNSPECIFIED": 0,
 		"WEBHOOK_FORMAT_STANDARD":    1,
 		"WEBHOOK_FORMAT_SLACK":       2,
+		"WEBHOOK_FORMAT_TEAMS":       3,
 	}
 )
 
@@ -1436,11 +1442,12 @@ const file_rein_v1_webhook_service_proto_rawDesc = "" +
 	"deliveryId\x12\x16\n" +
 	"\x06failed\x18\x03 \x01(\bR\x06failed\"2\n" +
 	"\x18RedeliverWebhookResponse\x12\x16\n" +
-	"\x06queued\x18\x01 \x01(\rR\x06queued*f\n" +
+	"\x06queued\x18\x01 \x01(\rR\x06queued*\x80\x01\n" +
 	"\rWebhookFormat\x12\x1e\n" +
 	"\x1aWEBHOOK_FORMAT_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17WEBHOOK_FORMAT_STANDARD\x10\x01\x12\x18\n" +
-	"\x14WEBHOOK_FORMAT_SLACK\x10\x02*\x85\x01\n" +
+	"\x14WEBHOOK_FORMAT_SLACK\x10\x02\x12\x18\n" +
+	"\x14WEBHOOK_FORMAT_TEAMS\x10\x03*\x85\x01\n" +
 	"\x14WebhookDeliveryState\x12&\n" +
 	"\"WEBHOOK_DELIVERY_STATE_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eWEBHOOK_DELIVERY_STATE_PENDING\x10\x01\x12!\n" +

@@ -13,6 +13,7 @@ WEBHOOK_DELIVERY_STATE_PENDING: WebhookDeliveryState
 WEBHOOK_DELIVERY_STATE_UNSPECIFIED: WebhookDeliveryState
 WEBHOOK_FORMAT_SLACK: WebhookFormat
 WEBHOOK_FORMAT_STANDARD: WebhookFormat
+WEBHOOK_FORMAT_TEAMS: WebhookFormat
 WEBHOOK_FORMAT_UNSPECIFIED: WebhookFormat
 
 class CreateWebhookRequest(_message.Message):
