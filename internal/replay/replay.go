@@ -159,6 +159,7 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 	if _, _, err := eng.Start(ctx, sr); err != nil {
 		return Result{}, fmt.Errorf("replay run %s: start: %w", rec.runID, err)
 	}
+	woke := uint64(0) // the version a child's end woke the run at
 	for {
 		if err := eng.StepWhileRunning(ctx, rec.runID); err != nil {
 			return Result{}, fmt.Errorf("replay run %s: %w", rec.runID, err)
@@ -171,6 +172,17 @@ func Run(ctx context.Context, recorded []*reinv1.Event, o Options) (Result, erro
 			break
 		}
 		next := recorded[cur.Version]
+		if next.GetDelegationReturned() != nil && cur.Waiting() {
+			// A child the run waits for ended since its last step (the
+			// replay shows it ended now, runLog.child): the run is woken,
+			// as a live engine wakes a parent. Once per version: a step
+			// that does not take the report has parted from the recording.
+			if woke == cur.Version {
+				break
+			}
+			woke = cur.Version
+			continue
+		}
 		acted, err := act(ctx, eng, cur, next, rec)
 		if err != nil {
 			return Result{}, fmt.Errorf("replay run %s at sequence %d: %w", rec.runID, next.GetSequence(), err)

@@ -38,6 +38,10 @@ type runLog struct {
 	// recording did.
 	children    map[string][]*reinv1.Event
 	childStates map[string]runstate.State
+	// childOpen is each ended child as it was just before it ended: the
+	// replay shows it so until the recording's parent takes its report
+	// next (child).
+	childOpen map[string]runstate.State
 	// lent counts the raises the replayed log lent each child.
 	lent map[string]int
 }
@@ -46,7 +50,7 @@ var _ engine.Store = (*runLog)(nil)
 
 // addChildren gives the log its children's recorded logs, each folded.
 func (l *runLog) addChildren(children map[string][]*reinv1.Event) error {
-	l.children, l.childStates, l.lent = children, map[string]runstate.State{}, map[string]int{}
+	l.children, l.childStates, l.childOpen, l.lent = children, map[string]runstate.State{}, map[string]runstate.State{}, map[string]int{}
 	for id := range children {
 		if err := l.childView(id); err != nil {
 			return err
@@ -68,12 +72,37 @@ func (l *runLog) childView(id string) error {
 			raises++
 		}
 	}
-	st, err := runstate.ApplyAll(runstate.State{}, evs)
-	if err != nil {
-		return fmt.Errorf("%w: child run %s's recorded log does not fold: %v", ErrUnsupported, id, err)
+	var open runstate.State
+	st := runstate.State{}
+	for _, ev := range evs {
+		next, err := runstate.Apply(st, ev)
+		if err != nil {
+			return fmt.Errorf("%w: child run %s's recorded log does not fold: %v", ErrUnsupported, id, err)
+		}
+		if runstate.Terminal(next.Status) && !runstate.Terminal(st.Status) {
+			open = st
+		}
+		st = next
 	}
-	l.childStates[id] = st
+	l.childStates[id], l.childOpen[id] = st, open
 	return nil
+}
+
+// child is child id as the replayed parent finds it now. An ended child
+// is shown ended only when the recording's parent reports it next: a
+// live parent takes its children's reports in the order it found them
+// ended, which their clocks need not tell (a child's last clock reading
+// is taken before its commit, so one that read the clock first can
+// commit second, after its parent woke for the other).
+func (l *runLog) child(id string) (runstate.State, bool) {
+	st, ok := l.childStates[id]
+	if !ok || !runstate.Terminal(st.Status) {
+		return st, ok
+	}
+	if v := int(l.st.Version); v < len(l.recorded) && l.recorded[v].GetDelegationReturned().GetRunId() == id {
+		return st, true
+	}
+	return l.childOpen[id], true
 }
 
 func newRunLog(recorded []*reinv1.Event, blobs map[string][]byte) *runLog {
@@ -93,7 +122,7 @@ func newRunLog(recorded []*reinv1.Event, blobs map[string][]byte) *runLog {
 func (l *runLog) Create(_ context.Context, started *reinv1.Event) (runstate.State, bool, error) {
 	if len(l.events) > 0 && started.GetRunStarted().GetDelegatedBy().GetParentRunId() == l.runID {
 		// A child: it exists, as recorded.
-		st, ok := l.childStates[started.GetRunId()]
+		st, ok := l.child(started.GetRunId())
 		if !ok {
 			return runstate.State{}, false, fmt.Errorf("%w: run %s delegated to run %s, whose recording was not given: replay a tree from rein export --tree",
 				ErrUnsupported, l.runID, started.GetRunId())
@@ -197,7 +226,7 @@ func (l *runLog) Acquire(_ context.Context, runID, _ string) (uint64, error) {
 // Load implements engine.Store. The state's pointers are never changed
 // (runstate.State), so it is returned as it is.
 func (l *runLog) Load(_ context.Context, runID string) (runstate.State, error) {
-	if st, ok := l.childStates[runID]; ok {
+	if st, ok := l.child(runID); ok {
 		return st, nil
 	}
 	return l.st, l.has(runID)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/engine"
@@ -207,5 +208,70 @@ func TestReplayTreeRaisedNeedsTheChildsRaise(t *testing.T) {
 	res, err := Run(context.Background(), x.GetEvents(), Options{Blobs: x.GetBlobs(), Children: TreeChildren(x)})
 	if err == nil && res.Divergence == nil {
 		t.Fatal("the parent replayed as recorded with a child that was never given its raise")
+	}
+}
+
+// endedBefore makes the tree's second reported child end, by its clock,
+// before the first: as when a child reads the clock for its end, its
+// sibling ends and commits, the parent wakes and takes that report, and
+// only then does the first child's end commit.
+func endedBefore(t *testing.T, x *reinv1.RunExport) (first, second *reinv1.RunExport) {
+	t.Helper()
+	var order []string
+	for _, ev := range x.GetEvents() {
+		if id := ev.GetDelegationReturned().GetRunId(); id != "" {
+			order = append(order, id)
+		}
+	}
+	byID := map[string]*reinv1.RunExport{}
+	for _, c := range x.GetChildren() {
+		byID[c.GetRunId()] = c
+	}
+	if len(order) != 2 || byID[order[0]] == nil || byID[order[1]] == nil {
+		t.Fatalf("the tree reports %v, want its two children", order)
+	}
+	first, second = byID[order[0]], byID[order[1]]
+	firstEnd := first.GetEvents()[len(first.GetEvents())-1].GetRecordedAt().AsTime()
+	secondEvs := second.GetEvents()
+	secondEvs[len(secondEvs)-1].RecordedAt = timestamppb.New(firstEnd.Add(-time.Millisecond))
+	return first, second
+}
+
+// TestReplayTreeTakesReportsAsRecorded: a parent that took its children's
+// reports in an order their clocks do not tell replays as recorded: the
+// replay shows each child ended when the recording's parent takes its
+// report next, not all at once sorted by their clocks.
+func TestReplayTreeTakesReportsAsRecorded(t *testing.T) {
+	x := readExport(t, filepath.Join(recordings, treeRecording))
+	endedBefore(t, x)
+	res, err := Run(context.Background(), x.GetEvents(), Options{Blobs: x.GetBlobs(), Children: TreeChildren(x)})
+	if err != nil || res.Divergence != nil {
+		t.Fatalf("the parent of children that ended against their clocks' order: %v %v", err, res.Divergence)
+	}
+}
+
+// TestReplayTreeTakesReportsAsRecordedCatchesChange is its twin: the
+// order kept does not hide a report that changed; the replay parts at
+// the second report, on its answer.
+func TestReplayTreeTakesReportsAsRecordedCatchesChange(t *testing.T) {
+	x := readExport(t, filepath.Join(recordings, treeRecording))
+	_, second := endedBefore(t, x)
+	for _, ev := range second.GetEvents() {
+		if r := ev.GetStatusChanged().GetResult(); r != nil {
+			r.Text = "closed"
+		}
+	}
+	var want uint64
+	for _, ev := range x.GetEvents() {
+		if ev.GetDelegationReturned().GetRunId() == second.GetRunId() {
+			want = ev.GetSequence()
+		}
+	}
+	res, err := Run(context.Background(), x.GetEvents(), Options{Blobs: x.GetBlobs(), Children: TreeChildren(x)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := res.Divergence; d == nil || d.Sequence != want || d.Field != "delegation_returned.answer.text" {
+		t.Fatalf("divergence %v, want one at sequence %d on delegation_returned.answer.text", d, want)
 	}
 }
