@@ -82,15 +82,16 @@ type Store struct {
 	// writer's, under txMu (which no read takes).
 	txMu sync.Mutex
 	tx   *bbolt.Tx
-	// ovw is the overlay of what tx wrote since the last checkpoint, which
-	// it adds to; ovSynced, a copy of it as of the last sync (nil for
-	// none); ckTxid, the last checkpoint's transaction ID (snapshot.go).
-	ovw      *overlay
-	ovSynced *overlay
-	pend     []*ovEntry // a batch's writes for ovw (commitBatch)
-	ckTxid   uint64
-	// snap is what reads read (snapshot.go): published by the writer,
-	// taken by reads with no lock.
+	pend []*ovEntry // a batch's writes for ovw (commitBatch)
+	// ovw is the overlay of every commit synced since the last checkpoint,
+	// whose transaction ID is ckTxid (snapshot.go). ovMu guards both, the
+	// copies reads take of ovw and the snapshots published; ovStale says
+	// that ovw holds commits the published snapshot lacks.
+	ovMu    sync.Mutex
+	ovw     *overlay
+	ckTxid  uint64
+	ovStale atomic.Bool
+	// snap is what reads read (snapshot.go), taken with no lock.
 	snap atomic.Pointer[snapshot]
 	// reads holds a token for each read running (readTurns).
 	reads   chan struct{}

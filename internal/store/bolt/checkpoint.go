@@ -56,7 +56,7 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 	}
 	ops := false
 	s.pend = s.pend[:0]
-	w := &wtx{tx: s.tx, rec: s.wal.record(), ov: s.ovw, pend: &s.pend}
+	w := &wtx{tx: s.tx, rec: s.wal.record(), pend: &s.pend}
 	err := guard("commit to "+s.path, func() error {
 		for i := 0; i < len(batch); i++ {
 			results[i] = s.applyRequest(w, batch[i])
@@ -96,26 +96,16 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 		// (a large import, say) goes to the file with all before it.
 		return batch, s.checkpointLocked(false, false)
 	}
-	// A large batch's writes go in the overlay on another goroutine while
-	// the log is written and synced, off the writer's path: nothing reads
-	// ovw meanwhile (readers read what was published). A small batch's are
-	// added here, once the record is synced: waking another thread for a
-	// few adds costs the kernel more than the adds (one run's step took 10%
-	// more CPU that way, rein-bench steps).
-	var added chan struct{}
-	if len(s.pend) > ovApplyAside {
-		added = make(chan struct{})
-		go func() {
-			defer close(added)
-			ovApply(s.ovw, s.pend)
-		}()
-	}
+	// The batch's writes go in the overlay once its record is synced, on
+	// the writer: the overlay holds only what is synced, so a batch that
+	// fails leaves it as it was. Adding them on another goroutine while
+	// the record syncs took more: waking a thread for a small batch costs
+	// the kernel more than its adds (one run's step took 10% more CPU that
+	// way, rein-bench steps), and a large one needed a copy of the overlay
+	// to add to, which had each of its adds copy the nodes it touched
+	// (rein-bench append: 0.87-0.91 of the appends without an overlay,
+	// where adding after the sync keeps 0.95).
 	err = s.wal.append(s.logged+1, rec)
-	if added != nil {
-		<-added
-	} else if err == nil {
-		ovApply(s.ovw, s.pend)
-	}
 	if err != nil {
 		var fatal errFatal
 		if errors.As(err, &fatal) {
@@ -124,14 +114,9 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 		return batch, s.abandonLocked(err)
 	}
 	s.logged++
-	s.publishSyncedLocked()
+	s.addSynced(s.pend)
 	return batch, nil
 }
-
-// ovApplyAside is the most writes a batch adds to the overlay on the
-// writer's goroutine; a batch with more adds them on another, while its
-// record syncs (commitBatch).
-const ovApplyAside = 64
 
 // rollbackClean rolls back the open transaction when it wrote nothing (its
 // batches were refused), so that reads go back to read transactions of
@@ -173,8 +158,13 @@ func (s *Store) checkpointLocked(cut, clean bool) error {
 	if s.rollbackClean(); s.tx == nil {
 		return nil
 	}
-	if p := s.snap.Load(); clean && p != nil && p.err == nil {
-		s.publishLocked(&snapshot{txid: p.txid, ov: p.ov, clean: true})
+	if clean {
+		s.ovMu.Lock()
+		s.publishFreshLocked()
+		if p := s.snap.Load(); p != nil && p.err == nil {
+			s.publishLocked(&snapshot{txid: p.txid, ov: p.ov, clean: true})
+		}
+		s.ovMu.Unlock()
 	}
 	txid := uint64(s.tx.ID())
 	err := guard("checkpoint "+s.path, func() error {
@@ -196,7 +186,7 @@ func (s *Store) checkpointLocked(cut, clean bool) error {
 	}
 	s.tx = nil
 	s.applied = s.logged
-	s.publishCheckpointLocked(txid)
+	s.publishCheckpoint(txid)
 	if s.afterCheckpoint != nil {
 		s.afterCheckpoint()
 	}
@@ -224,7 +214,9 @@ func (s *Store) haltLocked(cause error) error {
 			"whether the writes in flight then were stored is known once rein is restarted, which applies every acknowledged commit its log holds",
 			store.ErrUnavailable, s.path, cause)
 		close(s.failed)
+		s.ovMu.Lock()
 		s.publishLocked(&snapshot{err: s.broken})
+		s.ovMu.Unlock()
 	}
 	if s.tx != nil {
 		_ = s.tx.Rollback()
@@ -262,11 +254,8 @@ func (s *Store) abandonLocked(cause error) error {
 		s.tx = nil
 	}
 	s.states.clear()
-	// The overlay goes back to what was published, which is what the
-	// records put back write.
-	if s.ovw = newOverlay(); s.ovSynced != nil {
-		s.ovw = s.ovSynced.Copy()
-	}
+	// The overlay holds what was synced, which is what the records put
+	// back write (commitBatch adds nothing of a failed batch to it).
 	if s.logged == s.applied {
 		return cause
 	}

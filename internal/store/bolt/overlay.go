@@ -15,12 +15,11 @@ import (
 // as etcd's backend puts its txReadBuffer over its read transaction.
 //
 // The writer keeps each write of a batch as its transaction makes it (wtx,
-// as it records it in the log's record), adds them to its own overlay on
-// another goroutine while the batch's record is written and synced (the
-// writer, which every run waits on, only waits there), and once the record
-// is synced publishes a copy: the tree is copy-on-write, so a copy costs
-// nothing and the next batch's writes copy only the nodes they change. A published overlay is never changed; readers share it with no
-// lock.
+// as it records it in the log's record) and adds them to its overlay once
+// the record is synced (commitBatch); the first read after that publishes
+// a copy (snapshot.go). The tree is copy-on-write, so a copy costs nothing
+// and the writes after it copy only the nodes they change. A published
+// overlay is never changed; readers share it with no lock.
 type overlay = btree.BTreeG[*ovEntry]
 
 // ovEntry is one key's last write, in the bucket whose path is bucket

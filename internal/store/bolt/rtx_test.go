@@ -27,6 +27,8 @@ type mergeRig struct {
 	db *bbolt.DB
 	tx *bbolt.Tx
 	ov *overlay
+	// pend is what the writes since the last read keep for ov.
+	pend []*ovEntry
 }
 
 func newMergeRig(t *testing.T) *mergeRig {
@@ -49,7 +51,7 @@ func (r *mergeRig) begin() {
 	if r.tx, err = r.db.Begin(true); err != nil {
 		r.t.Fatal(err)
 	}
-	r.ov = newOverlay()
+	r.ov, r.pend = newOverlay(), nil
 }
 
 // checkpoint commits the writes so far into the file.
@@ -63,7 +65,7 @@ func (r *mergeRig) checkpoint() {
 // bucket is the bucket name at the root of the write transaction, made if
 // missing, writing through a wtx that keeps the overlay.
 func (r *mergeRig) bucket(name string) *wbucket {
-	w := &wtx{tx: r.tx, ov: r.ov}
+	w := &wtx{tx: r.tx, pend: &r.pend}
 	if _, err := r.tx.CreateBucketIfNotExists([]byte(name)); err != nil {
 		r.t.Fatal(err)
 	}
@@ -78,6 +80,8 @@ func (r *mergeRig) read(fn func(t *rtx)) {
 		r.t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	ovApply(r.ov, r.pend) // as the writer adds a batch's writes once synced
+	r.pend = r.pend[:0]
 	fn(&rtx{tx: tx, ov: r.ov.Copy()})
 }
 

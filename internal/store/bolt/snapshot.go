@@ -13,13 +13,21 @@ import (
 
 // Reads never go through the writer's transaction, nor wait for it: a read
 // is a bbolt read transaction of the last checkpoint with the overlay of
-// every commit synced since over it (overlay.go, rtx.go), which the writer
-// publishes, with the checkpoint's transaction ID, after each sync and
-// each checkpoint (a snapshot). A read takes the published snapshot, begins
-// its read transaction and checks that it is of that snapshot's
-// checkpoint: so a read sees every acknowledged commit and nothing that is
-// not yet durable, and a checkpoint changes the read transaction and the
-// overlay at once.
+// every commit synced since over it (overlay.go, rtx.go), with the
+// checkpoint's transaction ID (a snapshot). A read takes the published
+// snapshot, begins its read transaction and checks that it is of that
+// snapshot's checkpoint: so a read sees every acknowledged commit and
+// nothing that is not yet durable, and a checkpoint changes the read
+// transaction and the overlay at once.
+//
+// The writer adds each batch's writes to its overlay once they are synced
+// and marks it newer than the published snapshot; the first read after
+// that publishes a copy (fresh), which is free, where a copy at every sync
+// would have the next batch's adds copy each node of the tree they touch
+// though no read took it: a store that takes appends and no reads (a
+// run's steps, which the engine keeps in memory) copies nothing. A read
+// waits then only for ovMu, which the writer holds while it adds a
+// batch's writes, never across a sync.
 //
 // At most GOMAXPROCS-1 reads (one, on fewer than three cores) run at once,
 // the others waiting for a turn (reads): a crowd of reads that each take
@@ -56,7 +64,7 @@ type snapshot struct {
 	next chan struct{}
 }
 
-// publishLocked makes p the snapshot reads take.
+// publishLocked makes p the snapshot reads take; the caller holds ovMu.
 func (s *Store) publishLocked(p *snapshot) {
 	p.next = make(chan struct{})
 	if old := s.snap.Swap(p); old != nil {
@@ -64,18 +72,48 @@ func (s *Store) publishLocked(p *snapshot) {
 	}
 }
 
-// publishSynced publishes the overlay of every commit synced since the last
-// checkpoint; the writer's own goes on from a copy.
-func (s *Store) publishSyncedLocked() {
-	s.publishLocked(&snapshot{txid: s.ckTxid, ov: s.ovw.Copy()})
-	s.ovSynced = s.ovw.Copy()
+// addSynced adds a batch's writes, synced, to ovw, for the next read to
+// publish (fresh).
+func (s *Store) addSynced(writes []*ovEntry) {
+	s.ovMu.Lock()
+	defer s.ovMu.Unlock()
+	ovApply(s.ovw, writes)
+	s.ovStale.Store(true)
 }
 
-// publishCheckpointLocked publishes the checkpoint txid, with no overlay,
-// and starts the writer's anew.
-func (s *Store) publishCheckpointLocked(txid uint64) {
+// fresh is the snapshot a read takes: the one published, or, when commits
+// were synced since, a copy of ovw published now.
+func (s *Store) fresh() *snapshot {
+	if s.ovStale.Load() {
+		s.ovMu.Lock()
+		s.publishFreshLocked()
+		s.ovMu.Unlock()
+	}
+	return s.snap.Load()
+}
+
+// publishFreshLocked publishes a copy of ovw when it holds commits the
+// snapshot published lacks, unless the store halted; the caller holds
+// ovMu.
+func (s *Store) publishFreshLocked() {
+	if !s.ovStale.Load() {
+		return
+	}
+	s.ovStale.Store(false)
+	if p := s.snap.Load(); p != nil && p.err != nil {
+		return
+	}
+	s.publishLocked(&snapshot{txid: s.ckTxid, ov: s.ovw.Copy()})
+}
+
+// publishCheckpoint publishes the checkpoint txid, with no overlay, and
+// starts the writer's anew.
+func (s *Store) publishCheckpoint(txid uint64) {
+	s.ovMu.Lock()
+	defer s.ovMu.Unlock()
 	s.ckTxid = txid
-	s.ovw, s.ovSynced = newOverlay(), nil
+	s.ovw = newOverlay()
+	s.ovStale.Store(false)
 	s.publishLocked(&snapshot{txid: txid})
 }
 
@@ -89,7 +127,7 @@ func (s *Store) publishFile(db *bbolt.DB) error {
 	}
 	id := uint64(tx.ID())
 	_ = tx.Rollback()
-	s.publishCheckpointLocked(id)
+	s.publishCheckpoint(id)
 	return nil
 }
 
@@ -118,7 +156,7 @@ func (s *Store) view(ctx context.Context, what string, fn func(tx *rtx) error) e
 		case <-ctx.Done():
 			return fmt.Errorf("read %s: waiting for a turn to read: %w", what, ctx.Err())
 		}
-		p := s.snap.Load()
+		p := s.fresh()
 		if p.err != nil {
 			// The file lacks what the log holds, and the overlay that held
 			// it may be gone: a read now could go back in time.

@@ -409,3 +409,70 @@ func TestReadsAcrossRemaps(t *testing.T) {
 		t.Fatalf("after the appends: version %d, %v; want %d", st.Version, err, appends)
 	}
 }
+
+// TestSnapshotPublishedForReads: appends with no read between them publish
+// no snapshot (a copy of the overlay costs the next batch's adds a copy of
+// each node they touch); the first read after them publishes one that
+// holds them all, and reads with no append between them share it.
+func TestSnapshotPublishedForReads(t *testing.T) {
+	s, _ := walStore(t, 3)
+	assertRunA(t, s, 3)
+	before := s.snap.Load()
+	appendTo(t, s, 3, 9)
+	if s.snap.Load() != before {
+		t.Fatal("appends with no read between them published a snapshot")
+	}
+	if load, events, list, err := readRunA(t, s); err != nil || load != 9 || events != 9 || list != 9 {
+		t.Fatalf("the first read after the appends: version %d, %d events, listed at %d, %v; want 9", load, events, list, err)
+	}
+	read := s.snap.Load()
+	if read == before || read.ov == nil {
+		t.Fatal("the read after the appends took the snapshot from before them")
+	}
+	assertRunA(t, s, 9)
+	if s.snap.Load() != read {
+		t.Fatal("reads with no append between them published a snapshot each")
+	}
+}
+
+// TestHaltedStoreStaysHaltedForReads is its twin: a store that halts with
+// commits synced since the last snapshot a read took refuses every read;
+// the overlay that holds those commits is not published over the halt.
+func TestHaltedStoreStaysHaltedForReads(t *testing.T) {
+	s, _ := walStore(t, 3)
+	assertRunA(t, s, 3)
+	appendTo(t, s, 3, 4) // synced, not yet published
+	f := withFaultyLog(s)
+	f.set(true, false)
+	if _, err := s.Append(t.Context(), "run-a", 4, []*reinv1.Event{markedEvent("run-a", 5)}); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("append whose sync fails: %v, want ErrUnavailable", err)
+	}
+	if _, _, _, err := readRunA(t, s); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("read after the halt, with a commit synced before it unpublished: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestFailedLargeBatchIsNeverRead: a batch of many writes whose record
+// could not be written is never read, by a read that publishes the
+// overlay after it either: the overlay is as the commits before it left
+// it, and the next commit is read as usual.
+func TestFailedLargeBatchIsNeverRead(t *testing.T) {
+	s, _ := walStore(t, 3)
+	const large = 100
+	appendTo(t, s, 3, 4) // synced, not yet published
+	f := withFaultyLog(s)
+	f.set(false, true)
+	var evs []*reinv1.Event
+	for seq := uint64(5); seq < 5+large; seq++ {
+		evs = append(evs, markedEvent("run-a", seq))
+	}
+	if _, err := s.Append(t.Context(), "run-a", 4, evs); !errors.Is(err, store.ErrDiskFull) {
+		t.Fatalf("a large append on a full disk: %v, want ErrDiskFull", err)
+	}
+	assertRunA(t, s, 4)
+	f.set(false, false)
+	if _, err := s.Append(t.Context(), "run-a", 4, evs); err != nil {
+		t.Fatal(err)
+	}
+	assertRunA(t, s, 4+large)
+}

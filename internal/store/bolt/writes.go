@@ -43,27 +43,18 @@ const (
 // in tx and, unless rec is nil (a record being applied again), appended to
 // rec.
 //
-// Each write recorded is also put in ov, the writer's overlay of what its
-// transaction wrote since the last checkpoint (overlay.go), which reads
-// see once the record is synced.
+// Each write recorded is also kept in pend, when it is set, for the writer
+// to add to its overlay of what was written since the last checkpoint
+// (overlay.go) once the record is synced (commitBatch).
 type wtx struct {
 	tx   *bbolt.Tx
 	rec  []byte
 	path [][]byte // the path of the last write recorded
-	ov   *overlay
-	// pend, when set, takes the writes for ov instead, for the writer to
-	// add while the log syncs (commitBatch).
 	pend *[]*ovEntry
 }
 
-// keep records a write for the overlay: in pend when it is set, else in ov.
-func (w *wtx) keep(e *ovEntry) {
-	if w.pend != nil {
-		*w.pend = append(*w.pend, e)
-	} else {
-		ovApply(w.ov, []*ovEntry{e})
-	}
-}
+// keep keeps a write for the overlay.
+func (w *wtx) keep(e *ovEntry) { *w.pend = append(*w.pend, e) }
 
 // wbucket is a bucket of a wtx, named by its path from the root.
 type wbucket struct {
@@ -111,7 +102,7 @@ func (b *wbucket) Put(key, value []byte) error {
 		return err
 	}
 	b.record(writePut, key, value)
-	if b.w.ov != nil {
+	if b.w.pend != nil {
 		b.w.keep(&ovEntry{bucket: b.ovPath(), key: key, value: value, kind: ovPut})
 	}
 	return nil
@@ -123,7 +114,7 @@ func (b *wbucket) Delete(key []byte) error {
 		return err
 	}
 	b.record(writeDelete, key, nil)
-	if b.w.ov != nil {
+	if b.w.pend != nil {
 		b.w.keep(&ovEntry{bucket: b.ovPath(), key: key, kind: ovDelete})
 	}
 	return nil
@@ -136,7 +127,7 @@ func (b *wbucket) CreateBucket(name []byte) (*wbucket, error) {
 		return nil, err
 	}
 	b.record(writeBucket, name, nil)
-	if b.w.ov != nil {
+	if b.w.pend != nil {
 		b.w.keep(&ovEntry{bucket: b.ovPath(), key: name, kind: ovBucket})
 	}
 	return &wbucket{w: b.w, b: nb, path: append(b.path[:len(b.path):len(b.path)], name)}, nil
@@ -156,7 +147,7 @@ func (b *wbucket) DeleteBucket(name []byte) error {
 		return err
 	}
 	b.record(writeDrop, name, nil)
-	if b.w.ov != nil {
+	if b.w.pend != nil {
 		b.w.keep(&ovEntry{bucket: b.ovPath(), key: name, kind: ovDropped})
 	}
 	return nil
@@ -171,7 +162,7 @@ func (b *wbucket) NextSequence() (uint64, error) {
 	if b.w.rec != nil {
 		b.w.rec = binary.AppendUvarint(b.recordPath(writeSequence), n)
 	}
-	if b.w.ov != nil {
+	if b.w.pend != nil {
 		b.w.keep(&ovEntry{bucket: b.ovPath(), kind: ovSeq, seq: n})
 	}
 	return n, nil
