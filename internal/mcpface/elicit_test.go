@@ -144,6 +144,60 @@ func TestCancelLeavesItPending(t *testing.T) {
 	f.waitStatus(t, started.RunID, reinv1.RunStatus_RUN_STATUS_COMPLETED)
 }
 
+// TestCloseWithElicitationUnanswered: a client that closes its session
+// while an elicitation waits for its answer is let go at once (the SDK's
+// close waits for the session's calls in flight, and the elicitation
+// ends with the session's attendance); the run stays paused, decidable
+// elsewhere. Its twin is TestCancelLeavesItPending, where the client
+// answers before it closes.
+func TestCloseWithElicitationUnanswered(t *testing.T) {
+	f := startFace(t)
+	seen := make(chan *mcp.ElicitParams, 4)
+	release := make(chan struct{})
+	defer close(release)
+	cs := f.connect(t, "starter", func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		seen <- req.Params
+		select { // a person who never answers
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, context.Canceled
+	})
+	started := decodeStart(t, call(t, cs, "start_refund", map[string]any{"invoice_id": "INV-42"}))
+	receive(t, seen)
+	// The session's end, as a client sends it (DELETE), while the
+	// elicitation is still unanswered.
+	req, err := http.NewRequest(http.MethodDelete, f.url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer starter-token")
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	closed := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		closed <- err
+	}()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("closing a session with an elicitation unanswered did not return: the server's close waits for it")
+	}
+	run := f.waitStatus(t, started.RunID, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL)
+	other := f.connect(t, "approver", nil)
+	res := call(t, other, "approve", map[string]any{"run_id": run.GetRunId(), "proposal_id": run.GetPending().GetProposal().GetProposalId(), "proposal_hash": run.GetPending().GetProposal().GetHash()})
+	if res.IsError {
+		t.Fatalf("approve: %s", resultText(res))
+	}
+	f.waitStatus(t, started.RunID, reinv1.RunStatus_RUN_STATUS_COMPLETED)
+}
+
 // TestNoApproverRoleNoApproval: an operator without the approver role who
 // accepts the elicitation is refused by the API, and cannot call approve
 // either; the run stays pending and nothing is committed.

@@ -84,9 +84,11 @@ type session struct {
 	startMu sync.Mutex
 	started map[string]*reinv1.Task
 
-	// mu guards ctx, attending and subscriptions.
+	// mu guards ctx, end, id, attending and subscriptions.
 	mu            sync.Mutex
 	ctx           context.Context               // ends when the MCP session closes
+	end           context.CancelFunc            // ends ctx
+	id            string                        // the MCP session's ID
 	attending     map[string]bool               // runs whose pauses this session is asked about
 	subscriptions map[string]context.CancelFunc // resource URI → its watch
 }
@@ -146,6 +148,33 @@ func (f *Face) Refresh(ctx context.Context) {
 	}
 }
 
+// closing ends the attendance of the open session named id, when user
+// ("" with no credentials to check) is its principal, before the SDK closes
+// it: the SDK's close waits for the session's calls in flight, among them
+// an elicitation that waits for an answer the closing client will never
+// send, and would wait forever for the session's context, which ends only
+// once the close is done.
+func (f *Face) closing(id, user string) {
+	if id == "" {
+		return
+	}
+	f.mu.Lock()
+	live := make([]*session, 0, len(f.live))
+	for s := range f.live {
+		live = append(live, s)
+	}
+	f.mu.Unlock()
+	for _, s := range live {
+		s.mu.Lock()
+		match := s.id == id && (user == "" || user == s.caller.Tenant+"/"+s.caller.ID)
+		end := s.end
+		s.mu.Unlock()
+		if match && end != nil {
+			end()
+		}
+	}
+}
+
 // tasks lists the tasks the session's principal may start.
 func (s *session) tasks(ctx context.Context) ([]*reinv1.Task, error) {
 	if !s.may("ListTasks") || !s.may("StartRun") {
@@ -186,7 +215,7 @@ func (s *session) bind(ss *mcp.ServerSession) context.Context {
 	defer s.mu.Unlock()
 	if s.ctx == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		s.ctx = ctx
+		s.ctx, s.end, s.id = ctx, cancel, ss.ID()
 		s.face.mu.Lock()
 		s.face.live[s] = struct{}{}
 		s.face.mu.Unlock()

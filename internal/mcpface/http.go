@@ -116,12 +116,20 @@ func (f *Face) Handler(opts HTTPOptions) http.Handler {
 		r.Body = http.MaxBytesReader(w, r.Body, opts.MaxBodyBytes)
 		r = r.WithContext(context.WithValue(r.Context(), newServerKey{}, &newServer{}))
 		if opts.Token == nil {
+			if r.Method == http.MethodDelete {
+				f.closing(r.Header.Get(sessionIDHeader), "")
+			}
 			streamable.ServeHTTP(w, r)
 			return
 		}
 		mcpauth.RequireBearerToken(verify, &mcpauth.RequireBearerTokenOptions{
 			ResourceMetadataURL: origin(r) + MetadataPath,
-		})(streamable).ServeHTTP(w, r)
+		})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if ti := mcpauth.TokenInfoFromContext(r.Context()); ti != nil && r.Method == http.MethodDelete {
+				f.closing(r.Header.Get(sessionIDHeader), ti.UserID)
+			}
+			streamable.ServeHTTP(w, r)
+		})).ServeHTTP(w, r)
 	})
 	return mux
 }
