@@ -17,14 +17,25 @@ import (
 	"github.com/reinhq/rein/internal/taskcontract"
 )
 
-// allocated is what f allocates, in bytes.
-func allocated(f func()) int64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return int64(after.TotalAlloc - before.TotalAlloc)
+// allocated is what f allocates, in bytes: the least of runs runs.
+//
+// The count is the process's, so what another goroutine allocates
+// meanwhile (the runtime's, the test framework's) is in it: where a few
+// bytes matter, f runs more than once and the least is taken, which is
+// f's own when any run had the process to itself.
+func allocated(runs int, f func()) int64 {
+	least := int64(-1)
+	for range runs {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		f()
+		runtime.ReadMemStats(&after)
+		if n := int64(after.TotalAlloc - before.TotalAlloc); least < 0 || n < least {
+			least = n
+		}
+	}
+	return least
 }
 
 func listOf(v *structpb.Value, n int) *reinv1.StartRunRequest {
@@ -96,9 +107,9 @@ func TestEstimateIsAboveWhatDecodingAllocates(t *testing.T) {
 		}
 		Estimate(m.ProtoReflect().Descriptor(), wire) // the descriptors' lazy parts
 		var est int64
-		scanned := allocated(func() { est = Estimate(m.ProtoReflect().Descriptor(), wire) })
+		scanned := allocated(3, func() { est = Estimate(m.ProtoReflect().Descriptor(), wire) })
 		got := m.ProtoReflect().New().Interface()
-		actual := allocated(func() {
+		actual := allocated(1, func() {
 			if err := proto.Unmarshal(wire, got); err != nil {
 				t.Fatal(err)
 			}
@@ -131,7 +142,7 @@ func TestEstimateJSONIsAboveWhatTranscodingAllocates(t *testing.T) {
 		}
 		est := EstimateJSON(text)
 		got := m.ProtoReflect().New().Interface()
-		actual := allocated(func() {
+		actual := allocated(1, func() {
 			if err := codec.Unmarshal(text, got); err != nil {
 				t.Fatal(err)
 			}
