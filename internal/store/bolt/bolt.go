@@ -82,13 +82,14 @@ type Store struct {
 	// writer's, under txMu (which no read takes).
 	txMu sync.Mutex
 	tx   *bbolt.Tx
-	pend []*ovEntry // a batch's writes for ovw (commitBatch)
-	// ovw is the overlay of every commit synced since the last checkpoint,
-	// whose transaction ID is ckTxid (snapshot.go). ovMu guards both, the
-	// copies reads take of ovw and the snapshots published; ovStale says
-	// that ovw holds commits the published snapshot lacks.
+	pend []ovEntry // a batch's writes, for the snapshots (commitBatch)
+	// ovNew holds the writes of each batch synced since the last snapshot
+	// published, oldest first, and ckTxid is the last checkpoint's
+	// transaction ID (snapshot.go). ovMu guards both and the snapshots
+	// published; ovStale says that batches were synced since the snapshot
+	// published.
 	ovMu    sync.Mutex
-	ovw     *overlay
+	ovNew   [][]ovEntry
 	ckTxid  uint64
 	ovStale atomic.Bool
 	// snap is what reads read (snapshot.go), taken with no lock.

@@ -55,7 +55,10 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 		}
 	}
 	ops := false
-	s.pend = s.pend[:0]
+	// The overlay keeps pointers into the last batch's writes: each batch
+	// keeps its own in one new array, one allocation a batch, not one a
+	// write.
+	s.pend = make([]ovEntry, 0, max(32, len(s.pend)))
 	w := &wtx{tx: s.tx, rec: s.wal.record(), pend: &s.pend}
 	err := guard("commit to "+s.path, func() error {
 		for i := 0; i < len(batch); i++ {
@@ -96,15 +99,13 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 		// (a large import, say) goes to the file with all before it.
 		return batch, s.checkpointLocked(false, false)
 	}
-	// The batch's writes go in the overlay once its record is synced, on
-	// the writer: the overlay holds only what is synced, so a batch that
-	// fails leaves it as it was. Adding them on another goroutine while
-	// the record syncs took more: waking a thread for a small batch costs
-	// the kernel more than its adds (one run's step took 10% more CPU that
-	// way, rein-bench steps), and a large one needed a copy of the overlay
-	// to add to, which had each of its adds copy the nodes it touched
-	// (rein-bench append: 0.87-0.91 of the appends without an overlay,
-	// where adding after the sync keeps 0.95).
+	// The batch's writes go to the snapshots once its record is synced:
+	// they hold only what is synced, so a batch that fails leaves them as
+	// they were. The writer adds nothing to a tree: the first read that
+	// needs the batch does (snapshot.go), and a checkpoint before any read
+	// did makes the adds unneeded. (Added on the writer after each sync,
+	// they took 4% of the process's CPU in a profile of rein-bench
+	// steps-runs --runs 64, on the one goroutine every commit waits for.)
 	err = s.wal.append(s.logged+1, rec)
 	if err != nil {
 		var fatal errFatal
@@ -162,7 +163,8 @@ func (s *Store) checkpointLocked(cut, clean bool) error {
 		s.ovMu.Lock()
 		s.publishFreshLocked()
 		if p := s.snap.Load(); p != nil && p.err == nil {
-			s.publishLocked(&snapshot{txid: p.txid, ov: p.ov, clean: true})
+			base, above := p.parts()
+			s.publishLocked(&snapshot{txid: p.txid, base: base, above: above, clean: true})
 		}
 		s.ovMu.Unlock()
 	}

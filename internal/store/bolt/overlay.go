@@ -15,11 +15,12 @@ import (
 // as etcd's backend puts its txReadBuffer over its read transaction.
 //
 // The writer keeps each write of a batch as its transaction makes it (wtx,
-// as it records it in the log's record) and adds them to its overlay once
-// the record is synced (commitBatch); the first read after that publishes
-// a copy (snapshot.go). The tree is copy-on-write, so a copy costs nothing
-// and the writes after it copy only the nodes they change. A published
-// overlay is never changed; readers share it with no lock.
+// as it records it in the log's record) and, once the record is synced,
+// hands the batch's writes to the snapshots (commitBatch); the first read
+// of a snapshot adds them to a copy of the overlay the last read made
+// (snapshot.go). The tree is copy-on-write, so a copy costs nothing and
+// the adds to it copy only the nodes they change. An overlay a snapshot
+// holds is never changed; readers share it with no lock.
 type overlay = btree.BTreeG[*ovEntry]
 
 // ovEntry is one key's last write, in the bucket whose path is bucket
@@ -86,8 +87,9 @@ func (e *ovEntry) read() []byte {
 }
 
 // ovApply adds writes, in order, to ov.
-func ovApply(ov *overlay, writes []*ovEntry) {
-	for _, e := range writes {
+func ovApply(ov *overlay, writes []ovEntry) {
+	for i := range writes {
+		e := &writes[i]
 		switch e.kind {
 		case ovDropped:
 			ovDrop(ov, e.bucket, e.key)

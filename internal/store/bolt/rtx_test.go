@@ -28,7 +28,7 @@ type mergeRig struct {
 	tx *bbolt.Tx
 	ov *overlay
 	// pend is what the writes since the last read keep for ov.
-	pend []*ovEntry
+	pend []ovEntry
 }
 
 func newMergeRig(t *testing.T) *mergeRig {
@@ -81,7 +81,7 @@ func (r *mergeRig) read(fn func(t *rtx)) {
 	}
 	defer func() { _ = tx.Rollback() }()
 	ovApply(r.ov, r.pend) // as the writer adds a batch's writes once synced
-	r.pend = r.pend[:0]
+	r.pend = nil          // the overlay keeps pointers into it
 	fn(&rtx{tx: tx, ov: r.ov.Copy()})
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
+	"sync/atomic"
 
 	bbolt "go.etcd.io/bbolt"
 
@@ -20,14 +22,19 @@ import (
 // nothing that is not yet durable, and a checkpoint changes the read
 // transaction and the overlay at once.
 //
-// The writer adds each batch's writes to its overlay once they are synced
-// and marks it newer than the published snapshot; the first read after
-// that publishes a copy (fresh), which is free, where a copy at every sync
-// would have the next batch's adds copy each node of the tree they touch
-// though no read took it: a store that takes appends and no reads (a
-// run's steps, which the engine keeps in memory) copies nothing. A read
-// waits then only for ovMu, which the writer holds while it adds a
-// batch's writes, never across a sync.
+// The writer adds nothing to a tree: once a batch is synced it hands its
+// writes, as they are, to the list of batches synced since the last
+// snapshot published (addSynced), and the first read after that publishes
+// a snapshot of the overlay it read last with those batches above it
+// (fresh). The first read of that snapshot adds them to a copy of that
+// overlay (snapshot.overlay), once, for every read that shares it: so the
+// writer's path costs a slice append a batch, a store that takes appends
+// and no reads (a run's steps, which the engine keeps in memory) builds no
+// tree at all, and what a checkpoint makes part of the file before any
+// read asked for it is never added. A read waits then only for ovMu,
+// which the writer holds to append to that list, never across a sync;
+// and, on a snapshot no read took yet, for the adds of the read that
+// takes it first.
 //
 // At most GOMAXPROCS-1 reads (one, on fewer than three cores) run at once,
 // the others waiting for a turn (reads): a crowd of reads that each take
@@ -54,7 +61,14 @@ type snapshot struct {
 	// txid is the checkpoint's transaction ID, which a read transaction
 	// of it has.
 	txid uint64
-	ov   *overlay // nil for none
+	// base is an overlay of writes synced since the checkpoint (nil for
+	// none), and above holds the batches synced after those, oldest first:
+	// the snapshot's overlay is base with above added (overlay). Neither
+	// is ever changed.
+	base  *overlay
+	above [][]ovEntry
+	made  sync.Once
+	ov    atomic.Pointer[overlay] // base with above added, once a read made it
 	// clean says that the checkpoint being committed holds nothing the
 	// overlay does not.
 	clean bool
@@ -72,17 +86,48 @@ func (s *Store) publishLocked(p *snapshot) {
 	}
 }
 
-// addSynced adds a batch's writes, synced, to ovw, for the next read to
-// publish (fresh).
-func (s *Store) addSynced(writes []*ovEntry) {
+// overlay is what p reads over its checkpoint: base with the batches above
+// it added, by the first read that asks, on a copy (copy-on-write: it
+// copies only the nodes the adds change). Nil for none.
+func (p *snapshot) overlay() *overlay {
+	if len(p.above) == 0 {
+		return p.base
+	}
+	p.made.Do(func() {
+		ov := newOverlay()
+		if p.base != nil {
+			ov = p.base.Copy()
+		}
+		for _, writes := range p.above {
+			ovApply(ov, writes)
+		}
+		p.ov.Store(ov)
+	})
+	return p.ov.Load()
+}
+
+// parts is base and above for a snapshot of what p holds and more: p's
+// overlay as one tree when a read made it, or p's own parts.
+func (p *snapshot) parts() (*overlay, [][]ovEntry) {
+	if ov := p.ov.Load(); ov != nil {
+		return ov, nil
+	}
+	return p.base, p.above
+}
+
+// addSynced hands a batch's writes, synced, to the next snapshot (fresh).
+// The store keeps writes: the snapshots read them from now on.
+func (s *Store) addSynced(writes []ovEntry) {
 	s.ovMu.Lock()
 	defer s.ovMu.Unlock()
-	ovApply(s.ovw, writes)
+	if len(writes) > 0 {
+		s.ovNew = append(s.ovNew, writes)
+	}
 	s.ovStale.Store(true)
 }
 
-// fresh is the snapshot a read takes: the one published, or, when commits
-// were synced since, a copy of ovw published now.
+// fresh is the snapshot a read takes: the one published, or, when batches
+// were synced since, one that holds them, published now.
 func (s *Store) fresh() *snapshot {
 	if s.ovStale.Load() {
 		s.ovMu.Lock()
@@ -92,27 +137,34 @@ func (s *Store) fresh() *snapshot {
 	return s.snap.Load()
 }
 
-// publishFreshLocked publishes a copy of ovw when it holds commits the
-// snapshot published lacks, unless the store halted; the caller holds
-// ovMu.
+// publishFreshLocked publishes a snapshot with the batches synced since the
+// one published, when there are any, unless the store halted; the caller
+// holds ovMu.
 func (s *Store) publishFreshLocked() {
 	if !s.ovStale.Load() {
 		return
 	}
 	s.ovStale.Store(false)
-	if p := s.snap.Load(); p != nil && p.err != nil {
+	p := s.snap.Load()
+	if p != nil && p.err != nil {
 		return
 	}
-	s.publishLocked(&snapshot{txid: s.ckTxid, ov: s.ovw.Copy()})
+	q := &snapshot{txid: s.ckTxid}
+	if p != nil {
+		base, above := p.parts()
+		q.base, q.above = base, append(above[:len(above):len(above)], s.ovNew...)
+	}
+	s.ovNew = nil
+	s.publishLocked(q)
 }
 
-// publishCheckpoint publishes the checkpoint txid, with no overlay, and
-// starts the writer's anew.
+// publishCheckpoint publishes the checkpoint txid, with no overlay: the
+// batches synced before it are in it.
 func (s *Store) publishCheckpoint(txid uint64) {
 	s.ovMu.Lock()
 	defer s.ovMu.Unlock()
 	s.ckTxid = txid
-	s.ovw = newOverlay()
+	s.ovNew = nil
 	s.ovStale.Store(false)
 	s.publishLocked(&snapshot{txid: txid})
 }
@@ -186,7 +238,7 @@ func (s *Store) view(ctx context.Context, what string, fn func(tx *rtx) error) e
 			if id < p.txid {
 				return errSnapshotAhead // begun before the snapshot it took
 			}
-			return fn(&rtx{tx: tx, ov: p.ov})
+			return fn(&rtx{tx: tx, ov: p.overlay()})
 		})
 		<-s.reads
 		if !errors.Is(err, errSnapshotAhead) {

@@ -50,11 +50,11 @@ type wtx struct {
 	tx   *bbolt.Tx
 	rec  []byte
 	path [][]byte // the path of the last write recorded
-	pend *[]*ovEntry
+	pend *[]ovEntry
 }
 
 // keep keeps a write for the overlay.
-func (w *wtx) keep(e *ovEntry) { *w.pend = append(*w.pend, e) }
+func (w *wtx) keep(e ovEntry) { *w.pend = append(*w.pend, e) }
 
 // wbucket is a bucket of a wtx, named by its path from the root.
 type wbucket struct {
@@ -103,7 +103,7 @@ func (b *wbucket) Put(key, value []byte) error {
 	}
 	b.record(writePut, key, value)
 	if b.w.pend != nil {
-		b.w.keep(&ovEntry{bucket: b.ovPath(), key: key, value: value, kind: ovPut})
+		b.w.keep(ovEntry{bucket: b.ovPath(), key: key, value: value, kind: ovPut})
 	}
 	return nil
 }
@@ -115,7 +115,7 @@ func (b *wbucket) Delete(key []byte) error {
 	}
 	b.record(writeDelete, key, nil)
 	if b.w.pend != nil {
-		b.w.keep(&ovEntry{bucket: b.ovPath(), key: key, kind: ovDelete})
+		b.w.keep(ovEntry{bucket: b.ovPath(), key: key, kind: ovDelete})
 	}
 	return nil
 }
@@ -128,7 +128,7 @@ func (b *wbucket) CreateBucket(name []byte) (*wbucket, error) {
 	}
 	b.record(writeBucket, name, nil)
 	if b.w.pend != nil {
-		b.w.keep(&ovEntry{bucket: b.ovPath(), key: name, kind: ovBucket})
+		b.w.keep(ovEntry{bucket: b.ovPath(), key: name, kind: ovBucket})
 	}
 	return &wbucket{w: b.w, b: nb, path: append(b.path[:len(b.path):len(b.path)], name)}, nil
 }
@@ -148,7 +148,7 @@ func (b *wbucket) DeleteBucket(name []byte) error {
 	}
 	b.record(writeDrop, name, nil)
 	if b.w.pend != nil {
-		b.w.keep(&ovEntry{bucket: b.ovPath(), key: name, kind: ovDropped})
+		b.w.keep(ovEntry{bucket: b.ovPath(), key: name, kind: ovDropped})
 	}
 	return nil
 }
@@ -163,7 +163,7 @@ func (b *wbucket) NextSequence() (uint64, error) {
 		b.w.rec = binary.AppendUvarint(b.recordPath(writeSequence), n)
 	}
 	if b.w.pend != nil {
-		b.w.keep(&ovEntry{bucket: b.ovPath(), kind: ovSeq, seq: n})
+		b.w.keep(ovEntry{bucket: b.ovPath(), kind: ovSeq, seq: n})
 	}
 	return n, nil
 }
