@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
@@ -55,10 +56,7 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 		}
 	}
 	ops := false
-	// The overlay keeps pointers into the last batch's writes: each batch
-	// keeps its own in one new array, one allocation a batch, not one a
-	// write.
-	s.pend = make([]ovEntry, 0, max(32, len(s.pend)))
+	s.pend = s.pend[:0]
 	w := &wtx{tx: s.tx, rec: s.wal.record(), pend: &s.pend}
 	err := guard("commit to "+s.path, func() error {
 		for i := 0; i < len(batch); i++ {
@@ -115,7 +113,9 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 		return batch, s.abandonLocked(err)
 	}
 	s.logged++
-	s.addSynced(s.pend)
+	// The snapshots keep the batch's writes: a copy of their exact length,
+	// one allocation a batch, not one a write.
+	s.addSynced(slices.Clone(s.pend))
 	return batch, nil
 }
 
