@@ -65,10 +65,10 @@ type snapshot struct {
 	// none), and above holds the batches synced after those, oldest first:
 	// the snapshot's overlay is base with above added (overlay). Neither
 	// is ever changed.
-	base  *overlay
-	above [][]ovEntry
-	made  sync.Once
-	ov    atomic.Pointer[overlay] // base with above added, once a read made it
+	base   *overlay
+	above  [][]ovEntry
+	making sync.Mutex              // held by the read making ov
+	ov     atomic.Pointer[overlay] // base with above added, once a read made it
 	// clean says that the checkpoint being committed holds nothing the
 	// overlay does not.
 	clean bool
@@ -88,22 +88,30 @@ func (s *Store) publishLocked(p *snapshot) {
 
 // overlay is what p reads over its checkpoint: base with the batches above
 // it added, by the first read that asks, on a copy (copy-on-write: it
-// copies only the nodes the adds change). Nil for none.
+// copies only the nodes the adds change), while the reads that ask
+// meanwhile wait. Nil for none. A read whose adds fail (a panic, which
+// guard turns into its error) leaves the overlay to the next read to make.
 func (p *snapshot) overlay() *overlay {
 	if len(p.above) == 0 {
 		return p.base
 	}
-	p.made.Do(func() {
-		ov := newOverlay()
-		if p.base != nil {
-			ov = p.base.Copy()
-		}
-		for _, writes := range p.above {
-			ovApply(ov, writes)
-		}
-		p.ov.Store(ov)
-	})
-	return p.ov.Load()
+	if ov := p.ov.Load(); ov != nil {
+		return ov
+	}
+	p.making.Lock()
+	defer p.making.Unlock()
+	if ov := p.ov.Load(); ov != nil {
+		return ov
+	}
+	ov := newOverlay()
+	if p.base != nil {
+		ov = p.base.Copy()
+	}
+	for _, writes := range p.above {
+		ovApply(ov, writes)
+	}
+	p.ov.Store(ov)
+	return ov
 }
 
 // parts is base and above for a snapshot of what p holds and more: p's

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidwall/btree"
+
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/store"
 )
@@ -551,4 +553,34 @@ func TestFailedLargeBatchIsNeverRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertRunA(t, s, 4+large)
+}
+
+// TestSnapshotOverlayMadeAgainAfterAFailure: a read whose adds to a
+// snapshot's overlay fail (a panic, which guard turns into the read's
+// error) leaves no overlay made, so the next read makes it whole rather
+// than read the checkpoint alone. The twin is the first read, which fails.
+func TestSnapshotOverlayMadeAgainAfterAFailure(t *testing.T) {
+	var failing atomic.Bool
+	base := btree.NewBTreeGOptions(func(a, b *ovEntry) bool {
+		if failing.Load() {
+			panic("an add failed")
+		}
+		return ovLess(a, b)
+	}, btree.Options{NoLocks: true})
+	base.Set(&ovEntry{bucket: "b", key: []byte("k1"), value: []byte("v1"), kind: ovPut})
+	p := &snapshot{base: base, above: [][]ovEntry{{{bucket: "b", key: []byte("k2"), value: []byte("v2"), kind: ovPut}}}}
+
+	failing.Store(true)
+	err := guard("the first read", func() error { p.overlay(); return nil })
+	if err == nil || p.ov.Load() != nil {
+		t.Fatalf("a read whose adds panicked: %v, overlay made %v; want its error, none made", err, p.ov.Load() != nil)
+	}
+	failing.Store(false)
+	ov := p.overlay()
+	if ov == nil || ov.Len() != 2 {
+		t.Fatalf("the next read's overlay holds %v entries, want the base's and the batch's", ov.Len())
+	}
+	if _, ok := ov.Get(&ovEntry{bucket: "b", key: []byte("k2")}); !ok {
+		t.Fatal("the next read's overlay lacks the batch's write")
+	}
 }
