@@ -134,14 +134,8 @@ func TestCancelLeavesItPending(t *testing.T) {
 	started := decodeStart(t, call(t, cs, "start_refund", map[string]any{"invoice_id": "INV-42"}))
 	receive(t, seen)
 	_ = cs.Close()
-	run := f.waitStatus(t, started.RunID, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL)
 	// Another approver decides it, through the tool.
-	other := f.connect(t, "approver", nil)
-	res := call(t, other, "approve", map[string]any{"run_id": run.GetRunId(), "proposal_id": run.GetPending().GetProposal().GetProposalId(), "proposal_hash": run.GetPending().GetProposal().GetHash()})
-	if res.IsError {
-		t.Fatalf("approve: %s", resultText(res))
-	}
-	f.waitStatus(t, started.RunID, reinv1.RunStatus_RUN_STATUS_COMPLETED)
+	f.approveElsewhere(t, started.RunID)
 }
 
 // TestCloseWithElicitationUnanswered: a client that closes its session
@@ -189,13 +183,21 @@ func TestCloseWithElicitationUnanswered(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("closing a session with an elicitation unanswered did not return: the server's close waits for it")
 	}
-	run := f.waitStatus(t, started.RunID, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL)
+	f.approveElsewhere(t, started.RunID)
+}
+
+// approveElsewhere waits for runID to be paused for approval, approves it
+// through the approve tool of another session (the approver's), and waits
+// for it to complete.
+func (f *face) approveElsewhere(t *testing.T, runID string) {
+	t.Helper()
+	run := f.waitStatus(t, runID, reinv1.RunStatus_RUN_STATUS_NEEDS_APPROVAL)
 	other := f.connect(t, "approver", nil)
 	res := call(t, other, "approve", map[string]any{"run_id": run.GetRunId(), "proposal_id": run.GetPending().GetProposal().GetProposalId(), "proposal_hash": run.GetPending().GetProposal().GetHash()})
 	if res.IsError {
 		t.Fatalf("approve: %s", resultText(res))
 	}
-	f.waitStatus(t, started.RunID, reinv1.RunStatus_RUN_STATUS_COMPLETED)
+	f.waitStatus(t, runID, reinv1.RunStatus_RUN_STATUS_COMPLETED)
 }
 
 // TestNoApproverRoleNoApproval: an operator without the approver role who

@@ -126,19 +126,24 @@ func (f *Face) Session(ctx context.Context, authorization string) (*mcp.Server, 
 	return srv, nil
 }
 
+// sessions is the open sessions now, to go through without f.mu.
+func (f *Face) sessions() []*session {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	live := make([]*session, 0, len(f.live))
+	for s := range f.live {
+		live = append(live, s)
+	}
+	return live
+}
+
 // Refresh offers each open session the start tools of the catalog as it
 // now stands for its principal (call it when the catalog is reloaded):
 // tools of tasks added or changed are added, those of tasks gone are
 // removed, and the session's client gets notifications/tools/list_changed.
 // A session whose tasks cannot be listed keeps its tools.
 func (f *Face) Refresh(ctx context.Context) {
-	f.mu.Lock()
-	live := make([]*session, 0, len(f.live))
-	for s := range f.live {
-		live = append(live, s)
-	}
-	f.mu.Unlock()
-	for _, s := range live {
+	for _, s := range f.sessions() {
 		tasks, err := s.tasks(ctx)
 		if err != nil {
 			f.opts.Logger.Info("mcp: a session's tasks were not refreshed", "principal", s.caller.ID, "error", err)
@@ -158,13 +163,7 @@ func (f *Face) closing(id, user string) {
 	if id == "" {
 		return
 	}
-	f.mu.Lock()
-	live := make([]*session, 0, len(f.live))
-	for s := range f.live {
-		live = append(live, s)
-	}
-	f.mu.Unlock()
-	for _, s := range live {
+	for _, s := range f.sessions() {
 		s.mu.Lock()
 		match := s.id == id && (user == "" || user == s.caller.Tenant+"/"+s.caller.ID)
 		end := s.end
