@@ -82,14 +82,13 @@ type Store struct {
 	// writer's, under txMu (which no read takes).
 	txMu sync.Mutex
 	tx   *bbolt.Tx
-	pend []ovEntry // a batch's writes, for the snapshots (commitBatch)
-	// ovNew holds the writes of each batch synced since the last snapshot
+	// ovNew holds the record body of each batch synced since the last snapshot
 	// published, oldest first, and ckTxid is the last checkpoint's
 	// transaction ID (snapshot.go). ovMu guards both and the snapshots
 	// published; ovStale says that batches were synced since the snapshot
 	// published.
 	ovMu    sync.Mutex
-	ovNew   [][]ovEntry
+	ovNew   [][]byte
 	ckTxid  uint64
 	ovStale atomic.Bool
 	// snap is what reads read (snapshot.go), taken with no lock.

@@ -1,11 +1,11 @@
 package bolt
 
 import (
+	"bytes"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
@@ -56,8 +56,7 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 		}
 	}
 	ops := false
-	s.pend = s.pend[:0]
-	w := &wtx{tx: s.tx, rec: s.wal.record(), pend: &s.pend}
+	w := &wtx{tx: s.tx, rec: s.wal.record()}
 	err := guard("commit to "+s.path, func() error {
 		for i := 0; i < len(batch); i++ {
 			results[i] = s.applyRequest(w, batch[i])
@@ -113,9 +112,9 @@ func (s *Store) commitBatch(batch []*writeReq, results []writeRes) ([]*writeReq,
 		return batch, s.abandonLocked(err)
 	}
 	s.logged++
-	// The snapshots keep the batch's writes: a copy of their exact length,
-	// one allocation a batch, not one a write.
-	s.addSynced(slices.Clone(s.pend))
+	// The snapshots keep the batch's writes as its record holds them: a
+	// copy of the body, since the log reuses the record's buffer.
+	s.addSynced(bytes.Clone(rec[walRecordHdr+walNumberLen:]))
 	return batch, nil
 }
 

@@ -14,11 +14,10 @@ import (
 // over a bbolt read transaction of the last checkpoint (rtx, snapshot.go),
 // as etcd's backend puts its txReadBuffer over its read transaction.
 //
-// The writer keeps each write of a batch as its transaction makes it (wtx,
-// as it records it in the log's record) and, once the record is synced,
-// hands the batch's writes to the snapshots (commitBatch); the first read
-// of a snapshot adds them to a copy of the overlay the last read made
-// (snapshot.go). The tree is copy-on-write, so a copy costs nothing and
+// Once a batch's record is synced the writer hands a copy of its body, the
+// batch's writes as the log holds them (writes.go), to the snapshots
+// (commitBatch); the first read of a snapshot decodes them and adds them to
+// a copy of the overlay the last read made (snapshot.go). The tree is copy-on-write, so a copy costs nothing and
 // the adds to it copy only the nodes they change. An overlay a snapshot
 // holds is never changed; readers share it with no lock.
 type overlay = btree.BTreeG[*ovEntry]
@@ -42,9 +41,6 @@ const (
 	// it is in the checkpoint (it was not there, or was dropped first).
 	ovBucket = 3
 	ovSeq    = 4
-	// ovDropped is not kept: a write that drops the nested bucket key,
-	// with every write under it, as it waits in a wtx's pend.
-	ovDropped = 5
 )
 
 func ovLess(a, b *ovEntry) bool {
@@ -86,17 +82,31 @@ func (e *ovEntry) read() []byte {
 	return e.value
 }
 
-// ovApply adds writes, in order, to ov.
-func ovApply(ov *overlay, writes []ovEntry) {
-	for i := range writes {
-		e := &writes[i]
-		switch e.kind {
-		case ovDropped:
-			ovDrop(ov, e.bucket, e.key)
-		default:
-			ov.Set(e)
+// ovApply adds the writes of a record's body, in order, to ov. The entries
+// hold the body's bytes, which must not change from here on.
+func ovApply(ov *overlay, body []byte) error {
+	var bucket string
+	return walkWrites(body, func(_ int, w *recWrite) error {
+		if !w.samePath {
+			bucket = ""
+			for _, name := range w.path {
+				bucket = ovPath(bucket, name)
+			}
 		}
-	}
+		switch w.kind {
+		case writePut:
+			ov.Set(&ovEntry{bucket: bucket, key: w.first, value: w.second, kind: ovPut})
+		case writeDelete:
+			ov.Set(&ovEntry{bucket: bucket, key: w.first, kind: ovDelete})
+		case writeBucket:
+			ov.Set(&ovEntry{bucket: bucket, key: w.first, kind: ovBucket})
+		case writeDrop:
+			ovDrop(ov, bucket, w.first)
+		case writeSequence:
+			ov.Set(&ovEntry{bucket: bucket, kind: ovSeq, seq: w.n})
+		}
+		return nil
+	})
 }
 
 // ovDrop records in ov that the bucket name nested in bucket is dropped,

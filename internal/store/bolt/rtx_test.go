@@ -27,8 +27,9 @@ type mergeRig struct {
 	db *bbolt.DB
 	tx *bbolt.Tx
 	ov *overlay
-	// pend is what the writes since the last read keep for ov.
-	pend []ovEntry
+	// w writes to tx, recording each write in its record as the writer's
+	// does; the next read adds what it recorded to ov.
+	w *wtx
 }
 
 func newMergeRig(t *testing.T) *mergeRig {
@@ -51,7 +52,7 @@ func (r *mergeRig) begin() {
 	if r.tx, err = r.db.Begin(true); err != nil {
 		r.t.Fatal(err)
 	}
-	r.ov, r.pend = newOverlay(), nil
+	r.ov, r.w = newOverlay(), &wtx{tx: r.tx, rec: []byte{}}
 }
 
 // checkpoint commits the writes so far into the file.
@@ -63,13 +64,12 @@ func (r *mergeRig) checkpoint() {
 }
 
 // bucket is the bucket name at the root of the write transaction, made if
-// missing, writing through a wtx that keeps the overlay.
+// missing, writing through the rig's wtx, which records each write.
 func (r *mergeRig) bucket(name string) *wbucket {
-	w := &wtx{tx: r.tx, pend: &r.pend}
 	if _, err := r.tx.CreateBucketIfNotExists([]byte(name)); err != nil {
 		r.t.Fatal(err)
 	}
-	return w.Bucket([]byte(name))
+	return r.w.Bucket([]byte(name))
 }
 
 // read calls fn with what a read sees: the file as last committed, under
@@ -80,8 +80,13 @@ func (r *mergeRig) read(fn func(t *rtx)) {
 		r.t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	ovApply(r.ov, r.pend) // as the writer adds a batch's writes once synced
-	r.pend = nil          // the overlay keeps pointers into it
+	// As the first read of a snapshot adds the batches synced since the
+	// last: the overlay keeps the record's bytes, so the next writes go to
+	// a record of their own.
+	if err := ovApply(r.ov, r.w.rec); err != nil {
+		r.t.Fatalf("the writes since the last read do not decode: %v", err)
+	}
+	r.w = &wtx{tx: r.tx, rec: []byte{}}
 	fn(&rtx{tx: tx, ov: r.ov.Copy()})
 }
 

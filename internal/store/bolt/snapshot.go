@@ -22,16 +22,17 @@ import (
 // nothing that is not yet durable, and a checkpoint changes the read
 // transaction and the overlay at once.
 //
-// The writer adds nothing to a tree: once a batch is synced it hands its
-// writes, as they are, to the list of batches synced since the last
-// snapshot published (addSynced), and the first read after that publishes
-// a snapshot of the overlay it read last with those batches above it
-// (fresh). The first read of that snapshot adds them to a copy of that
-// overlay (snapshot.overlay), once, for every read that shares it: so the
-// writer's path costs a slice append a batch, a store that takes appends
-// and no reads (a run's steps, which the engine keeps in memory) builds no
-// tree at all, and what a checkpoint makes part of the file before any
-// read asked for it is never added. A read waits then only for ovMu,
+// The writer adds nothing to a tree and keeps nothing of a write: once a
+// batch is synced it hands a copy of its record's body (the batch's writes
+// as the log holds them, writes.go) to the list of batches synced since
+// the last snapshot published (addSynced), and the first read after that
+// publishes a snapshot of the overlay it read last with those batches
+// above it (fresh). The first read of that snapshot decodes them and adds
+// them to a copy of that overlay (snapshot.overlay), once, for every read
+// that shares it: so the writer's path costs a copy and a slice append a
+// batch, a store that takes appends and no reads (a run's steps, which the
+// engine keeps in memory) builds no tree at all, and what a checkpoint
+// makes part of the file before any read asked for it is never decoded. A read waits then only for ovMu,
 // which the writer holds to append to that list, never across a sync;
 // and, on a snapshot no read took yet, for the adds of the read that
 // takes it first.
@@ -62,11 +63,11 @@ type snapshot struct {
 	// of it has.
 	txid uint64
 	// base is an overlay of writes synced since the checkpoint (nil for
-	// none), and above holds the batches synced after those, oldest first:
-	// the snapshot's overlay is base with above added (overlay). Neither
-	// is ever changed.
+	// none), and above holds the record bodies of the batches synced after
+	// those, oldest first: the snapshot's overlay is base with above added
+	// (overlay). Neither is ever changed.
 	base   *overlay
-	above  [][]ovEntry
+	above  [][]byte
 	making sync.Mutex              // held by the read making ov
 	ov     atomic.Pointer[overlay] // base with above added, once a read made it
 	// clean says that the checkpoint being committed holds nothing the
@@ -89,47 +90,50 @@ func (s *Store) publishLocked(p *snapshot) {
 // overlay is what p reads over its checkpoint: base with the batches above
 // it added, by the first read that asks, on a copy (copy-on-write: it
 // copies only the nodes the adds change), while the reads that ask
-// meanwhile wait. Nil for none. A read whose adds fail (a panic, which
-// guard turns into its error) leaves the overlay to the next read to make.
-func (p *snapshot) overlay() *overlay {
+// meanwhile wait. Nil for none. A read whose adds fail (a record that does
+// not decode, or a panic, which guard turns into its error) leaves the
+// overlay to the next read to make.
+func (p *snapshot) overlay() (*overlay, error) {
 	if len(p.above) == 0 {
-		return p.base
+		return p.base, nil
 	}
 	if ov := p.ov.Load(); ov != nil {
-		return ov
+		return ov, nil
 	}
 	p.making.Lock()
 	defer p.making.Unlock()
 	if ov := p.ov.Load(); ov != nil {
-		return ov
+		return ov, nil
 	}
 	ov := newOverlay()
 	if p.base != nil {
 		ov = p.base.Copy()
 	}
-	for _, writes := range p.above {
-		ovApply(ov, writes)
+	for i, body := range p.above {
+		if err := ovApply(ov, body); err != nil {
+			return nil, fmt.Errorf("batch %d of %d synced since the last read: %w", i+1, len(p.above), err)
+		}
 	}
 	p.ov.Store(ov)
-	return ov
+	return ov, nil
 }
 
 // parts is base and above for a snapshot of what p holds and more: p's
 // overlay as one tree when a read made it, or p's own parts.
-func (p *snapshot) parts() (*overlay, [][]ovEntry) {
+func (p *snapshot) parts() (*overlay, [][]byte) {
 	if ov := p.ov.Load(); ov != nil {
 		return ov, nil
 	}
 	return p.base, p.above
 }
 
-// addSynced hands a batch's writes, synced, to the next snapshot (fresh).
-// The store keeps writes: the snapshots read them from now on.
-func (s *Store) addSynced(writes []ovEntry) {
+// addSynced hands a synced batch's record body to the next snapshot
+// (fresh), which keeps it: the caller must not change it.
+func (s *Store) addSynced(body []byte) {
 	s.ovMu.Lock()
 	defer s.ovMu.Unlock()
-	if len(writes) > 0 {
-		s.ovNew = append(s.ovNew, writes)
+	if len(body) > 0 {
+		s.ovNew = append(s.ovNew, body)
 	}
 	s.ovStale.Store(true)
 }
@@ -246,7 +250,11 @@ func (s *Store) view(ctx context.Context, what string, fn func(tx *rtx) error) e
 			if id < p.txid {
 				return errSnapshotAhead // begun before the snapshot it took
 			}
-			return fn(&rtx{tx: tx, ov: p.overlay()})
+			ov, err := p.overlay()
+			if err != nil {
+				return err
+			}
+			return fn(&rtx{tx: tx, ov: ov})
 		})
 		<-s.reads
 		if !errors.Is(err, errSnapshotAhead) {

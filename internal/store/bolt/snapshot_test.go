@@ -2,6 +2,7 @@ package bolt
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -429,7 +430,7 @@ func TestSnapshotPublishedForReads(t *testing.T) {
 		t.Fatalf("the first read after the appends: version %d, %d events, listed at %d, %v; want 9", load, events, list, err)
 	}
 	read := s.snap.Load()
-	if read == before || read.overlay() == nil {
+	if ov, err := read.overlay(); read == before || err != nil || ov == nil {
 		t.Fatal("the read after the appends took the snapshot from before them")
 	}
 	assertRunA(t, s, 9)
@@ -505,7 +506,11 @@ func carryBatches(t *testing.T, s *Store, uncheckpointed func() bool) {
 	appendTo(t, s, 8, 10)
 	s.ovMu.Lock()
 	s.ovStale.Store(false)
-	s.publishLocked(&snapshot{txid: s.ckTxid, base: next.overlay(), above: s.ovNew[1:]})
+	base, err := next.overlay()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.publishLocked(&snapshot{txid: s.ckTxid, base: base, above: s.ovNew[1:]})
 	s.ovNew = nil
 	s.ovMu.Unlock()
 	_, _, _, err = readRunA(t, s)
@@ -567,20 +572,28 @@ func TestSnapshotOverlayMadeAgainAfterAFailure(t *testing.T) {
 		}
 		return ovLess(a, b)
 	}, btree.Options{NoLocks: true})
-	base.Set(&ovEntry{bucket: "b", key: []byte("k1"), value: []byte("v1"), kind: ovPut})
-	p := &snapshot{base: base, above: [][]ovEntry{{{bucket: "b", key: []byte("k2"), value: []byte("v2"), kind: ovPut}}}}
+	base.Set(&ovEntry{bucket: ovPath("", []byte("b")), key: []byte("k1"), value: []byte("v1"), kind: ovPut})
+	p := &snapshot{base: base, above: [][]byte{putRecord("b", "k2", "v2")}}
 
 	failing.Store(true)
-	err := guard("the first read", func() error { p.overlay(); return nil })
+	err := guard("the first read", func() error { _, err := p.overlay(); return err })
 	if err == nil || p.ov.Load() != nil {
 		t.Fatalf("a read whose adds panicked: %v, overlay made %v; want its error, none made", err, p.ov.Load() != nil)
 	}
 	failing.Store(false)
-	ov := p.overlay()
-	if ov == nil || ov.Len() != 2 {
-		t.Fatalf("the next read's overlay holds %v entries, want the base's and the batch's", ov.Len())
+	ov, err := p.overlay()
+	if err != nil || ov == nil || ov.Len() != 2 {
+		t.Fatalf("the next read's overlay: %v; want the base's entry and the batch's", err)
 	}
-	if _, ok := ov.Get(&ovEntry{bucket: "b", key: []byte("k2")}); !ok {
+	if _, ok := ov.Get(&ovEntry{bucket: ovPath("", []byte("b")), key: []byte("k2")}); !ok {
 		t.Fatal("the next read's overlay lacks the batch's write")
 	}
+}
+
+// putRecord is a record's body of one write: a put of key and value in the
+// top bucket named bucket.
+func putRecord(bucket, key, value string) []byte {
+	b := binary.AppendUvarint([]byte{writePut}, 1)
+	b = appendBytes(b, []byte(bucket))
+	return appendBytes(appendBytes(b, []byte(key)), []byte(value))
 }

@@ -41,37 +41,19 @@ const (
 
 // wtx is the writer's transaction as a commit writes it: each write is done
 // in tx and, unless rec is nil (a record being applied again), appended to
-// rec.
-//
-// Each write recorded is also kept in pend, when it is set, for the writer
-// to add to its overlay of what was written since the last checkpoint
-// (overlay.go) once the record is synced (commitBatch).
+// rec. The record is also what the snapshots read a synced batch's writes
+// from (overlay.go): the writer keeps nothing else of them.
 type wtx struct {
 	tx   *bbolt.Tx
 	rec  []byte
 	path [][]byte // the path of the last write recorded
-	pend *[]ovEntry
 }
-
-// keep keeps a write for the overlay.
-func (w *wtx) keep(e ovEntry) { *w.pend = append(*w.pend, e) }
 
 // wbucket is a bucket of a wtx, named by its path from the root.
 type wbucket struct {
 	w    *wtx
 	b    *bbolt.Bucket
 	path [][]byte
-	enc  string // path as the overlay names it (ovPath), once asked for
-}
-
-// ovPath is the bucket's path as the overlay names it.
-func (b *wbucket) ovPath() string {
-	if b.enc == "" {
-		for _, name := range b.path {
-			b.enc = ovPath(b.enc, name)
-		}
-	}
-	return b.enc
 }
 
 // Bucket is the top bucket name, or nil.
@@ -102,9 +84,6 @@ func (b *wbucket) Put(key, value []byte) error {
 		return err
 	}
 	b.record(writePut, key, value)
-	if b.w.pend != nil {
-		b.w.keep(ovEntry{bucket: b.ovPath(), key: key, value: value, kind: ovPut})
-	}
 	return nil
 }
 
@@ -114,9 +93,6 @@ func (b *wbucket) Delete(key []byte) error {
 		return err
 	}
 	b.record(writeDelete, key, nil)
-	if b.w.pend != nil {
-		b.w.keep(ovEntry{bucket: b.ovPath(), key: key, kind: ovDelete})
-	}
 	return nil
 }
 
@@ -127,9 +103,6 @@ func (b *wbucket) CreateBucket(name []byte) (*wbucket, error) {
 		return nil, err
 	}
 	b.record(writeBucket, name, nil)
-	if b.w.pend != nil {
-		b.w.keep(ovEntry{bucket: b.ovPath(), key: name, kind: ovBucket})
-	}
 	return &wbucket{w: b.w, b: nb, path: append(b.path[:len(b.path):len(b.path)], name)}, nil
 }
 
@@ -147,9 +120,6 @@ func (b *wbucket) DeleteBucket(name []byte) error {
 		return err
 	}
 	b.record(writeDrop, name, nil)
-	if b.w.pend != nil {
-		b.w.keep(ovEntry{bucket: b.ovPath(), key: name, kind: ovDropped})
-	}
 	return nil
 }
 
@@ -161,9 +131,6 @@ func (b *wbucket) NextSequence() (uint64, error) {
 	}
 	if b.w.rec != nil {
 		b.w.rec = binary.AppendUvarint(b.recordPath(writeSequence), n)
-	}
-	if b.w.pend != nil {
-		b.w.keep(ovEntry{bucket: b.ovPath(), kind: ovSeq, seq: n})
 	}
 	return n, nil
 }
@@ -219,67 +186,93 @@ func appendBytes(b, v []byte) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(v))), v...)
 }
 
-// applyWrites puts a record's writes in tx again. A write whose bucket is
-// not there, or that bbolt refuses, is an error naming it: the record does
-// not apply to the file as the records before it left it.
-func applyWrites(tx *bbolt.Tx, body []byte) error {
+// recWrite is one write of a record, as walkWrites decodes it: its kind
+// (writePut … writeFill, without writeSamePath), the path of its bucket,
+// its one or two byte strings (a put's key and value; the key or name of a
+// delete, a bucket made or dropped) or its number (a sequence, a fill
+// percent). Its byte strings are the record's own bytes.
+type recWrite struct {
+	kind          byte
+	path          [][]byte
+	samePath      bool // path is the previous write's
+	first, second []byte
+	n             uint64
+}
+
+// walkWrites calls fn with each write of a record's body, in order; path is
+// reused from one write to the next. A body that does not decode, or a
+// write of a kind this rein does not know, is an error naming it.
+func walkWrites(body []byte, fn func(i int, w *recWrite) error) error {
 	d := batchDecoder{b: body}
-	var path [][]byte
+	var w recWrite
 	for i := 0; len(d.b) > 0 && d.err == nil; i++ {
 		kind := d.byte()
-		if kind&writeSamePath == 0 {
-			path = path[:0]
+		w.samePath = kind&writeSamePath != 0
+		if !w.samePath {
+			w.path = w.path[:0]
 			for range d.count() {
-				path = append(path, d.bytes())
+				w.path = append(w.path, d.bytes())
 			}
 		} else if i == 0 {
 			return fmt.Errorf("its first write names no bucket")
 		}
-		kind &^= writeSamePath
+		w.kind = kind &^ writeSamePath
+		w.first, w.second, w.n = nil, nil, 0
+		switch w.kind {
+		case writePut:
+			w.first, w.second = d.bytes(), d.bytes()
+		case writeDelete, writeBucket, writeDrop:
+			w.first = d.bytes()
+		case writeSequence:
+			w.n = d.uvarint()
+		case writeFill:
+			w.n = uint64(d.byte())
+		default:
+			if d.err == nil {
+				return fmt.Errorf("write %d is of kind %d, which this rein does not know (a newer rein's log?)", i, w.kind)
+			}
+		}
 		if d.err != nil {
 			break
 		}
-		b, err := bucketAt(tx, path)
-		if err != nil {
-			return fmt.Errorf("write %d: %w", i, err)
-		}
-		switch kind {
-		case writePut:
-			key, value := d.bytes(), d.bytes()
-			if d.err == nil {
-				err = b.Put(key, value)
-			}
-		case writeDelete:
-			if key := d.bytes(); d.err == nil {
-				err = b.Delete(key)
-			}
-		case writeBucket:
-			if name := d.bytes(); d.err == nil {
-				_, err = b.CreateBucketIfNotExists(name)
-			}
-		case writeDrop:
-			if name := d.bytes(); d.err == nil {
-				err = b.DeleteBucket(name)
-			}
-		case writeSequence:
-			if n := d.uvarint(); d.err == nil {
-				err = b.SetSequence(n)
-			}
-		case writeFill:
-			if f := d.byte(); d.err == nil {
-				b.FillPercent = float64(f) / 100
-			}
-		default:
-			return fmt.Errorf("write %d is of kind %d, which this rein does not know (a newer rein's log?)", i, kind)
-		}
-		if err != nil {
-			return fmt.Errorf("write %d (kind %d) in bucket %q: %w", i, kind, path, err)
+		if err := fn(i, &w); err != nil {
+			return err
 		}
 	}
 	if d.err != nil {
 		return fmt.Errorf("its writes do not decode: %w", d.err)
 	}
 	return nil
+}
+
+// applyWrites puts a record's writes in tx again. A write whose bucket is
+// not there, or that bbolt refuses, is an error naming it: the record does
+// not apply to the file as the records before it left it.
+func applyWrites(tx *bbolt.Tx, body []byte) error {
+	return walkWrites(body, func(i int, w *recWrite) error {
+		b, err := bucketAt(tx, w.path)
+		if err != nil {
+			return fmt.Errorf("write %d: %w", i, err)
+		}
+		switch w.kind {
+		case writePut:
+			err = b.Put(w.first, w.second)
+		case writeDelete:
+			err = b.Delete(w.first)
+		case writeBucket:
+			_, err = b.CreateBucketIfNotExists(w.first)
+		case writeDrop:
+			err = b.DeleteBucket(w.first)
+		case writeSequence:
+			err = b.SetSequence(w.n)
+		case writeFill:
+			b.FillPercent = float64(w.n) / 100
+		}
+		if err != nil {
+			return fmt.Errorf("write %d (kind %d) in bucket %q: %w", i, w.kind, w.path, err)
+		}
+		return nil
+	})
 }
 
 // bucketAt is the bucket at path from tx's root.
