@@ -64,6 +64,17 @@ func (e *Engine) commit(ctx context.Context, st runstate.State, actor string, ev
 //   - a person's message to a running run (Steer): appended with no lease,
 //     whoever drives the run; its driver takes it in when its next commit
 //     conflicts (docs/architecture.md, "One commit path").
+//
+// A run published in a terminal status marks its driver, if it has one, so
+// that it reads the run no more once it stops (launch): an ended run arms
+// no timer, and the read would be of its largest state.
 func (e *Engine) publish(next runstate.State, evs []*reinv1.Event) {
+	if runstate.Terminal(next.Status) {
+		e.mu.Lock()
+		if d := e.active[next.RunID]; d != nil {
+			d.ended = true
+		}
+		e.mu.Unlock()
+	}
 	e.cfg.Published(next, evs)
 }

@@ -23,6 +23,10 @@ type driver struct {
 	// Engine.mu), so a run resumed by a person just as its driver paused is
 	// never left running with no driver.
 	again bool
+	// ended is set (guarded by Engine.mu) once the engine published the
+	// run in a terminal status (publish): the driver then reads nothing
+	// more of it, since no timer is armed for an ended run.
+	ended bool
 }
 
 // ErrShuttingDown refuses work on an engine that is shutting down. The
@@ -70,8 +74,13 @@ func (e *Engine) launch(runID string, first func(context.Context)) (*driver, err
 		}
 		for {
 			e.driveSlot(ctx, runID)
-			if st, err := e.cfg.Store.Load(e.base, runID); err == nil {
-				e.Arm(st) // a run that paused keeps its deadlines
+			e.mu.Lock()
+			ended := d.ended
+			e.mu.Unlock()
+			if !ended {
+				if st, err := e.cfg.Store.Load(e.base, runID); err == nil {
+					e.Arm(st) // a run that paused keeps its deadlines
+				}
 			}
 			e.mu.Lock()
 			if !d.again || ctx.Err() != nil {
