@@ -186,6 +186,47 @@ func TestCloseWithElicitationUnanswered(t *testing.T) {
 	f.approveElsewhere(t, started.RunID)
 }
 
+// TestDeleteByAnotherPrincipal: a session's end sent with another
+// principal's token (a DELETE naming the session) is refused and leaves
+// the session as it was: its elicitation, still waiting, is then answered
+// and approves the write. The twin is TestCloseWithElicitationUnanswered,
+// where the session's own principal ends it and the elicitation with it.
+func TestDeleteByAnotherPrincipal(t *testing.T) {
+	f := startFace(t)
+	seen := make(chan *mcp.ElicitParams, 4)
+	answer := make(chan struct{})
+	cs := f.connect(t, "starter", func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		seen <- req.Params
+		select {
+		case <-answer:
+			return &mcp.ElicitResult{Action: "accept"}, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	started := decodeStart(t, call(t, cs, "start_refund", map[string]any{"invoice_id": "INV-42"}))
+	receive(t, seen)
+	req, err := http.NewRequest(http.MethodDelete, f.url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer approver-token")
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode < 400 {
+		t.Errorf("a DELETE of the starter's session with the approver's token answered %s, want it refused", resp.Status)
+	}
+	close(answer)
+	f.waitStatus(t, started.RunID, reinv1.RunStatus_RUN_STATUS_COMPLETED)
+	if ops, commits := f.tools.total(); ops != 1 || commits != 1 {
+		t.Errorf("%d writes committed %d times, want 1 once", ops, commits)
+	}
+}
+
 // approveElsewhere waits for runID to be paused for approval, approves it
 // through the approve tool of another session (the approver's), and waits
 // for it to complete.
