@@ -82,11 +82,11 @@ type Store struct {
 	// writer's, under txMu (which no read takes).
 	txMu sync.Mutex
 	tx   *bbolt.Tx
-	// ovNew holds the record body of each batch synced since the last snapshot
-	// published, oldest first, and ckTxid is the last checkpoint's
-	// transaction ID (snapshot.go). ovMu guards both and the snapshots
-	// published; ovStale says that batches were synced since the snapshot
-	// published.
+	// ovNew holds the record body of each batch synced since the last
+	// snapshot published, oldest first, and ckTxid is the last
+	// checkpoint's transaction ID (snapshot.go). ovMu guards both and the
+	// snapshots published; ovStale says that batches were synced since the
+	// snapshot published.
 	ovMu    sync.Mutex
 	ovNew   [][]byte
 	ckTxid  uint64

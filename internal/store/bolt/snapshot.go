@@ -32,10 +32,10 @@ import (
 // that shares it: so the writer's path costs a copy and a slice append a
 // batch, a store that takes appends and no reads (a run's steps, which the
 // engine keeps in memory) builds no tree at all, and what a checkpoint
-// makes part of the file before any read asked for it is never decoded. A read waits then only for ovMu,
-// which the writer holds to append to that list, never across a sync;
-// and, on a snapshot no read took yet, for the adds of the read that
-// takes it first.
+// makes part of the file before any read asked for it is never decoded. A
+// read waits then only for ovMu, which the writer holds to append to that
+// list, never across a sync; and, on a snapshot no read took yet, for the
+// adds of the read that takes it first.
 //
 // At most GOMAXPROCS-1 reads (one, on fewer than three cores) run at once,
 // the others waiting for a turn (reads): a crowd of reads that each take

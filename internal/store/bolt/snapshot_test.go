@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -587,6 +588,28 @@ func TestSnapshotOverlayMadeAgainAfterAFailure(t *testing.T) {
 	}
 	if _, ok := ov.Get(&ovEntry{bucket: ovPath("", []byte("b")), key: []byte("k2")}); !ok {
 		t.Fatal("the next read's overlay lacks the batch's write")
+	}
+}
+
+// TestSnapshotOfARecordThatDoesNotDecode: a batch whose record body does
+// not decode (cut short, or of a write kind rein does not know) fails the
+// read that makes the overlay with an error naming the batch, and leaves
+// no overlay made; its twin, the whole record, makes one.
+func TestSnapshotOfARecordThatDoesNotDecode(t *testing.T) {
+	whole := putRecord("b", "k", "value")
+	for name, body := range map[string][]byte{
+		"cut short":    whole[:len(whole)-2],
+		"unknown kind": append(bytes.Clone(whole), 9|writeSamePath),
+	} {
+		p := &snapshot{above: [][]byte{whole, body}}
+		ov, err := p.overlay()
+		if err == nil || ov != nil || p.ov.Load() != nil || !strings.Contains(err.Error(), "batch 2 of 2") {
+			t.Errorf("%s: overlay %v, %v; want an error naming batch 2 of 2, none made", name, ov != nil, err)
+		}
+	}
+	p := &snapshot{above: [][]byte{whole}}
+	if ov, err := p.overlay(); err != nil || ov == nil || ov.Len() != 1 {
+		t.Fatalf("the whole record: %v; want an overlay of its one write", err)
 	}
 }
 
