@@ -17,6 +17,7 @@ import (
 	reinv1 "github.com/reinhq/rein/gen/rein/v1"
 	"github.com/reinhq/rein/internal/model"
 	"github.com/reinhq/rein/internal/runstate"
+	"github.com/reinhq/rein/internal/store"
 	"github.com/reinhq/rein/internal/taskcontract"
 )
 
@@ -163,6 +164,43 @@ func TestTreeBudgetPausesTheRoot(t *testing.T) {
 	wantStatus(t, kidEnd, kidEvs, reinv1.RunStatus_RUN_STATUS_COMPLETED, "final_answer")
 	if got := ofType(kidEvs, "budget_raised"); len(got) != 1 || got[0].GetActor() != "principal:carol" || kidEnd.Limits().Steps != 2 {
 		t.Errorf("child's budget_raised %v, limits %+v: want carol's raise of one step", got, kidEnd.Limits())
+	}
+}
+
+// refusedAppends is the store with every append the fold refused counted.
+type refusedAppends struct {
+	Store
+	refused atomic.Int64
+}
+
+func (s *refusedAppends) Append(ctx context.Context, runID string, expected uint64, events []*reinv1.Event, opts ...store.AppendOption) (runstate.State, error) {
+	st, err := s.Store.Append(ctx, runID, expected, events, opts...)
+	if runstate.Rejected(err) {
+		s.refused.Add(1)
+	}
+	return st, err
+}
+
+// TestRootPausedForAChildTakesNoStep: a root that pauses for its child's
+// budget takes no step after it: its driver stopped there. It went on to
+// a model call, which the fold refused, and the refusal failed the tree
+// when a raise landed between the two (TestTreeBudgetPausesTheRoot, now and
+// then, on a loaded machine). Five trees, each left paused; the twin is
+// TestTreeBudgetPausesTheRoot, where the root is raised and carries on.
+func TestRootPausedForAChildTakesNoStep(t *testing.T) {
+	for i := range 5 {
+		s, _ := openStore(t)
+		spy := &refusedAppends{Store: s}
+		w := newEnded()
+		e := newEngine(t, Config{Store: spy, Tools: searchTools(t), Published: w.published})
+		root := treePaused(t, e, w, spy)
+		waitRun(t, e, root.RunID) // its driver left
+		if n := spy.refused.Load(); n != 0 {
+			t.Fatalf("tree %d: %d appends refused by the fold once root %s paused for its child", i, n, root.RunID)
+		}
+		if st, err := s.Load(testCtx(t), root.RunID); err != nil || st.Status != statusNeedsBudget {
+			t.Fatalf("tree %d: the root is %s (%v), want it paused on its budget", i, runstate.StatusName(st.Status), err)
+		}
 	}
 }
 

@@ -29,10 +29,14 @@ import (
 // children, and ErrDefect when what it committed was rejected by the fold.
 func (r *Stepper) Step(ctx context.Context) error {
 	// 0. A run waiting for children records those that ended, and goes on
-	// only once all have.
+	// only once all have; one that paused for a child's budget (pauseFor)
+	// takes no step: a model call of a paused run is refused by the fold.
 	if r.st.Waiting() {
 		if err := r.awaitChildren(ctx); err != nil {
 			return err
+		}
+		if !r.Running() {
+			return nil
 		}
 	}
 	now := r.h.Clock()
