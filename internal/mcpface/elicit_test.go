@@ -161,12 +161,7 @@ func TestCloseWithElicitationUnanswered(t *testing.T) {
 	receive(t, seen)
 	// The session's end, as a client sends it (DELETE), while the
 	// elicitation is still unanswered.
-	req, err := http.NewRequest(http.MethodDelete, f.url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer starter-token")
-	req.Header.Set("Mcp-Session-Id", cs.ID())
+	req := f.endSession(t, "starter", cs.ID())
 	closed := make(chan error, 1)
 	go func() {
 		resp, err := http.DefaultClient.Do(req)
@@ -206,13 +201,7 @@ func TestDeleteByAnotherPrincipal(t *testing.T) {
 	})
 	started := decodeStart(t, call(t, cs, "start_refund", map[string]any{"invoice_id": "INV-42"}))
 	receive(t, seen)
-	req, err := http.NewRequest(http.MethodDelete, f.url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer approver-token")
-	req.Header.Set("Mcp-Session-Id", cs.ID())
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(f.endSession(t, "approver", cs.ID()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,6 +214,19 @@ func TestDeleteByAnotherPrincipal(t *testing.T) {
 	if ops, commits := f.tools.total(); ops != 1 || commits != 1 {
 		t.Errorf("%d writes committed %d times, want 1 once", ops, commits)
 	}
+}
+
+// endSession is the request that ends session id, as a client sends it (a
+// DELETE), with who's token.
+func (f *face) endSession(t *testing.T, who, id string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodDelete, f.url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+who+"-token")
+	req.Header.Set("Mcp-Session-Id", id)
+	return req
 }
 
 // approveElsewhere waits for runID to be paused for approval, approves it
